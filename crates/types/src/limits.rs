@@ -1,0 +1,83 @@
+//! Every size bound of Ringlet, in one place, each with the reason for its value.
+//!
+//! Decoders check wire lengths against these *before* allocating; the engine refuses entries
+//! beyond them with a typed error. Relations between constants are checked at compile time.
+
+/// Largest key. Redis allows 512 MiB keys, but a key is hashed, compared and copied on every
+/// access and stored whole in every replica's index path; 64 KiB covers every real key we know
+/// (memcached: 250 B) while keeping one key well inside a slab page.
+pub const KEY_BYTES_MAX: u32 = 64 * 1024;
+
+/// Largest value. Ringlet is a cache/store of objects, not of files: 64 MiB keeps one value's
+/// copy, checksum and replication in the low milliseconds. (Redis: 512 MiB.)
+pub const VALUE_BYTES_MAX: u32 = 64 * 1024 * 1024;
+
+/// Largest data entry: header (≤ 64 B) + key + value, rounded up.
+pub const ENTRY_BYTES_MAX: u32 = VALUE_BYTES_MAX + KEY_BYTES_MAX + 4096;
+
+/// Largest native frame we decode: one max-size entry plus framing.
+pub const FRAME_BYTES_MAX: u32 = ENTRY_BYTES_MAX + 4096;
+
+/// Largest RESP bulk string (Redis `proto-max-bulk-len` is 512 MiB; ours is one value plus
+/// slack so `SET k <max value>` fits).
+pub const RESP_BULK_BYTES_MAX: u32 = VALUE_BYTES_MAX + 1024;
+
+/// Most elements in one RESP array / native batch. Redis allows 2^31; 1M arguments is far
+/// beyond any real MGET/MSET and bounds the memory a single request can pin before its bulk
+/// strings arrive (1M × 16-byte argument headers = 16 MiB).
+pub const ARRAY_ITEMS_MAX: u32 = 1024 * 1024;
+
+/// Bytes of one inline (telnet-style) RESP command line: Redis's PROTO_INLINE_MAX_SIZE.
+pub const INLINE_BYTES_MAX: u32 = 64 * 1024;
+
+/// Bytes a connection may have buffered but not yet parsed into a whole request: one
+/// max-size frame. Past this the request cannot be legal, so the connection is closed.
+pub const CONN_READ_BUFFER_BYTES_MAX: u32 = FRAME_BYTES_MAX + 64 * 1024;
+
+/// Bytes of replies a connection may have queued before we stop reading from it
+/// (back-pressure on a client that pipelines but does not read).
+pub const CONN_WRITE_BUFFER_BYTES_MAX: u32 = 256 * 1024 * 1024;
+
+/// Concurrent client connections per node (Redis `maxclients` default).
+pub const CONNECTIONS_MAX: u32 = 10_000;
+
+/// Keys in one MGET/MSET/DEL batch handled as one unit of work.
+pub const BATCH_KEYS_MAX: u32 = ARRAY_ITEMS_MAX;
+
+/// Entries examined per engine tick by active expiry: Redis samples 20 keys per loop and stops
+/// at 25% CPU; 1,000 entries bound one tick to tens of microseconds.
+pub const EXPIRE_WORK_PER_TICK_MAX: u32 = 1_000;
+
+/// Buckets migrated per step of an incremental index upsize, so one write can't stall the
+/// event loop for a whole rehash (Redis `dictRehash` does n×10 empty buckets per step).
+pub const REHASH_BUCKETS_PER_STEP_MAX: u32 = 64;
+
+/// Entries the evictor may look at to free space for one write before it gives up with
+/// `NoSpace`: bounds the worst case of a write on a node full of pinned data.
+pub const EVICTION_SCAN_PER_WRITE_MAX: u32 = 4_096;
+
+/// Tombstones kept per node before the oldest are folded into the summary version.
+pub const TOMBSTONES_MAX: u32 = 1 << 20;
+
+/// Key hashes in one access-record batch from a one-sided reader (CliqueMap §4.2).
+pub const ACCESS_RECORD_BATCH_MAX: u32 = 4_096;
+
+/// Client and peer retries of one operation.
+pub const RETRY_COUNT_MAX: u32 = 8;
+
+/// Retries of a one-sided read that saw a torn entry before it falls back to RPC.
+pub const SHM_READ_RETRY_COUNT_MAX: u32 = 16;
+
+/// Replication messages in flight to one peer, and their bytes (raft `Inflights`).
+pub const REPLICATION_INFLIGHT_MAX: u32 = 4_096;
+/// See [`REPLICATION_INFLIGHT_MAX`]: bytes, so a few huge values can't hog a peer link.
+pub const REPLICATION_INFLIGHT_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// Requests queued to one handler/peer before the sender is told to back off.
+pub const QUEUE_CAPACITY: u32 = 65_536;
+
+const _: () = assert!(ENTRY_BYTES_MAX > VALUE_BYTES_MAX + KEY_BYTES_MAX);
+const _: () = assert!(FRAME_BYTES_MAX > ENTRY_BYTES_MAX);
+const _: () = assert!(RESP_BULK_BYTES_MAX >= VALUE_BYTES_MAX);
+const _: () = assert!(CONN_READ_BUFFER_BYTES_MAX > FRAME_BYTES_MAX);
+const _: () = assert!(BATCH_KEYS_MAX <= ARRAY_ITEMS_MAX);
