@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every check CI runs, in order. Assumes scripts/setup.sh has run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RINGLET_REQUIRE_REDIS=1   # differential tests fail (not skip) when Redis is missing
+export CARGO_TERM_COLOR=never
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace
+if compgen -G "crates/*/tests/py/test_*.py" >/dev/null; then
+  echo "== pytest (redis-py differential tests)"
+  cargo build -p ringlet-cli --bin ringlet
+  RINGLET_BIN="$PWD/target/debug/ringlet" python3 -m pytest -q crates/*/tests/py
+fi
+echo "== all checks passed"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what Ringlet's tests and benchmarks compare against or drive: Redis 7 and memcached
+# (differential tests and benchmarks), redis-py and pytest (Python differential tests).
+# Idempotent: skips what is already installed.
+set -euo pipefail
+need_apt=()
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v memcached >/dev/null || need_apt+=(memcached)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+# The Debian package starts a system redis on 6379 and memcached on 11211; tests use their own
+# ports, so those are harmless, but stop them to keep the machine quiet for benchmarks.
+(service redis-server stop || true) >/dev/null 2>&1
+(service memcached stop || true) >/dev/null 2>&1
+python3 -c 'import redis, pytest' 2>/dev/null || python3 -m pip install -q redis pytest
+command -v cargo >/dev/null || { echo "setup: cargo (Rust) is required; install it with rustup" >&2; exit 1; }
