@@ -1,0 +1,623 @@
+//! The writer: version rules, tombstones, TTL, conditions, staged writes and the Redis string
+//! helpers, on top of the [`Store`] (index + data regions).
+//!
+//! How a mutation decides whether it applies (CliqueMap §5.2):
+//! the *floor* of a key is the highest of its stored version (published, even if expired),
+//! its tombstone, and the tombstone summary when the key has no tombstone of its own. A write
+//! with a caller-chosen version applies only above the floor; a write without one takes the
+//! next version of the HLC, which has observed every version stored, erased or summarised
+//! here, so it is always above the floor.
+
+use crate::api::{
+    Condition, EngineConfig, EngineStats, Entry, Error, Expiry, ReadOutcome, SetOptions,
+    SetOutcome, TickReport,
+};
+use crate::hash::key_hash;
+use crate::store::{Meta, Reader, Store};
+use crate::strings;
+use ringlet_types::limits::{KEY_BYTES_MAX, TOMBSTONES_MAX, VALUE_BYTES_MAX};
+use ringlet_types::{Hlc, MemgestId, Version};
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// A written but unpublished version of a key.
+struct Staged {
+    version: Version,
+    handle: crate::store::StagedHandle,
+}
+
+/// The node-local storage engine. Single writer: every `&mut self` method is a mutation; the
+/// server serialises them (a mutex). Lock-free reads go through [`Reader`]s.
+pub struct Engine {
+    store: Store,
+    hlc: Hlc,
+    memgests: BTreeMap<MemgestId, bool>,
+    /// Erased keys → version of the erase. Bounded by `TOMBSTONES_MAX`; the oldest fold into
+    /// `tombstone_summary`.
+    tombstones: HashMap<Vec<u8>, Version>,
+    /// Insertion order of `tombstones`, for folding the oldest. May hold stale pairs (a key
+    /// re-erased or re-set): they are skipped when popped.
+    tombstone_order: VecDeque<(Vec<u8>, Version)>,
+    /// Highest version ever folded out of the tombstone cache (or evicted, or flushed): a
+    /// mutation of a key with no tombstone must be above it.
+    tombstone_summary: Version,
+    staged: HashMap<Vec<u8>, Staged>,
+    hits: Cell<u64>,
+    misses: Cell<u64>,
+    expirations: u64,
+}
+
+fn check_key(key: &[u8]) -> Result<(), Error> {
+    if key.len() > KEY_BYTES_MAX as usize {
+        return Err(Error::KeyTooLarge {
+            size_bytes: key.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+fn check_value(len: usize) -> Result<(), Error> {
+    if len > VALUE_BYTES_MAX as usize {
+        return Err(Error::ValueTooLarge {
+            size_bytes: len as u64,
+        });
+    }
+    Ok(())
+}
+
+fn expired(meta: &Meta, now_ms: u64) -> bool {
+    matches!(meta.expire_at_ms, Some(t) if t <= now_ms)
+}
+
+impl Engine {
+    /// Create an engine: reserve the regions and define memgest 0 (`none`, evictable).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration, [`Error::Os`] if the OS refuses the
+    /// memory reservation.
+    pub fn new(cfg: EngineConfig) -> Result<Engine, Error> {
+        cfg.validate().map_err(|_| Error::Config)?;
+        let store = Store::new(&cfg)?;
+        let mut memgests = BTreeMap::new();
+        memgests.insert(MemgestId::NONE, true);
+        Ok(Engine {
+            store,
+            hlc: Hlc::new(cfg.origin),
+            memgests,
+            tombstones: HashMap::new(),
+            tombstone_order: VecDeque::new(),
+            tombstone_summary: Version::ZERO,
+            staged: HashMap::new(),
+            hits: Cell::new(0),
+            misses: Cell::new(0),
+            expirations: 0,
+        })
+    }
+
+    /// A lock-free reader over this engine's regions, for any thread.
+    pub fn reader(&self) -> Reader {
+        self.store.reader()
+    }
+
+    /// Declare memgest `id` and whether its keys may be evicted. Redefining changes the flag.
+    pub fn define_memgest(&mut self, id: MemgestId, evictable: bool) {
+        self.memgests.insert(id, evictable);
+    }
+
+    /// Issue the next HLC version (for a coordinator that needs the version before writing).
+    pub fn next_version(&mut self, now_ms: u64) -> Version {
+        self.hlc.next(now_ms)
+    }
+
+    /// Pull the HLC past a version seen elsewhere.
+    pub fn observe_version(&mut self, v: Version) {
+        self.hlc.observe(v);
+    }
+
+    /// The highest version folded out of the tombstone cache.
+    pub fn tombstone_summary(&self) -> Version {
+        self.tombstone_summary
+    }
+
+    /// The published, unexpired entry of `key`.
+    pub fn get(&self, key: &[u8], now_ms: u64) -> Option<Entry> {
+        if key.len() > KEY_BYTES_MAX as usize {
+            return None;
+        }
+        let h = key_hash(key);
+        match self.store.get_entry(key, h) {
+            Some(e) if !matches!(e.expire_at_ms, Some(t) if t <= now_ms) => {
+                self.hits.set(self.hits.get() + 1);
+                Some(e)
+            }
+            _ => {
+                self.misses.set(self.misses.get() + 1);
+                None
+            }
+        }
+    }
+
+    /// The version of `key` that a caller-chosen version must exceed.
+    fn floor(&self, key: &[u8], stored: Option<&Meta>) -> Version {
+        let tomb = self
+            .tombstones
+            .get(key)
+            .copied()
+            .unwrap_or(self.tombstone_summary);
+        stored.map_or(tomb, |m| m.version.max(tomb))
+    }
+
+    fn add_tombstone(&mut self, key: &[u8], v: Version) {
+        self.hlc.observe(v);
+        let cur = self.tombstones.entry(key.to_vec()).or_insert(Version::ZERO);
+        if *cur >= v {
+            return;
+        }
+        *cur = v;
+        self.tombstone_order.push_back((key.to_vec(), v));
+        // Fold the oldest while over the bound. Each pop is O(1) and the loop runs at most
+        // once per stale pair pushed, so it is bounded by the pushes.
+        while self.tombstones.len() > TOMBSTONES_MAX as usize
+            || self.tombstone_order.len() > 2 * TOMBSTONES_MAX as usize
+        {
+            let Some((k, tv)) = self.tombstone_order.pop_front() else {
+                break;
+            };
+            if self.tombstones.get(&k) == Some(&tv) {
+                self.tombstones.remove(&k);
+                self.tombstone_summary = self.tombstone_summary.max(tv);
+            }
+        }
+    }
+
+    /// Remove an expired entry found by a mutation or by active expiry; its version becomes a
+    /// tombstone, so a delayed write older than the expired value cannot bring it back.
+    fn reap(&mut self, key: &[u8], h: u64) {
+        if let Some(m) = self.store.remove(key, h) {
+            self.expirations += 1;
+            self.add_tombstone(key, m.version);
+        }
+    }
+
+    /// Live (published, unexpired) metadata; reaps an expired entry on the way.
+    fn live_meta(&mut self, key: &[u8], h: u64, now_ms: u64) -> (Option<Meta>, Option<Meta>) {
+        match self.store.get_meta(key, h) {
+            Some(m) if expired(&m, now_ms) => {
+                self.reap(key, h);
+                (None, Some(m))
+            }
+            Some(m) => (Some(m), Some(m)),
+            None => (None, None),
+        }
+    }
+
+    /// Write `value` under `key` if the condition holds and the version is high enough.
+    ///
+    /// # Errors
+    /// Size limits, [`Error::UnknownMemgest`], [`Error::NoSpace`] when the data region is full
+    /// of data that may not be evicted.
+    pub fn set(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        opts: &SetOptions,
+        now_ms: u64,
+    ) -> Result<SetOutcome, Error> {
+        check_key(key)?;
+        check_value(value.len())?;
+        if !self.memgests.contains_key(&opts.memgest) {
+            return Err(Error::UnknownMemgest);
+        }
+        let h = key_hash(key);
+        let (live, stored) = self.live_meta(key, h, now_ms);
+        let current = || -> Option<Entry> {
+            live.as_ref()?;
+            self.store.get_entry(key, h)
+        };
+        let cond_ok = match opts.condition {
+            Condition::Always => true,
+            Condition::IfAbsent => live.is_none(),
+            Condition::IfPresent => live.is_some(),
+            Condition::IfVersion(v) => live.map(|m| m.version) == Some(v),
+        };
+        if !cond_ok {
+            return Ok(SetOutcome::NotApplied { current: current() });
+        }
+        let version = match opts.version {
+            Some(v) => {
+                let mut floor = self.floor(key, stored.as_ref());
+                if opts.staged {
+                    if let Some(s) = self.staged.get(key) {
+                        floor = floor.max(s.version);
+                    }
+                }
+                if v <= floor {
+                    return Ok(SetOutcome::NotApplied { current: current() });
+                }
+                self.hlc.observe(v);
+                v
+            }
+            None => self.hlc.next(now_ms),
+        };
+        let expire_at_ms = match opts.expiry {
+            Expiry::Keep => live.and_then(|m| m.expire_at_ms),
+            Expiry::Persist => None,
+            Expiry::At(t) => Some(t),
+        };
+        let old = current();
+        if matches!(expire_at_ms, Some(t) if t <= now_ms) && !opts.staged {
+            // Already expired: the write is an erase at `version` (Redis SET PXAT <past>).
+            self.discard_staged_below(key, version);
+            if self.store.remove(key, h).is_some() {
+                self.expirations += 1;
+            }
+            self.add_tombstone(key, version);
+            return Ok(SetOutcome::Applied { version, old });
+        }
+        let meta = Meta {
+            version,
+            memgest: opts.memgest,
+            expire_at_ms,
+        };
+        if opts.staged {
+            let handle = self.store.stage(key, h, value, meta)?;
+            if let Some(prev) = self.staged.insert(key.to_vec(), Staged { version, handle }) {
+                self.store.discard(prev.handle);
+            }
+        } else {
+            self.discard_staged_below(key, version);
+            self.put(key, h, value, meta)?;
+        }
+        Ok(SetOutcome::Applied { version, old })
+    }
+
+    fn put(&mut self, key: &[u8], h: u64, value: &[u8], meta: Meta) -> Result<(), Error> {
+        let Engine {
+            store, memgests, ..
+        } = self;
+        let evicted = store.put(key, h, value, meta, &|m| {
+            memgests.get(&m).copied().unwrap_or(false)
+        })?;
+        for v in evicted {
+            // An evicted key has no tombstone; folding its version into the summary keeps a
+            // delayed older write from resurrecting it (CliqueMap: coarse, never inconsistent).
+            self.tombstone_summary = self.tombstone_summary.max(v);
+        }
+        Ok(())
+    }
+
+    fn discard_staged_below(&mut self, key: &[u8], v: Version) {
+        if let Some(s) = self.staged.get(key) {
+            if s.version <= v {
+                if let Some(s) = self.staged.remove(key) {
+                    self.store.discard(s.handle);
+                }
+            }
+        }
+    }
+
+    /// Make the staged `version` of `key` visible with one atomic switch of its index entry.
+    /// Returns false if no such staged version exists, or if a higher version was published
+    /// or erased meanwhile (the staged one is then dropped).
+    ///
+    /// # Errors
+    /// [`Error::NoSpace`] if the index has no room for a new key and nothing is evictable.
+    pub fn publish(&mut self, key: &[u8], version: Version, now_ms: u64) -> Result<bool, Error> {
+        check_key(key)?;
+        let h = key_hash(key);
+        match self.staged.get(key) {
+            Some(s) if s.version == version => {}
+            _ => return Ok(false),
+        }
+        let (_, stored) = self.live_meta(key, h, now_ms);
+        if version <= self.floor(key, stored.as_ref()) {
+            if let Some(s) = self.staged.remove(key) {
+                self.store.discard(s.handle);
+            }
+            return Ok(false);
+        }
+        let Some(s) = self.staged.remove(key) else {
+            return Ok(false);
+        };
+        let Engine {
+            store, memgests, ..
+        } = self;
+        let evicted = store.publish(key, h, s.handle, &|m| {
+            memgests.get(&m).copied().unwrap_or(false)
+        })?;
+        for v in evicted {
+            self.tombstone_summary = self.tombstone_summary.max(v);
+        }
+        Ok(true)
+    }
+
+    /// Erase `key`, leaving a tombstone at `version` (or the next HLC version).
+    /// Returns the live entry it erased.
+    ///
+    /// # Errors
+    /// [`Error::StaleVersion`] if `version` is not above the stored version or tombstone.
+    pub fn delete(
+        &mut self,
+        key: &[u8],
+        version: Option<Version>,
+        now_ms: u64,
+    ) -> Result<Option<Entry>, Error> {
+        check_key(key)?;
+        let h = key_hash(key);
+        let (live, stored) = self.live_meta(key, h, now_ms);
+        let v = match version {
+            Some(v) => {
+                if v <= self.floor(key, stored.as_ref()) {
+                    return Err(Error::StaleVersion);
+                }
+                v
+            }
+            None => self.hlc.next(now_ms),
+        };
+        let old = if live.is_some() {
+            self.store.get_entry(key, h)
+        } else {
+            None
+        };
+        self.store.remove(key, h);
+        self.discard_staged_below(key, v);
+        self.add_tombstone(key, v);
+        Ok(old)
+    }
+
+    /// Change the TTL of a live key (a mutation: it takes a new version). Returns false if the
+    /// key is missing. `Expiry::At` a time at or before `now_ms` erases the key.
+    ///
+    /// # Errors
+    /// [`Error::NoSpace`] if the rewritten entry finds no room.
+    pub fn set_expiry(&mut self, key: &[u8], expiry: Expiry, now_ms: u64) -> Result<bool, Error> {
+        check_key(key)?;
+        let h = key_hash(key);
+        let (live, _) = self.live_meta(key, h, now_ms);
+        let Some(m) = live else { return Ok(false) };
+        let expire_at_ms = match expiry {
+            Expiry::Keep => return Ok(true),
+            Expiry::Persist => None,
+            Expiry::At(t) => Some(t),
+        };
+        if expire_at_ms == m.expire_at_ms {
+            return Ok(true);
+        }
+        let version = self.hlc.next(now_ms);
+        if matches!(expire_at_ms, Some(t) if t <= now_ms) {
+            self.store.remove(key, h);
+            self.expirations += 1;
+            self.add_tombstone(key, version);
+            return Ok(true);
+        }
+        let Some(e) = self.store.get_entry(key, h) else {
+            return Ok(false);
+        };
+        self.put(
+            key,
+            h,
+            &e.value,
+            Meta {
+                version,
+                memgest: m.memgest,
+                expire_at_ms,
+            },
+        )?;
+        Ok(true)
+    }
+
+    /// Rewrite a live value (or create one) through `f`, keeping memgest and TTL; returns what
+    /// `f` returned.
+    fn rewrite<T>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(Option<&[u8]>) -> Result<(Vec<u8>, T), Error>,
+    ) -> Result<T, Error> {
+        check_key(key)?;
+        let h = key_hash(key);
+        let (live, _) = self.live_meta(key, h, now_ms);
+        let cur = match live {
+            Some(_) => self.store.get_entry(key, h),
+            None => None,
+        };
+        let (value, out) = f(cur.as_ref().map(|e| e.value.as_slice()))?;
+        check_value(value.len())?;
+        let version = self.hlc.next(now_ms);
+        let meta = Meta {
+            version,
+            memgest: cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
+            expire_at_ms: cur.as_ref().and_then(|e| e.expire_at_ms),
+        };
+        self.discard_staged_below(key, version);
+        self.put(key, h, &value, meta)?;
+        Ok(out)
+    }
+
+    /// Redis INCRBY/DECRBY: a missing key counts as 0; TTL and memgest are kept.
+    ///
+    /// # Errors
+    /// [`Error::NotInteger`], [`Error::Overflow`], [`Error::NoSpace`].
+    pub fn incr_by(&mut self, key: &[u8], delta: i64, now_ms: u64) -> Result<i64, Error> {
+        self.rewrite(key, now_ms, |cur| {
+            let n = match cur {
+                Some(v) => strings::parse_i64(v).ok_or(Error::NotInteger)?,
+                None => 0,
+            };
+            let n = n.checked_add(delta).ok_or(Error::Overflow)?;
+            Ok((n.to_string().into_bytes(), n))
+        })
+    }
+
+    /// Redis INCRBYFLOAT; returns the new value formatted as Redis replies it.
+    ///
+    /// # Errors
+    /// [`Error::NotFloat`] for a non-numeric value or a NaN/infinite result.
+    pub fn incr_by_float(&mut self, key: &[u8], delta: f64, now_ms: u64) -> Result<Vec<u8>, Error> {
+        self.rewrite(key, now_ms, |cur| {
+            let n = match cur {
+                Some(v) => strings::parse_f64(v).ok_or(Error::NotFloat)?,
+                None => 0.0,
+            };
+            let n = n + delta;
+            if !n.is_finite() {
+                return Err(Error::NotFloat);
+            }
+            let s = strings::format_f64(n);
+            Ok((s.clone(), s))
+        })
+    }
+
+    /// Redis APPEND; returns the new length.
+    ///
+    /// # Errors
+    /// [`Error::ValueTooLarge`] past the value limit, [`Error::NoSpace`].
+    pub fn append(&mut self, key: &[u8], suffix: &[u8], now_ms: u64) -> Result<usize, Error> {
+        self.rewrite(key, now_ms, |cur| {
+            let cur = cur.unwrap_or(&[]);
+            let len = cur.len().saturating_add(suffix.len());
+            check_value(len)?;
+            let mut v = Vec::with_capacity(len);
+            v.extend_from_slice(cur);
+            v.extend_from_slice(suffix);
+            Ok((v, len))
+        })
+    }
+
+    /// Redis GETRANGE.
+    pub fn get_range(&self, key: &[u8], start: i64, end: i64, now_ms: u64) -> Vec<u8> {
+        let Some(e) = self.get(key, now_ms) else {
+            return Vec::new();
+        };
+        match strings::range_bounds(e.value.len(), start, end) {
+            Some((s, t)) => e.value.get(s..=t).map(<[u8]>::to_vec).unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Redis SETRANGE; returns the new length. An empty `bytes` on a missing key creates
+    /// nothing and returns 0.
+    ///
+    /// # Errors
+    /// [`Error::ValueTooLarge`] if `offset + bytes.len()` passes the value limit.
+    pub fn set_range(
+        &mut self,
+        key: &[u8],
+        offset: usize,
+        bytes: &[u8],
+        now_ms: u64,
+    ) -> Result<usize, Error> {
+        let end = offset
+            .checked_add(bytes.len())
+            .ok_or(Error::ValueTooLarge {
+                size_bytes: u64::MAX,
+            })?;
+        check_value(end)?;
+        if bytes.is_empty() {
+            return Ok(self.get(key, now_ms).map_or(0, |e| e.value.len()));
+        }
+        self.rewrite(key, now_ms, |cur| {
+            let mut v = cur.unwrap_or(&[]).to_vec();
+            if v.len() < end {
+                v.resize(end, 0);
+            }
+            if let Some(dst) = v.get_mut(offset..end) {
+                dst.copy_from_slice(bytes);
+            }
+            let len = v.len();
+            Ok((v, len))
+        })
+    }
+
+    /// Published keys stored (expired ones not yet reaped included).
+    pub fn len(&self) -> u64 {
+        self.store.len()
+    }
+
+    /// Whether no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Erase every key. The tombstone summary moves to a fresh version above everything
+    /// stored, so no delayed write of an older version can resurrect anything.
+    pub fn flush_all(&mut self, now_ms: u64) {
+        let v = self.hlc.next(now_ms);
+        self.store.clear();
+        for (_, s) in self.staged.drain() {
+            self.store.discard(s.handle);
+        }
+        self.tombstones.clear();
+        self.tombstone_order.clear();
+        self.tombstone_summary = self.tombstone_summary.max(v);
+    }
+
+    /// Redis SCAN over live keys: a key present for the whole scan is returned at least once
+    /// (even across an index upsize); keys may repeat. Returns the next cursor, 0 when done.
+    pub fn scan(&self, cursor: u64, count: usize, now_ms: u64, out: &mut Vec<Vec<u8>>) -> u64 {
+        self.store.scan(cursor, count, None, Some(now_ms), out)
+    }
+
+    /// A random live key, chosen from `seed` (sans-I/O: the caller supplies randomness).
+    pub fn random_key(&self, seed: u64, now_ms: u64) -> Option<Vec<u8>> {
+        self.store.random_key(seed, now_ms)
+    }
+
+    /// Keys of one slot (expired ones included: migration moves them with their TTL), with
+    /// SCAN's cursor guarantees.
+    pub fn slot_keys(&self, slot: u16, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> u64 {
+        self.store.scan(cursor, count, Some(slot), None, out)
+    }
+
+    /// Order-independent digest of `(key hash, version)` over the slot's stored entries
+    /// (maintained incrementally: O(1)). Two replicas holding the same versions of the same
+    /// keys have equal digests. Expired entries count until reaped, so compare after a tick.
+    pub fn slot_digest(&self, slot: u16) -> u64 {
+        self.store.slot_digest(slot)
+    }
+
+    /// Background work, bounded: active expiry of up to `EXPIRE_WORK_PER_TICK_MAX` entries,
+    /// a step of index upsize, compaction of sparse slab pages.
+    pub fn tick(&mut self, now_ms: u64) -> TickReport {
+        let mut report = TickReport::default();
+        let expired_keys = self.store.expire_step(now_ms, &mut report);
+        for (key, v) in expired_keys {
+            self.expirations += 1;
+            report.expired += 1;
+            self.add_tombstone(&key, v);
+        }
+        self.store.maintenance_step(&mut report);
+        report
+    }
+
+    /// Note accesses reported by readers the writer never saw (one-sided readers, network
+    /// workers): feeds the eviction policy. At most `ACCESS_RECORD_BATCH_MAX` are used.
+    pub fn record_access(&mut self, key_hashes: &[u64]) {
+        let n = key_hashes
+            .len()
+            .min(ringlet_types::limits::ACCESS_RECORD_BATCH_MAX as usize);
+        for &h in key_hashes.iter().take(n) {
+            self.store.touch(h);
+        }
+    }
+
+    /// A statistics snapshot.
+    pub fn stats(&self) -> EngineStats {
+        let mut s = self.store.stats();
+        s.hits = self.hits.get() + self.store.reader_hits();
+        s.misses = self.misses.get() + self.store.reader_misses();
+        s.expirations = self.expirations;
+        s.tombstones = self.tombstones.len() as u64;
+        s.staged = self.staged.len() as u64;
+        s
+    }
+}
+
+impl Reader {
+    /// Convenience: read into a fresh buffer.
+    pub fn get_vec(&self, key: &[u8], now_ms: u64) -> (ReadOutcome, Vec<u8>) {
+        let mut out = Vec::new();
+        let r = self.get(key, now_ms, &mut out);
+        (r, out)
+    }
+}
