@@ -1,0 +1,1 @@
+//! ringlet-control (being written)

@@ -1,0 +1,1 @@
+//! ringlet-linearize (being written)

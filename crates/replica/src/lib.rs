@@ -1,0 +1,1 @@
+//! ringlet-replica (being written)

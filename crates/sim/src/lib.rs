@@ -1,0 +1,1 @@
+//! ringlet-sim (being written)
