@@ -30,6 +30,11 @@ pub const ARRAY_ITEMS_MAX: u32 = 1024 * 1024;
 /// Bytes of one inline (telnet-style) RESP command line: Redis's PROTO_INLINE_MAX_SIZE.
 pub const INLINE_BYTES_MAX: u32 = 64 * 1024;
 
+/// Nesting depth of a RESP reply the client-side decoder accepts (arrays of maps of ...).
+/// Redis replies nest at most 3-4 levels (CLUSTER SHARDS, XINFO); 64 is generous while the
+/// recursive decoder's stack use stays a few KiB.
+pub const RESP_DEPTH_MAX: u32 = 64;
+
 /// Bytes a connection may have buffered but not yet parsed into a whole request: one
 /// max-size frame. Past this the request cannot be legal, so the connection is closed.
 pub const CONN_READ_BUFFER_BYTES_MAX: u32 = FRAME_BYTES_MAX + 64 * 1024;

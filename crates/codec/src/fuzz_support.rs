@@ -1,0 +1,139 @@
+//! Entry points for the fuzz targets in `crates/codec/fuzz/` (thin wrappers over these), also
+//! run by `cargo test` over random bytes (`tests/prop_*.rs`), so CI exercises them without
+//! cargo-fuzz.
+//!
+//! Each function decodes a whole byte stream the way a server or client connection would
+//! (decode, consume, repeat) and asserts the properties every accepted message must have:
+//! progress on every step, arguments inside the limits, and re-encoding giving bytes that
+//! decode to the same message. Returning normally means "no property violated"; a violation
+//! panics (which is what a fuzzer reports).
+
+use ringlet_types::limits;
+
+use crate::native::{self, NativeRequest, ResponseBody};
+use crate::resp::{self, Proto, Request, RequestDecoder};
+
+/// Upper bound on messages decoded from one input, so a target always terminates.
+const MESSAGES_MAX: usize = 100_000;
+
+/// Decode `data` as a stream of RESP requests.
+#[allow(clippy::panic)]
+pub fn resp_decode_stream(data: &[u8]) {
+    let mut dec = RequestDecoder::new();
+    let mut req = Request::new();
+    let mut buf = data;
+    for _ in 0..MESSAGES_MAX {
+        match dec.decode(buf, &mut req) {
+            Ok(Some(n)) => {
+                assert!(n > 0 && n <= buf.len(), "no progress or overrun: {n}");
+                assert!(req.argc() <= limits::ARRAY_ITEMS_MAX as usize);
+                for a in req.args(buf) {
+                    assert!(a.len() <= limits::RESP_BULK_BYTES_MAX as usize);
+                }
+                // Multibulk re-encoding decodes to the same argv.
+                if !req.is_empty() {
+                    let args: Vec<&[u8]> = req.args(buf).collect();
+                    let mut enc = Vec::new();
+                    resp::encode_request(&mut enc, &args);
+                    match resp::decode_request(&enc) {
+                        Ok(Some((r2, m))) => {
+                            assert_eq!(m, enc.len());
+                            assert_eq!(r2.to_vecs(&enc), req.to_vecs(buf));
+                        }
+                        other => panic!("re-encoded request does not decode: {other:?}"),
+                    }
+                }
+                buf = buf.get(n..).unwrap_or(&[]);
+            }
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+/// Decode `data` as a stream of RESP replies.
+#[allow(clippy::panic)]
+pub fn resp_reply_decode_stream(data: &[u8]) {
+    let mut buf = data;
+    for _ in 0..MESSAGES_MAX {
+        let scanned = resp::scan_reply(buf);
+        match resp::decode_reply(buf) {
+            Ok(Some((r, n))) => {
+                assert!(
+                    matches!(scanned, Ok(Some((_, m))) if m == n),
+                    "scan and decode disagree"
+                );
+                assert!(n > 0 && n <= buf.len());
+                // RESP3 re-encoding is canonical for what we decoded (NaN aside).
+                let enc = r.to_bytes(Proto::Resp3);
+                if let Ok(Some((r2, _))) = resp::decode_reply(&enc) {
+                    if !format!("{r:?}").contains("NaN") {
+                        assert_eq!(r2, r);
+                    }
+                } else {
+                    panic!("re-encoded reply does not decode");
+                }
+                buf = buf.get(n..).unwrap_or(&[]);
+            }
+            Ok(None) => {
+                assert!(matches!(scanned, Ok(None)));
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Decode `data` as a stream of native frames, as requests and as responses.
+#[allow(clippy::panic)]
+pub fn native_decode_stream(data: &[u8]) {
+    let mut buf = data;
+    for _ in 0..MESSAGES_MAX {
+        let mut advanced = false;
+        if let Ok(Some((f, n))) = native::decode_request_frame(buf) {
+            assert!(n >= native::HEADER_BYTES && n <= buf.len());
+            assert!(n <= limits::FRAME_BYTES_MAX as usize);
+            match f.request {
+                NativeRequest::Get { key }
+                | NativeRequest::Del { key, .. }
+                | NativeRequest::IncrBy { key, .. } => {
+                    assert!(key.len() <= limits::KEY_BYTES_MAX as usize)
+                }
+                NativeRequest::Set(s) => {
+                    assert!(s.key.len() <= limits::KEY_BYTES_MAX as usize);
+                    assert!(s.value.len() <= limits::VALUE_BYTES_MAX as usize);
+                }
+                NativeRequest::Mget { keys } => {
+                    assert!(keys.len() <= limits::BATCH_KEYS_MAX as usize);
+                    assert_eq!(keys.iter().count(), keys.len());
+                }
+                NativeRequest::Ping => {}
+            }
+            let mut enc = Vec::new();
+            native::encode_request_frame(&mut enc, f.request_id, &f.request);
+            assert_eq!(
+                enc.as_slice(),
+                buf.get(..n).unwrap_or(&[]),
+                "encoding is canonical"
+            );
+            buf = buf.get(n..).unwrap_or(&[]);
+            advanced = true;
+        } else if let Ok(Some((f, n))) = native::decode_response_frame(buf) {
+            assert!(n >= native::HEADER_BYTES && n <= buf.len());
+            if let ResponseBody::Values(items) = f.body {
+                assert_eq!(items.iter().count(), items.len());
+            }
+            let mut enc = Vec::new();
+            native::encode_response_frame(&mut enc, &f);
+            assert_eq!(
+                enc.as_slice(),
+                buf.get(..n).unwrap_or(&[]),
+                "encoding is canonical"
+            );
+            buf = buf.get(n..).unwrap_or(&[]);
+            advanced = true;
+        }
+        if !advanced {
+            return;
+        }
+    }
+}

@@ -1,0 +1,479 @@
+//! Native request frames: decode (server side) and encode (client side).
+//!
+//! Bodies (after the 16-byte header; `key` and `value` are `len u32 | bytes`):
+//!
+//! | opcode | body |
+//! |---|---|
+//! | PING   | empty |
+//! | GET    | `key` |
+//! | MGET   | `count u32 \| key * count` |
+//! | SET    | `set_flags u8 \| memgest u16 \| ttl_ms u64 \| version u128 \| cas u128 \| key \| value` |
+//! | DEL    | `del_flags u8 \| cas u128 \| key` |
+//! | INCRBY | `delta i64 \| key` |
+//!
+//! Optional SET/DEL fields are always present at fixed offsets (fixed layout, one branch per
+//! flag) and must be zero when their flag is clear, so every request has exactly one encoding.
+
+use ringlet_types::{MemgestId, Version};
+
+use super::cursor::Cursor;
+use super::{decode_header, len32, put_bytes, put_header, Opcode, HEADER_BYTES};
+use crate::error::DecodeError;
+use crate::sink::Sink;
+
+/// SET flag: only if the key does not exist (Redis NX).
+pub const SET_NX: u8 = 0x01;
+/// SET flag: only if the key exists (Redis XX).
+pub const SET_XX: u8 = 0x02;
+/// SET flag: `ttl_ms` is meaningful: expire `ttl_ms` after the write is applied.
+pub const SET_TTL: u8 = 0x04;
+/// SET flag: `version` is meaningful: store under this client-nominated version (it must be
+/// higher than the stored one; loaders and repair use it).
+pub const SET_VERSION: u8 = 0x08;
+/// SET flag: `cas` is meaningful: write only if the current version equals `cas`.
+pub const SET_CAS: u8 = 0x10;
+/// SET flag: `memgest` is meaningful: store the key in this memgest.
+pub const SET_MEMGEST: u8 = 0x20;
+const SET_FLAGS_ALL: u8 = SET_NX | SET_XX | SET_TTL | SET_VERSION | SET_CAS | SET_MEMGEST;
+/// Bytes of the fixed part of a SET body (before the key).
+pub const SET_FIXED_BYTES: usize = 1 + 2 + 8 + 16 + 16;
+
+/// DEL flag: `cas` is meaningful: delete only if the current version equals `cas`.
+pub const DEL_CAS: u8 = 0x01;
+/// Bytes of the fixed part of a DEL body (before the key).
+pub const DEL_FIXED_BYTES: usize = 1 + 16;
+
+/// Existence condition of a SET.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SetCond {
+    /// Write unconditionally.
+    #[default]
+    Always,
+    /// Only if absent (NX).
+    IfAbsent,
+    /// Only if present (XX).
+    IfPresent,
+}
+
+/// The fields of a SET. Keys and values borrow from the frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetRequest<'a> {
+    /// The key (≤ `limits::KEY_BYTES_MAX`).
+    pub key: &'a [u8],
+    /// The value (≤ `limits::VALUE_BYTES_MAX`).
+    pub value: &'a [u8],
+    /// NX / XX.
+    pub cond: SetCond,
+    /// Relative expiry in milliseconds (the server makes it absolute; clients' clocks are not
+    /// trusted). `None`: no expiry.
+    pub ttl_ms: Option<u64>,
+    /// Client-nominated version.
+    pub version: Option<Version>,
+    /// Compare-and-set: the version the key must currently have (`Version::ZERO`: absent).
+    pub cas: Option<Version>,
+    /// Memgest to store the key in; `None`: keep the key's memgest (or the default).
+    pub memgest: Option<MemgestId>,
+}
+
+/// A batch of keys (MGET), validated at decode time and iterated in place without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyList<'a> {
+    count: u32,
+    /// `(len u32 | key) * count`, already checked.
+    raw: &'a [u8],
+}
+
+impl<'a> KeyList<'a> {
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// The keys, in request order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let mut c = Cursor::new(self.raw);
+        // Validated at decode: `key()` cannot fail here; stopping on error keeps this total.
+        (0..self.count).map_while(move |_| c.key().ok())
+    }
+    fn parse(c: &mut Cursor<'a>) -> Result<KeyList<'a>, DecodeError> {
+        // Each key takes at least its 4-byte length.
+        let count = c.count(4)?;
+        let start = c.remaining();
+        let body = c.rest();
+        let mut k = Cursor::new(body);
+        for _ in 0..count {
+            k.key()?;
+        }
+        let used = start.saturating_sub(k.remaining());
+        let raw = body.get(..used).ok_or(DecodeError::Truncated)?;
+        // Hand back what the keys did not use, so `finish` reports trailing bytes.
+        *c = Cursor::new(body.get(used..).unwrap_or(&[]));
+        Ok(KeyList { count, raw })
+    }
+}
+
+/// A decoded request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NativeRequest<'a> {
+    /// PING.
+    Ping,
+    /// GET key.
+    Get {
+        /// The key.
+        key: &'a [u8],
+    },
+    /// MGET keys.
+    Mget {
+        /// The keys.
+        keys: KeyList<'a>,
+    },
+    /// SET.
+    Set(SetRequest<'a>),
+    /// DEL key.
+    Del {
+        /// The key.
+        key: &'a [u8],
+        /// Delete only at this version.
+        cas: Option<Version>,
+    },
+    /// INCRBY key delta.
+    IncrBy {
+        /// The key.
+        key: &'a [u8],
+        /// Amount to add (may be negative).
+        delta: i64,
+    },
+}
+
+impl NativeRequest<'_> {
+    /// The opcode of this request.
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            NativeRequest::Ping => Opcode::Ping,
+            NativeRequest::Get { .. } => Opcode::Get,
+            NativeRequest::Mget { .. } => Opcode::Mget,
+            NativeRequest::Set(_) => Opcode::Set,
+            NativeRequest::Del { .. } => Opcode::Del,
+            NativeRequest::IncrBy { .. } => Opcode::IncrBy,
+        }
+    }
+}
+
+/// A request with its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestFrame<'a> {
+    /// Echo this in the response.
+    pub request_id: u64,
+    /// The operation.
+    pub request: NativeRequest<'a>,
+}
+
+/// Decode one request frame from the start of `buf`: `Ok(None)` until the whole frame has
+/// arrived (nothing allocated, ever), else the frame and its length.
+///
+/// # Errors
+/// Header errors (see [`super::decode_header`]), a response frame where a request was expected
+/// ([`DecodeError::InvalidField`]), limits ([`DecodeError::KeyTooLarge`], ...), malformed bodies
+/// ([`DecodeError::Truncated`], [`DecodeError::TrailingBytes`]). All mean: close the connection.
+pub fn decode_request_frame(buf: &[u8]) -> Result<Option<(RequestFrame<'_>, usize)>, DecodeError> {
+    let Some(h) = decode_header(buf)? else {
+        return Ok(None);
+    };
+    if h.is_response() {
+        return Err(DecodeError::InvalidField("response flag on a request"));
+    }
+    let len = h.frame_len();
+    let Some(body) = buf.get(HEADER_BYTES..len) else {
+        return Ok(None);
+    };
+    let mut c = Cursor::new(body);
+    let request = match h.opcode {
+        Opcode::Ping => NativeRequest::Ping,
+        Opcode::Get => NativeRequest::Get { key: c.key()? },
+        Opcode::Mget => NativeRequest::Mget {
+            keys: KeyList::parse(&mut c)?,
+        },
+        Opcode::Set => NativeRequest::Set(decode_set(&mut c)?),
+        Opcode::Del => {
+            let flags = c.u8()?;
+            if flags & !DEL_CAS != 0 {
+                return Err(DecodeError::InvalidField("DEL flags"));
+            }
+            let cas = optional(flags & DEL_CAS != 0, c.u128()?, "DEL cas")?;
+            NativeRequest::Del {
+                key: c.key()?,
+                cas: cas.map(Version),
+            }
+        }
+        Opcode::IncrBy => {
+            let delta = c.i64()?;
+            NativeRequest::IncrBy {
+                key: c.key()?,
+                delta,
+            }
+        }
+    };
+    c.finish()?;
+    Ok(Some((
+        RequestFrame {
+            request_id: h.request_id,
+            request,
+        },
+        len,
+    )))
+}
+
+/// A fixed-offset optional field: present iff its flag is set, zero otherwise.
+fn optional<T: PartialEq + Default>(
+    flag: bool,
+    v: T,
+    what: &'static str,
+) -> Result<Option<T>, DecodeError> {
+    if flag {
+        Ok(Some(v))
+    } else if v == T::default() {
+        Ok(None)
+    } else {
+        Err(DecodeError::InvalidField(what))
+    }
+}
+
+fn decode_set<'a>(c: &mut Cursor<'a>) -> Result<SetRequest<'a>, DecodeError> {
+    let flags = c.u8()?;
+    if flags & !SET_FLAGS_ALL != 0 {
+        return Err(DecodeError::InvalidField("SET flags"));
+    }
+    let cond = match (flags & SET_NX != 0, flags & SET_XX != 0) {
+        (false, false) => SetCond::Always,
+        (true, false) => SetCond::IfAbsent,
+        (false, true) => SetCond::IfPresent,
+        (true, true) => return Err(DecodeError::InvalidField("SET with both NX and XX")),
+    };
+    let memgest = optional(flags & SET_MEMGEST != 0, c.u16()?, "SET memgest")?;
+    let ttl_ms = optional(flags & SET_TTL != 0, c.u64()?, "SET ttl")?;
+    let version = optional(flags & SET_VERSION != 0, c.u128()?, "SET version")?;
+    let cas = optional(flags & SET_CAS != 0, c.u128()?, "SET cas")?;
+    Ok(SetRequest {
+        key: c.key()?,
+        value: c.value()?,
+        cond,
+        ttl_ms,
+        version: version.map(Version),
+        cas: cas.map(Version),
+        memgest: memgest.map(MemgestId),
+    })
+}
+
+/// Encode any request.
+pub fn encode_request_frame<S: Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    req: &NativeRequest<'_>,
+) {
+    match req {
+        NativeRequest::Ping => encode_ping(out, request_id),
+        NativeRequest::Get { key } => encode_get(out, request_id, key),
+        NativeRequest::Mget { keys } => {
+            put_header(
+                out,
+                Opcode::Mget,
+                0,
+                request_id,
+                4usize.saturating_add(keys.raw.len()),
+            );
+            out.put(&keys.count.to_be_bytes());
+            out.put(keys.raw);
+        }
+        NativeRequest::Set(s) => encode_set(out, request_id, s),
+        NativeRequest::Del { key, cas } => encode_del(out, request_id, key, *cas),
+        NativeRequest::IncrBy { key, delta } => encode_incr_by(out, request_id, key, *delta),
+    }
+}
+
+/// PING.
+pub fn encode_ping<S: Sink + ?Sized>(out: &mut S, request_id: u64) {
+    put_header(out, Opcode::Ping, 0, request_id, 0);
+}
+
+/// GET `key`.
+pub fn encode_get<S: Sink + ?Sized>(out: &mut S, request_id: u64, key: &[u8]) {
+    put_header(
+        out,
+        Opcode::Get,
+        0,
+        request_id,
+        4usize.saturating_add(key.len()),
+    );
+    put_bytes(out, key);
+}
+
+/// MGET `keys`.
+pub fn encode_mget<S: Sink + ?Sized, K: AsRef<[u8]>>(out: &mut S, request_id: u64, keys: &[K]) {
+    let body = keys.iter().fold(4usize, |n, k| {
+        n.saturating_add(4).saturating_add(k.as_ref().len())
+    });
+    put_header(out, Opcode::Mget, 0, request_id, body);
+    out.put(&len32(keys.len()).to_be_bytes());
+    for k in keys {
+        put_bytes(out, k.as_ref());
+    }
+}
+
+/// SET with all its options.
+pub fn encode_set<S: Sink + ?Sized>(out: &mut S, request_id: u64, s: &SetRequest<'_>) {
+    let body = SET_FIXED_BYTES
+        .saturating_add(8)
+        .saturating_add(s.key.len())
+        .saturating_add(s.value.len());
+    put_header(out, Opcode::Set, 0, request_id, body);
+    let mut flags = match s.cond {
+        SetCond::Always => 0,
+        SetCond::IfAbsent => SET_NX,
+        SetCond::IfPresent => SET_XX,
+    };
+    if s.ttl_ms.is_some() {
+        flags |= SET_TTL;
+    }
+    if s.version.is_some() {
+        flags |= SET_VERSION;
+    }
+    if s.cas.is_some() {
+        flags |= SET_CAS;
+    }
+    if s.memgest.is_some() {
+        flags |= SET_MEMGEST;
+    }
+    out.put_u8(flags);
+    out.put(&s.memgest.map_or(0, |m| m.0).to_be_bytes());
+    out.put(&s.ttl_ms.unwrap_or(0).to_be_bytes());
+    out.put(&s.version.unwrap_or_default().to_be_bytes());
+    out.put(&s.cas.unwrap_or_default().to_be_bytes());
+    put_bytes(out, s.key);
+    put_bytes(out, s.value);
+}
+
+/// DEL `key`, optionally only at version `cas`.
+pub fn encode_del<S: Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    key: &[u8],
+    cas: Option<Version>,
+) {
+    let body = DEL_FIXED_BYTES.saturating_add(4).saturating_add(key.len());
+    put_header(out, Opcode::Del, 0, request_id, body);
+    out.put_u8(if cas.is_some() { DEL_CAS } else { 0 });
+    out.put(&cas.unwrap_or_default().to_be_bytes());
+    put_bytes(out, key);
+}
+
+/// INCRBY `key` `delta`.
+pub fn encode_incr_by<S: Sink + ?Sized>(out: &mut S, request_id: u64, key: &[u8], delta: i64) {
+    put_header(
+        out,
+        Opcode::IncrBy,
+        0,
+        request_id,
+        12usize.saturating_add(key.len()),
+    );
+    out.put(&delta.to_be_bytes());
+    put_bytes(out, key);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use ringlet_types::limits;
+
+    fn round_trip(req: NativeRequest<'_>) {
+        let mut out = Vec::new();
+        encode_request_frame(&mut out, 77, &req);
+        let (f, n) = decode_request_frame(&out).unwrap().unwrap();
+        assert_eq!(n, out.len());
+        assert_eq!(f.request_id, 77);
+        assert_eq!(f.request, req);
+        for i in 0..out.len() {
+            assert_eq!(decode_request_frame(&out[..i]).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn every_opcode_round_trips() {
+        round_trip(NativeRequest::Ping);
+        round_trip(NativeRequest::Get { key: b"k" });
+        round_trip(NativeRequest::Del {
+            key: b"k",
+            cas: Some(Version(5)),
+        });
+        round_trip(NativeRequest::IncrBy {
+            key: b"n",
+            delta: -3,
+        });
+        round_trip(NativeRequest::Set(SetRequest {
+            key: b"k",
+            value: b"v",
+            cond: SetCond::IfAbsent,
+            ttl_ms: Some(1000),
+            version: Some(Version(1 << 90)),
+            cas: None,
+            memgest: Some(MemgestId(3)),
+        }));
+        let mut out = Vec::new();
+        encode_mget(&mut out, 9, &[&b"a"[..], b"bb", b""]);
+        let (f, _) = decode_request_frame(&out).unwrap().unwrap();
+        let NativeRequest::Mget { keys } = f.request else {
+            panic!("not mget")
+        };
+        assert_eq!(keys.iter().collect::<Vec<_>>(), vec![&b"a"[..], b"bb", b""]);
+        round_trip(f.request);
+    }
+
+    #[test]
+    fn limits_and_malformed_bodies() {
+        // GET with a key length over the limit: refused before waiting for the key bytes.
+        let mut out = Vec::new();
+        encode_get(&mut out, 1, b"k");
+        out[16..20].copy_from_slice(&(limits::KEY_BYTES_MAX + 1).to_be_bytes());
+        assert_eq!(
+            decode_request_frame(&out),
+            Err(DecodeError::KeyTooLarge(limits::KEY_BYTES_MAX + 1))
+        );
+        // Trailing bytes.
+        let mut out = Vec::new();
+        encode_get(&mut out, 1, b"k");
+        out[15] += 1;
+        out.push(0);
+        assert_eq!(decode_request_frame(&out), Err(DecodeError::TrailingBytes));
+        // MGET count larger than the body could hold.
+        let mut out = Vec::new();
+        encode_mget::<_, &[u8]>(&mut out, 1, &[]);
+        out[16..20].copy_from_slice(&1000u32.to_be_bytes());
+        assert_eq!(decode_request_frame(&out), Err(DecodeError::Truncated));
+        // NX and XX together.
+        let mut out = Vec::new();
+        encode_set(
+            &mut out,
+            1,
+            &SetRequest {
+                key: b"k",
+                value: b"v",
+                ..Default::default()
+            },
+        );
+        out[16] = SET_NX | SET_XX;
+        assert!(matches!(
+            decode_request_frame(&out),
+            Err(DecodeError::InvalidField(_))
+        ));
+        // A flagged-off field that is not zero.
+        out[16] = 0;
+        out[20] = 1; // inside ttl_ms
+        assert!(matches!(
+            decode_request_frame(&out),
+            Err(DecodeError::InvalidField(_))
+        ));
+    }
+}
