@@ -1,0 +1,512 @@
+//! The erasure-coded arena of one data node for one ec memgest (sans-I/O).
+//!
+//! Values stay whole and contiguous in their coordinator's arena (DESIGN.md: a GET touches
+//! one node). Every change of arena bytes produces a [`ParityUpdate`] carrying
+//! `new ⊕ old` of the touched bytes and, for puts and deletes, the key metadata the parity
+//! holders replicate (Ring §5.3: metadata is replicated, data is erasure coded). The
+//! replica core sends it to the M parity holders; the write commits when all M acknowledge.
+//!
+//! # Allocation
+//!
+//! First fit over a free list kept in offset order (`BTreeMap`, deterministic), coalescing on
+//! free. A put writes the new value into a fresh range and then frees the old one, so a
+//! crash between the two never leaves a half-overwritten value that parity does not match.
+//! Freed bytes are *not* zeroed: parity covers whatever bytes the arena holds, so leaving
+//! them costs no parity traffic, and the next put into that range sends `new ⊕ stale`.
+//! A fragmentation-resistant allocator (size classes, offset-allocator) can replace first
+//! fit behind the same methods; see `docs/design/erasure-srs.md`.
+//!
+//! Bytes past the highest allocation are not materialised; they read as zero, which is what
+//! the parity of never-written space encodes (a fresh parity chunk is all zeros).
+
+use crate::codec::delta;
+use crate::error::Error;
+use crate::layout::Layout;
+use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use ringlet_types::Version;
+use std::collections::BTreeMap;
+
+/// Key metadata replicated to every parity holder with each put: where the value is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyMeta {
+    /// Data node index (in the PG) whose arena holds the value: the key's coordinator.
+    pub owner: u32,
+    /// Byte offset of the value in the owner's arena.
+    pub offset: u64,
+    /// Value length in bytes.
+    pub len: u64,
+    /// Version of the value.
+    pub version: Version,
+}
+
+/// A change of key metadata carried by a parity update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetaChange {
+    /// The key now has this value location and version.
+    Put { key: Vec<u8>, meta: KeyMeta },
+    /// The key was deleted at this version.
+    Delete { key: Vec<u8>, version: Version },
+}
+
+/// What a data node sends its parity holders after changing arena bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParityUpdate {
+    /// Data node index of the arena owner.
+    pub owner: u32,
+    /// Per-owner sequence number, starting at 1, +1 per update: holders apply each exactly
+    /// once (applying an XOR delta twice would undo it).
+    pub seq: u64,
+    /// Arena offset of the first changed byte.
+    pub offset: u64,
+    /// `new ⊕ old` of `[offset, offset + delta.len())`; may be empty (metadata-only update).
+    pub delta: Vec<u8>,
+    /// Metadata change, if any.
+    pub meta: Option<MetaChange>,
+}
+
+/// Memory accounting of one arena or parity store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Accounting {
+    /// Bytes of live values (payload).
+    pub payload_bytes: u64,
+    /// Arena bytes materialised (payload + free holes + stale bytes below the high water).
+    pub data_bytes: u64,
+    /// Parity chunk bytes materialised.
+    pub parity_bytes: u64,
+    /// Bytes of key metadata (keys + fixed per-key record).
+    pub meta_bytes: u64,
+}
+
+impl Accounting {
+    /// Bytes held (data + parity + metadata) per payload byte; `None` with no payload.
+    pub fn bytes_per_payload_byte(&self) -> Option<f64> {
+        if self.payload_bytes == 0 {
+            return None;
+        }
+        let held = self
+            .data_bytes
+            .saturating_add(self.parity_bytes)
+            .saturating_add(self.meta_bytes);
+        // u64 → f64 loses precision only beyond 2^53 bytes; fine for a ratio.
+        Some(held as f64 / self.payload_bytes as f64)
+    }
+
+    /// Sum of two accountings (e.g. all arenas and parity stores of a PG).
+    pub fn plus(&self, o: &Accounting) -> Accounting {
+        Accounting {
+            payload_bytes: self.payload_bytes.saturating_add(o.payload_bytes),
+            data_bytes: self.data_bytes.saturating_add(o.data_bytes),
+            parity_bytes: self.parity_bytes.saturating_add(o.parity_bytes),
+            meta_bytes: self.meta_bytes.saturating_add(o.meta_bytes),
+        }
+    }
+}
+
+/// Fixed per-key metadata cost counted by [`Accounting::meta_bytes`].
+pub const META_RECORD_BYTES: u64 = std::mem::size_of::<KeyMeta>() as u64;
+
+/// One data node's arena for one ec memgest.
+#[derive(Clone, Debug)]
+pub struct Arena {
+    layout: Layout,
+    node: u32,
+    capacity: u64,
+    /// Materialised bytes `[0, bytes.len())`; the rest reads as zero.
+    bytes: Vec<u8>,
+    /// Free ranges: offset → len, disjoint, coalesced, in `[0, capacity)`.
+    free: BTreeMap<u64, u64>,
+    /// Allocated ranges: offset → len.
+    used: BTreeMap<u64, u64>,
+    keys: BTreeMap<Vec<u8>, KeyMeta>,
+    payload_bytes: u64,
+    meta_bytes: u64,
+    seq: u64,
+}
+
+impl Arena {
+    /// An empty arena of data node `node` able to hold `capacity` bytes.
+    ///
+    /// # Errors
+    /// [`Error::NodeIndex`] if `node ≥ s`; [`Error::Range`] if `capacity` is 0 or above
+    /// `ARENA_BYTES_MAX`.
+    pub fn new(layout: Layout, node: u32, capacity: u64) -> Result<Arena, Error> {
+        if node >= layout.s() {
+            return Err(Error::NodeIndex {
+                index: node,
+                count: layout.s(),
+            });
+        }
+        if capacity == 0 || capacity > crate::bounds::ARENA_BYTES_MAX {
+            return Err(Error::Range {
+                offset: 0,
+                len: capacity,
+            });
+        }
+        let mut free = BTreeMap::new();
+        free.insert(0, capacity);
+        Ok(Arena {
+            layout,
+            node,
+            capacity,
+            bytes: Vec::new(),
+            free,
+            used: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            payload_bytes: 0,
+            meta_bytes: 0,
+            seq: 0,
+        })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// Data node index.
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+    /// Materialised bytes (the rest of the arena is zero).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    /// Metadata of a key stored here.
+    pub fn meta(&self, key: &[u8]) -> Option<&KeyMeta> {
+        self.keys.get(key)
+    }
+    /// Sequence number of the last update produced.
+    pub fn last_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Reserves `len` bytes and returns their offset. Payload accounting counts them.
+    ///
+    /// # Errors
+    /// [`Error::Range`] if `len` is 0 or above `VALUE_BYTES_MAX`; [`Error::NoSpace`] if no
+    /// free range fits.
+    pub fn allocate(&mut self, len: u64) -> Result<u64, Error> {
+        if len == 0 || len > u64::from(VALUE_BYTES_MAX) {
+            return Err(Error::Range { offset: 0, len });
+        }
+        // First fit. The scan is over our own free list, bounded by its size.
+        let (off, flen) = self
+            .free
+            .iter()
+            .find(|(_, l)| **l >= len)
+            .map(|(o, l)| (*o, *l))
+            .ok_or(Error::NoSpace { len })?;
+        self.free.remove(&off);
+        let rest = flen.checked_sub(len).ok_or(Error::NoSpace { len })?;
+        if rest > 0 {
+            let roff = off.checked_add(len).ok_or(Error::NoSpace { len })?;
+            self.free.insert(roff, rest);
+        }
+        self.used.insert(off, len);
+        self.payload_bytes = self.payload_bytes.saturating_add(len);
+        Ok(off)
+    }
+
+    /// Returns an allocated range to the free list. The bytes are left as they are (see the
+    /// module docs), so no parity update is needed.
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] unless `[offset, offset + len)` is exactly one allocation.
+    pub fn free(&mut self, offset: u64, len: u64) -> Result<(), Error> {
+        if self.used.get(&offset) != Some(&len) {
+            return Err(Error::NotAllocated { offset, len });
+        }
+        self.used.remove(&offset);
+        self.payload_bytes = self.payload_bytes.saturating_sub(len);
+        let mut start = offset;
+        let mut end = offset.saturating_add(len);
+        // Coalesce with the previous free range if it ends where we start.
+        if let Some((&po, &pl)) = self.free.range(..offset).next_back() {
+            if po.saturating_add(pl) == start {
+                self.free.remove(&po);
+                start = po;
+            }
+        }
+        if let Some(&nl) = self.free.get(&end) {
+            self.free.remove(&end);
+            end = end.saturating_add(nl);
+        }
+        self.free.insert(start, end.saturating_sub(start));
+        Ok(())
+    }
+
+    fn inside_allocation(&self, offset: u64, len: u64) -> bool {
+        match self.used.range(..=offset).next_back() {
+            Some((&o, &l)) => match (o.checked_add(l), offset.checked_add(len)) {
+                (Some(aend), Some(end)) => end <= aend,
+                _ => false,
+            },
+            None => false,
+        }
+    }
+
+    /// Writes `new` at `offset` (inside one allocation) and returns the parity update
+    /// (`new ⊕ old`, no metadata).
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] if the range is not inside one allocation.
+    pub fn write(&mut self, offset: u64, new: &[u8]) -> Result<ParityUpdate, Error> {
+        let len = new.len() as u64;
+        if len == 0 || !self.inside_allocation(offset, len) {
+            return Err(Error::NotAllocated { offset, len });
+        }
+        let range = Error::Range { offset, len };
+        let start = usize::try_from(offset).map_err(|_| range)?;
+        let end = start.checked_add(new.len()).ok_or(range)?;
+        if self.bytes.len() < end {
+            // Grow to the end of the chunk so the materialised arena is whole chunks. Bounded
+            // by `capacity` (allocations lie inside it), itself ≤ ARENA_BYTES_MAX.
+            let cb = usize::try_from(self.layout.chunk_bytes()).map_err(|_| range)?;
+            let rounded = end
+                .checked_add(cb.saturating_sub(1))
+                .and_then(|x| x.checked_div(cb))
+                .and_then(|x| x.checked_mul(cb))
+                .ok_or(range)?;
+            let cap = usize::try_from(self.capacity).unwrap_or(usize::MAX);
+            self.bytes.resize(rounded.min(cap).max(end), 0);
+        }
+        let target = self.bytes.get_mut(start..end).ok_or(range)?;
+        let d = delta(target, new);
+        target.copy_from_slice(new);
+        self.seq = self.seq.saturating_add(1);
+        Ok(ParityUpdate {
+            owner: self.node,
+            seq: self.seq,
+            offset,
+            delta: d,
+            meta: None,
+        })
+    }
+
+    /// Reads `[offset, offset + len)` (zeros past the materialised end).
+    ///
+    /// # Errors
+    /// [`Error::Range`] if the range passes the capacity or `len > VALUE_BYTES_MAX`.
+    pub fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, Error> {
+        let range = Error::Range { offset, len };
+        let end = offset.checked_add(len).ok_or(range)?;
+        if end > self.capacity || len > u64::from(VALUE_BYTES_MAX) {
+            return Err(range);
+        }
+        let n = usize::try_from(len).map_err(|_| range)?;
+        let mut out = vec![0u8; n];
+        let start = usize::try_from(offset).map_err(|_| range)?;
+        let avail = self.bytes.get(start..).unwrap_or(&[]);
+        let k = avail.len().min(n);
+        if let (Some(dst), Some(src)) = (out.get_mut(..k), avail.get(..k)) {
+            dst.copy_from_slice(src);
+        }
+        Ok(out)
+    }
+
+    /// Reads the value of `key`.
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let m = self.keys.get(key)?;
+        self.read(m.offset, m.len).ok()
+    }
+
+    /// Stores `value` for `key` at `version`: allocates a fresh range, writes it, frees the
+    /// previous value's range. Returns the parity update with the metadata.
+    ///
+    /// # Errors
+    /// [`Error::Range`] for an empty/oversized key or value, [`Error::NoSpace`],
+    /// [`Error::Stale`] if `version` is not above the stored one.
+    pub fn put(
+        &mut self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+    ) -> Result<ParityUpdate, Error> {
+        check_key(key)?;
+        if let Some(old) = self.keys.get(key) {
+            if version <= old.version {
+                return Err(Error::Stale);
+            }
+        }
+        let len = value.len() as u64;
+        let offset = self.allocate(len)?;
+        let mut up = match self.write(offset, value) {
+            Ok(u) => u,
+            Err(e) => {
+                // Undo the allocation; cannot fail since we just made it.
+                let _ = self.free(offset, len);
+                return Err(e);
+            }
+        };
+        let meta = KeyMeta {
+            owner: self.node,
+            offset,
+            len,
+            version,
+        };
+        if let Some(old) = self.keys.insert(key.to_vec(), meta) {
+            self.free(old.offset, old.len)?;
+        } else {
+            self.meta_bytes = self
+                .meta_bytes
+                .saturating_add(key.len() as u64)
+                .saturating_add(META_RECORD_BYTES);
+        }
+        up.meta = Some(MetaChange::Put {
+            key: key.to_vec(),
+            meta,
+        });
+        Ok(up)
+    }
+
+    /// Deletes `key` at `version`, freeing its range. Returns a metadata-only update.
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] if the key is absent, [`Error::Stale`] if `version` is not
+    /// above the stored one.
+    pub fn delete(&mut self, key: &[u8], version: Version) -> Result<ParityUpdate, Error> {
+        let old = *self
+            .keys
+            .get(key)
+            .ok_or(Error::NotAllocated { offset: 0, len: 0 })?;
+        if version <= old.version {
+            return Err(Error::Stale);
+        }
+        self.free(old.offset, old.len)?;
+        self.keys.remove(key);
+        self.meta_bytes = self
+            .meta_bytes
+            .saturating_sub(key.len() as u64)
+            .saturating_sub(META_RECORD_BYTES);
+        self.seq = self.seq.saturating_add(1);
+        Ok(ParityUpdate {
+            owner: self.node,
+            seq: self.seq,
+            offset: old.offset,
+            delta: Vec::new(),
+            meta: Some(MetaChange::Delete {
+                key: key.to_vec(),
+                version,
+            }),
+        })
+    }
+
+    /// Memory accounting.
+    pub fn accounting(&self) -> Accounting {
+        Accounting {
+            payload_bytes: self.payload_bytes,
+            data_bytes: self.bytes.len() as u64,
+            parity_bytes: 0,
+            meta_bytes: self.meta_bytes,
+        }
+    }
+
+    /// Checks the allocator's invariants: free and used ranges are disjoint, in bounds,
+    /// cover `[0, capacity)` exactly, free ranges are coalesced, and payload matches.
+    ///
+    /// # Panics
+    /// On a broken invariant (a bug in this module, never bad input).
+    pub fn check_invariants(&self) {
+        let mut all: Vec<(u64, u64, bool)> = self
+            .free
+            .iter()
+            .map(|(o, l)| (*o, *l, true))
+            .chain(self.used.iter().map(|(o, l)| (*o, *l, false)))
+            .collect();
+        all.sort_unstable();
+        let mut cursor = 0u64;
+        let mut prev_free = false;
+        for (o, l, is_free) in all {
+            assert_eq!(o, cursor, "arena ranges must tile [0, capacity)");
+            assert!(l > 0, "empty range");
+            assert!(!(prev_free && is_free), "free ranges must be coalesced");
+            prev_free = is_free;
+            cursor = o.saturating_add(l);
+        }
+        assert_eq!(cursor, self.capacity);
+        let payload: u64 = self.used.values().sum();
+        assert_eq!(payload, self.payload_bytes);
+        for m in self.keys.values() {
+            assert_eq!(
+                self.used.get(&m.offset),
+                Some(&m.len),
+                "key points at its range"
+            );
+        }
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), Error> {
+    if key.is_empty() || key.len() > usize::try_from(KEY_BYTES_MAX).unwrap_or(usize::MAX) {
+        return Err(Error::Range {
+            offset: 0,
+            len: key.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+mod tests {
+    use super::*;
+
+    fn arena() -> Arena {
+        Arena::new(Layout::new(2, 1, 3, 64).unwrap(), 1, 4096).unwrap()
+    }
+
+    #[test]
+    fn allocate_free_coalesce() {
+        let mut a = arena();
+        let x = a.allocate(100).unwrap();
+        let y = a.allocate(200).unwrap();
+        let z = a.allocate(300).unwrap();
+        assert_eq!((x, y, z), (0, 100, 300));
+        a.free(y, 200).unwrap();
+        a.check_invariants();
+        assert_eq!(a.allocate(150).unwrap(), 100);
+        a.free(x, 100).unwrap();
+        a.free(100, 150).unwrap();
+        a.free(z, 300).unwrap();
+        a.check_invariants();
+        assert_eq!(a.free.len(), 1);
+        assert!(a.free(0, 5).is_err());
+        assert!(matches!(a.allocate(5000), Err(Error::NoSpace { .. })));
+        assert!(a.allocate(0).is_err());
+    }
+
+    #[test]
+    fn put_get_delete_versions() {
+        let mut a = arena();
+        let v1 = Version::new(1, 0, 1, 1);
+        let v2 = Version::new(2, 0, 1, 2);
+        let u = a.put(b"k", v1, b"hello").unwrap();
+        assert_eq!(u.seq, 1);
+        assert_eq!(u.delta, b"hello".to_vec()); // fresh bytes are zero
+        assert_eq!(a.get(b"k").unwrap(), b"hello");
+        assert_eq!(a.put(b"k", v1, b"x"), Err(Error::Stale));
+        a.put(b"k", v2, b"world!").unwrap();
+        assert_eq!(a.get(b"k").unwrap(), b"world!");
+        a.check_invariants();
+        assert_eq!(a.accounting().payload_bytes, 6);
+        let d = a.delete(b"k", Version::new(3, 0, 1, 3)).unwrap();
+        assert_eq!(d.seq, 3);
+        assert!(a.get(b"k").is_none());
+        assert_eq!(a.accounting().payload_bytes, 0);
+        assert_eq!(a.accounting().meta_bytes, 0);
+        a.check_invariants();
+    }
+
+    #[test]
+    fn write_must_stay_inside_an_allocation() {
+        let mut a = arena();
+        let o = a.allocate(10).unwrap();
+        assert!(a.write(o, &[1; 11]).is_err());
+        assert!(a.write(o + 5, &[1; 5]).is_ok());
+        assert!(a.write(100, &[1]).is_err());
+        assert!(a.write(u64::MAX, &[1]).is_err());
+    }
+}

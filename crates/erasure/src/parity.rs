@@ -1,0 +1,397 @@
+//! The parity store of one parity holder for one ec memgest on one placement group.
+//!
+//! Holder `q` (the PG's q-th redundant node) keeps parity `q` of every codeword, as chunks
+//! indexed `stripe · (l/K) + codeword` ([`crate::Layout::parity_chunk`]), allocated lazily:
+//! a chunk nobody wrote is all zeros, which is the parity of all-zero data. Because a
+//! codeword mixes chunks of all `s` data nodes, the store is per PG, not per arena owner.
+//!
+//! It folds each [`ParityUpdate`] in exactly once: for every per-chunk piece of the delta,
+//! `chunk[byte..] ^= G[q][position] · delta_piece`. Updates from one owner carry consecutive
+//! sequence numbers; a repeated one is a no-op (`Duplicate`), a gap is an error
+//! ([`Error::SeqGap`]) because XOR deltas are not idempotent and a lost one leaves parity
+//! wrong until the holder is resynchronised. Updates from different owners commute (XOR), so
+//! no order is needed between owners.
+//!
+//! It also keeps the replicated key metadata `key → (owner, offset, len, version)`, which a
+//! new coordinator reads back after a failure before serving (DESIGN.md "Takeover").
+//!
+//! Every update is validated completely before anything is modified, so a rejected update
+//! leaves the store unchanged.
+
+use crate::arena::{Accounting, KeyMeta, MetaChange, ParityUpdate, META_RECORD_BYTES};
+use crate::codec::Codec;
+use crate::error::Error;
+use crate::layout::{Layout, ParityChunk};
+use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use std::collections::BTreeMap;
+
+/// Outcome of [`ParityStore::apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Folded in.
+    Applied,
+    /// Already applied earlier (same or lower sequence number): nothing done. Safe to ack.
+    Duplicate,
+}
+
+/// Parity chunks and key metadata of one holder.
+#[derive(Debug)]
+pub struct ParityStore {
+    layout: Layout,
+    codec: Codec,
+    holder: u32,
+    chunks: BTreeMap<u64, Vec<u8>>,
+    meta: BTreeMap<Vec<u8>, KeyMeta>,
+    /// Last applied sequence number per owner (data node index).
+    applied_seq: Vec<u64>,
+    meta_bytes: u64,
+    payload_bytes: u64,
+}
+
+impl ParityStore {
+    /// An empty store for parity holder `holder` (`0..M`).
+    ///
+    /// # Errors
+    /// [`Error::NodeIndex`] if `holder ≥ M`.
+    pub fn new(layout: Layout, holder: u32) -> Result<ParityStore, Error> {
+        if holder >= layout.m() {
+            return Err(Error::NodeIndex {
+                index: holder,
+                count: layout.m(),
+            });
+        }
+        let codec = Codec::new(layout.k(), layout.m())?;
+        let s = usize::try_from(layout.s()).map_err(|_| Error::Shape {
+            k: layout.k(),
+            m: layout.m(),
+            s: layout.s(),
+        })?;
+        Ok(ParityStore {
+            layout,
+            codec,
+            holder,
+            chunks: BTreeMap::new(),
+            meta: BTreeMap::new(),
+            applied_seq: vec![0; s],
+            meta_bytes: 0,
+            payload_bytes: 0,
+        })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// Parity index of this holder.
+    pub fn holder(&self) -> u32 {
+        self.holder
+    }
+
+    /// Last sequence number applied from `owner` (0 = none).
+    pub fn last_seq(&self, owner: u32) -> Option<u64> {
+        self.applied_seq.get(usize::try_from(owner).ok()?).copied()
+    }
+
+    /// Sets the sequence number expected next from `owner` minus one: used when a new
+    /// coordinator takes over an arena and restarts its numbering, or after a resync.
+    ///
+    /// # Errors
+    /// [`Error::NodeIndex`] if `owner ≥ s`.
+    pub fn set_last_seq(&mut self, owner: u32, seq: u64) -> Result<(), Error> {
+        let s = self.layout.s();
+        let slot = usize::try_from(owner)
+            .ok()
+            .and_then(|i| self.applied_seq.get_mut(i))
+            .ok_or(Error::NodeIndex {
+                index: owner,
+                count: s,
+            })?;
+        *slot = seq;
+        Ok(())
+    }
+
+    /// Folds one update in (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::NodeIndex`] for a bad owner; [`Error::Range`] for a delta beyond
+    /// `VALUE_BYTES_MAX` or the arena bound, or a bad key length; [`Error::SeqGap`] if
+    /// updates from this owner were lost. On error nothing is modified.
+    pub fn apply(&mut self, up: &ParityUpdate) -> Result<Applied, Error> {
+        let s = self.layout.s();
+        let owner_idx = usize::try_from(up.owner).map_err(|_| Error::NodeIndex {
+            index: up.owner,
+            count: s,
+        })?;
+        let last = *self.applied_seq.get(owner_idx).ok_or(Error::NodeIndex {
+            index: up.owner,
+            count: s,
+        })?;
+        if up.seq <= last {
+            return Ok(Applied::Duplicate);
+        }
+        let expected = last.saturating_add(1);
+        if up.seq != expected {
+            return Err(Error::SeqGap {
+                owner: up.owner,
+                expected,
+                got: up.seq,
+            });
+        }
+        let len = up.delta.len() as u64;
+        if len > u64::from(VALUE_BYTES_MAX) {
+            return Err(Error::Range {
+                offset: up.offset,
+                len,
+            });
+        }
+        // Validates node and range bounds before any mutation.
+        let pieces = self.layout.pieces(up.owner, up.offset, len)?;
+        match &up.meta {
+            Some(MetaChange::Put { key, meta }) => {
+                check_key(key)?;
+                if meta.owner != up.owner || meta.len > u64::from(VALUE_BYTES_MAX) {
+                    return Err(Error::Range {
+                        offset: meta.offset,
+                        len: meta.len,
+                    });
+                }
+            }
+            Some(MetaChange::Delete { key, .. }) => check_key(key)?,
+            None => {}
+        }
+        let cb = usize::try_from(self.layout.chunk_bytes()).map_err(|_| Error::ChunkSize {
+            chunk_bytes: self.layout.chunk_bytes(),
+        })?;
+        // Coefficients per data position, computed before mutating.
+        let mut work = Vec::new();
+        for piece in pieces {
+            let coef = self.codec.coefficient(self.holder, piece.at.position)?;
+            let pc = self.layout.parity_chunk(piece.at.codeword, self.holder)?;
+            let start = usize::try_from(piece.range_offset).map_err(|_| Error::Range {
+                offset: up.offset,
+                len,
+            })?;
+            let end = start
+                .checked_add(usize::try_from(piece.len).unwrap_or(usize::MAX))
+                .ok_or(Error::Range {
+                    offset: up.offset,
+                    len,
+                })?;
+            work.push((pc.index, coef, piece.at.byte_in_chunk, start, end));
+        }
+        for (index, coef, byte, start, end) in work {
+            let d = up.delta.get(start..end).ok_or(Error::Range {
+                offset: up.offset,
+                len,
+            })?;
+            if coef == 0 || d.iter().all(|b| *b == 0) {
+                continue;
+            }
+            let chunk = self.chunks.entry(index).or_insert_with(|| vec![0u8; cb]);
+            crate::codec::apply_delta(chunk, coef, d, usize::try_from(byte).unwrap_or(usize::MAX))?;
+        }
+        match &up.meta {
+            Some(MetaChange::Put { key, meta }) => self.put_meta(key, *meta),
+            Some(MetaChange::Delete { key, version }) => {
+                if let Some(old) = self.meta.get(key.as_slice()) {
+                    if old.version < *version {
+                        let old_len = old.len;
+                        self.meta.remove(key.as_slice());
+                        self.payload_bytes = self.payload_bytes.saturating_sub(old_len);
+                        self.meta_bytes = self
+                            .meta_bytes
+                            .saturating_sub(key.len() as u64)
+                            .saturating_sub(META_RECORD_BYTES);
+                    }
+                }
+            }
+            None => {}
+        }
+        if let Some(slot) = self.applied_seq.get_mut(owner_idx) {
+            *slot = up.seq;
+        }
+        Ok(Applied::Applied)
+    }
+
+    fn put_meta(&mut self, key: &[u8], meta: KeyMeta) {
+        match self.meta.get_mut(key) {
+            Some(old) => {
+                // Higher version wins; an older one (a late message after a takeover) is
+                // ignored for metadata, while its delta was still folded (the bytes changed).
+                if old.version < meta.version {
+                    self.payload_bytes = self
+                        .payload_bytes
+                        .saturating_sub(old.len)
+                        .saturating_add(meta.len);
+                    *old = meta;
+                }
+            }
+            None => {
+                self.meta.insert(key.to_vec(), meta);
+                self.payload_bytes = self.payload_bytes.saturating_add(meta.len);
+                self.meta_bytes = self
+                    .meta_bytes
+                    .saturating_add(key.len() as u64)
+                    .saturating_add(META_RECORD_BYTES);
+            }
+        }
+    }
+
+    /// Parity chunk `index` if it was ever written (`None` means all zeros).
+    pub fn chunk(&self, index: u64) -> Option<&[u8]> {
+        self.chunks.get(&index).map(|c| c.as_slice())
+    }
+
+    /// Fills `out` from bytes `[byte, byte + out.len())` of this holder's chunk `pc`
+    /// (zeros for never-written chunks). Returns false if `pc` is not this holder's or the
+    /// range passes the chunk end.
+    pub fn read(&self, pc: ParityChunk, byte: u32, out: &mut [u8]) -> bool {
+        if pc.holder != self.holder {
+            return false;
+        }
+        let start = usize::try_from(byte).unwrap_or(usize::MAX);
+        let Some(end) = start.checked_add(out.len()) else {
+            return false;
+        };
+        if end > usize::try_from(self.layout.chunk_bytes()).unwrap_or(0) {
+            return false;
+        }
+        match self.chunks.get(&pc.index) {
+            Some(c) => match c.get(start..end) {
+                Some(src) => {
+                    out.copy_from_slice(src);
+                    true
+                }
+                None => false,
+            },
+            None => {
+                out.fill(0);
+                true
+            }
+        }
+    }
+
+    /// Installs a whole stripe of this holder's parity (from [`crate::encode_stripe`] or
+    /// [`crate::rebuild_parity_stripe`]), e.g. when a spare takes over this role.
+    ///
+    /// # Errors
+    /// [`Error::Length`] unless `bytes` is `l/K · chunk_bytes` long.
+    pub fn install_stripe(&mut self, stripe: u64, bytes: &[u8]) -> Result<(), Error> {
+        let want = self.layout.stripe_parity_bytes_per_holder();
+        if bytes.len() as u64 != want {
+            return Err(Error::Length {
+                expected: want,
+                got: bytes.len() as u64,
+            });
+        }
+        let cb = usize::try_from(self.layout.chunk_bytes()).unwrap_or(usize::MAX);
+        for (j, chunk) in (0u32..).zip(bytes.chunks(cb)) {
+            let cw = crate::layout::CodewordId {
+                stripe,
+                codeword: j,
+            };
+            let pc = self.layout.parity_chunk(cw, self.holder)?;
+            if chunk.iter().all(|b| *b == 0) {
+                self.chunks.remove(&pc.index);
+            } else {
+                self.chunks.insert(pc.index, chunk.to_vec());
+            }
+        }
+        Ok(())
+    }
+
+    /// Replicated metadata of `key`.
+    pub fn meta(&self, key: &[u8]) -> Option<&KeyMeta> {
+        self.meta.get(key)
+    }
+
+    /// All keys owned by data node `owner`, in key order: what a new coordinator for that
+    /// node reads back before serving.
+    pub fn keys_of(&self, owner: u32) -> impl Iterator<Item = (&[u8], &KeyMeta)> {
+        self.meta
+            .iter()
+            .filter(move |(_, m)| m.owner == owner)
+            .map(|(k, m)| (k.as_slice(), m))
+    }
+
+    /// Memory accounting: payload is the sum of value lengths the metadata describes.
+    pub fn accounting(&self) -> Accounting {
+        let cb = u64::from(self.layout.chunk_bytes());
+        Accounting {
+            payload_bytes: 0,
+            data_bytes: 0,
+            parity_bytes: (self.chunks.len() as u64).saturating_mul(cb),
+            meta_bytes: self.meta_bytes,
+        }
+    }
+
+    /// Sum of value lengths described by the replicated metadata.
+    pub fn described_payload_bytes(&self) -> u64 {
+        self.payload_bytes
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), Error> {
+    if key.is_empty() || key.len() > usize::try_from(KEY_BYTES_MAX).unwrap_or(usize::MAX) {
+        return Err(Error::Range {
+            offset: 0,
+            len: key.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+mod tests {
+    use super::*;
+    use crate::arena::Arena;
+    use ringlet_types::Version;
+
+    #[test]
+    fn duplicates_are_noops_and_gaps_are_errors() {
+        let layout = Layout::new(2, 1, 2, 64).unwrap();
+        let mut a = Arena::new(layout, 0, 1 << 16).unwrap();
+        let mut p = ParityStore::new(layout, 0).unwrap();
+        let u1 = a.put(b"a", Version::new(1, 0, 0, 1), &[9; 100]).unwrap();
+        let u2 = a.put(b"b", Version::new(1, 0, 0, 2), &[7; 10]).unwrap();
+        assert!(matches!(
+            p.apply(&u2),
+            Err(Error::SeqGap {
+                expected: 1,
+                got: 2,
+                ..
+            })
+        ));
+        assert_eq!(p.apply(&u1), Ok(Applied::Applied));
+        let snapshot = p.chunk(0).unwrap().to_vec();
+        assert_eq!(p.apply(&u1), Ok(Applied::Duplicate));
+        assert_eq!(p.chunk(0).unwrap(), snapshot.as_slice());
+        assert_eq!(p.apply(&u2), Ok(Applied::Applied));
+        assert_eq!(p.meta(b"a").unwrap().len, 100);
+        assert_eq!(p.keys_of(0).count(), 2);
+        assert_eq!(p.described_payload_bytes(), 110);
+    }
+
+    #[test]
+    fn rejected_update_changes_nothing() {
+        let layout = Layout::new(2, 1, 2, 64).unwrap();
+        let mut p = ParityStore::new(layout, 0).unwrap();
+        let bad = ParityUpdate {
+            owner: 0,
+            seq: 1,
+            offset: crate::bounds::ARENA_BYTES_MAX - 1,
+            delta: vec![1, 2],
+            meta: None,
+        };
+        assert!(p.apply(&bad).is_err());
+        assert_eq!(p.last_seq(0), Some(0));
+        let bad_owner = ParityUpdate { owner: 2, ..bad };
+        assert!(p.apply(&bad_owner).is_err());
+        assert!(ParityStore::new(layout, 1).is_err());
+    }
+}
