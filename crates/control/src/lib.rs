@@ -1,1 +1,34 @@
-//! ringlet-control (being written)
+//! `ringlet-control`: the control plane's sans-I/O core — the cluster map and the state machine
+//! that changes it (membership, heartbeat leases, spares, drains, memgests, epochs).
+//!
+//! ```text
+//!   Heartbeat / Join / Drain / Tick / memgest commands
+//!              |
+//!              v
+//!   ControlPlane::step(now_ms, Input) -> Vec<Action>     (no clock, no sockets, no threads)
+//!              |
+//!              v
+//!   Publish(map) · SendMap(to) · HeartbeatAck(to) · Fenced(to) · Rejected(reason)
+//! ```
+//!
+//! Goals:
+//! - one [`ClusterMap`] type, serde-(de)serializable (JSON) so it can ship over the wire and
+//!   be stored in etcd later; deserializing validates it;
+//! - heartbeat leases: a node whose lease lapsed is fenced by a new epoch and its roles go to a
+//!   spare, in place (same PG positions), so nothing else moves;
+//! - a restarted node (new incarnation) is treated as failed-and-rejoined: its old incarnation's
+//!   roles go to a spare, the new incarnation is a spare (it never votes on data it lost);
+//! - `drain` hands a node's roles to a spare while it still runs (warm spare, CliqueMap §6.1);
+//! - memgests created, dropped, and the default chosen at run time;
+//! - the epoch strictly increases on every map change (asserted).
+//!
+//! Non-goals (for now): the etcd backend and leader election (the driver will persist the map
+//! and feed inputs from etcd watches), load-aware resharding.
+//!
+//! Modules: [`map`] (the cluster map), [`plane`] (the state machine).
+
+pub mod map;
+pub mod plane;
+
+pub use map::{ClusterMap, MapError, MemgestInfo, NodeInfo, NodeState};
+pub use plane::{Action, ControlConfig, ControlError, ControlPlane, Input};

@@ -31,7 +31,7 @@ proptest! {
         let per = p.slots_per_coordinator();
         prop_assert_eq!(per.len(), n);
         let ideal_lo = u32::from(SLOT_COUNT) / n as u32;
-        for (_, c) in &per {
+        for c in per.values() {
             prop_assert!(*c == ideal_lo || *c == ideal_lo + 1, "count {} ideal {}", c, ideal_lo);
         }
         // Every node at every PG position exactly once.

@@ -1,0 +1,315 @@
+//! The cluster map: nodes, placement, memgests, epoch. Everything a node or client needs to
+//! route and to know its roles. Immutable once published (shared as `Arc<ClusterMap>`).
+
+use ringlet_placement::{Placement, PlacementError};
+use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId, Slot};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// Most memgests in one cluster. Ids are u16 on every index entry; 1024 named schemes is far
+/// beyond any real deployment and bounds a map's size.
+pub const MEMGESTS_MAX: usize = 1024;
+/// Most nodes in one cluster map: bounds a decoded map (etcd values are limited to ~1.5 MiB).
+pub const NODES_MAX: usize = 4096;
+/// Longest memgest name or node address.
+pub const NAME_BYTES_MAX: usize = 256;
+
+/// Lifecycle of a node in the map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Holds PG positions and serves them.
+    Active,
+    /// Running, no role; ready to take over.
+    Spare,
+    /// Its roles went to a spare; still running so the spare can pull its data.
+    Draining,
+    /// Lease lapsed or restarted: fenced. May still sit in PGs until a spare is available.
+    Failed,
+}
+
+/// One node of the map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub addr: String,
+    pub state: NodeState,
+    /// Bumped on every restart: a new incarnation comes back empty.
+    pub incarnation: u64,
+}
+
+/// One memgest of the map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemgestInfo {
+    pub name: String,
+    pub kind: MemgestKind,
+    pub evictable: bool,
+}
+
+/// A map that fails validation.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum MapError {
+    #[error("placement: {0}")]
+    Placement(#[from] PlacementError),
+    #[error("bad memgest descriptor: {0}")]
+    Memgest(String),
+    #[error("malformed map: {0}")]
+    Malformed(&'static str),
+}
+
+/// The cluster map. `epoch` orders maps; a node or client holding an older one refreshes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "ClusterMapWire", into = "ClusterMapWire")]
+pub struct ClusterMap {
+    pub epoch: Epoch,
+    pub nodes: BTreeMap<NodeId, NodeInfo>,
+    /// `None` until the cluster is bootstrapped.
+    pub placement: Option<Placement>,
+    pub memgests: BTreeMap<MemgestId, MemgestInfo>,
+    pub default_memgest: MemgestId,
+}
+
+impl Default for ClusterMap {
+    fn default() -> Self {
+        let mut memgests = BTreeMap::new();
+        memgests.insert(
+            MemgestId::NONE,
+            MemgestInfo {
+                name: "none".into(),
+                kind: MemgestKind::None,
+                evictable: true,
+            },
+        );
+        ClusterMap {
+            epoch: Epoch(0),
+            nodes: BTreeMap::new(),
+            placement: None,
+            memgests,
+            default_memgest: MemgestId::NONE,
+        }
+    }
+}
+
+impl ClusterMap {
+    /// Coordinator of `slot`, if placed.
+    pub fn coordinator(&self, slot: Slot) -> Option<NodeId> {
+        self.placement.as_ref()?.coordinator(slot)
+    }
+
+    /// Cohort of `slot` (coordinator first).
+    pub fn cohort(&self, slot: Slot) -> Vec<NodeId> {
+        self.placement
+            .as_ref()
+            .map(|p| p.cohort(slot))
+            .unwrap_or_default()
+    }
+
+    /// Kind of memgest `id`; unknown ids (dropped memgests) behave as `none`: the coordinator
+    /// keeps the key, nobody replicates it.
+    pub fn memgest_kind(&self, id: MemgestId) -> MemgestKind {
+        self.memgests
+            .get(&id)
+            .map(|m| m.kind)
+            .unwrap_or(MemgestKind::None)
+    }
+
+    /// How many cohort positions (coordinator included) hold a full copy of a key of memgest
+    /// `id`: 1 for `none` and `ec` (parity holders keep parity, not copies), R for `rep:R`.
+    pub fn copies(&self, id: MemgestId) -> usize {
+        match self.memgest_kind(id) {
+            MemgestKind::Rep { r } => usize::from(r),
+            MemgestKind::None | MemgestKind::Ec { .. } => 1,
+        }
+    }
+
+    /// Deepest cohort position holding copies of any memgest: positions `1..depth` are
+    /// replicas that must be synced when they change hands.
+    pub fn replica_depth(&self) -> usize {
+        self.memgests
+            .keys()
+            .map(|id| self.copies(*id))
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// The memgest with `name`.
+    pub fn memgest_by_name(&self, name: &str) -> Option<MemgestId> {
+        self.memgests
+            .iter()
+            .find(|(_, m)| m.name == name)
+            .map(|(id, _)| *id)
+    }
+
+    /// State of `node`, if known.
+    pub fn node_state(&self, node: NodeId) -> Option<NodeState> {
+        self.nodes.get(&node).map(|n| n.state)
+    }
+
+    /// JSON form (for etcd and the wire).
+    ///
+    /// # Errors
+    /// Only if serde_json fails, which it does not for this type.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    /// Parse and validate a JSON map.
+    ///
+    /// # Errors
+    /// Malformed JSON or a map that fails [`ClusterMap::validate`].
+    pub fn from_json(s: &str) -> Result<ClusterMap, serde_json::Error> {
+        serde_json::from_str(s)
+    }
+
+    /// Structural rules: placement valid; every PG member is a known Active or Failed node;
+    /// every Active node is in a PG; the default memgest exists; sizes bounded.
+    ///
+    /// # Errors
+    /// The first broken rule.
+    pub fn validate(&self) -> Result<(), MapError> {
+        if self.nodes.len() > NODES_MAX || self.memgests.len() > MEMGESTS_MAX {
+            return Err(MapError::Malformed("too many nodes or memgests"));
+        }
+        if !self.memgests.contains_key(&self.default_memgest) {
+            return Err(MapError::Malformed("default memgest missing"));
+        }
+        if let Some(p) = &self.placement {
+            p.validate()?;
+            let members = p.members();
+            for m in &members {
+                match self.node_state(*m) {
+                    Some(NodeState::Active) | Some(NodeState::Failed) => {}
+                    _ => return Err(MapError::Malformed("PG member is not active or failed")),
+                }
+            }
+            for (id, n) in &self.nodes {
+                if n.state == NodeState::Active && members.binary_search(id).is_err() {
+                    return Err(MapError::Malformed("active node without a PG position"));
+                }
+            }
+        } else if self.nodes.values().any(|n| n.state == NodeState::Active) {
+            return Err(MapError::Malformed("active node before bootstrap"));
+        }
+        Ok(())
+    }
+
+    /// [`ClusterMap::validate`] as an assertion.
+    ///
+    /// # Panics
+    /// On a broken invariant: a bug in the control plane.
+    pub fn check_invariants(&self) {
+        if let Err(e) = self.validate() {
+            panic!("cluster map invariant broken at epoch {}: {e}", self.epoch);
+        }
+    }
+}
+
+// ---- wire form: plain integers and descriptor strings, so the map's JSON is stable and
+// readable in etcd (`etcdctl get`) without knowing Rust types.
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct NodeWire {
+    id: u32,
+    addr: String,
+    state: NodeState,
+    incarnation: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct MemgestWire {
+    id: u16,
+    name: String,
+    kind: String,
+    evictable: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct ClusterMapWire {
+    epoch: u64,
+    nodes: Vec<NodeWire>,
+    placement: Option<Placement>,
+    memgests: Vec<MemgestWire>,
+    default_memgest: u16,
+}
+
+impl From<ClusterMap> for ClusterMapWire {
+    fn from(m: ClusterMap) -> Self {
+        ClusterMapWire {
+            epoch: m.epoch.0,
+            nodes: m
+                .nodes
+                .into_iter()
+                .map(|(id, n)| NodeWire {
+                    id: id.0,
+                    addr: n.addr,
+                    state: n.state,
+                    incarnation: n.incarnation,
+                })
+                .collect(),
+            placement: m.placement,
+            memgests: m
+                .memgests
+                .into_iter()
+                .map(|(id, g)| MemgestWire {
+                    id: id.0,
+                    name: g.name,
+                    kind: g.kind.to_string(),
+                    evictable: g.evictable,
+                })
+                .collect(),
+            default_memgest: m.default_memgest.0,
+        }
+    }
+}
+
+impl TryFrom<ClusterMapWire> for ClusterMap {
+    type Error = MapError;
+    fn try_from(w: ClusterMapWire) -> Result<Self, Self::Error> {
+        if w.nodes.len() > NODES_MAX || w.memgests.len() > MEMGESTS_MAX {
+            return Err(MapError::Malformed("too many nodes or memgests"));
+        }
+        let mut nodes = BTreeMap::new();
+        for n in w.nodes {
+            if n.addr.len() > NAME_BYTES_MAX {
+                return Err(MapError::Malformed("node address too long"));
+            }
+            let dup = nodes.insert(
+                NodeId(n.id),
+                NodeInfo {
+                    addr: n.addr,
+                    state: n.state,
+                    incarnation: n.incarnation,
+                },
+            );
+            if dup.is_some() {
+                return Err(MapError::Malformed("duplicate node id"));
+            }
+        }
+        let mut memgests = BTreeMap::new();
+        for g in w.memgests {
+            if g.name.len() > NAME_BYTES_MAX {
+                return Err(MapError::Malformed("memgest name too long"));
+            }
+            let kind = MemgestKind::parse(&g.kind).map_err(|e| MapError::Memgest(e.to_string()))?;
+            let dup = memgests.insert(
+                MemgestId(g.id),
+                MemgestInfo {
+                    name: g.name,
+                    kind,
+                    evictable: g.evictable,
+                },
+            );
+            if dup.is_some() {
+                return Err(MapError::Malformed("duplicate memgest id"));
+            }
+        }
+        let m = ClusterMap {
+            epoch: Epoch(w.epoch),
+            nodes,
+            placement: w.placement,
+            memgests,
+            default_memgest: MemgestId(w.default_memgest),
+        };
+        m.validate()?;
+        Ok(m)
+    }
+}

@@ -1,0 +1,755 @@
+//! The control plane state machine.
+//!
+//! How it works: every input may change the map; a change goes through [`ControlPlane::commit`],
+//! which bumps the epoch (asserting it grows), validates the new map and emits
+//! [`Action::Publish`]. The driver sends published maps to every node and client; a node that
+//! heartbeats with an older epoch also gets the map back directly (so a dropped publish heals).
+//!
+//! Leases: a node's lease is `lease_ms` from the *arrival* of its last heartbeat; the node
+//! itself counts its lease from the heartbeat's *send* time, which is earlier, so a coordinator
+//! always stops serving before the control plane hands its slots to someone else (assuming
+//! clock rates agree within the margin the node subtracts).
+//!
+//! Spares are chosen deterministically (lowest node id), so the simulator replays exactly.
+
+use crate::map::{ClusterMap, MemgestInfo, NodeInfo, NodeState, MEMGESTS_MAX, NAME_BYTES_MAX};
+use ringlet_placement::Placement;
+use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// Configuration, checked once by [`ControlConfig::validate`].
+#[derive(Clone, Debug)]
+pub struct ControlConfig {
+    /// Data nodes per placement group.
+    pub s: u8,
+    /// Redundant nodes per placement group.
+    pub d: u8,
+    /// A node whose heartbeat has not arrived for this long is fenced.
+    pub lease_ms: u64,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            s: 2,
+            d: 1,
+            lease_ms: 1500,
+        }
+    }
+}
+
+impl ControlConfig {
+    /// # Errors
+    /// A field out of range, named.
+    pub fn validate(&self) -> Result<(), ControlError> {
+        if self.s == 0 {
+            return Err(ControlError::Config("s must be >= 1"));
+        }
+        if usize::from(self.s) + usize::from(self.d) > ringlet_placement::PG_NODES_MAX {
+            return Err(ControlError::Config("s + d exceeds PG_NODES_MAX"));
+        }
+        if self.lease_ms < 10 {
+            return Err(ControlError::Config("lease_ms must be >= 10"));
+        }
+        Ok(())
+    }
+}
+
+/// What the control plane is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// A node is alive. `sent_ms` is echoed back so the node can time its own lease.
+    Heartbeat {
+        node: NodeId,
+        incarnation: u64,
+        epoch: Epoch,
+        sent_ms: u64,
+    },
+    /// A node process started (first start or restart: a restart has a higher incarnation).
+    Join {
+        node: NodeId,
+        addr: String,
+        incarnation: u64,
+    },
+    /// Time passed: expire leases, fill failed positions with spares.
+    Tick,
+    /// Plan placement over the first `active` spares (by node id). Once.
+    Bootstrap {
+        active: usize,
+    },
+    /// Planned maintenance: hand `node`'s roles to a spare.
+    Drain {
+        node: NodeId,
+    },
+    CreateMemgest {
+        name: String,
+        kind: MemgestKind,
+        evictable: Option<bool>,
+    },
+    DropMemgest {
+        name: String,
+    },
+    SetDefault {
+        name: String,
+    },
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// A new map: send it to every node and client (and persist it, with etcd).
+    Publish(Arc<ClusterMap>),
+    /// Send the current map to one node that is behind.
+    SendMap { to: NodeId, map: Arc<ClusterMap> },
+    /// Lease renewed.
+    HeartbeatAck {
+        to: NodeId,
+        incarnation: u64,
+        epoch: Epoch,
+        sent_ms: u64,
+    },
+    /// This incarnation has been fenced: it must drop its state and rejoin as a new incarnation.
+    Fenced { to: NodeId, incarnation: u64 },
+    /// A command was refused.
+    Rejected(ControlError),
+}
+
+/// Why a command was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ControlError {
+    #[error("bad config: {0}")]
+    Config(&'static str),
+    #[error("already bootstrapped")]
+    AlreadyBootstrapped,
+    #[error("not enough spares: need {needed}, have {have}")]
+    NotEnoughNodes { needed: usize, have: usize },
+    #[error("placement: {0}")]
+    Placement(String),
+    #[error("unknown node {0}")]
+    UnknownNode(NodeId),
+    #[error("node {0} is not active")]
+    NotActive(NodeId),
+    #[error("no spare available")]
+    NoSpare,
+    #[error("memgest {0} already exists")]
+    MemgestExists(String),
+    #[error("no memgest named {0}")]
+    NoSuchMemgest(String),
+    #[error("memgest {0} is the default and cannot be dropped")]
+    DropDefault(String),
+    #[error("memgest {kind} does not fit placement groups of s={s}, d={d}")]
+    MemgestShape { kind: String, s: u8, d: u8 },
+    #[error("too many memgests")]
+    TooManyMemgests,
+    #[error("name too long")]
+    NameTooLong,
+}
+
+#[derive(Clone, Debug)]
+struct Lease {
+    incarnation: u64,
+    last_ms: u64,
+}
+
+/// The control plane core.
+#[derive(Debug)]
+pub struct ControlPlane {
+    cfg: ControlConfig,
+    map: Arc<ClusterMap>,
+    leases: BTreeMap<NodeId, Lease>,
+}
+
+impl ControlPlane {
+    /// # Errors
+    /// Invalid config.
+    pub fn new(cfg: ControlConfig) -> Result<ControlPlane, ControlError> {
+        cfg.validate()?;
+        Ok(ControlPlane {
+            cfg,
+            map: Arc::new(ClusterMap::default()),
+            leases: BTreeMap::new(),
+        })
+    }
+
+    /// The current map.
+    pub fn map(&self) -> &Arc<ClusterMap> {
+        &self.map
+    }
+
+    pub fn config(&self) -> &ControlConfig {
+        &self.cfg
+    }
+
+    /// One step. Never fails: refused commands come back as [`Action::Rejected`].
+    pub fn step(&mut self, now_ms: u64, input: Input) -> Vec<Action> {
+        let mut out = Vec::new();
+        match input {
+            Input::Heartbeat {
+                node,
+                incarnation,
+                epoch,
+                sent_ms,
+            } => self.on_heartbeat(now_ms, node, incarnation, epoch, sent_ms, &mut out),
+            Input::Join {
+                node,
+                addr,
+                incarnation,
+            } => self.on_join(now_ms, node, addr, incarnation, &mut out),
+            Input::Tick => self.on_tick(now_ms, &mut out),
+            Input::Bootstrap { active } => {
+                if let Err(e) = self.bootstrap(active, &mut out) {
+                    out.push(Action::Rejected(e));
+                }
+            }
+            Input::Drain { node } => {
+                if let Err(e) = self.drain(node, &mut out) {
+                    out.push(Action::Rejected(e));
+                }
+            }
+            Input::CreateMemgest {
+                name,
+                kind,
+                evictable,
+            } => {
+                if let Err(e) = self.create_memgest(name, kind, evictable, &mut out) {
+                    out.push(Action::Rejected(e));
+                }
+            }
+            Input::DropMemgest { name } => {
+                if let Err(e) = self.drop_memgest(&name, &mut out) {
+                    out.push(Action::Rejected(e));
+                }
+            }
+            Input::SetDefault { name } => {
+                if let Err(e) = self.set_default(&name, &mut out) {
+                    out.push(Action::Rejected(e));
+                }
+            }
+        }
+        out
+    }
+
+    /// Publish `next` with the next epoch.
+    fn commit(&mut self, mut next: ClusterMap, out: &mut Vec<Action>) {
+        let new_epoch = Epoch(self.map.epoch.0.checked_add(1).unwrap_or(u64::MAX));
+        assert!(new_epoch > self.map.epoch, "epoch must strictly increase");
+        next.epoch = new_epoch;
+        next.check_invariants();
+        self.map = Arc::new(next);
+        out.push(Action::Publish(self.map.clone()));
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        now_ms: u64,
+        node: NodeId,
+        incarnation: u64,
+        epoch: Epoch,
+        sent_ms: u64,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(info) = self.map.nodes.get(&node) else {
+            return; // never joined: ignore (it will send Join)
+        };
+        if incarnation < info.incarnation {
+            return; // a dead incarnation's late message
+        }
+        if incarnation > info.incarnation {
+            // Restarted but its Join was lost: it must (re)join.
+            out.push(Action::Fenced {
+                to: node,
+                incarnation,
+            });
+            return;
+        }
+        if info.state == NodeState::Failed {
+            out.push(Action::Fenced {
+                to: node,
+                incarnation,
+            });
+            return;
+        }
+        self.leases.insert(
+            node,
+            Lease {
+                incarnation,
+                last_ms: now_ms,
+            },
+        );
+        out.push(Action::HeartbeatAck {
+            to: node,
+            incarnation,
+            epoch: self.map.epoch,
+            sent_ms,
+        });
+        if epoch < self.map.epoch {
+            out.push(Action::SendMap {
+                to: node,
+                map: self.map.clone(),
+            });
+        }
+    }
+
+    fn on_join(
+        &mut self,
+        now_ms: u64,
+        node: NodeId,
+        addr: String,
+        incarnation: u64,
+        out: &mut Vec<Action>,
+    ) {
+        if addr.len() > NAME_BYTES_MAX {
+            out.push(Action::Rejected(ControlError::NameTooLong));
+            return;
+        }
+        let mut next = (*self.map).clone();
+        match next.nodes.get(&node) {
+            Some(info) if incarnation < info.incarnation => return,
+            Some(info) if incarnation == info.incarnation => {
+                // Duplicate Join: refresh the lease, resend the map.
+                if info.state != NodeState::Failed {
+                    self.leases.insert(
+                        node,
+                        Lease {
+                            incarnation,
+                            last_ms: now_ms,
+                        },
+                    );
+                }
+                out.push(Action::SendMap {
+                    to: node,
+                    map: self.map.clone(),
+                });
+                return;
+            }
+            // A restart (higher incarnation) or a new node: handled below.
+            Some(_) | None => {}
+        }
+        let in_pg = next
+            .placement
+            .as_ref()
+            .is_some_and(|p| p.members().binary_search(&node).is_ok());
+        if in_pg {
+            // The old incarnation held positions. Hand them to another spare if there is one;
+            // otherwise this node takes them back as a fresh incarnation.
+            if let Some(info) = next.nodes.get_mut(&node) {
+                info.state = NodeState::Failed;
+            }
+            let spare = pick_spare(&next, Some(node));
+            let replacement = spare.unwrap_or(node);
+            if replacement != node {
+                if let Some(p) = next.placement.as_mut() {
+                    p.substitute(node, replacement);
+                }
+                set_state(&mut next, replacement, NodeState::Active);
+                next.nodes.insert(
+                    node,
+                    NodeInfo {
+                        addr,
+                        state: NodeState::Spare,
+                        incarnation,
+                    },
+                );
+            } else {
+                next.nodes.insert(
+                    node,
+                    NodeInfo {
+                        addr,
+                        state: NodeState::Active,
+                        incarnation,
+                    },
+                );
+            }
+        } else {
+            next.nodes.insert(
+                node,
+                NodeInfo {
+                    addr,
+                    state: NodeState::Spare,
+                    incarnation,
+                },
+            );
+        }
+        self.leases.insert(
+            node,
+            Lease {
+                incarnation,
+                last_ms: now_ms,
+            },
+        );
+        self.fill_failed(&mut next);
+        self.commit(next, out);
+    }
+
+    fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Action>) {
+        let mut next = (*self.map).clone();
+        let mut changed = false;
+        let lease_ms = self.cfg.lease_ms;
+        for (id, info) in next.nodes.iter_mut() {
+            if info.state == NodeState::Failed {
+                continue;
+            }
+            let expired = match self.leases.get(id) {
+                Some(l) if l.incarnation == info.incarnation => {
+                    now_ms > l.last_ms.saturating_add(lease_ms)
+                }
+                _ => true,
+            };
+            if expired {
+                info.state = NodeState::Failed;
+                changed = true;
+            }
+        }
+        changed |= self.fill_failed(&mut next);
+        if changed {
+            self.commit(next, out);
+        }
+    }
+
+    /// Substitute live spares for failed PG members. Returns whether anything changed.
+    fn fill_failed(&self, next: &mut ClusterMap) -> bool {
+        let Some(p) = next.placement.as_ref() else {
+            return false;
+        };
+        let failed: Vec<NodeId> = p
+            .members()
+            .into_iter()
+            .filter(|n| next.node_state(*n) == Some(NodeState::Failed))
+            .collect();
+        let mut changed = false;
+        for f in failed {
+            let Some(spare) = pick_spare(next, None) else {
+                break;
+            };
+            if let Some(p) = next.placement.as_mut() {
+                p.substitute(f, spare);
+            }
+            set_state(next, spare, NodeState::Active);
+            changed = true;
+        }
+        changed
+    }
+
+    fn bootstrap(&mut self, active: usize, out: &mut Vec<Action>) -> Result<(), ControlError> {
+        if self.map.placement.is_some() {
+            return Err(ControlError::AlreadyBootstrapped);
+        }
+        let spares: Vec<NodeId> = self
+            .map
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.state == NodeState::Spare)
+            .map(|(id, _)| *id)
+            .collect();
+        if spares.len() < active {
+            return Err(ControlError::NotEnoughNodes {
+                needed: active,
+                have: spares.len(),
+            });
+        }
+        let chosen = spares.get(..active).unwrap_or(&[]);
+        let placement = Placement::plan(chosen, self.cfg.s, self.cfg.d)
+            .map_err(|e| ControlError::Placement(e.to_string()))?;
+        let mut next = (*self.map).clone();
+        for n in chosen {
+            set_state(&mut next, *n, NodeState::Active);
+        }
+        next.placement = Some(placement);
+        self.commit(next, out);
+        Ok(())
+    }
+
+    fn drain(&mut self, node: NodeId, out: &mut Vec<Action>) -> Result<(), ControlError> {
+        match self.map.node_state(node) {
+            None => return Err(ControlError::UnknownNode(node)),
+            Some(NodeState::Active) => {}
+            Some(_) => return Err(ControlError::NotActive(node)),
+        }
+        let mut next = (*self.map).clone();
+        let spare = pick_spare(&next, Some(node)).ok_or(ControlError::NoSpare)?;
+        if let Some(p) = next.placement.as_mut() {
+            p.substitute(node, spare);
+        }
+        set_state(&mut next, spare, NodeState::Active);
+        set_state(&mut next, node, NodeState::Draining);
+        self.commit(next, out);
+        Ok(())
+    }
+
+    fn create_memgest(
+        &mut self,
+        name: String,
+        kind: MemgestKind,
+        evictable: Option<bool>,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ControlError> {
+        if name.len() > NAME_BYTES_MAX {
+            return Err(ControlError::NameTooLong);
+        }
+        if self.map.memgest_by_name(&name).is_some() {
+            return Err(ControlError::MemgestExists(name));
+        }
+        let (s, d) = (self.cfg.s, self.cfg.d);
+        let fits = match kind {
+            MemgestKind::None => true,
+            MemgestKind::Rep { r } => usize::from(r) <= usize::from(s) + usize::from(d),
+            MemgestKind::Ec { m, .. } => m <= d,
+        };
+        if !fits {
+            return Err(ControlError::MemgestShape {
+                kind: kind.to_string(),
+                s,
+                d,
+            });
+        }
+        if self.map.memgests.len() >= MEMGESTS_MAX {
+            return Err(ControlError::TooManyMemgests);
+        }
+        // Lowest free id: ids are reused only after a drop, and a dropped id's leftover keys
+        // behave as `none` until rewritten (documented in cluster-replication.md).
+        let id = (1..=u16::MAX)
+            .map(MemgestId)
+            .find(|id| !self.map.memgests.contains_key(id))
+            .ok_or(ControlError::TooManyMemgests)?;
+        let mut next = (*self.map).clone();
+        next.memgests.insert(
+            id,
+            MemgestInfo {
+                name,
+                kind,
+                evictable: evictable.unwrap_or(kind.evictable_by_default()),
+            },
+        );
+        self.commit(next, out);
+        Ok(())
+    }
+
+    fn drop_memgest(&mut self, name: &str, out: &mut Vec<Action>) -> Result<(), ControlError> {
+        let id = self
+            .map
+            .memgest_by_name(name)
+            .ok_or_else(|| ControlError::NoSuchMemgest(name.to_string()))?;
+        if id == self.map.default_memgest || id == MemgestId::NONE {
+            return Err(ControlError::DropDefault(name.to_string()));
+        }
+        let mut next = (*self.map).clone();
+        next.memgests.remove(&id);
+        self.commit(next, out);
+        Ok(())
+    }
+
+    fn set_default(&mut self, name: &str, out: &mut Vec<Action>) -> Result<(), ControlError> {
+        let id = self
+            .map
+            .memgest_by_name(name)
+            .ok_or_else(|| ControlError::NoSuchMemgest(name.to_string()))?;
+        let mut next = (*self.map).clone();
+        next.default_memgest = id;
+        self.commit(next, out);
+        Ok(())
+    }
+
+    /// # Panics
+    /// On a broken invariant (a bug here).
+    pub fn check_invariants(&self) {
+        self.map.check_invariants();
+        for (id, l) in &self.leases {
+            if let Some(n) = self.map.nodes.get(id) {
+                assert!(
+                    l.incarnation <= n.incarnation,
+                    "lease of a future incarnation"
+                );
+            }
+        }
+    }
+}
+
+/// Lowest-id live spare, excluding `except`.
+fn pick_spare(map: &ClusterMap, except: Option<NodeId>) -> Option<NodeId> {
+    map.nodes
+        .iter()
+        .find(|(id, n)| n.state == NodeState::Spare && Some(**id) != except)
+        .map(|(id, _)| *id)
+}
+
+fn set_state(map: &mut ClusterMap, node: NodeId, state: NodeState) {
+    if let Some(n) = map.nodes.get_mut(&node) {
+        n.state = state;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn published(out: &[Action]) -> Option<Arc<ClusterMap>> {
+        out.iter().rev().find_map(|a| match a {
+            Action::Publish(m) => Some(m.clone()),
+            _ => None,
+        })
+    }
+
+    fn cluster(n: u32, active: usize) -> ControlPlane {
+        let mut cp = ControlPlane::new(ControlConfig::default()).unwrap();
+        for i in 1..=n {
+            cp.step(
+                0,
+                Input::Join {
+                    node: NodeId(i),
+                    addr: format!("n{i}"),
+                    incarnation: 1,
+                },
+            );
+        }
+        let out = cp.step(0, Input::Bootstrap { active });
+        assert!(published(&out).is_some(), "{out:?}");
+        cp.check_invariants();
+        cp
+    }
+
+    fn beat(cp: &mut ControlPlane, now: u64, node: u32) -> Vec<Action> {
+        let inc = cp.map().nodes[&NodeId(node)].incarnation;
+        let epoch = cp.map().epoch;
+        cp.step(
+            now,
+            Input::Heartbeat {
+                node: NodeId(node),
+                incarnation: inc,
+                epoch,
+                sent_ms: now,
+            },
+        )
+    }
+
+    #[test]
+    fn lease_expiry_hands_roles_to_spare() {
+        let mut cp = cluster(4, 3);
+        let e0 = cp.map().epoch;
+        // Node 2 stops heartbeating.
+        for t in (100..=2000).step_by(100) {
+            for n in [1, 3, 4] {
+                beat(&mut cp, t, n);
+            }
+            cp.step(t, Input::Tick);
+            cp.check_invariants();
+        }
+        let m = cp.map();
+        assert!(m.epoch > e0);
+        assert_eq!(m.node_state(NodeId(2)), Some(NodeState::Failed));
+        assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Active));
+        let members = m.placement.as_ref().unwrap().members();
+        assert!(!members.contains(&NodeId(2)));
+        assert!(members.contains(&NodeId(4)));
+        // A heartbeat from the fenced incarnation is told so.
+        let out = cp.step(
+            2100,
+            Input::Heartbeat {
+                node: NodeId(2),
+                incarnation: 1,
+                epoch: e0,
+                sent_ms: 2100,
+            },
+        );
+        assert!(matches!(out[0], Action::Fenced { .. }));
+    }
+
+    #[test]
+    fn restart_rejoins_as_spare_and_roles_move() {
+        let mut cp = cluster(4, 3);
+        let e0 = cp.map().epoch;
+        let out = cp.step(
+            10,
+            Input::Join {
+                node: NodeId(1),
+                addr: "n1".into(),
+                incarnation: 2,
+            },
+        );
+        let m = published(&out).unwrap();
+        assert!(m.epoch > e0);
+        assert_eq!(m.node_state(NodeId(1)), Some(NodeState::Spare));
+        assert_eq!(m.nodes[&NodeId(1)].incarnation, 2);
+        assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Active));
+    }
+
+    #[test]
+    fn restart_without_spare_takes_back_its_positions_fresh() {
+        let mut cp = cluster(3, 3);
+        let out = cp.step(
+            10,
+            Input::Join {
+                node: NodeId(2),
+                addr: "n2".into(),
+                incarnation: 5,
+            },
+        );
+        let m = published(&out).unwrap();
+        assert_eq!(m.node_state(NodeId(2)), Some(NodeState::Active));
+        assert_eq!(m.nodes[&NodeId(2)].incarnation, 5);
+    }
+
+    #[test]
+    fn drain_moves_roles() {
+        let mut cp = cluster(4, 3);
+        let out = cp.step(10, Input::Drain { node: NodeId(3) });
+        let m = published(&out).unwrap();
+        assert_eq!(m.node_state(NodeId(3)), Some(NodeState::Draining));
+        assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Active));
+        // No second spare: refused.
+        let out = cp.step(11, Input::Drain { node: NodeId(1) });
+        assert_eq!(out, vec![Action::Rejected(ControlError::NoSpare)]);
+    }
+
+    #[test]
+    fn memgests_and_epochs() {
+        let mut cp = cluster(3, 3);
+        let mut last = cp.map().epoch;
+        let steps = vec![
+            Input::CreateMemgest {
+                name: "r3".into(),
+                kind: MemgestKind::Rep { r: 3 },
+                evictable: None,
+            },
+            Input::SetDefault { name: "r3".into() },
+        ];
+        for s in steps {
+            let out = cp.step(1, s);
+            let m = published(&out).unwrap();
+            assert!(m.epoch > last);
+            last = m.epoch;
+        }
+        let id = cp.map().memgest_by_name("r3").unwrap();
+        assert_eq!(cp.map().default_memgest, id);
+        assert_eq!(cp.map().replica_depth(), 3);
+        assert!(matches!(
+            cp.step(1, Input::DropMemgest { name: "r3".into() })[0],
+            Action::Rejected(ControlError::DropDefault(_))
+        ));
+        assert!(matches!(
+            cp.step(
+                1,
+                Input::CreateMemgest {
+                    name: "r5".into(),
+                    kind: MemgestKind::Rep { r: 5 },
+                    evictable: None
+                }
+            )[0],
+            Action::Rejected(ControlError::MemgestShape { .. })
+        ));
+    }
+
+    #[test]
+    fn json_round_trip_and_validation() {
+        let cp = cluster(4, 3);
+        let json = cp.map().to_json().unwrap();
+        let back = ClusterMap::from_json(&json).unwrap();
+        assert_eq!(&back, &**cp.map());
+        // A corrupted map is an error, not a panic.
+        let bad = json.replace("\"Active\"", "\"Spare\"");
+        assert!(ClusterMap::from_json(&bad).is_err());
+        assert!(ClusterMap::from_json("{").is_err());
+    }
+}
