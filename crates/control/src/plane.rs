@@ -233,7 +233,7 @@ impl ControlPlane {
 
     /// Publish `next` with the next epoch.
     fn commit(&mut self, mut next: ClusterMap, out: &mut Vec<Action>) {
-        let new_epoch = Epoch(self.map.epoch.0.checked_add(1).unwrap_or(u64::MAX));
+        let new_epoch = Epoch(self.map.epoch.0.saturating_add(1));
         assert!(new_epoch > self.map.epoch, "epoch must strictly increase");
         next.epoch = new_epoch;
         next.check_invariants();
