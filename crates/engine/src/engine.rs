@@ -13,7 +13,7 @@ use crate::api::{
     SetOutcome, TickReport,
 };
 use crate::hash::key_hash;
-use crate::store::{Meta, Reader, Store};
+use crate::store::{ExportInfo, Meta, Reader, Store};
 use crate::strings;
 use ringlet_types::limits::{KEY_BYTES_MAX, TOMBSTONES_MAX, VALUE_BYTES_MAX};
 use ringlet_types::{Hlc, MemgestId, Version};
@@ -97,6 +97,18 @@ impl Engine {
     /// A lock-free reader over this engine's regions, for any thread.
     pub fn reader(&self) -> Reader {
         self.store.reader()
+    }
+
+    /// The memfds and lengths of the regions, for the shared-memory client (map them
+    /// read-only and build a [`crate::read::RegionsView`]). The fds stay owned by the engine.
+    pub fn export(&self) -> ExportInfo {
+        self.store.export()
+    }
+
+    /// Set the config id in the index header: one-sided readers that pinned another id get
+    /// `Retry` (the node's role or the cluster epoch changed under them).
+    pub fn set_config_id(&mut self, id: u64) {
+        self.store.set_config_id(id);
     }
 
     /// Declare memgest `id` and whether its keys may be evicted. Redefining changes the flag.
@@ -260,7 +272,15 @@ impl Engine {
             expire_at_ms,
         };
         if opts.staged {
-            let handle = self.store.stage(key, h, value, meta)?;
+            let Engine {
+                store, memgests, ..
+            } = self;
+            let (handle, evicted) = store.stage(key, h, value, meta, &|m| {
+                memgests.get(&m).copied().unwrap_or(false)
+            })?;
+            for v in evicted {
+                self.tombstone_summary = self.tombstone_summary.max(v);
+            }
             if let Some(prev) = self.staged.insert(key.to_vec(), Staged { version, handle }) {
                 self.store.discard(prev.handle);
             }
@@ -543,10 +563,10 @@ impl Engine {
     /// stored, so no delayed write of an older version can resurrect anything.
     pub fn flush_all(&mut self, now_ms: u64) {
         let v = self.hlc.next(now_ms);
-        self.store.clear();
         for (_, s) in self.staged.drain() {
             self.store.discard(s.handle);
         }
+        self.store.clear();
         self.tombstones.clear();
         self.tombstone_order.clear();
         self.tombstone_summary = self.tombstone_summary.max(v);
@@ -604,8 +624,8 @@ impl Engine {
     /// A statistics snapshot.
     pub fn stats(&self) -> EngineStats {
         let mut s = self.store.stats();
-        s.hits = self.hits.get() + self.store.reader_hits();
-        s.misses = self.misses.get() + self.store.reader_misses();
+        s.hits = self.hits.get();
+        s.misses = self.misses.get();
         s.expirations = self.expirations;
         s.tombstones = self.tombstones.len() as u64;
         s.staged = self.staged.len() as u64;

@@ -27,7 +27,11 @@
 pub mod api;
 mod engine;
 pub mod hash;
+pub mod layout;
 pub mod limits;
+pub mod read;
+mod region;
+mod slab;
 mod store;
 pub mod strings;
 
@@ -37,4 +41,5 @@ pub use api::{
 };
 pub use engine::Engine;
 pub use ringlet_types::{MemgestId, Version};
-pub use store::Reader;
+pub use read::{read_entry, read_entry_with, RegionsView};
+pub use store::{ExportInfo, Reader};

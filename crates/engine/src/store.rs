@@ -1,12 +1,41 @@
-//! Storage under the engine: PROVISIONAL map-backed implementation (first commit), to be
-//! replaced by the index + data regions behind the same interface.
+//! The writer's side of the regions: index tables (lookup, insert, in-place update, unlink,
+//! incremental upsize), data entries (write, read, relocate), eviction, expiry, scan and
+//! accounting. The rules of *whether* to write live in `engine.rs`; this module only stores.
+//!
+//! # Index upsize (how it works, and what readers see)
+//! Past a load factor of 0.85 the writer allocates a table twice as large and migrates the old
+//! one bucket by bucket: one step of [`REHASH_BUCKETS_PER_STEP_MAX`] buckets per mutation and
+//! several per tick. Readers keep using the *old* table, which stays complete and authoritative
+//! during the whole migration: every mutation applies to it, and is mirrored into the new table
+//! when it touches an old bucket the migration has already passed. When the cursor reaches the
+//! end, the header's layout word is switched to the new table in one atomic store (readers that
+//! were mid-probe notice the generation change and retry) and the old table is punched out.
+//! Table space is reused later; a stale reader that probes reused space is saved by the same
+//! generation check.
+//!
+//! # Eviction
+//! Victims come from the size class that needs a slot (memcached's per-class queues), by CLOCK
+//! (a hand over the class's slab slots; the reference bit lives in the index entry's policy
+//! byte and is set by readers too) or S3-FIFO (per-class small and main FIFOs of locations,
+//! a global ghost FIFO of hashes). When the class has nothing to give (no slabs yet, or only
+//! pinned data), a global hand empties whole slab pages or large runs of evictable entries
+//! (memcached's slab reassignment). Pinned (non-evictable) memgests are never victims; if
+//! nothing can be freed within [`EVICTION_SCAN_PER_WRITE_MAX`] steps the write gets `NoSpace`.
 
-use crate::api::{EngineConfig, EngineStats, Entry, Error, ReadOutcome, TickReport};
+use crate::api::{EngineConfig, EngineStats, Entry, Error, EvictionPolicy, ReadOutcome, TickReport, Usage};
 use crate::hash::{digest_term, key_hash};
-use ringlet_types::{key_slot, MemgestId, Version};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use crate::layout::*;
+use crate::read::{read_entry_with, RegionsView};
+use crate::region::Mapping;
+use crate::slab::{PageKind, Slabs};
+use ringlet_types::limits::{
+    EVICTION_SCAN_PER_WRITE_MAX, EXPIRE_WORK_PER_TICK_MAX, REHASH_BUCKETS_PER_STEP_MAX,
+};
+use ringlet_types::{key_slot, MemgestId, Version, SLOT_COUNT};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Metadata of a stored entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,144 +45,664 @@ pub struct Meta {
     pub expire_at_ms: Option<u64>,
 }
 
-/// A staged entry's place.
-pub struct StagedHandle(Entry);
-
-struct Shared {
-    map: RwLock<HashMap<Vec<u8>, Entry>>,
-    hits: AtomicU64,
-    misses: AtomicU64,
+/// A written but unpublished data entry: its place and the index words that will publish it.
+#[derive(Debug)]
+pub struct StagedHandle {
+    loc: u32,
+    w0: u64,
+    w1: u64,
 }
 
-/// Lock-free reader (provisional: takes a read lock).
+/// Load factor past which the index doubles.
+const LOAD_FACTOR_MAX: f64 = 0.85;
+/// Upsize steps per tick (each of `REHASH_BUCKETS_PER_STEP_MAX` buckets).
+const UPSIZE_STEPS_PER_TICK: u32 = 16;
+/// Entries compaction may move per tick.
+const COMPACT_MOVES_PER_TICK: u32 = 512;
+
+/// What the shared-memory client needs to map and read the regions.
+#[derive(Clone, Copy, Debug)]
+pub struct ExportInfo {
+    /// memfd of the index region (owned by the engine; dup it before sending).
+    pub index_fd: RawFd,
+    pub index_len: usize,
+    /// memfd of the data region.
+    pub data_fd: RawFd,
+    pub data_len: usize,
+    pub format_version: u64,
+}
+
+/// A lock-free reader over the engine's regions. Cheap to clone; usable from any thread while
+/// the writer mutates.
 #[derive(Clone)]
 pub struct Reader {
-    shared: Arc<Shared>,
+    index: Arc<Mapping>,
+    _data: Arc<Mapping>,
+    view: RegionsView,
 }
 
 impl Reader {
-    /// Read `key` into `out` (cleared first).
+    /// Read `key` into `out`. `Retry` only after bounded internal retries.
     pub fn get(&self, key: &[u8], now_ms: u64, out: &mut Vec<u8>) -> ReadOutcome {
-        out.clear();
-        let map = match self.shared.map.read() {
-            Ok(m) => m,
-            Err(_) => return ReadOutcome::Retry,
-        };
-        match map.get(key) {
-            Some(e) if !matches!(e.expire_at_ms, Some(t) if t <= now_ms) => {
-                out.extend_from_slice(&e.value);
-                self.shared.hits.fetch_add(1, Ordering::Relaxed);
-                ReadOutcome::Hit {
-                    version: e.version,
-                    memgest: e.memgest,
-                    expire_at_ms: e.expire_at_ms,
-                }
-            }
-            _ => {
-                self.shared.misses.fetch_add(1, Ordering::Relaxed);
-                ReadOutcome::Miss
+        if key.len() > ringlet_types::limits::KEY_BYTES_MAX as usize {
+            out.clear();
+            return ReadOutcome::Miss;
+        }
+        let (r, ie) = read_entry_with(&self.view, key, key_hash(key), now_ms, None, out);
+        if let Some(ie) = ie {
+            // Record the access in the policy byte (in-process readers map the index writable).
+            // Racing the writer's store of word 1 is benign: either order leaves a valid word.
+            let w = self.index.word(ie + 8);
+            let cur = w.load(Ordering::Relaxed);
+            if cur & POLICY_FREQ_MASK != POLICY_FREQ_MASK && cur != 0 {
+                let _ = w.compare_exchange(
+                    cur,
+                    cur + (1 << POLICY_SHIFT),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
             }
         }
+        r
+    }
+
+    /// The read-only view this reader uses (for tests and diagnostics).
+    pub fn view(&self) -> RegionsView {
+        self.view
     }
 }
 
-pub struct Store {
-    shared: Arc<Shared>,
-    memory_bytes_max: u64,
-    used: u64,
-    digests: Vec<u64>,
-    evictions: u64,
-    expire_cursor: u64,
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    ie_off: u64,
+    bucket: u64,
+    w0: u64,
+    w1: u64,
 }
 
-fn entry_bytes(key: &[u8], e: &Entry) -> u64 {
-    (32 + key.len() + e.value.len()) as u64
+struct Migration {
+    to: Layout,
+    cursor: u64,
+}
+
+#[derive(Default)]
+struct S3Class {
+    small: VecDeque<u32>,
+    main: VecDeque<u32>,
+}
+
+pub struct Store {
+    index: Arc<Mapping>,
+    data: Arc<Mapping>,
+    table: Layout,
+    migration: Option<Migration>,
+    gen: u32,
+    /// Free table space in the index region: offset page → pages.
+    table_free: BTreeMap<u32, u32>,
+    table_high_water: u32,
+    table_pages_max: u32,
+    log2_max: u8,
+    log2_initial: u8,
+    slabs: Slabs,
+    policy: EvictionPolicy,
+    count: u64,
+    used_bytes: u64,
+    per_memgest: BTreeMap<MemgestId, Usage>,
+    per_slot: Vec<Usage>,
+    digests: Vec<u64>,
+    evictions: u64,
+    upsizes: u64,
+    clock_hands: Vec<(u32, usize)>,
+    global_hand: u32,
+    s3: Vec<S3Class>,
+    ghost: VecDeque<u64>,
+    ghost_set: HashSet<u64>,
+    expire_cursor: u64,
+    scratch: Vec<u8>,
+}
+
+fn expire_opt(e: u64) -> Option<u64> {
+    (e != 0).then_some(e)
+}
+
+fn encode_expire(e: Option<u64>) -> u64 {
+    match e {
+        None => 0,
+        Some(t) => t.clamp(1, EXPIRE_MS_MAX),
+    }
 }
 
 impl Store {
     pub fn new(cfg: &EngineConfig) -> Result<Store, Error> {
-        Ok(Store {
-            shared: Arc::new(Shared {
-                map: RwLock::new(HashMap::new()),
-                hits: AtomicU64::new(0),
-                misses: AtomicU64::new(0),
-            }),
-            memory_bytes_max: cfg.memory_bytes_max,
-            used: 0,
-            digests: vec![0; usize::from(ringlet_types::SLOT_COUNT)],
+        // Most keys the data budget can hold (32-byte minimum entries), at load 0.45 right
+        // after a doubling: the largest table ever needed.
+        let keys_max = (cfg.memory_bytes_max / 32).max(1024);
+        let buckets_max = (keys_max * 100 / (45 * BUCKET_ENTRIES as u64))
+            .next_power_of_two()
+            .min(u64::from(crate::limits::INDEX_BUCKETS_MAX));
+        let log2_max = buckets_max.trailing_zeros() as u8;
+        let log2_initial = (u64::from(cfg.index_buckets_initial).next_power_of_two())
+            .trailing_zeros()
+            .clamp(1, u32::from(log2_max)) as u8;
+        // Tables ever live at once: the largest (2^max) during a migration from half of it,
+        // plus earlier freed space: 4 × the largest table bounds it.
+        let table_max_pages = (buckets_max * BUCKET_BYTES).div_ceil(TABLE_ALIGN_BYTES);
+        let index_len = INDEX_HEADER_BYTES + 4 * table_max_pages * TABLE_ALIGN_BYTES;
+        let data_len = (cfg.memory_bytes_max.saturating_mul(2) + 64 * PAGE_BYTES)
+            .min(crate::limits::MEMORY_BYTES_MAX)
+            .div_ceil(PAGE_BYTES)
+            * PAGE_BYTES;
+        let index = Arc::new(Mapping::new("ringlet-index", index_len as usize)?);
+        let data = Arc::new(Mapping::new("ringlet-data", data_len as usize)?);
+        index.store(HDR_MAGIC as u64 * 8, INDEX_MAGIC);
+        index.store(HDR_FORMAT as u64 * 8, FORMAT_VERSION);
+        let mut s = Store {
+            index,
+            data,
+            table: Layout {
+                gen: 0,
+                log2_buckets: 0,
+                table_pages: 0,
+            },
+            migration: None,
+            gen: 0,
+            table_free: BTreeMap::new(),
+            table_high_water: (INDEX_HEADER_BYTES / TABLE_ALIGN_BYTES) as u32,
+            table_pages_max: (index_len / TABLE_ALIGN_BYTES) as u32,
+            log2_max,
+            log2_initial,
+            slabs: Slabs::new(data_len, cfg.memory_bytes_max),
+            policy: cfg.eviction,
+            count: 0,
+            used_bytes: 0,
+            per_memgest: BTreeMap::new(),
+            per_slot: vec![Usage::default(); usize::from(SLOT_COUNT)],
+            digests: vec![0; usize::from(SLOT_COUNT)],
             evictions: 0,
+            upsizes: 0,
+            clock_hands: Vec::new(),
+            global_hand: 0,
+            s3: Vec::new(),
+            ghost: VecDeque::new(),
+            ghost_set: HashSet::new(),
             expire_cursor: 0,
+            scratch: Vec::new(),
+        };
+        let nclass = usize::from(s.slabs.class_of(u64::from(crate::slab::CLASS_UNITS_MAX)).unwrap_or(0)) + 2;
+        s.clock_hands = vec![(0, 0); nclass];
+        s.s3 = (0..nclass).map(|_| S3Class::default()).collect();
+        let t = s.alloc_table(log2_initial).ok_or(Error::NoSpace)?;
+        s.switch_to(t);
+        Ok(s)
+    }
+
+    // ----- index tables -------------------------------------------------------------------
+
+    fn alloc_table(&mut self, log2: u8) -> Option<Layout> {
+        let pages = ((1u64 << log2) * BUCKET_BYTES).div_ceil(TABLE_ALIGN_BYTES) as u32;
+        let found = self
+            .table_free
+            .iter()
+            .find(|(_, &n)| n >= pages)
+            .map(|(&s, &n)| (s, n));
+        let start = if let Some((s, n)) = found {
+            self.table_free.remove(&s);
+            if n > pages {
+                self.table_free.insert(s + pages, n - pages);
+            }
+            s
+        } else if u64::from(self.table_high_water) + u64::from(pages)
+            <= u64::from(self.table_pages_max)
+        {
+            let s = self.table_high_water;
+            self.table_high_water += pages;
+            s
+        } else {
+            return None;
+        };
+        self.gen = self.gen.wrapping_add(1) & 0xff_ffff;
+        Some(Layout {
+            gen: self.gen,
+            log2_buckets: log2,
+            table_pages: start,
         })
     }
 
-    fn map(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Vec<u8>, Entry>> {
-        self.shared.map.read().unwrap_or_else(|e| e.into_inner())
+    fn free_table(&mut self, t: Layout) {
+        let pages = t.table_bytes().div_ceil(TABLE_ALIGN_BYTES) as u32;
+        self.index.punch(t.table_offset(), u64::from(pages) * TABLE_ALIGN_BYTES);
+        let (mut s, mut n) = (t.table_pages, pages);
+        if let Some((&ps, &pn)) = self.table_free.range(..s).next_back() {
+            if ps + pn == s {
+                self.table_free.remove(&ps);
+                s = ps;
+                n += pn;
+            }
+        }
+        if let Some(&nn) = self.table_free.get(&(s + n)) {
+            self.table_free.remove(&(s + n));
+            n += nn;
+        }
+        self.table_free.insert(s, n);
     }
 
-    fn map_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Vec<u8>, Entry>> {
-        self.shared.map.write().unwrap_or_else(|e| e.into_inner())
+    /// Make `t` the readers' table (one atomic store of the layout word).
+    fn switch_to(&mut self, t: Layout) {
+        self.index
+            .word(HDR_LAYOUT as u64 * 8)
+            .store(t.pack(), Ordering::Release);
+        self.table = t;
     }
+
+    fn ie_off(t: Layout, bucket: u64, i: usize) -> u64 {
+        t.table_offset() + bucket * BUCKET_BYTES + entry_word(i) as u64 * 8
+    }
+
+    fn overflow(&self, t: Layout, bucket: u64) -> u64 {
+        self.index.load(t.table_offset() + bucket * BUCKET_BYTES) & 0xffff_ffff
+    }
+
+    fn add_overflow(&self, t: Layout, bucket: u64, delta: i64) {
+        let off = t.table_offset() + bucket * BUCKET_BYTES;
+        let cur = self.index.load(off);
+        let n = ((cur & 0xffff_ffff) as i64 + delta).max(0) as u64;
+        self.index
+            .word(off)
+            .store((cur & !0xffff_ffff) | n, Ordering::Release);
+    }
+
+    /// The key of the data entry at `loc`; `None` if the lengths are implausible (a free or
+    /// punched slot read by a stale queue entry).
+    fn read_key(&self, loc: u32) -> Option<Vec<u8>> {
+        let base = u64::from(loc) * UNIT_BYTES;
+        if base + ENTRY_HEADER_BYTES as u64 > self.data.len() as u64 || base == 0 {
+            return None;
+        }
+        let kl = u64::from(de_key_len(self.data.load(base + 16)));
+        let end = base + ENTRY_HEADER_BYTES as u64 + kl;
+        if end > self.data.len() as u64 {
+            return None;
+        }
+        let mut key = Vec::with_capacity(kl as usize);
+        let mut off = base + ENTRY_HEADER_BYTES as u64;
+        while off < end {
+            let w = self.data.load(off).to_le_bytes();
+            let take = ((end - off) as usize).min(8);
+            key.extend_from_slice(&w[..take]);
+            off += 8;
+        }
+        Some(key)
+    }
+
+    /// Whether the entry at `loc` holds `key` (word-wise, no allocation).
+    fn key_matches(&self, loc: u32, key: &[u8]) -> bool {
+        let base = u64::from(loc) * UNIT_BYTES;
+        let end = base + (ENTRY_HEADER_BYTES + key.len()) as u64;
+        if base == 0 || end > self.data.len() as u64 {
+            return false;
+        }
+        if de_key_len(self.data.load(base + 16)) as usize != key.len() {
+            return false;
+        }
+        let mut off = base + ENTRY_HEADER_BYTES as u64;
+        for chunk in key.chunks(8) {
+            let w = self.data.load(off).to_le_bytes();
+            if w[..chunk.len()] != *chunk {
+                return false;
+            }
+            off += 8;
+        }
+        true
+    }
+
+    fn find_in(&self, t: Layout, key: &[u8], h: u64) -> Option<Found> {
+        let mask = t.buckets() - 1;
+        let home = h & mask;
+        let tag = tag_of(h);
+        for k in 0..PROBE_BUCKETS_MAX.min(t.buckets()) {
+            let b = (home + k) & mask;
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(t, b, i);
+                let w0 = self.index.load(off);
+                if w0 == 0 || ie_tag(w0) != tag {
+                    continue;
+                }
+                if self.key_matches(ie_location(w0), key) {
+                    let w1 = self.index.load(off + 8);
+                    return Some(Found {
+                        ie_off: off,
+                        bucket: b,
+                        w0,
+                        w1,
+                    });
+                }
+            }
+            if k == 0 && self.overflow(t, home) == 0 {
+                break;
+            }
+        }
+        None
+    }
+
+    fn find(&self, key: &[u8], h: u64) -> Option<Found> {
+        self.find_in(self.table, key, h)
+    }
+
+    /// Put index words into a free entry of `t`, near `h`'s home. None if the neighbourhood
+    /// is full (associativity conflict).
+    fn insert_in(&self, t: Layout, h: u64, w0: u64, w1: u64) -> Option<Found> {
+        let mask = t.buckets() - 1;
+        let home = h & mask;
+        for k in 0..PROBE_BUCKETS_MAX.min(t.buckets()) {
+            let b = (home + k) & mask;
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(t, b, i);
+                if self.index.load(off) == 0 {
+                    self.index.word(off + 8).store(w1, Ordering::Release);
+                    self.index.word(off).store(w0, Ordering::Release);
+                    if k > 0 {
+                        self.add_overflow(t, home, 1);
+                    }
+                    return Some(Found {
+                        ie_off: off,
+                        bucket: b,
+                        w0,
+                        w1,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    fn clear_entry(&self, t: Layout, f: &Found, h: u64) {
+        self.index.word(f.ie_off).store(0, Ordering::Release);
+        self.index.word(f.ie_off + 8).store(0, Ordering::Release);
+        let home = h & (t.buckets() - 1);
+        if f.bucket != home {
+            self.add_overflow(t, home, -1);
+        }
+    }
+
+    /// Whether a change at physical bucket `b` of the readers' table must be mirrored into
+    /// the migration target.
+    fn mirrored(&self, b: u64) -> bool {
+        self.migration.as_ref().is_some_and(|m| b < m.cursor)
+    }
+
+    fn mirror_update(&self, key: &[u8], h: u64, w0: u64, w1: u64) {
+        let Some(to) = self.migration.as_ref().map(|m| m.to) else {
+            return;
+        };
+        if let Some(f) = self.find_in(to, key, h) {
+            self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
+            self.index.word(f.ie_off).store(w0, Ordering::Release);
+        }
+    }
+
+    fn mirror_remove(&self, key: &[u8], h: u64) {
+        let Some(to) = self.migration.as_ref().map(|m| m.to) else {
+            return;
+        };
+        if let Some(f) = self.find_in(to, key, h) {
+            self.clear_entry(to, &f, h);
+        }
+    }
+
+    /// Start doubling the index (no-op if migrating or at the maximum).
+    fn start_upsize(&mut self, log2: u8) -> bool {
+        if self.migration.is_some() || log2 > self.log2_max {
+            return false;
+        }
+        let Some(to) = self.alloc_table(log2) else {
+            return false;
+        };
+        self.migration = Some(Migration { to, cursor: 0 });
+        true
+    }
+
+    /// Migrate up to `REHASH_BUCKETS_PER_STEP_MAX` buckets; switch when done. Returns buckets.
+    fn migrate_step(&mut self) -> u32 {
+        let Some(m) = self.migration.as_ref() else {
+            return 0;
+        };
+        let (to, start) = (m.to, m.cursor);
+        let from = self.table;
+        let end = (start + u64::from(REHASH_BUCKETS_PER_STEP_MAX)).min(from.buckets());
+        for b in start..end {
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(from, b, i);
+                let w0 = self.index.load(off);
+                if w0 == 0 {
+                    continue;
+                }
+                let w1 = self.index.load(off + 8);
+                let Some(key) = self.read_key(ie_location(w0)) else {
+                    continue;
+                };
+                let h = key_hash(&key);
+                if self.insert_in(to, h, w0, w1).is_none() {
+                    // The doubled table has no room in this neighbourhood (vanishingly rare at
+                    // load ≤ 0.43): abandon it and start over twice as large.
+                    self.migration = None;
+                    self.free_table(to);
+                    self.start_upsize(to.log2_buckets + 1);
+                    return (b - start) as u32;
+                }
+            }
+        }
+        if let Some(m) = self.migration.as_mut() {
+            m.cursor = end;
+        }
+        if end >= from.buckets() {
+            self.migration = None;
+            self.switch_to(to);
+            self.free_table(from);
+            self.upsizes += 1;
+            self.expire_cursor = 0;
+        }
+        (end - start) as u32
+    }
+
+    fn finish_migration(&mut self) {
+        // Bounded: each step advances the cursor or restarts with a larger table (at most
+        // log2_max times).
+        for _ in 0..(1u64 << 40) {
+            if self.migration.is_none() {
+                break;
+            }
+            self.migrate_step();
+        }
+    }
+
+    fn maybe_upsize(&mut self) {
+        let cap = self.table.buckets() as f64 * BUCKET_ENTRIES as f64;
+        if self.migration.is_none() && self.count as f64 > LOAD_FACTOR_MAX * cap {
+            self.start_upsize(self.table.log2_buckets + 1);
+        }
+    }
+
+    // ----- data entries -------------------------------------------------------------------
+
+    fn write_entry(&mut self, loc: u32, key: &[u8], value: &[u8], meta: &Meta, w0: u64, w1: u64) {
+        let units = entry_units(key.len(), value.len());
+        let exp = encode_expire(meta.expire_at_ms);
+        let img = &mut self.scratch;
+        img.clear();
+        img.extend_from_slice(&((meta.version.0 >> 64) as u64).to_le_bytes());
+        img.extend_from_slice(&(meta.version.0 as u64).to_le_bytes());
+        img.extend_from_slice(&de_w2(key.len() as u32, value.len() as u32, exp).to_le_bytes());
+        img.extend_from_slice(&de_w3(0, exp).to_le_bytes());
+        img.extend_from_slice(key);
+        img.extend_from_slice(value);
+        img.resize((units * UNIT_BYTES) as usize, 0);
+        let c = checksum(img, w0, w1);
+        img[24..28].copy_from_slice(&c.to_le_bytes());
+        self.data.write_bytes(u64::from(loc) * UNIT_BYTES, img);
+    }
+
+    /// Copy the whole entry at `loc` of `units`.
+    fn load_entry(&self, loc: u32, units: u32) -> Vec<u8> {
+        let base = u64::from(loc) * UNIT_BYTES;
+        let mut img = Vec::with_capacity(units as usize * 8);
+        for i in 0..u64::from(units) {
+            img.extend_from_slice(&self.data.load(base + 8 * i).to_le_bytes());
+        }
+        img
+    }
+
+    fn header(&self, loc: u32) -> (Version, u32, u32, Option<u64>) {
+        let base = u64::from(loc) * UNIT_BYTES;
+        let hi = self.data.load(base);
+        let lo = self.data.load(base + 8);
+        let w2 = self.data.load(base + 16);
+        let w3 = self.data.load(base + 24);
+        (
+            Version((u128::from(hi) << 64) | u128::from(lo)),
+            de_key_len(w2),
+            de_value_len(w2),
+            expire_opt(de_expire(w2, w3)),
+        )
+    }
+
+    fn meta_of(&self, f: &Found) -> Meta {
+        let (version, _, _, expire_at_ms) = self.header(ie_location(f.w0));
+        Meta {
+            version,
+            memgest: MemgestId(ie_memgest(f.w0)),
+            expire_at_ms,
+        }
+    }
+
+    // ----- accounting ---------------------------------------------------------------------
+
+    fn account(&mut self, key: &[u8], h: u64, f_w0: u64, f_w1: u64, version: Version, add: bool) {
+        let bytes = self.slabs.footprint(u64::from(ie_size_units(f_w1)));
+        let slot = usize::from(key_slot(key));
+        let term = digest_term(h, version);
+        let m = self.per_memgest.entry(MemgestId(ie_memgest(f_w0))).or_default();
+        let s = &mut self.per_slot[slot];
+        let d = &mut self.digests[slot];
+        if add {
+            m.keys += 1;
+            m.bytes += bytes;
+            s.keys += 1;
+            s.bytes += bytes;
+            *d = d.wrapping_add(term);
+            self.used_bytes += bytes;
+            self.count += 1;
+        } else {
+            m.keys -= 1;
+            m.bytes -= bytes;
+            s.keys -= 1;
+            s.bytes -= bytes;
+            *d = d.wrapping_sub(term);
+            self.used_bytes -= bytes;
+            self.count -= 1;
+        }
+    }
+
+    // ----- public operations --------------------------------------------------------------
 
     pub fn reader(&self) -> Reader {
+        // SAFETY: both mappings live as long as the Arcs the reader holds.
+        let view = unsafe {
+            RegionsView::new(
+                self.index.base(),
+                self.index.len(),
+                self.data.base(),
+                self.data.len(),
+            )
+        };
         Reader {
-            shared: self.shared.clone(),
+            index: self.index.clone(),
+            _data: self.data.clone(),
+            view,
         }
     }
 
-    pub fn get_entry(&self, key: &[u8], _h: u64) -> Option<Entry> {
-        self.map().get(key).cloned()
-    }
-
-    pub fn get_meta(&self, key: &[u8], _h: u64) -> Option<Meta> {
-        self.map().get(key).map(|e| Meta {
-            version: e.version,
-            memgest: e.memgest,
-            expire_at_ms: e.expire_at_ms,
-        })
-    }
-
-    fn account(&mut self, key: &[u8], e: &Entry, add: bool) {
-        let slot = usize::from(key_slot(key));
-        let t = digest_term(key_hash(key), e.version);
-        if let Some(d) = self.digests.get_mut(slot) {
-            *d = if add {
-                d.wrapping_add(t)
-            } else {
-                d.wrapping_sub(t)
-            };
+    pub fn export(&self) -> ExportInfo {
+        ExportInfo {
+            index_fd: self.index.raw_fd(),
+            index_len: self.index.len(),
+            data_fd: self.data.raw_fd(),
+            data_len: self.data.len(),
+            format_version: FORMAT_VERSION,
         }
-        let b = entry_bytes(key, e);
-        self.used = if add { self.used + b } else { self.used - b };
     }
 
-    pub fn remove(&mut self, key: &[u8], _h: u64) -> Option<Meta> {
-        let e = self.map_mut().remove(key);
-        let e = e?;
-        self.account(key, &e, false);
-        Some(Meta {
-            version: e.version,
-            memgest: e.memgest,
-            expire_at_ms: e.expire_at_ms,
+    pub fn set_config_id(&mut self, id: u64) {
+        self.index
+            .word(HDR_CONFIG as u64 * 8)
+            .store(id, Ordering::Release);
+    }
+
+    pub fn get_entry(&self, key: &[u8], h: u64) -> Option<Entry> {
+        let f = self.find(key, h)?;
+        let meta = self.meta_of(&f);
+        let (_, kl, vl, _) = self.header(ie_location(f.w0));
+        let img = self.load_entry(ie_location(f.w0), ie_size_units(f.w1));
+        let start = ENTRY_HEADER_BYTES + kl as usize;
+        let value = img.get(start..start + vl as usize)?.to_vec();
+        Some(Entry {
+            value,
+            version: meta.version,
+            memgest: meta.memgest,
+            expire_at_ms: meta.expire_at_ms,
         })
+    }
+
+    pub fn get_meta(&self, key: &[u8], h: u64) -> Option<Meta> {
+        let f = self.find(key, h)?;
+        Some(self.meta_of(&f))
+    }
+
+    /// Unlink a found entry from the index (both tables), free its data, update accounting.
+    fn unlink(&mut self, key: &[u8], h: u64, f: &Found) -> Meta {
+        let meta = self.meta_of(f);
+        self.clear_entry(self.table, f, h);
+        if self.mirrored(f.bucket) {
+            self.mirror_remove(key, h);
+        }
+        self.account(key, h, f.w0, f.w1, meta.version, false);
+        self.slabs.free(ie_location(f.w0), &self.data);
+        meta
+    }
+
+    pub fn remove(&mut self, key: &[u8], h: u64) -> Option<Meta> {
+        let f = self.find(key, h)?;
+        let m = self.unlink(key, h, &f);
+        self.migrate_step();
+        Some(m)
     }
 
     pub fn stage(
         &mut self,
-        _key: &[u8],
-        _h: u64,
+        key: &[u8],
+        h: u64,
         value: &[u8],
         meta: Meta,
-    ) -> Result<StagedHandle, Error> {
-        Ok(StagedHandle(Entry {
-            value: value.to_vec(),
-            version: meta.version,
-            memgest: meta.memgest,
-            expire_at_ms: meta.expire_at_ms,
-        }))
+        evictable: &dyn Fn(MemgestId) -> bool,
+    ) -> Result<(StagedHandle, Vec<Version>), Error> {
+        let units = entry_units(key.len(), value.len());
+        let evicted = self.make_room(units, evictable)?;
+        let loc = self.slabs.alloc(units).ok_or(Error::NoSpace)?;
+        let w0 = ie_w0(loc, tag_of(h), meta.memgest.0);
+        let w1 = ie_w1(vcheck_of(meta.version), units as u32)
+            | if meta.expire_at_ms.is_some() {
+                POLICY_TTL
+            } else {
+                0
+            };
+        self.write_entry(loc, key, value, &meta, w0, w1);
+        Ok((StagedHandle { loc, w0, w1 }, evicted))
     }
 
-    pub fn discard(&mut self, _handle: StagedHandle) {}
+    pub fn discard(&mut self, handle: StagedHandle) {
+        self.slabs.free(handle.loc, &self.data);
+    }
 
+    /// Switch `key`'s index entry to the staged entry (insert if new); free the old data.
     pub fn publish(
         &mut self,
         key: &[u8],
@@ -161,77 +710,441 @@ impl Store {
         handle: StagedHandle,
         evictable: &dyn Fn(MemgestId) -> bool,
     ) -> Result<Vec<Version>, Error> {
-        let e = handle.0;
-        self.put(
-            key,
-            h,
-            &e.value,
-            Meta {
-                version: e.version,
-                memgest: e.memgest,
-                expire_at_ms: e.expire_at_ms,
-            },
-            evictable,
-        )
+        let version = {
+            let (v, _, _, _) = self.header(handle.loc);
+            v
+        };
+        let mut evicted = Vec::new();
+        if let Some(f) = self.find(key, h) {
+            let old = self.meta_of(&f);
+            // Keep the access bits of the key across versions.
+            let w1 = handle.w1 | (f.w1 & POLICY_FREQ_MASK);
+            self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
+            self.index.word(f.ie_off).store(handle.w0, Ordering::Release);
+            if self.mirrored(f.bucket) {
+                self.mirror_update(key, h, handle.w0, w1);
+            }
+            self.account(key, h, f.w0, f.w1, old.version, false);
+            self.account(key, h, handle.w0, w1, version, true);
+            self.slabs.free(ie_location(f.w0), &self.data);
+            self.s3_admit(h, handle.loc, w1);
+        } else {
+            let placed = match self.insert_in(self.table, h, handle.w0, handle.w1) {
+                Some(p) => p,
+                None => match self.resolve_conflict(h, evictable, &mut evicted) {
+                    Some(()) => match self.insert_in(self.table, h, handle.w0, handle.w1) {
+                        Some(p) => p,
+                        None => {
+                            self.slabs.free(handle.loc, &self.data);
+                            return Err(Error::NoSpace);
+                        }
+                    },
+                    None => {
+                        self.slabs.free(handle.loc, &self.data);
+                        return Err(Error::NoSpace);
+                    }
+                },
+            };
+            if self.mirrored(placed.bucket) {
+                if let Some(to) = self.migration.as_ref().map(|m| m.to) {
+                    if self.insert_in(to, h, handle.w0, handle.w1).is_none() {
+                        // Target neighbourhood full: restart the upsize larger.
+                        self.migration = None;
+                        self.free_table(to);
+                        self.start_upsize(to.log2_buckets + 1);
+                    }
+                }
+            }
+            self.account(key, h, handle.w0, handle.w1, version, true);
+            self.s3_admit(h, handle.loc, handle.w1);
+            self.maybe_upsize();
+        }
+        self.migrate_step();
+        Ok(evicted)
     }
 
     pub fn put(
         &mut self,
         key: &[u8],
-        _h: u64,
+        h: u64,
         value: &[u8],
         meta: Meta,
         evictable: &dyn Fn(MemgestId) -> bool,
     ) -> Result<Vec<Version>, Error> {
-        let e = Entry {
-            value: value.to_vec(),
-            version: meta.version,
-            memgest: meta.memgest,
-            expire_at_ms: meta.expire_at_ms,
-        };
-        let old_bytes = self.map().get(key).map_or(0, |o| entry_bytes(key, o));
-        let need = entry_bytes(key, &e);
-        let mut evicted = Vec::new();
-        if self.used - old_bytes + need > self.memory_bytes_max {
-            let victims: Vec<Vec<u8>> = self
-                .map()
-                .iter()
-                .filter(|(k, v)| evictable(v.memgest) && k.as_slice() != key)
-                .map(|(k, _)| k.clone())
-                .take(ringlet_types::limits::EVICTION_SCAN_PER_WRITE_MAX as usize)
-                .collect();
-            for k in victims {
-                if self.used - old_bytes + need <= self.memory_bytes_max {
-                    break;
-                }
-                if let Some(m) = self.remove(&k, 0) {
-                    evicted.push(m.version);
-                    self.evictions += 1;
-                }
-            }
-            if self.used - old_bytes + need > self.memory_bytes_max {
-                return Err(Error::NoSpace);
-            }
-        }
-        let old = self.map_mut().remove(key);
-        if let Some(old) = old {
-            self.account(key, &old, false);
-        }
-        self.account(key, &e, true);
-        self.map_mut().insert(key.to_vec(), e);
+        let (handle, mut evicted) = self.stage(key, h, value, meta, evictable)?;
+        evicted.extend(self.publish(key, h, handle, evictable)?);
         Ok(evicted)
     }
 
+    /// No free index entry near `h`'s home: grow the index now if possible, else evict an
+    /// evictable entry of the neighbourhood (CliqueMap's associativity-conflict eviction).
+    fn resolve_conflict(
+        &mut self,
+        h: u64,
+        evictable: &dyn Fn(MemgestId) -> bool,
+        evicted: &mut Vec<Version>,
+    ) -> Option<()> {
+        self.finish_migration();
+        if self.start_upsize(self.table.log2_buckets + 1) {
+            self.finish_migration();
+            return Some(());
+        }
+        let t = self.table;
+        let mask = t.buckets() - 1;
+        let home = h & mask;
+        for k in 0..PROBE_BUCKETS_MAX.min(t.buckets()) {
+            let b = (home + k) & mask;
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(t, b, i);
+                let w0 = self.index.load(off);
+                if w0 != 0 && evictable(MemgestId(ie_memgest(w0))) {
+                    if let Some(v) = self.evict_at(off) {
+                        evicted.push(v);
+                        return Some(());
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Evict the entry whose index entry is at `ie_off` in the readers' table.
+    fn evict_at(&mut self, ie_off: u64) -> Option<Version> {
+        let w0 = self.index.load(ie_off);
+        if w0 == 0 {
+            return None;
+        }
+        let key = self.read_key(ie_location(w0))?;
+        let h = key_hash(&key);
+        match self.find(&key, h) {
+            Some(f) if f.ie_off == ie_off => {
+                let m = self.unlink(&key, h, &f);
+                self.evictions += 1;
+                Some(m.version)
+            }
+            _ => None,
+        }
+    }
+
+    /// The live index entry of the data entry at `loc`, if it is published (not staged, not
+    /// free), with its key's hash and the key.
+    fn owner_of(&self, loc: u32) -> Option<(Found, u64, Vec<u8>)> {
+        let key = self.read_key(loc)?;
+        let h = key_hash(&key);
+        let f = self.find(&key, h)?;
+        (ie_location(f.w0) == loc).then_some((f, h, key))
+    }
+
+    fn evict_loc(
+        &mut self,
+        loc: u32,
+        evictable: &dyn Fn(MemgestId) -> bool,
+        respect_ref: bool,
+    ) -> Option<Version> {
+        let (f, h, key) = self.owner_of(loc)?;
+        if !evictable(MemgestId(ie_memgest(f.w0))) {
+            return None;
+        }
+        if respect_ref && f.w1 & POLICY_FREQ_MASK != 0 {
+            self.index
+                .word(f.ie_off + 8)
+                .fetch_and(!POLICY_FREQ_MASK, Ordering::Relaxed);
+            return None;
+        }
+        let m = self.unlink(&key, h, &f);
+        self.evictions += 1;
+        self.ghost_add(h);
+        Some(m.version)
+    }
+
+    /// Evict until an entry of `units` fits, within the per-write work bound.
+    fn make_room(
+        &mut self,
+        units: u64,
+        evictable: &dyn Fn(MemgestId) -> bool,
+    ) -> Result<Vec<Version>, Error> {
+        let mut evicted = Vec::new();
+        let mut work = 0u32;
+        while !self.slabs.has_room(units) {
+            if work >= EVICTION_SCAN_PER_WRITE_MAX {
+                return Err(Error::NoSpace);
+            }
+            let before = evicted.len();
+            if let Some(class) = self.slabs.class_of(units) {
+                match self.policy {
+                    EvictionPolicy::Clock => self.clock_class(class, evictable, &mut work, &mut evicted),
+                    EvictionPolicy::S3Fifo => self.s3_class(class, evictable, &mut work, &mut evicted),
+                }
+                if self.slabs.has_room(units) {
+                    break;
+                }
+            }
+            if evicted.len() == before || self.slabs.class_of(units).is_none() {
+                if !self.global_evict(evictable, &mut work, &mut evicted) {
+                    return Err(Error::NoSpace);
+                }
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// CLOCK over the slots of `class`'s slabs: clear set reference bits, evict the first
+    /// unreferenced evictable entry.
+    fn clock_class(
+        &mut self,
+        class: u16,
+        evictable: &dyn Fn(MemgestId) -> bool,
+        work: &mut u32,
+        evicted: &mut Vec<Version>,
+    ) {
+        let ci = usize::from(class);
+        // Two full sweeps at most: the first may only clear reference bits.
+        let mut wrapped = 0;
+        while *work < EVICTION_SCAN_PER_WRITE_MAX && wrapped < 2 {
+            let (page, idx) = self.clock_hands[ci];
+            let slab = if idx == 0 || page == 0 {
+                self.slabs.slabs_of_class(class, page).next()
+            } else {
+                Some(page)
+            };
+            let Some(slab) = slab else {
+                self.clock_hands[ci] = (0, 0);
+                wrapped += 1;
+                if page == 0 {
+                    return; // class has no slabs
+                }
+                continue;
+            };
+            let slots = self.slabs.slab_slots(slab);
+            let mut i = if slab == page { idx } else { 0 };
+            while i < slots.len() && *work < EVICTION_SCAN_PER_WRITE_MAX {
+                *work += 1;
+                let loc = slots[i];
+                i += 1;
+                if let Some(v) = self.evict_loc(loc, evictable, true) {
+                    evicted.push(v);
+                    self.clock_hands[ci] = (slab, i);
+                    return;
+                }
+            }
+            self.clock_hands[ci] = if i >= slots.len() { (slab, 0) } else { (slab, i) };
+        }
+    }
+
+    fn s3_admit(&mut self, h: u64, loc: u32, w1: u64) {
+        if self.policy != EvictionPolicy::S3Fifo {
+            return;
+        }
+        let ci = self
+            .slabs
+            .class_of(u64::from(ie_size_units(w1)))
+            .map_or(self.s3.len() - 1, usize::from);
+        if self.ghost_set.remove(&h) {
+            self.s3[ci].main.push_back(loc);
+        } else {
+            self.s3[ci].small.push_back(loc);
+        }
+        // Queues hold stale locations (updated, deleted, expired keys) until eviction pops
+        // them; without memory pressure nothing pops, so drop stale ones past 2× the keys.
+        let q = &self.s3[ci];
+        if q.small.len() + q.main.len() > 2 * self.count as usize + 1024 {
+            let mut small = std::mem::take(&mut self.s3[ci].small);
+            let mut main = std::mem::take(&mut self.s3[ci].main);
+            small.retain(|&l| self.owner_of(l).is_some());
+            main.retain(|&l| self.owner_of(l).is_some());
+            self.s3[ci].small = small;
+            self.s3[ci].main = main;
+        }
+    }
+
+    fn ghost_add(&mut self, h: u64) {
+        if self.policy != EvictionPolicy::S3Fifo {
+            return;
+        }
+        let cap = (self.count as usize).max(1024);
+        if self.ghost_set.insert(h) {
+            self.ghost.push_back(h);
+        }
+        while self.ghost.len() > cap {
+            if let Some(old) = self.ghost.pop_front() {
+                self.ghost_set.remove(&old);
+            }
+        }
+    }
+
+    /// S3-FIFO in one class: evict from the small FIFO unless its entry was re-accessed
+    /// (then it moves to main); main is a FIFO with reinsertion while the frequency is > 0.
+    fn s3_class(
+        &mut self,
+        class: u16,
+        evictable: &dyn Fn(MemgestId) -> bool,
+        work: &mut u32,
+        evicted: &mut Vec<Version>,
+    ) {
+        let ci = usize::from(class);
+        while *work < EVICTION_SCAN_PER_WRITE_MAX {
+            *work += 1;
+            let q = &self.s3[ci];
+            let from_small = !q.small.is_empty() && (q.small.len() * 10 >= q.small.len() + q.main.len() || q.main.is_empty());
+            let loc = if from_small {
+                self.s3[ci].small.pop_front()
+            } else {
+                self.s3[ci].main.pop_front()
+            };
+            let Some(loc) = loc else { return };
+            let Some((f, _h, _)) = self.owner_of(loc) else {
+                continue; // stale: freed, moved or reused
+            };
+            if !evictable(MemgestId(ie_memgest(f.w0))) {
+                // Pinned entries stay; park them at the back of main.
+                self.s3[ci].main.push_back(loc);
+                continue;
+            }
+            let freq = (f.w1 & POLICY_FREQ_MASK) >> POLICY_SHIFT;
+            if freq > 0 {
+                let w = self.index.word(f.ie_off + 8);
+                if from_small {
+                    w.fetch_and(!POLICY_FREQ_MASK, Ordering::Relaxed);
+                } else {
+                    w.fetch_sub(1 << POLICY_SHIFT, Ordering::Relaxed);
+                }
+                self.s3[ci].main.push_back(loc);
+                continue;
+            }
+            if let Some(v) = self.evict_loc(loc, evictable, false) {
+                evicted.push(v);
+                return;
+            }
+        }
+    }
+
+    /// Slab reassignment: a hand over all pages empties a whole slab (or large run) of
+    /// evictable entries so its page returns to the budget. Pages holding pinned data are
+    /// skipped. Returns whether anything was freed.
+    fn global_evict(
+        &mut self,
+        evictable: &dyn Fn(MemgestId) -> bool,
+        work: &mut u32,
+        evicted: &mut Vec<Version>,
+    ) -> bool {
+        let mut wrapped = false;
+        while *work < EVICTION_SCAN_PER_WRITE_MAX {
+            let next = self.slabs.pages_from(self.global_hand).next();
+            let Some((page, kind)) = next else {
+                if wrapped {
+                    return false;
+                }
+                wrapped = true;
+                self.global_hand = 0;
+                continue;
+            };
+            self.global_hand = page + 1;
+            let slots = match kind {
+                PageKind::Large { .. } => vec![(u64::from(page) * (PAGE_BYTES / UNIT_BYTES)) as u32],
+                PageKind::Slab { .. } => self.slabs.slab_slots(page),
+            };
+            // Only take pages that hold nothing pinned (or staged): otherwise the page stays.
+            let mut owners = Vec::with_capacity(slots.len());
+            let mut ok = true;
+            for &loc in &slots {
+                *work += 1;
+                match self.owner_of(loc) {
+                    Some((f, _, _)) if evictable(MemgestId(ie_memgest(f.w0))) => owners.push(loc),
+                    _ => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if !ok || owners.is_empty() {
+                continue;
+            }
+            for loc in owners {
+                if let Some(v) = self.evict_loc(loc, evictable, false) {
+                    evicted.push(v);
+                }
+            }
+            return true;
+        }
+        false
+    }
+
     pub fn len(&self) -> u64 {
-        self.map().len() as u64
+        self.count
     }
 
     pub fn clear(&mut self) {
-        self.map_mut().clear();
-        self.used = 0;
+        if let Some(m) = self.migration.take() {
+            self.free_table(m.to);
+        }
+        let old = self.table;
+        if let Some(t) = self.alloc_table(self.log2_initial) {
+            self.switch_to(t);
+            self.free_table(old);
+        } else {
+            // No room for a fresh table: clear the current one in place.
+            self.index.punch(old.table_offset(), old.table_bytes());
+            self.gen = self.gen.wrapping_add(1) & 0xff_ffff;
+            let t = Layout { gen: self.gen, ..old };
+            self.switch_to(t);
+        }
+        self.slabs.reset(&self.data);
+        self.count = 0;
+        self.used_bytes = 0;
+        self.per_memgest.clear();
+        self.per_slot.iter_mut().for_each(|u| *u = Usage::default());
         self.digests.iter_mut().for_each(|d| *d = 0);
+        self.clock_hands.iter_mut().for_each(|h| *h = (0, 0));
+        self.global_hand = 0;
+        for q in &mut self.s3 {
+            q.small.clear();
+            q.main.clear();
+        }
+        self.expire_cursor = 0;
     }
 
+    /// Entries whose home is bucket `b` of the readers' table, as (ie entry, key hash), key
+    /// bytes appended to `keys`.
+    fn home_entries(&self, b: u64, mut f: impl FnMut(Found, u64, Vec<u8>)) {
+        let t = self.table;
+        let mask = t.buckets() - 1;
+        let probe = if self.overflow(t, b) == 0 {
+            1
+        } else {
+            PROBE_BUCKETS_MAX.min(t.buckets())
+        };
+        for k in 0..probe {
+            let pb = (b + k) & mask;
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(t, pb, i);
+                let w0 = self.index.load(off);
+                if w0 == 0 {
+                    continue;
+                }
+                let Some(key) = self.read_key(ie_location(w0)) else {
+                    continue;
+                };
+                let h = key_hash(&key);
+                if h & mask != b {
+                    continue;
+                }
+                let w1 = self.index.load(off + 8);
+                f(
+                    Found {
+                        ie_off: off,
+                        bucket: pb,
+                        w0,
+                        w1,
+                    },
+                    h,
+                    key,
+                );
+            }
+        }
+    }
+
+    /// Redis-style reverse-binary cursor over home buckets (see `dict.c` `dictScan`): a key
+    /// present throughout is returned even if the table doubles between calls.
     pub fn scan(
         &self,
         cursor: u64,
@@ -240,40 +1153,62 @@ impl Store {
         now_ms: Option<u64>,
         out: &mut Vec<Vec<u8>>,
     ) -> u64 {
-        let map = self.map();
-        let mut keys: Vec<(u64, &Vec<u8>)> = map
-            .iter()
-            .filter(|(k, e)| {
-                slot.is_none_or(|s| key_slot(k) == s)
-                    && now_ms.is_none_or(|n| !matches!(e.expire_at_ms, Some(t) if t <= n))
-            })
-            .map(|(k, _)| (key_hash(k) >> 1, k))
-            .filter(|(h, _)| *h >= cursor)
-            .collect();
-        keys.sort();
-        let count = count.max(1);
-        for (_, k) in keys.iter().take(count) {
-            out.push((*k).clone());
-        }
-        if keys.len() <= count {
-            0
-        } else {
-            keys.get(count).map_or(0, |(h, _)| *h)
+        let mask = self.table.buckets() - 1;
+        let mut v = cursor;
+        let want = out.len() + count.max(1);
+        // At most 10 × count buckets per call, like Redis's empty-bucket bound.
+        let mut visits = count.max(1).saturating_mul(10);
+        loop {
+            self.home_entries(v & mask, |f, _h, key| {
+                if slot.is_some_and(|sl| key_slot(&key) != sl) {
+                    return;
+                }
+                if let Some(now) = now_ms {
+                    let (_, _, _, exp) = self.header(ie_location(f.w0));
+                    if matches!(exp, Some(t) if t <= now) {
+                        return;
+                    }
+                }
+                out.push(key);
+            });
+            v |= !mask;
+            v = v.reverse_bits().wrapping_add(1).reverse_bits();
+            visits -= 1;
+            if v == 0 || out.len() >= want || visits == 0 {
+                return v;
+            }
         }
     }
 
     pub fn random_key(&self, seed: u64, now_ms: u64) -> Option<Vec<u8>> {
-        let map = self.map();
-        let live: Vec<&Vec<u8>> = map
-            .iter()
-            .filter(|(_, e)| !matches!(e.expire_at_ms, Some(t) if t <= now_ms))
-            .map(|(k, _)| k)
-            .collect();
-        if live.is_empty() {
+        if self.count == 0 {
             return None;
         }
-        live.get((seed % live.len() as u64) as usize)
-            .map(|k| (*k).clone())
+        let n = self.table.buckets();
+        let start = digest_term(seed, Version(u128::from(seed))) & (n - 1);
+        for k in 0..n {
+            let b = (start + k) & (n - 1);
+            let mut found: Vec<Vec<u8>> = Vec::new();
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(self.table, b, i);
+                let w0 = self.index.load(off);
+                if w0 == 0 {
+                    continue;
+                }
+                let (_, _, _, exp) = self.header(ie_location(w0));
+                if matches!(exp, Some(t) if t <= now_ms) {
+                    continue;
+                }
+                if let Some(k) = self.read_key(ie_location(w0)) {
+                    found.push(k);
+                }
+            }
+            if !found.is_empty() {
+                let i = (seed % found.len() as u64) as usize;
+                return found.into_iter().nth(i);
+            }
+        }
+        None
     }
 
     pub fn slot_digest(&self, slot: u16) -> u64 {
@@ -281,55 +1216,143 @@ impl Store {
     }
 
     pub fn expire_step(&mut self, now_ms: u64, report: &mut TickReport) -> Vec<(Vec<u8>, Version)> {
-        let _ = self.expire_cursor;
-        let expired: Vec<Vec<u8>> = self
-            .map()
-            .iter()
-            .take(ringlet_types::limits::EXPIRE_WORK_PER_TICK_MAX as usize * 100)
-            .filter(|(_, e)| matches!(e.expire_at_ms, Some(t) if t <= now_ms))
-            .map(|(k, _)| k.clone())
-            .take(ringlet_types::limits::EXPIRE_WORK_PER_TICK_MAX as usize)
-            .collect();
-        report.expiry_scanned = expired.len() as u32;
         let mut out = Vec::new();
-        for k in expired {
-            if let Some(m) = self.remove(&k, 0) {
-                out.push((k, m.version));
+        let t = self.table;
+        let n = t.buckets();
+        // Buckets visited are bounded too, so a tick over a table with few TTL keys ends.
+        let mut buckets = 0u64;
+        while report.expiry_scanned < EXPIRE_WORK_PER_TICK_MAX && buckets < 4 * u64::from(EXPIRE_WORK_PER_TICK_MAX) {
+            let b = self.expire_cursor % n;
+            self.expire_cursor = (b + 1) % n;
+            buckets += 1;
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(t, b, i);
+                let w1 = self.index.load(off + 8);
+                let w0 = self.index.load(off);
+                if w0 == 0 || w1 & POLICY_TTL == 0 {
+                    continue;
+                }
+                report.expiry_scanned += 1;
+                let (_, _, _, exp) = self.header(ie_location(w0));
+                if !matches!(exp, Some(t) if t <= now_ms) {
+                    continue;
+                }
+                let Some(key) = self.read_key(ie_location(w0)) else {
+                    continue;
+                };
+                let h = key_hash(&key);
+                if let Some(f) = self.find(&key, h) {
+                    let m = self.unlink(&key, h, &f);
+                    out.push((key, m.version));
+                }
+            }
+            if self.expire_cursor == 0 {
+                break;
             }
         }
         out
     }
 
-    pub fn maintenance_step(&mut self, _report: &mut TickReport) {}
-
-    pub fn touch(&mut self, _h: u64) {}
-
-    pub fn reader_hits(&self) -> u64 {
-        self.shared.hits.load(Ordering::Relaxed)
+    pub fn maintenance_step(&mut self, report: &mut TickReport) {
+        for _ in 0..UPSIZE_STEPS_PER_TICK {
+            if self.migration.is_none() {
+                break;
+            }
+            report.buckets_migrated += self.migrate_step();
+        }
+        report.upsize_in_progress = self.migration.is_some();
+        let released_before = self.slabs.bytes_released;
+        self.compact(report);
+        report.bytes_released += self.slabs.bytes_released - released_before;
     }
 
-    pub fn reader_misses(&self) -> u64 {
-        self.shared.misses.load(Ordering::Relaxed)
+    /// Move entries out of the emptiest slab of the most wasteful class, so the slab empties
+    /// and its page returns to the OS (CliqueMap's reshaping, by relocation).
+    fn compact(&mut self, report: &mut TickReport) {
+        let Some((class, page)) = self.slabs.compaction_candidate() else {
+            return;
+        };
+        for loc in self.slabs.slab_slots(page) {
+            if report.entries_moved >= COMPACT_MOVES_PER_TICK {
+                return;
+            }
+            let Some((f, h, key)) = self.owner_of(loc) else {
+                return; // staged or unknown entry: leave this slab alone
+            };
+            let Some(new_loc) = self.slabs.alloc_in_class_except(class, page) else {
+                return;
+            };
+            let mut img = self.load_entry(loc, ie_size_units(f.w1));
+            img[24..28].fill(0);
+            let w0 = ie_w0(new_loc, ie_tag(f.w0), ie_memgest(f.w0));
+            let c = checksum(&img, w0, f.w1);
+            img[24..28].copy_from_slice(&c.to_le_bytes());
+            self.data.write_bytes(u64::from(new_loc) * UNIT_BYTES, &img);
+            self.index.word(f.ie_off).store(w0, Ordering::Release);
+            if self.mirrored(f.bucket) {
+                self.mirror_update(&key, h, w0, self.index.load(f.ie_off + 8));
+            }
+            self.slabs.free(loc, &self.data);
+            if self.policy == EvictionPolicy::S3Fifo {
+                self.s3[usize::from(class)].main.push_back(new_loc);
+            }
+            report.entries_moved += 1;
+        }
+    }
+
+    pub fn touch(&mut self, h: u64) {
+        let t = self.table;
+        let mask = t.buckets() - 1;
+        let home = h & mask;
+        let tag = tag_of(h);
+        let probe = if self.overflow(t, home) == 0 {
+            1
+        } else {
+            PROBE_BUCKETS_MAX.min(t.buckets())
+        };
+        for k in 0..probe {
+            let b = (home + k) & mask;
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(t, b, i);
+                let w0 = self.index.load(off);
+                if w0 != 0 && ie_tag(w0) == tag {
+                    let w = self.index.word(off + 8);
+                    let cur = w.load(Ordering::Relaxed);
+                    if cur & POLICY_FREQ_MASK != POLICY_FREQ_MASK {
+                        w.store(cur + (1 << POLICY_SHIFT), Ordering::Relaxed);
+                    }
+                }
+            }
+        }
     }
 
     pub fn stats(&self) -> EngineStats {
-        let mut s = EngineStats {
-            keys: self.len(),
-            used_bytes: self.used,
-            committed_bytes: self.used,
-            memory_bytes_max: self.memory_bytes_max,
+        EngineStats {
+            keys: self.count,
+            used_bytes: self.used_bytes,
+            committed_bytes: self.slabs.committed(),
+            index_bytes: self.table.table_bytes()
+                + self.migration.as_ref().map_or(0, |m| m.to.table_bytes()),
+            memory_bytes_max: self.slabs.budget(),
+            per_memgest: self
+                .per_memgest
+                .iter()
+                .filter(|(_, u)| u.keys > 0)
+                .map(|(k, u)| (*k, *u))
+                .collect(),
+            per_slot: self
+                .per_slot
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| u.keys > 0)
+                .map(|(s, u)| (s as u16, *u))
+                .collect(),
             evictions: self.evictions,
+            index_buckets: self.table.buckets(),
+            index_load_factor: self.count as f64
+                / (self.table.buckets() as f64 * BUCKET_ENTRIES as f64),
+            upsizes: self.upsizes,
             ..EngineStats::default()
-        };
-        for (k, e) in self.map().iter() {
-            let b = entry_bytes(k, e);
-            let u = s.per_memgest.entry(e.memgest).or_default();
-            u.keys += 1;
-            u.bytes += b;
-            let u = s.per_slot.entry(key_slot(k)).or_default();
-            u.keys += 1;
-            u.bytes += b;
         }
-        s
     }
 }

@@ -1,0 +1,305 @@
+//! The lock-free reader: a pure function over read-only views of the two regions.
+//!
+//! Used by the server's network workers (through [`crate::Reader`]) and by the shared-memory
+//! client in another process (which maps the memfds read-only and builds a [`RegionsView`]).
+//!
+//! # Algorithm (one attempt)
+//! 1. Load the header's layout word (Acquire) — and, if the caller pinned one, the config id.
+//! 2. Probe the key's home bucket (and, if its overflow count is non-zero, the next
+//!    [`PROBE_BUCKETS_MAX`]` - 1` buckets) for index entries whose tag matches.
+//! 3. For a match, copy the data entry (`size` bytes at `location`) word by word with atomic
+//!    loads, check lengths against `size`, recompute the checksum over the copy plus the two
+//!    index words, re-load the index words and require them unchanged, then compare the full key.
+//! 4. Re-load the layout word: if it changed (upsize switch, flush), the whole probe is void.
+//!
+//! A torn copy (the writer reused the slot, or switched the index entry between our two word
+//! loads) fails the checksum or the re-check and the attempt is retried, up to
+//! [`READ_RETRY_COUNT_MAX`] times, after which the caller gets `Retry`.
+//!
+//! # Memory ordering
+//! The writer fills a data entry with Relaxed stores and then publishes it by storing index
+//! word 1 and word 0 with Release. The reader loads word 0 and word 1 with Acquire, so if it
+//! sees a published word it also sees every entry store that preceded the publication. Stores
+//! that come *after* (a later reuse of the slot) may be partly visible: that is the tearing the
+//! checksum and the index re-check detect. An `Acquire` fence after the copy orders the copy
+//! before the re-checks (the seqlock pattern, with atomics for every access so that no byte
+//! is ever read non-atomically while written — crossbeam's `AtomicCell` argument).
+//! Table switches use the same shape on the header word. A reader that raced a switch may have
+//! probed a table that was freed (reads as zeros after a hole punch) or reused; the layout
+//! re-check discards whatever it found there.
+//!
+//! Misses are validated the same way: a miss counts only if the layout did not change, and
+//! because an existing key's index entry never moves within a table (updates rewrite it in
+//! place), a key present for the whole read is always found.
+
+use crate::api::ReadOutcome;
+use crate::hash::key_hash;
+use crate::layout::*;
+use crate::limits::READ_RETRY_COUNT_MAX;
+use ringlet_types::{MemgestId, Version};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// Read-only views of the index and data regions, in this process's address space.
+#[derive(Clone, Copy, Debug)]
+pub struct RegionsView {
+    index: *const u8,
+    index_len: usize,
+    data: *const u8,
+    data_len: usize,
+}
+
+// SAFETY: the view is only used for atomic loads of memory that stays mapped (see `new`).
+unsafe impl Send for RegionsView {}
+unsafe impl Sync for RegionsView {}
+
+impl RegionsView {
+    /// A view of regions mapped at `index` and `data`.
+    ///
+    /// # Safety
+    /// Both ranges must be mapped, readable, 8-byte aligned and stay mapped for as long as the
+    /// view (or a copy of it) is used. Their contents may change concurrently: that is fine.
+    pub unsafe fn new(
+        index: *const u8,
+        index_len: usize,
+        data: *const u8,
+        data_len: usize,
+    ) -> RegionsView {
+        RegionsView {
+            index,
+            index_len,
+            data,
+            data_len,
+        }
+    }
+
+    #[inline]
+    fn iword(&self, off: u64) -> Option<&AtomicU64> {
+        if off % 8 != 0 || off.checked_add(8)? > self.index_len as u64 {
+            return None;
+        }
+        // SAFETY: in bounds and aligned per `new`'s contract; only loaded atomically.
+        Some(unsafe { &*(self.index.add(off as usize) as *const AtomicU64) })
+    }
+
+    #[inline]
+    fn dword(&self, off: u64) -> Option<&AtomicU64> {
+        if off % 8 != 0 || off.checked_add(8)? > self.data_len as u64 {
+            return None;
+        }
+        // SAFETY: as above.
+        Some(unsafe { &*(self.data.add(off as usize) as *const AtomicU64) })
+    }
+
+    /// The header's layout word (diagnostics and clients that cache the table shape).
+    pub fn layout(&self) -> Option<Layout> {
+        Some(Layout::unpack(
+            self.iword(HDR_LAYOUT as u64 * 8)?.load(Ordering::Acquire),
+        ))
+    }
+
+    /// The header's config id (the server's role/epoch word).
+    pub fn config_id(&self) -> Option<u64> {
+        Some(self.iword(HDR_CONFIG as u64 * 8)?.load(Ordering::Acquire))
+    }
+
+    /// Whether the index header carries the magic and format this crate understands.
+    pub fn is_valid(&self) -> bool {
+        self.iword(HDR_MAGIC as u64 * 8)
+            .is_some_and(|w| w.load(Ordering::Relaxed) == INDEX_MAGIC)
+            && self
+                .iword(HDR_FORMAT as u64 * 8)
+                .is_some_and(|w| w.load(Ordering::Relaxed) == FORMAT_VERSION)
+    }
+}
+
+enum Probe {
+    Hit {
+        version: Version,
+        memgest: MemgestId,
+        expire_at_ms: Option<u64>,
+        ie_off: u64,
+    },
+    WrongKey,
+    Torn,
+}
+
+/// Copy and validate the entry an index entry points at.
+fn try_entry(
+    view: &RegionsView,
+    ie_off: u64,
+    w0: u64,
+    w1: u64,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) -> Probe {
+    let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
+    let size = u64::from(ie_size_units(w1)) * UNIT_BYTES;
+    if size < ENTRY_HEADER_BYTES as u64
+        || loc.checked_add(size).is_none_or(|e| e > view.data_len as u64)
+    {
+        return Probe::Torn;
+    }
+    if size < (ENTRY_HEADER_BYTES + key.len()) as u64 {
+        // Too small to hold our key: a different key (or torn).
+        return Probe::WrongKey;
+    }
+    out.clear();
+    out.resize(size as usize, 0);
+    for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
+        let Some(w) = view.dword(loc + 8 * i as u64) else {
+            return Probe::Torn;
+        };
+        chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    fence(Ordering::Acquire);
+    let word = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&out[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(b)
+    };
+    let (v_hi, v_lo, w2, w3) = (word(0), word(1), word(2), word(3));
+    let kl = de_key_len(w2) as usize;
+    let vl = de_value_len(w2) as usize;
+    if (ENTRY_HEADER_BYTES + kl + vl) as u64 > size {
+        return Probe::Torn;
+    }
+    let stored = de_checksum(w3);
+    out[24..28].fill(0);
+    if checksum(out, w0, w1) != stored {
+        return Probe::Torn;
+    }
+    // The index entry must still be the one we followed (policy bits aside).
+    let (Some(a0), Some(a1)) = (view.iword(ie_off), view.iword(ie_off + 8)) else {
+        return Probe::Torn;
+    };
+    if a0.load(Ordering::Relaxed) != w0
+        || (a1.load(Ordering::Relaxed) & IE_W1_CHECKED_MASK) != (w1 & IE_W1_CHECKED_MASK)
+    {
+        return Probe::Torn;
+    }
+    if out[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + kl] != *key {
+        return Probe::WrongKey;
+    }
+    let version = Version((u128::from(v_hi) << 64) | u128::from(v_lo));
+    if vcheck_of(version) != ie_vcheck(w1) {
+        // Checksum-valid but not the version the index published: a stale pointer into a
+        // reused slot that happens to hold this key. Never return it.
+        return Probe::Torn;
+    }
+    let exp = de_expire(w2, w3);
+    out.copy_within(ENTRY_HEADER_BYTES + kl..ENTRY_HEADER_BYTES + kl + vl, 0);
+    out.truncate(vl);
+    Probe::Hit {
+        version,
+        memgest: MemgestId(ie_memgest(w0)),
+        expire_at_ms: (exp != 0).then_some(exp),
+        ie_off,
+    }
+}
+
+/// Read `key`'s published value into `out` (cleared first). Expired entries read as `Miss`.
+///
+/// `Retry` after [`READ_RETRY_COUNT_MAX`] torn attempts or if the regions are not a valid
+/// Ringlet index: the caller falls back to the writer path (RPC).
+pub fn read_entry(view: &RegionsView, key: &[u8], now_ms: u64, out: &mut Vec<u8>) -> ReadOutcome {
+    read_entry_with(view, key, key_hash(key), now_ms, None, out).0
+}
+
+/// [`read_entry`] with a precomputed hash and an optional expected config id: if the header's
+/// config id differs (the node's role changed, e.g. it is no longer coordinator), `Retry` is
+/// returned at once so the caller refreshes its map. Also returns the byte offset of the index
+/// entry that produced a hit (for access bits).
+pub fn read_entry_with(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    out: &mut Vec<u8>,
+) -> (ReadOutcome, Option<u64>) {
+    let tag = tag_of(hash);
+    for _attempt in 0..READ_RETRY_COUNT_MAX {
+        let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
+            break;
+        };
+        let layout_word = lw.load(Ordering::Acquire);
+        if let Some(c) = expected_config {
+            if view.config_id() != Some(c) {
+                out.clear();
+                return (ReadOutcome::Retry, None);
+            }
+        }
+        let layout = Layout::unpack(layout_word);
+        if layout.log2_buckets == 0 || layout.log2_buckets > 40 {
+            continue;
+        }
+        let mask = layout.buckets() - 1;
+        let home = hash & mask;
+        let mut torn = false;
+        let mut hit = None;
+        'probe: for k in 0..PROBE_BUCKETS_MAX.min(layout.buckets()) {
+            let b = (home + k) & mask;
+            let boff = layout.table_offset() + b * BUCKET_BYTES;
+            for i in 0..BUCKET_ENTRIES {
+                let ie_off = boff + entry_word(i) as u64 * 8;
+                let (Some(a0), Some(a1)) = (view.iword(ie_off), view.iword(ie_off + 8)) else {
+                    torn = true;
+                    break 'probe;
+                };
+                let w0 = a0.load(Ordering::Acquire);
+                if w0 == 0 || ie_tag(w0) != tag {
+                    continue;
+                }
+                let w1 = a1.load(Ordering::Acquire);
+                match try_entry(view, ie_off, w0, w1, key, out) {
+                    Probe::Hit {
+                        version,
+                        memgest,
+                        expire_at_ms,
+                        ie_off,
+                    } => {
+                        hit = Some((version, memgest, expire_at_ms, ie_off));
+                        break 'probe;
+                    }
+                    Probe::WrongKey => {}
+                    Probe::Torn => torn = true,
+                }
+            }
+            if k == 0 {
+                let overflow = view
+                    .iword(boff)
+                    .map_or(0, |w| w.load(Ordering::Acquire) & 0xffff_ffff);
+                if overflow == 0 {
+                    break;
+                }
+            }
+        }
+        fence(Ordering::Acquire);
+        if lw.load(Ordering::Relaxed) != layout_word {
+            continue;
+        }
+        match hit {
+            Some((version, memgest, expire_at_ms, ie_off)) => {
+                if matches!(expire_at_ms, Some(t) if t <= now_ms) {
+                    out.clear();
+                    return (ReadOutcome::Miss, None);
+                }
+                return (
+                    ReadOutcome::Hit {
+                        version,
+                        memgest,
+                        expire_at_ms,
+                    },
+                    Some(ie_off),
+                );
+            }
+            None if torn => continue,
+            None => {
+                out.clear();
+                return (ReadOutcome::Miss, None);
+            }
+        }
+    }
+    out.clear();
+    (ReadOutcome::Retry, None)
+}

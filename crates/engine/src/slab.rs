@@ -1,0 +1,388 @@
+//! Data-region allocator: size-class slabs over 64 KiB pages, and page runs for large entries.
+//!
+//! Everything is counted in 8-byte units (the index's `location` and `size` unit).
+//!
+//! - Size classes step by 8 B up to 256 B (where most keys of a cache live, so the rounding
+//!   waste of a 100–200 B entry is at most 7 B), then by 1/16 of the size (≤ 6.25 % waste) up to
+//!   16 KiB. Entries above 16 KiB take a run of whole pages; the tail of the last page is never
+//!   written, so it is never committed by the OS.
+//! - A slab is one page of one class, with an occupancy bitmap on the writer's heap.
+//! - Pages come from a first-fit free-run map (coalescing) over the reserved range; a page that
+//!   becomes free is punched out of the memfd at once, so its memory returns to the OS.
+//! - The budget (`memory_bytes_max`) caps committed bytes: 64 KiB per slab, and large entries
+//!   rounded up to 4 KiB (the OS page). The allocator refuses past it; the store then evicts.
+
+use crate::layout::{PAGE_BYTES, UNIT_BYTES};
+use crate::region::Mapping;
+use std::collections::{BTreeMap, BTreeSet};
+
+const PAGE_UNITS: u64 = PAGE_BYTES / UNIT_BYTES;
+/// Largest class in units (16 KiB).
+pub const CLASS_UNITS_MAX: u32 = 2048;
+const OS_PAGE: u64 = 4096;
+
+/// Size classes in units, ascending.
+fn make_classes() -> Vec<u32> {
+    let mut c = Vec::new();
+    let mut u = 4u32; // the 32-byte header alone
+    while u <= CLASS_UNITS_MAX {
+        c.push(u);
+        let step = if u < 32 { 1 } else { (u / 16).max(1) };
+        u += step;
+    }
+    if c.last() != Some(&CLASS_UNITS_MAX) {
+        c.push(CLASS_UNITS_MAX);
+    }
+    c
+}
+
+struct Slab {
+    class: u16,
+    used: u32,
+    cap: u32,
+    bitmap: Vec<u64>,
+    /// First bitmap word that may have a free bit.
+    hint: u32,
+}
+
+/// What a location holds, for compaction and eviction walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageKind {
+    Slab { class: u16 },
+    Large { pages: u32 },
+}
+
+pub struct Slabs {
+    classes: Vec<u32>,
+    /// Slab or large-run head per page index.
+    pages: BTreeMap<u32, PageKind>,
+    slabs: BTreeMap<u32, Slab>,
+    /// Per class: slabs with a free slot.
+    partial: Vec<BTreeSet<u32>>,
+    /// Per class: number of slabs.
+    class_slabs: Vec<u32>,
+    free_runs: BTreeMap<u32, u32>,
+    high_water: u32,
+    page_count: u32,
+    /// Bytes charged for each large run, by head page.
+    large_charge: BTreeMap<u32, u64>,
+    committed: u64,
+    budget: u64,
+    pub bytes_released: u64,
+}
+
+impl Slabs {
+    pub fn new(reserved_bytes: u64, budget: u64) -> Slabs {
+        let classes = make_classes();
+        let n = classes.len();
+        Slabs {
+            classes,
+            pages: BTreeMap::new(),
+            slabs: BTreeMap::new(),
+            partial: vec![BTreeSet::new(); n],
+            class_slabs: vec![0; n],
+            free_runs: BTreeMap::new(),
+            high_water: 1, // page 0 is the region header
+            page_count: (reserved_bytes / PAGE_BYTES) as u32,
+            large_charge: BTreeMap::new(),
+            committed: 0,
+            budget,
+            bytes_released: 0,
+        }
+    }
+
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// The class index for an entry of `units`, or `None` for a large entry.
+    pub fn class_of(&self, units: u64) -> Option<u16> {
+        if units > u64::from(CLASS_UNITS_MAX) {
+            return None;
+        }
+        let i = self.classes.partition_point(|&c| u64::from(c) < units);
+        Some(i as u16)
+    }
+
+    pub fn class_units(&self, class: u16) -> u64 {
+        u64::from(self.classes[usize::from(class)])
+    }
+
+    /// Bytes an entry of `units` occupies (its slot, or its 4 KiB-rounded run).
+    pub fn footprint(&self, units: u64) -> u64 {
+        match self.class_of(units) {
+            Some(c) => self.class_units(c) * UNIT_BYTES,
+            None => (units * UNIT_BYTES).div_ceil(OS_PAGE) * OS_PAGE,
+        }
+    }
+
+    fn alloc_pages(&mut self, n: u32) -> Option<u32> {
+        let found = self
+            .free_runs
+            .iter()
+            .find(|(_, &len)| len >= n)
+            .map(|(&s, &l)| (s, l));
+        if let Some((s, l)) = found {
+            self.free_runs.remove(&s);
+            if l > n {
+                self.free_runs.insert(s + n, l - n);
+            }
+            return Some(s);
+        }
+        if u64::from(self.high_water) + u64::from(n) <= u64::from(self.page_count) {
+            let s = self.high_water;
+            self.high_water += n;
+            return Some(s);
+        }
+        None
+    }
+
+    fn free_pages(&mut self, start: u32, n: u32, data: &Mapping) {
+        data.punch(u64::from(start) * PAGE_BYTES, u64::from(n) * PAGE_BYTES);
+        let (mut s, mut len) = (start, n);
+        if let Some((&ps, &pl)) = self.free_runs.range(..s).next_back() {
+            if ps + pl == s {
+                self.free_runs.remove(&ps);
+                s = ps;
+                len += pl;
+            }
+        }
+        if let Some(&nl) = self.free_runs.get(&(s + len)) {
+            self.free_runs.remove(&(s + len));
+            len += nl;
+        }
+        if s + len == self.high_water {
+            self.high_water = s;
+        } else {
+            self.free_runs.insert(s, len);
+        }
+    }
+
+    /// Allocate an entry of `units`; returns its location in units, or `None` if the budget or
+    /// the reservation is exhausted (the caller evicts and retries).
+    pub fn alloc(&mut self, units: u64) -> Option<u32> {
+        match self.class_of(units) {
+            Some(class) => self.alloc_small(class),
+            None => {
+                let bytes = units * UNIT_BYTES;
+                let cost = bytes.div_ceil(OS_PAGE) * OS_PAGE;
+                if self.committed + cost > self.budget {
+                    return None;
+                }
+                let n = bytes.div_ceil(PAGE_BYTES) as u32;
+                let start = self.alloc_pages(n)?;
+                self.pages.insert(start, PageKind::Large { pages: n });
+                self.large_charge.insert(start, cost);
+                self.committed += cost;
+                Some((u64::from(start) * PAGE_UNITS) as u32)
+            }
+        }
+    }
+
+    /// Whether a slot of `units` can be had without eviction.
+    pub fn has_room(&self, units: u64) -> bool {
+        match self.class_of(units) {
+            Some(class) => {
+                !self.partial[usize::from(class)].is_empty()
+                    || self.committed + PAGE_BYTES <= self.budget
+            }
+            None => {
+                self.committed + (units * UNIT_BYTES).div_ceil(OS_PAGE) * OS_PAGE <= self.budget
+            }
+        }
+    }
+
+    fn alloc_small(&mut self, class: u16) -> Option<u32> {
+        let ci = usize::from(class);
+        let page = match self.partial[ci].first() {
+            Some(&p) => p,
+            None => {
+                if self.committed + PAGE_BYTES > self.budget {
+                    return None;
+                }
+                let p = self.alloc_pages(1)?;
+                let cap = (PAGE_UNITS / u64::from(self.classes[ci])) as u32;
+                self.slabs.insert(
+                    p,
+                    Slab {
+                        class,
+                        used: 0,
+                        cap,
+                        bitmap: vec![0; cap.div_ceil(64) as usize],
+                        hint: 0,
+                    },
+                );
+                self.pages.insert(p, PageKind::Slab { class });
+                self.partial[ci].insert(p);
+                self.class_slabs[ci] += 1;
+                self.committed += PAGE_BYTES;
+                p
+            }
+        };
+        let units = u64::from(self.classes[ci]);
+        let slab = self.slabs.get_mut(&page)?;
+        let mut slot = None;
+        for wi in slab.hint as usize..slab.bitmap.len() {
+            let w = slab.bitmap[wi];
+            if w != u64::MAX {
+                let bit = (!w).trailing_zeros();
+                let idx = wi as u32 * 64 + bit;
+                if idx < slab.cap {
+                    slab.bitmap[wi] |= 1 << bit;
+                    slab.hint = wi as u32;
+                    slot = Some(idx);
+                    break;
+                }
+            }
+        }
+        let idx = slot?;
+        slab.used += 1;
+        if slab.used == slab.cap {
+            self.partial[ci].remove(&page);
+        }
+        Some((u64::from(page) * PAGE_UNITS + u64::from(idx) * units) as u32)
+    }
+
+    /// Free the entry at `loc` (units). Pages left empty go back to the OS.
+    pub fn free(&mut self, loc: u32, data: &Mapping) {
+        let page = (u64::from(loc) / PAGE_UNITS) as u32;
+        match self.pages.get(&page).copied() {
+            Some(PageKind::Large { pages }) => {
+                // Footprint was charged from the entry's own size; recover it from the run.
+                self.pages.remove(&page);
+                self.free_pages(page, pages, data);
+                let charged = self.large_charge.remove(&page).unwrap_or(0);
+                self.committed -= charged;
+                self.bytes_released += charged;
+            }
+            Some(PageKind::Slab { class }) => {
+                let units = u64::from(self.classes[usize::from(class)]);
+                let Some(slab) = self.slabs.get_mut(&page) else {
+                    return;
+                };
+                let idx = ((u64::from(loc) - u64::from(page) * PAGE_UNITS) / units) as u32;
+                let (wi, bit) = ((idx / 64) as usize, idx % 64);
+                if slab.bitmap[wi] & (1 << bit) == 0 {
+                    debug_assert!(false, "double free at {loc}");
+                    return;
+                }
+                slab.bitmap[wi] &= !(1 << bit);
+                slab.hint = slab.hint.min(wi as u32);
+                slab.used -= 1;
+                let ci = usize::from(class);
+                if slab.used == 0 {
+                    self.slabs.remove(&page);
+                    self.pages.remove(&page);
+                    self.partial[ci].remove(&page);
+                    self.class_slabs[ci] -= 1;
+                    self.committed -= PAGE_BYTES;
+                    self.bytes_released += PAGE_BYTES;
+                    self.free_pages(page, 1, data);
+                } else {
+                    self.partial[ci].insert(page);
+                }
+            }
+            None => debug_assert!(false, "free of unallocated {loc}"),
+        }
+    }
+
+    /// Locations of the allocated slots of the slab at `page`.
+    pub fn slab_slots(&self, page: u32) -> Vec<u32> {
+        let Some(slab) = self.slabs.get(&page) else {
+            return Vec::new();
+        };
+        let units = u64::from(self.classes[usize::from(slab.class)]);
+        let mut v = Vec::with_capacity(slab.used as usize);
+        for (wi, &w) in slab.bitmap.iter().enumerate() {
+            let mut w = w;
+            while w != 0 {
+                let bit = w.trailing_zeros();
+                w &= w - 1;
+                let idx = wi as u64 * 64 + u64::from(bit);
+                v.push((u64::from(page) * PAGE_UNITS + idx * units) as u32);
+            }
+        }
+        v
+    }
+
+    /// Slabs of `class`, in page order, starting after `after`.
+    pub fn slabs_of_class(&self, class: u16, after: u32) -> impl Iterator<Item = u32> + '_ {
+        self.slabs
+            .range(after.saturating_add(1)..)
+            .filter(move |(_, s)| s.class == class)
+            .map(|(&p, _)| p)
+    }
+
+    /// All slab and large-run pages starting at `from`, in order.
+    pub fn pages_from(&self, from: u32) -> impl Iterator<Item = (u32, PageKind)> + '_ {
+        self.pages.range(from..).map(|(&p, &k)| (p, k))
+    }
+
+    /// For compaction: the class with the most slab space wasted and, in it, the emptiest slab,
+    /// if moving its entries out would free a page (the others have room for them).
+    pub fn compaction_candidate(&self) -> Option<(u16, u32)> {
+        let mut best: Option<(u64, u16, u32)> = None;
+        for (ci, &n) in self.class_slabs.iter().enumerate() {
+            if n < 2 {
+                continue;
+            }
+            let mut used_total = 0u64;
+            let mut cap_total = 0u64;
+            let mut emptiest: Option<(u32, u32)> = None;
+            for &p in &self.partial[ci] {
+                let s = &self.slabs[&p];
+                if emptiest.is_none_or(|(u, _)| s.used < u) {
+                    emptiest = Some((s.used, p));
+                }
+            }
+            for s in self.slabs.values().filter(|s| usize::from(s.class) == ci) {
+                used_total += u64::from(s.used);
+                cap_total += u64::from(s.cap);
+            }
+            let Some((u, p)) = emptiest else { continue };
+            let free_elsewhere = cap_total - used_total - (u64::from(self.slabs[&p].cap - u));
+            // Worth it only if the class wastes at least a page and the rest can absorb it.
+            let waste = cap_total - used_total;
+            if free_elsewhere >= u64::from(u) && waste >= u64::from(self.slabs[&p].cap) {
+                if best.is_none_or(|(w, _, _)| waste > w) {
+                    best = Some((waste, ci as u16, p));
+                }
+            }
+        }
+        best.map(|(_, c, p)| (c, p))
+    }
+
+    /// Allocate in `class` but not in slab `avoid` (compaction target).
+    pub fn alloc_in_class_except(&mut self, class: u16, avoid: u32) -> Option<u32> {
+        let ci = usize::from(class);
+        let was_partial = self.partial[ci].remove(&avoid);
+        let r = if self.partial[ci].is_empty() {
+            None
+        } else {
+            self.alloc_small(class)
+        };
+        if was_partial {
+            self.partial[ci].insert(avoid);
+        }
+        r
+    }
+
+    /// Forget everything (flush): every page is punched.
+    pub fn reset(&mut self, data: &Mapping) {
+        data.punch(PAGE_BYTES, u64::from(self.high_water.saturating_sub(1)) * PAGE_BYTES);
+        self.bytes_released += self.committed;
+        let n = self.classes.len();
+        self.pages.clear();
+        self.slabs.clear();
+        self.partial = vec![BTreeSet::new(); n];
+        self.class_slabs = vec![0; n];
+        self.free_runs.clear();
+        self.large_charge.clear();
+        self.high_water = 1;
+        self.committed = 0;
+    }
+}
