@@ -16,7 +16,8 @@
 //! - reliability `R(t) = 1 − P_FS(t)`, availability is the interval average over the year of
 //!   the probability of being in an *available* state (A.3): state 0 for erasure coding
 //!   (a lost chunk must be decoded before it can be read), states `i ≤ ⌊(R−1)/2⌋` for
-//!   quorum replication (Ring §3.1).
+//!   quorum replication (Ring §3.1); replication loses data only past `⌊R/2⌋` failures
+//!   (an acknowledged write is on a majority), which equals §3.1's bound for odd R.
 //!
 //! `µ_P = µ` (a parity node holds what an RS(K, M) node holds); a stretched data node holds
 //! `K/s` of that, so it is rebuilt `s/K` times faster: `µ_D = (s/K)·µ`. (The appendix prints
@@ -413,9 +414,14 @@ pub fn reliability(kind: MemgestKind, p: &ModelParams) -> Result<Reliability, Er
                 MemgestKind::Rep { r } => u32::from(r).max(1),
                 _ => 1,
             };
-            let t = u32::from(kind.failures_tolerated());
-            let avail_states = usize::try_from(t).unwrap_or(0).saturating_add(1);
-            let chain = threshold_chain(r, t, p.rebuilds_per_year, avail_states);
+            // Availability needs a live majority (Ring §3.1: ⌊(R−1)/2⌋ failures). Data is
+            // lost only when every node of some acknowledged majority is gone, so durability
+            // tolerates ⌊R/2⌋ — the same as §3.1 for odd R, one more for even R (rep:2 keeps
+            // acknowledged data after one failure: both copies had it).
+            let t_avail = u32::from(kind.failures_tolerated());
+            let t_dur = r.checked_div(2).unwrap_or(0);
+            let avail_states = usize::try_from(t_avail).unwrap_or(0).saturating_add(1);
+            let chain = threshold_chain(r, t_dur, p.rebuilds_per_year, avail_states);
             let (gl, ga) = chain.solve(p.node_failures_per_year, p.years)?;
             let groups = f64::from(p.data_nodes);
             // ln1p/exp_m1 keep precision for tiny per-group loss.
