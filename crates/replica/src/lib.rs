@@ -1,1 +1,29 @@
-//! ringlet-replica (being written)
+//! `ringlet-replica`: the replication core of one node — commit rules per memgest, quorum
+//! read legs, failover rebuild, new-replica sync, digest repair. Sans-I/O: the server and the
+//! simulator (`ringlet-sim`) drive the same [`Replica::step`].
+//!
+//! Goals:
+//! - DESIGN.md "Writes, memgests and consistency": the coordinator orders each key's
+//!   mutations and assigns versions (HLC); `none` commits on the coordinator, `rep:R` when a
+//!   majority of the R replicas (coordinator included) applied it; the rest catch up;
+//! - a coordinator serves only in an epoch where it is coordinator, with a live lease;
+//! - failover: a new coordinator rebuilds from a majority of the old cohort before serving;
+//!   a restarted node comes back empty and rejoins as a spare;
+//! - repair: cohort members compare per-slot digests and fix dirty replicas, bounded per tick;
+//! - in-flight replication bounded by count and bytes (`ringlet_types::limits`).
+//!
+//! Non-goals (now): `ec:K+M` (the hook is in `node.rs` `write`: crates/erasure provides parity
+//! deltas), MOVE as a command (a Set with another memgest moves the key; old copies are
+//! retired by repair), resharding of slot ranges, client-nominated versions.
+//!
+//! Modules: [`store`] (the [`ReplicaStore`] trait and [`MemStore`]), [`msg`] (client and peer
+//! messages), [`node`] (the state machine). Protocol and reasons:
+//! `docs/design/cluster-replication.md`.
+
+pub mod msg;
+pub mod node;
+pub mod store;
+
+pub use msg::*;
+pub use node::{Input, Output, Replica, ReplicaConfig, ReplicaStats};
+pub use store::{ApplyOutcome, Entry, MemStore, ReplicaStore};

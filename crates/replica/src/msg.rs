@@ -1,0 +1,199 @@
+//! Messages in and out of the replica core. The server encodes these on its peer links and
+//! client connections; the simulator passes them by value.
+
+use crate::store::Entry;
+use ringlet_types::{Epoch, MemgestId, NodeId, Slot, Version};
+
+/// Client request identity: retries of one operation carry the same id, so the coordinator
+/// applies it once (dedup table) and answers the retry with the first answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReqId {
+    pub client: u64,
+    pub seq: u64,
+}
+
+/// A client operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientOp {
+    /// Read at the coordinator: the newest committed version.
+    Get { key: Vec<u8> },
+    /// Quorum-read leg: this node's version (and value) of `key`. Any Ready cohort member
+    /// answers; the client decides (majority of versions, data from the first responder).
+    ReadReplica { key: Vec<u8> },
+    /// Write `value` under `memgest` (the map's default when `None`).
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        memgest: Option<MemgestId>,
+    },
+    /// Delete: a tombstone with a new version.
+    Delete { key: Vec<u8> },
+}
+
+impl ClientOp {
+    pub fn key(&self) -> &[u8] {
+        match self {
+            ClientOp::Get { key }
+            | ClientOp::ReadReplica { key }
+            | ClientOp::Set { key, .. }
+            | ClientOp::Delete { key } => key,
+        }
+    }
+}
+
+/// A client request: the client's map epoch must equal the node's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientRequest {
+    pub id: ReqId,
+    pub epoch: Epoch,
+    pub op: ClientOp,
+}
+
+/// Answer to a client. Variants say whether the operation definitely did not happen
+/// (`StaleEpoch`, `NotCoordinator`, `NotReady`, `Busy`, `TooLarge`, `NoSuchMemgest`: safe to
+/// retry anywhere) or might have (`Ambiguous`: the write may still take effect).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientReply {
+    /// Get: the committed value (`None`: not found / deleted) and its version.
+    Value {
+        version: Version,
+        value: Option<Vec<u8>>,
+    },
+    /// ReadReplica: this node's state for the key.
+    Replica {
+        version: Version,
+        memgest: MemgestId,
+        value: Option<Vec<u8>>,
+    },
+    /// Set/Delete committed under its memgest's rule.
+    Written {
+        version: Version,
+    },
+    /// Client and node disagree on the epoch; `current` is the node's.
+    StaleEpoch {
+        current: Epoch,
+    },
+    /// This node does not coordinate the key's slot in this epoch (or lost its lease).
+    NotCoordinator,
+    /// The node has the role but is still rebuilding/syncing the slot: retry shortly.
+    NotReady,
+    /// In-flight replication limits reached; nothing was done.
+    Busy,
+    /// Key or value beyond `ringlet_types::limits`.
+    TooLarge,
+    NoSuchMemgest,
+    /// The coordinator lost its role with this write in flight: it may or may not commit.
+    Ambiguous,
+}
+
+impl ClientReply {
+    /// Whether the operation certainly had no effect.
+    pub fn is_definite_failure(&self) -> bool {
+        matches!(
+            self,
+            ClientReply::StaleEpoch { .. }
+                | ClientReply::NotCoordinator
+                | ClientReply::NotReady
+                | ClientReply::Busy
+                | ClientReply::TooLarge
+                | ClientReply::NoSuchMemgest
+        )
+    }
+}
+
+/// A reply with the node's epoch (every response carries it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub id: ReqId,
+    pub from: NodeId,
+    pub epoch: Epoch,
+    pub body: ClientReply,
+}
+
+/// Why the puller wants a slot range's entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullPurpose {
+    /// A new coordinator rebuilds from the old cohort (and a draining predecessor).
+    Rebuild,
+    /// A new replica copies from its coordinator.
+    Sync,
+}
+
+/// Peer-to-peer messages. Every one travels in a [`PeerMsg`] envelope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerBody {
+    /// Coordinator → replica: apply this version of `key`.
+    Replicate {
+        key: Vec<u8>,
+        entry: Entry,
+    },
+    /// Replica → coordinator. `ok = false`: refused because the sender was fenced.
+    ReplicateAck {
+        key: Vec<u8>,
+        version: Version,
+        ok: bool,
+    },
+    /// Ask for a range's entries from `after` on (a page).
+    PullReq {
+        id: u64,
+        purpose: PullPurpose,
+        first: Slot,
+        last: Slot,
+        after: Option<(Slot, Vec<u8>)>,
+    },
+    /// A page; `next = None` means done. `ready = false`: the sender cannot vote/serve this
+    /// range yet (it is itself new to it); retry later.
+    PullResp {
+        id: u64,
+        ready: bool,
+        entries: Vec<(Vec<u8>, Entry)>,
+        next: Option<(Slot, Vec<u8>)>,
+    },
+    /// Coordinator → replica: digests of the coordinator's non-empty slots in the range, as the
+    /// replica should hold them.
+    Probe {
+        first: Slot,
+        last: Slot,
+        digests: Vec<(Slot, u64)>,
+    },
+    /// Replica → coordinator: slots whose digest differs.
+    ProbeResp {
+        mismatched: Vec<Slot>,
+    },
+    /// Coordinator → replica: list your (key, version) of `slot` after `after`.
+    KeyListReq {
+        slot: Slot,
+        after: Option<Vec<u8>>,
+    },
+    KeyList {
+        slot: Slot,
+        after: Option<Vec<u8>>,
+        keys: Vec<(Vec<u8>, Version)>,
+        more: bool,
+    },
+    /// Coordinator → replica: entries the replica lacks or has older.
+    RepairPush {
+        entries: Vec<(Vec<u8>, Entry)>,
+    },
+    /// Coordinator → replica: send me these entries (you have them newer).
+    RepairFetch {
+        keys: Vec<Vec<u8>>,
+    },
+    RepairFetchResp {
+        entries: Vec<(Vec<u8>, Entry)>,
+    },
+    /// Coordinator → replica: drop `key` if at or below `version` (memgest moved away).
+    Retire {
+        key: Vec<u8>,
+        version: Version,
+    },
+}
+
+/// Envelope: sender epoch and incarnation travel with every peer message, so a receiver can
+/// refuse a fenced coordinator or a dead incarnation's late packets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerMsg {
+    pub epoch: Epoch,
+    pub incarnation: u64,
+    pub body: PeerBody,
+}

@@ -1,0 +1,1761 @@
+//! The replica state machine of one node. See `docs/design/cluster-replication.md` for the
+//! protocol and why; this comment is the short version.
+//!
+//! ```text
+//!  client ──Set──▶ coordinator ──Replicate──▶ replicas (cohort[1..R])
+//!                      │   ◀──ReplicateAck──      apply if newer, ack
+//!                      │ majority (self included) acked → apply locally, reply Written
+//!                      └─ keeps resending to the rest (async catch-up), repair mops up
+//!
+//!  new coordinator (took a failed/draining node's place)
+//!      ──PullReq(Rebuild)──▶ old cohort survivors (+ draining predecessor)
+//!      fences the range at each receiver; merges max version per key; a majority of each
+//!      rep:R memgest's old replicas must answer; then HLC jumps past now; then serves.
+//!
+//!  new replica ──PullReq(Sync)──▶ coordinator; Ready when the last page arrived.
+//!
+//!  repair: coordinator ──Probe(digests per slot)──▶ replica ──ProbeResp(mismatched)──▶
+//!          KeyListReq/KeyList ──▶ RepairPush / RepairFetch / Retire
+//! ```
+//!
+//! Safety rests on three rules: (1) a coordinator serves only while its map says so, its
+//! lease (counted from heartbeat *send* times) is live, and no receiver has fenced it; (2) a
+//! replica refuses writes from anyone but the slot's coordinator in the newest epoch it knows
+//! (map or fence); (3) a new coordinator reads a majority of the old replicas before serving,
+//! and issues versions above anything the old coordinator can have issued.
+
+use crate::msg::*;
+use crate::store::{ApplyOutcome, Entry, ReplicaStore};
+use ringlet_control::{ClusterMap, Input as ControlInput, NodeState};
+use ringlet_types::{key_slot, limits, Epoch, Hlc, MemgestId, MemgestKind, NodeId, Slot, Version};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// Bounds local to replication (each with its reason).
+pub mod bounds {
+    /// Entries per pull page: a page is one message; 1,024 small entries keep it well under a
+    /// frame, and a big value makes the byte bound below cut the page first.
+    pub const PULL_ENTRIES_PER_PAGE_MAX: usize = 1024;
+    /// Bytes per pull page (a page always carries at least one entry, even a huge one).
+    pub const PULL_BYTES_PER_PAGE_MAX: u64 = 4 * 1024 * 1024;
+    /// (key, version) pairs per repair key list: CliqueMap exchanges key hashes per cohort
+    /// scan; 4,096 keys of a slot per message bounds one repair step.
+    pub const KEYLIST_KEYS_MAX: usize = 4096;
+    /// Mismatched slots a replica reports per probe: bounds repair work started per round.
+    pub const REPAIR_SLOTS_PER_PROBE_MAX: usize = 64;
+    /// Keys per repair fetch.
+    pub const REPAIR_FETCH_KEYS_MAX: usize = 1024;
+    /// Clients remembered for retry dedup (oldest forgotten first).
+    pub const DEDUP_CLIENTS_MAX: usize = 65_536;
+    /// Reads parked behind uncommitted writes.
+    pub const PARKED_READS_MAX: usize = ringlet_types::limits::QUEUE_CAPACITY as usize;
+}
+use bounds::*;
+
+/// Timing knobs, all in milliseconds of the caller's clock.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// Address announced in Join.
+    pub addr: String,
+    pub heartbeat_interval_ms: u64,
+    /// Must equal the control plane's lease.
+    pub lease_ms: u64,
+    /// Subtracted from the lease to absorb clock-rate differences between node and control
+    /// plane.
+    pub lease_margin_ms: u64,
+    /// Resend an unacknowledged Replicate after this long.
+    pub retransmit_ms: u64,
+    /// Resend an unanswered pull page after this long.
+    pub pull_retry_ms: u64,
+    /// Probe one coordinated range's replicas this often.
+    pub repair_interval_ms: u64,
+    /// Give up waiting for a majority during rebuild after this long and serve what was
+    /// recovered (reported as `Output::PossibleLoss`): availability beyond the memgest's
+    /// tolerance, as Ring's "the app is told".
+    pub rebuild_timeout_ms: u64,
+}
+
+impl Default for ReplicaConfig {
+    fn default() -> Self {
+        ReplicaConfig {
+            addr: String::new(),
+            heartbeat_interval_ms: 200,
+            lease_ms: 1500,
+            lease_margin_ms: 100,
+            retransmit_ms: 150,
+            pull_retry_ms: 300,
+            repair_interval_ms: 250,
+            rebuild_timeout_ms: 20_000,
+        }
+    }
+}
+
+/// Inputs of [`Replica::step`].
+#[derive(Clone, Debug)]
+pub enum Input {
+    Client { client: u64, req: ClientRequest },
+    Peer { from: NodeId, msg: PeerMsg },
+    Map(Arc<ClusterMap>),
+    HeartbeatAck { incarnation: u64, sent_ms: u64 },
+    Fenced { incarnation: u64 },
+    Tick,
+}
+
+/// Outputs of [`Replica::step`].
+#[derive(Clone, Debug)]
+pub enum Output {
+    Send {
+        to: NodeId,
+        msg: PeerMsg,
+    },
+    Reply {
+        client: u64,
+        reply: Reply,
+    },
+    Control(ControlInput),
+    /// A range became serving without a majority of its old replicas: data may be lost.
+    PossibleLoss {
+        first: Slot,
+        last: Slot,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Coordinator,
+    Replica,
+    None,
+}
+
+#[derive(Clone, Debug)]
+struct Source {
+    req_id: u64,
+    after: Option<(Slot, Vec<u8>)>,
+    sent_ms: u64,
+    done: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Pull {
+    purpose: PullPurpose,
+    sources: BTreeMap<NodeId, Source>,
+    /// Draining predecessor whose answer is required while it is Draining.
+    pred: Option<NodeId>,
+    started_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Status {
+    /// No data role.
+    Idle,
+    /// Serving (coordinator) / complete (replica).
+    Ready,
+    /// Had a data role with complete data, gave it away (drain): still answers rebuild pulls.
+    Retired,
+    Pulling(Pull),
+}
+
+#[derive(Clone, Debug)]
+struct RangeState {
+    first: Slot,
+    last: Slot,
+    cohort: Vec<NodeId>,
+    offset: Option<usize>,
+    role: Role,
+    status: Status,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    key: Vec<u8>,
+    slot: Slot,
+    entry: Entry,
+    client: Option<(u64, ReqId)>,
+    targets: Vec<NodeId>,
+    acked: BTreeSet<NodeId>,
+    /// Acks from others needed to commit (the coordinator's own apply is implied).
+    needed: usize,
+    committed: bool,
+    last_send_ms: u64,
+    bytes: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Parked {
+    client: u64,
+    id: ReqId,
+    threshold: Version,
+}
+
+#[derive(Clone, Debug)]
+struct Dedup {
+    seq: u64,
+    reply: Option<ClientReply>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Fence {
+    epoch: Epoch,
+    node: NodeId,
+    incarnation: u64,
+}
+
+/// One node's replication core.
+pub struct Replica<S: ReplicaStore> {
+    id: NodeId,
+    incarnation: u64,
+    cfg: ReplicaConfig,
+    store: S,
+    map: Option<Arc<ClusterMap>>,
+    epoch: Epoch,
+    hlc: Hlc,
+    lease_until_ms: u64,
+    last_heartbeat_ms: Option<u64>,
+    ranges: Vec<RangeState>,
+    fences: BTreeMap<Slot, Fence>,
+    pending: BTreeMap<Version, Pending>,
+    /// Uncommitted pending versions per key (reads wait for those at or below their threshold).
+    uncommitted: BTreeMap<Vec<u8>, BTreeSet<Version>>,
+    inflight: BTreeMap<NodeId, (u32, u64)>,
+    parked: BTreeMap<Vec<u8>, Vec<Parked>>,
+    parked_count: usize,
+    dedup: BTreeMap<u64, Dedup>,
+    dedup_order: VecDeque<u64>,
+    /// Pull request id → (range first slot, source).
+    pull_index: BTreeMap<u64, (Slot, NodeId)>,
+    next_id: u64,
+    repair_cursor: usize,
+    last_repair_ms: u64,
+    /// Counters for tests and metrics.
+    pub stats: ReplicaStats,
+}
+
+/// Counters (metrics `replica_*`).
+#[derive(Clone, Debug, Default)]
+pub struct ReplicaStats {
+    pub writes_committed: u64,
+    pub rebuilds_completed: u64,
+    pub syncs_completed: u64,
+    pub repair_pushed: u64,
+    pub repair_fetched: u64,
+    pub repair_retired: u64,
+    pub replicate_refused: u64,
+    pub possible_loss: u64,
+}
+
+fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+impl<S: ReplicaStore> Replica<S> {
+    /// A node process starting with `store` (empty on a fresh start or restart).
+    pub fn new(id: NodeId, incarnation: u64, cfg: ReplicaConfig, store: S) -> Replica<S> {
+        Replica {
+            id,
+            incarnation,
+            cfg,
+            store,
+            map: None,
+            epoch: Epoch(0),
+            hlc: Hlc::new(id.0),
+            lease_until_ms: 0,
+            last_heartbeat_ms: None,
+            ranges: Vec::new(),
+            fences: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            uncommitted: BTreeMap::new(),
+            inflight: BTreeMap::new(),
+            parked: BTreeMap::new(),
+            parked_count: 0,
+            dedup: BTreeMap::new(),
+            dedup_order: VecDeque::new(),
+            pull_index: BTreeMap::new(),
+            next_id: 1,
+            repair_cursor: 0,
+            last_repair_ms: 0,
+            stats: ReplicaStats::default(),
+        }
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+    pub fn map(&self) -> Option<&Arc<ClusterMap>> {
+        self.map.as_ref()
+    }
+
+    /// No pull in progress, no write in flight: the node has settled.
+    pub fn is_settled(&self) -> bool {
+        self.pending.is_empty()
+            && self
+                .ranges
+                .iter()
+                .all(|r| !matches!(r.status, Status::Pulling(_)))
+    }
+
+    /// Whether this node is Ready for `slot` at cohort offset `offset`.
+    pub fn ready_at(&self, slot: Slot) -> Option<usize> {
+        let r = self.range(slot)?;
+        match r.status {
+            Status::Ready => r.offset,
+            _ => None,
+        }
+    }
+
+    /// Digest of `slot` as a holder at `offset` should see it (test/sim convergence checks).
+    pub fn slot_digest_at(&self, slot: Slot, offset: usize) -> u64 {
+        let Some(map) = &self.map else { return 0 };
+        self.store.slot_digest(slot, &|m| map.copies(m) > offset)
+    }
+
+    /// One step. The event loop of the driver is the only unbounded loop; every step here is
+    /// bounded by the sizes of its input and of the (bounded) tables.
+    pub fn step(&mut self, now_ms: u64, input: Input) -> Vec<Output> {
+        let mut out = Vec::new();
+        match input {
+            Input::Client { client, req } => self.on_client(now_ms, client, req, &mut out),
+            Input::Peer { from, msg } => self.on_peer(now_ms, from, msg, &mut out),
+            Input::Map(m) => self.on_map(now_ms, m, &mut out),
+            Input::HeartbeatAck {
+                incarnation,
+                sent_ms,
+            } => {
+                if incarnation == self.incarnation && self.joined() {
+                    let until = sent_ms
+                        .saturating_add(self.cfg.lease_ms)
+                        .saturating_sub(self.cfg.lease_margin_ms);
+                    self.lease_until_ms = self.lease_until_ms.max(until);
+                }
+            }
+            Input::Fenced { incarnation } => {
+                if incarnation == self.incarnation {
+                    self.wipe_and_rejoin(now_ms, &mut out);
+                }
+            }
+            Input::Tick => self.on_tick(now_ms, &mut out),
+        }
+        out
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    fn joined(&self) -> bool {
+        self.map.as_ref().is_some_and(|m| {
+            m.nodes
+                .get(&self.id)
+                .is_some_and(|n| n.incarnation == self.incarnation)
+        })
+    }
+
+    fn range_index(&self, slot: Slot) -> Option<usize> {
+        let i = self.ranges.partition_point(|r| r.last < slot);
+        match self.ranges.get(i) {
+            Some(r) if r.first <= slot => Some(i),
+            _ => None,
+        }
+    }
+
+    fn range(&self, slot: Slot) -> Option<&RangeState> {
+        self.range_index(slot).and_then(|i| self.ranges.get(i))
+    }
+
+    fn send(&self, out: &mut Vec<Output>, to: NodeId, body: PeerBody) {
+        out.push(Output::Send {
+            to,
+            msg: PeerMsg {
+                epoch: self.epoch,
+                incarnation: self.incarnation,
+                body,
+            },
+        });
+    }
+
+    fn reply(&self, out: &mut Vec<Output>, client: u64, id: ReqId, body: ClientReply) {
+        out.push(Output::Reply {
+            client,
+            reply: Reply {
+                id,
+                from: self.id,
+                epoch: self.epoch,
+                body,
+            },
+        });
+    }
+
+    fn apply_local(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome {
+        self.hlc.observe(entry.version);
+        self.store.apply(key, entry)
+    }
+
+    /// Whether this node may coordinate `slot` now.
+    fn serving(&self, now_ms: u64, slot: Slot) -> Result<(), ClientReply> {
+        let r = self.range(slot).ok_or(ClientReply::NotCoordinator)?;
+        if r.role != Role::Coordinator {
+            return Err(ClientReply::NotCoordinator);
+        }
+        if now_ms >= self.lease_until_ms {
+            return Err(ClientReply::NotCoordinator);
+        }
+        if let Some(f) = self.fences.get(&slot) {
+            if f.node != self.id || f.incarnation != self.incarnation {
+                return Err(ClientReply::NotCoordinator);
+            }
+        }
+        match r.status {
+            Status::Ready => Ok(()),
+            _ => Err(ClientReply::NotReady),
+        }
+    }
+
+    /// Whether a coordinator-originated write for `slot` from `from` is acceptable (rule 2).
+    fn accept_from_coordinator(&self, from: NodeId, msg: &PeerMsg, slot: Slot) -> bool {
+        if let Some(map) = &self.map {
+            if let Some(n) = map.nodes.get(&from) {
+                if msg.incarnation < n.incarnation {
+                    return false;
+                }
+            }
+        }
+        if let Some(f) = self.fences.get(&slot) {
+            if f.node != from {
+                if msg.epoch <= f.epoch {
+                    return false;
+                }
+            } else if msg.incarnation < f.incarnation {
+                return false;
+            }
+        }
+        if msg.epoch <= self.epoch {
+            let coord = self.range(slot).and_then(|r| r.cohort.first().copied());
+            if coord != Some(from) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn remember(&mut self, client: u64, seq: u64, reply: Option<ClientReply>) {
+        if !self.dedup.contains_key(&client) {
+            self.dedup_order.push_back(client);
+            while self.dedup_order.len() > DEDUP_CLIENTS_MAX {
+                if let Some(old) = self.dedup_order.pop_front() {
+                    self.dedup.remove(&old);
+                }
+            }
+        }
+        self.dedup.insert(client, Dedup { seq, reply });
+    }
+
+    // ------------------------------------------------------------------ clients
+
+    fn on_client(&mut self, now_ms: u64, client: u64, req: ClientRequest, out: &mut Vec<Output>) {
+        let key = req.op.key().to_vec();
+        if key.len() > limits::KEY_BYTES_MAX as usize {
+            return self.reply(out, client, req.id, ClientReply::TooLarge);
+        }
+        if let ClientOp::Set { value, .. } = &req.op {
+            if value.len() > limits::VALUE_BYTES_MAX as usize {
+                return self.reply(out, client, req.id, ClientReply::TooLarge);
+            }
+        }
+        if req.epoch != self.epoch || self.map.is_none() {
+            let current = self.epoch;
+            return self.reply(out, client, req.id, ClientReply::StaleEpoch { current });
+        }
+        let slot = key_slot(&key);
+        match req.op {
+            ClientOp::ReadReplica { .. } => {
+                let body = match self.ready_at(slot) {
+                    Some(_) => {
+                        let e = self.store.get(&key);
+                        ClientReply::Replica {
+                            version: e.as_ref().map_or(Version::ZERO, |e| e.version),
+                            memgest: e.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
+                            value: e.and_then(|e| e.value),
+                        }
+                    }
+                    None => ClientReply::NotReady,
+                };
+                self.reply(out, client, req.id, body);
+            }
+            ClientOp::Get { .. } => {
+                if let Err(e) = self.serving(now_ms, slot) {
+                    return self.reply(out, client, req.id, e);
+                }
+                let threshold = self
+                    .uncommitted
+                    .get(&key)
+                    .and_then(|s| s.iter().next_back().copied());
+                match threshold {
+                    None => {
+                        let body = self.read_committed(&key);
+                        self.reply(out, client, req.id, body);
+                    }
+                    Some(threshold) => {
+                        if self.parked_count >= PARKED_READS_MAX {
+                            return self.reply(out, client, req.id, ClientReply::Busy);
+                        }
+                        self.parked_count += 1;
+                        self.parked.entry(key).or_default().push(Parked {
+                            client,
+                            id: req.id,
+                            threshold,
+                        });
+                    }
+                }
+            }
+            ClientOp::Set { value, memgest, .. } => {
+                self.write(now_ms, client, req.id, key, Some(value), memgest, out)
+            }
+            ClientOp::Delete { .. } => self.write(now_ms, client, req.id, key, None, None, out),
+        }
+    }
+
+    fn read_committed(&self, key: &[u8]) -> ClientReply {
+        match self.store.get(key) {
+            Some(e) => ClientReply::Value {
+                version: e.version,
+                value: e.value,
+            },
+            None => ClientReply::Value {
+                version: Version::ZERO,
+                value: None,
+            },
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        now_ms: u64,
+        client: u64,
+        id: ReqId,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        memgest: Option<MemgestId>,
+        out: &mut Vec<Output>,
+    ) {
+        let slot = key_slot(&key);
+        if let Err(e) = self.serving(now_ms, slot) {
+            return self.reply(out, client, id, e);
+        }
+        // Retry dedup: same (client, seq) is answered, never re-applied.
+        if let Some(d) = self.dedup.get(&client) {
+            if d.seq == id.seq {
+                if let Some(r) = d.reply.clone() {
+                    self.reply(out, client, id, r);
+                }
+                return; // still pending: the answer comes when it commits
+            }
+            if d.seq > id.seq {
+                return; // an older request's late retry
+            }
+        }
+        let Some(map) = self.map.clone() else {
+            return self.reply(out, client, id, ClientReply::NotCoordinator);
+        };
+        let memgest = match (memgest, &value) {
+            (Some(m), _) => m,
+            (None, Some(_)) => map.default_memgest,
+            // A delete keeps the key's memgest so its tombstone lives where its copies were.
+            (None, None) => self
+                .latest_entry(&key)
+                .map_or(map.default_memgest, |e| e.memgest),
+        };
+        let Some(info) = map.memgests.get(&memgest) else {
+            return self.reply(out, client, id, ClientReply::NoSuchMemgest);
+        };
+        let copies = match info.kind {
+            MemgestKind::None => 1,
+            MemgestKind::Rep { r } => usize::from(r),
+            // EC hook: an ec:K+M write applies locally and sends the parity delta (plus key
+            // metadata) to the PG's first M redundant nodes; it commits when all M acked.
+            // crates/erasure provides the delta; until it is wired, ec writes are refused.
+            MemgestKind::Ec { .. } => {
+                return self.reply(out, client, id, ClientReply::NoSuchMemgest);
+            }
+        };
+        let Some(r) = self.range(slot) else {
+            return self.reply(out, client, id, ClientReply::NotCoordinator);
+        };
+        let targets: Vec<NodeId> = r.cohort.iter().skip(1).take(copies - 1).copied().collect();
+        let mut entry = Entry {
+            version: Version::ZERO,
+            memgest,
+            value,
+        };
+        let bytes = entry.wire_bytes(&key);
+        for t in &targets {
+            let (n, b) = self.inflight.get(t).copied().unwrap_or((0, 0));
+            if n >= limits::REPLICATION_INFLIGHT_MAX
+                || b.saturating_add(bytes) > limits::REPLICATION_INFLIGHT_BYTES_MAX
+            {
+                return self.reply(out, client, id, ClientReply::Busy);
+            }
+        }
+        entry.version = self.hlc.next(now_ms);
+        if let Some(cur) = self.latest_entry(&key) {
+            assert!(entry.version > cur.version, "HLC issued a stale version");
+        }
+        if targets.is_empty() {
+            self.apply_local(&key, entry.clone());
+            self.stats.writes_committed += 1;
+            let body = ClientReply::Written {
+                version: entry.version,
+            };
+            self.remember(client, id.seq, Some(body.clone()));
+            return self.reply(out, client, id, body);
+        }
+        self.remember(client, id.seq, None);
+        for t in &targets {
+            let c = self.inflight.entry(*t).or_insert((0, 0));
+            c.0 += 1;
+            c.1 = c.1.saturating_add(bytes);
+            self.send(
+                out,
+                *t,
+                PeerBody::Replicate {
+                    key: key.clone(),
+                    entry: entry.clone(),
+                },
+            );
+        }
+        self.uncommitted
+            .entry(key.clone())
+            .or_default()
+            .insert(entry.version);
+        self.pending.insert(
+            entry.version,
+            Pending {
+                key,
+                slot,
+                entry,
+                client: Some((client, id)),
+                needed: majority(copies) - 1,
+                targets,
+                acked: BTreeSet::new(),
+                committed: false,
+                last_send_ms: now_ms,
+                bytes,
+            },
+        );
+    }
+
+    /// Newest version this coordinator knows for `key`: pending or stored.
+    fn latest_entry(&self, key: &[u8]) -> Option<Entry> {
+        let pend = self
+            .uncommitted
+            .get(key)
+            .and_then(|s| s.iter().next_back())
+            .and_then(|v| self.pending.get(v))
+            .map(|p| p.entry.clone());
+        let stored = self.store.get(key);
+        match (pend, stored) {
+            (Some(p), Some(s)) => Some(if p.version > s.version { p } else { s }),
+            (p, s) => p.or(s),
+        }
+    }
+
+    fn on_ack(
+        &mut self,
+        from: NodeId,
+        key: Vec<u8>,
+        version: Version,
+        ok: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(p) = self.pending.get_mut(&version) else {
+            return;
+        };
+        if p.key != key {
+            return;
+        }
+        if !ok {
+            self.stats.replicate_refused += 1;
+            return;
+        }
+        if p.targets.contains(&from) && p.acked.insert(from) {
+            if let Some(c) = self.inflight.get_mut(&from) {
+                c.0 = c.0.saturating_sub(1);
+                c.1 = c.1.saturating_sub(p.bytes);
+            }
+        }
+        if !p.committed && p.acked.len() >= p.needed {
+            self.commit(version, out);
+        }
+        if let Some(p) = self.pending.get(&version) {
+            if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
+                self.pending.remove(&version);
+            }
+        }
+    }
+
+    fn commit(&mut self, version: Version, out: &mut Vec<Output>) {
+        let Some(p) = self.pending.get_mut(&version) else {
+            return;
+        };
+        p.committed = true;
+        let (key, entry, client) = (p.key.clone(), p.entry.clone(), p.client.take());
+        self.apply_local(&key, entry);
+        self.stats.writes_committed += 1;
+        if let Some(set) = self.uncommitted.get_mut(&key) {
+            set.remove(&version);
+            if set.is_empty() {
+                self.uncommitted.remove(&key);
+            }
+        }
+        if let Some((c, id)) = client {
+            let body = ClientReply::Written { version };
+            if self.dedup.get(&c).is_some_and(|d| d.seq == id.seq) {
+                self.remember(c, id.seq, Some(body.clone()));
+            }
+            self.reply(out, c, id, body);
+        }
+        self.wake_reads(&key, out);
+    }
+
+    fn wake_reads(&mut self, key: &[u8], out: &mut Vec<Output>) {
+        let Some(list) = self.parked.remove(key) else {
+            return;
+        };
+        let lowest = self
+            .uncommitted
+            .get(key)
+            .and_then(|s| s.iter().next().copied());
+        let mut keep = Vec::new();
+        for p in list {
+            if lowest.is_some_and(|v| v <= p.threshold) {
+                keep.push(p);
+            } else {
+                self.parked_count -= 1;
+                let body = self.read_committed(key);
+                self.reply(out, p.client, p.id, body);
+            }
+        }
+        if !keep.is_empty() {
+            self.parked.insert(key.to_vec(), keep);
+        }
+    }
+
+    /// Drop coordination of `first..=last`: pending writes become Ambiguous for their clients
+    /// (they may still commit through a successor's rebuild); parked reads are told to retry.
+    fn abandon(&mut self, first: Slot, last: Slot, out: &mut Vec<Output>) {
+        let versions: Vec<Version> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.slot >= first && p.slot <= last)
+            .map(|(v, _)| *v)
+            .collect();
+        for v in versions {
+            if let Some(mut p) = self.pending.remove(&v) {
+                for t in &p.targets {
+                    if !p.acked.contains(t) {
+                        if let Some(c) = self.inflight.get_mut(t) {
+                            c.0 = c.0.saturating_sub(1);
+                            c.1 = c.1.saturating_sub(p.bytes);
+                        }
+                    }
+                }
+                if let Some(set) = self.uncommitted.get_mut(&p.key) {
+                    set.remove(&v);
+                    if set.is_empty() {
+                        self.uncommitted.remove(&p.key);
+                    }
+                }
+                if let Some((c, id)) = p.client.take() {
+                    if self.dedup.get(&c).is_some_and(|d| d.seq == id.seq) {
+                        self.remember(c, id.seq, Some(ClientReply::Ambiguous));
+                    }
+                    self.reply(out, c, id, ClientReply::Ambiguous);
+                }
+            }
+        }
+        let keys: Vec<Vec<u8>> = self
+            .parked
+            .keys()
+            .filter(|k| {
+                let s = key_slot(k);
+                s >= first && s <= last
+            })
+            .cloned()
+            .collect();
+        for k in keys {
+            for p in self.parked.remove(&k).unwrap_or_default() {
+                self.parked_count -= 1;
+                self.reply(out, p.client, p.id, ClientReply::NotCoordinator);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ map changes
+
+    fn wipe_and_rejoin(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        // A fenced incarnation's data is not trusted (it may have missed writes, and the
+        // cluster already rebuilt without it): come back empty as a new incarnation.
+        for r in self.ranges.clone() {
+            self.abandon(r.first, r.last, out);
+        }
+        self.store.clear();
+        self.incarnation += 1;
+        self.map = None;
+        self.ranges.clear();
+        self.fences.clear();
+        self.pending.clear();
+        self.uncommitted.clear();
+        self.inflight.clear();
+        self.parked.clear();
+        self.parked_count = 0;
+        self.dedup.clear();
+        self.dedup_order.clear();
+        self.pull_index.clear();
+        self.lease_until_ms = 0;
+        self.last_heartbeat_ms = Some(now_ms);
+        out.push(Output::Control(ControlInput::Join {
+            node: self.id,
+            addr: self.cfg.addr.clone(),
+            incarnation: self.incarnation,
+        }));
+    }
+
+    fn on_map(&mut self, now_ms: u64, map: Arc<ClusterMap>, out: &mut Vec<Output>) {
+        if map.epoch <= self.epoch {
+            return; // older or same map: epochs never go backwards here
+        }
+        match map.nodes.get(&self.id) {
+            Some(n) if n.incarnation == self.incarnation && n.state == NodeState::Failed => {
+                self.epoch = map.epoch;
+                return self.wipe_and_rejoin(now_ms, out);
+            }
+            Some(n) if n.incarnation > self.incarnation => {
+                self.epoch = map.epoch;
+                self.incarnation = n.incarnation;
+                return self.wipe_and_rejoin(now_ms, out);
+            }
+            _ => {}
+        }
+        let old_map = self.map.take();
+        let old_ranges = std::mem::take(&mut self.ranges);
+        let depth = map.replica_depth();
+        let mut new_ranges = Vec::new();
+        let mut to_abandon = Vec::new();
+        let i_am_member = map
+            .nodes
+            .get(&self.id)
+            .is_some_and(|n| n.incarnation == self.incarnation);
+        if let (Some(p), true) = (&map.placement, i_am_member) {
+            for r in &p.ranges {
+                let cohort = p.range_cohort(r);
+                let offset = cohort.iter().position(|n| *n == self.id);
+                let role = match offset {
+                    Some(0) => Role::Coordinator,
+                    Some(o) if o < depth => Role::Replica,
+                    _ => Role::None,
+                };
+                let old = old_ranges
+                    .binary_search_by(|o| o.first.cmp(&r.first))
+                    .ok()
+                    .and_then(|i| old_ranges.get(i))
+                    .filter(|o| o.last == r.last);
+                let carried =
+                    old.filter(|o| o.role == role && o.offset == offset && role != Role::None);
+                let status = if let Some(o) = carried {
+                    o.status.clone()
+                } else {
+                    let had_data = old.is_some_and(|o| {
+                        o.role != Role::None && matches!(o.status, Status::Ready | Status::Retired)
+                    });
+                    if old.is_some_and(|o| o.role == Role::Coordinator) {
+                        to_abandon.push((r.first, r.last));
+                    }
+                    match role {
+                        Role::None if had_data => Status::Retired,
+                        Role::None => Status::Idle,
+                        Role::Coordinator | Role::Replica => {
+                            let pred = old_map.as_ref().and_then(|om| {
+                                let oc = om.cohort(r.first);
+                                let prev = *oc.get(offset.unwrap_or(0))?;
+                                (prev != self.id
+                                    && map.node_state(prev) == Some(NodeState::Draining))
+                                .then_some(prev)
+                            });
+                            let purpose = if role == Role::Coordinator {
+                                PullPurpose::Rebuild
+                            } else {
+                                PullPurpose::Sync
+                            };
+                            let mut sources = BTreeMap::new();
+                            let srcs: Vec<NodeId> = if role == Role::Coordinator {
+                                cohort
+                                    .iter()
+                                    .skip(1)
+                                    .take(depth - 1)
+                                    .copied()
+                                    .chain(pred)
+                                    .collect()
+                            } else {
+                                cohort.first().copied().into_iter().collect()
+                            };
+                            for s in srcs {
+                                if s != self.id {
+                                    sources.insert(
+                                        s,
+                                        Source {
+                                            req_id: 0,
+                                            after: None,
+                                            sent_ms: 0,
+                                            done: false,
+                                        },
+                                    );
+                                }
+                            }
+                            Status::Pulling(Pull {
+                                purpose,
+                                sources,
+                                pred: if role == Role::Coordinator {
+                                    pred
+                                } else {
+                                    None
+                                },
+                                started_ms: now_ms,
+                            })
+                        }
+                    }
+                };
+                new_ranges.push(RangeState {
+                    first: r.first,
+                    last: r.last,
+                    cohort,
+                    offset,
+                    role,
+                    status,
+                });
+            }
+        }
+        // Ranges that vanished from the map (re-planned): abandon coordination there.
+        for o in &old_ranges {
+            if o.role == Role::Coordinator
+                && !new_ranges
+                    .iter()
+                    .any(|n| n.first == o.first && n.last == o.last && n.role == Role::Coordinator)
+                && !to_abandon.contains(&(o.first, o.last))
+            {
+                to_abandon.push((o.first, o.last));
+            }
+        }
+        self.ranges = new_ranges;
+        self.epoch = map.epoch;
+        self.map = Some(map.clone());
+        for (f, l) in to_abandon {
+            self.abandon(f, l, out);
+        }
+        // Fences older than the map are now expressed by the map itself.
+        let epoch = self.epoch;
+        self.fences.retain(|_, f| f.epoch > epoch);
+        self.pull_index.clear();
+        for r in 0..self.ranges.len() {
+            if let Some(rs) = self.ranges.get_mut(r) {
+                if let Status::Pulling(p) = &mut rs.status {
+                    for s in p.sources.values_mut() {
+                        s.sent_ms = 0; // resend under the new epoch
+                        s.req_id = 0;
+                    }
+                }
+            }
+        }
+        self.retarget_pending(out);
+        self.drive_pulls(now_ms, out);
+    }
+
+    /// After a map change, pending writes replicate to the current holders; acks from nodes
+    /// that are no longer holders stop counting (their copy may be gone with them).
+    fn retarget_pending(&mut self, out: &mut Vec<Output>) {
+        let Some(map) = self.map.clone() else { return };
+        let versions: Vec<Version> = self.pending.keys().copied().collect();
+        for v in versions {
+            let Some(p) = self.pending.get(&v) else {
+                continue;
+            };
+            let copies = map.copies(p.entry.memgest);
+            let targets: Vec<NodeId> = self
+                .range(p.slot)
+                .map(|r| {
+                    r.cohort
+                        .iter()
+                        .skip(1)
+                        .take(copies.saturating_sub(1))
+                        .copied()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let Some(p) = self.pending.get_mut(&v) else {
+                continue;
+            };
+            if targets == p.targets {
+                continue;
+            }
+            for t in &p.targets {
+                if !p.acked.contains(t) {
+                    if let Some(c) = self.inflight.get_mut(t) {
+                        c.0 = c.0.saturating_sub(1);
+                        c.1 = c.1.saturating_sub(p.bytes);
+                    }
+                }
+            }
+            p.acked.retain(|a| targets.contains(a));
+            for t in &targets {
+                if !p.acked.contains(t) {
+                    let c = self.inflight.entry(*t).or_insert((0, 0));
+                    c.0 += 1;
+                    c.1 = c.1.saturating_add(p.bytes);
+                }
+            }
+            p.targets = targets;
+            p.last_send_ms = 0; // resend now
+            let _ = &out;
+        }
+    }
+
+    // ------------------------------------------------------------------ pulls
+
+    fn drive_pulls(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let retry = self.cfg.pull_retry_ms;
+        let mut sends = Vec::new();
+        let mut finished = Vec::new();
+        for ri in 0..self.ranges.len() {
+            let Some(r) = self.ranges.get_mut(ri) else {
+                continue;
+            };
+            let (first, last) = (r.first, r.last);
+            let Status::Pulling(p) = &mut r.status else {
+                continue;
+            };
+            if p.purpose == PullPurpose::Rebuild
+                && now_ms.saturating_sub(p.started_ms) >= self.cfg.rebuild_timeout_ms
+            {
+                finished.push((ri, true));
+                continue;
+            }
+            for (node, s) in p.sources.iter_mut() {
+                if s.done {
+                    continue;
+                }
+                if s.req_id == 0 || now_ms.saturating_sub(s.sent_ms) >= retry {
+                    self.next_id = self.next_id.wrapping_add(1);
+                    s.req_id = self.next_id;
+                    s.sent_ms = now_ms;
+                    sends.push((
+                        *node,
+                        s.req_id,
+                        PeerBody::PullReq {
+                            id: s.req_id,
+                            purpose: p.purpose,
+                            first,
+                            last,
+                            after: s.after.clone(),
+                        },
+                    ));
+                }
+            }
+        }
+        for (node, id, body) in sends {
+            if let PeerBody::PullReq { first, .. } = &body {
+                self.pull_index.insert(id, (*first, node));
+            }
+            self.send(out, node, body);
+        }
+        for (ri, timed_out) in finished {
+            self.finish_pull(now_ms, ri, timed_out, out);
+        }
+        // Completion may also be reached without timeouts (e.g. no sources needed).
+        for ri in 0..self.ranges.len() {
+            if self.pull_complete(ri) {
+                self.finish_pull(now_ms, ri, false, out);
+            }
+        }
+    }
+
+    fn pull_complete(&self, ri: usize) -> bool {
+        let Some(r) = self.ranges.get(ri) else {
+            return false;
+        };
+        let Status::Pulling(p) = &r.status else {
+            return false;
+        };
+        let Some(map) = &self.map else { return false };
+        let done = |n: &NodeId| p.sources.get(n).is_some_and(|s| s.done);
+        match p.purpose {
+            PullPurpose::Sync => r.cohort.first().is_some_and(done),
+            PullPurpose::Rebuild => {
+                if let Some(pred) = p.pred {
+                    if map.node_state(pred) == Some(NodeState::Draining) && !done(&pred) {
+                        return false;
+                    }
+                }
+                let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
+                map.memgests.values().all(|m| {
+                    let copies = match m.kind {
+                        MemgestKind::Rep { r } => usize::from(r),
+                        _ => 1,
+                    };
+                    if copies < 2 {
+                        return true;
+                    }
+                    let votes = pred_vote
+                        + r.cohort
+                            .iter()
+                            .skip(1)
+                            .take(copies - 1)
+                            .filter(|n| done(n))
+                            .count();
+                    votes >= majority(copies)
+                })
+            }
+        }
+    }
+
+    fn finish_pull(&mut self, now_ms: u64, ri: usize, timed_out: bool, out: &mut Vec<Output>) {
+        let Some(r) = self.ranges.get_mut(ri) else {
+            return;
+        };
+        let Status::Pulling(p) = &r.status else {
+            return;
+        };
+        let purpose = p.purpose;
+        let (first, last) = (r.first, r.last);
+        r.status = Status::Ready;
+        self.pull_index.retain(|_, (f, _)| *f != first);
+        match purpose {
+            PullPurpose::Rebuild => {
+                // Versions issued from now on exceed anything the old coordinator issued: it
+                // stopped before its lease ended, and `now` is past that (see module doc).
+                self.hlc
+                    .observe(Version::new(now_ms.saturating_add(1), u16::MAX, 0, 0));
+                self.stats.rebuilds_completed += 1;
+            }
+            PullPurpose::Sync => self.stats.syncs_completed += 1,
+        }
+        if timed_out {
+            self.stats.possible_loss += 1;
+            out.push(Output::PossibleLoss { first, last });
+        }
+    }
+
+    fn on_pull_req(
+        &mut self,
+        from: NodeId,
+        msg: &PeerMsg,
+        id: u64,
+        purpose: PullPurpose,
+        first: Slot,
+        last: Slot,
+        after: Option<(Slot, Vec<u8>)>,
+        out: &mut Vec<Output>,
+    ) {
+        let not_ready = PeerBody::PullResp {
+            id,
+            ready: false,
+            entries: Vec::new(),
+            next: None,
+        };
+        if msg.epoch < self.epoch {
+            return self.send(out, from, not_ready);
+        }
+        let Some(ri) = self.range_index(first) else {
+            return self.send(out, from, not_ready);
+        };
+        let Some(r) = self.ranges.get(ri).cloned() else {
+            return;
+        };
+        if r.first != first || r.last != last {
+            return self.send(out, from, not_ready);
+        }
+        let Some(map) = self.map.clone() else {
+            return self.send(out, from, not_ready);
+        };
+        let mut extra = Vec::new();
+        let filter: Box<dyn Fn(MemgestId) -> bool> = match purpose {
+            PullPurpose::Rebuild => {
+                if after.is_none() {
+                    // Fence the range: from now on only `from` (or a newer epoch) may write it.
+                    let fence = Fence {
+                        epoch: msg.epoch,
+                        node: from,
+                        incarnation: msg.incarnation,
+                    };
+                    for s in first..=last {
+                        let newer = self.fences.get(&s).is_none_or(|f| f.epoch < msg.epoch);
+                        if newer {
+                            self.fences.insert(s, fence);
+                        }
+                    }
+                    if r.role == Role::Coordinator {
+                        // Hand over what is in flight too: the successor decides its fate.
+                        extra = self
+                            .pending
+                            .values()
+                            .filter(|p| p.slot >= first && p.slot <= last)
+                            .map(|p| (p.key.clone(), p.entry.clone()))
+                            .collect();
+                        self.abandon(first, last, out);
+                    }
+                }
+                let ok = match r.status {
+                    Status::Ready => r.role != Role::None,
+                    Status::Retired => true,
+                    _ => false,
+                };
+                if !ok {
+                    return self.send(out, from, not_ready);
+                }
+                Box::new(|_| true)
+            }
+            PullPurpose::Sync => {
+                let ready = matches!(r.status, Status::Ready) && r.role == Role::Coordinator;
+                let their = r.cohort.iter().position(|n| *n == from);
+                match (ready, their, msg.epoch == self.epoch) {
+                    (true, Some(o), true) => {
+                        let m = map.clone();
+                        Box::new(move |g| m.copies(g) > o)
+                    }
+                    _ => return self.send(out, from, not_ready),
+                }
+            }
+        };
+        let (entries, next) = self.page(first, last, after, &*filter);
+        let mut entries = entries;
+        entries.extend(extra);
+        self.send(
+            out,
+            from,
+            PeerBody::PullResp {
+                id,
+                ready: true,
+                entries,
+                next,
+            },
+        );
+    }
+
+    /// One page of a range scan from `after`, bounded by entries and bytes.
+    #[allow(clippy::type_complexity)]
+    fn page(
+        &self,
+        first: Slot,
+        last: Slot,
+        after: Option<(Slot, Vec<u8>)>,
+        filter: &dyn Fn(MemgestId) -> bool,
+    ) -> (Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>) {
+        let start = after.as_ref().map_or(first, |(s, _)| *s).max(first);
+        let mut entries = Vec::new();
+        let mut bytes: u64 = 0;
+        for slot in self.store.nonempty_slots(start, last) {
+            let mut cursor: Option<Vec<u8>> = match &after {
+                Some((s, k)) if *s == slot => Some(k.clone()),
+                _ => None,
+            };
+            loop {
+                let chunk =
+                    self.store
+                        .scan_slot(slot, cursor.as_deref(), PULL_ENTRIES_PER_PAGE_MAX);
+                let n = chunk.len();
+                for (k, e) in chunk {
+                    cursor = Some(k.clone());
+                    if !filter(e.memgest) {
+                        continue;
+                    }
+                    bytes = bytes.saturating_add(e.wire_bytes(&k));
+                    entries.push((k.clone(), e));
+                    if entries.len() >= PULL_ENTRIES_PER_PAGE_MAX
+                        || bytes >= PULL_BYTES_PER_PAGE_MAX
+                    {
+                        return (entries, Some((slot, k)));
+                    }
+                }
+                if n < PULL_ENTRIES_PER_PAGE_MAX {
+                    break;
+                }
+            }
+        }
+        (entries, None)
+    }
+
+    fn on_pull_resp(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        id: u64,
+        ready: bool,
+        entries: Vec<(Vec<u8>, Entry)>,
+        next: Option<(Slot, Vec<u8>)>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some((first, node)) = self.pull_index.remove(&id) else {
+            return;
+        };
+        if node != from {
+            return;
+        }
+        let Some(ri) = self.range_index(first) else {
+            return;
+        };
+        let apply;
+        let mut resend = None;
+        {
+            let Some(r) = self.ranges.get_mut(ri) else {
+                return;
+            };
+            let (rf, rl) = (r.first, r.last);
+            let Status::Pulling(p) = &mut r.status else {
+                return;
+            };
+            let Some(s) = p.sources.get_mut(&from) else {
+                return;
+            };
+            if s.req_id != id {
+                return;
+            }
+            if !ready {
+                // Try again later from the start: the source may have been mid-change.
+                s.after = None;
+                s.req_id = u64::MAX; // not 0: wait for the retry timer
+                s.sent_ms = now_ms;
+                return;
+            }
+            apply = entries;
+            match next {
+                Some(n) => {
+                    s.after = Some(n.clone());
+                    self.next_id = self.next_id.wrapping_add(1);
+                    s.req_id = self.next_id;
+                    s.sent_ms = now_ms;
+                    resend = Some((
+                        s.req_id,
+                        PeerBody::PullReq {
+                            id: s.req_id,
+                            purpose: p.purpose,
+                            first: rf,
+                            last: rl,
+                            after: Some(n),
+                        },
+                    ));
+                }
+                None => s.done = true,
+            }
+        }
+        for (k, e) in apply {
+            self.apply_local(&k, e);
+        }
+        if let Some((nid, body)) = resend {
+            self.pull_index.insert(nid, (first, from));
+            self.send(out, from, body);
+        }
+        if self.pull_complete(ri) {
+            self.finish_pull(now_ms, ri, false, out);
+        }
+    }
+
+    // ------------------------------------------------------------------ peers
+
+    fn on_peer(&mut self, now_ms: u64, from: NodeId, msg: PeerMsg, out: &mut Vec<Output>) {
+        if self.map.is_none() {
+            return; // not joined yet: nothing to serve, nothing to vote
+        }
+        match msg.body.clone() {
+            PeerBody::Replicate { key, entry } => {
+                let slot = key_slot(&key);
+                let version = entry.version;
+                let ok = self.accept_from_coordinator(from, &msg, slot);
+                if ok {
+                    if msg.epoch > self.epoch {
+                        // The sender knows a newer map in which it coordinates this slot.
+                        self.fences.insert(
+                            slot,
+                            Fence {
+                                epoch: msg.epoch,
+                                node: from,
+                                incarnation: msg.incarnation,
+                            },
+                        );
+                    }
+                    self.apply_local(&key, entry);
+                }
+                self.send(out, from, PeerBody::ReplicateAck { key, version, ok });
+            }
+            PeerBody::ReplicateAck { key, version, ok } => self.on_ack(from, key, version, ok, out),
+            PeerBody::PullReq {
+                id,
+                purpose,
+                first,
+                last,
+                after,
+            } => self.on_pull_req(from, &msg, id, purpose, first, last, after, out),
+            PeerBody::PullResp {
+                id,
+                ready,
+                entries,
+                next,
+            } => self.on_pull_resp(now_ms, from, id, ready, entries, next, out),
+            PeerBody::Probe {
+                first,
+                last,
+                digests,
+            } => self.on_probe(from, &msg, first, last, digests, out),
+            PeerBody::ProbeResp { mismatched } => {
+                for slot in mismatched.into_iter().take(REPAIR_SLOTS_PER_PROBE_MAX) {
+                    if self.serving(now_ms, slot).is_ok() {
+                        self.send(out, from, PeerBody::KeyListReq { slot, after: None });
+                    }
+                }
+            }
+            PeerBody::KeyListReq { slot, after } => {
+                if msg.epoch != self.epoch || !self.accept_from_coordinator(from, &msg, slot) {
+                    return;
+                }
+                let list = self
+                    .store
+                    .scan_slot(slot, after.as_deref(), KEYLIST_KEYS_MAX);
+                let more = list.len() >= KEYLIST_KEYS_MAX;
+                let keys = list.into_iter().map(|(k, e)| (k, e.version)).collect();
+                self.send(
+                    out,
+                    from,
+                    PeerBody::KeyList {
+                        slot,
+                        after,
+                        keys,
+                        more,
+                    },
+                );
+            }
+            PeerBody::KeyList {
+                slot,
+                after,
+                keys,
+                more,
+            } => self.on_key_list(now_ms, from, &msg, slot, after, keys, more, out),
+            PeerBody::RepairPush { entries } => {
+                for (k, e) in entries {
+                    if self.accept_from_coordinator(from, &msg, key_slot(&k)) {
+                        self.apply_local(&k, e);
+                    }
+                }
+            }
+            PeerBody::RepairFetch { keys } => {
+                let entries: Vec<(Vec<u8>, Entry)> = keys
+                    .into_iter()
+                    .take(REPAIR_FETCH_KEYS_MAX)
+                    .filter_map(|k| self.store.get(&k).map(|e| (k, e)))
+                    .collect();
+                self.send(out, from, PeerBody::RepairFetchResp { entries });
+            }
+            PeerBody::RepairFetchResp { entries } => {
+                for (k, e) in entries {
+                    let slot = key_slot(&k);
+                    // Adopt a replica's newer version only while serving the slot and with no
+                    // write of ours in flight for the key (ours would be newer anyway).
+                    if self.serving(now_ms, slot).is_ok() && !self.uncommitted.contains_key(&k) {
+                        if self.apply_local(&k, e) == ApplyOutcome::Applied {
+                            self.stats.repair_fetched += 1;
+                        }
+                    }
+                }
+            }
+            PeerBody::Retire { key, version } => {
+                if self.accept_from_coordinator(from, &msg, key_slot(&key)) {
+                    self.store.retire(&key, version);
+                }
+            }
+        }
+    }
+
+    fn on_probe(
+        &mut self,
+        from: NodeId,
+        msg: &PeerMsg,
+        first: Slot,
+        last: Slot,
+        digests: Vec<(Slot, u64)>,
+        out: &mut Vec<Output>,
+    ) {
+        if msg.epoch != self.epoch || !self.accept_from_coordinator(from, msg, first) {
+            return;
+        }
+        let Some(r) = self.range(first) else { return };
+        if r.last != last || !matches!(r.status, Status::Ready) {
+            return;
+        }
+        let Some(o) = r.offset else { return };
+        let Some(map) = self.map.clone() else { return };
+        let theirs: BTreeMap<Slot, u64> = digests
+            .into_iter()
+            .filter(|(s, _)| *s >= first && *s <= last)
+            .collect();
+        let mut slots: BTreeSet<Slot> = theirs.keys().copied().collect();
+        slots.extend(self.store.nonempty_slots(first, last));
+        let mut mismatched = Vec::new();
+        for s in slots {
+            let mine = self.store.slot_digest(s, &|m| map.copies(m) > o);
+            if mine != theirs.get(&s).copied().unwrap_or(0) {
+                mismatched.push(s);
+                if mismatched.len() >= REPAIR_SLOTS_PER_PROBE_MAX {
+                    break;
+                }
+            }
+        }
+        if !mismatched.is_empty() {
+            self.send(out, from, PeerBody::ProbeResp { mismatched });
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_key_list(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        msg: &PeerMsg,
+        slot: Slot,
+        after: Option<Vec<u8>>,
+        keys: Vec<(Vec<u8>, Version)>,
+        more: bool,
+        out: &mut Vec<Output>,
+    ) {
+        if msg.epoch != self.epoch || self.serving(now_ms, slot).is_err() {
+            return;
+        }
+        let Some(map) = self.map.clone() else { return };
+        let Some(o) = self
+            .range(slot)
+            .and_then(|r| r.cohort.iter().position(|n| *n == from))
+        else {
+            return;
+        };
+        let end: Option<Vec<u8>> = if more {
+            keys.last().map(|(k, _)| k.clone())
+        } else {
+            None
+        };
+        let theirs: BTreeMap<Vec<u8>, Version> = keys.into_iter().collect();
+        // Our entries in the same key window (after, end].
+        let mut own: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
+        let mut cursor = after.clone();
+        'scan: loop {
+            let chunk = self
+                .store
+                .scan_slot(slot, cursor.as_deref(), KEYLIST_KEYS_MAX);
+            let n = chunk.len();
+            for (k, e) in chunk {
+                if end.as_ref().is_some_and(|end| k > *end) {
+                    break 'scan;
+                }
+                cursor = Some(k.clone());
+                own.insert(k, e);
+            }
+            if n < KEYLIST_KEYS_MAX {
+                break;
+            }
+        }
+        let reach = |m: MemgestId| map.copies(m) > o;
+        let mut push = Vec::new();
+        let mut push_bytes: u64 = 0;
+        for (k, e) in &own {
+            if reach(e.memgest) && theirs.get(k).is_none_or(|v| *v < e.version) {
+                push_bytes = push_bytes.saturating_add(e.wire_bytes(k));
+                push.push((k.clone(), e.clone()));
+                if push_bytes >= PULL_BYTES_PER_PAGE_MAX {
+                    self.stats.repair_pushed += push.len() as u64;
+                    self.send(
+                        out,
+                        from,
+                        PeerBody::RepairPush {
+                            entries: std::mem::take(&mut push),
+                        },
+                    );
+                    push_bytes = 0;
+                }
+            }
+        }
+        if !push.is_empty() {
+            self.stats.repair_pushed += push.len() as u64;
+            self.send(out, from, PeerBody::RepairPush { entries: push });
+        }
+        let mut fetch = Vec::new();
+        for (k, v) in &theirs {
+            match own.get(k) {
+                Some(e) if e.version >= *v => {
+                    if !reach(e.memgest) {
+                        self.stats.repair_retired += 1;
+                        self.send(
+                            out,
+                            from,
+                            PeerBody::Retire {
+                                key: k.clone(),
+                                version: e.version,
+                            },
+                        );
+                    }
+                }
+                _ => {
+                    if !self.uncommitted.contains_key(k) && fetch.len() < REPAIR_FETCH_KEYS_MAX {
+                        fetch.push(k.clone());
+                    }
+                }
+            }
+        }
+        if !fetch.is_empty() {
+            self.send(out, from, PeerBody::RepairFetch { keys: fetch });
+        }
+        if more {
+            self.send(out, from, PeerBody::KeyListReq { slot, after: end });
+        }
+    }
+
+    // ------------------------------------------------------------------ time
+
+    fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let due = self
+            .last_heartbeat_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= self.cfg.heartbeat_interval_ms);
+        if due {
+            self.last_heartbeat_ms = Some(now_ms);
+            if self.joined() {
+                out.push(Output::Control(ControlInput::Heartbeat {
+                    node: self.id,
+                    incarnation: self.incarnation,
+                    epoch: self.epoch,
+                    sent_ms: now_ms,
+                }));
+            } else {
+                out.push(Output::Control(ControlInput::Join {
+                    node: self.id,
+                    addr: self.cfg.addr.clone(),
+                    incarnation: self.incarnation,
+                }));
+            }
+        }
+        // Retransmit unacknowledged replication (bounded by the in-flight limits).
+        let retransmit = self.cfg.retransmit_ms;
+        let mut sends = Vec::new();
+        for p in self.pending.values_mut() {
+            if now_ms.saturating_sub(p.last_send_ms) >= retransmit {
+                p.last_send_ms = now_ms;
+                for t in &p.targets {
+                    if !p.acked.contains(t) {
+                        sends.push((
+                            *t,
+                            PeerBody::Replicate {
+                                key: p.key.clone(),
+                                entry: p.entry.clone(),
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        for (t, b) in sends {
+            self.send(out, t, b);
+        }
+        self.drive_pulls(now_ms, out);
+        if now_ms.saturating_sub(self.last_repair_ms) >= self.cfg.repair_interval_ms {
+            self.last_repair_ms = now_ms;
+            self.repair_round(now_ms, out);
+        }
+    }
+
+    /// Probe the replicas of the next coordinated, Ready range (round robin).
+    fn repair_round(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let Some(map) = self.map.clone() else { return };
+        let n = self.ranges.len();
+        if n == 0 || now_ms >= self.lease_until_ms {
+            return;
+        }
+        let depth = map.replica_depth();
+        for _ in 0..n {
+            self.repair_cursor = (self.repair_cursor + 1) % n;
+            let Some(r) = self.ranges.get(self.repair_cursor) else {
+                continue;
+            };
+            if r.role != Role::Coordinator || !matches!(r.status, Status::Ready) {
+                continue;
+            }
+            let (first, last, cohort) = (r.first, r.last, r.cohort.clone());
+            let slots = self.store.nonempty_slots(first, last);
+            for (o, node) in cohort.iter().enumerate().take(depth).skip(1) {
+                let digests: Vec<(Slot, u64)> = slots
+                    .iter()
+                    .map(|s| (*s, self.store.slot_digest(*s, &|m| map.copies(m) > o)))
+                    .filter(|(_, d)| *d != 0)
+                    .collect();
+                self.send(
+                    out,
+                    *node,
+                    PeerBody::Probe {
+                        first,
+                        last,
+                        digests,
+                    },
+                );
+            }
+            return;
+        }
+    }
+
+    /// # Panics
+    /// On a broken invariant (a bug in this core).
+    pub fn check_invariants(&self) {
+        if let Some(m) = &self.map {
+            assert_eq!(m.epoch, self.epoch, "map epoch and node epoch agree");
+            if let (Some(p), true) = (&m.placement, !self.ranges.is_empty()) {
+                assert_eq!(p.ranges.len(), self.ranges.len());
+            }
+        }
+        let mut inflight: BTreeMap<NodeId, (u32, u64)> = BTreeMap::new();
+        let mut unc: BTreeMap<Vec<u8>, BTreeSet<Version>> = BTreeMap::new();
+        let (hlc_ms, hlc_logical) = self.hlc.peek();
+        for (v, p) in &self.pending {
+            assert_eq!(*v, p.entry.version);
+            assert!(
+                (v.ms(), v.logical()) <= (hlc_ms, hlc_logical),
+                "pending above HLC"
+            );
+            let r = self.range(p.slot);
+            assert!(
+                r.is_some_and(|r| r.role == Role::Coordinator),
+                "pending write for a slot we do not coordinate"
+            );
+            for t in &p.targets {
+                if !p.acked.contains(t) {
+                    let c = inflight.entry(*t).or_insert((0, 0));
+                    c.0 += 1;
+                    c.1 += p.bytes;
+                }
+            }
+            if !p.committed {
+                unc.entry(p.key.clone()).or_default().insert(*v);
+            } else {
+                let stored = self.store.get(&p.key).map_or(Version::ZERO, |e| e.version);
+                assert!(stored >= *v, "committed write not applied locally");
+            }
+        }
+        assert_eq!(unc, self.uncommitted, "uncommitted index drifted");
+        let live: BTreeMap<NodeId, (u32, u64)> = self
+            .inflight
+            .iter()
+            .filter(|(_, c)| c.0 != 0 || c.1 != 0)
+            .map(|(n, c)| (*n, *c))
+            .collect();
+        assert_eq!(live, inflight, "in-flight accounting drifted");
+        let parked: usize = self.parked.values().map(|v| v.len()).sum();
+        assert_eq!(parked, self.parked_count);
+        assert!(self.parked_count <= PARKED_READS_MAX);
+        assert!(self.dedup.len() <= DEDUP_CLIENTS_MAX);
+    }
+}

@@ -1,0 +1,271 @@
+//! Per-node key state as the replication core sees it: [`ReplicaStore`], and [`MemStore`], the
+//! `BTreeMap` implementation the simulator uses.
+//!
+//! The server will implement [`ReplicaStore`] over `ringlet-engine` (staged writes published on
+//! commit, tombstone cache + summary version, per-slot accounting). The trait is deliberately
+//! small — get, apply-if-newer, retire, scan a slot, digest a slot — so the engine can answer
+//! each call from its index without the replica core knowing its layout.
+
+use ringlet_types::{key_slot, MemgestId, Slot, Version};
+use std::collections::BTreeMap;
+
+/// A stored entry: a value or a tombstone, with its version and memgest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub version: Version,
+    pub memgest: MemgestId,
+    /// `None` is a tombstone (a delete at `version`).
+    pub value: Option<Vec<u8>>,
+}
+
+impl Entry {
+    /// Bytes this entry costs on the wire (for in-flight and page budgets).
+    pub fn wire_bytes(&self, key: &[u8]) -> u64 {
+        let v = self.value.as_ref().map_or(0, |v| v.len());
+        (key.len() as u64)
+            .saturating_add(v as u64)
+            .saturating_add(32)
+    }
+}
+
+/// What [`ReplicaStore::apply`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyOutcome {
+    /// Stored: the version was higher than everything the store knew for the key.
+    Applied,
+    /// Refused: the store holds this version or a higher one (entry, tombstone or summary).
+    /// For replication this still counts as "applied" — the key is at least this new here.
+    Superseded { current: Version },
+}
+
+/// The node-local key state the replica core drives. Implementations must make `apply`
+/// refuse any version not higher than what they hold for the key, including tombstones and
+/// any tombstone summary (DESIGN.md invariant: at most one live entry per key).
+pub trait ReplicaStore {
+    /// The entry or tombstone for `key`.
+    fn get(&self, key: &[u8]) -> Option<Entry>;
+    /// Store `entry` if its version is higher than anything held for `key`.
+    fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome;
+    /// Drop `key` (no tombstone) if its stored version is `<= version`. Used when a key's
+    /// memgest no longer places a copy here. Returns whether something was dropped.
+    fn retire(&mut self, key: &[u8], version: Version) -> bool;
+    /// Entries of `slot` in key order, strictly after `after`, at most `limit` of them.
+    fn scan_slot(&self, slot: Slot, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Entry)>;
+    /// Slots in `first..=last` holding at least one entry or tombstone.
+    fn nonempty_slots(&self, first: Slot, last: Slot) -> Vec<Slot>;
+    /// Order-independent digest of `(key, version, memgest, tombstone)` over the entries of
+    /// `slot` whose memgest passes `filter`; 0 when there are none.
+    fn slot_digest(&self, slot: Slot, filter: &dyn Fn(MemgestId) -> bool) -> u64;
+    /// Forget everything (a restarted node comes back empty).
+    fn clear(&mut self);
+    /// Number of entries and tombstones.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Digest contribution of one entry. FNV-1a over the fields, finished with a splitmix64 mix so
+/// XOR-combining many entries does not cancel structured patterns. Not cryptographic: it only
+/// has to make accidental equality of different slot contents unlikely (2^-64 per compare).
+pub fn entry_digest(key: &[u8], e: &Entry) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: u8| {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    };
+    for b in key {
+        eat(*b);
+    }
+    for b in e.version.to_be_bytes() {
+        eat(b);
+    }
+    for b in e.memgest.0.to_be_bytes() {
+        eat(b);
+    }
+    eat(u8::from(e.value.is_some()));
+    let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// In-memory [`ReplicaStore`]: a `BTreeMap` ordered by (slot, key), plus per-(slot, memgest)
+/// XOR digests maintained incrementally so a digest costs one lookup per memgest.
+///
+/// Tombstones are kept until overwritten (no cache bound, no summary): fine for the simulator's
+/// small key sets; the engine bounds them.
+#[derive(Clone, Debug, Default)]
+pub struct MemStore {
+    entries: BTreeMap<(Slot, Vec<u8>), Entry>,
+    digests: BTreeMap<(Slot, MemgestId), (u64, u64)>,
+}
+
+impl MemStore {
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+
+    fn digest_toggle(&mut self, slot: Slot, key: &[u8], e: &Entry, add: bool) {
+        let d = entry_digest(key, e);
+        let slot_d = self.digests.entry((slot, e.memgest)).or_insert((0, 0));
+        slot_d.0 ^= d;
+        if add {
+            slot_d.1 += 1;
+        } else {
+            slot_d.1 -= 1;
+            if slot_d.1 == 0 {
+                debug_assert_eq!(slot_d.0, 0);
+                self.digests.remove(&(slot, e.memgest));
+            }
+        }
+    }
+
+    /// Recompute every digest from scratch and compare (costly; for tests and invariants).
+    pub fn check_invariants(&self) {
+        let mut want: BTreeMap<(Slot, MemgestId), (u64, u64)> = BTreeMap::new();
+        for ((slot, key), e) in &self.entries {
+            assert_eq!(*slot, key_slot(key), "entry filed under the wrong slot");
+            let w = want.entry((*slot, e.memgest)).or_insert((0, 0));
+            w.0 ^= entry_digest(key, e);
+            w.1 += 1;
+        }
+        assert_eq!(want, self.digests, "incremental digests drifted");
+    }
+}
+
+impl ReplicaStore for MemStore {
+    fn get(&self, key: &[u8]) -> Option<Entry> {
+        self.entries.get(&(key_slot(key), key.to_vec())).cloned()
+    }
+
+    fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome {
+        let slot = key_slot(key);
+        let k = (slot, key.to_vec());
+        if let Some(old) = self.entries.get(&k) {
+            if old.version >= entry.version {
+                return ApplyOutcome::Superseded {
+                    current: old.version,
+                };
+            }
+            let old = old.clone();
+            self.digest_toggle(slot, key, &old, false);
+        }
+        self.digest_toggle(slot, key, &entry, true);
+        self.entries.insert(k, entry);
+        ApplyOutcome::Applied
+    }
+
+    fn retire(&mut self, key: &[u8], version: Version) -> bool {
+        let slot = key_slot(key);
+        let k = (slot, key.to_vec());
+        match self.entries.get(&k) {
+            Some(e) if e.version <= version => {
+                let e = e.clone();
+                self.digest_toggle(slot, key, &e, false);
+                self.entries.remove(&k);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn scan_slot(&self, slot: Slot, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Entry)> {
+        use std::ops::Bound;
+        let lo = match after {
+            Some(a) => Bound::Excluded((slot, a.to_vec())),
+            None => Bound::Included((slot, Vec::new())),
+        };
+        self.entries
+            .range((lo, Bound::Unbounded))
+            .take_while(|((s, _), _)| *s == slot)
+            .take(limit)
+            .map(|((_, k), e)| (k.clone(), e.clone()))
+            .collect()
+    }
+
+    fn nonempty_slots(&self, first: Slot, last: Slot) -> Vec<Slot> {
+        let mut v: Vec<Slot> = self
+            .digests
+            .range((first, MemgestId(0))..=(last, MemgestId(u16::MAX)))
+            .map(|((s, _), _)| *s)
+            .collect();
+        v.dedup();
+        v
+    }
+
+    fn slot_digest(&self, slot: Slot, filter: &dyn Fn(MemgestId) -> bool) -> u64 {
+        self.digests
+            .range((slot, MemgestId(0))..=(slot, MemgestId(u16::MAX)))
+            .filter(|((_, m), _)| filter(*m))
+            .fold(0, |acc, (_, (d, _))| acc ^ d)
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.digests.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn e(v: u128, val: Option<&str>) -> Entry {
+        Entry {
+            version: Version(v),
+            memgest: MemgestId(1),
+            value: val.map(|s| s.as_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn apply_refuses_not_newer_and_digests_track() {
+        let mut s = MemStore::new();
+        assert_eq!(s.apply(b"k", e(5, Some("a"))), ApplyOutcome::Applied);
+        assert_eq!(
+            s.apply(b"k", e(5, Some("b"))),
+            ApplyOutcome::Superseded {
+                current: Version(5)
+            }
+        );
+        assert_eq!(s.apply(b"k", e(7, None)), ApplyOutcome::Applied);
+        // A late write below the tombstone cannot resurrect the key.
+        assert!(matches!(
+            s.apply(b"k", e(6, Some("c"))),
+            ApplyOutcome::Superseded { .. }
+        ));
+        s.check_invariants();
+        let slot = key_slot(b"k");
+        let d = s.slot_digest(slot, &|_| true);
+        assert_ne!(d, 0);
+        assert_eq!(s.slot_digest(slot, &|m| m.0 != 1), 0);
+        let mut t = MemStore::new();
+        t.apply(b"k", e(7, None));
+        assert_eq!(t.slot_digest(slot, &|_| true), d);
+        assert!(s.retire(b"k", Version(7)));
+        assert_eq!(s.slot_digest(slot, &|_| true), 0);
+        assert!(s.nonempty_slots(0, 16383).is_empty());
+        s.check_invariants();
+    }
+
+    #[test]
+    fn scan_pages_in_key_order() {
+        let mut s = MemStore::new();
+        for k in ["{t}a", "{t}b", "{t}c"] {
+            s.apply(k.as_bytes(), e(1, Some("x")));
+        }
+        let slot = key_slot(b"{t}a");
+        let p1 = s.scan_slot(slot, None, 2);
+        assert_eq!(p1.len(), 2);
+        let p2 = s.scan_slot(slot, Some(&p1[1].0), 2);
+        assert_eq!(p2.len(), 1);
+        assert_eq!(p2[0].0, b"{t}c".to_vec());
+        assert_eq!(s.nonempty_slots(slot, slot), vec![slot]);
+    }
+}
