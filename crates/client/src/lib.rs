@@ -1,0 +1,37 @@
+//! `ringlet-client`: the Rust client of Ringlet over the native protocol
+//! (`docs/protocol.md`, codec in `ringlet-codec`).
+//!
+//! Goals:
+//! - async [`Client`] (tokio) and synchronous [`BlockingClient`];
+//! - a pool of connections per node, each pipelining many requests matched by request id;
+//! - every result carries the entry's version and the node's epoch ([`Versioned`]);
+//! - a deadline per call (retries and backoff included), retries bounded by
+//!   `limits::RETRY_COUNT_MAX`, backed off with seeded full jitter, and limited overall by a
+//!   retry budget; non-idempotent requests are never repeated once they may have executed;
+//! - MOVED replies teach the client the slot's node (Redis-Cluster-style redirects);
+//! - MGET of any size, split into batches that are all in flight at once.
+//!
+//! Non-goals (for now): reading the cluster map from the control plane (routes are learned
+//! from MOVED only), one-sided shared-memory reads, quorum reads, TLS.
+//!
+//! Modules:
+//! - [`client`]: [`Client`], results and [`SetOptions`];
+//! - `conn`: one pipelined connection (reader and writer tasks, pending table);
+//! - `retry`: backoff jitter and the retry budget;
+//! - [`config`]: [`ClientConfig`] and its validation;
+//! - [`blocking`]: the synchronous [`BlockingClient`];
+//! - [`error`]: the error type, [`Error`].
+
+pub mod blocking;
+pub mod client;
+pub mod config;
+mod conn;
+pub mod error;
+mod retry;
+
+pub use blocking::BlockingClient;
+pub use client::{Client, DelOutcome, MgetValue, SetOptions, SetOutcome, Versioned};
+pub use config::ClientConfig;
+pub use conn::MgetEntry;
+pub use error::Error;
+pub use ringlet_codec::native::{SetCond, Status};
