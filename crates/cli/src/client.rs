@@ -1,0 +1,153 @@
+//! Client subcommands (`ringlet get/set/del/incr/mget/ping/info`).
+//!
+//! They speak RESP through the codec's request encoder and reply decoder over one blocking TCP
+//! connection: RESP covers every command here (INFO and AUTH included), while the native
+//! protocol has no AUTH or INFO frame yet. Output follows redis-cli's plain (non-tty) style:
+//! one value per line, `(nil)` for a missing key, `(error) ...` on stderr with exit code 1.
+
+use crate::Conn;
+use anyhow::{bail, Context, Result};
+use ringlet_codec::resp::{decode_reply, encode_request, Reply};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Largest reply the CLI buffers (INFO, MGET of big values): one max-size frame.
+const REPLY_BYTES_MAX: usize = ringlet_types::limits::FRAME_BYTES_MAX as usize;
+
+struct Session {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Session {
+    fn open(c: &Conn) -> Result<Session> {
+        let stream = TcpStream::connect((c.host.as_str(), c.port))
+            .with_context(|| format!("cannot connect to {}:{}", c.host, c.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut s = Session {
+            stream,
+            buf: Vec::new(),
+        };
+        if let Some(p) = &c.password {
+            let r = s.call(&[b"AUTH", p.as_bytes()])?;
+            if let Reply::Error(e) = r {
+                bail!("AUTH failed: {}", String::from_utf8_lossy(&e));
+            }
+        }
+        Ok(s)
+    }
+
+    fn call(&mut self, args: &[&[u8]]) -> Result<Reply> {
+        let mut out = Vec::new();
+        encode_request(&mut out, args);
+        self.stream.write_all(&out)?;
+        let mut chunk = [0u8; 16 * 1024];
+        // Bounded by REPLY_BYTES_MAX.
+        loop {
+            if let Some((reply, used)) = decode_reply(&self.buf)? {
+                self.buf.drain(..used);
+                return Ok(reply);
+            }
+            if self.buf.len() > REPLY_BYTES_MAX {
+                bail!("reply larger than {REPLY_BYTES_MAX} bytes");
+            }
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                bail!("connection closed by the server");
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// Print a reply like `redis-cli` does when its output is not a terminal.
+fn print(r: &Reply) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match r {
+        Reply::Error(e) | Reply::BlobError(e) => {
+            bail!("(error) {}", String::from_utf8_lossy(e));
+        }
+        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
+            for i in items {
+                match i {
+                    Reply::Null | Reply::NullArray => writeln!(out)?,
+                    other => write_scalar(&mut out, other)?,
+                }
+            }
+        }
+        Reply::Null | Reply::NullArray => writeln!(out, "(nil)")?,
+        other => write_scalar(&mut out, other)?,
+    }
+    Ok(())
+}
+
+fn write_scalar(out: &mut impl Write, r: &Reply) -> Result<()> {
+    match r {
+        Reply::Simple(s) | Reply::Bulk(s) | Reply::BigNumber(s) => {
+            out.write_all(s)?;
+            writeln!(out)?;
+        }
+        Reply::Verbatim { text, .. } => {
+            out.write_all(text)?;
+            writeln!(out)?;
+        }
+        Reply::Integer(i) => writeln!(out, "{i}")?,
+        Reply::Double(d) => writeln!(out, "{d}")?,
+        Reply::Boolean(b) => writeln!(out, "{}", i32::from(*b))?,
+        other => writeln!(out, "{other:?}")?,
+    }
+    Ok(())
+}
+
+fn run(c: &Conn, args: &[&[u8]]) -> Result<()> {
+    let mut s = Session::open(c)?;
+    print(&s.call(args)?)
+}
+
+pub fn get(c: &Conn, key: &str) -> Result<()> {
+    run(c, &[b"GET", key.as_bytes()])
+}
+
+pub fn set(c: &Conn, key: &str, value: &str, ex: Option<u64>) -> Result<()> {
+    match ex {
+        Some(s) => run(
+            c,
+            &[
+                b"SET",
+                key.as_bytes(),
+                value.as_bytes(),
+                b"EX",
+                s.to_string().as_bytes(),
+            ],
+        ),
+        None => run(c, &[b"SET", key.as_bytes(), value.as_bytes()]),
+    }
+}
+
+pub fn del(c: &Conn, keys: &[String]) -> Result<()> {
+    let mut args: Vec<&[u8]> = vec![b"DEL"];
+    args.extend(keys.iter().map(|k| k.as_bytes()));
+    run(c, &args)
+}
+
+pub fn incr(c: &Conn, key: &str, by: i64) -> Result<()> {
+    run(c, &[b"INCRBY", key.as_bytes(), by.to_string().as_bytes()])
+}
+
+pub fn mget(c: &Conn, keys: &[String]) -> Result<()> {
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(keys.iter().map(|k| k.as_bytes()));
+    run(c, &args)
+}
+
+pub fn ping(c: &Conn) -> Result<()> {
+    run(c, &[b"PING"])
+}
+
+pub fn info(c: &Conn, section: Option<&str>) -> Result<()> {
+    match section {
+        Some(s) => run(c, &[b"INFO", s.as_bytes()]),
+        None => run(c, &[b"INFO"]),
+    }
+}

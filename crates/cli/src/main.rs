@@ -1,0 +1,255 @@
+//! `ringlet`: run a node (`server`), run Ringlet's main job locally (`up`), talk to a node
+//! (`get`, `set`, `del`, `incr`, `mget`, `ping`, `info`), and load-test it (`bench`).
+//!
+//! Stable output contract (tests and scripts parse it): once a node serves, `server` and `up`
+//! print exactly one line `ringlet: listening on <ip>:<port>` on stdout (and, with an admin
+//! port, `ringlet: admin on http://<ip>:<port>/metrics`), then flush. Logs go to stderr
+//! (`RUST_LOG`, default `info`).
+
+mod client;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use ringlet_server::{Config, Server, DEFAULT_PORT};
+use std::io::Write;
+use std::net::IpAddr;
+
+#[derive(Parser)]
+#[command(
+    name = "ringlet",
+    version,
+    about = "Ringlet: a distributed in-memory key-value store"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one node in the foreground.
+    Server(NodeArgs),
+    /// Run Ringlet locally with nothing else installed (one node for now). Ctrl-C stops it.
+    Up(UpArgs),
+    /// GET key.
+    Get(KeyCmd),
+    /// SET key value [--ex SECONDS].
+    Set(SetCmd),
+    /// DEL key [key ...].
+    Del(KeysCmd),
+    /// INCR key [--by N].
+    Incr(IncrCmd),
+    /// MGET key [key ...].
+    Mget(KeysCmd),
+    /// PING.
+    Ping(Conn),
+    /// INFO [section].
+    Info(InfoCmd),
+}
+
+#[derive(Args, Clone)]
+struct NodeArgs {
+    /// Client port (RESP and native). 0 picks a free port (printed on stdout).
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Address to listen on. Anything but loopback requires --requirepass.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Memory budget of the data region, MiB.
+    #[arg(long = "memory-mb", default_value_t = 1024)]
+    memory_mb: u64,
+    /// Worker threads (default: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Password clients must AUTH with.
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// Admin HTTP port (Prometheus /metrics). Off unless given; 0 picks a free port.
+    #[arg(long = "admin-port")]
+    admin_port: Option<u16>,
+}
+
+impl NodeArgs {
+    fn config(&self) -> Config {
+        Config {
+            bind: self.bind,
+            port: self.port,
+            threads: self.threads,
+            memory_mb: self.memory_mb,
+            requirepass: self.requirepass.clone(),
+            admin_port: self.admin_port,
+            ..Config::default()
+        }
+    }
+}
+
+#[derive(Args)]
+struct UpArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Do not start the admin HTTP listener (default: on at port + 10000).
+    #[arg(long = "no-admin")]
+    no_admin: bool,
+}
+
+#[derive(Args, Clone)]
+pub struct Conn {
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Password, if the node has one.
+    #[arg(long, env = "RINGLET_PASSWORD")]
+    pub password: Option<String>,
+}
+
+#[derive(Args)]
+struct KeyCmd {
+    #[command(flatten)]
+    conn: Conn,
+    key: String,
+}
+
+#[derive(Args)]
+struct KeysCmd {
+    #[command(flatten)]
+    conn: Conn,
+    #[arg(required = true)]
+    keys: Vec<String>,
+}
+
+#[derive(Args)]
+struct SetCmd {
+    #[command(flatten)]
+    conn: Conn,
+    key: String,
+    value: String,
+    /// Expire after this many seconds.
+    #[arg(long)]
+    ex: Option<u64>,
+}
+
+#[derive(Args)]
+struct IncrCmd {
+    #[command(flatten)]
+    conn: Conn,
+    key: String,
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
+    by: i64,
+}
+
+#[derive(Args)]
+struct InfoCmd {
+    #[command(flatten)]
+    conn: Conn,
+    section: Option<String>,
+}
+
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("ringlet: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Server(a) => {
+            init_logs();
+            serve(a.config())
+        }
+        Cmd::Up(a) => {
+            init_logs();
+            let mut cfg = a.node.config();
+            if cfg.admin_port.is_none() && !a.no_admin {
+                cfg.admin_port = Some(if cfg.port == 0 {
+                    0
+                } else {
+                    cfg.port.saturating_add(10_000)
+                });
+            }
+            up(cfg)
+        }
+        Cmd::Get(c) => client::get(&c.conn, &c.key),
+        Cmd::Set(c) => client::set(&c.conn, &c.key, &c.value, c.ex),
+        Cmd::Del(c) => client::del(&c.conn, &c.keys),
+        Cmd::Incr(c) => client::incr(&c.conn, &c.key, c.by),
+        Cmd::Mget(c) => client::mget(&c.conn, &c.keys),
+        Cmd::Ping(c) => client::ping(&c),
+        Cmd::Info(c) => client::info(&c.conn, c.section.as_deref()),
+    }
+}
+
+/// Start one node, print the readiness line, and run until Ctrl-C / SIGTERM.
+fn serve(cfg: Config) -> Result<()> {
+    let handle = Server::start(cfg).context("cannot start the node")?;
+    print_ready(handle.local_addr(), handle.admin_addr())?;
+    wait_for_signal(handle.shutdown_trigger())?;
+    handle.wait();
+    eprintln!("ringlet: stopped");
+    Ok(())
+}
+
+/// `ringlet up`: Ringlet's main job on this machine. One node today; `--nodes N --spares S`
+/// will start N nodes on consecutive ports under the embedded control plane (the loop over
+/// node configs below is where they go).
+fn up(cfg: Config) -> Result<()> {
+    let nodes = vec![cfg];
+    let mut handles = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let h = Server::start(node).context("cannot start the node")?;
+        print_ready(h.local_addr(), h.admin_addr())?;
+        handles.push(h);
+    }
+    println!(
+        "ringlet: up: {} node(s) serving; Ctrl-C stops",
+        handles.len()
+    );
+    std::io::stdout().flush()?;
+    let triggers: Vec<_> = handles.iter().map(|h| h.shutdown_trigger()).collect();
+    let all = ringlet_server::ShutdownTrigger::fan_out(triggers);
+    wait_for_signal(all)?;
+    for h in handles {
+        h.wait();
+    }
+    eprintln!("ringlet: stopped");
+    Ok(())
+}
+
+fn print_ready(addr: std::net::SocketAddr, admin: Option<std::net::SocketAddr>) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ringlet: listening on {addr}")?;
+    if let Some(a) = admin {
+        writeln!(out, "ringlet: admin on http://{a}/metrics")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Block until SIGINT or SIGTERM, then trigger shutdown.
+fn wait_for_signal(trigger: ringlet_server::ShutdownTrigger) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+        eprintln!("ringlet: shutting down");
+        trigger.trigger();
+        Ok::<(), std::io::Error>(())
+    })?;
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! Admin HTTP listener: Prometheus `/metrics` and a plain-text status page at `/`.
+//!
+//! Why our own tiny HTTP responder rather than the exporter's `http-listener`: a test or a
+//! local cluster binds port 0 and must learn the port, and several nodes in one process (tests,
+//! `ringlet up --nodes N` later) each need their own registry. So each node owns a
+//! `PrometheusRecorder` (never installed globally); at scrape time the node's counters are
+//! copied into it under `metrics::with_local_recorder` and rendered. The exporter still does
+//! the Prometheus text format.
+//!
+//! Bounds: a request head is read up to [`REQUEST_HEAD_BYTES_MAX`] with a timeout, one request
+//! per connection (`Connection: close`), at most [`ADMIN_CONNECTIONS_MAX`] at once.
+
+use crate::shared::{Shared, Stats};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use std::net::TcpListener as StdListener;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+/// Largest HTTP request head accepted (a scrape sends ~200 bytes).
+const REQUEST_HEAD_BYTES_MAX: usize = 8 * 1024;
+/// Concurrent admin connections: scrapers and curious humans, never many.
+const ADMIN_CONNECTIONS_MAX: usize = 64;
+/// A client that has not sent its request head by then is dropped.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Run the admin listener until shutdown (on its own thread and runtime).
+pub fn run(listener: StdListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        tracing::error!("admin: cannot build runtime");
+        return;
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+        let recorder = Rc::new(PrometheusBuilder::new().build_recorder());
+        let open = Rc::new(std::cell::Cell::new(0usize));
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                r = listener.accept() => {
+                    let Ok((stream, _)) = r else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    if open.get() >= ADMIN_CONNECTIONS_MAX {
+                        continue; // dropped: closes the socket
+                    }
+                    open.set(open.get() + 1);
+                    let (shared, recorder, open) = (shared.clone(), recorder.clone(), open.clone());
+                    tokio::task::spawn_local(async move {
+                        let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &shared, &recorder)).await;
+                        open.set(open.get() - 1);
+                    });
+                }
+            }
+        }
+    });
+}
+
+async fn answer(
+    mut stream: tokio::net::TcpStream,
+    shared: &Shared,
+    recorder: &PrometheusRecorder,
+) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    // Bounded by REQUEST_HEAD_BYTES_MAX.
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > REQUEST_HEAD_BYTES_MAX {
+            return respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "too large\n",
+            )
+            .await;
+        }
+    }
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, path) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    if method != b"GET" {
+        return respond(
+            &mut stream,
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET only\n",
+        )
+        .await;
+    }
+    match path {
+        b"/metrics" => {
+            let body = render_metrics(shared, recorder);
+            respond(&mut stream, "200 OK", "text/plain; version=0.0.4", &body).await
+        }
+        b"/" | b"/status" => {
+            let body =
+                crate::info::render(shared, &[], crate::shared::now_ms()).replace("\r\n", "\n");
+            respond(&mut stream, "200 OK", "text/plain; charset=utf-8", &body).await
+        }
+        _ => respond(&mut stream, "404 Not Found", "text/plain", "not found\n").await,
+    }
+}
+
+async fn respond(
+    stream: &mut tokio::net::TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Copy the node's counters into its recorder and render the Prometheus text.
+pub fn render_metrics(shared: &Shared, recorder: &PrometheusRecorder) -> String {
+    let st = &shared.stats;
+    let e = shared.db.lock().stats();
+    metrics::with_local_recorder(recorder, || {
+        metrics::counter!("ringlet_connections_received_total")
+            .absolute(Stats::get(&st.connections_received));
+        metrics::counter!("ringlet_connections_rejected_total")
+            .absolute(Stats::get(&st.connections_rejected));
+        metrics::gauge!("ringlet_connected_clients").set(Stats::get(&st.connected) as f64);
+        metrics::counter!("ringlet_commands_processed_total")
+            .absolute(Stats::get(&st.commands_processed));
+        metrics::counter!("ringlet_keyspace_hits_total").absolute(Stats::get(&st.keyspace_hits));
+        metrics::counter!("ringlet_keyspace_misses_total")
+            .absolute(Stats::get(&st.keyspace_misses));
+        metrics::counter!("ringlet_protocol_errors_total")
+            .absolute(Stats::get(&st.protocol_errors));
+        metrics::counter!("ringlet_net_input_bytes_total")
+            .absolute(Stats::get(&st.net_input_bytes));
+        metrics::counter!("ringlet_net_output_bytes_total")
+            .absolute(Stats::get(&st.net_output_bytes));
+        metrics::counter!("ringlet_reader_retries_total").absolute(Stats::get(&st.reader_retries));
+        metrics::counter!("ringlet_expired_keys_total").absolute(e.expirations);
+        metrics::counter!("ringlet_evicted_keys_total").absolute(e.evictions);
+        metrics::gauge!("ringlet_keys").set(e.keys as f64);
+        metrics::gauge!("ringlet_used_memory_bytes")
+            .set((e.committed_bytes + e.index_bytes) as f64);
+        metrics::gauge!("ringlet_data_bytes").set(e.used_bytes as f64);
+        metrics::gauge!("ringlet_maxmemory_bytes").set(e.memory_bytes_max as f64);
+        metrics::gauge!("ringlet_index_load_factor").set(e.index_load_factor);
+        for (m, u) in &e.per_memgest {
+            let id = m.0.to_string();
+            metrics::gauge!("ringlet_memgest_keys", "memgest" => id.clone()).set(u.keys as f64);
+            metrics::gauge!("ringlet_memgest_bytes", "memgest" => id).set(u.bytes as f64);
+        }
+    });
+    recorder.handle().render()
+}

@@ -1,0 +1,275 @@
+//! Connection commands: PING ECHO HELLO AUTH QUIT SELECT CLIENT (Redis `networking.c`,
+//! `acl.c`, `server.c` behaviour, error texts included).
+
+use super::{is, Ctx};
+use crate::info;
+use crate::reply::{errors, Reply};
+use bytes::Bytes;
+use ringlet_codec::resp::Proto;
+use std::sync::atomic::Ordering;
+
+/// Redis version Ringlet answers as (HELLO `version`, INFO `redis_version`): clients gate
+/// features on it, and ours is the 7.0 command set.
+pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
+
+pub fn ping(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    match argv.len() {
+        1 => Reply::simple("PONG"),
+        2 => Reply::bulk(argv[1]),
+        _ => super::arity_error("ping"),
+    }
+}
+
+pub fn echo(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    Reply::bulk(argv[1])
+}
+
+pub fn quit(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    ctx.session.quit = true;
+    Reply::ok()
+}
+
+/// Only database 0 exists (Ringlet is cluster-shaped, like Redis Cluster).
+pub fn select(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let Some(db) = super::parse_i64(argv[1]).filter(|&n| i32::try_from(n).is_ok()) else {
+        return Reply::err(errors::NOT_INTEGER);
+    };
+    match db {
+        0 => Reply::ok(),
+        1..=15 => Reply::err("ERR SELECT is not allowed in cluster mode"),
+        _ => Reply::err("ERR DB index is out of range"),
+    }
+}
+
+/// Check `user`/`password` against the default user (the only user). With no password
+/// configured, the default user is `nopass` and any password is accepted (as in Redis).
+fn authenticate(ctx: &Ctx<'_>, user: &[u8], password: &[u8]) -> bool {
+    if user != b"default" {
+        return false;
+    }
+    match &*ctx.shared.requirepass.read() {
+        None => true,
+        Some(p) => constant_time_eq(p, password),
+    }
+}
+
+/// Compare without an early exit, so response time does not leak the matching prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+pub fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    if argv.len() > 3 {
+        return Reply::err(errors::SYNTAX);
+    }
+    let (user, password): (&[u8], &[u8]) = if argv.len() == 2 {
+        if !ctx.shared.auth_required() {
+            return Reply::err(
+                "ERR AUTH <password> called without any password configured for the default user. \
+                 Are you sure your configuration is correct?",
+            );
+        }
+        (b"default", argv[1])
+    } else {
+        (argv[1], argv[2])
+    };
+    if authenticate(ctx, user, password) {
+        ctx.session.authenticated = true;
+        Reply::ok()
+    } else {
+        Reply::err(errors::WRONGPASS)
+    }
+}
+
+pub fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let mut ver = 0;
+    let mut next = 1;
+    if argv.len() >= 2 {
+        let Some(v) = super::parse_i64(argv[1]) else {
+            return Reply::err("ERR Protocol version is not an integer or out of range");
+        };
+        if !(2..=3).contains(&v) {
+            return Reply::err("NOPROTO unsupported protocol version");
+        }
+        ver = v;
+        next = 2;
+    }
+    let mut creds = None;
+    let mut name = None;
+    let mut j = next;
+    while j < argv.len() {
+        let more = argv.len() - 1 - j;
+        if is(argv[j], "auth") && more >= 2 {
+            creds = Some((argv[j + 1], argv[j + 2]));
+            j += 3;
+        } else if is(argv[j], "setname") && more >= 1 {
+            name = Some(argv[j + 1]);
+            j += 2;
+        } else {
+            let opt = String::from_utf8_lossy(super::cstr(argv[j]));
+            return Reply::err_owned(format!("ERR Syntax error in HELLO option '{opt}'"));
+        }
+    }
+    if let Some((user, password)) = creds {
+        if !authenticate(ctx, user, password) {
+            return Reply::err(errors::WRONGPASS);
+        }
+        ctx.session.authenticated = true;
+    }
+    if !ctx.session.authenticated && ctx.shared.auth_required() {
+        return Reply::err(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+             HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+             select the RESP protocol version at the same time",
+        );
+    }
+    if let Some(n) = name {
+        if let Err(e) = set_name(ctx, n) {
+            return e;
+        }
+    }
+    if ver == 3 {
+        ctx.session.proto = Proto::Resp3;
+    } else if ver == 2 {
+        ctx.session.proto = Proto::Resp2;
+    }
+    ctx.session.state.resp.store(
+        if ctx.session.proto == Proto::Resp3 {
+            3
+        } else {
+            2
+        },
+        Ordering::Relaxed,
+    );
+    let proto = if ctx.session.proto == Proto::Resp3 {
+        3
+    } else {
+        2
+    };
+    let b = |s: &'static str| Reply::Bulk(Bytes::from_static(s.as_bytes()));
+    Reply::Map(vec![
+        (b("server"), b("ringlet")),
+        (b("version"), b(REDIS_COMPAT_VERSION)),
+        (b("proto"), Reply::Int(proto)),
+        (b("id"), Reply::Int(ctx.session.id as i64)),
+        (b("mode"), b("standalone")),
+        (b("role"), b("master")),
+        (b("modules"), Reply::Array(vec![])),
+    ])
+}
+
+fn set_name(ctx: &mut Ctx<'_>, name: &[u8]) -> Result<(), Reply> {
+    if name.iter().any(|&c| !(b'!'..=b'~').contains(&c)) {
+        return Err(Reply::err(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    *ctx.session.state.name.lock() = name.to_vec();
+    Ok(())
+}
+
+pub fn client_setname(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    match set_name(ctx, argv[2]) {
+        Ok(()) => Reply::ok(),
+        Err(e) => e,
+    }
+}
+
+pub fn client_getname(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    let name = ctx.session.state.name.lock();
+    if name.is_empty() {
+        Reply::Nil
+    } else {
+        Reply::bulk(&name)
+    }
+}
+
+pub fn client_id(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    Reply::Int(ctx.session.id as i64)
+}
+
+pub fn client_info(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    let mut line = info::client_line(&ctx.session.state, ctx.now_ms);
+    line.push('\n');
+    Reply::Verbatim(Bytes::from(line))
+}
+
+/// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id [id ...]].
+pub fn client_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let mut ids: Option<Vec<u64>> = None;
+    let mut type_normal = true;
+    if argv.len() == 4 && is(argv[2], "type") {
+        let t = argv[3];
+        if is(t, "normal") {
+            type_normal = true;
+        } else if is(t, "master") || is(t, "replica") || is(t, "slave") || is(t, "pubsub") {
+            type_normal = false;
+        } else {
+            let t = String::from_utf8_lossy(super::cstr(t));
+            return Reply::err_owned(format!("ERR Unknown client type '{t}'"));
+        }
+    } else if argv.len() > 3 && is(argv[2], "id") {
+        let mut v = Vec::with_capacity(argv.len().min(1024));
+        for a in &argv[3..] {
+            match super::parse_i64(a) {
+                Some(n) if n > 0 => v.push(n as u64),
+                _ => return Reply::err("ERR Invalid client ID"),
+            }
+        }
+        ids = Some(v);
+    } else if argv.len() != 2 {
+        return Reply::err(errors::SYNTAX);
+    }
+    let mut out = String::new();
+    if type_normal {
+        let clients = ctx.shared.clients.lock();
+        for (id, c) in clients.iter() {
+            if ids.as_ref().is_some_and(|ids| !ids.contains(id)) {
+                continue;
+            }
+            out.push_str(&info::client_line(c, ctx.now_ms));
+            out.push('\n');
+        }
+    }
+    Reply::Verbatim(Bytes::from(out))
+}
+
+pub fn client_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    help(
+        "CLIENT",
+        &[
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "INFO",
+            "    Return information about the current client connection.",
+            "LIST [options ...]",
+            "    Return information about client connections. Options:",
+            "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+            "      Return clients of specified type.",
+            "    * ID <client-id> [<client-id> ...]",
+            "      Return clients of specified IDs only.",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+        ],
+    )
+}
+
+/// The `<CMD> <subcommand> [<arg> ...]. Subcommands are:` help reply of Redis.
+pub fn help(cmd: &str, lines: &[&str]) -> Reply {
+    let mut out = vec![Reply::Simple(Bytes::from(format!(
+        "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    )))];
+    out.extend(
+        lines
+            .iter()
+            .map(|l| Reply::Simple(Bytes::from(l.to_string()))),
+    );
+    out.push(Reply::simple("HELP"));
+    out.push(Reply::simple("    Prints this help."));
+    Reply::Array(out)
+}

@@ -1,0 +1,324 @@
+//! Keyspace commands (Redis `db.c`, `expire.c`): DEL UNLINK EXISTS TYPE EXPIRE PEXPIRE
+//! EXPIREAT PEXPIREAT TTL PTTL PERSIST KEYS SCAN RANDOMKEY.
+
+use super::string::{engine_error, read};
+use super::{is, parse_i64, Ctx};
+use crate::glob::string_match;
+use crate::reply::{errors, Reply};
+use bytes::Bytes;
+use ringlet_engine::{Expiry, ReadOutcome};
+use ringlet_types::limits;
+
+/// DEL and UNLINK (UNLINK frees in the background in Redis; the engine frees in O(1) anyway).
+pub fn del(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let now = ctx.now_ms;
+    let mut engine = ctx.shared.db.lock();
+    let mut n = 0;
+    for key in &argv[1..] {
+        // Only live keys are erased: deleting a missing key would still leave a tombstone.
+        if engine.get(key, now).is_some() {
+            match engine.delete(key, None, now) {
+                Ok(Some(_)) => n += 1,
+                Ok(None) => {}
+                Err(e) => return engine_error(e),
+            }
+        }
+    }
+    Reply::Int(n)
+}
+
+pub fn exists(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let mut n = 0;
+    for key in &argv[1..] {
+        if read(ctx, key) {
+            n += 1;
+        }
+    }
+    Reply::Int(n)
+}
+
+pub fn type_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    if read(ctx, argv[1]) {
+        Reply::simple("string")
+    } else {
+        Reply::simple("none")
+    }
+}
+
+/// The absolute expiry of a live key: `Err(())` if missing, `Ok(None)` if it has no TTL.
+fn expiry_of(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<u64>, ()> {
+    ctx.scratch.clear();
+    match ctx.reader.get(key, ctx.now_ms, ctx.scratch) {
+        ReadOutcome::Hit { expire_at_ms, .. } => Ok(expire_at_ms),
+        ReadOutcome::Miss => Err(()),
+        ReadOutcome::Retry => match ctx.shared.db.lock().get(key, ctx.now_ms) {
+            Some(e) => Ok(e.expire_at_ms),
+            None => Err(()),
+        },
+    }
+}
+
+fn ttl_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ms: bool) -> Reply {
+    match expiry_of(ctx, argv[1]) {
+        Err(()) => Reply::Int(-2),
+        Ok(None) => Reply::Int(-1),
+        Ok(Some(at)) => {
+            let ttl = at.saturating_sub(ctx.now_ms) as i64;
+            Reply::Int(if ms { ttl } else { (ttl + 500) / 1000 })
+        }
+    }
+}
+
+pub fn ttl(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    ttl_generic(ctx, argv, false)
+}
+
+pub fn pttl(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    ttl_generic(ctx, argv, true)
+}
+
+pub fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let now = ctx.now_ms;
+    let mut engine = ctx.shared.db.lock();
+    match engine.get(argv[1], now) {
+        Some(e) if e.expire_at_ms.is_some() => {
+            match engine.set_expiry(argv[1], Expiry::Persist, now) {
+                Ok(_) => Reply::Int(1),
+                Err(e) => engine_error(e),
+            }
+        }
+        _ => Reply::Int(0),
+    }
+}
+
+const FLAG_NX: u32 = 1;
+const FLAG_XX: u32 = 2;
+const FLAG_GT: u32 = 4;
+const FLAG_LT: u32 = 8;
+
+/// `expireGenericCommand`: `basetime` is now for EXPIRE/PEXPIRE and 0 for the *AT forms.
+fn expire_generic(
+    ctx: &mut Ctx<'_>,
+    argv: &[&[u8]],
+    basetime: i64,
+    seconds: bool,
+    cmd: &str,
+) -> Reply {
+    let mut flags = 0;
+    for opt in &argv[3..] {
+        if is(opt, "nx") {
+            flags |= FLAG_NX;
+        } else if is(opt, "xx") {
+            flags |= FLAG_XX;
+        } else if is(opt, "gt") {
+            flags |= FLAG_GT;
+        } else if is(opt, "lt") {
+            flags |= FLAG_LT;
+        } else {
+            let o = String::from_utf8_lossy(super::cstr(opt));
+            return Reply::err_owned(format!("ERR Unsupported option {o}"));
+        }
+    }
+    if flags & FLAG_NX != 0 && flags & (FLAG_XX | FLAG_GT | FLAG_LT) != 0 {
+        return Reply::err("ERR NX and XX, GT or LT options at the same time are not compatible");
+    }
+    if flags & FLAG_GT != 0 && flags & FLAG_LT != 0 {
+        return Reply::err("ERR GT and LT options at the same time are not compatible");
+    }
+    let Some(mut when) = parse_i64(argv[2]) else {
+        return Reply::err(errors::NOT_INTEGER);
+    };
+    let bad_time = || Reply::err_owned(format!("ERR invalid expire time in '{cmd}' command"));
+    if seconds {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
+            return bad_time();
+        }
+        when *= 1000;
+    }
+    if when > i64::MAX - basetime {
+        return bad_time();
+    }
+    when += basetime;
+
+    let now = ctx.now_ms;
+    let mut engine = ctx.shared.db.lock();
+    let Some(entry) = engine.get(argv[1], now) else {
+        return Reply::Int(0);
+    };
+    // -1 stands for "no TTL", as in Redis's getExpire.
+    let current = entry.expire_at_ms.map_or(-1, |t| t as i64);
+    if (flags & FLAG_NX != 0 && current != -1)
+        || (flags & FLAG_XX != 0 && current == -1)
+        || (flags & FLAG_GT != 0 && (when <= current || current == -1))
+        || (flags & FLAG_LT != 0 && current != -1 && when >= current)
+    {
+        return Reply::Int(0);
+    }
+    let result = if when <= now as i64 {
+        engine.delete(argv[1], None, now).map(|_| true)
+    } else {
+        engine.set_expiry(argv[1], Expiry::At(when as u64), now)
+    };
+    match result {
+        Ok(_) => Reply::Int(1),
+        Err(e) => engine_error(e),
+    }
+}
+
+pub fn expire(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let now = ctx.now_ms as i64;
+    expire_generic(ctx, argv, now, true, "expire")
+}
+
+pub fn pexpire(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let now = ctx.now_ms as i64;
+    expire_generic(ctx, argv, now, false, "pexpire")
+}
+
+pub fn expireat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    expire_generic(ctx, argv, 0, true, "expireat")
+}
+
+pub fn pexpireat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    expire_generic(ctx, argv, 0, false, "pexpireat")
+}
+
+/// Keys visited per engine-lock hold while KEYS walks the keyspace, so a KEYS on a large
+/// node lets other workers' writes in between batches.
+const KEYS_BATCH: usize = 1024;
+
+pub fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let pattern = argv[1];
+    let all = pattern == b"*";
+    let mut out = Vec::new();
+    let mut batch = Vec::with_capacity(KEYS_BATCH);
+    let mut cursor = 0u64;
+    // Bounded: the engine's cursor returns to 0 after one pass over the index.
+    loop {
+        batch.clear();
+        cursor = ctx
+            .shared
+            .db
+            .lock()
+            .scan(cursor, KEYS_BATCH, ctx.now_ms, &mut batch);
+        for k in batch.drain(..) {
+            if all || string_match(pattern, &k, false) {
+                out.push(Reply::Bulk(Bytes::from(k)));
+            }
+        }
+        if cursor == 0 {
+            break;
+        }
+    }
+    // The engine may return a key twice across an index upsize; KEYS must not.
+    dedup_keys(&mut out);
+    Reply::Array(out)
+}
+
+fn dedup_keys(out: &mut Vec<Reply>) {
+    let mut seen = std::collections::HashSet::with_capacity(out.len());
+    out.retain(|r| match r {
+        Reply::Bulk(b) => seen.insert(b.clone()),
+        _ => true,
+    });
+}
+
+/// `parseScanCursorOrReply`: `strtoul` base 10 on the C string, no leading space, nothing
+/// after the digits, no overflow. `strtoul` accepts a sign (`-1` wraps) and the empty string.
+fn parse_cursor(arg: &[u8]) -> Option<u64> {
+    let s = super::cstr(arg);
+    if s.is_empty() {
+        return Some(0);
+    }
+    if matches!(s[0], b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
+        return None;
+    }
+    let (neg, digits) = match s[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for d in digits {
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+pub fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let Some(cursor) = parse_cursor(argv[1]) else {
+        return Reply::err("ERR invalid cursor");
+    };
+    let mut count: i64 = 10;
+    let mut pattern: Option<&[u8]> = None;
+    let mut type_filter: Option<&[u8]> = None;
+    let mut i = 2;
+    while i < argv.len() {
+        let more = argv.len() - i;
+        if is(argv[i], "count") && more >= 2 {
+            match parse_i64(argv[i + 1]) {
+                Some(c) if c >= 1 => count = c,
+                Some(_) => return Reply::err(errors::SYNTAX),
+                None => return Reply::err(errors::NOT_INTEGER),
+            }
+        } else if is(argv[i], "match") && more >= 2 {
+            pattern = if argv[i + 1] == b"*" {
+                None
+            } else {
+                Some(argv[i + 1])
+            };
+        } else if is(argv[i], "type") && more >= 2 {
+            type_filter = Some(argv[i + 1]);
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+        i += 2;
+    }
+    // Bound one call's work whatever COUNT says (Redis does not; we must not stall a worker).
+    let count = count.min(limits::ARRAY_ITEMS_MAX as i64) as usize;
+    let mut keys = Vec::new();
+    let next = ctx
+        .shared
+        .db
+        .lock()
+        .scan(cursor, count, ctx.now_ms, &mut keys);
+    let only_strings = type_filter.is_none_or(|t| is(super::cstr(t), "string"));
+    let items = keys
+        .into_iter()
+        .filter(|k| only_strings && pattern.is_none_or(|p| string_match(p, k, false)))
+        .map(|k| Reply::Bulk(Bytes::from(k)))
+        .collect();
+    Reply::Array(vec![
+        Reply::bulk(next.to_string().as_bytes()),
+        Reply::Array(items),
+    ])
+}
+
+pub fn randomkey(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    let seed = ctx.shared.next_random();
+    match ctx.shared.db.lock().random_key(seed, ctx.now_ms) {
+        Some(k) => Reply::Bulk(Bytes::from(k)),
+        None => Reply::Nil,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cursor;
+
+    #[test]
+    fn cursor_parses_like_strtoul() {
+        assert_eq!(parse_cursor(b"0"), Some(0));
+        assert_eq!(parse_cursor(b""), Some(0));
+        assert_eq!(parse_cursor(b"+5"), Some(5));
+        assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
+        assert_eq!(parse_cursor(b" 1"), None);
+        assert_eq!(parse_cursor(b"1x"), None);
+        assert_eq!(parse_cursor(b"abc"), None);
+        assert_eq!(parse_cursor(b"+"), None);
+        assert_eq!(parse_cursor(b"99999999999999999999"), None);
+    }
+}

@@ -1,0 +1,196 @@
+//! Server commands: COMMAND (COUNT DOCS INFO), INFO, CONFIG (GET SET, a subset), DBSIZE,
+//! FLUSHALL / FLUSHDB.
+
+use super::{connection::help, is, table, Ctx};
+use crate::glob::string_match;
+use crate::info;
+use crate::reply::{errors, Reply};
+use bytes::Bytes;
+
+/// COMMAND: the INFO entry of every command.
+pub fn command(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    let t = table();
+    Reply::Array(t.top.iter().map(|&i| t.commands[i].info.clone()).collect())
+}
+
+pub fn command_count(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    Reply::Int(table().top.len() as i64)
+}
+
+/// Find a command by `name` or `container|sub` (COMMAND INFO/DOCS accept both).
+fn find(name: &[u8]) -> Option<usize> {
+    let name = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
+    let t = table();
+    match name.split_once('|') {
+        None => t.by_name.get(name.as_str()).copied(),
+        Some((c, s)) => {
+            let c = &t.commands[*t.by_name.get(c)?];
+            c.subcommands.get(s).copied()
+        }
+    }
+}
+
+pub fn command_info(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let t = table();
+    if argv.len() == 2 {
+        return Reply::Array(t.top.iter().map(|&i| t.commands[i].info.clone()).collect());
+    }
+    Reply::Array(
+        argv[2..]
+            .iter()
+            .map(|n| find(n).map_or(Reply::NilArray, |i| t.commands[i].info.clone()))
+            .collect(),
+    )
+}
+
+pub fn command_docs(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let t = table();
+    let name = |i: usize| Reply::Bulk(Bytes::from_static(t.commands[i].name.as_bytes()));
+    if argv.len() == 2 {
+        return Reply::Map(
+            t.top
+                .iter()
+                .map(|&i| (name(i), t.commands[i].docs.clone()))
+                .collect(),
+        );
+    }
+    Reply::Map(
+        argv[2..]
+            .iter()
+            .filter_map(|n| find(n))
+            .map(|i| (name(i), t.commands[i].docs.clone()))
+            .collect(),
+    )
+}
+
+pub fn command_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    help(
+        "COMMAND",
+        &[
+            "(no subcommand)",
+            "    Return details about all Ringlet commands.",
+            "COUNT",
+            "    Return the total number of commands in this server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple commands.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple commands.",
+        ],
+    )
+}
+
+pub fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let sections: Vec<String> = argv[1..]
+        .iter()
+        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+        .collect();
+    Reply::Verbatim(Bytes::from(info::render(ctx.shared, &sections, ctx.now_ms)))
+}
+
+pub fn dbsize(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    Reply::Int(ctx.shared.db.lock().len() as i64)
+}
+
+/// FLUSHALL / FLUSHDB [ASYNC|SYNC]: one database, so both erase everything.
+pub fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    if argv.len() > 2 || (argv.len() == 2 && !is(argv[1], "sync") && !is(argv[1], "async")) {
+        return Reply::err(errors::SYNTAX);
+    }
+    ctx.shared.db.lock().flush_all(ctx.now_ms);
+    Reply::ok()
+}
+
+/// Parameters CONFIG GET knows, with their current values.
+fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
+    let c = &ctx.shared.config;
+    let pass = ctx.shared.requirepass.read();
+    vec![
+        ("bind", c.bind.to_string()),
+        ("port", ctx.shared.port.to_string()),
+        ("maxmemory", (c.memory_mb << 20).to_string()),
+        (
+            "maxclients",
+            ringlet_types::limits::CONNECTIONS_MAX.to_string(),
+        ),
+        (
+            "requirepass",
+            pass.as_ref()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .unwrap_or_default(),
+        ),
+        ("databases", "1".to_string()),
+        (
+            "proto-max-bulk-len",
+            ringlet_types::limits::RESP_BULK_BYTES_MAX.to_string(),
+        ),
+        ("timeout", "0".to_string()),
+        ("save", String::new()),
+        ("appendonly", "no".to_string()),
+        ("io-threads", c.threads_effective().to_string()),
+        ("cluster-enabled", "no".to_string()),
+    ]
+}
+
+pub fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let params = config_params(ctx);
+    let mut out = Vec::new();
+    for (name, value) in &params {
+        if argv[2..]
+            .iter()
+            .any(|p| string_match(p, name.as_bytes(), true))
+        {
+            out.push((
+                Reply::bulk(name.as_bytes()),
+                Reply::Bulk(Bytes::from(value.clone())),
+            ));
+        }
+    }
+    Reply::Map(out)
+}
+
+/// CONFIG SET: only `requirepass` can change at run time; the others are fixed at startup.
+pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    if argv.len() & 1 == 1 {
+        return super::arity_error("config|set");
+    }
+    let known: Vec<&str> = config_params(ctx).iter().map(|(n, _)| *n).collect();
+    let mut new_pass = None;
+    for pair in argv[2..].chunks(2) {
+        let name = String::from_utf8_lossy(super::cstr(pair[0])).to_ascii_lowercase();
+        if name == "requirepass" {
+            new_pass = Some(pair[1]);
+        } else if known.contains(&name.as_str()) {
+            return Reply::err_owned(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
+            ));
+        } else {
+            return Reply::err_owned(format!(
+                "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+            ));
+        }
+    }
+    if let Some(p) = new_pass {
+        // An empty password removes authentication, as in Redis; refuse it on a node that
+        // listens beyond loopback (it was allowed to start only because a password was set).
+        if p.is_empty() && !ctx.shared.config.bind.is_loopback() {
+            return Reply::err(
+                "ERR CONFIG SET failed (possibly related to argument 'requirepass') - \
+                 a node bound to a non-loopback address must keep a password",
+            );
+        }
+        *ctx.shared.requirepass.write() = if p.is_empty() { None } else { Some(p.to_vec()) };
+    }
+    Reply::ok()
+}
+
+pub fn config_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    help(
+        "CONFIG",
+        &[
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "SET <directive> <value>",
+            "    Set the configuration <directive> to <value>.",
+        ],
+    )
+}

@@ -1,0 +1,112 @@
+//! State every worker thread shares: the engine (behind its writer mutex), counters for INFO
+//! and `/metrics`, the client registry for CLIENT LIST, and runtime-settable config.
+
+use crate::config::Config;
+use crate::db::Db;
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Wall-clock unix time in milliseconds: the `now_ms` every engine call gets. TTLs are absolute
+/// unix times (EXAT/PXAT), so this must be the wall clock, not a monotonic one.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Counters shown by INFO `stats`/`clients` and exported to Prometheus. Relaxed atomics: they
+/// are statistics, read without any ordering requirement.
+#[derive(Default)]
+pub struct Stats {
+    pub connections_received: AtomicU64,
+    pub connections_rejected: AtomicU64,
+    pub connected: AtomicU64,
+    pub commands_processed: AtomicU64,
+    pub keyspace_hits: AtomicU64,
+    pub keyspace_misses: AtomicU64,
+    pub expired_keys: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub net_input_bytes: AtomicU64,
+    pub net_output_bytes: AtomicU64,
+    /// Reads answered by a worker's lock-free engine reader.
+    pub reader_hits: AtomicU64,
+    /// Reads that fell back to the locked engine after the reader said `Retry`.
+    pub reader_retries: AtomicU64,
+}
+
+impl Stats {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// One connected client, as CLIENT LIST shows it. Fields a connection changes on every
+/// command are atomics so the registry lock is only taken on connect, disconnect, SETNAME and
+/// CLIENT LIST.
+pub struct ClientState {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub laddr: SocketAddr,
+    pub created: Instant,
+    pub last_cmd_at_ms: AtomicU64,
+    /// Index of the last command in the command table (for `cmd=`), `u64::MAX` if none.
+    pub last_cmd: AtomicU64,
+    pub resp: AtomicU8,
+    pub name: Mutex<Vec<u8>>,
+}
+
+/// Shared node state.
+pub struct Shared {
+    pub config: Config,
+    pub db: Db,
+    pub stats: Stats,
+    /// Password of the default user; CONFIG SET requirepass changes it at run time.
+    pub requirepass: RwLock<Option<Vec<u8>>>,
+    pub clients: Mutex<BTreeMap<u64, Arc<ClientState>>>,
+    pub next_client_id: AtomicU64,
+    pub started: Instant,
+    /// The client port actually bound (differs from `config.port` when that was 0).
+    pub port: u16,
+    /// Seed for RANDOMKEY, advanced on every call (the engine takes randomness as input).
+    pub random_seed: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(config: Config, db: Db, port: u16) -> Shared {
+        let requirepass = config.requirepass.clone().map(String::into_bytes);
+        Shared {
+            config,
+            db,
+            stats: Stats::default(),
+            requirepass: RwLock::new(requirepass),
+            clients: Mutex::new(BTreeMap::new()),
+            next_client_id: AtomicU64::new(1),
+            started: Instant::now(),
+            port,
+            random_seed: AtomicU64::new(now_ms() ^ 0x9e37_79b9_7f4a_7c15),
+        }
+    }
+
+    /// Whether a new connection must AUTH before other commands.
+    pub fn auth_required(&self) -> bool {
+        self.requirepass.read().is_some()
+    }
+
+    /// A fresh pseudo-random u64 (splitmix64 over a shared counter).
+    pub fn next_random(&self) -> u64 {
+        let mut z = self
+            .random_seed
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
