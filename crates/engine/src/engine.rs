@@ -126,6 +126,11 @@ impl Engine {
         self.hlc.observe(v);
     }
 
+    /// The tombstone version of `key`, if it has one in the cache.
+    pub fn tombstone(&self, key: &[u8]) -> Option<Version> {
+        self.tombstones.get(key).copied()
+    }
+
     /// The highest version folded out of the tombstone cache.
     pub fn tombstone_summary(&self) -> Version {
         self.tombstone_summary
@@ -619,6 +624,14 @@ impl Engine {
         for &h in key_hashes.iter().take(n) {
             self.store.touch(h);
         }
+    }
+
+    /// Full consistency check of the regions and the accounting (O(keys)); for tests.
+    ///
+    /// # Errors
+    /// A description of the first inconsistency found.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.store.check_invariants()
     }
 
     /// A statistics snapshot.

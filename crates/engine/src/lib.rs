@@ -40,6 +40,6 @@ pub use api::{
     ReadOutcome, SetOptions, SetOutcome, TickReport, Usage,
 };
 pub use engine::Engine;
-pub use ringlet_types::{MemgestId, Version};
 pub use read::{read_entry, read_entry_with, RegionsView};
+pub use ringlet_types::{MemgestId, Version};
 pub use store::{ExportInfo, Reader};

@@ -74,7 +74,7 @@ impl RegionsView {
 
     #[inline]
     fn iword(&self, off: u64) -> Option<&AtomicU64> {
-        if off % 8 != 0 || off.checked_add(8)? > self.index_len as u64 {
+        if off & 7 != 0 || off.checked_add(8)? > self.index_len as u64 {
             return None;
         }
         // SAFETY: in bounds and aligned per `new`'s contract; only loaded atomically.
@@ -83,7 +83,7 @@ impl RegionsView {
 
     #[inline]
     fn dword(&self, off: u64) -> Option<&AtomicU64> {
-        if off % 8 != 0 || off.checked_add(8)? > self.data_len as u64 {
+        if off & 7 != 0 || off.checked_add(8)? > self.data_len as u64 {
             return None;
         }
         // SAFETY: as above.
@@ -135,7 +135,9 @@ fn try_entry(
     let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
     let size = u64::from(ie_size_units(w1)) * UNIT_BYTES;
     if size < ENTRY_HEADER_BYTES as u64
-        || loc.checked_add(size).is_none_or(|e| e > view.data_len as u64)
+        || loc
+            .checked_add(size)
+            .is_none_or(|e| e > view.data_len as u64)
     {
         return Probe::Torn;
     }

@@ -85,7 +85,7 @@ impl Mapping {
     /// bookkeeping, never from outside).
     #[inline]
     pub fn word(&self, off: u64) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len as u64, "word {off}");
+        assert!(off & 7 == 0 && off + 8 <= self.len as u64, "word {off}");
         // SAFETY: in range, aligned, and the memory is only accessed atomically.
         unsafe { &*(self.ptr.add(off as usize) as *const AtomicU64) }
     }
@@ -102,7 +102,7 @@ impl Mapping {
 
     /// Write `bytes` (length a multiple of 8) at `off` with word stores.
     pub fn write_bytes(&self, off: u64, bytes: &[u8]) {
-        debug_assert!(bytes.len() % 8 == 0);
+        debug_assert!(bytes.len() & 7 == 0);
         for (i, c) in bytes.chunks_exact(8).enumerate() {
             let mut w = [0u8; 8];
             w.copy_from_slice(c);

@@ -347,10 +347,11 @@ impl Slabs {
             let free_elsewhere = cap_total - used_total - (u64::from(self.slabs[&p].cap - u));
             // Worth it only if the class wastes at least a page and the rest can absorb it.
             let waste = cap_total - used_total;
-            if free_elsewhere >= u64::from(u) && waste >= u64::from(self.slabs[&p].cap) {
-                if best.is_none_or(|(w, _, _)| waste > w) {
-                    best = Some((waste, ci as u16, p));
-                }
+            if free_elsewhere >= u64::from(u)
+                && waste >= u64::from(self.slabs[&p].cap)
+                && best.is_none_or(|(w, _, _)| waste > w)
+            {
+                best = Some((waste, ci as u16, p));
             }
         }
         best.map(|(_, c, p)| (c, p))
@@ -373,7 +374,10 @@ impl Slabs {
 
     /// Forget everything (flush): every page is punched.
     pub fn reset(&mut self, data: &Mapping) {
-        data.punch(PAGE_BYTES, u64::from(self.high_water.saturating_sub(1)) * PAGE_BYTES);
+        data.punch(
+            PAGE_BYTES,
+            u64::from(self.high_water.saturating_sub(1)) * PAGE_BYTES,
+        );
         self.bytes_released += self.committed;
         let n = self.classes.len();
         self.pages.clear();

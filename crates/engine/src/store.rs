@@ -22,7 +22,9 @@
 //! (memcached's slab reassignment). Pinned (non-evictable) memgests are never victims; if
 //! nothing can be freed within [`EVICTION_SCAN_PER_WRITE_MAX`] steps the write gets `NoSpace`.
 
-use crate::api::{EngineConfig, EngineStats, Entry, Error, EvictionPolicy, ReadOutcome, TickReport, Usage};
+use crate::api::{
+    EngineConfig, EngineStats, Entry, Error, EvictionPolicy, ReadOutcome, TickReport, Usage,
+};
 use crate::hash::{digest_term, key_hash};
 use crate::layout::*;
 use crate::read::{read_entry_with, RegionsView};
@@ -228,7 +230,11 @@ impl Store {
             expire_cursor: 0,
             scratch: Vec::new(),
         };
-        let nclass = usize::from(s.slabs.class_of(u64::from(crate::slab::CLASS_UNITS_MAX)).unwrap_or(0)) + 2;
+        let nclass = usize::from(
+            s.slabs
+                .class_of(u64::from(crate::slab::CLASS_UNITS_MAX))
+                .unwrap_or(0),
+        ) + 2;
         s.clock_hands = vec![(0, 0); nclass];
         s.s3 = (0..nclass).map(|_| S3Class::default()).collect();
         let t = s.alloc_table(log2_initial).ok_or(Error::NoSpace)?;
@@ -270,7 +276,8 @@ impl Store {
 
     fn free_table(&mut self, t: Layout) {
         let pages = t.table_bytes().div_ceil(TABLE_ALIGN_BYTES) as u32;
-        self.index.punch(t.table_offset(), u64::from(pages) * TABLE_ALIGN_BYTES);
+        self.index
+            .punch(t.table_offset(), u64::from(pages) * TABLE_ALIGN_BYTES);
         let (mut s, mut n) = (t.table_pages, pages);
         if let Some((&ps, &pn)) = self.table_free.range(..s).next_back() {
             if ps + pn == s {
@@ -580,7 +587,10 @@ impl Store {
         let bytes = self.slabs.footprint(u64::from(ie_size_units(f_w1)));
         let slot = usize::from(key_slot(key));
         let term = digest_term(h, version);
-        let m = self.per_memgest.entry(MemgestId(ie_memgest(f_w0))).or_default();
+        let m = self
+            .per_memgest
+            .entry(MemgestId(ie_memgest(f_w0)))
+            .or_default();
         let s = &mut self.per_slot[slot];
         let d = &mut self.digests[slot];
         if add {
@@ -720,7 +730,9 @@ impl Store {
             // Keep the access bits of the key across versions.
             let w1 = handle.w1 | (f.w1 & POLICY_FREQ_MASK);
             self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
-            self.index.word(f.ie_off).store(handle.w0, Ordering::Release);
+            self.index
+                .word(f.ie_off)
+                .store(handle.w0, Ordering::Release);
             if self.mirrored(f.bucket) {
                 self.mirror_update(key, h, handle.w0, w1);
             }
@@ -865,6 +877,15 @@ impl Store {
     ) -> Result<Vec<Version>, Error> {
         let mut evicted = Vec::new();
         let mut work = 0u32;
+        if !self.slabs.has_room(units)
+            && !self
+                .per_memgest
+                .iter()
+                .any(|(m, u)| u.keys > 0 && evictable(*m))
+        {
+            // Nothing evictable is stored: don't scan pinned data just to find that out.
+            return Err(Error::NoSpace);
+        }
         while !self.slabs.has_room(units) {
             if work >= EVICTION_SCAN_PER_WRITE_MAX {
                 return Err(Error::NoSpace);
@@ -872,17 +893,21 @@ impl Store {
             let before = evicted.len();
             if let Some(class) = self.slabs.class_of(units) {
                 match self.policy {
-                    EvictionPolicy::Clock => self.clock_class(class, evictable, &mut work, &mut evicted),
-                    EvictionPolicy::S3Fifo => self.s3_class(class, evictable, &mut work, &mut evicted),
+                    EvictionPolicy::Clock => {
+                        self.clock_class(class, evictable, &mut work, &mut evicted)
+                    }
+                    EvictionPolicy::S3Fifo => {
+                        self.s3_class(class, evictable, &mut work, &mut evicted)
+                    }
                 }
                 if self.slabs.has_room(units) {
                     break;
                 }
             }
-            if evicted.len() == before || self.slabs.class_of(units).is_none() {
-                if !self.global_evict(evictable, &mut work, &mut evicted) {
-                    return Err(Error::NoSpace);
-                }
+            if (evicted.len() == before || self.slabs.class_of(units).is_none())
+                && !self.global_evict(evictable, &mut work, &mut evicted)
+            {
+                return Err(Error::NoSpace);
             }
         }
         Ok(evicted)
@@ -927,7 +952,11 @@ impl Store {
                     return;
                 }
             }
-            self.clock_hands[ci] = if i >= slots.len() { (slab, 0) } else { (slab, i) };
+            self.clock_hands[ci] = if i >= slots.len() {
+                (slab, 0)
+            } else {
+                (slab, i)
+            };
         }
     }
 
@@ -985,7 +1014,8 @@ impl Store {
         while *work < EVICTION_SCAN_PER_WRITE_MAX {
             *work += 1;
             let q = &self.s3[ci];
-            let from_small = !q.small.is_empty() && (q.small.len() * 10 >= q.small.len() + q.main.len() || q.main.is_empty());
+            let from_small = !q.small.is_empty()
+                && (q.small.len() * 10 >= q.small.len() + q.main.len() || q.main.is_empty());
             let loc = if from_small {
                 self.s3[ci].small.pop_front()
             } else {
@@ -1040,7 +1070,9 @@ impl Store {
             };
             self.global_hand = page + 1;
             let slots = match kind {
-                PageKind::Large { .. } => vec![(u64::from(page) * (PAGE_BYTES / UNIT_BYTES)) as u32],
+                PageKind::Large { .. } => {
+                    vec![(u64::from(page) * (PAGE_BYTES / UNIT_BYTES)) as u32]
+                }
                 PageKind::Slab { .. } => self.slabs.slab_slots(page),
             };
             // Only take pages that hold nothing pinned (or staged): otherwise the page stays.
@@ -1085,7 +1117,10 @@ impl Store {
             // No room for a fresh table: clear the current one in place.
             self.index.punch(old.table_offset(), old.table_bytes());
             self.gen = self.gen.wrapping_add(1) & 0xff_ffff;
-            let t = Layout { gen: self.gen, ..old };
+            let t = Layout {
+                gen: self.gen,
+                ..old
+            };
             self.switch_to(t);
         }
         self.slabs.reset(&self.data);
@@ -1221,7 +1256,9 @@ impl Store {
         let n = t.buckets();
         // Buckets visited are bounded too, so a tick over a table with few TTL keys ends.
         let mut buckets = 0u64;
-        while report.expiry_scanned < EXPIRE_WORK_PER_TICK_MAX && buckets < 4 * u64::from(EXPIRE_WORK_PER_TICK_MAX) {
+        while report.expiry_scanned < EXPIRE_WORK_PER_TICK_MAX
+            && buckets < 4 * u64::from(EXPIRE_WORK_PER_TICK_MAX)
+        {
             let b = self.expire_cursor % n;
             self.expire_cursor = (b + 1) % n;
             buckets += 1;
@@ -1298,6 +1335,95 @@ impl Store {
             }
             report.entries_moved += 1;
         }
+    }
+
+    /// Full consistency check (O(entries)): every index entry of the readers' table points at
+    /// a checksum-valid entry of its key, homed within the probe distance; overflow counts,
+    /// key count, bytes and slot digests match. For tests and debugging.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let t = self.table;
+        let n = t.buckets();
+        let mask = n - 1;
+        let mut overflow = vec![0u64; n as usize];
+        let mut keys = HashSet::new();
+        let mut count = 0u64;
+        let mut bytes = 0u64;
+        let mut digests: BTreeMap<u16, u64> = BTreeMap::new();
+        for b in 0..n {
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(t, b, i);
+                let w0 = self.index.load(off);
+                if w0 == 0 {
+                    continue;
+                }
+                let w1 = self.index.load(off + 8);
+                let loc = ie_location(w0);
+                let mut img = self.load_entry(loc, ie_size_units(w1));
+                let stored = u32::from_le_bytes([img[24], img[25], img[26], img[27]]);
+                img[24..28].fill(0);
+                if checksum(&img, w0, w1) != stored {
+                    return Err(format!("bucket {b} entry {i}: bad checksum at {loc}"));
+                }
+                let key = self.read_key(loc).ok_or("unreadable key")?;
+                let h = key_hash(&key);
+                if tag_of(h) != ie_tag(w0) {
+                    return Err(format!("bucket {b} entry {i}: tag mismatch"));
+                }
+                let home = h & mask;
+                let dist = b.wrapping_sub(home) & mask;
+                if dist >= PROBE_BUCKETS_MAX {
+                    return Err(format!("bucket {b}: key homed at {home} too far"));
+                }
+                if dist > 0 {
+                    overflow[home as usize] += 1;
+                }
+                let (version, _, _, _) = self.header(loc);
+                if vcheck_of(version) != ie_vcheck(w1) {
+                    return Err(format!("bucket {b} entry {i}: vcheck mismatch"));
+                }
+                if !keys.insert(key.clone()) {
+                    return Err(format!("duplicate key {key:?}"));
+                }
+                if self.find(&key, h).map(|f| f.ie_off) != Some(off) {
+                    return Err(format!("key {key:?} not found where it is"));
+                }
+                count += 1;
+                bytes += self.slabs.footprint(u64::from(ie_size_units(w1)));
+                let d = digests.entry(key_slot(&key)).or_insert(0);
+                *d = d.wrapping_add(digest_term(h, version));
+            }
+        }
+        for b in 0..n {
+            if self.overflow(t, b) != overflow[b as usize] {
+                return Err(format!(
+                    "bucket {b}: overflow count {} but {} displaced",
+                    self.overflow(t, b),
+                    overflow[b as usize]
+                ));
+            }
+        }
+        if count != self.count {
+            return Err(format!("count {} but {count} entries", self.count));
+        }
+        if bytes != self.used_bytes {
+            return Err(format!(
+                "used bytes {} but {bytes} counted",
+                self.used_bytes
+            ));
+        }
+        for (&slot, &d) in &digests {
+            if self.digests[usize::from(slot)] != d {
+                return Err(format!("slot {slot}: digest mismatch"));
+            }
+        }
+        let total = |it: &mut dyn Iterator<Item = u64>| it.fold(0u64, u64::wrapping_add);
+        if total(&mut self.digests.iter().copied()) != total(&mut digests.values().copied()) {
+            return Err("digest of a slot without keys is not zero".into());
+        }
+        if self.slabs.committed() > self.slabs.budget() {
+            return Err("committed bytes over budget".into());
+        }
+        Ok(())
     }
 
     pub fn touch(&mut self, h: u64) {
