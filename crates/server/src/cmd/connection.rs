@@ -122,7 +122,7 @@ pub fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     if !ctx.session.authenticated && ctx.shared.auth_required() {
         return Reply::err(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
-             HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+             HELLO AUTH <user> <pass> option can be used to authenticate the client and \
              select the RESP protocol version at the same time",
         );
     }
@@ -215,7 +215,7 @@ pub fn client_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         let mut v = Vec::with_capacity(argv.len().min(1024));
         for a in &argv[3..] {
             match super::parse_i64(a) {
-                Some(n) if n > 0 => v.push(n as u64),
+                Some(n) if n >= 0 => v.push(n as u64),
                 _ => return Reply::err("ERR Invalid client ID"),
             }
         }

@@ -38,7 +38,7 @@ pub fn command_info(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     Reply::Array(
         argv[2..]
             .iter()
-            .map(|n| find(n).map_or(Reply::NilArray, |i| t.commands[i].info.clone()))
+            .map(|n| find(n).map_or(Reply::Nil, |i| t.commands[i].info.clone()))
             .collect(),
     )
 }
@@ -151,7 +151,7 @@ pub fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 /// CONFIG SET: only `requirepass` can change at run time; the others are fixed at startup.
 pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     if argv.len() & 1 == 1 {
-        return super::arity_error("config|set");
+        return Reply::err(errors::SYNTAX);
     }
     let known: Vec<&str> = config_params(ctx).iter().map(|(n, _)| *n).collect();
     let mut new_pass = None;

@@ -1,0 +1,724 @@
+//! Differential tests: the same command sequences go to a real Redis 7 and to a Ringlet node,
+//! and the raw reply bytes must be identical (RESP2, then RESP3 after `HELLO 3`).
+//!
+//! This is not a list of expected answers: Redis is the oracle. Each script line is one
+//! command, optionally prefixed by how to compare:
+//!
+//! - (no prefix) byte-identical replies;
+//! - `sorted:` both are arrays; compared as sorted multisets (KEYS order is unspecified);
+//! - `ttl<N>:` both integers within N of each other (time passes between the two sends);
+//! - `shape:` same reply type byte only (values that legitimately differ, e.g. ids);
+//! - `ignore:` sent to both (for its effect), reply not compared.
+//!
+//! Arguments are split on spaces; `\s` is a space, `\xHH` any byte, `\e` the empty string.
+//! Times use absolute EXAT/PXAT far in the future, or TTL ranges, so no assertion depends
+//! on how long the test takes.
+
+mod common;
+
+use common::{start_redis, start_ringlet, Raw};
+
+/// Parse one script argument (`\s`, `\xHH`, `\e` escapes).
+fn arg(w: &str) -> Vec<u8> {
+    if w == "\\e" {
+        return Vec::new();
+    }
+    let b = w.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 1 < b.len() {
+            match b[i + 1] {
+                b's' => {
+                    out.push(b' ');
+                    i += 2;
+                    continue;
+                }
+                b'x' if i + 3 < b.len() => {
+                    let h = std::str::from_utf8(&b[i + 2..i + 4]).unwrap();
+                    out.push(u8::from_str_radix(h, 16).unwrap());
+                    i += 4;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+enum Mode {
+    Exact,
+    Sorted,
+    Ttl(i64),
+    Shape,
+    Ignore,
+}
+
+fn parse_line(line: &str) -> (Mode, Vec<Vec<u8>>) {
+    let (mode, rest) = if let Some(r) = line.strip_prefix("sorted:") {
+        (Mode::Sorted, r)
+    } else if let Some(r) = line.strip_prefix("shape:") {
+        (Mode::Shape, r)
+    } else if let Some(r) = line.strip_prefix("ignore:") {
+        (Mode::Ignore, r)
+    } else if let Some(r) = line.strip_prefix("ttl") {
+        let (n, r) = r.split_once(':').expect("ttlN:");
+        (Mode::Ttl(n.parse().unwrap()), r)
+    } else {
+        (Mode::Exact, line)
+    };
+    (
+        mode,
+        rest.split(' ').filter(|w| !w.is_empty()).map(arg).collect(),
+    )
+}
+
+/// Elements of a flat RESP array reply (bulk strings / integers only), for `sorted:`.
+fn array_items(reply: &[u8]) -> Vec<Vec<u8>> {
+    let text = reply;
+    assert!(
+        matches!(text[0], b'*' | b'~' | b'%'),
+        "not an array: {}",
+        String::from_utf8_lossy(reply)
+    );
+    let mut items = Vec::new();
+    let mut pos = text.iter().position(|&c| c == b'\n').unwrap() + 1;
+    while pos < text.len() {
+        let (info, n) = ringlet_codec::resp::scan_reply(&text[pos..])
+            .unwrap()
+            .unwrap();
+        let _ = info;
+        items.push(text[pos..pos + n].to_vec());
+        pos += n;
+    }
+    items.sort();
+    items
+}
+
+fn int_of(reply: &[u8]) -> i64 {
+    assert_eq!(
+        reply[0],
+        b':',
+        "not an integer: {}",
+        String::from_utf8_lossy(reply)
+    );
+    std::str::from_utf8(&reply[1..reply.len() - 2])
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Run `script` on both servers over one connection each and compare.
+fn run(script: &str, redis: &mut Raw, ringlet: &mut Raw) {
+    for (n, line) in script.lines().map(str::trim).enumerate() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (mode, args) = parse_line(line);
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+        let want = redis.call(&argv);
+        let got = ringlet.call(&argv);
+        let show = |b: &[u8]| {
+            let s = String::from_utf8_lossy(b).into_owned();
+            if s.len() > 400 {
+                format!(
+                    "{}... ({} bytes)",
+                    &s[..s.floor_char_boundary(400)],
+                    b.len()
+                )
+            } else {
+                s
+            }
+        };
+        let ctx = || {
+            format!(
+                "line {}: `{line}`\n redis:   {:?}\n ringlet: {:?}",
+                n + 1,
+                show(&want),
+                show(&got)
+            )
+        };
+        match mode {
+            Mode::Exact => assert!(want == got, "{}", ctx()),
+            Mode::Sorted => assert!(array_items(&want) == array_items(&got), "{}", ctx()),
+            Mode::Ttl(tol) => assert!((int_of(&want) - int_of(&got)).abs() <= tol, "{}", ctx()),
+            Mode::Shape => assert!(want[0] == got[0], "{}", ctx()),
+            Mode::Ignore => {}
+        }
+    }
+}
+
+/// Start both servers, open one connection to each, run every script (FLUSHALL first).
+fn differential(scripts: &[&str], resp3: bool) {
+    let Some(redis) = start_redis(&[]) else {
+        return;
+    };
+    let node = start_ringlet(None);
+    let mut r = Raw::connect(redis.port);
+    let mut g = Raw::connect(node.local_addr().port());
+    if resp3 {
+        r.call(&[b"HELLO", b"3"]);
+        g.call(&[b"HELLO", b"3"]);
+    }
+    for s in scripts {
+        run("FLUSHALL", &mut r, &mut g);
+        run(s, &mut r, &mut g);
+    }
+}
+
+const CONNECTION: &str = r"
+PING
+PING hello
+PING a b
+ECHO hi
+ECHO
+ECHO \e
+SELECT 0
+SELECT 16
+SELECT -1
+SELECT abc
+SELECT 99999999999999999999
+HELLO 4
+HELLO 1
+HELLO abc
+HELLO 3 foo
+HELLO 2 SETNAME
+AUTH x
+AUTH a b c
+AUTH default anything
+AUTH nobody pass
+CLIENT
+CLIENT foo
+CLIENT SETNAME
+CLIENT SETNAME a\sb
+CLIENT SETNAME a\x0ab
+CLIENT SETNAME myname
+CLIENT GETNAME
+CLIENT SETNAME \e
+CLIENT GETNAME
+CLIENT GETNAME x
+CLIENT ID x
+CLIENT INFO x
+CLIENT LIST ID abc
+CLIENT LIST ID 0
+CLIENT LIST TYPE bogus
+CLIENT LIST foo bar
+shape: CLIENT ID
+shape: CLIENT INFO
+shape: CLIENT LIST
+shape: CLIENT LIST TYPE normal
+CLIENT LIST TYPE pubsub
+foo
+foo a b
+FOO a\x0d\x0ab
+get
+GET
+SET
+sEt k
+";
+
+const SERVER: &str = r"
+COMMAND foo
+COMMAND INFO get set mget nosuchcommand
+COMMAND INFO GET
+COMMAND INFO incrbyfloat expire scan keys getex
+COMMAND DOCS get set
+COMMAND DOCS nosuch
+shape: COMMAND DOCS
+shape: COMMAND COUNT
+shape: COMMAND
+shape: COMMAND INFO
+CONFIG
+CONFIG GET
+CONFIG GET nosuchparam
+CONFIG GET timeout
+sorted: CONFIG GET save appendonly
+CONFIG SET
+CONFIG SET foo
+CONFIG SET foo bar
+CONFIG SET timeout 0 foo
+shape: CONFIG GET maxmemory
+DBSIZE
+DBSIZE x
+SET a 1
+SET b 2
+DBSIZE
+FLUSHDB foo
+FLUSHDB sync
+FLUSHALL async
+FLUSHALL a b
+DBSIZE
+INFO a b c
+shape: INFO
+shape: INFO keyspace
+shape: INFO server clients
+";
+
+const STRINGS: &str = r"
+GET nokey
+SET k v
+GET k
+SET k v2 NX
+SET k v3 XX
+GET k
+SET k v NX XX
+SET k v XX NX
+SET k v EX
+SET k v EX 0
+SET k v EX -1
+SET k v EX abc
+SET k v EX 10 PX 100
+SET k v EX 10 KEEPTTL
+SET k v KEEPTTL EX 10
+SET k v PX 9223372036854775807
+SET k v EX 9223372036854775
+SET k v EXAT 0
+SET k v PXAT -5
+SET k v FOO
+SET k v GET
+SET k v2 GET NX
+SET nk v GET NX
+SET k v3 GET XX
+SET missing v GET XX
+GET missing
+SET k v EXAT 4102444800
+ttl2: TTL k
+SET k v EX 1000 EX 2000
+ttl2: TTL k
+SET k v2 KEEPTTL
+ttl2: TTL k
+SET k v3
+TTL k
+SET k v nx\x00junk
+SET k v PXAT 4102444800000
+ttl2000: PTTL k
+SETNX k v
+SETNX k2 v
+SETNX
+GET k2
+SETEX k 0 v
+SETEX k -1 v
+SETEX k abc v
+SETEX k 100 v
+ttl2: TTL k
+PSETEX k 0 v
+PSETEX k 100000 v
+ttl2000: PTTL k
+GETSET k new
+GETSET nokey new
+GET nokey
+TTL k
+GETDEL k
+GETDEL k
+GETDEL
+SET k v
+GETEX k
+GETEX k EX 100
+ttl2: TTL k
+GETEX k PERSIST
+TTL k
+GETEX k PX 100000
+ttl2000: PTTL k
+GETEX k EXAT 4102444800
+GETEX k PXAT 4102444800000
+GETEX k EX 0
+GETEX k EX abc
+GETEX k PERSIST EX 10
+GETEX k KEEPTTL
+GETEX k NX
+GETEX k FOO
+GETEX nokey EX 0
+GETEX nokey
+GETEX k EXAT 1
+GET k
+MSET a 1 b 2 c 3
+MGET a b c d
+MSET a 1 b
+MSET
+MSETNX a 1 x 2
+MSETNX x 1 y 2
+MGET x y
+MSETNX x 1 y
+MGET
+";
+
+const COUNTERS: &str = r"
+INCR n
+INCR n
+DECR n
+INCRBY n 10
+INCRBY n -100
+DECRBY n 5
+DECRBY n -5
+INCRBY n abc
+INCRBY n 1.5
+DECRBY n 9223372036854775808
+DECRBY n -9223372036854775808
+SET big 9223372036854775807
+INCR big
+SET small -9223372036854775808
+DECR small
+INCRBY small -1
+SET s abc
+INCR s
+SET s 01
+INCR s
+SET s +1
+INCR s
+SET s \s1
+INCR s
+SET s -0
+INCR s
+SET s 12345678901234567890
+INCR s
+SET s \e
+INCR s
+INCRBYFLOAT f 0.1
+INCRBYFLOAT f 0.2
+INCRBYFLOAT f -0.3
+INCRBYFLOAT f 1e3
+INCRBYFLOAT f 5.0e3
+INCRBYFLOAT f abc
+INCRBYFLOAT f \s1
+INCRBYFLOAT f nan
+INCRBYFLOAT f inf
+INCRBYFLOAT f 1e400
+INCRBYFLOAT g 1e4000
+INCRBYFLOAT g 3.14159265358979323846
+INCRBYFLOAT g -3.14159265358979323846
+INCRBYFLOAT h 10.5
+INCRBYFLOAT h 0.1
+SET h 5.0e3
+INCRBYFLOAT h 2.0e2
+SET h abc
+INCRBYFLOAT h 1
+INCRBYFLOAT
+SET t 10
+EXPIRE t 1000
+INCR t
+ttl2: TTL t
+INCRBYFLOAT t 1.5
+ttl2: TTL t
+";
+
+const RANGES: &str = r"
+APPEND a hello
+APPEND a \sworld
+GET a
+STRLEN a
+STRLEN nokey
+APPEND
+GETRANGE a 0 4
+GETRANGE a -5 -1
+GETRANGE a 0 -1
+GETRANGE a 5 3
+GETRANGE a -1 -5
+GETRANGE a 100 200
+GETRANGE a -100 2
+GETRANGE a 0 100
+GETRANGE nokey 0 10
+GETRANGE a x 1
+GETRANGE a 0 x
+GETRANGE a 9223372036854775807 -9223372036854775808
+SETRANGE a 6 WORLD
+GET a
+SETRANGE a 20 x
+GET a
+STRLEN a
+SETRANGE b 3 abc
+GET b
+SETRANGE c 0 \e
+EXISTS c
+SETRANGE a 0 \e
+SETRANGE a -1 x
+SETRANGE a x x
+SETRANGE a 536870912 x
+SETRANGE a 536870911 xx
+SET e v
+SETRANGE e 600000000 \e
+EXPIRE e 1000
+SETRANGE e 1 X
+GET e
+ttl2: TTL e
+APPEND e !
+ttl2: TTL e
+";
+
+const KEYSPACE: &str = r"
+MSET a 1 b 2 c 3 hello 1 hallo 2 hxllo 3 hllo 4 heeeello 5
+DEL a b nokey
+DEL
+UNLINK c nokey
+EXISTS hello hello nokey
+EXISTS
+TYPE hello
+TYPE nokey
+sorted: KEYS *
+sorted: KEYS h?llo
+sorted: KEYS h*llo
+sorted: KEYS h[ae]llo
+sorted: KEYS h[^e]llo
+sorted: KEYS h[a-b]llo
+sorted: KEYS h[b-a]llo
+sorted: KEYS h\*llo
+sorted: KEYS H*
+sorted: KEYS *llo*
+sorted: KEYS [
+sorted: KEYS h[ae
+KEYS
+KEYS a b
+SCAN abc
+SCAN \s0
+SCAN 1x
+SCAN 0 COUNT 0
+SCAN 0 COUNT -1
+SCAN 0 COUNT abc
+SCAN 0 MATCH
+SCAN 0 FOO bar
+SCAN 0 COUNT 1000 MATCH nomatch*
+SCAN 0 COUNT 1000 TYPE hash
+SCAN 0 COUNT 1000 TYPE list MATCH *
+FLUSHALL
+RANDOMKEY
+SET only 1
+RANDOMKEY
+RANDOMKEY x
+";
+
+const EXPIRY: &str = r"
+SET k v
+TTL k
+PTTL k
+TTL nokey
+PTTL nokey
+EXPIRE nokey 100
+EXPIRE k 100
+ttl2: TTL k
+EXPIRE k 100 NX
+EXPIRE k 200 XX
+ttl2: TTL k
+EXPIRE k 100 GT
+EXPIRE k 300 GT
+ttl2: TTL k
+EXPIRE k 400 LT
+EXPIRE k 50 LT
+ttl2: TTL k
+EXPIRE k 10 NX XX
+EXPIRE k 10 GT LT
+EXPIRE k 10 NX GT
+EXPIRE k 10 foo
+EXPIRE k abc
+EXPIRE k 10 xx XX
+EXPIRE k 9223372036854775807
+EXPIRE k 9223372036854775
+EXPIRE k -9223372036854775808
+PEXPIRE k 9223372036854775807
+PERSIST k
+PERSIST k
+PERSIST nokey
+TTL k
+EXPIRE k 100 XX
+EXPIRE k 100 GT
+EXPIRE k 100 LT
+TTL k
+PERSIST k
+EXPIREAT k 4102444800
+ttl2: TTL k
+PEXPIREAT k 4102444800000
+ttl2000: PTTL k
+EXPIREAT k 4102444800 GT
+EXPIREAT k 4102444801 GT
+PEXPIREAT k abc
+PEXPIREAT k 9223372036854775807
+EXPIREAT k 9223372036854775807
+EXPIRE k 0
+EXISTS k
+SET k v
+EXPIRE k -10
+GET k
+SET k v
+PEXPIRE k -1
+GET k
+SET k v
+EXPIREAT k 1
+GET k
+SET k v
+PEXPIREAT k 1000
+GET k
+TTL
+EXPIRE k
+";
+
+const BINARY: &str = r"
+SET \x00\xff\x0d\x0a \x00\x01\x02
+GET \x00\xff\x0d\x0a
+STRLEN \x00\xff\x0d\x0a
+EXISTS \x00\xff\x0d\x0a
+SET \e empty-key
+GET \e
+SET ek \e
+GET ek
+STRLEN ek
+APPEND ek \x00
+GET ek
+MSET \x01 a \x02 b
+MGET \x01 \x02 \x03
+sorted: KEYS \x01
+sorted: KEYS *
+DEL \x00\xff\x0d\x0a \e
+";
+
+const ALL: &[&str] = &[
+    CONNECTION, SERVER, STRINGS, COUNTERS, RANGES, KEYSPACE, EXPIRY, BINARY,
+];
+
+#[test]
+fn resp2_replies_match_redis() {
+    differential(ALL, false);
+}
+
+#[test]
+fn resp3_replies_match_redis() {
+    differential(ALL, true);
+}
+
+/// A pipeline of many commands in one write: the replies come back in order, all of them,
+/// identical to Redis's.
+#[test]
+fn pipelined_replies_match_redis() {
+    let Some(redis) = start_redis(&[]) else {
+        return;
+    };
+    let node = start_ringlet(None);
+    let mut batch = Vec::new();
+    let mut count = 0;
+    for i in 0..500 {
+        for cmd in [
+            vec![
+                b"SET".to_vec(),
+                format!("key:{i}").into_bytes(),
+                format!("value-{i}").into_bytes(),
+            ],
+            vec![b"GET".to_vec(), format!("key:{i}").into_bytes()],
+            vec![b"INCR".to_vec(), b"counter".to_vec()],
+            vec![b"GET".to_vec(), format!("missing:{i}").into_bytes()],
+            vec![b"BOGUS".to_vec(), format!("{i}").into_bytes()],
+        ] {
+            let argv: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
+            batch.extend_from_slice(&common::encode(&argv));
+            count += 1;
+        }
+    }
+    // Inline commands in the same stream, as redis-cli / telnet send them.
+    batch.extend_from_slice(b"PING\r\nECHO \"a b\"\r\nGET key:1\r\n");
+    count += 3;
+    let mut outs = Vec::new();
+    for port in [redis.port, node.local_addr().port()] {
+        let mut c = Raw::connect(port);
+        c.send(&batch);
+        let replies: Vec<Vec<u8>> = (0..count).map(|_| c.reply()).collect();
+        outs.push(replies);
+    }
+    assert_eq!(outs[0].len(), outs[1].len());
+    for (i, (a, b)) in outs[0].iter().zip(&outs[1]).enumerate() {
+        assert_eq!(
+            String::from_utf8_lossy(a),
+            String::from_utf8_lossy(b),
+            "reply {i}"
+        );
+    }
+}
+
+/// AUTH and NOAUTH behaviour with a password configured, against `redis-server
+/// --requirepass`.
+#[test]
+fn auth_matches_redis() {
+    let Some(redis) = start_redis(&["--requirepass", "s3cret"]) else {
+        return;
+    };
+    let node = start_ringlet(Some("s3cret"));
+    let script = r"
+GET k
+SET k v
+foo
+GET
+PING
+ECHO x
+CLIENT ID
+HELLO 3
+HELLO 2 AUTH default wrong
+HELLO 2 AUTH nobody s3cret
+AUTH wrong
+AUTH default wrong
+AUTH a b c
+AUTH
+AUTH s3cret
+GET k
+SET k v
+GET k
+AUTH wrong
+GET k
+";
+    let mut r = Raw::connect(redis.port);
+    let mut g = Raw::connect(node.local_addr().port());
+    run(script, &mut r, &mut g);
+
+    // HELLO with AUTH authenticates and switches protocol in one step.
+    let mut r = Raw::connect(redis.port);
+    let mut g = Raw::connect(node.local_addr().port());
+    run(
+        "GET k\nshape: HELLO 3 AUTH default s3cret\nGET k\nGET nokey",
+        &mut r,
+        &mut g,
+    );
+}
+
+/// Protocol errors: the same garbage gets the same error text, then the connection closes.
+#[test]
+fn protocol_errors_match_redis() {
+    let Some(redis) = start_redis(&[]) else {
+        return;
+    };
+    let node = start_ringlet(None);
+    let cases: &[&[u8]] = &[
+        b"*abc\r\n",
+        b"*1\r\n$abc\r\n",
+        b"*1\r\n$-5\r\n",
+        b"*2\r\n$3\r\nGET\r\n:1\r\n",
+        b"*9999999999\r\n",
+        b"*1\r\n$999999999999\r\n",
+        b"PING \"unbalanced\r\n",
+        b"*1\r\n$4\r\nPING\r\n*x\r\n",
+    ];
+    for case in cases {
+        let mut outs = Vec::new();
+        for port in [redis.port, node.local_addr().port()] {
+            let mut c = Raw::connect(port);
+            c.send(case);
+            outs.push(c.read_to_close());
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&outs[0]),
+            String::from_utf8_lossy(&outs[1]),
+            "input {:?}",
+            String::from_utf8_lossy(case)
+        );
+    }
+}
+
+/// QUIT replies +OK and closes, like Redis.
+#[test]
+fn quit_closes_like_redis() {
+    let Some(redis) = start_redis(&[]) else {
+        return;
+    };
+    let node = start_ringlet(None);
+    for port in [redis.port, node.local_addr().port()] {
+        let mut c = Raw::connect(port);
+        c.send(b"*1\r\n$4\r\nQUIT\r\n*1\r\n$4\r\nPING\r\n");
+        assert_eq!(c.read_to_close(), b"+OK\r\n");
+    }
+}
