@@ -1,12 +1,14 @@
 //! Client subcommands (`ringlet get/set/del/incr/mget/ping/info`).
 //!
-//! They speak RESP through the codec's request encoder and reply decoder over one blocking TCP
-//! connection: RESP covers every command here (INFO and AUTH included), while the native
-//! protocol has no AUTH or INFO frame yet. Output follows redis-cli's plain (non-tty) style:
-//! one value per line, `(nil)` for a missing key, `(error) ...` on stderr with exit code 1.
+//! GET, SET, DEL, INCR, MGET and PING speak the native protocol through `ringlet-client`.
+//! INFO, and every command when a password is given, speak RESP (through the codec's request
+//! encoder and reply decoder): the native protocol has no AUTH or INFO frame yet. Output
+//! follows redis-cli's plain (non-tty) style: one value per line, `(nil)` for a missing key,
+//! `(error) ...` with exit code 1.
 
 use crate::Conn;
 use anyhow::{bail, Context, Result};
+use ringlet_client::{BlockingClient, ClientConfig, DelOutcome, SetOptions};
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -105,11 +107,53 @@ fn run(c: &Conn, args: &[&[u8]]) -> Result<()> {
     print(&s.call(args)?)
 }
 
+/// A native client, unless a password forces RESP (`None`).
+fn native(c: &Conn) -> Result<Option<BlockingClient>> {
+    if c.password.is_some() {
+        return Ok(None);
+    }
+    let addr = format!("{}:{}", c.host, c.port);
+    let cfg = ClientConfig {
+        timeout: Duration::from_secs(30),
+        ..ClientConfig::default()
+    };
+    let client =
+        BlockingClient::connect(&addr, cfg).with_context(|| format!("cannot connect to {addr}"))?;
+    Ok(Some(client))
+}
+
+fn print_value(v: Option<&[u8]>) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match v {
+        Some(b) => {
+            out.write_all(b)?;
+            writeln!(out)?;
+        }
+        None => writeln!(out, "(nil)")?,
+    }
+    Ok(())
+}
+
 pub fn get(c: &Conn, key: &str) -> Result<()> {
-    run(c, &[b"GET", key.as_bytes()])
+    match native(c)? {
+        Some(n) => print_value(n.get(key.as_bytes())?.value.as_deref()),
+        None => run(c, &[b"GET", key.as_bytes()]),
+    }
 }
 
 pub fn set(c: &Conn, key: &str, value: &str, ex: Option<u64>) -> Result<()> {
+    if let Some(n) = native(c)? {
+        let mut opts = SetOptions::default();
+        if let Some(s) = ex {
+            if s == 0 {
+                bail!("(error) ERR invalid expire time in 'set' command");
+            }
+            opts = opts.ttl(Duration::from_secs(s));
+        }
+        n.set(key.as_bytes(), value.as_bytes(), opts)?;
+        println!("OK");
+        return Ok(());
+    }
     match ex {
         Some(s) => run(
             c,
@@ -126,22 +170,52 @@ pub fn set(c: &Conn, key: &str, value: &str, ex: Option<u64>) -> Result<()> {
 }
 
 pub fn del(c: &Conn, keys: &[String]) -> Result<()> {
+    if let Some(n) = native(c)? {
+        let mut deleted = 0;
+        for k in keys {
+            if n.del(k.as_bytes(), None)?.value == DelOutcome::Deleted {
+                deleted += 1;
+            }
+        }
+        println!("{deleted}");
+        return Ok(());
+    }
     let mut args: Vec<&[u8]> = vec![b"DEL"];
     args.extend(keys.iter().map(|k| k.as_bytes()));
     run(c, &args)
 }
 
 pub fn incr(c: &Conn, key: &str, by: i64) -> Result<()> {
+    if let Some(n) = native(c)? {
+        println!("{}", n.incr_by(key.as_bytes(), by)?.value);
+        return Ok(());
+    }
     run(c, &[b"INCRBY", key.as_bytes(), by.to_string().as_bytes()])
 }
 
 pub fn mget(c: &Conn, keys: &[String]) -> Result<()> {
+    if let Some(n) = native(c)? {
+        let ks: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        for v in n.mget(&ks)?.value {
+            // redis-cli prints an empty line for a missing key inside an array.
+            match v.value {
+                Some(b) => print_value(Some(&b))?,
+                None => println!(),
+            }
+        }
+        return Ok(());
+    }
     let mut args: Vec<&[u8]> = vec![b"MGET"];
     args.extend(keys.iter().map(|k| k.as_bytes()));
     run(c, &args)
 }
 
 pub fn ping(c: &Conn) -> Result<()> {
+    if let Some(n) = native(c)? {
+        n.ping()?;
+        println!("PONG");
+        return Ok(());
+    }
     run(c, &[b"PING"])
 }
 
