@@ -35,6 +35,10 @@ pub struct NodeInfo {
     pub state: NodeState,
     /// Bumped on every restart: a new incarnation comes back empty.
     pub incarnation: u64,
+    /// Epoch at which the node took its current PG positions. Equal to
+    /// [`ClusterMap::placed_epoch`] for nodes placed at bootstrap: those start serving at once
+    /// (no data existed before them); any later taker of a position must first rebuild/sync.
+    pub roles_epoch: Epoch,
 }
 
 /// One memgest of the map.
@@ -66,6 +70,8 @@ pub struct ClusterMap {
     pub placement: Option<Placement>,
     pub memgests: BTreeMap<MemgestId, MemgestInfo>,
     pub default_memgest: MemgestId,
+    /// Epoch of the bootstrap plan (0 before bootstrap).
+    pub placed_epoch: Epoch,
 }
 
 impl Default for ClusterMap {
@@ -85,6 +91,7 @@ impl Default for ClusterMap {
             placement: None,
             memgests,
             default_memgest: MemgestId::NONE,
+            placed_epoch: Epoch(0),
         }
     }
 }
@@ -212,6 +219,8 @@ struct NodeWire {
     addr: String,
     state: NodeState,
     incarnation: u64,
+    #[serde(default)]
+    roles_epoch: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -229,6 +238,8 @@ struct ClusterMapWire {
     placement: Option<Placement>,
     memgests: Vec<MemgestWire>,
     default_memgest: u16,
+    #[serde(default)]
+    placed_epoch: u64,
 }
 
 impl From<ClusterMap> for ClusterMapWire {
@@ -243,6 +254,7 @@ impl From<ClusterMap> for ClusterMapWire {
                     addr: n.addr,
                     state: n.state,
                     incarnation: n.incarnation,
+                    roles_epoch: n.roles_epoch.0,
                 })
                 .collect(),
             placement: m.placement,
@@ -257,6 +269,7 @@ impl From<ClusterMap> for ClusterMapWire {
                 })
                 .collect(),
             default_memgest: m.default_memgest.0,
+            placed_epoch: m.placed_epoch.0,
         }
     }
 }
@@ -278,6 +291,7 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
                     addr: n.addr,
                     state: n.state,
                     incarnation: n.incarnation,
+                    roles_epoch: Epoch(n.roles_epoch),
                 },
             );
             if dup.is_some() {
@@ -308,6 +322,7 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
             placement: w.placement,
             memgests,
             default_memgest: MemgestId(w.default_memgest),
+            placed_epoch: Epoch(w.placed_epoch),
         };
         m.validate()?;
         Ok(m)

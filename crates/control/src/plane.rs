@@ -231,6 +231,10 @@ impl ControlPlane {
         out
     }
 
+    fn next_epoch(&self) -> Epoch {
+        Epoch(self.map.epoch.0.saturating_add(1))
+    }
+
     /// Publish `next` with the next epoch.
     fn commit(&mut self, mut next: ClusterMap, out: &mut Vec<Action>) {
         let new_epoch = Epoch(self.map.epoch.0.saturating_add(1));
@@ -350,6 +354,7 @@ impl ControlPlane {
                         addr,
                         state: NodeState::Spare,
                         incarnation,
+                        roles_epoch: Epoch(0),
                     },
                 );
             } else {
@@ -359,6 +364,7 @@ impl ControlPlane {
                         addr,
                         state: NodeState::Active,
                         incarnation,
+                        roles_epoch: self.next_epoch(),
                     },
                 );
             }
@@ -369,6 +375,7 @@ impl ControlPlane {
                     addr,
                     state: NodeState::Spare,
                     incarnation,
+                    roles_epoch: Epoch(0),
                 },
             );
         }
@@ -457,6 +464,7 @@ impl ControlPlane {
             set_state(&mut next, *n, NodeState::Active);
         }
         next.placement = Some(placement);
+        next.placed_epoch = self.next_epoch();
         self.commit(next, out);
         Ok(())
     }
@@ -575,7 +583,12 @@ fn pick_spare(map: &ClusterMap, except: Option<NodeId>) -> Option<NodeId> {
 }
 
 fn set_state(map: &mut ClusterMap, node: NodeId, state: NodeState) {
+    let next_epoch = Epoch(map.epoch.0.saturating_add(1));
     if let Some(n) = map.nodes.get_mut(&node) {
+        if state == NodeState::Active && n.state != NodeState::Active {
+            // Takes PG positions in the map about to be committed (epoch + 1).
+            n.roles_epoch = next_epoch;
+        }
         n.state = state;
     }
 }

@@ -270,7 +270,8 @@ impl<S: ReplicaStore> Replica<S> {
             dedup: BTreeMap::new(),
             dedup_order: VecDeque::new(),
             pull_index: BTreeMap::new(),
-            next_id: 1,
+            // Request ids never repeat across incarnations (late replies are ignored).
+            next_id: incarnation << 32,
             repair_cursor: 0,
             last_repair_ms: 0,
             stats: ReplicaStats::default(),
@@ -300,6 +301,13 @@ impl<S: ReplicaStore> Replica<S> {
                 .ranges
                 .iter()
                 .all(|r| !matches!(r.status, Status::Pulling(_)))
+    }
+
+    /// Whether a rebuild or sync is still running on some range.
+    pub fn is_pulling(&self) -> bool {
+        self.ranges
+            .iter()
+            .any(|r| matches!(r.status, Status::Pulling(_)))
     }
 
     /// Whether this node is Ready for `slot` at cohort offset `offset`.
@@ -806,6 +814,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         self.store.clear();
         self.incarnation += 1;
+        self.next_id = self.incarnation << 32;
         self.map = None;
         self.ranges.clear();
         self.fences.clear();
@@ -851,6 +860,11 @@ impl<S: ReplicaStore> Replica<S> {
             .nodes
             .get(&self.id)
             .is_some_and(|n| n.incarnation == self.incarnation);
+        let placed_at_bootstrap = map.placed_epoch != Epoch(0)
+            && map
+                .nodes
+                .get(&self.id)
+                .is_some_and(|n| n.roles_epoch == map.placed_epoch);
         if let (Some(p), true) = (&map.placement, i_am_member) {
             for r in &p.ranges {
                 let cohort = p.range_cohort(r);
@@ -879,6 +893,9 @@ impl<S: ReplicaStore> Replica<S> {
                     match role {
                         Role::None if had_data => Status::Retired,
                         Role::None => Status::Idle,
+                        // Placed at bootstrap: no data existed before this node held the
+                        // position, nothing to rebuild.
+                        Role::Coordinator | Role::Replica if placed_at_bootstrap => Status::Ready,
                         Role::Coordinator | Role::Replica => {
                             let pred = old_map.as_ref().and_then(|om| {
                                 let oc = om.cohort(r.first);

@@ -1,1 +1,31 @@
-//! ringlet-sim (being written)
+//! `ringlet-sim`: a deterministic, single-threaded cluster simulator. It drives the real
+//! [`ringlet_control::ControlPlane`] and [`ringlet_replica::Replica`] cores with a message bus
+//! and injected faults, runs clients that record histories, and checks the run.
+//!
+//! ```text
+//!   seed ─▶ SplitMix64 ─▶ swarm choice of faults and rates, cluster shape, workload
+//!                 │
+//!   event queue (time, seq) ─▶ deliver message | node tick | control tick | client op | fault
+//!                 │                     │ drop · delay · duplicate · reorder · partition
+//!                 ▼                     │ crash+restart · drain
+//!   cores step ─▶ outputs ─▶ bus ───────┘        check_invariants() after every step
+//!
+//!   checkers: epochs never go backwards · acknowledged rep:3 writes survive (≤1 failure at a
+//!   time) · replicas converge to the same per-slot digests after healing · linearizable
+//!   histories (ringlet-linearize) · no rebuild gave up (PossibleLoss) in tolerated runs
+//! ```
+//!
+//! Replay: every failure message starts with `SEED=<n>`; `SEED=<n> cargo test -p ringlet-sim`
+//! runs exactly that seed again (same events in the same order: all iteration is over
+//! ordered maps, all randomness comes from the seed).
+//!
+//! Goals: find protocol bugs in the cores the server runs, cheaply, reproducibly.
+//! Non-goals: performance modelling; clock skew (leases assume bounded drift, documented in
+//! docs/design/cluster-replication.md); erasure-coded memgests (not implemented yet).
+//!
+//! Modules: [`rng`] (SplitMix64), [`sim`] (the world, clients, checkers).
+
+pub mod rng;
+pub mod sim;
+
+pub use sim::{run_seed, RunStats, SimOptions};

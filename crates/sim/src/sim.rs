@@ -1,0 +1,1157 @@
+//! The simulated world. See the crate docs for the picture.
+
+use crate::rng::Rng;
+use ringlet_control::{
+    Action, ClusterMap, ControlConfig, ControlPlane, Input as CpInput, NodeState,
+};
+use ringlet_linearize::{check_history, Op, OpKind, DEFAULT_BUDGET};
+use ringlet_replica::{
+    ClientOp, ClientReply, ClientRequest, Input, MemStore, Output, PeerMsg, Replica, ReplicaConfig,
+    ReplicaStore, Reply, ReqId,
+};
+use ringlet_types::{key_slot, Epoch, MemgestId, MemgestKind, NodeId, Version};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Knobs a test may override; everything else comes from the seed.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Virtual milliseconds of workload with faults.
+    pub duration_ms: u64,
+    /// Virtual milliseconds allowed for healing and convergence afterwards.
+    pub heal_ms_max: u64,
+    /// Force every fault kind on (instead of the seed's swarm choice).
+    pub all_faults: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            duration_ms: 12_000,
+            heal_ms_max: 40_000,
+            all_faults: false,
+        }
+    }
+}
+
+/// What one run did (for reports and for "the checkers saw something" assertions).
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    pub seed: u64,
+    pub events: u64,
+    pub ops_ok: u64,
+    pub ops_unknown: u64,
+    pub ops_failed: u64,
+    pub writes_acked: u64,
+    pub crashes: u64,
+    pub partitions: u64,
+    pub drains: u64,
+    pub failovers_epochs: u64,
+    pub messages: u64,
+    pub dropped: u64,
+    pub history_ops: usize,
+    pub faults: String,
+    pub timeouts: u64,
+    pub ambiguous_replies: u64,
+}
+
+const LEASE_MS: u64 = 1500;
+const NODE_TICK_MS: u64 = 20;
+const CP_TICK_MS: u64 = 50;
+const CLIENT_TIMEOUT_MS: u64 = 400;
+const CLIENT_ATTEMPTS_MAX: u32 = 12;
+
+#[derive(Clone, Debug)]
+struct Faults {
+    drop_p: f64,
+    dup_p: f64,
+    delay_max_ms: u64,
+    crash: bool,
+    partition: bool,
+    drain: bool,
+    /// Mean gap between disruptive faults.
+    gap_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Addr {
+    Node(NodeId),
+    Cp,
+    Client(usize),
+}
+
+#[derive(Clone, Debug)]
+enum Msg {
+    Peer { from: NodeId, msg: PeerMsg },
+    ToCp { from: NodeId, input: CpInput },
+    Map(Arc<ClusterMap>),
+    HbAck { incarnation: u64, sent_ms: u64 },
+    Fenced { incarnation: u64 },
+    Request { client: usize, req: ClientRequest },
+    Reply(Reply),
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    Deliver { to: Addr, msg: Msg },
+    NodeTick(NodeId),
+    CpTick,
+    ClientNext(usize),
+    ClientTimeout { client: usize, attempt: u64 },
+    ClientRetry { client: usize, attempt: u64 },
+    Disrupt,
+    Restart(NodeId),
+    Heal(NodeId),
+    Bootstrap,
+}
+
+enum InputKind {
+    Tick,
+    Other,
+}
+
+struct NodeSlot {
+    replica: Option<Replica<MemStore>>,
+    incarnation: u64,
+    last_epoch: Epoch,
+}
+
+#[derive(Clone, Debug)]
+enum Pending {
+    Get { quorum: bool },
+    Set { value: String },
+    Delete,
+}
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    key: String,
+    kind: Pending,
+    hist: usize,
+    req: ReqId,
+    attempt: u64,
+    attempts: u32,
+    /// An attempt timed out: the write may have happened at `target`.
+    ambiguous: bool,
+    target: Option<(NodeId, u64)>,
+    /// Quorum read replies of the current attempt: (node, version, memgest, value).
+    replies: Vec<(NodeId, Version, MemgestId, Option<Vec<u8>>)>,
+    quorum_nodes: Vec<NodeId>,
+    fallback: bool,
+}
+
+struct Client {
+    id: u64,
+    map: Arc<ClusterMap>,
+    seq: u64,
+    op: Option<InFlight>,
+}
+
+struct KeySpec {
+    name: String,
+    memgest: MemgestId,
+    rep: bool,
+}
+
+struct World {
+    seed: u64,
+    opts: SimOptions,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Event>,
+    cp: ControlPlane,
+    cp_last_epoch: Epoch,
+    nodes: BTreeMap<NodeId, NodeSlot>,
+    isolated: BTreeSet<NodeId>,
+    clients: Vec<Client>,
+    keys: Vec<KeySpec>,
+    faults: Faults,
+    faults_on: bool,
+    history: Vec<Op>,
+    acked: BTreeMap<String, Version>,
+    stats: RunStats,
+    r3: MemgestId,
+    disruptive_seen: bool,
+    possible_loss: u64,
+    active: usize,
+    cp_touched: bool,
+}
+
+fn fail(seed: u64, what: impl std::fmt::Display) -> String {
+    format!("SEED={seed} {what}")
+}
+
+/// Run one seed. `Err` carries a message starting with `SEED=`.
+pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<RunStats, String> {
+    let mut w = World::new(seed, opts.clone())?;
+    w.run()?;
+    Ok(w.stats)
+}
+
+impl World {
+    fn new(seed: u64, opts: SimOptions) -> Result<World, String> {
+        let mut rng = Rng::new(seed);
+        let active = rng.range(3, 5) as usize;
+        let s = rng.range(1, active.min(3) as u64) as u8;
+        let d_min = 3u8.saturating_sub(s);
+        let d = rng.range(u64::from(d_min), (active as u64 - u64::from(s)).min(2)) as u8;
+        let spares = rng.range(1, 2) as usize;
+        let all = opts.all_faults;
+        let faults = Faults {
+            drop_p: if all || rng.chance(0.5) {
+                rng.range(1, 50) as f64 / 1000.0
+            } else {
+                0.0
+            },
+            dup_p: if all || rng.chance(0.4) {
+                rng.range(1, 50) as f64 / 1000.0
+            } else {
+                0.0
+            },
+            delay_max_ms: *rng.pick(&[1u64, 3, 10, 40, 100]).unwrap_or(&1),
+            crash: all || rng.chance(0.5),
+            partition: all || rng.chance(0.4),
+            drain: all || rng.chance(0.4),
+            gap_ms: rng.range(1500, 4000),
+        };
+        let cfg = ControlConfig {
+            s,
+            d,
+            lease_ms: LEASE_MS,
+        };
+        let cp = ControlPlane::new(cfg).map_err(|e| fail(seed, e))?;
+        let mut nodes = BTreeMap::new();
+        for i in 1..=(active + spares) as u32 {
+            nodes.insert(
+                NodeId(i),
+                NodeSlot {
+                    replica: None,
+                    incarnation: 1,
+                    last_epoch: Epoch(0),
+                },
+            );
+        }
+        let stats = RunStats {
+            seed,
+            faults: format!(
+                "n={active}+{spares} s={s} d={d} drop={} dup={} delay<={} crash={} partition={} drain={}",
+                faults.drop_p, faults.dup_p, faults.delay_max_ms, faults.crash, faults.partition, faults.drain
+            ),
+            ..RunStats::default()
+        };
+        let mut w = World {
+            seed,
+            opts,
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            cp,
+            cp_last_epoch: Epoch(0),
+            nodes,
+            isolated: BTreeSet::new(),
+            clients: Vec::new(),
+            keys: Vec::new(),
+            faults,
+            faults_on: true,
+            history: Vec::new(),
+            acked: BTreeMap::new(),
+            stats,
+            r3: MemgestId(0),
+            disruptive_seen: false,
+            possible_loss: 0,
+            active,
+            cp_touched: false,
+        };
+        let ids: Vec<NodeId> = w.nodes.keys().copied().collect();
+        for id in ids {
+            w.start_node(id);
+            let phase = w.rng.range(0, NODE_TICK_MS - 1);
+            w.schedule(phase, Event::NodeTick(id));
+        }
+        w.schedule(CP_TICK_MS, Event::CpTick);
+        w.schedule(400, Event::Bootstrap);
+        Ok(w)
+    }
+
+    fn schedule(&mut self, after_ms: u64, e: Event) {
+        self.seq += 1;
+        self.queue.insert((self.now + after_ms, self.seq), e);
+    }
+
+    fn start_node(&mut self, id: NodeId) {
+        let Some(slot) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        let cfg = ReplicaConfig {
+            addr: format!("sim:{}", id.0),
+            heartbeat_interval_ms: 150,
+            lease_ms: LEASE_MS,
+            lease_margin_ms: 100,
+            ..ReplicaConfig::default()
+        };
+        slot.replica = Some(Replica::new(id, slot.incarnation, cfg, MemStore::new()));
+        slot.last_epoch = Epoch(0);
+    }
+
+    /// Put a message on the bus, subject to faults.
+    fn send(&mut self, from: Option<NodeId>, to: Addr, msg: Msg) {
+        self.stats.messages += 1;
+        let blocked = |n: &NodeId| self.isolated.contains(n);
+        let to_blocked = matches!(&to, Addr::Node(n) if blocked(n));
+        if from.as_ref().is_some_and(blocked) || to_blocked {
+            self.stats.dropped += 1;
+            return;
+        }
+        if self.faults_on && self.rng.chance(self.faults.drop_p) {
+            self.stats.dropped += 1;
+            return;
+        }
+        let delay = self.rng.range(0, self.faults.delay_max_ms);
+        if self.faults_on && self.rng.chance(self.faults.dup_p) {
+            let d2 = self.rng.range(0, self.faults.delay_max_ms * 2);
+            self.schedule(
+                d2,
+                Event::Deliver {
+                    to: to.clone(),
+                    msg: msg.clone(),
+                },
+            );
+        }
+        self.schedule(delay, Event::Deliver { to, msg });
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        let end = self.opts.duration_ms;
+        self.schedule(self.faults.gap_ms + 2000, Event::Disrupt);
+        while let Some(((t, _), e)) = self.queue.pop_first() {
+            if t > end {
+                self.queue.insert((t, 0), e);
+                break;
+            }
+            self.now = t;
+            self.stats.events += 1;
+            self.handle(e)?;
+        }
+        // Heal: no more faults, restart crashed nodes, end partitions, let clients finish.
+        self.faults_on = false;
+        let isolated: Vec<NodeId> = self.isolated.iter().copied().collect();
+        for n in isolated {
+            self.isolated.remove(&n);
+        }
+        let down: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, s)| s.replica.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for n in down {
+            self.schedule(0, Event::Restart(n));
+        }
+        let deadline = self.now + self.opts.heal_ms_max;
+        let mut converged_at = None;
+        while let Some(((t, _), e)) = self.queue.pop_first() {
+            if t > deadline {
+                break;
+            }
+            self.now = t;
+            self.stats.events += 1;
+            self.handle(e)?;
+            if self.clients.iter().all(|c| c.op.is_none()) && self.stats.events % 64 == 0 {
+                if self.converged().is_ok() {
+                    converged_at = Some(t);
+                    break;
+                }
+            }
+        }
+        if converged_at.is_none() {
+            let why = self.converged().err().unwrap_or_default();
+            return Err(fail(
+                self.seed,
+                format!(
+                    "did not converge within {} ms of healing: {why} [{}]",
+                    self.opts.heal_ms_max, self.stats.faults
+                ),
+            ));
+        }
+        self.final_checks()
+    }
+
+    fn handle(&mut self, e: Event) -> Result<(), String> {
+        match e {
+            Event::Bootstrap => {
+                let actions = self.cp.step(
+                    self.now,
+                    CpInput::Bootstrap {
+                        active: self.active,
+                    },
+                );
+                if !actions.iter().any(|a| matches!(a, Action::Publish(_))) {
+                    // Joins not all in yet (dropped): retry.
+                    self.schedule(200, Event::Bootstrap);
+                    self.cp_actions(actions);
+                    return Ok(());
+                }
+                self.cp_actions(actions);
+                let a = self.cp.step(
+                    self.now,
+                    CpInput::CreateMemgest {
+                        name: "r3".into(),
+                        kind: MemgestKind::Rep { r: 3 },
+                        evictable: None,
+                    },
+                );
+                self.cp_actions(a);
+                self.r3 = self.cp.map().memgest_by_name("r3").unwrap_or(MemgestId(0));
+                self.setup_workload();
+            }
+            Event::NodeTick(id) => {
+                self.step_node(id, Input::Tick)?;
+                self.schedule(NODE_TICK_MS, Event::NodeTick(id));
+            }
+            Event::CpTick => {
+                let a = self.cp.step(self.now, CpInput::Tick);
+                self.cp_actions(a);
+                self.schedule(CP_TICK_MS, Event::CpTick);
+            }
+            Event::Deliver { to, msg } => self.deliver(to, msg)?,
+            Event::ClientNext(c) => self.client_next(c),
+            Event::ClientTimeout { client, attempt } => self.client_timeout(client, attempt),
+            Event::ClientRetry { client, attempt } => {
+                if self
+                    .clients
+                    .get(client)
+                    .and_then(|cl| cl.op.as_ref())
+                    .is_some_and(|op| op.attempt == attempt)
+                {
+                    self.client_attempt(client);
+                }
+            }
+            Event::Disrupt => {
+                self.disrupt();
+                let gap = self
+                    .rng
+                    .range(self.faults.gap_ms / 2, self.faults.gap_ms * 3 / 2);
+                self.schedule(gap, Event::Disrupt);
+            }
+            Event::Restart(id) => {
+                if let Some(s) = self.nodes.get_mut(&id) {
+                    if s.replica.is_none() {
+                        s.incarnation += 1;
+                        self.start_node(id);
+                    }
+                }
+            }
+            Event::Heal(id) => {
+                self.isolated.remove(&id);
+            }
+        }
+        if self.cp_touched {
+            self.cp_touched = false;
+            self.check_cp()?;
+        }
+        Ok(())
+    }
+
+    fn check_cp(&mut self) -> Result<(), String> {
+        self.cp.check_invariants();
+        let e = self.cp.map().epoch;
+        if e < self.cp_last_epoch {
+            return Err(fail(self.seed, "control plane epoch went backwards"));
+        }
+        self.cp_last_epoch = e;
+        Ok(())
+    }
+
+    fn cp_actions(&mut self, actions: Vec<Action>) {
+        // Every control-plane step ends here: check its invariants after this event.
+        self.cp_touched = true;
+        for a in actions {
+            match a {
+                Action::Publish(m) => {
+                    self.stats.failovers_epochs += 1;
+                    if std::env::var_os("SIM_TRACE").is_some() {
+                        let states: Vec<String> = m
+                            .nodes
+                            .iter()
+                            .map(|(id, n)| format!("{id}:{:?}#{}", n.state, n.incarnation))
+                            .collect();
+                        eprintln!(
+                            "t={} publish epoch {} {}",
+                            self.now,
+                            m.epoch,
+                            states.join(" ")
+                        );
+                    }
+                    let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+                    for id in ids {
+                        self.send(None, Addr::Node(id), Msg::Map(m.clone()));
+                    }
+                }
+                Action::SendMap { to, map } => self.send(None, Addr::Node(to), Msg::Map(map)),
+                Action::HeartbeatAck {
+                    to,
+                    incarnation,
+                    sent_ms,
+                    ..
+                } => self.send(
+                    None,
+                    Addr::Node(to),
+                    Msg::HbAck {
+                        incarnation,
+                        sent_ms,
+                    },
+                ),
+                Action::Fenced { to, incarnation } => {
+                    self.send(None, Addr::Node(to), Msg::Fenced { incarnation })
+                }
+                Action::Rejected(_) => {}
+            }
+        }
+    }
+
+    fn deliver(&mut self, to: Addr, msg: Msg) -> Result<(), String> {
+        match to {
+            Addr::Cp => {
+                if let Msg::ToCp { input, .. } = msg {
+                    let a = self.cp.step(self.now, input);
+                    self.cp_actions(a);
+                }
+            }
+            Addr::Node(id) => {
+                let input = match msg {
+                    Msg::Peer { from, msg } => Input::Peer { from, msg },
+                    Msg::Map(m) => Input::Map(m),
+                    Msg::HbAck {
+                        incarnation,
+                        sent_ms,
+                    } => Input::HeartbeatAck {
+                        incarnation,
+                        sent_ms,
+                    },
+                    Msg::Fenced { incarnation } => Input::Fenced { incarnation },
+                    Msg::Request { client, req } => Input::Client {
+                        client: client as u64,
+                        req,
+                    },
+                    Msg::ToCp { .. } | Msg::Reply(_) => return Ok(()),
+                };
+                self.step_node(id, input)?;
+            }
+            Addr::Client(c) => {
+                if let Msg::Reply(r) = msg {
+                    self.client_reply(c, r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn step_node(&mut self, id: NodeId, input: Input) -> Result<(), String> {
+        let now = self.now;
+        let seed = self.seed;
+        let Some(slot) = self.nodes.get_mut(&id) else {
+            return Ok(());
+        };
+        let Some(r) = slot.replica.as_mut() else {
+            return Ok(());
+        };
+        let input_kind = if matches!(input, Input::Tick) {
+            InputKind::Tick
+        } else {
+            InputKind::Other
+        };
+        let outs = r.step(now, input);
+        r.check_invariants();
+        if matches!(input_kind, InputKind::Tick) {
+            // The store's full digest recomputation is O(entries): once per tick is enough.
+            r.store().check_invariants();
+        }
+        if r.incarnation() == slot.incarnation {
+            if r.epoch() < slot.last_epoch {
+                return Err(fail(seed, format!("node {id} epoch went backwards")));
+            }
+        } else {
+            // The core wiped itself and rejoined as a new incarnation.
+            slot.incarnation = r.incarnation();
+        }
+        slot.last_epoch = r.epoch();
+        for o in outs {
+            match o {
+                Output::Send { to, msg } => {
+                    self.send(Some(id), Addr::Node(to), Msg::Peer { from: id, msg })
+                }
+                Output::Reply { client, reply } => {
+                    self.send(Some(id), Addr::Client(client as usize), Msg::Reply(reply))
+                }
+                Output::Control(input) => {
+                    self.send(Some(id), Addr::Cp, Msg::ToCp { from: id, input })
+                }
+                Output::PossibleLoss { .. } => self.possible_loss += 1,
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ faults
+
+    /// Whether the cluster has fully recovered from the last disruption: the next one then
+    /// keeps us within "one failure at a time".
+    fn converged(&self) -> Result<(), String> {
+        self.healthy(true)
+    }
+
+    /// `strict`: also no write in flight and equal digests (the end-of-run convergence
+    /// check). Not strict: every role is filled and complete (the precondition for the next
+    /// disruption to stay within one failure at a time; in-flight writes are covered by the
+    /// majority rule).
+    fn healthy(&self, strict: bool) -> Result<(), String> {
+        let map = self.cp.map();
+        let Some(p) = &map.placement else {
+            return Err("not bootstrapped".into());
+        };
+        for m in p.members() {
+            if map.node_state(m) != Some(NodeState::Active) {
+                return Err(format!("node {m} in a PG is not active"));
+            }
+        }
+        for (id, s) in &self.nodes {
+            let Some(r) = &s.replica else {
+                return Err(format!("node {id} down"));
+            };
+            if self.isolated.contains(id) {
+                return Err(format!("node {id} isolated"));
+            }
+            if r.epoch() != map.epoch {
+                return Err(format!(
+                    "node {id} at epoch {} not {}",
+                    r.epoch(),
+                    map.epoch
+                ));
+            }
+            if r.is_pulling() || (strict && !r.is_settled()) {
+                return Err(format!("node {id} not settled"));
+            }
+        }
+        let depth = map.replica_depth();
+        for k in &self.keys {
+            let slot = key_slot(k.name.as_bytes());
+            let cohort = map.cohort(slot);
+            let Some(coord) = cohort.first() else {
+                continue;
+            };
+            let Some(c) = self.nodes.get(coord).and_then(|s| s.replica.as_ref()) else {
+                return Err("coordinator down".into());
+            };
+            if c.ready_at(slot) != Some(0) {
+                return Err(format!("coordinator {coord} of slot {slot} not ready"));
+            }
+            for (o, n) in cohort.iter().enumerate().take(depth).skip(1) {
+                let Some(r) = self.nodes.get(n).and_then(|s| s.replica.as_ref()) else {
+                    return Err("replica down".into());
+                };
+                if r.ready_at(slot) != Some(o) {
+                    return Err(format!("replica {n} of slot {slot} not ready"));
+                }
+                if strict && r.slot_digest_at(slot, o) != c.slot_digest_at(slot, o) {
+                    return Err(format!(
+                        "slot {slot}: replica {n} digest differs from coordinator {coord}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn disrupt(&mut self) {
+        if !self.faults_on {
+            return;
+        }
+        if let Err(why) = self.healthy(false) {
+            if std::env::var_os("SIM_TRACE").is_some() {
+                eprintln!("t={} no disruption: {why}", self.now);
+            }
+            return;
+        }
+        let map = self.cp.map().clone();
+        let Some(p) = &map.placement else { return };
+        let members = p.members();
+        let mut kinds = Vec::new();
+        if self.faults.crash {
+            kinds.push(0);
+        }
+        if self.faults.partition {
+            kinds.push(1);
+        }
+        let spare_exists = map.nodes.values().any(|n| n.state == NodeState::Spare);
+        if self.faults.drain && spare_exists {
+            kinds.push(2);
+        }
+        let Some(kind) = self.rng.pick(&kinds).copied() else {
+            return;
+        };
+        let Some(victim) = self.rng.pick(&members).copied() else {
+            return;
+        };
+        match kind {
+            0 => {
+                self.stats.crashes += 1;
+                self.disruptive_seen = true;
+                if let Some(s) = self.nodes.get_mut(&victim) {
+                    s.replica = None;
+                }
+                let down = self.rng.range(0, 2500);
+                self.schedule(down, Event::Restart(victim));
+            }
+            1 => {
+                self.stats.partitions += 1;
+                self.disruptive_seen = true;
+                self.isolated.insert(victim);
+                let dur = self.rng.range(300, 4000);
+                self.schedule(dur, Event::Heal(victim));
+            }
+            _ => {
+                self.stats.drains += 1;
+                let a = self.cp.step(self.now, CpInput::Drain { node: victim });
+                self.cp_actions(a);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ clients
+
+    fn setup_workload(&mut self) {
+        let n_clients = self.rng.range(2, 4) as usize;
+        let n_rep = self.rng.range(3, 6);
+        for i in 0..n_rep {
+            self.keys.push(KeySpec {
+                name: format!("r{i}"),
+                memgest: self.r3,
+                rep: true,
+            });
+        }
+        for i in 0..2 {
+            self.keys.push(KeySpec {
+                name: format!("n{i}"),
+                memgest: MemgestId::NONE,
+                rep: false,
+            });
+        }
+        for c in 0..n_clients {
+            self.clients.push(Client {
+                id: c as u64 + 1,
+                map: self.cp.map().clone(),
+                seq: 0,
+                op: None,
+            });
+            let t = self.rng.range(300, 600);
+            self.schedule(t, Event::ClientNext(c));
+        }
+    }
+
+    fn client_next(&mut self, c: usize) {
+        if !self.faults_on {
+            return; // healing: no new operations
+        }
+        let Some(cl) = self.clients.get(c) else {
+            return;
+        };
+        if cl.op.is_some() {
+            return;
+        }
+        let key_i = (self.rng.next_u64() % self.keys.len() as u64) as usize;
+        let key = self.keys[key_i].name.clone();
+        let roll = self.rng.range(0, 99);
+        let cl = &mut self.clients[c];
+        cl.seq += 1;
+        let seq = cl.seq;
+        let client_id = cl.id;
+        let (kind, hist_kind) = match roll {
+            0..=29 => (Pending::Get { quorum: false }, OpKind::Get { result: None }),
+            30..=44 => (Pending::Get { quorum: true }, OpKind::Get { result: None }),
+            45..=89 => {
+                let v = format!("c{client_id}-{seq}");
+                (Pending::Set { value: v.clone() }, OpKind::Set { value: v })
+            }
+            _ => (Pending::Delete, OpKind::Delete),
+        };
+        self.seq += 1;
+        let hist = self.history.len();
+        self.history.push(Op {
+            client: client_id,
+            key: key.clone(),
+            invoke: self.seq,
+            complete: None,
+            kind: hist_kind,
+        });
+        self.clients[c].op = Some(InFlight {
+            key,
+            kind,
+            hist,
+            req: ReqId {
+                client: client_id,
+                seq,
+            },
+            attempt: 0,
+            attempts: 0,
+            ambiguous: false,
+            target: None,
+            replies: Vec::new(),
+            quorum_nodes: Vec::new(),
+            fallback: false,
+        });
+        self.client_attempt(c);
+    }
+
+    fn client_attempt(&mut self, c: usize) {
+        let map = self.cp.map().clone();
+        let Some(cl) = self.clients.get_mut(c) else {
+            return;
+        };
+        let Some(op) = cl.op.as_mut() else { return };
+        op.attempts += 1;
+        if op.attempts > CLIENT_ATTEMPTS_MAX {
+            self.client_finish(c, None, true);
+            return;
+        }
+        // Refresh the map (the client watches the control plane).
+        if op.ambiguous {
+            // After a timed-out write, only a retry to the same incarnation of the same
+            // coordinator is safe (its dedup table knows the request).
+            let slot = key_slot(op.key.as_bytes());
+            let same = op.target.is_some_and(|(n, inc)| {
+                map.coordinator(slot) == Some(n)
+                    && map.nodes.get(&n).is_some_and(|i| i.incarnation == inc)
+            });
+            if !same {
+                self.client_finish(c, None, false);
+                return;
+            }
+        }
+        cl.map = map.clone();
+        // Attempt ids are unique across all ops (the global sequence), so a stale timer of an
+        // earlier op can never match.
+        self.seq += 1;
+        op.attempt = self.seq;
+        op.replies.clear();
+        let key = op.key.clone().into_bytes();
+        let slot = key_slot(&key);
+        let epoch = map.epoch;
+        let memgest = self
+            .keys
+            .iter()
+            .find(|k| k.name == op.key)
+            .map(|k| k.memgest);
+        let mut sends = Vec::new();
+        match (&op.kind, op.fallback) {
+            (Pending::Get { quorum: true }, false) => {
+                let depth = map.replica_depth();
+                let cohort: Vec<NodeId> = map.cohort(slot).into_iter().take(depth).collect();
+                op.quorum_nodes = cohort.clone();
+                for n in cohort {
+                    sends.push((n, ClientOp::ReadReplica { key: key.clone() }));
+                }
+            }
+            (k, _) => {
+                let Some(coord) = map.coordinator(slot) else {
+                    return;
+                };
+                let inc = map.nodes.get(&coord).map_or(0, |n| n.incarnation);
+                let o = match k {
+                    Pending::Get { .. } => ClientOp::Get { key },
+                    Pending::Set { value } => ClientOp::Set {
+                        key,
+                        value: value.clone().into_bytes(),
+                        memgest,
+                    },
+                    Pending::Delete => ClientOp::Delete { key },
+                };
+                if !matches!(k, Pending::Get { .. }) {
+                    op.target = Some((coord, inc));
+                }
+                sends.push((coord, o));
+            }
+        }
+        let req = op.req;
+        let attempt = op.attempt;
+        for (n, o) in sends {
+            self.send(
+                None,
+                Addr::Node(n),
+                Msg::Request {
+                    client: c,
+                    req: ClientRequest {
+                        id: req,
+                        epoch,
+                        op: o,
+                    },
+                },
+            );
+        }
+        self.schedule(
+            CLIENT_TIMEOUT_MS,
+            Event::ClientTimeout { client: c, attempt },
+        );
+    }
+
+    fn client_timeout(&mut self, c: usize, attempt: u64) {
+        let Some(op) = self.clients.get_mut(c).and_then(|cl| cl.op.as_mut()) else {
+            return;
+        };
+        if op.attempt != attempt {
+            return;
+        }
+        if !matches!(op.kind, Pending::Get { .. }) {
+            op.ambiguous = true;
+            self.stats.timeouts += 1;
+            if std::env::var_os("SIM_TRACE").is_some() {
+                eprintln!(
+                    "t={} timeout client {c} {:?} key {} target {:?} attempts {}",
+                    self.now, op.req, op.key, op.target, op.attempts
+                );
+            }
+        }
+        if let Pending::Get { quorum: true } = op.kind {
+            op.fallback = op.attempts >= 3;
+        }
+        self.client_attempt(c);
+    }
+
+    /// A definite refusal: retry after a short backoff with a fresh map. Unlike a timeout,
+    /// this does not make a write ambiguous.
+    fn client_retry_later(&mut self, c: usize) {
+        let Some(op) = self.clients.get_mut(c).and_then(|cl| cl.op.as_mut()) else {
+            return;
+        };
+        self.seq += 1;
+        op.attempt = self.seq; // ignore the old attempt's timeout and stragglers
+        let attempt = op.attempt;
+        let backoff = self.rng.range(20, 120);
+        self.schedule(backoff, Event::ClientRetry { client: c, attempt });
+    }
+
+    fn client_reply(&mut self, c: usize, r: Reply) {
+        let Some(cl) = self.clients.get_mut(c) else {
+            return;
+        };
+        let client_epoch = cl.map.epoch;
+        let Some(op) = cl.op.as_mut() else { return };
+        if r.id != op.req {
+            return;
+        }
+        match (&op.kind, op.fallback, r.body) {
+            (
+                Pending::Get { quorum: true },
+                false,
+                ClientReply::Replica {
+                    version,
+                    memgest,
+                    value,
+                },
+            ) => {
+                if r.epoch != client_epoch {
+                    return;
+                }
+                if op.replies.iter().any(|(n, ..)| *n == r.from) {
+                    return;
+                }
+                op.replies.push((r.from, version, memgest, value));
+                if let Some(v) = decide_quorum(&cl.map, &op.quorum_nodes, &op.replies) {
+                    self.client_finish(c, Some(v), false);
+                }
+            }
+            (Pending::Get { quorum: true }, false, _) => {}
+            (Pending::Get { .. }, _, ClientReply::Value { value, .. }) => {
+                self.client_finish(c, Some(value), false);
+            }
+            (Pending::Set { .. } | Pending::Delete, _, ClientReply::Written { version }) => {
+                let key = op.key.clone();
+                let e = self.acked.entry(key).or_insert(Version::ZERO);
+                *e = (*e).max(version);
+                self.stats.writes_acked += 1;
+                self.client_finish(c, None, false);
+            }
+            (_, _, ClientReply::Ambiguous) => {
+                self.stats.ambiguous_replies += 1;
+                op.ambiguous = true;
+                self.client_finish(c, None, false);
+            }
+            (_, _, body) if body.is_definite_failure() => self.client_retry_later(c),
+            _ => {}
+        }
+    }
+
+    /// Complete the in-flight op. `result`: for gets the value read; `gave_up`: every attempt
+    /// failed definitely (the op had no effect).
+    fn client_finish(&mut self, c: usize, result: Option<Option<Vec<u8>>>, gave_up: bool) {
+        let Some(cl) = self.clients.get_mut(c) else {
+            return;
+        };
+        let Some(op) = cl.op.take() else { return };
+        self.seq += 1;
+        let now_seq = self.seq;
+        let h = &mut self.history[op.hist];
+        match op.kind {
+            Pending::Get { .. } => match result {
+                Some(v) => {
+                    h.complete = Some(now_seq);
+                    h.kind = OpKind::Get {
+                        result: v.map(|b| String::from_utf8_lossy(&b).into_owned()),
+                    };
+                    self.stats.ops_ok += 1;
+                }
+                None => self.stats.ops_failed += 1, // unknown read: dropped by the checker
+            },
+            Pending::Set { .. } | Pending::Delete => {
+                if op.ambiguous {
+                    self.stats.ops_unknown += 1; // complete stays None
+                } else if gave_up {
+                    // Every attempt was refused: it never executed; drop it from the history
+                    // (an unknown-outcome read carries no information).
+                    h.kind = OpKind::Get { result: None };
+                    h.complete = None;
+                    self.stats.ops_failed += 1;
+                } else {
+                    h.complete = Some(now_seq);
+                    self.stats.ops_ok += 1;
+                }
+            }
+        }
+        let think = self.rng.range(0, 30);
+        self.schedule(think, Event::ClientNext(c));
+    }
+
+    // ------------------------------------------------------------------ final checks
+
+    fn final_checks(&mut self) -> Result<(), String> {
+        let seed = self.seed;
+        if std::env::var_os("SIM_TRACE").is_some() {
+            for (id, s) in &self.nodes {
+                if let Some(r) = &s.replica {
+                    eprintln!("node {id}: {:?}", r.stats);
+                }
+            }
+        }
+        let map = self.cp.map().clone();
+        // Durability: every acknowledged rep:3 write is still there (version at least as new).
+        for k in &self.keys {
+            if !k.rep && self.disruptive_seen {
+                continue; // `none` keys are lost with their node, by definition
+            }
+            let Some(acked) = self.acked.get(&k.name) else {
+                continue;
+            };
+            let slot = key_slot(k.name.as_bytes());
+            let Some(coord) = map.coordinator(slot) else {
+                continue;
+            };
+            let have = self
+                .nodes
+                .get(&coord)
+                .and_then(|s| s.replica.as_ref())
+                .and_then(|r| r.store().get(k.name.as_bytes()))
+                .map_or(Version::ZERO, |e| e.version);
+            if have < *acked {
+                return Err(fail(
+                    seed,
+                    format!(
+                        "acknowledged write lost: key {} acked {} but coordinator {} has {} [{}]",
+                        k.name, acked, coord, have, self.stats.faults
+                    ),
+                ));
+            }
+        }
+        if self.possible_loss > 0 {
+            return Err(fail(
+                seed,
+                format!(
+                    "a rebuild gave up waiting for a majority [{}]",
+                    self.stats.faults
+                ),
+            ));
+        }
+        // Linearizability of the recorded history (rep keys always; `none` keys only when no
+        // node was lost during the run).
+        let ops: Vec<Op> = self
+            .history
+            .iter()
+            .filter(|o| {
+                self.keys
+                    .iter()
+                    .any(|k| k.name == o.key && (k.rep || !self.disruptive_seen))
+            })
+            .cloned()
+            .collect();
+        self.stats.history_ops = ops.len();
+        let t0 = std::time::Instant::now();
+        let report = check_history(&ops, DEFAULT_BUDGET).map_err(|e| fail(seed, e))?;
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!("linearize: {} ops in {:?}", ops.len(), t0.elapsed());
+        }
+        if !report.is_ok() {
+            let bad = &report.violations[0];
+            let mut lines: Vec<String> = ops
+                .iter()
+                .filter(|o| &o.key == bad)
+                .map(|o| format!("  {:?}", o))
+                .collect();
+            lines.truncate(200);
+            return Err(fail(
+                seed,
+                format!(
+                    "linearizability violation on key {bad} [{}]\n{}",
+                    self.stats.faults,
+                    lines.join("\n")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Quorum read decision (CliqueMap R=3.2 style): a version wins when a majority of the first
+/// R cohort members (R from the memgest the replies report) returned exactly it; data comes
+/// from the first responder that had it. A `none` key is decided by the coordinator alone.
+fn decide_quorum(
+    map: &ClusterMap,
+    cohort: &[NodeId],
+    replies: &[(NodeId, Version, MemgestId, Option<Vec<u8>>)],
+) -> Option<Option<Vec<u8>>> {
+    let coord = *cohort.first()?;
+    if let Some((_, v, m, val)) = replies.iter().find(|(n, ..)| *n == coord) {
+        if *v != Version::ZERO && map.copies(*m) == 1 {
+            return Some(val.clone());
+        }
+    }
+    let max_copies = replies
+        .iter()
+        .filter(|(_, v, ..)| *v != Version::ZERO)
+        .map(|(_, _, m, _)| map.copies(*m))
+        .max()
+        .unwrap_or(cohort.len());
+    let mut best: Option<(Version, Option<Vec<u8>>)> = None;
+    let versions: BTreeSet<Version> = replies.iter().map(|(_, v, ..)| *v).collect();
+    for v in versions {
+        let (r, val) = match replies.iter().find(|(_, x, ..)| *x == v) {
+            Some((_, _, m, val)) if v != Version::ZERO => (map.copies(*m), val.clone()),
+            _ => {
+                // "Not found" only counts with the coordinator in the agreeing set: a key of
+                // a single-copy memgest lives only there, and replicas cannot know it exists.
+                if !replies.iter().any(|(n, x, ..)| *n == coord && *x == v) {
+                    continue;
+                }
+                (max_copies, None)
+            }
+        };
+        let holders = &cohort[..r.min(cohort.len())];
+        let count = replies
+            .iter()
+            .filter(|(n, x, ..)| *x == v && holders.contains(n))
+            .count();
+        if count >= r / 2 + 1 && best.as_ref().is_none_or(|(b, _)| v > *b) {
+            best = Some((v, val));
+        }
+    }
+    best.map(|(_, val)| val)
+}

@@ -1,0 +1,62 @@
+//! Swarm simulation: each seed picks a cluster shape, which faults are on and their rates,
+//! and a workload; the run must pass every checker (see the crate docs). On failure the
+//! message starts with `SEED=<n>`; `SEED=<n> cargo test -p ringlet-sim` replays that seed.
+
+use ringlet_sim::{run_seed, SimOptions};
+
+fn seeds(default: std::ops::Range<u64>) -> Vec<u64> {
+    match std::env::var("SEED") {
+        Ok(s) => vec![s.trim().parse().expect("SEED must be an integer")],
+        Err(_) => default.collect(),
+    }
+}
+
+fn run_all(seeds: Vec<u64>, opts: &SimOptions) {
+    let mut failures = Vec::new();
+    let mut totals = (0u64, 0u64, 0u64, 0u64, 0u64);
+    for seed in seeds {
+        match run_seed(seed, opts) {
+            Ok(s) => {
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("{s:?}");
+                }
+                totals.0 += s.ops_ok;
+                totals.1 += s.crashes + s.partitions + s.drains;
+                totals.2 += s.writes_acked;
+                totals.3 += s.ops_unknown;
+                totals.4 += s.history_ops as u64;
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                failures.push(e.lines().next().unwrap_or_default().to_string());
+            }
+        }
+    }
+    eprintln!(
+        "ops_ok={} disruptions={} writes_acked={} unknown={} checked_ops={}",
+        totals.0, totals.1, totals.2, totals.3, totals.4
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failing seeds:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // The run must have exercised something (guards against a sim that does nothing).
+    assert!(totals.0 > 0 && totals.2 > 0, "no operations completed");
+}
+
+#[test]
+fn swarm_200_seeds() {
+    run_all(seeds(0..200), &SimOptions::default());
+}
+
+#[test]
+#[ignore]
+fn swarm_many_seeds() {
+    let opts = SimOptions {
+        duration_ms: 30_000,
+        ..SimOptions::default()
+    };
+    run_all(seeds(1000..3000), &opts);
+}
