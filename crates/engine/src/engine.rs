@@ -94,6 +94,12 @@ impl Engine {
         })
     }
 
+    /// The `index_buckets_initial` that holds `keys` keys without an upsize (at the 0.85
+    /// load factor): provision the index for the expected corpus, as CliqueMap does.
+    pub fn index_buckets_for(keys: u64) -> u32 {
+        crate::store::buckets_for(keys)
+    }
+
     /// A lock-free reader over this engine's regions, for any thread.
     pub fn reader(&self) -> Reader {
         self.store.reader()

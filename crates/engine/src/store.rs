@@ -57,6 +57,12 @@ pub struct StagedHandle {
 
 /// Load factor past which the index doubles.
 const LOAD_FACTOR_MAX: f64 = 0.85;
+
+/// Buckets that hold `keys` at the load factor limit.
+pub fn buckets_for(keys: u64) -> u32 {
+    let b = (keys as f64 / (LOAD_FACTOR_MAX * BUCKET_ENTRIES as f64)).ceil() as u64 + 1;
+    b.min(u64::from(crate::limits::INDEX_BUCKETS_MAX)) as u32
+}
 /// Upsize steps per tick (each of `REHASH_BUCKETS_PER_STEP_MAX` buckets).
 const UPSIZE_STEPS_PER_TICK: u32 = 16;
 /// Entries compaction may move per tick.
