@@ -140,3 +140,12 @@ proptest! {
         fuzz_support::resp_reply_decode_stream(&data);
     }
 }
+
+/// Inputs the fuzz targets found (kept so `cargo test` replays them).
+#[test]
+fn fuzz_regressions() {
+    // LF inside a simple error line: now rejected by the strict reply decoder.
+    fuzz_support::resp_reply_decode_stream(b"-\n-\r\n\x00~~");
+    // RESP2 null array: decodes, and RESP3 re-encodes it as the single null `_`.
+    fuzz_support::resp_reply_decode_stream(b"*-1\r\n");
+}

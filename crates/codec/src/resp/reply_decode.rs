@@ -71,6 +71,11 @@ fn line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, DecodeError> {
         Some(_) => return Err(DecodeError::MissingCrlf),
     }
     let content = rest.get(1..cr).unwrap_or(&[]);
+    // RESP lines cannot hold LF either (the encoder never writes one): refusing it keeps
+    // decode and encode inverse to each other.
+    if memchr(b'\n', content).is_some() {
+        return Err(DecodeError::InvalidReplyLine);
+    }
     Ok(Some((content, pos.saturating_add(cr).saturating_add(2))))
 }
 
@@ -361,6 +366,8 @@ mod tests {
             Err(DecodeError::UnknownReplyType(b'?'))
         );
         assert_eq!(scan_reply(b"*?\r\n"), Err(DecodeError::StreamedUnsupported));
+        // Found by the resp_reply_decode fuzz target: LF inside a simple error.
+        assert_eq!(scan_reply(b"-\n-\r\n"), Err(DecodeError::InvalidReplyLine));
         assert_eq!(
             scan_reply(b"*2000000\r\n"),
             Err(DecodeError::InvalidMultibulkLength)
