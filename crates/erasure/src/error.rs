@@ -14,6 +14,12 @@ pub enum Error {
     /// K, M or s out of range (see [`crate::bounds`]).
     #[error("invalid SRS shape K={k} M={m} s={s}")]
     Shape { k: u32, m: u32, s: u32 },
+    /// `s < K`: a codeword's K data chunks cannot all be on distinct data nodes, so the
+    /// memgest would not survive M failures (use `Layout::with_any_stretch` to build it anyway).
+    #[error(
+        "SRS needs s >= K (K={k}, s={s}): a data node would hold several chunks of one codeword"
+    )]
+    UnderStretched { k: u32, s: u32 },
     /// Chunk size not a power of two within bounds.
     #[error("invalid chunk size {chunk_bytes} bytes")]
     ChunkSize { chunk_bytes: u32 },

@@ -86,7 +86,7 @@ pub fn reconstruct_roundtrip(input: &[u8]) -> Result<bool, Error> {
     let lost_data = b(3).checked_rem(s).unwrap_or(0);
     let parity_mask = b(4);
     let erase_mask = b(5);
-    let layout = Layout::new(k, m, s, 64)?;
+    let layout = Layout::with_any_stretch(k, m, s, 64)?;
     let codec = Codec::new(k, m)?;
 
     // One stripe per node, filled from the input (cycled), or zeros for empty input.

@@ -21,10 +21,10 @@
 //! case Ring defines: the paper requires `s ≥ k`) the same formula still places every chunk
 //! in exactly one codeword and spreads each codeword as evenly as possible, but a node then
 //! holds up to `⌈K/s⌉` chunks of one codeword, so the layout tolerates only
-//! `⌊M / ⌈K/s⌉⌋` data-node failures instead of M. [`Layout::new`] accepts it (the mapping is
-//! well defined and the diagrams in `docs/design/erasure-srs.md` show it) and
-//! [`Layout::node_failures_tolerated`] reports the reduced guarantee; the control plane must
-//! refuse such a memgest (see [`Layout::is_full_strength`]) unless it accepts less.
+//! `⌊M / ⌈K/s⌉⌋` data-node failures instead of M. [`Layout::new`] therefore refuses `s < K`
+//! ([`Error::UnderStretched`]); [`Layout::with_any_stretch`] builds it anyway (the mapping is
+//! well defined, the diagrams in `docs/design/erasure-srs.md` show it, the reliability model
+//! evaluates it) and [`Layout::node_failures_tolerated`] reports the reduced guarantee.
 //!
 //! ```text
 //! SRS(2, 1, 3): l = 6, l/s = 2 chunks per node per stripe, l/K = 3 codewords per stripe
@@ -117,13 +117,30 @@ fn gcd(mut a: u32, mut b: u32) -> u32 {
 }
 
 impl Layout {
-    /// Builds the layout of SRS(k, m, s) with chunks of `chunk_bytes`.
+    /// Builds the layout of SRS(k, m, s) with chunks of `chunk_bytes`, requiring `s ≥ k`
+    /// (Ring's definition), so every codeword's K data chunks are on distinct nodes and the
+    /// memgest survives any M node failures, as DESIGN.md's commit rule promises.
+    ///
+    /// # Errors
+    /// As [`Layout::with_any_stretch`], plus [`Error::UnderStretched`] if `s < k`.
+    pub fn new(k: u32, m: u32, s: u32, chunk_bytes: u32) -> Result<Layout, Error> {
+        let l = Layout::with_any_stretch(k, m, s, chunk_bytes)?;
+        if s < k {
+            return Err(Error::UnderStretched { k, s });
+        }
+        Ok(l)
+    }
+
+    /// Builds the layout of SRS(k, m, s) for any `s`, including `s < k`, where a data node
+    /// holds up to `⌈k/s⌉` chunks of a codeword and the memgest tolerates only
+    /// [`Layout::node_failures_tolerated`] failures. For analysis (the reliability model),
+    /// diagrams and tests; a control plane that accepts it must report the weaker guarantee.
     ///
     /// # Errors
     /// [`Error::Shape`] unless `1 ≤ k ≤ EC_K_MAX`, `1 ≤ m ≤ EC_M_MAX`, `1 ≤ s ≤
     /// DATA_NODES_MAX`; [`Error::ChunkSize`] unless `chunk_bytes` is a power of two in
     /// `CHUNK_BYTES_MIN..=CHUNK_BYTES_MAX`.
-    pub fn new(k: u32, m: u32, s: u32, chunk_bytes: u32) -> Result<Layout, Error> {
+    pub fn with_any_stretch(k: u32, m: u32, s: u32, chunk_bytes: u32) -> Result<Layout, Error> {
         let shape = Error::Shape { k, m, s };
         if k == 0 || k > u32::from(EC_K_MAX) || m == 0 || m > u32::from(EC_M_MAX) {
             return Err(shape);
@@ -550,7 +567,11 @@ mod tests {
     #[test]
     fn s_less_than_k_is_weaker_and_says_so() {
         // K = 3, s = 2: l = 6, 3 chunks per node per stripe, 2 codewords.
-        let l = Layout::new(3, 1, 2, 64).unwrap();
+        assert_eq!(
+            Layout::new(3, 1, 2, 64),
+            Err(Error::UnderStretched { k: 3, s: 2 })
+        );
+        let l = Layout::with_any_stretch(3, 1, 2, 64).unwrap();
         assert_eq!(
             (l.l(), l.chunks_per_node(), l.codewords_per_stripe()),
             (6, 3, 2)
@@ -558,7 +579,7 @@ mod tests {
         assert_eq!(l.max_chunks_per_node_in_codeword(), 2);
         assert!(!l.is_full_strength());
         assert_eq!(l.node_failures_tolerated(), 0);
-        let l = Layout::new(3, 2, 2, 64).unwrap();
+        let l = Layout::with_any_stretch(3, 2, 2, 64).unwrap();
         assert_eq!(l.node_failures_tolerated(), 1);
         assert!(l.survives(&[true, false], &[false, false]));
         assert!(!l.survives(&[true, false], &[true, false]));

@@ -289,7 +289,7 @@ fn binomial(n: u32, k: u32) -> f64 {
 /// # Errors
 /// [`Error::Shape`] for a bad shape; [`Error::ModelParam`] if `s + m > MODEL_NODES_MAX`.
 pub fn srs_chain(k: u32, m: u32, s: u32, mu: f64) -> Result<Chain, Error> {
-    let layout = Layout::new(k, m, s, crate::bounds::CHUNK_BYTES_MIN)?;
+    let layout = Layout::with_any_stretch(k, m, s, crate::bounds::CHUNK_BYTES_MIN)?;
     let n = s.saturating_add(m);
     if n > MODEL_NODES_MAX {
         return Err(Error::ModelParam {

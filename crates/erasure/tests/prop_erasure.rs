@@ -36,7 +36,7 @@ proptest! {
 
     #[test]
     fn layout_is_a_bijection((k, m, s) in (1u32..=16, 1u32..=4, 1u32..=64), stripe in 0u64..1_000_000) {
-        let l = Layout::new(k, m, s, CHUNK).unwrap();
+        let l = Layout::with_any_stretch(k, m, s, CHUNK).unwrap();
         prop_assert_eq!(l.l() % k, 0);
         prop_assert_eq!(l.l() % s, 0);
         let mut seen = BTreeSet::new();
@@ -69,6 +69,7 @@ proptest! {
             }
         }
         prop_assert_eq!(l.is_full_strength(), s >= k);
+        prop_assert_eq!(Layout::new(k, m, s, CHUNK).is_ok(), s >= k);
         prop_assert_eq!(l.node_failures_tolerated(), m / k.div_ceil(s));
     }
 
@@ -78,7 +79,7 @@ proptest! {
         seed in any::<u64>(),
         erase in prop::collection::vec(any::<u32>(), 64),
     ) {
-        let layout = Layout::new(k, m, s, CHUNK).unwrap();
+        let layout = Layout::with_any_stretch(k, m, s, CHUNK).unwrap();
         let codec = Codec::new(k, m).unwrap();
         let arenas = random_arenas(&layout, seed, 1);
         let parity = encode_stripe(&layout, &codec, &arenas, 0).unwrap();
@@ -115,7 +116,7 @@ proptest! {
         lost in prop::collection::vec(any::<bool>(), 13),
         stripes in 1u64..3,
     ) {
-        let layout = Layout::new(k, m, s, CHUNK).unwrap();
+        let layout = Layout::with_any_stretch(k, m, s, CHUNK).unwrap();
         let codec = Codec::new(k, m).unwrap();
         let arenas = random_arenas(&layout, seed, stripes);
         let mut parity = vec![Vec::new(); m as usize];
@@ -153,7 +154,7 @@ proptest! {
         ops in prop::collection::vec((0u32..9, 0u8..4, 0u8..6, 1usize..300, any::<u8>(), any::<u16>()), 1..60),
         deliver_seed in any::<u64>(),
     ) {
-        let layout = Layout::new(k, m, s, CHUNK).unwrap();
+        let layout = Layout::with_any_stretch(k, m, s, CHUNK).unwrap();
         let codec = Codec::new(k, m).unwrap();
         let mut arenas: Vec<Arena> = (0..s).map(|n| Arena::new(layout, n, 1 << 14).unwrap()).collect();
         let mut holders: Vec<ParityStore> = (0..m).map(|q| ParityStore::new(layout, q).unwrap()).collect();
