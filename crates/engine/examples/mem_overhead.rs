@@ -68,7 +68,10 @@ fn main() {
             "index provisioned for 1M keys"
         }
     );
-    println!("keys: {}", st.keys);
+    println!(
+        "keys: {} (index upsizes during the load: {}, forced by a full neighbourhood: {})",
+        st.keys, st.upsizes, st.index_conflicts
+    );
     println!(
         "index: {} buckets, load factor {:.3}, {:.1} B/key",
         st.index_buckets,

@@ -244,4 +244,7 @@ pub struct EngineStats {
     /// Index entries in use / index entry capacity.
     pub index_load_factor: f64,
     pub upsizes: u64,
+    /// Writes that found no free index entry within the probe distance of their home bucket
+    /// (each forces an immediate upsize, or an eviction at the maximum size).
+    pub index_conflicts: u64,
 }

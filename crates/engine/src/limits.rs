@@ -8,7 +8,7 @@ pub const MEMORY_BYTES_MIN: u64 = 1 << 20;
 /// data region can span 2^32 × 8 B = 32 GiB.
 pub const MEMORY_BYTES_MAX: u64 = (1 << 32) * 8;
 
-/// Most index buckets: 2^26 buckets × 7 entries ≈ 470 M keys, and an 8 GiB index; beyond that
+/// Most index buckets: 2^26 buckets × 8 entries ≈ 540 M keys, and an 8 GiB index; beyond that
 /// a node should be split, not grown.
 pub const INDEX_BUCKETS_MAX: u32 = 1 << 26;
 

@@ -5,11 +5,12 @@
 //!
 //! # Algorithm (one attempt)
 //! 1. Load the header's layout word (Acquire) — and, if the caller pinned one, the config id.
-//! 2. Probe the key's home bucket (and, if its overflow count is non-zero, the next
-//!    [`PROBE_BUCKETS_MAX`]` - 1` buckets) for index entries whose tag matches.
+//! 2. Probe the key's home bucket (and, if its overflow word says keys homed there live
+//!    further on, the buckets up to its reach) for index entries whose tag matches.
 //! 3. For a match, copy the data entry (`size` bytes at `location`) word by word with atomic
-//!    loads, check lengths against `size`, recompute the checksum over the copy plus the two
-//!    index words, re-load the index words and require them unchanged, then compare the full key.
+//!    loads, check lengths against `size`, recompute the checksum over the copy plus index word 0
+//!    and the size and compare it with the CRC in index word 1, re-load the index words and
+//!    require them unchanged, then compare the full key.
 //! 4. Re-load the layout word: if it changed (upsize switch, flush), the whole probe is void.
 //!
 //! A torn copy (the writer reused the slot, or switched the index entry between our two word
@@ -159,15 +160,14 @@ fn try_entry(
         b.copy_from_slice(&out[i * 8..i * 8 + 8]);
         u64::from_le_bytes(b)
     };
-    let (v_hi, v_lo, w2, w3) = (word(0), word(1), word(2), word(3));
+    let (v_hi, v_lo, w2) = (word(0), word(1), word(2));
+    let hdr = de_header_bytes(w2);
     let kl = de_key_len(w2) as usize;
     let vl = de_value_len(w2) as usize;
-    if (ENTRY_HEADER_BYTES + kl + vl) as u64 > size {
+    if (hdr + kl + vl) as u64 > size {
         return Probe::Torn;
     }
-    let stored = de_checksum(w3);
-    out[24..28].fill(0);
-    if checksum(out, w0, w1) != stored {
+    if checksum(out, w0, ie_size_units(w1)) != ie_crc(w1) {
         return Probe::Torn;
     }
     // The index entry must still be the one we followed (policy bits aside).
@@ -179,22 +179,17 @@ fn try_entry(
     {
         return Probe::Torn;
     }
-    if out[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + kl] != *key {
+    if out[hdr..hdr + kl] != *key {
         return Probe::WrongKey;
     }
     let version = Version((u128::from(v_hi) << 64) | u128::from(v_lo));
-    if vcheck_of(version) != ie_vcheck(w1) {
-        // Checksum-valid but not the version the index published: a stale pointer into a
-        // reused slot that happens to hold this key. Never return it.
-        return Probe::Torn;
-    }
-    let exp = de_expire(w2, w3);
-    out.copy_within(ENTRY_HEADER_BYTES + kl..ENTRY_HEADER_BYTES + kl + vl, 0);
+    let expire_at_ms = de_has_ttl(w2).then(|| word(3));
+    out.copy_within(hdr + kl..hdr + kl + vl, 0);
     out.truncate(vl);
     Probe::Hit {
         version,
         memgest: MemgestId(ie_memgest(w0)),
-        expire_at_ms: (exp != 0).then_some(exp),
+        expire_at_ms,
         ie_off,
     }
 }
@@ -232,16 +227,19 @@ pub fn read_entry_with(
             }
         }
         let layout = Layout::unpack(layout_word);
-        if layout.log2_buckets == 0 || layout.log2_buckets > 40 {
+        if layout.buckets == 0
+            || layout.table_offset() + layout.table_bytes() > view.index_len as u64
+        {
             continue;
         }
-        let mask = layout.buckets() - 1;
-        let home = hash & mask;
+        let home = layout.home(hash);
         let mut torn = false;
         let mut hit = None;
-        'probe: for k in 0..PROBE_BUCKETS_MAX.min(layout.buckets()) {
-            let b = (home + k) & mask;
-            let boff = layout.table_offset() + b * BUCKET_BYTES;
+        let mut reach = 0u64;
+        let mut k = 0u64;
+        'probe: while k <= reach {
+            let b = layout.after(home, k);
+            let boff = layout.bucket_offset(b);
             for i in 0..BUCKET_ENTRIES {
                 let ie_off = boff + entry_word(i) as u64 * 8;
                 let (Some(a0), Some(a1)) = (view.iword(ie_off), view.iword(ie_off + 8)) else {
@@ -268,13 +266,13 @@ pub fn read_entry_with(
                 }
             }
             if k == 0 {
-                let overflow = view
-                    .iword(boff)
-                    .map_or(0, |w| w.load(Ordering::Acquire) & 0xffff_ffff);
-                if overflow == 0 {
-                    break;
-                }
+                let (off, shift) = layout.overflow_word(home);
+                let ov = view
+                    .iword(off)
+                    .map_or(0, |w| (w.load(Ordering::Acquire) >> shift) & 0xffff);
+                reach = overflow_reach(ov).min(layout.buckets() - 1);
             }
+            k += 1;
         }
         fence(Ordering::Acquire);
         if lw.load(Ordering::Relaxed) != layout_word {

@@ -144,13 +144,13 @@ pub struct Store {
     data: Arc<Mapping>,
     table: Layout,
     migration: Option<Migration>,
-    gen: u32,
-    /// Free table space in the index region: offset page → pages.
+    gen: u16,
+    /// Free table space in the index region: offset (64 KiB units) → units.
     table_free: BTreeMap<u32, u32>,
     table_high_water: u32,
-    table_pages_max: u32,
-    log2_max: u8,
-    log2_initial: u8,
+    table_units_max: u32,
+    buckets_max: u32,
+    buckets_initial: u32,
     slabs: Slabs,
     policy: EvictionPolicy,
     count: u64,
@@ -160,6 +160,7 @@ pub struct Store {
     digests: Vec<u64>,
     evictions: u64,
     upsizes: u64,
+    conflict_upsizes: u64,
     clock_hands: Vec<(u32, usize)>,
     global_hand: u32,
     s3: Vec<S3Class>,
@@ -169,33 +170,30 @@ pub struct Store {
     scratch: Vec<u8>,
 }
 
-fn expire_opt(e: u64) -> Option<u64> {
-    (e != 0).then_some(e)
-}
-
-fn encode_expire(e: Option<u64>) -> u64 {
-    match e {
-        None => 0,
-        Some(t) => t.clamp(1, EXPIRE_MS_MAX),
-    }
+/// The next table size: 1.5× (at least one more bucket), capped.
+fn grow(buckets: u32, max: u32) -> u32 {
+    (buckets.saturating_add(buckets / 2).max(buckets + 1)).min(max)
 }
 
 impl Store {
     pub fn new(cfg: &EngineConfig) -> Result<Store, Error> {
         // Most keys the data budget can hold (32-byte minimum entries), at load 0.45 right
         // after a doubling: the largest table ever needed.
-        let keys_max = (cfg.memory_bytes_max / 32).max(1024);
+        let keys_max = (cfg.memory_bytes_max / 24).max(1024);
         let buckets_max = (keys_max * 100 / (45 * BUCKET_ENTRIES as u64))
-            .next_power_of_two()
-            .min(u64::from(crate::limits::INDEX_BUCKETS_MAX));
-        let log2_max = buckets_max.trailing_zeros() as u8;
-        let log2_initial = (u64::from(cfg.index_buckets_initial).next_power_of_two())
-            .trailing_zeros()
-            .clamp(1, u32::from(log2_max)) as u8;
-        // Tables ever live at once: the largest (2^max) during a migration from half of it,
-        // plus earlier freed space: 4 × the largest table bounds it.
-        let table_max_pages = (buckets_max * BUCKET_BYTES).div_ceil(TABLE_ALIGN_BYTES);
-        let index_len = INDEX_HEADER_BYTES + 4 * table_max_pages * TABLE_ALIGN_BYTES;
+            .min(u64::from(crate::limits::INDEX_BUCKETS_MAX)) as u32;
+        let buckets_initial = cfg.index_buckets_initial.clamp(1, buckets_max);
+        // Tables ever live at once: the largest during a migration from 2/3 of it, plus
+        // earlier freed space that first-fit could not reuse: 4 × the largest table bounds it.
+        let table_max_units = Layout {
+            gen: 0,
+            buckets: buckets_max,
+            table_units: 0,
+        }
+        .table_bytes()
+        .div_ceil(TABLE_ALIGN_BYTES)
+            + 1;
+        let index_len = INDEX_HEADER_BYTES + 4 * table_max_units * TABLE_ALIGN_BYTES;
         let data_len = (cfg.memory_bytes_max.saturating_mul(2) + 64 * PAGE_BYTES)
             .min(crate::limits::MEMORY_BYTES_MAX)
             .div_ceil(PAGE_BYTES)
@@ -209,16 +207,16 @@ impl Store {
             data,
             table: Layout {
                 gen: 0,
-                log2_buckets: 0,
-                table_pages: 0,
+                buckets: 0,
+                table_units: 0,
             },
             migration: None,
             gen: 0,
             table_free: BTreeMap::new(),
             table_high_water: (INDEX_HEADER_BYTES / TABLE_ALIGN_BYTES) as u32,
-            table_pages_max: (index_len / TABLE_ALIGN_BYTES) as u32,
-            log2_max,
-            log2_initial,
+            table_units_max: (index_len / TABLE_ALIGN_BYTES) as u32,
+            buckets_max,
+            buckets_initial,
             slabs: Slabs::new(data_len, cfg.memory_bytes_max),
             policy: cfg.eviction,
             count: 0,
@@ -228,6 +226,7 @@ impl Store {
             digests: vec![0; usize::from(SLOT_COUNT)],
             evictions: 0,
             upsizes: 0,
+            conflict_upsizes: 0,
             clock_hands: Vec::new(),
             global_hand: 0,
             s3: Vec::new(),
@@ -243,15 +242,21 @@ impl Store {
         ) + 2;
         s.clock_hands = vec![(0, 0); nclass];
         s.s3 = (0..nclass).map(|_| S3Class::default()).collect();
-        let t = s.alloc_table(log2_initial).ok_or(Error::NoSpace)?;
+        let t = s.alloc_table(buckets_initial).ok_or(Error::NoSpace)?;
         s.switch_to(t);
         Ok(s)
     }
 
     // ----- index tables -------------------------------------------------------------------
 
-    fn alloc_table(&mut self, log2: u8) -> Option<Layout> {
-        let pages = ((1u64 << log2) * BUCKET_BYTES).div_ceil(TABLE_ALIGN_BYTES) as u32;
+    fn alloc_table(&mut self, buckets: u32) -> Option<Layout> {
+        let pages = Layout {
+            gen: 0,
+            buckets,
+            table_units: 0,
+        }
+        .table_bytes()
+        .div_ceil(TABLE_ALIGN_BYTES) as u32;
         let found = self
             .table_free
             .iter()
@@ -264,7 +269,7 @@ impl Store {
             }
             s
         } else if u64::from(self.table_high_water) + u64::from(pages)
-            <= u64::from(self.table_pages_max)
+            <= u64::from(self.table_units_max)
         {
             let s = self.table_high_water;
             self.table_high_water += pages;
@@ -272,11 +277,11 @@ impl Store {
         } else {
             return None;
         };
-        self.gen = self.gen.wrapping_add(1) & 0xff_ffff;
+        self.gen = self.gen.wrapping_add(1);
         Some(Layout {
             gen: self.gen,
-            log2_buckets: log2,
-            table_pages: start,
+            buckets,
+            table_units: start,
         })
     }
 
@@ -284,7 +289,7 @@ impl Store {
         let pages = t.table_bytes().div_ceil(TABLE_ALIGN_BYTES) as u32;
         self.index
             .punch(t.table_offset(), u64::from(pages) * TABLE_ALIGN_BYTES);
-        let (mut s, mut n) = (t.table_pages, pages);
+        let (mut s, mut n) = (t.table_units, pages);
         if let Some((&ps, &pn)) = self.table_free.range(..s).next_back() {
             if ps + pn == s {
                 self.table_free.remove(&ps);
@@ -308,20 +313,35 @@ impl Store {
     }
 
     fn ie_off(t: Layout, bucket: u64, i: usize) -> u64 {
-        t.table_offset() + bucket * BUCKET_BYTES + entry_word(i) as u64 * 8
+        t.bucket_offset(bucket) + entry_word(i) as u64 * 8
     }
 
     fn overflow(&self, t: Layout, bucket: u64) -> u64 {
-        self.index.load(t.table_offset() + bucket * BUCKET_BYTES) & 0xffff_ffff
+        let (off, shift) = t.overflow_word(bucket);
+        (self.index.load(off) >> shift) & 0xffff
     }
 
-    fn add_overflow(&self, t: Layout, bucket: u64, delta: i64) {
-        let off = t.table_offset() + bucket * BUCKET_BYTES;
+    /// Buckets past `home` a lookup must probe.
+    fn reach(&self, t: Layout, home: u64) -> u64 {
+        overflow_reach(self.overflow(t, home)).min(t.buckets() - 1)
+    }
+
+    /// Count one more (`dist` buckets away) or one fewer displaced key of `bucket`.
+    fn add_overflow(&self, t: Layout, bucket: u64, delta: i64, dist: u64) {
+        let (off, shift) = t.overflow_word(bucket);
         let cur = self.index.load(off);
-        let n = ((cur & 0xffff_ffff) as i64 + delta).max(0) as u64;
-        self.index
-            .word(off)
-            .store((cur & !0xffff_ffff) | n, Ordering::Release);
+        let v = (cur >> shift) & 0xffff;
+        let count = (overflow_count(v) as i64 + delta).max(0) as u64;
+        let reach = if delta > 0 {
+            overflow_reach(v).max(dist)
+        } else {
+            overflow_reach(v)
+        };
+        let nv = overflow_pack(count, reach);
+        self.index.word(off).store(
+            (cur & !(0xffff << shift)) | (nv << shift),
+            Ordering::Release,
+        );
     }
 
     /// The key of the data entry at `loc`; `None` if the lengths are implausible (a free or
@@ -331,13 +351,15 @@ impl Store {
         if base + ENTRY_HEADER_BYTES as u64 > self.data.len() as u64 || base == 0 {
             return None;
         }
-        let kl = u64::from(de_key_len(self.data.load(base + 16)));
-        let end = base + ENTRY_HEADER_BYTES as u64 + kl;
+        let w2 = self.data.load(base + 16);
+        let kl = u64::from(de_key_len(w2));
+        let start = base + de_header_bytes(w2) as u64;
+        let end = start + kl;
         if end > self.data.len() as u64 {
             return None;
         }
         let mut key = Vec::with_capacity(kl as usize);
-        let mut off = base + ENTRY_HEADER_BYTES as u64;
+        let mut off = start;
         while off < end {
             let w = self.data.load(off).to_le_bytes();
             let take = ((end - off) as usize).min(8);
@@ -350,14 +372,15 @@ impl Store {
     /// Whether the entry at `loc` holds `key` (word-wise, no allocation).
     fn key_matches(&self, loc: u32, key: &[u8]) -> bool {
         let base = u64::from(loc) * UNIT_BYTES;
-        let end = base + (ENTRY_HEADER_BYTES + key.len()) as u64;
-        if base == 0 || end > self.data.len() as u64 {
+        if base == 0 || base + (ENTRY_HEADER_TTL_BYTES + key.len()) as u64 > self.data.len() as u64
+        {
             return false;
         }
-        if de_key_len(self.data.load(base + 16)) as usize != key.len() {
+        let w2 = self.data.load(base + 16);
+        if de_key_len(w2) as usize != key.len() {
             return false;
         }
-        let mut off = base + ENTRY_HEADER_BYTES as u64;
+        let mut off = base + de_header_bytes(w2) as u64;
         for chunk in key.chunks(8) {
             let w = self.data.load(off).to_le_bytes();
             if w[..chunk.len()] != *chunk {
@@ -369,11 +392,10 @@ impl Store {
     }
 
     fn find_in(&self, t: Layout, key: &[u8], h: u64) -> Option<Found> {
-        let mask = t.buckets() - 1;
-        let home = h & mask;
+        let home = t.home(h);
         let tag = tag_of(h);
-        for k in 0..PROBE_BUCKETS_MAX.min(t.buckets()) {
-            let b = (home + k) & mask;
+        for k in 0..=self.reach(t, home) {
+            let b = t.after(home, k);
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
                 let w0 = self.index.load(off);
@@ -390,9 +412,6 @@ impl Store {
                     });
                 }
             }
-            if k == 0 && self.overflow(t, home) == 0 {
-                break;
-            }
         }
         None
     }
@@ -404,17 +423,16 @@ impl Store {
     /// Put index words into a free entry of `t`, near `h`'s home. None if the neighbourhood
     /// is full (associativity conflict).
     fn insert_in(&self, t: Layout, h: u64, w0: u64, w1: u64) -> Option<Found> {
-        let mask = t.buckets() - 1;
-        let home = h & mask;
+        let home = t.home(h);
         for k in 0..PROBE_BUCKETS_MAX.min(t.buckets()) {
-            let b = (home + k) & mask;
+            let b = t.after(home, k);
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
                 if self.index.load(off) == 0 {
                     self.index.word(off + 8).store(w1, Ordering::Release);
                     self.index.word(off).store(w0, Ordering::Release);
                     if k > 0 {
-                        self.add_overflow(t, home, 1);
+                        self.add_overflow(t, home, 1, k);
                     }
                     return Some(Found {
                         ie_off: off,
@@ -431,9 +449,9 @@ impl Store {
     fn clear_entry(&self, t: Layout, f: &Found, h: u64) {
         self.index.word(f.ie_off).store(0, Ordering::Release);
         self.index.word(f.ie_off + 8).store(0, Ordering::Release);
-        let home = h & (t.buckets() - 1);
+        let home = t.home(h);
         if f.bucket != home {
-            self.add_overflow(t, home, -1);
+            self.add_overflow(t, home, -1, 0);
         }
     }
 
@@ -463,11 +481,11 @@ impl Store {
     }
 
     /// Start doubling the index (no-op if migrating or at the maximum).
-    fn start_upsize(&mut self, log2: u8) -> bool {
-        if self.migration.is_some() || log2 > self.log2_max {
+    fn start_upsize(&mut self, buckets: u32) -> bool {
+        if self.migration.is_some() || buckets <= self.table.buckets {
             return false;
         }
-        let Some(to) = self.alloc_table(log2) else {
+        let Some(to) = self.alloc_table(buckets) else {
             return false;
         };
         self.migration = Some(Migration { to, cursor: 0 });
@@ -499,7 +517,7 @@ impl Store {
                     // load ≤ 0.43): abandon it and start over twice as large.
                     self.migration = None;
                     self.free_table(to);
-                    self.start_upsize(to.log2_buckets + 1);
+                    self.start_upsize(grow(to.buckets, self.buckets_max));
                     return (b - start) as u32;
                 }
             }
@@ -519,7 +537,7 @@ impl Store {
 
     fn finish_migration(&mut self) {
         // Bounded: each step advances the cursor or restarts with a larger table (at most
-        // log2_max times).
+        // a bounded number of times, each larger).
         for _ in 0..(1u64 << 40) {
             if self.migration.is_none() {
                 break;
@@ -531,27 +549,30 @@ impl Store {
     fn maybe_upsize(&mut self) {
         let cap = self.table.buckets() as f64 * BUCKET_ENTRIES as f64;
         if self.migration.is_none() && self.count as f64 > LOAD_FACTOR_MAX * cap {
-            self.start_upsize(self.table.log2_buckets + 1);
+            self.start_upsize(grow(self.table.buckets, self.buckets_max));
         }
     }
 
     // ----- data entries -------------------------------------------------------------------
 
-    fn write_entry(&mut self, loc: u32, key: &[u8], value: &[u8], meta: &Meta, w0: u64, w1: u64) {
-        let units = entry_units(key.len(), value.len());
-        let exp = encode_expire(meta.expire_at_ms);
+    /// Write the entry image at `loc`; returns its checksum for index word 1.
+    fn write_entry(&mut self, loc: u32, key: &[u8], value: &[u8], meta: &Meta, w0: u64) -> u32 {
+        let ttl = meta.expire_at_ms.is_some();
+        let units = entry_units(key.len(), value.len(), ttl);
         let img = &mut self.scratch;
         img.clear();
         img.extend_from_slice(&((meta.version.0 >> 64) as u64).to_le_bytes());
         img.extend_from_slice(&(meta.version.0 as u64).to_le_bytes());
-        img.extend_from_slice(&de_w2(key.len() as u32, value.len() as u32, exp).to_le_bytes());
-        img.extend_from_slice(&de_w3(0, exp).to_le_bytes());
+        img.extend_from_slice(&de_w2(key.len() as u32, value.len() as u32, ttl).to_le_bytes());
+        if let Some(t) = meta.expire_at_ms {
+            img.extend_from_slice(&t.to_le_bytes());
+        }
         img.extend_from_slice(key);
         img.extend_from_slice(value);
         img.resize((units * UNIT_BYTES) as usize, 0);
-        let c = checksum(img, w0, w1);
-        img[24..28].copy_from_slice(&c.to_le_bytes());
+        let c = checksum(img, w0, units as u32);
         self.data.write_bytes(u64::from(loc) * UNIT_BYTES, img);
+        c
     }
 
     /// Copy the whole entry at `loc` of `units`.
@@ -569,12 +590,11 @@ impl Store {
         let hi = self.data.load(base);
         let lo = self.data.load(base + 8);
         let w2 = self.data.load(base + 16);
-        let w3 = self.data.load(base + 24);
         (
             Version((u128::from(hi) << 64) | u128::from(lo)),
             de_key_len(w2),
             de_value_len(w2),
-            expire_opt(de_expire(w2, w3)),
+            de_has_ttl(w2).then(|| self.data.load(base + 24)),
         )
     }
 
@@ -656,9 +676,14 @@ impl Store {
     pub fn get_entry(&self, key: &[u8], h: u64) -> Option<Entry> {
         let f = self.find(key, h)?;
         let meta = self.meta_of(&f);
-        let (_, kl, vl, _) = self.header(ie_location(f.w0));
+        let (_, kl, vl, exp) = self.header(ie_location(f.w0));
         let img = self.load_entry(ie_location(f.w0), ie_size_units(f.w1));
-        let start = ENTRY_HEADER_BYTES + kl as usize;
+        let hdr = if exp.is_some() {
+            ENTRY_HEADER_TTL_BYTES
+        } else {
+            ENTRY_HEADER_BYTES
+        };
+        let start = hdr + kl as usize;
         let value = img.get(start..start + vl as usize)?.to_vec();
         Some(Entry {
             value,
@@ -700,17 +725,17 @@ impl Store {
         meta: Meta,
         evictable: &dyn Fn(MemgestId) -> bool,
     ) -> Result<(StagedHandle, Vec<Version>), Error> {
-        let units = entry_units(key.len(), value.len());
+        let units = entry_units(key.len(), value.len(), meta.expire_at_ms.is_some());
         let evicted = self.make_room(units, evictable)?;
         let loc = self.slabs.alloc(units).ok_or(Error::NoSpace)?;
         let w0 = ie_w0(loc, tag_of(h), meta.memgest.0);
-        let w1 = ie_w1(vcheck_of(meta.version), units as u32)
+        let crc = self.write_entry(loc, key, value, &meta, w0);
+        let w1 = ie_w1(crc, units as u32)
             | if meta.expire_at_ms.is_some() {
                 POLICY_TTL
             } else {
                 0
             };
-        self.write_entry(loc, key, value, &meta, w0, w1);
         Ok((StagedHandle { loc, w0, w1 }, evicted))
     }
 
@@ -769,7 +794,7 @@ impl Store {
                         // Target neighbourhood full: restart the upsize larger.
                         self.migration = None;
                         self.free_table(to);
-                        self.start_upsize(to.log2_buckets + 1);
+                        self.start_upsize(grow(to.buckets, self.buckets_max));
                     }
                 }
             }
@@ -803,15 +828,15 @@ impl Store {
         evicted: &mut Vec<Version>,
     ) -> Option<()> {
         self.finish_migration();
-        if self.start_upsize(self.table.log2_buckets + 1) {
+        self.conflict_upsizes += 1;
+        if self.start_upsize(grow(self.table.buckets, self.buckets_max)) {
             self.finish_migration();
             return Some(());
         }
         let t = self.table;
-        let mask = t.buckets() - 1;
-        let home = h & mask;
+        let home = t.home(h);
         for k in 0..PROBE_BUCKETS_MAX.min(t.buckets()) {
-            let b = (home + k) & mask;
+            let b = t.after(home, k);
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
                 let w0 = self.index.load(off);
@@ -1116,13 +1141,13 @@ impl Store {
             self.free_table(m.to);
         }
         let old = self.table;
-        if let Some(t) = self.alloc_table(self.log2_initial) {
+        if let Some(t) = self.alloc_table(self.buckets_initial) {
             self.switch_to(t);
             self.free_table(old);
         } else {
             // No room for a fresh table: clear the current one in place.
             self.index.punch(old.table_offset(), old.table_bytes());
-            self.gen = self.gen.wrapping_add(1) & 0xff_ffff;
+            self.gen = self.gen.wrapping_add(1);
             let t = Layout {
                 gen: self.gen,
                 ..old
@@ -1148,14 +1173,8 @@ impl Store {
     /// bytes appended to `keys`.
     fn home_entries(&self, b: u64, mut f: impl FnMut(Found, u64, Vec<u8>)) {
         let t = self.table;
-        let mask = t.buckets() - 1;
-        let probe = if self.overflow(t, b) == 0 {
-            1
-        } else {
-            PROBE_BUCKETS_MAX.min(t.buckets())
-        };
-        for k in 0..probe {
-            let pb = (b + k) & mask;
+        for k in 0..=self.reach(t, b) {
+            let pb = t.after(b, k);
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, pb, i);
                 let w0 = self.index.load(off);
@@ -1166,7 +1185,7 @@ impl Store {
                     continue;
                 };
                 let h = key_hash(&key);
-                if h & mask != b {
+                if t.home(h) != b {
                     continue;
                 }
                 let w1 = self.index.load(off + 8);
@@ -1184,8 +1203,8 @@ impl Store {
         }
     }
 
-    /// Redis-style reverse-binary cursor over home buckets (see `dict.c` `dictScan`): a key
-    /// present throughout is returned even if the table doubles between calls.
+    /// SCAN over home buckets: a key present throughout is returned even if the table grows
+    /// between calls (see the cursor comment inside).
     pub fn scan(
         &self,
         cursor: u64,
@@ -1194,13 +1213,17 @@ impl Store {
         now_ms: Option<u64>,
         out: &mut Vec<Vec<u8>>,
     ) -> u64 {
-        let mask = self.table.buckets() - 1;
-        let mut v = cursor;
+        let t = self.table;
+        // The cursor is a 32-bit hash prefix: every key whose prefix is below it was returned.
+        // Home buckets are monotone in the prefix, so after a resize the scan resumes at the
+        // bucket holding the cursor prefix: nothing is skipped, some keys may repeat.
+        let mut prefix = cursor.min(1 << 32);
         let want = out.len() + count.max(1);
         // At most 10 × count buckets per call, like Redis's empty-bucket bound.
         let mut visits = count.max(1).saturating_mul(10);
         loop {
-            self.home_entries(v & mask, |f, _h, key| {
+            let b = t.home(prefix);
+            self.home_entries(b, |f, _h, key| {
                 if slot.is_some_and(|sl| key_slot(&key) != sl) {
                     return;
                 }
@@ -1212,11 +1235,13 @@ impl Store {
                 }
                 out.push(key);
             });
-            v |= !mask;
-            v = v.reverse_bits().wrapping_add(1).reverse_bits();
+            prefix = t.first_prefix(b + 1);
             visits -= 1;
-            if v == 0 || out.len() >= want || visits == 0 {
-                return v;
+            if prefix >= 1 << 32 {
+                return 0;
+            }
+            if out.len() >= want || visits == 0 {
+                return prefix;
             }
         }
     }
@@ -1226,9 +1251,9 @@ impl Store {
             return None;
         }
         let n = self.table.buckets();
-        let start = digest_term(seed, Version(u128::from(seed))) & (n - 1);
+        let start = digest_term(seed, Version(u128::from(seed))) % n;
         for k in 0..n {
-            let b = (start + k) & (n - 1);
+            let b = self.table.after(start, k);
             let mut found: Vec<Vec<u8>> = Vec::new();
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(self.table, b, i);
@@ -1325,15 +1350,16 @@ impl Store {
             let Some(new_loc) = self.slabs.alloc_in_class_except(class, page) else {
                 return;
             };
-            let mut img = self.load_entry(loc, ie_size_units(f.w1));
-            img[24..28].fill(0);
+            let units = ie_size_units(f.w1);
+            let img = self.load_entry(loc, units);
             let w0 = ie_w0(new_loc, ie_tag(f.w0), ie_memgest(f.w0));
-            let c = checksum(&img, w0, f.w1);
-            img[24..28].copy_from_slice(&c.to_le_bytes());
+            let c = checksum(&img, w0, units);
+            let w1 = ie_w1(c, units) | (self.index.load(f.ie_off + 8) & !IE_W1_CHECKED_MASK);
             self.data.write_bytes(u64::from(new_loc) * UNIT_BYTES, &img);
+            self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
             self.index.word(f.ie_off).store(w0, Ordering::Release);
             if self.mirrored(f.bucket) {
-                self.mirror_update(&key, h, w0, self.index.load(f.ie_off + 8));
+                self.mirror_update(&key, h, w0, w1);
             }
             self.slabs.free(loc, &self.data);
             if self.policy == EvictionPolicy::S3Fifo {
@@ -1349,8 +1375,8 @@ impl Store {
     pub fn check_invariants(&self) -> Result<(), String> {
         let t = self.table;
         let n = t.buckets();
-        let mask = n - 1;
         let mut overflow = vec![0u64; n as usize];
+        let mut reach = vec![0u64; n as usize];
         let mut keys = HashSet::new();
         let mut count = 0u64;
         let mut bytes = 0u64;
@@ -1364,10 +1390,8 @@ impl Store {
                 }
                 let w1 = self.index.load(off + 8);
                 let loc = ie_location(w0);
-                let mut img = self.load_entry(loc, ie_size_units(w1));
-                let stored = u32::from_le_bytes([img[24], img[25], img[26], img[27]]);
-                img[24..28].fill(0);
-                if checksum(&img, w0, w1) != stored {
+                let img = self.load_entry(loc, ie_size_units(w1));
+                if checksum(&img, w0, ie_size_units(w1)) != ie_crc(w1) {
                     return Err(format!("bucket {b} entry {i}: bad checksum at {loc}"));
                 }
                 let key = self.read_key(loc).ok_or("unreadable key")?;
@@ -1375,17 +1399,18 @@ impl Store {
                 if tag_of(h) != ie_tag(w0) {
                     return Err(format!("bucket {b} entry {i}: tag mismatch"));
                 }
-                let home = h & mask;
-                let dist = b.wrapping_sub(home) & mask;
+                let home = t.home(h);
+                let dist = (b + n - home) % n;
                 if dist >= PROBE_BUCKETS_MAX {
                     return Err(format!("bucket {b}: key homed at {home} too far"));
                 }
                 if dist > 0 {
                     overflow[home as usize] += 1;
+                    reach[home as usize] = reach[home as usize].max(dist);
                 }
-                let (version, _, _, _) = self.header(loc);
-                if vcheck_of(version) != ie_vcheck(w1) {
-                    return Err(format!("bucket {b} entry {i}: vcheck mismatch"));
+                let (version, _, _, exp) = self.header(loc);
+                if exp.is_some() != (w1 & POLICY_TTL != 0) {
+                    return Err(format!("bucket {b} entry {i}: TTL bit mismatch"));
                 }
                 if !keys.insert(key.clone()) {
                     return Err(format!("duplicate key {key:?}"));
@@ -1400,11 +1425,11 @@ impl Store {
             }
         }
         for b in 0..n {
-            if self.overflow(t, b) != overflow[b as usize] {
+            let v = self.overflow(t, b);
+            if overflow_count(v) != overflow[b as usize] || self.reach(t, b) < reach[b as usize] {
                 return Err(format!(
-                    "bucket {b}: overflow count {} but {} displaced",
-                    self.overflow(t, b),
-                    overflow[b as usize]
+                    "bucket {b}: overflow {v:#x} but {} displaced, reach {}",
+                    overflow[b as usize], reach[b as usize]
                 ));
             }
         }
@@ -1434,16 +1459,10 @@ impl Store {
 
     pub fn touch(&mut self, h: u64) {
         let t = self.table;
-        let mask = t.buckets() - 1;
-        let home = h & mask;
+        let home = t.home(h);
         let tag = tag_of(h);
-        let probe = if self.overflow(t, home) == 0 {
-            1
-        } else {
-            PROBE_BUCKETS_MAX.min(t.buckets())
-        };
-        for k in 0..probe {
-            let b = (home + k) & mask;
+        for k in 0..=self.reach(t, home) {
+            let b = t.after(home, k);
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
                 let w0 = self.index.load(off);
@@ -1484,6 +1503,7 @@ impl Store {
             index_load_factor: self.count as f64
                 / (self.table.buckets() as f64 * BUCKET_ENTRIES as f64),
             upsizes: self.upsizes,
+            index_conflicts: self.conflict_upsizes,
             ..EngineStats::default()
         }
     }

@@ -429,7 +429,7 @@ fn run(ops: Vec<Op>, policy: EvictionPolicy) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]
     fn engine_matches_model_clock(ops in prop::collection::vec(op(), 1..200)) {
         run(ops, EvictionPolicy::Clock)?;
@@ -527,7 +527,7 @@ fn run_pressure(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
     #[test]
     fn pressure_clock(ops in prop::collection::vec((0u8..60, any::<u16>(), prop::bool::weighted(0.1), any::<u8>()), 1..300)) {
         run_pressure(ops, EvictionPolicy::Clock)?;

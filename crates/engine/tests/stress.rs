@@ -114,7 +114,7 @@ fn readers_never_see_torn_or_stale_values() {
             rng ^= rng << 17;
             rng
         };
-        for step in 0..12_000u64 {
+        for step in 0..8_000u64 {
             let r = next();
             let i = (r % KEYS as u64) as usize;
             let k = key(i);
