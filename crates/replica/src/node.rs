@@ -1166,6 +1166,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_pull_req(
         &mut self,
         from: NodeId,
@@ -1305,6 +1306,7 @@ impl<S: ReplicaStore> Replica<S> {
         (entries, None)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_pull_resp(
         &mut self,
         now_ms: u64,
@@ -1479,10 +1481,11 @@ impl<S: ReplicaStore> Replica<S> {
                     let slot = key_slot(&k);
                     // Adopt a replica's newer version only while serving the slot and with no
                     // write of ours in flight for the key (ours would be newer anyway).
-                    if self.serving(now_ms, slot).is_ok() && !self.uncommitted.contains_key(&k) {
-                        if self.apply_local(&k, e) == ApplyOutcome::Applied {
-                            self.stats.repair_fetched += 1;
-                        }
+                    if self.serving(now_ms, slot).is_ok()
+                        && !self.uncommitted.contains_key(&k)
+                        && self.apply_local(&k, e) == ApplyOutcome::Applied
+                    {
+                        self.stats.repair_fetched += 1;
                     }
                 }
             }

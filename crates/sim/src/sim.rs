@@ -83,7 +83,7 @@ enum Addr {
 #[derive(Clone, Debug)]
 enum Msg {
     Peer { from: NodeId, msg: PeerMsg },
-    ToCp { from: NodeId, input: CpInput },
+    ToCp { input: CpInput },
     Map(Arc<ClusterMap>),
     HbAck { incarnation: u64, sent_ms: u64 },
     Fenced { incarnation: u64 },
@@ -358,11 +358,12 @@ impl World {
             self.now = t;
             self.stats.events += 1;
             self.handle(e)?;
-            if self.clients.iter().all(|c| c.op.is_none()) && self.stats.events % 64 == 0 {
-                if self.converged().is_ok() {
-                    converged_at = Some(t);
-                    break;
-                }
+            if self.clients.iter().all(|c| c.op.is_none())
+                && self.stats.events.is_multiple_of(64)
+                && self.converged().is_ok()
+            {
+                converged_at = Some(t);
+                break;
             }
         }
         if converged_at.is_none() {
@@ -585,9 +586,7 @@ impl World {
                 Output::Reply { client, reply } => {
                     self.send(Some(id), Addr::Client(client as usize), Msg::Reply(reply))
                 }
-                Output::Control(input) => {
-                    self.send(Some(id), Addr::Cp, Msg::ToCp { from: id, input })
-                }
+                Output::Control(input) => self.send(Some(id), Addr::Cp, Msg::ToCp { input }),
                 Output::PossibleLoss { .. } => self.possible_loss += 1,
             }
         }
@@ -1149,7 +1148,7 @@ fn decide_quorum(
             .iter()
             .filter(|(n, x, ..)| *x == v && holders.contains(n))
             .count();
-        if count >= r / 2 + 1 && best.as_ref().is_none_or(|(b, _)| v > *b) {
+        if count > r / 2 && best.as_ref().is_none_or(|(b, _)| v > *b) {
             best = Some((v, val));
         }
     }
