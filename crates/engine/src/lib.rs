@@ -22,10 +22,12 @@
 //! - `store`: index + data regions under the writer;
 //! - [`strings`]: Redis integer/float/range helpers;
 //! - [`hash`]: key hashing and digest terms;
+//! - [`fuzz_support`]: the operation-stream fuzz entry point;
 //! - [`limits`]: engine-internal bounds.
 
 pub mod api;
 mod engine;
+pub mod fuzz_support;
 pub mod hash;
 pub mod layout;
 pub mod limits;

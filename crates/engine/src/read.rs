@@ -82,15 +82,6 @@ impl RegionsView {
         Some(unsafe { &*(self.index.add(off as usize) as *const AtomicU64) })
     }
 
-    #[inline]
-    fn dword(&self, off: u64) -> Option<&AtomicU64> {
-        if off & 7 != 0 || off.checked_add(8)? > self.data_len as u64 {
-            return None;
-        }
-        // SAFETY: as above.
-        Some(unsafe { &*(self.data.add(off as usize) as *const AtomicU64) })
-    }
-
     /// The header's layout word (diagnostics and clients that cache the table shape).
     pub fn layout(&self) -> Option<Layout> {
         Some(Layout::unpack(
@@ -148,10 +139,18 @@ fn try_entry(
     }
     out.clear();
     out.resize(size as usize, 0);
-    for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
-        let Some(w) = view.dword(loc + 8 * i as u64) else {
-            return Probe::Torn;
-        };
+    if loc & 7 != 0 {
+        return Probe::Torn;
+    }
+    // SAFETY: `loc + size <= data_len` was checked above, `loc` is 8-aligned, and `new`'s
+    // contract keeps the range mapped; the words are only loaded atomically.
+    let words = unsafe {
+        std::slice::from_raw_parts(
+            view.data.add(loc as usize) as *const AtomicU64,
+            size as usize / 8,
+        )
+    };
+    for (w, chunk) in words.iter().zip(out.chunks_exact_mut(8)) {
         chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
     }
     fence(Ordering::Acquire);

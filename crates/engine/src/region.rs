@@ -101,12 +101,45 @@ impl Mapping {
     }
 
     /// Write `bytes` (length a multiple of 8) at `off` with word stores.
+    ///
+    /// # Panics
+    /// If the range is unaligned or out of the mapping: a caller bug.
     pub fn write_bytes(&self, off: u64, bytes: &[u8]) {
-        debug_assert!(bytes.len() & 7 == 0);
-        for (i, c) in bytes.chunks_exact(8).enumerate() {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.store(off + 8 * i as u64, u64::from_le_bytes(w));
+        assert!(
+            off & 7 == 0 && bytes.len() & 7 == 0 && off + bytes.len() as u64 <= self.len as u64,
+            "write {off}+{}",
+            bytes.len()
+        );
+        // SAFETY: range checked once above; aligned; accessed only atomically.
+        let words = unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.add(off as usize) as *const AtomicU64,
+                bytes.len() / 8,
+            )
+        };
+        for (w, c) in words.iter().zip(bytes.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+        }
+    }
+
+    /// Copy `len` bytes (a multiple of 8) at `off` into `out` (appended) with word loads.
+    ///
+    /// # Panics
+    /// If the range is unaligned or out of the mapping: a caller bug.
+    pub fn read_bytes(&self, off: u64, len: usize, out: &mut Vec<u8>) {
+        assert!(
+            off & 7 == 0 && len & 7 == 0 && off + len as u64 <= self.len as u64,
+            "read {off}+{len}"
+        );
+        // SAFETY: as in `write_bytes`.
+        let words = unsafe {
+            std::slice::from_raw_parts(self.ptr.add(off as usize) as *const AtomicU64, len / 8)
+        };
+        out.reserve(len);
+        for w in words {
+            out.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
         }
     }
 

@@ -7,8 +7,11 @@
 //!   16 KiB. Entries above 16 KiB take a run of whole pages; the tail of the last page is never
 //!   written, so it is never committed by the OS.
 //! - A slab is one page of one class, with an occupancy bitmap on the writer's heap.
-//! - Pages come from a first-fit free-run map (coalescing) over the reserved range; a page that
-//!   becomes free is punched out of the memfd at once, so its memory returns to the OS.
+//! - Pages come from a first-fit free-run map (coalescing) over the reserved range. A page that
+//!   becomes free stays committed ("dirty") for reuse — a slab that empties and refills under
+//!   churn costs no page faults — but only up to a small reserve (1/64 of the budget, at most
+//!   64 pages): `release` (each tick, and at once past 4× the reserve) punches the rest out of
+//!   the memfd, so memory returns to the OS when the corpus shrinks.
 //! - The budget (`memory_bytes_max`) caps committed bytes: 64 KiB per slab, and large entries
 //!   rounded up to 4 KiB (the OS page). The allocator refuses past it; the store then evicts.
 
@@ -62,6 +65,9 @@ pub struct Slabs {
     /// Per class: number of slabs.
     class_slabs: Vec<u32>,
     free_runs: BTreeMap<u32, u32>,
+    /// Free pages not yet punched (still committed), all inside `free_runs`.
+    dirty: BTreeSet<u32>,
+    dirty_keep: usize,
     high_water: u32,
     page_count: u32,
     /// Bytes charged for each large run, by head page.
@@ -82,6 +88,8 @@ impl Slabs {
             partial: vec![BTreeSet::new(); n],
             class_slabs: vec![0; n],
             free_runs: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            dirty_keep: ((budget / PAGE_BYTES / 64) as usize).clamp(1, 64),
             high_water: 1, // page 0 is the region header
             page_count: (reserved_bytes / PAGE_BYTES) as u32,
             large_charge: BTreeMap::new(),
@@ -121,6 +129,34 @@ impl Slabs {
     }
 
     fn alloc_pages(&mut self, n: u32) -> Option<u32> {
+        if n == 1 {
+            if let Some(&p) = self.dirty.first() {
+                // A committed free page: no page faults. It lies in exactly one free run.
+                self.dirty.remove(&p);
+                if let Some((&s, &l)) = self.free_runs.range(..=p).next_back() {
+                    if p < s + l {
+                        self.free_runs.remove(&s);
+                        if p > s {
+                            self.free_runs.insert(s, p - s);
+                        }
+                        if s + l > p + 1 {
+                            self.free_runs.insert(p + 1, s + l - p - 1);
+                        }
+                        return Some(p);
+                    }
+                }
+                debug_assert!(false, "dirty page {p} not in a free run");
+            }
+        }
+        let s = self.alloc_range(n)?;
+        let used: Vec<u32> = self.dirty.range(s..s + n).copied().collect();
+        for p in used {
+            self.dirty.remove(&p);
+        }
+        Some(s)
+    }
+
+    fn alloc_range(&mut self, n: u32) -> Option<u32> {
         let found = self
             .free_runs
             .iter()
@@ -142,7 +178,7 @@ impl Slabs {
     }
 
     fn free_pages(&mut self, start: u32, n: u32, data: &Mapping) {
-        data.punch(u64::from(start) * PAGE_BYTES, u64::from(n) * PAGE_BYTES);
+        self.dirty.extend(start..start + n);
         let (mut s, mut len) = (start, n);
         if let Some((&ps, &pl)) = self.free_runs.range(..s).next_back() {
             if ps + pl == s {
@@ -156,10 +192,35 @@ impl Slabs {
             len += nl;
         }
         if s + len == self.high_water {
+            // The tail of the used range: give it back now and lower the high-water mark.
             self.high_water = s;
+            let tail: Vec<u32> = self.dirty.range(s..).copied().collect();
+            for p in tail {
+                self.dirty.remove(&p);
+                data.punch(u64::from(p) * PAGE_BYTES, PAGE_BYTES);
+                self.bytes_released += PAGE_BYTES;
+            }
         } else {
             self.free_runs.insert(s, len);
         }
+        if self.dirty.len() > 4 * self.dirty_keep {
+            self.release(data);
+        }
+    }
+
+    /// Punch free pages beyond the reserve out of the memfd (highest first, so the low pages
+    /// that allocation prefers stay warm). Returns bytes released.
+    pub fn release(&mut self, data: &Mapping) -> u64 {
+        let mut released = 0;
+        while self.dirty.len() > self.dirty_keep {
+            let Some(p) = self.dirty.pop_last() else {
+                break;
+            };
+            data.punch(u64::from(p) * PAGE_BYTES, PAGE_BYTES);
+            released += PAGE_BYTES;
+        }
+        self.bytes_released += released;
+        released
     }
 
     /// Allocate an entry of `units`; returns its location in units, or `None` if the budget or
@@ -257,7 +318,6 @@ impl Slabs {
                 self.free_pages(page, pages, data);
                 let charged = self.large_charge.remove(&page).unwrap_or(0);
                 self.committed -= charged;
-                self.bytes_released += charged;
             }
             Some(PageKind::Slab { class }) => {
                 let units = u64::from(self.classes[usize::from(class)]);
@@ -280,7 +340,6 @@ impl Slabs {
                     self.partial[ci].remove(&page);
                     self.class_slabs[ci] -= 1;
                     self.committed -= PAGE_BYTES;
-                    self.bytes_released += PAGE_BYTES;
                     self.free_pages(page, 1, data);
                 } else {
                     self.partial[ci].insert(page);
@@ -378,7 +437,8 @@ impl Slabs {
             PAGE_BYTES,
             u64::from(self.high_water.saturating_sub(1)) * PAGE_BYTES,
         );
-        self.bytes_released += self.committed;
+        self.bytes_released += self.committed + self.dirty.len() as u64 * PAGE_BYTES;
+        self.dirty.clear();
         let n = self.classes.len();
         self.pages.clear();
         self.slabs.clear();

@@ -577,11 +577,9 @@ impl Store {
 
     /// Copy the whole entry at `loc` of `units`.
     fn load_entry(&self, loc: u32, units: u32) -> Vec<u8> {
-        let base = u64::from(loc) * UNIT_BYTES;
-        let mut img = Vec::with_capacity(units as usize * 8);
-        for i in 0..u64::from(units) {
-            img.extend_from_slice(&self.data.load(base + 8 * i).to_le_bytes());
-        }
+        let mut img = Vec::new();
+        self.data
+            .read_bytes(u64::from(loc) * UNIT_BYTES, units as usize * 8, &mut img);
         img
     }
 
@@ -1331,6 +1329,7 @@ impl Store {
         report.upsize_in_progress = self.migration.is_some();
         let released_before = self.slabs.bytes_released;
         self.compact(report);
+        self.slabs.release(&self.data);
         report.bytes_released += self.slabs.bytes_released - released_before;
     }
 
