@@ -344,7 +344,10 @@ impl Arena {
             version,
         };
         if let Some(old) = self.keys.insert(key.to_vec(), meta) {
-            self.free(old.offset, old.len)?;
+            // Cannot fail while the invariants hold (the key pointed at its allocation), and
+            // the update must go out regardless: its sequence number is already taken.
+            let freed = self.free(old.offset, old.len);
+            debug_assert!(freed.is_ok(), "key pointed at a non-allocation");
         } else {
             self.meta_bytes = self
                 .meta_bytes

@@ -13,6 +13,13 @@ pub const DATA_NODES_MAX: u32 = 64;
 /// chunk touched) costs more than the bytes it covers.
 pub const CHUNK_BYTES_MIN: u32 = 64;
 
+/// Chunk size a memgest uses unless configured otherwise: one page. Coding is byte-wise, so
+/// the chunk size does not limit how little a delta or a decode-on-demand touches; it sets
+/// the granularity of layout bookkeeping (one parity-update piece per chunk a value spans)
+/// and of lazy parity allocation. 4 KiB keeps a 1 KiB value in one or two pieces and a
+/// parity holder's untouched space unallocated.
+pub const CHUNK_BYTES_DEFAULT: u32 = 4096;
+
 /// Largest chunk. A chunk is the unit a parity holder allocates lazily; 1 MiB bounds the
 /// memory a single small delta can make it commit.
 pub const CHUNK_BYTES_MAX: u32 = 1024 * 1024;
@@ -27,4 +34,9 @@ pub const MODEL_NODES_MAX: u32 = 20;
 
 const _: () = assert!(CHUNK_BYTES_MIN.is_power_of_two() && CHUNK_BYTES_MAX.is_power_of_two());
 const _: () = assert!(CHUNK_BYTES_MIN <= CHUNK_BYTES_MAX);
+const _: () = assert!(
+    CHUNK_BYTES_DEFAULT.is_power_of_two()
+        && CHUNK_BYTES_DEFAULT >= CHUNK_BYTES_MIN
+        && CHUNK_BYTES_DEFAULT <= CHUNK_BYTES_MAX
+);
 const _: () = assert!(ARENA_BYTES_MAX.is_multiple_of(CHUNK_BYTES_MAX as u64));

@@ -325,6 +325,33 @@ impl ParityStore {
         }
     }
 
+    /// Checks the store's invariants: one sequence slot per data node, every materialised
+    /// chunk exactly `chunk_bytes` long, metadata byte and payload counters consistent.
+    ///
+    /// # Panics
+    /// On a broken invariant (a bug in this module, never bad input).
+    pub fn check_invariants(&self) {
+        assert_eq!(self.applied_seq.len() as u64, u64::from(self.layout.s()));
+        let cb = self.layout.chunk_bytes() as usize;
+        assert!(self.chunks.values().all(|c| c.len() == cb), "chunk size");
+        let meta: u64 = self
+            .meta
+            .keys()
+            .map(|k| (k.len() as u64).saturating_add(META_RECORD_BYTES))
+            .fold(0u64, u64::saturating_add);
+        assert_eq!(meta, self.meta_bytes, "metadata accounting");
+        let payload = self
+            .meta
+            .values()
+            .map(|m| m.len)
+            .fold(0u64, u64::saturating_add);
+        assert_eq!(payload, self.payload_bytes, "payload accounting");
+        assert!(
+            self.meta.values().all(|m| m.owner < self.layout.s()),
+            "owner in range"
+        );
+    }
+
     /// Sum of value lengths described by the replicated metadata.
     pub fn described_payload_bytes(&self) -> u64 {
         self.payload_bytes

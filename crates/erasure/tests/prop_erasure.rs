@@ -218,6 +218,7 @@ proptest! {
             }
         }
         for h in &holders {
+            h.check_invariants();
             for (n, a) in arenas.iter().enumerate() {
                 for (key, meta) in h.keys_of(n as u32) {
                     prop_assert_eq!(a.meta(key), Some(meta));
