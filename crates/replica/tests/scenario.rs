@@ -1,0 +1,399 @@
+//! Scenario tests of the replication rules (DESIGN.md "Writes, memgests and consistency",
+//! "Failures and maintenance"), on a tiny in-test network: messages are queued FIFO and
+//! delivered by the test, which can hold back or drop traffic to a node to build the exact
+//! interleaving a rule is about. The control plane is the real `ControlPlane`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use ringlet_control::{Action, ControlConfig, ControlPlane, Input as CpInput};
+use ringlet_replica::*;
+use ringlet_types::{key_slot, Epoch, MemgestId, MemgestKind, NodeId, Version};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+#[derive(Debug)]
+enum To {
+    Node(NodeId),
+    Cp,
+}
+
+struct Net {
+    now: u64,
+    cp: ControlPlane,
+    nodes: BTreeMap<NodeId, Replica<MemStore>>,
+    queue: VecDeque<(To, NodeId, Msg)>,
+    replies: Vec<Reply>,
+    /// Messages to these nodes are dropped.
+    cut: BTreeSet<NodeId>,
+}
+
+#[derive(Debug)]
+enum Msg {
+    Input(Input),
+    Cp(CpInput),
+}
+
+impl Net {
+    /// `n` nodes (ids 1..=n), the first `active` placed with s=1, d=2, plus a rep:3 memgest.
+    fn new(n: u32, active: usize) -> Net {
+        let cfg = ControlConfig {
+            s: 1,
+            d: 2,
+            lease_ms: 1500,
+        };
+        let mut net = Net {
+            now: 1000,
+            cp: ControlPlane::new(cfg).unwrap(),
+            nodes: BTreeMap::new(),
+            queue: VecDeque::new(),
+            replies: Vec::new(),
+            cut: BTreeSet::new(),
+        };
+        for i in 1..=n {
+            let id = NodeId(i);
+            net.nodes.insert(
+                id,
+                Replica::new(id, 1, ReplicaConfig::default(), MemStore::new()),
+            );
+        }
+        net.tick_all();
+        net.settle();
+        let a = net.cp.step(net.now, CpInput::Bootstrap { active });
+        net.cp_actions(a);
+        let a = net.cp.step(
+            net.now,
+            CpInput::CreateMemgest {
+                name: "r3".into(),
+                kind: MemgestKind::Rep { r: 3 },
+                evictable: None,
+            },
+        );
+        net.cp_actions(a);
+        net.settle();
+        // Heartbeats give coordinators their lease.
+        net.advance(200);
+        net
+    }
+
+    fn r3(&self) -> MemgestId {
+        self.cp.map().memgest_by_name("r3").unwrap()
+    }
+
+    fn cp_actions(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Publish(m) => {
+                    for id in self.nodes.keys().copied().collect::<Vec<_>>() {
+                        self.queue
+                            .push_back((To::Node(id), id, Msg::Input(Input::Map(m.clone()))));
+                    }
+                }
+                Action::SendMap { to, map } => {
+                    self.queue
+                        .push_back((To::Node(to), to, Msg::Input(Input::Map(map))))
+                }
+                Action::HeartbeatAck {
+                    to,
+                    incarnation,
+                    sent_ms,
+                    ..
+                } => self.queue.push_back((
+                    To::Node(to),
+                    to,
+                    Msg::Input(Input::HeartbeatAck {
+                        incarnation,
+                        sent_ms,
+                    }),
+                )),
+                Action::Fenced { to, incarnation } => self.queue.push_back((
+                    To::Node(to),
+                    to,
+                    Msg::Input(Input::Fenced { incarnation }),
+                )),
+                Action::Rejected(e) => panic!("control plane refused: {e}"),
+            }
+        }
+    }
+
+    fn step(&mut self, id: NodeId, input: Input) {
+        let Some(r) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        let outs = r.step(self.now, input);
+        r.check_invariants();
+        r.store().check_invariants();
+        for o in outs {
+            match o {
+                Output::Send { to, msg } => self.queue.push_back((
+                    To::Node(to),
+                    id,
+                    Msg::Input(Input::Peer { from: id, msg }),
+                )),
+                Output::Reply { reply, .. } => self.replies.push(reply),
+                Output::Control(c) => self.queue.push_back((To::Cp, id, Msg::Cp(c))),
+                Output::PossibleLoss { .. } => panic!("possible loss"),
+            }
+        }
+    }
+
+    /// Deliver until quiet (bounded).
+    fn settle(&mut self) {
+        for _ in 0..100_000 {
+            let Some((to, from, msg)) = self.queue.pop_front() else {
+                return;
+            };
+            if self.cut.contains(&from) {
+                continue;
+            }
+            match (to, msg) {
+                (To::Cp, Msg::Cp(i)) => {
+                    let a = self.cp.step(self.now, i);
+                    self.cp_actions(a);
+                }
+                (To::Node(n), Msg::Input(i)) => {
+                    if !self.cut.contains(&n) {
+                        self.step(n, i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        panic!("network did not settle");
+    }
+
+    fn tick_all(&mut self) {
+        for id in self.nodes.keys().copied().collect::<Vec<_>>() {
+            self.step(id, Input::Tick);
+        }
+        let a = self.cp.step(self.now, CpInput::Tick);
+        self.cp_actions(a);
+    }
+
+    fn advance(&mut self, ms: u64) {
+        for _ in 0..ms / 10 {
+            self.now += 10;
+            self.tick_all();
+            self.settle();
+        }
+    }
+
+    fn request(&mut self, to: NodeId, seq: u64, op: ClientOp) {
+        let req = ClientRequest {
+            id: ReqId { client: 7, seq },
+            epoch: self.nodes[&to].epoch(),
+            op,
+        };
+        self.step(to, Input::Client { client: 7, req });
+    }
+
+    fn take_reply(&mut self, seq: u64) -> Option<ClientReply> {
+        let i = self.replies.iter().position(|r| r.id.seq == seq)?;
+        Some(self.replies.remove(i).body)
+    }
+
+    fn coordinator(&self, key: &[u8]) -> NodeId {
+        self.cp.map().coordinator(key_slot(key)).unwrap()
+    }
+
+    fn cohort(&self, key: &[u8]) -> Vec<NodeId> {
+        self.cp.map().cohort(key_slot(key))
+    }
+}
+
+fn set(key: &str, value: &str, memgest: MemgestId) -> ClientOp {
+    ClientOp::Set {
+        key: key.into(),
+        value: value.into(),
+        memgest: Some(memgest),
+    }
+}
+
+#[test]
+fn rep3_commits_on_majority_and_reads_wait_for_commit() {
+    let mut net = Net::new(3, 3);
+    let r3 = net.r3();
+    let c = net.coordinator(b"k");
+    let cohort = net.cohort(b"k");
+    // Both replicas unreachable: the write cannot commit.
+    net.cut.insert(cohort[1]);
+    net.cut.insert(cohort[2]);
+    net.request(c, 1, set("k", "v1", r3));
+    net.settle();
+    assert_eq!(net.take_reply(1), None, "committed without a majority");
+    // A read at the coordinator waits for the uncommitted write rather than answering.
+    net.request(c, 2, ClientOp::Get { key: "k".into() });
+    net.settle();
+    assert_eq!(
+        net.take_reply(2),
+        None,
+        "read answered past an uncommitted write"
+    );
+    // One replica comes back: majority (coordinator + 1) -> commit, then the read answers.
+    net.cut.remove(&cohort[1]);
+    net.advance(300);
+    let Some(ClientReply::Written { version }) = net.take_reply(1) else {
+        panic!("not committed")
+    };
+    assert_eq!(
+        net.take_reply(2),
+        Some(ClientReply::Value {
+            version,
+            value: Some(b"v1".to_vec())
+        })
+    );
+    // The lagging replica catches up once reachable (retransmit / repair).
+    net.cut.clear();
+    net.advance(1000);
+    let slot = key_slot(b"k");
+    let d0 = net.nodes[&c].slot_digest_at(slot, 2);
+    assert_eq!(net.nodes[&cohort[2]].slot_digest_at(slot, 2), d0);
+    assert_eq!(
+        net.nodes[&cohort[2]].store().get(b"k").unwrap().version,
+        version
+    );
+}
+
+#[test]
+fn retries_are_deduplicated() {
+    let mut net = Net::new(3, 3);
+    let r3 = net.r3();
+    let c = net.coordinator(b"k");
+    net.request(c, 5, set("k", "a", r3));
+    net.settle();
+    let first = net.take_reply(5).unwrap();
+    net.request(c, 5, set("k", "a", r3));
+    net.settle();
+    assert_eq!(net.take_reply(5).unwrap(), first, "retry applied twice");
+}
+
+#[test]
+fn wrong_epoch_and_wrong_node_are_refused_definitely() {
+    let mut net = Net::new(3, 3);
+    let r3 = net.r3();
+    let c = net.coordinator(b"k");
+    let other = net.cohort(b"k")[1];
+    net.request(other, 1, set("k", "a", r3));
+    let r = net.take_reply(1).unwrap();
+    assert_eq!(r, ClientReply::NotCoordinator);
+    assert!(r.is_definite_failure());
+    let req = ClientRequest {
+        id: ReqId { client: 7, seq: 2 },
+        epoch: Epoch(1),
+        op: ClientOp::Get { key: "k".into() },
+    };
+    net.step(c, Input::Client { client: 7, req });
+    assert!(matches!(
+        net.take_reply(2),
+        Some(ClientReply::StaleEpoch { .. })
+    ));
+    let big = ClientOp::Set {
+        key: vec![b'x'; ringlet_types::limits::KEY_BYTES_MAX as usize + 1],
+        value: Vec::new(),
+        memgest: None,
+    };
+    net.request(c, 3, big);
+    assert_eq!(net.take_reply(3), Some(ClientReply::TooLarge));
+}
+
+#[test]
+fn failover_rebuilds_from_majority_and_fences_old_coordinator() {
+    // 3 placed + 1 spare. Kill the coordinator of "k" (stop its heartbeats and traffic).
+    let mut net = Net::new(4, 3);
+    let r3 = net.r3();
+    let c = net.coordinator(b"k");
+    net.request(c, 1, set("k", "v1", r3));
+    net.settle();
+    let Some(ClientReply::Written { version: v1 }) = net.take_reply(1) else {
+        panic!()
+    };
+    net.cut.insert(c);
+    net.advance(2500); // lease lapses; the spare takes over and rebuilds
+    let c2 = net.coordinator(b"k");
+    assert_ne!(c2, c);
+    assert_eq!(net.nodes[&c2].ready_at(key_slot(b"k")), Some(0));
+    net.request(c2, 2, ClientOp::Get { key: "k".into() });
+    net.settle();
+    assert_eq!(
+        net.take_reply(2),
+        Some(ClientReply::Value {
+            version: v1,
+            value: Some(b"v1".to_vec())
+        }),
+        "acknowledged write lost across failover"
+    );
+    // New versions are above the old coordinator's.
+    net.request(c2, 3, set("k", "v2", r3));
+    net.settle();
+    let Some(ClientReply::Written { version: v2 }) = net.take_reply(3) else {
+        panic!()
+    };
+    assert!(v2 > v1);
+    // The old coordinator, isolated, cannot serve: its lease is gone.
+    let slot_epoch = net.nodes[&c].epoch();
+    let req = ClientRequest {
+        id: ReqId { client: 9, seq: 1 },
+        epoch: slot_epoch,
+        op: set("k", "stale", r3),
+    };
+    net.step(c, Input::Client { client: 9, req });
+    let r = net.replies.pop().unwrap();
+    assert_eq!(r.body, ClientReply::NotCoordinator);
+    // A replica refuses a Replicate from the fenced coordinator.
+    let replica = net.cohort(b"k")[1];
+    let msg = PeerMsg {
+        epoch: slot_epoch,
+        incarnation: 1,
+        body: PeerBody::Replicate {
+            key: b"k".to_vec(),
+            entry: Entry {
+                version: Version(u128::MAX),
+                memgest: r3,
+                value: Some(b"zombie".to_vec()),
+            },
+        },
+    };
+    let before = net.nodes[&replica].store().get(b"k");
+    let outs = net
+        .nodes
+        .get_mut(&replica)
+        .unwrap()
+        .step(net.now, Input::Peer { from: c, msg });
+    assert!(outs.iter().any(|o| matches!(
+        o,
+        Output::Send {
+            msg: PeerMsg {
+                body: PeerBody::ReplicateAck { ok: false, .. },
+                ..
+            },
+            ..
+        }
+    )));
+    assert_eq!(net.nodes[&replica].store().get(b"k"), before);
+    // Healing: the old node is told it was fenced, wipes itself and rejoins as a spare.
+    net.cut.clear();
+    net.advance(1000);
+    let inc = net.cp.map().nodes[&c].incarnation;
+    assert_eq!(inc, 2);
+    assert!(net.nodes[&c].store().get(b"k").is_none());
+}
+
+#[test]
+fn drain_hands_over_none_keys_too() {
+    let mut net = Net::new(4, 3);
+    let c = net.coordinator(b"k");
+    net.request(c, 1, set("k", "single", MemgestId::NONE));
+    net.settle();
+    assert!(matches!(
+        net.take_reply(1),
+        Some(ClientReply::Written { .. })
+    ));
+    let a = net.cp.step(net.now, CpInput::Drain { node: c });
+    net.cp_actions(a);
+    net.advance(500);
+    let c2 = net.coordinator(b"k");
+    assert_ne!(c, c2);
+    net.request(c2, 2, ClientOp::Get { key: "k".into() });
+    net.settle();
+    let Some(ClientReply::Value { value, .. }) = net.take_reply(2) else {
+        panic!()
+    };
+    assert_eq!(value, Some(b"single".to_vec()), "drain lost a `none` key");
+}
