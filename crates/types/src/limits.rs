@@ -86,3 +86,8 @@ const _: () = assert!(FRAME_BYTES_MAX > ENTRY_BYTES_MAX);
 const _: () = assert!(RESP_BULK_BYTES_MAX >= VALUE_BYTES_MAX);
 const _: () = assert!(CONN_READ_BUFFER_BYTES_MAX > FRAME_BYTES_MAX);
 const _: () = assert!(BATCH_KEYS_MAX <= ARRAY_ITEMS_MAX);
+
+/// Shared-memory client connections per node. Each is a same-host process whose writes,
+/// fallback reads and access records hold one node thread; 1,024 is far above the cores of a
+/// host, so only a runaway client hits it.
+pub const SHM_CONNECTIONS_MAX: u32 = 1_024;

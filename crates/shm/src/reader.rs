@@ -1,0 +1,806 @@
+//! The client side: [`ShmReader`] maps a same-host node's regions read-only and answers GET
+//! and MGET from them without the node's CPU; everything else goes over the socket.
+//!
+//! GET: hash → home bucket → index entry with the key's tag → data entry → checksum, full key,
+//! version check, expiry, and the index header's config id (the epoch pinned at handshake)
+//! — all done by `ringlet_engine::read::read_entry_with`, the same function the node's own
+//! workers use, so there is one definition of "a valid read". On `Retry` (a torn read that
+//! persisted through `SHM_READ_RETRY_COUNT_MAX` attempts, or a layout this client cannot
+//! follow) the reader finds out why: a changed epoch → re-handshake and read again; a region
+//! that grew → remap; otherwise → the same GET over the socket.
+//!
+//! A dead node is noticed by a watcher thread blocked in `poll(POLLRDHUP)` on the socket: it
+//! sets a flag the GET path checks with one relaxed load, and the next call reconnects
+//! (bounded attempts) and re-maps the new incarnation's regions.
+//!
+//! Access records: the hash of every hit is batched and sent, at most
+//! `ACCESS_RECORD_BATCH_MAX` per message, without blocking (a full socket drops the batch:
+//! records are eviction hints, never worth stalling a read).
+
+use crate::fdpass::{file_len, recv_with_fds};
+use crate::proto::{encode_access, Hello, HELLO_BYTES, HELLO_FDS};
+use crate::ShmError;
+use ringlet_codec::native::{
+    decode_response_frame, encode_del, encode_get, encode_incr_by, encode_ping, encode_set,
+    ResponseBody, SetRequest, Status,
+};
+use ringlet_engine::hash::key_hash;
+use ringlet_engine::layout::{
+    entry_word, ie_location, ie_size_units, tag_of, Layout, BUCKET_ENTRIES,
+    HDR_LAYOUT, UNIT_BYTES,
+};
+use ringlet_engine::read::read_entry_with;
+use ringlet_engine::{ReadOutcome, RegionsView};
+use ringlet_types::limits::{self, ACCESS_RECORD_BATCH_MAX, KEY_BYTES_MAX};
+use ringlet_types::{Epoch, Version};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings of a reader.
+#[derive(Clone, Debug)]
+pub struct ShmReaderConfig {
+    /// The node's shared-memory socket.
+    pub path: PathBuf,
+    /// Socket read/write timeout for requests (a hung node must not hang the client).
+    pub io_timeout: Duration,
+    /// Connection attempts per reconnect (exponential backoff from 5 ms, capped at 200 ms).
+    pub reconnect_attempts: u32,
+}
+
+impl ShmReaderConfig {
+    /// Defaults: 5 s I/O timeout, `limits::RETRY_COUNT_MAX` attempts (~0.7 s in all).
+    pub fn new(path: impl Into<PathBuf>) -> ShmReaderConfig {
+        ShmReaderConfig {
+            path: path.into(),
+            io_timeout: Duration::from_secs(5),
+            reconnect_attempts: limits::RETRY_COUNT_MAX,
+        }
+    }
+}
+
+/// Counters of one reader.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReaderStats {
+    /// GET/MGET keys answered from shared memory (hits and validated misses).
+    pub shm_hits: u64,
+    pub shm_misses: u64,
+    /// Keys read over the socket after a `Retry`.
+    pub fallbacks: u64,
+    /// Handshakes after the first (node restart, epoch change, remap).
+    pub reconnects: u64,
+    /// Re-handshakes that found a new generation (a restarted node).
+    pub generation_changes: u64,
+    /// Re-handshakes that found a new epoch.
+    pub epoch_changes: u64,
+    /// Regions remapped because they grew.
+    pub remaps: u64,
+    pub access_batches_sent: u64,
+    pub access_batches_dropped: u64,
+}
+
+/// A read-only shared mapping of one region.
+struct Map {
+    ptr: *const u8,
+    len: usize,
+    fd: OwnedFd,
+}
+
+impl Map {
+    fn new(fd: OwnedFd, len: u64) -> Result<Map, ShmError> {
+        let real = file_len(fd.as_raw_fd())?;
+        if real < len {
+            return Err(ShmError::Handshake("region smaller than announced"));
+        }
+        // SAFETY: mapping a descriptor we own, read-only; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(ShmError::Io(io::Error::last_os_error()));
+        }
+        Ok(Map {
+            ptr: ptr as *const u8,
+            len: len as usize,
+            fd,
+        })
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping; no view built on it outlives the session that owns it.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+        }
+    }
+}
+
+/// One handshake's worth of state: the socket, the mappings and the view over them.
+struct Session {
+    sock: UnixStream,
+    hello: Hello,
+    // `view` points into these two; they are dropped after it (declaration order is
+    // irrelevant for raw pointers, but the Session is only ever used whole).
+    index: Map,
+    data: Map,
+    view: RegionsView,
+    stale: Arc<AtomicBool>,
+    watcher_stop: Arc<AtomicBool>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.watcher_stop.store(true, Ordering::Release);
+    }
+}
+
+/// How often the watcher re-checks its stop flag.
+const WATCH_POLL_MS: i32 = 100;
+
+fn spawn_watcher(sock: UnixStream, stale: Arc<AtomicBool>, stop: Arc<AtomicBool>) {
+    let _ = std::thread::Builder::new()
+        .name("shm-watch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let mut p = libc::pollfd {
+                    fd: sock.as_raw_fd(),
+                    // Only hang-up: responses (POLLIN) belong to the request path.
+                    events: libc::POLLRDHUP,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                let r = unsafe { libc::poll(&mut p, 1, WATCH_POLL_MS) };
+                if r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+                    stale.store(true, Ordering::Release);
+                    return;
+                }
+            }
+        });
+}
+
+/// A key's outcome in [`ShmReader::mget_with`].
+pub type MgetItem<'a> = Option<(Version, &'a [u8])>;
+
+/// Keys whose memory accesses one MGET step overlaps (prefetch distance).
+pub const MGET_PREFETCH_KEYS: usize = 32;
+
+/// A one-sided reader of a same-host node. Not `Sync`: one per thread (each has its own
+/// connection for writes and fallbacks).
+pub struct ShmReader {
+    cfg: ShmReaderConfig,
+    session: Option<Session>,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    next_id: u64,
+    access: Vec<u64>,
+    abuf: Vec<u8>,
+    out: Vec<u8>,
+    stats: ReaderStats,
+    last: Option<(u64, Epoch)>,
+    clock_res_ms: u64,
+}
+
+fn coarse_now_ms(res_ms: u64) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts);
+    }
+    // Rounded *up* by the clock's resolution: an entry may read as expired up to one tick
+    // early, never late.
+    (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000 + res_ms
+}
+
+fn coarse_res_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe {
+        libc::clock_getres(libc::CLOCK_REALTIME_COARSE, &mut ts);
+    }
+    ((ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64).div_ceil(1_000_000)).max(1)
+}
+
+/// An owned response of a socket request.
+struct Resp {
+    status: Status,
+    epoch: Epoch,
+    version: Version,
+    value: Vec<u8>,
+    int: i64,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    // SAFETY: prefetch never faults, whatever the address.
+    unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast()) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn prefetch(_p: *const u8) {}
+
+impl ShmReader {
+    /// Connect to `path` with default settings.
+    ///
+    /// # Errors
+    /// As [`ShmReader::with_config`].
+    pub fn connect(path: impl AsRef<Path>) -> Result<ShmReader, ShmError> {
+        ShmReader::with_config(ShmReaderConfig::new(path.as_ref()))
+    }
+
+    /// Connect, handshake and map the regions.
+    ///
+    /// # Errors
+    /// [`ShmError::Io`] if the node is not there, [`ShmError::Handshake`] /
+    /// [`ShmError::Proto`] if it speaks another layout.
+    pub fn with_config(cfg: ShmReaderConfig) -> Result<ShmReader, ShmError> {
+        let mut r = ShmReader {
+            cfg,
+            session: None,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            next_id: 1,
+            access: Vec::with_capacity(ACCESS_RECORD_BATCH_MAX as usize),
+            abuf: Vec::new(),
+            out: Vec::new(),
+            stats: ReaderStats::default(),
+            last: None,
+            clock_res_ms: coarse_res_ms(),
+        };
+        r.session = Some(r.handshake()?);
+        Ok(r)
+    }
+
+    fn handshake(&mut self) -> Result<Session, ShmError> {
+        let sock = UnixStream::connect(&self.cfg.path)?;
+        sock.set_read_timeout(Some(self.cfg.io_timeout))?;
+        sock.set_write_timeout(Some(self.cfg.io_timeout))?;
+        let mut buf = [0u8; HELLO_BYTES];
+        let fds = recv_with_fds(&sock, &mut buf, HELLO_FDS)?;
+        let hello = Hello::decode(&buf)?;
+        if fds.len() != HELLO_FDS {
+            return Err(ShmError::Handshake("HELLO without its two descriptors"));
+        }
+        let mut it = fds.into_iter();
+        let (Some(ifd), Some(dfd)) = (it.next(), it.next()) else {
+            return Err(ShmError::Handshake("HELLO without its two descriptors"));
+        };
+        let index = Map::new(ifd, hello.index_len)?;
+        let data = Map::new(dfd, hello.data_len)?;
+        // SAFETY: both mappings are page-aligned, readable, and live as long as the Session
+        // that holds them and the view.
+        let view = unsafe { RegionsView::new(index.ptr, index.len, data.ptr, data.len) };
+        if !view.is_valid() {
+            return Err(ShmError::Handshake("index region has no Ringlet header"));
+        }
+        let stale = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        spawn_watcher(sock.try_clone()?, stale.clone(), stop.clone());
+        if let Some((g, e)) = self.last {
+            self.stats.reconnects += 1;
+            if g != hello.generation {
+                self.stats.generation_changes += 1;
+            }
+            if e != hello.epoch {
+                self.stats.epoch_changes += 1;
+            }
+        }
+        self.last = Some((hello.generation, hello.epoch));
+        self.rbuf.clear();
+        self.access.clear();
+        Ok(Session {
+            sock,
+            hello,
+            index,
+            data,
+            view,
+            stale,
+            watcher_stop: stop,
+        })
+    }
+
+    /// Drop the current session and handshake again, with bounded attempts and backoff.
+    fn reconnect(&mut self) -> Result<(), ShmError> {
+        self.session = None;
+        let mut delay = Duration::from_millis(5);
+        let mut last_err = ShmError::Disconnected;
+        for _ in 0..self.cfg.reconnect_attempts.max(1) {
+            match self.handshake() {
+                Ok(s) => {
+                    self.session = Some(s);
+                    return Ok(());
+                }
+                Err(e) => last_err = e,
+            }
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+        Err(last_err)
+    }
+
+    #[inline]
+    fn ensure(&mut self) -> Result<(), ShmError> {
+        match &self.session {
+            Some(s) if !s.stale.load(Ordering::Relaxed) => Ok(()),
+            _ => self.reconnect(),
+        }
+    }
+
+    /// The current handshake (after a reconnect: the new one).
+    pub fn hello(&self) -> Option<Hello> {
+        self.session.as_ref().map(|s| s.hello)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ReaderStats {
+        self.stats
+    }
+
+    /// Whether the watcher saw the node hang up (the next call reconnects).
+    pub fn is_stale(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_none_or(|s| s.stale.load(Ordering::Relaxed))
+    }
+
+    /// Base and length of the read-only index mapping (tests that the mapping is read-only).
+    #[doc(hidden)]
+    pub fn index_mapping(&self) -> Option<(*const u8, usize)> {
+        self.session.as_ref().map(|s| (s.index.ptr, s.index.len))
+    }
+
+    #[inline]
+    fn record(&mut self, hash: u64) {
+        self.access.push(hash);
+        if self.access.len() >= ACCESS_RECORD_BATCH_MAX as usize {
+            self.flush_access();
+        }
+    }
+
+    /// Send the pending access records now (without blocking: a full socket drops them).
+    pub fn flush_access(&mut self) {
+        if self.access.is_empty() {
+            return;
+        }
+        let Some(s) = self.session.as_ref() else {
+            self.access.clear();
+            return;
+        };
+        self.abuf.clear();
+        encode_access(&mut self.abuf, &self.access);
+        self.access.clear();
+        // SAFETY: sending our own buffer on our own socket.
+        let n = unsafe {
+            libc::send(
+                s.sock.as_raw_fd(),
+                self.abuf.as_ptr().cast(),
+                self.abuf.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n <= 0 {
+            self.stats.access_batches_dropped += 1;
+            return;
+        }
+        let n = n as usize;
+        if n < self.abuf.len() {
+            // A message must go whole or the stream loses its framing: finish it (blocking,
+            // bounded by the write timeout).
+            if (&s.sock).write_all(&self.abuf[n..]).is_err() {
+                s.stale.store(true, Ordering::Release);
+                return;
+            }
+        }
+        self.stats.access_batches_sent += 1;
+    }
+
+    /// GET `key` into `out` (cleared). `Ok(Some(version))` on a hit.
+    ///
+    /// # Errors
+    /// [`ShmError::KeyTooLarge`]; socket errors if the read had to fall back and the node
+    /// is unreachable.
+    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Version>, ShmError> {
+        if key.len() > KEY_BYTES_MAX as usize {
+            return Err(ShmError::KeyTooLarge);
+        }
+        self.ensure()?;
+        let hash = key_hash(key);
+        let now = coarse_now_ms(self.clock_res_ms);
+        let Some(s) = self.session.as_ref() else {
+            return Err(ShmError::Disconnected);
+        };
+        let (r, _) = read_entry_with(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
+        match r {
+            ReadOutcome::Hit { version, .. } => {
+                self.stats.shm_hits += 1;
+                self.record(hash);
+                Ok(Some(version))
+            }
+            ReadOutcome::Miss => {
+                self.stats.shm_misses += 1;
+                Ok(None)
+            }
+            ReadOutcome::Retry => self.slow_get(key, hash, out),
+        }
+    }
+
+    /// GET into a fresh buffer.
+    ///
+    /// # Errors
+    /// As [`ShmReader::get_into`].
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<(Version, Vec<u8>)>, ShmError> {
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out)?.map(|v| (v, out)))
+    }
+
+    /// After a `Retry`: find out why and either re-read from shared memory once more or go
+    /// over the socket.
+    fn slow_get(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Version>, ShmError> {
+        if self.refresh_after_retry()? {
+            let now = coarse_now_ms(self.clock_res_ms);
+            if let Some(s) = self.session.as_ref() {
+                let (r, _) = read_entry_with(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
+                match r {
+                    ReadOutcome::Hit { version, .. } => {
+                        self.stats.shm_hits += 1;
+                        self.record(hash);
+                        return Ok(Some(version));
+                    }
+                    ReadOutcome::Miss => {
+                        self.stats.shm_misses += 1;
+                        return Ok(None);
+                    }
+                    ReadOutcome::Retry => {}
+                }
+            }
+        }
+        self.stats.fallbacks += 1;
+        self.rpc_get(key, out)
+    }
+
+    /// Re-handshake if the epoch moved or the node went away, remap if a region grew.
+    /// Returns whether anything changed (worth one more one-sided attempt).
+    fn refresh_after_retry(&mut self) -> Result<bool, ShmError> {
+        let Some(s) = self.session.as_ref() else {
+            self.reconnect()?;
+            return Ok(true);
+        };
+        let epoch_moved = s.view.config_id() != Some(s.hello.epoch.0);
+        if epoch_moved || s.stale.load(Ordering::Acquire) {
+            self.reconnect()?;
+            return Ok(true);
+        }
+        let grown = file_len(s.index.fd.as_raw_fd()).is_ok_and(|l| l > s.index.len as u64)
+            || file_len(s.data.fd.as_raw_fd()).is_ok_and(|l| l > s.data.len as u64);
+        if grown {
+            // The engine reserves its regions at full size, so this only happens with an
+            // engine that grows them: the handshake maps the new sizes.
+            self.stats.remaps += 1;
+            self.reconnect()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// MGET over shared memory with overlapped memory accesses: for each step of
+    /// [`MGET_PREFETCH_KEYS`] keys, hash all and prefetch their home buckets, then prefetch
+    /// the data entries their tag matches point at, then validate each key with the full
+    /// read. `f(i, item)` gets key `i`'s outcome, in order; the slice is only valid during
+    /// the call.
+    ///
+    /// # Errors
+    /// As [`ShmReader::get_into`]; keys before the failing one have been reported.
+    pub fn mget_with<K: AsRef<[u8]>>(
+        &mut self,
+        keys: &[K],
+        mut f: impl FnMut(usize, MgetItem<'_>),
+    ) -> Result<(), ShmError> {
+        if keys.iter().any(|k| k.as_ref().len() > KEY_BYTES_MAX as usize) {
+            return Err(ShmError::KeyTooLarge);
+        }
+        let mut out = std::mem::take(&mut self.out);
+        let r = self.mget_inner(keys, &mut out, &mut f);
+        self.out = out;
+        r
+    }
+
+    fn mget_inner<K: AsRef<[u8]>>(
+        &mut self,
+        keys: &[K],
+        out: &mut Vec<u8>,
+        f: &mut impl FnMut(usize, MgetItem<'_>),
+    ) -> Result<(), ShmError> {
+        self.ensure()?;
+        let now = coarse_now_ms(self.clock_res_ms);
+        let mut hashes = [0u64; MGET_PREFETCH_KEYS];
+        for (c, chunk) in keys.chunks(MGET_PREFETCH_KEYS).enumerate() {
+            let base_i = c * MGET_PREFETCH_KEYS;
+            let Some(s) = self.session.as_ref() else {
+                return Err(ShmError::Disconnected);
+            };
+            for (h, k) in hashes.iter_mut().zip(chunk) {
+                *h = key_hash(k.as_ref());
+            }
+            prefetch_batch(s, &hashes[..chunk.len()]);
+            let epoch = s.hello.epoch.0;
+            for (j, k) in chunk.iter().enumerate() {
+                let key = k.as_ref();
+                let Some(s) = self.session.as_ref() else {
+                    return Err(ShmError::Disconnected);
+                };
+                let (r, _) = read_entry_with(&s.view, key, hashes[j], now, Some(epoch), out);
+                match r {
+                    ReadOutcome::Hit { version, .. } => {
+                        self.stats.shm_hits += 1;
+                        self.record(hashes[j]);
+                        f(base_i + j, Some((version, out.as_slice())));
+                    }
+                    ReadOutcome::Miss => {
+                        self.stats.shm_misses += 1;
+                        f(base_i + j, None);
+                    }
+                    ReadOutcome::Retry => {
+                        let v = self.slow_get(key, hashes[j], out)?;
+                        f(base_i + j, v.map(|v| (v, out.as_slice())));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// MGET into owned values.
+    ///
+    /// # Errors
+    /// As [`ShmReader::mget_with`].
+    pub fn mget<K: AsRef<[u8]>>(
+        &mut self,
+        keys: &[K],
+    ) -> Result<Vec<Option<(Version, Vec<u8>)>>, ShmError> {
+        let mut res = vec![None; keys.len()];
+        self.mget_with(keys, |i, item| {
+            res[i] = item.map(|(v, b)| (v, b.to_vec()));
+        })?;
+        Ok(res)
+    }
+
+    // ----- socket requests --------------------------------------------------------------
+
+    fn call(&mut self, encode: impl FnOnce(&mut Vec<u8>, u64)) -> Result<Resp, ShmError> {
+        self.ensure()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.wbuf.clear();
+        encode(&mut self.wbuf, id);
+        let r = self.call_io(id);
+        if let Err(ShmError::Io(_)) | Err(ShmError::Disconnected) = &r {
+            // The stream may be mid-frame: it cannot be reused.
+            if let Some(s) = self.session.as_ref() {
+                s.stale.store(true, Ordering::Release);
+            }
+        }
+        let resp = r?;
+        if let Some(s) = self.session.as_ref() {
+            if resp.epoch != s.hello.epoch {
+                // The node moved on: re-handshake before the next one-sided read.
+                s.stale.store(true, Ordering::Release);
+            }
+        }
+        Ok(resp)
+    }
+
+    fn call_io(&mut self, id: u64) -> Result<Resp, ShmError> {
+        let Some(s) = self.session.as_ref() else {
+            return Err(ShmError::Disconnected);
+        };
+        let mut sock = &s.sock;
+        sock.write_all(&self.wbuf)?;
+        let mut chunk = [0u8; 16 * 1024];
+        // Bounded: each iteration reads at least one byte, and the buffer is capped.
+        loop {
+            match decode_response_frame(&self.rbuf) {
+                Ok(Some((frame, n))) => {
+                    let mut resp = Resp {
+                        status: frame.status,
+                        epoch: frame.epoch,
+                        version: frame.version,
+                        value: Vec::new(),
+                        int: 0,
+                    };
+                    match frame.body {
+                        ResponseBody::Value(v) | ResponseBody::Message(v) => {
+                            resp.value.extend_from_slice(v)
+                        }
+                        ResponseBody::Int(i) => resp.int = i,
+                        ResponseBody::Empty | ResponseBody::Values(_) => {}
+                    }
+                    let rid = frame.request_id;
+                    self.rbuf.drain(..n);
+                    if rid != id {
+                        return Err(ShmError::Handshake("response to another request"));
+                    }
+                    return Ok(resp);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(ShmError::Decode(e)),
+            }
+            if self.rbuf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
+                return Err(ShmError::Handshake("response too large"));
+            }
+            let n = sock.read(&mut chunk)?;
+            if n == 0 {
+                return Err(ShmError::Disconnected);
+            }
+            self.rbuf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn server_error(resp: &Resp) -> ShmError {
+        ShmError::Server {
+            status: resp.status.0,
+            message: String::from_utf8_lossy(&resp.value).into_owned(),
+        }
+    }
+
+    fn rpc_get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Version>, ShmError> {
+        let resp = self.call(|b, id| encode_get(b, id, key))?;
+        out.clear();
+        match resp.status {
+            Status::OK => {
+                out.extend_from_slice(&resp.value);
+                Ok(Some(resp.version))
+            }
+            Status::NOT_FOUND => Ok(None),
+            _ => Err(Self::server_error(&resp)),
+        }
+    }
+
+    /// SET over the socket (the node orders every mutation). Returns the new version.
+    ///
+    /// # Errors
+    /// [`ShmError::Server`] with the node's status; socket errors.
+    pub fn set(&mut self, key: &[u8], value: &[u8]) -> Result<Version, ShmError> {
+        self.set_request(&SetRequest {
+            key,
+            value,
+            ..SetRequest::default()
+        })
+        .and_then(|r| r.ok_or(ShmError::Server {
+            status: Status::NOT_STORED.0,
+            message: "not stored".into(),
+        }))
+    }
+
+    /// Any SET (conditions, TTL, version, CAS, memgest). `Ok(None)`: condition false.
+    ///
+    /// # Errors
+    /// As [`ShmReader::set`].
+    pub fn set_request(&mut self, req: &SetRequest<'_>) -> Result<Option<Version>, ShmError> {
+        let resp = self.call(|b, id| encode_set(b, id, req))?;
+        match resp.status {
+            Status::OK => Ok(Some(resp.version)),
+            Status::NOT_STORED | Status::CAS_MISMATCH => Ok(None),
+            _ => Err(Self::server_error(&resp)),
+        }
+    }
+
+    /// DEL over the socket: whether the key existed.
+    ///
+    /// # Errors
+    /// As [`ShmReader::set`].
+    pub fn del(&mut self, key: &[u8]) -> Result<bool, ShmError> {
+        let resp = self.call(|b, id| encode_del(b, id, key, None))?;
+        match resp.status {
+            Status::OK => Ok(true),
+            Status::NOT_FOUND => Ok(false),
+            _ => Err(Self::server_error(&resp)),
+        }
+    }
+
+    /// INCRBY over the socket.
+    ///
+    /// # Errors
+    /// As [`ShmReader::set`].
+    pub fn incr_by(&mut self, key: &[u8], delta: i64) -> Result<i64, ShmError> {
+        let resp = self.call(|b, id| encode_incr_by(b, id, key, delta))?;
+        match resp.status {
+            Status::OK => Ok(resp.int),
+            _ => Err(Self::server_error(&resp)),
+        }
+    }
+
+    /// PING over the socket: the node's epoch.
+    ///
+    /// # Errors
+    /// Socket errors.
+    pub fn ping(&mut self) -> Result<Epoch, ShmError> {
+        Ok(self.call(|b, id| encode_ping(b, id))?.epoch)
+    }
+
+    /// GET over the socket only (for comparisons and tests).
+    ///
+    /// # Errors
+    /// As [`ShmReader::set`].
+    pub fn get_rpc(&mut self, key: &[u8]) -> Result<Option<(Version, Vec<u8>)>, ShmError> {
+        let mut out = Vec::new();
+        Ok(self.rpc_get(key, &mut out)?.map(|v| (v, out)))
+    }
+}
+
+impl Drop for ShmReader {
+    fn drop(&mut self) {
+        self.flush_access();
+    }
+}
+
+/// Overlap the cache misses of a batch: prefetch every home bucket (two lines), then, for
+/// every index entry in those buckets whose tag matches, the first lines of its data entry.
+/// Pure hints: nothing read here is trusted (the full read validates everything).
+fn prefetch_batch(s: &Session, hashes: &[u64]) {
+    let hdr = s.index.ptr as usize + HDR_LAYOUT * 8;
+    // SAFETY: the header word is inside the mapping, aligned; loaded atomically.
+    let lw = unsafe { (*(hdr as *const AtomicU64)).load(Ordering::Acquire) };
+    let layout = Layout::unpack(lw);
+    if layout.buckets() == 0 || layout.table_offset() + layout.table_bytes() > s.index.len as u64
+    {
+        return;
+    }
+    for &h in hashes {
+        let b = s.index.ptr as usize + layout.bucket_offset(layout.home(h)) as usize;
+        prefetch(b as *const u8);
+        prefetch((b + 64) as *const u8);
+    }
+    for &h in hashes {
+        let tag = tag_of(h);
+        let b = s.index.ptr as usize + layout.bucket_offset(layout.home(h)) as usize;
+        for i in 0..BUCKET_ENTRIES {
+            let w = b + entry_word(i) * 8;
+            // SAFETY: inside the table, which is inside the mapping (checked above); aligned.
+            let (w0, w1) = unsafe {
+                (
+                    (*(w as *const AtomicU64)).load(Ordering::Relaxed),
+                    (*((w + 8) as *const AtomicU64)).load(Ordering::Relaxed),
+                )
+            };
+            if w0 == 0 || ringlet_engine::layout::ie_tag(w0) != tag {
+                continue;
+            }
+            let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
+            let size = u64::from(ie_size_units(w1)) * UNIT_BYTES;
+            if loc + size > s.data.len as u64 {
+                continue;
+            }
+            let d = s.data.ptr as usize + loc as usize;
+            let mut off = 0;
+            // At most four lines: enough for small values, where latency dominates.
+            while off < size && off < 256 {
+                prefetch((d + off as usize) as *const u8);
+                off += 64;
+            }
+        }
+    }
+}
