@@ -45,6 +45,8 @@ enum Cmd {
     Ping(Conn),
     /// INFO [section].
     Info(InfoCmd),
+    /// Load generator against a node, Redis or memcached (see `ringlet bench --help`).
+    Bench(ringlet_bench::BenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -187,6 +189,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Mget(c) => client::mget(&c.conn, &c.keys),
         Cmd::Ping(c) => client::ping(&c),
         Cmd::Info(c) => client::info(&c.conn, c.section.as_deref()),
+        Cmd::Bench(a) => ringlet_bench::run(&a),
     }
 }
 

@@ -180,6 +180,110 @@ pub async fn flush(
 const READ_BUFFER_ERROR: &[u8] =
     b"Protocol error: request exceeds the connection read buffer limit";
 
+/// The sans-I/O half of a RESP connection: decodes and executes the requests in a buffer,
+/// encoding replies into the write buffer. The async loop below only moves bytes; tests and
+/// the fuzz entry point (`fuzz_support`) drive this directly.
+pub struct RespProcessor {
+    decoder: resp::RequestDecoder,
+    req: resp::Request,
+    scratch: Vec<u8>,
+    argv: Vec<&'static [u8]>,
+}
+
+/// What one [`RespProcessor::process`] call did.
+pub struct Progress {
+    /// Bytes of the buffer fully consumed (drop them before the next call).
+    pub consumed: usize,
+    /// The connection must be closed after the write buffer is flushed (QUIT, protocol error).
+    pub close: bool,
+}
+
+impl Default for RespProcessor {
+    fn default() -> Self {
+        RespProcessor::new()
+    }
+}
+
+impl RespProcessor {
+    pub fn new() -> RespProcessor {
+        RespProcessor {
+            decoder: resp::RequestDecoder::new(),
+            req: resp::Request::new(),
+            scratch: Vec::new(),
+            argv: Vec::new(),
+        }
+    }
+
+    /// Execute every complete request at the start of `buf`, stopping early once `wbuf`
+    /// holds [`WRITE_FLUSH_BYTES`] (the caller flushes, drops `consumed` bytes, and calls
+    /// again). Malformed input encodes `-ERR Protocol error: ...` and asks to close.
+    pub fn process(
+        &mut self,
+        buf: &[u8],
+        shared: &Shared,
+        reader: &Reader,
+        session: &mut Session,
+        now: u64,
+        wbuf: &mut BytesMut,
+    ) -> Progress {
+        let mut pos = 0usize;
+        // Bounded by buf.len(): every successful decode consumes at least one byte.
+        loop {
+            let rest = &buf[pos..];
+            match self.decoder.decode(rest, &mut self.req) {
+                Ok(Some(used)) => {
+                    if self.req.argc() > 0 {
+                        // `argv` is reused across requests; its borrow of `rest` ends here,
+                        // which `recycle` makes explicit.
+                        let mut args = recycle(std::mem::take(&mut self.argv));
+                        args.extend(self.req.args(rest));
+                        let reply = {
+                            let mut ctx = Ctx {
+                                shared,
+                                reader,
+                                scratch: &mut self.scratch,
+                                session,
+                                now_ms: now,
+                            };
+                            cmd::dispatch(&mut ctx, &args)
+                        };
+                        self.argv = recycle(args);
+                        encode(&reply, session.proto, wbuf);
+                    }
+                    pos += used;
+                    if session.quit {
+                        return Progress {
+                            consumed: pos,
+                            close: true,
+                        };
+                    }
+                    if wbuf.len() >= WRITE_FLUSH_BYTES {
+                        return Progress {
+                            consumed: pos,
+                            close: false,
+                        };
+                    }
+                }
+                Ok(None) => {
+                    return Progress {
+                        consumed: pos,
+                        close: false,
+                    }
+                }
+                Err(e) => {
+                    Stats::add(&shared.stats.protocol_errors, 1);
+                    tracing::debug!(id = session.id, error = %e, "protocol error");
+                    resp::encode_error(wbuf, format!("ERR {e}").as_bytes());
+                    return Progress {
+                        consumed: pos,
+                        close: true,
+                    };
+                }
+            }
+        }
+    }
+}
+
 async fn serve_resp(
     stream: &mut TcpStream,
     rbuf: &mut BytesMut,
@@ -188,58 +292,21 @@ async fn serve_resp(
     worker: &Worker,
     session: &mut Session,
 ) -> std::io::Result<()> {
-    let mut decoder = resp::RequestDecoder::new();
-    let mut req = resp::Request::new();
-    let mut scratch = Vec::new();
-    let mut argv: Vec<&'static [u8]> = Vec::new();
+    let mut processor = RespProcessor::new();
     // The event loop of one connection: ends on EOF, QUIT, an error or a protocol error.
     loop {
         let now = now_ms();
-        let mut pos = 0usize;
-        let mut close = false;
-        // Bounded by rbuf.len(): every successful decode consumes at least one byte.
+        let mut close;
+        // Bounded: each round either consumes bytes or stops (flush threshold or need input).
         loop {
-            let buf = &rbuf[pos..];
-            match decoder.decode(buf, &mut req) {
-                Ok(Some(used)) => {
-                    if req.argc() > 0 {
-                        // `argv` is reused across requests; its borrow of `buf` ends before
-                        // `rbuf` changes (cleared below), which `recycle` makes explicit.
-                        let mut args = recycle(std::mem::take(&mut argv));
-                        args.extend(req.args(buf));
-                        let reply = {
-                            let mut ctx = Ctx {
-                                shared,
-                                reader: &worker.reader,
-                                scratch: &mut scratch,
-                                session,
-                                now_ms: now,
-                            };
-                            cmd::dispatch(&mut ctx, &args)
-                        };
-                        argv = recycle(args);
-                        encode(&reply, session.proto, wbuf);
-                    }
-                    pos += used;
-                    if session.quit {
-                        close = true;
-                        break;
-                    }
-                    if wbuf.len() >= WRITE_FLUSH_BYTES {
-                        flush(stream, wbuf, shared).await?;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    Stats::add(&shared.stats.protocol_errors, 1);
-                    tracing::debug!(id = session.id, error = %e, "protocol error");
-                    resp::encode_error(wbuf, format!("ERR {e}").as_bytes());
-                    close = true;
-                    break;
-                }
+            let p = processor.process(rbuf, shared, &worker.reader, session, now, wbuf);
+            rbuf.advance(p.consumed);
+            close = p.close;
+            if close || wbuf.len() < WRITE_FLUSH_BYTES {
+                break;
             }
+            flush(stream, wbuf, shared).await?;
         }
-        rbuf.advance(pos);
         if !close && rbuf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
             Stats::add(&shared.stats.protocol_errors, 1);
             let mut msg = b"ERR ".to_vec();

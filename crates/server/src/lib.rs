@@ -26,13 +26,15 @@
 //! - [`glob`]: Redis `stringmatchlen`;
 //! - `info`: INFO and CLIENT LIST text; `admin`: `/metrics` and the status page;
 //! - `db`: the engine behind its writer mutex; `shared`: state all workers share;
-//! - `ldouble`: INCRBYFLOAT in `long double`, as Redis computes it.
+//! - `ldouble`: INCRBYFLOAT in `long double`, as Redis computes it;
+//! - [`fuzz_support`]: the request path without sockets, for proptest and fuzzing.
 
 mod admin;
 pub mod cmd;
 pub mod config;
 mod conn;
 mod db;
+pub mod fuzz_support;
 pub mod glob;
 mod info;
 mod ldouble;
