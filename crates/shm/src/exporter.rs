@@ -25,9 +25,7 @@ use ringlet_codec::native::{
     encode_status_response, MgetResponseWriter, NativeRequest, Opcode, RequestFrame, SetCond,
     Status,
 };
-use ringlet_engine::{
-    Condition, Engine, Expiry, ReadOutcome, Reader, SetOptions, SetOutcome,
-};
+use ringlet_engine::{Condition, Engine, Expiry, ReadOutcome, Reader, SetOptions, SetOutcome};
 use ringlet_types::{limits, Epoch, MemgestId, Version};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -282,13 +280,14 @@ fn accept_loop<H: EngineHost>(shared: &Arc<Shared<H>>, listener: &UnixListener) 
                     shared.conns.lock().push((id, clone));
                 }
                 let s = shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("shm-conn".into())
-                    .spawn(move || {
-                        let _ = serve_conn(&s, sock);
-                        s.conns.lock().retain(|(i, _)| *i != id);
-                        s.counters.open.fetch_sub(1, Ordering::Relaxed);
-                    });
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("shm-conn".into())
+                        .spawn(move || {
+                            let _ = serve_conn(&s, sock);
+                            s.conns.lock().retain(|(i, _)| *i != id);
+                            s.counters.open.fetch_sub(1, Ordering::Relaxed);
+                        });
                 if spawned.is_err() {
                     shared.conns.lock().retain(|(i, _)| *i != id);
                     c.open.fetch_sub(1, Ordering::Relaxed);
@@ -500,9 +499,14 @@ fn handle<H: EngineHost>(
                     let v = current.map_or(Version::ZERO, |e| e.version);
                     encode_status_response(out, id, Opcode::Set, status, epoch, v)
                 }
-                Err(e) => {
-                    encode_error_response(out, id, Opcode::Set, error_status(e), epoch, &e.to_string())
-                }
+                Err(e) => encode_error_response(
+                    out,
+                    id,
+                    Opcode::Set,
+                    error_status(e),
+                    epoch,
+                    &e.to_string(),
+                ),
             }
         }
         NativeRequest::Del { key, cas } => {
@@ -521,19 +525,21 @@ fn handle<H: EngineHost>(
             });
             match r {
                 Ok((st, v)) => encode_status_response(out, id, Opcode::Del, st, epoch, v),
-                Err(e) => {
-                    encode_error_response(out, id, Opcode::Del, error_status(e), epoch, &e.to_string())
-                }
+                Err(e) => encode_error_response(
+                    out,
+                    id,
+                    Opcode::Del,
+                    error_status(e),
+                    epoch,
+                    &e.to_string(),
+                ),
             }
         }
         NativeRequest::IncrBy { key, delta } => {
             let r = shared.host.with_engine(|engine| {
-                engine.incr_by(key, delta, now).map(|v| {
-                    (
-                        v,
-                        engine.get(key, now).map_or(Version::ZERO, |e| e.version),
-                    )
-                })
+                engine
+                    .incr_by(key, delta, now)
+                    .map(|v| (v, engine.get(key, now).map_or(Version::ZERO, |e| e.version)))
             });
             match r {
                 Ok((v, version)) => encode_int_response(out, id, epoch, version, v),

@@ -195,11 +195,13 @@ impl Hello {
         }
         if h.index_len < INDEX_HEADER_BYTES
             || h.index_len > INDEX_LEN_MAX
-            || h.index_len % REGION_ALIGN_BYTES != 0
+            || h.index_len & (REGION_ALIGN_BYTES - 1) != 0
         {
             return Err(ProtoError::RegionLen(h.index_len));
         }
-        if h.data_len < PAGE_BYTES || h.data_len > DATA_LEN_MAX || h.data_len % REGION_ALIGN_BYTES != 0
+        if h.data_len < PAGE_BYTES
+            || h.data_len > DATA_LEN_MAX
+            || h.data_len & (REGION_ALIGN_BYTES - 1) != 0
         {
             return Err(ProtoError::RegionLen(h.data_len));
         }
@@ -284,10 +286,7 @@ mod tests {
         let h = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
         let mut b = h.encode();
         b[63] ^= 1; // bucket_entries (bytes 60..64)
-        assert_eq!(
-            Hello::decode(&b),
-            Err(ProtoError::Layout("bucket_entries"))
-        );
+        assert_eq!(Hello::decode(&b), Err(ProtoError::Layout("bucket_entries")));
         let big = Hello::new(INDEX_LEN_MAX + 4096, 1 << 24, Epoch(0), 1);
         assert!(matches!(
             Hello::decode(&big.encode()),

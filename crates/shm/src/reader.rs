@@ -26,8 +26,7 @@ use ringlet_codec::native::{
 };
 use ringlet_engine::hash::key_hash;
 use ringlet_engine::layout::{
-    entry_word, ie_location, ie_size_units, tag_of, Layout, BUCKET_ENTRIES,
-    HDR_LAYOUT, UNIT_BYTES,
+    entry_word, ie_location, ie_size_units, tag_of, Layout, BUCKET_ENTRIES, HDR_LAYOUT, UNIT_BYTES,
 };
 use ringlet_engine::read::read_entry_with;
 use ringlet_engine::{ReadOutcome, RegionsView};
@@ -138,6 +137,10 @@ struct Session {
     view: RegionsView,
     stale: Arc<AtomicBool>,
     watcher_stop: Arc<AtomicBool>,
+    /// The index header's config id differs from the epoch this session pinned even right
+    /// after a handshake (the node changed its role word without a new epoch): read over the
+    /// socket until the header matches again, instead of re-handshaking on every GET.
+    one_sided_off: bool,
 }
 
 impl Drop for Session {
@@ -169,6 +172,9 @@ fn spawn_watcher(sock: UnixStream, stale: Arc<AtomicBool>, stop: Arc<AtomicBool>
             }
         });
 }
+
+/// A key's outcome in [`ShmReader::mget`].
+pub type OwnedItem = Option<(Version, Vec<u8>)>;
 
 /// A key's outcome in [`ShmReader::mget_with`].
 pub type MgetItem<'a> = Option<(Version, &'a [u8])>;
@@ -315,6 +321,7 @@ impl ShmReader {
             view,
             stale,
             watcher_stop: stop,
+            one_sided_off: false,
         })
     }
 
@@ -425,9 +432,16 @@ impl ShmReader {
         self.ensure()?;
         let hash = key_hash(key);
         let now = coarse_now_ms(self.clock_res_ms);
-        let Some(s) = self.session.as_ref() else {
+        let Some(s) = self.session.as_mut() else {
             return Err(ShmError::Disconnected);
         };
+        if s.one_sided_off {
+            if s.view.config_id() != Some(s.hello.epoch.0) {
+                self.stats.fallbacks += 1;
+                return self.rpc_get(key, out);
+            }
+            s.one_sided_off = false;
+        }
         let (r, _) = read_entry_with(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
         match r {
             ReadOutcome::Hit { version, .. } => {
@@ -490,8 +504,17 @@ impl ShmReader {
             return Ok(true);
         };
         let epoch_moved = s.view.config_id() != Some(s.hello.epoch.0);
+        if s.one_sided_off {
+            return Ok(false);
+        }
         if epoch_moved || s.stale.load(Ordering::Acquire) {
             self.reconnect()?;
+            if let Some(s) = self.session.as_mut() {
+                if s.view.config_id() != Some(s.hello.epoch.0) {
+                    s.one_sided_off = true;
+                    return Ok(false);
+                }
+            }
             return Ok(true);
         }
         let grown = file_len(s.index.fd.as_raw_fd()).is_ok_and(|l| l > s.index.len as u64)
@@ -519,7 +542,10 @@ impl ShmReader {
         keys: &[K],
         mut f: impl FnMut(usize, MgetItem<'_>),
     ) -> Result<(), ShmError> {
-        if keys.iter().any(|k| k.as_ref().len() > KEY_BYTES_MAX as usize) {
+        if keys
+            .iter()
+            .any(|k| k.as_ref().len() > KEY_BYTES_MAX as usize)
+        {
             return Err(ShmError::KeyTooLarge);
         }
         let mut out = std::mem::take(&mut self.out);
@@ -577,10 +603,7 @@ impl ShmReader {
     ///
     /// # Errors
     /// As [`ShmReader::mget_with`].
-    pub fn mget<K: AsRef<[u8]>>(
-        &mut self,
-        keys: &[K],
-    ) -> Result<Vec<Option<(Version, Vec<u8>)>>, ShmError> {
+    pub fn mget<K: AsRef<[u8]>>(&mut self, keys: &[K]) -> Result<Vec<OwnedItem>, ShmError> {
         let mut res = vec![None; keys.len()];
         self.mget_with(keys, |i, item| {
             res[i] = item.map(|(v, b)| (v, b.to_vec()));
@@ -689,10 +712,12 @@ impl ShmReader {
             value,
             ..SetRequest::default()
         })
-        .and_then(|r| r.ok_or(ShmError::Server {
-            status: Status::NOT_STORED.0,
-            message: "not stored".into(),
-        }))
+        .and_then(|r| {
+            r.ok_or(ShmError::Server {
+                status: Status::NOT_STORED.0,
+                message: "not stored".into(),
+            })
+        })
     }
 
     /// Any SET (conditions, TTL, version, CAS, memgest). `Ok(None)`: condition false.
@@ -738,7 +763,7 @@ impl ShmReader {
     /// # Errors
     /// Socket errors.
     pub fn ping(&mut self) -> Result<Epoch, ShmError> {
-        Ok(self.call(|b, id| encode_ping(b, id))?.epoch)
+        Ok(self.call(encode_ping)?.epoch)
     }
 
     /// GET over the socket only (for comparisons and tests).
@@ -765,8 +790,7 @@ fn prefetch_batch(s: &Session, hashes: &[u64]) {
     // SAFETY: the header word is inside the mapping, aligned; loaded atomically.
     let lw = unsafe { (*(hdr as *const AtomicU64)).load(Ordering::Acquire) };
     let layout = Layout::unpack(lw);
-    if layout.buckets() == 0 || layout.table_offset() + layout.table_bytes() > s.index.len as u64
-    {
+    if layout.buckets() == 0 || layout.table_offset() + layout.table_bytes() > s.index.len as u64 {
         return;
     }
     for &h in hashes {

@@ -64,7 +64,7 @@ fn writer(args: &[String]) {
     let mut op = 0u64;
     // Bounded by --ops (and the stop file).
     while op < ops {
-        if op % 256 == 0 && stop_requested(&until) {
+        if op & 255 == 0 && stop_requested(&until) {
             break;
         }
         let i = rng.below(keys);
@@ -112,7 +112,7 @@ fn reader(args: &[String]) {
     let mut iter = 0u64;
     // Bounded by --max-ms.
     loop {
-        if iter % 64 == 0
+        if iter & 63 == 0
             && (stop_requested(&until) || start.elapsed() > Duration::from_millis(max_ms))
         {
             break;
@@ -120,7 +120,10 @@ fn reader(args: &[String]) {
         iter += 1;
         batch_keys.clear();
         for _ in 0..batch {
-            batch_keys.push(key_of(rng.below(u64::from(writers)) as u32, rng.below(keys)));
+            batch_keys.push(key_of(
+                rng.below(u64::from(writers)) as u32,
+                rng.below(keys),
+            ));
         }
         let mut results: Vec<Option<Vec<u8>>> = Vec::with_capacity(batch);
         let res = if batch == 1 {
@@ -210,7 +213,13 @@ fn probe_write(args: &[String]) {
         std::process::exit(4);
     };
     // SAFETY: deliberately probing protections of our own read-only mapping.
-    let rc = unsafe { libc::mprotect(ptr as *mut libc::c_void, 4096, libc::PROT_READ | libc::PROT_WRITE) };
+    let rc = unsafe {
+        libc::mprotect(
+            ptr as *mut libc::c_void,
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    };
     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     println!("mprotect rc={rc} errno={errno}");
     let _ = std::io::stdout().flush();
