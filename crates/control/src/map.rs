@@ -181,6 +181,18 @@ impl ClusterMap {
         }
         if let Some(p) = &self.placement {
             p.validate()?;
+            for m in self.memgests.values() {
+                let fits = match m.kind {
+                    MemgestKind::None => true,
+                    MemgestKind::Rep { r } => usize::from(r) <= usize::from(p.s) + usize::from(p.d),
+                    MemgestKind::Ec { m, .. } => m <= p.d,
+                };
+                if !fits {
+                    return Err(MapError::Malformed(
+                        "memgest does not fit the placement groups",
+                    ));
+                }
+            }
             let members = p.members();
             for m in &members {
                 match self.node_state(*m) {

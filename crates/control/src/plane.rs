@@ -12,7 +12,9 @@
 //!
 //! Spares are chosen deterministically (lowest node id), so the simulator replays exactly.
 
-use crate::map::{ClusterMap, MemgestInfo, NodeInfo, NodeState, MEMGESTS_MAX, NAME_BYTES_MAX};
+use crate::map::{
+    ClusterMap, MemgestInfo, NodeInfo, NodeState, MEMGESTS_MAX, NAME_BYTES_MAX, NODES_MAX,
+};
 use ringlet_placement::Placement;
 use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
 use std::collections::BTreeMap;
@@ -145,6 +147,8 @@ pub enum ControlError {
     TooManyMemgests,
     #[error("name too long")]
     NameTooLong,
+    #[error("too many nodes in the cluster map")]
+    TooManyNodes,
 }
 
 #[derive(Clone, Debug)]
@@ -306,6 +310,10 @@ impl ControlPlane {
     ) {
         if addr.len() > NAME_BYTES_MAX {
             out.push(Action::Rejected(ControlError::NameTooLong));
+            return;
+        }
+        if !self.map.nodes.contains_key(&node) && self.map.nodes.len() >= NODES_MAX {
+            out.push(Action::Rejected(ControlError::TooManyNodes));
             return;
         }
         let mut next = (*self.map).clone();

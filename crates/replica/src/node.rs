@@ -482,7 +482,13 @@ impl<S: ReplicaStore> Replica<S> {
         let slot = key_slot(&key);
         match req.op {
             ClientOp::ReadReplica { .. } => {
-                let body = match self.ready_at(slot) {
+                // Answer only with complete data (Ready), a live lease (a partitioned node may
+                // be stale) and no knowledge of a newer coordinator (a fenced node's data may
+                // miss the successor's writes): a quorum then always intersects the fenced
+                // majority of any rebuild.
+                let fenced = self.fences.get(&slot).is_some_and(|f| f.epoch > self.epoch);
+                let usable = now_ms < self.lease_until_ms && !fenced;
+                let body = match self.ready_at(slot).filter(|_| usable) {
                     Some(_) => {
                         let e = self.store.get(&key);
                         ClientReply::Replica {
