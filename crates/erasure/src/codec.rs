@@ -155,6 +155,24 @@ impl Codec {
     /// [`Error::NotEnoughShards`] if more than M are missing (nothing is modified);
     /// [`Error::Length`] if the count is not K + M or lengths disagree.
     pub fn reconstruct(&self, shards: &mut [Option<Vec<u8>>]) -> Result<(), Error> {
+        self.reconstruct_inner(shards, false)
+    }
+
+    /// As [`Codec::reconstruct`], but fills only missing *data* chunks; missing parity chunks
+    /// stay `None`. Decoding a lost data node needs no parity re-encode, which for M ≥ 2
+    /// would double the work.
+    ///
+    /// # Errors
+    /// As [`Codec::reconstruct`].
+    pub fn reconstruct_data(&self, shards: &mut [Option<Vec<u8>>]) -> Result<(), Error> {
+        self.reconstruct_inner(shards, true)
+    }
+
+    fn reconstruct_inner(
+        &self,
+        shards: &mut [Option<Vec<u8>>],
+        data_only: bool,
+    ) -> Result<(), Error> {
         let total = self.k.saturating_add(self.m);
         if shards.len() != usize::try_from(total).unwrap_or(usize::MAX) {
             return Err(Error::Length {
@@ -181,14 +199,19 @@ impl Codec {
             return Ok(());
         }
         if len == Some(0) {
-            for s in shards.iter_mut() {
-                if s.is_none() {
+            let k = usize::try_from(self.k).unwrap_or(usize::MAX);
+            for (i, s) in shards.iter_mut().enumerate() {
+                if s.is_none() && (!data_only || i < k) {
                     *s = Some(Vec::new());
                 }
             }
             return Ok(());
         }
-        self.rs.reconstruct(shards)?;
+        if data_only {
+            self.rs.reconstruct_data(shards)?;
+        } else {
+            self.rs.reconstruct(shards)?;
+        }
         Ok(())
     }
 }

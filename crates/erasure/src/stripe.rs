@@ -216,7 +216,7 @@ pub fn rebuild_range(
             plen,
             piece.at.position,
         )?;
-        codec.reconstruct(&mut shards)?;
+        codec.reconstruct_data(&mut shards)?;
         let got = shards
             .get(usize::try_from(piece.at.position).unwrap_or(usize::MAX))
             .and_then(|s| s.as_ref())

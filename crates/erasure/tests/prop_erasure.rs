@@ -104,8 +104,11 @@ proptest! {
                 erased.insert(erase[(i + j as usize) % 64] as usize % total);
             }
             for e in &erased { shards[*e] = None; }
+            let mut data_only = shards.clone();
             codec.reconstruct(&mut shards).unwrap();
             prop_assert_eq!(&shards, &original);
+            codec.reconstruct_data(&mut data_only).unwrap();
+            prop_assert_eq!(&data_only[..k as usize], &original[..k as usize]);
         }
     }
 
