@@ -148,11 +148,7 @@ impl Net {
                     let a = self.cp.step(self.now, i);
                     self.cp_actions(a);
                 }
-                (To::Node(n), Msg::Input(i)) => {
-                    if !self.cut.contains(&n) {
-                        self.step(n, i);
-                    }
-                }
+                (To::Node(n), Msg::Input(i)) if !self.cut.contains(&n) => self.step(n, i),
                 _ => {}
             }
         }
