@@ -26,7 +26,7 @@
 //! - [`codec`]: RS(K, M) over GF(2^8): [`Codec`], [`delta`], [`parity_coefficient`],
 //!   [`apply_delta`];
 //! - [`stripe`]: [`encode_stripe`], [`rebuild_range`], [`rebuild_parity_stripe`] over a
-//!   [`ChunkSource`];
+//!   [`ChunkSource`], and [`rebuild_sources`] (what to fetch for a decode);
 //! - [`arena`]: a data node's arena, [`ParityUpdate`], [`Accounting`];
 //! - [`parity`]: a parity holder's store;
 //! - [`reliability`]: Markov reliability/availability model;
@@ -61,4 +61,6 @@ pub use codec::{apply_delta, delta, parity_coefficient, Codec};
 pub use error::Error;
 pub use layout::{CodewordId, DataChunk, Layout, Location, ParityChunk, Piece};
 pub use parity::{Applied, ParityStore};
-pub use stripe::{encode_stripe, rebuild_parity_stripe, rebuild_range, ChunkSource};
+pub use stripe::{
+    encode_stripe, rebuild_parity_stripe, rebuild_range, rebuild_sources, ChunkSource, SourceRange,
+};

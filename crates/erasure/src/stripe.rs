@@ -184,6 +184,67 @@ fn gather(
     Ok(shards)
 }
 
+/// One byte range a decode may read: what a driver fetches from peers before calling
+/// [`rebuild_range`] with a [`ChunkSource`] over the fetched bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourceRange {
+    /// Bytes `[offset, offset + len)` of data node `node`'s arena.
+    Data { node: u32, offset: u64, len: u32 },
+    /// Bytes `[byte, byte + len)` of a parity chunk.
+    Parity {
+        chunk: ParityChunk,
+        byte: u32,
+        len: u32,
+    },
+}
+
+/// Every byte range that can help decode `[offset, offset + len)` of lost data node `node`:
+/// per overlapped codeword, the same sub-range of its other K − 1 data chunks and of its M
+/// parity chunks. Any K of the K + M per piece suffice; a driver may fetch the data ranges
+/// and parity 0 first and more only if some are unavailable.
+///
+/// # Errors
+/// As [`rebuild_range`].
+pub fn rebuild_sources(
+    layout: &Layout,
+    node: u32,
+    offset: u64,
+    len: u64,
+) -> Result<Vec<SourceRange>, Error> {
+    if len > REBUILD_BYTES_MAX {
+        return Err(Error::Range { offset, len });
+    }
+    let cb = u64::from(layout.chunk_bytes());
+    let mut out = Vec::new();
+    for piece in layout.pieces(node, offset, len)? {
+        let cw = piece.at.codeword;
+        for p in 0..layout.k() {
+            if p == piece.at.position {
+                continue;
+            }
+            let dc = layout.member(cw, p)?;
+            let off = dc
+                .chunk
+                .checked_mul(cb)
+                .and_then(|x| x.checked_add(u64::from(piece.at.byte_in_chunk)))
+                .ok_or(Error::Range { offset, len })?;
+            out.push(SourceRange::Data {
+                node: dc.node,
+                offset: off,
+                len: piece.len,
+            });
+        }
+        for q in 0..layout.m() {
+            out.push(SourceRange::Parity {
+                chunk: layout.parity_chunk(cw, q)?,
+                byte: piece.at.byte_in_chunk,
+                len: piece.len,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// Decodes bytes `[offset, offset + len)` of lost data node `node`'s arena from the other
 /// chunks of the codewords the range overlaps. The node's own data is never read, even if
 /// `src` has it.
@@ -371,6 +432,44 @@ mod tests {
         let got = rebuild_parity_stripe(&layout, &codec, &mem, 1, 1).unwrap();
         let n = layout.stripe_parity_bytes_per_holder() as usize;
         assert_eq!(got, mem.parity[1][n..2 * n]);
+    }
+
+    /// A driver that fetched exactly `rebuild_sources` (and nothing of the lost node) can
+    /// decode; the sources touch only the codewords the range overlaps.
+    #[test]
+    fn rebuild_from_planned_sources_only() {
+        let (layout, codec, mem) = setup(2, 1, 3, 4);
+        let (node, off, len) = (1u32, 70u64, 100u64);
+        let plan = rebuild_sources(&layout, node, off, len).unwrap();
+        let mut fetched = Mem {
+            arenas: vec![vec![0; mem.arenas[0].len()]; 3],
+            parity: vec![vec![0; mem.parity[0].len()]],
+            chunk: 64,
+            down_data: BTreeSet::new(),
+            down_parity: BTreeSet::new(),
+        };
+        for r in &plan {
+            match *r {
+                SourceRange::Data {
+                    node: n,
+                    offset,
+                    len,
+                } => {
+                    assert_ne!(n, node);
+                    let (a, b) = (offset as usize, offset as usize + len as usize);
+                    fetched.arenas[n as usize][a..b].copy_from_slice(&mem.arenas[n as usize][a..b]);
+                }
+                SourceRange::Parity { chunk, byte, len } => {
+                    let a = chunk.index as usize * 64 + byte as usize;
+                    let b = a + len as usize;
+                    fetched.parity[0][a..b].copy_from_slice(&mem.parity[0][a..b]);
+                }
+            }
+        }
+        let got = rebuild_range(&layout, &codec, &fetched, node, off, len).unwrap();
+        assert_eq!(got, mem.arenas[1][70..170]);
+        // 100 bytes from byte 70 of node 1: pieces in chunks 1 and 2 only, 2 ranges each.
+        assert_eq!(plan.len(), 4);
     }
 
     #[test]
