@@ -23,6 +23,13 @@ pub enum DecodeError {
     /// An argument of a multibulk request that does not start with `$`.
     #[error("Protocol error: expected '$', got '{}'", char::from(*.0))]
     ExpectedDollar(u8),
+    /// A multibulk count above 10 before the client authenticated (Redis 7 bounds what an
+    /// unauthenticated client can make the server buffer).
+    #[error("Protocol error: unauthenticated multibulk length")]
+    UnauthenticatedMultibulkLength,
+    /// A bulk length above 16384 before the client authenticated.
+    #[error("Protocol error: unauthenticated bulk length")]
+    UnauthenticatedBulkLength,
     /// An inline command line longer than `limits::INLINE_BYTES_MAX` without a newline.
     #[error("Protocol error: too big inline request")]
     TooBigInlineRequest,

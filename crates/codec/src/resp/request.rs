@@ -160,7 +160,15 @@ struct Resume {
 #[derive(Clone, Debug, Default)]
 pub struct RequestDecoder {
     resume: Option<Resume>,
+    /// Whether the connection still has to AUTH: Redis 7 then refuses more than
+    /// [`UNAUTHENTICATED_ARGS_MAX`] arguments and bulks above [`UNAUTHENTICATED_BULK_BYTES_MAX`].
+    unauthenticated: bool,
 }
+
+/// Arguments an unauthenticated client may send in one request (Redis 7: 10).
+pub const UNAUTHENTICATED_ARGS_MAX: i64 = 10;
+/// Bulk length an unauthenticated client may send (Redis 7: 16384).
+pub const UNAUTHENTICATED_BULK_BYTES_MAX: i64 = 16384;
 
 enum Step {
     Incomplete,
@@ -188,6 +196,12 @@ impl RequestDecoder {
     /// A decoder with no request in progress.
     pub fn new() -> RequestDecoder {
         RequestDecoder::default()
+    }
+
+    /// Apply (or lift) Redis's limits for connections that must still AUTH: a server with a
+    /// password sets this on accept and clears it after a successful AUTH.
+    pub fn set_unauthenticated(&mut self, unauthenticated: bool) {
+        self.unauthenticated = unauthenticated;
     }
 
     /// Decode one request from the start of `buf` into `req` (its previous content is
@@ -246,7 +260,7 @@ impl RequestDecoder {
         let (count, first_arg) = match resume {
             // The caller promised the prefix is unchanged, but check what is cheap to check.
             Some(r) if r.pos <= buf.len() && r.first_arg <= r.pos => (r.count, r.first_arg),
-            _ => match multibulk_header(buf, pos)? {
+            _ => match multibulk_header(buf, pos, self.unauthenticated)? {
                 Header::Incomplete => return Ok(Step::Incomplete),
                 Header::Empty(next) => return Ok(Step::Empty(next)),
                 Header::Count(count, first_arg) => (count, first_arg),
@@ -257,7 +271,7 @@ impl RequestDecoder {
             let mut local = [Span::default(); SMALL_ARGS];
             let mut p = first_arg;
             for slot in local.iter_mut().take(count) {
-                match bulk(buf, p)? {
+                match bulk(buf, p, self.unauthenticated)? {
                     Some((span, next)) => {
                         *slot = span;
                         p = next;
@@ -279,7 +293,7 @@ impl RequestDecoder {
             _ => (0, first_arg),
         };
         while done < count {
-            match bulk(buf, p)? {
+            match bulk(buf, p, self.unauthenticated)? {
                 Some((_, next)) => {
                     p = next;
                     done = done.saturating_add(1);
@@ -304,7 +318,7 @@ impl RequestDecoder {
         req.spans.reserve_exact(count);
         let mut p = first_arg;
         for _ in 0..count {
-            match bulk(buf, p)? {
+            match bulk(buf, p, self.unauthenticated)? {
                 Some((span, next)) => {
                     req.spans.push(span);
                     p = next;
@@ -325,7 +339,7 @@ enum Header {
 }
 
 /// Parse the `*N\r\n` line at `pos`.
-fn multibulk_header(buf: &[u8], pos: usize) -> Result<Header, DecodeError> {
+fn multibulk_header(buf: &[u8], pos: usize, unauth: bool) -> Result<Header, DecodeError> {
     let rest = buf.get(pos..).unwrap_or(&[]);
     let Some(cr) = memchr(b'\r', rest) else {
         if rest.len() > limits::INLINE_BYTES_MAX as usize {
@@ -341,6 +355,9 @@ fn multibulk_header(buf: &[u8], pos: usize) -> Result<Header, DecodeError> {
     if n > i64::from(limits::ARRAY_ITEMS_MAX) {
         return Err(DecodeError::InvalidMultibulkLength);
     }
+    if unauth && n > UNAUTHENTICATED_ARGS_MAX {
+        return Err(DecodeError::UnauthenticatedMultibulkLength);
+    }
     let next = pos.saturating_add(line_end);
     if n <= 0 {
         return Ok(Header::Empty(next));
@@ -351,7 +368,7 @@ fn multibulk_header(buf: &[u8], pos: usize) -> Result<Header, DecodeError> {
 
 /// Parse one `$len\r\n<bytes>\r\n` at `p`: its span and the offset after it.
 #[inline]
-fn bulk(buf: &[u8], p: usize) -> Result<Option<(Span, usize)>, DecodeError> {
+fn bulk(buf: &[u8], p: usize, unauth: bool) -> Result<Option<(Span, usize)>, DecodeError> {
     let rest = buf.get(p..).unwrap_or(&[]);
     let Some(cr) = memchr(b'\r', rest) else {
         if rest.len() > limits::INLINE_BYTES_MAX as usize {
@@ -371,6 +388,9 @@ fn bulk(buf: &[u8], p: usize) -> Result<Option<(Span, usize)>, DecodeError> {
     let len = string2ll(digits).ok_or(DecodeError::InvalidBulkLength)?;
     if len < 0 || len > i64::from(limits::RESP_BULK_BYTES_MAX) {
         return Err(DecodeError::InvalidBulkLength);
+    }
+    if unauth && len > UNAUTHENTICATED_BULK_BYTES_MAX {
+        return Err(DecodeError::UnauthenticatedBulkLength);
     }
     let len = usize::try_from(len).map_err(|_| DecodeError::InvalidBulkLength)?;
     let start = p.saturating_add(line_end);
@@ -612,6 +632,30 @@ mod tests {
         );
         // Just under the limit: still incomplete.
         assert_eq!(dec(&long[1..]).unwrap(), None);
+    }
+
+    #[test]
+    fn unauthenticated_limits_like_redis() {
+        // Texts checked against redis-server 7.0.15 with `requirepass`. A fresh decoder per
+        // buffer: a decoder may only see one growing buffer between requests.
+        let dec = |unauth: bool, b: &[u8]| {
+            let mut d = RequestDecoder::new();
+            d.set_unauthenticated(unauth);
+            d.decode(b, &mut Request::new())
+        };
+        assert_eq!(
+            dec(true, b"*11\r\n").unwrap_err().to_string(),
+            "Protocol error: unauthenticated multibulk length"
+        );
+        assert_eq!(dec(true, b"*10\r\n").unwrap(), None);
+        assert_eq!(
+            dec(true, b"*2\r\n$4\r\nAUTH\r\n$16385\r\n")
+                .unwrap_err()
+                .to_string(),
+            "Protocol error: unauthenticated bulk length"
+        );
+        assert_eq!(dec(true, b"*2\r\n$4\r\nAUTH\r\n$16384\r\n").unwrap(), None);
+        assert_eq!(dec(false, b"*11\r\n").unwrap(), None);
     }
 
     #[test]
