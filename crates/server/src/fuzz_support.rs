@@ -66,6 +66,19 @@ impl Harness {
         }
     }
 
+    /// Run one engine tick at the harness clock (what the server's timer does every
+    /// `tick_interval_ms`); returns how many keys active expiry removed.
+    pub fn tick(&mut self) -> u32 {
+        self.shared.db.lock().tick(self.now_ms).expired
+    }
+
+    /// Send one command (as RESP) and return its reply bytes.
+    pub fn call(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        let mut input = Vec::new();
+        ringlet_codec::resp::encode_request(&mut input, args);
+        self.feed(&input, input.len()).0
+    }
+
     /// Feed `input` in chunks of `chunk` bytes (as reads would deliver it) and return every
     /// reply byte written, and whether the connection asked to close.
     pub fn feed(&mut self, input: &[u8], chunk: usize) -> (Vec<u8>, bool) {

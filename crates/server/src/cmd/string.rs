@@ -244,7 +244,12 @@ fn set_generic(
     };
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
-    let old = engine.get(key, now);
+    // Only NX/XX/GET need the current value; a plain SET does not pay for reading it.
+    let old = if flags & (NX | XX | GET) != 0 {
+        engine.get(key, now)
+    } else {
+        None
+    };
     let found = old.is_some();
     if (flags & NX != 0 && found) || (flags & XX != 0 && !found) {
         return if flags & GET != 0 {
