@@ -1,0 +1,45 @@
+//! `ringlet-cluster`: the I/O side of a Ringlet cluster. The sans-I/O cores
+//! (`ringlet-control`'s [`ControlPlane`](ringlet_control::ControlPlane), `ringlet-replica`'s
+//! [`Replica`](ringlet_replica::Replica)) decide; this crate gives them sockets, clocks and
+//! threads.
+//!
+//! ```text
+//!   redis-cli -c / redis-py RedisCluster / ringlet client
+//!        |  RESP (MOVED, CLUSTER SLOTS/SHARDS/NODES)
+//!        v
+//!   front (resp.rs) --submit--> ClusterNode driver thread (node.rs)
+//!                                 | Replica<EngineStore>::step(now, input)
+//!              peer frames <------+------> control frames (JSON)
+//!        transport.rs (TCP, bounded queues,        control.rs: ControlClient <-> ControlService
+//!        reconnect with backoff)                   (ControlBackend: embedded ControlPlane)
+//! ```
+//!
+//! Goals:
+//! - [`store::EngineStore`]: the replica core's store over the node's engine;
+//! - [`wire`]: length-prefixed peer frames, every length checked before allocation;
+//! - [`transport`]: one TCP link per peer, bounded send queue with an explicit drop outcome,
+//!   reconnect with bounded exponential backoff;
+//! - [`control`]: the control plane as a TCP service with a JSON frame API (join, heartbeat
+//!   leases, map push on every epoch, drain), behind the [`control::ControlBackend`] trait;
+//! - [`node`]: [`node::ClusterNode`], the driver that steps the replica core from one thread
+//!   with a tick timer and offers `submit(op) -> reply` to front ends;
+//! - [`resp`]: a Redis Cluster compatible RESP front end for cluster mode;
+//! - [`launch`]: `up` (control plane + N+S node processes) and process helpers.
+//!
+//! Non-goals (now): the etcd backend (the trait is the seam), TLS on peer links, TTLs and
+//! multi-key commands in cluster mode, ec memgests (the replica core refuses them).
+//!
+//! Design notes and measured figures: `docs/design/cluster-runtime.md`.
+
+pub mod store;
+
+pub use store::EngineStore;
+
+/// Monotonic milliseconds since the first call in this process: the `now_ms` of the
+/// replica core and the control plane (leases need a clock that never jumps).
+pub fn mono_ms() -> u64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
