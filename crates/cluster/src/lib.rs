@@ -32,6 +32,8 @@
 //! Design notes and measured figures: `docs/design/cluster-runtime.md`.
 
 pub mod store;
+pub mod transport;
+pub mod wire;
 
 pub use store::EngineStore;
 

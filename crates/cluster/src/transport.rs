@@ -1,0 +1,461 @@
+//! Peer transport: one outbound TCP link per peer, frames from [`crate::wire`].
+//!
+//! ```text
+//!  driver thread --send(to, msg)--> [bounded queue per peer] --> link task --TCP--> peer
+//!                   |  full: SendOutcome::Dropped (counted)          | connect fails / breaks:
+//!                   |                                               | backoff 10ms x2 .. 1s, retry
+//!  listener task <--TCP-- peers: HELLO then PEER frames --> inbound callback (driver channel)
+//! ```
+//!
+//! Why dropping is the right back-pressure outcome: every peer message of the replica core is
+//! either retransmitted on a timer (Replicate, pull requests) or re-derived (acks answer a
+//! retransmit, probes repeat), so a dropped frame costs a retransmit interval, never
+//! correctness; blocking the driver instead would stall every slot of the node behind one
+//! slow peer. Links carry no state across reconnects for the same reason.
+
+use crate::wire::{self, Frame, Hello, WireError};
+use parking_lot::Mutex;
+use ringlet_replica::PeerMsg;
+use ringlet_types::{limits, NodeId};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// Frames queued to one peer before new ones are dropped (raft's `Inflights` analogue).
+pub const PEER_QUEUE_FRAMES_MAX: usize = limits::REPLICATION_INFLIGHT_MAX as usize;
+/// Bytes queued to one peer before new frames are dropped.
+pub const PEER_QUEUE_BYTES_MAX: u64 = limits::REPLICATION_INFLIGHT_BYTES_MAX;
+/// First reconnect delay; doubles per failure up to [`RECONNECT_BACKOFF_MAX`].
+pub const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest reconnect delay: a restarted peer is found within a second.
+pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Inbound peer connections accepted at once (a cluster has at most NODES_MAX peers).
+pub const INBOUND_LINKS_MAX: u64 = ringlet_control::map::NODES_MAX as u64;
+
+/// What happened to one message handed to [`Transport::send`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOutcome {
+    Queued,
+    /// The peer's queue is full (frames or bytes): dropped, the core will retransmit.
+    Dropped,
+    /// No address known for the peer (not in the map yet).
+    NoRoute,
+}
+
+/// Counters (metrics `peer_*`).
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    pub frames_sent: AtomicU64,
+    pub frames_received: AtomicU64,
+    pub frames_dropped_full: AtomicU64,
+    pub frames_no_route: AtomicU64,
+    pub connects: AtomicU64,
+    pub connect_failures: AtomicU64,
+    pub bad_frames: AtomicU64,
+}
+
+struct Link {
+    addr: SocketAddr,
+    tx: mpsc::Sender<Vec<u8>>,
+    queued_bytes: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The node's peer links.
+pub struct Transport {
+    hello: Hello,
+    links: Mutex<HashMap<NodeId, Link>>,
+    stats: Arc<TransportStats>,
+    rt: tokio::runtime::Handle,
+    /// Dropping the transport stops the listener and every inbound reader.
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// Inbound messages go here (the driver's channel).
+pub type Inbound = Arc<dyn Fn(NodeId, PeerMsg) + Send + Sync>;
+
+impl Transport {
+    /// Bind `addr` for inbound peer links and return the transport and the bound address.
+    ///
+    /// # Errors
+    /// The bind error.
+    pub async fn bind(
+        addr: SocketAddr,
+        me: NodeId,
+        incarnation: u64,
+        inbound: Inbound,
+    ) -> std::io::Result<(Arc<Transport>, SocketAddr)> {
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let t = Arc::new(Transport {
+            hello: Hello {
+                from: me,
+                incarnation,
+            },
+            links: Mutex::new(HashMap::new()),
+            stats: Arc::new(TransportStats::default()),
+            rt: tokio::runtime::Handle::current(),
+            stop: tokio::sync::watch::channel(false).0,
+        });
+        let stats = t.stats.clone();
+        tokio::spawn(accept_loop(listener, inbound, stats, t.stop.subscribe()));
+        Ok((t, local))
+    }
+
+    pub fn stats(&self) -> &Arc<TransportStats> {
+        &self.stats
+    }
+
+    /// Make the set of links match `peers` (from the cluster map): new peers get a link, a
+    /// changed address replaces it, peers no longer listed are closed.
+    pub fn set_peers(&self, peers: &[(NodeId, SocketAddr)]) {
+        let mut links = self.links.lock();
+        links.retain(|id, l| {
+            let keep = peers.iter().any(|(p, a)| p == id && *a == l.addr);
+            if !keep {
+                l.task.abort();
+            }
+            keep
+        });
+        for (id, addr) in peers {
+            if *id == self.hello.from || links.contains_key(id) {
+                continue;
+            }
+            let (tx, rx) = mpsc::channel(PEER_QUEUE_FRAMES_MAX);
+            let queued_bytes = Arc::new(AtomicU64::new(0));
+            let task = self.rt.spawn(link_loop(
+                *addr,
+                self.hello,
+                rx,
+                queued_bytes.clone(),
+                self.stats.clone(),
+            ));
+            links.insert(
+                *id,
+                Link {
+                    addr: *addr,
+                    tx,
+                    queued_bytes,
+                    task,
+                },
+            );
+        }
+    }
+
+    /// Queue `msg` for `to`. Never blocks.
+    pub fn send(&self, to: NodeId, msg: &PeerMsg) -> SendOutcome {
+        let links = self.links.lock();
+        let Some(l) = links.get(&to) else {
+            self.stats.frames_no_route.fetch_add(1, Ordering::Relaxed);
+            return SendOutcome::NoRoute;
+        };
+        let frame = wire::encode_peer(msg);
+        let n = frame.len() as u64;
+        if l.queued_bytes.load(Ordering::Relaxed).saturating_add(n) > PEER_QUEUE_BYTES_MAX {
+            self.stats
+                .frames_dropped_full
+                .fetch_add(1, Ordering::Relaxed);
+            return SendOutcome::Dropped;
+        }
+        match l.tx.try_send(frame) {
+            Ok(()) => {
+                l.queued_bytes.fetch_add(n, Ordering::Relaxed);
+                SendOutcome::Queued
+            }
+            Err(_) => {
+                self.stats
+                    .frames_dropped_full
+                    .fetch_add(1, Ordering::Relaxed);
+                SendOutcome::Dropped
+            }
+        }
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        for (_, l) in self.links.lock().drain() {
+            l.task.abort();
+        }
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn link_loop(
+    addr: SocketAddr,
+    hello: Hello,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    queued: Arc<AtomicU64>,
+    stats: Arc<TransportStats>,
+) {
+    let mut backoff = RECONNECT_BACKOFF_MIN;
+    loop {
+        let stream = match TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(_) => {
+                stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+                // While the peer is unreachable, what is queued is stale: drop it so the
+                // queue bound applies to fresh traffic (the core retransmits what matters).
+                while let Ok(f) = rx.try_recv() {
+                    queued.fetch_sub(f.len() as u64, Ordering::Relaxed);
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        stats.connects.fetch_add(1, Ordering::Relaxed);
+        backoff = RECONNECT_BACKOFF_MIN;
+        let mut w = BufWriter::with_capacity(64 * 1024, stream);
+        if w.write_all(&wire::encode_hello(&hello)).await.is_err() {
+            continue;
+        }
+        'conn: loop {
+            let Some(f) = rx.recv().await else {
+                return; // transport dropped
+            };
+            queued.fetch_sub(f.len() as u64, Ordering::Relaxed);
+            if w.write_all(&f).await.is_err() {
+                break 'conn;
+            }
+            stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+            // Batch whatever else is queued into the same flush.
+            while let Ok(f) = rx.try_recv() {
+                queued.fetch_sub(f.len() as u64, Ordering::Relaxed);
+                if w.write_all(&f).await.is_err() {
+                    break 'conn;
+                }
+                stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+            }
+            if w.flush().await.is_err() {
+                break 'conn;
+            }
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    inbound: Inbound,
+    stats: Arc<TransportStats>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let open = Arc::new(AtomicU64::new(0));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        if open.load(Ordering::Relaxed) >= INBOUND_LINKS_MAX {
+            continue; // dropped: closes the socket
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let inbound = inbound.clone();
+        let stats = stats.clone();
+        let open = open.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                r = read_link(stream, &inbound, &stats) => {
+                    if r.is_err() {
+                        stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                _ = stop.changed() => {}
+            }
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+/// Why an inbound link closed.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("wire: {0}")]
+    Wire(#[from] WireError),
+    #[error("first frame was not HELLO")]
+    NoHello,
+}
+
+async fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Option<Frame>, LinkError> {
+    let mut h = [0u8; 4];
+    match stream.read_exact(&mut h).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    // Checked against the limit before the body buffer grows.
+    let Some(total) = wire::frame_len(&h)? else {
+        return Ok(None);
+    };
+    buf.clear();
+    buf.resize(total - 4, 0);
+    stream.read_exact(buf).await?;
+    Ok(Some(wire::decode_body(buf)?))
+}
+
+async fn read_link(
+    mut stream: TcpStream,
+    inbound: &Inbound,
+    stats: &TransportStats,
+) -> Result<(), LinkError> {
+    let _ = stream.set_nodelay(true);
+    let mut buf = Vec::new();
+    let from = match read_frame(&mut stream, &mut buf).await? {
+        Some(Frame::Hello(h)) => h.from,
+        None => return Ok(()),
+        Some(_) => return Err(LinkError::NoHello),
+    };
+    loop {
+        match read_frame(&mut stream, &mut buf).await? {
+            Some(Frame::Peer(m)) => {
+                stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                inbound(from, m);
+            }
+            Some(Frame::Hello(_)) => return Err(LinkError::NoHello),
+            None => return Ok(()),
+        }
+        // A very large frame leaves a large buffer behind: give it back.
+        if buf.capacity() > 1 << 20 {
+            buf = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use ringlet_replica::PeerBody;
+    use ringlet_types::{Epoch, Version};
+
+    fn msg(i: u64) -> PeerMsg {
+        PeerMsg {
+            epoch: Epoch(i),
+            incarnation: 1,
+            body: PeerBody::Retire {
+                key: b"k".to_vec(),
+                version: Version(u128::from(i)),
+            },
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn delivers_in_order_and_reconnects() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let inbound: Inbound = Arc::new(move |from, m| {
+            let _ = tx.send((from, m));
+        });
+        let (b, b_addr) = Transport::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            NodeId(2),
+            1,
+            inbound.clone(),
+        )
+        .await
+        .unwrap();
+        let noop: Inbound = Arc::new(|_, _| {});
+        let (a, _) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(1), 1, noop)
+            .await
+            .unwrap();
+        assert_eq!(a.send(NodeId(2), &msg(0)), SendOutcome::NoRoute);
+        a.set_peers(&[(NodeId(2), b_addr)]);
+        for i in 1..=100 {
+            assert_eq!(a.send(NodeId(2), &msg(i)), SendOutcome::Queued);
+        }
+        for i in 1..=100 {
+            let (from, m) = rx.recv().await.unwrap();
+            assert_eq!(from, NodeId(1));
+            assert_eq!(m, msg(i));
+        }
+        // Peer goes away and comes back on the same port: the link reconnects by itself.
+        drop(b);
+        let (tx2, mut rx2) = mpsc::unbounded_channel();
+        let inbound2: Inbound = Arc::new(move |from, m| {
+            let _ = tx2.send((from, m));
+        });
+        let _b2 = loop {
+            // The old listener task may still hold the port for a moment.
+            match Transport::bind(b_addr, NodeId(2), 2, inbound2.clone()).await {
+                Ok(t) => break t,
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        // Keep sending until one arrives (frames sent into the dying link are lost: allowed).
+        let got = loop {
+            a.send(NodeId(2), &msg(7));
+            match tokio::time::timeout(Duration::from_millis(50), rx2.recv()).await {
+                Ok(Some(x)) => break x,
+                _ => continue,
+            }
+        };
+        assert_eq!(got.1, msg(7));
+    }
+
+    /// current_thread: the link task cannot run between the sends below (no await), so the
+    /// queue fills deterministically.
+    #[tokio::test]
+    async fn full_queue_drops_explicitly() {
+        let noop: Inbound = Arc::new(|_, _| {});
+        let (a, _) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(1), 1, noop)
+            .await
+            .unwrap();
+        // A peer address that accepts nothing: bind then drop to get a closed port.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        a.set_peers(&[(NodeId(9), closed)]);
+        let mut dropped = 0;
+        for i in 0..(PEER_QUEUE_FRAMES_MAX as u64 * 2) {
+            if a.send(NodeId(9), &msg(i)) == SendOutcome::Dropped {
+                dropped += 1;
+            }
+        }
+        assert_eq!(dropped, PEER_QUEUE_FRAMES_MAX as u64);
+        assert_eq!(
+            a.stats().frames_dropped_full.load(Ordering::Relaxed),
+            dropped
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn garbage_closes_only_that_link() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let inbound: Inbound = Arc::new(move |from, m| {
+            let _ = tx.send((from, m));
+        });
+        let (b, b_addr) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(2), 1, inbound)
+            .await
+            .unwrap();
+        let mut s = TcpStream::connect(b_addr).await.unwrap();
+        s.write_all(&[0xff, 0xff, 0xff, 0xff, 1, 2, 3])
+            .await
+            .unwrap();
+        let mut one = [0u8; 1];
+        // The server closes the connection: read returns 0 (or a reset).
+        let n = s.read(&mut one).await.unwrap_or(0);
+        assert_eq!(n, 0);
+        // A good link still works.
+        let noop: Inbound = Arc::new(|_, _| {});
+        let (a, _) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(1), 1, noop)
+            .await
+            .unwrap();
+        a.set_peers(&[(NodeId(2), b_addr)]);
+        a.send(NodeId(2), &msg(1));
+        assert_eq!(rx.recv().await.unwrap().1, msg(1));
+        assert!(b.stats().bad_frames.load(Ordering::Relaxed) >= 1);
+    }
+}

@@ -1,0 +1,733 @@
+//! Peer frames: the binary form of [`PeerMsg`] on node-to-node links.
+//!
+//! ```text
+//!  frame:   +-----------+--------+---------------------------+
+//!           | len u32 BE| kind u8| payload (len - 1 bytes)   |
+//!           +-----------+--------+---------------------------+
+//!  kind 1 HELLO:  magic "RGLP" | version u16 | from node u32 | incarnation u64
+//!  kind 2 PEER:   epoch u64 | incarnation u64 | tag u8 | body (per tag, below)
+//!
+//!  bytes  = len u32 | data           (len checked against the key/value limit first)
+//!  entry  = version u128 | memgest u16 | has_value u8 | [value bytes]
+//!  list   = count u32 | items        (count checked against its bound AND against the
+//!                                     bytes left / the smallest item size)
+//!  cursor = has u8 | [slot u16 | key bytes]
+//! ```
+//!
+//! Integers are big-endian. Why hand-written rather than serde + bincode: the replica core's
+//! types carry no serde derives, and a mirror type set plus conversions is as much code as
+//! this, without the per-field limit checks this decoder makes before every allocation.
+//! Every decode error is a typed [`WireError`]; the link that sent it is closed.
+
+use ringlet_replica::{Entry, PeerBody, PeerMsg, PullPurpose};
+use ringlet_types::{limits, Epoch, MemgestId, NodeId, Slot, Version};
+use thiserror::Error;
+
+/// Largest peer frame: a pull or repair page is cut at 4 MiB but always carries at least
+/// one entry, which may be a maximum-size entry; plus headers.
+pub const PEER_FRAME_BYTES_MAX: u32 = limits::ENTRY_BYTES_MAX + 8 * 1024 * 1024;
+/// Items in one list of a peer message: pages and key lists are bounded by the replica
+/// core at a few thousand; anything beyond this is malformed.
+pub const PEER_LIST_ITEMS_MAX: u32 = 1 << 20;
+/// Protocol version in HELLO.
+pub const PEER_PROTOCOL_VERSION: u16 = 1;
+const MAGIC: &[u8; 4] = b"RGLP";
+
+pub const KIND_HELLO: u8 = 1;
+pub const KIND_PEER: u8 = 2;
+
+/// A malformed frame.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum WireError {
+    #[error("frame of {0} bytes exceeds the peer frame limit")]
+    FrameTooLarge(u64),
+    #[error("empty frame")]
+    Empty,
+    #[error("truncated: needed {needed} more bytes")]
+    Truncated { needed: usize },
+    #[error("{what} of {len} exceeds its limit {max}")]
+    TooLong {
+        what: &'static str,
+        len: u64,
+        max: u64,
+    },
+    #[error("unknown {what} tag {tag}")]
+    BadTag { what: &'static str, tag: u8 },
+    #[error("bad hello: {0}")]
+    Hello(&'static str),
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+}
+
+/// First frame on a peer link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub from: NodeId,
+    pub incarnation: u64,
+}
+
+/// A decoded frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    Hello(Hello),
+    Peer(PeerMsg),
+}
+
+// ------------------------------------------------------------------ encode
+
+struct Enc(Vec<u8>);
+
+impl Enc {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
+    fn entry(&mut self, e: &Entry) {
+        self.0.extend_from_slice(&e.version.to_be_bytes());
+        self.u16(e.memgest.0);
+        match &e.value {
+            Some(v) => {
+                self.u8(1);
+                self.bytes(v);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn entries(&mut self, es: &[(Vec<u8>, Entry)]) {
+        self.u32(es.len() as u32);
+        for (k, e) in es {
+            self.bytes(k);
+            self.entry(e);
+        }
+    }
+    fn cursor(&mut self, c: &Option<(Slot, Vec<u8>)>) {
+        match c {
+            Some((s, k)) => {
+                self.u8(1);
+                self.u16(*s);
+                self.bytes(k);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn opt_key(&mut self, k: &Option<Vec<u8>>) {
+        match k {
+            Some(k) => {
+                self.u8(1);
+                self.bytes(k);
+            }
+            None => self.u8(0),
+        }
+    }
+}
+
+fn frame(kind: u8, body: impl FnOnce(&mut Enc)) -> Vec<u8> {
+    let mut e = Enc(Vec::with_capacity(64));
+    e.u32(0);
+    e.u8(kind);
+    body(&mut e);
+    let len = (e.0.len() - 4) as u32;
+    e.0[..4].copy_from_slice(&len.to_be_bytes());
+    e.0
+}
+
+/// Encode a HELLO frame.
+pub fn encode_hello(h: &Hello) -> Vec<u8> {
+    frame(KIND_HELLO, |e| {
+        e.0.extend_from_slice(MAGIC);
+        e.u16(PEER_PROTOCOL_VERSION);
+        e.u32(h.from.0);
+        e.u64(h.incarnation);
+    })
+}
+
+/// Encode a peer message frame. Messages the replica core builds are within the limits by
+/// construction (its pages are bounded); [`decode_frame`] checks them anyway on the far side.
+pub fn encode_peer(m: &PeerMsg) -> Vec<u8> {
+    frame(KIND_PEER, |e| {
+        e.u64(m.epoch.0);
+        e.u64(m.incarnation);
+        match &m.body {
+            PeerBody::Replicate { key, entry } => {
+                e.u8(1);
+                e.bytes(key);
+                e.entry(entry);
+            }
+            PeerBody::ReplicateAck { key, version, ok } => {
+                e.u8(2);
+                e.bytes(key);
+                e.0.extend_from_slice(&version.to_be_bytes());
+                e.u8(u8::from(*ok));
+            }
+            PeerBody::PullReq {
+                id,
+                purpose,
+                first,
+                last,
+                after,
+            } => {
+                e.u8(3);
+                e.u64(*id);
+                e.u8(match purpose {
+                    PullPurpose::Rebuild => 0,
+                    PullPurpose::Sync => 1,
+                });
+                e.u16(*first);
+                e.u16(*last);
+                e.cursor(after);
+            }
+            PeerBody::PullResp {
+                id,
+                ready,
+                entries,
+                next,
+            } => {
+                e.u8(4);
+                e.u64(*id);
+                e.u8(u8::from(*ready));
+                e.entries(entries);
+                e.cursor(next);
+            }
+            PeerBody::Probe {
+                first,
+                last,
+                digests,
+            } => {
+                e.u8(5);
+                e.u16(*first);
+                e.u16(*last);
+                e.u32(digests.len() as u32);
+                for (s, d) in digests {
+                    e.u16(*s);
+                    e.u64(*d);
+                }
+            }
+            PeerBody::ProbeResp { mismatched } => {
+                e.u8(6);
+                e.u32(mismatched.len() as u32);
+                for s in mismatched {
+                    e.u16(*s);
+                }
+            }
+            PeerBody::KeyListReq { slot, after } => {
+                e.u8(7);
+                e.u16(*slot);
+                e.opt_key(after);
+            }
+            PeerBody::KeyList {
+                slot,
+                after,
+                keys,
+                more,
+            } => {
+                e.u8(8);
+                e.u16(*slot);
+                e.opt_key(after);
+                e.u32(keys.len() as u32);
+                for (k, v) in keys {
+                    e.bytes(k);
+                    e.0.extend_from_slice(&v.to_be_bytes());
+                }
+                e.u8(u8::from(*more));
+            }
+            PeerBody::RepairPush { entries } => {
+                e.u8(9);
+                e.entries(entries);
+            }
+            PeerBody::RepairFetch { keys } => {
+                e.u8(10);
+                e.u32(keys.len() as u32);
+                for k in keys {
+                    e.bytes(k);
+                }
+            }
+            PeerBody::RepairFetchResp { entries } => {
+                e.u8(11);
+                e.entries(entries);
+            }
+            PeerBody::Retire { key, version } => {
+                e.u8(12);
+                e.bytes(key);
+                e.0.extend_from_slice(&version.to_be_bytes());
+            }
+        }
+    })
+}
+
+// ------------------------------------------------------------------ decode
+
+struct Dec<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Dec<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.b.len() < n {
+            return Err(WireError::Truncated {
+                needed: n - self.b.len(),
+            });
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn bool(&mut self, what: &'static str) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            tag => Err(WireError::BadTag { what, tag }),
+        }
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        let mut a = [0u8; 2];
+        a.copy_from_slice(self.take(2)?);
+        Ok(u16::from_be_bytes(a))
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_be_bytes(a))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(a))
+    }
+    fn version(&mut self) -> Result<Version, WireError> {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(self.take(16)?);
+        Ok(Version::from_be_bytes(a))
+    }
+    fn slot(&mut self) -> Result<Slot, WireError> {
+        let s = self.u16()?;
+        if s >= ringlet_types::SLOT_COUNT {
+            return Err(WireError::TooLong {
+                what: "slot",
+                len: u64::from(s),
+                max: u64::from(ringlet_types::SLOT_COUNT - 1),
+            });
+        }
+        Ok(s)
+    }
+    /// Length-prefixed bytes, the length checked against `max` before allocating.
+    fn bytes(&mut self, what: &'static str, max: u32) -> Result<Vec<u8>, WireError> {
+        let n = self.u32()?;
+        if n > max {
+            return Err(WireError::TooLong {
+                what,
+                len: u64::from(n),
+                max: u64::from(max),
+            });
+        }
+        Ok(self.take(n as usize)?.to_vec())
+    }
+    fn key(&mut self) -> Result<Vec<u8>, WireError> {
+        self.bytes("key", limits::KEY_BYTES_MAX)
+    }
+    /// A list count: bounded, and not more items than the remaining bytes can hold.
+    fn count(&mut self, what: &'static str, min_item: usize) -> Result<usize, WireError> {
+        let n = self.u32()?;
+        let fit = self.b.len() / min_item.max(1);
+        if n > PEER_LIST_ITEMS_MAX || n as usize > fit {
+            return Err(WireError::TooLong {
+                what,
+                len: u64::from(n),
+                max: (fit as u64).min(u64::from(PEER_LIST_ITEMS_MAX)),
+            });
+        }
+        Ok(n as usize)
+    }
+    fn entry(&mut self) -> Result<Entry, WireError> {
+        let version = self.version()?;
+        let memgest = MemgestId(self.u16()?);
+        let value = if self.bool("value flag")? {
+            Some(self.bytes("value", limits::VALUE_BYTES_MAX)?)
+        } else {
+            None
+        };
+        Ok(Entry {
+            version,
+            memgest,
+            value,
+        })
+    }
+    fn entries(&mut self) -> Result<Vec<(Vec<u8>, Entry)>, WireError> {
+        // Smallest entry: key len 4 + version 16 + memgest 2 + flag 1.
+        let n = self.count("entries", 23)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = self.key()?;
+            v.push((k, self.entry()?));
+        }
+        Ok(v)
+    }
+    fn cursor(&mut self) -> Result<Option<(Slot, Vec<u8>)>, WireError> {
+        if self.bool("cursor flag")? {
+            let s = self.slot()?;
+            Ok(Some((s, self.key()?)))
+        } else {
+            Ok(None)
+        }
+    }
+    fn opt_key(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        if self.bool("key flag")? {
+            Ok(Some(self.key()?))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// Length of the frame at the start of `buf` once its 4-byte header is in: `Ok(None)` until
+/// then. Checked against [`PEER_FRAME_BYTES_MAX`] before the caller buffers the body.
+///
+/// # Errors
+/// An oversized or empty frame.
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, WireError> {
+    let Some(h) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let mut a = [0u8; 4];
+    a.copy_from_slice(h);
+    let n = u32::from_be_bytes(a);
+    if n == 0 {
+        return Err(WireError::Empty);
+    }
+    if n > PEER_FRAME_BYTES_MAX {
+        return Err(WireError::FrameTooLarge(u64::from(n)));
+    }
+    Ok(Some(4 + n as usize))
+}
+
+/// Decode one frame body (after the length prefix: kind + payload).
+///
+/// # Errors
+/// Any malformed field; never panics.
+pub fn decode_body(body: &[u8]) -> Result<Frame, WireError> {
+    let mut d = Dec { b: body };
+    let f = match d.u8()? {
+        KIND_HELLO => {
+            if d.take(4)? != MAGIC {
+                return Err(WireError::Hello("bad magic"));
+            }
+            if d.u16()? != PEER_PROTOCOL_VERSION {
+                return Err(WireError::Hello("unsupported protocol version"));
+            }
+            let from = NodeId(d.u32()?);
+            let incarnation = d.u64()?;
+            Frame::Hello(Hello { from, incarnation })
+        }
+        KIND_PEER => {
+            let epoch = Epoch(d.u64()?);
+            let incarnation = d.u64()?;
+            let body = match d.u8()? {
+                1 => {
+                    let key = d.key()?;
+                    PeerBody::Replicate {
+                        key,
+                        entry: d.entry()?,
+                    }
+                }
+                2 => PeerBody::ReplicateAck {
+                    key: d.key()?,
+                    version: d.version()?,
+                    ok: d.bool("ok")?,
+                },
+                3 => PeerBody::PullReq {
+                    id: d.u64()?,
+                    purpose: match d.u8()? {
+                        0 => PullPurpose::Rebuild,
+                        1 => PullPurpose::Sync,
+                        tag => {
+                            return Err(WireError::BadTag {
+                                what: "pull purpose",
+                                tag,
+                            })
+                        }
+                    },
+                    first: d.slot()?,
+                    last: d.slot()?,
+                    after: d.cursor()?,
+                },
+                4 => PeerBody::PullResp {
+                    id: d.u64()?,
+                    ready: d.bool("ready")?,
+                    entries: d.entries()?,
+                    next: d.cursor()?,
+                },
+                5 => {
+                    let first = d.slot()?;
+                    let last = d.slot()?;
+                    let n = d.count("digests", 10)?;
+                    let mut digests = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let s = d.slot()?;
+                        digests.push((s, d.u64()?));
+                    }
+                    PeerBody::Probe {
+                        first,
+                        last,
+                        digests,
+                    }
+                }
+                6 => {
+                    let n = d.count("mismatched", 2)?;
+                    let mut mismatched = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        mismatched.push(d.slot()?);
+                    }
+                    PeerBody::ProbeResp { mismatched }
+                }
+                7 => PeerBody::KeyListReq {
+                    slot: d.slot()?,
+                    after: d.opt_key()?,
+                },
+                8 => {
+                    let slot = d.slot()?;
+                    let after = d.opt_key()?;
+                    let n = d.count("keys", 20)?;
+                    let mut keys = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let k = d.key()?;
+                        keys.push((k, d.version()?));
+                    }
+                    PeerBody::KeyList {
+                        slot,
+                        after,
+                        keys,
+                        more: d.bool("more")?,
+                    }
+                }
+                9 => PeerBody::RepairPush {
+                    entries: d.entries()?,
+                },
+                10 => {
+                    let n = d.count("keys", 4)?;
+                    let mut keys = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        keys.push(d.key()?);
+                    }
+                    PeerBody::RepairFetch { keys }
+                }
+                11 => PeerBody::RepairFetchResp {
+                    entries: d.entries()?,
+                },
+                12 => PeerBody::Retire {
+                    key: d.key()?,
+                    version: d.version()?,
+                },
+                tag => {
+                    return Err(WireError::BadTag {
+                        what: "peer body",
+                        tag,
+                    })
+                }
+            };
+            Frame::Peer(PeerMsg {
+                epoch,
+                incarnation,
+                body,
+            })
+        }
+        tag => return Err(WireError::BadTag { what: "frame", tag }),
+    };
+    if !d.b.is_empty() {
+        return Err(WireError::Trailing(d.b.len()));
+    }
+    Ok(f)
+}
+
+/// Decode every whole frame at the start of `buf`; returns the frames and the bytes used.
+/// For fuzzing and property tests: the same path the transport's reader takes.
+///
+/// # Errors
+/// The first malformed frame.
+pub fn decode_stream(buf: &[u8]) -> Result<(Vec<Frame>, usize), WireError> {
+    let mut used = 0;
+    let mut out = Vec::new();
+    while let Some(n) = frame_len(&buf[used..])? {
+        let Some(f) = buf.get(used + 4..used + n) else {
+            break;
+        };
+        out.push(decode_body(f)?);
+        used += n;
+    }
+    Ok((out, used))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry() -> impl Strategy<Value = Entry> {
+        (
+            any::<u128>(),
+            any::<u16>(),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+        )
+            .prop_map(|(v, m, value)| Entry {
+                version: Version(v),
+                memgest: MemgestId(m),
+                value,
+            })
+    }
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(any::<u8>(), 0..20)
+    }
+    fn slot() -> impl Strategy<Value = Slot> {
+        0u16..16384
+    }
+    fn cursor() -> impl Strategy<Value = Option<(Slot, Vec<u8>)>> {
+        proptest::option::of((slot(), key()))
+    }
+    fn entries() -> impl Strategy<Value = Vec<(Vec<u8>, Entry)>> {
+        proptest::collection::vec((key(), entry()), 0..5)
+    }
+
+    fn body() -> impl Strategy<Value = PeerBody> {
+        prop_oneof![
+            (key(), entry()).prop_map(|(key, entry)| PeerBody::Replicate { key, entry }),
+            (key(), any::<u128>(), any::<bool>()).prop_map(|(key, v, ok)| {
+                PeerBody::ReplicateAck {
+                    key,
+                    version: Version(v),
+                    ok,
+                }
+            }),
+            (any::<u64>(), any::<bool>(), slot(), slot(), cursor()).prop_map(
+                |(id, r, first, last, after)| PeerBody::PullReq {
+                    id,
+                    purpose: if r {
+                        PullPurpose::Rebuild
+                    } else {
+                        PullPurpose::Sync
+                    },
+                    first,
+                    last,
+                    after
+                }
+            ),
+            (any::<u64>(), any::<bool>(), entries(), cursor()).prop_map(
+                |(id, ready, entries, next)| PeerBody::PullResp {
+                    id,
+                    ready,
+                    entries,
+                    next
+                }
+            ),
+            (
+                slot(),
+                slot(),
+                proptest::collection::vec((slot(), any::<u64>()), 0..5)
+            )
+                .prop_map(|(first, last, digests)| PeerBody::Probe {
+                    first,
+                    last,
+                    digests
+                }),
+            proptest::collection::vec(slot(), 0..5)
+                .prop_map(|mismatched| PeerBody::ProbeResp { mismatched }),
+            (slot(), proptest::option::of(key()))
+                .prop_map(|(slot, after)| PeerBody::KeyListReq { slot, after }),
+            (
+                slot(),
+                proptest::option::of(key()),
+                proptest::collection::vec((key(), any::<u128>().prop_map(Version)), 0..5),
+                any::<bool>()
+            )
+                .prop_map(|(slot, after, keys, more)| PeerBody::KeyList {
+                    slot,
+                    after,
+                    keys,
+                    more
+                }),
+            entries().prop_map(|entries| PeerBody::RepairPush { entries }),
+            proptest::collection::vec(key(), 0..5).prop_map(|keys| PeerBody::RepairFetch { keys }),
+            entries().prop_map(|entries| PeerBody::RepairFetchResp { entries }),
+            (key(), any::<u128>()).prop_map(|(key, v)| PeerBody::Retire {
+                key,
+                version: Version(v)
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(e in any::<u64>(), inc in any::<u64>(), b in body()) {
+            let m = PeerMsg { epoch: Epoch(e), incarnation: inc, body: b };
+            let mut bytes = encode_hello(&Hello { from: NodeId(3), incarnation: inc });
+            bytes.extend(encode_peer(&m));
+            let (frames, used) = decode_stream(&bytes).unwrap();
+            prop_assert_eq!(used, bytes.len());
+            prop_assert_eq!(frames, vec![
+                Frame::Hello(Hello { from: NodeId(3), incarnation: inc }),
+                Frame::Peer(m),
+            ]);
+        }
+
+        /// Arbitrary bytes never panic, and never make the decoder allocate past the limits.
+        #[test]
+        fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_stream(&b);
+            if b.len() > 4 {
+                let _ = decode_body(&b[4..]);
+            }
+        }
+
+        /// Truncating or flipping a byte of a valid frame gives an error or another valid
+        /// frame, never a panic.
+        #[test]
+        fn mutated_frames(b in body(), cut in any::<usize>(), flip in any::<(usize, u8)>()) {
+            let bytes = encode_peer(&PeerMsg { epoch: Epoch(1), incarnation: 1, body: b });
+            let cut = cut % bytes.len();
+            let _ = decode_stream(&bytes[..cut]);
+            let mut m = bytes.clone();
+            let i = flip.0 % m.len();
+            m[i] ^= flip.1;
+            let _ = decode_stream(&m);
+        }
+    }
+
+    #[test]
+    fn lengths_are_checked_before_allocation() {
+        // A frame claiming 4 GiB is refused from its header alone.
+        assert!(matches!(
+            frame_len(&[0xff, 0xff, 0xff, 0xff]),
+            Err(WireError::FrameTooLarge(_))
+        ));
+        // A list claiming a million entries in a 30-byte body is refused by count.
+        let mut b = vec![KIND_PEER];
+        b.extend(1u64.to_be_bytes());
+        b.extend(1u64.to_be_bytes());
+        b.push(9); // RepairPush
+        b.extend(1_000_000u32.to_be_bytes());
+        assert!(matches!(decode_body(&b), Err(WireError::TooLong { .. })));
+        // A key longer than KEY_BYTES_MAX is refused before reading it.
+        let mut b = vec![KIND_PEER];
+        b.extend(1u64.to_be_bytes());
+        b.extend(1u64.to_be_bytes());
+        b.push(12);
+        b.extend((limits::KEY_BYTES_MAX + 1).to_be_bytes());
+        assert!(matches!(
+            decode_body(&b),
+            Err(WireError::TooLong { what: "key", .. })
+        ));
+    }
+}
