@@ -31,6 +31,7 @@
 //!
 //! Design notes and measured figures: `docs/design/cluster-runtime.md`.
 
+pub mod control;
 pub mod store;
 pub mod transport;
 pub mod wire;

@@ -1,0 +1,645 @@
+//! The control plane as a service: [`ControlBackend`] (the seam for etcd later),
+//! [`EmbeddedBackend`] (the sans-I/O `ControlPlane` with a real clock), [`ControlService`]
+//! (TCP, JSON frames) and [`ControlClient`] (a node's link to it).
+//!
+//! ```text
+//!  frame: +-----------+------------------------------+
+//!         | len u32 BE| JSON (ToControl / FromControl)|   len <= CONTROL_FRAME_BYTES_MAX
+//!         +-----------+------------------------------+
+//!
+//!  node ──Join/Heartbeat──▶ service ──step──▶ backend (ControlPlane)
+//!       ◀──Map (every epoch, pushed) / HeartbeatAck / Fenced──
+//!  ringlet node drain ID ──Drain──▶ service ──▶ Ok | Error
+//! ```
+//!
+//! Why JSON here and binary on peer links: control traffic is a few frames per node per
+//! heartbeat interval, the map already has a validated JSON form (the one etcd will store),
+//! and a human can read it with `nc`. Why push instead of long-poll: a node holds one
+//! connection anyway for heartbeats; pushing every published map on it is the cheapest watch.
+//! A heartbeat carrying an older epoch also gets the map back, so a lost push heals within
+//! one heartbeat.
+
+use crate::mono_ms;
+use parking_lot::Mutex;
+use ringlet_control::{Action, ClusterMap, ControlConfig, ControlPlane, Input};
+use ringlet_types::{Epoch, MemgestKind, NodeId};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// Largest control frame: a map of NODES_MAX nodes and 16384 ranges is ~2 MiB of JSON.
+pub const CONTROL_FRAME_BYTES_MAX: u32 = 16 * 1024 * 1024;
+/// Frames queued to one control connection before the connection is dropped (a node that
+/// does not read its maps is broken; it reconnects and gets the current map).
+pub const CONTROL_QUEUE_FRAMES_MAX: usize = 1024;
+/// Control connections at once.
+pub const CONTROL_CONNECTIONS_MAX: usize = ringlet_control::map::NODES_MAX * 2;
+/// How often the service ticks the backend (lease expiry is detected within this).
+pub const CONTROL_TICK_MS: u64 = 50;
+
+/// Requests to the control plane.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToControl {
+    Join {
+        node: u32,
+        addr: String,
+        incarnation: u64,
+    },
+    Heartbeat {
+        node: u32,
+        incarnation: u64,
+        epoch: u64,
+        sent_ms: u64,
+    },
+    Drain {
+        node: u32,
+    },
+    /// Reply with the current map (and keep pushing maps on this connection).
+    Watch,
+    CreateMemgest {
+        name: String,
+        kind: String,
+    },
+    SetDefault {
+        name: String,
+    },
+}
+
+/// Messages from the control plane.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromControl {
+    Map(ClusterMap),
+    HeartbeatAck { incarnation: u64, sent_ms: u64 },
+    Fenced { incarnation: u64 },
+    Ok,
+    Error(String),
+}
+
+/// A control frame that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlWireError {
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("frame of {0} bytes exceeds {CONTROL_FRAME_BYTES_MAX}")]
+    TooLarge(u32),
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("connection closed")]
+    Closed,
+}
+
+/// Encode one frame.
+///
+/// # Errors
+/// Only if serde fails (it does not for these types).
+pub fn encode<T: Serialize>(m: &T) -> Result<Vec<u8>, serde_json::Error> {
+    let body = serde_json::to_vec(m)?;
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Read one frame; the length is checked before the body is buffered.
+///
+/// # Errors
+/// I/O, oversize, bad JSON (including a map that fails validation), or EOF.
+pub async fn read_frame<T: for<'de> Deserialize<'de>>(
+    r: &mut (impl AsyncReadExt + Unpin),
+) -> Result<T, ControlWireError> {
+    let mut h = [0u8; 4];
+    match r.read_exact(&mut h).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(ControlWireError::Closed)
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let n = u32::from_be_bytes(h);
+    if n > CONTROL_FRAME_BYTES_MAX {
+        return Err(ControlWireError::TooLarge(n));
+    }
+    let mut body = vec![0u8; n as usize];
+    r.read_exact(&mut body).await?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+// ------------------------------------------------------------------ backend
+
+/// Where the cluster map lives and changes. The embedded backend runs the sans-I/O
+/// [`ControlPlane`] in this process; an etcd backend would keep the map under a key prefix,
+/// run the same state machine on the elected leader, and turn `Publish` into a transaction
+/// (the map's JSON form is already the stored form).
+pub trait ControlBackend: Send + Sync + 'static {
+    /// Apply one input at the backend's own clock; return what must be carried out.
+    fn step(&self, input: Input) -> Vec<Action>;
+    /// The current map.
+    fn map(&self) -> Arc<ClusterMap>;
+}
+
+/// [`ControlPlane`] behind a mutex, clocked by [`mono_ms`].
+pub struct EmbeddedBackend {
+    cp: Mutex<ControlPlane>,
+}
+
+impl EmbeddedBackend {
+    /// # Errors
+    /// An invalid config.
+    pub fn new(cfg: ControlConfig) -> Result<EmbeddedBackend, ringlet_control::ControlError> {
+        Ok(EmbeddedBackend {
+            cp: Mutex::new(ControlPlane::new(cfg)?),
+        })
+    }
+}
+
+impl ControlBackend for EmbeddedBackend {
+    fn step(&self, input: Input) -> Vec<Action> {
+        let mut cp = self.cp.lock();
+        let out = cp.step(mono_ms(), input);
+        cp.check_invariants();
+        out
+    }
+    fn map(&self) -> Arc<ClusterMap> {
+        self.cp.lock().map().clone()
+    }
+}
+
+// ------------------------------------------------------------------ service
+
+/// What the service does by itself once enough nodes joined.
+#[derive(Clone, Debug)]
+pub struct BootstrapPlan {
+    /// Bootstrap once this many nodes have joined.
+    pub expect_nodes: usize,
+    /// Active nodes (the rest stay spares). The lowest node ids become active.
+    pub active: usize,
+    /// Memgest created and made the default before bootstrap (e.g. `rep:3`).
+    pub default_memgest: Option<MemgestKind>,
+}
+
+struct Conn {
+    tx: mpsc::Sender<Vec<u8>>,
+}
+
+struct ServiceState {
+    conns: HashMap<u64, Conn>,
+    /// node -> connection id that last spoke for it.
+    nodes: HashMap<NodeId, u64>,
+    /// Connections that asked to watch the map (clients, CLI).
+    watchers: std::collections::HashSet<u64>,
+}
+
+/// The control plane's TCP service.
+pub struct ControlService {
+    backend: Arc<dyn ControlBackend>,
+    state: Mutex<ServiceState>,
+    next_conn: AtomicU64,
+    plan: Mutex<Option<BootstrapPlan>>,
+}
+
+impl ControlService {
+    /// Bind and serve in the current tokio runtime. Returns the service and its address.
+    ///
+    /// # Errors
+    /// The bind error.
+    pub async fn start(
+        addr: SocketAddr,
+        backend: Arc<dyn ControlBackend>,
+        plan: Option<BootstrapPlan>,
+    ) -> std::io::Result<(Arc<ControlService>, SocketAddr)> {
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let svc = Arc::new(ControlService {
+            backend,
+            state: Mutex::new(ServiceState {
+                conns: HashMap::new(),
+                nodes: HashMap::new(),
+                watchers: Default::default(),
+            }),
+            next_conn: AtomicU64::new(1),
+            plan: Mutex::new(plan),
+        });
+        let s = svc.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                if s.state.lock().conns.len() >= CONTROL_CONNECTIONS_MAX {
+                    continue;
+                }
+                let s2 = s.clone();
+                tokio::spawn(async move { s2.serve(stream).await });
+            }
+        });
+        let s = svc.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                t.tick().await;
+                s.maybe_bootstrap();
+                let a = s.backend.step(Input::Tick);
+                s.carry_out(a, None);
+            }
+        });
+        Ok((svc, local))
+    }
+
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.backend.map()
+    }
+
+    fn maybe_bootstrap(&self) {
+        let mut plan = self.plan.lock();
+        let Some(p) = plan.as_ref() else { return };
+        let map = self.backend.map();
+        if map.placement.is_some() {
+            *plan = None;
+            return;
+        }
+        if map.nodes.len() < p.expect_nodes {
+            return;
+        }
+        if let Some(kind) = p.default_memgest {
+            if kind != MemgestKind::None {
+                let name = kind.to_string();
+                if map.memgest_by_name(&name).is_none() {
+                    let a = self.backend.step(Input::CreateMemgest {
+                        name: name.clone(),
+                        kind,
+                        evictable: None,
+                    });
+                    self.carry_out(a, None);
+                }
+                let a = self.backend.step(Input::SetDefault { name });
+                self.carry_out(a, None);
+            }
+        }
+        let a = self.backend.step(Input::Bootstrap { active: p.active });
+        self.carry_out(a, None);
+        *plan = None;
+    }
+
+    fn send_to_conn(&self, conn: u64, frame: Vec<u8>) {
+        let mut st = self.state.lock();
+        let full = match st.conns.get(&conn) {
+            Some(c) => c.tx.try_send(frame).is_err(),
+            None => false,
+        };
+        if full {
+            // A reader this far behind is dropped; it reconnects and is sent the map.
+            st.conns.remove(&conn);
+        }
+    }
+
+    fn send_to_node(&self, node: NodeId, m: &FromControl) {
+        let conn = self.state.lock().nodes.get(&node).copied();
+        if let (Some(c), Ok(f)) = (conn, encode(m)) {
+            self.send_to_conn(c, f);
+        }
+    }
+
+    /// Carry out the backend's actions. `reply_to`: the connection that sent a command, which
+    /// gets `Ok` or the rejection.
+    fn carry_out(&self, actions: Vec<Action>, reply_to: Option<u64>) -> Option<FromControl> {
+        let mut verdict = None;
+        for a in actions {
+            match a {
+                Action::Publish(map) => {
+                    if let Ok(f) = encode(&FromControl::Map((*map).clone())) {
+                        // Nodes and watchers get every map; one-shot command
+                        // connections only their verdict.
+                        let conns: Vec<u64> = {
+                            let st = self.state.lock();
+                            let mut c: Vec<u64> = st.nodes.values().copied().collect();
+                            c.extend(st.watchers.iter().copied());
+                            c.sort_unstable();
+                            c.dedup();
+                            c
+                        };
+                        for c in conns {
+                            self.send_to_conn(c, f.clone());
+                        }
+                    }
+                    verdict.get_or_insert(FromControl::Ok);
+                }
+                Action::SendMap { to, map } => {
+                    self.send_to_node(to, &FromControl::Map((*map).clone()))
+                }
+                Action::HeartbeatAck {
+                    to,
+                    incarnation,
+                    sent_ms,
+                    ..
+                } => self.send_to_node(
+                    to,
+                    &FromControl::HeartbeatAck {
+                        incarnation,
+                        sent_ms,
+                    },
+                ),
+                Action::Fenced { to, incarnation } => {
+                    self.send_to_node(to, &FromControl::Fenced { incarnation })
+                }
+                Action::Rejected(e) => verdict = Some(FromControl::Error(e.to_string())),
+            }
+        }
+        if reply_to.is_some() {
+            verdict
+        } else {
+            None
+        }
+    }
+
+    async fn serve(self: Arc<Self>, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(CONTROL_QUEUE_FRAMES_MAX);
+        self.state.lock().conns.insert(id, Conn { tx });
+        let (mut r, mut w) = stream.into_split();
+        let writer = tokio::spawn(async move {
+            while let Some(f) = rx.recv().await {
+                if w.write_all(&f).await.is_err() {
+                    break;
+                }
+            }
+        });
+        while let Ok(req) = read_frame::<ToControl>(&mut r).await {
+            let reply = self.handle(id, req);
+            if let Some(rep) = reply {
+                if let Ok(f) = encode(&rep) {
+                    self.send_to_conn(id, f);
+                }
+            }
+        }
+        {
+            let mut st = self.state.lock();
+            st.conns.remove(&id);
+            st.nodes.retain(|_, c| *c != id);
+            st.watchers.remove(&id);
+        }
+        writer.abort();
+    }
+
+    fn handle(&self, conn: u64, req: ToControl) -> Option<FromControl> {
+        match req {
+            ToControl::Join {
+                node,
+                addr,
+                incarnation,
+            } => {
+                self.state.lock().nodes.insert(NodeId(node), conn);
+                let a = self.backend.step(Input::Join {
+                    node: NodeId(node),
+                    addr,
+                    incarnation,
+                });
+                self.carry_out(a, None)
+            }
+            ToControl::Heartbeat {
+                node,
+                incarnation,
+                epoch,
+                sent_ms,
+            } => {
+                self.state.lock().nodes.insert(NodeId(node), conn);
+                let a = self.backend.step(Input::Heartbeat {
+                    node: NodeId(node),
+                    incarnation,
+                    epoch: Epoch(epoch),
+                    sent_ms,
+                });
+                self.carry_out(a, None)
+            }
+            ToControl::Drain { node } => {
+                let a = self.backend.step(Input::Drain { node: NodeId(node) });
+                self.carry_out(a, Some(conn))
+            }
+            ToControl::Watch => {
+                self.state.lock().watchers.insert(conn);
+                Some(FromControl::Map((*self.backend.map()).clone()))
+            }
+            ToControl::CreateMemgest { name, kind } => match MemgestKind::parse(&kind) {
+                Ok(kind) => {
+                    let a = self.backend.step(Input::CreateMemgest {
+                        name,
+                        kind,
+                        evictable: None,
+                    });
+                    self.carry_out(a, Some(conn))
+                }
+                Err(e) => Some(FromControl::Error(e.to_string())),
+            },
+            ToControl::SetDefault { name } => {
+                let a = self.backend.step(Input::SetDefault { name });
+                self.carry_out(a, Some(conn))
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ client
+
+/// First reconnect delay of a node's control link; doubles up to [`CONTROL_BACKOFF_MAX`].
+pub const CONTROL_BACKOFF_MIN: Duration = Duration::from_millis(20);
+/// Longest delay between control reconnects.
+pub const CONTROL_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// A node's link to the control service: requests go out through a bounded queue (a full
+/// queue drops: heartbeats repeat), everything received goes to `inbound`. Reconnects with
+/// bounded backoff; the node's own heartbeat timer re-establishes its lease and gets the map.
+pub struct ControlClient {
+    tx: mpsc::Sender<ToControl>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ControlClient {
+    pub fn start(
+        addr: String,
+        inbound: Arc<dyn Fn(FromControl) + Send + Sync>,
+        rt: &tokio::runtime::Handle,
+    ) -> ControlClient {
+        let (tx, rx) = mpsc::channel(CONTROL_QUEUE_FRAMES_MAX);
+        let task = rt.spawn(control_link(addr, rx, inbound));
+        ControlClient { tx, task }
+    }
+
+    /// Queue a request; false if the queue is full (dropped).
+    pub fn send(&self, m: ToControl) -> bool {
+        self.tx.try_send(m).is_ok()
+    }
+}
+
+impl Drop for ControlClient {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn control_link(
+    addr: String,
+    mut rx: mpsc::Receiver<ToControl>,
+    inbound: Arc<dyn Fn(FromControl) + Send + Sync>,
+) {
+    let mut backoff = CONTROL_BACKOFF_MIN;
+    loop {
+        let stream = match TcpStream::connect(&addr).await {
+            Ok(s) => s,
+            Err(_) => {
+                // Stale requests (old heartbeats) are worthless after an outage.
+                while rx.try_recv().is_ok() {}
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(CONTROL_BACKOFF_MAX);
+                continue;
+            }
+        };
+        backoff = CONTROL_BACKOFF_MIN;
+        let _ = stream.set_nodelay(true);
+        let (mut r, mut w) = stream.into_split();
+        let inb = inbound.clone();
+        let mut reader = tokio::spawn(async move {
+            while let Ok(m) = read_frame::<FromControl>(&mut r).await {
+                inb(m);
+            }
+        });
+        loop {
+            tokio::select! {
+                m = rx.recv() => {
+                    let Some(m) = m else { reader.abort(); return };
+                    let Ok(f) = encode(&m) else { continue };
+                    if w.write_all(&f).await.is_err() {
+                        break;
+                    }
+                }
+                _ = &mut reader => break,
+            }
+        }
+        reader.abort();
+    }
+}
+
+/// One request/response exchange with the control service (CLI: drain, map).
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn request(addr: &str, req: &ToControl) -> Result<FromControl, ControlWireError> {
+    let mut s = TcpStream::connect(addr).await?;
+    s.write_all(&encode(req)?).await?;
+    read_frame::<FromControl>(&mut s).await
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn join_bootstrap_heartbeat_drain() {
+        let backend = Arc::new(
+            EmbeddedBackend::new(ControlConfig {
+                s: 2,
+                d: 1,
+                lease_ms: 1000,
+            })
+            .unwrap(),
+        );
+        let (_svc, addr) = ControlService::start(
+            "127.0.0.1:0".parse().unwrap(),
+            backend,
+            Some(BootstrapPlan {
+                expect_nodes: 4,
+                active: 3,
+                default_memgest: Some(MemgestKind::Rep { r: 3 }),
+            }),
+        )
+        .await
+        .unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut clients = Vec::new();
+        for n in 1..=4u32 {
+            let tx = tx.clone();
+            let c = ControlClient::start(
+                addr.to_string(),
+                Arc::new(move |m| {
+                    let _ = tx.send((n, m));
+                }),
+                &tokio::runtime::Handle::current(),
+            );
+            assert!(c.send(ToControl::Join {
+                node: n,
+                addr: format!("127.0.0.1:{}", 7000 + n),
+                incarnation: 1,
+            }));
+            clients.push(c);
+        }
+        // Every node sees a bootstrapped map with rep:3 as the default memgest.
+        let mut placed = std::collections::BTreeSet::new();
+        let mut epoch = 0;
+        while placed.len() < 4 {
+            let (n, m) = rx.recv().await.unwrap();
+            if let FromControl::Map(m) = m {
+                if m.placement.is_some() {
+                    let d = m.default_memgest;
+                    assert_eq!(m.memgest_kind(d), MemgestKind::Rep { r: 3 });
+                    placed.insert(n);
+                    epoch = epoch.max(m.epoch.0);
+                }
+            }
+        }
+        // A heartbeat is acknowledged with its send time.
+        clients[0].send(ToControl::Heartbeat {
+            node: 1,
+            incarnation: 1,
+            epoch,
+            sent_ms: 4242,
+        });
+        loop {
+            let (n, m) = rx.recv().await.unwrap();
+            if n == 1
+                && m == (FromControl::HeartbeatAck {
+                    incarnation: 1,
+                    sent_ms: 4242,
+                })
+            {
+                break;
+            }
+        }
+        // Drain node 2 (keep everyone's lease alive meanwhile is not needed: 1 s lease).
+        let r = request(&addr.to_string(), &ToControl::Drain { node: 2 })
+            .await
+            .unwrap();
+        assert_eq!(r, FromControl::Ok);
+        let r = request(&addr.to_string(), &ToControl::Drain { node: 2 })
+            .await
+            .unwrap();
+        assert!(matches!(r, FromControl::Error(_)), "{r:?}");
+        let r = request(&addr.to_string(), &ToControl::Watch).await.unwrap();
+        let FromControl::Map(m) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(
+            m.node_state(NodeId(2)),
+            Some(ringlet_control::NodeState::Draining)
+        );
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_is_refused() {
+        let mut b: &[u8] = &[0xff, 0xff, 0xff, 0xff, b'{'];
+        let r = read_frame::<ToControl>(&mut b).await;
+        assert!(matches!(r, Err(ControlWireError::TooLarge(_))));
+        let body = b"{\"Drain\":{\"node\":\"x\"}}";
+        let mut f = (body.len() as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(body);
+        let r = read_frame::<ToControl>(&mut &f[..]).await;
+        assert!(matches!(r, Err(ControlWireError::Json(_))));
+    }
+}
