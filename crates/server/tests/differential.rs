@@ -571,8 +571,22 @@ sorted: KEYS *
 DEL \x00\xff\x0d\x0a \e
 ";
 
+/// Protocol switches last (they change how every later reply is encoded).
+const HELLO: &str = r"
+shape: HELLO
+shape: HELLO 3
+GET nokey
+MGET nokey nokey
+INCRBYFLOAT f 1.5
+shape: HELLO 2 SETNAME renamed
+CLIENT GETNAME
+GET nokey
+shape: HELLO 3 AUTH default whatever
+GET nokey
+";
+
 const ALL: &[&str] = &[
-    CONNECTION, SERVER, STRINGS, COUNTERS, RANGES, KEYSPACE, EXPIRY, BINARY,
+    CONNECTION, SERVER, STRINGS, COUNTERS, RANGES, KEYSPACE, EXPIRY, BINARY, HELLO,
 ];
 
 #[test]
