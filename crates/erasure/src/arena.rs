@@ -313,7 +313,8 @@ impl Arena {
     /// previous value's range. Returns the parity update with the metadata.
     ///
     /// # Errors
-    /// [`Error::Range`] for an empty/oversized key or value, [`Error::NoSpace`],
+    /// [`Error::Range`] for an empty/oversized key or an oversized value (an empty value is
+    /// fine: metadata only), [`Error::NoSpace`],
     /// [`Error::Stale`] if `version` is not above the stored one.
     pub fn put(
         &mut self,
@@ -328,13 +329,26 @@ impl Arena {
             }
         }
         let len = value.len() as u64;
-        let offset = self.allocate(len)?;
-        let mut up = match self.write(offset, value) {
-            Ok(u) => u,
-            Err(e) => {
-                // Undo the allocation; cannot fail since we just made it.
-                let _ = self.free(offset, len);
-                return Err(e);
+        let (offset, mut up) = if value.is_empty() {
+            // An empty value (`SET k ""`) occupies no arena bytes: metadata only.
+            self.seq = self.seq.saturating_add(1);
+            let up = ParityUpdate {
+                owner: self.node,
+                seq: self.seq,
+                offset: 0,
+                delta: Vec::new(),
+                meta: None,
+            };
+            (0, up)
+        } else {
+            let offset = self.allocate(len)?;
+            match self.write(offset, value) {
+                Ok(u) => (offset, u),
+                Err(e) => {
+                    // Undo the allocation; cannot fail since we just made it.
+                    let _ = self.free(offset, len);
+                    return Err(e);
+                }
             }
         };
         let meta = KeyMeta {
@@ -346,8 +360,10 @@ impl Arena {
         if let Some(old) = self.keys.insert(key.to_vec(), meta) {
             // Cannot fail while the invariants hold (the key pointed at its allocation), and
             // the update must go out regardless: its sequence number is already taken.
-            let freed = self.free(old.offset, old.len);
-            debug_assert!(freed.is_ok(), "key pointed at a non-allocation");
+            if old.len > 0 {
+                let freed = self.free(old.offset, old.len);
+                debug_assert!(freed.is_ok(), "key pointed at a non-allocation");
+            }
         } else {
             self.meta_bytes = self
                 .meta_bytes
@@ -374,7 +390,9 @@ impl Arena {
         if version <= old.version {
             return Err(Error::Stale);
         }
-        self.free(old.offset, old.len)?;
+        if old.len > 0 {
+            self.free(old.offset, old.len)?;
+        }
         self.keys.remove(key);
         self.meta_bytes = self
             .meta_bytes
@@ -428,7 +446,7 @@ impl Arena {
         assert_eq!(cursor, self.capacity);
         let payload: u64 = self.used.values().sum();
         assert_eq!(payload, self.payload_bytes);
-        for m in self.keys.values() {
+        for m in self.keys.values().filter(|m| m.len > 0) {
             assert_eq!(
                 self.used.get(&m.offset),
                 Some(&m.len),
@@ -501,6 +519,20 @@ mod tests {
         assert_eq!(a.accounting().payload_bytes, 0);
         assert_eq!(a.accounting().meta_bytes, 0);
         a.check_invariants();
+    }
+
+    #[test]
+    fn empty_values_are_metadata_only() {
+        let mut a = arena();
+        let u = a.put(b"e", Version::new(1, 0, 1, 1), b"").unwrap();
+        assert!(u.delta.is_empty());
+        assert_eq!(a.get(b"e").unwrap(), Vec::<u8>::new());
+        a.put(b"e", Version::new(2, 0, 1, 1), b"x").unwrap();
+        a.put(b"e", Version::new(3, 0, 1, 1), b"").unwrap();
+        a.check_invariants();
+        a.delete(b"e", Version::new(4, 0, 1, 1)).unwrap();
+        a.check_invariants();
+        assert_eq!(a.accounting().payload_bytes, 0);
     }
 
     #[test]

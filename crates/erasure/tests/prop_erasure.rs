@@ -154,7 +154,7 @@ proptest! {
     #[test]
     fn parity_after_updates_equals_fresh_encode(
         (k, m, s) in shape(),
-        ops in prop::collection::vec((0u32..9, 0u8..4, 0u8..6, 1usize..300, any::<u8>(), any::<u16>()), 1..60),
+        ops in prop::collection::vec((0u32..9, 0u8..4, 0u8..6, 0usize..300, any::<u8>(), any::<u16>()), 1..60),
         deliver_seed in any::<u64>(),
     ) {
         let layout = Layout::with_any_stretch(k, m, s, CHUNK).unwrap();
@@ -177,12 +177,12 @@ proptest! {
                 _ => {
                     // In-place partial overwrite of an existing value.
                     match a.meta(&key).copied() {
-                        Some(meta) => {
+                        Some(meta) if meta.len > 0 && len > 0 => {
                             let start = u64::from(off) % meta.len;
                             let n = (meta.len - start).min(len as u64) as usize;
                             a.write(meta.offset + start, &value[..n]).ok()
                         }
-                        None => None,
+                        _ => None,
                     }
                 }
             };
