@@ -230,6 +230,10 @@ impl RespProcessor {
         // Bounded by buf.len(): every successful decode consumes at least one byte.
         loop {
             let rest = &buf[pos..];
+            // Redis's tighter request limits until the client has authenticated (a password
+            // is set and no AUTH yet): at most 10 arguments of at most 16 KiB.
+            self.decoder
+                .set_unauthenticated(!session.authenticated && shared.auth_required());
             match self.decoder.decode(rest, &mut self.req) {
                 Ok(Some(used)) => {
                     if self.req.argc() > 0 {

@@ -680,6 +680,22 @@ GET k
     let mut g = Raw::connect(node.local_addr().port());
     run(script, &mut r, &mut g);
 
+    // Before AUTH, Redis 7 refuses requests of more than 10 arguments or bulk strings over
+    // 16 KiB, then closes the connection.
+    let big_bulk = format!("*2\r\n$4\r\nAUTH\r\n${}\r\n", 16 * 1024 + 1);
+    for garbage in [&b"*11\r\n"[..], big_bulk.as_bytes()] {
+        let mut outs = Vec::new();
+        for port in [redis.port, node.local_addr().port()] {
+            let mut c = Raw::connect(port);
+            c.send(garbage);
+            outs.push(c.read_to_close());
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&outs[0]),
+            String::from_utf8_lossy(&outs[1])
+        );
+    }
+
     // HELLO with AUTH authenticates and switches protocol in one step.
     let mut r = Raw::connect(redis.port);
     let mut g = Raw::connect(node.local_addr().port());
