@@ -82,6 +82,9 @@ pub enum ClientReply {
     /// Key or value beyond `ringlet_types::limits`.
     TooLarge,
     NoSuchMemgest,
+    /// The memgest's scheme is not implemented here yet (`ec:K+M` until crates/erasure is
+    /// wired in).
+    Unsupported,
     /// The coordinator lost its role with this write in flight: it may or may not commit.
     Ambiguous,
 }
@@ -97,6 +100,7 @@ impl ClientReply {
                 | ClientReply::Busy
                 | ClientReply::TooLarge
                 | ClientReply::NoSuchMemgest
+                | ClientReply::Unsupported
         )
     }
 }

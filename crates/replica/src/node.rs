@@ -595,7 +595,7 @@ impl<S: ReplicaStore> Replica<S> {
             // metadata) to the PG's first M redundant nodes; it commits when all M acked.
             // crates/erasure provides the delta; until it is wired, ec writes are refused.
             MemgestKind::Ec { .. } => {
-                return self.reply(out, client, id, ClientReply::NoSuchMemgest);
+                return self.reply(out, client, id, ClientReply::Unsupported);
             }
         };
         let Some(r) = self.range(slot) else {

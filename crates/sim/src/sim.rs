@@ -1089,6 +1089,11 @@ impl World {
             eprintln!("linearize: {} ops in {:?}", ops.len(), t0.elapsed());
         }
         if !report.is_ok() {
+            // Keep the history for offline study (`ringlet_linearize::check_history_json`).
+            let path = std::env::temp_dir().join(format!("ringlet-sim-{seed}.json"));
+            let json = serde_json::to_string(&ringlet_linearize::History { ops: ops.clone() })
+                .unwrap_or_default();
+            let _ = std::fs::write(&path, json);
             let bad = &report.violations[0];
             let mut lines: Vec<String> = ops
                 .iter()
@@ -1099,8 +1104,9 @@ impl World {
             return Err(fail(
                 seed,
                 format!(
-                    "linearizability violation on key {bad} [{}]\n{}",
+                    "linearizability violation on key {bad} [{}] (history: {})\n{}",
                     self.stats.faults,
+                    path.display(),
                     lines.join("\n")
                 ),
             ));

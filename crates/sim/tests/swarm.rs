@@ -4,11 +4,17 @@
 
 use ringlet_sim::{run_seed, SimOptions};
 
+/// `SEED=n` replays one seed; `SEEDS=a..b` sweeps a range; otherwise the test's default range.
 fn seeds(default: std::ops::Range<u64>) -> Vec<u64> {
-    match std::env::var("SEED") {
-        Ok(s) => vec![s.trim().parse().expect("SEED must be an integer")],
-        Err(_) => default.collect(),
+    if let Ok(s) = std::env::var("SEED") {
+        return vec![s.trim().parse().expect("SEED must be an integer")];
     }
+    if let Ok(r) = std::env::var("SEEDS") {
+        let (a, b) = r.split_once("..").expect("SEEDS=a..b");
+        return (a.trim().parse().expect("SEEDS start")..b.trim().parse().expect("SEEDS end"))
+            .collect();
+    }
+    default.collect()
 }
 
 fn run_all(seeds: Vec<u64>, opts: &SimOptions) {
@@ -59,4 +65,14 @@ fn swarm_many_seeds() {
         ..SimOptions::default()
     };
     run_all(seeds(1000..3000), &opts);
+}
+
+#[test]
+fn same_seed_replays_exactly() {
+    let opts = SimOptions::default();
+    for seed in [3u64, 17, 42] {
+        let a = run_seed(seed, &opts).map(|s| format!("{s:?}"));
+        let b = run_seed(seed, &opts).map(|s| format!("{s:?}"));
+        assert_eq!(a, b, "seed {seed} did not replay identically");
+    }
 }
