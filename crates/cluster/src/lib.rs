@@ -32,6 +32,9 @@
 //! Design notes and measured figures: `docs/design/cluster-runtime.md`.
 
 pub mod control;
+pub mod launch;
+pub mod node;
+pub mod resp;
 pub mod store;
 pub mod transport;
 pub mod wire;

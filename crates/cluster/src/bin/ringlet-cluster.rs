@@ -1,0 +1,190 @@
+//! `ringlet-cluster`: run the pieces of a Ringlet cluster.
+//!
+//! ```text
+//! ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]
+//! ringlet-cluster control --port P [--nodes N --spares S] [--default-memgest rep:3]
+//! ringlet-cluster node --id ID --port P --control HOST:PORT [--peer-port P] [--lease-ms MS]
+//! ringlet-cluster drain --control HOST:PORT ID
+//! ringlet-cluster map --control HOST:PORT
+//! ```
+
+use ringlet_cluster::control::{request, FromControl, ToControl};
+use ringlet_cluster::launch::{self, ControlOpts, NodeOpts, UpOpts, DEFAULT_LEASE_MS};
+use ringlet_types::MemgestKind;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]\n  ringlet-cluster control --port P [--nodes N --spares S] [--default-memgest rep:3]\n  ringlet-cluster node --id ID --port P --control HOST:PORT [--peer-port P] [--lease-ms MS]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
+    );
+    ExitCode::from(2)
+}
+
+struct Args {
+    flags: HashMap<String, String>,
+    positional: Vec<String>,
+}
+
+impl Args {
+    fn parse(v: &[String]) -> Option<Args> {
+        let mut flags = HashMap::new();
+        let mut positional = Vec::new();
+        let mut it = v.iter();
+        while let Some(a) = it.next() {
+            if let Some(f) = a.strip_prefix("--") {
+                flags.insert(f.to_string(), it.next()?.clone());
+            } else {
+                positional.push(a.clone());
+            }
+        }
+        Some(Args { flags, positional })
+    }
+    fn get<T: std::str::FromStr>(&self, k: &str) -> Result<Option<T>, String> {
+        match self.flags.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("bad value for --{k}: {v}")),
+        }
+    }
+    fn req<T: std::str::FromStr>(&self, k: &str) -> Result<T, String> {
+        self.get(k)?.ok_or_else(|| format!("--{k} is required"))
+    }
+    fn memgest(&self) -> Result<Option<MemgestKind>, String> {
+        match self.flags.get("default-memgest") {
+            None => Ok(None),
+            Some(s) => MemgestKind::parse(s).map(Some).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn run(cmd: &str, a: &Args) -> Result<(), String> {
+    let rt = runtime().map_err(|e| e.to_string())?;
+    let lease_ms = a.get("lease-ms")?.unwrap_or(DEFAULT_LEASE_MS);
+    let memory_bytes = a.get("memory")?.unwrap_or(512u64 << 20);
+    match cmd {
+        "up" => {
+            let o = UpOpts {
+                nodes: a.req("nodes")?,
+                spares: a.get("spares")?.unwrap_or(0),
+                base_port: a.req("port")?,
+                control_port: a.get("control-port")?,
+                default_memgest: a.memgest()?,
+                lease_ms,
+                memory_bytes,
+                exe: std::env::current_exe().map_err(|e| e.to_string())?,
+            };
+            rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
+        }
+        "control" => {
+            let nodes: usize = a.get("nodes")?.unwrap_or(0);
+            let spares: usize = a.get("spares")?.unwrap_or(0);
+            let port: u16 = a.req("port")?;
+            let o = ControlOpts {
+                bind: SocketAddr::from(([127, 0, 0, 1], port)),
+                expect_nodes: nodes + spares,
+                active: nodes,
+                default_memgest: a.memgest()?,
+                s: 2,
+                d: 1,
+                lease_ms,
+            };
+            rt.block_on(async {
+                let (_svc, addr) = launch::run_control(&o).await.map_err(|e| e.to_string())?;
+                println!("ringlet control plane listening on {addr}");
+                wait_for_signal().await;
+                Ok(())
+            })
+        }
+        "node" => {
+            let port: u16 = a.req("port")?;
+            let o = NodeOpts {
+                id: a.req("id")?,
+                bind: SocketAddr::from(([127, 0, 0, 1], port)),
+                peer_port: a.get("peer-port")?.unwrap_or(0),
+                control: a.req("control")?,
+                lease_ms,
+                memory_bytes,
+            };
+            rt.block_on(async {
+                let (node, addr) = launch::run_node(&o).await.map_err(|e| e.to_string())?;
+                println!("ringlet node {} serving on {addr}", o.id);
+                wait_for_signal().await;
+                node.stop();
+                Ok(())
+            })
+        }
+        "drain" | "map" => {
+            let control: String = a.req("control")?;
+            let req = if cmd == "drain" {
+                let id: u32 = a
+                    .positional
+                    .first()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("drain needs a node id")?;
+                ToControl::Drain { node: id }
+            } else {
+                ToControl::Watch
+            };
+            let r = rt
+                .block_on(request(&control, &req))
+                .map_err(|e| e.to_string())?;
+            match r {
+                FromControl::Ok => {
+                    println!("OK");
+                    Ok(())
+                }
+                FromControl::Map(m) => {
+                    println!("{}", m.to_json().map_err(|e| e.to_string())?);
+                    Ok(())
+                }
+                FromControl::Error(e) => Err(e),
+                other => Err(format!("unexpected reply {other:?}")),
+            }
+        }
+        _ => Err(format!("unknown command {cmd}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = argv.split_first() else {
+        return usage();
+    };
+    let Some(a) = Args::parse(rest) else {
+        return usage();
+    };
+    match run(cmd, &a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ringlet-cluster {cmd}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

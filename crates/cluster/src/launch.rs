@@ -1,0 +1,253 @@
+//! Starting things: the control service ([`run_control`]), one node ([`run_node`]), and a
+//! whole local cluster ([`up`]: the control plane in this process, N+S node processes).
+//! Used by the `ringlet-cluster` binary and, through it, by `ringlet up` / `ringlet server
+//! --cluster`.
+
+use crate::control::{BootstrapPlan, ControlService, EmbeddedBackend};
+use crate::node::{ClusterNode, NodeConfig};
+use ringlet_control::ControlConfig;
+use ringlet_engine::EngineConfig;
+use ringlet_replica::ReplicaConfig;
+use ringlet_types::{MemgestKind, NodeId};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Default heartbeat lease (control plane and nodes must agree). 1 s keeps the failover
+/// window (lease + rebuild) under the 3 s goal; heartbeats every 100 ms give 10 chances.
+pub const DEFAULT_LEASE_MS: u64 = 1000;
+
+/// Control service options.
+#[derive(Clone, Debug)]
+pub struct ControlOpts {
+    pub bind: SocketAddr,
+    /// Bootstrap when this many nodes joined (0: never bootstrap by itself).
+    pub expect_nodes: usize,
+    pub active: usize,
+    pub default_memgest: Option<MemgestKind>,
+    pub s: u8,
+    pub d: u8,
+    pub lease_ms: u64,
+}
+
+/// Start the embedded control plane service in the current runtime.
+///
+/// # Errors
+/// Bad config or bind failure.
+pub async fn run_control(o: &ControlOpts) -> std::io::Result<(Arc<ControlService>, SocketAddr)> {
+    let backend = EmbeddedBackend::new(ControlConfig {
+        s: o.s,
+        d: o.d,
+        lease_ms: o.lease_ms,
+    })
+    .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let plan = (o.expect_nodes > 0).then_some(BootstrapPlan {
+        expect_nodes: o.expect_nodes,
+        active: o.active,
+        default_memgest: o.default_memgest,
+    });
+    ControlService::start(o.bind, Arc::new(backend), plan).await
+}
+
+/// Node options.
+#[derive(Clone, Debug)]
+pub struct NodeOpts {
+    pub id: u32,
+    pub bind: SocketAddr,
+    /// Peer port (0: any free port; peers learn it from the map).
+    pub peer_port: u16,
+    pub control: String,
+    pub lease_ms: u64,
+    pub memory_bytes: u64,
+}
+
+/// Start a node (client RESP listener, peer listener, control link, driver) in the current
+/// runtime. Returns the node and its client address.
+///
+/// # Errors
+/// Bind or engine failures.
+pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)> {
+    let listener = TcpListener::bind(o.bind).await?;
+    let client_addr = listener.local_addr()?;
+    // A restarted process must carry a higher incarnation: wall-clock ms at start does.
+    let incarnation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64);
+    let cfg = NodeConfig {
+        id: NodeId(o.id),
+        incarnation,
+        client_addr,
+        peer_bind: SocketAddr::new(o.bind.ip(), o.peer_port),
+        control_addr: o.control.clone(),
+        engine: EngineConfig {
+            memory_bytes_max: o.memory_bytes,
+            ..EngineConfig::default()
+        },
+        replica: ReplicaConfig {
+            heartbeat_interval_ms: 100,
+            lease_ms: o.lease_ms,
+            lease_margin_ms: 100,
+            retransmit_ms: 100,
+            pull_retry_ms: 300,
+            repair_interval_ms: 250,
+            rebuild_timeout_ms: 20_000,
+            ..ReplicaConfig::default()
+        },
+        tick_ms: 10,
+    };
+    let (node, _peer) = ClusterNode::start(cfg).await?;
+    tokio::spawn(crate::resp::serve(listener, node.clone()));
+    Ok((node, client_addr))
+}
+
+/// `up` options.
+#[derive(Clone, Debug)]
+pub struct UpOpts {
+    pub nodes: usize,
+    pub spares: usize,
+    pub base_port: u16,
+    /// Defaults to the port after the last node's.
+    pub control_port: Option<u16>,
+    pub default_memgest: Option<MemgestKind>,
+    pub lease_ms: u64,
+    pub memory_bytes: u64,
+    /// The binary that runs `node` (normally this executable).
+    pub exe: std::path::PathBuf,
+}
+
+/// Ask a node for `CLUSTER INFO` over RESP (readiness polling).
+async fn cluster_info(addr: SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(
+        Duration::from_millis(500),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    s.write_all(b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")
+        .await
+        .ok()?;
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    loop {
+        let n = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if let Ok(Some((ringlet_codec::resp::Reply::Bulk(b), _))) =
+            ringlet_codec::resp::decode_reply(&got)
+        {
+            return String::from_utf8(b).ok();
+        }
+        if got.len() > 64 * 1024 {
+            return None;
+        }
+    }
+}
+
+/// Run a local cluster until Ctrl-C / SIGTERM: the control plane here, `nodes + spares` node
+/// processes on `base_port..`, spares last. Prints one line per node (`node ID pid PID port
+/// PORT`), then `ringlet cluster ready ...` once every node serves the bootstrapped map.
+///
+/// # Errors
+/// Bind or spawn failures.
+pub async fn up(o: &UpOpts) -> std::io::Result<()> {
+    let total = o.nodes + o.spares;
+    let control_port = o
+        .control_port
+        .unwrap_or(o.base_port.saturating_add(total as u16));
+    let (svc, caddr) = run_control(&ControlOpts {
+        bind: SocketAddr::from(([127, 0, 0, 1], control_port)),
+        expect_nodes: total,
+        active: o.nodes,
+        default_memgest: o.default_memgest,
+        s: 2,
+        d: 1,
+        lease_ms: o.lease_ms,
+    })
+    .await?;
+    let mut children = Vec::new();
+    for i in 0..total {
+        let port = o.base_port.saturating_add(i as u16);
+        let child = std::process::Command::new(&o.exe)
+            .args([
+                "node",
+                "--id",
+                &(i + 1).to_string(),
+                "--port",
+                &port.to_string(),
+                "--control",
+                &caddr.to_string(),
+                "--lease-ms",
+                &o.lease_ms.to_string(),
+                "--memory",
+                &o.memory_bytes.to_string(),
+            ])
+            .stdin(std::process::Stdio::null())
+            .spawn()?;
+        println!("node {} pid {} port {port}", i + 1, child.id());
+        children.push(child);
+    }
+    let addrs: Vec<SocketAddr> = (0..total)
+        .map(|i| SocketAddr::from(([127, 0, 0, 1], o.base_port.saturating_add(i as u16))))
+        .collect();
+    let stop = async {
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => r,
+                _ = term.recv() => Ok(()),
+            }
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c().await
+    };
+    let ready = async {
+        loop {
+            let map = svc.map();
+            if map.placement.is_some() {
+                let want = format!("cluster_current_epoch:{}\r\n", map.epoch.0);
+                let mut all = true;
+                for a in &addrs {
+                    match cluster_info(*a).await {
+                        Some(i) if i.starts_with("cluster_state:ok") && i.contains(&want) => {}
+                        _ => {
+                            all = false;
+                            break;
+                        }
+                    }
+                }
+                if all {
+                    return map.epoch;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::pin!(stop);
+    tokio::select! {
+        e = ready => {
+            println!(
+                "ringlet cluster ready: {} nodes + {} spares on 127.0.0.1:{}..{}, control {caddr}, epoch {e}",
+                o.nodes, o.spares, o.base_port, o.base_port as usize + total - 1
+            );
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let _ = (&mut stop).await;
+        }
+        _ = &mut stop => {}
+    }
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    Ok(())
+}

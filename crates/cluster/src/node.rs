@@ -1,0 +1,420 @@
+//! [`ClusterNode`]: one node's replica core with real sockets and a real clock.
+//!
+//! ```text
+//!  front ends --submit(op)--+                 peer transport --Peer--+
+//!                           v                                        v
+//!            bounded event channel (DRIVER_QUEUE_MAX) <--Map/HbAck/Fenced-- control client
+//!                           |
+//!                 driver thread: recv_timeout(tick) -> Replica::step(mono_ms(), input)
+//!                           |
+//!     Send -> transport.send (never blocks) · Reply -> the waiting oneshot
+//!     Control -> control client · PossibleLoss -> counter + log
+//! ```
+//!
+//! The replica core is stepped only by the driver thread, so it needs no lock; the engine it
+//! writes through ([`EngineStore`]) is shared (behind its mutex) with whoever serves INFO.
+//! A full event channel refuses: a client gets `Busy` (nothing happened), a peer frame is
+//! dropped (the sender retransmits).
+
+use crate::control::{ControlClient, FromControl, ToControl};
+use crate::mono_ms;
+use crate::store::EngineStore;
+use crate::transport::{Inbound, Transport};
+use parking_lot::{Mutex, RwLock};
+use ringlet_control::{ClusterMap, Input as ControlInput};
+use ringlet_engine::{Engine, EngineConfig};
+use ringlet_replica::{
+    ClientOp, ClientReply, ClientRequest, Input, Output, PeerMsg, Replica, ReplicaConfig, Reply,
+    ReqId,
+};
+use ringlet_types::{limits, Epoch, NodeId};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Events queued to the driver before new ones are refused.
+pub const DRIVER_QUEUE_MAX: usize = limits::QUEUE_CAPACITY as usize;
+/// Client requests awaiting a reply from the core (bounded like the queue).
+pub const WAITING_MAX: usize = limits::QUEUE_CAPACITY as usize;
+
+/// How a node runs.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    /// Process incarnation (restarts must use a higher one: we use the start time in ms).
+    pub incarnation: u64,
+    /// Client address announced in the map (MOVED and CLUSTER SLOTS point here).
+    pub client_addr: SocketAddr,
+    /// Peer listener bind address (port 0: any).
+    pub peer_bind: SocketAddr,
+    /// Control service address.
+    pub control_addr: String,
+    pub engine: EngineConfig,
+    /// Replica timing (lease must equal the control plane's).
+    pub replica: ReplicaConfig,
+    /// Driver tick interval.
+    pub tick_ms: u64,
+}
+
+/// Why a submit got no reply from the core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("node overloaded: request refused before it ran")]
+    Overloaded,
+    #[error("node stopped")]
+    Stopped,
+}
+
+enum Event {
+    Client {
+        req: ClientRequest,
+        reply: oneshot::Sender<Reply>,
+    },
+    Peer {
+        from: NodeId,
+        msg: PeerMsg,
+    },
+    Control(FromControl),
+    Stop,
+}
+
+/// Counters (metrics `cluster_*`).
+#[derive(Debug, Default)]
+pub struct NodeStats {
+    pub events_refused: AtomicU64,
+    pub possible_loss: AtomicU64,
+    pub maps_applied: AtomicU64,
+    pub fenced: AtomicU64,
+}
+
+struct Shared {
+    id: NodeId,
+    tx: SyncSender<Event>,
+    map: RwLock<Option<Arc<ClusterMap>>>,
+    /// The core's epoch after its last step (what a request must carry).
+    epoch: AtomicU64,
+    next_client: AtomicU64,
+    stats: NodeStats,
+}
+
+/// A running cluster node. Cheap to clone.
+#[derive(Clone)]
+pub struct ClusterNode {
+    shared: Arc<Shared>,
+    engine: Arc<Mutex<Engine>>,
+    transport: Arc<Transport>,
+    _control: Arc<ControlClient>,
+    driver: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+impl ClusterNode {
+    /// Start the peer listener, the control link and the driver thread in the current tokio
+    /// runtime. Returns once the peer port is bound; the node joins on its first tick.
+    ///
+    /// # Errors
+    /// Engine creation or peer bind failures.
+    pub async fn start(cfg: NodeConfig) -> Result<(ClusterNode, SocketAddr), std::io::Error> {
+        let rt = &tokio::runtime::Handle::current();
+        let store = EngineStore::new(EngineConfig {
+            origin: cfg.id.0,
+            ..cfg.engine.clone()
+        })
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let engine = store.engine().clone();
+        let (tx, rx) = sync_channel::<Event>(DRIVER_QUEUE_MAX);
+        let shared = Arc::new(Shared {
+            id: cfg.id,
+            tx: tx.clone(),
+            map: RwLock::new(None),
+            epoch: AtomicU64::new(0),
+            next_client: AtomicU64::new(1),
+            stats: NodeStats::default(),
+        });
+        let s2 = shared.clone();
+        let inbound: Inbound = Arc::new(move |from, msg| {
+            if s2.tx.try_send(Event::Peer { from, msg }).is_err() {
+                s2.stats.events_refused.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let (transport, peer_addr) =
+            Transport::bind(cfg.peer_bind, cfg.id, cfg.incarnation, inbound).await?;
+        let s3 = shared.clone();
+        let control = Arc::new(ControlClient::start(
+            cfg.control_addr.clone(),
+            Arc::new(move |m| {
+                if s3.tx.try_send(Event::Control(m)).is_err() {
+                    s3.stats.events_refused.fetch_add(1, Ordering::Relaxed);
+                }
+            }),
+            rt,
+        ));
+        let mut rcfg = cfg.replica.clone();
+        // Announced as Redis CLUSTER NODES does: ip:port@cport.
+        rcfg.addr = format!("{}@{}", cfg.client_addr, peer_addr.port());
+        let replica = Replica::new(cfg.id, cfg.incarnation, rcfg, store);
+        let d = Driver {
+            replica,
+            shared: shared.clone(),
+            transport: transport.clone(),
+            control: control.clone(),
+            waiting: HashMap::new(),
+            tick_ms: cfg.tick_ms.max(1),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("ringlet-node-{}", cfg.id))
+            .spawn(move || d.run(rx))?;
+        Ok((
+            ClusterNode {
+                shared,
+                engine,
+                transport,
+                _control: control,
+                driver: Arc::new(Mutex::new(Some(handle))),
+            },
+            peer_addr,
+        ))
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.shared.id
+    }
+
+    /// The newest map the node applied.
+    pub fn map(&self) -> Option<Arc<ClusterMap>> {
+        self.shared.map.read().clone()
+    }
+
+    /// The node's epoch.
+    pub fn epoch(&self) -> Epoch {
+        Epoch(self.shared.epoch.load(Ordering::Acquire))
+    }
+
+    /// The engine (shared; for INFO, DBSIZE, metrics).
+    pub fn engine(&self) -> &Arc<Mutex<Engine>> {
+        &self.engine
+    }
+
+    pub fn stats(&self) -> &NodeStats {
+        &self.shared.stats
+    }
+
+    pub fn transport(&self) -> &Arc<Transport> {
+        &self.transport
+    }
+
+    /// Run one client operation through the replica core at the node's current epoch.
+    /// Every call is a new request id (front ends do not retry writes on their own: a retry
+    /// after an ambiguous outcome is the client's decision).
+    ///
+    /// # Errors
+    /// The request could not be queued, or the node stopped before answering.
+    pub async fn submit(&self, op: ClientOp) -> Result<Reply, SubmitError> {
+        let client = (u64::from(self.shared.id.0) << 40)
+            | self.shared.next_client.fetch_add(1, Ordering::Relaxed);
+        let req = ClientRequest {
+            id: ReqId { client, seq: 1 },
+            epoch: self.epoch(),
+            op,
+        };
+        let (tx, rx) = oneshot::channel();
+        match self.shared.tx.try_send(Event::Client { req, reply: tx }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.shared
+                    .stats
+                    .events_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(SubmitError::Overloaded);
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(SubmitError::Stopped),
+        }
+        rx.await.map_err(|_| SubmitError::Stopped)
+    }
+
+    /// Stop the driver thread (the process is going away).
+    pub fn stop(&self) {
+        let _ = self.shared.tx.send(Event::Stop);
+        if let Some(h) = self.driver.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+struct Driver {
+    replica: Replica<EngineStore>,
+    shared: Arc<Shared>,
+    transport: Arc<Transport>,
+    control: Arc<ControlClient>,
+    waiting: HashMap<u64, oneshot::Sender<Reply>>,
+    tick_ms: u64,
+}
+
+impl Driver {
+    fn run(mut self, rx: std::sync::mpsc::Receiver<Event>) {
+        let mut next_tick = mono_ms();
+        loop {
+            let now = mono_ms();
+            if now >= next_tick {
+                self.step(Input::Tick);
+                next_tick = now + self.tick_ms;
+                // Replies whose requester gave up: forget them (bounds `waiting`).
+                self.waiting.retain(|_, tx| !tx.is_closed());
+            }
+            let wait = Duration::from_millis(next_tick.saturating_sub(mono_ms()));
+            match rx.recv_timeout(wait) {
+                Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(ev) => self.handle(ev),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Client { req, reply } => {
+                if self.waiting.len() >= WAITING_MAX {
+                    let _ = reply.send(Reply {
+                        id: req.id,
+                        from: self.shared.id,
+                        epoch: self.replica.epoch(),
+                        body: ClientReply::Busy,
+                    });
+                    return;
+                }
+                let client = req.id.client;
+                self.waiting.insert(client, reply);
+                self.step(Input::Client { client, req });
+            }
+            Event::Peer { from, msg } => self.step(Input::Peer { from, msg }),
+            Event::Control(m) => match m {
+                FromControl::Map(map) => {
+                    let map = Arc::new(map);
+                    self.set_peers(&map);
+                    self.step(Input::Map(map));
+                    self.shared
+                        .stats
+                        .maps_applied
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                FromControl::HeartbeatAck {
+                    incarnation,
+                    sent_ms,
+                } => self.step(Input::HeartbeatAck {
+                    incarnation,
+                    sent_ms,
+                }),
+                FromControl::Fenced { incarnation } => {
+                    self.shared.stats.fenced.fetch_add(1, Ordering::Relaxed);
+                    self.step(Input::Fenced { incarnation })
+                }
+                FromControl::Ok | FromControl::Error(_) => {}
+            },
+            Event::Stop => {}
+        }
+    }
+
+    fn set_peers(&self, map: &ClusterMap) {
+        let peers: Vec<(NodeId, SocketAddr)> = map
+            .nodes
+            .iter()
+            .filter_map(|(id, n)| peer_addr(&n.addr).map(|a| (*id, a)))
+            .collect();
+        self.transport.set_peers(&peers);
+    }
+
+    fn step(&mut self, input: Input) {
+        let outs = self.replica.step(mono_ms(), input);
+        let epoch = self.replica.epoch();
+        self.shared.epoch.store(epoch.0, Ordering::Release);
+        if let Some(m) = self.replica.map() {
+            let mut cur = self.shared.map.write();
+            if cur.as_ref().is_none_or(|c| c.epoch < m.epoch) {
+                *cur = Some(m.clone());
+            }
+        }
+        for o in outs {
+            match o {
+                Output::Send { to, msg } => {
+                    let _ = self.transport.send(to, &msg);
+                }
+                Output::Reply { client, reply } => {
+                    if let Some(tx) = self.waiting.remove(&client) {
+                        let _ = tx.send(reply);
+                    }
+                }
+                Output::Control(c) => {
+                    let m = match c {
+                        ControlInput::Join {
+                            node,
+                            addr,
+                            incarnation,
+                        } => ToControl::Join {
+                            node: node.0,
+                            addr,
+                            incarnation,
+                        },
+                        ControlInput::Heartbeat {
+                            node,
+                            incarnation,
+                            epoch,
+                            sent_ms,
+                        } => ToControl::Heartbeat {
+                            node: node.0,
+                            incarnation,
+                            epoch: epoch.0,
+                            sent_ms,
+                        },
+                        // The core only emits Join and Heartbeat.
+                        _ => continue,
+                    };
+                    let _ = self.control.send(m);
+                }
+                Output::PossibleLoss { first, last } => {
+                    self.shared
+                        .stats
+                        .possible_loss
+                        .fetch_add(1, Ordering::Relaxed);
+                    eprintln!(
+                        "ringlet node {}: slots {first}-{last} serve without a majority of their old replicas: data may be lost",
+                        self.shared.id
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The client address of a map entry `ip:port@cport`.
+pub fn client_addr(addr: &str) -> Option<SocketAddr> {
+    addr.split('@').next()?.parse().ok()
+}
+
+/// The peer address of a map entry `ip:port@cport`.
+pub fn peer_addr(addr: &str) -> Option<SocketAddr> {
+    let (c, p) = addr.split_once('@')?;
+    let c: SocketAddr = c.parse().ok()?;
+    let p: u16 = p.parse().ok()?;
+    Some(SocketAddr::new(c.ip(), p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addr_forms() {
+        assert_eq!(
+            client_addr("127.0.0.1:7000@17000"),
+            Some("127.0.0.1:7000".parse().unwrap_or_else(|_| unreachable!()))
+        );
+        assert_eq!(
+            peer_addr("127.0.0.1:7000@17000"),
+            Some("127.0.0.1:17000".parse().unwrap_or_else(|_| unreachable!()))
+        );
+        assert_eq!(peer_addr("127.0.0.1:7000"), None);
+    }
+}

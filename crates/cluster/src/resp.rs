@@ -1,0 +1,864 @@
+//! RESP front end of a node in cluster mode, speaking Redis Cluster to clients:
+//! `-MOVED <slot> <ip>:<port>` for keys another node coordinates, `CLUSTER SLOTS`,
+//! `CLUSTER SHARDS`, `CLUSTER NODES`, `CLUSTER KEYSLOT`, `CLUSTER INFO`, `CLUSTER MYID`,
+//! and `COMMAND` from the server's Redis 7 table (redis-py's `RedisCluster` reads it to find
+//! key positions). So `redis-cli -c` and redis-py `RedisCluster` work unchanged.
+//!
+//! Data commands go through [`ClusterNode::submit`]: the replica core checks that this node
+//! coordinates the slot in its current epoch, orders the write, and answers when the
+//! memgest's commit rule holds. Read-modify-write commands (INCR, APPEND, SET NX/XX/GET, DEL's
+//! count) take a per-key lock on this node around "read committed value, write new one":
+//! every mutation of a key on its coordinator takes the same lock, so the pair is atomic;
+//! if the coordinator changes in between, the write is refused (`NotCoordinator`) and the
+//! command answers MOVED/TRYAGAIN without effect.
+//!
+//! Definite refusals (`StaleEpoch`, `NotReady`, `Busy`, `NotCoordinator` while the map still
+//! names this node) are retried here with a short backoff up to [`OP_DEADLINE`]; that is the
+//! window in which a failover completes without the client seeing an error. Past it: `-TRYAGAIN`.
+//! An `Ambiguous` write answers `-ERR` and says so: the client must treat it as unknown.
+//!
+//! Not supported in cluster mode (answered with an error): TTLs, multi-slot commands
+//! (`-CROSSSLOT`, as Redis), KEYS/SCAN, transactions.
+
+use crate::node::{client_addr, ClusterNode, SubmitError};
+use parking_lot::Mutex;
+use ringlet_codec::resp::{Proto, Reply, Request, RequestDecoder};
+use ringlet_control::{ClusterMap, NodeState};
+use ringlet_replica::{ClientOp, ClientReply};
+use ringlet_types::{key_slot, limits, NodeId, Slot};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How long a command keeps retrying definite refusals (failover, rebuild, back-pressure)
+/// before answering `-TRYAGAIN`. Above lease + rebuild so a failover is usually invisible.
+pub const OP_DEADLINE: Duration = Duration::from_secs(4);
+/// First retry delay; doubles up to [`RETRY_BACKOFF_MAX`].
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(2);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(50);
+/// Keys with an RMW lock held at once: bounded by connections (one command each).
+const KEY_LOCKS_MAX: usize = limits::CONNECTIONS_MAX as usize;
+
+/// The front end shared by all connections of a node.
+pub struct Front {
+    node: ClusterNode,
+    locks: Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Serve RESP clients on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, node: ClusterNode) {
+    let front = Arc::new(Front {
+        node,
+        locks: Mutex::new(HashMap::new()),
+    });
+    let open = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        if open.load(std::sync::atomic::Ordering::Relaxed) >= limits::CONNECTIONS_MAX {
+            continue;
+        }
+        open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let f = front.clone();
+        let open = open.clone();
+        tokio::spawn(async move {
+            let _ = f.connection(stream).await;
+            open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+}
+
+fn err(s: impl Into<Vec<u8>>) -> Reply {
+    Reply::Error(s.into())
+}
+
+fn hex_id(n: NodeId) -> String {
+    format!("{:040x}", n.0)
+}
+
+impl Front {
+    async fn connection(self: Arc<Self>, mut stream: TcpStream) -> std::io::Result<()> {
+        let _ = stream.set_nodelay(true);
+        let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+        let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
+        let mut dec = RequestDecoder::new();
+        let mut req = Request::new();
+        let mut proto = Proto::Resp2;
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            // Decode and run every whole request in the buffer (pipelining), then flush.
+            let mut used = 0;
+            loop {
+                match dec.decode(&buf[used..], &mut req) {
+                    Ok(None) => break,
+                    Ok(Some(n)) => {
+                        let argv = req.to_vecs(&buf[used..]);
+                        used += n;
+                        if argv.is_empty() {
+                            continue;
+                        }
+                        let quit = argv[0].eq_ignore_ascii_case(b"quit");
+                        let reply = self.command(&argv, &mut proto).await;
+                        reply.encode(proto, &mut out);
+                        if quit {
+                            stream.write_all(&out).await?;
+                            return Ok(());
+                        }
+                    }
+                    Err(e) => {
+                        let mut msg = b"ERR Protocol error: ".to_vec();
+                        msg.extend_from_slice(e.to_string().as_bytes());
+                        err(msg).encode(proto, &mut out);
+                        stream.write_all(&out).await?;
+                        return Ok(());
+                    }
+                }
+            }
+            buf.drain(..used);
+            if !out.is_empty() {
+                stream.write_all(&out).await?;
+                out.clear();
+            }
+            if buf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
+                return Ok(());
+            }
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn map(&self) -> Option<Arc<ClusterMap>> {
+        self.node.map().filter(|m| m.placement.is_some())
+    }
+
+    /// `-MOVED` if the current map gives `slot` to another node; `None` if this node (or
+    /// nobody yet).
+    fn moved(&self, slot: Slot) -> Option<Reply> {
+        let map = self.map()?;
+        let c = map.coordinator(slot)?;
+        if c == self.node.id() {
+            return None;
+        }
+        let addr = map.nodes.get(&c).and_then(|n| client_addr(&n.addr))?;
+        Some(err(format!("MOVED {slot} {addr}")))
+    }
+
+    /// Run `op` through the core, retrying definite refusals until [`OP_DEADLINE`].
+    async fn run(&self, op: ClientOp) -> Result<ClientReply, Reply> {
+        let slot = key_slot(op.key());
+        let deadline = Instant::now() + OP_DEADLINE;
+        let mut backoff = RETRY_BACKOFF_MIN;
+        let mut fast = 0u32;
+        loop {
+            if self.map().is_none() {
+                return Err(err("CLUSTERDOWN The cluster is down"));
+            }
+            if let Some(m) = self.moved(slot) {
+                return Err(m);
+            }
+            let retry = match self.node.submit(op.clone()).await {
+                Err(SubmitError::Stopped) => return Err(err("ERR node is stopping")),
+                Err(SubmitError::Overloaded) => true,
+                Ok(r) => match r.body {
+                    ClientReply::StaleEpoch { .. } => {
+                        // Our epoch moved between reading it and the core stepping: retry
+                        // at once a few times (no sleep), then back off.
+                        fast += 1;
+                        if fast <= limits::RETRY_COUNT_MAX {
+                            continue;
+                        }
+                        true
+                    }
+                    ClientReply::NotCoordinator | ClientReply::NotReady | ClientReply::Busy => {
+                        true
+                    }
+                    ClientReply::Ambiguous => {
+                        return Err(err(
+                            "ERR ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect",
+                        ))
+                    }
+                    ClientReply::TooLarge => {
+                        return Err(err("ERR key or value exceeds the size limit"))
+                    }
+                    ClientReply::NoSuchMemgest => {
+                        return Err(err("ERR the memgest does not exist or is not supported"))
+                    }
+                    body => return Ok(body),
+                },
+            };
+            debug_assert!(retry);
+            if Instant::now() >= deadline {
+                return Err(err("TRYAGAIN the slot is failing over; retry"));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+        }
+    }
+
+    async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+        match self.run(ClientOp::Get { key: key.to_vec() }).await? {
+            ClientReply::Value { value, .. } => Ok(value),
+            other => Err(err(format!("ERR unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn write(&self, key: &[u8], value: Option<Vec<u8>>) -> Result<(), Reply> {
+        let op = match value {
+            Some(value) => ClientOp::Set {
+                key: key.to_vec(),
+                value,
+                memgest: None,
+            },
+            None => ClientOp::Delete { key: key.to_vec() },
+        };
+        match self.run(op).await? {
+            ClientReply::Written { .. } => Ok(()),
+            other => Err(err(format!("ERR unexpected reply {other:?}"))),
+        }
+    }
+
+    /// The per-key mutation lock (see the module doc).
+    async fn lock(&self, key: &[u8]) -> Result<KeyGuard<'_>, Reply> {
+        let m = {
+            let mut locks = self.locks.lock();
+            if locks.len() >= KEY_LOCKS_MAX && !locks.contains_key(key) {
+                return Err(err("TRYAGAIN too many keys being written at once"));
+            }
+            locks.entry(key.to_vec()).or_default().clone()
+        };
+        let g = m.clone().lock_owned().await;
+        Ok(KeyGuard {
+            front: self,
+            key: key.to_vec(),
+            lock: m,
+            guard: Some(g),
+        })
+    }
+
+    fn same_slot(keys: &[&[u8]]) -> Result<(), Reply> {
+        let mut it = keys.iter().map(|k| key_slot(k));
+        if let Some(first) = it.next() {
+            if it.any(|s| s != first) {
+                return Err(err("CROSSSLOT Keys in request don't hash to the same slot"));
+            }
+        }
+        Ok(())
+    }
+
+    async fn command(&self, argv: &[Vec<u8>], proto: &mut Proto) -> Reply {
+        match self.command_inner(argv, proto).await {
+            Ok(r) | Err(r) => r,
+        }
+    }
+
+    async fn command_inner(&self, argv: &[Vec<u8>], proto: &mut Proto) -> Result<Reply, Reply> {
+        let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+        let arity = |min: usize| -> Result<(), Reply> {
+            if argv.len() < min {
+                Err(err(format!(
+                    "ERR wrong number of arguments for '{name}' command"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let a = |i: usize| -> &[u8] { argv.get(i).map(|v| &v[..]).unwrap_or(b"") };
+        match name.as_str() {
+            "ping" => Ok(if argv.len() > 1 {
+                Reply::Bulk(a(1).to_vec())
+            } else {
+                Reply::Simple(b"PONG".to_vec())
+            }),
+            "echo" => {
+                arity(2)?;
+                Ok(Reply::Bulk(a(1).to_vec()))
+            }
+            "quit" | "readonly" | "readwrite" => Ok(Reply::ok()),
+            "select" => match a(1) {
+                b"0" => Ok(Reply::ok()),
+                _ => Err(err("ERR SELECT is not allowed in cluster mode")),
+            },
+            "hello" => {
+                match a(1) {
+                    b"" | b"2" => *proto = Proto::Resp2,
+                    b"3" => *proto = Proto::Resp3,
+                    _ => return Err(err("NOPROTO unsupported protocol version")),
+                }
+                Ok(Reply::Map(vec![
+                    (Reply::bulk("server"), Reply::bulk("redis")),
+                    (Reply::bulk("version"), Reply::bulk("7.2.0")),
+                    (
+                        Reply::bulk("proto"),
+                        Reply::Integer(if *proto == Proto::Resp3 { 3 } else { 2 }),
+                    ),
+                    (Reply::bulk("mode"), Reply::bulk("cluster")),
+                ]))
+            }
+            "client" => Ok(Reply::ok()),
+            "command" => Ok(command_reply(argv)),
+            "info" => Ok(Reply::Bulk(self.info().into_bytes())),
+            "dbsize" => Ok(Reply::Integer(self.node.engine().lock().len() as i64)),
+            "cluster" => self.cluster(argv),
+            "get" => {
+                arity(2)?;
+                if let Some(m) = self.moved(key_slot(a(1))) {
+                    return Err(m);
+                }
+                Ok(self.get(a(1)).await?.map_or(Reply::Null, Reply::Bulk))
+            }
+            "set" => {
+                arity(3)?;
+                let (mut nx, mut xx, mut get) = (false, false, false);
+                for o in &argv[3..] {
+                    match String::from_utf8_lossy(o).to_ascii_lowercase().as_str() {
+                        "nx" => nx = true,
+                        "xx" => xx = true,
+                        "get" => get = true,
+                        "ex" | "px" | "exat" | "pxat" | "keepttl" => {
+                            return Err(err("ERR TTLs are not supported in cluster mode yet"))
+                        }
+                        _ => return Err(err("ERR syntax error")),
+                    }
+                }
+                if nx && xx {
+                    return Err(err("ERR syntax error"));
+                }
+                if let Some(m) = self.moved(key_slot(a(1))) {
+                    return Err(m);
+                }
+                let _g = self.lock(a(1)).await?;
+                let old = if nx || xx || get {
+                    Some(self.get(a(1)).await?)
+                } else {
+                    None
+                };
+                let exists = old.as_ref().is_some_and(|o| o.is_some());
+                let ok = !(nx && exists || xx && !exists);
+                if ok {
+                    self.write(a(1), Some(a(2).to_vec())).await?;
+                }
+                Ok(match (get, ok) {
+                    (true, _) => old.flatten().map_or(Reply::Null, Reply::Bulk),
+                    (false, true) => Reply::ok(),
+                    (false, false) => Reply::Null,
+                })
+            }
+            "setnx" => {
+                arity(3)?;
+                if let Some(m) = self.moved(key_slot(a(1))) {
+                    return Err(m);
+                }
+                let _g = self.lock(a(1)).await?;
+                if self.get(a(1)).await?.is_some() {
+                    return Ok(Reply::Integer(0));
+                }
+                self.write(a(1), Some(a(2).to_vec())).await?;
+                Ok(Reply::Integer(1))
+            }
+            "getset" => {
+                arity(3)?;
+                let _g = self.lock(a(1)).await?;
+                let old = self.get(a(1)).await?;
+                self.write(a(1), Some(a(2).to_vec())).await?;
+                Ok(old.map_or(Reply::Null, Reply::Bulk))
+            }
+            "getdel" => {
+                arity(2)?;
+                let _g = self.lock(a(1)).await?;
+                let old = self.get(a(1)).await?;
+                if old.is_some() {
+                    self.write(a(1), None).await?;
+                }
+                Ok(old.map_or(Reply::Null, Reply::Bulk))
+            }
+            "del" | "unlink" => {
+                arity(2)?;
+                let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
+                Self::same_slot(&keys)?;
+                let mut n = 0;
+                for k in keys {
+                    let _g = self.lock(k).await?;
+                    if self.get(k).await?.is_some() {
+                        self.write(k, None).await?;
+                        n += 1;
+                    }
+                }
+                Ok(Reply::Integer(n))
+            }
+            "exists" => {
+                arity(2)?;
+                let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
+                Self::same_slot(&keys)?;
+                let mut n = 0;
+                for k in keys {
+                    n += i64::from(self.get(k).await?.is_some());
+                }
+                Ok(Reply::Integer(n))
+            }
+            "mget" => {
+                arity(2)?;
+                let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
+                Self::same_slot(&keys)?;
+                let mut v = Vec::with_capacity(keys.len());
+                for k in keys {
+                    v.push(self.get(k).await?.map_or(Reply::Null, Reply::Bulk));
+                }
+                Ok(Reply::Array(v))
+            }
+            "mset" => {
+                if argv.len() < 3 || argv.len().is_multiple_of(2) {
+                    return Err(err("ERR wrong number of arguments for 'mset' command"));
+                }
+                let keys: Vec<&[u8]> = argv[1..].iter().step_by(2).map(|k| &k[..]).collect();
+                Self::same_slot(&keys)?;
+                for p in argv[1..].chunks(2) {
+                    let _g = self.lock(&p[0]).await?;
+                    self.write(&p[0], Some(p[1].clone())).await?;
+                }
+                Ok(Reply::ok())
+            }
+            "incr" | "decr" | "incrby" | "decrby" => {
+                let delta: i64 = match name.as_str() {
+                    "incr" => {
+                        arity(2)?;
+                        1
+                    }
+                    "decr" => {
+                        arity(2)?;
+                        -1
+                    }
+                    _ => {
+                        arity(3)?;
+                        let d = ringlet_codec::resp::int::string2ll(a(2))
+                            .ok_or_else(|| err("ERR value is not an integer or out of range"))?;
+                        if name == "decrby" {
+                            d.checked_neg()
+                                .ok_or_else(|| err("ERR decrement would overflow"))?
+                        } else {
+                            d
+                        }
+                    }
+                };
+                if let Some(m) = self.moved(key_slot(a(1))) {
+                    return Err(m);
+                }
+                let _g = self.lock(a(1)).await?;
+                let cur = match self.get(a(1)).await? {
+                    None => 0,
+                    Some(v) => ringlet_codec::resp::int::string2ll(&v)
+                        .ok_or_else(|| err("ERR value is not an integer or out of range"))?,
+                };
+                let new = cur
+                    .checked_add(delta)
+                    .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+                self.write(a(1), Some(new.to_string().into_bytes())).await?;
+                Ok(Reply::Integer(new))
+            }
+            "append" => {
+                arity(3)?;
+                let _g = self.lock(a(1)).await?;
+                let mut v = self.get(a(1)).await?.unwrap_or_default();
+                v.extend_from_slice(a(2));
+                let n = v.len();
+                self.write(a(1), Some(v)).await?;
+                Ok(Reply::Integer(n as i64))
+            }
+            "strlen" => {
+                arity(2)?;
+                Ok(Reply::Integer(
+                    self.get(a(1)).await?.map_or(0, |v| v.len()) as i64
+                ))
+            }
+            _ => Err(err(format!(
+                "ERR unknown command '{}' in cluster mode",
+                String::from_utf8_lossy(&argv[0])
+            ))),
+        }
+    }
+
+    fn info(&self) -> String {
+        let map = self.map();
+        format!(
+            "# Server\r\nredis_version:7.2.0\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+            self.node.id(),
+            map.map_or(0, |m| m.epoch.0),
+            self.node.engine().lock().len()
+        )
+    }
+
+    fn cluster(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let sub = argv
+            .get(1)
+            .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+            .unwrap_or_default();
+        if sub == "keyslot" {
+            let k = argv.get(2).ok_or_else(|| {
+                err("ERR wrong number of arguments for 'cluster|keyslot' command")
+            })?;
+            return Ok(Reply::Integer(i64::from(key_slot(k))));
+        }
+        if sub == "myid" {
+            return Ok(Reply::Bulk(hex_id(self.node.id()).into_bytes()));
+        }
+        let map = self.node.map();
+        match sub.as_str() {
+            "info" => Ok(Reply::Bulk(
+                cluster_info(map.as_deref(), self.node.id()).into_bytes(),
+            )),
+            "slots" => Ok(map.map_or(Reply::Array(vec![]), |m| cluster_slots(&m))),
+            "shards" => Ok(map.map_or(Reply::Array(vec![]), |m| cluster_shards(&m))),
+            "nodes" => Ok(Reply::Bulk(
+                map.map_or(String::new(), |m| cluster_nodes(&m, self.node.id()))
+                    .into_bytes(),
+            )),
+            _ => Err(err(format!(
+                "ERR unknown subcommand '{sub}'. Try CLUSTER HELP."
+            ))),
+        }
+    }
+}
+
+struct KeyGuard<'a> {
+    front: &'a Front,
+    key: Vec<u8>,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut locks = self.front.locks.lock();
+        // Last user (the map's copy plus ours): forget the key's lock.
+        if Arc::strong_count(&self.lock) <= 2 {
+            locks.remove(&self.key);
+        }
+    }
+}
+
+/// Slot ranges with their cohort, consecutive ranges with the same cohort merged.
+fn ranges(map: &ClusterMap) -> Vec<(Slot, Slot, Vec<NodeId>)> {
+    let Some(p) = &map.placement else {
+        return Vec::new();
+    };
+    let depth = map.replica_depth();
+    let mut out: Vec<(Slot, Slot, Vec<NodeId>)> = Vec::new();
+    for r in &p.ranges {
+        let cohort: Vec<NodeId> = map.cohort(r.first).into_iter().take(depth).collect();
+        match out.last_mut() {
+            Some(last) if last.2 == cohort && last.1.checked_add(1) == Some(r.first) => {
+                last.1 = r.last
+            }
+            _ => out.push((r.first, r.last, cohort)),
+        }
+    }
+    out
+}
+
+fn node_addr(map: &ClusterMap, n: NodeId) -> (String, u16, u16) {
+    let addr = map
+        .nodes
+        .get(&n)
+        .map(|i| i.addr.clone())
+        .unwrap_or_default();
+    let c = client_addr(&addr);
+    let bus = addr
+        .split_once('@')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or(0);
+    (
+        c.map_or_else(|| "0.0.0.0".to_string(), |a| a.ip().to_string()),
+        c.map_or(0, |a| a.port()),
+        bus,
+    )
+}
+
+/// `CLUSTER SLOTS`: `[first, last, [ip, port, id], replicas...]` per range.
+pub fn cluster_slots(map: &ClusterMap) -> Reply {
+    Reply::Array(
+        ranges(map)
+            .into_iter()
+            .map(|(first, last, cohort)| {
+                let mut v = vec![
+                    Reply::Integer(i64::from(first)),
+                    Reply::Integer(i64::from(last)),
+                ];
+                for n in cohort {
+                    let (ip, port, _) = node_addr(map, n);
+                    v.push(Reply::Array(vec![
+                        Reply::Bulk(ip.into_bytes()),
+                        Reply::Integer(i64::from(port)),
+                        Reply::Bulk(hex_id(n).into_bytes()),
+                    ]));
+                }
+                Reply::Array(v)
+            })
+            .collect(),
+    )
+}
+
+/// `CLUSTER SHARDS`: one shard per coordinator: its slot ranges, itself as master and the
+/// replicas of its first range.
+pub fn cluster_shards(map: &ClusterMap) -> Reply {
+    type Shard = (NodeId, Vec<(Slot, Slot)>, Vec<NodeId>);
+    let mut shards: Vec<Shard> = Vec::new();
+    for (first, last, cohort) in ranges(map) {
+        let Some(c) = cohort.first().copied() else {
+            continue;
+        };
+        match shards.iter_mut().find(|s| s.0 == c) {
+            Some(s) => s.1.push((first, last)),
+            None => shards.push((c, vec![(first, last)], cohort)),
+        }
+    }
+    let node = |n: NodeId, role: &str| {
+        let (ip, port, _) = node_addr(map, n);
+        Reply::Map(vec![
+            (Reply::bulk("id"), Reply::Bulk(hex_id(n).into_bytes())),
+            (Reply::bulk("port"), Reply::Integer(i64::from(port))),
+            (Reply::bulk("ip"), Reply::Bulk(ip.clone().into_bytes())),
+            (Reply::bulk("endpoint"), Reply::Bulk(ip.into_bytes())),
+            (Reply::bulk("role"), Reply::bulk(role)),
+            (Reply::bulk("replication-offset"), Reply::Integer(0)),
+            (Reply::bulk("health"), Reply::bulk("online")),
+        ])
+    };
+    Reply::Array(
+        shards
+            .into_iter()
+            .map(|(c, slots, cohort)| {
+                let mut nodes = vec![node(c, "master")];
+                nodes.extend(cohort.iter().skip(1).map(|n| node(*n, "replica")));
+                Reply::Map(vec![
+                    (
+                        Reply::bulk("slots"),
+                        Reply::Array(
+                            slots
+                                .iter()
+                                .flat_map(|(f, l)| {
+                                    [Reply::Integer(i64::from(*f)), Reply::Integer(i64::from(*l))]
+                                })
+                                .collect(),
+                        ),
+                    ),
+                    (Reply::bulk("nodes"), Reply::Array(nodes)),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// `CLUSTER NODES`: one line per node, Redis's format. Every active node is a master (it
+/// coordinates slots); spares and draining nodes are listed without slots.
+pub fn cluster_nodes(map: &ClusterMap, me: NodeId) -> String {
+    let rs = ranges(map);
+    let mut s = String::new();
+    for (id, info) in &map.nodes {
+        let (ip, port, bus) = node_addr(map, *id);
+        let mut flags = Vec::new();
+        if *id == me {
+            flags.push("myself");
+        }
+        flags.push("master");
+        if info.state == NodeState::Failed {
+            flags.push("fail");
+        }
+        let link = if info.state == NodeState::Failed {
+            "disconnected"
+        } else {
+            "connected"
+        };
+        s.push_str(&format!(
+            "{} {ip}:{port}@{bus} {} - 0 0 {} {link}",
+            hex_id(*id),
+            flags.join(","),
+            map.epoch.0
+        ));
+        for (f, l, c) in &rs {
+            if c.first() == Some(id) {
+                if f == l {
+                    s.push_str(&format!(" {f}"));
+                } else {
+                    s.push_str(&format!(" {f}-{l}"));
+                }
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// `CLUSTER INFO`.
+pub fn cluster_info(map: Option<&ClusterMap>, me: NodeId) -> String {
+    let placed = map.is_some_and(|m| m.placement.is_some());
+    let (known, size, epoch) = map.map_or((0, 0, 0), |m| {
+        let coords: std::collections::BTreeSet<NodeId> = ranges(m)
+            .iter()
+            .filter_map(|r| r.2.first().copied())
+            .collect();
+        (m.nodes.len(), coords.len(), m.epoch.0)
+    });
+    let _ = me;
+    format!(
+        "cluster_state:{}\r\ncluster_slots_assigned:{}\r\ncluster_slots_ok:{}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{epoch}\r\ncluster_my_epoch:{epoch}\r\n",
+        if placed { "ok" } else { "fail" },
+        if placed { 16384 } else { 0 },
+        if placed { 16384 } else { 0 },
+    )
+}
+
+/// COMMAND, COMMAND COUNT, COMMAND INFO from the server's Redis 7 table.
+fn command_reply(argv: &[Vec<u8>]) -> Reply {
+    let t = ringlet_server::cmd::table();
+    let sub = argv
+        .get(1)
+        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase());
+    match sub.as_deref() {
+        None => Reply::Array(
+            t.top
+                .iter()
+                .filter_map(|&i| t.commands.get(i))
+                .map(|c| convert(&c.info))
+                .collect(),
+        ),
+        Some("count") => Reply::Integer(t.top.len() as i64),
+        Some("info") => Reply::Array(
+            argv[2..]
+                .iter()
+                .map(|n| {
+                    let n = String::from_utf8_lossy(n).to_ascii_lowercase();
+                    t.by_name
+                        .get(n.as_str())
+                        .and_then(|&i| t.commands.get(i))
+                        .map_or(Reply::Null, |c| convert(&c.info))
+                })
+                .collect(),
+        ),
+        Some("docs") => Reply::Map(vec![]),
+        Some(_) => err("ERR unknown subcommand. Try COMMAND HELP."),
+    }
+}
+
+fn convert(r: &ringlet_server::reply::Reply) -> Reply {
+    use ringlet_server::reply::Reply as S;
+    match r {
+        S::Simple(b) => Reply::Simple(b.to_vec()),
+        S::Error(b) => Reply::Error(b.to_vec()),
+        S::Int(i) => Reply::Integer(*i),
+        S::Bulk(b) => Reply::Bulk(b.to_vec()),
+        S::Nil => Reply::Null,
+        S::NilArray => Reply::NullArray,
+        S::Array(v) => Reply::Array(v.iter().map(convert).collect()),
+        S::Map(v) => Reply::Map(v.iter().map(|(a, b)| (convert(a), convert(b))).collect()),
+        S::Set(v) => Reply::Set(v.iter().map(convert).collect()),
+        S::Double(d) => Reply::Double(*d),
+        S::Verbatim(b) => Reply::Verbatim {
+            format: *b"txt",
+            text: b.to_vec(),
+        },
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use ringlet_control::{ControlConfig, ControlPlane, Input};
+
+    fn map() -> Arc<ClusterMap> {
+        let mut cp = ControlPlane::new(ControlConfig::default()).unwrap();
+        for i in 1..=4u32 {
+            cp.step(
+                0,
+                Input::Join {
+                    node: NodeId(i),
+                    addr: format!("127.0.0.1:{}@{}", 7000 + i, 17000 + i),
+                    incarnation: 1,
+                },
+            );
+        }
+        cp.step(
+            0,
+            Input::CreateMemgest {
+                name: "rep:3".into(),
+                kind: ringlet_types::MemgestKind::Rep { r: 3 },
+                evictable: None,
+            },
+        );
+        cp.step(
+            0,
+            Input::SetDefault {
+                name: "rep:3".into(),
+            },
+        );
+        cp.step(0, Input::Bootstrap { active: 3 });
+        cp.map().clone()
+    }
+
+    #[test]
+    fn slots_cover_everything_once_with_replicas() {
+        let m = map();
+        let Reply::Array(rs) = cluster_slots(&m) else {
+            panic!()
+        };
+        let mut next = 0i64;
+        for r in rs {
+            let Reply::Array(v) = r else { panic!() };
+            assert_eq!(v[0], Reply::Integer(next));
+            let Reply::Integer(last) = v[1] else { panic!() };
+            next = last + 1;
+            assert_eq!(v.len(), 2 + 3, "coordinator + 2 replicas for rep:3");
+            let Reply::Array(master) = &v[2] else {
+                panic!()
+            };
+            assert_eq!(master[0], Reply::bulk("127.0.0.1"));
+        }
+        assert_eq!(next, 16384);
+    }
+
+    #[test]
+    fn nodes_lines_and_info() {
+        let m = map();
+        let text = cluster_nodes(&m, NodeId(1));
+        assert_eq!(text.lines().count(), 4);
+        let me = text.lines().find(|l| l.contains("myself")).unwrap();
+        assert!(me.contains("127.0.0.1:7001@17001"), "{me}");
+        let slots: u32 = text
+            .lines()
+            .flat_map(|l| l.split(' ').skip(8))
+            .map(|r| match r.split_once('-') {
+                Some((a, b)) => b.parse::<u32>().unwrap() - a.parse::<u32>().unwrap() + 1,
+                None => 1,
+            })
+            .sum();
+        assert_eq!(slots, 16384);
+        let info = cluster_info(Some(&m), NodeId(1));
+        assert!(info.starts_with("cluster_state:ok\r\n"));
+        assert!(info.contains("cluster_size:3\r\n"));
+        let Reply::Array(shards) = cluster_shards(&m) else {
+            panic!()
+        };
+        assert_eq!(shards.len(), 3);
+    }
+
+    #[test]
+    fn command_table_is_served() {
+        let Reply::Array(v) = command_reply(&[b"command".to_vec()]) else {
+            panic!()
+        };
+        assert!(v.len() > 20);
+        let Reply::Array(i) =
+            command_reply(&[b"command".to_vec(), b"info".to_vec(), b"get".to_vec()])
+        else {
+            panic!()
+        };
+        assert_ne!(i[0], Reply::Null);
+    }
+}
