@@ -303,6 +303,36 @@ impl<S: ReplicaStore> Replica<S> {
                 .all(|r| !matches!(r.status, Status::Pulling(_)))
     }
 
+    /// One-line description of unfinished work (pulls and pending writes), for diagnostics.
+    pub fn debug_unsettled(&self) -> String {
+        let mut parts = Vec::new();
+        for r in &self.ranges {
+            if let Status::Pulling(p) = &r.status {
+                let srcs: Vec<String> = p
+                    .sources
+                    .iter()
+                    .map(|(n, s)| format!("{n}:{}", if s.done { "done" } else { "wait" }))
+                    .collect();
+                parts.push(format!(
+                    "pull {:?} {}..={} cohort {:?} pred {:?} [{}]",
+                    p.purpose,
+                    r.first,
+                    r.last,
+                    r.cohort,
+                    p.pred,
+                    srcs.join(" ")
+                ));
+            }
+        }
+        for (v, p) in &self.pending {
+            parts.push(format!(
+                "pending {v} slot {} targets {:?} acked {:?} committed {}",
+                p.slot, p.targets, p.acked, p.committed
+            ));
+        }
+        parts.join("; ")
+    }
+
     /// Whether a rebuild or sync is still running on some range.
     pub fn is_pulling(&self) -> bool {
         self.ranges
@@ -888,7 +918,34 @@ impl<S: ReplicaStore> Replica<S> {
                 let carried =
                     old.filter(|o| o.role == role && o.offset == offset && role != Role::None);
                 let status = if let Some(o) = carried {
-                    o.status.clone()
+                    let mut st = o.status.clone();
+                    if let Status::Pulling(p) = &mut st {
+                        // The cohort may have changed under a running pull (e.g. the
+                        // coordinator we sync from failed): pull from the current sources,
+                        // keeping progress with those that stay.
+                        let want: Vec<NodeId> = match p.purpose {
+                            PullPurpose::Sync => cohort.first().copied().into_iter().collect(),
+                            PullPurpose::Rebuild => cohort
+                                .iter()
+                                .skip(1)
+                                .take(depth.saturating_sub(1))
+                                .copied()
+                                .chain(p.pred)
+                                .collect(),
+                        };
+                        p.sources.retain(|n, _| want.contains(n));
+                        for n in want {
+                            if n != self.id {
+                                p.sources.entry(n).or_insert(Source {
+                                    req_id: 0,
+                                    after: None,
+                                    sent_ms: 0,
+                                    done: false,
+                                });
+                            }
+                        }
+                    }
+                    st
                 } else {
                     let had_data = old.is_some_and(|o| {
                         o.role != Role::None && matches!(o.status, Status::Ready | Status::Retired)

@@ -176,6 +176,7 @@ struct World {
     possible_loss: u64,
     active: usize,
     cp_touched: bool,
+    quiet_until: u64,
 }
 
 fn fail(seed: u64, what: impl std::fmt::Display) -> String {
@@ -263,6 +264,7 @@ impl World {
             possible_loss: 0,
             active,
             cp_touched: false,
+            quiet_until: 0,
         };
         let ids: Vec<NodeId> = w.nodes.keys().copied().collect();
         for id in ids {
@@ -437,6 +439,7 @@ impl World {
                 self.schedule(gap, Event::Disrupt);
             }
             Event::Restart(id) => {
+                self.quiet_until = self.now + LEASE_MS + 500;
                 if let Some(s) = self.nodes.get_mut(&id) {
                     if s.replica.is_none() {
                         s.incarnation += 1;
@@ -446,6 +449,7 @@ impl World {
             }
             Event::Heal(id) => {
                 self.isolated.remove(&id);
+                self.quiet_until = self.now + LEASE_MS + 500;
             }
         }
         if self.cp_touched {
@@ -630,7 +634,7 @@ impl World {
                 ));
             }
             if r.is_pulling() || (strict && !r.is_settled()) {
-                return Err(format!("node {id} not settled"));
+                return Err(format!("node {id} not settled: {}", r.debug_unsettled()));
             }
         }
         let depth = map.replica_depth();
@@ -664,7 +668,9 @@ impl World {
     }
 
     fn disrupt(&mut self) {
-        if !self.faults_on {
+        // After a partition heals (or a node restarts), its old lease may still lapse a little
+        // later; wait a lease before the next disruption so failures never overlap.
+        if !self.faults_on || self.now < self.quiet_until {
             return;
         }
         if let Err(why) = self.healthy(false) {
