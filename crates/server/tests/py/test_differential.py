@@ -157,3 +157,29 @@ def test_redis_py_pipeline_and_resp3(servers):
         except TypeError:
             pass  # a redis-py without RESP3 support: the RESP2 part still ran
     assert results[: len(results) // 2] == results[len(results) // 2:]
+
+
+def test_redis_py_parses_info_like_redis(servers):
+    """redis-py's INFO parser (and dashboards built on it) must find Redis's field names."""
+    rport, gport = servers
+    infos = []
+    for port in (rport, gport):
+        c = redis.Redis(port=port)
+        c.flushall()
+        c.set("a", 1)
+        c.get("a")
+        c.get("missing")
+        infos.append(c.info())
+    want, got = infos
+    for field in ("redis_version", "connected_clients", "used_memory", "used_memory_human",
+                  "maxmemory", "total_connections_received", "total_commands_processed",
+                  "keyspace_hits", "keyspace_misses", "expired_keys", "evicted_keys",
+                  "uptime_in_seconds", "tcp_port", "process_id"):
+        assert field in want, field  # the oracle has it...
+        assert field in got, field   # ...and so must we
+        assert type(want[field]) is type(got[field]), field
+    assert got["db0"]["keys"] == want["db0"]["keys"] == 1
+    assert got["keyspace_hits"] >= 1 and got["keyspace_misses"] >= 1
+    assert "ringlet_version" in got
+    for section in ("server", "clients", "memory", "stats", "keyspace"):
+        assert redis.Redis(port=gport).info(section), section
