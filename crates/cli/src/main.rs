@@ -218,6 +218,14 @@ fn up(cfg: Config) -> Result<()> {
         "ringlet: up: {} node(s) serving; Ctrl-C stops",
         handles.len()
     );
+    if let Some(h) = handles.first() {
+        let a = h.local_addr();
+        println!(
+            "ringlet: try: ringlet set hello world --port {p}; ringlet get hello --port {p}  (or redis-cli -h {} -p {p})",
+            a.ip(),
+            p = a.port()
+        );
+    }
     std::io::stdout().flush()?;
     let triggers: Vec<_> = handles.iter().map(|h| h.shutdown_trigger()).collect();
     let all = ringlet_server::ShutdownTrigger::fan_out(triggers);
