@@ -71,7 +71,8 @@ pub struct BenchArgs {
     /// Server host.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
-    /// Server port (default: 6379 for resp and native, 11211 for memcache).
+    /// Server port (default: 6379 for resp (Redis), 7379 for native (ringlet's default port),
+    /// 11211 for memcache).
     #[arg(long)]
     pub port: Option<u16>,
     /// Number of distinct keys.
@@ -175,7 +176,8 @@ impl Plan {
         };
         let port = a.port.unwrap_or(match a.protocol {
             Protocol::Memcache => 11211,
-            Protocol::Resp | Protocol::Native => 6379,
+            Protocol::Resp => 6379,
+            Protocol::Native => 7379,
         });
         Ok(Plan {
             protocol: a.protocol,
