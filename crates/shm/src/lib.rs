@@ -25,9 +25,11 @@
 //! - [`fdpass`]: SCM_RIGHTS and read-only memfd descriptors;
 //! - [`exporter`]: the node side ([`Exporter`]);
 //! - [`reader`]: the client side ([`ShmReader`]);
+//! - [`benchkit`]: keys, checked values and timed loops of the GET benchmark;
 //! - [`testkit`]: deterministic values and workload helpers shared by tests, the test
 //!   binaries and the benchmark.
 
+pub mod benchkit;
 pub mod exporter;
 pub mod fdpass;
 pub mod proto;
