@@ -16,10 +16,34 @@
 //! Non-goals: persistence, replication (the `replica` crate decides *what* to apply; the engine
 //! applies it), data types other than strings.
 //!
+//! # Layout (details and the reason for every field size in [`layout`])
+//!
+//! ```text
+//!  index memfd: [header: magic | layout word | config id | format] [table] ([next table])
+//!  table: n buckets × 128 B, then n × 2 B overflow words [reach 6 | count 10]
+//!
+//!  bucket (128 B) = 8 index entries
+//!  index entry (16 B): word 0 [location 32 | tag 16 | memgest 16]
+//!                      word 1 [crc32c 32 | size 24 | policy 8]
+//!
+//!  data memfd: [header page] [64 KiB slab pages of one size class | runs of pages for large]
+//!  data entry: [version 16 B][key_len 17 | value_len 27 | has_ttl 1 | 0 19]
+//!              [expire_at_ms 8 B, only with a TTL][key][value][pad to 8]
+//! ```
+//!
+//! Offsets everywhere (locations in 8-byte units, tables by offset in the header), so another
+//! process can map both memfds read-only at any address and run [`read::read_entry`].
+//!
 //! Modules:
 //! - [`api`]: config, options, outcomes, errors, stats;
 //! - `engine`: the writer's rules (versions, tombstones, TTL, conditions, string helpers);
-//! - `store`: index + data regions under the writer;
+//! - `store`: index tables (lookup, insert, upsize), data entries, eviction, expiry, scan,
+//!   accounting — the writer's side of the regions;
+//! - [`read`]: the lock-free reader over read-only views (`RegionsView`), with the
+//!   memory-ordering argument;
+//! - [`layout`]: byte layouts and constants shared with other processes;
+//! - `region`: memfd reservations, atomic word access, hole punching;
+//! - `slab`: size-class slabs and page runs in the data region;
 //! - [`strings`]: Redis integer/float/range helpers;
 //! - [`hash`]: key hashing and digest terms;
 //! - [`fuzz_support`]: the operation-stream fuzz entry point;

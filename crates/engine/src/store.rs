@@ -3,7 +3,8 @@
 //! accounting. The rules of *whether* to write live in `engine.rs`; this module only stores.
 //!
 //! # Index upsize (how it works, and what readers see)
-//! Past a load factor of 0.85 the writer allocates a table twice as large and migrates the old
+//! Past a load factor of 0.85 (or when a key finds no free entry within the probe reach) the
+//! writer allocates a table 1.5× as large and migrates the old
 //! one bucket by bucket: one step of [`REHASH_BUCKETS_PER_STEP_MAX`] buckets per mutation and
 //! several per tick. Readers keep using the *old* table, which stays complete and authoritative
 //! during the whole migration: every mutation applies to it, and is mirrored into the new table
@@ -12,6 +13,12 @@
 //! were mid-probe notice the generation change and retry) and the old table is punched out.
 //! Table space is reused later; a stale reader that probes reused space is saved by the same
 //! generation check.
+//!
+//! # Compaction and giving memory back
+//! Each tick moves up to `COMPACT_MOVES_PER_TICK` entries out of the emptiest slab of the class
+//! that wastes most (copy, new checksum for the new location, switch the index entry, free the
+//! old slot). A slab left empty returns its page; free pages beyond a small reserve are punched
+//! out of the memfd (`Slabs::release`), so RSS follows the corpus down.
 //!
 //! # Eviction
 //! Victims come from the size class that needs a slot (memcached's per-class queues), by CLOCK
@@ -55,7 +62,7 @@ pub struct StagedHandle {
     w1: u64,
 }
 
-/// Load factor past which the index doubles.
+/// Load factor past which the index grows (by 1.5×).
 const LOAD_FACTOR_MAX: f64 = 0.85;
 
 /// Buckets that hold `keys` at the load factor limit.
