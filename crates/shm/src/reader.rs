@@ -179,6 +179,9 @@ pub type OwnedItem = Option<(Version, Vec<u8>)>;
 /// A key's outcome in [`ShmReader::mget_with`].
 pub type MgetItem<'a> = Option<(Version, &'a [u8])>;
 
+/// Slots of the access-record repeat filter (a power of two; 8 KiB).
+const ACCESS_FILTER_SLOTS: usize = 1024;
+
 /// Keys whose memory accesses one MGET step overlaps (prefetch distance).
 pub const MGET_PREFETCH_KEYS: usize = 32;
 
@@ -191,6 +194,10 @@ pub struct ShmReader {
     wbuf: Vec<u8>,
     next_id: u64,
     access: Vec<u64>,
+    /// Direct-mapped filter of hashes already in `access`: a hot key read a thousand times
+    /// between two flushes is reported once, which is all the node's policy needs (a
+    /// reference bit / frequency bump) and saves the node a touch per repeat.
+    access_seen: Box<[u64]>,
     abuf: Vec<u8>,
     out: Vec<u8>,
     stats: ReaderStats,
@@ -266,6 +273,7 @@ impl ShmReader {
             wbuf: Vec::new(),
             next_id: 1,
             access: Vec::with_capacity(ACCESS_RECORD_BATCH_MAX as usize),
+            access_seen: vec![0u64; ACCESS_FILTER_SLOTS].into_boxed_slice(),
             abuf: Vec::new(),
             out: Vec::new(),
             stats: ReaderStats::default(),
@@ -313,6 +321,7 @@ impl ShmReader {
         self.last = Some((hello.generation, hello.epoch));
         self.rbuf.clear();
         self.access.clear();
+        self.access_seen.fill(0);
         Ok(Session {
             sock,
             hello,
@@ -377,6 +386,12 @@ impl ShmReader {
 
     #[inline]
     fn record(&mut self, hash: u64) {
+        // Slot from bits the bucket choice (low 32) and the tag (high 16) do not use alone.
+        let slot = (hash >> 20) as usize & (ACCESS_FILTER_SLOTS - 1);
+        if self.access_seen[slot] == hash {
+            return;
+        }
+        self.access_seen[slot] = hash;
         self.access.push(hash);
         if self.access.len() >= ACCESS_RECORD_BATCH_MAX as usize {
             self.flush_access();
@@ -395,6 +410,7 @@ impl ShmReader {
         self.abuf.clear();
         encode_access(&mut self.abuf, &self.access);
         self.access.clear();
+        self.access_seen.fill(0);
         // SAFETY: sending our own buffer on our own socket.
         let n = unsafe {
             libc::send(
