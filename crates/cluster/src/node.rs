@@ -163,6 +163,8 @@ impl ClusterNode {
             control: control.clone(),
             waiting: HashMap::new(),
             tick_ms: cfg.tick_ms.max(1),
+            trace: std::env::var_os("RINGLET_TRACE").is_some(),
+            was_pulling: false,
         };
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
@@ -251,6 +253,9 @@ struct Driver {
     control: Arc<ControlClient>,
     waiting: HashMap<u64, oneshot::Sender<Reply>>,
     tick_ms: u64,
+    /// `RINGLET_TRACE` set: log epoch changes and rebuild/sync progress to stderr.
+    trace: bool,
+    was_pulling: bool,
 }
 
 impl Driver {
@@ -327,8 +332,23 @@ impl Driver {
     }
 
     fn step(&mut self, input: Input) {
+        let before = self.replica.epoch();
         let outs = self.replica.step(mono_ms(), input);
         let epoch = self.replica.epoch();
+        if self.trace {
+            let pulling = self.replica.is_pulling();
+            if epoch != before || pulling != self.was_pulling {
+                eprintln!(
+                    "[{} ms] node {}: epoch {} pulling {} stats {:?}",
+                    crate::wall_ms(),
+                    self.shared.id,
+                    epoch,
+                    pulling,
+                    self.replica.stats
+                );
+            }
+            self.was_pulling = pulling;
+        }
         self.shared.epoch.store(epoch.0, Ordering::Release);
         if let Some(m) = self.replica.map() {
             let mut cur = self.shared.map.write();

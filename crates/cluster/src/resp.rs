@@ -41,6 +41,8 @@ const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(50);
 /// Keys with an RMW lock held at once: bounded by connections (one command each).
 const KEY_LOCKS_MAX: usize = limits::CONNECTIONS_MAX as usize;
 
+const AMBIGUOUS: &str = "ERR ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect";
+
 /// The front end shared by all connections of a node.
 pub struct Front {
     node: ClusterNode,
@@ -176,14 +178,8 @@ impl Front {
                         }
                         true
                     }
-                    ClientReply::NotCoordinator | ClientReply::NotReady | ClientReply::Busy => {
-                        true
-                    }
-                    ClientReply::Ambiguous => {
-                        return Err(err(
-                            "ERR ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect",
-                        ))
-                    }
+                    ClientReply::NotCoordinator | ClientReply::NotReady | ClientReply::Busy => true,
+                    ClientReply::Ambiguous => return Err(err(AMBIGUOUS)),
                     ClientReply::TooLarge => {
                         return Err(err("ERR key or value exceeds the size limit"))
                     }
@@ -207,6 +203,46 @@ impl Front {
             ClientReply::Value { value, .. } => Ok(value),
             other => Err(err(format!("ERR unexpected reply {other:?}"))),
         }
+    }
+
+    /// A plain SET or DEL: like [`Front::write`], but an ambiguous outcome (the coordinator
+    /// changed with the write in flight, e.g. a drain) is resolved by reading the key at
+    /// its new coordinator once that serves: if it holds exactly what we wrote (the value,
+    /// or absence for a delete), answering success is linearizable for a register — either
+    /// our write took effect, or the register already/also held that value, and our write
+    /// can be placed just before the one that set it. Otherwise the error stands.
+    async fn write_resolving(&self, key: &[u8], value: Option<Vec<u8>>) -> Result<(), Reply> {
+        match self.write(key, value.clone()).await {
+            Err(Reply::Error(e)) if e == AMBIGUOUS.as_bytes() => {
+                match self.read_at_coordinator(key).await {
+                    Some(now) if now == value => Ok(()),
+                    _ => Err(err(AMBIGUOUS)),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Read `key` at whichever node coordinates it now (this one, or another over RESP),
+    /// following MOVED a few times; `None` if that fails within [`OP_DEADLINE`].
+    async fn read_at_coordinator(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let deadline = Instant::now() + OP_DEADLINE;
+        for _ in 0..limits::RETRY_COUNT_MAX {
+            let map = self.map()?;
+            let c = map.coordinator(key_slot(key))?;
+            if c == self.node.id() {
+                return self.get(key).await.ok();
+            }
+            let addr = map.nodes.get(&c).and_then(|n| client_addr(&n.addr))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, remote_get(addr, key)).await {
+                Ok(Some(Reply::Bulk(v))) => return Some(Some(v)),
+                Ok(Some(Reply::Null)) => return Some(None),
+                Ok(_) => tokio::time::sleep(RETRY_BACKOFF_MAX).await,
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     async fn write(&self, key: &[u8], value: Option<Vec<u8>>) -> Result<(), Reply> {
@@ -342,7 +378,11 @@ impl Front {
                 let exists = old.as_ref().is_some_and(|o| o.is_some());
                 let ok = !(nx && exists || xx && !exists);
                 if ok {
-                    self.write(a(1), Some(a(2).to_vec())).await?;
+                    if nx || xx || get {
+                        self.write(a(1), Some(a(2).to_vec())).await?;
+                    } else {
+                        self.write_resolving(a(1), Some(a(2).to_vec())).await?;
+                    }
                 }
                 Ok(match (get, ok) {
                     (true, _) => old.flatten().map_or(Reply::Null, Reply::Bulk),
@@ -420,7 +460,7 @@ impl Front {
                 Self::same_slot(&keys)?;
                 for p in argv[1..].chunks(2) {
                     let _g = self.lock(&p[0]).await?;
-                    self.write(&p[0], Some(p[1].clone())).await?;
+                    self.write_resolving(&p[0], Some(p[1].clone())).await?;
                 }
                 Ok(Reply::ok())
             }
@@ -522,6 +562,29 @@ impl Front {
                 "ERR unknown subcommand '{sub}'. Try CLUSTER HELP."
             ))),
         }
+    }
+}
+
+/// One GET over RESP to another node (ambiguity resolution).
+async fn remote_get(addr: std::net::SocketAddr, key: &[u8]) -> Option<Reply> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    let mut out = Vec::new();
+    ringlet_codec::resp::encode_request(&mut out, &[b"GET", key]);
+    s.write_all(&out).await.ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        if let Ok(Some((r, _))) = ringlet_codec::resp::decode_reply(&buf) {
+            return Some(r);
+        }
+        if buf.len() > limits::RESP_BULK_BYTES_MAX as usize + 64 {
+            return None;
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
     }
 }
 

@@ -1,0 +1,202 @@
+//! Real multi-process cluster tests: `ringlet-cluster up --nodes 3 --spares 1
+//! --default-memgest rep:3` on free ports, a Redis Cluster client (CLUSTER SLOTS + MOVED),
+//! SIGKILL of a coordinator under load, a drain under load, and the recorded histories
+//! checked with `ringlet_linearize::check_history_json`.
+//!
+//! Run: `cargo test -p ringlet-cluster --test multiprocess -- --nocapture --test-threads 1`
+//! (the figures are printed; they are not asserted: timing assertions do not belong in tests).
+
+mod common;
+
+use common::{load_thread, par_check, par_set, start, Client, Recorder};
+use ringlet_linearize::{check_history_json, History};
+use ringlet_types::key_slot;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn wait_ops(rec: &Recorder, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rec.ok.load(Ordering::Relaxed) < n {
+        assert!(Instant::now() < deadline, "load made no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn check_history(name: &str, rec: &Recorder) -> usize {
+    let ops = rec.ops();
+    let n = ops.len();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("{name}-history.json"));
+    std::fs::write(&path, serde_json::to_string(&History { ops }).unwrap()).unwrap();
+    let report = check_history_json(&path).unwrap();
+    eprintln!(
+        "{name}: history {} ops over {} keys written to {}; violations {:?}, unknown {:?}",
+        report.ops,
+        report.keys,
+        path.display(),
+        report.violations,
+        report.unknown
+    );
+    assert!(
+        report.is_ok(),
+        "linearizability violations: {:?}",
+        report.violations
+    );
+    n
+}
+
+#[test]
+fn sigkill_under_load_loses_no_acknowledged_write() {
+    let mut cluster = start(3, 1, &[]);
+    let seeds = cluster.addrs();
+    let mut c = Client::new(seeds.clone());
+    let keys: Vec<(String, String)> = (0..20_000)
+        .map(|i| (format!("key:{i}"), format!("value-{i}")))
+        .collect();
+    let t = Instant::now();
+    par_set(&seeds, &keys, 8);
+    eprintln!("wrote {} keys in {:?}", keys.len(), t.elapsed());
+    assert!(
+        par_check(&seeds, &keys, 8).is_empty(),
+        "setup writes not all readable"
+    );
+    // The keys node 2 coordinates: the ones a SIGKILL of node 2 makes unavailable.
+    let node2 = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.base + 1));
+    c.refresh();
+    let affected: Vec<(String, String)> = keys
+        .iter()
+        .filter(|(k, _)| c.slot_owner(key_slot(k.as_bytes())) == Some(node2))
+        .cloned()
+        .collect();
+    assert!(!affected.is_empty());
+
+    let rec = Recorder::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let hot: Vec<String> = (0..32).map(|i| format!("hot:{i}")).collect();
+    let threads: Vec<_> = (1..=4)
+        .map(|id| {
+            load_thread(
+                seeds.clone(),
+                id,
+                hot.clone(),
+                rec.clone(),
+                stop.clone(),
+                false,
+            )
+        })
+        .collect();
+    wait_ops(&rec, 300);
+
+    // Node 2 coordinates about a third of the slots and replicates others.
+    cluster.kill9(2);
+    let killed = Instant::now();
+    // Poll the affected keys until every one reads back its acknowledged value.
+    let mut left = affected.clone();
+    let mut rounds = 0;
+    while !left.is_empty() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "{} keys still unreadable 60 s after the kill",
+            left.len()
+        );
+        left = par_check(&seeds, &left, 8);
+        rounds += 1;
+        if !left.is_empty() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let window = killed.elapsed();
+    // Then every one of the 20,000 keys.
+    let mut left = keys.clone();
+    while !left.is_empty() {
+        assert!(killed.elapsed() < Duration::from_secs(90));
+        left = par_check(&seeds, &left, 8);
+    }
+    let all = killed.elapsed();
+    eprintln!(
+        "UNAVAILABILITY WINDOW: {} ms until all {} keys of the killed coordinator were readable again ({rounds} polling rounds); all {} keys confirmed readable {} ms after the SIGKILL",
+        window.as_millis(),
+        affected.len(),
+        keys.len(),
+        all.as_millis()
+    );
+    // Keep the load going a little past the failover, then stop.
+    let after = rec.ok.load(Ordering::Relaxed);
+    wait_ops(&rec, after + 300);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Every acknowledged write of the setup is still there (checked once more, all keys).
+    assert!(par_check(&seeds, &keys, 8).is_empty());
+    let n = check_history("sigkill", &rec);
+    eprintln!(
+        "sigkill: {n} ops, ok {}, failed/unknown {}",
+        rec.ok.load(Ordering::Relaxed),
+        rec.failed.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn drain_under_load_fails_no_operation() {
+    let cluster = start(3, 1, &[]);
+    let seeds = cluster.addrs();
+    let rec = Recorder::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let hot: Vec<String> = (0..64).map(|i| format!("d:{i}")).collect();
+    let threads: Vec<_> = (1..=4)
+        .map(|id| {
+            load_thread(
+                seeds.clone(),
+                id,
+                hot.clone(),
+                rec.clone(),
+                stop.clone(),
+                true,
+            )
+        })
+        .collect();
+    wait_ops(&rec, 300);
+    let t = Instant::now();
+    cluster.drain(2);
+    eprintln!("drain of node 2 accepted in {:?}", t.elapsed());
+    // Load continues through the handover: wait until node 4 serves node 2's slots
+    // (CLUSTER SLOTS from node 1 no longer names port base+1), then some more operations.
+    let mut c = Client::new(seeds.clone());
+    let gone = format!(":{}", cluster.base + 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "drain did not move the roles");
+        c.refresh();
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &cluster.base.to_string(), "cluster", "nodes"])
+            .output();
+        let moved = match out {
+            Ok(o) => {
+                let s = String::from_utf8_lossy(&o.stdout).to_string();
+                s.lines()
+                    .filter(|l| l.contains(&gone))
+                    .all(|l| l.split(' ').nth(8).is_none())
+            }
+            Err(_) => true,
+        };
+        if moved {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = rec.ok.load(Ordering::Relaxed);
+    wait_ops(&rec, after + 1000);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let n = check_history("drain", &rec);
+    let failed = rec.failed.load(Ordering::Relaxed);
+    eprintln!(
+        "drain: {n} ops, ok {}, failed {failed}",
+        rec.ok.load(Ordering::Relaxed)
+    );
+    assert_eq!(failed, 0, "operations failed during the drain");
+}

@@ -1,0 +1,41 @@
+"""redis-py RedisCluster against a ringlet cluster, unchanged client code.
+
+Usage: python3 redis_py_cluster.py PORT
+"""
+import sys
+
+from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+port = int(sys.argv[1])
+rc = RedisCluster(host="127.0.0.1", port=port)
+nodes = rc.get_nodes()
+assert len(nodes) >= 3, nodes
+for i in range(300):
+    assert rc.set(f"py:{i}", f"v{i}") is True
+for i in range(300):
+    assert rc.get(f"py:{i}") == f"v{i}".encode(), i
+assert rc.incr("py:counter") == 1
+assert rc.incr("py:counter") == 2
+assert rc.delete("py:1") == 1
+assert rc.get("py:1") is None
+assert rc.exists("py:2") == 1
+assert rc.keyslot("foo") == 12182
+assert rc.set("py:nx", "a", nx=True) is True
+assert rc.set("py:nx", "b", nx=True) is None
+assert rc.get("py:nx") == b"a"
+# Same-slot multi-key commands with a hash tag; cross-slot ones are refused as by Redis.
+assert rc.mset_nonatomic({"{t}a": "1", "{t}b": "2"}) is not None
+assert rc.mget_nonatomic(["{t}a", "{t}b"]) == [b"1", b"2"]
+p = rc.pipeline()
+for i in range(100):
+    p.set(f"pp:{i}", i)
+assert all(p.execute())
+info = rc.cluster_info(target_nodes=RedisCluster.RANDOM)
+assert info["cluster_state"] == "ok", info
+try:
+    rc.execute_command("SET", "py:ttl", "x", "EX", "10")
+    raise AssertionError("TTL accepted")
+except ResponseError:
+    pass
+print("redis-py RedisCluster OK against", len(nodes), "nodes")
