@@ -219,6 +219,125 @@ pub fn run_map<S: std::hash::BuildHasher>(
     }
 }
 
+/// Options of [`shm_get_bench`] (`ringlet bench --mode shm-get`).
+#[derive(Clone, Debug)]
+pub struct ShmGetOptions {
+    pub socket: std::path::PathBuf,
+    /// Fill keys `0..keys` with `bench_value(i, value_size)` over the socket first.
+    pub load: bool,
+    pub keys: u64,
+    pub value_size: usize,
+    pub duration: Duration,
+    /// Client threads, each with its own `ShmReader` (connection and mappings).
+    pub threads: usize,
+    /// MGET batch size; 1 = one GET per key.
+    pub batch: usize,
+    /// Zipf exponent of the key choice; `None` = uniform.
+    pub zipf: Option<f64>,
+}
+
+/// Outcome of [`shm_get_bench`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShmGetReport {
+    pub ops: u64,
+    pub secs: f64,
+    pub ops_per_sec: f64,
+    /// Sum over threads of ops per CPU-second of each thread.
+    pub ops_per_cpu_sec: f64,
+    pub wrong: u64,
+    pub misses: u64,
+    pub fallbacks: u64,
+    pub load_secs: f64,
+}
+
+impl ShmGetReport {
+    /// One JSON object (the last line `ringlet bench --json` prints).
+    pub fn to_json(&self, o: &ShmGetOptions) -> String {
+        format!(
+            "{{\"mode\":\"shm-get\",\"ops_per_sec\":{:.0},\"ops_per_cpu_sec\":{:.0},\"ops\":{},\"secs\":{:.3},\"threads\":{},\"keys\":{},\"value_size\":{},\"batch\":{},\"distribution\":\"{}\",\"wrong\":{},\"misses\":{},\"fallbacks\":{},\"load_secs\":{:.3}}}",
+            self.ops_per_sec,
+            self.ops_per_cpu_sec,
+            self.ops,
+            self.secs,
+            o.threads,
+            o.keys,
+            o.value_size,
+            o.batch,
+            o.zipf.map_or("uniform".to_string(), |s| format!("zipf-{s}")),
+            self.wrong,
+            self.misses,
+            self.fallbacks,
+            self.load_secs
+        )
+    }
+}
+
+/// SETs pipelined per round trip while loading.
+const LOAD_PIPELINE: usize = 256;
+
+/// Run the shared-memory GET benchmark against a node's socket: optionally load the keys,
+/// then `threads` readers GET (or MGET) for `duration`, checking every value against
+/// `bench_value`. A value that differs counts in `wrong`; a missing key in `misses`.
+///
+/// # Errors
+/// Connection, load or read errors; a `Server` error if the node refused a SET.
+pub fn shm_get_bench(o: &ShmGetOptions) -> Result<ShmGetReport, ShmError> {
+    let mut report = ShmGetReport::default();
+    if o.load {
+        let t = Instant::now();
+        let mut r = ShmReader::connect(&o.socket)?;
+        let mut keys = vec![[0u8; BENCH_KEY_BYTES]; LOAD_PIPELINE];
+        let mut values = Vec::with_capacity(LOAD_PIPELINE);
+        let mut i = 0u64;
+        while i < o.keys {
+            let n = (o.keys - i).min(LOAD_PIPELINE as u64) as usize;
+            values.clear();
+            for (j, k) in keys.iter_mut().enumerate().take(n) {
+                bench_key(i + j as u64, k);
+                values.push(bench_value(i + j as u64, o.value_size));
+            }
+            r.set_many(keys[..n].iter().zip(&values).map(|(k, v)| (&k[..], &v[..])))?;
+            i += n as u64;
+        }
+        report.load_secs = t.elapsed().as_secs_f64();
+    }
+    let seq_len = (1usize << 22).min((o.keys as usize).saturating_mul(4).max(1 << 16));
+    let threads = o.threads.max(1);
+    let results: Vec<Result<(Run, u64), ShmError>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let seq = match o.zipf {
+                        Some(z) => crate::testkit::zipf_indices(o.keys, z, seq_len, 17 + t as u64),
+                        None => crate::testkit::uniform_indices(o.keys, seq_len, 17 + t as u64),
+                    };
+                    let mut r = ShmReader::connect(&o.socket)?;
+                    let run = if o.batch > 1 {
+                        run_mget(&mut r, &seq, o.value_size, o.batch, o.duration)?
+                    } else {
+                        run_get(&mut r, &seq, o.value_size, o.duration)?
+                    };
+                    Ok((run, r.stats().fallbacks))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or(Err(ShmError::Disconnected)))
+            .collect()
+    });
+    for res in results {
+        let (run, fallbacks) = res?;
+        report.ops += run.ops;
+        report.secs = report.secs.max(run.secs);
+        report.ops_per_sec += run.ops_per_sec();
+        report.ops_per_cpu_sec += run.ops_per_cpu_sec();
+        report.wrong += run.wrong;
+        report.misses += run.misses;
+        report.fallbacks += fallbacks;
+    }
+    Ok(report)
+}
+
 /// Median of a non-empty list.
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

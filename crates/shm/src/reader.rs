@@ -656,8 +656,15 @@ impl ShmReader {
         let Some(s) = self.session.as_ref() else {
             return Err(ShmError::Disconnected);
         };
+        (&s.sock).write_all(&self.wbuf)?;
+        self.read_response(id)
+    }
+
+    fn read_response(&mut self, id: u64) -> Result<Resp, ShmError> {
+        let Some(s) = self.session.as_ref() else {
+            return Err(ShmError::Disconnected);
+        };
         let mut sock = &s.sock;
-        sock.write_all(&self.wbuf)?;
         let mut chunk = [0u8; 16 * 1024];
         // Bounded: each iteration reads at least one byte, and the buffer is capped.
         loop {
@@ -747,6 +754,62 @@ impl ShmReader {
             Status::NOT_STORED | Status::CAS_MISMATCH => Ok(None),
             _ => Err(Self::server_error(&resp)),
         }
+    }
+
+    /// Many unconditional SETs in one round trip (frames written back to back, responses
+    /// read in order). Stops at the first refused SET.
+    ///
+    /// # Errors
+    /// As [`ShmReader::set`].
+    pub fn set_many<'a>(
+        &mut self,
+        items: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<(), ShmError> {
+        self.ensure()?;
+        self.wbuf.clear();
+        let first = self.next_id;
+        for (key, value) in items {
+            let id = self.next_id;
+            self.next_id += 1;
+            encode_set(
+                &mut self.wbuf,
+                id,
+                &SetRequest {
+                    key,
+                    value,
+                    ..SetRequest::default()
+                },
+            );
+        }
+        let last = self.next_id;
+        let Some(s) = self.session.as_ref() else {
+            return Err(ShmError::Disconnected);
+        };
+        if let Err(e) = (&s.sock).write_all(&self.wbuf) {
+            s.stale.store(true, Ordering::Release);
+            return Err(e.into());
+        }
+        self.wbuf.clear();
+        for id in first..last {
+            let r = self.read_response(id);
+            let resp = match r {
+                Ok(resp) => resp,
+                Err(e) => {
+                    if let Some(s) = self.session.as_ref() {
+                        s.stale.store(true, Ordering::Release);
+                    }
+                    return Err(e);
+                }
+            };
+            if resp.status != Status::OK {
+                // The remaining responses are still in flight: this stream is done.
+                if let Some(s) = self.session.as_ref() {
+                    s.stale.store(true, Ordering::Release);
+                }
+                return Err(Self::server_error(&resp));
+            }
+        }
+        Ok(())
     }
 
     /// DEL over the socket: whether the key existed.

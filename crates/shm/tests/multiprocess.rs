@@ -314,3 +314,36 @@ fn client_mapping_is_read_only() {
 fn libc_eacces() -> i32 {
     13
 }
+
+/// The benchmark binary loads keys over the socket, reads them back one-sided from two
+/// threads, checks every value, and ends with a JSON line.
+#[test]
+fn shm_bench_loads_reads_and_checks_every_value() {
+    let dir = tmpdir("bench");
+    let sock = dir.join("node.sock");
+    let node = Node::start(&sock, &["--memory", "33554432"]);
+    let bench = env!("CARGO_BIN_EXE_ringlet-shm-bench");
+    let run = |extra: &[&str]| {
+        let out = Command::new(bench)
+            .args(["--socket", sock.to_str().unwrap(), "--keys", "3000"])
+            .args(["--duration", "0.3", "--threads", "2", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap()
+            .to_string()
+    };
+    let first = run(&["--load"]);
+    let mget = run(&["--batch", "16", "--zipf", "0.99"]);
+    node.quit();
+    for j in [&first, &mget] {
+        assert!(json_u64(j, "ops_per_sec") > 0, "{j}");
+        assert_eq!(json_u64(j, "wrong"), 0, "{j}");
+        assert_eq!(json_u64(j, "misses"), 0, "{j}");
+    }
+}
