@@ -79,8 +79,13 @@ enum Event {
         msg: PeerMsg,
     },
     Control(FromControl),
+    /// Something is waiting in `Shared::control`.
+    Wake,
     Stop,
 }
+
+/// Control messages waiting for the driver (maps, acks, fences): a handful per heartbeat.
+const CONTROL_PENDING_MAX: usize = 1024;
 
 /// Counters (metrics `cluster_*`).
 #[derive(Debug, Default)]
@@ -99,6 +104,8 @@ struct Shared {
     epoch: AtomicU64,
     next_client: AtomicU64,
     stats: NodeStats,
+    /// Priority lane for control messages, drained before every queued event.
+    control: Mutex<std::collections::VecDeque<FromControl>>,
 }
 
 /// A running cluster node. Cheap to clone.
@@ -133,6 +140,7 @@ impl ClusterNode {
             epoch: AtomicU64::new(0),
             next_client: AtomicU64::new(1),
             stats: NodeStats::default(),
+            control: Mutex::new(std::collections::VecDeque::new()),
         });
         let s2 = shared.clone();
         let inbound: Inbound = Arc::new(move |from, msg| {
@@ -146,9 +154,17 @@ impl ClusterNode {
         let control = Arc::new(ControlClient::start(
             cfg.control_addr.clone(),
             Arc::new(move |m| {
-                if s3.tx.try_send(Event::Control(m)).is_err() {
-                    s3.stats.events_refused.fetch_add(1, Ordering::Relaxed);
+                // Control messages jump the queue: a new map (or a fence) must not wait
+                // behind thousands of client and peer events (see `Shared::control`).
+                {
+                    let mut q = s3.control.lock();
+                    if q.len() >= CONTROL_PENDING_MAX {
+                        q.pop_front(); // the oldest is the least useful (maps supersede)
+                        s3.stats.events_refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    q.push_back(m);
                 }
+                let _ = s3.tx.try_send(Event::Wake);
             }),
             rt,
         ));
@@ -165,6 +181,7 @@ impl ClusterNode {
             tick_ms: cfg.tick_ms.max(1),
             trace: std::env::var_os("RINGLET_TRACE").is_some(),
             was_pulling: false,
+            pulls_done: 0,
         };
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
@@ -256,6 +273,7 @@ struct Driver {
     /// `RINGLET_TRACE` set: log epoch changes and rebuild/sync progress to stderr.
     trace: bool,
     was_pulling: bool,
+    pulls_done: u64,
 }
 
 impl Driver {
@@ -268,6 +286,10 @@ impl Driver {
                 next_tick = now + self.tick_ms;
                 // Replies whose requester gave up: forget them (bounds `waiting`).
                 self.waiting.retain(|_, tx| !tx.is_closed());
+            }
+            let pending: Vec<FromControl> = self.shared.control.lock().drain(..).collect();
+            for m in pending {
+                self.handle(Event::Control(m));
             }
             let wait = Duration::from_millis(next_tick.saturating_sub(mono_ms()));
             match rx.recv_timeout(wait) {
@@ -318,7 +340,7 @@ impl Driver {
                 }
                 FromControl::Ok | FromControl::Error(_) => {}
             },
-            Event::Stop => {}
+            Event::Wake | Event::Stop => {}
         }
     }
 
@@ -337,7 +359,9 @@ impl Driver {
         let epoch = self.replica.epoch();
         if self.trace {
             let pulling = self.replica.is_pulling();
-            if epoch != before || pulling != self.was_pulling {
+            let done = self.replica.stats.rebuilds_completed + self.replica.stats.syncs_completed;
+            if epoch != before || pulling != self.was_pulling || done != self.pulls_done {
+                self.pulls_done = done;
                 eprintln!(
                     "[{} ms] node {}: epoch {} pulling {} stats {:?}",
                     crate::wall_ms(),

@@ -91,6 +91,7 @@ fn sigkill_under_load_loses_no_acknowledged_write() {
     // Node 2 coordinates about a third of the slots and replicates others.
     cluster.kill9(2);
     let killed = Instant::now();
+    eprintln!("SIGKILL node 2 at {} ms (unix)", ringlet_cluster::wall_ms());
     // Poll the affected keys until every one reads back its acknowledged value.
     let mut left = affected.clone();
     let mut rounds = 0;
@@ -107,6 +108,7 @@ fn sigkill_under_load_loses_no_acknowledged_write() {
         }
     }
     let window = killed.elapsed();
+    eprintln!("affected keys readable at {} ms (unix)", ringlet_cluster::wall_ms());
     // Then every one of the 20,000 keys.
     let mut left = keys.clone();
     while !left.is_empty() {
