@@ -1166,3 +1166,69 @@ fn decide_quorum(
     }
     best.map(|(_, val)| val)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlet_control::{ControlConfig, ControlPlane, Input};
+
+    fn map() -> Arc<ClusterMap> {
+        let mut cp = ControlPlane::new(ControlConfig {
+            s: 1,
+            d: 2,
+            lease_ms: 1500,
+        })
+        .unwrap();
+        for i in 1..=3 {
+            cp.step(
+                0,
+                Input::Join {
+                    node: NodeId(i),
+                    addr: String::new(),
+                    incarnation: 1,
+                },
+            );
+        }
+        cp.step(0, Input::Bootstrap { active: 3 });
+        cp.step(
+            0,
+            Input::CreateMemgest {
+                name: "r3".into(),
+                kind: MemgestKind::Rep { r: 3 },
+                evictable: None,
+            },
+        );
+        cp.map().clone()
+    }
+
+    #[test]
+    fn quorum_decisions() {
+        let m = map();
+        let r3 = m.memgest_by_name("r3").unwrap();
+        let cohort = [NodeId(1), NodeId(2), NodeId(3)];
+        let v = |x| Version(x);
+        let val = |s: &str| Some(s.as_bytes().to_vec());
+        // Two of three agree: decided, data from the agreeing replies.
+        let replies = vec![
+            (NodeId(2), v(5), r3, val("a")),
+            (NodeId(3), v(5), r3, val("a")),
+        ];
+        assert_eq!(decide_quorum(&m, &cohort, &replies), Some(val("a")));
+        // Disagreement: no decision yet.
+        let replies = vec![
+            (NodeId(2), v(5), r3, val("a")),
+            (NodeId(3), v(4), r3, val("b")),
+        ];
+        assert_eq!(decide_quorum(&m, &cohort, &replies), None);
+        // "Not found" from two replicas without the coordinator is not a quorum: a `none` key
+        // lives only on the coordinator.
+        let replies = vec![
+            (NodeId(2), Version::ZERO, MemgestId::NONE, None),
+            (NodeId(3), Version::ZERO, MemgestId::NONE, None),
+        ];
+        assert_eq!(decide_quorum(&m, &cohort, &replies), None);
+        // The coordinator alone decides a `none` key.
+        let replies = vec![(NodeId(1), v(9), MemgestId::NONE, val("n"))];
+        assert_eq!(decide_quorum(&m, &cohort, &replies), Some(val("n")));
+    }
+}

@@ -76,3 +76,13 @@ fn same_seed_replays_exactly() {
         assert_eq!(a, b, "seed {seed} did not replay identically");
     }
 }
+
+/// Every fault kind on in every run (the swarm above turns each on for about half the seeds).
+#[test]
+fn all_faults_40_seeds() {
+    let opts = SimOptions {
+        all_faults: true,
+        ..SimOptions::default()
+    };
+    run_all(seeds(500..540), &opts);
+}
