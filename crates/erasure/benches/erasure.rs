@@ -8,19 +8,25 @@
 //! - `reconstruct`: decoding a lost data node's arena range of 1 MiB from survivors
 //!   ([`rebuild_range`]); bytes = rebuilt bytes.
 //!
-//! Run: `cargo bench -p ringlet-erasure --bench erasure`.
+//! Run: `cargo bench -p ringlet-erasure --bench erasure` (wall clock), or with
+//! `ERASURE_BENCH_CLOCK=cpu` to measure the benchmark thread's CPU time
+//! (`CLOCK_THREAD_CPUTIME_ID`) — the cost of the work itself, not inflated by waiting for a
+//! core on a shared machine. Everything here runs on the calling thread, so the two agree on
+//! an idle machine.
 #![allow(
     clippy::unwrap_used,
     clippy::indexing_slicing,
     clippy::arithmetic_side_effects
 )]
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{BenchmarkId, Criterion, Throughput};
 use ringlet_erasure::layout::ParityChunk;
 use ringlet_erasure::{
     encode_stripe, rebuild_range, ChunkSource, Codec, Layout, ParityStore, ParityUpdate,
 };
 use std::hint::black_box;
+use std::time::Duration;
 
 const S: u32 = 3;
 const CHUNK: u32 = 4096;
@@ -43,7 +49,7 @@ fn arenas() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn bench_encode(c: &mut Criterion) {
+fn bench_encode<M: Measurement>(c: &mut Criterion<M>) {
     let data = arenas();
     let mut g = c.benchmark_group("encode");
     for (k, m) in SHAPES {
@@ -64,7 +70,7 @@ fn bench_encode(c: &mut Criterion) {
     g.finish();
 }
 
-fn bench_delta(c: &mut Criterion) {
+fn bench_delta<M: Measurement>(c: &mut Criterion<M>) {
     let mut g = c.benchmark_group("delta_apply");
     const UPDATES: u64 = 1024;
     const LEN: usize = 1024;
@@ -118,7 +124,7 @@ impl ChunkSource for Src<'_> {
     }
 }
 
-fn bench_reconstruct(c: &mut Criterion) {
+fn bench_reconstruct<M: Measurement>(c: &mut Criterion<M>) {
     let data = arenas();
     let mut g = c.benchmark_group("reconstruct");
     const LEN: u64 = 1 << 20;
@@ -154,9 +160,57 @@ fn bench_reconstruct(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().sample_size(20);
-    targets = bench_encode, bench_delta, bench_reconstruct
+/// Thread CPU time as a criterion measurement (formats like wall time).
+struct ThreadCpu(WallTime);
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
-criterion_main!(benches);
+
+impl Measurement for ThreadCpu {
+    type Intermediate = Duration;
+    type Value = Duration;
+    fn start(&self) -> Duration {
+        thread_cpu()
+    }
+    fn end(&self, i: Duration) -> Duration {
+        thread_cpu().saturating_sub(i)
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, v: &Duration) -> f64 {
+        v.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self.0.formatter()
+    }
+}
+
+fn run<M: Measurement>(mut c: Criterion<M>) {
+    bench_encode(&mut c);
+    bench_delta(&mut c);
+    bench_reconstruct(&mut c);
+    c.final_summary();
+}
+
+fn main() {
+    let base = Criterion::default().sample_size(20);
+    if std::env::var("ERASURE_BENCH_CLOCK").as_deref() == Ok("cpu") {
+        run(base
+            .with_measurement(ThreadCpu(WallTime))
+            .configure_from_args());
+    } else {
+        run(base.configure_from_args());
+    }
+}
