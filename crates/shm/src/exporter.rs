@@ -17,13 +17,12 @@
 //! ```
 
 use crate::fdpass::{reopen_read_only, send_with_fds};
-use crate::proto::{decode_access, Hello, ACCESS_MAGIC};
+use crate::proto::{decode_client_message, ClientMessage, Hello};
 use crate::ShmError;
 use parking_lot::Mutex;
 use ringlet_codec::native::{
-    decode_request_frame, encode_error_response, encode_get_response, encode_int_response,
-    encode_status_response, MgetResponseWriter, NativeRequest, Opcode, RequestFrame, SetCond,
-    Status,
+    encode_error_response, encode_get_response, encode_int_response, encode_status_response,
+    MgetResponseWriter, NativeRequest, Opcode, RequestFrame, SetCond, Status,
 };
 use ringlet_engine::{Condition, Engine, Expiry, ReadOutcome, Reader, SetOptions, SetOutcome};
 use ringlet_types::{limits, Epoch, MemgestId, Version};
@@ -327,44 +326,34 @@ fn serve_conn<H: EngineHost>(shared: &Shared<H>, mut sock: UnixStream) -> io::Re
         let mut close = false;
         // Bounded by rbuf.len(): every decoded message consumes at least its header.
         while pos < rbuf.len() {
-            let rest = &rbuf[pos..];
-            if rest[0] == ACCESS_MAGIC {
-                match decode_access(rest, &mut hashes) {
-                    Ok(Some(n)) => {
-                        shared.host.with_engine(|e| e.record_access(&hashes));
-                        let c = &shared.counters;
-                        c.access_batches.fetch_add(1, Ordering::Relaxed);
-                        c.access_hashes
-                            .fetch_add(hashes.len() as u64, Ordering::Relaxed);
-                        pos += n;
-                    }
-                    Ok(None) => break,
-                    Err(_) => {
-                        close = true;
-                        break;
-                    }
+            match decode_client_message(&rbuf[pos..], &mut hashes) {
+                Ok(Some((ClientMessage::Access, n))) => {
+                    shared.host.with_engine(|e| e.record_access(&hashes));
+                    let c = &shared.counters;
+                    c.access_batches.fetch_add(1, Ordering::Relaxed);
+                    c.access_hashes
+                        .fetch_add(hashes.len() as u64, Ordering::Relaxed);
+                    pos += n;
                 }
-            } else {
-                match decode_request_frame(rest) {
-                    Ok(Some((frame, n))) => {
-                        shared.counters.requests.fetch_add(1, Ordering::Relaxed);
-                        handle(shared, &frame, &mut scratch, now_ms(), &mut wbuf);
-                        pos += n;
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        let epoch = Epoch(shared.epoch.load(Ordering::Relaxed));
-                        encode_error_response(
-                            &mut wbuf,
-                            0,
-                            Opcode::Ping,
-                            Status::BAD_REQUEST,
-                            epoch,
-                            &e.to_string(),
-                        );
-                        close = true;
-                        break;
-                    }
+                Ok(Some((ClientMessage::Request(frame), n))) => {
+                    shared.counters.requests.fetch_add(1, Ordering::Relaxed);
+                    handle(shared, &frame, &mut scratch, now_ms(), &mut wbuf);
+                    pos += n;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // No request id to answer to: the stream cannot be resynchronised.
+                    let epoch = Epoch(shared.epoch.load(Ordering::Relaxed));
+                    encode_error_response(
+                        &mut wbuf,
+                        0,
+                        Opcode::Ping,
+                        Status::BAD_REQUEST,
+                        epoch,
+                        &e.to_string(),
+                    );
+                    close = true;
+                    break;
                 }
             }
         }

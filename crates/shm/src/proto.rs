@@ -270,6 +270,66 @@ pub fn decode_access(buf: &[u8], hashes: &mut Vec<u64>) -> Result<Option<usize>,
     Ok(Some(len))
 }
 
+/// One message a client sends on the shared-memory socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientMessage<'a> {
+    /// An ACCESS batch (its hashes were decoded into the caller's vector).
+    Access,
+    /// A native request frame (`docs/protocol.md`).
+    Request(ringlet_codec::native::RequestFrame<'a>),
+}
+
+/// Why a client's byte stream was refused (the connection closes).
+#[derive(thiserror::Error, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamError {
+    #[error("{0}")]
+    Access(#[from] ProtoError),
+    #[error("{0}")]
+    Frame(#[from] ringlet_codec::DecodeError),
+}
+
+/// Decode the client message at the start of `buf`: ACCESS if it starts with
+/// [`ACCESS_MAGIC`], else a native request frame. `Ok(None)` until it has fully arrived.
+///
+/// # Errors
+/// A [`StreamError`]: the stream cannot be resynchronised.
+pub fn decode_client_message<'a>(
+    buf: &'a [u8],
+    hashes: &mut Vec<u64>,
+) -> Result<Option<(ClientMessage<'a>, usize)>, StreamError> {
+    match buf.first() {
+        None => Ok(None),
+        Some(&ACCESS_MAGIC) => Ok(decode_access(buf, hashes)?.map(|n| (ClientMessage::Access, n))),
+        Some(_) => Ok(ringlet_codec::native::decode_request_frame(buf)?
+            .map(|(f, n)| (ClientMessage::Request(f), n))),
+    }
+}
+
+/// Fuzzing entry points (thin `fuzz/` targets call these; proptests call them too).
+pub mod fuzz_support {
+    use super::*;
+
+    /// Walk `bytes` as a client stream the way the exporter does, and decode it as HELLO.
+    /// Returns the number of whole messages decoded. Never panics, whatever the input.
+    pub fn decode_client_stream(bytes: &[u8]) -> usize {
+        let _ = Hello::decode(bytes);
+        let mut hashes = Vec::new();
+        let (mut pos, mut n) = (0usize, 0usize);
+        // Bounded: every decoded message consumes at least one byte.
+        while pos < bytes.len() {
+            match decode_client_message(&bytes[pos..], &mut hashes) {
+                Ok(Some((_, used))) => {
+                    assert!(used > 0 && pos + used <= bytes.len());
+                    pos += used;
+                    n += 1;
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,7 +384,32 @@ mod tests {
         assert_eq!(out.len(), ACCESS_RECORD_BATCH_MAX as usize);
     }
 
+    #[test]
+    fn client_streams_mix_access_and_native_frames() {
+        let mut buf = Vec::new();
+        encode_access(&mut buf, &[1, 2, 3]);
+        ringlet_codec::native::encode_get(&mut buf, 9, b"key");
+        encode_access(&mut buf, &[]);
+        assert_eq!(fuzz_support::decode_client_stream(&buf), 3);
+        let mut hashes = Vec::new();
+        let (m, n) = decode_client_message(&buf, &mut hashes).unwrap().unwrap();
+        assert_eq!(
+            (m, n, hashes.as_slice()),
+            (ClientMessage::Access, 32, &[1u64, 2, 3][..])
+        );
+        assert!(
+            decode_client_message(b"*1\r\n", &mut hashes).is_err(),
+            "RESP is refused"
+        );
+    }
+
     proptest! {
+        #[test]
+        fn client_stream_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let n = fuzz_support::decode_client_stream(&bytes);
+            prop_assert!(n <= bytes.len());
+        }
+
         #[test]
         fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = Hello::decode(&bytes);
