@@ -588,12 +588,13 @@ impl ShmReader {
                 *h = key_hash(k.as_ref());
             }
             prefetch_batch(s, &hashes[..chunk.len()]);
-            let epoch = s.hello.epoch.0;
             for (j, k) in chunk.iter().enumerate() {
                 let key = k.as_ref();
+                // Re-fetched per key: a fallback earlier in this step may have re-handshaken.
                 let Some(s) = self.session.as_ref() else {
                     return Err(ShmError::Disconnected);
                 };
+                let epoch = s.hello.epoch.0;
                 let (r, _) = read_entry_with(&s.view, key, hashes[j], now, Some(epoch), out);
                 match r {
                     ReadOutcome::Hit { version, .. } => {
