@@ -596,7 +596,13 @@ impl Engine {
 
     /// Keys of one slot (expired ones included: migration moves them with their TTL), with
     /// SCAN's cursor guarantees.
+    ///
+    /// Cost: the index has no per-slot structure (it would cost 8 B/key), so enumerating a
+    /// slot walks the whole table, reading each key; a slot with no keys returns at once.
     pub fn slot_keys(&self, slot: u16, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> u64 {
+        if self.store.slot_key_count(slot) == 0 {
+            return 0;
+        }
         self.store.scan(cursor, count, Some(slot), None, out)
     }
 

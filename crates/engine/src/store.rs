@@ -1282,6 +1282,10 @@ impl Store {
         None
     }
 
+    pub fn slot_key_count(&self, slot: u16) -> u64 {
+        self.per_slot.get(usize::from(slot)).map_or(0, |u| u.keys)
+    }
+
     pub fn slot_digest(&self, slot: u16) -> u64 {
         self.digests.get(usize::from(slot)).copied().unwrap_or(0)
     }
