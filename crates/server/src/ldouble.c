@@ -22,7 +22,7 @@ static int string2ld(const char *s, size_t slen, long double *dp) {
 
     errno = 0;
     value = strtold(buf, &eptr);
-    if (isspace((unsigned char)buf[0]) || eptr[0] != '\0' ||
+    if (isspace((unsigned char)buf[0]) || eptr[0] != '\0' || (size_t)(eptr - buf) != slen ||
         ((errno == ERANGE) &&
          (value == HUGE_VAL || value == -HUGE_VAL || fpclassify(value) == FP_ZERO)) ||
         errno == EINVAL || isnan(value))

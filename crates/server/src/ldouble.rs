@@ -71,6 +71,16 @@ mod tests {
         assert_eq!(incr_by_float(None, b"nan"), Err(FloatError::NotFloat));
         assert_eq!(incr_by_float(None, b""), Err(FloatError::NotFloat));
         assert_eq!(
+            incr_by_float(None, b"\0"),
+            Err(FloatError::NotFloat),
+            "embedded NUL"
+        );
+        assert_eq!(
+            incr_by_float(None, b"1\x002"),
+            Err(FloatError::NotFloat),
+            "embedded NUL"
+        );
+        assert_eq!(
             incr_by_float(Some(b"1e4932"), b"1e4932"),
             Err(FloatError::NanOrInfinity)
         );
