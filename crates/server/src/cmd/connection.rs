@@ -31,9 +31,15 @@ pub fn quit(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
 
 /// Only database 0 exists (Ringlet is cluster-shaped, like Redis Cluster).
 pub fn select(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let Some(db) = super::parse_i64(argv[1]).filter(|&n| i32::try_from(n).is_ok()) else {
+    // `getIntFromObjectOrReply`: not an integer, or an integer outside `int`, differ.
+    let Some(db) = super::parse_i64(argv[1]) else {
         return Reply::err(errors::NOT_INTEGER);
     };
+    if i32::try_from(db).is_err() {
+        return Reply::err(
+            "ERR value is out of range, value must between -2147483648 and 2147483647",
+        );
+    }
     match db {
         0 => Reply::ok(),
         1..=15 => Reply::err("ERR SELECT is not allowed in cluster mode"),
@@ -109,8 +115,7 @@ pub fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
             name = Some(argv[j + 1]);
             j += 2;
         } else {
-            let opt = String::from_utf8_lossy(super::cstr(argv[j]));
-            return Reply::err_owned(format!("ERR Syntax error in HELLO option '{opt}'"));
+            return super::err_with_arg("ERR Syntax error in HELLO option '", argv[j], "'");
         }
     }
     if let Some((user, password)) = creds {
@@ -208,8 +213,7 @@ pub fn client_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         } else if is(t, "master") || is(t, "replica") || is(t, "slave") || is(t, "pubsub") {
             type_normal = false;
         } else {
-            let t = String::from_utf8_lossy(super::cstr(t));
-            return Reply::err_owned(format!("ERR Unknown client type '{t}'"));
+            return super::err_with_arg("ERR Unknown client type '", t, "'");
         }
     } else if argv.len() > 3 && is(argv[2], "id") {
         let mut v = Vec::with_capacity(argv.len().min(1024));

@@ -115,8 +115,7 @@ fn expire_generic(
         } else if is(opt, "lt") {
             flags |= FLAG_LT;
         } else {
-            let o = String::from_utf8_lossy(super::cstr(opt));
-            return Reply::err_owned(format!("ERR Unsupported option {o}"));
+            return super::err_with_arg("ERR Unsupported option ", opt, "");
         }
     }
     if flags & FLAG_NX != 0 && flags & (FLAG_XX | FLAG_GT | FLAG_LT) != 0 {

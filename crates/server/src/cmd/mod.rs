@@ -318,6 +318,15 @@ fn unknown_subcommand(argv: &[&[u8]]) -> Reply {
     Reply::Error(sanitize(msg).into())
 }
 
+/// An error reply embedding a user argument the way Redis's `addReplyErrorFormat("%s")` does:
+/// the argument's bytes as sent, cut at a NUL, with CR/LF turned into spaces.
+pub fn err_with_arg(prefix: &str, arg: &[u8], suffix: &str) -> Reply {
+    let mut msg = prefix.as_bytes().to_vec();
+    msg.extend_from_slice(cstr(arg));
+    msg.extend_from_slice(suffix.as_bytes());
+    Reply::Error(sanitize(msg).into())
+}
+
 /// `ERR wrong number of arguments for '<fullname>' command`.
 pub fn arity_error(name: &str) -> Reply {
     Reply::err_owned(format!(

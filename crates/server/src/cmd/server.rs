@@ -160,13 +160,17 @@ pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         if name == "requirepass" {
             new_pass = Some(pair[1]);
         } else if known.contains(&name.as_str()) {
-            return Reply::err_owned(format!(
-                "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
-            ));
+            return super::err_with_arg(
+                "ERR CONFIG SET failed (possibly related to argument '",
+                pair[0],
+                "') - can't set immutable config",
+            );
         } else {
-            return Reply::err_owned(format!(
-                "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
-            ));
+            return super::err_with_arg(
+                "ERR Unknown option or number of arguments for CONFIG SET - '",
+                pair[0],
+                "'",
+            );
         }
     }
     if let Some(p) = new_pass {
