@@ -362,13 +362,20 @@ impl Driver {
             let done = self.replica.stats.rebuilds_completed + self.replica.stats.syncs_completed;
             if epoch != before || pulling != self.was_pulling || done != self.pulls_done {
                 self.pulls_done = done;
+                let t = self.transport.stats();
                 eprintln!(
-                    "[{} ms] node {}: epoch {} pulling {} stats {:?}",
+                    "[{} ms] node {}: epoch {} pulling {} stats {:?} peer sent {} recv {} dropped {} noroute {} connects {} connfail {}",
                     crate::wall_ms(),
                     self.shared.id,
                     epoch,
                     pulling,
-                    self.replica.stats
+                    self.replica.stats,
+                    t.frames_sent.load(Ordering::Relaxed),
+                    t.frames_received.load(Ordering::Relaxed),
+                    t.frames_dropped_full.load(Ordering::Relaxed),
+                    t.frames_no_route.load(Ordering::Relaxed),
+                    t.connects.load(Ordering::Relaxed),
+                    t.connect_failures.load(Ordering::Relaxed),
                 );
             }
             self.was_pulling = pulling;

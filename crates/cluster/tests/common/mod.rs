@@ -133,6 +133,34 @@ impl Cluster {
             libc::kill(pid as i32, libc::SIGKILL);
         }
     }
+    /// Start node `id` again (a new process, so a new incarnation). Killed on drop.
+    pub fn restart(&mut self, id: u32) -> KillOnDrop {
+        let child = Command::new(env!("CARGO_BIN_EXE_ringlet-cluster"))
+            .args([
+                "node",
+                "--id",
+                &id.to_string(),
+                "--port",
+                &(self.base + id as u16 - 1).to_string(),
+                "--control",
+                &self.control,
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        KillOnDrop(child)
+    }
+
+    /// The control plane's current map.
+    pub fn map(&self) -> ringlet_control::ClusterMap {
+        let out = Command::new(env!("CARGO_BIN_EXE_ringlet-cluster"))
+            .args(["map", "--control", &self.control])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        ringlet_control::ClusterMap::from_json(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
+    }
+
     pub fn drain(&self, node: u32) {
         let out = Command::new(env!("CARGO_BIN_EXE_ringlet-cluster"))
             .args(["drain", "--control", &self.control, &node.to_string()])
@@ -143,6 +171,16 @@ impl Cluster {
             "drain failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+}
+
+/// A child process killed when dropped.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
