@@ -319,11 +319,15 @@ fn unknown_subcommand(argv: &[&[u8]]) -> Reply {
 }
 
 /// An error reply embedding a user argument the way Redis's `addReplyErrorFormat("%s")` does:
-/// the argument's bytes as sent, cut at a NUL, with CR/LF turned into spaces.
+/// the argument's bytes as sent, cut at a NUL, trailing CR/LF trimmed (`sdstrim`), and CR/LF
+/// inside turned into spaces.
 pub fn err_with_arg(prefix: &str, arg: &[u8], suffix: &str) -> Reply {
     let mut msg = prefix.as_bytes().to_vec();
     msg.extend_from_slice(cstr(arg));
     msg.extend_from_slice(suffix.as_bytes());
+    while matches!(msg.last(), Some(b'\r' | b'\n')) {
+        msg.pop();
+    }
     Reply::Error(sanitize(msg).into())
 }
 
