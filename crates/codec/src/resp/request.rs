@@ -338,10 +338,29 @@ enum Header {
     Count(usize, usize),
 }
 
+/// Bytes of a length line searched byte by byte before handing over to `memchr`: length lines
+/// (`*3`, `$16`) end within a few bytes, where memchr's dispatch and SIMD set-up cost more than
+/// the search (profiled: 20% of a GET's decode time went to three memchr calls).
+const SHORT_SCAN_BYTES: usize = 24;
+
+/// Offset of the first `\r` in `rest`.
+#[inline]
+fn find_cr(rest: &[u8]) -> Option<usize> {
+    let head = rest.get(..SHORT_SCAN_BYTES).unwrap_or(rest);
+    if let Some(i) = head.iter().position(|&b| b == b'\r') {
+        return Some(i);
+    }
+    if head.len() == rest.len() {
+        return None;
+    }
+    memchr(b'\r', rest.get(SHORT_SCAN_BYTES..).unwrap_or(&[]))
+        .map(|i| i.saturating_add(SHORT_SCAN_BYTES))
+}
+
 /// Parse the `*N\r\n` line at `pos`.
 fn multibulk_header(buf: &[u8], pos: usize, unauth: bool) -> Result<Header, DecodeError> {
     let rest = buf.get(pos..).unwrap_or(&[]);
-    let Some(cr) = memchr(b'\r', rest) else {
+    let Some(cr) = find_cr(rest) else {
         if rest.len() > limits::INLINE_BYTES_MAX as usize {
             return Err(DecodeError::TooBigMultibulkCount);
         }
@@ -370,7 +389,7 @@ fn multibulk_header(buf: &[u8], pos: usize, unauth: bool) -> Result<Header, Deco
 #[inline]
 fn bulk(buf: &[u8], p: usize, unauth: bool) -> Result<Option<(Span, usize)>, DecodeError> {
     let rest = buf.get(p..).unwrap_or(&[]);
-    let Some(cr) = memchr(b'\r', rest) else {
+    let Some(cr) = find_cr(rest) else {
         if rest.len() > limits::INLINE_BYTES_MAX as usize {
             return Err(DecodeError::TooBigBulkCount);
         }
@@ -609,6 +628,19 @@ mod tests {
                 String::from_utf8_lossy(input)
             );
         }
+    }
+
+    #[test]
+    fn find_cr_short_and_long() {
+        assert_eq!(find_cr(b"$3\r\n"), Some(2));
+        assert_eq!(find_cr(b""), None);
+        let mut long = vec![b'1'; 100];
+        assert_eq!(find_cr(&long), None);
+        long[SHORT_SCAN_BYTES] = b'\r';
+        assert_eq!(find_cr(&long), Some(SHORT_SCAN_BYTES));
+        long[SHORT_SCAN_BYTES] = b'1';
+        long[99] = b'\r';
+        assert_eq!(find_cr(&long), Some(99));
     }
 
     #[test]
