@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::layout::{Layout, ParityChunk};
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Outcome of [`ParityStore::apply`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,11 +35,12 @@ pub enum Applied {
     Duplicate,
 }
 
-/// Parity chunks and key metadata of one holder.
-#[derive(Debug)]
+/// Parity chunks and key metadata of one holder. `Clone` (the codec is shared) so a
+/// simulator can snapshot it.
+#[derive(Clone, Debug)]
 pub struct ParityStore {
     layout: Layout,
-    codec: Codec,
+    codec: Arc<Codec>,
     holder: u32,
     chunks: BTreeMap<u64, Vec<u8>>,
     meta: BTreeMap<Vec<u8>, KeyMeta>,
@@ -60,7 +62,7 @@ impl ParityStore {
                 count: layout.m(),
             });
         }
-        let codec = Codec::new(layout.k(), layout.m())?;
+        let codec = Arc::new(Codec::new(layout.k(), layout.m())?);
         let s = usize::try_from(layout.s()).map_err(|_| Error::Shape {
             k: layout.k(),
             m: layout.m(),
