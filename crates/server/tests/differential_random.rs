@@ -470,3 +470,71 @@ fn random_any_command_matches_redis_resp3() {
 fn random_pipelines_match_redis() {
     random_differential(false, true, 60);
 }
+
+/// With a password configured on both servers: random sequences on a fresh (unauthenticated)
+/// connection per case, mixing AUTH / HELLO AUTH attempts (right and wrong) with ordinary
+/// commands, so NOAUTH, WRONGPASS and the switch to authenticated are compared too.
+#[test]
+fn random_auth_sequences_match_redis() {
+    let Some(redis) = start_redis(&["--requirepass", "pw"]) else {
+        return;
+    };
+    let node = start_ringlet(Some("pw"));
+    let (rport, gport) = (redis.port, node.local_addr().port());
+    let auth = prop_oneof![
+        pick(&["pw", "wrong", ""]).prop_map(|p| vec![cmd("AUTH"), p]),
+        (pick(&["default", "nobody"]), pick(&["pw", "wrong"])).prop_map(|(u, p)| vec![
+            cmd("AUTH"),
+            u,
+            p
+        ]),
+        (
+            pick(&["2", "3"]),
+            pick(&["default", "x"]),
+            pick(&["pw", "no"])
+        )
+            .prop_map(|(v, u, p)| vec![cmd("HELLO"), v, cmd("AUTH"), u, p]),
+    ];
+    let mut runner = TestRunner::new(Config {
+        cases: 60,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(
+        &prop::collection::vec(prop_oneof![3 => command(), 2 => auth], 1..12),
+        |cmds| {
+            let mut r = Raw::connect(rport);
+            let mut g = Raw::connect(gport);
+            for args in &cmds {
+                let argv: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+                let want = r.call(&argv);
+                let got = g.call(&argv);
+                // HELLO's map carries the server name and connection id: compare the type.
+                let hello_ok = args[0] == b"HELLO" && want[0] != b'-';
+                prop_assert!(
+                    if hello_ok {
+                        want[0] == got[0]
+                    } else {
+                        same(args, &want, &got)
+                    },
+                    "command {:?}\n redis:   {:?}\n ringlet: {:?}",
+                    args.iter()
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect::<Vec<_>>(),
+                    short(&want),
+                    short(&got)
+                );
+            }
+            // Reset the data for the next case (as an authenticated client).
+            for port in [rport, gport] {
+                let mut c = Raw::connect(port);
+                c.call(&[b"AUTH", b"pw"]);
+                c.call(&[b"FLUSHALL"]);
+            }
+            Ok(())
+        },
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
