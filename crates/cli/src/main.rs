@@ -66,7 +66,8 @@ struct NodeArgs {
     /// Password clients must AUTH with.
     #[arg(long)]
     requirepass: Option<String>,
-    /// Admin HTTP port (Prometheus /metrics). Off unless given; 0 picks a free port.
+    /// Admin HTTP port (Prometheus /metrics): `server` off unless given, `up` port + 10000;
+    /// 0 picks a free port.
     #[arg(long = "admin-port")]
     admin_port: Option<u16>,
 }
