@@ -38,6 +38,8 @@ pub const OP_DEADLINE: Duration = Duration::from_secs(4);
 /// First retry delay; doubles up to [`RETRY_BACKOFF_MAX`].
 const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(2);
 const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(50);
+/// Requests decoded from one read before they are run (bounds a pipeline's working set).
+const PIPELINE_BATCH_MAX: usize = 1024;
 /// Keys with an RMW lock held at once: bounded by connections (one command each).
 const KEY_LOCKS_MAX: usize = limits::CONNECTIONS_MAX as usize;
 
@@ -92,33 +94,69 @@ impl Front {
         let mut proto = Proto::Resp2;
         let mut chunk = vec![0u8; 64 * 1024];
         loop {
-            // Decode and run every whole request in the buffer (pipelining), then flush.
+            // Decode every whole request in the buffer (pipelining), run them, then flush.
             let mut used = 0;
+            let mut batch: Vec<Vec<Vec<u8>>> = Vec::new();
+            let mut bad = None;
             loop {
                 match dec.decode(&buf[used..], &mut req) {
                     Ok(None) => break,
                     Ok(Some(n)) => {
                         let argv = req.to_vecs(&buf[used..]);
                         used += n;
-                        if argv.is_empty() {
-                            continue;
+                        if !argv.is_empty() {
+                            batch.push(argv);
                         }
-                        let quit = argv[0].eq_ignore_ascii_case(b"quit");
-                        let reply = self.command(&argv, &mut proto).await;
-                        reply.encode(proto, &mut out);
-                        if quit {
-                            stream.write_all(&out).await?;
-                            return Ok(());
+                        if batch.len() >= PIPELINE_BATCH_MAX {
+                            break;
                         }
                     }
                     Err(e) => {
-                        let mut msg = b"ERR Protocol error: ".to_vec();
-                        msg.extend_from_slice(e.to_string().as_bytes());
-                        err(msg).encode(proto, &mut out);
-                        stream.write_all(&out).await?;
-                        return Ok(());
+                        bad = Some(e.to_string());
+                        break;
                     }
                 }
+            }
+            let mut i = 0;
+            while i < batch.len() {
+                // A run of consecutive GETs runs concurrently (replies stay in order): reads
+                // commute with each other, and everything before the run has completed.
+                let run = batch[i..]
+                    .iter()
+                    .take_while(|a| a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
+                    .count();
+                if run > 1 {
+                    let handles: Vec<_> = batch[i..i + run]
+                        .iter()
+                        .map(|a| {
+                            let f = self.clone();
+                            let key = a[1].clone();
+                            tokio::spawn(async move { f.get_reply(&key).await })
+                        })
+                        .collect();
+                    for h in handles {
+                        let r = h.await.unwrap_or_else(|_| err("ERR internal error"));
+                        r.encode(proto, &mut out);
+                    }
+                    i += run;
+                    continue;
+                }
+                let argv = &batch[i];
+                i += 1;
+                let quit = argv[0].eq_ignore_ascii_case(b"quit");
+                let reply = self.command(argv, &mut proto).await;
+                reply.encode(proto, &mut out);
+                if quit {
+                    stream.write_all(&out).await?;
+                    return Ok(());
+                }
+            }
+            if let Some(e) = bad {
+                let mut msg = b"ERR Protocol error: ".to_vec();
+                msg.extend_from_slice(e.as_bytes());
+                err(msg).encode(proto, &mut out);
+                stream.write_all(&out).await?;
+                return Ok(());
             }
             buf.drain(..used);
             if !out.is_empty() {
@@ -128,11 +166,25 @@ impl Front {
             if buf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
                 return Ok(());
             }
+            if batch.len() >= PIPELINE_BATCH_MAX {
+                continue; // more whole requests may be buffered already: run them first
+            }
             let n = stream.read(&mut chunk).await?;
             if n == 0 {
                 return Ok(());
             }
             buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// GET's reply (also used for concurrent runs of pipelined GETs).
+    async fn get_reply(&self, key: &[u8]) -> Reply {
+        if let Some(m) = self.moved(key_slot(key)) {
+            return m;
+        }
+        match self.get(key).await {
+            Ok(v) => v.map_or(Reply::Null, Reply::Bulk),
+            Err(e) => e,
         }
     }
 
