@@ -46,16 +46,41 @@ pub struct ParityStore {
     meta: BTreeMap<Vec<u8>, KeyMeta>,
     /// Last applied sequence number per owner (data node index).
     applied_seq: Vec<u64>,
+    /// Arena size the owners use: updates beyond it are refused, so a faulty or hostile
+    /// peer cannot make this holder materialise parity for arbitrary far offsets.
+    arena_capacity: u64,
     meta_bytes: u64,
     payload_bytes: u64,
 }
 
 impl ParityStore {
-    /// An empty store for parity holder `holder` (`0..M`).
+    /// An empty store for parity holder `holder` (`0..M`), accepting updates anywhere below
+    /// `ARENA_BYTES_MAX`. Prefer [`ParityStore::with_arena_capacity`] with the memgest's
+    /// configured arena size.
     ///
     /// # Errors
     /// [`Error::NodeIndex`] if `holder ≥ M`.
     pub fn new(layout: Layout, holder: u32) -> Result<ParityStore, Error> {
+        ParityStore::with_arena_capacity(layout, holder, crate::bounds::ARENA_BYTES_MAX)
+    }
+
+    /// An empty store for parity holder `holder` whose owners' arenas hold `arena_capacity`
+    /// bytes; updates past it are refused with [`Error::Range`].
+    ///
+    /// # Errors
+    /// [`Error::NodeIndex`] if `holder ≥ M`; [`Error::Range`] if `arena_capacity` is 0 or
+    /// above `ARENA_BYTES_MAX`.
+    pub fn with_arena_capacity(
+        layout: Layout,
+        holder: u32,
+        arena_capacity: u64,
+    ) -> Result<ParityStore, Error> {
+        if arena_capacity == 0 || arena_capacity > crate::bounds::ARENA_BYTES_MAX {
+            return Err(Error::Range {
+                offset: 0,
+                len: arena_capacity,
+            });
+        }
         if holder >= layout.m() {
             return Err(Error::NodeIndex {
                 index: holder,
@@ -75,6 +100,7 @@ impl ParityStore {
             chunks: BTreeMap::new(),
             meta: BTreeMap::new(),
             applied_seq: vec![0; s],
+            arena_capacity,
             meta_bytes: 0,
             payload_bytes: 0,
         })
@@ -141,6 +167,13 @@ impl ParityStore {
         }
         let len = up.delta.len() as u64;
         if len > u64::from(VALUE_BYTES_MAX) {
+            return Err(Error::Range {
+                offset: up.offset,
+                len,
+            });
+        }
+        let end = up.offset.checked_add(len);
+        if end.is_none_or(|e| e > self.arena_capacity) {
             return Err(Error::Range {
                 offset: up.offset,
                 len,
@@ -419,8 +452,23 @@ mod tests {
         };
         assert!(p.apply(&bad).is_err());
         assert_eq!(p.last_seq(0), Some(0));
-        let bad_owner = ParityUpdate { owner: 2, ..bad };
+        let bad_owner = ParityUpdate {
+            owner: 2,
+            ..bad.clone()
+        };
         assert!(p.apply(&bad_owner).is_err());
+        let mut small = ParityStore::with_arena_capacity(layout, 0, 4096).unwrap();
+        let far = ParityUpdate {
+            offset: 4095,
+            ..bad
+        };
+        assert!(matches!(small.apply(&far), Err(Error::Range { .. })));
+        assert_eq!(small.accounting().parity_bytes, 0);
+        let near = ParityUpdate {
+            offset: 4094,
+            ..far
+        };
+        assert_eq!(small.apply(&near), Ok(Applied::Applied));
         assert!(ParityStore::new(layout, 1).is_err());
     }
 }

@@ -56,7 +56,7 @@ fn coordinator_and_parity_holder_fail_then_recover() {
         .map(|n| Some(Arena::new(layout, n, CAPACITY).unwrap()))
         .collect();
     let mut holders: Vec<Option<ParityStore>> = (0..m)
-        .map(|q| Some(ParityStore::new(layout, q).unwrap()))
+        .map(|q| Some(ParityStore::with_arena_capacity(layout, q, CAPACITY).unwrap()))
         .collect();
     let mut truth: BTreeMap<(u32, Vec<u8>), Vec<u8>> = BTreeMap::new();
 
