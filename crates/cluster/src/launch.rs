@@ -115,8 +115,58 @@ pub struct UpOpts {
     pub default_memgest: Option<MemgestKind>,
     pub lease_ms: u64,
     pub memory_bytes: u64,
-    /// The binary that runs `node` (normally this executable).
+    /// The binary that runs a node (normally this executable).
     pub exe: std::path::PathBuf,
+    /// Its arguments for one node; [`ringlet_cluster_node_args`] for the `ringlet-cluster`
+    /// binary, [`ringlet_server_node_args`] for `ringlet server --cluster`.
+    pub node_args: NodeArgsFn,
+}
+
+/// Builds a node process's arguments from (node id, client port, control address, lease ms,
+/// engine memory bytes).
+pub type NodeArgsFn = fn(u32, u16, &str, u64, u64) -> Vec<String>;
+
+/// `ringlet-cluster node --id ID --port P --control ADDR --lease-ms L --memory M`.
+pub fn ringlet_cluster_node_args(
+    id: u32,
+    port: u16,
+    control: &str,
+    lease_ms: u64,
+    memory: u64,
+) -> Vec<String> {
+    vec![
+        "node".into(),
+        "--id".into(),
+        id.to_string(),
+        "--port".into(),
+        port.to_string(),
+        "--control".into(),
+        control.into(),
+        "--lease-ms".into(),
+        lease_ms.to_string(),
+        "--memory".into(),
+        memory.to_string(),
+    ]
+}
+
+/// `ringlet server --port P --cluster ADDR --node-id ID` (the CLI hook, once crates/cli wires
+/// `--cluster` to [`run_node`]; lease and memory use that command's defaults).
+pub fn ringlet_server_node_args(
+    id: u32,
+    port: u16,
+    control: &str,
+    _lease_ms: u64,
+    _memory: u64,
+) -> Vec<String> {
+    vec![
+        "server".into(),
+        "--port".into(),
+        port.to_string(),
+        "--cluster".into(),
+        control.into(),
+        "--node-id".into(),
+        id.to_string(),
+    ]
 }
 
 /// Ask a node for `CLUSTER INFO` over RESP (readiness polling).
@@ -178,20 +228,15 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
     let mut children = Vec::new();
     for i in 0..total {
         let port = o.base_port.saturating_add(i as u16);
+        let args = (o.node_args)(
+            (i + 1) as u32,
+            port,
+            &caddr.to_string(),
+            o.lease_ms,
+            o.memory_bytes,
+        );
         let child = std::process::Command::new(&o.exe)
-            .args([
-                "node",
-                "--id",
-                &(i + 1).to_string(),
-                "--port",
-                &port.to_string(),
-                "--control",
-                &caddr.to_string(),
-                "--lease-ms",
-                &o.lease_ms.to_string(),
-                "--memory",
-                &o.memory_bytes.to_string(),
-            ])
+            .args(&args)
             .stdin(std::process::Stdio::null())
             .spawn()?;
         println!("node {} pid {} port {port}", i + 1, child.id());

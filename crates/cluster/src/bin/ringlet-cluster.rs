@@ -99,6 +99,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 lease_ms,
                 memory_bytes,
                 exe: std::env::current_exe().map_err(|e| e.to_string())?,
+                node_args: launch::ringlet_cluster_node_args,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }
