@@ -119,10 +119,30 @@ fn check_readers(outs: &[String]) {
 /// (GET and MGET) validate everything they read.
 #[test]
 fn readers_never_accept_wrong_values_across_upsize_growth_shrink_and_eviction() {
-    let dir = tmpdir("churn");
+    churn("churn-clock", "clock");
+}
+
+/// The same with the scan-resistant policy (S3-FIFO), whose queues the access records feed.
+#[test]
+fn readers_never_accept_wrong_values_with_s3fifo_eviction() {
+    churn("churn-s3fifo", "s3fifo");
+}
+
+fn churn(name: &str, eviction: &str) {
+    let dir = tmpdir(name);
     let sock = dir.join("node.sock");
     let stop = dir.join("stop");
-    let mut node = Node::start(&sock, &["--memory", "4194304", "--buckets", "16"]);
+    let mut node = Node::start(
+        &sock,
+        &[
+            "--memory",
+            "4194304",
+            "--buckets",
+            "16",
+            "--eviction",
+            eviction,
+        ],
+    );
     let sock_s = sock.to_str().unwrap().to_string();
     let stop_s = stop.to_str().unwrap().to_string();
     let writers: Vec<Child> = (0..2)

@@ -62,6 +62,7 @@ fn writer(args: &[String]) {
     let mut counters = vec![0u64; keys as usize];
     let (mut sets, mut dels, mut errors, mut no_space) = (0u64, 0u64, 0u64, 0u64);
     let mut op = 0u64;
+    let (mut max_ms, mut max_op) = (0u64, 0u64);
     // Bounded by --ops (and the stop file).
     while op < ops {
         if op & 255 == 0 && stop_requested(&until) {
@@ -72,11 +73,17 @@ fn writer(args: &[String]) {
         counters[i as usize] += 1;
         let n = counters[i as usize];
         let size = sizes[((op / phase_ops.max(1)) as usize) % sizes.len().max(1)];
+        let t0 = Instant::now();
         let res = if rng.below(100) < delete_pct {
             r.del(&key).map(|_| dels += 1)
         } else {
             r.set(&key, &make_value(&key, n, size)).map(|_| sets += 1)
         };
+        let took = t0.elapsed().as_millis() as u64;
+        if took > max_ms {
+            max_ms = took;
+            max_op = op;
+        }
         match res {
             Ok(()) => {}
             Err(ShmError::Server { status: 0x17, .. }) => no_space += 1,
@@ -88,7 +95,7 @@ fn writer(args: &[String]) {
         op += 1;
     }
     println!(
-        "{{\"role\":\"writer\",\"id\":{id},\"ops\":{op},\"sets\":{sets},\"dels\":{dels},\"no_space\":{no_space},\"errors\":{errors}}}"
+        "{{\"role\":\"writer\",\"id\":{id},\"ops\":{op},\"sets\":{sets},\"dels\":{dels},\"no_space\":{no_space},\"errors\":{errors},\"max_op_ms\":{max_ms},\"max_op_index\":{max_op}}}"
     );
 }
 
