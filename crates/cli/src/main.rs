@@ -29,8 +29,11 @@ struct Cli {
 enum Cmd {
     /// Run one node in the foreground.
     Server(NodeArgs),
-    /// Run Ringlet locally with nothing else installed (one node for now). Ctrl-C stops it.
+    /// Run Ringlet locally with nothing else installed: one node, or with `--nodes N
+    /// --spares S` a cluster (embedded control plane + N+S node processes). Ctrl-C stops it.
     Up(UpArgs),
+    /// Cluster node administration (`ringlet node drain ID --control HOST:PORT`).
+    Node(NodeCmd),
     /// GET key.
     Get(KeyCmd),
     /// SET key value [--ex SECONDS].
@@ -70,6 +73,16 @@ struct NodeArgs {
     /// 0 picks a free port.
     #[arg(long = "admin-port")]
     admin_port: Option<u16>,
+    /// Cluster mode: join the control plane at HOST:PORT (needs --node-id). The node then
+    /// speaks Redis Cluster (MOVED, CLUSTER SLOTS/SHARDS/NODES) through crates/cluster.
+    #[arg(long)]
+    cluster: Option<String>,
+    /// This node's id in the cluster map (cluster mode).
+    #[arg(long = "node-id")]
+    node_id: Option<u32>,
+    /// Heartbeat lease, ms (cluster mode; must match the control plane's).
+    #[arg(long = "lease-ms", default_value_t = ringlet_cluster::launch::DEFAULT_LEASE_MS)]
+    lease_ms: u64,
 }
 
 impl NodeArgs {
@@ -93,6 +106,38 @@ struct UpArgs {
     /// Do not start the admin HTTP listener (default: on at port + 10000).
     #[arg(long = "no-admin")]
     no_admin: bool,
+    /// Cluster: active nodes (node i on port + i - 1). More than 1, or any spare, starts a
+    /// cluster under the embedded control plane (on the port after the last node).
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// Cluster: spare nodes (ports after the active ones).
+    #[arg(long, default_value_t = 0)]
+    spares: usize,
+    /// Cluster: default memgest, e.g. `rep:3` or `none`.
+    #[arg(long = "default-memgest")]
+    default_memgest: Option<String>,
+}
+
+#[derive(Args)]
+struct NodeCmd {
+    #[command(subcommand)]
+    action: NodeAction,
+}
+
+#[derive(Subcommand)]
+enum NodeAction {
+    /// Hand node ID's roles and data to a spare before it is stopped (planned maintenance).
+    Drain {
+        id: u32,
+        /// Control plane address (printed by `ringlet up`).
+        #[arg(long)]
+        control: String,
+    },
+    /// Print the cluster map (JSON).
+    Map {
+        #[arg(long)]
+        control: String,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -169,7 +214,16 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Server(a) => {
             init_logs();
-            serve(a.config())
+            match (&a.cluster, a.node_id) {
+                (Some(control), Some(id)) => serve_cluster(&a, control, id),
+                (Some(_), None) => anyhow::bail!("--cluster needs --node-id"),
+                _ => serve(a.config()),
+            }
+        }
+        Cmd::Node(n) => node_admin(n.action),
+        Cmd::Up(a) if a.nodes > 1 || a.spares > 0 || a.default_memgest.is_some() => {
+            init_logs();
+            up_cluster(&a)
         }
         Cmd::Up(a) => {
             init_logs();
@@ -235,6 +289,86 @@ fn up(cfg: Config) -> Result<()> {
         h.wait();
     }
     eprintln!("ringlet: stopped");
+    Ok(())
+}
+
+fn cluster_runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// `ringlet server --cluster CONTROL --node-id ID`: a cluster node (crates/cluster's
+/// ClusterNode + Redis Cluster front end) on `--bind`/`--port`.
+fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
+    if !a.bind.is_loopback() {
+        anyhow::bail!("cluster mode listens on loopback only for now (no AUTH/TLS on peer links)");
+    }
+    let rt = cluster_runtime()?;
+    rt.block_on(async {
+        let o = ringlet_cluster::launch::NodeOpts {
+            id,
+            bind: std::net::SocketAddr::new(a.bind, a.port),
+            peer_port: 0,
+            control: control.to_string(),
+            lease_ms: a.lease_ms,
+            memory_bytes: a.memory_mb.saturating_mul(1 << 20),
+        };
+        let (node, addr) = ringlet_cluster::launch::run_node(&o)
+            .await
+            .context("cannot start the cluster node")?;
+        print_ready(addr, None)?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+        eprintln!("ringlet: shutting down");
+        node.stop();
+        Ok(())
+    })
+}
+
+/// `ringlet up --nodes N --spares S --port BASE [--default-memgest rep:3]`.
+fn up_cluster(a: &UpArgs) -> Result<()> {
+    if a.node.port == 0 {
+        anyhow::bail!("ringlet up --nodes needs a base --port (nodes use consecutive ports)");
+    }
+    let default_memgest = match &a.default_memgest {
+        Some(s) => Some(ringlet_types::MemgestKind::parse(s).map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
+    };
+    let o = ringlet_cluster::launch::UpOpts {
+        nodes: a.nodes,
+        spares: a.spares,
+        base_port: a.node.port,
+        control_port: None,
+        default_memgest,
+        lease_ms: a.node.lease_ms,
+        memory_bytes: a.node.memory_mb.saturating_mul(1 << 20),
+        exe: std::env::current_exe()?,
+        node_args: ringlet_cluster::launch::ringlet_server_node_args,
+    };
+    cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
+    eprintln!("ringlet: stopped");
+    Ok(())
+}
+
+/// `ringlet node drain|map --control ADDR`.
+fn node_admin(action: NodeAction) -> Result<()> {
+    use ringlet_cluster::control::{request, FromControl, ToControl};
+    let (control, req) = match &action {
+        NodeAction::Drain { id, control } => (control, ToControl::Drain { node: *id }),
+        NodeAction::Map { control } => (control, ToControl::Watch),
+    };
+    let rt = cluster_runtime()?;
+    match rt.block_on(request(control, &req))? {
+        FromControl::Ok => println!("OK"),
+        FromControl::Map(m) => println!("{}", m.to_json()?),
+        FromControl::Error(e) => anyhow::bail!("{e}"),
+        other => anyhow::bail!("unexpected reply from the control plane: {other:?}"),
+    }
     Ok(())
 }
 

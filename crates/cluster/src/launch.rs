@@ -149,14 +149,14 @@ pub fn ringlet_cluster_node_args(
     ]
 }
 
-/// `ringlet server --port P --cluster ADDR --node-id ID` (the CLI hook, once crates/cli wires
-/// `--cluster` to [`run_node`]; lease and memory use that command's defaults).
+/// `ringlet server --port P --cluster ADDR --node-id ID --lease-ms L --memory-mb M`
+/// (`ringlet up --nodes` in crates/cli).
 pub fn ringlet_server_node_args(
     id: u32,
     port: u16,
     control: &str,
-    _lease_ms: u64,
-    _memory: u64,
+    lease_ms: u64,
+    memory: u64,
 ) -> Vec<String> {
     vec![
         "server".into(),
@@ -166,6 +166,10 @@ pub fn ringlet_server_node_args(
         control.into(),
         "--node-id".into(),
         id.to_string(),
+        "--lease-ms".into(),
+        lease_ms.to_string(),
+        "--memory-mb".into(),
+        (memory >> 20).max(1).to_string(),
     ]
 }
 
