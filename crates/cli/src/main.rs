@@ -77,6 +77,10 @@ struct NodeArgs {
     /// speaks Redis Cluster (MOVED, CLUSTER SLOTS/SHARDS/NODES) through crates/cluster.
     #[arg(long)]
     cluster: Option<String>,
+    /// Unix socket through which clients on this host map the node's memory read-only and
+    /// GET without a round trip (one-sided reads; `ringlet bench --mode shm-get`).
+    #[arg(long = "shm-socket")]
+    shm_socket: Option<std::path::PathBuf>,
     /// This node's id in the cluster map (cluster mode).
     #[arg(long = "node-id")]
     node_id: Option<u32>,
@@ -94,6 +98,7 @@ impl NodeArgs {
             memory_mb: self.memory_mb,
             requirepass: self.requirepass.clone(),
             admin_port: self.admin_port,
+            shm_socket: self.shm_socket.clone(),
             ..Config::default()
         }
     }

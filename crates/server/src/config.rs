@@ -23,6 +23,9 @@ pub struct Config {
     pub admin_bind: IpAddr,
     /// Period of the engine tick (active expiry, incremental upsize), in ms.
     pub tick_interval_ms: u64,
+    /// Unix socket through which same-host clients map the engine's regions read-only and
+    /// read one-sided (`ringlet_shm::Exporter`; docs/design/shm-reads.md). `None` = off.
+    pub shm_socket: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -36,6 +39,7 @@ impl Default for Config {
             admin_port: None,
             admin_bind: IpAddr::from([127, 0, 0, 1]),
             tick_interval_ms: 100,
+            shm_socket: None,
         }
     }
 }

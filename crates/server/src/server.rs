@@ -43,6 +43,8 @@ pub enum StartError {
     Engine(#[from] ringlet_engine::Error),
     #[error("cannot start a worker thread: {0}")]
     Thread(std::io::Error),
+    #[error("shared-memory socket: {0}")]
+    Shm(ringlet_shm::ShmError),
 }
 
 /// Entry point of the node runtime.
@@ -83,6 +85,16 @@ impl Server {
         let threads = config.threads_effective();
         let shared = Arc::new(Shared::new(config, db, local_addr.port()));
         let (tx, rx) = watch::channel(false);
+        let shm = match &shared.config.shm_socket {
+            Some(path) => Some(
+                ringlet_shm::Exporter::spawn(
+                    shared.clone(),
+                    ringlet_shm::ExporterConfig::new(path),
+                )
+                .map_err(StartError::Shm)?,
+            ),
+            None => None,
+        };
 
         let mut handles = Vec::with_capacity(threads + 1);
         for idx in 0..threads {
@@ -113,6 +125,7 @@ impl Server {
             shutdown: Arc::new(tx),
             threads: handles,
             shared,
+            _shm: shm,
         })
     }
 }
@@ -124,6 +137,8 @@ pub struct ServerHandle {
     shutdown: Arc<watch::Sender<bool>>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
+    /// One-sided read exporter (`--shm-socket`); dropped after the workers stop.
+    _shm: Option<ringlet_shm::Exporter>,
 }
 
 /// Stops one or several nodes from anywhere (a signal handler, another thread).

@@ -110,3 +110,11 @@ impl Shared {
         z ^ (z >> 31)
     }
 }
+
+/// The shared-memory exporter serves mutations and access records through the same writer
+/// lock as every other command.
+impl ringlet_shm::EngineHost for Shared {
+    fn with_engine<R>(&self, f: impl FnOnce(&mut ringlet_engine::Engine) -> R) -> R {
+        f(&mut self.db.lock())
+    }
+}
