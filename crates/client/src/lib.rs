@@ -11,8 +11,11 @@
 //! - MOVED replies teach the client the slot's node (Redis-Cluster-style redirects);
 //! - MGET of any size, split into batches that are all in flight at once.
 //!
+//! - one-sided GET/MGET from the shared memory of a node on the same host: [`ShmReader`]
+//!   (from `ringlet-shm`; the node runs with `--shm-socket PATH`, docs/design/shm-reads.md).
+//!
 //! Non-goals (for now): reading the cluster map from the control plane (routes are learned
-//! from MOVED only), one-sided shared-memory reads, quorum reads, TLS.
+//! from MOVED only), quorum reads, TLS.
 //!
 //! Modules:
 //! - [`client`]: [`Client`], results and [`SetOptions`];
@@ -35,3 +38,4 @@ pub use config::ClientConfig;
 pub use conn::MgetEntry;
 pub use error::Error;
 pub use ringlet_codec::native::{SetCond, Status};
+pub use ringlet_shm::{ReaderStats as ShmReaderStats, ShmError, ShmReader, ShmReaderConfig};
