@@ -48,6 +48,11 @@ use wire::{Encoder, Op, Outcome};
 pub enum Mode {
     /// GET/SET over TCP in the chosen protocol.
     Kv,
+    /// One-sided GETs from a same-host node's shared memory (`ringlet server --shm-socket`):
+    /// `--socket PATH`, `--threads` readers, `--batch` keys per MGET. `--load` fills the keys
+    /// through the socket with values every read is checked against (values loaded by the
+    /// `kv` mode do not pass that check).
+    ShmGet,
 }
 
 /// Key distribution.
@@ -114,6 +119,12 @@ pub struct BenchArgs {
     /// Print the summary as one JSON object on the last line of stdout.
     #[arg(long)]
     pub json: bool,
+    /// `shm-get`: the node's shared-memory socket.
+    #[arg(long)]
+    pub socket: Option<std::path::PathBuf>,
+    /// `shm-get`: keys per one-sided MGET (1 = one GET per key).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
 }
 
 /// Parsed, checked run parameters.
@@ -204,11 +215,67 @@ impl Plan {
 pub fn run(args: &BenchArgs) -> Result<()> {
     let report = match args.mode {
         Mode::Kv => run_kv(args)?,
+        Mode::ShmGet => return run_shm_get(args),
     };
     if args.json {
         println!("{}", report.to_json());
     } else {
         print!("{}", report.to_text());
+    }
+    Ok(())
+}
+
+/// The `shm-get` mode (`ringlet_shm::benchkit::shm_get_bench`): prints a summary, or with
+/// `--json` one JSON object (with `ops_per_sec`) as the last line. Fails if any value read
+/// differs from what was written.
+///
+/// # Errors
+/// Invalid arguments, an unreachable socket, or a wrong value.
+pub fn run_shm_get(args: &BenchArgs) -> Result<()> {
+    let Some(socket) = args.socket.clone() else {
+        bail!("--mode shm-get needs --socket PATH (the node's --shm-socket)");
+    };
+    if args.keys == 0 || args.keys > u64::from(u32::MAX) {
+        bail!("--keys must be 1..=4294967295");
+    }
+    if args.key_size != ringlet_shm::benchkit::BENCH_KEY_BYTES {
+        bail!(
+            "--mode shm-get uses {}-byte keys (key: + 12 digits); leave --key-size at 16",
+            ringlet_shm::benchkit::BENCH_KEY_BYTES
+        );
+    }
+    if args.value_size > limits::VALUE_BYTES_MAX as usize {
+        bail!("--value-size exceeds the value limit");
+    }
+    if !(args.duration > 0.0 && args.duration <= 86_400.0) {
+        bail!("--duration must be in (0, 86400] seconds");
+    }
+    if args.threads == 0 || args.threads > 256 {
+        bail!("--threads must be 1..=256");
+    }
+    if args.batch == 0 || args.batch > 1024 {
+        bail!("--batch must be 1..=1024");
+    }
+    let o = ringlet_shm::benchkit::ShmGetOptions {
+        socket,
+        load: args.load,
+        keys: args.keys,
+        value_size: args.value_size,
+        duration: Duration::from_secs_f64(args.duration),
+        threads: args.threads,
+        batch: args.batch,
+        zipf: (args.distribution == Distribution::Zipf).then_some(args.zipf_theta),
+    };
+    let r = ringlet_shm::benchkit::shm_get_bench(&o).context("shm-get")?;
+    if !args.json {
+        println!(
+            "shm-get: {:.0} GETs/s ({:.0} per client CPU-second), {} reads, {} wrong, {} misses, {} socket fallbacks",
+            r.ops_per_sec, r.ops_per_cpu_sec, r.ops, r.wrong, r.misses, r.fallbacks
+        );
+    }
+    println!("{}", r.to_json(&o));
+    if r.wrong > 0 {
+        bail!("{} values differed from what was written", r.wrong);
     }
     Ok(())
 }
