@@ -21,7 +21,7 @@ use crate::mono_ms;
 use crate::store::EngineStore;
 use crate::transport::{Inbound, Transport};
 use parking_lot::{Mutex, RwLock};
-use ringlet_control::{ClusterMap, Input as ControlInput};
+use ringlet_control::{ClusterMap, Input as ControlInput, NodeState};
 use ringlet_engine::{Engine, EngineConfig};
 use ringlet_replica::{
     ClientOp, ClientReply, ClientRequest, Input, Output, PeerMsg, Replica, ReplicaConfig, Reply,
@@ -83,6 +83,10 @@ enum Event {
     Wake,
     Stop,
 }
+
+/// Longest a draining node holds a new map back so its in-flight writes are handed to the
+/// successor's rebuild rather than abandoned (a few replication round trips).
+const DRAIN_HANDOVER_MS: u64 = 300;
 
 /// Control messages waiting for the driver (maps, acks, fences): a handful per heartbeat.
 const CONTROL_PENDING_MAX: usize = 1024;
@@ -182,6 +186,7 @@ impl ClusterNode {
             trace: std::env::var_os("RINGLET_TRACE").is_some(),
             was_pulling: false,
             pulls_done: 0,
+            deferred: None,
         };
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
@@ -274,6 +279,8 @@ struct Driver {
     trace: bool,
     was_pulling: bool,
     pulls_done: u64,
+    /// A map held back during a drain hand-over, and until when (see `handle`).
+    deferred: Option<(Arc<ClusterMap>, u64)>,
 }
 
 impl Driver {
@@ -291,6 +298,12 @@ impl Driver {
             for m in pending {
                 self.handle(Event::Control(m));
             }
+            if let Some((map, until)) = self.deferred.clone() {
+                if self.replica.is_settled() || mono_ms() >= until {
+                    self.deferred = None;
+                    self.step(Input::Map(map));
+                }
+            }
             let wait = Duration::from_millis(next_tick.saturating_sub(mono_ms()));
             match rx.recv_timeout(wait) {
                 Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => return,
@@ -303,7 +316,7 @@ impl Driver {
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Client { req, reply } => {
-                if self.waiting.len() >= WAITING_MAX {
+                if self.waiting.len() >= WAITING_MAX || self.deferred.is_some() {
                     let _ = reply.send(Reply {
                         id: req.id,
                         from: self.shared.id,
@@ -321,6 +334,24 @@ impl Driver {
                 FromControl::Map(map) => {
                     let map = Arc::new(map);
                     self.set_peers(&map);
+                    // Drain hand-over: the successor's first rebuild pull takes over our
+                    // in-flight writes (`extra` in the core's on_pull_req) only while we still
+                    // hold them. Applying the map first would abandon them (Ambiguous, and lost
+                    // unless a replica had them). So a draining node with writes in flight
+                    // holds the new map back briefly, taking no new client operations.
+                    let draining = map.node_state(self.shared.id) == Some(NodeState::Draining)
+                        && self.replica.map().is_some_and(|m| {
+                            m.node_state(self.shared.id) == Some(NodeState::Active)
+                        });
+                    if draining && !self.replica.is_settled() {
+                        let until = self
+                            .deferred
+                            .as_ref()
+                            .map_or(mono_ms() + DRAIN_HANDOVER_MS, |d| d.1);
+                        self.deferred = Some((map, until));
+                        return;
+                    }
+                    self.deferred = None;
                     self.step(Input::Map(map));
                     self.shared
                         .stats
