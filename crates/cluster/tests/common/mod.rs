@@ -433,6 +433,8 @@ pub struct Recorder {
     t0: Instant,
     ops: Arc<Mutex<Vec<Op>>>,
     pub failed: Arc<AtomicU64>,
+    /// Failed writes answered `-ERR ambiguous` (outcome unknown, a subset of `failed`).
+    pub ambiguous: Arc<AtomicU64>,
     pub ok: Arc<AtomicU64>,
     pub unknown: Arc<AtomicU64>,
 }
@@ -443,6 +445,7 @@ impl Recorder {
             t0: Instant::now(),
             ops: Arc::new(Mutex::new(Vec::new())),
             failed: Arc::new(AtomicU64::new(0)),
+            ambiguous: Arc::new(AtomicU64::new(0)),
             ok: Arc::new(AtomicU64::new(0)),
             unknown: Arc::new(AtomicU64::new(0)),
         }
@@ -502,6 +505,10 @@ pub fn load_thread(
                         }
                         rec.failed.fetch_add(1, Ordering::Relaxed);
                         rec.unknown.fetch_add(1, Ordering::Relaxed);
+                        if matches!(other, Res::Ok(Reply::Error(e)) if e.starts_with(b"ERR ambiguous"))
+                        {
+                            rec.ambiguous.fetch_add(1, Ordering::Relaxed);
+                        }
                         None
                     }
                 };
