@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Run Ringlet beside Redis 7 and memcached 1.6 on this machine, same workloads, one run.
+
+Every server is pinned to CPU 0 and the load generator (`ringlet bench`, which speaks RESP,
+the native protocol and the memcached text protocol, so one generator drives all three) to
+CPU 1, so each server gets the same single core. For each workload this prints ops/s,
+p50/p99/p99.9 latency and the server's CPU-seconds per million operations (utime+stime from
+/proc/<pid>/stat), with ratios to Redis. Redis figures are cross-checked against
+redis-benchmark in the same run.
+
+Usage: bench/compare.py [--duration 10] [--keys 1000000] [--repeat 1] [--json out.json]
+       [--quick]   (a 2-second, 10k-key smoke run of the same matrix)
+Requires: redis-server, memcached, redis-benchmark (scripts/setup.sh) and a release build of
+`ringlet` (built here if missing).
+"""
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RINGLET = os.path.join(ROOT, "target", "release", "ringlet")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[11], fields[12] are utime, stime (stat fields 14 and 15) in clock ticks
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def start(name, port, threads):
+    if name == "redis":
+        cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+               "--protected-mode", "no"]
+    elif name == "memcached":
+        cmd = ["memcached", "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "4096",
+               "-t", str(threads)]
+        if os.getuid() == 0:
+            cmd += ["-u", "nobody"]  # memcached refuses to run as root without -u
+    else:
+        cmd = [RINGLET, "server", "--port", str(port), "--memory-mb", "4096",
+               "--threads", str(threads)]
+    p = subprocess.Popen(["taskset", "-c", "0"] + cmd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return p
+
+
+def loadgen(proto, port, args, ratio, value_size, pipeline, load, duration):
+    cmd = ["taskset", "-c", "1", RINGLET, "bench", "--protocol", proto, "--host", "127.0.0.1",
+           "--port", str(port), "--keys", str(args.keys), "--key-size", "16",
+           "--value-size", str(value_size), "--ratio", ratio, "--connections", "50",
+           "--pipeline", str(pipeline), "--duration", str(duration), "--threads", "1",
+           "--seed", "42", "--json"]
+    if load:
+        cmd.append("--load")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def redis_benchmark(port, value_size, pipeline, keys):
+    out = subprocess.run(
+        ["taskset", "-c", "1", "redis-benchmark", "-p", str(port), "-c", "50", "-n", "400000",
+         "-P", str(pipeline), "-d", str(value_size), "-r", str(keys), "-t", "get", "-q"],
+        check=True, capture_output=True, text=True).stdout
+    m = re.search(r"GET: ([0-9.]+) requests per second", out.replace("\r", "\n"))
+    return float(m.group(1)) if m else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="server threads (Ringlet, memcached)")
+    ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.duration, args.keys = 2, 10_000
+    if not os.path.exists(RINGLET):
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringlet-cli"], cwd=ROOT,
+                       check=True)
+
+    servers = [("redis", "resp"), ("memcached", "memcache"), ("ringlet", "resp"),
+               ("ringlet", "native")]
+    workloads = [(ratio, vs, pl) for vs in (100, 1024) for ratio in ("1:10", "1:1")
+                 for pl in (1, 16)]
+    rows = []
+    for vs in (100, 1024):
+        for name, proto in servers:
+            port = free_port()
+            proc = start(name, port, args.threads)
+            try:
+                loadgen(proto, port, args, "1:0", vs, 16, True, 1)  # fill the keyspace
+                for ratio, wvs, pl in workloads:
+                    if wvs != vs:
+                        continue
+                    runs = []
+                    for _ in range(args.repeat):
+                        c0 = cpu_seconds(proc.pid)
+                        r = loadgen(proto, port, args, ratio, vs, pl, False, args.duration)
+                        c1 = cpu_seconds(proc.pid)
+                        ops = r["ops_per_sec"] * r.get("duration_s", args.duration)
+                        r["cpu_s_per_mop"] = (c1 - c0) / (ops / 1e6) if ops else None
+                        runs.append(r)
+                    med = lambda k: statistics.median(x[k] for x in runs if x.get(k) is not None)
+                    row = {"server": name, "protocol": proto, "ratio": ratio, "value": vs,
+                           "pipeline": pl, "ops_per_sec": med("ops_per_sec"),
+                           "p50_us": med("p50_us"), "p99_us": med("p99_us"),
+                           "p999_us": med("p999_us"), "cpu_s_per_mop": med("cpu_s_per_mop")}
+                    if name == "redis" and ratio == "1:10":
+                        row["redis_benchmark_get_ops"] = redis_benchmark(port, vs, pl, args.keys)
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+            finally:
+                proc.terminate()
+                proc.wait()
+
+    base = {(r["ratio"], r["value"], r["pipeline"]): r for r in rows if r["server"] == "redis"}
+    print("| workload | server | ops/s | ×Redis | p50 µs | p99 µs | p99.9 µs | CPU-s/Mop | ×Redis CPU |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        b = base[(r["ratio"], r["value"], r["pipeline"])]
+        wl = f"SET:GET {r['ratio']} {r['value']}B P{r['pipeline']}"
+        cpu_ratio = (r["cpu_s_per_mop"] / b["cpu_s_per_mop"]) if b["cpu_s_per_mop"] else float("nan")
+        print(f"| {wl} | {r['server']}/{r['protocol']} | {r['ops_per_sec']:,.0f} | "
+              f"{r['ops_per_sec'] / b['ops_per_sec']:.2f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
+              f"{r['p999_us']:.0f} | {r['cpu_s_per_mop']:.2f} | {cpu_ratio:.2f} |")
+    for r in rows:
+        if "redis_benchmark_get_ops" in r:
+            print(f"cross-check redis-benchmark GET {r['value']}B P{r['pipeline']}: "
+                  f"{r['redis_benchmark_get_ops']:,.0f} ops/s (ringlet bench 1:10: "
+                  f"{r['ops_per_sec']:,.0f})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
