@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The README's run command: builds Ringlet and runs its main job, a local cluster on the
-# embedded control plane, in the foreground (Ctrl-C stops it). Extra arguments go to `ringlet up`.
+# embedded control plane, in the foreground (Ctrl-C stops it). With no arguments: 3 nodes and 1
+# warm spare on ports 7379..7382 with rep:3 as the default memgest; any arguments replace these
+# and go to `ringlet up` as they are (e.g. `./scripts/up.sh --nodes 1` for a single node).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "up: cargo (Rust) is required; install it with rustup" >&2; exit 1; }
 cargo build --release -q -p ringlet-cli --bin ringlet
+if [ $# -eq 0 ]; then
+  set -- --nodes 3 --spares 1 --default-memgest rep:3
+fi
 exec ./target/release/ringlet up "$@"
