@@ -89,6 +89,10 @@ struct Map {
     fd: OwnedFd,
 }
 
+// SAFETY: the mapping is owned (unmapped once, on drop) and only read through atomics; moving
+// it to another thread moves the ownership.
+unsafe impl Send for Map {}
+
 impl Map {
     fn new(fd: OwnedFd, len: u64) -> Result<Map, ShmError> {
         let real = file_len(fd.as_raw_fd())?;
@@ -855,6 +859,12 @@ impl ShmReader {
         Ok(self.rpc_get(key, &mut out)?.map(|v| (v, out)))
     }
 }
+
+/// A reader may be created on one thread and used on another (one thread at a time).
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<ShmReader>();
+};
 
 impl Drop for ShmReader {
     fn drop(&mut self) {
