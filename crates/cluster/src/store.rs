@@ -9,14 +9,15 @@
 //!
 //! ```text
 //!   meta:    BTreeMap<(slot, key), Meta { version, memgest, tombstone }>   key order per slot
-//!   digests: BTreeMap<(slot, memgest), (xor of entry_digest, count)>      O(1) per change
+//!   digests: ringlet_replica::SlotDigests (xor of entry_digest + count per (slot, memgest)), O(1) per change
 //!   engine:  key -> value (published, versioned, checksummed)              the data
 //! ```
 //!
 //! The metadata costs the key bytes again plus ~48 bytes per key; the alternative — sorting a
 //! slot's keys out of the engine's hash index on every page — costs O(n log n) per page and
-//! would still need a tombstone-memgest table. Digests use [`entry_digest`], exactly as
-//! [`ringlet_replica::MemStore`] does, so two nodes compare equal iff their metadata agree.
+//! would still need a tombstone-memgest table. Digests are kept in the same
+//! `ringlet_replica::SlotDigests` as [`ringlet_replica::MemStore`]'s, so two nodes compare
+//! equal iff their metadata agree.
 //!
 //! Time: the trait is timeless, and replicated entries carry no TTL (cluster mode does not
 //! replicate TTLs yet), so every engine call here passes `now_ms = 0`, which never expires
@@ -24,8 +25,7 @@
 
 use parking_lot::Mutex;
 use ringlet_engine::{Engine, EngineConfig, SetOptions, SetOutcome};
-use ringlet_replica::store::entry_digest;
-use ringlet_replica::{ApplyOutcome, Entry, ReplicaStore};
+use ringlet_replica::{ApplyOutcome, Entry, ReplicaStore, SlotDigests};
 use ringlet_types::{key_slot, limits, MemgestId, Slot, Version};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,7 +54,7 @@ pub struct EngineStore {
     engine: Arc<Mutex<Engine>>,
     cfg: EngineConfig,
     meta: BTreeMap<(Slot, Vec<u8>), Meta>,
-    digests: BTreeMap<(Slot, MemgestId), (u64, u64)>,
+    digests: SlotDigests,
     /// Tombstones in the order written, to fold the oldest past the bound.
     tombstone_order: std::collections::VecDeque<(Vec<u8>, Version)>,
     tombstones: usize,
@@ -84,7 +84,7 @@ impl EngineStore {
             engine,
             cfg,
             meta: BTreeMap::new(),
-            digests: BTreeMap::new(),
+            digests: SlotDigests::default(),
             tombstone_order: Default::default(),
             tombstones: 0,
             stats: Arc::new(StoreStats::default()),
@@ -101,17 +101,7 @@ impl EngineStore {
     }
 
     fn digest_toggle(&mut self, slot: Slot, key: &[u8], m: &Meta, add: bool) {
-        let d = entry_digest(key, &meta_entry(m));
-        let slot_d = self.digests.entry((slot, m.memgest)).or_insert((0, 0));
-        slot_d.0 ^= d;
-        if add {
-            slot_d.1 += 1;
-        } else {
-            slot_d.1 = slot_d.1.saturating_sub(1);
-            if slot_d.1 == 0 {
-                self.digests.remove(&(slot, m.memgest));
-            }
-        }
+        self.digests.toggle(slot, key, &meta_entry(m), add);
     }
 
     fn set_meta(&mut self, slot: Slot, key: &[u8], m: Option<Meta>) {
@@ -165,15 +155,13 @@ impl EngineStore {
     /// # Errors
     /// The first inconsistency found.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut want: BTreeMap<(Slot, MemgestId), (u64, u64)> = BTreeMap::new();
+        let mut want = SlotDigests::default();
         let engine = self.engine.lock();
         for ((slot, key), m) in &self.meta {
             if *slot != key_slot(key) {
                 return Err("entry filed under the wrong slot".into());
             }
-            let w = want.entry((*slot, m.memgest)).or_insert((0, 0));
-            w.0 ^= entry_digest(key, &meta_entry(m));
-            w.1 += 1;
+            want.toggle(*slot, key, &meta_entry(m), true);
             let e = engine.get(key, 0);
             match (m.tombstone, e) {
                 (true, None) => {}
@@ -349,20 +337,11 @@ impl ReplicaStore for EngineStore {
     }
 
     fn nonempty_slots(&self, first: Slot, last: Slot) -> Vec<Slot> {
-        let mut v: Vec<Slot> = self
-            .digests
-            .range((first, MemgestId(0))..=(last, MemgestId(u16::MAX)))
-            .map(|((s, _), _)| *s)
-            .collect();
-        v.dedup();
-        v
+        self.digests.nonempty_slots(first, last)
     }
 
     fn slot_digest(&self, slot: Slot, filter: &dyn Fn(MemgestId) -> bool) -> u64 {
-        self.digests
-            .range((slot, MemgestId(0))..=(slot, MemgestId(u16::MAX)))
-            .filter(|((_, m), _)| filter(*m))
-            .fold(0, |acc, (_, (d, _))| acc ^ d)
+        self.digests.slot_digest(slot, filter)
     }
 
     fn clear(&mut self) {

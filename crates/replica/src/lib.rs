@@ -26,4 +26,4 @@ pub mod store;
 
 pub use msg::*;
 pub use node::{Input, Output, Replica, ReplicaConfig, ReplicaStats};
-pub use store::{ApplyOutcome, Entry, MemStore, ReplicaStore};
+pub use store::{ApplyOutcome, Entry, MemStore, ReplicaStore, SlotDigests};

@@ -90,6 +90,56 @@ pub fn entry_digest(key: &[u8], e: &Entry) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Per-(slot, memgest) XOR of [`entry_digest`] and key count, maintained incrementally by a
+/// store as entries come and go, so a slot's digest costs one range lookup. Shared by every
+/// [`ReplicaStore`] (the simulator's [`MemStore`] and the server's engine-backed store) so
+/// that both answer digest comparisons identically.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotDigests(BTreeMap<(Slot, MemgestId), (u64, u64)>);
+
+impl SlotDigests {
+    /// Fold one entry in (`add`) or out (`!add`).
+    pub fn toggle(&mut self, slot: Slot, key: &[u8], e: &Entry, add: bool) {
+        let d = entry_digest(key, e);
+        let slot_d = self.0.entry((slot, e.memgest)).or_insert((0, 0));
+        slot_d.0 ^= d;
+        if add {
+            slot_d.1 += 1;
+        } else {
+            debug_assert!(slot_d.1 > 0, "digest count underflow");
+            slot_d.1 = slot_d.1.saturating_sub(1);
+            if slot_d.1 == 0 {
+                debug_assert_eq!(slot_d.0, 0);
+                self.0.remove(&(slot, e.memgest));
+            }
+        }
+    }
+
+    /// Slots in `first..=last` that hold at least one entry, ascending.
+    pub fn nonempty_slots(&self, first: Slot, last: Slot) -> Vec<Slot> {
+        let mut v: Vec<Slot> = self
+            .0
+            .range((first, MemgestId(0))..=(last, MemgestId(u16::MAX)))
+            .map(|((s, _), _)| *s)
+            .collect();
+        v.dedup();
+        v
+    }
+
+    /// XOR digest of the entries of `slot` whose memgest passes `filter`.
+    pub fn slot_digest(&self, slot: Slot, filter: &dyn Fn(MemgestId) -> bool) -> u64 {
+        self.0
+            .range((slot, MemgestId(0))..=(slot, MemgestId(u16::MAX)))
+            .filter(|((_, m), _)| filter(*m))
+            .fold(0, |acc, (_, (d, _))| acc ^ d)
+    }
+
+    /// Forget everything.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// In-memory [`ReplicaStore`]: a `BTreeMap` ordered by (slot, key), plus per-(slot, memgest)
 /// XOR digests maintained incrementally so a digest costs one lookup per memgest.
 ///
@@ -98,7 +148,7 @@ pub fn entry_digest(key: &[u8], e: &Entry) -> u64 {
 #[derive(Clone, Debug, Default)]
 pub struct MemStore {
     entries: BTreeMap<(Slot, Vec<u8>), Entry>,
-    digests: BTreeMap<(Slot, MemgestId), (u64, u64)>,
+    digests: SlotDigests,
 }
 
 impl MemStore {
@@ -107,28 +157,15 @@ impl MemStore {
     }
 
     fn digest_toggle(&mut self, slot: Slot, key: &[u8], e: &Entry, add: bool) {
-        let d = entry_digest(key, e);
-        let slot_d = self.digests.entry((slot, e.memgest)).or_insert((0, 0));
-        slot_d.0 ^= d;
-        if add {
-            slot_d.1 += 1;
-        } else {
-            slot_d.1 -= 1;
-            if slot_d.1 == 0 {
-                debug_assert_eq!(slot_d.0, 0);
-                self.digests.remove(&(slot, e.memgest));
-            }
-        }
+        self.digests.toggle(slot, key, e, add);
     }
 
     /// Recompute every digest from scratch and compare (costly; for tests and invariants).
     pub fn check_invariants(&self) {
-        let mut want: BTreeMap<(Slot, MemgestId), (u64, u64)> = BTreeMap::new();
+        let mut want = SlotDigests::default();
         for ((slot, key), e) in &self.entries {
             assert_eq!(*slot, key_slot(key), "entry filed under the wrong slot");
-            let w = want.entry((*slot, e.memgest)).or_insert((0, 0));
-            w.0 ^= entry_digest(key, e);
-            w.1 += 1;
+            want.toggle(*slot, key, e, true);
         }
         assert_eq!(want, self.digests, "incremental digests drifted");
     }
@@ -185,20 +222,11 @@ impl ReplicaStore for MemStore {
     }
 
     fn nonempty_slots(&self, first: Slot, last: Slot) -> Vec<Slot> {
-        let mut v: Vec<Slot> = self
-            .digests
-            .range((first, MemgestId(0))..=(last, MemgestId(u16::MAX)))
-            .map(|((s, _), _)| *s)
-            .collect();
-        v.dedup();
-        v
+        self.digests.nonempty_slots(first, last)
     }
 
     fn slot_digest(&self, slot: Slot, filter: &dyn Fn(MemgestId) -> bool) -> u64 {
-        self.digests
-            .range((slot, MemgestId(0))..=(slot, MemgestId(u16::MAX)))
-            .filter(|((_, m), _)| filter(*m))
-            .fold(0, |acc, (_, (d, _))| acc ^ d)
+        self.digests.slot_digest(slot, filter)
     }
 
     fn clear(&mut self) {
