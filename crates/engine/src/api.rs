@@ -224,6 +224,8 @@ pub struct Usage {
 pub struct EngineStats {
     /// Published entries stored (expired ones not yet reaped included).
     pub keys: u64,
+    /// Of `keys`, those that carry an expiry (Redis INFO keyspace `expires=`).
+    pub keys_with_ttl: u64,
     /// Bytes of live data entries.
     pub used_bytes: u64,
     /// Bytes of data-region memory committed (slab pages in use).

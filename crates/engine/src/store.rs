@@ -161,6 +161,8 @@ pub struct Store {
     slabs: Slabs,
     policy: EvictionPolicy,
     count: u64,
+    /// Published entries that carry an expiry (INFO keyspace `expires=`), kept by `account`.
+    ttl_count: u64,
     used_bytes: u64,
     per_memgest: BTreeMap<MemgestId, Usage>,
     per_slot: Vec<Usage>,
@@ -227,6 +229,7 @@ impl Store {
             slabs: Slabs::new(data_len, cfg.memory_bytes_max),
             policy: cfg.eviction,
             count: 0,
+            ttl_count: 0,
             used_bytes: 0,
             per_memgest: BTreeMap::new(),
             per_slot: vec![Usage::default(); usize::from(SLOT_COUNT)],
@@ -632,6 +635,7 @@ impl Store {
             *d = d.wrapping_add(term);
             self.used_bytes += bytes;
             self.count += 1;
+            self.ttl_count += u64::from(f_w1 & POLICY_TTL != 0);
         } else {
             m.keys -= 1;
             m.bytes -= bytes;
@@ -640,6 +644,7 @@ impl Store {
             *d = d.wrapping_sub(term);
             self.used_bytes -= bytes;
             self.count -= 1;
+            self.ttl_count -= u64::from(f_w1 & POLICY_TTL != 0);
         }
     }
 
@@ -1161,6 +1166,7 @@ impl Store {
         }
         self.slabs.reset(&self.data);
         self.count = 0;
+        self.ttl_count = 0;
         self.used_bytes = 0;
         self.per_memgest.clear();
         self.per_slot.iter_mut().for_each(|u| *u = Usage::default());
@@ -1389,6 +1395,7 @@ impl Store {
         let mut reach = vec![0u64; n as usize];
         let mut keys = HashSet::new();
         let mut count = 0u64;
+        let mut ttl_count = 0u64;
         let mut bytes = 0u64;
         let mut digests: BTreeMap<u16, u64> = BTreeMap::new();
         for b in 0..n {
@@ -1429,6 +1436,7 @@ impl Store {
                     return Err(format!("key {key:?} not found where it is"));
                 }
                 count += 1;
+                ttl_count += u64::from(exp.is_some());
                 bytes += self.slabs.footprint(u64::from(ie_size_units(w1)));
                 let d = digests.entry(key_slot(&key)).or_insert(0);
                 *d = d.wrapping_add(digest_term(h, version));
@@ -1442,6 +1450,12 @@ impl Store {
                     overflow[b as usize], reach[b as usize]
                 ));
             }
+        }
+        if ttl_count != self.ttl_count {
+            return Err(format!(
+                "ttl_count {} but {ttl_count} entries with a TTL",
+                self.ttl_count
+            ));
         }
         if count != self.count {
             return Err(format!("count {} but {count} entries", self.count));
@@ -1490,6 +1504,7 @@ impl Store {
     pub fn stats(&self) -> EngineStats {
         EngineStats {
             keys: self.count,
+            keys_with_ttl: self.ttl_count,
             used_bytes: self.used_bytes,
             committed_bytes: self.slabs.committed(),
             index_bytes: self.table.table_bytes()

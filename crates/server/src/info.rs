@@ -154,9 +154,10 @@ fn stats(shared: &Shared, out: &mut String) {
 
 fn keyspace(shared: &Shared, out: &mut String, _now_ms: u64) {
     out.push_str("# Keyspace\r\n");
-    // `expires` needs a count of keys with a TTL, which the engine does not expose yet
-    // (requested in /work/requests-to-engine.md); until then it reads 0.
-    let (keys, expires) = (shared.db.lock().len(), 0);
+    let (keys, expires) = {
+        let engine = shared.db.lock();
+        (engine.len(), engine.stats().keys_with_ttl)
+    };
     if keys > 0 {
         let _ = write!(out, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
     }

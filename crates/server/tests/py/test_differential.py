@@ -183,3 +183,32 @@ def test_redis_py_parses_info_like_redis(servers):
     assert "ringlet_version" in got
     for section in ("server", "clients", "memory", "stats", "keyspace"):
         assert redis.Redis(port=gport).info(section), section
+
+
+def test_info_keyspace_counts_keys_with_ttl_like_redis(servers):
+    """INFO keyspace `expires=` counts keys that carry a TTL, and follows PERSIST, SET
+    (which drops the TTL unless KEEPTTL), EXPIRE and DEL exactly as Redis does."""
+    rport, gport = servers
+    steps = [
+        ("set", "t1", "v", "EX", "1000"),
+        ("set", "t2", "v", "PX", "900000"),
+        ("set", "plain", "v"),
+        ("expire", "plain", "500"),      # gains a TTL
+        ("persist", "t2"),               # loses it
+        ("set", "t1", "w", "KEEPTTL"),   # keeps it
+        ("set", "t3", "v", "EX", "100"),
+        ("set", "t3", "w"),              # plain SET drops it
+        ("del", "plain"),
+        ("set", "t4", "v", "EXAT", "4102444800"),
+    ]
+    seen = []
+    for port in (rport, gport):
+        c = redis.Redis(port=port)
+        c.flushall()
+        counts = []
+        for step in steps:
+            c.execute_command(*step)
+            counts.append(c.info("keyspace")["db0"]["expires"])
+        seen.append(counts)
+    assert seen[1] == seen[0], f"ringlet {seen[1]} vs redis {seen[0]}"
+    assert seen[0][-1] == 2  # t1 and t4: the test exercises something
