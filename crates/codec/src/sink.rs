@@ -22,6 +22,17 @@ pub trait Sink {
     fn patch(&mut self, at: usize, b: &[u8]) -> bool;
 }
 
+/// [`Sink::patch`] over any contiguous buffer: both sinks deref to `[u8]`.
+fn patch_slice(buf: &mut [u8], at: usize, b: &[u8]) -> bool {
+    match at.checked_add(b.len()).and_then(|end| buf.get_mut(at..end)) {
+        Some(dst) => {
+            dst.copy_from_slice(b);
+            true
+        }
+        None => false,
+    }
+}
+
 impl Sink for Vec<u8> {
     #[inline]
     fn put(&mut self, b: &[u8]) {
@@ -36,16 +47,7 @@ impl Sink for Vec<u8> {
         Vec::len(self)
     }
     fn patch(&mut self, at: usize, b: &[u8]) -> bool {
-        match at
-            .checked_add(b.len())
-            .and_then(|end| self.get_mut(at..end))
-        {
-            Some(dst) => {
-                dst.copy_from_slice(b);
-                true
-            }
-            None => false,
-        }
+        patch_slice(self, at, b)
     }
 }
 
@@ -63,15 +65,6 @@ impl Sink for BytesMut {
         BytesMut::len(self)
     }
     fn patch(&mut self, at: usize, b: &[u8]) -> bool {
-        match at
-            .checked_add(b.len())
-            .and_then(|end| self.get_mut(at..end))
-        {
-            Some(dst) => {
-                dst.copy_from_slice(b);
-                true
-            }
-            None => false,
-        }
+        patch_slice(self, at, b)
     }
 }
