@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Installs what Ringlet's tests and benchmarks compare against or drive: Redis 7 and memcached
-# (differential tests and benchmarks), redis-py and pytest (Python differential tests).
+# (differential tests and benchmarks), etcd 3.4 (control-plane backend), nftables/iproute2
+# (partition tests), redis-py and pytest (Python differential tests).
 # Idempotent: skips what is already installed.
 set -euo pipefail
 need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v memcached >/dev/null || need_apt+=(memcached)
+# etcd 3.4 (the etcd control-plane backend's tests run a real etcd) and protoc (etcd-client's
+# build script compiles etcd's protobufs); nft and iproute2 for the network-namespace partition
+# tests.
+command -v etcd >/dev/null || need_apt+=(etcd-server)
+command -v etcdctl >/dev/null || need_apt+=(etcd-client)
+command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
+command -v nft >/dev/null || need_apt+=(nftables)
+command -v ip >/dev/null || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -16,5 +25,6 @@ fi
 # ports, so those are harmless, but stop them to keep the machine quiet for benchmarks.
 (service redis-server stop || true) >/dev/null 2>&1
 (service memcached stop || true) >/dev/null 2>&1
+(service etcd stop || true) >/dev/null 2>&1
 python3 -c 'import redis, pytest' 2>/dev/null || python3 -m pip install -q redis pytest
 command -v cargo >/dev/null || { echo "setup: cargo (Rust) is required; install it with rustup" >&2; exit 1; }
