@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]
-//! ringlet-cluster control --port P [--nodes N --spares S] [--default-memgest rep:3]
-//! ringlet-cluster node --id ID --port P --control HOST:PORT [--peer-port P] [--lease-ms MS]
+//! ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3]
+//! ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS]
 //! ringlet-cluster drain --control HOST:PORT ID
 //! ringlet-cluster map --control HOST:PORT
 //! ```
@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]\n  ringlet-cluster control --port P [--nodes N --spares S] [--default-memgest rep:3]\n  ringlet-cluster node --id ID --port P --control HOST:PORT [--peer-port P] [--lease-ms MS]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
+        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]\n  ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3]\n  ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
     );
     ExitCode::from(2)
 }
@@ -52,6 +52,13 @@ impl Args {
     }
     fn req<T: std::str::FromStr>(&self, k: &str) -> Result<T, String> {
         self.get(k)?.ok_or_else(|| format!("--{k} is required"))
+    }
+    /// `--bind IP` (default loopback). Multi-host tests run nodes in network namespaces and
+    /// bind them to their veth address; the announced address in the map is this one.
+    fn bind_ip(&self) -> Result<std::net::IpAddr, String> {
+        Ok(self
+            .get("bind")?
+            .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1])))
     }
     fn memgest(&self) -> Result<Option<MemgestKind>, String> {
         match self.flags.get("default-memgest") {
@@ -108,7 +115,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
             let spares: usize = a.get("spares")?.unwrap_or(0);
             let port: u16 = a.req("port")?;
             let o = ControlOpts {
-                bind: SocketAddr::from(([127, 0, 0, 1], port)),
+                bind: SocketAddr::new(a.bind_ip()?, port),
                 expect_nodes: nodes + spares,
                 active: nodes,
                 default_memgest: a.memgest()?,
@@ -127,7 +134,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
             let port: u16 = a.req("port")?;
             let o = NodeOpts {
                 id: a.req("id")?,
-                bind: SocketAddr::from(([127, 0, 0, 1], port)),
+                bind: SocketAddr::new(a.bind_ip()?, port),
                 peer_port: a.get("peer-port")?.unwrap_or(0),
                 control: a.req("control")?,
                 lease_ms,
