@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RINGLET_REQUIRE_REDIS=1   # differential tests fail (not skip) when Redis is missing
+export RINGLET_REQUIRE_NETNS=1   # partition tests (network namespaces + nft) fail, not skip, without root
 export CARGO_TERM_COLOR=never
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
