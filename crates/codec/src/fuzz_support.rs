@@ -10,7 +10,7 @@
 
 use ringlet_types::limits;
 
-use crate::native::{self, NativeRequest, ResponseBody};
+use crate::native::{self, ClusterRequest, NativeRequest, ResponseBody};
 use crate::resp::{self, Proto, Request, RequestDecoder};
 
 /// Upper bound on messages decoded from one input, so a target always terminates.
@@ -86,33 +86,51 @@ pub fn resp_reply_decode_stream(data: &[u8]) {
     }
 }
 
-/// Decode `data` as a stream of native frames, as requests and as responses.
+/// Properties of a decoded data request: every field within its limit.
+fn check_request(r: &NativeRequest<'_>) {
+    match *r {
+        NativeRequest::Get { key }
+        | NativeRequest::Del { key, .. }
+        | NativeRequest::IncrBy { key, .. } => {
+            assert!(key.len() <= limits::KEY_BYTES_MAX as usize)
+        }
+        NativeRequest::Set(s) => {
+            assert!(s.key.len() <= limits::KEY_BYTES_MAX as usize);
+            assert!(s.value.len() <= limits::VALUE_BYTES_MAX as usize);
+        }
+        NativeRequest::Mget { keys } => {
+            assert!(keys.len() <= limits::BATCH_KEYS_MAX as usize);
+            assert_eq!(keys.iter().count(), keys.len());
+        }
+        NativeRequest::Ping => {}
+    }
+}
+
+/// Decode `data` as a stream of native frames, as requests (cluster-mode superset) and as
+/// responses.
 #[allow(clippy::panic)]
 pub fn native_decode_stream(data: &[u8]) {
     let mut buf = data;
     for _ in 0..MESSAGES_MAX {
         let mut advanced = false;
-        if let Ok(Some((f, n))) = native::decode_request_frame(buf) {
+        if let Ok(Some((f, n))) = native::decode_cluster_request_frame(buf) {
             assert!(n >= native::HEADER_BYTES && n <= buf.len());
             assert!(n <= limits::FRAME_BYTES_MAX as usize);
+            // The single-node decoder agrees on the data opcodes and refuses the cluster ones.
+            let single = native::decode_request_frame(buf);
             match f.request {
-                NativeRequest::Get { key }
-                | NativeRequest::Del { key, .. }
-                | NativeRequest::IncrBy { key, .. } => {
-                    assert!(key.len() <= limits::KEY_BYTES_MAX as usize)
+                ClusterRequest::Data(r) => {
+                    assert!(matches!(single, Ok(Some((g, m))) if g.request == r && m == n));
+                    check_request(&r);
                 }
-                NativeRequest::Set(s) => {
-                    assert!(s.key.len() <= limits::KEY_BYTES_MAX as usize);
-                    assert!(s.value.len() <= limits::VALUE_BYTES_MAX as usize);
+                ClusterRequest::ClusterMap => assert!(single.is_err()),
+                ClusterRequest::ReadReplica { key, .. } => {
+                    assert!(single.is_err());
+                    assert!(key.len() <= limits::KEY_BYTES_MAX as usize);
                 }
-                NativeRequest::Mget { keys } => {
-                    assert!(keys.len() <= limits::BATCH_KEYS_MAX as usize);
-                    assert_eq!(keys.iter().count(), keys.len());
-                }
-                NativeRequest::Ping => {}
             }
             let mut enc = Vec::new();
-            native::encode_request_frame(&mut enc, f.request_id, &f.request);
+            native::encode_cluster_request_frame(&mut enc, f.request_id, &f.request);
             assert_eq!(
                 enc.as_slice(),
                 buf.get(..n).unwrap_or(&[]),
@@ -124,6 +142,12 @@ pub fn native_decode_stream(data: &[u8]) {
             assert!(n >= native::HEADER_BYTES && n <= buf.len());
             if let ResponseBody::Values(items) = f.body {
                 assert_eq!(items.iter().count(), items.len());
+            }
+            if let (native::Opcode::ReadReplica, ResponseBody::Value(blob)) = (f.opcode, f.body) {
+                assert!(
+                    native::ReplicaValue::parse(blob).is_ok(),
+                    "validated at decode"
+                );
             }
             let mut enc = Vec::new();
             native::encode_response_frame(&mut enc, &f);

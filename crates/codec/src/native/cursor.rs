@@ -69,6 +69,16 @@ impl<'a> Cursor<'a> {
         self.take(n as usize)
     }
 
+    /// A READ_REPLICA payload (`len u32 | memgest u16 | flags u8 | value`): its length is at
+    /// most `limits::VALUE_BYTES_MAX` plus the 3 fixed bytes, so a largest value still fits.
+    pub(crate) fn replica_blob(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.u32()?;
+        if n > limits::VALUE_BYTES_MAX.saturating_add(3) {
+            return Err(DecodeError::ValueTooLarge(n));
+        }
+        self.take(n as usize)
+    }
+
     /// A batch count, at most `limits::BATCH_KEYS_MAX`, and at most what the remaining body
     /// could hold at `min_item_bytes` per item (so no count can make a caller over-reserve).
     pub(crate) fn count(&mut self, min_item_bytes: usize) -> Result<u32, DecodeError> {

@@ -30,13 +30,16 @@ pub mod request;
 pub mod response;
 
 pub use request::{
-    decode_request_frame, encode_del, encode_get, encode_incr_by, encode_mget, encode_ping,
-    encode_request_frame, encode_set, KeyList, NativeRequest, RequestFrame, SetCond, SetRequest,
+    decode_cluster_request_frame, decode_request_frame, encode_cluster_map_request,
+    encode_cluster_request_frame, encode_del, encode_get, encode_incr_by, encode_mget, encode_ping,
+    encode_read_replica, encode_request_frame, encode_set, ClusterRequest, ClusterRequestFrame,
+    KeyList, NativeRequest, RequestFrame, SetCond, SetRequest,
 };
 pub use response::{
-    decode_response_frame, encode_error_response, encode_get_response, encode_int_response,
-    encode_response_frame, encode_status_response, MgetItem, MgetItems, MgetResponseWriter,
-    ResponseBody, ResponseFrame, Status,
+    decode_response_frame, encode_cluster_map_response, encode_error_response, encode_get_response,
+    encode_int_response, encode_read_replica_response, encode_response_frame,
+    encode_status_response, MgetItem, MgetItems, MgetResponseWriter, ReplicaValue, ResponseBody,
+    ResponseFrame, Status,
 };
 
 use crate::error::DecodeError;
@@ -71,6 +74,10 @@ pub enum Opcode {
     Del = 5,
     /// Add to an integer value.
     IncrBy = 6,
+    /// Cluster mode: the node's cluster map (JSON of `ringlet_control::ClusterMap`).
+    ClusterMap = 7,
+    /// Cluster mode: one quorum-read leg: this node's version, memgest and value of a key.
+    ReadReplica = 8,
 }
 
 impl Opcode {
@@ -83,6 +90,8 @@ impl Opcode {
             4 => Opcode::Set,
             5 => Opcode::Del,
             6 => Opcode::IncrBy,
+            7 => Opcode::ClusterMap,
+            8 => Opcode::ReadReplica,
             _ => return None,
         })
     }

@@ -10,11 +10,16 @@
 //! | SET    | `set_flags u8 \| memgest u16 \| ttl_ms u64 \| version u128 \| cas u128 \| key \| value` |
 //! | DEL    | `del_flags u8 \| cas u128 \| key` |
 //! | INCRBY | `delta i64 \| key` |
+//! | CLUSTER_MAP | empty (cluster mode only) |
+//! | READ_REPLICA | `epoch u64 \| key` (cluster mode only) |
+//!
+//! [`decode_request_frame`] (a single node) refuses the cluster-only opcodes as unknown;
+//! [`decode_cluster_request_frame`] (a cluster-mode node) accepts them.
 //!
 //! Optional SET/DEL fields are always present at fixed offsets (fixed layout, one branch per
 //! flag) and must be zero when their flag is clear, so every request has exactly one encoding.
 
-use ringlet_types::{MemgestId, Version};
+use ringlet_types::{Epoch, MemgestId, Version};
 
 use super::cursor::Cursor;
 use super::{decode_header, len32, put_bytes, put_header, Opcode, HEADER_BYTES};
@@ -179,6 +184,72 @@ pub struct RequestFrame<'a> {
 /// ([`DecodeError::InvalidField`]), limits ([`DecodeError::KeyTooLarge`], ...), malformed bodies
 /// ([`DecodeError::Truncated`], [`DecodeError::TrailingBytes`]). All mean: close the connection.
 pub fn decode_request_frame(buf: &[u8]) -> Result<Option<(RequestFrame<'_>, usize)>, DecodeError> {
+    match decode_cluster_request_frame(buf)? {
+        None => Ok(None),
+        Some((f, n)) => match f.request {
+            ClusterRequest::Data(request) => Ok(Some((
+                RequestFrame {
+                    request_id: f.request_id,
+                    request,
+                },
+                n,
+            ))),
+            // A single-node server knows nothing of cluster maps: to it these opcodes are as
+            // unknown as they were before they existed (the connection closes).
+            ClusterRequest::ClusterMap => Err(DecodeError::UnknownOpcode(Opcode::ClusterMap as u8)),
+            ClusterRequest::ReadReplica { .. } => {
+                Err(DecodeError::UnknownOpcode(Opcode::ReadReplica as u8))
+            }
+        },
+    }
+}
+
+/// A request a cluster-mode node serves: the data operations of a single node plus the
+/// cluster-only opcodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterRequest<'a> {
+    /// PING, GET, MGET, SET, DEL, INCRBY.
+    Data(NativeRequest<'a>),
+    /// CLUSTER_MAP: send the node's cluster map. Empty body.
+    ClusterMap,
+    /// READ_REPLICA: one quorum-read leg. `epoch` is the epoch of the client's map (the map
+    /// it chose the cohort from); a node in another epoch answers `STALE_EPOCH`.
+    ReadReplica {
+        /// The client's map epoch.
+        epoch: Epoch,
+        /// The key.
+        key: &'a [u8],
+    },
+}
+
+impl ClusterRequest<'_> {
+    /// The opcode of this request.
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            ClusterRequest::Data(r) => r.opcode(),
+            ClusterRequest::ClusterMap => Opcode::ClusterMap,
+            ClusterRequest::ReadReplica { .. } => Opcode::ReadReplica,
+        }
+    }
+}
+
+/// A cluster-mode request with its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterRequestFrame<'a> {
+    /// Echo this in the response.
+    pub request_id: u64,
+    /// The operation.
+    pub request: ClusterRequest<'a>,
+}
+
+/// Decode one request frame as a cluster-mode node does: like [`decode_request_frame`], and
+/// also the cluster-only opcodes (CLUSTER_MAP, READ_REPLICA).
+///
+/// # Errors
+/// As [`decode_request_frame`].
+pub fn decode_cluster_request_frame(
+    buf: &[u8],
+) -> Result<Option<(ClusterRequestFrame<'_>, usize)>, DecodeError> {
     let Some(h) = decode_header(buf)? else {
         return Ok(None);
     };
@@ -190,40 +261,87 @@ pub fn decode_request_frame(buf: &[u8]) -> Result<Option<(RequestFrame<'_>, usiz
         return Ok(None);
     };
     let mut c = Cursor::new(body);
+    let data = |r| ClusterRequest::Data(r);
     let request = match h.opcode {
-        Opcode::Ping => NativeRequest::Ping,
-        Opcode::Get => NativeRequest::Get { key: c.key()? },
-        Opcode::Mget => NativeRequest::Mget {
+        Opcode::Ping => data(NativeRequest::Ping),
+        Opcode::Get => data(NativeRequest::Get { key: c.key()? }),
+        Opcode::Mget => data(NativeRequest::Mget {
             keys: KeyList::parse(&mut c)?,
-        },
-        Opcode::Set => NativeRequest::Set(decode_set(&mut c)?),
+        }),
+        Opcode::Set => data(NativeRequest::Set(decode_set(&mut c)?)),
         Opcode::Del => {
             let flags = c.u8()?;
             if flags & !DEL_CAS != 0 {
                 return Err(DecodeError::InvalidField("DEL flags"));
             }
             let cas = optional(flags & DEL_CAS != 0, c.u128()?, "DEL cas")?;
-            NativeRequest::Del {
+            data(NativeRequest::Del {
                 key: c.key()?,
                 cas: cas.map(Version),
-            }
+            })
         }
         Opcode::IncrBy => {
             let delta = c.i64()?;
-            NativeRequest::IncrBy {
+            data(NativeRequest::IncrBy {
                 key: c.key()?,
                 delta,
+            })
+        }
+        Opcode::ClusterMap => ClusterRequest::ClusterMap,
+        Opcode::ReadReplica => {
+            let epoch = Epoch(c.u64()?);
+            ClusterRequest::ReadReplica {
+                epoch,
+                key: c.key()?,
             }
         }
     };
     c.finish()?;
     Ok(Some((
-        RequestFrame {
+        ClusterRequestFrame {
             request_id: h.request_id,
             request,
         },
         len,
     )))
+}
+
+/// Encode any cluster-mode request.
+pub fn encode_cluster_request_frame<S: Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    req: &ClusterRequest<'_>,
+) {
+    match req {
+        ClusterRequest::Data(r) => encode_request_frame(out, request_id, r),
+        ClusterRequest::ClusterMap => encode_cluster_map_request(out, request_id),
+        ClusterRequest::ReadReplica { epoch, key } => {
+            encode_read_replica(out, request_id, *epoch, key)
+        }
+    }
+}
+
+/// CLUSTER_MAP (empty body).
+pub fn encode_cluster_map_request<S: Sink + ?Sized>(out: &mut S, request_id: u64) {
+    put_header(out, Opcode::ClusterMap, 0, request_id, 0);
+}
+
+/// READ_REPLICA `key` for a client whose map has `epoch`.
+pub fn encode_read_replica<S: Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    epoch: Epoch,
+    key: &[u8],
+) {
+    put_header(
+        out,
+        Opcode::ReadReplica,
+        0,
+        request_id,
+        12usize.saturating_add(key.len()),
+    );
+    out.put(&epoch.0.to_be_bytes());
+    put_bytes(out, key);
 }
 
 /// A fixed-offset optional field: present iff its flag is set, zero otherwise.
@@ -475,5 +593,48 @@ mod tests {
             decode_request_frame(&out),
             Err(DecodeError::InvalidField(_))
         ));
+    }
+
+    #[test]
+    fn cluster_opcodes_round_trip_and_single_node_refuses_them() {
+        for req in [
+            ClusterRequest::ClusterMap,
+            ClusterRequest::ReadReplica {
+                epoch: Epoch(42),
+                key: b"user:1",
+            },
+            ClusterRequest::Data(NativeRequest::Get { key: b"k" }),
+        ] {
+            let mut out = Vec::new();
+            encode_cluster_request_frame(&mut out, 5, &req);
+            let (f, n) = decode_cluster_request_frame(&out).unwrap().unwrap();
+            assert_eq!((f.request_id, f.request, n), (5, req, out.len()));
+            assert_eq!(f.request.opcode() as u8, out[2]);
+            for i in 0..out.len() {
+                assert_eq!(decode_cluster_request_frame(&out[..i]).unwrap(), None);
+            }
+            let single = decode_request_frame(&out);
+            match req {
+                ClusterRequest::Data(r) => assert_eq!(single.unwrap().unwrap().0.request, r),
+                _ => assert_eq!(single, Err(DecodeError::UnknownOpcode(out[2]))),
+            }
+        }
+        // READ_REPLICA key over the limit.
+        let mut out = Vec::new();
+        encode_read_replica(&mut out, 1, Epoch(1), b"k");
+        out[24..28].copy_from_slice(&(limits::KEY_BYTES_MAX + 1).to_be_bytes());
+        assert_eq!(
+            decode_cluster_request_frame(&out),
+            Err(DecodeError::KeyTooLarge(limits::KEY_BYTES_MAX + 1))
+        );
+        // CLUSTER_MAP with a body is malformed.
+        let mut out = Vec::new();
+        encode_cluster_map_request(&mut out, 1);
+        out[15] = 1;
+        out.push(0);
+        assert_eq!(
+            decode_cluster_request_frame(&out),
+            Err(DecodeError::TrailingBytes)
+        );
     }
 }

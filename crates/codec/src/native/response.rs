@@ -15,13 +15,15 @@
 //! | OK | GET | `value` |
 //! | OK | MGET | `count u32 \| (item_status u8 \| version u128 \| value) * count` |
 //! | OK | INCRBY | `value i64` |
+//! | OK | CLUSTER_MAP | `map` (`len u32 \| JSON`) |
+//! | OK | READ_REPLICA | `len u32 \| memgest u16 \| present u8 \| value bytes` ([`ReplicaValue`]) |
 //! | anything else | | empty |
 //!
 //! `version` is the entry's version: the value read (GET), the version written (SET,
 //! INCRBY), the tombstone's (DEL), the current one on `CAS_MISMATCH`, `0` for a missing key or
 //! for MGET (each item has its own).
 
-use ringlet_types::{Epoch, Version};
+use ringlet_types::{limits, Epoch, MemgestId, Version};
 
 use super::cursor::Cursor;
 use super::{decode_header, len32, put_bytes, put_header, Opcode, FLAG_RESPONSE, HEADER_BYTES};
@@ -236,6 +238,12 @@ pub fn decode_response_frame(
                 ResponseBody::Values(MgetItems { count, raw })
             }
             Opcode::IncrBy => ResponseBody::Int(c.i64()?),
+            Opcode::ClusterMap => ResponseBody::Value(c.value()?),
+            Opcode::ReadReplica => {
+                let blob = c.replica_blob()?;
+                ReplicaValue::parse(blob)?;
+                ResponseBody::Value(blob)
+            }
             Opcode::Ping | Opcode::Set | Opcode::Del => ResponseBody::Empty,
         }
     } else {
@@ -373,6 +381,102 @@ pub fn encode_error_response<S: Sink + ?Sized>(
     put_bytes(out, message.as_bytes());
 }
 
+/// Bytes of a READ_REPLICA payload before the value bytes (inside its length prefix).
+pub const REPLICA_FIXED_BYTES: usize = 2 + 1;
+/// READ_REPLICA flag: the node holds a value (clear: absent, or a tombstone if the version
+/// is not zero).
+pub const REPLICA_PRESENT: u8 = 0x01;
+
+/// The payload of an OK READ_REPLICA response: the node's state for the key. The frame's
+/// `version` field is the entry's version (0: the node has never seen the key).
+///
+/// On the wire it is one length-prefixed field (so [`ResponseBody::Value`] carries it and
+/// re-encodes it unchanged):
+///
+/// ```text
+/// +-------------+--------------+------------+-----------------+
+/// | len u32     | memgest u16  | flags u8   | value bytes ... |
+/// +-------------+--------------+------------+-----------------+
+///   len = 3 + value bytes; flags: 0x01 PRESENT; value bytes empty unless PRESENT
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaValue<'a> {
+    /// The memgest the node holds the key in (`MemgestId::NONE` if it has no entry).
+    pub memgest: MemgestId,
+    /// The value; `None` if absent or deleted.
+    pub value: Option<&'a [u8]>,
+}
+
+impl<'a> ReplicaValue<'a> {
+    /// Parse the bytes inside the length prefix (what [`ResponseBody::Value`] holds for an
+    /// OK READ_REPLICA response).
+    ///
+    /// # Errors
+    /// [`DecodeError::Truncated`], [`DecodeError::InvalidField`] (unknown flags, or value
+    /// bytes without PRESENT), [`DecodeError::ValueTooLarge`].
+    pub fn parse(blob: &'a [u8]) -> Result<ReplicaValue<'a>, DecodeError> {
+        let mut c = Cursor::new(blob);
+        let memgest = MemgestId(c.u16()?);
+        let flags = c.u8()?;
+        if flags & !REPLICA_PRESENT != 0 {
+            return Err(DecodeError::InvalidField("READ_REPLICA flags"));
+        }
+        let rest = c.rest();
+        if rest.len() > limits::VALUE_BYTES_MAX as usize {
+            return Err(DecodeError::ValueTooLarge(len32(rest.len())));
+        }
+        let value = if flags & REPLICA_PRESENT != 0 {
+            Some(rest)
+        } else if rest.is_empty() {
+            None
+        } else {
+            return Err(DecodeError::InvalidField(
+                "READ_REPLICA value without PRESENT",
+            ));
+        };
+        Ok(ReplicaValue { memgest, value })
+    }
+}
+
+/// OK READ_REPLICA response: the node's `version`, memgest and value of the key.
+pub fn encode_read_replica_response<S: Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    epoch: Epoch,
+    version: Version,
+    r: &ReplicaValue<'_>,
+) {
+    let v = r.value.unwrap_or(&[]);
+    let inner = REPLICA_FIXED_BYTES.saturating_add(v.len());
+    let body = RESPONSE_FIXED_BYTES.saturating_add(4).saturating_add(inner);
+    put_header(out, Opcode::ReadReplica, FLAG_RESPONSE, request_id, body);
+    put_prefix(out, Status::OK, epoch, version);
+    out.put(&len32(inner).to_be_bytes());
+    out.put(&r.memgest.0.to_be_bytes());
+    out.put_u8(if r.value.is_some() {
+        REPLICA_PRESENT
+    } else {
+        0
+    });
+    out.put(v);
+}
+
+/// OK CLUSTER_MAP response: `json` is the map (`ringlet_control::ClusterMap::to_json`) and
+/// `epoch` its epoch.
+pub fn encode_cluster_map_response<S: Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    epoch: Epoch,
+    json: &[u8],
+) {
+    let body = RESPONSE_FIXED_BYTES
+        .saturating_add(4)
+        .saturating_add(json.len());
+    put_header(out, Opcode::ClusterMap, FLAG_RESPONSE, request_id, body);
+    put_prefix(out, Status::OK, epoch, Version::ZERO);
+    put_bytes(out, json);
+}
+
 /// Streams an MGET response into a sink: `begin`, one `push` per key, `finish` (which fills
 /// in the body length and the count). Nothing is buffered besides the sink itself.
 #[derive(Debug)]
@@ -498,5 +602,52 @@ mod tests {
         // An unknown non-error status does not.
         out[16] = 0x07;
         assert!(decode_response_frame(&out).is_err());
+    }
+
+    #[test]
+    fn read_replica_and_cluster_map_responses() {
+        let mut out = Vec::new();
+        let hit = ReplicaValue {
+            memgest: MemgestId(2),
+            value: Some(b"v1"),
+        };
+        let tomb = ReplicaValue {
+            memgest: MemgestId(2),
+            value: None,
+        };
+        encode_read_replica_response(&mut out, 1, Epoch(4), Version(9), &hit);
+        encode_read_replica_response(&mut out, 2, Epoch(4), Version(10), &tomb);
+        encode_cluster_map_response(&mut out, 3, Epoch(4), b"{}");
+        let (a, n) = decode_response_frame(&out).unwrap().unwrap();
+        let ResponseBody::Value(blob) = a.body else {
+            panic!()
+        };
+        assert_eq!(ReplicaValue::parse(blob).unwrap(), hit);
+        assert_eq!((a.version, a.epoch), (Version(9), Epoch(4)));
+        let mut again = Vec::new();
+        encode_response_frame(&mut again, &a);
+        assert_eq!(again, out[..n]);
+        let (b, m) = decode_response_frame(&out[n..]).unwrap().unwrap();
+        let ResponseBody::Value(blob) = b.body else {
+            panic!()
+        };
+        assert_eq!(ReplicaValue::parse(blob).unwrap(), tomb);
+        let (c, _) = decode_response_frame(&out[n + m..]).unwrap().unwrap();
+        assert_eq!(c.body, ResponseBody::Value(b"{}"));
+        // Value bytes without PRESENT, and unknown flags, are malformed.
+        let mut bad = Vec::new();
+        encode_read_replica_response(&mut bad, 1, Epoch(4), Version(9), &hit);
+        let flags_at = HEADER_BYTES + RESPONSE_FIXED_BYTES + 4 + 2;
+        bad[flags_at] = 0;
+        assert!(decode_response_frame(&bad).is_err());
+        bad[flags_at] = 0x81;
+        assert!(decode_response_frame(&bad).is_err());
+        // A payload length beyond the limit is refused.
+        bad[flags_at] = REPLICA_PRESENT;
+        bad[flags_at - 6..flags_at - 2].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(
+            decode_response_frame(&bad),
+            Err(DecodeError::ValueTooLarge(u32::MAX))
+        );
     }
 }
