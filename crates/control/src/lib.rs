@@ -19,16 +19,25 @@
 //! - a restarted node (new incarnation) is treated as failed-and-rejoined: its old incarnation's
 //!   roles go to a spare, the new incarnation is a spare (it never votes on data it lost);
 //! - `drain` hands a node's roles to a spare while it still runs (warm spare, CliqueMap §6.1);
-//! - memgests created, dropped, and the default chosen at run time;
+//! - memgests created, dropped (refused while keys live), and the default chosen at run time;
 //! - the epoch strictly increases on every map change (asserted).
 //!
 //! Non-goals (for now): the etcd backend and leader election (the driver will persist the map
 //! and feed inputs from etcd watches), load-aware resharding.
 //!
-//! Modules: [`map`] (the cluster map), [`plane`] (the state machine).
+//! - memgest usage: nodes report per-memgest key/byte counts; a memgest is dropped only once
+//!   every data-holding node reports it empty after it was closed to new writes;
+//! - [`report`]: `MEMGEST LIST/INFO` figures, with Ring's reliability model (appendix A).
+//!
+//! Modules: [`map`] (the cluster map), [`plane`] (the state machine), [`report`] (memgest
+//! reports).
 
 pub mod map;
 pub mod plane;
+pub mod report;
 
 pub use map::{ClusterMap, MapError, MemgestInfo, NodeInfo, NodeState};
-pub use plane::{Action, ControlConfig, ControlError, ControlPlane, Input};
+pub use plane::{
+    Action, ControlConfig, ControlError, ControlPlane, Input, MemgestUsage, UsageReport,
+};
+pub use report::{memgest_reports, MemgestReport, ModelRates};

@@ -47,6 +47,10 @@ pub struct MemgestInfo {
     pub name: String,
     pub kind: MemgestKind,
     pub evictable: bool,
+    /// Being dropped (`MEMGEST DROP`, docs/design/memgest-commands.md): front ends refuse new
+    /// writes naming it while the control plane checks that no node still holds keys of it.
+    /// Existing keys stay readable and keep their scheme.
+    pub closing: bool,
 }
 
 /// A map that fails validation.
@@ -83,6 +87,7 @@ impl Default for ClusterMap {
                 name: "none".into(),
                 kind: MemgestKind::None,
                 evictable: true,
+                closing: false,
             },
         );
         ClusterMap {
@@ -138,6 +143,12 @@ impl ClusterMap {
             .unwrap_or(1)
     }
 
+    /// The memgest a new write may name: it exists and is not being dropped.
+    pub fn writable_memgest(&self, name: &str) -> Option<MemgestId> {
+        self.memgest_by_name(name)
+            .filter(|id| self.memgests.get(id).is_some_and(|m| !m.closing))
+    }
+
     /// The memgest with `name`.
     pub fn memgest_by_name(&self, name: &str) -> Option<MemgestId> {
         self.memgests
@@ -176,8 +187,17 @@ impl ClusterMap {
         if self.nodes.len() > NODES_MAX || self.memgests.len() > MEMGESTS_MAX {
             return Err(MapError::Malformed("too many nodes or memgests"));
         }
-        if !self.memgests.contains_key(&self.default_memgest) {
-            return Err(MapError::Malformed("default memgest missing"));
+        match self.memgests.get(&self.default_memgest) {
+            None => return Err(MapError::Malformed("default memgest missing")),
+            Some(m) if m.closing => {
+                return Err(MapError::Malformed("default memgest is being dropped"))
+            }
+            Some(_) => {}
+        }
+        let mut names: Vec<&str> = self.memgests.values().map(|m| m.name.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w.first() == w.get(1)) {
+            return Err(MapError::Malformed("two memgests with one name"));
         }
         if let Some(p) = &self.placement {
             p.validate()?;
@@ -241,6 +261,8 @@ struct MemgestWire {
     name: String,
     kind: String,
     evictable: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    closing: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -278,6 +300,7 @@ impl From<ClusterMap> for ClusterMapWire {
                     name: g.name,
                     kind: g.kind.to_string(),
                     evictable: g.evictable,
+                    closing: g.closing,
                 })
                 .collect(),
             default_memgest: m.default_memgest.0,
@@ -322,6 +345,7 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
                     name: g.name,
                     kind,
                     evictable: g.evictable,
+                    closing: g.closing,
                 },
             );
             if dup.is_some() {

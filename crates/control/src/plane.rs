@@ -17,9 +17,35 @@ use crate::map::{
 };
 use ringlet_placement::Placement;
 use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use thiserror::Error;
+
+/// How long after a memgest is closed every data-holding node's usage report must reach
+/// before `DropMemgest` trusts a zero: writes that were already in flight when the closing
+/// map arrived commit within a replication round trip (ms) in normal operation; five
+/// report intervals (nodes report every 100 ms) leave room for a slow node.
+pub const DROP_SETTLE_MS: u64 = 500;
+
+/// Keys and bytes of one memgest on one node (a node's engine counts every copy it holds:
+/// a `rep:3` key is counted on three nodes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemgestUsage {
+    pub keys: u64,
+    pub bytes: u64,
+}
+
+/// A node's latest usage report, as the control plane received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageReport {
+    pub incarnation: u64,
+    /// The node's map epoch when it counted.
+    pub epoch: Epoch,
+    /// Control-plane time of arrival.
+    pub at_ms: u64,
+    pub memgests: BTreeMap<MemgestId, MemgestUsage>,
+}
 
 /// Configuration, checked once by [`ControlConfig::validate`].
 #[derive(Clone, Debug)]
@@ -90,11 +116,29 @@ pub enum Input {
         kind: MemgestKind,
         evictable: Option<bool>,
     },
+    /// Drop a memgest, refused while any node holds keys of it. Two steps, driven by the
+    /// caller (docs/design/memgest-commands.md): the first call checks the latest usage
+    /// reports and *closes* the memgest (published: front ends refuse new writes naming it);
+    /// later calls answer [`ControlError::DropPending`] until every data-holding node has
+    /// reported at the closing epoch for [`DROP_SETTLE_MS`], then remove it if all report
+    /// zero keys, or reopen it and refuse ([`ControlError::MemgestInUse`]).
     DropMemgest {
+        name: String,
+    },
+    /// Give up a pending drop: reopen the memgest (the caller's wait ran out).
+    CancelDrop {
         name: String,
     },
     SetDefault {
         name: String,
+    },
+    /// A node's per-memgest key and byte counts (sent beside heartbeats). Ignored unless it
+    /// comes from the node's current incarnation. Bounded: at most `MEMGESTS_MAX` entries.
+    Usage {
+        node: NodeId,
+        incarnation: u64,
+        epoch: Epoch,
+        memgests: Vec<(MemgestId, MemgestUsage)>,
     },
 }
 
@@ -141,6 +185,16 @@ pub enum ControlError {
     NoSuchMemgest(String),
     #[error("memgest {0} is the default and cannot be dropped")]
     DropDefault(String),
+    #[error(
+        "memgest {name} still holds {keys} keys (counting every copy); move or delete them first"
+    )]
+    MemgestInUse { name: String, keys: u64 },
+    #[error("memgest {0} is being dropped: waiting for every node's usage report")]
+    DropPending(String),
+    #[error("memgest {0} is being dropped")]
+    MemgestClosing(String),
+    #[error("memgest {0} is not being dropped")]
+    NotClosing(String),
     #[error("memgest {kind} does not fit placement groups of s={s}, d={d}")]
     MemgestShape { kind: String, s: u8, d: u8 },
     #[error("too many memgests")]
@@ -163,6 +217,9 @@ pub struct ControlPlane {
     cfg: ControlConfig,
     map: Arc<ClusterMap>,
     leases: BTreeMap<NodeId, Lease>,
+    usage: BTreeMap<NodeId, UsageReport>,
+    /// Memgests being dropped: the epoch and time at which they were closed.
+    closing: BTreeMap<MemgestId, (Epoch, u64)>,
 }
 
 impl ControlPlane {
@@ -174,7 +231,42 @@ impl ControlPlane {
             cfg,
             map: Arc::new(ClusterMap::default()),
             leases: BTreeMap::new(),
+            usage: BTreeMap::new(),
+            closing: BTreeMap::new(),
         })
+    }
+
+    /// Continue from a published map (a new etcd leader loading `<prefix>/map`): the next
+    /// change commits `map.epoch + 1`, so epochs never go backwards across leaders. Every
+    /// node the map lists as alive gets a lease starting at `now_ms`, as if it had just
+    /// heartbeated: the new leader cannot know when the old one last heard from it.
+    ///
+    /// # Errors
+    /// Invalid config, or a map that fails validation.
+    pub fn resume(
+        cfg: ControlConfig,
+        map: ClusterMap,
+        now_ms: u64,
+    ) -> Result<ControlPlane, ControlError> {
+        map.validate()
+            .map_err(|e| ControlError::Placement(e.to_string()))?;
+        let mut cp = ControlPlane::new(cfg)?;
+        cp.leases = map
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.state != NodeState::Failed)
+            .map(|(id, n)| {
+                (
+                    *id,
+                    Lease {
+                        incarnation: n.incarnation,
+                        last_ms: now_ms,
+                    },
+                )
+            })
+            .collect();
+        cp.map = Arc::new(map);
+        Ok(cp)
     }
 
     /// The current map.
@@ -184,6 +276,11 @@ impl ControlPlane {
 
     pub fn config(&self) -> &ControlConfig {
         &self.cfg
+    }
+
+    /// The latest usage report of every node that sent one (current incarnations only).
+    pub fn usage(&self) -> &BTreeMap<NodeId, UsageReport> {
+        &self.usage
     }
 
     /// One step. Never fails: refused commands come back as [`Action::Rejected`].
@@ -222,10 +319,21 @@ impl ControlPlane {
                 }
             }
             Input::DropMemgest { name } => {
-                if let Err(e) = self.drop_memgest(&name, &mut out) {
+                if let Err(e) = self.drop_memgest(now_ms, &name, &mut out) {
                     out.push(Action::Rejected(e));
                 }
             }
+            Input::CancelDrop { name } => {
+                if let Err(e) = self.cancel_drop(&name, &mut out) {
+                    out.push(Action::Rejected(e));
+                }
+            }
+            Input::Usage {
+                node,
+                incarnation,
+                epoch,
+                memgests,
+            } => self.on_usage(now_ms, node, incarnation, epoch, memgests),
             Input::SetDefault { name } => {
                 if let Err(e) = self.set_default(&name, &mut out) {
                     out.push(Action::Rejected(e));
@@ -536,13 +644,70 @@ impl ControlPlane {
                 name,
                 kind,
                 evictable: evictable.unwrap_or(kind.evictable_by_default()),
+                closing: false,
             },
         );
         self.commit(next, out);
         Ok(())
     }
 
-    fn drop_memgest(&mut self, name: &str, out: &mut Vec<Action>) -> Result<(), ControlError> {
+    fn on_usage(
+        &mut self,
+        now_ms: u64,
+        node: NodeId,
+        incarnation: u64,
+        epoch: Epoch,
+        memgests: Vec<(MemgestId, MemgestUsage)>,
+    ) {
+        let current = self
+            .map
+            .nodes
+            .get(&node)
+            .is_some_and(|n| n.incarnation == incarnation && n.state != NodeState::Failed);
+        if !current || memgests.len() > MEMGESTS_MAX {
+            return;
+        }
+        self.usage.insert(
+            node,
+            UsageReport {
+                incarnation,
+                epoch,
+                at_ms: now_ms,
+                memgests: memgests.into_iter().collect(),
+            },
+        );
+    }
+
+    /// Nodes that may hold data: their reports decide whether a memgest is empty. Failed
+    /// nodes' data is gone (a restart comes back empty); spares hold nothing.
+    fn holders(&self) -> Vec<NodeId> {
+        self.map
+            .nodes
+            .iter()
+            .filter(|(_, n)| matches!(n.state, NodeState::Active | NodeState::Draining))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Keys of `id` in the latest reports of the current holders.
+    fn reported_keys(&self, id: MemgestId) -> u64 {
+        self.holders()
+            .iter()
+            .filter_map(|n| {
+                let inc = self.map.nodes.get(n)?.incarnation;
+                self.usage.get(n).filter(|r| r.incarnation == inc)
+            })
+            .filter_map(|r| r.memgests.get(&id))
+            .map(|u| u.keys)
+            .sum()
+    }
+
+    fn drop_memgest(
+        &mut self,
+        now_ms: u64,
+        name: &str,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ControlError> {
         let id = self
             .map
             .memgest_by_name(name)
@@ -550,8 +715,65 @@ impl ControlPlane {
         if id == self.map.default_memgest || id == MemgestId::NONE {
             return Err(ControlError::DropDefault(name.to_string()));
         }
+        let Some(&(closed_epoch, closed_ms)) = self.closing.get(&id) else {
+            // Step 1: refuse at once if a report already shows keys; otherwise close.
+            let keys = self.reported_keys(id);
+            if keys > 0 {
+                return Err(ControlError::MemgestInUse {
+                    name: name.to_string(),
+                    keys,
+                });
+            }
+            let mut next = (*self.map).clone();
+            if let Some(m) = next.memgests.get_mut(&id) {
+                m.closing = true;
+            }
+            self.commit(next, out);
+            self.closing.insert(id, (self.map.epoch, now_ms));
+            return Ok(());
+        };
+        // Step 2: every holder must have counted at the closing epoch, long enough after it.
+        let settled = self.holders().iter().all(|n| {
+            let inc = self.map.nodes.get(n).map(|i| i.incarnation);
+            self.usage.get(n).is_some_and(|r| {
+                Some(r.incarnation) == inc
+                    && r.epoch >= closed_epoch
+                    && r.at_ms >= closed_ms.saturating_add(DROP_SETTLE_MS)
+            })
+        });
+        if !settled {
+            return Err(ControlError::DropPending(name.to_string()));
+        }
+        let keys = self.reported_keys(id);
         let mut next = (*self.map).clone();
+        self.closing.remove(&id);
+        if keys > 0 {
+            if let Some(m) = next.memgests.get_mut(&id) {
+                m.closing = false;
+            }
+            self.commit(next, out);
+            return Err(ControlError::MemgestInUse {
+                name: name.to_string(),
+                keys,
+            });
+        }
         next.memgests.remove(&id);
+        self.commit(next, out);
+        Ok(())
+    }
+
+    fn cancel_drop(&mut self, name: &str, out: &mut Vec<Action>) -> Result<(), ControlError> {
+        let id = self
+            .map
+            .memgest_by_name(name)
+            .ok_or_else(|| ControlError::NoSuchMemgest(name.to_string()))?;
+        if self.closing.remove(&id).is_none() {
+            return Err(ControlError::NotClosing(name.to_string()));
+        }
+        let mut next = (*self.map).clone();
+        if let Some(m) = next.memgests.get_mut(&id) {
+            m.closing = false;
+        }
         self.commit(next, out);
         Ok(())
     }
@@ -561,6 +783,9 @@ impl ControlPlane {
             .map
             .memgest_by_name(name)
             .ok_or_else(|| ControlError::NoSuchMemgest(name.to_string()))?;
+        if self.closing.contains_key(&id) {
+            return Err(ControlError::MemgestClosing(name.to_string()));
+        }
         let mut next = (*self.map).clone();
         next.default_memgest = id;
         self.commit(next, out);
@@ -571,6 +796,21 @@ impl ControlPlane {
     /// On a broken invariant (a bug here).
     pub fn check_invariants(&self) {
         self.map.check_invariants();
+        for id in self.closing.keys() {
+            assert!(
+                self.map.memgests.get(id).is_some_and(|m| m.closing),
+                "a pending drop's memgest must be closed in the map"
+            );
+        }
+        for m in self.map.memgests.values() {
+            if m.closing {
+                let id = self.map.memgest_by_name(&m.name);
+                assert!(
+                    id.is_some_and(|id| self.closing.contains_key(&id)),
+                    "a closed memgest must have a pending drop"
+                );
+            }
+        }
         for (id, l) in &self.leases {
             if let Some(n) = self.map.nodes.get(id) {
                 assert!(
@@ -760,6 +1000,137 @@ mod tests {
             )[0],
             Action::Rejected(ControlError::MemgestShape { .. })
         ));
+    }
+
+    fn report(cp: &mut ControlPlane, now: u64, node: u32, id: MemgestId, keys: u64) {
+        let inc = cp.map().nodes[&NodeId(node)].incarnation;
+        let epoch = cp.map().epoch;
+        cp.step(
+            now,
+            Input::Usage {
+                node: NodeId(node),
+                incarnation: inc,
+                epoch,
+                memgests: vec![(
+                    id,
+                    MemgestUsage {
+                        keys,
+                        bytes: keys * 100,
+                    },
+                )],
+            },
+        );
+    }
+
+    fn create(cp: &mut ControlPlane, name: &str, kind: &str) -> MemgestId {
+        let out = cp.step(
+            0,
+            Input::CreateMemgest {
+                name: name.into(),
+                kind: MemgestKind::parse(kind).unwrap(),
+                evictable: None,
+            },
+        );
+        assert!(published(&out).is_some(), "{out:?}");
+        cp.map().memgest_by_name(name).unwrap()
+    }
+
+    #[test]
+    fn drop_is_refused_while_keys_live_then_allowed() {
+        let mut cp = cluster(4, 3);
+        let id = create(&mut cp, "cold", "rep:2");
+        let drop = |cp: &mut ControlPlane, now| {
+            cp.step(
+                now,
+                Input::DropMemgest {
+                    name: "cold".into(),
+                },
+            )
+        };
+        // A report with keys refuses at once, without closing.
+        report(&mut cp, 10, 2, id, 5);
+        let out = drop(&mut cp, 20);
+        assert!(
+            matches!(
+                &out[..],
+                [Action::Rejected(ControlError::MemgestInUse { keys: 5, .. })]
+            ),
+            "{out:?}"
+        );
+        assert!(!cp.map().memgests[&id].closing);
+        // Empty now: the first call closes (published), writes naming it are refused.
+        for n in 1..=3 {
+            report(&mut cp, 30, n, id, 0);
+        }
+        let out = drop(&mut cp, 40);
+        assert!(published(&out).is_some(), "{out:?}");
+        assert!(cp.map().memgests[&id].closing);
+        assert_eq!(cp.map().writable_memgest("cold"), None);
+        cp.check_invariants();
+        // Reports from before the closing epoch do not count.
+        let out = drop(&mut cp, 40 + DROP_SETTLE_MS + 1);
+        assert!(
+            matches!(&out[..], [Action::Rejected(ControlError::DropPending(_))]),
+            "{out:?}"
+        );
+        // A key that landed after the close (a write already in flight) reopens it.
+        let t = 40 + DROP_SETTLE_MS + 10;
+        report(&mut cp, t, 1, id, 0);
+        report(&mut cp, t, 2, id, 1);
+        report(&mut cp, t, 3, id, 0);
+        let out = drop(&mut cp, t + 1);
+        assert!(matches!(
+            out.last(),
+            Some(Action::Rejected(ControlError::MemgestInUse { keys: 1, .. }))
+        ));
+        assert!(published(&out).is_some());
+        assert!(!cp.map().memgests[&id].closing);
+        cp.check_invariants();
+        // Empty for good: close, settle, drop.
+        let t = t + 100;
+        for n in 1..=3 {
+            report(&mut cp, t, n, id, 0);
+        }
+        assert!(published(&drop(&mut cp, t)).is_some());
+        let t2 = t + DROP_SETTLE_MS;
+        for n in 1..=3 {
+            report(&mut cp, t2, n, id, 0);
+        }
+        let out = drop(&mut cp, t2 + 1);
+        let m = published(&out).unwrap();
+        assert!(m.memgest_by_name("cold").is_none());
+        cp.check_invariants();
+    }
+
+    #[test]
+    fn cancel_drop_reopens_and_stale_incarnations_do_not_report() {
+        let mut cp = cluster(4, 3);
+        let id = create(&mut cp, "tmp", "none");
+        let out = cp.step(1, Input::DropMemgest { name: "tmp".into() });
+        assert!(published(&out).is_some());
+        assert!(matches!(
+            cp.step(1, Input::SetDefault { name: "tmp".into() })[0],
+            Action::Rejected(ControlError::MemgestClosing(_))
+        ));
+        let out = cp.step(2, Input::CancelDrop { name: "tmp".into() });
+        assert!(published(&out).is_some());
+        assert!(!cp.map().memgests[&id].closing);
+        assert!(matches!(
+            cp.step(3, Input::CancelDrop { name: "tmp".into() })[0],
+            Action::Rejected(ControlError::NotClosing(_))
+        ));
+        cp.check_invariants();
+        // A report from a dead incarnation is ignored.
+        cp.step(
+            4,
+            Input::Usage {
+                node: NodeId(1),
+                incarnation: 0,
+                epoch: cp.map().epoch,
+                memgests: vec![(id, MemgestUsage { keys: 9, bytes: 9 })],
+            },
+        );
+        assert!(!cp.usage().contains_key(&NodeId(1)));
     }
 
     #[test]
