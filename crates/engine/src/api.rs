@@ -249,4 +249,8 @@ pub struct EngineStats {
     /// Writes that found no free index entry within the probe distance of their home bucket
     /// (each forces an immediate upsize, or an eviction at the maximum size).
     pub index_conflicts: u64,
+    /// Queue locations examined by S3-FIFO's sweeps of stale queue entries. Kept O(writes)
+    /// by sweeping only when a class's queues doubled since the last sweep; a regression test
+    /// holds it to a small multiple of the writes.
+    pub eviction_queue_swept: u64,
 }

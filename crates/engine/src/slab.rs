@@ -349,6 +349,29 @@ impl Slabs {
         }
     }
 
+    /// Whether `loc` is the start of an allocated slot or large run (without touching the
+    /// data region). Eviction queues hold stale locations; this filters them for free.
+    pub fn is_allocated(&self, loc: u32) -> bool {
+        let page = (u64::from(loc) / PAGE_UNITS) as u32;
+        let within = u64::from(loc) - u64::from(page) * PAGE_UNITS;
+        match self.pages.get(&page) {
+            Some(PageKind::Large { .. }) => within == 0,
+            Some(PageKind::Slab { class }) => {
+                let Some(slab) = self.slabs.get(&page) else {
+                    return false;
+                };
+                let units = u64::from(self.classes[usize::from(*class)]);
+                if units == 0 || !within.is_multiple_of(units) {
+                    return false;
+                }
+                let idx = within / units;
+                let (wi, bit) = ((idx / 64) as usize, idx % 64);
+                slab.bitmap.get(wi).is_some_and(|w| w & (1 << bit) != 0)
+            }
+            None => false,
+        }
+    }
+
     /// Locations of the allocated slots of the slab at `page`.
     pub fn slab_slots(&self, page: u32) -> Vec<u32> {
         let Some(slab) = self.slabs.get(&page) else {

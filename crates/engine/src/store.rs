@@ -144,6 +144,11 @@ struct Migration {
 struct S3Class {
     small: VecDeque<u32>,
     main: VecDeque<u32>,
+    /// Queue length (small + main) at which stale locations are next swept out. Set to twice
+    /// the length left by the previous sweep, so sweeps cost O(1) amortized per admission even
+    /// when most queued locations are live (a sweep that finds nothing to drop must not run
+    /// again on the next write).
+    sweep_at: usize,
 }
 
 pub struct Store {
@@ -173,6 +178,7 @@ pub struct Store {
     clock_hands: Vec<(u32, usize)>,
     global_hand: u32,
     s3: Vec<S3Class>,
+    s3_swept: u64,
     ghost: VecDeque<u64>,
     ghost_set: HashSet<u64>,
     expire_cursor: u64,
@@ -240,6 +246,7 @@ impl Store {
             clock_hands: Vec::new(),
             global_hand: 0,
             s3: Vec::new(),
+            s3_swept: 0,
             ghost: VecDeque::new(),
             ghost_set: HashSet::new(),
             expire_cursor: 0,
@@ -882,10 +889,20 @@ impl Store {
     /// The live index entry of the data entry at `loc`, if it is published (not staged, not
     /// free), with its key's hash and the key.
     fn owner_of(&self, loc: u32) -> Option<(Found, u64, Vec<u8>)> {
+        // A freed slot may sit on a page already returned to the OS: reading its "key" would
+        // fault a zero page back into the memfd (memory and ~µs per page). Ask the allocator.
+        if !self.slabs.is_allocated(loc) {
+            return None;
+        }
         let key = self.read_key(loc)?;
         let h = key_hash(&key);
         let f = self.find(&key, h)?;
         (ie_location(f.w0) == loc).then_some((f, h, key))
+    }
+
+    /// Whether `loc` holds a published entry (an S3-FIFO queue sweep).
+    fn slot_is_live(&self, loc: u32) -> bool {
+        self.owner_of(loc).is_some()
     }
 
     fn evict_loc(
@@ -1017,13 +1034,20 @@ impl Store {
         // Queues hold stale locations (updated, deleted, expired keys) until eviction pops
         // them; without memory pressure nothing pops, so drop stale ones past 2× the keys.
         let q = &self.s3[ci];
-        if q.small.len() + q.main.len() > 2 * self.count as usize + 1024 {
+        let len = q.small.len() + q.main.len();
+        if len > (2 * self.count as usize + 1024).max(q.sweep_at) {
             let mut small = std::mem::take(&mut self.s3[ci].small);
             let mut main = std::mem::take(&mut self.s3[ci].main);
-            small.retain(|&l| self.owner_of(l).is_some());
-            main.retain(|&l| self.owner_of(l).is_some());
+            // A location freed and reused by another entry is queued twice and both copies
+            // look live: keep its first occurrence only.
+            self.s3_swept += len as u64;
+            let mut seen = HashSet::with_capacity(len);
+            small.retain(|&l| self.slot_is_live(l) && seen.insert(l));
+            main.retain(|&l| self.slot_is_live(l) && seen.insert(l));
+            let left = small.len() + main.len();
             self.s3[ci].small = small;
             self.s3[ci].main = main;
+            self.s3[ci].sweep_at = 2 * left;
         }
     }
 
@@ -1529,6 +1553,7 @@ impl Store {
                 / (self.table.buckets() as f64 * BUCKET_ENTRIES as f64),
             upsizes: self.upsizes,
             index_conflicts: self.conflict_upsizes,
+            eviction_queue_swept: self.s3_swept,
             ..EngineStats::default()
         }
     }

@@ -61,3 +61,46 @@ fn hot_set_survives_a_scan() {
         "CLOCK must keep much of the hot set, kept {clock}"
     );
 }
+
+/// Regression: with S3-FIFO, a write could take 100-250 ms when the value size moved to a new
+/// class on a full node — the stale-entry sweep of the eviction queues ran on every write once
+/// most queued locations were live (reused locations are queued twice), and each check read a
+/// key from a possibly punched page. The sweep's work must stay O(writes).
+#[test]
+fn s3fifo_queue_sweeps_stay_linear_in_writes() {
+    let mut e = Engine::new(EngineConfig {
+        memory_bytes_max: 4 << 20,
+        index_buckets_initial: 16,
+        eviction: EvictionPolicy::S3Fifo,
+        origin: 1,
+    })
+    .unwrap();
+    let sizes = [48usize, 1800, 48, 3000, 48];
+    let ops = 24_000u64;
+    let mut x = 10u64;
+    for op in 0..ops {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let key = format!("k{}", x % 3000);
+        if x % 100 < 10 {
+            e.delete(key.as_bytes(), None, 1).unwrap();
+        } else {
+            let v = vec![(op % 251) as u8; sizes[(op / 4000) as usize % sizes.len()]];
+            e.set(key.as_bytes(), &v, &SetOptions::default(), 1)
+                .unwrap();
+        }
+    }
+    e.check_invariants().unwrap();
+    let st = e.stats();
+    eprintln!(
+        "{ops} ops: {} evictions, {} queue locations swept",
+        st.evictions, st.eviction_queue_swept
+    );
+    assert!(st.evictions > 1_000, "the workload must evict");
+    assert!(
+        st.eviction_queue_swept <= 8 * ops,
+        "queue sweeps examined {} locations for {ops} writes",
+        st.eviction_queue_swept
+    );
+}
