@@ -57,20 +57,20 @@ impl EngineConfig {
     /// # Errors
     /// A [`ConfigError`] naming the first bad field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.memory_bytes_max < crate::limits::MEMORY_BYTES_MIN {
+        if self.memory_bytes_max < ringlet_types::limits::ENGINE_MEMORY_BYTES_MIN {
             return Err(ConfigError {
                 field: "memory_bytes_max",
                 reason: "below the 1 MiB minimum",
             });
         }
-        if self.memory_bytes_max > crate::limits::MEMORY_BYTES_MAX {
+        if self.memory_bytes_max > ringlet_types::limits::ENGINE_MEMORY_BYTES_MAX {
             return Err(ConfigError {
                 field: "memory_bytes_max",
                 reason: "above the 32 GiB a 32-bit location in 8-byte units addresses",
             });
         }
         if self.index_buckets_initial == 0
-            || self.index_buckets_initial > crate::limits::INDEX_BUCKETS_MAX
+            || self.index_buckets_initial > ringlet_types::limits::INDEX_BUCKETS_MAX
         {
             return Err(ConfigError {
                 field: "index_buckets_initial",

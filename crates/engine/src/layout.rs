@@ -131,7 +131,7 @@ pub const ENTRY_HEADER_TTL_BYTES: usize = 32;
 
 const _: () = assert!(BUCKET_BYTES as usize == BUCKET_WORDS * 8);
 const _: () = assert!(entry_word(BUCKET_ENTRIES) == BUCKET_WORDS);
-const _: () = assert!(crate::limits::INDEX_BUCKETS_MAX as u64 <= TABLE_BUCKETS_MAX);
+const _: () = assert!(ringlet_types::limits::INDEX_BUCKETS_MAX as u64 <= TABLE_BUCKETS_MAX);
 const _: () = assert!(
     ringlet_types::limits::ENTRY_BYTES_MAX as u64 / UNIT_BYTES < (1 << 24),
     "size field is 24 bits of units"

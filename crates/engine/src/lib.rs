@@ -47,14 +47,12 @@
 //! - [`strings`]: Redis integer/float/range helpers;
 //! - [`hash`]: key hashing and digest terms;
 //! - [`fuzz_support`]: the operation-stream fuzz entry point;
-//! - [`limits`]: engine-internal bounds.
 
 pub mod api;
 mod engine;
 pub mod fuzz_support;
 pub mod hash;
 pub mod layout;
-pub mod limits;
 pub mod read;
 mod region;
 mod slab;

@@ -36,7 +36,7 @@
 use crate::api::ReadOutcome;
 use crate::hash::key_hash;
 use crate::layout::*;
-use crate::limits::READ_RETRY_COUNT_MAX;
+use ringlet_types::limits::SHM_READ_RETRY_COUNT_MAX as READ_RETRY_COUNT_MAX;
 use ringlet_types::{MemgestId, Version};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 

@@ -68,7 +68,7 @@ const LOAD_FACTOR_MAX: f64 = 0.85;
 /// Buckets that hold `keys` at the load factor limit.
 pub fn buckets_for(keys: u64) -> u32 {
     let b = (keys as f64 / (LOAD_FACTOR_MAX * BUCKET_ENTRIES as f64)).ceil() as u64 + 1;
-    b.min(u64::from(crate::limits::INDEX_BUCKETS_MAX)) as u32
+    b.min(u64::from(ringlet_types::limits::INDEX_BUCKETS_MAX)) as u32
 }
 /// Upsize steps per tick (each of `REHASH_BUCKETS_PER_STEP_MAX` buckets).
 const UPSIZE_STEPS_PER_TICK: u32 = 16;
@@ -196,7 +196,8 @@ impl Store {
         // after a doubling: the largest table ever needed.
         let keys_max = (cfg.memory_bytes_max / 24).max(1024);
         let buckets_max = (keys_max * 100 / (45 * BUCKET_ENTRIES as u64))
-            .min(u64::from(crate::limits::INDEX_BUCKETS_MAX)) as u32;
+            .min(u64::from(ringlet_types::limits::INDEX_BUCKETS_MAX))
+            as u32;
         let buckets_initial = cfg.index_buckets_initial.clamp(1, buckets_max);
         // Tables ever live at once: the largest during a migration from 2/3 of it, plus
         // earlier freed space that first-fit could not reuse: 4 × the largest table bounds it.
@@ -210,7 +211,7 @@ impl Store {
             + 1;
         let index_len = INDEX_HEADER_BYTES + 4 * table_max_units * TABLE_ALIGN_BYTES;
         let data_len = (cfg.memory_bytes_max.saturating_mul(2) + 64 * PAGE_BYTES)
-            .min(crate::limits::MEMORY_BYTES_MAX)
+            .min(ringlet_types::limits::ENGINE_MEMORY_BYTES_MAX)
             .div_ceil(PAGE_BYTES)
             * PAGE_BYTES;
         let index = Arc::new(Mapping::new("ringlet-index", index_len as usize)?);

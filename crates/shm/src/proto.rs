@@ -34,7 +34,7 @@ pub const INDEX_LEN_MAX: u64 = 1 << 36;
 /// Regions are mapped whole pages at a time.
 const REGION_ALIGN_BYTES: u64 = 4096;
 /// Largest data region a HELLO may announce (the 32 GiB a 32-bit location in 8-byte units spans).
-pub const DATA_LEN_MAX: u64 = ringlet_engine::limits::MEMORY_BYTES_MAX;
+pub const DATA_LEN_MAX: u64 = ringlet_types::limits::ENGINE_MEMORY_BYTES_MAX;
 
 /// Everything a reader needs besides the fds: the layout parameters it must agree with, the
 /// region sizes, and who it is talking to (epoch, generation).

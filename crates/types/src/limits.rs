@@ -91,3 +91,16 @@ const _: () = assert!(BATCH_KEYS_MAX <= ARRAY_ITEMS_MAX);
 /// fallback reads and access records hold one node thread; 1,024 is far above the cores of a
 /// host, so only a runaway client hits it.
 pub const SHM_CONNECTIONS_MAX: u32 = 1_024;
+
+/// Smallest engine data-region budget: one slab page of every small size class would not fit
+/// below it.
+pub const ENGINE_MEMORY_BYTES_MIN: u64 = 1 << 20;
+
+/// Largest engine data-region budget: index entries locate data in 8-byte units with 32 bits,
+/// so the data region can span 2^32 × 8 B = 32 GiB. Also bounds the data-region length a
+/// shared-memory client accepts from a node's handshake.
+pub const ENGINE_MEMORY_BYTES_MAX: u64 = (1 << 32) * 8;
+
+/// Most engine index buckets: 2^26 buckets × 8 entries ≈ 540 M keys, and an 8 GiB index;
+/// beyond that a node should be split, not grown.
+pub const INDEX_BUCKETS_MAX: u32 = 1 << 26;
