@@ -103,7 +103,7 @@ impl SetOptions {
     /// Whether applying the SET twice has the effect of once (then a SET whose connection
     /// broke after sending may be retried). A conditional or versioned SET is not: its second
     /// application would report NOT_STORED / CAS_MISMATCH for a write that happened.
-    fn idempotent(&self) -> bool {
+    pub(crate) fn idempotent(&self) -> bool {
         self.cond == SetCond::Always && self.cas.is_none() && self.version.is_none()
     }
 }
@@ -118,7 +118,7 @@ pub struct MgetValue {
 }
 
 /// Connections to one address.
-struct Pool {
+pub(crate) struct Pool {
     addr: SocketAddr,
     slots: Vec<PoolSlot>,
     next: AtomicUsize,
@@ -131,7 +131,7 @@ struct PoolSlot {
 }
 
 impl Pool {
-    fn new(addr: SocketAddr, n: usize) -> Pool {
+    pub(crate) fn new(addr: SocketAddr, n: usize) -> Pool {
         Pool {
             addr,
             slots: (0..n)
@@ -144,7 +144,7 @@ impl Pool {
         }
     }
 
-    async fn get(&self, cfg: &ClientConfig) -> Result<Arc<Conn>, Error> {
+    pub(crate) async fn get(&self, cfg: &ClientConfig) -> Result<Arc<Conn>, Error> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len().max(1);
         let Some(slot) = self.slots.get(i) else {
             return Err(Error::Config("empty pool".into()));
@@ -584,13 +584,13 @@ impl Client {
     }
 }
 
-fn unexpected(op: &str, status: Status, body: &Body) -> Error {
+pub(crate) fn unexpected(op: &str, status: Status, body: &Body) -> Error {
     Error::UnexpectedResponse(format!("{op}: status {status} with body {body:?}"))
 }
 
 /// Poll every future until all are done; outputs in input order. (The batches of one MGET;
 /// a handful of futures, so polling them all on each wake is cheaper than a task each.)
-async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {

@@ -41,6 +41,10 @@ pub enum Error {
     /// The server answered with a status or payload that makes no sense for the request.
     #[error("unexpected response: {0}")]
     UnexpectedResponse(String),
+    /// Cluster mode: no usable cluster map (no node answered CLUSTER_MAP, the map is
+    /// malformed, or it has no route for the key yet).
+    #[error("cluster map: {0}")]
+    ClusterMap(String),
     /// Key longer than `limits::KEY_BYTES_MAX`: refused before sending.
     #[error("key of {0} bytes exceeds the key limit")]
     KeyTooLarge(usize),

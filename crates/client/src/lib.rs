@@ -14,11 +14,18 @@
 //! - one-sided GET/MGET from the shared memory of a node on the same host: [`ShmReader`]
 //!   (from `ringlet-shm`; the node runs with `--shm-socket PATH`, docs/design/shm-reads.md).
 //!
-//! Non-goals (for now): reading the cluster map from the control plane (routes are learned
-//! from MOVED only), quorum reads, TLS.
+//! - cluster mode: [`ClusterClient`] (and [`BlockingClusterClient`]) fetches the cluster
+//!   map from any node, routes by slot, refreshes on MOVED / STALE_EPOCH / a newer epoch,
+//!   splits cross-slot MGET/MSET per node, and reads at the coordinator or by quorum
+//!   ([`ReadMode`]; docs/design/client-cluster.md).
+//!
+//! Non-goals (for now): TLS; conditional writes and INCRBY in cluster mode (the RESP front
+//! serves those).
 //!
 //! Modules:
-//! - [`client`]: [`Client`], results and [`SetOptions`];
+//! - [`client`]: [`Client`] (one node, MOVED-learned routes), results and [`SetOptions`];
+//! - [`cluster`]: [`ClusterClient`], [`ClusterConfig`], [`ReadMode`];
+//! - `quorum`: the quorum-read decision rule;
 //! - `conn`: one pipelined connection (reader and writer tasks, pending table);
 //! - `retry`: backoff jitter and the retry budget;
 //! - [`config`]: [`ClientConfig`] and its validation;
@@ -27,13 +34,16 @@
 
 pub mod blocking;
 pub mod client;
+pub mod cluster;
 pub mod config;
 mod conn;
 pub mod error;
+mod quorum;
 mod retry;
 
 pub use blocking::BlockingClient;
 pub use client::{Client, DelOutcome, MgetValue, SetOptions, SetOutcome, Versioned};
+pub use cluster::{BlockingClusterClient, ClusterClient, ClusterConfig, ClusterStats, ReadMode};
 pub use config::ClientConfig;
 pub use conn::MgetEntry;
 pub use error::Error;

@@ -33,6 +33,7 @@
 
 pub mod control;
 pub mod launch;
+pub mod native;
 pub mod node;
 pub mod resp;
 pub mod store;

@@ -86,6 +86,11 @@ fn hex_id(n: NodeId) -> String {
 
 impl Front {
     async fn connection(self: Arc<Self>, mut stream: TcpStream) -> std::io::Result<()> {
+        // Native frames (first byte 0xA5, docs/protocol.md §2.5) go to the native front.
+        let mut first = [0u8; 1];
+        if stream.peek(&mut first).await? == 1 && ringlet_codec::native::is_native(first[0]) {
+            return crate::native::connection(self.node.clone(), stream).await;
+        }
         let _ = stream.set_nodelay(true);
         let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
         let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);

@@ -1,0 +1,1010 @@
+//! [`ClusterClient`]: the smart client of a cluster-mode Ringlet (nodes started by
+//! `ringlet up` / `ringlet-cluster up`), over the native protocol (`docs/protocol.md` §2.5).
+//!
+//! ```text
+//!  seeds ──CLUSTER_MAP──▶ cached map (epoch, placement, node addresses [+ overrides])
+//!                              │ key ─ key_slot ─▶ cohort (coordinator first)
+//!       Coordinator read / writes: one request to the coordinator ──▶ MOVED / STALE_EPOCH /
+//!                                                                    newer epoch ⇒ refresh
+//!       Quorum read: READ_REPLICA to the first R members at once ──▶ decide on each answer
+//!                    (majority of one version; data from its first responder)
+//! ```
+//!
+//! Routing: the client fetches the map from any seed (then from any node in it), routes each
+//! key to its slot's coordinator, and refreshes the map when a node answers MOVED or
+//! STALE_EPOCH, when any response carries a newer epoch than the cached map (in the
+//! background, so the call that noticed is not delayed), or when a node cannot be reached.
+//! Refreshes are serialised and rate-limited.
+//!
+//! Reads: [`ReadMode::Coordinator`] reads at the coordinator (committed state);
+//! [`ReadMode::Quorum`] sends a leg to each of the first R cohort members and returns as
+//! soon as a majority agree (`crate::quorum` has the rule), so one slow member costs nothing
+//! — the point of CliqueMap's R=3.2 reads. No decision within an attempt: retry with a fresh
+//! map, then fall back to a coordinator read.
+//!
+//! Multi-key calls: [`ClusterClient::mget`] splits keys by coordinator and sends every
+//! node's batches at once (quorum mode: one quorum read per key, all at once);
+//! [`ClusterClient::mset`] sends every SET at once and reports each key's outcome.
+//!
+//! Address overrides ([`ClusterConfig::addr_override`]) dial another address than the one
+//! the map announces for a node: a proxy in front of it (the Fig. 11 benchmark slows one node
+//! for clients this way), or NAT.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use ringlet_codec::native::{self, ReplicaValue, SetRequest, Status};
+use ringlet_control::ClusterMap;
+use ringlet_types::{key_slot, limits, Epoch, MemgestId, NodeId};
+use tokio::time::Instant;
+
+use crate::client::{join_all, unexpected, MgetValue, Pool, SetOptions, SetOutcome, Versioned};
+use crate::config::ClientConfig;
+use crate::conn::{Body, Response};
+use crate::error::Error;
+use crate::quorum::{decide, Leg};
+use crate::retry::{Jitter, RetryBudget};
+
+/// How GETs read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadMode {
+    /// At the slot's coordinator: its committed value (one request).
+    #[default]
+    Coordinator,
+    /// A quorum of the slot's replicas: READ_REPLICA to the first R cohort members at once;
+    /// the first majority on one version decides (R requests, latency of the fastest
+    /// majority).
+    Quorum,
+}
+
+/// Configuration of a [`ClusterClient`].
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Pools, deadlines, retries, MGET batch size (as for [`crate::Client`]).
+    pub client: ClientConfig,
+    /// How GET and MGET read.
+    pub read_mode: ReadMode,
+    /// Dial the value instead of the key wherever the map names the key as a node's client
+    /// address (a proxy in front of that node, NAT).
+    pub addr_override: HashMap<SocketAddr, SocketAddr>,
+    /// Quorum attempts (each with a fresh map if one was stale) before a coordinator read.
+    pub quorum_attempts: u32,
+    /// Longest one quorum attempt waits for its legs (a stopped member never answers; the
+    /// others usually decide long before).
+    pub quorum_attempt_timeout: Duration,
+    /// Shortest interval between two map fetches (a burst of MOVED replies causes one).
+    pub refresh_min_interval: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            client: ClientConfig::default(),
+            read_mode: ReadMode::Coordinator,
+            addr_override: HashMap::new(),
+            quorum_attempts: 2,
+            quorum_attempt_timeout: Duration::from_millis(500),
+            refresh_min_interval: Duration::from_millis(20),
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Check every field.
+    ///
+    /// # Errors
+    /// [`Error::Config`].
+    pub fn validate(&self) -> Result<(), Error> {
+        self.client.validate()?;
+        if self.quorum_attempts == 0 || self.quorum_attempts > limits::RETRY_COUNT_MAX {
+            return Err(Error::Config(
+                "quorum_attempts must be 1..=RETRY_COUNT_MAX".into(),
+            ));
+        }
+        if self.quorum_attempt_timeout.is_zero() {
+            return Err(Error::Config("quorum_attempt_timeout must be > 0".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Counters of a [`ClusterClient`] (cumulative).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Maps fetched and installed.
+    pub map_refreshes: u64,
+    /// Quorum reads decided by a majority.
+    pub quorum_decided: u64,
+    /// Quorum reads that fell back to a coordinator read.
+    pub quorum_fallbacks: u64,
+    /// MOVED replies received.
+    pub moved: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    map_refreshes: AtomicU64,
+    quorum_decided: AtomicU64,
+    quorum_fallbacks: AtomicU64,
+    moved: AtomicU64,
+}
+
+/// The cached map with every node's dialled address resolved once.
+struct Routing {
+    map: Arc<ClusterMap>,
+    addrs: HashMap<NodeId, SocketAddr>,
+}
+
+impl Routing {
+    fn new(map: ClusterMap, overrides: &HashMap<SocketAddr, SocketAddr>) -> Routing {
+        let addrs = map
+            .nodes
+            .iter()
+            .filter_map(|(id, n)| {
+                let a: SocketAddr = n.addr.split('@').next()?.parse().ok()?;
+                Some((*id, *overrides.get(&a).unwrap_or(&a)))
+            })
+            .collect();
+        Routing {
+            map: Arc::new(map),
+            addrs,
+        }
+    }
+
+    fn coordinator(&self, key: &[u8]) -> Option<SocketAddr> {
+        let c = self.map.coordinator(key_slot(key))?;
+        self.addrs.get(&c).copied()
+    }
+}
+
+struct Inner {
+    cfg: ClusterConfig,
+    seeds: Vec<SocketAddr>,
+    routing: RwLock<Arc<Routing>>,
+    pools: Mutex<HashMap<SocketAddr, Arc<Pool>>>,
+    /// Serialises map fetches.
+    refreshing: tokio::sync::Mutex<()>,
+    last_refresh: Mutex<Option<Instant>>,
+    /// A background refresh is queued or running.
+    bg_refresh: AtomicBool,
+    budget: RetryBudget,
+    jitter: Jitter,
+    counters: Counters,
+}
+
+/// An async client of a Ringlet cluster. Cheap to clone (an `Arc`); calls must run inside a
+/// tokio runtime. For synchronous code use [`BlockingClusterClient`].
+#[derive(Clone)]
+pub struct ClusterClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ClusterClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClient")
+            .field("seeds", &self.inner.seeds)
+            .field("epoch", &self.epoch())
+            .field("read_mode", &self.inner.cfg.read_mode)
+            .finish()
+    }
+}
+
+/// Whether a failed attempt may be repeated.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Idem {
+    Yes,
+    No,
+}
+
+impl ClusterClient {
+    /// Connect to a cluster through any of `seeds` (`host:port` of nodes' client ports, as
+    /// the map announces them: overrides apply to seeds too) and fetch its map.
+    ///
+    /// # Errors
+    /// [`Error::Config`], [`Error::Resolve`], and [`Error::ClusterMap`] if no seed gave a map.
+    pub async fn connect(seeds: &[&str], cfg: ClusterConfig) -> Result<ClusterClient, Error> {
+        cfg.validate()?;
+        if seeds.is_empty() || seeds.len() > limits::CONNECTIONS_MAX as usize {
+            return Err(Error::Config("1..=CONNECTIONS_MAX seeds".into()));
+        }
+        let mut addrs = Vec::with_capacity(seeds.len());
+        for s in seeds {
+            let a = tokio::net::lookup_host(s)
+                .await
+                .map_err(|e| Error::Resolve(format!("{s}: {e}")))?
+                .next()
+                .ok_or_else(|| Error::Resolve((*s).to_string()))?;
+            addrs.push(*cfg.addr_override.get(&a).unwrap_or(&a));
+        }
+        let seed = cfg.client.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0x9E37_79B9)
+                ^ u64::from(std::process::id())
+        });
+        let client = ClusterClient {
+            inner: Arc::new(Inner {
+                budget: RetryBudget::new(
+                    cfg.client.retry_budget_ratio,
+                    cfg.client.retry_budget_cap,
+                ),
+                jitter: Jitter::new(seed),
+                routing: RwLock::new(Arc::new(Routing::new(
+                    ClusterMap::default(),
+                    &cfg.addr_override,
+                ))),
+                cfg,
+                seeds: addrs,
+                pools: Mutex::new(HashMap::new()),
+                refreshing: tokio::sync::Mutex::new(()),
+                last_refresh: Mutex::new(None),
+                bg_refresh: AtomicBool::new(false),
+                counters: Counters::default(),
+            }),
+        };
+        let deadline = Instant::now() + client.inner.cfg.client.timeout;
+        // Bounded by the deadline; a freshly started cluster may not be bootstrapped yet.
+        let mut attempt = 0u32;
+        loop {
+            match client.refresh(Epoch(0), true).await {
+                Ok(()) if client.routing().map.placement.is_some() => return Ok(client),
+                Ok(()) => {}
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::ClusterMap("the cluster is not bootstrapped".into()));
+            }
+            let cfg = &client.inner.cfg.client;
+            let pause = client
+                .inner
+                .jitter
+                .backoff(attempt.min(6), cfg.backoff_base, cfg.backoff_max)
+                .max(Duration::from_millis(5));
+            tokio::time::sleep(pause).await;
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    /// The cached map's epoch.
+    pub fn epoch(&self) -> Epoch {
+        self.routing().map.epoch
+    }
+
+    /// The cached map.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.routing().map.clone()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.inner.cfg
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ClusterStats {
+        let c = &self.inner.counters;
+        ClusterStats {
+            map_refreshes: c.map_refreshes.load(Ordering::Relaxed),
+            quorum_decided: c.quorum_decided.load(Ordering::Relaxed),
+            quorum_fallbacks: c.quorum_fallbacks.load(Ordering::Relaxed),
+            moved: c.moved.load(Ordering::Relaxed),
+        }
+    }
+
+    fn routing(&self) -> Arc<Routing> {
+        self.inner
+            .routing
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn pool(&self, addr: SocketAddr) -> Arc<Pool> {
+        let mut pools = self.inner.pools.lock().unwrap_or_else(|p| p.into_inner());
+        // Bounded: one pool per address of a map node or a seed (≤ NODES_MAX + seeds).
+        pools
+            .entry(addr)
+            .or_insert_with(|| Arc::new(Pool::new(addr, self.inner.cfg.client.connections)))
+            .clone()
+    }
+
+    /// One request to `addr`, without retries.
+    async fn once<E>(&self, addr: SocketAddr, encode: E) -> Result<Response, Error>
+    where
+        E: FnOnce(&mut BytesMut, u64),
+    {
+        let conn = self.pool(addr).get(&self.inner.cfg.client).await?;
+        conn.send(encode).await?.wait().await
+    }
+
+    /// Fetch the map from the cached map's nodes, then the seeds, and install it if newer.
+    /// Unless `force`, skipped when the cached map is at least `min_epoch` or the last fetch
+    /// was less than `refresh_min_interval` ago.
+    async fn refresh(&self, min_epoch: Epoch, force: bool) -> Result<(), Error> {
+        let _g = self.inner.refreshing.lock().await;
+        if !force {
+            if self.epoch() >= min_epoch && min_epoch != Epoch(0) {
+                return Ok(());
+            }
+            let last = *self
+                .inner
+                .last_refresh
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < self.inner.cfg.refresh_min_interval) {
+                return Ok(());
+            }
+        }
+        *self
+            .inner
+            .last_refresh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let r = self.routing();
+        let mut candidates: Vec<SocketAddr> = r.addrs.values().copied().collect();
+        candidates.extend(self.inner.seeds.iter().copied());
+        let mut seen = std::collections::HashSet::new();
+        candidates.retain(|a| seen.insert(*a));
+        let per_try = self.inner.cfg.client.connect_timeout;
+        let mut last_err = Error::ClusterMap("no node to ask".into());
+        // Bounded: each candidate once.
+        for addr in candidates {
+            let got =
+                tokio::time::timeout(per_try, self.once(addr, native::encode_cluster_map_request))
+                    .await;
+            let resp = match got {
+                Err(_) => {
+                    last_err = Error::Timeout;
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    last_err = e;
+                    continue;
+                }
+                Ok(Ok(resp)) => resp,
+            };
+            match (resp.status, resp.body) {
+                (Status::OK, Body::Value(json)) => {
+                    let text = std::str::from_utf8(&json)
+                        .map_err(|_| Error::ClusterMap("map is not UTF-8".into()))?;
+                    let map = ClusterMap::from_json(text)
+                        .map_err(|e| Error::ClusterMap(format!("bad map from {addr}: {e}")))?;
+                    self.install(map);
+                    return Ok(());
+                }
+                (s, b) => last_err = unexpected("CLUSTER_MAP", s, &b),
+            }
+        }
+        Err(last_err)
+    }
+
+    fn install(&self, map: ClusterMap) {
+        let mut g = self
+            .inner
+            .routing
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if map.epoch > g.map.epoch || g.map.placement.is_none() {
+            *g = Arc::new(Routing::new(map, &self.inner.cfg.addr_override));
+            self.inner
+                .counters
+                .map_refreshes
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A response carried `epoch`: if newer than the cached map, refresh in the background
+    /// (the call that noticed is not delayed; one refresh at a time).
+    fn saw_epoch(&self, epoch: Epoch) {
+        if epoch > self.epoch() && !self.inner.bg_refresh.swap(true, Ordering::AcqRel) {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _ = me.refresh(epoch, false).await;
+                me.inner.bg_refresh.store(false, Ordering::Release);
+            });
+        }
+    }
+
+    /// A coordinator operation on `key`: route, send, classify, refresh and retry within the
+    /// deadline, `retries_max` and the retry budget.
+    async fn coord_call<E>(&self, key: &[u8], idem: Idem, encode: E) -> Result<Response, Error>
+    where
+        E: Fn(&mut BytesMut, u64),
+    {
+        let cfg = &self.inner.cfg.client;
+        let deadline = Instant::now() + cfg.timeout;
+        let mut attempt: u32 = 0;
+        // A MOVED target to try before the map catches up with it.
+        let mut hint: Option<SocketAddr> = None;
+        // Bounded: at most `retries_max` (≤ RETRY_COUNT_MAX) retries, and the deadline.
+        loop {
+            let routed = hint.take().or_else(|| self.routing().coordinator(key));
+            let result = match routed {
+                None => Err(Error::ClusterMap(format!(
+                    "no coordinator for slot {} in map epoch {}",
+                    key_slot(key),
+                    self.epoch().0
+                ))),
+                Some(addr) => {
+                    match tokio::time::timeout_at(deadline, self.once(addr, &encode)).await {
+                        Err(_) => return Err(Error::Timeout),
+                        Ok(r) => r,
+                    }
+                }
+            };
+            let err = match result {
+                Ok(resp) if !resp.status.is_error() => {
+                    self.saw_epoch(resp.epoch);
+                    self.inner.budget.deposit();
+                    return Ok(resp);
+                }
+                Ok(resp) => {
+                    let message = match &resp.body {
+                        Body::Message(m) => m.clone(),
+                        _ => String::new(),
+                    };
+                    if resp.status == Status::MOVED {
+                        self.inner.counters.moved.fetch_add(1, Ordering::Relaxed);
+                        hint = moved_addr(&message)
+                            .map(|a| *self.inner.cfg.addr_override.get(&a).unwrap_or(&a));
+                    }
+                    if matches!(resp.status, Status::MOVED | Status::STALE_EPOCH) {
+                        let _ = self
+                            .refresh(resp.epoch.max(Epoch(self.epoch().0 + 1)), false)
+                            .await;
+                    } else {
+                        self.saw_epoch(resp.epoch);
+                    }
+                    Error::Server {
+                        status: resp.status,
+                        message,
+                    }
+                }
+                Err(e) => {
+                    if matches!(e, Error::Connection { .. } | Error::ClusterMap(_)) {
+                        // The node may be gone and the map changed: look.
+                        let _ = self.refresh(Epoch(self.epoch().0 + 1), false).await;
+                    }
+                    e
+                }
+            };
+            let retryable = match &err {
+                Error::ClusterMap(_) => true,
+                e => e.is_retryable(idem == Idem::Yes),
+            };
+            let retry = attempt < cfg.retries_max.min(limits::RETRY_COUNT_MAX)
+                && retryable
+                && self.inner.budget.withdraw();
+            if !retry {
+                return Err(err);
+            }
+            let redirected =
+                matches!(&err, Error::Server { status, .. } if *status == Status::MOVED);
+            if !redirected {
+                let pause = self
+                    .inner
+                    .jitter
+                    .backoff(attempt, cfg.backoff_base, cfg.backoff_max);
+                if Instant::now() + pause >= deadline {
+                    return Err(err);
+                }
+                tokio::time::sleep(pause).await;
+            }
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    fn check_key(key: &[u8]) -> Result<(), Error> {
+        if key.len() > limits::KEY_BYTES_MAX as usize {
+            return Err(Error::KeyTooLarge(key.len()));
+        }
+        Ok(())
+    }
+
+    /// GET in the configured [`ReadMode`]: the value (`None` if absent), its version and an
+    /// epoch (the answering node's, or the map's for a quorum read).
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn get(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
+        match self.inner.cfg.read_mode {
+            ReadMode::Coordinator => self.get_coordinator(key).await,
+            ReadMode::Quorum => self.get_quorum(key).await,
+        }
+    }
+
+    /// GET at the coordinator, whatever the configured mode.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn get_coordinator(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
+        Self::check_key(key)?;
+        let r = self
+            .coord_call(key, Idem::Yes, |out, id| native::encode_get(out, id, key))
+            .await?;
+        let value = match (r.status, r.body) {
+            (Status::OK, Body::Value(v)) => Some(v),
+            (Status::NOT_FOUND, _) => None,
+            (s, b) => return Err(unexpected("GET", s, &b)),
+        };
+        Ok(Versioned {
+            value,
+            version: r.version,
+            epoch: r.epoch,
+        })
+    }
+
+    /// GET by quorum, whatever the configured mode: legs to the first R cohort members at
+    /// once, decided by the first majority on one version; after `quorum_attempts` attempts
+    /// without a decision, a coordinator read.
+    ///
+    /// # Errors
+    /// See [`Error`] (only from the coordinator fallback).
+    pub async fn get_quorum(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
+        Self::check_key(key)?;
+        let cfg = &self.inner.cfg;
+        let deadline = Instant::now() + cfg.client.timeout;
+        for attempt in 0..cfg.quorum_attempts {
+            if attempt > 0 {
+                let pause = self.inner.jitter.backoff(
+                    attempt,
+                    cfg.client.backoff_base,
+                    cfg.client.backoff_max,
+                );
+                if Instant::now() + pause >= deadline {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+            }
+            let until = deadline.min(Instant::now() + cfg.quorum_attempt_timeout);
+            match self.quorum_attempt(key, until).await {
+                Attempt::Decided(v) => {
+                    self.inner
+                        .counters
+                        .quorum_decided
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Attempt::Undecided { newest_epoch } => {
+                    if newest_epoch > self.epoch() {
+                        let _ = self.refresh(newest_epoch, false).await;
+                    }
+                }
+            }
+        }
+        self.inner
+            .counters
+            .quorum_fallbacks
+            .fetch_add(1, Ordering::Relaxed);
+        self.get_coordinator(key).await
+    }
+
+    async fn quorum_attempt(&self, key: &[u8], until: Instant) -> Attempt {
+        let r = self.routing();
+        let map = &r.map;
+        let epoch = map.epoch;
+        let depth = map.replica_depth();
+        let cohort: Vec<NodeId> = map.cohort(key_slot(key)).into_iter().take(depth).collect();
+        let mut legs: Vec<Option<LegFuture<'_>>> = cohort
+            .iter()
+            .map(|n| {
+                let addr = r.addrs.get(n).copied();
+                let node = *n;
+                let f: LegFuture<'_> = Box::pin(async move {
+                    let Some(addr) = addr else {
+                        return (node, Err(Error::ClusterMap("node has no address".into())));
+                    };
+                    (
+                        node,
+                        self.once(addr, |out, id| {
+                            native::encode_read_replica(out, id, epoch, key)
+                        })
+                        .await,
+                    )
+                });
+                Some(f)
+            })
+            .collect();
+        let mut replies: Vec<Leg<Bytes>> = Vec::with_capacity(cohort.len());
+        let mut newest_epoch = epoch;
+        // Bounded: one iteration per leg (each completes once), and the attempt's deadline.
+        while let Ok(Some((node, res))) = tokio::time::timeout_at(until, next_done(&mut legs)).await
+        {
+            let Ok(resp) = res else { continue };
+            newest_epoch = newest_epoch.max(resp.epoch);
+            if resp.status != Status::OK || resp.epoch != epoch {
+                continue; // stale epoch, not ready, overloaded: this leg does not count
+            }
+            let Body::Value(blob) = resp.body else {
+                continue;
+            };
+            let Ok(rv) = ReplicaValue::parse(&blob) else {
+                continue;
+            };
+            let value = rv.value.map(|v| blob.slice_ref(v));
+            replies.push(Leg {
+                node,
+                version: resp.version,
+                memgest: rv.memgest,
+                value,
+            });
+            if let Some((version, value)) = decide(map, &cohort, &replies) {
+                return Attempt::Decided(Versioned {
+                    value,
+                    version,
+                    epoch,
+                });
+            }
+        }
+        Attempt::Undecided { newest_epoch }
+    }
+
+    /// SET with options (cluster mode serves plain SETs, optionally with a memgest;
+    /// NX/XX/TTL/VERSION/CAS answer `UNSUPPORTED`).
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLarge`], [`Error::ValueTooLarge`], and see [`Error`].
+    pub async fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        opts: SetOptions,
+    ) -> Result<Versioned<SetOutcome>, Error> {
+        Self::check_key(key)?;
+        if value.len() > limits::VALUE_BYTES_MAX as usize {
+            return Err(Error::ValueTooLarge(value.len()));
+        }
+        let ttl_ms = opts
+            .ttl
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1));
+        let req = SetRequest {
+            key,
+            value,
+            cond: opts.cond,
+            ttl_ms,
+            version: opts.version,
+            cas: opts.cas,
+            memgest: opts.memgest,
+        };
+        let idem = if opts.idempotent() {
+            Idem::Yes
+        } else {
+            Idem::No
+        };
+        let r = self
+            .coord_call(key, idem, |out, id| native::encode_set(out, id, &req))
+            .await?;
+        let outcome = match r.status {
+            Status::OK => SetOutcome::Stored,
+            Status::NOT_STORED => SetOutcome::NotStored,
+            Status::CAS_MISMATCH => SetOutcome::CasMismatch,
+            s => return Err(unexpected("SET", s, &r.body)),
+        };
+        Ok(Versioned {
+            value: outcome,
+            version: r.version,
+            epoch: r.epoch,
+        })
+    }
+
+    /// SET `value` in memgest `memgest` (by id; see [`ClusterClient::memgest`]).
+    ///
+    /// # Errors
+    /// See [`ClusterClient::set`].
+    pub async fn set_in(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        memgest: MemgestId,
+    ) -> Result<Versioned<SetOutcome>, Error> {
+        self.set(key, value, SetOptions::default().memgest(memgest))
+            .await
+    }
+
+    /// The id of the memgest named `name` (`"none"`, `"rep:3"`, ...) in the cached map.
+    pub fn memgest(&self, name: &str) -> Option<MemgestId> {
+        self.routing().map.memgest_by_name(name)
+    }
+
+    /// DEL: writes a tombstone; the version is the tombstone's. (Cluster mode does not say
+    /// whether the key existed.)
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn del(&self, key: &[u8]) -> Result<Versioned<()>, Error> {
+        Self::check_key(key)?;
+        let r = self
+            .coord_call(key, Idem::Yes, |out, id| {
+                native::encode_del(out, id, key, None)
+            })
+            .await?;
+        match r.status {
+            Status::OK => Ok(Versioned {
+                value: (),
+                version: r.version,
+                epoch: r.epoch,
+            }),
+            s => Err(unexpected("DEL", s, &r.body)),
+        }
+    }
+
+    /// MGET across any slots: one result per key, in order.
+    ///
+    /// Coordinator mode: keys are grouped by coordinator and sent in batches of
+    /// `mget_batch_keys`, every batch of every node at once; items a node answers MOVED
+    /// (the map changed) are read again one by one after a refresh. Quorum mode: one quorum
+    /// read per key, all at once.
+    ///
+    /// # Errors
+    /// The first error of any key.
+    pub async fn mget<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<MgetValue>, Error> {
+        for k in keys {
+            Self::check_key(k.as_ref())?;
+        }
+        if self.inner.cfg.read_mode == ReadMode::Quorum {
+            let futs: Vec<_> = keys.iter().map(|k| self.get_quorum(k.as_ref())).collect();
+            return join_all(futs)
+                .await
+                .into_iter()
+                .map(|r| {
+                    r.map(|v| MgetValue {
+                        value: v.value,
+                        version: v.version,
+                    })
+                })
+                .collect();
+        }
+        let r = self.routing();
+        // Group key indices by coordinator (keys without one go through `get`).
+        let mut groups: HashMap<Option<SocketAddr>, Vec<usize>> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            groups.entry(r.coordinator(k.as_ref())).or_default().push(i);
+        }
+        let batch = self
+            .inner
+            .cfg
+            .client
+            .mget_batch_keys
+            .clamp(1, limits::BATCH_KEYS_MAX as usize);
+        let mut batches: Vec<(Option<SocketAddr>, Vec<usize>)> = Vec::new();
+        for (addr, idx) in groups {
+            for chunk in idx.chunks(batch) {
+                batches.push((addr, chunk.to_vec()));
+            }
+        }
+        let futs: Vec<_> = batches
+            .iter()
+            .map(|(addr, idx)| async move {
+                let Some(addr) = *addr else {
+                    return Err(Error::ClusterMap("no coordinator".into()));
+                };
+                let ks: Vec<&[u8]> = idx.iter().map(|&i| keys[i].as_ref()).collect();
+                let resp = self
+                    .once(addr, |out, id| native::encode_mget(out, id, &ks))
+                    .await?;
+                self.saw_epoch(resp.epoch);
+                match (resp.status, resp.body) {
+                    (Status::OK, Body::Values(v)) if v.len() == ks.len() => Ok(v),
+                    (s, b) => Err(unexpected("MGET", s, &b)),
+                }
+            })
+            .collect();
+        let mut out: Vec<Option<MgetValue>> = vec![None; keys.len()];
+        let mut again: Vec<usize> = Vec::new();
+        for ((_, idx), res) in batches.iter().zip(join_all(futs).await) {
+            match res {
+                Ok(items) => {
+                    for (&i, it) in idx.iter().zip(items) {
+                        match it.status {
+                            Status::OK => {
+                                out[i] = Some(MgetValue {
+                                    value: Some(it.value),
+                                    version: it.version,
+                                })
+                            }
+                            Status::NOT_FOUND => {
+                                out[i] = Some(MgetValue {
+                                    value: None,
+                                    version: it.version,
+                                })
+                            }
+                            s if s.is_retryable() => again.push(i),
+                            s => {
+                                return Err(Error::Server {
+                                    status: s,
+                                    message: String::from_utf8_lossy(&it.value).into_owned(),
+                                })
+                            }
+                        }
+                    }
+                }
+                // The batch failed as a whole (connection, busy node): its keys go one by
+                // one through the retrying path.
+                Err(e) if e.is_retryable(true) || matches!(e, Error::ClusterMap(_)) => {
+                    again.extend_from_slice(idx)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !again.is_empty() {
+            let _ = self.refresh(Epoch(self.epoch().0 + 1), false).await;
+            let futs: Vec<_> = again
+                .iter()
+                .map(|&i| self.get_coordinator(keys[i].as_ref()))
+                .collect();
+            for (&i, res) in again.iter().zip(join_all(futs).await) {
+                let v = res?;
+                out[i] = Some(MgetValue {
+                    value: v.value,
+                    version: v.version,
+                });
+            }
+        }
+        out.into_iter()
+            .map(|v| v.ok_or_else(|| Error::UnexpectedResponse("MGET lost a key".into())))
+            .collect()
+    }
+
+    /// MSET across any slots: every SET at once (each to its coordinator); one outcome per
+    /// pair, in order. Not atomic: some may succeed while others fail.
+    pub async fn mset<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        pairs: &[(K, V)],
+    ) -> Vec<Result<Versioned<SetOutcome>, Error>> {
+        let futs: Vec<_> = pairs
+            .iter()
+            .map(|(k, v)| self.set(k.as_ref(), v.as_ref(), SetOptions::default()))
+            .collect();
+        join_all(futs).await
+    }
+
+    /// Fetch the map now (e.g. after a topology change you know about).
+    ///
+    /// # Errors
+    /// [`Error::ClusterMap`] or the last node's error if none answered.
+    pub async fn refresh_map(&self) -> Result<(), Error> {
+        self.refresh(Epoch(0), true).await
+    }
+}
+
+enum Attempt {
+    Decided(Versioned<Option<Bytes>>),
+    Undecided { newest_epoch: Epoch },
+}
+
+type LegFuture<'a> = Pin<Box<dyn Future<Output = (NodeId, Result<Response, Error>)> + Send + 'a>>;
+
+/// The output of whichever leg finishes next; `None` when none is left.
+async fn next_done<F: Future + Unpin>(legs: &mut [Option<F>]) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        let mut any = false;
+        for slot in legs.iter_mut() {
+            if let Some(f) = slot {
+                any = true;
+                if let Poll::Ready(v) = Pin::new(f).poll(cx) {
+                    *slot = None;
+                    return Poll::Ready(Some(v));
+                }
+            }
+        }
+        if any {
+            Poll::Pending
+        } else {
+            Poll::Ready(None)
+        }
+    })
+    .await
+}
+
+/// The address of a MOVED message `"<slot> <host>:<port>"`.
+fn moved_addr(message: &str) -> Option<SocketAddr> {
+    message.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A synchronous [`ClusterClient`] over a private one-worker runtime (like
+/// [`crate::BlockingClient`]).
+///
+/// # Panics
+/// Calling its methods from inside an async context panics (tokio refuses to block a runtime
+/// thread); use [`ClusterClient`] there.
+pub struct BlockingClusterClient {
+    rt: tokio::runtime::Runtime,
+    client: ClusterClient,
+}
+
+impl std::fmt::Debug for BlockingClusterClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockingClusterClient")
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl BlockingClusterClient {
+    /// See [`ClusterClient::connect`].
+    ///
+    /// # Errors
+    /// As [`ClusterClient::connect`]; also [`Error::Config`] if the runtime cannot start.
+    pub fn connect(seeds: &[&str], cfg: ClusterConfig) -> Result<BlockingClusterClient, Error> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ringlet-cluster-client")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Config(format!("cannot start the client runtime: {e}")))?;
+        let client = rt.block_on(ClusterClient::connect(seeds, cfg))?;
+        Ok(BlockingClusterClient { rt, client })
+    }
+
+    /// The async client inside.
+    pub fn async_client(&self) -> &ClusterClient {
+        &self.client
+    }
+
+    /// See [`ClusterClient::get`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn get(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
+        self.rt.block_on(self.client.get(key))
+    }
+
+    /// See [`ClusterClient::get_quorum`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn get_quorum(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
+        self.rt.block_on(self.client.get_quorum(key))
+    }
+
+    /// See [`ClusterClient::set`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        opts: SetOptions,
+    ) -> Result<Versioned<SetOutcome>, Error> {
+        self.rt.block_on(self.client.set(key, value, opts))
+    }
+
+    /// See [`ClusterClient::del`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn del(&self, key: &[u8]) -> Result<Versioned<()>, Error> {
+        self.rt.block_on(self.client.del(key))
+    }
+
+    /// See [`ClusterClient::mget`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn mget<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<MgetValue>, Error> {
+        self.rt.block_on(self.client.mget(keys))
+    }
+
+    /// See [`ClusterClient::mset`].
+    pub fn mset<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        pairs: &[(K, V)],
+    ) -> Vec<Result<Versioned<SetOutcome>, Error>> {
+        self.rt.block_on(self.client.mset(pairs))
+    }
+
+    /// The cached map's epoch.
+    pub fn epoch(&self) -> Epoch {
+        self.client.epoch()
+    }
+}

@@ -1,0 +1,279 @@
+//! `ClusterClient` against a real three-node `rep:3` cluster started inside this process
+//! (control plane + nodes on ephemeral ports, the same code `ringlet-cluster up` runs):
+//! routing by slot, cross-slot MGET/MSET, memgests `none` and `rep:3`, quorum reads that
+//! return the latest acknowledged write, and address overrides.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ringlet_client::{ClusterClient, ClusterConfig, ReadMode, SetOptions, SetOutcome};
+use ringlet_cluster::launch::{run_control, run_node, ControlOpts, NodeOpts};
+use ringlet_cluster::node::ClusterNode;
+use ringlet_types::{key_slot, MemgestKind};
+
+struct InProcess {
+    nodes: Vec<ClusterNode>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        for n in &self.nodes {
+            n.stop();
+        }
+    }
+}
+
+async fn start() -> InProcess {
+    let (svc, caddr) = run_control(&ControlOpts {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        expect_nodes: 3,
+        active: 3,
+        default_memgest: Some(MemgestKind::Rep { r: 3 }),
+        s: 2,
+        d: 1,
+        lease_ms: 1500,
+    })
+    .await
+    .unwrap();
+    let mut nodes = Vec::new();
+    let mut addrs = Vec::new();
+    for id in 1..=3 {
+        let (n, a) = run_node(&NodeOpts {
+            id,
+            bind: "127.0.0.1:0".parse().unwrap(),
+            peer_port: 0,
+            control: caddr.to_string(),
+            lease_ms: 1500,
+            memory_bytes: 64 << 20,
+        })
+        .await
+        .unwrap();
+        nodes.push(n);
+        addrs.push(a);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "cluster did not bootstrap");
+        let e = svc.map().epoch;
+        if svc.map().placement.is_some()
+            && nodes.iter().all(|n| n.map().is_some_and(|m| m.epoch == e))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    InProcess { nodes, addrs }
+}
+
+fn cfg(mode: ReadMode) -> ClusterConfig {
+    let mut c = ClusterConfig {
+        read_mode: mode,
+        ..ClusterConfig::default()
+    };
+    c.client.timeout = Duration::from_secs(10);
+    c.client.seed = Some(7);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_multikey_memgests_and_quorum_reads() {
+    let c = start().await;
+    // Bootstrap from one seed only: the rest is learned from the map.
+    let seed = c.addrs[2].to_string();
+    let coord = ClusterClient::connect(&[&seed], cfg(ReadMode::Coordinator))
+        .await
+        .unwrap();
+    let quorum = ClusterClient::connect(&[&seed], cfg(ReadMode::Quorum))
+        .await
+        .unwrap();
+    let map = coord.map();
+    assert!(map.placement.is_some());
+    assert_eq!(map.nodes.len(), 3);
+
+    // Keys over many slots, so every node coordinates some.
+    let keys: Vec<String> = (0..300).map(|i| format!("key:{i}")).collect();
+    let owners: std::collections::BTreeSet<_> = keys
+        .iter()
+        .filter_map(|k| map.coordinator(key_slot(k.as_bytes())))
+        .collect();
+    assert_eq!(owners.len(), 3, "keys spread over all coordinators");
+
+    // Cross-slot MSET: one outcome per pair, all stored.
+    let pairs: Vec<(String, String)> = keys.iter().map(|k| (k.clone(), format!("v-{k}"))).collect();
+    for r in coord.mset(&pairs).await {
+        assert_eq!(r.unwrap().value, SetOutcome::Stored);
+    }
+    // Cross-slot MGET, both modes, with a missing key in the middle.
+    let mut ask: Vec<String> = keys.clone();
+    ask.insert(150, "never-written".into());
+    for client in [&coord, &quorum] {
+        let got = client.mget(&ask).await.unwrap();
+        assert_eq!(got.len(), ask.len());
+        for (k, v) in ask.iter().zip(&got) {
+            if k == "never-written" {
+                assert_eq!(v.value, None);
+            } else {
+                assert_eq!(v.value.as_deref(), Some(format!("v-{k}").as_bytes()), "{k}");
+                assert!(v.version.0 > 0);
+            }
+        }
+    }
+    // Quorum reads of every key: decided by a majority, none fell back.
+    for k in &keys {
+        let v = quorum.get(k.as_bytes()).await.unwrap();
+        assert_eq!(v.value.as_deref(), Some(format!("v-{k}").as_bytes()));
+    }
+    let s = quorum.stats();
+    assert!(s.quorum_decided >= keys.len() as u64, "{s:?}");
+    assert_eq!(s.quorum_fallbacks, 0, "{s:?}");
+
+    // Quorum reads return the latest acknowledged write, read after read.
+    for i in 0..100u32 {
+        let k = format!("counter:{}", i % 7);
+        let w = coord
+            .set(
+                k.as_bytes(),
+                i.to_string().as_bytes(),
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+        let r = quorum.get(k.as_bytes()).await.unwrap();
+        assert_eq!(r.value.as_deref(), Some(i.to_string().as_bytes()));
+        assert_eq!(r.version, w.version, "the acknowledged write's version");
+    }
+    // DEL: a tombstone; both modes read it as absent.
+    coord.del(b"key:1").await.unwrap();
+    assert_eq!(coord.get(b"key:1").await.unwrap().value, None);
+    assert_eq!(quorum.get(b"key:1").await.unwrap().value, None);
+    // Never-written keys: "not found" needs the coordinator in the agreeing set.
+    assert_eq!(quorum.get(b"nothing-here").await.unwrap().value, None);
+
+    // Memgest `none`: only the coordinator holds the key, and a quorum read still finds it
+    // (the coordinator decides a single-copy key alone).
+    let none = coord.memgest("none").expect("none memgest");
+    let rep3 = coord.memgest("rep:3").expect("rep:3 memgest");
+    coord.set_in(b"solo", b"only-here", none).await.unwrap();
+    coord.set_in(b"triple", b"everywhere", rep3).await.unwrap();
+    assert_eq!(
+        quorum.get(b"solo").await.unwrap().value.as_deref(),
+        Some(&b"only-here"[..])
+    );
+    assert_eq!(
+        quorum.get(b"triple").await.unwrap().value.as_deref(),
+        Some(&b"everywhere"[..])
+    );
+    assert_eq!(
+        coord.get(b"solo").await.unwrap().value.as_deref(),
+        Some(&b"only-here"[..])
+    );
+
+    // Unsupported in cluster mode: a conditional SET is refused, not silently unconditional.
+    let e = coord
+        .set(b"k", b"v", SetOptions::default().nx())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("UNSUPPORTED"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_and_quorum_reads_never_go_back() {
+    let c = start().await;
+    let seeds: Vec<String> = c.addrs.iter().map(|a| a.to_string()).collect();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let writer = ClusterClient::connect(&seeds, cfg(ReadMode::Coordinator))
+        .await
+        .unwrap();
+    let reader = ClusterClient::connect(&seeds, cfg(ReadMode::Quorum))
+        .await
+        .unwrap();
+    const KEYS: usize = 8;
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let w = {
+        let acked = acked.clone();
+        tokio::spawn(async move {
+            for i in 1..=400u64 {
+                let k = (i as usize) % KEYS;
+                writer
+                    .set(
+                        format!("mono:{k}").as_bytes(),
+                        i.to_string().as_bytes(),
+                        SetOptions::default(),
+                    )
+                    .await
+                    .unwrap();
+                acked[k].store(i, Ordering::SeqCst);
+            }
+        })
+    };
+    let mut readers = Vec::new();
+    for t in 0..4 {
+        let reader = reader.clone();
+        let acked = acked.clone();
+        readers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            for j in 0..300usize {
+                let k = (j + t) % KEYS;
+                // Acknowledged before the read started: the read must see it or later.
+                let floor = acked[k].load(Ordering::SeqCst);
+                let v = reader.get(format!("mono:{k}").as_bytes()).await.unwrap();
+                let got: u64 = v
+                    .value
+                    .map(|b| std::str::from_utf8(&b).unwrap().parse().unwrap())
+                    .unwrap_or(0);
+                assert!(got >= floor, "read {got} after {floor} was acknowledged");
+                n += 1;
+            }
+            n
+        }));
+    }
+    w.await.unwrap();
+    for r in readers {
+        assert_eq!(r.await.unwrap(), 300);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn address_override_dials_the_proxy() {
+    let c = start().await;
+    // A trivial TCP relay in front of node 1; the client is told to dial it instead.
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    let target = c.addrs[0];
+    let relayed = Arc::new(AtomicU64::new(0));
+    let counter = relayed.clone();
+    tokio::spawn(async move {
+        while let Ok((mut a, _)) = relay.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut b = tokio::net::TcpStream::connect(target).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+            });
+        }
+    });
+    let mut conf = cfg(ReadMode::Quorum);
+    conf.addr_override = HashMap::from([(target, relay_addr)]);
+    let seed = c.addrs[1].to_string();
+    let client = ClusterClient::connect(&[&seed], conf).await.unwrap();
+    for i in 0..50 {
+        let k = format!("o{i}");
+        client
+            .set(k.as_bytes(), b"x", SetOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            client.get(k.as_bytes()).await.unwrap().value.as_deref(),
+            Some(&b"x"[..])
+        );
+    }
+    assert!(
+        relayed.load(Ordering::SeqCst) > 0,
+        "node 1 was reached through the relay"
+    );
+}

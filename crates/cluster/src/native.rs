@@ -1,0 +1,461 @@
+//! Native binary front of a node in cluster mode (`docs/protocol.md` §2.5): what the smart
+//! Rust client (`ringlet-client`'s `ClusterClient`) speaks.
+//!
+//! The RESP front (`resp.rs`) hands a connection here when its first byte is the native magic
+//! `0xA5`, so one client port serves both protocols.
+//!
+//! ```text
+//!  socket ─▶ reader: decode_cluster_request_frame ─▶ one task per request ──┐
+//!                      (≤ IN_FLIGHT_PER_CONN_MAX, a semaphore)              │ encoded frame
+//!  socket ◀─ writer: coalesce every ready response into one write ◀─ mpsc ◀─┘
+//! ```
+//!
+//! Requests run concurrently and are answered out of order (the protocol matches responses
+//! by request id): a slow write does not hold back the reads pipelined behind it.
+//!
+//! Served: PING, GET, MGET (per item: a value, NOT_FOUND, or MOVED for keys this node does
+//! not coordinate), plain SET (optionally with a memgest), plain DEL, CLUSTER_MAP and
+//! READ_REPLICA (one quorum-read leg). Conditional / versioned / TTL SETs, CAS DELs and
+//! INCRBY answer `UNSUPPORTED`: in cluster mode they need the RESP front's per-key
+//! read-modify-write lock, which lives there.
+//!
+//! Coordinator operations retry definite refusals (failover, rebuild, back-pressure) for up to
+//! [`OP_DEADLINE`] like the RESP front, then answer `TRY_AGAIN`. A quorum-read leg is never
+//! retried here: the client decides with the legs that answer, so a leg that cannot answer
+//! now (`NotReady`, another epoch) says so at once.
+
+use crate::node::{client_addr, ClusterNode, SubmitError};
+use crate::resp::OP_DEADLINE;
+use bytes::BytesMut;
+use ringlet_codec::native::{
+    self, ClusterRequest, MgetResponseWriter, NativeRequest, Opcode, ReplicaValue, SetCond, Status,
+};
+use ringlet_replica::{ClientOp, ClientReply};
+use ringlet_types::{key_slot, limits, Epoch, Version};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+
+/// Requests of one connection running at once; the reader waits for a permit before it
+/// starts another (back-pressure on a client that pipelines without bound).
+pub const IN_FLIGHT_PER_CONN_MAX: usize = 4096;
+/// First retry delay of a coordinator operation; doubles up to [`RETRY_BACKOFF_MAX`].
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(2);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(50);
+/// Bytes read from the socket per read call.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Why a request failed: a status ≥ 0x10 and its message.
+struct Fail(Status, String);
+
+fn fail(s: Status, m: impl Into<String>) -> Fail {
+    Fail(s, m.into())
+}
+
+/// An owned request (the frame's borrowed slices do not outlive the read buffer).
+enum Req {
+    Ping,
+    Get(Vec<u8>),
+    Mget(Vec<Vec<u8>>),
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        memgest: Option<ringlet_types::MemgestId>,
+    },
+    Del(Vec<u8>),
+    ClusterMap,
+    ReadReplica {
+        epoch: Epoch,
+        key: Vec<u8>,
+    },
+    /// Decoded fine but not served in cluster mode.
+    Unsupported(Opcode, &'static str),
+}
+
+fn own(r: &ClusterRequest<'_>) -> Req {
+    match *r {
+        ClusterRequest::Data(NativeRequest::Ping) => Req::Ping,
+        ClusterRequest::Data(NativeRequest::Get { key }) => Req::Get(key.to_vec()),
+        ClusterRequest::Data(NativeRequest::Mget { keys }) => {
+            Req::Mget(keys.iter().map(<[u8]>::to_vec).collect())
+        }
+        ClusterRequest::Data(NativeRequest::Set(s)) => {
+            if s.cond != SetCond::Always
+                || s.ttl_ms.is_some()
+                || s.version.is_some()
+                || s.cas.is_some()
+            {
+                Req::Unsupported(
+                    Opcode::Set,
+                    "NX/XX, TTL, VERSION and CAS are not supported in cluster mode (use RESP)",
+                )
+            } else {
+                Req::Set {
+                    key: s.key.to_vec(),
+                    value: s.value.to_vec(),
+                    memgest: s.memgest,
+                }
+            }
+        }
+        ClusterRequest::Data(NativeRequest::Del { key, cas }) => match cas {
+            None => Req::Del(key.to_vec()),
+            Some(_) => Req::Unsupported(Opcode::Del, "CAS DEL is not supported in cluster mode"),
+        },
+        ClusterRequest::Data(NativeRequest::IncrBy { .. }) => Req::Unsupported(
+            Opcode::IncrBy,
+            "INCRBY is not supported over native frames in cluster mode (use RESP)",
+        ),
+        ClusterRequest::ClusterMap => Req::ClusterMap,
+        ClusterRequest::ReadReplica { epoch, key } => Req::ReadReplica {
+            epoch,
+            key: key.to_vec(),
+        },
+    }
+}
+
+/// Serve one native connection (its first byte, not yet consumed, is the magic) until the
+/// peer closes it or sends a malformed frame.
+///
+/// # Errors
+/// Socket errors.
+pub async fn connection(node: ClusterNode, stream: TcpStream) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT_PER_CONN_MAX);
+    let writer = tokio::spawn(async move {
+        let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
+        while let Some(frame) = rx.recv().await {
+            out.extend_from_slice(&frame);
+            // Coalesce whatever else is ready into the same write.
+            while out.len() < limits::CONN_WRITE_BUFFER_BYTES_MAX as usize {
+                match rx.try_recv() {
+                    Ok(f) => out.extend_from_slice(&f),
+                    Err(_) => break,
+                }
+            }
+            if wr.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+    });
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT_PER_CONN_MAX));
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let result = loop {
+        // Start every whole frame in the buffer.
+        loop {
+            match native::decode_cluster_request_frame(&buf) {
+                Ok(Some((f, n))) => {
+                    let id = f.request_id;
+                    let req = own(&f.request);
+                    let _ = buf.split_to(n);
+                    let Ok(permit) = permits.clone().acquire_owned().await else {
+                        return Ok(());
+                    };
+                    let node = node.clone();
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        let frame = handle(&node, id, req).await;
+                        let _ = tx.send(frame).await;
+                        drop(permit);
+                    });
+                }
+                Ok(None) => break,
+                // Malformed: the stream cannot be resynchronised; close (protocol §1).
+                Err(_) => {
+                    drop(tx);
+                    let _ = writer.await;
+                    return Ok(());
+                }
+            }
+        }
+        if buf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
+            break Ok(());
+        }
+        // The header's length was checked against FRAME_BYTES_MAX by the codec: reserving
+        // up to one frame is bounded.
+        let want = native::frame_len(&buf).ok().flatten().unwrap_or(0);
+        buf.reserve(want.saturating_sub(buf.len()).max(READ_CHUNK));
+        match rd.read_buf(&mut buf).await {
+            Ok(0) => break Ok(()),
+            Ok(_) => {}
+            Err(e) => break Err(e),
+        }
+    };
+    // Let the requests in flight finish and their responses go out.
+    drop(tx);
+    let _ = writer.await;
+    result
+}
+
+/// Run one request and encode its response frame.
+async fn handle(node: &ClusterNode, id: u64, req: Req) -> Vec<u8> {
+    let mut out = Vec::new();
+    let opcode = match &req {
+        Req::Ping => Opcode::Ping,
+        Req::Get(_) => Opcode::Get,
+        Req::Mget(_) => Opcode::Mget,
+        Req::Set { .. } => Opcode::Set,
+        Req::Del(_) => Opcode::Del,
+        Req::ClusterMap => Opcode::ClusterMap,
+        Req::ReadReplica { .. } => Opcode::ReadReplica,
+        Req::Unsupported(op, _) => *op,
+    };
+    let result: Result<(), Fail> = async {
+        match req {
+            Req::Ping => {
+                native::encode_status_response(
+                    &mut out,
+                    id,
+                    Opcode::Ping,
+                    Status::OK,
+                    node.epoch(),
+                    Version::ZERO,
+                );
+            }
+            Req::Get(key) => {
+                let (version, value) = get(node, &key).await?;
+                native::encode_get_response(&mut out, id, node.epoch(), version, value.as_deref());
+            }
+            Req::Mget(keys) => {
+                let results = join_all(keys.iter().map(|k| get(node, k)).collect()).await;
+                let mut w = MgetResponseWriter::begin(&mut out, id, node.epoch());
+                for r in results {
+                    match r {
+                        Ok((v, Some(val))) => w.push(&mut out, Status::OK, v, &val),
+                        Ok((_, None)) => w.push(&mut out, Status::NOT_FOUND, Version::ZERO, b""),
+                        Err(Fail(s, m)) => w.push(&mut out, s, Version::ZERO, m.as_bytes()),
+                    }
+                }
+                if !w.finish(&mut out) {
+                    return Err(fail(Status::INTERNAL, "MGET response lost bytes"));
+                }
+            }
+            Req::Set {
+                key,
+                value,
+                memgest,
+            } => {
+                let op = ClientOp::Set {
+                    key,
+                    value,
+                    memgest,
+                };
+                let version = written(run(node, op).await?)?;
+                native::encode_status_response(
+                    &mut out,
+                    id,
+                    Opcode::Set,
+                    Status::OK,
+                    node.epoch(),
+                    version,
+                );
+            }
+            Req::Del(key) => {
+                let version = written(run(node, ClientOp::Delete { key }).await?)?;
+                native::encode_status_response(
+                    &mut out,
+                    id,
+                    Opcode::Del,
+                    Status::OK,
+                    node.epoch(),
+                    version,
+                );
+            }
+            Req::ClusterMap => {
+                let map = node
+                    .map()
+                    .filter(|m| m.placement.is_some())
+                    .ok_or_else(|| fail(Status::TRY_AGAIN, "no bootstrapped cluster map yet"))?;
+                let json = map
+                    .to_json()
+                    .map_err(|e| fail(Status::INTERNAL, format!("map to JSON: {e}")))?;
+                if json.len() > limits::VALUE_BYTES_MAX as usize {
+                    return Err(fail(
+                        Status::INTERNAL,
+                        "cluster map exceeds VALUE_BYTES_MAX",
+                    ));
+                }
+                native::encode_cluster_map_response(&mut out, id, map.epoch, json.as_bytes());
+            }
+            Req::ReadReplica { epoch, key } => {
+                let mine = node.epoch();
+                if epoch != mine {
+                    return Err(stale(mine));
+                }
+                let r = node
+                    .submit(ClientOp::ReadReplica { key })
+                    .await
+                    .map_err(submit_fail)?;
+                match r.body {
+                    ClientReply::Replica {
+                        version,
+                        memgest,
+                        value,
+                    } => native::encode_read_replica_response(
+                        &mut out,
+                        id,
+                        r.epoch,
+                        version,
+                        &ReplicaValue {
+                            memgest,
+                            value: value.as_deref(),
+                        },
+                    ),
+                    ClientReply::StaleEpoch { current } => return Err(stale(current)),
+                    ClientReply::NotReady => {
+                        return Err(fail(
+                            Status::TRY_AGAIN,
+                            "not a ready cohort member for this slot now",
+                        ))
+                    }
+                    other => return Err(unexpected(&other)),
+                }
+            }
+            Req::Unsupported(_, why) => return Err(fail(Status::UNSUPPORTED, why)),
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(Fail(status, message)) = result {
+        out.clear();
+        native::encode_error_response(&mut out, id, opcode, status, node.epoch(), &message);
+    }
+    out
+}
+
+fn stale(current: Epoch) -> Fail {
+    fail(
+        Status::STALE_EPOCH,
+        format!("the node is at epoch {}", current.0),
+    )
+}
+
+fn submit_fail(e: SubmitError) -> Fail {
+    match e {
+        SubmitError::Overloaded => fail(Status::BUSY, "node overloaded"),
+        SubmitError::Stopped => fail(Status::TRY_AGAIN, "node is stopping"),
+    }
+}
+
+fn unexpected(r: &ClientReply) -> Fail {
+    fail(Status::INTERNAL, format!("unexpected reply {r:?}"))
+}
+
+fn written(r: ClientReply) -> Result<Version, Fail> {
+    match r {
+        ClientReply::Written { version } => Ok(version),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// A coordinator read: `(version, value)`.
+async fn get(node: &ClusterNode, key: &[u8]) -> Result<(Version, Option<Vec<u8>>), Fail> {
+    match run(node, ClientOp::Get { key: key.to_vec() }).await? {
+        ClientReply::Value { version, value } => Ok((version, value)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `MOVED "<slot> <addr>"` if the current map gives the key's slot to another node.
+fn moved(node: &ClusterNode, key: &[u8]) -> Result<(), Fail> {
+    let Some(map) = node.map().filter(|m| m.placement.is_some()) else {
+        return Err(fail(Status::TRY_AGAIN, "the cluster is not bootstrapped"));
+    };
+    let slot = key_slot(key);
+    match map.coordinator(slot) {
+        Some(c) if c != node.id() => {
+            let addr = map
+                .nodes
+                .get(&c)
+                .and_then(|n| client_addr(&n.addr))
+                .ok_or_else(|| fail(Status::TRY_AGAIN, "coordinator has no address"))?;
+            Err(fail(Status::MOVED, format!("{slot} {addr}")))
+        }
+        Some(_) => Ok(()),
+        None => Err(fail(Status::TRY_AGAIN, "slot has no coordinator")),
+    }
+}
+
+/// Run a coordinator operation, retrying definite refusals until [`OP_DEADLINE`] (the same
+/// policy as the RESP front, so a failover is usually invisible to the client).
+async fn run(node: &ClusterNode, op: ClientOp) -> Result<ClientReply, Fail> {
+    let deadline = Instant::now() + OP_DEADLINE;
+    let mut backoff = RETRY_BACKOFF_MIN;
+    let mut fast = 0u32;
+    // Bounded by the deadline (and the immediate retries by RETRY_COUNT_MAX).
+    loop {
+        moved(node, op.key())?;
+        match node.submit(op.clone()).await {
+            Err(SubmitError::Stopped) => return Err(fail(Status::TRY_AGAIN, "node is stopping")),
+            Err(SubmitError::Overloaded) => {}
+            Ok(r) => match r.body {
+                ClientReply::StaleEpoch { .. } => {
+                    // The epoch moved between reading it and the core stepping: retry at
+                    // once a few times, then back off.
+                    fast += 1;
+                    if fast <= limits::RETRY_COUNT_MAX {
+                        continue;
+                    }
+                }
+                ClientReply::NotCoordinator | ClientReply::NotReady | ClientReply::Busy => {}
+                ClientReply::Ambiguous => {
+                    return Err(fail(
+                        Status::INTERNAL,
+                        "ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect",
+                    ))
+                }
+                ClientReply::TooLarge => {
+                    return Err(fail(Status::TOO_LARGE, "key or value exceeds the size limit"))
+                }
+                ClientReply::NoSuchMemgest => {
+                    return Err(fail(
+                        Status::BAD_REQUEST,
+                        "the memgest does not exist or is not supported",
+                    ))
+                }
+                ClientReply::Unsupported => {
+                    return Err(fail(
+                        Status::UNSUPPORTED,
+                        "the memgest's scheme is not implemented",
+                    ))
+                }
+                body => return Ok(body),
+            },
+        }
+        if Instant::now() >= deadline {
+            return Err(fail(Status::TRY_AGAIN, "the slot is failing over; retry"));
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+    }
+}
+
+/// Poll every future until all are done; outputs in input order (the keys of one MGET).
+async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (f, slot) in futs.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *slot = Some(v),
+                    Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
