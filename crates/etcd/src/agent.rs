@@ -1,0 +1,329 @@
+//! [`EtcdBackend`]: the `ControlBackend` a node talks to in etcd mode. Each process runs an
+//! unchanged [`ControlService`](ringlet_cluster::control::ControlService) on loopback with
+//! this backend, and its `ClusterNode` connects there, so the node code is the same in both
+//! modes. The backend does not decide anything about the cluster (the leader's
+//! `ControlPlane` does); it bridges the node to etcd:
+//!
+//! | from the node | what the agent does |
+//! |---|---|
+//! | `Join{addr, incarnation}` | registers `<prefix>/nodes/<id>` = {addr, incarnation} under the process lease ([`register_loop`]); answers the current map |
+//! | `Heartbeat{sent_ms}` | `HeartbeatAck{sent_ms: min(sent_ms, lease.ok_sent_ms)}` if this incarnation is registered under the live lease and listed in the map; the map if the node is behind |
+//! | (tick) | pushes every newer map seen on the `<prefix>/map` watch ([`follow_map`]); `Fenced` when the lease that carried this incarnation was lost or the map marks it Failed |
+//! | commands | refused: they go to the leader's command port (`<prefix>/leader`) |
+
+use crate::keys::{decode_map, Keys, NodeRecord};
+use crate::lease::NodeLease;
+use crate::{call, Backoff, EtcdError, RateLog};
+use etcd_client::{EventType, PutOptions, WatchOptions};
+use parking_lot::Mutex;
+use ringlet_cluster::control::ControlBackend;
+use ringlet_control::{Action, ClusterMap, ControlError, Input, NodeState};
+use ringlet_types::{Epoch, NodeId};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a command sent to a node's agent is refused.
+pub const NOT_LEADER: &str =
+    "etcd mode: send commands to the leader's control address (the `control` field of <prefix>/leader)";
+
+#[derive(Debug, Default)]
+struct AgentState {
+    /// Newest (addr, incarnation) the node joined with.
+    joined: Option<(String, u64)>,
+    /// (incarnation, lease generation) confirmed written to etcd.
+    registered: Option<(u64, u64)>,
+    /// Incarnations up to this one are fenced (their lease was lost, or the map failed them).
+    fenced_upto: u64,
+    map: Option<Arc<ClusterMap>>,
+    /// Epoch of the last map handed to the service for pushing.
+    pushed: Epoch,
+}
+
+/// The node-facing backend (one per process, one node id).
+#[derive(Debug)]
+pub struct EtcdBackend {
+    node: NodeId,
+    lease: Arc<NodeLease>,
+    st: Mutex<AgentState>,
+    /// Wakes [`register_loop`].
+    wake: tokio::sync::Notify,
+    empty: Arc<ClusterMap>,
+}
+
+impl EtcdBackend {
+    pub fn new(node: NodeId, lease: Arc<NodeLease>) -> Arc<EtcdBackend> {
+        Arc::new(EtcdBackend {
+            node,
+            lease,
+            st: Mutex::new(AgentState::default()),
+            wake: tokio::sync::Notify::new(),
+            empty: Arc::new(ClusterMap::default()),
+        })
+    }
+
+    /// Take a map read from etcd if it is newer than the one held. Returns whether it was.
+    pub fn offer_map(&self, m: ClusterMap) -> bool {
+        let mut st = self.st.lock();
+        if st.map.as_ref().is_some_and(|c| c.epoch >= m.epoch) {
+            return false;
+        }
+        st.map = Some(Arc::new(m));
+        true
+    }
+
+    /// The newest map seen in etcd, if any.
+    pub fn current_map(&self) -> Option<Arc<ClusterMap>> {
+        self.st.lock().map.clone()
+    }
+
+    /// What must be written to `<prefix>/nodes/<id>` now: (record, lease id, generation).
+    fn pending_registration(&self) -> Option<(NodeRecord, i64, u64)> {
+        let v = self.lease.view();
+        let mut st = self.st.lock();
+        self.refresh(&mut st);
+        let (addr, inc) = st.joined.clone()?;
+        if inc <= st.fenced_upto || st.registered == Some((inc, v.generation)) {
+            return None;
+        }
+        Some((
+            NodeRecord {
+                addr,
+                incarnation: inc,
+            },
+            v.id,
+            v.generation,
+        ))
+    }
+
+    fn confirm_registered(&self, inc: u64, generation: u64) {
+        let mut st = self.st.lock();
+        if st.joined.as_ref().is_some_and(|(_, i)| *i == inc) && inc > st.fenced_upto {
+            st.registered = Some((inc, generation));
+        }
+    }
+
+    /// Fence what must be fenced: an incarnation registered under a lost lease, or one the
+    /// map marks Failed.
+    fn refresh(&self, st: &mut AgentState) {
+        let g = self.lease.view().generation;
+        if let Some((inc, gen)) = st.registered {
+            if gen != g {
+                st.fenced_upto = st.fenced_upto.max(inc);
+                st.registered = None;
+            }
+        }
+        if let (Some((_, inc)), Some(m)) = (&st.joined, &st.map) {
+            let inc = *inc;
+            if m.nodes
+                .get(&self.node)
+                .is_some_and(|n| n.incarnation == inc && n.state == NodeState::Failed)
+            {
+                st.fenced_upto = st.fenced_upto.max(inc);
+                if st.registered.is_some_and(|(i, _)| i == inc) {
+                    st.registered = None;
+                }
+            }
+        }
+    }
+
+    fn listed_alive(st: &AgentState, node: NodeId, inc: u64) -> bool {
+        st.map.as_ref().is_some_and(|m| {
+            m.nodes
+                .get(&node)
+                .is_some_and(|n| n.incarnation == inc && n.state != NodeState::Failed)
+        })
+    }
+}
+
+impl ControlBackend for EtcdBackend {
+    fn step(&self, input: Input) -> Vec<Action> {
+        let v = self.lease.view();
+        let mut st = self.st.lock();
+        self.refresh(&mut st);
+        let mut out = Vec::new();
+        match input {
+            Input::Join {
+                node,
+                addr,
+                incarnation,
+            } => {
+                if node != self.node {
+                    out.push(Action::Rejected(ControlError::Config(
+                        "this agent serves another node id",
+                    )));
+                    return out;
+                }
+                if incarnation <= st.fenced_upto {
+                    out.push(Action::Fenced {
+                        to: node,
+                        incarnation,
+                    });
+                    return out;
+                }
+                if st.joined.as_ref().is_none_or(|(_, i)| *i < incarnation) {
+                    st.joined = Some((addr, incarnation));
+                    self.wake.notify_one();
+                }
+                if let Some(m) = &st.map {
+                    out.push(Action::SendMap {
+                        to: node,
+                        map: m.clone(),
+                    });
+                }
+            }
+            Input::Heartbeat {
+                node,
+                incarnation,
+                epoch,
+                sent_ms,
+            } => {
+                if node != self.node {
+                    return out;
+                }
+                if incarnation <= st.fenced_upto {
+                    out.push(Action::Fenced {
+                        to: node,
+                        incarnation,
+                    });
+                    return out;
+                }
+                let map_epoch = st.map.as_ref().map_or(Epoch(0), |m| m.epoch);
+                if st.registered == Some((incarnation, v.generation))
+                    && Self::listed_alive(&st, node, incarnation)
+                {
+                    out.push(Action::HeartbeatAck {
+                        to: node,
+                        incarnation,
+                        epoch: map_epoch,
+                        sent_ms: sent_ms.min(v.ok_sent_ms),
+                    });
+                }
+                if let Some(m) = st.map.as_ref().filter(|m| m.epoch > epoch) {
+                    out.push(Action::SendMap {
+                        to: node,
+                        map: m.clone(),
+                    });
+                }
+            }
+            Input::Tick => {
+                if let Some(m) = st.map.clone() {
+                    if m.epoch > st.pushed {
+                        st.pushed = m.epoch;
+                        out.push(Action::Publish(m));
+                    }
+                }
+                if let Some((_, inc)) = st.joined.as_ref().filter(|(_, i)| *i <= st.fenced_upto) {
+                    out.push(Action::Fenced {
+                        to: self.node,
+                        incarnation: *inc,
+                    });
+                }
+            }
+            // Membership commands are the leader's; other inputs (e.g. usage reports) have
+            // no meaning here.
+            _ => out.push(Action::Rejected(ControlError::Config(NOT_LEADER))),
+        }
+        out
+    }
+
+    fn map(&self) -> Arc<ClusterMap> {
+        self.current_map().unwrap_or_else(|| self.empty.clone())
+    }
+}
+
+/// Write the node's record under the process lease whenever it changes (new incarnation,
+/// new lease). Runs until aborted; each put is bounded, retries back off.
+pub async fn register_loop(backend: Arc<EtcdBackend>, mut client: etcd_client::Client, keys: Keys) {
+    let mut backoff = Backoff::new();
+    let mut log = RateLog::default();
+    loop {
+        // Poll as well: a lease re-grant does not notify.
+        let _ = tokio::time::timeout(Duration::from_millis(100), backend.wake.notified()).await;
+        let Some((rec, lease, gen)) = backend.pending_registration() else {
+            continue;
+        };
+        let Ok(json) = serde_json::to_vec(&rec) else {
+            continue;
+        };
+        let put = client.put(
+            keys.node(backend.node),
+            json,
+            Some(PutOptions::new().with_lease(lease)),
+        );
+        match call("put node record", put).await {
+            Ok(_) => {
+                backoff.reset();
+                backend.confirm_registered(rec.incarnation, gen);
+            }
+            Err(e) => {
+                log.log(1000, || format!("node {}: {e}", backend.node));
+                backoff.wait().await;
+            }
+        }
+    }
+}
+
+/// Follow `<prefix>/map`: read it, then watch it from the next revision; every newer valid
+/// map goes to the backend (and so to the node). Runs until aborted.
+pub async fn follow_map(backend: Arc<EtcdBackend>, client: etcd_client::Client, keys: Keys) {
+    let mut backoff = Backoff::new();
+    let mut log = RateLog::default();
+    loop {
+        let e = follow_map_once(&backend, client.clone(), &keys, &mut log, &mut backoff).await;
+        log.log(1000, || format!("map watch: {e}"));
+        backoff.wait().await;
+    }
+}
+
+async fn follow_map_once(
+    backend: &EtcdBackend,
+    mut client: etcd_client::Client,
+    keys: &Keys,
+    log: &mut RateLog,
+    backoff: &mut Backoff,
+) -> EtcdError {
+    let key = keys.map();
+    let r = match call("get map", client.get(key.clone(), None)).await {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let rev = r.header().map_or(0, |h| h.revision());
+    let mut take = |v: &[u8]| match decode_map(&key, v) {
+        Ok(m) => {
+            backend.offer_map(m);
+        }
+        Err(e) => log.log(1000, || e.to_string()),
+    };
+    if let Some(kv) = r.kvs().first() {
+        take(kv.value());
+    }
+    let opts = WatchOptions::new().with_start_revision(rev + 1);
+    let mut ws = match call("watch map", client.watch(key.clone(), Some(opts))).await {
+        Ok(w) => w,
+        Err(e) => return e,
+    };
+    backoff.reset();
+    loop {
+        match ws.message().await {
+            Ok(Some(resp)) => {
+                if resp.canceled() {
+                    return EtcdError::WatchEnded(key);
+                }
+                for ev in resp.events() {
+                    if ev.event_type() == EventType::Put {
+                        if let Some(kv) = ev.kv() {
+                            take(kv.value());
+                        }
+                    }
+                }
+            }
+            Ok(None) => return EtcdError::WatchEnded(key),
+            Err(err) => {
+                return EtcdError::Etcd {
+                    op: "watch map",
+                    err,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,604 @@
+//! Leader election and the leader loop.
+//!
+//! Election: a transaction "if `<prefix>/leader` does not exist (create_revision == 0), put it
+//! bound to my lease". The winner's term is identified by the key's create revision `R`;
+//! every map write is `txn(if create_revision(leader) == R then put <prefix>/map)`, so once the
+//! key is gone (lease expired) or belongs to someone else, a deposed leader's write fails and
+//! it steps down. Losers watch the key and campaign again when it is deleted (or after a
+//! bounded wait). A leader whose request to etcd fails steps down too; if its key still
+//! carries its lease it simply leads again, reloading everything from etcd.
+//!
+//! The leader loop owns a `ControlPlane` resumed from the stored map (epochs continue from
+//! it) and turns `<prefix>/nodes/` into its inputs every tick: a registered node whose
+//! incarnation the map does not know yet is a `Join`; one it knows is a `Heartbeat`; a node
+//! whose key is gone gets no heartbeat and the `Tick` right after fails it (the plane's own
+//! lease is set to the minimum, 10 ms: liveness is etcd's lease, not the plane's timer).
+//! Heartbeats are fed right before the `Tick` at the same `now`, so a stalled leader never
+//! fails a node that is still registered.
+
+use crate::keys::{decode_map, decode_record, ClusterConfig, Keys, LeaderRecord, NodeRecord};
+use crate::lease::NodeLease;
+use crate::{call, Backoff, EtcdError, RateLog};
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
+};
+use ringlet_cluster::control::{encode, read_frame, FromControl, ToControl};
+use ringlet_cluster::mono_ms;
+use ringlet_control::{Action, ClusterMap, ControlConfig, ControlPlane, Input, NodeState};
+use ringlet_types::{MemgestKind, NodeId};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+/// How often the leader feeds registrations and ticks the plane (failure detection adds at
+/// most this after etcd deletes a node key).
+pub const LEADER_TICK_MS: u64 = 50;
+/// The plane's own lease on the leader: the minimum it accepts. Liveness is etcd's lease;
+/// registered nodes are heartbeated at the same instant as every tick.
+pub const PLANE_LEASE_MS: u64 = 10;
+/// How long a losing candidate waits on the leader key before trying again anyway.
+pub const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
+/// Commands queued to the leader loop.
+pub const COMMAND_QUEUE_MAX: usize = 64;
+/// Longest a command waits for the leader loop's verdict.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Command connections at once.
+pub const COMMAND_CONNECTIONS_MAX: usize = 64;
+
+/// A command for the leader loop, with where its verdict goes.
+pub struct Command {
+    pub input: Input,
+    pub reply: oneshot::Sender<FromControl>,
+}
+
+/// What the rest of the process can see of the election.
+#[derive(Debug, Default)]
+pub struct LeaderStatus {
+    leading: AtomicBool,
+    /// Times this process became leader.
+    pub terms: AtomicU64,
+}
+
+impl LeaderStatus {
+    pub fn is_leader(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+}
+
+/// Everything a candidate needs.
+pub struct Campaign {
+    pub client: etcd_client::Client,
+    pub keys: Keys,
+    pub node: NodeId,
+    /// This process's command address, published in the leader record.
+    pub control: String,
+    pub lease: Arc<NodeLease>,
+    pub status: Arc<LeaderStatus>,
+    pub commands: mpsc::Receiver<Command>,
+}
+
+struct Term {
+    /// Create revision of our leader key: the guard of every map write.
+    rev: i64,
+    generation: u64,
+}
+
+/// Campaign forever (until the task is aborted): lead while elected, then campaign again.
+pub async fn campaign(mut c: Campaign) {
+    let mut backoff = Backoff::new();
+    let mut log = RateLog::default();
+    loop {
+        // Commands queued while not leading are answered, not left to time out.
+        while let Ok(cmd) = c.commands.try_recv() {
+            let _ = cmd
+                .reply
+                .send(FromControl::Error("not the leader any more".into()));
+        }
+        match c.elect().await {
+            Ok(Some(term)) => {
+                c.status.leading.store(true, Ordering::Release);
+                c.status.terms.fetch_add(1, Ordering::Relaxed);
+                let e = c.lead(&term).await;
+                c.status.leading.store(false, Ordering::Release);
+                eprintln!("ringlet-etcd: node {} stops leading: {e}", c.node);
+                backoff.wait().await;
+            }
+            Ok(None) => backoff.reset(),
+            Err(e) => {
+                log.log(1000, || format!("campaign: {e}"));
+                backoff.wait().await;
+            }
+        }
+    }
+}
+
+impl Campaign {
+    /// One election round: `Some(term)` if we lead, `None` after waiting on someone else.
+    async fn elect(&mut self) -> Result<Option<Term>, EtcdError> {
+        let v = self.lease.view();
+        let key = self.keys.leader();
+        let rec = LeaderRecord {
+            node: self.node.0,
+            control: self.control.clone(),
+        };
+        let json = serde_json::to_vec(&rec).map_err(|e| EtcdError::BadConfig(e.to_string()))?;
+        let txn = Txn::new()
+            .when(vec![Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then(vec![TxnOp::put(
+                key.clone(),
+                json,
+                Some(PutOptions::new().with_lease(v.id)),
+            )])
+            .or_else(vec![TxnOp::get(key.clone(), None)]);
+        let r = call("campaign txn", self.client.txn(txn)).await?;
+        let rev = r.header().map_or(0, |h| h.revision());
+        if r.succeeded() {
+            return Ok(Some(Term {
+                rev,
+                generation: v.generation,
+            }));
+        }
+        let holder = r.op_responses().into_iter().find_map(|o| match o {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        });
+        if let Some(kv) = &holder {
+            if kv.lease() == v.id {
+                // Still ours (we stepped down after an error): lead again.
+                return Ok(Some(Term {
+                    rev: kv.create_revision(),
+                    generation: v.generation,
+                }));
+            }
+        }
+        // Wait for the key to go (bounded), then try again.
+        let opts = WatchOptions::new().with_start_revision(rev + 1);
+        let mut ws = call("watch leader", self.client.watch(key, Some(opts))).await?;
+        let _ = tokio::time::timeout(CAMPAIGN_RETRY, async {
+            while let Ok(Some(resp)) = ws.message().await {
+                if resp.canceled()
+                    || resp
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
+                {
+                    return;
+                }
+            }
+        })
+        .await;
+        Ok(None)
+    }
+
+    /// Lead until something fails; returns why.
+    async fn lead(&mut self, term: &Term) -> EtcdError {
+        match self.lead_inner(term).await {
+            Ok(never) => match never {},
+            Err(e) => e,
+        }
+    }
+
+    async fn lead_inner(&mut self, term: &Term) -> Result<std::convert::Infallible, EtcdError> {
+        // The cluster's shape and bootstrap plan.
+        let ckey = self.keys.config();
+        let r = call("get config", self.client.get(ckey.clone(), None)).await?;
+        let config: Option<ClusterConfig> = match r.kvs().first() {
+            Some(kv) => Some(decode_record(&ckey, kv.value())?),
+            None => None,
+        };
+        let (s, d) = config.as_ref().map_or((2, 1), |c| (c.s, c.d));
+        if let Some(c) = &config {
+            c.validate()?;
+        }
+        let cfg = ControlConfig {
+            s,
+            d,
+            lease_ms: PLANE_LEASE_MS,
+        };
+        // The map: continue from it.
+        let mkey = self.keys.map();
+        let r = call("get map", self.client.get(mkey.clone(), None)).await?;
+        let stored = match r.kvs().first() {
+            Some(kv) => Some(decode_map(&mkey, kv.value())?),
+            None => None,
+        };
+        let mut cp = match stored {
+            Some(m) => ControlPlane::resume(cfg, m, mono_ms()),
+            None => ControlPlane::new(cfg),
+        }
+        .map_err(|e| EtcdError::BadConfig(e.to_string()))?;
+        let (mut regs, rev) = self.load_nodes().await?;
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(rev + 1);
+        let mut ws = call(
+            "watch nodes",
+            self.client.watch(self.keys.nodes(), Some(opts)),
+        )
+        .await?;
+        eprintln!(
+            "ringlet-etcd: node {} leads (term revision {}), map epoch {}, {} nodes registered",
+            self.node,
+            term.rev,
+            cp.map().epoch,
+            regs.len()
+        );
+        let mut tick = tokio::time::interval(Duration::from_millis(LEADER_TICK_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut rejected_log = RateLog::default();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if self.lease.view().generation != term.generation {
+                        return Err(EtcdError::LeaseLost);
+                    }
+                    let mut acts = feed(&mut cp, &regs);
+                    if let Some(kind) = bootstrap_due(&cp, config.as_ref()) {
+                        acts.extend(bootstrap(&mut cp, config.as_ref(), kind));
+                    }
+                    acts.extend(cp.step(mono_ms(), Input::Tick));
+                    cp.check_invariants();
+                    for a in &acts {
+                        if let Action::Rejected(e) = a {
+                            rejected_log.log(5000, || format!("leader: refused: {e}"));
+                        }
+                    }
+                    self.persist(term, &acts).await?;
+                }
+                m = ws.message() => match m {
+                    Ok(Some(resp)) => {
+                        if resp.canceled() {
+                            return Err(EtcdError::WatchEnded(self.keys.nodes()));
+                        }
+                        for ev in resp.events() {
+                            let Some(kv) = ev.kv() else { continue };
+                            let Some(id) = self.keys.node_of(kv.key()) else { continue };
+                            match ev.event_type() {
+                                EventType::Put => {
+                                    let k = self.keys.node(id);
+                                    match decode_record::<NodeRecord>(&k, kv.value()) {
+                                        Ok(rec) => { regs.insert(id, rec); }
+                                        Err(e) => rejected_log.log(5000, || e.to_string()),
+                                    }
+                                }
+                                EventType::Delete => { regs.remove(&id); }
+                            }
+                        }
+                    }
+                    Ok(None) => return Err(EtcdError::WatchEnded(self.keys.nodes())),
+                    Err(err) => return Err(EtcdError::Etcd { op: "watch nodes", err }),
+                },
+                c = self.commands.recv() => {
+                    let Some(cmd) = c else { return Err(EtcdError::Deposed) };
+                    let acts = cp.step(mono_ms(), cmd.input);
+                    cp.check_invariants();
+                    match self.persist(term, &acts).await {
+                        Ok(()) => {
+                            let _ = cmd.reply.send(verdict(&acts));
+                        }
+                        Err(e) => {
+                            let _ = cmd.reply.send(FromControl::Error(format!("not applied: {e}")));
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every registered node record, and the revision they were read at.
+    async fn load_nodes(&mut self) -> Result<(BTreeMap<NodeId, NodeRecord>, i64), EtcdError> {
+        let r = call(
+            "get nodes",
+            self.client
+                .get(self.keys.nodes(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+        let rev = r.header().map_or(0, |h| h.revision());
+        let mut regs = BTreeMap::new();
+        for kv in r.kvs() {
+            let Some(id) = self.keys.node_of(kv.key()) else {
+                continue;
+            };
+            if regs.len() >= ringlet_control::map::NODES_MAX {
+                break;
+            }
+            match decode_record::<NodeRecord>(&self.keys.node(id), kv.value()) {
+                Ok(rec) => {
+                    regs.insert(id, rec);
+                }
+                Err(e) => eprintln!("ringlet-etcd: {e}"),
+            }
+        }
+        Ok((regs, rev))
+    }
+
+    /// Store the newest published map, guarded by our leadership.
+    async fn persist(&mut self, term: &Term, acts: &[Action]) -> Result<(), EtcdError> {
+        let Some(map) = acts.iter().rev().find_map(|a| match a {
+            Action::Publish(m) => Some(m.clone()),
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        let json = map
+            .to_json()
+            .map_err(|e| EtcdError::BadConfig(e.to_string()))?;
+        let txn = Txn::new()
+            .when(vec![Compare::create_revision(
+                self.keys.leader(),
+                CompareOp::Equal,
+                term.rev,
+            )])
+            .and_then(vec![TxnOp::put(self.keys.map(), json, None)]);
+        let r = call("publish map txn", self.client.txn(txn)).await?;
+        if !r.succeeded() {
+            return Err(EtcdError::Deposed);
+        }
+        Ok(())
+    }
+}
+
+/// Registrations → plane inputs (see the module doc). Returns the plane's actions.
+fn feed(cp: &mut ControlPlane, regs: &BTreeMap<NodeId, NodeRecord>) -> Vec<Action> {
+    let now = mono_ms();
+    let mut acts = Vec::new();
+    for (id, rec) in regs {
+        let known = cp.map().nodes.get(id).map(|n| (n.incarnation, n.state));
+        match known {
+            Some((inc, _)) if rec.incarnation < inc => {} // a stale record
+            Some((inc, NodeState::Failed)) if rec.incarnation == inc => {}
+            Some((inc, _)) if rec.incarnation == inc => {
+                let epoch = cp.map().epoch;
+                // Acks and map sends are the agents' business: dropped.
+                let _ = cp.step(
+                    now,
+                    Input::Heartbeat {
+                        node: *id,
+                        incarnation: inc,
+                        epoch,
+                        sent_ms: 0,
+                    },
+                );
+            }
+            _ => acts.extend(
+                cp.step(
+                    now,
+                    Input::Join {
+                        node: *id,
+                        addr: rec.addr.clone(),
+                        incarnation: rec.incarnation,
+                    },
+                )
+                .into_iter()
+                .filter(|a| matches!(a, Action::Publish(_) | Action::Rejected(_))),
+            ),
+        }
+    }
+    acts
+}
+
+/// `Some(default memgest)` when the stored plan says it is time to bootstrap.
+fn bootstrap_due(cp: &ControlPlane, config: Option<&ClusterConfig>) -> Option<MemgestKind> {
+    let c = config?;
+    let map = cp.map();
+    if c.expect_nodes == 0 || map.placement.is_some() {
+        return None;
+    }
+    let alive = map
+        .nodes
+        .values()
+        .filter(|n| n.state == NodeState::Spare)
+        .count();
+    if alive < c.expect_nodes {
+        return None;
+    }
+    Some(
+        c.default_memgest
+            .as_deref()
+            .and_then(|s| MemgestKind::parse(s).ok())
+            .unwrap_or(MemgestKind::None),
+    )
+}
+
+/// Create and select the default memgest, then place the lowest `active` ids.
+fn bootstrap(
+    cp: &mut ControlPlane,
+    config: Option<&ClusterConfig>,
+    kind: MemgestKind,
+) -> Vec<Action> {
+    let Some(c) = config else { return Vec::new() };
+    let mut acts = Vec::new();
+    if kind != MemgestKind::None {
+        let name = kind.to_string();
+        if cp.map().memgest_by_name(&name).is_none() {
+            acts.extend(cp.step(
+                mono_ms(),
+                Input::CreateMemgest {
+                    name: name.clone(),
+                    kind,
+                    evictable: None,
+                },
+            ));
+        }
+        acts.extend(cp.step(mono_ms(), Input::SetDefault { name }));
+    }
+    acts.extend(cp.step(mono_ms(), Input::Bootstrap { active: c.active }));
+    acts
+}
+
+/// A command's answer: the first refusal, else `Ok`.
+fn verdict(acts: &[Action]) -> FromControl {
+    acts.iter()
+        .find_map(|a| match a {
+            Action::Rejected(e) => Some(FromControl::Error(e.to_string())),
+            _ => None,
+        })
+        .unwrap_or(FromControl::Ok)
+}
+
+/// Serve the command port: `Drain`, `CreateMemgest`, `SetDefault` go to the leader loop when
+/// this process leads (else an error naming where the leader is recorded); `Watch` answers
+/// the newest map this process has seen in etcd. Runs until aborted.
+pub async fn serve_commands(
+    listener: TcpListener,
+    commands: mpsc::Sender<Command>,
+    status: Arc<LeaderStatus>,
+    map: Arc<dyn Fn() -> Option<Arc<ClusterMap>> + Send + Sync>,
+    keys: Keys,
+) {
+    let conns = Arc::new(AtomicU64::new(0));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        if conns.load(Ordering::Relaxed) >= COMMAND_CONNECTIONS_MAX as u64 {
+            continue; // dropped: closes the connection
+        }
+        conns.fetch_add(1, Ordering::Relaxed);
+        let (commands, status, map, keys, conns) = (
+            commands.clone(),
+            status.clone(),
+            map.clone(),
+            keys.clone(),
+            conns.clone(),
+        );
+        tokio::spawn(async move {
+            let (mut r, mut w) = stream.into_split();
+            while let Ok(req) = read_frame::<ToControl>(&mut r).await {
+                let reply = answer(req, &commands, &status, &*map, &keys).await;
+                let Ok(f) = encode(&reply) else { break };
+                if w.write_all(&f).await.is_err() {
+                    break;
+                }
+            }
+            conns.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+async fn answer(
+    req: ToControl,
+    commands: &mpsc::Sender<Command>,
+    status: &LeaderStatus,
+    map: &(dyn Fn() -> Option<Arc<ClusterMap>> + Send + Sync),
+    keys: &Keys,
+) -> FromControl {
+    #[allow(unreachable_patterns)] // ToControl may grow variants this port does not serve
+    let input = match req {
+        ToControl::Watch => {
+            return match map() {
+                Some(m) => FromControl::Map((*m).clone()),
+                None => FromControl::Error("no cluster map in etcd yet".into()),
+            }
+        }
+        ToControl::Drain { node } => Input::Drain { node: NodeId(node) },
+        ToControl::CreateMemgest { name, kind } => match MemgestKind::parse(&kind) {
+            Ok(kind) => Input::CreateMemgest {
+                name,
+                kind,
+                evictable: None,
+            },
+            Err(e) => return FromControl::Error(e.to_string()),
+        },
+        ToControl::SetDefault { name } => Input::SetDefault { name },
+        other => {
+            return FromControl::Error(format!("not served on the etcd command port: {other:?}"))
+        }
+    };
+    if !status.is_leader() {
+        return FromControl::Error(format!(
+            "this process is not the leader; the leader's control address is in {}",
+            keys.leader()
+        ));
+    }
+    let (tx, rx) = oneshot::channel();
+    if commands.try_send(Command { input, reply: tx }).is_err() {
+        return FromControl::Error("leader busy: command queue full".into());
+    }
+    match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(_)) => FromControl::Error("leader stepped down before answering".into()),
+        Err(_) => FromControl::Error("leader did not answer in time".into()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn rec(inc: u64) -> NodeRecord {
+        NodeRecord {
+            addr: format!("127.0.0.1:{inc}@1"),
+            incarnation: inc,
+        }
+    }
+
+    /// Registrations drive the plane: join, bootstrap, a vanished key fails the node at the
+    /// next tick, a resumed plane continues with higher epochs.
+    #[test]
+    fn registrations_drive_the_plane() {
+        let cfg = ControlConfig {
+            s: 2,
+            d: 1,
+            lease_ms: PLANE_LEASE_MS,
+        };
+        let config = ClusterConfig {
+            expect_nodes: 4,
+            active: 3,
+            default_memgest: Some("rep:3".into()),
+            s: 2,
+            d: 1,
+        };
+        let mut cp = ControlPlane::new(cfg.clone()).unwrap();
+        let mut regs: BTreeMap<NodeId, NodeRecord> =
+            (1..=4).map(|i| (NodeId(i), rec(u64::from(i)))).collect();
+        let acts = feed(&mut cp, &regs);
+        assert!(acts.iter().any(|a| matches!(a, Action::Publish(_))));
+        let kind = bootstrap_due(&cp, Some(&config)).unwrap();
+        assert_eq!(kind, MemgestKind::Rep { r: 3 });
+        let acts = bootstrap(&mut cp, Some(&config), kind);
+        assert_eq!(verdict(&acts), FromControl::Ok);
+        assert!(cp.map().placement.is_some());
+        assert!(bootstrap_due(&cp, Some(&config)).is_none());
+        // Still registered: ticking long after does not fail anyone.
+        std::thread::sleep(Duration::from_millis(PLANE_LEASE_MS + 5));
+        feed(&mut cp, &regs);
+        let acts = cp.step(mono_ms(), Input::Tick);
+        assert!(acts.is_empty(), "{acts:?}");
+        // Node 2's key goes: failed at the next tick, the spare takes its place.
+        let e0 = cp.map().epoch;
+        regs.remove(&NodeId(2));
+        std::thread::sleep(Duration::from_millis(PLANE_LEASE_MS + 5));
+        feed(&mut cp, &regs);
+        cp.step(mono_ms(), Input::Tick);
+        let m = cp.map().clone();
+        assert!(m.epoch > e0);
+        assert_eq!(m.node_state(NodeId(2)), Some(NodeState::Failed));
+        assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Active));
+        // A new leader resumes from the stored map: same map, and the next change is newer.
+        let json = m.to_json().unwrap();
+        let mut cp2 =
+            ControlPlane::resume(cfg, decode_map("k", json.as_bytes()).unwrap(), mono_ms())
+                .unwrap();
+        assert_eq!(**cp2.map(), *m);
+        regs.insert(NodeId(2), rec(20)); // node 2 restarted: a new incarnation
+        let acts = feed(&mut cp2, &regs);
+        let Some(Action::Publish(m2)) = acts.last() else {
+            panic!("{acts:?}")
+        };
+        assert!(m2.epoch > m.epoch);
+        assert_eq!(m2.node_state(NodeId(2)), Some(NodeState::Spare));
+        assert_eq!(m2.nodes[&NodeId(2)].incarnation, 20);
+    }
+}

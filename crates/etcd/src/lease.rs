@@ -1,0 +1,175 @@
+//! The process's etcd lease: its liveness for the whole cluster. The node key and (while
+//! leading) the leader key are bound to it, so both vanish together when the process dies.
+//!
+//! What the rest of the process needs from it is one number, `ok_sent_ms`: the local
+//! monotonic time at which the newest keepalive that etcd answered with a positive TTL was
+//! *sent*. etcd received it later and set the lease's expiry to (arrival + TTL), so the lease
+//! is certainly alive until `ok_sent_ms + ttl`. Heartbeat acks to the local node carry this
+//! time (never a later one), which makes the node stop serving before etcd can expire its key.
+//!
+//! Losing the lease (etcd answers TTL ≤ 0, or nothing proves it alive any more) bumps the
+//! `generation`: the agent fences the node's incarnation (the leader may already have handed
+//! its slots away) and everything bound to the old lease is put again under a new one.
+
+use crate::{call, Backoff, EtcdError, RateLog};
+use parking_lot::Mutex;
+use ringlet_cluster::mono_ms;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Shortest TTL accepted (etcd's own minimum is 1 s with a tuned election timeout, 2 s with
+/// its defaults; it raises a smaller request silently).
+pub const LEASE_TTL_S_MIN: u64 = 1;
+/// Longest TTL accepted: the failover window grows with it.
+pub const LEASE_TTL_S_MAX: u64 = 60;
+
+/// A snapshot of the lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseView {
+    pub id: i64,
+    /// Bumped on every new grant after a loss.
+    pub generation: u64,
+    /// Send time (this process's `mono_ms`) of the newest keepalive or grant etcd answered.
+    pub ok_sent_ms: u64,
+}
+
+/// The lease and its keepalive state.
+#[derive(Debug)]
+pub struct NodeLease {
+    ttl_s: u64,
+    st: Mutex<LeaseView>,
+}
+
+impl NodeLease {
+    /// Grant the first lease.
+    ///
+    /// # Errors
+    /// A TTL out of range or the grant failing.
+    pub async fn grant(
+        client: &mut etcd_client::Client,
+        ttl_s: u64,
+    ) -> Result<Arc<NodeLease>, EtcdError> {
+        if !(LEASE_TTL_S_MIN..=LEASE_TTL_S_MAX).contains(&ttl_s) {
+            return Err(EtcdError::BadConfig(format!(
+                "lease TTL {ttl_s} s outside {LEASE_TTL_S_MIN}..={LEASE_TTL_S_MAX}"
+            )));
+        }
+        let t = mono_ms();
+        let r = call("lease grant", client.lease_grant(ttl_s as i64, None)).await?;
+        Ok(Arc::new(NodeLease {
+            ttl_s,
+            st: Mutex::new(LeaseView {
+                id: r.id(),
+                generation: 1,
+                ok_sent_ms: t,
+            }),
+        }))
+    }
+
+    pub fn view(&self) -> LeaseView {
+        *self.st.lock()
+    }
+
+    pub fn ttl_ms(&self) -> u64 {
+        self.ttl_s * 1000
+    }
+
+    /// Until when (local `mono_ms`) the lease is certainly alive in etcd.
+    pub fn alive_until_ms(&self) -> u64 {
+        self.view().ok_sent_ms.saturating_add(self.ttl_ms())
+    }
+
+    /// Revoke the lease (clean shutdown: the cluster fails this node at once instead of
+    /// after the TTL). Best effort, bounded by the call deadline.
+    pub async fn revoke(&self, client: &mut etcd_client::Client) {
+        let id = self.view().id;
+        let _ = call("lease revoke", client.lease_revoke(id)).await;
+    }
+
+    /// Keep the lease alive forever (until the task is aborted); re-grant after a loss.
+    pub async fn run(self: Arc<Self>, mut client: etcd_client::Client) {
+        // Four keepalives per TTL: one lost or slow answer still leaves half a TTL.
+        let every = Duration::from_millis((self.ttl_ms() / 4).max(100));
+        let mut backoff = Backoff::new();
+        let mut log = RateLog::default();
+        loop {
+            if self.unproven() {
+                self.regrant(&mut client, &mut log).await;
+                continue;
+            }
+            let id = self.view().id;
+            let (mut keeper, mut stream) =
+                match call("lease keepalive open", client.lease_keep_alive(id)).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        log.log(1000, || format!("keepalive stream: {e}"));
+                        backoff.wait().await;
+                        continue;
+                    }
+                };
+            backoff.reset();
+            loop {
+                if self.unproven() {
+                    break;
+                }
+                let t = mono_ms();
+                if call("lease keepalive", keeper.keep_alive()).await.is_err() {
+                    break;
+                }
+                match call("lease keepalive answer", stream.message()).await {
+                    Ok(Some(r)) if r.ttl() > 0 => {
+                        let mut st = self.st.lock();
+                        if st.id == id {
+                            st.ok_sent_ms = st.ok_sent_ms.max(t);
+                        }
+                    }
+                    Ok(Some(_)) => {
+                        // TTL <= 0: etcd says the lease is gone.
+                        log.log(0, || format!("lease {id:x} expired in etcd"));
+                        self.regrant(&mut client, &mut log).await;
+                        break;
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+                tokio::time::sleep(every).await;
+            }
+        }
+    }
+
+    /// Nothing proves the lease alive any more (etcd may have expired it).
+    fn unproven(&self) -> bool {
+        mono_ms() >= self.alive_until_ms()
+    }
+
+    async fn regrant(&self, client: &mut etcd_client::Client, log: &mut RateLog) {
+        let mut backoff = Backoff::new();
+        loop {
+            let t = mono_ms();
+            match call("lease grant", client.lease_grant(self.ttl_s as i64, None)).await {
+                Ok(r) => {
+                    let old = {
+                        let mut st = self.st.lock();
+                        let old = st.id;
+                        *st = LeaseView {
+                            id: r.id(),
+                            generation: st.generation + 1,
+                            ok_sent_ms: t,
+                        };
+                        old
+                    };
+                    eprintln!(
+                        "ringlet-etcd: lease {old:x} lost; new lease {:x} (everything bound to the old one is re-registered)",
+                        r.id()
+                    );
+                    // The old lease may still be alive if only our proof of it lapsed.
+                    let _ = call("lease revoke", client.lease_revoke(old)).await;
+                    return;
+                }
+                Err(e) => {
+                    log.log(1000, || format!("lease grant: {e}"));
+                    backoff.wait().await;
+                }
+            }
+        }
+    }
+}
