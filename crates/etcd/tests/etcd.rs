@@ -1,0 +1,510 @@
+//! The etcd backend against a real etcd (3.4 from apt; `scripts/setup.sh` installs it):
+//! this test starts its own `etcd` on free loopback ports with a temporary data dir, then
+//! five `ringlet-etcd-node` processes (3 active + 2 spares, `rep:3`), and checks through
+//! RESP (the `redis` crate, following `-MOVED`) and through etcd itself:
+//!
+//! 1. the cluster serves SET/GET and its map is stored under the prefix (parsed and
+//!    validated as a `ClusterMap`);
+//! 2. SIGKILL of the leader's process: another process leads, the epoch grows, the victim is
+//!    Failed in the stored map, every acknowledged write is readable;
+//! 3. SIGKILL of a data node: its key vanishes from etcd when its lease expires, the map
+//!    fails it, a spare takes its positions, every acknowledged write is readable (the window
+//!    is printed, not asserted).
+//!
+//! Skips (printing why) when `/usr/bin/etcd` is missing, unless `RINGLET_REQUIRE_ETCD=1`.
+//! Run: `cargo test -p ringlet-etcd --test etcd -- --nocapture`
+
+use ringlet_control::{ClusterMap, NodeState};
+use ringlet_etcd::keys::{decode_map, decode_record, Keys, LeaderRecord};
+use ringlet_types::{key_slot, NodeId};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ETCD: &str = "/usr/bin/etcd";
+const PREFIX: &str = "/ringlet-test";
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn etcd_available() -> bool {
+    if std::path::Path::new(ETCD).exists() {
+        return true;
+    }
+    if std::env::var("RINGLET_REQUIRE_ETCD").as_deref() == Ok("1") {
+        panic!("RINGLET_REQUIRE_ETCD=1 but {ETCD} is missing (scripts/setup.sh installs it)");
+    }
+    eprintln!("SKIPPED: {ETCD} not found (apt-get install etcd-server, or scripts/setup.sh)");
+    false
+}
+
+/// A private single-member etcd. Election timeout 250 ms (heartbeat 25 ms) lets it accept
+/// 1 s leases; the test uses 2 s.
+struct Etcd {
+    _proc: KillOnDrop,
+    _dir: tempfile::TempDir,
+    url: String,
+}
+
+fn start_etcd() -> Etcd {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cport, pport) = (free_port(), free_port());
+    let curl = format!("http://127.0.0.1:{cport}");
+    let purl = format!("http://127.0.0.1:{pport}");
+    let child = Command::new(ETCD)
+        .args([
+            "--name",
+            "t",
+            "--data-dir",
+            &dir.path().join("data").to_string_lossy(),
+            "--listen-client-urls",
+            &curl,
+            "--advertise-client-urls",
+            &curl,
+            "--listen-peer-urls",
+            &purl,
+            "--initial-advertise-peer-urls",
+            &purl,
+            "--initial-cluster",
+            &format!("t={purl}"),
+            "--heartbeat-interval",
+            "25",
+            "--election-timeout",
+            "250",
+            "--log-level",
+            "warn",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn etcd");
+    let e = Etcd {
+        _proc: KillOnDrop(child),
+        _dir: dir,
+        url: curl,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while block_on(ringlet_etcd::connect(
+        std::slice::from_ref(&e.url),
+        Duration::from_secs(1),
+    ))
+    .is_err()
+    {
+        assert!(Instant::now() < deadline, "etcd did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    e
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+/// etcd reads done by the test itself.
+struct EtcdView {
+    url: String,
+    keys: Keys,
+}
+
+impl EtcdView {
+    fn get(&self, key: String) -> Option<Vec<u8>> {
+        block_on(async {
+            let mut c =
+                ringlet_etcd::connect(std::slice::from_ref(&self.url), Duration::from_secs(2))
+                    .await
+                    .ok()?;
+            let r = c.get(key, None).await.ok()?;
+            r.kvs().first().map(|kv| kv.value().to_vec())
+        })
+    }
+    fn map(&self) -> Option<ClusterMap> {
+        let key = self.keys.map();
+        let v = self.get(key.clone())?;
+        Some(decode_map(&key, &v).expect("the stored map decodes and validates"))
+    }
+    fn leader(&self) -> Option<u32> {
+        let key = self.keys.leader();
+        let v = self.get(key.clone())?;
+        Some(
+            decode_record::<LeaderRecord>(&key, &v)
+                .expect("leader record")
+                .node,
+        )
+    }
+    fn node_key_present(&self, id: u32) -> bool {
+        self.get(self.keys.node(NodeId(id))).is_some()
+    }
+}
+
+struct Node {
+    id: u32,
+    addr: SocketAddr,
+    proc: Option<KillOnDrop>,
+}
+
+fn start_node(etcd: &str, id: u32) -> Node {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet-etcd-node"))
+        .args([
+            "--etcd",
+            etcd,
+            "--prefix",
+            PREFIX,
+            "--node-id",
+            &id.to_string(),
+            "--port",
+            "0",
+            "--lease-s",
+            "2",
+            "--memory-mb",
+            "64",
+            "--nodes",
+            "3",
+            "--spares",
+            "2",
+            "--default-memgest",
+            "rep:3",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn node");
+    let out = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(out).lines();
+    let addr = loop {
+        let l = lines
+            .next()
+            .expect("node exited before listening")
+            .expect("read");
+        if let Some(a) = l.strip_prefix("ringlet: listening on ") {
+            break a.parse().expect("addr");
+        }
+    };
+    // Keep draining stdout so the child never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    Node {
+        id,
+        addr,
+        proc: Some(KillOnDrop(child)),
+    }
+}
+
+/// A small Redis Cluster client: slot → node cache, follows `-MOVED`, retries other
+/// errors (a failover in progress) until a deadline.
+struct Kv {
+    seeds: Vec<SocketAddr>,
+    owner: HashMap<u16, SocketAddr>,
+    conns: HashMap<SocketAddr, redis::Connection>,
+    next_seed: usize,
+}
+
+impl Kv {
+    fn new(seeds: Vec<SocketAddr>) -> Kv {
+        Kv {
+            seeds,
+            owner: HashMap::new(),
+            conns: HashMap::new(),
+            next_seed: 0,
+        }
+    }
+
+    fn conn(&mut self, a: SocketAddr) -> Option<&mut redis::Connection> {
+        use std::collections::hash_map::Entry;
+        match self.conns.entry(a) {
+            Entry::Occupied(e) => Some(e.into_mut()),
+            Entry::Vacant(e) => {
+                let c = redis::Client::open(format!("redis://{a}/")).ok()?;
+                let c = c.get_connection_with_timeout(Duration::from_secs(1)).ok()?;
+                c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+                c.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+                Some(e.insert(c))
+            }
+        }
+    }
+
+    fn query(
+        &mut self,
+        cmd: &redis::Cmd,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<redis::Value, String> {
+        let slot = key_slot(key.as_bytes());
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let a = match self.owner.get(&slot) {
+                Some(a) => *a,
+                None => {
+                    self.next_seed = (self.next_seed + 1) % self.seeds.len();
+                    self.seeds[self.next_seed]
+                }
+            };
+            let r = match self.conn(a) {
+                Some(c) => cmd.query::<redis::Value>(c),
+                None => {
+                    self.owner.remove(&slot);
+                    last = format!("connect {a} failed");
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+            };
+            match r {
+                Ok(v) => return Ok(v),
+                Err(e) if e.kind() == redis::ErrorKind::Moved => {
+                    if let Some((to, _)) = e.redirect_node() {
+                        if let Ok(to) = to.parse() {
+                            self.owner.insert(slot, to);
+                            continue;
+                        }
+                    }
+                    last = e.to_string();
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    self.conns.remove(&a);
+                    self.owner.remove(&slot);
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        Err(format!("{key}: gave up: {last}"))
+    }
+
+    fn set(&mut self, k: &str, v: &str) -> Result<(), String> {
+        let mut c = redis::cmd("SET");
+        c.arg(k).arg(v);
+        match self.query(&c, k, Instant::now() + Duration::from_secs(30))? {
+            redis::Value::Okay => Ok(()),
+            other => Err(format!("SET {k}: {other:?}")),
+        }
+    }
+
+    /// The keys of `keys` that do not (yet) read back their value; one try each.
+    fn unreadable(&mut self, keys: &[(String, String)]) -> Vec<(String, String)> {
+        let mut left = Vec::new();
+        for (k, v) in keys {
+            let mut c = redis::cmd("GET");
+            c.arg(k);
+            let ok = matches!(
+                self.query(&c, k, Instant::now() + Duration::from_millis(500)),
+                Ok(redis::Value::BulkString(b)) if b == v.as_bytes()
+            );
+            if !ok {
+                left.push((k.clone(), v.clone()));
+            }
+        }
+        left
+    }
+
+    fn forget(&mut self, dead: SocketAddr) {
+        self.seeds.retain(|a| *a != dead);
+        self.conns.remove(&dead);
+        self.owner.retain(|_, a| *a != dead);
+    }
+}
+
+fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Poll until every key reads back; returns how long it took.
+fn all_readable(kv: &mut Kv, keys: &[(String, String)], secs: u64) -> Duration {
+    let t = Instant::now();
+    let mut left = keys.to_vec();
+    while !left.is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{} acknowledged keys still unreadable, e.g. {:?}",
+            left.len(),
+            left.first()
+        );
+        left = kv.unreadable(&left);
+    }
+    t.elapsed()
+}
+
+#[test]
+fn etcd_cluster_serves_elects_and_fails_over() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = start_etcd();
+    let view = EtcdView {
+        url: etcd.url.clone(),
+        keys: Keys::new(PREFIX).expect("prefix"),
+    };
+    let mut nodes: Vec<Node> = (1..=5).map(|id| start_node(&etcd.url, id)).collect();
+    let seeds: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+
+    // 1. Bootstrapped map in etcd, cluster serving.
+    let map = wait_for("a bootstrapped map in etcd", 30, || {
+        view.map().filter(|m| m.placement.is_some())
+    });
+    assert_eq!(map.nodes.len(), 5);
+    let active = map
+        .nodes
+        .values()
+        .filter(|n| n.state == NodeState::Active)
+        .count();
+    assert_eq!(active, 3, "{map:?}");
+    for id in 1..=5 {
+        assert!(view.node_key_present(id), "node {id} has no lease key");
+    }
+    let mut kv = Kv::new(seeds.clone());
+    let keys: Vec<(String, String)> = (0..1500)
+        .map(|i| (format!("k:{i}"), format!("v{i}")))
+        .collect();
+    for (k, v) in &keys {
+        kv.set(k, v).expect("SET");
+    }
+    all_readable(&mut kv, &keys, 30);
+    eprintln!(
+        "bootstrapped at epoch {}, {} keys written and read",
+        map.epoch,
+        keys.len()
+    );
+
+    // 2. SIGKILL the leader's process.
+    let leader = wait_for("a leader", 10, || view.leader());
+    let e_before = view.map().expect("map").epoch;
+    let victim = nodes
+        .iter_mut()
+        .find(|n| n.id == leader)
+        .expect("leader is ours");
+    let dead_addr = victim.addr;
+    victim.proc = None; // SIGKILL (Child::kill) + wait
+    let killed = Instant::now();
+    kv.forget(dead_addr);
+    let new_leader = wait_for("a new leader", 30, || {
+        view.leader().filter(|l| *l != leader)
+    });
+    let m = wait_for("the old leader failed in the map", 30, || {
+        view.map()
+            .filter(|m| m.node_state(NodeId(leader)) == Some(NodeState::Failed))
+    });
+    assert!(m.epoch > e_before, "epoch {} after {e_before}", m.epoch);
+    let t_map = killed.elapsed();
+    let t_read = all_readable(&mut kv, &keys, 60) + t_map;
+    eprintln!(
+        "LEADER KILL: node {leader} -> node {new_leader} leads; epoch {e_before} -> {}; map failed the victim after {} ms; all keys readable after {} ms",
+        m.epoch,
+        t_map.as_millis(),
+        t_read.as_millis()
+    );
+
+    // 3. SIGKILL a data node that does not lead (a spare must still be there to take over).
+    let m = wait_for("a spare", 30, || {
+        view.map()
+            .filter(|m| m.nodes.values().any(|n| n.state == NodeState::Spare))
+    });
+    let current_leader = view.leader().expect("leader");
+    let victim_id = m
+        .nodes
+        .iter()
+        .find(|(id, n)| n.state == NodeState::Active && id.0 != current_leader)
+        .map(|(id, _)| id.0)
+        .expect("an active non-leader");
+    let victim = nodes.iter_mut().find(|n| n.id == victim_id).expect("ours");
+    let dead_addr = victim.addr;
+    let e_before = m.epoch;
+    // The victim's keys: those whose slot it coordinates (the failover window is theirs).
+    let coordinated: Vec<(String, String)> = keys
+        .iter()
+        .filter(|(k, _)| m.coordinator(key_slot(k.as_bytes())) == Some(NodeId(victim_id)))
+        .cloned()
+        .collect();
+    victim.proc = None;
+    let killed = Instant::now();
+    kv.forget(dead_addr);
+    wait_for("the victim's lease key to expire in etcd", 30, || {
+        (!view.node_key_present(victim_id)).then_some(())
+    });
+    let t_lease = killed.elapsed();
+    let m2 = wait_for("the victim failed and replaced", 30, || {
+        view.map()
+            .filter(|m| m.node_state(NodeId(victim_id)) == Some(NodeState::Failed))
+    });
+    let t_map = killed.elapsed();
+    assert!(m2.epoch > e_before);
+    let members = m2.placement.as_ref().expect("placement").members();
+    assert!(!members.contains(&NodeId(victim_id)));
+    assert_eq!(
+        m2.nodes
+            .iter()
+            .filter(|(id, n)| n.state == NodeState::Active && members.contains(id))
+            .count(),
+        3,
+        "a spare took the failed node's positions: {m2:?}"
+    );
+    let t_coord = all_readable(&mut kv, &coordinated, 60) + t_map;
+    let t_all = all_readable(&mut kv, &keys, 60) + t_map;
+    eprintln!(
+        "DATA NODE KILL: node {victim_id}: lease key gone after {} ms, map epoch {e_before} -> {} after {} ms, its {} coordinated keys readable after {} ms, all {} keys after {} ms",
+        t_lease.as_millis(),
+        m2.epoch,
+        t_map.as_millis(),
+        coordinated.len(),
+        t_coord.as_millis(),
+        keys.len(),
+        t_all.as_millis()
+    );
+    // Writes still work after both failures.
+    kv.set("after", "failover").expect("SET after failover");
+    assert!(kv
+        .unreadable(&[("after".into(), "failover".into())])
+        .is_empty());
+}
+
+#[test]
+fn unreachable_etcd_is_a_clear_error() {
+    let port = free_port(); // nothing listens there
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_ringlet-etcd-node"))
+        .args([
+            "--etcd",
+            &format!("127.0.0.1:{port}"),
+            "--node-id",
+            "1",
+            "--port",
+            "0",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot reach etcd at http://127.0.0.1:"),
+        "stderr: {err}"
+    );
+    eprintln!(
+        "unreachable etcd reported after {:?}: {}",
+        t.elapsed(),
+        err.trim()
+    );
+}
