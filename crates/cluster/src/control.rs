@@ -10,6 +10,8 @@
 //!  node ──Join/Heartbeat──▶ service ──step──▶ backend (ControlPlane)
 //!       ◀──Map (every epoch, pushed) / HeartbeatAck / Fenced──
 //!  ringlet node drain ID ──Drain──▶ service ──▶ Ok | Error
+//!  node ──Usage (per-memgest keys/bytes, every 100 ms)──▶ service (drop checks, INFO)
+//!  MEMGEST CREATE/DROP/DEFAULT ──▶ service ──▶ Ok | Error;  MEMGEST LIST/INFO ──▶ Memgests
 //! ```
 //!
 //! Why JSON here and binary on peer links: control traffic is a few frames per node per
@@ -21,9 +23,13 @@
 
 use crate::mono_ms;
 use parking_lot::Mutex;
-use ringlet_control::{Action, ClusterMap, ControlConfig, ControlPlane, Input};
-use ringlet_types::{Epoch, MemgestKind, NodeId};
+use ringlet_control::{
+    memgest_reports, Action, ClusterMap, ControlConfig, ControlError, ControlPlane, Input,
+    MemgestReport, MemgestUsage, ModelRates, UsageReport,
+};
+use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,9 +48,14 @@ pub const CONTROL_QUEUE_FRAMES_MAX: usize = 1024;
 pub const CONTROL_CONNECTIONS_MAX: usize = ringlet_control::map::NODES_MAX * 2;
 /// How often the service ticks the backend (lease expiry is detected within this).
 pub const CONTROL_TICK_MS: u64 = 50;
+/// Longest a `DropMemgest` request waits for every node's usage report after closing the
+/// memgest; past it the drop is cancelled (the memgest reopens) and refused. Reports come
+/// every [`crate::node::USAGE_REPORT_MS`], the settle time is `ringlet_control::plane::
+/// DROP_SETTLE_MS`.
+pub const DROP_WAIT_MS: u64 = 3_000;
 
 /// Requests to the control plane.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ToControl {
     Join {
         node: u32,
@@ -69,16 +80,35 @@ pub enum ToControl {
     SetDefault {
         name: String,
     },
+    /// Drop a memgest; refused while any node holds keys of it (answered once decided, up
+    /// to [`DROP_WAIT_MS`] later).
+    DropMemgest {
+        name: String,
+    },
+    /// A node's per-memgest counts: `(memgest id, keys, bytes)` of every copy it holds.
+    Usage {
+        node: u32,
+        incarnation: u64,
+        epoch: u64,
+        memgests: Vec<(u16, u64, u64)>,
+    },
+    /// `MEMGEST LIST/INFO`: reports of every memgest, reliability for the given rates
+    /// (defaults: [`ModelRates::default`]).
+    Memgests {
+        mttf_hours: Option<f64>,
+        rebuild_hours: Option<f64>,
+    },
 }
 
 /// Messages from the control plane.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum FromControl {
     Map(ClusterMap),
     HeartbeatAck { incarnation: u64, sent_ms: u64 },
     Fenced { incarnation: u64 },
     Ok,
     Error(String),
+    Memgests(Vec<MemgestReport>),
 }
 
 /// A control frame that cannot be read.
@@ -141,6 +171,11 @@ pub trait ControlBackend: Send + Sync + 'static {
     fn step(&self, input: Input) -> Vec<Action>;
     /// The current map.
     fn map(&self) -> Arc<ClusterMap>;
+    /// The nodes' latest usage reports (`MEMGEST INFO`). A backend that does not keep them
+    /// reports none.
+    fn usage(&self) -> BTreeMap<NodeId, UsageReport> {
+        BTreeMap::new()
+    }
 }
 
 /// [`ControlPlane`] behind a mutex, clocked by [`mono_ms`].
@@ -167,6 +202,9 @@ impl ControlBackend for EmbeddedBackend {
     }
     fn map(&self) -> Arc<ClusterMap> {
         self.cp.lock().map().clone()
+    }
+    fn usage(&self) -> BTreeMap<NodeId, UsageReport> {
+        self.cp.lock().usage().clone()
     }
 }
 
@@ -373,6 +411,18 @@ impl ControlService {
             }
         });
         while let Ok(req) = read_frame::<ToControl>(&mut r).await {
+            if let ToControl::DropMemgest { name } = req {
+                // Decided over several report intervals: answer from a task so this
+                // connection's other frames keep flowing.
+                let s = self.clone();
+                tokio::spawn(async move {
+                    let rep = s.drop_memgest(name).await;
+                    if let Ok(f) = encode(&rep) {
+                        s.send_to_conn(id, f);
+                    }
+                });
+                continue;
+            }
             let reply = self.handle(id, req);
             if let Some(rep) = reply {
                 if let Ok(f) = encode(&rep) {
@@ -442,6 +492,75 @@ impl ControlService {
                 let a = self.backend.step(Input::SetDefault { name });
                 self.carry_out(a, Some(conn))
             }
+            ToControl::DropMemgest { .. } => {
+                Some(FromControl::Error("internal: drop not routed".into()))
+            }
+            ToControl::Usage {
+                node,
+                incarnation,
+                epoch,
+                memgests,
+            } => {
+                let memgests = memgests
+                    .into_iter()
+                    .map(|(id, keys, bytes)| (MemgestId(id), MemgestUsage { keys, bytes }))
+                    .collect();
+                let a = self.backend.step(Input::Usage {
+                    node: NodeId(node),
+                    incarnation,
+                    epoch: Epoch(epoch),
+                    memgests,
+                });
+                self.carry_out(a, None)
+            }
+            ToControl::Memgests {
+                mttf_hours,
+                rebuild_hours,
+            } => {
+                let d = ModelRates::default();
+                let rates = ModelRates {
+                    mttf_hours: mttf_hours.unwrap_or(d.mttf_hours),
+                    rebuild_hours: rebuild_hours.unwrap_or(d.rebuild_hours),
+                };
+                Some(FromControl::Memgests(memgest_reports(
+                    &self.backend.map(),
+                    &self.backend.usage(),
+                    rates,
+                )))
+            }
+        }
+    }
+
+    /// Close `name`, wait for every node's usage report at the closing epoch, then drop it or
+    /// refuse (see `ringlet_control::Input::DropMemgest`).
+    async fn drop_memgest(&self, name: String) -> FromControl {
+        let deadline = std::time::Instant::now() + Duration::from_millis(DROP_WAIT_MS);
+        loop {
+            let a = self.backend.step(Input::DropMemgest { name: name.clone() });
+            let pending = a
+                .iter()
+                .any(|x| matches!(x, Action::Rejected(ControlError::DropPending(_))));
+            let verdict = self.carry_out(a, Some(0)).unwrap_or(FromControl::Ok);
+            if !pending {
+                let closed_only = verdict == FromControl::Ok
+                    && self
+                        .backend
+                        .map()
+                        .memgest_by_name(&name)
+                        .and_then(|id| self.backend.map().memgests.get(&id).map(|m| m.closing))
+                        .unwrap_or(false);
+                if !closed_only {
+                    return verdict;
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                let a = self.backend.step(Input::CancelDrop { name: name.clone() });
+                self.carry_out(a, None);
+                return FromControl::Error(format!(
+                    "memgest {name}: not every node reported its keys within {DROP_WAIT_MS} ms; drop cancelled"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(CONTROL_TICK_MS)).await;
         }
     }
 }

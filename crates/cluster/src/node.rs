@@ -88,6 +88,11 @@ enum Event {
 /// successor's rebuild rather than abandoned (a few replication round trips).
 const DRAIN_HANDOVER_MS: u64 = 300;
 
+/// How often a node reports its per-memgest key and byte counts to the control plane
+/// (`MEMGEST INFO`, and the check that refuses to drop a memgest that still holds keys).
+/// Engine statistics cost a pass over 16,384 slot counters under the engine lock (tens of µs).
+pub const USAGE_REPORT_MS: u64 = 100;
+
 /// Control messages waiting for the driver (maps, acks, fences): a handful per heartbeat.
 const CONTROL_PENDING_MAX: usize = 1024;
 
@@ -110,6 +115,8 @@ struct Shared {
     stats: NodeStats,
     /// Priority lane for control messages, drained before every queued event.
     control: Mutex<std::collections::VecDeque<FromControl>>,
+    /// The control service's address (front ends send memgest commands there).
+    control_addr: String,
 }
 
 /// A running cluster node. Cheap to clone.
@@ -145,6 +152,7 @@ impl ClusterNode {
             next_client: AtomicU64::new(1),
             stats: NodeStats::default(),
             control: Mutex::new(std::collections::VecDeque::new()),
+            control_addr: cfg.control_addr.clone(),
         });
         let s2 = shared.clone();
         let inbound: Inbound = Arc::new(move |from, msg| {
@@ -187,6 +195,8 @@ impl ClusterNode {
             was_pulling: false,
             pulls_done: 0,
             deferred: None,
+            engine: engine.clone(),
+            next_usage_ms: 0,
         };
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
@@ -205,6 +215,11 @@ impl ClusterNode {
 
     pub fn id(&self) -> NodeId {
         self.shared.id
+    }
+
+    /// Address of the control service this node reports to.
+    pub fn control_addr(&self) -> &str {
+        &self.shared.control_addr
     }
 
     /// The newest map the node applied.
@@ -281,6 +296,8 @@ struct Driver {
     pulls_done: u64,
     /// A map held back during a drain hand-over, and until when (see `handle`).
     deferred: Option<(Arc<ClusterMap>, u64)>,
+    engine: Arc<Mutex<Engine>>,
+    next_usage_ms: u64,
 }
 
 impl Driver {
@@ -293,6 +310,10 @@ impl Driver {
                 next_tick = now + self.tick_ms;
                 // Replies whose requester gave up: forget them (bounds `waiting`).
                 self.waiting.retain(|_, tx| !tx.is_closed());
+                if now >= self.next_usage_ms {
+                    self.next_usage_ms = now + USAGE_REPORT_MS;
+                    self.report_usage();
+                }
             }
             let pending: Vec<FromControl> = self.shared.control.lock().drain(..).collect();
             for m in pending {
@@ -369,10 +390,30 @@ impl Driver {
                     self.shared.stats.fenced.fetch_add(1, Ordering::Relaxed);
                     self.step(Input::Fenced { incarnation })
                 }
-                FromControl::Ok | FromControl::Error(_) => {}
+                FromControl::Ok | FromControl::Error(_) | FromControl::Memgests(_) => {}
             },
             Event::Wake | Event::Stop => {}
         }
+    }
+
+    /// Send the engine's per-memgest counts (every copy this node holds) with the epoch they
+    /// were counted at: the control plane trusts a zero only from a count made after the
+    /// node applied the map that closed the memgest.
+    fn report_usage(&self) {
+        let memgests: Vec<(u16, u64, u64)> = self
+            .engine
+            .lock()
+            .stats()
+            .per_memgest
+            .iter()
+            .map(|(id, u)| (id.0, u.keys, u.bytes))
+            .collect();
+        let _ = self.control.send(ToControl::Usage {
+            node: self.shared.id.0,
+            incarnation: self.replica.incarnation(),
+            epoch: self.replica.epoch().0,
+            memgests,
+        });
     }
 
     fn set_peers(&self, map: &ClusterMap) {

@@ -17,15 +17,23 @@
 //! window in which a failover completes without the client seeing an error. Past it: `-TRYAGAIN`.
 //! An `Ambiguous` write answers `-ERR` and says so: the client must treat it as unknown.
 //!
+//! Memgest commands (docs/design/memgest-commands.md): `MEMGEST CREATE|DROP|LIST|DEFAULT|INFO`
+//! go to the control plane from any node; `SET key value ... MEMGEST name`,
+//! `MEMGEST MOVE key name` and `MEMGEST KEY key` route by key like any data command. MOVE
+//! runs on the coordinator under the key's lock: read the committed value, write it under the
+//! new memgest with a new version; readers see the old version until the new one commits,
+//! never a missing key; the replica core retires the old copies.
+//!
 //! Not supported in cluster mode (answered with an error): TTLs, multi-slot commands
 //! (`-CROSSSLOT`, as Redis), KEYS/SCAN, transactions.
 
+use crate::control::{FromControl, ToControl};
 use crate::node::{client_addr, ClusterNode, SubmitError};
 use parking_lot::Mutex;
 use ringlet_codec::resp::{Proto, Reply, Request, RequestDecoder};
-use ringlet_control::{ClusterMap, NodeState};
+use ringlet_control::{ClusterMap, MemgestReport, NodeState};
 use ringlet_replica::{ClientOp, ClientReply};
-use ringlet_types::{key_slot, limits, NodeId, Slot};
+use ringlet_types::{key_slot, limits, MemgestId, MemgestKind, NodeId, Slot};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +50,13 @@ const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(50);
 const PIPELINE_BATCH_MAX: usize = 1024;
 /// Keys with an RMW lock held at once: bounded by connections (one command each).
 const KEY_LOCKS_MAX: usize = limits::CONNECTIONS_MAX as usize;
+
+/// Longest a memgest command waits for the control plane (a drop waits for usage reports:
+/// `control::DROP_WAIT_MS`, plus margin).
+const CONTROL_DEADLINE: Duration = Duration::from_millis(crate::control::DROP_WAIT_MS + 2_000);
+/// Longest a write naming a memgest this node's map does not know yet waits for the map
+/// (a memgest created through another node reaches every node within a push).
+const MEMGEST_MAP_WAIT: Duration = Duration::from_secs(2);
 
 const AMBIGUOUS: &str = "ERR ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect";
 
@@ -243,6 +258,11 @@ impl Front {
                     ClientReply::NoSuchMemgest => {
                         return Err(err("ERR the memgest does not exist or is not supported"))
                     }
+                    ClientReply::Unsupported => {
+                        return Err(err(
+                            "ERR this memgest's scheme is not supported by the node yet (nothing was written)",
+                        ))
+                    }
                     body => return Ok(body),
                 },
             };
@@ -303,11 +323,21 @@ impl Front {
     }
 
     async fn write(&self, key: &[u8], value: Option<Vec<u8>>) -> Result<(), Reply> {
+        self.write_in(key, value, None).await
+    }
+
+    /// A write under `memgest` (`None`: the map's default; ignored for a delete).
+    async fn write_in(
+        &self,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+        memgest: Option<MemgestId>,
+    ) -> Result<(), Reply> {
         let op = match value {
             Some(value) => ClientOp::Set {
                 key: key.to_vec(),
                 value,
-                memgest: None,
+                memgest,
             },
             None => ClientOp::Delete { key: key.to_vec() },
         };
@@ -399,6 +429,7 @@ impl Front {
             "info" => Ok(Reply::Bulk(self.info().into_bytes())),
             "dbsize" => Ok(Reply::Integer(self.node.engine().lock().len() as i64)),
             "cluster" => self.cluster(argv),
+            "memgest" => self.memgest(argv).await,
             "get" => {
                 arity(2)?;
                 if let Some(m) = self.moved(key_slot(a(1))) {
@@ -409,11 +440,17 @@ impl Front {
             "set" => {
                 arity(3)?;
                 let (mut nx, mut xx, mut get) = (false, false, false);
-                for o in &argv[3..] {
+                let mut memgest_name: Option<&[u8]> = None;
+                let mut opts = argv[3..].iter();
+                while let Some(o) = opts.next() {
                     match String::from_utf8_lossy(o).to_ascii_lowercase().as_str() {
                         "nx" => nx = true,
                         "xx" => xx = true,
                         "get" => get = true,
+                        "memgest" => match opts.next() {
+                            Some(n) => memgest_name = Some(n),
+                            None => return Err(err("ERR syntax error")),
+                        },
                         "ex" | "px" | "exat" | "pxat" | "keepttl" => {
                             return Err(err("ERR TTLs are not supported in cluster mode yet"))
                         }
@@ -426,6 +463,10 @@ impl Front {
                 if let Some(m) = self.moved(key_slot(a(1))) {
                     return Err(m);
                 }
+                let memgest = match memgest_name {
+                    Some(n) => Some(self.writable_memgest(n).await?),
+                    None => None,
+                };
                 let _g = self.lock(a(1)).await?;
                 let old = if nx || xx || get {
                     Some(self.get(a(1)).await?)
@@ -435,8 +476,10 @@ impl Front {
                 let exists = old.as_ref().is_some_and(|o| o.is_some());
                 let ok = !(nx && exists || xx && !exists);
                 if ok {
-                    if nx || xx || get {
-                        self.write(a(1), Some(a(2).to_vec())).await?;
+                    if nx || xx || get || memgest.is_some() {
+                        // Ambiguity is not resolved by value here: with a memgest named,
+                        // an equal value does not say which scheme holds it.
+                        self.write_in(a(1), Some(a(2).to_vec()), memgest).await?;
                     } else {
                         self.write_resolving(a(1), Some(a(2).to_vec())).await?;
                     }
@@ -580,6 +623,264 @@ impl Front {
         }
     }
 
+    /// The id of memgest `name` for a new write: it must exist and not be closing. A name
+    /// this node's map does not know yet is waited for briefly (created through another
+    /// node, the map push may still be on its way).
+    async fn writable_memgest(&self, name: &[u8]) -> Result<MemgestId, Reply> {
+        let name = std::str::from_utf8(name).map_err(|_| err("ERR no such memgest"))?;
+        let deadline = Instant::now() + MEMGEST_MAP_WAIT;
+        loop {
+            if let Some(map) = self.node.map() {
+                if let Some(id) = map.memgest_by_name(name) {
+                    return match map.writable_memgest(name) {
+                        Some(_) => Ok(id),
+                        None => Err(err(format!("ERR memgest '{name}' is being dropped"))),
+                    };
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(err(format!("ERR no such memgest '{name}'")));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// One request to the control plane.
+    async fn control(&self, req: ToControl) -> Result<FromControl, Reply> {
+        match tokio::time::timeout(
+            CONTROL_DEADLINE,
+            crate::control::request(self.node.control_addr(), &req),
+        )
+        .await
+        {
+            Ok(Ok(FromControl::Error(e))) => Err(err(format!("ERR {e}"))),
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(err(format!("CLUSTERDOWN control plane unreachable: {e}"))),
+            Err(_) => Err(err("TRYAGAIN the control plane did not answer in time")),
+        }
+    }
+
+    /// Wait until this node's map satisfies `done` (so a command that changed the map is
+    /// followed by commands on this connection that see the change).
+    async fn await_map(&self, done: impl Fn(&ClusterMap) -> bool) {
+        let deadline = Instant::now() + MEMGEST_MAP_WAIT;
+        while Instant::now() < deadline {
+            if self.node.map().is_some_and(|m| done(&m)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn memgest_reports(
+        &self,
+        mttf_hours: Option<f64>,
+        rebuild_hours: Option<f64>,
+    ) -> Result<Vec<MemgestReport>, Reply> {
+        match self
+            .control(ToControl::Memgests {
+                mttf_hours,
+                rebuild_hours,
+            })
+            .await?
+        {
+            FromControl::Memgests(v) => Ok(v),
+            other => Err(err(format!("ERR unexpected control reply {other:?}"))),
+        }
+    }
+
+    /// `MEMGEST CREATE|DROP|LIST|DEFAULT|INFO|MOVE|KEY` (module doc).
+    async fn memgest(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let sub = argv
+            .get(1)
+            .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+            .unwrap_or_default();
+        let wrong = || {
+            err(format!(
+                "ERR wrong number of arguments for 'memgest|{sub}' command"
+            ))
+        };
+        let text = |i: usize| -> Result<String, Reply> {
+            let v = argv.get(i).ok_or_else(wrong)?;
+            String::from_utf8(v.clone()).map_err(|_| err("ERR memgest names are UTF-8"))
+        };
+        match sub.as_str() {
+            "create" => {
+                let name = text(2)?;
+                let kind = parse_descriptor(&argv[3.min(argv.len())..])?;
+                self.control(ToControl::CreateMemgest {
+                    name: name.clone(),
+                    kind: kind.to_string(),
+                })
+                .await?;
+                self.await_map(|m| m.memgest_by_name(&name).is_some()).await;
+                Ok(Reply::ok())
+            }
+            "drop" => {
+                if argv.len() != 3 {
+                    return Err(wrong());
+                }
+                let name = text(2)?;
+                self.control(ToControl::DropMemgest { name: name.clone() })
+                    .await?;
+                self.await_map(|m| m.memgest_by_name(&name).is_none()).await;
+                Ok(Reply::ok())
+            }
+            "default" => {
+                if argv.len() != 3 {
+                    return Err(wrong());
+                }
+                let name = text(2)?;
+                self.control(ToControl::SetDefault { name: name.clone() })
+                    .await?;
+                self.await_map(|m| {
+                    m.memgest_by_name(&name)
+                        .is_some_and(|id| id == m.default_memgest)
+                })
+                .await;
+                Ok(Reply::ok())
+            }
+            "list" => {
+                if argv.len() != 2 {
+                    return Err(wrong());
+                }
+                let reps = self.memgest_reports(None, None).await?;
+                Ok(Reply::Array(
+                    reps.into_iter()
+                        .map(|r| {
+                            Reply::Array(vec![
+                                Reply::Bulk(r.name.into_bytes()),
+                                Reply::Bulk(r.descriptor.into_bytes()),
+                                Reply::Integer(i64::from(r.default)),
+                                Reply::Integer(r.keys.min(i64::MAX as u64) as i64),
+                                Reply::Integer(i64::from(r.closing)),
+                            ])
+                        })
+                        .collect(),
+                ))
+            }
+            "info" => {
+                // MEMGEST INFO [name] [MTTF hours] [REBUILD hours]
+                let mut name = None;
+                let (mut mttf, mut rebuild) = (None, None);
+                let mut i = 2;
+                while i < argv.len() {
+                    let w = String::from_utf8_lossy(&argv[i]).to_ascii_lowercase();
+                    let num = |j: usize| -> Result<f64, Reply> {
+                        argv.get(j)
+                            .and_then(|v| std::str::from_utf8(v).ok())
+                            .and_then(|v| v.parse::<f64>().ok())
+                            .filter(|x| x.is_finite() && *x > 0.0)
+                            .ok_or_else(|| {
+                                err("ERR MTTF and REBUILD take a positive number of hours")
+                            })
+                    };
+                    match w.as_str() {
+                        "mttf" => {
+                            mttf = Some(num(i + 1)?);
+                            i += 2;
+                        }
+                        "rebuild" => {
+                            rebuild = Some(num(i + 1)?);
+                            i += 2;
+                        }
+                        _ if i == 2 => {
+                            name = Some(text(2)?);
+                            i += 1;
+                        }
+                        _ => return Err(err("ERR syntax error")),
+                    }
+                }
+                let reps = self.memgest_reports(mttf, rebuild).await?;
+                let chosen: Vec<&MemgestReport> = match &name {
+                    Some(n) => {
+                        let r = reps
+                            .iter()
+                            .find(|r| &r.name == n)
+                            .ok_or_else(|| err(format!("ERR no such memgest '{n}'")))?;
+                        vec![r]
+                    }
+                    None => reps.iter().collect(),
+                };
+                Ok(Reply::Bulk(
+                    chosen
+                        .iter()
+                        .map(|r| memgest_info_text(r))
+                        .collect::<Vec<_>>()
+                        .join("\r\n")
+                        .into_bytes(),
+                ))
+            }
+            "move" => {
+                if argv.len() != 4 {
+                    return Err(wrong());
+                }
+                let key = &argv[2][..];
+                if let Some(m) = self.moved(key_slot(key)) {
+                    return Err(m);
+                }
+                let memgest = self.writable_memgest(&argv[3]).await?;
+                let _g = self.lock(key).await?;
+                let Some(value) = self.get(key).await? else {
+                    return Err(err("ERR no such key"));
+                };
+                self.write_in(key, Some(value), Some(memgest)).await?;
+                Ok(Reply::ok())
+            }
+            "key" => {
+                if argv.len() != 3 {
+                    return Err(wrong());
+                }
+                let key = &argv[2][..];
+                if let Some(m) = self.moved(key_slot(key)) {
+                    return Err(m);
+                }
+                match self
+                    .run(ClientOp::ReadReplica { key: key.to_vec() })
+                    .await?
+                {
+                    ClientReply::Replica { value: None, .. } => Ok(Reply::Null),
+                    ClientReply::Replica {
+                        version, memgest, ..
+                    } => {
+                        let map = self.node.map();
+                        let (name, kind) = map
+                            .as_ref()
+                            .and_then(|m| m.memgests.get(&memgest))
+                            .map_or_else(
+                                || (format!("#{}", memgest.0), "none".to_string()),
+                                |i| (i.name.clone(), i.kind.to_string()),
+                            );
+                        Ok(Reply::Array(vec![
+                            Reply::Bulk(name.into_bytes()),
+                            Reply::Bulk(kind.into_bytes()),
+                            Reply::Bulk(version.to_string().into_bytes()),
+                        ]))
+                    }
+                    other => Err(err(format!("ERR unexpected reply {other:?}"))),
+                }
+            }
+            "help" => Ok(Reply::Array(
+                [
+                    "MEMGEST CREATE <name> none|rep <R>|ec <K> <M>",
+                    "MEMGEST DROP <name>  (refused while keys live in it)",
+                    "MEMGEST DEFAULT <name>",
+                    "MEMGEST LIST  -> [name, descriptor, default, keys, closing] per memgest",
+                    "MEMGEST INFO [<name>] [MTTF <hours>] [REBUILD <hours>]",
+                    "MEMGEST MOVE <key> <name>",
+                    "MEMGEST KEY <key>  -> [name, descriptor, version]",
+                    "SET <key> <value> [NX|XX] [GET] [MEMGEST <name>]",
+                ]
+                .iter()
+                .map(|l| Reply::Simple(l.as_bytes().to_vec()))
+                .collect(),
+            )),
+            _ => Err(err(format!(
+                "ERR unknown subcommand '{sub}'. Try MEMGEST HELP."
+            ))),
+        }
+    }
+
     fn info(&self) -> String {
         let map = self.map();
         format!(
@@ -620,6 +921,68 @@ impl Front {
             ))),
         }
     }
+}
+
+/// A memgest descriptor from `MEMGEST CREATE`'s arguments: `none`, `rep R`, `ec K M`, or
+/// one word `rep:R` / `ec:K+M`.
+fn parse_descriptor(args: &[Vec<u8>]) -> Result<MemgestKind, Reply> {
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let desc = match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [one] => one.to_string(),
+        ["rep", r] => format!("rep:{r}"),
+        ["ec", k, m] => format!("ec:{k}+{m}"),
+        _ => {
+            return Err(err(
+                "ERR syntax error: MEMGEST CREATE <name> none|rep <R>|ec <K> <M>",
+            ))
+        }
+    };
+    MemgestKind::parse(&desc).map_err(|e| err(format!("ERR {e}")))
+}
+
+fn opt_num(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_string(), |v| format!("{v}"))
+}
+
+/// `MEMGEST INFO`'s text for one memgest: `field:value` lines, like Redis INFO.
+pub fn memgest_info_text(r: &MemgestReport) -> String {
+    let per_key = if r.stored_keys > 0 {
+        format!("{:.1}", r.stored_bytes as f64 / r.stored_keys as f64)
+    } else {
+        "-".to_string()
+    };
+    let mut s = format!(
+        "# Memgest {}\r\nname:{}\r\nid:{}\r\ndescriptor:{}\r\ndefault:{}\r\nclosing:{}\r\nevictable:{}\r\nfailures_tolerated:{}\r\nmemory_per_payload_byte:{:.4}\r\nkeys:{}\r\nstored_keys:{}\r\nstored_bytes:{}\r\nstored_bytes_per_stored_key:{}\r\nnodes_reporting:{}\r\nnodes_holding:{}\r\nmodel_data_nodes:{}\r\nmodel_mttf_hours:{}\r\nmodel_rebuild_hours:{}\r\nannual_loss_probability:{}\r\nreliability_nines:{}\r\nannual_availability:{}\r\navailability_nines:{}\r\n",
+        r.name,
+        r.name,
+        r.id,
+        r.descriptor,
+        u8::from(r.default),
+        u8::from(r.closing),
+        u8::from(r.evictable),
+        r.failures_tolerated,
+        r.nominal_overhead,
+        r.keys,
+        r.stored_keys,
+        r.stored_bytes,
+        per_key,
+        r.nodes_reporting,
+        r.nodes_holding,
+        r.data_nodes,
+        r.rates.mttf_hours,
+        r.rates.rebuild_hours,
+        opt_num(r.annual_loss_probability),
+        opt_num(r.loss_nines),
+        opt_num(r.availability),
+        opt_num(r.availability_nines),
+    );
+    if let Some(e) = &r.model_error {
+        s.push_str(&format!("model_error:{e}\r\n"));
+    }
+    s
 }
 
 /// One GET over RESP to another node (ambiguity resolution).
