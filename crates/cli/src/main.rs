@@ -7,6 +7,7 @@
 //! (`RUST_LOG`, default `info`).
 
 mod client;
+mod etcd;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -87,6 +88,9 @@ struct NodeArgs {
     /// Heartbeat lease, ms (cluster mode; must match the control plane's).
     #[arg(long = "lease-ms", default_value_t = ringlet_cluster::launch::DEFAULT_LEASE_MS)]
     lease_ms: u64,
+    /// Cluster mode with the control plane in etcd (`--etcd URL`, crates/cli/src/etcd.rs).
+    #[command(flatten)]
+    etcd: etcd::EtcdArgs,
 }
 
 impl NodeArgs {
@@ -217,6 +221,10 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
+        Cmd::Server(a) if !a.etcd.endpoints.is_empty() => {
+            init_logs();
+            etcd::serve(&a)
+        }
         Cmd::Server(a) => {
             init_logs();
             match (&a.cluster, a.node_id) {

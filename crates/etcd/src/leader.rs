@@ -240,12 +240,17 @@ impl Campaign {
                     if self.lease.view().generation != term.generation {
                         return Err(EtcdError::LeaseLost);
                     }
-                    let mut acts = feed(&mut cp, &regs);
+                    // One `now` for the heartbeats and the tick: with the plane's 10 ms
+                    // lease, a preemption between them must not fail registered nodes.
+                    let now = mono_ms();
+                    let mut acts = feed(&mut cp, &regs, now);
                     if let Some(kind) = bootstrap_due(&cp, config.as_ref()) {
-                        acts.extend(bootstrap(&mut cp, config.as_ref(), kind));
+                        acts.extend(bootstrap(&mut cp, config.as_ref(), kind, now));
                     }
-                    acts.extend(cp.step(mono_ms(), Input::Tick));
+                    let before = cp.map().clone();
+                    acts.extend(cp.step(now, Input::Tick));
                     cp.check_invariants();
+                    log_failures(&before, cp.map(), &regs);
                     for a in &acts {
                         if let Action::Rejected(e) = a {
                             rejected_log.log(5000, || format!("leader: refused: {e}"));
@@ -348,8 +353,7 @@ impl Campaign {
 }
 
 /// Registrations → plane inputs (see the module doc). Returns the plane's actions.
-fn feed(cp: &mut ControlPlane, regs: &BTreeMap<NodeId, NodeRecord>) -> Vec<Action> {
-    let now = mono_ms();
+fn feed(cp: &mut ControlPlane, regs: &BTreeMap<NodeId, NodeRecord>, now: u64) -> Vec<Action> {
     let mut acts = Vec::new();
     for (id, rec) in regs {
         let known = cp.map().nodes.get(id).map(|n| (n.incarnation, n.state));
@@ -386,6 +390,28 @@ fn feed(cp: &mut ControlPlane, regs: &BTreeMap<NodeId, NodeRecord>) -> Vec<Actio
     acts
 }
 
+/// Say which nodes a tick failed, and why (their key is gone, or it names another
+/// incarnation).
+fn log_failures(before: &ClusterMap, after: &ClusterMap, regs: &BTreeMap<NodeId, NodeRecord>) {
+    for (id, n) in &after.nodes {
+        let was = before.nodes.get(id).map(|b| b.state);
+        if n.state != NodeState::Failed || was == Some(NodeState::Failed) {
+            continue;
+        }
+        let why = match regs.get(id) {
+            None => "its lease key is gone".to_string(),
+            Some(r) if r.incarnation != n.incarnation => {
+                format!("its key names incarnation {}", r.incarnation)
+            }
+            Some(_) => "its key is present (unexpected)".to_string(),
+        };
+        eprintln!(
+            "ringlet-etcd: leader: node {id} incarnation {} failed at epoch {}: {why}",
+            n.incarnation, after.epoch
+        );
+    }
+}
+
 /// `Some(default memgest)` when the stored plan says it is time to bootstrap.
 fn bootstrap_due(cp: &ControlPlane, config: Option<&ClusterConfig>) -> Option<MemgestKind> {
     let c = config?;
@@ -414,6 +440,7 @@ fn bootstrap(
     cp: &mut ControlPlane,
     config: Option<&ClusterConfig>,
     kind: MemgestKind,
+    now: u64,
 ) -> Vec<Action> {
     let Some(c) = config else { return Vec::new() };
     let mut acts = Vec::new();
@@ -421,7 +448,7 @@ fn bootstrap(
         let name = kind.to_string();
         if cp.map().memgest_by_name(&name).is_none() {
             acts.extend(cp.step(
-                mono_ms(),
+                now,
                 Input::CreateMemgest {
                     name: name.clone(),
                     kind,
@@ -429,9 +456,9 @@ fn bootstrap(
                 },
             ));
         }
-        acts.extend(cp.step(mono_ms(), Input::SetDefault { name }));
+        acts.extend(cp.step(now, Input::SetDefault { name }));
     }
-    acts.extend(cp.step(mono_ms(), Input::Bootstrap { active: c.active }));
+    acts.extend(cp.step(now, Input::Bootstrap { active: c.active }));
     acts
 }
 
@@ -563,25 +590,27 @@ mod tests {
         let mut cp = ControlPlane::new(cfg.clone()).unwrap();
         let mut regs: BTreeMap<NodeId, NodeRecord> =
             (1..=4).map(|i| (NodeId(i), rec(u64::from(i)))).collect();
-        let acts = feed(&mut cp, &regs);
+        let acts = feed(&mut cp, &regs, mono_ms());
         assert!(acts.iter().any(|a| matches!(a, Action::Publish(_))));
         let kind = bootstrap_due(&cp, Some(&config)).unwrap();
         assert_eq!(kind, MemgestKind::Rep { r: 3 });
-        let acts = bootstrap(&mut cp, Some(&config), kind);
+        let acts = bootstrap(&mut cp, Some(&config), kind, mono_ms());
         assert_eq!(verdict(&acts), FromControl::Ok);
         assert!(cp.map().placement.is_some());
         assert!(bootstrap_due(&cp, Some(&config)).is_none());
         // Still registered: ticking long after does not fail anyone.
         std::thread::sleep(Duration::from_millis(PLANE_LEASE_MS + 5));
-        feed(&mut cp, &regs);
-        let acts = cp.step(mono_ms(), Input::Tick);
+        let now = mono_ms();
+        feed(&mut cp, &regs, now);
+        let acts = cp.step(now, Input::Tick);
         assert!(acts.is_empty(), "{acts:?}");
         // Node 2's key goes: failed at the next tick, the spare takes its place.
         let e0 = cp.map().epoch;
         regs.remove(&NodeId(2));
         std::thread::sleep(Duration::from_millis(PLANE_LEASE_MS + 5));
-        feed(&mut cp, &regs);
-        cp.step(mono_ms(), Input::Tick);
+        let now = mono_ms();
+        feed(&mut cp, &regs, now);
+        cp.step(now, Input::Tick);
         let m = cp.map().clone();
         assert!(m.epoch > e0);
         assert_eq!(m.node_state(NodeId(2)), Some(NodeState::Failed));
@@ -593,7 +622,7 @@ mod tests {
                 .unwrap();
         assert_eq!(**cp2.map(), *m);
         regs.insert(NodeId(2), rec(20)); // node 2 restarted: a new incarnation
-        let acts = feed(&mut cp2, &regs);
+        let acts = feed(&mut cp2, &regs, mono_ms());
         let Some(Action::Publish(m2)) = acts.last() else {
             panic!("{acts:?}")
         };

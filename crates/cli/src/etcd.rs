@@ -1,0 +1,94 @@
+//! `ringlet server --etcd URL[,URL..] --node-id ID --port P`: a cluster node whose control
+//! plane lives in etcd (crates/etcd; docs/design/control-etcd.md). Start one per machine (or
+//! several on one machine with different ids and ports); the first process to store
+//! `<prefix>/config` fixes the bootstrap plan, e.g.
+//!
+//! ```text
+//! ringlet server --etcd 127.0.0.1:2379 --node-id 1 --port 7001 \
+//!     --etcd-nodes 3 --etcd-spares 1 --etcd-default-memgest rep:3
+//! ringlet server --etcd 127.0.0.1:2379 --node-id 2 --port 7002     # ... ids 3 and 4 alike
+//! ```
+//!
+//! Liveness is the process's etcd lease (`--etcd-lease-s`; `--lease-ms` does not apply).
+//! Commands (drain, memgest create/default) go to the leader's control address, stored in
+//! `<prefix>/leader`: `ringlet node drain ID --control ADDR`.
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+#[derive(Args, Clone, Debug, Default)]
+pub struct EtcdArgs {
+    /// Cluster mode with the control plane in etcd: client endpoints, comma-separated
+    /// (`host:port` or `http://host:port`). Needs --node-id.
+    #[arg(long = "etcd", value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// Key prefix of this cluster in etcd.
+    #[arg(long = "etcd-prefix", default_value = ringlet_etcd::run::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// TTL of this process's etcd lease, seconds (etcd raises it to its minimum: 2 s with
+    /// its default election timeout). The failover window is about TTL + 0.5 s + rebuild.
+    #[arg(long = "etcd-lease-s", default_value_t = ringlet_etcd::run::DEFAULT_LEASE_TTL_S)]
+    pub lease_s: u64,
+    /// Port of the command service this process runs while it leads (0: any free port).
+    #[arg(long = "etcd-control-port", default_value_t = 0)]
+    pub control_port: u16,
+    /// Bootstrap plan: active nodes (the lowest ids). Stored in `<prefix>/config` by the
+    /// first process that gives one; the others may omit it.
+    #[arg(long = "etcd-nodes")]
+    pub nodes: Option<usize>,
+    /// Bootstrap plan: spares (bootstrap waits for nodes + spares registrations).
+    #[arg(long = "etcd-spares", default_value_t = 0)]
+    pub spares: usize,
+    /// Bootstrap plan: default memgest, e.g. `rep:3`.
+    #[arg(long = "etcd-default-memgest")]
+    pub default_memgest: Option<String>,
+}
+
+/// Run one etcd-mode node until Ctrl-C / SIGTERM (which revokes its lease: the cluster
+/// fails it at once rather than after the TTL).
+pub fn serve(a: &crate::NodeArgs) -> Result<()> {
+    let Some(id) = a.node_id else {
+        anyhow::bail!("--etcd needs --node-id");
+    };
+    if !a.bind.is_loopback() {
+        anyhow::bail!("cluster mode listens on loopback only for now (no AUTH/TLS on peer links)");
+    }
+    let e = &a.etcd;
+    let config = e.nodes.map(|n| ringlet_etcd::ClusterConfig {
+        expect_nodes: n + e.spares,
+        active: n,
+        default_memgest: e.default_memgest.clone(),
+        s: 2,
+        d: 1,
+    });
+    let o = ringlet_etcd::EtcdNodeOpts {
+        endpoints: e.endpoints.clone(),
+        prefix: e.prefix.clone(),
+        node_id: id,
+        bind: std::net::SocketAddr::new(a.bind, a.port),
+        control_bind: std::net::SocketAddr::new(a.bind, e.control_port),
+        lease_ttl_s: e.lease_s,
+        memory_bytes: a.memory_mb.saturating_mul(1 << 20),
+        config,
+        connect_timeout: ringlet_etcd::run::DEFAULT_CONNECT_TIMEOUT,
+    };
+    let rt = super::cluster_runtime()?;
+    rt.block_on(async {
+        let n = ringlet_etcd::run_node_etcd(&o)
+            .await
+            .context("cannot start the etcd-mode node")?;
+        eprintln!(
+            "ringlet: etcd mode: node {id}, prefix {}, command port {} (serves while this process leads)",
+            o.prefix, n.control_addr
+        );
+        super::print_ready(n.client_addr, None)?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+        eprintln!("ringlet: shutting down (revoking the etcd lease)");
+        n.shutdown().await;
+        Ok(())
+    })
+}
