@@ -12,6 +12,14 @@
 //!  list   = count u32 | items        (count checked against its bound AND against the
 //!                                     bytes left / the smallest item size)
 //!  cursor = has u8 | [slot u16 | key bytes]
+//!  ec tags 13..=20 (EcUpdate, EcAck, EcMetaReq, EcMetaResp, EcReadReq, EcReadResp,
+//!  EcSyncReq, EcSyncResp), with
+//!  ecmeta  = tag u8 (0 none | 1 put | 2 delete | 3 retire) | [key bytes | version u128
+//!            | (put: offset u64 | len u64)]
+//!  keymeta = key bytes | version u128 | offset u64 | len u64 | tombstone u8
+//!  range   = parity u8 | index u64 | offset u64 | len u32
+//!  (every delta, piece and snapshot page is checked against VALUE_BYTES_MAX, every list
+//!  against its bound and the bytes left)
 //! ```
 //!
 //! Integers are big-endian. Why hand-written rather than serde + bincode: the replica core's
@@ -19,7 +27,7 @@
 //! this, without the per-field limit checks this decoder makes before every allocation.
 //! Every decode error is a typed [`WireError`]; the link that sent it is closed.
 
-use ringlet_replica::{Entry, PeerBody, PeerMsg, PullPurpose};
+use ringlet_replica::{EcKeyMeta, EcMeta, EcRange, Entry, PeerBody, PeerMsg, PullPurpose};
 use ringlet_types::{limits, Epoch, MemgestId, NodeId, Slot, Version};
 use thiserror::Error;
 
@@ -110,6 +118,46 @@ impl Enc {
         for (k, e) in es {
             self.bytes(k);
             self.entry(e);
+        }
+    }
+    fn version(&mut self, v: &Version) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn ec_meta(&mut self, m: &EcMeta) {
+        match m {
+            EcMeta::None => self.u8(0),
+            EcMeta::Put {
+                key,
+                version,
+                offset,
+                len,
+            } => {
+                self.u8(1);
+                self.bytes(key);
+                self.version(version);
+                self.u64(*offset);
+                self.u64(*len);
+            }
+            EcMeta::Delete { key, version } => {
+                self.u8(2);
+                self.bytes(key);
+                self.version(version);
+            }
+            EcMeta::Retire { key, version } => {
+                self.u8(3);
+                self.bytes(key);
+                self.version(version);
+            }
+        }
+    }
+    fn key_metas(&mut self, ks: &[EcKeyMeta]) {
+        self.u32(ks.len() as u32);
+        for k in ks {
+            self.bytes(&k.key);
+            self.version(&k.version);
+            self.u64(k.offset);
+            self.u64(k.len);
+            self.u8(u8::from(k.tombstone));
         }
     }
     fn cursor(&mut self, c: &Option<(Slot, Vec<u8>)>) {
@@ -262,6 +310,150 @@ pub fn encode_peer(m: &PeerMsg) -> Vec<u8> {
                 e.bytes(key);
                 e.0.extend_from_slice(&version.to_be_bytes());
             }
+            PeerBody::EcUpdate {
+                memgest,
+                pg,
+                owner,
+                base,
+                seq,
+                offset,
+                delta,
+                meta,
+            } => {
+                e.u8(13);
+                e.u16(memgest.0);
+                e.u32(*pg);
+                e.u32(*owner);
+                e.u64(*base);
+                e.u64(*seq);
+                e.u64(*offset);
+                e.bytes(delta);
+                e.ec_meta(meta);
+            }
+            PeerBody::EcAck {
+                memgest,
+                pg,
+                owner,
+                seq,
+                ok,
+            } => {
+                e.u8(14);
+                e.u16(memgest.0);
+                e.u32(*pg);
+                e.u32(*owner);
+                e.u64(*seq);
+                e.u8(u8::from(*ok));
+            }
+            PeerBody::EcMetaReq {
+                id,
+                memgest,
+                pg,
+                owner,
+                after,
+            } => {
+                e.u8(15);
+                e.u64(*id);
+                e.u16(memgest.0);
+                e.u32(*pg);
+                e.u32(*owner);
+                e.opt_key(after);
+            }
+            PeerBody::EcMetaResp {
+                id,
+                ready,
+                seq,
+                high_water,
+                keys,
+                next,
+            } => {
+                e.u8(16);
+                e.u64(*id);
+                e.u8(u8::from(*ready));
+                e.u64(*seq);
+                e.u64(*high_water);
+                e.key_metas(keys);
+                e.opt_key(next);
+            }
+            PeerBody::EcReadReq {
+                id,
+                memgest,
+                pg,
+                seq,
+                ranges,
+            } => {
+                e.u8(17);
+                e.u64(*id);
+                e.u16(memgest.0);
+                e.u32(*pg);
+                match seq {
+                    Some(s) => {
+                        e.u8(1);
+                        e.u64(*s);
+                    }
+                    None => e.u8(0),
+                }
+                e.u32(ranges.len() as u32);
+                for r in ranges {
+                    e.u8(u8::from(r.parity));
+                    e.u64(r.index);
+                    e.u64(r.offset);
+                    e.u32(r.len);
+                }
+            }
+            PeerBody::EcReadResp {
+                id,
+                ready,
+                seqs,
+                pieces,
+            } => {
+                e.u8(18);
+                e.u64(*id);
+                e.u8(u8::from(*ready));
+                e.u32(seqs.len() as u32);
+                for s in seqs {
+                    e.u64(*s);
+                }
+                e.u32(pieces.len() as u32);
+                for p in pieces {
+                    e.bytes(p);
+                }
+            }
+            PeerBody::EcSyncReq {
+                id,
+                memgest,
+                pg,
+                offset,
+                after,
+            } => {
+                e.u8(19);
+                e.u64(*id);
+                e.u16(memgest.0);
+                e.u32(*pg);
+                e.u64(*offset);
+                e.opt_key(after);
+            }
+            PeerBody::EcSyncResp {
+                id,
+                ready,
+                seq,
+                base,
+                total,
+                offset,
+                bytes,
+                keys,
+                done,
+            } => {
+                e.u8(20);
+                e.u64(*id);
+                e.u8(u8::from(*ready));
+                e.u64(*seq);
+                e.u64(*base);
+                e.u64(*total);
+                e.u64(*offset);
+                e.bytes(bytes);
+                e.key_metas(keys);
+                e.u8(u8::from(*done));
+            }
         }
     })
 }
@@ -373,6 +565,46 @@ impl<'a> Dec<'a> {
         for _ in 0..n {
             let k = self.key()?;
             v.push((k, self.entry()?));
+        }
+        Ok(v)
+    }
+    fn ec_meta(&mut self) -> Result<EcMeta, WireError> {
+        Ok(match self.u8()? {
+            0 => EcMeta::None,
+            1 => EcMeta::Put {
+                key: self.key()?,
+                version: self.version()?,
+                offset: self.u64()?,
+                len: self.u64()?,
+            },
+            2 => EcMeta::Delete {
+                key: self.key()?,
+                version: self.version()?,
+            },
+            3 => EcMeta::Retire {
+                key: self.key()?,
+                version: self.version()?,
+            },
+            tag => {
+                return Err(WireError::BadTag {
+                    what: "ec meta",
+                    tag,
+                })
+            }
+        })
+    }
+    fn key_metas(&mut self) -> Result<Vec<EcKeyMeta>, WireError> {
+        // Smallest item: key len 4 + version 16 + offset 8 + len 8 + flag 1.
+        let n = self.count("key metas", 37)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(EcKeyMeta {
+                key: self.key()?,
+                version: self.version()?,
+                offset: self.u64()?,
+                len: self.u64()?,
+                tombstone: self.bool("tombstone")?,
+            });
         }
         Ok(v)
     }
@@ -531,6 +763,113 @@ pub fn decode_body(body: &[u8]) -> Result<Frame, WireError> {
                     key: d.key()?,
                     version: d.version()?,
                 },
+                13 => PeerBody::EcUpdate {
+                    memgest: MemgestId(d.u16()?),
+                    pg: d.u32()?,
+                    owner: d.u32()?,
+                    base: d.u64()?,
+                    seq: d.u64()?,
+                    offset: d.u64()?,
+                    delta: d.bytes("delta", limits::VALUE_BYTES_MAX)?,
+                    meta: d.ec_meta()?,
+                },
+                14 => PeerBody::EcAck {
+                    memgest: MemgestId(d.u16()?),
+                    pg: d.u32()?,
+                    owner: d.u32()?,
+                    seq: d.u64()?,
+                    ok: d.bool("ok")?,
+                },
+                15 => PeerBody::EcMetaReq {
+                    id: d.u64()?,
+                    memgest: MemgestId(d.u16()?),
+                    pg: d.u32()?,
+                    owner: d.u32()?,
+                    after: d.opt_key()?,
+                },
+                16 => PeerBody::EcMetaResp {
+                    id: d.u64()?,
+                    ready: d.bool("ready")?,
+                    seq: d.u64()?,
+                    high_water: d.u64()?,
+                    keys: d.key_metas()?,
+                    next: d.opt_key()?,
+                },
+                17 => {
+                    let id = d.u64()?;
+                    let memgest = MemgestId(d.u16()?);
+                    let pg = d.u32()?;
+                    let seq = if d.bool("seq flag")? {
+                        Some(d.u64()?)
+                    } else {
+                        None
+                    };
+                    let n = d.count("ranges", 21)?;
+                    let mut ranges = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        ranges.push(EcRange {
+                            parity: d.bool("parity")?,
+                            index: d.u64()?,
+                            offset: d.u64()?,
+                            len: d.u32()?,
+                        });
+                    }
+                    PeerBody::EcReadReq {
+                        id,
+                        memgest,
+                        pg,
+                        seq,
+                        ranges,
+                    }
+                }
+                18 => {
+                    let id = d.u64()?;
+                    let ready = d.bool("ready")?;
+                    let n = d.count("seqs", 8)?;
+                    let mut seqs = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        seqs.push(d.u64()?);
+                    }
+                    let n = d.count("pieces", 4)?;
+                    let mut pieces = Vec::with_capacity(n);
+                    let mut total: u64 = 0;
+                    for _ in 0..n {
+                        let p = d.bytes("piece", limits::VALUE_BYTES_MAX)?;
+                        total = total.saturating_add(p.len() as u64);
+                        if total > u64::from(limits::VALUE_BYTES_MAX) {
+                            return Err(WireError::TooLong {
+                                what: "pieces",
+                                len: total,
+                                max: u64::from(limits::VALUE_BYTES_MAX),
+                            });
+                        }
+                        pieces.push(p);
+                    }
+                    PeerBody::EcReadResp {
+                        id,
+                        ready,
+                        seqs,
+                        pieces,
+                    }
+                }
+                19 => PeerBody::EcSyncReq {
+                    id: d.u64()?,
+                    memgest: MemgestId(d.u16()?),
+                    pg: d.u32()?,
+                    offset: d.u64()?,
+                    after: d.opt_key()?,
+                },
+                20 => PeerBody::EcSyncResp {
+                    id: d.u64()?,
+                    ready: d.bool("ready")?,
+                    seq: d.u64()?,
+                    base: d.u64()?,
+                    total: d.u64()?,
+                    offset: d.u64()?,
+                    bytes: d.bytes("snapshot page", limits::VALUE_BYTES_MAX)?,
+                    keys: d.key_metas()?,
+                    done: d.bool("done")?,
+                },
                 tag => {
                     return Err(WireError::BadTag {
                         what: "peer body",
@@ -665,6 +1004,195 @@ mod tests {
                 key,
                 version: Version(v)
             }),
+            ec_body(),
+        ]
+    }
+
+    fn ec_meta() -> impl Strategy<Value = EcMeta> {
+        prop_oneof![
+            Just(EcMeta::None),
+            (key(), any::<u128>(), any::<u64>(), any::<u64>()).prop_map(|(key, v, offset, len)| {
+                EcMeta::Put {
+                    key,
+                    version: Version(v),
+                    offset,
+                    len,
+                }
+            }),
+            (key(), any::<u128>()).prop_map(|(key, v)| EcMeta::Delete {
+                key,
+                version: Version(v)
+            }),
+            (key(), any::<u128>()).prop_map(|(key, v)| EcMeta::Retire {
+                key,
+                version: Version(v)
+            }),
+        ]
+    }
+    fn key_metas() -> impl Strategy<Value = Vec<EcKeyMeta>> {
+        proptest::collection::vec(
+            (
+                key(),
+                any::<u128>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<bool>(),
+            )
+                .prop_map(|(key, v, offset, len, tombstone)| EcKeyMeta {
+                    key,
+                    version: Version(v),
+                    offset,
+                    len,
+                    tombstone,
+                }),
+            0..4,
+        )
+    }
+    fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(any::<u8>(), 0..40)
+    }
+
+    fn ec_body() -> impl Strategy<Value = PeerBody> {
+        prop_oneof![
+            (
+                any::<u16>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<(u64, u64, u64)>(),
+                bytes(),
+                ec_meta()
+            )
+                .prop_map(|(m, pg, owner, (base, seq, offset), delta, meta)| {
+                    PeerBody::EcUpdate {
+                        memgest: MemgestId(m),
+                        pg,
+                        owner,
+                        base,
+                        seq,
+                        offset,
+                        delta,
+                        meta,
+                    }
+                }),
+            (
+                any::<u16>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u64>(),
+                any::<bool>()
+            )
+                .prop_map(|(m, pg, owner, seq, ok)| PeerBody::EcAck {
+                    memgest: MemgestId(m),
+                    pg,
+                    owner,
+                    seq,
+                    ok
+                }),
+            (
+                any::<u64>(),
+                any::<u16>(),
+                any::<u32>(),
+                any::<u32>(),
+                proptest::option::of(key())
+            )
+                .prop_map(|(id, m, pg, owner, after)| PeerBody::EcMetaReq {
+                    id,
+                    memgest: MemgestId(m),
+                    pg,
+                    owner,
+                    after
+                }),
+            (
+                any::<u64>(),
+                any::<bool>(),
+                any::<u64>(),
+                any::<u64>(),
+                key_metas(),
+                proptest::option::of(key())
+            )
+                .prop_map(|(id, ready, seq, high_water, keys, next)| {
+                    PeerBody::EcMetaResp {
+                        id,
+                        ready,
+                        seq,
+                        high_water,
+                        keys,
+                        next,
+                    }
+                }),
+            (
+                any::<u64>(),
+                any::<u16>(),
+                any::<u32>(),
+                proptest::option::of(any::<u64>()),
+                proptest::collection::vec(
+                    (any::<bool>(), any::<u64>(), any::<u64>(), any::<u32>()).prop_map(
+                        |(parity, index, offset, len)| EcRange {
+                            parity,
+                            index,
+                            offset,
+                            len
+                        }
+                    ),
+                    0..4
+                )
+            )
+                .prop_map(|(id, m, pg, seq, ranges)| PeerBody::EcReadReq {
+                    id,
+                    memgest: MemgestId(m),
+                    pg,
+                    seq,
+                    ranges
+                }),
+            (
+                any::<u64>(),
+                any::<bool>(),
+                proptest::collection::vec(any::<u64>(), 0..4),
+                proptest::collection::vec(bytes(), 0..4)
+            )
+                .prop_map(|(id, ready, seqs, pieces)| PeerBody::EcReadResp {
+                    id,
+                    ready,
+                    seqs,
+                    pieces
+                }),
+            (
+                any::<u64>(),
+                any::<u16>(),
+                any::<u32>(),
+                any::<u64>(),
+                proptest::option::of(key())
+            )
+                .prop_map(|(id, m, pg, offset, after)| PeerBody::EcSyncReq {
+                    id,
+                    memgest: MemgestId(m),
+                    pg,
+                    offset,
+                    after
+                }),
+            (
+                any::<u64>(),
+                any::<bool>(),
+                any::<(u64, u64, u64, u64)>(),
+                bytes(),
+                key_metas(),
+                any::<bool>()
+            )
+                .prop_map(
+                    |(id, ready, (seq, base, total, offset), bytes, keys, done)| {
+                        PeerBody::EcSyncResp {
+                            id,
+                            ready,
+                            seq,
+                            base,
+                            total,
+                            offset,
+                            bytes,
+                            keys,
+                            done,
+                        }
+                    }
+                ),
         ]
     }
 
@@ -728,6 +1256,32 @@ mod tests {
         assert!(matches!(
             decode_body(&b),
             Err(WireError::TooLong { what: "key", .. })
+        ));
+        // An ec delta longer than VALUE_BYTES_MAX is refused from its length field.
+        let mut b = vec![KIND_PEER];
+        b.extend(1u64.to_be_bytes());
+        b.extend(1u64.to_be_bytes());
+        b.push(13);
+        b.extend(1u16.to_be_bytes());
+        b.extend([0u8; 8 + 24]);
+        b.extend((limits::VALUE_BYTES_MAX + 1).to_be_bytes());
+        assert!(matches!(
+            decode_body(&b),
+            Err(WireError::TooLong { what: "delta", .. })
+        ));
+        // A read request claiming more ranges than its bytes can hold is refused by count.
+        let mut b = vec![KIND_PEER];
+        b.extend(1u64.to_be_bytes());
+        b.extend(1u64.to_be_bytes());
+        b.push(17);
+        b.extend(9u64.to_be_bytes());
+        b.extend(1u16.to_be_bytes());
+        b.extend(0u32.to_be_bytes());
+        b.push(0);
+        b.extend(1_000u32.to_be_bytes());
+        assert!(matches!(
+            decode_body(&b),
+            Err(WireError::TooLong { what: "ranges", .. })
         ));
     }
 }

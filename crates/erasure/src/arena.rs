@@ -44,8 +44,12 @@ pub struct KeyMeta {
 pub enum MetaChange {
     /// The key now has this value location and version.
     Put { key: Vec<u8>, meta: KeyMeta },
-    /// The key was deleted at this version.
+    /// The key was deleted at this version (holders keep a tombstone).
     Delete { key: Vec<u8>, version: Version },
+    /// The key left this memgest at `version` (it moved to another memgest): holders drop
+    /// its metadata if at or below `version`, without a tombstone (the key lives on
+    /// elsewhere).
+    Retire { key: Vec<u8>, version: Version },
 }
 
 /// What a data node sends its parity holders after changing arena bytes.
@@ -409,6 +413,199 @@ impl Arena {
                 version,
             }),
         })
+    }
+
+    /// Like [`Arena::put`], but the previous value's range is *not* freed: it is returned so
+    /// the caller can keep serving the previous (committed) value until the new one commits,
+    /// then free it with [`Arena::free`]. The key's metadata points at the new range at once.
+    ///
+    /// # Errors
+    /// As [`Arena::put`].
+    pub fn put_deferred(
+        &mut self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+    ) -> Result<(ParityUpdate, Option<(u64, u64)>), Error> {
+        let old = self.keys.get(key).copied();
+        if let Some(o) = old {
+            if version <= o.version {
+                return Err(Error::Stale);
+            }
+            // Take the old range out of the key's hands so `put` does not free it: park the
+            // key as empty first (metadata only), then put.
+            if let Some(m) = self.keys.get_mut(key) {
+                m.len = 0;
+            }
+        }
+        match self.put(key, version, value) {
+            Ok(up) => Ok((up, old.filter(|o| o.len > 0).map(|o| (o.offset, o.len)))),
+            Err(e) => {
+                if let (Some(o), Some(m)) = (old, self.keys.get_mut(key)) {
+                    *m = o;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes `key` at `version` with the metadata change `retire` decides (a tombstone
+    /// [`MetaChange::Delete`] or a [`MetaChange::Retire`]), *not* freeing its range: the
+    /// range is returned for the caller to free once the change commits.
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] if the key is absent, [`Error::Stale`] if `version` is not
+    /// above the stored one (for a retire: below it).
+    pub fn remove_deferred(
+        &mut self,
+        key: &[u8],
+        version: Version,
+        retire: bool,
+    ) -> Result<(ParityUpdate, Option<(u64, u64)>), Error> {
+        let old = *self
+            .keys
+            .get(key)
+            .ok_or(Error::NotAllocated { offset: 0, len: 0 })?;
+        if version < old.version || (!retire && version == old.version) {
+            return Err(Error::Stale);
+        }
+        self.keys.remove(key);
+        self.meta_bytes = self
+            .meta_bytes
+            .saturating_sub(key.len() as u64)
+            .saturating_sub(META_RECORD_BYTES);
+        self.seq = self.seq.saturating_add(1);
+        let meta = if retire {
+            MetaChange::Retire {
+                key: key.to_vec(),
+                version,
+            }
+        } else {
+            MetaChange::Delete {
+                key: key.to_vec(),
+                version,
+            }
+        };
+        Ok((
+            ParityUpdate {
+                owner: self.node,
+                seq: self.seq,
+                offset: old.offset,
+                delta: Vec::new(),
+                meta: Some(meta),
+            },
+            (old.len > 0).then_some((old.offset, old.len)),
+        ))
+    }
+
+    /// Takeover: registers `key` at `meta` (from a parity holder's metadata copy) as
+    /// allocated, without producing a parity update. The bytes come later
+    /// ([`Arena::restore_bytes`]).
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] if the range is not free (overlaps another key), or
+    /// [`Error::Range`] if it passes the capacity.
+    pub fn restore_key(&mut self, key: &[u8], meta: KeyMeta) -> Result<(), Error> {
+        check_key(key)?;
+        if self.keys.contains_key(key) {
+            return Err(Error::Stale);
+        }
+        if meta.len > 0 {
+            self.take_range(meta.offset, meta.len)?;
+        }
+        let meta = KeyMeta {
+            owner: self.node,
+            ..meta
+        };
+        self.keys.insert(key.to_vec(), meta);
+        self.meta_bytes = self
+            .meta_bytes
+            .saturating_add(key.len() as u64)
+            .saturating_add(META_RECORD_BYTES);
+        Ok(())
+    }
+
+    /// Marks exactly `[offset, offset + len)` allocated; it must lie inside one free range.
+    fn take_range(&mut self, offset: u64, len: u64) -> Result<(), Error> {
+        let bad = Error::NotAllocated { offset, len };
+        let end = offset.checked_add(len).ok_or(bad)?;
+        if len > u64::from(VALUE_BYTES_MAX) || end > self.capacity {
+            return Err(Error::Range { offset, len });
+        }
+        let (fo, fl) = self
+            .free
+            .range(..=offset)
+            .next_back()
+            .map(|(o, l)| (*o, *l))
+            .ok_or(bad)?;
+        let fend = fo.checked_add(fl).ok_or(bad)?;
+        if end > fend {
+            return Err(bad);
+        }
+        self.free.remove(&fo);
+        if offset > fo {
+            self.free.insert(fo, offset.saturating_sub(fo));
+        }
+        if fend > end {
+            self.free.insert(end, fend.saturating_sub(end));
+        }
+        self.used.insert(offset, len);
+        self.payload_bytes = self.payload_bytes.saturating_add(len);
+        Ok(())
+    }
+
+    /// Takeover: writes recovered (decoded) bytes at `offset` without a parity update —
+    /// parity already covers them. Any range below the capacity may be restored, allocated
+    /// or not (freed space holds stale bytes that parity covers too).
+    ///
+    /// # Errors
+    /// [`Error::Range`] if the range passes the capacity.
+    pub fn restore_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
+        let len = bytes.len() as u64;
+        let range = Error::Range { offset, len };
+        let end = offset.checked_add(len).ok_or(range)?;
+        if end > self.capacity {
+            return Err(range);
+        }
+        let start = usize::try_from(offset).map_err(|_| range)?;
+        let end = usize::try_from(end).map_err(|_| range)?;
+        if self.bytes.len() < end {
+            self.bytes.resize(end, 0);
+        }
+        self.bytes
+            .get_mut(start..end)
+            .ok_or(range)?
+            .copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Takeover: continues the update numbering after `seq` (what the parity holders applied
+    /// from the previous owner of this arena).
+    pub fn set_last_seq(&mut self, seq: u64) {
+        self.seq = seq;
+    }
+
+    /// A metadata-only update (no arena bytes change), e.g. a tombstone for a key this arena
+    /// does not hold. Takes the next sequence number.
+    pub fn meta_update(&mut self, meta: MetaChange) -> ParityUpdate {
+        self.seq = self.seq.saturating_add(1);
+        ParityUpdate {
+            owner: self.node,
+            seq: self.seq,
+            offset: 0,
+            delta: Vec::new(),
+            meta: Some(meta),
+        }
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Every key with its metadata, in key order.
+    pub fn keys(&self) -> impl Iterator<Item = (&[u8], &KeyMeta)> {
+        self.keys.iter().map(|(k, m)| (k.as_slice(), m))
     }
 
     /// Memory accounting.

@@ -23,6 +23,7 @@ use crate::codec::Codec;
 use crate::error::Error;
 use crate::layout::{Layout, ParityChunk};
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use ringlet_types::Version;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -51,6 +52,11 @@ pub struct ParityStore {
     arena_capacity: u64,
     meta_bytes: u64,
     payload_bytes: u64,
+    /// Tombstones: key → (owner, version). Not bounded here (like the simulator's store);
+    /// the engine-side summary bounds them in a later step. Not counted in `meta_bytes`.
+    tombs: BTreeMap<Vec<u8>, (u32, Version)>,
+    /// Per owner: highest arena byte (exclusive) any applied update touched.
+    high_water: Vec<u64>,
 }
 
 impl ParityStore {
@@ -103,6 +109,8 @@ impl ParityStore {
             arena_capacity,
             meta_bytes: 0,
             payload_bytes: 0,
+            tombs: BTreeMap::new(),
+            high_water: vec![0; s],
         })
     }
 
@@ -191,7 +199,9 @@ impl ParityStore {
                     });
                 }
             }
-            Some(MetaChange::Delete { key, .. }) => check_key(key)?,
+            Some(MetaChange::Delete { key, .. }) | Some(MetaChange::Retire { key, .. }) => {
+                check_key(key)?
+            }
             None => {}
         }
         let cb = usize::try_from(self.layout.chunk_bytes()).map_err(|_| Error::ChunkSize {
@@ -228,27 +238,163 @@ impl ParityStore {
         match &up.meta {
             Some(MetaChange::Put { key, meta }) => self.put_meta(key, *meta),
             Some(MetaChange::Delete { key, version }) => {
-                if let Some(old) = self.meta.get(key.as_slice()) {
-                    if old.version < *version {
-                        let old_len = old.len;
-                        self.meta.remove(key.as_slice());
-                        self.payload_bytes = self.payload_bytes.saturating_sub(old_len);
-                        self.meta_bytes = self
-                            .meta_bytes
-                            .saturating_sub(key.len() as u64)
-                            .saturating_sub(META_RECORD_BYTES);
-                    }
+                self.drop_meta(key, *version, false);
+                let newer = self
+                    .tombs
+                    .get(key.as_slice())
+                    .is_none_or(|t| t.1 < *version);
+                if newer && !self.meta.contains_key(key.as_slice()) {
+                    self.tombs.insert(key.clone(), (up.owner, *version));
                 }
             }
+            Some(MetaChange::Retire { key, version }) => self.drop_meta(key, *version, true),
             None => {}
         }
         if let Some(slot) = self.applied_seq.get_mut(owner_idx) {
             *slot = up.seq;
         }
+        self.raise_high_water(owner_idx, up.offset, len);
         Ok(Applied::Applied)
     }
 
+    /// Drops `key`'s metadata if older than `version` (at or below it for a retire).
+    fn drop_meta(&mut self, key: &[u8], version: Version, inclusive: bool) {
+        if let Some(old) = self.meta.get(key) {
+            if old.version < version || (inclusive && old.version == version) {
+                let old_len = old.len;
+                self.meta.remove(key);
+                self.payload_bytes = self.payload_bytes.saturating_sub(old_len);
+                self.meta_bytes = self
+                    .meta_bytes
+                    .saturating_sub(key.len() as u64)
+                    .saturating_sub(META_RECORD_BYTES);
+            }
+        }
+        if inclusive {
+            if let Some(t) = self.tombs.get(key) {
+                if t.1 <= version {
+                    self.tombs.remove(key);
+                }
+            }
+        }
+    }
+
+    fn raise_high_water(&mut self, owner_idx: usize, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        if let Some(h) = self.high_water.get_mut(owner_idx) {
+            *h = (*h).max(offset.saturating_add(len));
+        }
+    }
+
+    /// Highest arena byte (exclusive) `owner` ever changed: a new coordinator for that owner
+    /// must recover `[0, high_water)`; everything above is zero.
+    pub fn high_water(&self, owner: u32) -> u64 {
+        usize::try_from(owner)
+            .ok()
+            .and_then(|i| self.high_water.get(i))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Last applied sequence number of every owner, by data node index.
+    pub fn applied_seqs(&self) -> &[u64] {
+        &self.applied_seq
+    }
+
+    /// Tombstones (deletes) of `owner`'s keys, in key order: a new coordinator adopts them so
+    /// that an older copy elsewhere (e.g. of the key's previous memgest) cannot resurrect.
+    pub fn tombstones_of(&self, owner: u32) -> impl Iterator<Item = (&[u8], Version)> {
+        self.tombs
+            .iter()
+            .filter(move |(_, (o, _))| *o == owner)
+            .map(|(k, (_, v))| (k.as_slice(), *v))
+    }
+
+    /// Parity-holder resync: folds owner `owner`'s arena bytes `[offset, offset+bytes.len())`
+    /// (a snapshot page; the previous content counted as zero) into the parity, without a
+    /// sequence number. Used only on a store that was [`ParityStore::reset`] and has not yet
+    /// seen this owner's range.
+    ///
+    /// # Errors
+    /// [`Error::Range`] / [`Error::NodeIndex`] on bad bounds; nothing changes then.
+    pub fn fold_snapshot(&mut self, owner: u32, offset: u64, bytes: &[u8]) -> Result<(), Error> {
+        let seq = self.last_seq(owner).ok_or(Error::NodeIndex {
+            index: owner,
+            count: self.layout.s(),
+        })?;
+        let up = ParityUpdate {
+            owner,
+            seq: seq.saturating_add(1),
+            offset,
+            delta: bytes.to_vec(),
+            meta: None,
+        };
+        self.apply(&up)?;
+        self.set_last_seq(owner, seq)
+    }
+
+    /// Parity-holder resync: records `key`'s metadata (or a tombstone when `meta` is
+    /// `None`) as a snapshot page carries it.
+    ///
+    /// # Errors
+    /// [`Error::Range`] for a bad key or an owner out of range.
+    pub fn restore_meta(
+        &mut self,
+        key: &[u8],
+        owner: u32,
+        meta: Option<KeyMeta>,
+        version: Version,
+    ) -> Result<(), Error> {
+        check_key(key)?;
+        if owner >= self.layout.s() {
+            return Err(Error::NodeIndex {
+                index: owner,
+                count: self.layout.s(),
+            });
+        }
+        match meta {
+            Some(m) => {
+                if m.len > u64::from(VALUE_BYTES_MAX) {
+                    return Err(Error::Range {
+                        offset: m.offset,
+                        len: m.len,
+                    });
+                }
+                self.put_meta(key, KeyMeta { owner, ..m });
+                if let Ok(idx) = usize::try_from(owner) {
+                    self.raise_high_water(idx, m.offset, m.len);
+                }
+            }
+            None => {
+                self.drop_meta(key, version, false);
+                if !self.meta.contains_key(key) {
+                    self.tombs.insert(key.to_vec(), (owner, version));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets everything (parity, metadata, sequence numbers): the first step of a resync.
+    pub fn reset(&mut self) {
+        self.chunks.clear();
+        self.meta.clear();
+        self.tombs.clear();
+        self.applied_seq.iter_mut().for_each(|s| *s = 0);
+        self.high_water.iter_mut().for_each(|s| *s = 0);
+        self.meta_bytes = 0;
+        self.payload_bytes = 0;
+    }
+
     fn put_meta(&mut self, key: &[u8], meta: KeyMeta) {
+        if let Some(t) = self.tombs.get(key) {
+            if t.1 >= meta.version {
+                return; // deleted later than this put
+            }
+            self.tombs.remove(key);
+        }
         match self.meta.get_mut(key) {
             Some(old) => {
                 // Higher version wins; an older one (a late message after a takeover) is

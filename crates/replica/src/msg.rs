@@ -191,6 +191,134 @@ pub enum PeerBody {
         key: Vec<u8>,
         version: Version,
     },
+    /// ec: data node `owner` of PG `pg` → parity holder: fold `delta` (`new ⊕ old` of arena
+    /// bytes `[offset, offset + delta.len())`) in and record `meta`. Updates of one owner
+    /// apply in `seq` order, each once. `base`: the sequence number this coordinator took
+    /// the arena over at (0 since bootstrap); a holder not exactly at `base` when it first
+    /// sees it has a diverged copy and resynchronises.
+    EcUpdate {
+        memgest: MemgestId,
+        pg: u32,
+        owner: u32,
+        base: u64,
+        seq: u64,
+        offset: u64,
+        delta: Vec<u8>,
+        meta: EcMeta,
+    },
+    /// Parity holder → data node: every update of `owner` through `seq` is applied
+    /// (cumulative). `ok = false`: refused (the sender is fenced or not the owner).
+    EcAck {
+        memgest: MemgestId,
+        pg: u32,
+        owner: u32,
+        seq: u64,
+        ok: bool,
+    },
+    /// New data node → parity holder: fence `owner`'s arena for the sender and send its key
+    /// metadata after `after` (a page).
+    EcMetaReq {
+        id: u64,
+        memgest: MemgestId,
+        pg: u32,
+        owner: u32,
+        after: Option<Vec<u8>>,
+    },
+    /// A metadata page; `next = None`: done. `seq`: the last update applied from `owner`;
+    /// `high_water`: the highest arena byte (exclusive) it ever touched.
+    EcMetaResp {
+        id: u64,
+        ready: bool,
+        seq: u64,
+        high_water: u64,
+        keys: Vec<EcKeyMeta>,
+        next: Option<Vec<u8>>,
+    },
+    /// Read byte ranges for a decode. To a parity holder: parity pieces (`parity = true`,
+    /// `index` = parity chunk index, `offset` = byte in chunk). To a data node: its arena
+    /// bytes (`index` = its data index) *as of* its update `seq` (it rolls back later,
+    /// unacknowledged deltas), so that they match the parity a holder reported.
+    EcReadReq {
+        id: u64,
+        memgest: MemgestId,
+        pg: u32,
+        seq: Option<u64>,
+        ranges: Vec<EcRange>,
+    },
+    /// Answer to `EcReadReq`: one piece per range, in order. `seqs`: from a parity holder,
+    /// the last update applied from each data node.
+    EcReadResp {
+        id: u64,
+        ready: bool,
+        seqs: Vec<u64>,
+        pieces: Vec<Vec<u8>>,
+    },
+    /// New (or resynchronising) parity holder → data node: a page of a snapshot of the
+    /// sender's arena: bytes from `offset`, then key metadata after `after`.
+    EcSyncReq {
+        id: u64,
+        memgest: MemgestId,
+        pg: u32,
+        offset: u64,
+        after: Option<Vec<u8>>,
+    },
+    /// A snapshot page: `bytes` at `offset` (of `total` snapshot bytes) and/or `keys`;
+    /// `seq`/`base` of the snapshot; `done` with the last page.
+    EcSyncResp {
+        id: u64,
+        ready: bool,
+        seq: u64,
+        base: u64,
+        total: u64,
+        offset: u64,
+        bytes: Vec<u8>,
+        keys: Vec<EcKeyMeta>,
+        done: bool,
+    },
+}
+
+/// Key metadata change carried by an [`PeerBody::EcUpdate`] (mirrors
+/// `ringlet_erasure::MetaChange`, kept here so the wire codec needs no erasure types).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EcMeta {
+    None,
+    /// `key` is now `len` bytes at `offset` of the owner's arena, at `version`.
+    Put {
+        key: Vec<u8>,
+        version: Version,
+        offset: u64,
+        len: u64,
+    },
+    /// `key` deleted at `version` (holders keep a tombstone).
+    Delete {
+        key: Vec<u8>,
+        version: Version,
+    },
+    /// `key` moved to another memgest at `version`: drop its metadata, no tombstone.
+    Retire {
+        key: Vec<u8>,
+        version: Version,
+    },
+}
+
+/// One key's metadata as a parity holder reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EcKeyMeta {
+    pub key: Vec<u8>,
+    pub version: Version,
+    pub offset: u64,
+    pub len: u64,
+    /// A delete: `offset`/`len` are 0.
+    pub tombstone: bool,
+}
+
+/// A byte range of a data arena or a parity chunk (see [`PeerBody::EcReadReq`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EcRange {
+    pub parity: bool,
+    pub index: u64,
+    pub offset: u64,
+    pub len: u32,
 }
 
 /// Envelope: sender epoch and incarnation travel with every peer message, so a receiver can

@@ -31,6 +31,9 @@ use ringlet_types::{key_slot, limits, Epoch, Hlc, MemgestId, MemgestKind, NodeId
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+mod ec;
+pub use ec::{ec_bounds, EC_PTR_BYTES};
+
 /// Bounds local to replication (each with its reason).
 pub mod bounds {
     /// Entries per pull page: a page is one message; 1,024 small entries keep it well under a
@@ -73,6 +76,11 @@ pub struct ReplicaConfig {
     /// recovered (reported as `Output::PossibleLoss`): availability beyond the memgest's
     /// tolerance, as Ring's "the app is told".
     pub rebuild_timeout_ms: u64,
+    /// Chunk size of `ec:K+M` arenas (Ring §3.3); every node of a cluster must agree.
+    pub ec_chunk_bytes: u32,
+    /// Capacity of one ec arena (one per PG data position and ec memgest); materialised
+    /// lazily up to its high water. Every node must agree (parity holders bound updates by it).
+    pub ec_arena_bytes: u64,
 }
 
 impl Default for ReplicaConfig {
@@ -86,6 +94,8 @@ impl Default for ReplicaConfig {
             pull_retry_ms: 300,
             repair_interval_ms: 250,
             rebuild_timeout_ms: 20_000,
+            ec_chunk_bytes: 4096,
+            ec_arena_bytes: 1 << 30,
         }
     }
 }
@@ -159,6 +169,8 @@ enum Status {
 struct RangeState {
     first: Slot,
     last: Slot,
+    /// Placement group of the range (its data index is this node's ec owner index).
+    pg: u32,
     cohort: Vec<NodeId>,
     offset: Option<usize>,
     role: Role,
@@ -178,6 +190,8 @@ struct Pending {
     committed: bool,
     last_send_ms: u64,
     bytes: u64,
+    /// `ec:K+M` parity update (commit when every holder acked it), or `None` for `rep:R`.
+    ec: Option<ec::EcPend>,
 }
 
 #[derive(Clone, Debug)]
@@ -226,6 +240,16 @@ pub struct Replica<S: ReplicaStore> {
     next_id: u64,
     repair_cursor: usize,
     last_repair_ms: u64,
+    /// ec: arenas of this node's data positions, by (PG, memgest).
+    ec_data: BTreeMap<(u32, MemgestId), ec::EcData>,
+    /// ec: parity stores of this node's parity positions, by (PG, memgest).
+    ec_parity: BTreeMap<(u32, MemgestId), ec::EcParity>,
+    /// ec: decode jobs in flight.
+    ec_jobs: BTreeMap<u64, ec::Job>,
+    /// ec: request id → what it belongs to.
+    ec_reqs: BTreeMap<u64, ec::EcReq>,
+    /// `now_ms` of the latest step (for work started outside a timed path).
+    last_now_ms: u64,
     /// Counters for tests and metrics.
     pub stats: ReplicaStats,
 }
@@ -241,6 +265,22 @@ pub struct ReplicaStats {
     pub repair_retired: u64,
     pub replicate_refused: u64,
     pub possible_loss: u64,
+    /// ec: takeovers whose metadata was rebuilt from parity holders.
+    pub ec_takeovers: u64,
+    /// ec: arenas fully decoded after a takeover.
+    pub ec_recoveries_completed: u64,
+    /// ec: reads that decoded their value on demand.
+    pub ec_decodes_on_demand: u64,
+    /// ec: bytes decoded (on demand and background).
+    pub ec_decoded_bytes: u64,
+    /// ec: decode attempts retried (a survivor missing or changing).
+    pub ec_decode_retries: u64,
+    /// ec: parity holders that finished a (re)sync from the data nodes' snapshots.
+    pub ec_holder_syncs: u64,
+    /// ec: parity holders that found their copy diverged and reset.
+    pub ec_holder_resyncs: u64,
+    /// ec: metadata entries that could not be restored into the arena (overlap).
+    pub ec_restore_conflicts: u64,
 }
 
 fn majority(n: usize) -> usize {
@@ -274,6 +314,11 @@ impl<S: ReplicaStore> Replica<S> {
             next_id: incarnation << 32,
             repair_cursor: 0,
             last_repair_ms: 0,
+            ec_data: BTreeMap::new(),
+            ec_parity: BTreeMap::new(),
+            ec_jobs: BTreeMap::new(),
+            ec_reqs: BTreeMap::new(),
+            last_now_ms: 0,
             stats: ReplicaStats::default(),
         }
     }
@@ -297,6 +342,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// No pull in progress, no write in flight: the node has settled.
     pub fn is_settled(&self) -> bool {
         self.pending.is_empty()
+            && !self.ec_busy()
             && self
                 .ranges
                 .iter()
@@ -324,6 +370,7 @@ impl<S: ReplicaStore> Replica<S> {
                 ));
             }
         }
+        parts.extend(self.ec_debug());
         for (v, p) in &self.pending {
             parts.push(format!(
                 "pending {v} slot {} targets {:?} acked {:?} committed {}",
@@ -335,9 +382,11 @@ impl<S: ReplicaStore> Replica<S> {
 
     /// Whether a rebuild or sync is still running on some range.
     pub fn is_pulling(&self) -> bool {
-        self.ranges
-            .iter()
-            .any(|r| matches!(r.status, Status::Pulling(_)))
+        self.ec_busy()
+            || self
+                .ranges
+                .iter()
+                .any(|r| matches!(r.status, Status::Pulling(_)))
     }
 
     /// Whether this node is Ready for `slot` at cohort offset `offset`.
@@ -346,6 +395,17 @@ impl<S: ReplicaStore> Replica<S> {
         match r.status {
             Status::Ready => r.offset,
             _ => None,
+        }
+    }
+
+    /// The committed value of `key` as this node's store and arenas hold it (`Some(None)`:
+    /// absent or deleted; `None`: an ec value whose bytes are not recovered here yet). For
+    /// checkers; clients use `Get`.
+    pub fn committed_value(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        match self.store.get(key) {
+            Some(e) if self.is_ec_value(&e) => self.ec_value(key, &e).ok().map(Some),
+            Some(e) => Some(e.value),
+            None => Some(None),
         }
     }
 
@@ -359,6 +419,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// bounded by the sizes of its input and of the (bounded) tables.
     pub fn step(&mut self, now_ms: u64, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
+        self.last_now_ms = self.last_now_ms.max(now_ms);
         match input {
             Input::Client { client, req } => self.on_client(now_ms, client, req, &mut out),
             Input::Peer { from, msg } => self.on_peer(now_ms, from, msg, &mut out),
@@ -521,10 +582,25 @@ impl<S: ReplicaStore> Replica<S> {
                 let body = match self.ready_at(slot).filter(|_| usable) {
                     Some(_) => {
                         let e = self.store.get(&key);
-                        ClientReply::Replica {
-                            version: e.as_ref().map_or(Version::ZERO, |e| e.version),
-                            memgest: e.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
-                            value: e.and_then(|e| e.value),
+                        let ec = e.as_ref().filter(|e| self.is_ec_value(e)).cloned();
+                        match ec {
+                            Some(e) => match self.ec_value(&key, &e) {
+                                Ok(v) => ClientReply::Replica {
+                                    version: e.version,
+                                    memgest: e.memgest,
+                                    value: Some(v),
+                                },
+                                Err(true) => {
+                                    return self
+                                        .ec_read_later(now_ms, client, req.id, &key, &e, true, out)
+                                }
+                                Err(false) => ClientReply::NotReady,
+                            },
+                            None => ClientReply::Replica {
+                                version: e.as_ref().map_or(Version::ZERO, |e| e.version),
+                                memgest: e.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
+                                value: e.and_then(|e| e.value),
+                            },
                         }
                     }
                     None => ClientReply::NotReady,
@@ -540,10 +616,7 @@ impl<S: ReplicaStore> Replica<S> {
                     .get(&key)
                     .and_then(|s| s.iter().next_back().copied());
                 match threshold {
-                    None => {
-                        let body = self.read_committed(&key);
-                        self.reply(out, client, req.id, body);
-                    }
+                    None => self.answer_read(now_ms, client, req.id, &key, out),
                     Some(threshold) => {
                         if self.parked_count >= PARKED_READS_MAX {
                             return self.reply(out, client, req.id, ClientReply::Busy);
@@ -564,8 +637,35 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
-    fn read_committed(&self, key: &[u8]) -> ClientReply {
-        match self.store.get(key) {
+    /// Whether a stored entry is an `ec:K+M` value (its bytes live in an arena; the store
+    /// keeps a pointer).
+    fn is_ec_value(&self, e: &Entry) -> bool {
+        e.value.is_some()
+            && self
+                .map
+                .as_ref()
+                .is_some_and(|m| matches!(m.memgest_kind(e.memgest), MemgestKind::Ec { .. }))
+    }
+
+    /// Reply with the committed value of `key` (decoding it first if it is an ec value whose
+    /// bytes were lost with the previous coordinator).
+    fn answer_read(
+        &mut self,
+        now_ms: u64,
+        client: u64,
+        id: ReqId,
+        key: &[u8],
+        out: &mut Vec<Output>,
+    ) {
+        let body = match self.store.get(key) {
+            Some(e) if self.is_ec_value(&e) => match self.ec_value(key, &e) {
+                Ok(v) => ClientReply::Value {
+                    version: e.version,
+                    value: Some(v),
+                },
+                Err(true) => return self.ec_read_later(now_ms, client, id, key, &e, false, out),
+                Err(false) => ClientReply::NotReady,
+            },
             Some(e) => ClientReply::Value {
                 version: e.version,
                 value: e.value,
@@ -574,7 +674,8 @@ impl<S: ReplicaStore> Replica<S> {
                 version: Version::ZERO,
                 value: None,
             },
-        }
+        };
+        self.reply(out, client, id, body);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -625,7 +726,7 @@ impl<S: ReplicaStore> Replica<S> {
             // metadata) to the PG's first M redundant nodes; it commits when all M acked.
             // crates/erasure provides the delta; until it is wired, ec writes are refused.
             MemgestKind::Ec { .. } => {
-                return self.reply(out, client, id, ClientReply::Unsupported);
+                return self.write_ec(now_ms, client, id, key, value, memgest, out);
             }
         };
         let Some(r) = self.range(slot) else {
@@ -652,6 +753,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         if targets.is_empty() {
             self.apply_local(&key, entry.clone());
+            self.retire_other_ec(&key, &entry, out);
             self.stats.writes_committed += 1;
             let body = ClientReply::Written {
                 version: entry.version,
@@ -690,6 +792,7 @@ impl<S: ReplicaStore> Replica<S> {
                 committed: false,
                 last_send_ms: now_ms,
                 bytes,
+                ec: None,
             },
         );
     }
@@ -749,7 +852,13 @@ impl<S: ReplicaStore> Replica<S> {
         };
         p.committed = true;
         let (key, entry, client) = (p.key.clone(), p.entry.clone(), p.client.take());
-        self.apply_local(&key, entry);
+        if let Some(ec) = p.ec.clone() {
+            if self.ec_commit(&ec) {
+                return; // background update: no store entry, no client
+            }
+        }
+        self.apply_local(&key, entry.clone());
+        self.retire_other_ec(&key, &entry, out);
         self.stats.writes_committed += 1;
         if let Some(set) = self.uncommitted.get_mut(&key) {
             set.remove(&version);
@@ -781,8 +890,8 @@ impl<S: ReplicaStore> Replica<S> {
                 keep.push(p);
             } else {
                 self.parked_count -= 1;
-                let body = self.read_committed(key);
-                self.reply(out, p.client, p.id, body);
+                let now = self.last_now_ms;
+                self.answer_read(now, p.client, p.id, key, out);
             }
         }
         if !keep.is_empty() {
@@ -862,6 +971,10 @@ impl<S: ReplicaStore> Replica<S> {
         self.dedup.clear();
         self.dedup_order.clear();
         self.pull_index.clear();
+        self.ec_data.clear();
+        self.ec_parity.clear();
+        self.ec_jobs.clear();
+        self.ec_reqs.clear();
         self.lease_until_ms = 0;
         self.last_heartbeat_ms = Some(now_ms);
         out.push(Output::Control(ControlInput::Join {
@@ -1013,6 +1126,7 @@ impl<S: ReplicaStore> Replica<S> {
                 new_ranges.push(RangeState {
                     first: r.first,
                     last: r.last,
+                    pg: r.pg,
                     cohort,
                     offset,
                     role,
@@ -1051,7 +1165,9 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
+        self.ec_on_map(old_map.as_deref(), placed_at_bootstrap, out);
         self.retarget_pending(out);
+        self.drive_ec(now_ms, out);
         self.drive_pulls(now_ms, out);
     }
 
@@ -1065,17 +1181,24 @@ impl<S: ReplicaStore> Replica<S> {
                 continue;
             };
             let copies = map.copies(p.entry.memgest);
-            let targets: Vec<NodeId> = self
-                .range(p.slot)
-                .map(|r| {
-                    r.cohort
-                        .iter()
-                        .skip(1)
-                        .take(copies.saturating_sub(1))
-                        .copied()
-                        .collect()
-                })
-                .unwrap_or_default();
+            let targets: Vec<NodeId> = match &p.ec {
+                Some(e) => self
+                    .ec_data
+                    .get(&(e.pg, e.memgest))
+                    .map(|d| d.holders.clone())
+                    .unwrap_or_default(),
+                None => self
+                    .range(p.slot)
+                    .map(|r| {
+                        r.cohort
+                            .iter()
+                            .skip(1)
+                            .take(copies.saturating_sub(1))
+                            .copied()
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            };
             let Some(p) = self.pending.get_mut(&v) else {
                 continue;
             };
@@ -1180,6 +1303,9 @@ impl<S: ReplicaStore> Replica<S> {
                         return false;
                     }
                 }
+                if !self.ec_loaded(r.pg) {
+                    return false;
+                }
                 let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
                 map.memgests.values().all(|m| {
                     let copies = match m.kind {
@@ -1283,7 +1409,7 @@ impl<S: ReplicaStore> Replica<S> {
                         extra = self
                             .pending
                             .values()
-                            .filter(|p| p.slot >= first && p.slot <= last)
+                            .filter(|p| p.slot >= first && p.slot <= last && p.ec.is_none())
                             .map(|p| (p.key.clone(), p.entry.clone()))
                             .collect();
                         self.abandon(first, last, out);
@@ -1336,6 +1462,11 @@ impl<S: ReplicaStore> Replica<S> {
         filter: &dyn Fn(MemgestId) -> bool,
     ) -> (Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>) {
         let start = after.as_ref().map_or(first, |(s, _)| *s).max(first);
+        let is_ec = |m: MemgestId| {
+            self.map
+                .as_ref()
+                .is_some_and(|map| matches!(map.memgest_kind(m), MemgestKind::Ec { .. }))
+        };
         let mut entries = Vec::new();
         let mut bytes: u64 = 0;
         for slot in self.store.nonempty_slots(start, last) {
@@ -1350,7 +1481,9 @@ impl<S: ReplicaStore> Replica<S> {
                 let n = chunk.len();
                 for (k, e) in chunk {
                     cursor = Some(k.clone());
-                    if !filter(e.memgest) {
+                    // ec entries are pointers into this node's arena: a successor rebuilds
+                    // them from the parity holders instead.
+                    if !filter(e.memgest) || is_ec(e.memgest) {
                         continue;
                     }
                     bytes = bytes.saturating_add(e.wire_bytes(&k));
@@ -1434,7 +1567,13 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         for (k, e) in apply {
-            self.apply_local(&k, e);
+            let ec = self
+                .map
+                .as_ref()
+                .is_some_and(|m| matches!(m.memgest_kind(e.memgest), MemgestKind::Ec { .. }));
+            if !ec {
+                self.apply_local(&k, e);
+            }
         }
         if let Some((nid, body)) = resend {
             self.pull_index.insert(nid, (first, from));
@@ -1556,6 +1695,78 @@ impl<S: ReplicaStore> Replica<S> {
                 if self.accept_from_coordinator(from, &msg, key_slot(&key)) {
                     self.store.retire(&key, version);
                 }
+            }
+            PeerBody::EcUpdate {
+                memgest,
+                pg,
+                owner,
+                base,
+                seq,
+                offset,
+                delta,
+                meta,
+            } => self.on_ec_update(
+                from, &msg, memgest, pg, owner, base, seq, offset, delta, meta, out,
+            ),
+            PeerBody::EcAck {
+                memgest,
+                pg,
+                seq,
+                ok,
+                ..
+            } => self.on_ec_ack(from, memgest, pg, seq, ok, out),
+            PeerBody::EcMetaReq {
+                id,
+                memgest,
+                pg,
+                owner,
+                after,
+            } => self.on_ec_meta_req(from, &msg, id, memgest, pg, owner, after, out),
+            PeerBody::EcMetaResp {
+                id,
+                ready,
+                seq,
+                high_water,
+                keys,
+                next,
+            } => {
+                self.on_ec_meta_resp(now_ms, from, id, ready, seq, high_water, keys, next);
+                self.drive_ec(now_ms, out);
+                self.drive_pulls(now_ms, out);
+            }
+            PeerBody::EcReadReq {
+                id,
+                memgest,
+                pg,
+                seq,
+                ranges,
+            } => self.on_ec_read_req(from, id, memgest, pg, seq, ranges, out),
+            PeerBody::EcReadResp {
+                id,
+                ready,
+                seqs,
+                pieces,
+            } => self.on_ec_read_resp(now_ms, from, id, ready, seqs, pieces, out),
+            PeerBody::EcSyncReq {
+                id,
+                memgest,
+                pg,
+                offset,
+                after,
+            } => self.on_ec_sync_req(from, id, memgest, pg, offset, after, out),
+            PeerBody::EcSyncResp {
+                id,
+                ready,
+                seq,
+                base,
+                total,
+                offset,
+                bytes,
+                keys,
+                done,
+            } => {
+                self.on_ec_sync_resp(from, id, ready, seq, base, total, offset, bytes, keys, done);
+                self.drive_ec(now_ms, out);
             }
         }
     }
@@ -1732,13 +1943,14 @@ impl<S: ReplicaStore> Replica<S> {
                 p.last_send_ms = now_ms;
                 for t in &p.targets {
                     if !p.acked.contains(t) {
-                        sends.push((
-                            *t,
-                            PeerBody::Replicate {
+                        let body = match &p.ec {
+                            Some(e) => e.body(),
+                            None => PeerBody::Replicate {
                                 key: p.key.clone(),
                                 entry: p.entry.clone(),
                             },
-                        ));
+                        };
+                        sends.push((*t, body));
                     }
                 }
             }
@@ -1746,6 +1958,7 @@ impl<S: ReplicaStore> Replica<S> {
         for (t, b) in sends {
             self.send(out, t, b);
         }
+        self.drive_ec(now_ms, out);
         self.drive_pulls(now_ms, out);
         if now_ms.saturating_sub(self.last_repair_ms) >= self.cfg.repair_interval_ms {
             self.last_repair_ms = now_ms;
@@ -1821,6 +2034,9 @@ impl<S: ReplicaStore> Replica<S> {
                     c.1 += p.bytes;
                 }
             }
+            if p.ec.as_ref().is_some_and(|e| e.bg) {
+                continue;
+            }
             if !p.committed {
                 unc.entry(p.key.clone()).or_default().insert(*v);
             } else {
@@ -1840,5 +2056,6 @@ impl<S: ReplicaStore> Replica<S> {
         assert_eq!(parked, self.parked_count);
         assert!(self.parked_count <= PARKED_READS_MAX);
         assert!(self.dedup.len() <= DEDUP_CLIENTS_MAX);
+        self.ec_check_invariants();
     }
 }

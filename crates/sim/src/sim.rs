@@ -22,6 +22,9 @@ pub struct SimOptions {
     pub heal_ms_max: u64,
     /// Force every fault kind on (instead of the seed's swarm choice).
     pub all_faults: bool,
+    /// Erasure-coded scenario: 5 active nodes (s = 3, d = 2) + 2 spares, `ec:3+2` and
+    /// `ec:2+1` keys (values of varying sizes over 64-byte chunks) beside `rep:3` and `none`.
+    pub ec: bool,
 }
 
 impl Default for SimOptions {
@@ -30,6 +33,7 @@ impl Default for SimOptions {
             duration_ms: 12_000,
             heal_ms_max: 40_000,
             all_faults: false,
+            ec: false,
         }
     }
 }
@@ -53,6 +57,12 @@ pub struct RunStats {
     pub faults: String,
     pub timeouts: u64,
     pub ambiguous_replies: u64,
+    /// Reliable keys whose final committed value was read back and checked.
+    pub readback_checked: u64,
+    /// ec: takeovers (metadata rebuilt from parity), on-demand decodes, holder syncs.
+    pub ec_takeovers: u64,
+    pub ec_decodes_on_demand: u64,
+    pub ec_holder_syncs: u64,
 }
 
 const LEASE_MS: u64 = 1500;
@@ -172,6 +182,7 @@ struct World {
     acked: BTreeMap<String, Version>,
     stats: RunStats,
     r3: MemgestId,
+    ec_memgests: Vec<MemgestId>,
     disruptive_seen: bool,
     possible_loss: u64,
     active: usize,
@@ -193,11 +204,14 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<RunStats, String> {
 impl World {
     fn new(seed: u64, opts: SimOptions) -> Result<World, String> {
         let mut rng = Rng::new(seed);
-        let active = rng.range(3, 5) as usize;
-        let s = rng.range(1, active.min(3) as u64) as u8;
+        let mut active = rng.range(3, 5) as usize;
+        let mut s = rng.range(1, active.min(3) as u64) as u8;
         let d_min = 3u8.saturating_sub(s);
-        let d = rng.range(u64::from(d_min), (active as u64 - u64::from(s)).min(2)) as u8;
-        let spares = rng.range(1, 2) as usize;
+        let mut d = rng.range(u64::from(d_min), (active as u64 - u64::from(s)).min(2)) as u8;
+        let mut spares = rng.range(1, 2) as usize;
+        if opts.ec {
+            (active, s, d, spares) = (5, 3, 2, 2);
+        }
         let all = opts.all_faults;
         let faults = Faults {
             drop_p: if all || rng.chance(0.5) {
@@ -260,6 +274,7 @@ impl World {
             acked: BTreeMap::new(),
             stats,
             r3: MemgestId(0),
+            ec_memgests: Vec::new(),
             disruptive_seen: false,
             possible_loss: 0,
             active,
@@ -291,6 +306,9 @@ impl World {
             heartbeat_interval_ms: 150,
             lease_ms: LEASE_MS,
             lease_margin_ms: 100,
+            // Small chunks so that values span chunks, stripes and codewords.
+            ec_chunk_bytes: 64,
+            ec_arena_bytes: 1 << 20,
             ..ReplicaConfig::default()
         };
         slot.replica = Some(Replica::new(id, slot.incarnation, cfg, MemStore::new()));
@@ -407,6 +425,23 @@ impl World {
                 );
                 self.cp_actions(a);
                 self.r3 = self.cp.map().memgest_by_name("r3").unwrap_or(MemgestId(0));
+                if self.opts.ec {
+                    for (name, k, m) in [("e32", 3u8, 2u8), ("e21", 2, 1)] {
+                        let a = self.cp.step(
+                            self.now,
+                            CpInput::CreateMemgest {
+                                name: name.into(),
+                                kind: MemgestKind::Ec { k, m },
+                                evictable: None,
+                            },
+                        );
+                        self.cp_actions(a);
+                        match self.cp.map().memgest_by_name(name) {
+                            Some(id) => self.ec_memgests.push(id),
+                            None => return Err(fail(self.seed, format!("memgest {name} refused"))),
+                        }
+                    }
+                }
                 self.setup_workload();
             }
             Event::NodeTick(id) => {
@@ -743,6 +778,18 @@ impl World {
                 rep: false,
             });
         }
+        // ec keys count as reliable ("rep" here means: must survive tolerated failures).
+        let ec = self.ec_memgests.clone();
+        for (j, m) in ec.iter().enumerate() {
+            let n = if j == 0 { 4 } else { 3 };
+            for i in 0..n {
+                self.keys.push(KeySpec {
+                    name: format!("e{j}k{i}"),
+                    memgest: *m,
+                    rep: true,
+                });
+            }
+        }
         for c in 0..n_clients {
             self.clients.push(Client {
                 id: c as u64 + 1,
@@ -776,7 +823,15 @@ impl World {
             0..=29 => (Pending::Get { quorum: false }, OpKind::Get { result: None }),
             30..=44 => (Pending::Get { quorum: true }, OpKind::Get { result: None }),
             45..=89 => {
-                let v = format!("c{client_id}-{seq}");
+                let mut v = format!("c{client_id}-{seq}");
+                if key.starts_with('e') {
+                    // ec values: 0..400 bytes, so they cross 64-byte chunks and stripes.
+                    let pad = self.rng.range(0, 400) as usize;
+                    v.extend(std::iter::repeat_n(
+                        char::from(b'a' + (seq % 26) as u8),
+                        pad,
+                    ));
+                }
                 (Pending::Set { value: v.clone() }, OpKind::Set { value: v })
             }
             _ => (Pending::Delete, OpKind::Delete),
@@ -1031,6 +1086,13 @@ impl World {
 
     fn final_checks(&mut self) -> Result<(), String> {
         let seed = self.seed;
+        for s in self.nodes.values() {
+            if let Some(r) = &s.replica {
+                self.stats.ec_takeovers += r.stats.ec_takeovers;
+                self.stats.ec_decodes_on_demand += r.stats.ec_decodes_on_demand;
+                self.stats.ec_holder_syncs += r.stats.ec_holder_syncs;
+            }
+        }
         if std::env::var_os("SIM_TRACE").is_some() {
             for (id, s) in &self.nodes {
                 if let Some(r) = &s.replica {
@@ -1075,6 +1137,43 @@ impl World {
                     self.stats.faults
                 ),
             ));
+        }
+        // Read-back: every reliable key's committed value at its coordinator (ec values from
+        // the arena, decoded after takeovers) joins the history as a final read, so the
+        // linearizability check below proves it byte-identical to the last write that took
+        // effect.
+        for k in &self.keys {
+            if !k.rep {
+                continue;
+            }
+            let slot = key_slot(k.name.as_bytes());
+            let Some(coord) = map.coordinator(slot) else {
+                continue;
+            };
+            let Some(r) = self.nodes.get(&coord).and_then(|s| s.replica.as_ref()) else {
+                continue;
+            };
+            let Some(v) = r.committed_value(k.name.as_bytes()) else {
+                return Err(fail(
+                    seed,
+                    format!(
+                        "key {}: value not recovered at {coord} after convergence",
+                        k.name
+                    ),
+                ));
+            };
+            self.seq += 1;
+            let at = self.seq;
+            self.history.push(Op {
+                client: u64::MAX,
+                key: k.name.clone(),
+                invoke: at,
+                complete: Some(at),
+                kind: OpKind::Get {
+                    result: v.map(|b| String::from_utf8_lossy(&b).into_owned()),
+                },
+            });
+            self.stats.readback_checked += 1;
         }
         // Linearizability of the recorded history (rep keys always; `none` keys only when no
         // node was lost during the run).

@@ -86,3 +86,27 @@ fn all_faults_40_seeds() {
     };
     run_all(seeds(500..540), &opts);
 }
+
+/// Erasure-coded memgests (`ec:3+2`, `ec:2+1`) on 5 nodes with s = 3, d = 2 and two spares,
+/// under the swarm's faults (one failure at a time, after every role is refilled and
+/// recovered): acknowledged ec writes survive, read back byte-identical, histories are
+/// linearizable.
+#[test]
+fn ec_swarm_24_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        ..SimOptions::default()
+    };
+    run_all(seeds(7000..7024), &opts);
+}
+
+#[test]
+#[ignore]
+fn ec_swarm_many_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        duration_ms: 30_000,
+        ..SimOptions::default()
+    };
+    run_all(seeds(7000..7400), &opts);
+}

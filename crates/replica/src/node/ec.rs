@@ -1,0 +1,1982 @@
+//! `ec:K+M` memgests in the replica core (DESIGN.md "Writes, memgests and consistency",
+//! Ring §3.3, §5, §6.4). Why it is built this way: `docs/design/cluster-ec.md`.
+//!
+//! ```text
+//!  coordinator = data node `owner` of PG `pg`          parity holders = PG[s .. s+M]
+//!  Set k v ──▶ Arena::put_deferred (value whole, fresh range; old range kept until commit)
+//!          ──EcUpdate{seq, delta = new ⊕ old, meta}──▶ every holder: ParityStore::apply (in
+//!          ◀──EcAck{seq} (cumulative)──                  seq order, duplicates no-ops)
+//!          all M acked → store gets (version, memgest, 16-byte pointer); old range freed;
+//!          reply Written; parked reads wake and read the arena at the pointer.
+//!
+//!  takeover (spare becomes data node `owner`):
+//!    EcMetaReq ──▶ holders (fences `owner` there) ◀── metadata pages + applied seq + high water
+//!    Loading → Recovering: Get of a lost value decodes it on demand (EcReadReq: parity pieces
+//!    from one consistent holder, then the other data nodes' bytes rolled back to the seqs that
+//!    holder reported) while a background job decodes the arena window by window → Ready
+//!    (ec writes are accepted from then on).
+//!
+//!  new parity holder: EcSyncReq ──▶ every data node: snapshot (arena bytes + keys at a seq)
+//!    folded into zero parity; updates after the snapshot's seq apply as usual.
+//! ```
+
+use super::*;
+use ringlet_erasure::layout::ParityChunk;
+use ringlet_erasure::{
+    rebuild_range, rebuild_sources, Arena, ChunkSource, Codec, KeyMeta, Layout, MetaChange,
+    ParityStore, ParityUpdate, SourceRange,
+};
+
+/// Bounds of the ec machinery (each with its reason).
+pub mod ec_bounds {
+    /// Keys per metadata or snapshot-key page: one message, like a pull page.
+    pub const EC_KEYS_PER_PAGE_MAX: usize = 1024;
+    /// Arena bytes per snapshot page sent to a resynchronising parity holder.
+    pub const EC_SYNC_PAGE_BYTES: u64 = 256 * 1024;
+    /// Arena bytes one background recovery job decodes: bounds the work per step and the
+    /// bytes fetched per round trip.
+    pub const EC_RECOVER_WINDOW_BYTES: u64 = 64 * 1024;
+    /// Decode jobs in flight per node (on-demand reads beyond it get `Busy`).
+    pub const EC_DECODE_JOBS_MAX: usize = 64;
+    /// Ranges in one `EcReadReq` a node serves (a window of 64 KiB in 64-byte chunks
+    /// touches at most a few thousand pieces).
+    pub const EC_READ_RANGES_MAX: usize = 16 * 1024;
+    /// Snapshots a data node keeps for resynchronising holders (one per holder, M ≤ 4).
+    pub const EC_SNAPSHOTS_MAX: usize = 8;
+}
+use ec_bounds::*;
+
+/// Bytes of the pointer stored in the replica store for an ec value: offset u64 BE, len u64 BE.
+pub const EC_PTR_BYTES: usize = 16;
+
+pub(super) fn ec_ptr(offset: u64, len: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(EC_PTR_BYTES);
+    v.extend_from_slice(&offset.to_be_bytes());
+    v.extend_from_slice(&len.to_be_bytes());
+    v
+}
+
+pub(super) fn parse_ptr(v: &[u8]) -> Option<(u64, u64)> {
+    let o: [u8; 8] = v.get(0..8)?.try_into().ok()?;
+    let l: [u8; 8] = v.get(8..16)?.try_into().ok()?;
+    (v.len() == EC_PTR_BYTES).then(|| (u64::from_be_bytes(o), u64::from_be_bytes(l)))
+}
+
+fn to_wire_meta(m: &Option<MetaChange>) -> EcMeta {
+    match m {
+        None => EcMeta::None,
+        Some(MetaChange::Put { key, meta }) => EcMeta::Put {
+            key: key.clone(),
+            version: meta.version,
+            offset: meta.offset,
+            len: meta.len,
+        },
+        Some(MetaChange::Delete { key, version }) => EcMeta::Delete {
+            key: key.clone(),
+            version: *version,
+        },
+        Some(MetaChange::Retire { key, version }) => EcMeta::Retire {
+            key: key.clone(),
+            version: *version,
+        },
+    }
+}
+
+fn from_wire(owner: u32, seq: u64, offset: u64, delta: Vec<u8>, meta: EcMeta) -> ParityUpdate {
+    let meta = match meta {
+        EcMeta::None => None,
+        EcMeta::Put {
+            key,
+            version,
+            offset,
+            len,
+        } => Some(MetaChange::Put {
+            key,
+            meta: KeyMeta {
+                owner,
+                offset,
+                len,
+                version,
+            },
+        }),
+        EcMeta::Delete { key, version } => Some(MetaChange::Delete { key, version }),
+        EcMeta::Retire { key, version } => Some(MetaChange::Retire { key, version }),
+    };
+    ParityUpdate {
+        owner,
+        seq,
+        offset,
+        delta,
+        meta,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum SrcStatus {
+    Waiting,
+    Done { seq: u64, high_water: u64 },
+    NotReady,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct LoadSrc {
+    req_id: u64,
+    after: Option<Vec<u8>>,
+    sent_ms: u64,
+    status: SrcStatus,
+    keys: Vec<EcKeyMeta>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Load {
+    sources: BTreeMap<NodeId, LoadSrc>,
+    first_done_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Recover {
+    cursor: u64,
+    high_water: u64,
+    /// Holders (parity index, node) whose copy of the owner's state is the adopted one.
+    good: Vec<(u32, NodeId)>,
+    job: Option<u64>,
+    next_try_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum DataState {
+    Ready,
+    Loading(Load),
+    Recovering(Recover),
+}
+
+/// This node as data node `owner` of PG `pg` for one ec memgest.
+#[derive(Clone, Debug)]
+pub(super) struct EcData {
+    pub(super) layout: Layout,
+    pub(super) codec: Arc<Codec>,
+    pub(super) owner: u32,
+    pub(super) arena: Arena,
+    pub(super) holders: Vec<NodeId>,
+    pub(super) group: Vec<NodeId>,
+    pub(super) base: u64,
+    pub(super) state: DataState,
+    /// Snapshots served to resynchronising holders: holder → (seq, arena copy).
+    snapshots: BTreeMap<NodeId, (u64, Arena)>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct SyncSrc {
+    req_id: u64,
+    offset: u64,
+    after: Option<Vec<u8>>,
+    keys_phase: bool,
+    sent_ms: u64,
+    snap: Option<(u64, u64)>,
+    done: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum ParState {
+    Ready,
+    Syncing(BTreeMap<u32, SyncSrc>),
+}
+
+/// This node as parity holder `q` of PG `pg` for one ec memgest.
+#[derive(Clone, Debug)]
+pub(super) struct EcParity {
+    pub(super) store: ParityStore,
+    pub(super) q: u32,
+    pub(super) state: ParState,
+    /// Per owner: the takeover base of the updates last accepted.
+    base: Vec<u64>,
+    /// Per owner: who may send updates (set by a new coordinator's `EcMetaReq`).
+    fences: BTreeMap<u32, Fence>,
+    pub(super) group: Vec<NodeId>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct EcPend {
+    pub(super) pg: u32,
+    pub(super) memgest: MemgestId,
+    pub(super) seq: u64,
+    pub(super) owner: u32,
+    pub(super) offset: u64,
+    pub(super) delta: Vec<u8>,
+    pub(super) meta: EcMeta,
+    pub(super) base: u64,
+    /// Arena range to free when this update commits (the value it supersedes).
+    pub(super) free: Option<(u64, u64)>,
+    /// Background update (retire of a moved key): no client, no store entry.
+    pub(super) bg: bool,
+}
+
+impl EcPend {
+    pub(super) fn body(&self) -> PeerBody {
+        PeerBody::EcUpdate {
+            memgest: self.memgest,
+            pg: self.pg,
+            owner: self.owner,
+            base: self.base,
+            seq: self.seq,
+            offset: self.offset,
+            delta: self.delta.clone(),
+            meta: self.meta.clone(),
+        }
+    }
+}
+
+/// A decode of `[offset, offset+len)` of the owner's arena.
+#[derive(Clone, Debug)]
+pub(super) struct Job {
+    pg: u32,
+    memgest: MemgestId,
+    offset: u64,
+    len: u64,
+    background: bool,
+    holder: (u32, NodeId),
+    sources: Vec<SourceRange>,
+    parity_req: u64,
+    seqs: Vec<u64>,
+    parity: BTreeMap<(u64, u32, u32), Vec<u8>>,
+    data: BTreeMap<(u32, u64, u32), Vec<u8>>,
+    data_reqs: BTreeMap<u64, u32>,
+    sent_ms: u64,
+    failed: bool,
+    readers: Vec<(u64, ReqId, bool, Version, MemgestId)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum EcReq {
+    Meta {
+        pg: u32,
+        memgest: MemgestId,
+    },
+    Sync {
+        pg: u32,
+        memgest: MemgestId,
+        owner: u32,
+    },
+    Job {
+        job: u64,
+    },
+}
+
+struct Fetched<'a> {
+    job: &'a Job,
+}
+
+impl ChunkSource for Fetched<'_> {
+    fn read_data(&self, node: u32, offset: u64, out: &mut [u8]) -> bool {
+        let len = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        match self.job.data.get(&(node, offset, len)) {
+            Some(b) if b.len() == out.len() => {
+                out.copy_from_slice(b);
+                true
+            }
+            _ => false,
+        }
+    }
+    fn read_parity(&self, chunk: ParityChunk, byte: u32, out: &mut [u8]) -> bool {
+        if chunk.holder != self.job.holder.0 {
+            return false;
+        }
+        let len = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        match self.job.parity.get(&(chunk.index, byte, len)) {
+            Some(b) if b.len() == out.len() => {
+                out.copy_from_slice(b);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+fn ec_shape(kind: MemgestKind) -> Option<(u32, u32)> {
+    match kind {
+        MemgestKind::Ec { k, m } => Some((u32::from(k), u32::from(m))),
+        _ => None,
+    }
+}
+
+impl<S: ReplicaStore> Replica<S> {
+    // ------------------------------------------------------------------ roles
+
+    /// Recompute ec roles after a map change: data node of (PG, memgest) → an arena; parity
+    /// holder → a parity store. New roles start Ready when no data can have existed
+    /// (bootstrap placement, or a memgest the previous map did not have), otherwise they
+    /// recover (data: Loading) or resynchronise (parity: Syncing).
+    pub(super) fn ec_on_map(
+        &mut self,
+        old_map: Option<&ClusterMap>,
+        placed_at_bootstrap: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(map) = self.map.clone() else { return };
+        let mut keep_data = BTreeSet::new();
+        let mut keep_par = BTreeSet::new();
+        let i_am_member = map
+            .nodes
+            .get(&self.id)
+            .is_some_and(|n| n.incarnation == self.incarnation);
+        if let (Some(p), true) = (&map.placement, i_am_member) {
+            let s = u32::from(p.s);
+            for (pg, group) in (0u32..).zip(p.groups.iter()) {
+                let Some(pos) = group.iter().position(|n| *n == self.id) else {
+                    continue;
+                };
+                let pos = pos as u32;
+                for (mid, info) in &map.memgests {
+                    let Some((k, m)) = ec_shape(info.kind) else {
+                        continue;
+                    };
+                    let Ok(layout) = Layout::new(k, m, s, self.cfg.ec_chunk_bytes) else {
+                        continue; // s < K: refused at write time (Unsupported)
+                    };
+                    let fresh = placed_at_bootstrap
+                        || old_map.is_some_and(|om| !om.memgests.contains_key(mid));
+                    let holders: Vec<NodeId> = p.parity(pg, m as u8);
+                    if pos < s {
+                        keep_data.insert((pg, *mid));
+                        if let Some(d) = self.ec_data.get_mut(&(pg, *mid)) {
+                            if d.owner == pos {
+                                d.holders = holders;
+                                d.group = group.clone();
+                                continue;
+                            }
+                        }
+                        let Ok(codec) = Codec::new(k, m) else {
+                            continue;
+                        };
+                        let Ok(arena) = Arena::new(layout, pos, self.cfg.ec_arena_bytes) else {
+                            continue;
+                        };
+                        let state = if fresh {
+                            DataState::Ready
+                        } else {
+                            DataState::Loading(Load {
+                                sources: holders
+                                    .iter()
+                                    .map(|h| {
+                                        (
+                                            *h,
+                                            LoadSrc {
+                                                req_id: 0,
+                                                after: None,
+                                                sent_ms: 0,
+                                                status: SrcStatus::Waiting,
+                                                keys: Vec::new(),
+                                            },
+                                        )
+                                    })
+                                    .collect(),
+                                first_done_ms: None,
+                            })
+                        };
+                        self.ec_data.insert(
+                            (pg, *mid),
+                            EcData {
+                                layout,
+                                codec: Arc::new(codec),
+                                owner: pos,
+                                arena,
+                                holders,
+                                group: group.clone(),
+                                base: 0,
+                                state,
+                                snapshots: BTreeMap::new(),
+                            },
+                        );
+                    } else if pos < s + m {
+                        let q = pos - s;
+                        keep_par.insert((pg, *mid));
+                        if let Some(h) = self.ec_parity.get_mut(&(pg, *mid)) {
+                            if h.q == q {
+                                h.group = group.clone();
+                                continue;
+                            }
+                        }
+                        let Ok(store) =
+                            ParityStore::with_arena_capacity(layout, q, self.cfg.ec_arena_bytes)
+                        else {
+                            continue;
+                        };
+                        let state = if fresh {
+                            ParState::Ready
+                        } else {
+                            ParState::Syncing(new_sync(s))
+                        };
+                        self.ec_parity.insert(
+                            (pg, *mid),
+                            EcParity {
+                                store,
+                                q,
+                                state,
+                                base: vec![0; s as usize],
+                                fences: BTreeMap::new(),
+                                group: group.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        self.ec_data.retain(|k, _| keep_data.contains(k));
+        self.ec_parity.retain(|k, _| keep_par.contains(k));
+        // Fences older than the map are expressed by the map itself.
+        let epoch = self.epoch;
+        for h in self.ec_parity.values_mut() {
+            h.fences.retain(|_, f| f.epoch > epoch);
+        }
+        // Requests in flight were addressed under the old map: drop them (loads and syncs
+        // resend; readers waiting for a decode are told to retry).
+        self.ec_reqs.clear();
+        for (_, j) in std::mem::take(&mut self.ec_jobs) {
+            for (client, id, _, _, _) in j.readers {
+                self.reply(out, client, id, ClientReply::NotReady);
+            }
+        }
+        for d in self.ec_data.values_mut() {
+            match &mut d.state {
+                DataState::Loading(l) => {
+                    let want: BTreeSet<NodeId> = d.holders.iter().copied().collect();
+                    l.sources.retain(|n, _| want.contains(n));
+                    for h in &d.holders {
+                        l.sources.entry(*h).or_insert(LoadSrc {
+                            req_id: 0,
+                            after: None,
+                            sent_ms: 0,
+                            status: SrcStatus::Waiting,
+                            keys: Vec::new(),
+                        });
+                    }
+                    for src in l.sources.values_mut() {
+                        if src.status == SrcStatus::Waiting {
+                            src.req_id = 0;
+                            src.after = None;
+                            src.keys.clear();
+                        }
+                    }
+                }
+                DataState::Recovering(r) => {
+                    r.job = None;
+                    r.next_try_ms = 0;
+                    r.good
+                        .retain(|(q, n)| d.holders.get(*q as usize) == Some(n));
+                }
+                DataState::Ready => {}
+            }
+            d.snapshots.retain(|n, _| map.nodes.contains_key(n));
+        }
+        for h in self.ec_parity.values_mut() {
+            if let ParState::Syncing(srcs) = &mut h.state {
+                for s in srcs.values_mut() {
+                    s.req_id = 0;
+                    s.sent_ms = 0;
+                }
+            }
+        }
+    }
+
+    /// ec roles still recovering or resynchronising (the node is not settled).
+    pub(super) fn ec_busy(&self) -> bool {
+        self.ec_data
+            .values()
+            .any(|d| !matches!(d.state, DataState::Ready))
+            || self
+                .ec_parity
+                .values()
+                .any(|h| matches!(h.state, ParState::Syncing(_)))
+    }
+
+    pub(super) fn ec_debug(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for ((pg, m), d) in &self.ec_data {
+            match &d.state {
+                DataState::Ready => {}
+                DataState::Loading(l) => v.push(format!(
+                    "ec data pg {pg} {m:?} loading {:?}",
+                    l.sources
+                        .iter()
+                        .map(|(n, s)| (*n, s.status.clone()))
+                        .collect::<Vec<_>>()
+                )),
+                DataState::Recovering(r) => v.push(format!(
+                    "ec data pg {pg} {m:?} recovering {}/{} good {:?}",
+                    r.cursor, r.high_water, r.good
+                )),
+            }
+        }
+        for ((pg, m), h) in &self.ec_parity {
+            if let ParState::Syncing(s) = &h.state {
+                v.push(format!(
+                    "ec parity pg {pg} {m:?} syncing done {:?}",
+                    s.iter().map(|(o, x)| (*o, x.done)).collect::<Vec<_>>()
+                ));
+            }
+        }
+        v
+    }
+
+    /// Whether the ec metadata of every ec memgest of `pg` is loaded here (a rebuilding
+    /// range of that PG may serve).
+    pub(super) fn ec_loaded(&self, pg: u32) -> bool {
+        self.ec_data
+            .iter()
+            .filter(|((p, _), _)| *p == pg)
+            .all(|(_, d)| !matches!(d.state, DataState::Loading(_)))
+    }
+
+    // ------------------------------------------------------------------ writes
+
+    /// `ec:K+M` Set/Delete at the coordinator (already checked: serving, dedup, memgest).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn write_ec(
+        &mut self,
+        now_ms: u64,
+        client: u64,
+        id: ReqId,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        memgest: MemgestId,
+        out: &mut Vec<Output>,
+    ) {
+        let slot = key_slot(&key);
+        let Some(pg) = self.range(slot).map(|r| r.pg) else {
+            return self.reply(out, client, id, ClientReply::NotCoordinator);
+        };
+        let Some(d) = self.ec_data.get(&(pg, memgest)) else {
+            // No arena: the memgest does not fit this PG (s < K).
+            return self.reply(out, client, id, ClientReply::Unsupported);
+        };
+        if !matches!(d.state, DataState::Ready) {
+            return self.reply(out, client, id, ClientReply::NotReady);
+        }
+        let targets = d.holders.clone();
+        let bytes = (key.len() as u64)
+            .saturating_add(value.as_ref().map_or(0, |v| v.len() as u64))
+            .saturating_add(64);
+        for t in &targets {
+            let (n, b) = self.inflight.get(t).copied().unwrap_or((0, 0));
+            if n >= limits::REPLICATION_INFLIGHT_MAX
+                || b.saturating_add(bytes) > limits::REPLICATION_INFLIGHT_BYTES_MAX
+            {
+                return self.reply(out, client, id, ClientReply::Busy);
+            }
+        }
+        let version = self.hlc.next(now_ms);
+        if let Some(cur) = self.latest_entry(&key) {
+            assert!(version > cur.version, "HLC issued a stale version");
+        }
+        let Some(d) = self.ec_data.get_mut(&(pg, memgest)) else {
+            return;
+        };
+        let staged = match &value {
+            Some(v) => d.arena.put_deferred(&key, version, v),
+            None if d.arena.meta(&key).is_some() => d.arena.remove_deferred(&key, version, false),
+            None => Ok((
+                d.arena.meta_update(MetaChange::Delete {
+                    key: key.clone(),
+                    version,
+                }),
+                None,
+            )),
+        };
+        let (up, free) = match staged {
+            Ok(x) => x,
+            // Arena full (or a bug): nothing was sent, nothing changed.
+            Err(_) => return self.reply(out, client, id, ClientReply::Busy),
+        };
+        let stored = match (&value, &up.meta) {
+            (Some(_), Some(MetaChange::Put { meta, .. })) => Some(ec_ptr(meta.offset, meta.len)),
+            _ => None,
+        };
+        let ec = EcPend {
+            pg,
+            memgest,
+            seq: up.seq,
+            owner: d.owner,
+            offset: up.offset,
+            meta: to_wire_meta(&up.meta),
+            delta: up.delta,
+            base: d.base,
+            free,
+            bg: false,
+        };
+        let entry = Entry {
+            version,
+            memgest,
+            value: stored,
+        };
+        self.remember(client, id.seq, None);
+        self.push_ec_pending(
+            now_ms,
+            key,
+            slot,
+            entry,
+            Some((client, id)),
+            targets,
+            ec,
+            out,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_ec_pending(
+        &mut self,
+        now_ms: u64,
+        key: Vec<u8>,
+        slot: Slot,
+        entry: Entry,
+        client: Option<(u64, ReqId)>,
+        targets: Vec<NodeId>,
+        ec: EcPend,
+        out: &mut Vec<Output>,
+    ) {
+        let bytes = (key.len() as u64)
+            .saturating_add(ec.delta.len() as u64)
+            .saturating_add(64);
+        for t in &targets {
+            let c = self.inflight.entry(*t).or_insert((0, 0));
+            c.0 += 1;
+            c.1 = c.1.saturating_add(bytes);
+            self.send(out, *t, ec.body());
+        }
+        if !ec.bg {
+            self.uncommitted
+                .entry(key.clone())
+                .or_default()
+                .insert(entry.version);
+        }
+        let version = entry.version;
+        let needed = targets.len();
+        self.pending.insert(
+            version,
+            Pending {
+                key,
+                slot,
+                entry,
+                client,
+                needed,
+                targets,
+                acked: BTreeSet::new(),
+                committed: false,
+                last_send_ms: now_ms,
+                bytes,
+                ec: Some(ec),
+            },
+        );
+        if needed == 0 {
+            self.commit(version, out);
+            self.pending.remove(&version);
+        }
+    }
+
+    /// After `new` committed for `key`: copies of the key in *other* ec memgests of its PG
+    /// (a move, or a Set under another memgest) are retired: arena range freed once the
+    /// holders dropped the metadata (a background update, no client).
+    pub(super) fn retire_other_ec(&mut self, key: &[u8], new: &Entry, out: &mut Vec<Output>) {
+        let slot = key_slot(key);
+        let Some(pg) = self.range(slot).map(|r| r.pg) else {
+            return;
+        };
+        let mids: Vec<MemgestId> = self
+            .ec_data
+            .iter()
+            .filter(|((p, m), d)| {
+                *p == pg
+                    && *m != new.memgest
+                    && d.arena
+                        .meta(key)
+                        .is_some_and(|km| km.version <= new.version)
+            })
+            .map(|((_, m), _)| *m)
+            .collect();
+        for mid in mids {
+            let Some(d) = self.ec_data.get_mut(&(pg, mid)) else {
+                continue;
+            };
+            if !matches!(d.state, DataState::Ready) {
+                continue; // recovering arenas accept no updates; see cluster-ec.md
+            }
+            let Ok((up, free)) = d.arena.remove_deferred(key, new.version, true) else {
+                continue;
+            };
+            let ec = EcPend {
+                pg,
+                memgest: mid,
+                seq: up.seq,
+                owner: d.owner,
+                offset: up.offset,
+                meta: to_wire_meta(&up.meta),
+                delta: up.delta,
+                base: d.base,
+                free,
+                bg: true,
+            };
+            let targets = d.holders.clone();
+            // A fresh version only names the pending entry (never stored).
+            let v = self.hlc.next(0);
+            let entry = Entry {
+                version: v,
+                memgest: mid,
+                value: None,
+            };
+            let last = self.last_now_ms;
+            self.push_ec_pending(last, key.to_vec(), slot, entry, None, targets, ec, out);
+        }
+    }
+
+    /// A holder acknowledged `owner`'s updates through `seq`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_ec_ack(
+        &mut self,
+        from: NodeId,
+        memgest: MemgestId,
+        pg: u32,
+        seq: u64,
+        ok: bool,
+        out: &mut Vec<Output>,
+    ) {
+        if !ok {
+            self.stats.replicate_refused += 1;
+            return;
+        }
+        let mut ready = Vec::new();
+        let mut done = Vec::new();
+        for (v, p) in self.pending.iter_mut() {
+            let Some(e) = &p.ec else { continue };
+            if e.pg != pg || e.memgest != memgest || e.seq > seq {
+                continue;
+            }
+            if p.targets.contains(&from) && p.acked.insert(from) {
+                if let Some(c) = self.inflight.get_mut(&from) {
+                    c.0 = c.0.saturating_sub(1);
+                    c.1 = c.1.saturating_sub(p.bytes);
+                }
+            }
+            if !p.committed && p.acked.len() >= p.needed {
+                ready.push(*v);
+            } else if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
+                done.push(*v);
+            }
+        }
+        for v in done {
+            self.pending.remove(&v);
+        }
+        for v in ready {
+            self.commit(v, out);
+            if let Some(p) = self.pending.get(&v) {
+                if p.targets.iter().all(|t| p.acked.contains(t)) {
+                    self.pending.remove(&v);
+                }
+            }
+        }
+    }
+
+    /// Commit-time ec bookkeeping: free the superseded range. Returns true for background
+    /// updates (nothing else to do for them).
+    pub(super) fn ec_commit(&mut self, ec: &EcPend) -> bool {
+        if let Some((o, l)) = ec.free {
+            if let Some(d) = self.ec_data.get_mut(&(ec.pg, ec.memgest)) {
+                let freed = d.arena.free(o, l);
+                debug_assert!(freed.is_ok(), "deferred range was not allocated");
+            }
+        }
+        ec.bg
+    }
+
+    // ------------------------------------------------------------------ parity holder
+
+    fn ec_accept(&self, from: NodeId, msg: &PeerMsg, h: &EcParity, owner: u32) -> bool {
+        if let Some(map) = &self.map {
+            if let Some(n) = map.nodes.get(&from) {
+                if msg.incarnation < n.incarnation {
+                    return false;
+                }
+            }
+        }
+        if let Some(f) = h.fences.get(&owner) {
+            if f.node != from {
+                if msg.epoch <= f.epoch {
+                    return false;
+                }
+            } else if msg.incarnation < f.incarnation {
+                return false;
+            }
+        }
+        if msg.epoch < self.epoch {
+            return false;
+        }
+        if msg.epoch == self.epoch {
+            return h.group.get(owner as usize) == Some(&from);
+        }
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_ec_update(
+        &mut self,
+        from: NodeId,
+        msg: &PeerMsg,
+        memgest: MemgestId,
+        pg: u32,
+        owner: u32,
+        base: u64,
+        seq: u64,
+        offset: u64,
+        delta: Vec<u8>,
+        meta: EcMeta,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(h) = self.ec_parity.get(&(pg, memgest)) else {
+            return;
+        };
+        if !self.ec_accept(from, msg, h, owner) {
+            let body = PeerBody::EcAck {
+                memgest,
+                pg,
+                owner,
+                seq: 0,
+                ok: false,
+            };
+            return self.send(out, from, body);
+        }
+        let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) else {
+            return;
+        };
+        if msg.epoch > self.epoch {
+            h.fences.insert(
+                owner,
+                Fence {
+                    epoch: msg.epoch,
+                    node: from,
+                    incarnation: msg.incarnation,
+                },
+            );
+        }
+        if let ParState::Syncing(srcs) = &h.state {
+            if !srcs.get(&owner).is_some_and(|s| s.done) {
+                return; // not caught up with this owner yet: no ack, it retransmits
+            }
+        }
+        let Some(cur_base) = h.base.get(owner as usize).copied() else {
+            return;
+        };
+        if cur_base != base {
+            if h.store.last_seq(owner) == Some(base) {
+                if let Some(b) = h.base.get_mut(owner as usize) {
+                    *b = base;
+                }
+            } else {
+                // Our copy of this owner's arena diverged from the one the new coordinator
+                // adopted (its predecessor died with updates in flight): rebuild all parity.
+                self.stats.ec_holder_resyncs += 1;
+                let s = h.store.layout().s();
+                h.store.reset();
+                h.base.iter_mut().for_each(|b| *b = 0);
+                h.state = ParState::Syncing(new_sync(s));
+                return;
+            }
+        }
+        let up = from_wire(owner, seq, offset, delta, meta);
+        let ok = match h.store.apply(&up) {
+            Ok(_) => true,
+            Err(ringlet_erasure::Error::SeqGap { .. }) => true, // ack what we have
+            Err(_) => false,
+        };
+        let applied = h.store.last_seq(owner).unwrap_or(0);
+        self.send(
+            out,
+            from,
+            PeerBody::EcAck {
+                memgest,
+                pg,
+                owner,
+                seq: applied,
+                ok,
+            },
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_ec_meta_req(
+        &mut self,
+        from: NodeId,
+        msg: &PeerMsg,
+        id: u64,
+        memgest: MemgestId,
+        pg: u32,
+        owner: u32,
+        after: Option<Vec<u8>>,
+        out: &mut Vec<Output>,
+    ) {
+        let not_ready = PeerBody::EcMetaResp {
+            id,
+            ready: false,
+            seq: 0,
+            high_water: 0,
+            keys: Vec::new(),
+            next: None,
+        };
+        let epoch = self.epoch;
+        let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) else {
+            return self.send(out, from, not_ready);
+        };
+        if msg.epoch < epoch {
+            return self.send(out, from, not_ready);
+        }
+        // Fence: from now on only `from` (or a newer epoch) may update this owner here.
+        if after.is_none() {
+            let newer = h.fences.get(&owner).is_none_or(|f| f.epoch < msg.epoch);
+            if newer {
+                h.fences.insert(
+                    owner,
+                    Fence {
+                        epoch: msg.epoch,
+                        node: from,
+                        incarnation: msg.incarnation,
+                    },
+                );
+            }
+        }
+        if !matches!(h.state, ParState::Ready) {
+            return self.send(out, from, not_ready);
+        }
+        let mut keys: Vec<EcKeyMeta> = Vec::new();
+        let puts = h.store.keys_of(owner).map(|(k, m)| EcKeyMeta {
+            key: k.to_vec(),
+            version: m.version,
+            offset: m.offset,
+            len: m.len,
+            tombstone: false,
+        });
+        let tombs = h.store.tombstones_of(owner).map(|(k, v)| EcKeyMeta {
+            key: k.to_vec(),
+            version: v,
+            offset: 0,
+            len: 0,
+            tombstone: true,
+        });
+        let mut all: Vec<EcKeyMeta> = puts
+            .chain(tombs)
+            .filter(|m| after.as_ref().is_none_or(|a| m.key > *a))
+            .collect();
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        let more = all.len() > EC_KEYS_PER_PAGE_MAX;
+        all.truncate(EC_KEYS_PER_PAGE_MAX);
+        keys.extend(all);
+        let next = if more {
+            keys.last().map(|m| m.key.clone())
+        } else {
+            None
+        };
+        let body = PeerBody::EcMetaResp {
+            id,
+            ready: true,
+            seq: h.store.last_seq(owner).unwrap_or(0),
+            high_water: h.store.high_water(owner),
+            keys,
+            next,
+        };
+        self.send(out, from, body);
+    }
+
+    // ------------------------------------------------------------------ reads of pieces
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_ec_read_req(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        memgest: MemgestId,
+        pg: u32,
+        seq: Option<u64>,
+        ranges: Vec<EcRange>,
+        out: &mut Vec<Output>,
+    ) {
+        let not_ready = PeerBody::EcReadResp {
+            id,
+            ready: false,
+            seqs: Vec::new(),
+            pieces: Vec::new(),
+        };
+        if ranges.len() > EC_READ_RANGES_MAX {
+            return self.send(out, from, not_ready);
+        }
+        let cap = u64::from(limits::VALUE_BYTES_MAX);
+        let total: u64 = ranges.iter().map(|r| u64::from(r.len)).sum();
+        if total > cap {
+            return self.send(out, from, not_ready);
+        }
+        match seq {
+            None => {
+                let Some(h) = self.ec_parity.get(&(pg, memgest)) else {
+                    return self.send(out, from, not_ready);
+                };
+                if !matches!(h.state, ParState::Ready) {
+                    return self.send(out, from, not_ready);
+                }
+                let cb = h.store.layout().chunk_bytes();
+                let mut pieces = Vec::with_capacity(ranges.len());
+                for r in &ranges {
+                    let byte = u32::try_from(r.offset).unwrap_or(u32::MAX);
+                    if !r.parity || byte.saturating_add(r.len) > cb {
+                        return self.send(out, from, not_ready);
+                    }
+                    let mut buf = vec![0u8; r.len as usize];
+                    let pc = ParityChunk {
+                        holder: h.q,
+                        index: r.index,
+                    };
+                    if !h.store.read(pc, byte, &mut buf) {
+                        return self.send(out, from, not_ready);
+                    }
+                    pieces.push(buf);
+                }
+                let seqs = h.store.applied_seqs().to_vec();
+                self.send(
+                    out,
+                    from,
+                    PeerBody::EcReadResp {
+                        id,
+                        ready: true,
+                        seqs,
+                        pieces,
+                    },
+                );
+            }
+            Some(at) => {
+                let Some(d) = self.ec_data.get(&(pg, memgest)) else {
+                    return self.send(out, from, not_ready);
+                };
+                if !matches!(d.state, DataState::Ready) {
+                    return self.send(out, from, not_ready);
+                }
+                let last = d.arena.last_seq();
+                if at > last {
+                    return self.send(out, from, not_ready);
+                }
+                // Updates after `at` that the holder had not applied: roll their deltas back.
+                let later: Vec<&EcPend> = self
+                    .pending
+                    .values()
+                    .filter_map(|p| p.ec.as_ref())
+                    .filter(|e| e.pg == pg && e.memgest == memgest && e.seq > at)
+                    .collect();
+                if later.len() as u64 != last - at {
+                    return self.send(out, from, not_ready); // some already forgotten
+                }
+                let mut pieces = Vec::with_capacity(ranges.len());
+                for r in &ranges {
+                    if r.parity || r.index != u64::from(d.owner) {
+                        return self.send(out, from, not_ready);
+                    }
+                    let Ok(mut buf) = d.arena.read(r.offset, u64::from(r.len)) else {
+                        return self.send(out, from, not_ready);
+                    };
+                    let rend = r.offset.saturating_add(u64::from(r.len));
+                    for e in &later {
+                        let eend = e.offset.saturating_add(e.delta.len() as u64);
+                        let lo = r.offset.max(e.offset);
+                        let hi = rend.min(eend);
+                        for x in lo..hi {
+                            let (Ok(bi), Ok(di)) =
+                                (usize::try_from(x - r.offset), usize::try_from(x - e.offset))
+                            else {
+                                continue;
+                            };
+                            if let (Some(b), Some(dv)) = (buf.get_mut(bi), e.delta.get(di)) {
+                                *b ^= *dv;
+                            }
+                        }
+                    }
+                    pieces.push(buf);
+                }
+                self.send(
+                    out,
+                    from,
+                    PeerBody::EcReadResp {
+                        id,
+                        ready: true,
+                        seqs: vec![at],
+                        pieces,
+                    },
+                );
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ snapshots (sync)
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_ec_sync_req(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        memgest: MemgestId,
+        pg: u32,
+        offset: u64,
+        after: Option<Vec<u8>>,
+        out: &mut Vec<Output>,
+    ) {
+        let not_ready = PeerBody::EcSyncResp {
+            id,
+            ready: false,
+            seq: 0,
+            base: 0,
+            total: 0,
+            offset,
+            bytes: Vec::new(),
+            keys: Vec::new(),
+            done: false,
+        };
+        let Some(d) = self.ec_data.get_mut(&(pg, memgest)) else {
+            return self.send(out, from, not_ready);
+        };
+        if !matches!(d.state, DataState::Ready) || !d.holders.contains(&from) {
+            return self.send(out, from, not_ready);
+        }
+        if offset == 0 && after.is_none() {
+            if d.snapshots.len() >= EC_SNAPSHOTS_MAX && !d.snapshots.contains_key(&from) {
+                return self.send(out, from, not_ready);
+            }
+            d.snapshots
+                .insert(from, (d.arena.last_seq(), d.arena.clone()));
+        }
+        let base = d.base;
+        let Some((seq, snap)) = d.snapshots.get(&from) else {
+            return self.send(out, from, not_ready);
+        };
+        let seq = *seq;
+        let total = snap.bytes().len() as u64;
+        let (bytes, keys, done) = if offset < total {
+            let end = offset.saturating_add(EC_SYNC_PAGE_BYTES).min(total);
+            let b = snap
+                .bytes()
+                .get(offset as usize..end as usize)
+                .unwrap_or(&[])
+                .to_vec();
+            (b, Vec::new(), false)
+        } else {
+            let mut keys: Vec<EcKeyMeta> = snap
+                .keys()
+                .filter(|(k, _)| after.as_ref().is_none_or(|a| *k > a.as_slice()))
+                .take(EC_KEYS_PER_PAGE_MAX + 1)
+                .map(|(k, m)| EcKeyMeta {
+                    key: k.to_vec(),
+                    version: m.version,
+                    offset: m.offset,
+                    len: m.len,
+                    tombstone: false,
+                })
+                .collect();
+            let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
+            keys.truncate(EC_KEYS_PER_PAGE_MAX);
+            (Vec::new(), keys, !more)
+        };
+        if done {
+            d.snapshots.remove(&from);
+        }
+        self.send(
+            out,
+            from,
+            PeerBody::EcSyncResp {
+                id,
+                ready: true,
+                seq,
+                base,
+                total,
+                offset,
+                bytes,
+                keys,
+                done,
+            },
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_ec_sync_resp(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        ready: bool,
+        seq: u64,
+        base: u64,
+        total: u64,
+        offset: u64,
+        bytes: Vec<u8>,
+        keys: Vec<EcKeyMeta>,
+        done: bool,
+    ) {
+        let Some(EcReq::Sync { pg, memgest, owner }) = self.ec_reqs.remove(&id) else {
+            return;
+        };
+        let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) else {
+            return;
+        };
+        if h.group.get(owner as usize) != Some(&from) {
+            return;
+        }
+        let s = h.store.layout().s();
+        let ParState::Syncing(srcs) = &mut h.state else {
+            return;
+        };
+        let Some(src) = srcs.get_mut(&owner) else {
+            return;
+        };
+        if src.req_id != id || src.done {
+            return;
+        }
+        let restart = |h: &mut EcParity| {
+            h.store.reset();
+            h.base.iter_mut().for_each(|b| *b = 0);
+            h.state = ParState::Syncing(new_sync(s));
+        };
+        if !ready {
+            if src.offset > 0 || src.keys_phase {
+                restart(h); // the snapshot we were folding is gone: start over
+            } else {
+                src.req_id = u64::MAX; // wait for the retry timer
+            }
+            return;
+        }
+        match src.snap {
+            None => src.snap = Some((seq, base)),
+            Some(sb) if sb != (seq, base) => return restart(h),
+            Some(_) => {}
+        }
+        if offset != src.offset {
+            return;
+        }
+        if !bytes.is_empty() {
+            if h.store.fold_snapshot(owner, offset, &bytes).is_err() {
+                return restart(h);
+            }
+            let ParState::Syncing(srcs) = &mut h.state else {
+                return;
+            };
+            let Some(src) = srcs.get_mut(&owner) else {
+                return;
+            };
+            src.offset = offset.saturating_add(bytes.len() as u64);
+            if src.offset >= total {
+                src.keys_phase = true;
+            }
+            src.req_id = 0; // ask for the next page at once (on the next drive)
+            return;
+        }
+        for k in &keys {
+            let meta = KeyMeta {
+                owner,
+                offset: k.offset,
+                len: k.len,
+                version: k.version,
+            };
+            let _ = h
+                .store
+                .restore_meta(&k.key, owner, (!k.tombstone).then_some(meta), k.version);
+        }
+        let ParState::Syncing(srcs) = &mut h.state else {
+            return;
+        };
+        let Some(src) = srcs.get_mut(&owner) else {
+            return;
+        };
+        src.keys_phase = true;
+        src.offset = total;
+        if let Some(last) = keys.last() {
+            src.after = Some(last.key.clone());
+        }
+        src.req_id = 0;
+        if done {
+            src.done = true;
+            let _ = h.store.set_last_seq(owner, seq);
+            if let Some(b) = h.base.get_mut(owner as usize) {
+                *b = base;
+            }
+            let ParState::Syncing(srcs) = &h.state else {
+                return;
+            };
+            if srcs.values().all(|s| s.done) {
+                h.state = ParState::Ready;
+                self.stats.ec_holder_syncs += 1;
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ takeover: metadata
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_ec_meta_resp(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        id: u64,
+        ready: bool,
+        seq: u64,
+        high_water: u64,
+        keys: Vec<EcKeyMeta>,
+        next: Option<Vec<u8>>,
+    ) {
+        let Some(EcReq::Meta { pg, memgest }) = self.ec_reqs.remove(&id) else {
+            return;
+        };
+        let Some(d) = self.ec_data.get_mut(&(pg, memgest)) else {
+            return;
+        };
+        let DataState::Loading(l) = &mut d.state else {
+            return;
+        };
+        let Some(src) = l.sources.get_mut(&from) else {
+            return;
+        };
+        if src.req_id != id {
+            return;
+        }
+        if !ready {
+            src.status = SrcStatus::NotReady;
+            src.req_id = u64::MAX;
+            src.sent_ms = now_ms;
+            src.after = None;
+            src.keys.clear();
+            return;
+        }
+        if src.keys.len().saturating_add(keys.len()) > limits::TOMBSTONES_MAX as usize * 4 {
+            src.status = SrcStatus::NotReady; // absurd metadata volume: not this source
+            return;
+        }
+        src.keys.extend(keys);
+        match next {
+            Some(n) => {
+                src.after = Some(n);
+                src.req_id = 0;
+            }
+            None => {
+                src.status = SrcStatus::Done { seq, high_water };
+                l.first_done_ms.get_or_insert(now_ms);
+            }
+        }
+    }
+
+    fn drive_ec_loads(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let retry = self.cfg.pull_retry_ms;
+        let mut sends = Vec::new();
+        let mut finished = Vec::new();
+        for ((pg, mid), d) in self.ec_data.iter_mut() {
+            let DataState::Loading(l) = &mut d.state else {
+                continue;
+            };
+            let done = l
+                .sources
+                .values()
+                .filter(|s| matches!(s.status, SrcStatus::Done { .. }))
+                .count();
+            let answered = l.sources.values().all(|s| s.status != SrcStatus::Waiting);
+            let grace = l
+                .first_done_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) >= retry.saturating_mul(3));
+            if done > 0 && (answered || grace) {
+                finished.push((*pg, *mid));
+                continue;
+            }
+            for (node, s) in l.sources.iter_mut() {
+                if matches!(s.status, SrcStatus::Done { .. }) {
+                    continue;
+                }
+                if s.req_id == 0 || now_ms.saturating_sub(s.sent_ms) >= retry {
+                    if s.status == SrcStatus::NotReady {
+                        // Ask again: a not-ready holder may have caught up.
+                        s.status = SrcStatus::Waiting;
+                    }
+                    self.next_id = self.next_id.wrapping_add(1);
+                    s.req_id = self.next_id;
+                    s.sent_ms = now_ms;
+                    sends.push((
+                        *node,
+                        s.req_id,
+                        PeerBody::EcMetaReq {
+                            id: s.req_id,
+                            memgest: *mid,
+                            pg: *pg,
+                            owner: d.owner,
+                            after: s.after.clone(),
+                        },
+                        (*pg, *mid),
+                    ));
+                }
+            }
+        }
+        for (node, id, body, (pg, memgest)) in sends {
+            self.ec_reqs.insert(id, EcReq::Meta { pg, memgest });
+            self.send(out, node, body);
+        }
+        for (pg, mid) in finished {
+            self.finish_ec_load(pg, mid);
+        }
+    }
+
+    fn finish_ec_load(&mut self, pg: u32, mid: MemgestId) {
+        let Some(d) = self.ec_data.get_mut(&(pg, mid)) else {
+            return;
+        };
+        let DataState::Loading(l) = &mut d.state else {
+            return;
+        };
+        let done: Vec<(NodeId, u64, u64)> = l
+            .sources
+            .iter()
+            .filter_map(|(n, s)| match s.status {
+                SrcStatus::Done { seq, high_water } => Some((*n, seq, high_water)),
+                _ => None,
+            })
+            .collect();
+        let Some(top) = done.iter().map(|(_, s, _)| *s).max() else {
+            return;
+        };
+        let good: Vec<(u32, NodeId)> = done
+            .iter()
+            .filter(|(_, s, _)| *s == top)
+            .filter_map(|(n, _, _)| {
+                d.holders
+                    .iter()
+                    .position(|h| h == n)
+                    .map(|q| (q as u32, *n))
+            })
+            .collect();
+        let Some((_, first_good)) = good.first().copied() else {
+            return;
+        };
+        let high_water = done
+            .iter()
+            .filter(|(_, s, _)| *s == top)
+            .map(|(_, _, h)| *h)
+            .max()
+            .unwrap_or(0);
+        let keys = l
+            .sources
+            .get_mut(&first_good)
+            .map(|s| std::mem::take(&mut s.keys))
+            .unwrap_or_default();
+        d.arena.set_last_seq(top);
+        d.base = top;
+        d.state = if high_water == 0 {
+            DataState::Ready
+        } else {
+            DataState::Recovering(Recover {
+                cursor: 0,
+                high_water,
+                good,
+                job: None,
+                next_try_ms: 0,
+            })
+        };
+        let owner = d.owner;
+        for k in keys {
+            let entry = Entry {
+                version: k.version,
+                memgest: mid,
+                value: (!k.tombstone).then(|| ec_ptr(k.offset, k.len)),
+            };
+            let outcome = self.apply_local(&k.key, entry);
+            if outcome == ApplyOutcome::Applied && !k.tombstone {
+                if let Some(d) = self.ec_data.get_mut(&(pg, mid)) {
+                    let meta = KeyMeta {
+                        owner,
+                        offset: k.offset,
+                        len: k.len,
+                        version: k.version,
+                    };
+                    if d.arena.restore_key(&k.key, meta).is_err() {
+                        self.stats.ec_restore_conflicts += 1;
+                    }
+                }
+            }
+        }
+        self.stats.ec_takeovers += 1;
+    }
+
+    // ------------------------------------------------------------------ decode jobs
+
+    /// Start decoding `[offset, offset+len)` of our own (lost) arena from the survivors.
+    #[allow(clippy::too_many_arguments)]
+    fn start_job(
+        &mut self,
+        now_ms: u64,
+        pg: u32,
+        memgest: MemgestId,
+        offset: u64,
+        len: u64,
+        background: bool,
+        attempt: usize,
+        out: &mut Vec<Output>,
+    ) -> Option<u64> {
+        let d = self.ec_data.get(&(pg, memgest))?;
+        let DataState::Recovering(r) = &d.state else {
+            return None;
+        };
+        if r.good.is_empty() {
+            return None;
+        }
+        let holder = *r.good.get(attempt % r.good.len())?;
+        let sources = rebuild_sources(&d.layout, d.owner, offset, len).ok()?;
+        let ranges: Vec<EcRange> = sources
+            .iter()
+            .filter_map(|s| match s {
+                SourceRange::Parity { chunk, byte, len } if chunk.holder == holder.0 => {
+                    Some(EcRange {
+                        parity: true,
+                        index: chunk.index,
+                        offset: u64::from(*byte),
+                        len: *len,
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        self.next_id = self.next_id.wrapping_add(1);
+        let job_id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let req = self.next_id;
+        self.ec_reqs.insert(req, EcReq::Job { job: job_id });
+        self.send(
+            out,
+            holder.1,
+            PeerBody::EcReadReq {
+                id: req,
+                memgest,
+                pg,
+                seq: None,
+                ranges,
+            },
+        );
+        self.ec_jobs.insert(
+            job_id,
+            Job {
+                pg,
+                memgest,
+                offset,
+                len,
+                background,
+                holder,
+                sources,
+                parity_req: req,
+                seqs: Vec::new(),
+                parity: BTreeMap::new(),
+                data: BTreeMap::new(),
+                data_reqs: BTreeMap::new(),
+                sent_ms: now_ms,
+                failed: false,
+                readers: Vec::new(),
+            },
+        );
+        Some(job_id)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_ec_read_resp(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        id: u64,
+        ready: bool,
+        seqs: Vec<u64>,
+        pieces: Vec<Vec<u8>>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(EcReq::Job { job }) = self.ec_reqs.remove(&id) else {
+            return;
+        };
+        let Some(j) = self.ec_jobs.get_mut(&job) else {
+            return;
+        };
+        if !ready {
+            j.failed = true;
+            return;
+        }
+        if id == j.parity_req {
+            if from != j.holder.1 {
+                return;
+            }
+            let ranges: Vec<(u64, u32, u32)> = j
+                .sources
+                .iter()
+                .filter_map(|s| match s {
+                    SourceRange::Parity { chunk, byte, len } if chunk.holder == j.holder.0 => {
+                        Some((chunk.index, *byte, *len))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if ranges.len() != pieces.len() {
+                j.failed = true;
+                return;
+            }
+            for (r, p) in ranges.into_iter().zip(pieces) {
+                j.parity.insert(r, p);
+            }
+            j.seqs = seqs;
+            // Phase 2: the data nodes' bytes as of the seqs this holder applied.
+            let mut by_node: BTreeMap<u32, Vec<EcRange>> = BTreeMap::new();
+            for s in &j.sources {
+                if let SourceRange::Data { node, offset, len } = s {
+                    by_node.entry(*node).or_default().push(EcRange {
+                        parity: false,
+                        index: u64::from(*node),
+                        offset: *offset,
+                        len: *len,
+                    });
+                }
+            }
+            let Some(d) = self.ec_data.get(&(j.pg, j.memgest)) else {
+                return;
+            };
+            let mut sends = Vec::new();
+            for (node, ranges) in by_node {
+                let Some(to) = d.group.get(node as usize).copied() else {
+                    j.failed = true;
+                    return;
+                };
+                let Some(at) = j.seqs.get(node as usize).copied() else {
+                    j.failed = true;
+                    return;
+                };
+                self.next_id = self.next_id.wrapping_add(1);
+                j.data_reqs.insert(self.next_id, node);
+                sends.push((to, self.next_id, at, ranges));
+            }
+            j.sent_ms = now_ms;
+            let (pg, memgest) = (j.pg, j.memgest);
+            let complete = j.data_reqs.is_empty();
+            for (to, rid, at, ranges) in sends {
+                self.ec_reqs.insert(rid, EcReq::Job { job });
+                self.send(
+                    out,
+                    to,
+                    PeerBody::EcReadReq {
+                        id: rid,
+                        memgest,
+                        pg,
+                        seq: Some(at),
+                        ranges,
+                    },
+                );
+            }
+            if complete {
+                self.finish_job(now_ms, job, out);
+            }
+            return;
+        } else if let Some(node) = j.data_reqs.get(&id).copied() {
+            let ranges: Vec<(u32, u64, u32)> = j
+                .sources
+                .iter()
+                .filter_map(|s| match s {
+                    SourceRange::Data {
+                        node: n,
+                        offset,
+                        len,
+                    } if *n == node => Some((*n, *offset, *len)),
+                    _ => None,
+                })
+                .collect();
+            if ranges.len() != pieces.len() {
+                j.failed = true;
+                return;
+            }
+            for (r, p) in ranges.into_iter().zip(pieces) {
+                j.data.insert(r, p);
+            }
+            j.data_reqs.remove(&id);
+        } else {
+            return;
+        }
+        let complete = !j.seqs.is_empty() && j.data_reqs.is_empty();
+        if complete {
+            self.finish_job(now_ms, job, out);
+        }
+    }
+
+    fn finish_job(&mut self, now_ms: u64, job: u64, out: &mut Vec<Output>) {
+        let Some(j) = self.ec_jobs.remove(&job) else {
+            return;
+        };
+        let Some(d) = self.ec_data.get_mut(&(j.pg, j.memgest)) else {
+            return;
+        };
+        let decoded = rebuild_range(
+            &d.layout,
+            &d.codec,
+            &Fetched { job: &j },
+            d.owner,
+            j.offset,
+            j.len,
+        );
+        let bytes = match decoded {
+            Ok(b) => b,
+            Err(_) => {
+                // Not enough pieces (a survivor was missing): retry with another holder.
+                self.stats.ec_decode_retries += 1;
+                return self.retry_job(now_ms, j, out);
+            }
+        };
+        self.stats.ec_decoded_bytes += bytes.len() as u64;
+        if j.background {
+            if let DataState::Recovering(r) = &mut d.state {
+                if r.job == Some(job) && r.cursor == j.offset {
+                    let _ = d.arena.restore_bytes(j.offset, &bytes);
+                    r.cursor = j.offset.saturating_add(j.len);
+                    r.job = None;
+                    if r.cursor >= r.high_water {
+                        d.state = DataState::Ready;
+                        self.stats.ec_recoveries_completed += 1;
+                    }
+                }
+            }
+        }
+        for (client, id, replica, version, memgest) in j.readers {
+            let body = if replica {
+                ClientReply::Replica {
+                    version,
+                    memgest,
+                    value: Some(bytes.clone()),
+                }
+            } else {
+                ClientReply::Value {
+                    version,
+                    value: Some(bytes.clone()),
+                }
+            };
+            self.reply(out, client, id, body);
+        }
+    }
+
+    fn retry_job(&mut self, now_ms: u64, j: Job, out: &mut Vec<Output>) {
+        let attempt = j
+            .readers
+            .len()
+            .wrapping_add(1)
+            .wrapping_add(j.holder.0 as usize);
+        if j.background {
+            if let Some(d) = self.ec_data.get_mut(&(j.pg, j.memgest)) {
+                if let DataState::Recovering(r) = &mut d.state {
+                    r.job = None;
+                    r.next_try_ms = now_ms.saturating_add(self.cfg.pull_retry_ms);
+                }
+            }
+        }
+        if j.readers.is_empty() {
+            return;
+        }
+        match self.start_job(
+            now_ms, j.pg, j.memgest, j.offset, j.len, false, attempt, out,
+        ) {
+            Some(nj) => {
+                if let Some(n) = self.ec_jobs.get_mut(&nj) {
+                    n.readers = j.readers;
+                }
+            }
+            None => {
+                for (client, id, _, _, _) in j.readers {
+                    self.reply(out, client, id, ClientReply::NotReady);
+                }
+            }
+        }
+    }
+
+    /// Background recovery and job timeouts, bounded: one background window in flight per
+    /// arena, failed or timed-out jobs retried.
+    pub(super) fn drive_ec(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        self.drive_ec_loads(now_ms, out);
+        self.drive_ec_syncs(now_ms, out);
+        let timeout = self.cfg.pull_retry_ms.saturating_mul(2);
+        let stale: Vec<u64> = self
+            .ec_jobs
+            .iter()
+            .filter(|(_, j)| j.failed || now_ms.saturating_sub(j.sent_ms) >= timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            if let Some(j) = self.ec_jobs.remove(&id) {
+                self.ec_reqs
+                    .retain(|_, r| !matches!(r, EcReq::Job { job } if *job == id));
+                self.retry_job(now_ms, j, out);
+            }
+        }
+        let starts: Vec<(u32, MemgestId, u64, u64)> = self
+            .ec_data
+            .iter()
+            .filter_map(|((pg, mid), d)| match &d.state {
+                DataState::Recovering(r) if r.job.is_none() && now_ms >= r.next_try_ms => {
+                    let len = r
+                        .high_water
+                        .saturating_sub(r.cursor)
+                        .min(EC_RECOVER_WINDOW_BYTES);
+                    Some((*pg, *mid, r.cursor, len))
+                }
+                _ => None,
+            })
+            .collect();
+        for (pg, mid, cursor, len) in starts {
+            let attempt = (cursor / EC_RECOVER_WINDOW_BYTES) as usize;
+            let job = self.start_job(now_ms, pg, mid, cursor, len, true, attempt, out);
+            if let Some(d) = self.ec_data.get_mut(&(pg, mid)) {
+                if let DataState::Recovering(r) = &mut d.state {
+                    r.job = job;
+                    if job.is_none() {
+                        r.next_try_ms = now_ms.saturating_add(self.cfg.pull_retry_ms);
+                    }
+                }
+            }
+        }
+    }
+
+    fn drive_ec_syncs(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let retry = self.cfg.pull_retry_ms;
+        let mut sends = Vec::new();
+        for ((pg, mid), h) in self.ec_parity.iter_mut() {
+            let ParState::Syncing(srcs) = &mut h.state else {
+                continue;
+            };
+            for (owner, s) in srcs.iter_mut() {
+                if s.done {
+                    continue;
+                }
+                if s.req_id == 0 || now_ms.saturating_sub(s.sent_ms) >= retry {
+                    let Some(to) = h.group.get(*owner as usize).copied() else {
+                        continue;
+                    };
+                    self.next_id = self.next_id.wrapping_add(1);
+                    s.req_id = self.next_id;
+                    s.sent_ms = now_ms;
+                    sends.push((
+                        to,
+                        s.req_id,
+                        *owner,
+                        PeerBody::EcSyncReq {
+                            id: s.req_id,
+                            memgest: *mid,
+                            pg: *pg,
+                            offset: s.offset,
+                            after: s.after.clone(),
+                        },
+                        (*pg, *mid),
+                    ));
+                }
+            }
+        }
+        for (to, id, owner, body, (pg, memgest)) in sends {
+            self.ec_reqs.insert(id, EcReq::Sync { pg, memgest, owner });
+            self.send(out, to, body);
+        }
+    }
+
+    // ------------------------------------------------------------------ reads
+
+    /// The committed value of an ec entry: `Ok(bytes)` if its bytes are here, `Err(true)`
+    /// if they must be decoded first, `Err(false)` if the arena is not loaded.
+    pub(super) fn ec_value(&self, key: &[u8], e: &Entry) -> Result<Vec<u8>, bool> {
+        let Some((offset, len)) = e.value.as_deref().and_then(parse_ptr) else {
+            return Ok(Vec::new());
+        };
+        let Some(pg) = self.range(key_slot(key)).map(|r| r.pg) else {
+            return Err(false);
+        };
+        let Some(d) = self.ec_data.get(&(pg, e.memgest)) else {
+            return Err(false);
+        };
+        let available = match &d.state {
+            DataState::Ready => true,
+            DataState::Recovering(r) => offset.saturating_add(len) <= r.cursor,
+            DataState::Loading(_) => return Err(false),
+        };
+        if !available {
+            return Err(true);
+        }
+        d.arena.read(offset, len).map_err(|_| false)
+    }
+
+    /// Answer a read of an ec entry whose bytes must be decoded: join or start a job.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ec_read_later(
+        &mut self,
+        now_ms: u64,
+        client: u64,
+        id: ReqId,
+        key: &[u8],
+        e: &Entry,
+        replica: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let Some((offset, len)) = e.value.as_deref().and_then(parse_ptr) else {
+            return self.reply(out, client, id, ClientReply::NotReady);
+        };
+        let Some(pg) = self.range(key_slot(key)).map(|r| r.pg) else {
+            return self.reply(out, client, id, ClientReply::NotReady);
+        };
+        let reader = (client, id, replica, e.version, e.memgest);
+        if let Some(j) = self.ec_jobs.values_mut().find(|j| {
+            !j.background
+                && j.pg == pg
+                && j.memgest == e.memgest
+                && j.offset == offset
+                && j.len == len
+        }) {
+            j.readers.push(reader);
+            return;
+        }
+        if self.ec_jobs.len() >= EC_DECODE_JOBS_MAX {
+            return self.reply(out, client, id, ClientReply::Busy);
+        }
+        match self.start_job(now_ms, pg, e.memgest, offset, len, false, 0, out) {
+            Some(j) => {
+                self.stats.ec_decodes_on_demand += 1;
+                if let Some(j) = self.ec_jobs.get_mut(&j) {
+                    j.readers.push(reader);
+                }
+            }
+            None => self.reply(out, client, id, ClientReply::NotReady),
+        }
+    }
+
+    /// Invariants of the ec state (called from `check_invariants`).
+    pub(super) fn ec_check_invariants(&self) {
+        for d in self.ec_data.values() {
+            d.arena.check_invariants();
+        }
+        for h in self.ec_parity.values() {
+            h.store.check_invariants();
+        }
+        assert!(self.ec_jobs.len() <= EC_DECODE_JOBS_MAX + self.ec_data.len());
+    }
+
+    /// Memory accounting of every arena and parity store here.
+    pub fn ec_accounting(&self) -> ringlet_erasure::Accounting {
+        let mut a = ringlet_erasure::Accounting::default();
+        for d in self.ec_data.values() {
+            a = a.plus(&d.arena.accounting());
+        }
+        for h in self.ec_parity.values() {
+            a = a.plus(&h.store.accounting());
+        }
+        a
+    }
+}
+
+fn new_sync(s: u32) -> BTreeMap<u32, SyncSrc> {
+    (0..s)
+        .map(|o| {
+            (
+                o,
+                SyncSrc {
+                    req_id: 0,
+                    offset: 0,
+                    after: None,
+                    keys_phase: false,
+                    sent_ms: 0,
+                    snap: None,
+                    done: false,
+                },
+            )
+        })
+        .collect()
+}
