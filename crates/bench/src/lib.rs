@@ -16,12 +16,18 @@
 //! Non-goals: open-loop (fixed-rate) load, multi-key commands, cluster routing.
 //!
 //! Modules: [`keys`] (key format, uniform/Zipf choice, seeded generator), [`wire`] (per-protocol
-//! encode and reply classification), `stats` (counters, histograms, report).
+//! encode and reply classification), `stats` (counters, histograms, report), [`delay_proxy`]
+//! (the userspace TCP delay proxy behind `ringlet-delay-proxy`, used to slow one replica in
+//! the Fig. 11 benchmark).
+//!
+//! Binaries: `ringlet-delay-proxy`, and `ringlet-cluster-bench` (GET latency through the
+//! cluster client or against Redis, driven by `bench/fig11.py`).
 //!
 //! Structure for more modes: [`run`] dispatches on [`Mode`]; a new mode (e.g. one-sided
 //! shared-memory reads) adds a variant and a `run_<mode>` function that fills the same
 //! [`Stats`] and report.
 
+pub mod delay_proxy;
 pub mod keys;
 mod stats;
 pub mod wire;

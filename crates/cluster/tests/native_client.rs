@@ -1,0 +1,209 @@
+//! The native-protocol front of cluster nodes (crates/cluster/src/native.rs), frame by frame
+//! with the codec: CLUSTER_MAP, MOVED for keys another node coordinates, per-item MOVED in
+//! MGET, READ_REPLICA legs and their STALE_EPOCH, UNSUPPORTED for what cluster mode does not
+//! serve, and RESP still working on the same port. (The smart client on top is tested in
+//! crates/client/tests/cluster.rs.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use ringlet_cluster::launch::{run_control, run_node, ControlOpts, NodeOpts};
+use ringlet_codec::native::{self, ReplicaValue, ResponseBody, SetCond, SetRequest, Status};
+use ringlet_control::ClusterMap;
+use ringlet_types::{key_slot, Epoch, MemgestKind, Version};
+
+/// One request frame, one owned response: (status, epoch, version, payload bytes).
+fn call(addr: SocketAddr, req: &[u8]) -> (Status, Epoch, Version, Vec<u8>, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(req).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some((f, _)) = native::decode_response_frame(&buf).unwrap() {
+            let (payload, items) = match f.body {
+                ResponseBody::Value(v) | ResponseBody::Message(v) => (v.to_vec(), Vec::new()),
+                ResponseBody::Values(items) => (
+                    Vec::new(),
+                    items.iter().map(|i| i.status.0).collect::<Vec<u8>>(),
+                ),
+                _ => (Vec::new(), Vec::new()),
+            };
+            return (f.status, f.epoch, f.version, payload, items);
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[test]
+fn native_front_serves_cluster_opcodes() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (svc, caddr) = rt
+        .block_on(run_control(&ControlOpts {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            expect_nodes: 3,
+            active: 3,
+            default_memgest: Some(MemgestKind::Rep { r: 3 }),
+            s: 2,
+            d: 1,
+            lease_ms: 1500,
+        }))
+        .unwrap();
+    let mut nodes = Vec::new();
+    let mut addrs = Vec::new();
+    for id in 1..=3 {
+        let (n, a) = rt
+            .block_on(run_node(&NodeOpts {
+                id,
+                bind: "127.0.0.1:0".parse().unwrap(),
+                peer_port: 0,
+                control: caddr.to_string(),
+                lease_ms: 1500,
+                memory_bytes: 64 << 20,
+            }))
+            .unwrap();
+        nodes.push(n);
+        addrs.push(a);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "cluster did not bootstrap");
+        let e = svc.map().epoch;
+        if svc.map().placement.is_some()
+            && nodes.iter().all(|n| n.map().is_some_and(|m| m.epoch == e))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // CLUSTER_MAP: the node's map, as JSON, with its epoch.
+    let mut req = Vec::new();
+    native::encode_cluster_map_request(&mut req, 1);
+    let (st, epoch, _, json, _) = call(addrs[0], &req);
+    assert_eq!(st, Status::OK);
+    let map = ClusterMap::from_json(std::str::from_utf8(&json).unwrap()).unwrap();
+    assert_eq!(map.epoch, epoch);
+    assert!(map.placement.is_some());
+
+    let key = b"native-key";
+    let slot = key_slot(key);
+    let coord = map.coordinator(slot).unwrap();
+    let coord_addr: SocketAddr = map.nodes[&coord]
+        .addr
+        .split('@')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let other = *addrs.iter().find(|a| **a != coord_addr).unwrap();
+
+    // SET at a non-coordinator: MOVED "<slot> <coordinator>"; at the coordinator: OK.
+    let set = SetRequest {
+        key,
+        value: b"v1",
+        ..SetRequest::default()
+    };
+    let mut req = Vec::new();
+    native::encode_set(&mut req, 2, &set);
+    let (st, _, _, msg, _) = call(other, &req);
+    assert_eq!(st, Status::MOVED);
+    assert_eq!(
+        String::from_utf8(msg).unwrap(),
+        format!("{slot} {coord_addr}")
+    );
+    let (st, _, written, _, _) = call(coord_addr, &req);
+    assert_eq!(st, Status::OK);
+    assert!(written > Version::ZERO);
+
+    // GET at the coordinator returns it with the write's version.
+    let mut req = Vec::new();
+    native::encode_get(&mut req, 3, key);
+    let (st, _, v, val, _) = call(coord_addr, &req);
+    assert_eq!((st, v, val.as_slice()), (Status::OK, written, &b"v1"[..]));
+
+    // READ_REPLICA at every member (the third copy lands asynchronously: wait for it).
+    let mut req = Vec::new();
+    native::encode_read_replica(&mut req, 4, map.epoch, key);
+    for a in &addrs {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (st, e, v, blob, _) = call(*a, &req);
+            assert_eq!(e, map.epoch);
+            // TRY_AGAIN: not answering legs yet (e.g. no lease acknowledged since startup).
+            assert!(st == Status::OK || st == Status::TRY_AGAIN, "{st}");
+            if st == Status::OK && v == written {
+                let rv = ReplicaValue::parse(&blob).unwrap();
+                assert_eq!(rv.value, Some(&b"v1"[..]));
+                assert_eq!(Some(rv.memgest), map.memgest_by_name("rep:3"));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica {a} never answered the write"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    // ... from a client with another epoch: STALE_EPOCH carrying the node's epoch.
+    let mut req = Vec::new();
+    native::encode_read_replica(&mut req, 5, Epoch(map.epoch.0 + 100), key);
+    let (st, e, _, _, _) = call(addrs[0], &req);
+    assert_eq!((st, e), (Status::STALE_EPOCH, map.epoch));
+
+    // MGET at one node over keys of several coordinators: hits here, MOVED items elsewhere.
+    let keys: Vec<Vec<u8>> = (0..30).map(|i| format!("m{i}").into_bytes()).collect();
+    let mut req = Vec::new();
+    native::encode_mget(&mut req, 6, &keys);
+    let (st, _, _, _, items) = call(addrs[0], &req);
+    assert_eq!(st, Status::OK);
+    let me = nodes[0].id();
+    for (k, s) in keys.iter().zip(items) {
+        let here = map.coordinator(key_slot(k)) == Some(me);
+        assert_eq!(
+            Status(s),
+            if here {
+                Status::NOT_FOUND
+            } else {
+                Status::MOVED
+            },
+            "{k:?}"
+        );
+    }
+
+    // Not served over native frames in cluster mode: a definite UNSUPPORTED, nothing written.
+    let mut req = Vec::new();
+    native::encode_set(
+        &mut req,
+        7,
+        &SetRequest {
+            cond: SetCond::IfAbsent,
+            ..set
+        },
+    );
+    assert_eq!(call(coord_addr, &req).0, Status::UNSUPPORTED);
+    let mut req = Vec::new();
+    native::encode_incr_by(&mut req, 8, key, 1);
+    assert_eq!(call(coord_addr, &req).0, Status::UNSUPPORTED);
+
+    // RESP on the same port still works.
+    let mut s = TcpStream::connect(coord_addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$10\r\nnative-key\r\n")
+        .unwrap();
+    let mut got = [0u8; 64];
+    let n = s.read(&mut got).unwrap();
+    assert_eq!(&got[..n], b"$2\r\nv1\r\n");
+    for n in &nodes {
+        n.stop();
+    }
+}
