@@ -327,3 +327,129 @@ async fn follow_map_once(
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use ringlet_control::NodeInfo;
+
+    fn map_with(epoch: u64, inc: u64, state: NodeState) -> ClusterMap {
+        let mut m = ClusterMap {
+            epoch: Epoch(epoch),
+            ..ClusterMap::default()
+        };
+        m.nodes.insert(
+            NodeId(1),
+            NodeInfo {
+                addr: "127.0.0.1:1@2".into(),
+                state,
+                incarnation: inc,
+                roles_epoch: Epoch(0),
+            },
+        );
+        m
+    }
+
+    fn hb(inc: u64, epoch: u64, sent_ms: u64) -> Input {
+        Input::Heartbeat {
+            node: NodeId(1),
+            incarnation: inc,
+            epoch: Epoch(epoch),
+            sent_ms,
+        }
+    }
+
+    fn join(inc: u64) -> Input {
+        Input::Join {
+            node: NodeId(1),
+            addr: "127.0.0.1:1@2".into(),
+            incarnation: inc,
+        }
+    }
+
+    fn acks(out: &[Action]) -> Vec<u64> {
+        out.iter()
+            .filter_map(|a| match a {
+                Action::HeartbeatAck { sent_ms, .. } => Some(*sent_ms),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn fenced(out: &[Action]) -> bool {
+        out.iter().any(|a| matches!(a, Action::Fenced { .. }))
+    }
+
+    /// Acks only for a registered, listed incarnation, never later than the last proven
+    /// keepalive; a lost lease fences that incarnation; a new one registers again.
+    #[test]
+    fn acks_follow_the_etcd_lease() {
+        let lease = NodeLease::detached(7, 2, 1000);
+        let b = EtcdBackend::new(NodeId(1), lease.clone());
+        // Not joined, not registered: no ack.
+        assert!(acks(&b.step(hb(5, 0, 1100))).is_empty());
+        let out = b.step(join(5));
+        assert!(out.is_empty(), "no map yet: {out:?}");
+        let (rec, id, generation) = b.pending_registration().unwrap();
+        assert_eq!((rec.incarnation, id, generation), (5, 7, 1));
+        b.confirm_registered(5, generation);
+        assert!(b.pending_registration().is_none());
+        // Registered but the map does not list it yet: no ack.
+        assert!(acks(&b.step(hb(5, 0, 1100))).is_empty());
+        assert!(b.offer_map(map_with(3, 5, NodeState::Spare)));
+        assert!(!b.offer_map(map_with(3, 5, NodeState::Spare)), "same epoch");
+        // The ack carries the keepalive's send time when the heartbeat is newer...
+        let out = b.step(hb(5, 3, 1100));
+        assert_eq!(acks(&out), vec![1000]);
+        // ...and the heartbeat's own when it is older; a node behind gets the map.
+        let out = b.step(hb(5, 1, 900));
+        assert_eq!(acks(&out), vec![900]);
+        assert!(out.iter().any(|a| matches!(a, Action::SendMap { .. })));
+        // Tick pushes each newer map once.
+        assert!(matches!(b.step(Input::Tick)[..], [Action::Publish(_)]));
+        assert!(b.step(Input::Tick).is_empty());
+        // Lease lost and replaced: incarnation 5 is fenced everywhere.
+        lease.replace(8, 2000);
+        assert!(fenced(&b.step(hb(5, 3, 2100))));
+        assert!(acks(&b.step(hb(5, 3, 2100))).is_empty());
+        assert!(fenced(&b.step(Input::Tick)));
+        assert!(fenced(&b.step(join(5))));
+        assert!(b.pending_registration().is_none());
+        // The node rejoins as incarnation 6: registered under the new lease.
+        b.step(join(6));
+        let (rec, id, generation) = b.pending_registration().unwrap();
+        assert_eq!((rec.incarnation, id, generation), (6, 8, 2));
+        b.confirm_registered(6, generation);
+        assert!(!fenced(&b.step(Input::Tick)));
+        assert!(b.offer_map(map_with(4, 6, NodeState::Spare)));
+        assert_eq!(acks(&b.step(hb(6, 4, 2500))), vec![2000]);
+    }
+
+    #[test]
+    fn a_map_that_fails_the_incarnation_fences_it() {
+        let b = EtcdBackend::new(NodeId(1), NodeLease::detached(7, 2, 1000));
+        b.step(join(5));
+        b.confirm_registered(5, 1);
+        b.offer_map(map_with(3, 5, NodeState::Active));
+        assert_eq!(acks(&b.step(hb(5, 3, 1100))), vec![1000]);
+        b.offer_map(map_with(4, 5, NodeState::Failed));
+        let out = b.step(hb(5, 4, 1200));
+        assert!(fenced(&out) && acks(&out).is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn commands_and_other_nodes_are_refused() {
+        let b = EtcdBackend::new(NodeId(1), NodeLease::detached(7, 2, 1000));
+        let out = b.step(Input::Drain { node: NodeId(1) });
+        assert!(matches!(out[..], [Action::Rejected(_)]));
+        let out = b.step(Input::Join {
+            node: NodeId(2),
+            addr: "x".into(),
+            incarnation: 1,
+        });
+        assert!(matches!(out[..], [Action::Rejected(_)]));
+        assert!(b.step(hb(1, 0, 0)).is_empty());
+        assert_eq!(b.map().epoch, Epoch(0));
+    }
+}

@@ -224,6 +224,14 @@ impl Campaign {
             self.client.watch(self.keys.nodes(), Some(opts)),
         )
         .await?;
+        // Our own leader key: any change after we created it (deleted by an operator or by
+        // an expired lease, replaced) ends the term at once rather than at the next publish.
+        let lopts = WatchOptions::new().with_start_revision(term.rev + 1);
+        let mut lw = call(
+            "watch leader",
+            self.client.watch(self.keys.leader(), Some(lopts)),
+        )
+        .await?;
         eprintln!(
             "ringlet-etcd: node {} leads (term revision {}), map epoch {}, {} nodes registered",
             self.node,
@@ -280,6 +288,15 @@ impl Campaign {
                     }
                     Ok(None) => return Err(EtcdError::WatchEnded(self.keys.nodes())),
                     Err(err) => return Err(EtcdError::Etcd { op: "watch nodes", err }),
+                },
+                m = lw.message() => match m {
+                    Ok(Some(resp)) => {
+                        if resp.canceled() || !resp.events().is_empty() {
+                            return Err(EtcdError::Deposed);
+                        }
+                    }
+                    Ok(None) => return Err(EtcdError::WatchEnded(self.keys.leader())),
+                    Err(err) => return Err(EtcdError::Etcd { op: "watch leader", err }),
                 },
                 c = self.commands.recv() => {
                     let Some(cmd) = c else { return Err(EtcdError::Deposed) };

@@ -66,6 +66,30 @@ impl NodeLease {
         }))
     }
 
+    /// A lease that no task keeps alive (unit tests of its users).
+    #[cfg(test)]
+    pub(crate) fn detached(id: i64, ttl_s: u64, ok_sent_ms: u64) -> Arc<NodeLease> {
+        Arc::new(NodeLease {
+            ttl_s,
+            st: Mutex::new(LeaseView {
+                id,
+                generation: 1,
+                ok_sent_ms,
+            }),
+        })
+    }
+
+    /// As if the lease was lost and a new one granted.
+    #[cfg(test)]
+    pub(crate) fn replace(&self, id: i64, ok_sent_ms: u64) {
+        let mut st = self.st.lock();
+        *st = LeaseView {
+            id,
+            generation: st.generation + 1,
+            ok_sent_ms,
+        };
+    }
+
     pub fn view(&self) -> LeaseView {
         *self.st.lock()
     }

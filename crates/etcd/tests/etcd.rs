@@ -5,11 +5,14 @@
 //!
 //! 1. the cluster serves SET/GET and its map is stored under the prefix (parsed and
 //!    validated as a `ClusterMap`);
-//! 2. SIGKILL of the leader's process: another process leads, the epoch grows, the victim is
+//! 2. the leader key deleted under the leader: a leader is elected again, serving goes on;
+//! 3. SIGKILL of the leader's process: another process leads, the epoch grows, the victim is
 //!    Failed in the stored map, every acknowledged write is readable;
-//! 3. SIGKILL of a data node: its key vanishes from etcd when its lease expires, the map
+//! 4. SIGKILL of a data node: its key vanishes from etcd when its lease expires, the map
 //!    fails it, a spare takes its positions, every acknowledged write is readable (the window
 //!    is printed, not asserted).
+//!
+//! Every map read checks that the stored epoch never went backwards.
 //!
 //! Skips (printing why) when `/usr/bin/etcd` is missing, unless `RINGLET_REQUIRE_ETCD=1`.
 //! Run: `cargo test -p ringlet-etcd --test etcd -- --nocapture`
@@ -124,6 +127,8 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 struct EtcdView {
     url: String,
     keys: Keys,
+    /// Highest epoch read so far: the stored map's epoch must never go backwards.
+    seen: std::cell::Cell<u64>,
 }
 
 impl EtcdView {
@@ -140,7 +145,24 @@ impl EtcdView {
     fn map(&self) -> Option<ClusterMap> {
         let key = self.keys.map();
         let v = self.get(key.clone())?;
-        Some(decode_map(&key, &v).expect("the stored map decodes and validates"))
+        let m = decode_map(&key, &v).expect("the stored map decodes and validates");
+        assert!(
+            m.epoch.0 >= self.seen.get(),
+            "stored epoch went back from {} to {}",
+            self.seen.get(),
+            m.epoch
+        );
+        self.seen.set(m.epoch.0);
+        Some(m)
+    }
+    fn delete(&self, key: String) {
+        block_on(async {
+            let mut c =
+                ringlet_etcd::connect(std::slice::from_ref(&self.url), Duration::from_secs(2))
+                    .await
+                    .expect("connect");
+            c.delete(key, None).await.expect("delete");
+        })
     }
     fn leader(&self) -> Option<u32> {
         let key = self.keys.leader();
@@ -357,6 +379,7 @@ fn etcd_cluster_serves_elects_and_fails_over() {
     let view = EtcdView {
         url: etcd.url.clone(),
         keys: Keys::new(PREFIX).expect("prefix"),
+        seen: std::cell::Cell::new(0),
     };
     let mut nodes: Vec<Node> = (1..=5).map(|id| start_node(&etcd.url, id)).collect();
     let seeds: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
@@ -389,7 +412,18 @@ fn etcd_cluster_serves_elects_and_fails_over() {
         keys.len()
     );
 
-    // 2. SIGKILL the leader's process.
+    // 2. The leader key vanishes under the leader (as if an operator deleted it): a leader
+    //    is elected again (the old one steps down on its watch) and serving goes on — node
+    //    liveness does not depend on the leader.
+    let first = wait_for("a leader", 10, || view.leader());
+    view.delete(view.keys.leader());
+    let again = wait_for("a leader again", 30, || view.leader());
+    kv.set("during", "re-election")
+        .expect("SET during re-election");
+    all_readable(&mut kv, &keys, 30);
+    eprintln!("leader key deleted under node {first}: node {again} leads now; serving throughout");
+
+    // 3. SIGKILL the leader's process.
     let leader = wait_for("a leader", 10, || view.leader());
     let e_before = view.map().expect("map").epoch;
     let victim = nodes
@@ -417,7 +451,7 @@ fn etcd_cluster_serves_elects_and_fails_over() {
         t_read.as_millis()
     );
 
-    // 3. SIGKILL a data node that does not lead (a spare must still be there to take over).
+    // 4. SIGKILL a data node that does not lead (a spare must still be there to take over).
     let m = wait_for("a spare", 30, || {
         view.map()
             .filter(|m| m.nodes.values().any(|n| n.state == NodeState::Spare))
