@@ -208,6 +208,18 @@ async fn cluster_info(addr: SocketAddr) -> Option<String> {
     }
 }
 
+/// Placement-group shape (s data nodes, d redundant nodes) `up` bootstraps with for a
+/// default memgest on `nodes` active nodes: `ec:K+M` gets Ring's SRS(K, M, K) shape (s = K,
+/// d = M; e.g. ec:3+2 → 3 + 2, the PG of Ring's evaluation), so the default memgest fits and
+/// keeps its full M-failure tolerance; everything else keeps 2 + 1 (rep:3 = the whole PG).
+/// Falls back to 2 + 1 when the ec PG would not fit on `nodes`.
+pub fn pg_shape(nodes: usize, default_memgest: Option<MemgestKind>) -> (u8, u8) {
+    match default_memgest {
+        Some(MemgestKind::Ec { k, m }) if usize::from(k) + usize::from(m) <= nodes => (k, m),
+        _ => (2, 1),
+    }
+}
+
 /// Run a local cluster until Ctrl-C / SIGTERM: the control plane here, `nodes + spares` node
 /// processes on `base_port..`, spares last. Prints one line per node (`node ID pid PID port
 /// PORT`), then `ringlet cluster ready ...` once every node serves the bootstrapped map.
@@ -224,8 +236,8 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         expect_nodes: total,
         active: o.nodes,
         default_memgest: o.default_memgest,
-        s: 2,
-        d: 1,
+        s: pg_shape(o.nodes, o.default_memgest).0,
+        d: pg_shape(o.nodes, o.default_memgest).1,
         lease_ms: o.lease_ms,
     })
     .await?;
