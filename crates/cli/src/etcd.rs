@@ -34,13 +34,13 @@ pub struct EtcdArgs {
     pub control_port: u16,
     /// Bootstrap plan: active nodes (the lowest ids). Stored in `<prefix>/config` by the
     /// first process that gives one; the others may omit it.
-    #[arg(long = "etcd-nodes")]
+    #[arg(long = "etcd-nodes", id = "etcd_nodes")]
     pub nodes: Option<usize>,
     /// Bootstrap plan: spares (bootstrap waits for nodes + spares registrations).
-    #[arg(long = "etcd-spares", default_value_t = 0)]
+    #[arg(long = "etcd-spares", id = "etcd_spares", default_value_t = 0)]
     pub spares: usize,
     /// Bootstrap plan: default memgest, e.g. `rep:3`.
-    #[arg(long = "etcd-default-memgest")]
+    #[arg(long = "etcd-default-memgest", id = "etcd_default_memgest")]
     pub default_memgest: Option<String>,
 }
 

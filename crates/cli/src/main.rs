@@ -8,6 +8,7 @@
 
 mod client;
 mod etcd;
+mod memgest;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -35,6 +36,8 @@ enum Cmd {
     Up(UpArgs),
     /// Cluster node administration (`ringlet node drain ID --control HOST:PORT`).
     Node(NodeCmd),
+    /// Memgests of a cluster: create, drop, default, list, info, move, key.
+    Memgest(memgest::MemgestCmd),
     /// GET key.
     Get(KeyCmd),
     /// SET key value [--ex SECONDS].
@@ -125,6 +128,8 @@ struct UpArgs {
     /// Cluster: default memgest, e.g. `rep:3` or `none`.
     #[arg(long = "default-memgest")]
     default_memgest: Option<String>,
+    #[command(flatten)]
+    pg: memgest::PgShape,
 }
 
 #[derive(Args)]
@@ -184,6 +189,9 @@ struct SetCmd {
     /// Expire after this many seconds.
     #[arg(long)]
     ex: Option<u64>,
+    /// Cluster mode: store the key under this memgest (`SET ... MEMGEST name`).
+    #[arg(long)]
+    memgest: Option<String>,
 }
 
 #[derive(Args)]
@@ -234,6 +242,11 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Node(n) => node_admin(n.action),
+        Cmd::Memgest(m) => memgest::run(&m),
+        Cmd::Up(a) if a.pg.pg_data.is_some() => {
+            init_logs();
+            up_shaped(&a)
+        }
         Cmd::Up(a) if a.nodes > 1 || a.spares > 0 || a.default_memgest.is_some() => {
             init_logs();
             up_cluster(&a)
@@ -251,6 +264,13 @@ fn run(cli: Cli) -> Result<()> {
             up(cfg)
         }
         Cmd::Get(c) => client::get(&c.conn, &c.key),
+        Cmd::Set(SetCmd {
+            conn,
+            key,
+            value,
+            ex,
+            memgest: Some(m),
+        }) => memgest::set_in(&conn, &key, &value, &m, ex),
         Cmd::Set(c) => client::set(&c.conn, &c.key, &c.value, c.ex),
         Cmd::Del(c) => client::del(&c.conn, &c.keys),
         Cmd::Incr(c) => client::incr(&c.conn, &c.key, c.by),
@@ -364,6 +384,29 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         node_args: ringlet_cluster::launch::ringlet_server_node_args,
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
+    eprintln!("ringlet: stopped");
+    Ok(())
+}
+
+/// `ringlet up ... --pg-data S --pg-redundant D` (crates/cli/src/memgest.rs).
+fn up_shaped(a: &UpArgs) -> Result<()> {
+    if a.node.port == 0 {
+        anyhow::bail!("ringlet up --pg-data needs a base --port (nodes use consecutive ports)");
+    }
+    let default_memgest = match &a.default_memgest {
+        Some(s) => Some(ringlet_types::MemgestKind::parse(s).map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
+    };
+    memgest::up_shaped(&memgest::ShapedUp {
+        nodes: a.nodes,
+        spares: a.spares,
+        base_port: a.node.port,
+        default_memgest,
+        lease_ms: a.node.lease_ms,
+        memory_bytes: a.node.memory_mb.saturating_mul(1 << 20),
+        s: a.pg.pg_data.unwrap_or(2),
+        d: a.pg.pg_redundant.unwrap_or(1),
+    })?;
     eprintln!("ringlet: stopped");
     Ok(())
 }
