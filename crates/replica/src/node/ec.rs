@@ -1949,6 +1949,14 @@ impl<S: ReplicaStore> Replica<S> {
         assert!(self.ec_jobs.len() <= EC_DECODE_JOBS_MAX + self.ec_data.len());
     }
 
+    /// Sum of value lengths the parity holders here describe in their metadata copies.
+    pub fn ec_described_payload_bytes(&self) -> u64 {
+        self.ec_parity
+            .values()
+            .map(|h| h.store.described_payload_bytes())
+            .sum()
+    }
+
     /// Memory accounting of every arena and parity store here.
     pub fn ec_accounting(&self) -> ringlet_erasure::Accounting {
         let mut a = ringlet_erasure::Accounting::default();

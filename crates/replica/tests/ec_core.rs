@@ -1,0 +1,345 @@
+//! `ec:K+M` in the replica core, driven deterministically without faults: 5 nodes with PGs
+//! of s = 3 data + d = 2 redundant nodes, memgests `rep:3`, `ec:3+2`, `ec:2+1`.
+//!
+//! * Sets and Deletes under ec commit and read back byte-identical; the engine-side store
+//!   keeps a 16-byte pointer per ec key, never a second copy of the value.
+//! * A Set of an existing key under another memgest (what `MEMGEST MOVE` does) works across
+//!   none / rep / ec in both directions: the value reads back, and the old memgest's copies
+//!   are retired — arena bytes freed, parity metadata dropped, rep replicas retired.
+//! * Memory: arena + parity bytes per payload byte for ec:3+2 (printed; bounded by a
+//!   generous ceiling, since the figure depends on fragmentation, not timing).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use ringlet_control::{Action, ControlConfig, ControlPlane, Input as CpInput};
+use ringlet_replica::{
+    ClientOp, ClientReply, ClientRequest, Input, MemStore, Output, Replica, ReplicaConfig,
+    ReplicaStore, ReqId,
+};
+use ringlet_types::{key_slot, MemgestId, MemgestKind, NodeId};
+use std::collections::{BTreeMap, VecDeque};
+
+struct World {
+    now: u64,
+    cp: ControlPlane,
+    nodes: BTreeMap<NodeId, Replica<MemStore>>,
+    queue: VecDeque<(NodeId, Input)>,
+    replies: Vec<(u64, ClientReply)>,
+    seq: u64,
+}
+
+impl World {
+    fn new() -> World {
+        let cp = ControlPlane::new(ControlConfig {
+            s: 3,
+            d: 2,
+            lease_ms: 1500,
+        })
+        .unwrap();
+        let mut nodes = BTreeMap::new();
+        for i in 1..=5u32 {
+            let cfg = ReplicaConfig {
+                addr: format!("t:{i}"),
+                heartbeat_interval_ms: 100,
+                ec_chunk_bytes: 64,
+                ec_arena_bytes: 1 << 20,
+                ..ReplicaConfig::default()
+            };
+            nodes.insert(NodeId(i), Replica::new(NodeId(i), 1, cfg, MemStore::new()));
+        }
+        let mut w = World {
+            now: 0,
+            cp,
+            nodes,
+            queue: VecDeque::new(),
+            replies: Vec::new(),
+            seq: 0,
+        };
+        w.run(300);
+        let a = w.cp.step(w.now, CpInput::Bootstrap { active: 5 });
+        w.actions(a);
+        for (name, kind) in [
+            ("r3", MemgestKind::Rep { r: 3 }),
+            ("e32", MemgestKind::Ec { k: 3, m: 2 }),
+            ("e21", MemgestKind::Ec { k: 2, m: 1 }),
+        ] {
+            let a = w.cp.step(
+                w.now,
+                CpInput::CreateMemgest {
+                    name: name.into(),
+                    kind,
+                    evictable: None,
+                },
+            );
+            w.actions(a);
+        }
+        w.run(500);
+        w
+    }
+
+    fn memgest(&self, name: &str) -> MemgestId {
+        self.cp.map().memgest_by_name(name).unwrap()
+    }
+
+    fn actions(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Publish(m) => {
+                    for id in self.nodes.keys() {
+                        self.queue.push_back((*id, Input::Map(m.clone())));
+                    }
+                }
+                Action::SendMap { to, map } => self.queue.push_back((to, Input::Map(map))),
+                Action::HeartbeatAck {
+                    to,
+                    incarnation,
+                    sent_ms,
+                    ..
+                } => self.queue.push_back((
+                    to,
+                    Input::HeartbeatAck {
+                        incarnation,
+                        sent_ms,
+                    },
+                )),
+                Action::Fenced { to, incarnation } => {
+                    self.queue.push_back((to, Input::Fenced { incarnation }))
+                }
+                Action::Rejected(e) => panic!("control plane refused: {e}"),
+            }
+        }
+    }
+
+    fn deliver(&mut self) {
+        let mut budget = 1_000_000;
+        while let Some((to, input)) = self.queue.pop_front() {
+            budget -= 1;
+            assert!(budget > 0, "message storm");
+            let r = self.nodes.get_mut(&to).unwrap();
+            let outs = r.step(self.now, input);
+            r.check_invariants();
+            for o in outs {
+                match o {
+                    Output::Send { to: t, msg } => {
+                        self.queue.push_back((t, Input::Peer { from: to, msg }))
+                    }
+                    Output::Reply { client, reply } => self.replies.push((client, reply.body)),
+                    Output::Control(i) => {
+                        let a = self.cp.step(self.now, i);
+                        self.actions(a);
+                    }
+                    Output::PossibleLoss { .. } => panic!("possible loss"),
+                }
+            }
+        }
+    }
+
+    /// Advance `ms` of virtual time in 10 ms ticks, delivering everything in between.
+    fn run(&mut self, ms: u64) {
+        let end = self.now + ms;
+        while self.now < end {
+            self.now += 10;
+            let a = self.cp.step(self.now, CpInput::Tick);
+            self.actions(a);
+            let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+            for id in ids {
+                self.queue.push_back((id, Input::Tick));
+            }
+            self.deliver();
+        }
+    }
+
+    fn op(&mut self, op: ClientOp) -> ClientReply {
+        self.seq += 1;
+        let slot = key_slot(op.key());
+        let map = self.cp.map().clone();
+        let coord = map.coordinator(slot).unwrap();
+        self.queue.push_back((
+            coord,
+            Input::Client {
+                client: 7,
+                req: ClientRequest {
+                    id: ReqId {
+                        client: 7,
+                        seq: self.seq,
+                    },
+                    epoch: map.epoch,
+                    op,
+                },
+            },
+        ));
+        self.replies.clear();
+        for _ in 0..50 {
+            self.deliver();
+            if let Some((_, r)) = self.replies.pop() {
+                return r;
+            }
+            self.run(10);
+        }
+        panic!("no reply");
+    }
+
+    fn set(&mut self, key: &str, value: &[u8], memgest: Option<MemgestId>) {
+        let r = self.op(ClientOp::Set {
+            key: key.as_bytes().to_vec(),
+            value: value.to_vec(),
+            memgest,
+        });
+        assert!(matches!(r, ClientReply::Written { .. }), "set {key}: {r:?}");
+    }
+
+    fn get(&mut self, key: &str) -> Option<Vec<u8>> {
+        match self.op(ClientOp::Get {
+            key: key.as_bytes().to_vec(),
+        }) {
+            ClientReply::Value { value, .. } => value,
+            r => panic!("get {key}: {r:?}"),
+        }
+    }
+
+    fn coordinator(&self, key: &str) -> &Replica<MemStore> {
+        let c = self.cp.map().coordinator(key_slot(key.as_bytes())).unwrap();
+        &self.nodes[&c]
+    }
+
+    /// Nodes (other than the coordinator) whose store holds `key`.
+    fn copies_elsewhere(&self, key: &str) -> usize {
+        let c = self.cp.map().coordinator(key_slot(key.as_bytes())).unwrap();
+        self.nodes
+            .iter()
+            .filter(|(id, r)| **id != c && r.store().get(key.as_bytes()).is_some())
+            .count()
+    }
+
+    fn ec_totals(&self) -> ringlet_erasure::Accounting {
+        self.nodes
+            .values()
+            .fold(ringlet_erasure::Accounting::default(), |a, r| {
+                a.plus(&r.ec_accounting())
+            })
+    }
+}
+
+fn val(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 131 + j * 7 + j / 61) as u8).collect()
+}
+
+#[test]
+fn ec_set_get_delete_read_back_byte_identical() {
+    let mut w = World::new();
+    let e32 = w.memgest("e32");
+    let e21 = w.memgest("e21");
+    for i in 0..60 {
+        let m = if i % 2 == 0 { e32 } else { e21 };
+        w.set(&format!("k{i}"), &val(i, 1 + i * 37 % 900), Some(m));
+    }
+    // Overwrite some (the old range is freed at commit), delete some.
+    for i in (0..60).step_by(3) {
+        let m = if i % 2 == 0 { e32 } else { e21 };
+        w.set(&format!("k{i}"), &val(i + 1000, 5 + i * 13 % 700), Some(m));
+    }
+    for i in (0..60).step_by(5) {
+        let r = w.op(ClientOp::Delete {
+            key: format!("k{i}").into_bytes(),
+        });
+        assert!(matches!(r, ClientReply::Written { .. }));
+    }
+    for i in 0..60 {
+        let want = if i % 5 == 0 {
+            None
+        } else if i % 3 == 0 {
+            Some(val(i + 1000, 5 + i * 13 % 700))
+        } else {
+            Some(val(i, 1 + i * 37 % 900))
+        };
+        assert_eq!(w.get(&format!("k{i}")), want, "k{i}");
+        // The store keeps a pointer, not the value.
+        let e = w
+            .coordinator(&format!("k{i}"))
+            .store()
+            .get(format!("k{i}").as_bytes());
+        if let Some(v) = e.and_then(|e| e.value) {
+            assert_eq!(v.len(), ringlet_replica::node::EC_PTR_BYTES);
+        }
+    }
+}
+
+#[test]
+fn set_under_another_memgest_moves_across_none_rep_ec_both_ways() {
+    let mut w = World::new();
+    let r3 = w.memgest("r3");
+    let e32 = w.memgest("e32");
+    let e21 = w.memgest("e21");
+    let none = MemgestId::NONE;
+    // Every transition between the four memgests, in both directions.
+    let path = [
+        none, e32, r3, e21, none, r3, e32, e21, e32, none, e21, r3, none,
+    ];
+    for (step, m) in path.iter().enumerate() {
+        let v = val(step, 100 + step * 50);
+        w.set("mover", &v, Some(*m));
+        w.run(1500); // repair rounds retire stale rep copies
+        assert_eq!(w.get("mover"), Some(v.clone()), "step {step} -> {m:?}");
+        let kind = w.cp.map().memgest_kind(*m);
+        // Copies on other nodes: only rep:3 keeps any.
+        let want_elsewhere = if matches!(kind, MemgestKind::Rep { .. }) {
+            2
+        } else {
+            0
+        };
+        assert_eq!(w.copies_elsewhere("mover"), want_elsewhere, "step {step}");
+        // Arena payload is exactly this value when it is ec, nothing otherwise; parity
+        // holders describe exactly as much.
+        let acct = w.ec_totals();
+        let want_payload = if matches!(kind, MemgestKind::Ec { .. }) {
+            v.len() as u64
+        } else {
+            0
+        };
+        assert_eq!(
+            acct.payload_bytes, want_payload,
+            "arena payload at step {step}"
+        );
+        let described: u64 = w
+            .nodes
+            .values()
+            .map(|r| r.ec_described_payload_bytes())
+            .sum();
+        let holders = match kind {
+            MemgestKind::Ec { m, .. } => u64::from(m),
+            _ => 0,
+        };
+        assert_eq!(
+            described,
+            want_payload * holders,
+            "parity metadata at step {step}"
+        );
+    }
+    // Delete, then the key is gone everywhere.
+    let r = w.op(ClientOp::Delete {
+        key: b"mover".to_vec(),
+    });
+    assert!(matches!(r, ClientReply::Written { .. }));
+    assert_eq!(w.get("mover"), None);
+}
+
+#[test]
+fn ec_3_2_memory_per_payload_byte() {
+    let mut w = World::new();
+    let e32 = w.memgest("e32");
+    let mut payload = 0u64;
+    let n = 800;
+    for i in 0..n {
+        let len = 200 + (i * 7919) % 4000;
+        payload += len as u64;
+        w.set(&format!("m{i}"), &val(i, len), Some(e32));
+    }
+    let a = w.ec_totals();
+    assert_eq!(a.payload_bytes, payload);
+    let data_parity = (a.data_bytes + a.parity_bytes) as f64 / payload as f64;
+    let with_meta = a.bytes_per_payload_byte().unwrap();
+    eprintln!(
+        "ec:3+2, {} keys, {payload} payload bytes: arena {} + parity {} + parity-side metadata {} bytes; (arena+parity)/payload = {data_parity:.3}, with metadata {with_meta:.3} (ideal 1 + M/K = 1.667)",
+        n, a.data_bytes, a.parity_bytes, a.meta_bytes
+    );
+    assert!(data_parity < 1.8, "ec:3+2 must stay under 1.8x payload");
+}
