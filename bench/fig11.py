@@ -8,6 +8,7 @@ redis-server 7 as the baseline, and runs `ringlet-cluster-bench` for each scenar
 
   unslowed   coordinator reads            (the reference p99)
   unslowed   quorum reads
+  0-delay proxy in front of node 1 (coordinator / quorum reads): the proxy's own cost
   slowed     coordinator reads, all keys
   slowed     coordinator reads, keys node 1 coordinates   (coordinator slowed)
   slowed     coordinator reads, keys node 1 replicates    (non-coordinator replica slowed)
@@ -37,7 +38,7 @@ import time
 def free_base(n):
     for base in range(31000, 60000, 50):
         ok = True
-        for p in list(range(base, base + n)) + [base + 40, base + 41]:
+        for p in list(range(base, base + n)) + [base + 40, base + 41, base + 42]:
             s = socket.socket()
             try:
                 s.bind(("127.0.0.1", p))
@@ -89,6 +90,7 @@ def main():
     slow = f"127.0.0.1:{base}"          # node 1's client address in the map
     proxy_port = base + 40
     redis_port = base + 41
+    proxy0_port = base + 42   # a 0-delay proxy: what the proxy alone costs (its CPU, one hop)
     procs = []
 
     def stop_all():
@@ -99,6 +101,7 @@ def main():
             except Exception:
                 p.kill()
 
+    load_start = open("/proc/loadavg").read().split()[:3]
     try:
         up = subprocess.Popen(
             [cluster_bin, "up", "--nodes", "3", "--spares", "0", "--port", str(base),
@@ -121,6 +124,12 @@ def main():
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(proxy)
         wait_port(proxy_port)
+        proxy0 = subprocess.Popen(
+            [proxy_bin, "--listen", f"127.0.0.1:{proxy0_port}", "--target", slow,
+             "--delay", "fixed:0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(proxy0)
+        wait_port(proxy0_port)
         if redis:
             rs = subprocess.Popen(
                 [redis, "--port", str(redis_port), "--save", "", "--appendonly", "no",
@@ -148,9 +157,13 @@ def main():
                 duration=0.2, warmup=0)
 
         ov = ["--override", f"{slow}=127.0.0.1:{proxy_port}", "--slow-node", slow]
+        ov0 = ["--override", f"{slow}=127.0.0.1:{proxy0_port}", "--slow-node", slow]
         scenarios = [
             ("unslowed, coordinator reads", ["--read-mode", "coordinator"]),
             ("unslowed, quorum reads", ["--read-mode", "quorum"]),
+            ("0-delay proxy in front of 1 of 3, coordinator reads",
+             ["--read-mode", "coordinator"] + ov0),
+            ("0-delay proxy in front of 1 of 3, quorum reads", ["--read-mode", "quorum"] + ov0),
             ("1 of 3 slowed, coordinator reads, all keys",
              ["--read-mode", "coordinator"] + ov),
             ("1 of 3 slowed, coordinator reads, keys it coordinates",
@@ -178,11 +191,13 @@ def main():
                 print(f"rep {rep + 1} redis: p50 {r['p50_us']} p99 {r['p99_us']} us",
                       file=sys.stderr)
 
+        load_end = open("/proc/loadavg").read().split()[:3]
         med = lambda rs, k: statistics.median(x[k] for x in rs)
         ref = med(results["unslowed, coordinator reads"], "p99_us")
         print(f"\nGET latency, medians of {a.reps} runs of {a.duration:g} s "
               f"({a.concurrency} closed-loop clients, {a.keys} keys of {a.value_size} B, "
-              f"proxy delay {a.delay} ms per direction):\n")
+              f"proxy delay {a.delay} ms per direction; load average {' '.join(load_start)} "
+              f"at start, {' '.join(load_end)} at end):\n")
         print("| scenario | p50 µs | p99 µs | p99.9 µs | GET/s | p99 / unslowed p99 | errors | quorum fallbacks |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for name, rs in results.items():

@@ -356,32 +356,45 @@ impl ClusterClient {
         candidates.retain(|a| seen.insert(*a));
         let per_try = self.inner.cfg.client.connect_timeout;
         let mut last_err = Error::ClusterMap("no node to ask".into());
+        // Ask REFRESH_FANOUT candidates at once and take the first map: a stopped node (it
+        // accepts connections but never answers) then costs nothing while another answers.
         // Bounded: each candidate once.
-        for addr in candidates {
-            let got =
-                tokio::time::timeout(per_try, self.once(addr, native::encode_cluster_map_request))
-                    .await;
-            let resp = match got {
-                Err(_) => {
-                    last_err = Error::Timeout;
-                    continue;
+        for wave in candidates.chunks(REFRESH_FANOUT) {
+            let mut asks: Vec<Option<MapFuture<'_>>> = wave
+                .iter()
+                .map(|&addr| {
+                    let f: MapFuture<'_> = Box::pin(async move {
+                        let got = tokio::time::timeout(
+                            per_try,
+                            self.once(addr, native::encode_cluster_map_request),
+                        )
+                        .await;
+                        let resp = match got {
+                            Err(_) => return Err(Error::Timeout),
+                            Ok(r) => r?,
+                        };
+                        match (resp.status, resp.body) {
+                            (Status::OK, Body::Value(json)) => {
+                                let text = std::str::from_utf8(&json)
+                                    .map_err(|_| Error::ClusterMap("map is not UTF-8".into()))?;
+                                ClusterMap::from_json(text).map_err(|e| {
+                                    Error::ClusterMap(format!("bad map from {addr}: {e}"))
+                                })
+                            }
+                            (s, b) => Err(unexpected("CLUSTER_MAP", s, &b)),
+                        }
+                    });
+                    Some(f)
+                })
+                .collect();
+            while let Some(res) = next_done(&mut asks).await {
+                match res {
+                    Ok(map) => {
+                        self.install(map);
+                        return Ok(());
+                    }
+                    Err(e) => last_err = e,
                 }
-                Ok(Err(e)) => {
-                    last_err = e;
-                    continue;
-                }
-                Ok(Ok(resp)) => resp,
-            };
-            match (resp.status, resp.body) {
-                (Status::OK, Body::Value(json)) => {
-                    let text = std::str::from_utf8(&json)
-                        .map_err(|_| Error::ClusterMap("map is not UTF-8".into()))?;
-                    let map = ClusterMap::from_json(text)
-                        .map_err(|e| Error::ClusterMap(format!("bad map from {addr}: {e}")))?;
-                    self.install(map);
-                    return Ok(());
-                }
-                (s, b) => last_err = unexpected("CLUSTER_MAP", s, &b),
             }
         }
         Err(last_err)
@@ -880,6 +893,11 @@ enum Attempt {
     Decided(Versioned<Option<Bytes>>),
     Undecided { newest_epoch: Epoch },
 }
+
+type MapFuture<'a> = Pin<Box<dyn Future<Output = Result<ClusterMap, Error>> + Send + 'a>>;
+
+/// Nodes asked for the map at once.
+const REFRESH_FANOUT: usize = 3;
 
 type LegFuture<'a> = Pin<Box<dyn Future<Output = (NodeId, Result<Response, Error>)> + Send + 'a>>;
 

@@ -30,10 +30,15 @@ impl Drop for InProcess {
 }
 
 async fn start() -> InProcess {
+    start_with(3, 3).await.0
+}
+
+/// `total` nodes of which `active` get slots (the rest are spares); also the control address.
+async fn start_with(total: u32, active: usize) -> (InProcess, SocketAddr) {
     let (svc, caddr) = run_control(&ControlOpts {
         bind: "127.0.0.1:0".parse().unwrap(),
-        expect_nodes: 3,
-        active: 3,
+        expect_nodes: total as usize,
+        active,
         default_memgest: Some(MemgestKind::Rep { r: 3 }),
         s: 2,
         d: 1,
@@ -43,7 +48,7 @@ async fn start() -> InProcess {
     .unwrap();
     let mut nodes = Vec::new();
     let mut addrs = Vec::new();
-    for id in 1..=3 {
+    for id in 1..=total {
         let (n, a) = run_node(&NodeOpts {
             id,
             bind: "127.0.0.1:0".parse().unwrap(),
@@ -68,7 +73,7 @@ async fn start() -> InProcess {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    InProcess { nodes, addrs }
+    (InProcess { nodes, addrs }, caddr)
 }
 
 fn cfg(mode: ReadMode) -> ClusterConfig {
@@ -276,4 +281,106 @@ async fn address_override_dials_the_proxy() {
         relayed.load(Ordering::SeqCst) > 0,
         "node 1 was reached through the relay"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_cluster_client() {
+    let c = start().await;
+    let seed = c.addrs[0].to_string();
+    // The blocking client owns its runtime: use it from a plain thread.
+    let done = std::thread::spawn(move || {
+        let b = ringlet_client::BlockingClusterClient::connect(&[&seed], cfg(ReadMode::Quorum))
+            .unwrap();
+        let pairs: Vec<(String, String)> =
+            (0..40).map(|i| (format!("b{i}"), format!("{i}"))).collect();
+        for r in b.mset(&pairs) {
+            r.unwrap();
+        }
+        let keys: Vec<&String> = pairs.iter().map(|(k, _)| k).collect();
+        let got = b.mget(&keys).unwrap();
+        for ((_, v), g) in pairs.iter().zip(got) {
+            assert_eq!(g.value.as_deref(), Some(v.as_bytes()));
+        }
+        b.del(b"b3").unwrap();
+        assert_eq!(b.get(b"b3").unwrap().value, None);
+        assert_eq!(
+            b.get_quorum(b"b4").unwrap().value.as_deref(),
+            Some(&b"4"[..])
+        );
+        assert!(b.epoch().0 > 0);
+    });
+    tokio::task::spawn_blocking(move || done.join().unwrap())
+        .await
+        .unwrap();
+    drop(c);
+}
+
+/// A drain changes the map under a client that cached the old one: MOVED / STALE_EPOCH /
+/// newer epochs make it refresh, and every read and write keeps succeeding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn map_change_under_the_client() {
+    let (c, caddr) = start_with(4, 3).await;
+    let seeds: Vec<String> = c.addrs.iter().map(|a| a.to_string()).collect();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let coord = ClusterClient::connect(&seeds, cfg(ReadMode::Coordinator))
+        .await
+        .unwrap();
+    let quorum = ClusterClient::connect(&seeds, cfg(ReadMode::Quorum))
+        .await
+        .unwrap();
+    let before = coord.epoch();
+    let keys: Vec<String> = (0..120).map(|i| format!("d{i}")).collect();
+    for k in &keys {
+        coord
+            .set(k.as_bytes(), b"1", SetOptions::default())
+            .await
+            .unwrap();
+    }
+    let r = ringlet_cluster::control::request(
+        &caddr.to_string(),
+        &ringlet_cluster::control::ToControl::Drain { node: 1 },
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(r, ringlet_cluster::control::FromControl::Ok),
+        "{r:?}"
+    );
+    // Keep using the clients while the spare takes node 1's roles.
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut round = 1u32;
+    while Instant::now() < until {
+        round += 1;
+        let v = round.to_string();
+        let prev = (round - 1).to_string();
+        for k in keys.iter().step_by(3) {
+            let prev = if round == 2 { "1" } else { prev.as_str() };
+            match coord
+                .set(k.as_bytes(), v.as_bytes(), SetOptions::default())
+                .await
+            {
+                Ok(_) => {
+                    let got = quorum.get(k.as_bytes()).await.unwrap();
+                    assert_eq!(
+                        got.value.as_deref(),
+                        Some(v.as_bytes()),
+                        "{k} round {round}"
+                    );
+                }
+                // A write in flight while its coordinator hands over may be reported
+                // ambiguous (docs/design/cluster-runtime.md): either value may be there.
+                Err(e) if e.to_string().contains("ambiguous") => {
+                    let got = quorum.get(k.as_bytes()).await.unwrap();
+                    let got = got.value.unwrap();
+                    assert!(got == v.as_bytes() || got == prev.as_bytes(), "{k}");
+                }
+                Err(e) => panic!("{k} round {round}: {e}"),
+            }
+        }
+    }
+    let got = coord.mget(&keys).await.unwrap();
+    assert!(got.iter().all(|g| g.value.is_some()));
+    assert!(coord.epoch() > before, "the client learned the new map");
+    assert!(coord.stats().map_refreshes >= 2, "{:?}", coord.stats());
+    assert!(quorum.epoch() > before);
 }
