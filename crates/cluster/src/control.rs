@@ -24,7 +24,7 @@
 use crate::mono_ms;
 use parking_lot::Mutex;
 use ringlet_control::{
-    memgest_reports, Action, ClusterMap, ControlConfig, ControlError, ControlPlane, Input,
+    memgest_reports, Action, ClusterMap, ControlConfig, ControlError, ControlPlane, EcUsage, Input,
     MemgestReport, MemgestUsage, ModelRates, UsageReport,
 };
 use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
@@ -85,12 +85,15 @@ pub enum ToControl {
     DropMemgest {
         name: String,
     },
-    /// A node's per-memgest counts: `(memgest id, keys, bytes)` of every copy it holds.
+    /// A node's per-memgest counts: `(memgest id, keys, bytes)` of every copy it holds, and
+    /// its erasure-coded storage (all ec memgests together).
     Usage {
         node: u32,
         incarnation: u64,
         epoch: u64,
         memgests: Vec<(u16, u64, u64)>,
+        #[serde(default)]
+        ec: EcUsage,
     },
     /// `MEMGEST LIST/INFO`: reports of every memgest, reliability for the given rates
     /// (defaults: [`ModelRates::default`]).
@@ -500,6 +503,7 @@ impl ControlService {
                 incarnation,
                 epoch,
                 memgests,
+                ec,
             } => {
                 let memgests = memgests
                     .into_iter()
@@ -510,6 +514,7 @@ impl ControlService {
                     incarnation,
                     epoch: Epoch(epoch),
                     memgests,
+                    ec,
                 });
                 self.carry_out(a, None)
             }

@@ -408,11 +408,18 @@ impl Driver {
             .iter()
             .map(|(id, u)| (id.0, u.keys, u.bytes))
             .collect();
+        let a = self.replica.ec_accounting();
         let _ = self.control.send(ToControl::Usage {
             node: self.shared.id.0,
             incarnation: self.replica.incarnation(),
             epoch: self.replica.epoch().0,
             memgests,
+            ec: ringlet_control::EcUsage {
+                payload_bytes: a.payload_bytes,
+                data_bytes: a.data_bytes,
+                parity_bytes: a.parity_bytes,
+                meta_bytes: a.meta_bytes,
+            },
         });
     }
 

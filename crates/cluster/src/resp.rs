@@ -982,6 +982,13 @@ pub fn memgest_info_text(r: &MemgestReport) -> String {
     if let Some(e) = &r.model_error {
         s.push_str(&format!("model_error:{e}\r\n"));
     }
+    if let Some(ec) = &r.ec_cluster {
+        // Every ec memgest of the cluster together (module doc of ringlet_control::report).
+        s.push_str(&format!(
+            "all_ec_payload_bytes:{}\r\nall_ec_data_bytes:{}\r\nall_ec_parity_bytes:{}\r\nall_ec_meta_bytes:{}\r\n",
+            ec.payload_bytes, ec.data_bytes, ec.parity_bytes, ec.meta_bytes
+        ));
+    }
     s
 }
 

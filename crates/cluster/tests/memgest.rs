@@ -515,6 +515,13 @@ fn use_case_hot_cold_tiering() {
         assert!(Instant::now() < deadline, "{hot:?} {cold_info:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    if cold == "t3-ec" {
+        // The erasure-coded bytes (values, arena, parity, metadata) are reported too.
+        let i = c.info("t3-ec", &[]);
+        let n = |f: &str| i[f].parse::<u64>().unwrap();
+        assert!(n("all_ec_payload_bytes") >= 30 * 200, "{i:?}");
+        assert!(n("all_ec_parity_bytes") > 0, "{i:?}");
+    }
     // One heats up again: back to the hot tier.
     c.ok(
         Some(keys[20].as_bytes()),

@@ -38,6 +38,6 @@ pub mod report;
 
 pub use map::{ClusterMap, MapError, MemgestInfo, NodeInfo, NodeState};
 pub use plane::{
-    Action, ControlConfig, ControlError, ControlPlane, Input, MemgestUsage, UsageReport,
+    Action, ControlConfig, ControlError, ControlPlane, EcUsage, Input, MemgestUsage, UsageReport,
 };
 pub use report::{memgest_reports, MemgestReport, ModelRates};

@@ -36,6 +36,28 @@ pub struct MemgestUsage {
     pub bytes: u64,
 }
 
+/// Erasure-coded storage on one node, every ec memgest together (the replica core keeps one
+/// accounting over its arenas and parity stores): values, arena bytes, parity, key metadata.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcUsage {
+    pub payload_bytes: u64,
+    pub data_bytes: u64,
+    pub parity_bytes: u64,
+    pub meta_bytes: u64,
+}
+
+impl EcUsage {
+    /// Field-wise saturating sum.
+    pub fn plus(&self, o: &EcUsage) -> EcUsage {
+        EcUsage {
+            payload_bytes: self.payload_bytes.saturating_add(o.payload_bytes),
+            data_bytes: self.data_bytes.saturating_add(o.data_bytes),
+            parity_bytes: self.parity_bytes.saturating_add(o.parity_bytes),
+            meta_bytes: self.meta_bytes.saturating_add(o.meta_bytes),
+        }
+    }
+}
+
 /// A node's latest usage report, as the control plane received it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageReport {
@@ -45,6 +67,7 @@ pub struct UsageReport {
     /// Control-plane time of arrival.
     pub at_ms: u64,
     pub memgests: BTreeMap<MemgestId, MemgestUsage>,
+    pub ec: EcUsage,
 }
 
 /// Configuration, checked once by [`ControlConfig::validate`].
@@ -138,6 +161,7 @@ pub enum Input {
         incarnation: u64,
         epoch: Epoch,
         memgests: Vec<(MemgestId, MemgestUsage)>,
+        ec: EcUsage,
     },
 }
 
@@ -332,7 +356,8 @@ impl ControlPlane {
                 incarnation,
                 epoch,
                 memgests,
-            } => self.on_usage(now_ms, node, incarnation, epoch, memgests),
+                ec,
+            } => self.on_usage(now_ms, node, incarnation, epoch, memgests, ec),
             Input::SetDefault { name } => {
                 if let Err(e) = self.set_default(&name, &mut out) {
                     out.push(Action::Rejected(e));
@@ -668,6 +693,7 @@ impl ControlPlane {
         incarnation: u64,
         epoch: Epoch,
         memgests: Vec<(MemgestId, MemgestUsage)>,
+        ec: EcUsage,
     ) {
         let current = self
             .map
@@ -684,6 +710,7 @@ impl ControlPlane {
                 epoch,
                 at_ms: now_ms,
                 memgests: memgests.into_iter().collect(),
+                ec,
             },
         );
     }
@@ -1023,6 +1050,7 @@ mod tests {
                         bytes: keys * 100,
                     },
                 )],
+                ec: EcUsage::default(),
             },
         );
     }
@@ -1121,6 +1149,7 @@ mod tests {
                 incarnation: 0,
                 epoch: cp.map().epoch,
                 memgests: vec![(id, MemgestUsage { keys: 9, bytes: 9 })],
+                ec: EcUsage::default(),
             },
         );
         assert!(!cp.usage().contains_key(&NodeId(1)));

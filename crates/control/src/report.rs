@@ -10,7 +10,7 @@
 //! memgest is its data only; `nominal_overhead` gives the scheme's (K+M)/K.
 
 use crate::map::ClusterMap;
-use crate::plane::UsageReport;
+use crate::plane::{EcUsage, UsageReport};
 use ringlet_erasure::reliability::{reliability, ModelParams};
 use ringlet_types::{MemgestKind, NodeId};
 use serde::{Deserialize, Serialize};
@@ -82,6 +82,10 @@ pub struct MemgestReport {
     pub availability: Option<f64>,
     pub availability_nines: Option<f64>,
     pub model_error: Option<String>,
+    /// For an ec memgest: the erasure-coded storage of the whole cluster, *every ec memgest
+    /// together* (values, arena, parity, metadata; the replica core does not split it per
+    /// memgest). None for other schemes.
+    pub ec_cluster: Option<EcUsage>,
 }
 
 fn finite(x: f64) -> Option<f64> {
@@ -122,6 +126,9 @@ pub fn memgest_reports(
         })
         .collect();
     let s = map.placement.as_ref().map_or(0, |p| u32::from(p.s));
+    let ec_total = reports
+        .iter()
+        .fold(EcUsage::default(), |a, r| a.plus(&r.ec));
     map.memgests
         .iter()
         .map(|(id, m)| {
@@ -174,6 +181,7 @@ pub fn memgest_reports(
                 availability: avail,
                 availability_nines: avail_nines,
                 model_error,
+                ec_cluster: matches!(m.kind, MemgestKind::Ec { .. }).then_some(ec_total),
             }
         })
         .collect()
@@ -235,6 +243,12 @@ mod tests {
                             bytes: 1000,
                         },
                     )],
+                    ec: crate::plane::EcUsage {
+                        payload_bytes: 100,
+                        data_bytes: 120,
+                        parity_bytes: 80,
+                        meta_bytes: 10,
+                    },
                 },
             );
         }
@@ -248,6 +262,9 @@ mod tests {
         assert_eq!(rep3.nodes_reporting, 3);
         assert_eq!(rep3.nodes_holding, 5);
         assert_eq!(rep3.failures_tolerated, 1);
+        assert_eq!(rep3.ec_cluster, None);
+        let ec = by("ec:3+2").ec_cluster.unwrap();
+        assert_eq!((ec.payload_bytes, ec.parity_bytes), (300, 240));
         let none = by("none");
         assert!(none.default);
         assert_eq!(none.id, MemgestId::NONE.0);

@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""Ring's per-memgest figures on this machine (Ring's table, Fig. 7, 8, 9).
+
+Starts `ringlet up --nodes 5 --spares 1 --pg-data 3 --pg-redundant 2` (Ring's evaluation shape:
+5 nodes, memgests sharing s = 3 data nodes; d = 2 redundant nodes so rep:3 and ec:3+2 fit) and
+a Redis 7 `redis-server` beside it, then for each memgest (none, rep:2, rep:3, ec:2+1, ec:3+1,
+ec:3+2), with 1 KiB values (Ring Fig. 9's size):
+
+  load     --keys keys with `SET k v MEMGEST m`, one pipelined connection per node (5 client
+           threads, batches of --batch): put throughput (ops/s, relative to none);
+  memory   cluster-wide engine bytes from `MEMGEST INFO m` (stored_bytes, every copy) and the
+           sum of the node processes' RSS growth over the load, each divided by the payload
+           (key + value bytes written): memory per payload byte;
+  put      --ops sequential `SET ... MEMGEST m` from one client to the key's coordinator:
+           p50 / p99 latency (relative to none);
+  get      --ops sequential GETs of loaded keys: p50 / p99;
+  move     --ops sequential `MEMGEST MOVE k m` of keys written beforehand under another
+           memgest (none; rep:3 when m is none): p50 / p99, relative to put into m (Fig. 8).
+
+Redis 7 gets the same sequential SET/GET latency loops and the same pipelined load, in the
+same run. Each run starts a fresh cluster; --repeat runs, medians quoted. A memgest whose
+writes the build refuses (ec before the replica core's ec path) is reported as unavailable.
+
+Usage: bench/memgest.py [--ringlet PATH] [--repeat 3] [--keys 20000] [--ops 2000]
+                        [--value-bytes 1024] [--json out.json]
+Requires: a release build of `ringlet` (`cargo build --release -p ringlet-cli`), redis-server,
+redis-py.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import redis
+from redis.crc import key_slot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEMGESTS = [("none", "none"), ("rep2", "rep:2"), ("rep3", "rep:3"),
+            ("ec21", "ec:2+1"), ("ec31", "ec:3+1"), ("ec32", "ec:3+2")]
+
+
+def free_base(n):
+    """A base port with n + 1 free consecutive ports."""
+    for base in range(32000, 60000, 50):
+        ok = True
+        for p in range(base, base + n + 1):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free ports")
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+class Cluster:
+    def __init__(self, exe, memory_mb):
+        self.base = free_base(7)
+        cmd = [exe, "up", "--nodes", "5", "--spares", "1", "--port", str(self.base),
+               "--pg-data", "3", "--pg-redundant", "2", "--default-memgest", "none",
+               "--memory-mb", str(memory_mb)]
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+        self.pids = {}
+        deadline = time.time() + 60
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("ringlet up exited before ready")
+            w = line.split()
+            if w[:1] == ["node"] and w[2:3] == ["pid"]:
+                self.pids[int(w[1])] = int(w[3])
+            if line.startswith("ringlet cluster ready"):
+                break
+            if time.time() > deadline:
+                raise RuntimeError("cluster not ready in 60 s")
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        self.conns = {}
+        self.any = self.conn(("127.0.0.1", self.base))
+        self.refresh()
+
+    def conn(self, addr):
+        if addr not in self.conns:
+            self.conns[addr] = redis.Redis(host=addr[0], port=addr[1], socket_timeout=30)
+        return self.conns[addr]
+
+    def refresh(self):
+        self.slots = [None] * 16384
+        for r in self.any.execute_command("CLUSTER", "SLOTS"):
+            first, last, master = r[0], r[1], r[2]
+            addr = (master[0].decode(), int(master[1]))
+            for s in range(first, last + 1):
+                self.slots[s] = addr
+
+    def node_for(self, key):
+        return self.slots[key_slot(key.encode() if isinstance(key, str) else key)]
+
+    def call(self, key, *args):
+        for _ in range(5):
+            try:
+                return self.conn(self.node_for(key)).execute_command(*args)
+            except redis.exceptions.ResponseError as e:
+                if str(e).startswith("MOVED"):
+                    self.refresh()
+                    continue
+                raise
+        raise RuntimeError("MOVED loop")
+
+    def rss(self):
+        return sum(rss_bytes(p) for p in self.pids.values())
+
+    def info(self, name):
+        text = self.any.execute_command("MEMGEST", "INFO", name)
+        text = text.decode() if isinstance(text, bytes) else text
+        return dict(l.split(":", 1) for l in text.splitlines() if ":" in l and not l.startswith("#"))
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        for p in self.pids.values():
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+
+
+def load(c, keys, value, extra):
+    """Pipelined SETs, one thread per node; returns ops/s."""
+    by_node = {}
+    for k in keys:
+        by_node.setdefault(c.node_for(k), []).append(k)
+    errors = []
+
+    def run(addr, ks, batch):
+        r = redis.Redis(host=addr[0], port=addr[1], socket_timeout=60)
+        for i in range(0, len(ks), batch):
+            p = r.pipeline(transaction=False)
+            for k in ks[i:i + batch]:
+                p.execute_command("SET", k, value, *extra)
+            for res in p.execute(raise_on_error=False):
+                if isinstance(res, Exception):
+                    errors.append(str(res))
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=run, args=(a, ks, ARGS.batch)) for a, ks in by_node.items()]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    dt = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} load errors, first: {errors[0]}")
+    return len(keys) / dt
+
+
+def timed(fn, n):
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        fn(i)
+        out.append((time.perf_counter_ns() - t0) / 1000.0)
+    return out
+
+
+def bench_memgest(c, name, desc, run_id, value):
+    row = {"memgest": desc}
+    probe = f"probe-{name}"
+    try:
+        c.call(probe, "SET", probe, "x", "MEMGEST", name)
+        c.call(probe, "DEL", probe)
+    except redis.exceptions.ResponseError as e:
+        row["unavailable"] = str(e)
+        return row
+    keys = [f"r{run_id}:{name}:load:{i}" for i in range(ARGS.keys)]
+    payload = sum(len(k) + len(value) for k in keys)
+    info0 = int(c.info(name)["stored_bytes"])
+    rss0 = c.rss()
+    row["put_ops_s"] = load(c, keys, value, ["MEMGEST", name])
+    time.sleep(1.5)  # replicas catch up, usage reports (every 100 ms) arrive
+    row["rss_per_payload"] = (c.rss() - rss0) / payload
+    row["info_per_payload"] = (int(c.info(name)["stored_bytes"]) - info0) / payload
+    row["info_stored_keys"] = int(c.info(name)["stored_keys"])
+    put_keys = [f"r{run_id}:{name}:put:{i}" for i in range(ARGS.ops)]
+    lat = timed(lambda i: c.call(put_keys[i], "SET", put_keys[i], value, "MEMGEST", name), ARGS.ops)
+    row["put_p50_us"], row["put_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
+    lat = timed(lambda i: c.call(keys[i], "GET", keys[i]), ARGS.ops)
+    row["get_p50_us"], row["get_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
+    src = "rep3" if name == "none" else "none"
+    mv_keys = [f"r{run_id}:{name}:mv:{i}" for i in range(ARGS.ops)]
+    load(c, mv_keys, value, ["MEMGEST", src])
+    time.sleep(0.5)
+    lat = timed(lambda i: c.call(mv_keys[i], "MEMGEST", "MOVE", mv_keys[i], name), ARGS.ops)
+    row["move_p50_us"], row["move_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
+    row["move_from"] = src
+    return row
+
+
+def bench_redis(value):
+    port = free_base(1)
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                r.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        keys = [f"redis:load:{i}" for i in range(ARGS.keys)]
+        t0 = time.perf_counter()
+        for i in range(0, len(keys), ARGS.batch):
+            pl = r.pipeline(transaction=False)
+            for k in keys[i:i + ARGS.batch]:
+                pl.set(k, value)
+            pl.execute()
+        row = {"memgest": "redis 7 (1 process)", "put_ops_s": len(keys) / (time.perf_counter() - t0)}
+        pk = [f"redis:put:{i}" for i in range(ARGS.ops)]
+        lat = timed(lambda i: r.set(pk[i], value), ARGS.ops)
+        row["put_p50_us"], row["put_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
+        lat = timed(lambda i: r.get(keys[i]), ARGS.ops)
+        row["get_p50_us"], row["get_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
+        return row
+    finally:
+        p.terminate()
+        p.wait()
+
+
+def one_run(run_id, exe):
+    value = b"v" * ARGS.value_bytes
+    c = Cluster(exe, ARGS.memory_mb)
+    try:
+        for n, d in MEMGESTS:
+            if n != "none":
+                c.any.execute_command("MEMGEST", "CREATE", n, d)
+        rows = [bench_memgest(c, n, d, run_id, value) for n, d in MEMGESTS]
+    finally:
+        c.stop()
+    rows.append(bench_redis(value))
+    return rows, c.cmd
+
+
+def median_rows(runs):
+    out = []
+    for i, first in enumerate(runs[0]):
+        row = {"memgest": first["memgest"]}
+        if "unavailable" in first:
+            row["unavailable"] = first["unavailable"]
+            out.append(row)
+            continue
+        for k, v in first.items():
+            if isinstance(v, (int, float)):
+                vals = [r[i][k] for r in runs if k in r[i]]
+                row[k] = statistics.median(vals)
+            elif k != "memgest":
+                row[k] = v
+        out.append(row)
+    return out
+
+
+def table(rows):
+    base = next(r for r in rows if r["memgest"] == "none")
+    lines = ["| memgest | memory / payload byte: engine (MEMGEST INFO) | RSS growth | put p50 / p99 µs | put p50 vs none | put throughput ops/s | vs none | get p50 / p99 µs | MOVE p50 / p99 µs | MOVE p50 vs put p50 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "unavailable" in r:
+            lines.append(f"| {r['memgest']} | unavailable: {r['unavailable']} |||||||||")
+            continue
+        f = lambda k, fmt="{:.0f}": fmt.format(r[k]) if k in r else "—"
+        rel = lambda k: f"{r[k] / base[k]:.2f}×" if k in r else "—"
+        mv = f"{r['move_p50_us'] / r['put_p50_us']:.2f}×" if "move_p50_us" in r else "—"
+        lines.append(
+            f"| {r['memgest']} | {f('info_per_payload', '{:.2f}')} | {f('rss_per_payload', '{:.2f}')} "
+            f"| {f('put_p50_us')} / {f('put_p99_us')} | {rel('put_p50_us')} | {f('put_ops_s')} | {rel('put_ops_s')} "
+            f"| {f('get_p50_us')} / {f('get_p99_us')} | {f('move_p50_us')} / {f('move_p99_us')} | {mv} |")
+    return "\n".join(lines)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ringlet", default=os.path.join(ROOT, "target", "release", "ringlet"))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keys", type=int, default=20000)
+    ap.add_argument("--ops", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--value-bytes", type=int, default=1024)
+    ap.add_argument("--memory-mb", type=int, default=512)
+    ap.add_argument("--json")
+    ARGS = ap.parse_args()
+    if not os.path.exists(ARGS.ringlet):
+        sys.exit(f"no ringlet binary at {ARGS.ringlet}: cargo build --release -p ringlet-cli")
+    runs = []
+    for i in range(ARGS.repeat):
+        rows, cmd = one_run(i, ARGS.ringlet)
+        runs.append(rows)
+        print(f"run {i + 1}/{ARGS.repeat} (cluster: {' '.join(cmd)}; load {os.getloadavg()[0]:.1f})",
+              file=sys.stderr)
+        print(table(rows), file=sys.stderr)
+    med = median_rows(runs)
+    print(f"medians of {ARGS.repeat} runs, {ARGS.keys} keys x {ARGS.value_bytes} B loaded per memgest, "
+          f"{ARGS.ops} sequential ops per latency figure")
+    print(table(med))
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump({"runs": runs, "medians": med, "args": vars(ARGS)}, f, indent=1)
+
+
+ARGS = None
+if __name__ == "__main__":
+    main()
