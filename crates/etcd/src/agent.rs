@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `Join{addr, incarnation}` | registers `<prefix>/nodes/<id>` = {addr, incarnation} under the process lease ([`register_loop`]); answers the current map |
 //! | `Heartbeat{sent_ms}` | `HeartbeatAck{sent_ms: min(sent_ms, lease.ok_sent_ms)}` if this incarnation is registered under the live lease and listed in the map; the map if the node is behind |
-//! | (tick) | pushes every newer map seen on the `<prefix>/map` watch ([`follow_map`]); `Fenced` when the lease that carried this incarnation was lost or the map marks it Failed |
+//! | (tick) | pushes every newer map seen on the `<prefix>/map` watch ([`follow_map`]); `Fenced` when the map marks this incarnation Failed (the core also wipes itself on such a map; this covers a node that missed it) |
 //! | commands | refused: they go to the leader's command port (`<prefix>/leader`) |
 
 use crate::keys::{decode_map, Keys, NodeRecord};
@@ -32,7 +32,7 @@ struct AgentState {
     joined: Option<(String, u64)>,
     /// (incarnation, lease generation) confirmed written to etcd.
     registered: Option<(u64, u64)>,
-    /// Incarnations up to this one are fenced (their lease was lost, or the map failed them).
+    /// Incarnations up to this one are fenced (the map failed them).
     fenced_upto: u64,
     map: Option<Arc<ClusterMap>>,
     /// Epoch of the last map handed to the service for pushing.
@@ -102,15 +102,12 @@ impl EtcdBackend {
         }
     }
 
-    /// Fence what must be fenced: an incarnation registered under a lost lease, or one the
-    /// map marks Failed.
+    /// A registration under a lost lease no longer counts (acks stop until the record is
+    /// put again under the new lease); an incarnation the map marks Failed is fenced.
     fn refresh(&self, st: &mut AgentState) {
         let g = self.lease.view().generation;
-        if let Some((inc, gen)) = st.registered {
-            if gen != g {
-                st.fenced_upto = st.fenced_upto.max(inc);
-                st.registered = None;
-            }
+        if st.registered.is_some_and(|(_, gen)| gen != g) {
+            st.registered = None;
         }
         if let (Some((_, inc)), Some(m)) = (&st.joined, &st.map) {
             let inc = *inc;
@@ -409,21 +406,29 @@ mod tests {
         // Tick pushes each newer map once.
         assert!(matches!(b.step(Input::Tick)[..], [Action::Publish(_)]));
         assert!(b.step(Input::Tick).is_empty());
-        // Lease lost and replaced: incarnation 5 is fenced everywhere.
+        // Lease lost and replaced: no acks until the record is put again under the new
+        // lease (same incarnation: fencing is the map's job, not the lease's).
         lease.replace(8, 2000);
-        assert!(fenced(&b.step(hb(5, 3, 2100))));
-        assert!(acks(&b.step(hb(5, 3, 2100))).is_empty());
+        let out = b.step(hb(5, 3, 2100));
+        assert!(acks(&out).is_empty() && !fenced(&out), "{out:?}");
+        let (rec, id, generation) = b.pending_registration().unwrap();
+        assert_eq!((rec.incarnation, id, generation), (5, 8, 2));
+        b.confirm_registered(5, generation);
+        assert_eq!(acks(&b.step(hb(5, 3, 2100))), vec![2000]);
+        // The leader had seen the key vanish: the map fails incarnation 5, which is fenced
+        // everywhere; the node rejoins as 6 and registers again.
+        b.offer_map(map_with(4, 5, NodeState::Failed));
+        assert!(fenced(&b.step(hb(5, 4, 2200))));
         assert!(fenced(&b.step(Input::Tick)));
         assert!(fenced(&b.step(join(5))));
         assert!(b.pending_registration().is_none());
-        // The node rejoins as incarnation 6: registered under the new lease.
         b.step(join(6));
         let (rec, id, generation) = b.pending_registration().unwrap();
         assert_eq!((rec.incarnation, id, generation), (6, 8, 2));
         b.confirm_registered(6, generation);
         assert!(!fenced(&b.step(Input::Tick)));
-        assert!(b.offer_map(map_with(4, 6, NodeState::Spare)));
-        assert_eq!(acks(&b.step(hb(6, 4, 2500))), vec![2000]);
+        assert!(b.offer_map(map_with(5, 6, NodeState::Spare)));
+        assert_eq!(acks(&b.step(hb(6, 5, 2500))), vec![2000]);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! whose key is gone gets no heartbeat and the `Tick` right after fails it (the plane's own
 //! lease is set to the minimum, 10 ms: liveness is etcd's lease, not the plane's timer).
 //! Heartbeats are fed right before the `Tick` at the same `now`, so a stalled leader never
-//! fails a node that is still registered.
+//! fails a node that is still registered. A new leader that finds several nodes missing at
+//! once waits [`TERM_GRACE_MS`] for them (see [`Grace`]: an etcd outage, not a mass crash).
 
 use crate::keys::{decode_map, decode_record, ClusterConfig, Keys, LeaderRecord, NodeRecord};
 use crate::lease::NodeLease;
@@ -216,6 +217,7 @@ impl Campaign {
         }
         .map_err(|e| EtcdError::BadConfig(e.to_string()))?;
         let (mut regs, rev) = self.load_nodes().await?;
+        let grace = Grace::at_term_start(cp.map(), &regs, mono_ms());
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(rev + 1);
@@ -252,6 +254,7 @@ impl Campaign {
                     // lease, a preemption between them must not fail registered nodes.
                     let now = mono_ms();
                     let mut acts = feed(&mut cp, &regs, now);
+                    grace.feed(&mut cp, &regs, now);
                     if let Some(kind) = bootstrap_due(&cp, config.as_ref()) {
                         acts.extend(bootstrap(&mut cp, config.as_ref(), kind, now));
                     }
@@ -366,6 +369,74 @@ impl Campaign {
             return Err(EtcdError::Deposed);
         }
         Ok(())
+    }
+}
+
+/// Term-start grace: when a new leader finds *several* nodes of the map unregistered, the
+/// likely cause is an etcd outage longer than the TTL (every lease expired at once, the
+/// processes are alive and re-register within a few seconds), not several simultaneous
+/// crashes. Failing them all would wipe every copy of their data, so they are heartbeated
+/// for [`TERM_GRACE_MS`] (their slots stay unserved meanwhile: they stopped serving when
+/// their own leases ran out). One missing node — e.g. the previous leader's own process —
+/// is failed at once.
+struct Grace {
+    until_ms: u64,
+    nodes: BTreeMap<NodeId, u64>,
+}
+
+/// How long a new leader waits for several missing nodes to re-register (their keepalive
+/// retry backs off to 2 s, plus a grant and a put).
+pub const TERM_GRACE_MS: u64 = 5_000;
+
+impl Grace {
+    fn at_term_start(map: &ClusterMap, regs: &BTreeMap<NodeId, NodeRecord>, now: u64) -> Grace {
+        let nodes: BTreeMap<NodeId, u64> = map
+            .nodes
+            .iter()
+            .filter(|(id, n)| {
+                n.state != NodeState::Failed
+                    && regs.get(id).is_none_or(|r| r.incarnation != n.incarnation)
+            })
+            .map(|(id, n)| (*id, n.incarnation))
+            .collect();
+        if nodes.len() >= 2 {
+            eprintln!(
+                "ringlet-etcd: {} nodes of the map are unregistered at the start of this term ({:?}): waiting up to {TERM_GRACE_MS} ms for them to re-register before failing them",
+                nodes.len(),
+                nodes.keys().collect::<Vec<_>>()
+            );
+            Grace {
+                until_ms: now + TERM_GRACE_MS,
+                nodes,
+            }
+        } else {
+            Grace {
+                until_ms: 0,
+                nodes: BTreeMap::new(),
+            }
+        }
+    }
+
+    /// Heartbeat the waited-for nodes that are still unregistered, while the grace lasts.
+    fn feed(&self, cp: &mut ControlPlane, regs: &BTreeMap<NodeId, NodeRecord>, now: u64) {
+        if now >= self.until_ms {
+            return;
+        }
+        let epoch = cp.map().epoch;
+        for (id, inc) in &self.nodes {
+            if regs.contains_key(id) {
+                continue; // registered again: fed normally
+            }
+            let _ = cp.step(
+                now,
+                Input::Heartbeat {
+                    node: *id,
+                    incarnation: *inc,
+                    epoch,
+                    sent_ms: 0,
+                },
+            );
+        }
     }
 }
 

@@ -7,9 +7,11 @@
 //! is certainly alive until `ok_sent_ms + ttl`. Heartbeat acks to the local node carry this
 //! time (never a later one), which makes the node stop serving before etcd can expire its key.
 //!
-//! Losing the lease (etcd answers TTL ≤ 0, or nothing proves it alive any more) bumps the
-//! `generation`: the agent fences the node's incarnation (the leader may already have handed
-//! its slots away) and everything bound to the old lease is put again under a new one.
+//! Losing the lease (etcd answers a keepalive with TTL ≤ 0) bumps the `generation`: the node
+//! record is put again under a new lease (same incarnation). Fencing is the map's job: if the
+//! leader saw the key vanish it failed the incarnation with a new epoch, and the node wipes
+//! itself when it sees that map; if no leader noticed, nobody took the node's roles, and the
+//! node (which stopped serving when its own lease ran out) may simply go on.
 
 use crate::{call, Backoff, EtcdError, RateLog};
 use parking_lot::Mutex;
@@ -111,58 +113,69 @@ impl NodeLease {
     }
 
     /// Keep the lease alive forever (until the task is aborted); re-grant after a loss.
+    ///
+    /// Only etcd's word ends a lease (a keepalive answered with TTL ≤ 0): while etcd is
+    /// unreachable the proof merely ages (the node stops serving when its own lease runs
+    /// out) and the same lease is kept alive again once etcd answers, so an etcd outage
+    /// shorter than the TTL changes nothing, and a longer one costs a re-registration, not
+    /// a revocation.
     pub async fn run(self: Arc<Self>, mut client: etcd_client::Client) {
         // Four keepalives per TTL: one lost or slow answer still leaves half a TTL.
         let every = Duration::from_millis((self.ttl_ms() / 4).max(100));
         let mut backoff = Backoff::new();
         let mut log = RateLog::default();
         loop {
-            if self.unproven() {
-                self.regrant(&mut client, &mut log).await;
-                continue;
-            }
             let id = self.view().id;
+            // Opening the stream sends the first keepalive and checks its answer.
+            let t = mono_ms();
             let (mut keeper, mut stream) =
                 match call("lease keepalive open", client.lease_keep_alive(id)).await {
                     Ok(s) => s,
+                    Err(EtcdError::Etcd {
+                        err: etcd_client::Error::LeaseKeepAliveError(m),
+                        ..
+                    }) if m.contains("not found") => {
+                        log.log(0, || format!("lease {id:x} expired in etcd"));
+                        self.regrant(&mut client, &mut log).await;
+                        continue;
+                    }
                     Err(e) => {
                         log.log(1000, || format!("keepalive stream: {e}"));
                         backoff.wait().await;
                         continue;
                     }
                 };
+            self.proven(id, t);
             backoff.reset();
             loop {
-                if self.unproven() {
-                    break;
-                }
                 let t = mono_ms();
                 if call("lease keepalive", keeper.keep_alive()).await.is_err() {
                     break;
                 }
                 match call("lease keepalive answer", stream.message()).await {
-                    Ok(Some(r)) if r.ttl() > 0 => {
-                        let mut st = self.st.lock();
-                        if st.id == id {
-                            st.ok_sent_ms = st.ok_sent_ms.max(t);
-                        }
-                    }
+                    Ok(Some(r)) if r.ttl() > 0 => self.proven(id, t),
                     Ok(Some(_)) => {
-                        // TTL <= 0: etcd says the lease is gone.
+                        // TTL <= 0: etcd says the lease is gone (expired or revoked).
                         log.log(0, || format!("lease {id:x} expired in etcd"));
                         self.regrant(&mut client, &mut log).await;
                         break;
                     }
-                    Ok(None) | Err(_) => break,
+                    Ok(None) | Err(_) => {
+                        log.log(1000, || format!("lease {id:x}: keepalive got no answer"));
+                        break;
+                    }
                 }
                 tokio::time::sleep(every).await;
             }
         }
     }
 
-    /// Nothing proves the lease alive any more (etcd may have expired it).
-    fn unproven(&self) -> bool {
-        mono_ms() >= self.alive_until_ms()
+    /// etcd answered a keepalive of lease `id` sent at `t` with a positive TTL.
+    fn proven(&self, id: i64, t: u64) {
+        let mut st = self.st.lock();
+        if st.id == id {
+            st.ok_sent_ms = st.ok_sent_ms.max(t);
+        }
     }
 
     async fn regrant(&self, client: &mut etcd_client::Client, log: &mut RateLog) {
@@ -182,11 +195,9 @@ impl NodeLease {
                         old
                     };
                     eprintln!(
-                        "ringlet-etcd: lease {old:x} lost; new lease {:x} (everything bound to the old one is re-registered)",
+                        "ringlet-etcd: lease {old:x} lost; new lease {:x} (the node record is put again under it)",
                         r.id()
                     );
-                    // The old lease may still be alive if only our proof of it lapsed.
-                    let _ = call("lease revoke", client.lease_revoke(old)).await;
                     return;
                 }
                 Err(e) => {
