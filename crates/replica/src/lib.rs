@@ -10,11 +10,14 @@
 //! - failover: a new coordinator rebuilds from a majority of the old cohort before serving;
 //!   a restarted node comes back empty and rejoins as a spare;
 //! - repair: cohort members compare per-slot digests and fix dirty replicas, bounded per tick;
-//! - in-flight replication bounded by count and bytes (`ringlet_types::limits`).
+//! - in-flight replication bounded by count and bytes (`ringlet_types::limits`);
+//! - `ec:K+M` (`node/ec.rs`, `docs/design/cluster-ec.md`): values whole in the coordinator's
+//!   arena, parity updates committed when all M holders applied them, takeover from a parity
+//!   holder's metadata copy with on-demand and background decode, holder resync.
 //!
-//! Non-goals (now): `ec:K+M` (the hook is in `node.rs` `write`: crates/erasure provides parity
-//! deltas), MOVE as a command (a Set with another memgest moves the key; old copies are
-//! retired by repair), resharding of slot ranges, client-nominated versions.
+//! Non-goals (now): MOVE as a command (a Set with another memgest moves the key; old copies
+//! are retired: ec arenas at commit, rep replicas by repair), resharding of slot ranges,
+//! client-nominated versions.
 //!
 //! Modules: [`store`] (the [`ReplicaStore`] trait and [`MemStore`]), [`msg`] (client and peer
 //! messages), [`node`] (the state machine). Protocol and reasons:

@@ -21,7 +21,8 @@
 //!
 //! Goals: find protocol bugs in the cores the server runs, cheaply, reproducibly.
 //! Non-goals: performance modelling; clock skew (leases assume bounded drift, documented in
-//! docs/design/cluster-replication.md); erasure-coded memgests (not implemented yet).
+//! docs/design/cluster-replication.md). `SimOptions::ec` runs the erasure-coded scenario
+//! (5 + 2 nodes, s = 3, d = 2, `ec:3+2` / `ec:2+1` keys and keys moving between memgests).
 //!
 //! Modules: [`rng`] (SplitMix64), [`sim`] (the world, clients, checkers).
 
