@@ -30,9 +30,32 @@ const MOVED_HOPS_MAX: usize = 5;
 #[derive(Args)]
 pub struct MemgestCmd {
     #[command(flatten)]
-    conn: Conn,
+    conn: MemgestConn,
     #[command(subcommand)]
     action: MemgestAction,
+}
+
+/// The node to talk to; global so it may follow the subcommand
+/// (`ringlet memgest list --port 7001`).
+#[derive(Args, Clone)]
+struct MemgestConn {
+    #[arg(long, global = true, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, global = true, default_value_t = ringlet_server::DEFAULT_PORT)]
+    port: u16,
+    /// Password, if the node has one.
+    #[arg(long, global = true, env = "RINGLET_PASSWORD")]
+    password: Option<String>,
+}
+
+impl MemgestConn {
+    fn conn(&self) -> Conn {
+        Conn {
+            host: self.host.clone(),
+            port: self.port,
+            password: self.password.clone(),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -192,7 +215,7 @@ fn print(r: &Reply) -> Result<()> {
 
 /// `ringlet memgest ...`.
 pub fn run(cmd: &MemgestCmd) -> Result<()> {
-    let mut s = Session::open(&cmd.conn)?;
+    let mut s = Session::open(&cmd.conn.conn())?;
     let mut args: Vec<Vec<u8>> = vec![b"MEMGEST".to_vec()];
     let mut push = |a: &str| args.push(a.as_bytes().to_vec());
     match &cmd.action {
