@@ -12,13 +12,16 @@
 //!    fails it, a spare takes its positions, every acknowledged write is readable (the window
 //!    is printed, not asserted).
 //! 5. etcd paused (SIGSTOP) for longer than the TTL: every lease expires when it resumes;
-//!    no node is failed and every acknowledged write is readable again.
+//!    no node is failed and every acknowledged write is readable again;
+//! 6. a sixth process joins as a spare; a drain through the leader's command port moves a
+//!    node's positions to it (another process's port refuses it).
 //!
 //! Every map read checks that the stored epoch never went backwards.
 //!
 //! Skips (printing why) when `/usr/bin/etcd` is missing, unless `RINGLET_REQUIRE_ETCD=1`.
 //! Run: `cargo test -p ringlet-etcd --test etcd -- --nocapture`
 
+use ringlet_cluster::control::{FromControl, ToControl};
 use ringlet_control::{ClusterMap, NodeState};
 use ringlet_etcd::keys::{decode_map, decode_record, Keys, LeaderRecord};
 use ringlet_types::{key_slot, NodeId};
@@ -166,6 +169,15 @@ impl EtcdView {
             c.delete(key, None).await.expect("delete");
         })
     }
+    fn leader_control(&self) -> Option<String> {
+        let key = self.keys.leader();
+        let v = self.get(key.clone())?;
+        Some(
+            decode_record::<LeaderRecord>(&key, &v)
+                .expect("leader record")
+                .control,
+        )
+    }
     fn leader(&self) -> Option<u32> {
         let key = self.keys.leader();
         let v = self.get(key.clone())?;
@@ -189,6 +201,8 @@ fn lease_s() -> String {
 struct Node {
     id: u32,
     addr: SocketAddr,
+    /// Command port.
+    control: String,
     proc: Option<KillOnDrop>,
 }
 
@@ -220,22 +234,32 @@ fn start_node(etcd: &str, id: u32) -> Node {
         .expect("spawn node");
     let out = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(out).lines();
-    let addr = loop {
+    let (mut addr, mut control) = (None, None);
+    while addr.is_none() || control.is_none() {
         let l = lines
             .next()
             .expect("node exited before listening")
             .expect("read");
         if let Some(a) = l.strip_prefix("ringlet: listening on ") {
-            break a.parse().expect("addr");
+            addr = Some(a.parse().expect("addr"));
         }
-    };
+        if let Some(a) = l.strip_prefix("ringlet: control on ") {
+            control = Some(a.to_string());
+        }
+    }
     // Keep draining stdout so the child never blocks on it.
     std::thread::spawn(move || for _ in lines {});
     Node {
         id,
-        addr,
+        addr: addr.expect("addr"),
+        control: control.expect("control"),
         proc: Some(KillOnDrop(child)),
     }
+}
+
+/// One request to a process's command port.
+fn command(addr: &str, req: ToControl) -> FromControl {
+    block_on(ringlet_cluster::control::request(addr, &req)).expect("command port answers")
 }
 
 /// A small Redis Cluster client: slot → node cache, follows `-MOVED`, retries other
@@ -580,6 +604,41 @@ fn etcd_cluster_serves_elects_and_fails_over() {
         keys.len(),
         t_back.as_millis(),
         m3.epoch
+    );
+
+    // 6. A new process joins as a spare; a drain through the leader's command port hands a
+    //    node's positions to it (a non-leader's port refuses, naming where the leader is).
+    nodes.push(start_node(&etcd.url, 6));
+    wait_for("node 6 as a spare", 30, || {
+        view.map()
+            .filter(|m| m.node_state(NodeId(6)) == Some(NodeState::Spare))
+    });
+    let leader = wait_for("a leader", 30, || view.leader());
+    let target = *alive
+        .iter()
+        .find(|id| **id != leader)
+        .expect("a non-leader");
+    let other = nodes
+        .iter()
+        .find(|n| n.id != leader && n.proc.is_some())
+        .expect("a live non-leader");
+    match command(&other.control, ToControl::Drain { node: target }) {
+        FromControl::Error(e) => assert!(e.contains("not the leader"), "{e}"),
+        r => panic!("a non-leader accepted a drain: {r:?}"),
+    }
+    let lc = view.leader_control().expect("leader record");
+    let r = command(&lc, ToControl::Drain { node: target });
+    assert_eq!(r, FromControl::Ok, "drain through the leader");
+    let m4 = wait_for("the drain in the map", 30, || {
+        view.map().filter(|m| {
+            m.node_state(NodeId(target)) == Some(NodeState::Draining)
+                && m.node_state(NodeId(6)) == Some(NodeState::Active)
+        })
+    });
+    all_readable(&mut kv, &keys, 60);
+    eprintln!(
+        "DRAIN: node {target} -> node 6 through the leader (node {leader}) at epoch {}; all keys readable",
+        m4.epoch
     );
 }
 
