@@ -192,6 +192,20 @@ struct Pending {
     bytes: u64,
     /// `ec:K+M` parity update (commit when every holder acked it), or `None` for `rep:R`.
     ec: Option<ec::EcPend>,
+    /// A write that moves the key to a memgest with fewer copies: once the new memgest's rule
+    /// holds, the old replicas beyond the new copies (`cohort[span.0..span.1]`) retire their
+    /// copy, and the write commits only after `retire_needed` of them acknowledged — so the
+    /// previous version can never again form a quorum-read majority.
+    retire: Option<MoveRetire>,
+}
+
+#[derive(Clone, Debug)]
+struct MoveRetire {
+    span: (usize, usize),
+    targets: Vec<NodeId>,
+    acked: BTreeSet<NodeId>,
+    needed: usize,
+    started: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -751,7 +765,8 @@ impl<S: ReplicaStore> Replica<S> {
         if let Some(cur) = self.latest_entry(&key) {
             assert!(entry.version > cur.version, "HLC issued a stale version");
         }
-        if targets.is_empty() {
+        let retire = self.move_retire(&key, slot, memgest);
+        if targets.is_empty() && retire.is_none() {
             self.apply_local(&key, entry.clone());
             self.retire_other_ec(&key, &entry, out);
             self.stats.writes_committed += 1;
@@ -779,6 +794,7 @@ impl<S: ReplicaStore> Replica<S> {
             .entry(key.clone())
             .or_default()
             .insert(entry.version);
+        let version = entry.version;
         self.pending.insert(
             entry.version,
             Pending {
@@ -793,8 +809,13 @@ impl<S: ReplicaStore> Replica<S> {
                 last_send_ms: now_ms,
                 bytes,
                 ec: None,
+                retire,
             },
         );
+        if copies <= 1 {
+            // `none` moving away from rep:R: only the retire phase remains.
+            self.commit(version, out);
+        }
     }
 
     /// Newest version this coordinator knows for `key`: pending or stored.
@@ -812,6 +833,36 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// Old replicas a write of `key` under `new` must retire before it commits (a move to a
+    /// memgest with fewer copies), or `None`.
+    fn move_retire(&self, key: &[u8], slot: Slot, new: MemgestId) -> Option<MoveRetire> {
+        let map = self.map.as_ref()?;
+        let old = self.latest_entry(key)?;
+        let (oc, nc) = (map.copies(old.memgest), map.copies(new).max(1));
+        if oc <= nc {
+            return None;
+        }
+        let needed = (oc - nc).saturating_sub(oc / 2);
+        if needed == 0 {
+            return None;
+        }
+        let targets: Vec<NodeId> = self
+            .range(slot)?
+            .cohort
+            .iter()
+            .take(oc)
+            .skip(nc)
+            .copied()
+            .collect();
+        Some(MoveRetire {
+            span: (nc, oc),
+            needed: needed.min(targets.len()),
+            targets,
+            acked: BTreeSet::new(),
+            started: false,
+        })
+    }
+
     fn on_ack(
         &mut self,
         from: NodeId,
@@ -825,6 +876,22 @@ impl<S: ReplicaStore> Replica<S> {
         };
         if p.key != key {
             return;
+        }
+        if let Some(r) = p.retire.as_mut() {
+            if r.targets.contains(&from) {
+                if ok && r.started {
+                    r.acked.insert(from);
+                }
+                if r.started && r.acked.len() >= r.needed && !p.committed {
+                    self.commit(version, out);
+                    if let Some(p) = self.pending.get(&version) {
+                        if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
+                            self.pending.remove(&version);
+                        }
+                    }
+                }
+                return;
+            }
         }
         if !ok {
             self.stats.replicate_refused += 1;
@@ -850,6 +917,27 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(p) = self.pending.get_mut(&version) else {
             return;
         };
+        if let Some(r) = p.retire.as_mut() {
+            if r.acked.len() < r.needed {
+                // Second phase of a move: the new version is durable under its memgest;
+                // now retire enough old replicas before it becomes visible.
+                if !r.started {
+                    r.started = true;
+                    let (key, targets) = (p.key.clone(), r.targets.clone());
+                    for t in targets {
+                        self.send(
+                            out,
+                            t,
+                            PeerBody::Retire {
+                                key: key.clone(),
+                                version,
+                            },
+                        );
+                    }
+                }
+                return;
+            }
+        }
         p.committed = true;
         let (key, entry, client) = (p.key.clone(), p.entry.clone(), p.client.take());
         if let Some(ec) = p.ec.clone() {
@@ -1199,9 +1287,27 @@ impl<S: ReplicaStore> Replica<S> {
                     })
                     .unwrap_or_default(),
             };
+            let cohort: Vec<NodeId> = self
+                .range(p.slot)
+                .map(|r| r.cohort.clone())
+                .unwrap_or_default();
             let Some(p) = self.pending.get_mut(&v) else {
                 continue;
             };
+            if let Some(r) = p.retire.as_mut() {
+                let t: Vec<NodeId> = cohort
+                    .iter()
+                    .take(r.span.1)
+                    .skip(r.span.0)
+                    .copied()
+                    .collect();
+                r.acked.retain(|a| t.contains(a));
+                r.needed = r.needed.min(t.len());
+                r.targets = t;
+                if r.started {
+                    p.last_send_ms = 0; // resend the retires to the new holders
+                }
+            }
             if targets == p.targets {
                 continue;
             }
@@ -1692,9 +1798,12 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
             PeerBody::Retire { key, version } => {
-                if self.accept_from_coordinator(from, &msg, key_slot(&key)) {
+                let ok = self.accept_from_coordinator(from, &msg, key_slot(&key));
+                if ok {
                     self.store.retire(&key, version);
                 }
+                // Acknowledged like a Replicate: a move's second phase waits for it.
+                self.send(out, from, PeerBody::ReplicateAck { key, version, ok });
             }
             PeerBody::EcUpdate {
                 memgest,
@@ -1952,6 +2061,20 @@ impl<S: ReplicaStore> Replica<S> {
                         };
                         sends.push((*t, body));
                     }
+                }
+            }
+        }
+        for p in self.pending.values() {
+            let Some(r) = &p.retire else { continue };
+            if r.started && p.last_send_ms == now_ms {
+                for t in r.targets.iter().filter(|t| !r.acked.contains(t)) {
+                    sends.push((
+                        *t,
+                        PeerBody::Retire {
+                            key: p.key.clone(),
+                            version: p.entry.version,
+                        },
+                    ));
                 }
             }
         }

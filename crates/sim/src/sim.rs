@@ -835,12 +835,6 @@ impl World {
         let client_id = cl.id;
         let (kind, hist_kind) = match roll {
             0..=29 => (Pending::Get { quorum: false }, OpKind::Get { result: None }),
-            // Quorum reads of keys that change memgest are not sound yet: stale copies of
-            // the previous rep:R memgest can form a quorum until repair retires them
-            // (docs/design/cluster-ec.md, "Moves and quorum reads"). Coordinator reads only.
-            30..=44 if std::env::var_os("MOVER_QUORUM").is_none() && self.movers.contains(&key) => {
-                (Pending::Get { quorum: false }, OpKind::Get { result: None })
-            }
             30..=44 => (Pending::Get { quorum: true }, OpKind::Get { result: None }),
             45..=89 => {
                 let mut v = format!("c{client_id}-{seq}");

@@ -20,6 +20,7 @@
 //!    folded into zero parity; updates after the snapshot's seq apply as usual.
 //! ```
 
+use super::MoveRetire;
 use super::*;
 use ringlet_erasure::layout::ParityChunk;
 use ringlet_erasure::{
@@ -609,6 +610,7 @@ impl<S: ReplicaStore> Replica<S> {
             value: stored,
         };
         self.remember(client, id.seq, None);
+        let retire = self.move_retire(&key, slot, memgest);
         self.push_ec_pending(
             now_ms,
             key,
@@ -617,6 +619,7 @@ impl<S: ReplicaStore> Replica<S> {
             Some((client, id)),
             targets,
             ec,
+            retire,
             out,
         );
     }
@@ -631,6 +634,7 @@ impl<S: ReplicaStore> Replica<S> {
         client: Option<(u64, ReqId)>,
         targets: Vec<NodeId>,
         ec: EcPend,
+        retire: Option<MoveRetire>,
         out: &mut Vec<Output>,
     ) {
         let bytes = (key.len() as u64)
@@ -664,11 +668,14 @@ impl<S: ReplicaStore> Replica<S> {
                 last_send_ms: now_ms,
                 bytes,
                 ec: Some(ec),
+                retire,
             },
         );
         if needed == 0 {
             self.commit(version, out);
-            self.pending.remove(&version);
+            if self.pending.get(&version).is_some_and(|p| p.committed) {
+                self.pending.remove(&version);
+            }
         }
     }
 
@@ -723,7 +730,17 @@ impl<S: ReplicaStore> Replica<S> {
                 value: None,
             };
             let last = self.last_now_ms;
-            self.push_ec_pending(last, key.to_vec(), slot, entry, None, targets, ec, out);
+            self.push_ec_pending(
+                last,
+                key.to_vec(),
+                slot,
+                entry,
+                None,
+                targets,
+                ec,
+                None,
+                out,
+            );
         }
     }
 
@@ -767,7 +784,7 @@ impl<S: ReplicaStore> Replica<S> {
         for v in ready {
             self.commit(v, out);
             if let Some(p) = self.pending.get(&v) {
-                if p.targets.iter().all(|t| p.acked.contains(t)) {
+                if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
                     self.pending.remove(&v);
                 }
             }
