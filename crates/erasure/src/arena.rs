@@ -603,6 +603,17 @@ impl Arena {
         self.capacity
     }
 
+    /// Up to `limit` keys strictly after `after` with their metadata, in key order.
+    pub fn keys_after(&self, after: Option<&[u8]>, limit: usize) -> Vec<(&[u8], &KeyMeta)> {
+        use std::ops::Bound;
+        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.keys
+            .range::<[u8], _>((lo, Bound::Unbounded))
+            .take(limit)
+            .map(|(k, m)| (k.as_slice(), m))
+            .collect()
+    }
+
     /// Every key with its metadata, in key order.
     pub fn keys(&self) -> impl Iterator<Item = (&[u8], &KeyMeta)> {
         self.keys.iter().map(|(k, m)| (k.as_slice(), m))

@@ -303,6 +303,41 @@ impl ParityStore {
         &self.applied_seq
     }
 
+    /// Up to `limit` of `owner`'s keys strictly after `after`, in key order: one page of
+    /// [`ParityStore::keys_of`] without scanning the keys before `after`.
+    pub fn keys_of_after(
+        &self,
+        owner: u32,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Vec<(&[u8], &KeyMeta)> {
+        use std::ops::Bound;
+        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.meta
+            .range::<[u8], _>((lo, Bound::Unbounded))
+            .filter(|(_, m)| m.owner == owner)
+            .take(limit)
+            .map(|(k, m)| (k.as_slice(), m))
+            .collect()
+    }
+
+    /// Up to `limit` of `owner`'s tombstones strictly after `after`, in key order.
+    pub fn tombstones_of_after(
+        &self,
+        owner: u32,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Vec<(&[u8], Version)> {
+        use std::ops::Bound;
+        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.tombs
+            .range::<[u8], _>((lo, Bound::Unbounded))
+            .filter(|(_, (o, _))| *o == owner)
+            .take(limit)
+            .map(|(k, (_, v))| (k.as_slice(), *v))
+            .collect()
+    }
+
     /// Tombstones (deletes) of `owner`'s keys, in key order: a new coordinator adopts them so
     /// that an older copy elsewhere (e.g. of the key's previous memgest) cannot resurrect.
     pub fn tombstones_of(&self, owner: u32) -> impl Iterator<Item = (&[u8], Version)> {

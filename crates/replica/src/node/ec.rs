@@ -960,29 +960,35 @@ impl<S: ReplicaStore> Replica<S> {
         if !matches!(h.state, ParState::Ready) {
             return self.send(out, from, not_ready);
         }
-        let mut keys: Vec<EcKeyMeta> = Vec::new();
-        let puts = h.store.keys_of(owner).map(|(k, m)| EcKeyMeta {
-            key: k.to_vec(),
-            version: m.version,
-            offset: m.offset,
-            len: m.len,
-            tombstone: false,
-        });
-        let tombs = h.store.tombstones_of(owner).map(|(k, v)| EcKeyMeta {
-            key: k.to_vec(),
-            version: v,
-            offset: 0,
-            len: 0,
-            tombstone: true,
-        });
-        let mut all: Vec<EcKeyMeta> = puts
-            .chain(tombs)
-            .filter(|m| after.as_ref().is_none_or(|a| m.key > *a))
-            .collect();
-        all.sort_by(|a, b| a.key.cmp(&b.key));
-        let more = all.len() > EC_KEYS_PER_PAGE_MAX;
-        all.truncate(EC_KEYS_PER_PAGE_MAX);
-        keys.extend(all);
+        // One page: the next keys after `after` of both lists (each read from its start
+        // position, not scanned from the beginning), merged in key order.
+        let lim = EC_KEYS_PER_PAGE_MAX + 1;
+        let puts = h
+            .store
+            .keys_of_after(owner, after.as_deref(), lim)
+            .into_iter()
+            .map(|(k, m)| EcKeyMeta {
+                key: k.to_vec(),
+                version: m.version,
+                offset: m.offset,
+                len: m.len,
+                tombstone: false,
+            });
+        let tombs = h
+            .store
+            .tombstones_of_after(owner, after.as_deref(), lim)
+            .into_iter()
+            .map(|(k, v)| EcKeyMeta {
+                key: k.to_vec(),
+                version: v,
+                offset: 0,
+                len: 0,
+                tombstone: true,
+            });
+        let mut keys: Vec<EcKeyMeta> = puts.chain(tombs).collect();
+        keys.sort_by(|a, b| a.key.cmp(&b.key));
+        let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
+        keys.truncate(EC_KEYS_PER_PAGE_MAX);
         let next = if more {
             keys.last().map(|m| m.key.clone())
         } else {
@@ -1177,9 +1183,8 @@ impl<S: ReplicaStore> Replica<S> {
             (b, Vec::new(), false)
         } else {
             let mut keys: Vec<EcKeyMeta> = snap
-                .keys()
-                .filter(|(k, _)| after.as_ref().is_none_or(|a| *k > a.as_slice()))
-                .take(EC_KEYS_PER_PAGE_MAX + 1)
+                .keys_after(after.as_deref(), EC_KEYS_PER_PAGE_MAX + 1)
+                .into_iter()
                 .map(|(k, m)| EcKeyMeta {
                     key: k.to_vec(),
                     version: m.version,
