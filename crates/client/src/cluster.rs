@@ -471,9 +471,8 @@ impl ClusterClient {
                             .map(|a| *self.inner.cfg.addr_override.get(&a).unwrap_or(&a));
                     }
                     if matches!(resp.status, Status::MOVED | Status::STALE_EPOCH) {
-                        let _ = self
-                            .refresh(resp.epoch.max(Epoch(self.epoch().0 + 1)), false)
-                            .await;
+                        let want = resp.epoch.max(Epoch(self.epoch().0 + 1));
+                        let _ = tokio::time::timeout_at(deadline, self.refresh(want, false)).await;
                     } else {
                         self.saw_epoch(resp.epoch);
                     }
@@ -485,7 +484,8 @@ impl ClusterClient {
                 Err(e) => {
                     if matches!(e, Error::Connection { .. } | Error::ClusterMap(_)) {
                         // The node may be gone and the map changed: look.
-                        let _ = self.refresh(Epoch(self.epoch().0 + 1), false).await;
+                        let want = Epoch(self.epoch().0 + 1);
+                        let _ = tokio::time::timeout_at(deadline, self.refresh(want, false)).await;
                     }
                     e
                 }
@@ -589,7 +589,9 @@ impl ClusterClient {
                 }
                 Attempt::Undecided { newest_epoch } => {
                     if newest_epoch > self.epoch() {
-                        let _ = self.refresh(newest_epoch, false).await;
+                        let _ =
+                            tokio::time::timeout_at(deadline, self.refresh(newest_epoch, false))
+                                .await;
                     }
                 }
             }

@@ -47,6 +47,9 @@ pub const IN_FLIGHT_PER_CONN_MAX: usize = 4096;
 /// First retry delay of a coordinator operation; doubles up to [`RETRY_BACKOFF_MAX`].
 const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(2);
 const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(50);
+/// Keys of one MGET frame read concurrently (a frame may hold `BATCH_KEYS_MAX` keys; the
+/// driver queue holds `DRIVER_QUEUE_MAX` events for everyone).
+const MGET_CONCURRENCY_MAX: usize = 1024;
 /// Bytes read from the socket per read call.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -223,7 +226,11 @@ async fn handle(node: &ClusterNode, id: u64, req: Req) -> Vec<u8> {
                 native::encode_get_response(&mut out, id, node.epoch(), version, value.as_deref());
             }
             Req::Mget(keys) => {
-                let results = join_all(keys.iter().map(|k| get(node, k)).collect()).await;
+                // At most MGET_CONCURRENCY_MAX reads of one frame in the core at once.
+                let mut results = Vec::with_capacity(keys.len());
+                for chunk in keys.chunks(MGET_CONCURRENCY_MAX) {
+                    results.extend(join_all(chunk.iter().map(|k| get(node, k)).collect()).await);
+                }
                 let mut w = MgetResponseWriter::begin(&mut out, id, node.epoch());
                 for r in results {
                     match r {
