@@ -181,6 +181,18 @@ struct Inner {
 
 /// An async client of a Ringlet cluster. Cheap to clone (an `Arc`); calls must run inside a
 /// tokio runtime. For synchronous code use [`BlockingClusterClient`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), ringlet_client::Error> {
+/// use ringlet_client::{ClusterClient, ClusterConfig, ReadMode, SetOptions};
+/// let cfg = ClusterConfig { read_mode: ReadMode::Quorum, ..ClusterConfig::default() };
+/// let c = ClusterClient::connect(&["127.0.0.1:7000"], cfg).await?;
+/// c.set(b"user:1", b"alice", SetOptions::default()).await?;
+/// let v = c.get(b"user:1").await?; // decided by the first two replicas that agree
+/// assert_eq!(v.value.as_deref(), Some(&b"alice"[..]));
+/// let many = c.mget(&["user:1", "user:2"]).await?; // any slots
+/// # let _ = many; Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct ClusterClient {
     inner: Arc<Inner>,

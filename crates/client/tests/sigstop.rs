@@ -44,7 +44,13 @@ fn child_node() {
         .await
         .unwrap();
         println!("CHILD_ADDR {addr}");
-        // Serve until the parent kills us (bounded by the parent's test).
+        // Serve until the parent kills us, or exits without doing so (its end of our stdin
+        // closes): never outlive the test.
+        std::thread::spawn(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+            std::process::exit(0);
+        });
         loop {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
@@ -98,6 +104,7 @@ async fn quorum_reads_survive_a_stopped_replica() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "child_node", "--nocapture"])
         .env(CHILD_ENV, format!("3 {caddr}"))
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
