@@ -6,8 +6,9 @@ Starts `ringlet up --nodes 5 --spares 1 --pg-data 3 --pg-redundant 2` (Ring's ev
 a Redis 7 `redis-server` beside it, then for each memgest (none, rep:2, rep:3, ec:2+1, ec:3+1,
 ec:3+2), with 1 KiB values (Ring Fig. 9's size):
 
-  load     --keys keys with `SET k v MEMGEST m`, one pipelined connection per node (5 client
-           threads, batches of --batch): put throughput (ops/s, relative to none);
+  load     --keys keys with `SET k v MEMGEST m`, --conns pipelined connections per node (one
+           client thread each, batches of --batch): put throughput (ops/s, relative to none);
+           Redis gets the same number of connections in total;
   memory   cluster-wide bytes from `MEMGEST INFO m` — engine stored_bytes (every copy), plus
            for ec the arena data, parity and metadata bytes (all_ec_*) — and the sum of the
            node processes' RSS growth over the load, each divided by the payload (key + value
@@ -167,7 +168,10 @@ def load(c, keys, value, extra):
                 if isinstance(res, Exception):
                     errors.append(str(res))
     t0 = time.perf_counter()
-    ts = [threading.Thread(target=run, args=(a, ks, ARGS.batch)) for a, ks in by_node.items()]
+    # --conns connections per node, each pipelining its share: the RESP front runs one
+    # connection's writes one after another, so concurrency comes from connections.
+    ts = [threading.Thread(target=run, args=(a, ks[j::ARGS.conns], ARGS.batch))
+          for a, ks in by_node.items() for j in range(ARGS.conns)]
     for t in ts:
         t.start()
     for t in ts:
@@ -211,6 +215,11 @@ def bench_memgest(c, name, desc, run_id, value):
     ec1 = sum(int(i1.get(f, 0)) for f in EC_FIELDS)
     row["info_per_payload"] = (int(i1["stored_bytes"]) - info0 + ec1 - ec0) / payload
     row["info_stored_keys"] = int(i1["stored_keys"])
+    row["engine_per_payload"] = (int(i1["stored_bytes"]) - info0) / payload
+    for f in EC_FIELDS:
+        if f in i1:
+            row[f.replace("all_ec_", "ec_").replace("_bytes", "_per_payload")] = (
+                int(i1[f]) - int(i0.get(f, 0))) / payload
     put_keys = [f"r{run_id}:{name}:put:{i}" for i in range(ARGS.ops)]
     lat = timed(lambda i: c.call(put_keys[i], "SET", put_keys[i], value, "MEMGEST", name), ARGS.ops)
     row["put_p50_us"], row["put_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
@@ -239,12 +248,21 @@ def bench_redis(value):
             except redis.exceptions.ConnectionError:
                 time.sleep(0.05)
         keys = [f"redis:load:{i}" for i in range(ARGS.keys)]
+
+        def run(ks):
+            rr = redis.Redis(port=port)
+            for i in range(0, len(ks), ARGS.batch):
+                pl = rr.pipeline(transaction=False)
+                for k in ks[i:i + ARGS.batch]:
+                    pl.set(k, value)
+                pl.execute()
+        n = 5 * ARGS.conns
+        ts = [threading.Thread(target=run, args=(keys[j::n],)) for j in range(n)]
         t0 = time.perf_counter()
-        for i in range(0, len(keys), ARGS.batch):
-            pl = r.pipeline(transaction=False)
-            for k in keys[i:i + ARGS.batch]:
-                pl.set(k, value)
-            pl.execute()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
         row = {"memgest": "redis 7 (1 process)", "put_ops_s": len(keys) / (time.perf_counter() - t0)}
         pk = [f"redis:put:{i}" for i in range(ARGS.ops)]
         lat = timed(lambda i: r.set(pk[i], value), ARGS.ops)
@@ -315,6 +333,7 @@ def main():
     ap.add_argument("--keys", type=int, default=20000)
     ap.add_argument("--ops", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--conns", type=int, default=4, help="load connections per node")
     ap.add_argument("--value-bytes", type=int, default=1024)
     ap.add_argument("--memory-mb", type=int, default=512)
     ap.add_argument("--json")
