@@ -27,8 +27,10 @@ use ringlet_etcd::keys::{decode_map, decode_record, Keys, LeaderRecord};
 use ringlet_types::{key_slot, NodeId};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const ETCD: &str = "/usr/bin/etcd";
@@ -207,6 +209,12 @@ struct Node {
 }
 
 fn start_node(etcd: &str, id: u32) -> Node {
+    start_node_with(etcd, id, 2)
+}
+
+/// A node process; the first one started stores the plan "3 active + `spares`".
+fn start_node_with(etcd: &str, id: u32, spares: u32) -> Node {
+    let spares = spares.to_string();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet-etcd-node"))
         .args([
             "--etcd",
@@ -224,7 +232,7 @@ fn start_node(etcd: &str, id: u32) -> Node {
             "--nodes",
             "3",
             "--spares",
-            "2",
+            &spares,
             "--default-memgest",
             "rep:3",
         ])
@@ -668,5 +676,205 @@ fn unreachable_etcd_is_a_clear_error() {
         "unreachable etcd reported after {:?}: {}",
         t.elapsed(),
         err.trim()
+    );
+}
+
+/// A TCP relay between one node process and etcd that can be cut: every open connection is
+/// shut down and new ones are closed at once, as if the node lost its network path to etcd
+/// (and only to etcd: its peers and clients still reach it).
+struct Relay {
+    addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Relay {
+    fn start(to: SocketAddr) -> Relay {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind relay");
+        let addr = l.local_addr().expect("addr");
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
+        let (c2, k2) = (cut.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for a in l.incoming() {
+                let Ok(a) = a else { continue };
+                if c2.load(Ordering::SeqCst) {
+                    let _ = a.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(b) = TcpStream::connect(to) else {
+                    continue;
+                };
+                let pairs = [
+                    (a.try_clone(), b.try_clone()),
+                    (b.try_clone(), a.try_clone()),
+                ];
+                if let Ok(mut k) = k2.lock() {
+                    k.extend(a.try_clone().ok());
+                    k.extend(b.try_clone().ok());
+                }
+                for (r, w) in pairs {
+                    if let (Ok(mut r), Ok(mut w)) = (r, w) {
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut r, &mut w);
+                            let _ = w.shutdown(Shutdown::Both);
+                        });
+                    }
+                }
+            }
+        });
+        Relay { addr, cut, conns }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        if let Ok(mut k) = self.conns.lock() {
+            for c in k.drain(..) {
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+/// GET straight at one node (no MOVED following): the value, or the error text.
+fn get_at(addr: SocketAddr, key: &str) -> Result<Option<String>, String> {
+    let c = redis::Client::open(format!("redis://{addr}/")).map_err(|e| e.to_string())?;
+    let mut c = c
+        .get_connection_with_timeout(Duration::from_secs(1))
+        .map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    redis::cmd("GET")
+        .arg(key)
+        .query::<Option<String>>(&mut c)
+        .map_err(|e| e.to_string())
+}
+
+/// A node cut off from etcd only (its peers and clients still reach it) loses its lease:
+/// the leader fails it and a spare takes its slots, and the cut-off node — which cannot see
+/// that map — must already have stopped serving: once the new coordinator acknowledged new
+/// values, a read at the old node never returns the old ones. Healed, it learns it was
+/// failed, wipes itself and rejoins as a spare with a new incarnation.
+#[test]
+fn a_node_cut_from_etcd_stops_serving_before_its_replacement() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = start_etcd();
+    let view = EtcdView {
+        url: etcd.url.clone(),
+        keys: Keys::new(PREFIX).expect("prefix"),
+        seen: std::cell::Cell::new(0),
+    };
+    let etcd_addr: SocketAddr = etcd
+        .url
+        .trim_start_matches("http://")
+        .parse()
+        .expect("etcd addr");
+    let relay = Relay::start(etcd_addr);
+    // Node 1 starts first (it most likely leads); node 3, active, talks to etcd through the
+    // relay; node 4 is the spare.
+    let mut nodes = vec![start_node_with(&etcd.url, 1, 1)];
+    nodes.push(start_node_with(&etcd.url, 2, 1));
+    nodes.push(start_node_with(&relay.addr.to_string(), 3, 1));
+    nodes.push(start_node_with(&etcd.url, 4, 1));
+    let map = wait_for("a bootstrapped map", 30, || {
+        view.map().filter(|m| m.placement.is_some())
+    });
+    assert_eq!(map.node_state(NodeId(3)), Some(NodeState::Active));
+    let victim = nodes[2].addr;
+    let seeds: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+    let mut kv = Kv::new(seeds);
+    let keys: Vec<(String, String)> = (0..600)
+        .map(|i| (format!("c:{i}"), format!("old-{i}")))
+        .collect();
+    for (k, v) in &keys {
+        kv.set(k, v).expect("SET");
+    }
+    all_readable(&mut kv, &keys, 30);
+    let theirs: Vec<(String, String)> = keys
+        .iter()
+        .filter(|(k, _)| map.coordinator(key_slot(k.as_bytes())) == Some(NodeId(3)))
+        .take(50)
+        .cloned()
+        .collect();
+    assert!(!theirs.is_empty());
+    // Node 3 serves its keys before the cut.
+    assert_eq!(
+        get_at(victim, &theirs[0].0),
+        Ok(Some(theirs[0].1.clone())),
+        "node 3 coordinates {}",
+        theirs[0].0
+    );
+
+    relay.cut();
+    let cut = Instant::now();
+    let m = wait_for("node 3 failed by the leader", 30, || {
+        view.map()
+            .filter(|m| m.node_state(NodeId(3)) == Some(NodeState::Failed))
+    });
+    let t_failed = cut.elapsed();
+    assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Active));
+    // New values through the new coordinators (node 3 is no seed for them any more).
+    kv.forget(victim);
+    let new: Vec<(String, String)> = theirs
+        .iter()
+        .map(|(k, _)| (k.clone(), format!("new-{k}")))
+        .collect();
+    for (k, v) in &new {
+        kv.set(k, v).expect("SET at the new coordinator");
+    }
+    // Straight at node 3: never the old value (it answers an error, or, once it knows,
+    // a redirect; it cannot know the new value).
+    // (In parallel: each refused read takes the front's 4 s retry window.)
+    let reads: Vec<_> = theirs
+        .iter()
+        .zip(&new)
+        .take(10)
+        .map(|((k, old), (_, newv))| {
+            let (k, old, newv) = (k.clone(), old.clone(), newv.clone());
+            std::thread::spawn(move || (get_at(victim, &k), k, old, newv))
+        })
+        .collect();
+    let mut refused = 0;
+    for t in reads {
+        let (r, k, old, newv) = t.join().expect("reader");
+        match r {
+            Ok(Some(v)) => {
+                assert_ne!(
+                    v, old,
+                    "node 3 served a stale value for {k} after its lease lapsed"
+                );
+                assert_eq!(v, newv);
+            }
+            Ok(None) => panic!("node 3 answered nil for {k}"),
+            Err(_) => refused += 1,
+        }
+    }
+    eprintln!(
+        "CUT FROM ETCD: node 3 failed in the map {} ms after the cut; {refused}/10 reads at node 3 refused, none stale",
+        t_failed.as_millis()
+    );
+
+    // Healed: node 3 finds out, wipes itself, and rejoins as a spare (new incarnation).
+    let old_inc = m.nodes[&NodeId(3)].incarnation;
+    relay.heal();
+    let m2 = wait_for("node 3 back as a spare", 60, || {
+        view.map().filter(|m| {
+            m.nodes
+                .get(&NodeId(3))
+                .is_some_and(|n| n.state == NodeState::Spare && n.incarnation > old_inc)
+        })
+    });
+    all_readable(&mut kv, &new, 60);
+    eprintln!(
+        "HEALED: node 3 rejoined as a spare, incarnation {} -> {}, epoch {}",
+        old_inc,
+        m2.nodes[&NodeId(3)].incarnation,
+        m2.epoch
     );
 }
