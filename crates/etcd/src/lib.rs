@@ -14,10 +14,10 @@
 //!  |                                           v                                             |
 //!  |  ClusterNode ──ControlClient──▶ ControlService(EtcdBackend: the node's local agent)     |
 //!  |     Join/Heartbeat ◀── HeartbeatAck only while the etcd lease is proven alive,          |
-//!  |                        Map from the <prefix>/map watch, Fenced when the lease lapsed    |
+//!  |                        Map from the <prefix>/map watch, Fenced once the map fails it    |
 //!  |  Campaign: if leader ─ ControlPlane::resume(map) ─ nodes watch → Join/Heartbeat/Tick    |
 //!  |            ─ Publish → txn(if leader key's create_revision unchanged) put <prefix>/map  |
-//!  |            ─ command port (drain, memgest commands) for `ringlet node drain --control`  |
+//!  |            ─ command port (drain, memgest create/default) `ringlet node drain --control`|
 //!  +-----------------------------------------------------------------------------------------+
 //! ```
 //!
@@ -34,8 +34,10 @@
 //! - every etcd call has a deadline, every retry loop a bounded backoff, and a process that
 //!   cannot reach etcd at start fails with a message naming the endpoints.
 //!
-//! Non-goals: TLS/auth to etcd, several clusters per process, usage reports (memgest drop)
-//! forwarded through etcd, compaction of etcd's history (an operator's etcd setting).
+//! Non-goals (now): TLS/auth to etcd, several clusters per process, memgest drop and
+//! `MEMGEST LIST/INFO` usage in etcd mode (nodes' usage reports stop at their agent; RESP
+//! `MEMGEST` commands reach the agent, which refuses them: they go to the leader's command
+//! port), compaction of etcd's history (an operator's etcd setting).
 //!
 //! Modules: [`keys`] (what is stored where), [`lease`] (the process's etcd lease),
 //! [`agent`] (the node-facing `ControlBackend`), [`leader`] (election, the leader loop and
