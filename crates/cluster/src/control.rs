@@ -179,6 +179,30 @@ pub trait ControlBackend: Send + Sync + 'static {
     fn usage(&self) -> BTreeMap<NodeId, UsageReport> {
         BTreeMap::new()
     }
+    /// Where commands (drain, memgest commands and reports) go when this backend does not
+    /// decide them itself: the etcd backend (crates/etcd) runs one per process and forwards
+    /// them to the elected leader's command port. `None`: decided here.
+    fn command_forward(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Longest a forwarded command waits for its answer (a drop waits for usage reports).
+pub const COMMAND_FORWARD_MS: u64 = DROP_WAIT_MS + 1_000;
+
+/// Relay one command to `addr` and return its answer (see
+/// [`ControlBackend::command_forward`]).
+async fn forward_command(addr: &str, req: &ToControl) -> FromControl {
+    match tokio::time::timeout(
+        Duration::from_millis(COMMAND_FORWARD_MS),
+        request(addr, req),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => FromControl::Error(format!("control plane leader at {addr}: {e}")),
+        Err(_) => FromControl::Error(format!("control plane leader at {addr} did not answer")),
+    }
 }
 
 /// [`ControlPlane`] behind a mutex, clocked by [`mono_ms`].
@@ -414,6 +438,24 @@ impl ControlService {
             }
         });
         while let Ok(req) = read_frame::<ToControl>(&mut r).await {
+            let command = matches!(
+                req,
+                ToControl::Drain { .. }
+                    | ToControl::CreateMemgest { .. }
+                    | ToControl::SetDefault { .. }
+                    | ToControl::DropMemgest { .. }
+                    | ToControl::Memgests { .. }
+            );
+            if let Some(addr) = self.backend.command_forward().filter(|_| command) {
+                let s = self.clone();
+                tokio::spawn(async move {
+                    let rep = forward_command(&addr, &req).await;
+                    if let Ok(f) = encode(&rep) {
+                        s.send_to_conn(id, f);
+                    }
+                });
+                continue;
+            }
             if let ToControl::DropMemgest { name } = req {
                 // Decided over several report intervals: answer from a task so this
                 // connection's other frames keep flowing.

@@ -9,18 +9,21 @@
 //! | `Join{addr, incarnation}` | registers `<prefix>/nodes/<id>` = {addr, incarnation} under the process lease ([`register_loop`]); answers the current map |
 //! | `Heartbeat{sent_ms}` | `HeartbeatAck{sent_ms: min(sent_ms, lease.ok_sent_ms)}` if this incarnation is registered under the live lease and listed in the map; the map if the node is behind |
 //! | (tick) | pushes every newer map seen on the `<prefix>/map` watch ([`follow_map`]); `Fenced` when the map marks this incarnation Failed (the core also wipes itself on such a map; this covers a node that missed it) |
-//! | commands | refused: they go to the leader's command port (`<prefix>/leader`) |
+//! | `Usage` (every 100 ms) | forwarded to the leader's command port ([`forward_usage`]), which decides memgest drops from every node's report |
+//! | commands (drain, `MEMGEST ...`) | forwarded by the service to the leader's command port, followed from `<prefix>/leader` ([`follow_leader`], `ControlBackend::command_forward`); refused while no leader is known |
 
-use crate::keys::{decode_map, Keys, NodeRecord};
+use crate::keys::{decode_map, decode_record, Keys, LeaderRecord, NodeRecord};
 use crate::lease::NodeLease;
 use crate::{call, Backoff, EtcdError, RateLog};
 use etcd_client::{EventType, PutOptions, WatchOptions};
 use parking_lot::Mutex;
 use ringlet_cluster::control::ControlBackend;
+use ringlet_cluster::control::{encode, ToControl};
 use ringlet_control::{Action, ClusterMap, ControlError, Input, NodeState};
 use ringlet_types::{Epoch, NodeId};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 
 /// Why a command sent to a node's agent is refused.
 pub const NOT_LEADER: &str =
@@ -37,7 +40,13 @@ struct AgentState {
     map: Option<Arc<ClusterMap>>,
     /// Epoch of the last map handed to the service for pushing.
     pushed: Epoch,
+    /// The leader's command address (`<prefix>/leader`), where commands are forwarded.
+    leader: Option<String>,
 }
+
+/// Usage reports queued for the leader (a node sends one every 100 ms; a full queue drops,
+/// the next report replaces it).
+pub const USAGE_QUEUE_MAX: usize = 16;
 
 /// The node-facing backend (one per process, one node id).
 #[derive(Debug)]
@@ -48,17 +57,31 @@ pub struct EtcdBackend {
     /// Wakes [`register_loop`].
     wake: tokio::sync::Notify,
     empty: Arc<ClusterMap>,
+    usage_tx: tokio::sync::mpsc::Sender<ToControl>,
+    usage_rx: Mutex<Option<tokio::sync::mpsc::Receiver<ToControl>>>,
 }
 
 impl EtcdBackend {
     pub fn new(node: NodeId, lease: Arc<NodeLease>) -> Arc<EtcdBackend> {
+        let (usage_tx, usage_rx) = tokio::sync::mpsc::channel(USAGE_QUEUE_MAX);
         Arc::new(EtcdBackend {
             node,
             lease,
             st: Mutex::new(AgentState::default()),
             wake: tokio::sync::Notify::new(),
             empty: Arc::new(ClusterMap::default()),
+            usage_tx,
+            usage_rx: Mutex::new(Some(usage_rx)),
         })
+    }
+
+    /// The leader's command address as last read from etcd.
+    pub fn leader_control(&self) -> Option<String> {
+        self.st.lock().leader.clone()
+    }
+
+    fn set_leader(&self, control: Option<String>) {
+        self.st.lock().leader = control;
     }
 
     /// Take a map read from etcd if it is newer than the one held. Returns whether it was.
@@ -216,8 +239,27 @@ impl ControlBackend for EtcdBackend {
                     });
                 }
             }
-            // Membership commands are the leader's; other inputs (e.g. usage reports) have
-            // no meaning here.
+            // The leader decides drops from every node's report: forward (dropped when full).
+            Input::Usage {
+                node,
+                incarnation,
+                epoch,
+                memgests,
+                ec,
+            } => {
+                let _ = self.usage_tx.try_send(ToControl::Usage {
+                    node: node.0,
+                    incarnation,
+                    epoch: epoch.0,
+                    memgests: memgests
+                        .into_iter()
+                        .map(|(id, u)| (id.0, u.keys, u.bytes))
+                        .collect(),
+                    ec,
+                });
+            }
+            // Commands are the leader's (the service forwards them while a leader is known,
+            // see `command_forward`).
             _ => out.push(Action::Rejected(ControlError::Config(NOT_LEADER))),
         }
         out
@@ -225,6 +267,92 @@ impl ControlBackend for EtcdBackend {
 
     fn map(&self) -> Arc<ClusterMap> {
         self.current_map().unwrap_or_else(|| self.empty.clone())
+    }
+
+    fn command_forward(&self) -> Option<String> {
+        self.leader_control()
+    }
+}
+
+/// Follow `<prefix>/leader` so commands and usage reports know where the leader is. Runs
+/// until aborted.
+pub async fn follow_leader(backend: Arc<EtcdBackend>, mut client: etcd_client::Client, keys: Keys) {
+    let mut backoff = Backoff::new();
+    let mut log = RateLog::default();
+    let key = keys.leader();
+    let decode = |v: &[u8]| {
+        decode_record::<LeaderRecord>(&key, v)
+            .ok()
+            .map(|r| r.control)
+    };
+    loop {
+        let r = match call("get leader", client.get(key.clone(), None)).await {
+            Ok(r) => r,
+            Err(e) => {
+                log.log(1000, || format!("leader follow: {e}"));
+                backoff.wait().await;
+                continue;
+            }
+        };
+        backend.set_leader(r.kvs().first().and_then(|kv| decode(kv.value())));
+        let rev = r.header().map_or(0, |h| h.revision());
+        let opts = WatchOptions::new().with_start_revision(rev + 1);
+        let mut ws = match call("watch leader", client.watch(key.clone(), Some(opts))).await {
+            Ok(w) => w,
+            Err(e) => {
+                log.log(1000, || format!("leader follow: {e}"));
+                backoff.wait().await;
+                continue;
+            }
+        };
+        backoff.reset();
+        while let Ok(Some(resp)) = ws.message().await {
+            if resp.canceled() {
+                break;
+            }
+            for ev in resp.events() {
+                match ev.event_type() {
+                    EventType::Put => {
+                        backend.set_leader(ev.kv().and_then(|kv| decode(kv.value())));
+                    }
+                    EventType::Delete => backend.set_leader(None),
+                }
+            }
+        }
+        backoff.wait().await;
+    }
+}
+
+/// Send the node's usage reports to the leader's command port (one connection, re-opened
+/// when the leader changes or a write fails). Runs until aborted.
+pub async fn forward_usage(backend: Arc<EtcdBackend>) {
+    let Some(mut rx) = backend.usage_rx.lock().take() else {
+        return;
+    };
+    let mut conn: Option<(String, tokio::net::TcpStream)> = None;
+    while let Some(m) = rx.recv().await {
+        let Some(leader) = backend.leader_control() else {
+            conn = None;
+            continue;
+        };
+        if conn.as_ref().is_none_or(|(a, _)| *a != leader) {
+            conn = match tokio::time::timeout(
+                Duration::from_millis(500),
+                tokio::net::TcpStream::connect(&leader),
+            )
+            .await
+            {
+                Ok(Ok(s)) => Some((leader, s)),
+                _ => None, // this report is lost; the next one retries
+            };
+        }
+        let Some((_, s)) = conn.as_mut() else {
+            continue;
+        };
+        let Ok(f) = encode(&m) else { continue };
+        if s.write_all(&f).await.is_err() {
+            conn = None;
+        }
     }
 }
 

@@ -25,8 +25,11 @@ use etcd_client::{
 };
 use ringlet_cluster::control::{encode, read_frame, FromControl, ToControl};
 use ringlet_cluster::mono_ms;
-use ringlet_control::{Action, ClusterMap, ControlConfig, ControlPlane, Input, NodeState};
-use ringlet_types::{MemgestKind, NodeId};
+use ringlet_control::{
+    memgest_reports, Action, ClusterMap, ControlConfig, ControlError, ControlPlane, Input,
+    MemgestReport, MemgestUsage, ModelRates, NodeState,
+};
+use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,17 +46,27 @@ pub const LEADER_TICK_MS: u64 = 50;
 pub const PLANE_LEASE_MS: u64 = 10;
 /// How long a losing candidate waits on the leader key before trying again anyway.
 pub const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
-/// Commands queued to the leader loop.
-pub const COMMAND_QUEUE_MAX: usize = 64;
+/// Commands and usage reports queued to the leader loop (a full queue refuses a command
+/// and drops a report).
+pub const COMMAND_QUEUE_MAX: usize = 256;
 /// Longest a command waits for the leader loop's verdict.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Command connections at once.
 pub const COMMAND_CONNECTIONS_MAX: usize = 64;
 
-/// A command for the leader loop, with where its verdict goes.
-pub struct Command {
-    pub input: Input,
-    pub reply: oneshot::Sender<FromControl>,
+/// Work for the leader loop.
+pub enum Command {
+    /// Step the plane; the actions and the map after them come back (`None`: a usage
+    /// report, nobody waits).
+    Step {
+        input: Input,
+        reply: Option<oneshot::Sender<(Vec<Action>, Arc<ClusterMap>)>>,
+    },
+    /// `MEMGEST LIST/INFO`: reports from the plane's map and the nodes' usage.
+    Reports {
+        rates: ModelRates,
+        reply: oneshot::Sender<Vec<MemgestReport>>,
+    },
 }
 
 /// What the rest of the process can see of the election.
@@ -93,12 +106,9 @@ pub async fn campaign(mut c: Campaign) {
     let mut backoff = Backoff::new();
     let mut log = RateLog::default();
     loop {
-        // Commands queued while not leading are answered, not left to time out.
-        while let Ok(cmd) = c.commands.try_recv() {
-            let _ = cmd
-                .reply
-                .send(FromControl::Error("not the leader any more".into()));
-        }
+        // Commands queued while not leading: dropping them answers their callers
+        // ("stepped down before answering"), nothing waits for a timeout.
+        while c.commands.try_recv().is_ok() {}
         match c.elect().await {
             Ok(Some(term)) => {
                 c.status.leading.store(true, Ordering::Release);
@@ -301,20 +311,21 @@ impl Campaign {
                     Ok(None) => return Err(EtcdError::WatchEnded(self.keys.leader())),
                     Err(err) => return Err(EtcdError::Etcd { op: "watch leader", err }),
                 },
-                c = self.commands.recv() => {
-                    let Some(cmd) = c else { return Err(EtcdError::Deposed) };
-                    let acts = cp.step(mono_ms(), cmd.input);
-                    cp.check_invariants();
-                    match self.persist(term, &acts).await {
-                        Ok(()) => {
-                            let _ = cmd.reply.send(verdict(&acts));
-                        }
-                        Err(e) => {
-                            let _ = cmd.reply.send(FromControl::Error(format!("not applied: {e}")));
-                            return Err(e);
+                c = self.commands.recv() => match c {
+                    None => return Err(EtcdError::Deposed),
+                    Some(Command::Step { input, reply }) => {
+                        let acts = cp.step(mono_ms(), input);
+                        cp.check_invariants();
+                        // On failure the reply is dropped: the caller hears "stepped down".
+                        self.persist(term, &acts).await?;
+                        if let Some(r) = reply {
+                            let _ = r.send((acts, cp.map().clone()));
                         }
                     }
-                }
+                    Some(Command::Reports { rates, reply }) => {
+                        let _ = reply.send(memgest_reports(cp.map(), cp.usage(), rates));
+                    }
+                },
             }
         }
     }
@@ -560,9 +571,10 @@ fn verdict(acts: &[Action]) -> FromControl {
         .unwrap_or(FromControl::Ok)
 }
 
-/// Serve the command port: `Drain`, `CreateMemgest`, `SetDefault` go to the leader loop when
-/// this process leads (else an error naming where the leader is recorded); `Watch` answers
-/// the newest map this process has seen in etcd. Runs until aborted.
+/// Serve the command port: `Drain`, `CreateMemgest`, `SetDefault`, `DropMemgest`,
+/// `Memgests` and nodes' `Usage` reports go to the leader loop when this process leads (else
+/// an error naming where the leader is recorded; reports are dropped); `Watch` answers the
+/// newest map this process has seen in etcd. Runs until aborted.
 pub async fn serve_commands(
     listener: TcpListener,
     commands: mpsc::Sender<Command>,
@@ -590,7 +602,9 @@ pub async fn serve_commands(
         tokio::spawn(async move {
             let (mut r, mut w) = stream.into_split();
             while let Ok(req) = read_frame::<ToControl>(&mut r).await {
-                let reply = answer(req, &commands, &status, &*map, &keys).await;
+                let Some(reply) = answer(req, &commands, &status, &*map, &keys).await else {
+                    continue; // a usage report: no answer
+                };
                 let Ok(f) = encode(&reply) else { break };
                 if w.write_all(&f).await.is_err() {
                     break;
@@ -607,14 +621,73 @@ async fn answer(
     status: &LeaderStatus,
     map: &(dyn Fn() -> Option<Arc<ClusterMap>> + Send + Sync),
     keys: &Keys,
-) -> FromControl {
+) -> Option<FromControl> {
+    let not_leader = || {
+        FromControl::Error(format!(
+            "this process is not the leader; the leader's control address is in {}",
+            keys.leader()
+        ))
+    };
     #[allow(unreachable_patterns)] // ToControl may grow variants this port does not serve
     let input = match req {
         ToControl::Watch => {
-            return match map() {
+            return Some(match map() {
                 Some(m) => FromControl::Map((*m).clone()),
                 None => FromControl::Error("no cluster map in etcd yet".into()),
+            })
+        }
+        ToControl::Usage {
+            node,
+            incarnation,
+            epoch,
+            memgests,
+            ec,
+        } => {
+            if status.is_leader() {
+                let input = Input::Usage {
+                    node: NodeId(node),
+                    incarnation,
+                    epoch: Epoch(epoch),
+                    memgests: memgests
+                        .into_iter()
+                        .take(ringlet_control::map::MEMGESTS_MAX)
+                        .map(|(id, keys, bytes)| (MemgestId(id), MemgestUsage { keys, bytes }))
+                        .collect(),
+                    ec,
+                };
+                let _ = commands.try_send(Command::Step { input, reply: None });
             }
+            return None;
+        }
+        ToControl::Memgests {
+            mttf_hours,
+            rebuild_hours,
+        } => {
+            if !status.is_leader() {
+                return Some(not_leader());
+            }
+            let d = ModelRates::default();
+            let rates = ModelRates {
+                mttf_hours: mttf_hours.unwrap_or(d.mttf_hours),
+                rebuild_hours: rebuild_hours.unwrap_or(d.rebuild_hours),
+            };
+            let (tx, rx) = oneshot::channel();
+            if commands
+                .try_send(Command::Reports { rates, reply: tx })
+                .is_err()
+            {
+                return Some(FromControl::Error("leader busy: command queue full".into()));
+            }
+            return Some(match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
+                Ok(Ok(v)) => FromControl::Memgests(v),
+                _ => FromControl::Error("leader did not answer".into()),
+            });
+        }
+        ToControl::DropMemgest { name } => {
+            if !status.is_leader() {
+                return Some(not_leader());
+            }
+            return Some(drop_memgest(commands, name).await);
         }
         ToControl::Drain { node } => Input::Drain { node: NodeId(node) },
         ToControl::CreateMemgest { name, kind } => match MemgestKind::parse(&kind) {
@@ -623,27 +696,80 @@ async fn answer(
                 kind,
                 evictable: None,
             },
-            Err(e) => return FromControl::Error(e.to_string()),
+            Err(e) => return Some(FromControl::Error(e.to_string())),
         },
         ToControl::SetDefault { name } => Input::SetDefault { name },
         other => {
-            return FromControl::Error(format!("not served on the etcd command port: {other:?}"))
+            return Some(FromControl::Error(format!(
+                "not served on the etcd command port: {other:?}"
+            )))
         }
     };
     if !status.is_leader() {
-        return FromControl::Error(format!(
-            "this process is not the leader; the leader's control address is in {}",
-            keys.leader()
-        ));
+        return Some(not_leader());
     }
+    Some(match step(commands, input).await {
+        Ok((acts, _)) => verdict(&acts),
+        Err(e) => e,
+    })
+}
+
+/// One plane step through the leader loop.
+async fn step(
+    commands: &mpsc::Sender<Command>,
+    input: Input,
+) -> Result<(Vec<Action>, Arc<ClusterMap>), FromControl> {
     let (tx, rx) = oneshot::channel();
-    if commands.try_send(Command { input, reply: tx }).is_err() {
-        return FromControl::Error("leader busy: command queue full".into());
+    if commands
+        .try_send(Command::Step {
+            input,
+            reply: Some(tx),
+        })
+        .is_err()
+    {
+        return Err(FromControl::Error("leader busy: command queue full".into()));
     }
     match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
-        Ok(Ok(v)) => v,
-        Ok(Err(_)) => FromControl::Error("leader stepped down before answering".into()),
-        Err(_) => FromControl::Error("leader did not answer in time".into()),
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(_)) => Err(FromControl::Error(
+            "leader stepped down before answering".into(),
+        )),
+        Err(_) => Err(FromControl::Error("leader did not answer in time".into())),
+    }
+}
+
+/// The embedded service's drop protocol (ringlet_cluster::control, `drop_memgest`): close,
+/// then repeat until the plane stops answering `DropPending` (every node reported at the
+/// closing epoch), or cancel after `DROP_WAIT_MS`.
+async fn drop_memgest(commands: &mpsc::Sender<Command>, name: String) -> FromControl {
+    let deadline =
+        std::time::Instant::now() + Duration::from_millis(ringlet_cluster::control::DROP_WAIT_MS);
+    loop {
+        let (acts, map) = match step(commands, Input::DropMemgest { name: name.clone() }).await {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let pending = acts
+            .iter()
+            .any(|a| matches!(a, Action::Rejected(ControlError::DropPending(_))));
+        if !pending {
+            let v = verdict(&acts);
+            let closed_only = v == FromControl::Ok
+                && map
+                    .memgest_by_name(&name)
+                    .and_then(|id| map.memgests.get(&id))
+                    .is_some_and(|m| m.closing);
+            if !closed_only {
+                return v;
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = step(commands, Input::CancelDrop { name: name.clone() }).await;
+            return FromControl::Error(format!(
+                "memgest {name}: not every node reported its keys in time; drop cancelled"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(LEADER_TICK_MS)).await;
     }
 }
 

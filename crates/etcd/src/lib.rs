@@ -17,7 +17,7 @@
 //!  |                        Map from the <prefix>/map watch, Fenced once the map fails it    |
 //!  |  Campaign: if leader ─ ControlPlane::resume(map) ─ nodes watch → Join/Heartbeat/Tick    |
 //!  |            ─ Publish → txn(if leader key's create_revision unchanged) put <prefix>/map  |
-//!  |            ─ command port (drain, memgest create/default) `ringlet node drain --control`|
+//!  |            ─ command port: drain, MEMGEST commands (relayed by agents), usage reports   |
 //!  +-----------------------------------------------------------------------------------------+
 //! ```
 //!
@@ -34,10 +34,12 @@
 //! - every etcd call has a deadline, every retry loop a bounded backoff, and a process that
 //!   cannot reach etcd at start fails with a message naming the endpoints.
 //!
-//! Non-goals (now): TLS/auth to etcd, several clusters per process, memgest drop and
-//! `MEMGEST LIST/INFO` usage in etcd mode (nodes' usage reports stop at their agent; RESP
-//! `MEMGEST` commands reach the agent, which refuses them: they go to the leader's command
-//! port), compaction of etcd's history (an operator's etcd setting).
+//! Commands (drain, `MEMGEST ...`) that reach a node's agent are relayed by the service to
+//! the leader's command port (`ControlBackend::command_forward`); nodes' usage reports are
+//! forwarded there too, so the leader decides memgest drops as the embedded service does.
+//!
+//! Non-goals (now): TLS/auth to etcd, several clusters per process, compaction of etcd's
+//! history (an operator's etcd setting).
 //!
 //! Modules: [`keys`] (what is stored where), [`lease`] (the process's etcd lease),
 //! [`agent`] (the node-facing `ControlBackend`), [`leader`] (election, the leader loop and

@@ -1,7 +1,7 @@
 //! [`run_node_etcd`]: one `ringlet server --etcd URL` process — lease, agent, campaign,
 //! command port and the cluster node, wired together.
 
-use crate::agent::{follow_map, register_loop, EtcdBackend};
+use crate::agent::{follow_leader, follow_map, forward_usage, register_loop, EtcdBackend};
 use crate::keys::{decode_record, ClusterConfig, Keys};
 use crate::leader::{campaign, serve_commands, Campaign, LeaderStatus, COMMAND_QUEUE_MAX};
 use crate::lease::NodeLease;
@@ -98,6 +98,12 @@ pub async fn run_node_etcd(o: &EtcdNodeOpts) -> Result<EtcdNode, EtcdError> {
         client.clone(),
         keys.clone(),
     )));
+    tasks.push(tokio::spawn(follow_leader(
+        backend.clone(),
+        client.clone(),
+        keys.clone(),
+    )));
+    tasks.push(tokio::spawn(forward_usage(backend.clone())));
     tasks.push(tokio::spawn(register_loop(
         backend.clone(),
         client.clone(),

@@ -14,7 +14,9 @@
 //! 5. etcd paused (SIGSTOP) for longer than the TTL: every lease expires when it resumes;
 //!    no node is failed and every acknowledged write is readable again;
 //! 6. a sixth process joins as a spare; a drain through the leader's command port moves a
-//!    node's positions to it (another process's port refuses it).
+//!    node's positions to it (another process's port refuses it);
+//! 7. `MEMGEST CREATE/LIST/DROP` over RESP at a non-leader node are forwarded to the leader;
+//!    the drop is decided from every node's forwarded usage report.
 //!
 //! Every map read checks that the stored epoch never went backwards.
 //!
@@ -648,6 +650,37 @@ fn etcd_cluster_serves_elects_and_fails_over() {
         "DRAIN: node {target} -> node 6 through the leader (node {leader}) at epoch {}; all keys readable",
         m4.epoch
     );
+
+    // 7. MEMGEST commands over RESP at a non-leader reach the leader (forwarded by the
+    //    node's agent); a drop is decided from every node's usage report, forwarded too.
+    let at = nodes
+        .iter()
+        .find(|n| n.id != leader && n.proc.is_some())
+        .expect("a live non-leader")
+        .addr;
+    let mut c = redis::Client::open(format!("redis://{at}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .expect("connect");
+    let memgest = |c: &mut redis::Connection, args: &[&str]| -> redis::Value {
+        let mut cmd = redis::cmd("MEMGEST");
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd.query(c)
+            .unwrap_or_else(|e| panic!("MEMGEST {args:?}: {e}"))
+    };
+    let listed = |v: &redis::Value| format!("{v:?}").contains("r2");
+    assert_eq!(
+        memgest(&mut c, &["CREATE", "r2", "rep", "2"]),
+        redis::Value::Okay
+    );
+    assert!(listed(&memgest(&mut c, &["LIST"])));
+    wait_for("r2 in the stored map", 30, || {
+        view.map().filter(|m| m.memgest_by_name("r2").is_some())
+    });
+    assert_eq!(memgest(&mut c, &["DROP", "r2"]), redis::Value::Okay);
+    assert!(!listed(&memgest(&mut c, &["LIST"])));
+    eprintln!("MEMGEST: create, list, drop of r2 through node at {at} (leader node {leader})");
 }
 
 #[test]
