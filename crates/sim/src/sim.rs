@@ -25,6 +25,9 @@ pub struct SimOptions {
     /// Erasure-coded scenario: 5 active nodes (s = 3, d = 2) + 2 spares, `ec:3+2` and
     /// `ec:2+1` keys (values of varying sizes over 64-byte chunks) beside `rep:3` and `none`.
     pub ec: bool,
+    /// With `ec`: only `ec:3+2` (no `ec:2+1`), and crashes sometimes take two members of one
+    /// PG at once (M = 2 simultaneous failures).
+    pub ec_double: bool,
 }
 
 impl Default for SimOptions {
@@ -34,6 +37,7 @@ impl Default for SimOptions {
             heal_ms_max: 40_000,
             all_faults: false,
             ec: false,
+            ec_double: false,
         }
     }
 }
@@ -161,6 +165,8 @@ struct KeySpec {
     name: String,
     memgest: MemgestId,
     rep: bool,
+    /// Survives two simultaneous failures (ec:3+2).
+    two_failures: bool,
 }
 
 struct World {
@@ -186,6 +192,8 @@ struct World {
     /// Keys whose Sets alternate between rep:3, ec:3+2 and ec:2+1.
     movers: BTreeSet<String>,
     disruptive_seen: bool,
+    /// Two nodes failed at once at least once (ec scenario).
+    double_seen: bool,
     possible_loss: u64,
     active: usize,
     cp_touched: bool,
@@ -279,6 +287,7 @@ impl World {
             ec_memgests: Vec::new(),
             movers: BTreeSet::new(),
             disruptive_seen: false,
+            double_seen: false,
             possible_loss: 0,
             active,
             cp_touched: false,
@@ -429,7 +438,12 @@ impl World {
                 self.cp_actions(a);
                 self.r3 = self.cp.map().memgest_by_name("r3").unwrap_or(MemgestId(0));
                 if self.opts.ec {
-                    for (name, k, m) in [("e32", 3u8, 2u8), ("e21", 2, 1)] {
+                    let kinds: &[(&str, u8, u8)] = if self.opts.ec_double {
+                        &[("e32", 3, 2)]
+                    } else {
+                        &[("e32", 3, 2), ("e21", 2, 1)]
+                    };
+                    for &(name, k, m) in kinds {
                         let a = self.cp.step(
                             self.now,
                             CpInput::CreateMemgest {
@@ -738,6 +752,28 @@ impl World {
             return;
         };
         match kind {
+            // ec scenario: sometimes two members of one PG at once (ec:3+2 tolerates it;
+            // keys of weaker memgests are then exempt from the checks, like `none` keys).
+            0 if self.opts.ec_double && self.rng.chance(0.5) => {
+                let Some(group) = p
+                    .groups
+                    .get(self.rng.range(0, p.groups.len() as u64 - 1) as usize)
+                else {
+                    return;
+                };
+                let a = self.rng.range(0, group.len() as u64 - 1) as usize;
+                let b = (a + 1 + self.rng.range(0, group.len() as u64 - 2) as usize) % group.len();
+                self.stats.crashes += 2;
+                self.disruptive_seen = true;
+                self.double_seen = true;
+                for v in [group[a], group[b]] {
+                    if let Some(s) = self.nodes.get_mut(&v) {
+                        s.replica = None;
+                    }
+                    let down = self.rng.range(0, 2500);
+                    self.schedule(down, Event::Restart(v));
+                }
+            }
             0 => {
                 self.stats.crashes += 1;
                 self.disruptive_seen = true;
@@ -772,6 +808,7 @@ impl World {
                 name: format!("r{i}"),
                 memgest: self.r3,
                 rep: true,
+                two_failures: false,
             });
         }
         for i in 0..2 {
@@ -779,6 +816,7 @@ impl World {
                 name: format!("n{i}"),
                 memgest: MemgestId::NONE,
                 rep: false,
+                two_failures: false,
             });
         }
         // ec keys count as reliable ("rep" here means: must survive tolerated failures).
@@ -790,6 +828,7 @@ impl World {
                     name: format!("e{j}k{i}"),
                     memgest: *m,
                     rep: true,
+                    two_failures: j == 0,
                 });
             }
         }
@@ -801,6 +840,7 @@ impl World {
                     name,
                     memgest: self.r3,
                     rep: true,
+                    two_failures: false,
                 });
             }
         }
@@ -940,7 +980,8 @@ impl World {
                         // "Mover" keys change memgest from write to write (what MEMGEST MOVE
                         // does): the choice is a function of the value, so retries agree.
                         memgest: if self.movers.contains(&op.key) && !self.ec_memgests.is_empty() {
-                            let choices = [self.r3, self.ec_memgests[0], self.ec_memgests[1]];
+                            let mut choices = vec![self.r3];
+                            choices.extend(self.ec_memgests.iter().copied());
                             Some(choices[value.len() % choices.len()])
                         } else {
                             memgest
@@ -1130,7 +1171,7 @@ impl World {
         let map = self.cp.map().clone();
         // Durability: every acknowledged rep:3 write is still there (version at least as new).
         for k in &self.keys {
-            if !k.rep && self.disruptive_seen {
+            if (!k.rep && self.disruptive_seen) || (self.double_seen && !k.two_failures) {
                 continue; // `none` keys are lost with their node, by definition
             }
             let Some(acked) = self.acked.get(&k.name) else {
@@ -1156,7 +1197,7 @@ impl World {
                 ));
             }
         }
-        if self.possible_loss > 0 {
+        if self.possible_loss > 0 && !self.double_seen {
             return Err(fail(
                 seed,
                 format!(
@@ -1170,7 +1211,7 @@ impl World {
         // linearizability check below proves it byte-identical to the last write that took
         // effect.
         for k in &self.keys {
-            if !k.rep {
+            if !k.rep || (self.double_seen && !k.two_failures) {
                 continue;
             }
             let slot = key_slot(k.name.as_bytes());
@@ -1208,9 +1249,11 @@ impl World {
             .history
             .iter()
             .filter(|o| {
-                self.keys
-                    .iter()
-                    .any(|k| k.name == o.key && (k.rep || !self.disruptive_seen))
+                self.keys.iter().any(|k| {
+                    k.name == o.key
+                        && (k.rep || !self.disruptive_seen)
+                        && (k.two_failures || !self.double_seen)
+                })
             })
             .cloned()
             .collect();

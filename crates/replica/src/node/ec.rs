@@ -132,6 +132,7 @@ pub(super) struct LoadSrc {
 pub(super) struct Load {
     sources: BTreeMap<NodeId, LoadSrc>,
     first_done_ms: Option<u64>,
+    started_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -228,6 +229,12 @@ impl EcPend {
 }
 
 /// A decode of `[offset, offset+len)` of the owner's arena.
+///
+/// Phase 1 reads the parity pieces from every good holder (each reports the seq it applied
+/// from every data node); phase 2 reads each surviving data node's pieces *as of* each seq a
+/// holder reported for it. The decode then uses one reference holder's state: another
+/// holder's parity is corrected to it (`coef · (d(S_h) ⊕ d(S_ref))` per data chunk whose
+/// seqs differ), so up to M chunks of a codeword may be missing (M simultaneous failures).
 #[derive(Clone, Debug)]
 pub(super) struct Job {
     pg: u32,
@@ -235,15 +242,24 @@ pub(super) struct Job {
     offset: u64,
     len: u64,
     background: bool,
-    holder: (u32, NodeId),
+    holders: Vec<(u32, NodeId)>,
     sources: Vec<SourceRange>,
-    parity_req: u64,
-    seqs: Vec<u64>,
-    parity: BTreeMap<(u64, u32, u32), Vec<u8>>,
-    data: BTreeMap<(u32, u64, u32), Vec<u8>>,
-    data_reqs: BTreeMap<u64, u32>,
+    /// Parity request id → parity index.
+    parity_reqs: BTreeMap<u64, u32>,
+    /// Parity index → applied seq per data node (answered holders only).
+    seqs: BTreeMap<u32, Vec<u64>>,
+    /// (parity index, chunk index, byte, len) → bytes.
+    parity: BTreeMap<(u32, u64, u32, u32), Vec<u8>>,
+    /// (data node, offset, len, seq) → bytes.
+    data: BTreeMap<(u32, u64, u32, u64), Vec<u8>>,
+    /// Data request id → (data node, seq).
+    data_reqs: BTreeMap<u64, (u32, u64)>,
+    /// Data nodes that answered not-ready (or were lost).
+    unavailable: BTreeSet<u32>,
+    phase2: bool,
     sent_ms: u64,
     failed: bool,
+    attempt: usize,
     readers: Vec<(u64, ReqId, bool, Version, MemgestId)>,
 }
 
@@ -263,14 +279,21 @@ pub(super) enum EcReq {
     },
 }
 
+/// The fetched pieces as one consistent state: data at the reference holder's seqs, parity
+/// of every usable holder corrected to that state.
 struct Fetched<'a> {
     job: &'a Job,
+    reference: &'a [u64],
+    parity: &'a BTreeMap<(u32, u64, u32, u32), Vec<u8>>,
 }
 
 impl ChunkSource for Fetched<'_> {
     fn read_data(&self, node: u32, offset: u64, out: &mut [u8]) -> bool {
         let len = u32::try_from(out.len()).unwrap_or(u32::MAX);
-        match self.job.data.get(&(node, offset, len)) {
+        let Some(seq) = self.reference.get(node as usize) else {
+            return false;
+        };
+        match self.job.data.get(&(node, offset, len, *seq)) {
             Some(b) if b.len() == out.len() => {
                 out.copy_from_slice(b);
                 true
@@ -279,11 +302,8 @@ impl ChunkSource for Fetched<'_> {
         }
     }
     fn read_parity(&self, chunk: ParityChunk, byte: u32, out: &mut [u8]) -> bool {
-        if chunk.holder != self.job.holder.0 {
-            return false;
-        }
         let len = u32::try_from(out.len()).unwrap_or(u32::MAX);
-        match self.job.parity.get(&(chunk.index, byte, len)) {
+        match self.parity.get(&(chunk.holder, chunk.index, byte, len)) {
             Some(b) if b.len() == out.len() => {
                 out.copy_from_slice(b);
                 true
@@ -372,6 +392,7 @@ impl<S: ReplicaStore> Replica<S> {
                                     })
                                     .collect(),
                                 first_done_ms: None,
+                                started_ms: self.last_now_ms,
                             })
                         };
                         self.ec_data.insert(
@@ -1383,12 +1404,18 @@ impl<S: ReplicaStore> Replica<S> {
 
     fn drive_ec_loads(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         let retry = self.cfg.pull_retry_ms;
+        let give_up_ms = self.cfg.rebuild_timeout_ms;
         let mut sends = Vec::new();
         let mut finished = Vec::new();
+        let mut lost = Vec::new();
         for ((pg, mid), d) in self.ec_data.iter_mut() {
             let DataState::Loading(l) = &mut d.state else {
                 continue;
             };
+            if l.first_done_ms.is_none() && now_ms.saturating_sub(l.started_ms) >= give_up_ms {
+                lost.push((*pg, *mid));
+                continue;
+            }
             let done = l
                 .sources
                 .values()
@@ -1436,6 +1463,58 @@ impl<S: ReplicaStore> Replica<S> {
         for (pg, mid) in finished {
             self.finish_ec_load(pg, mid);
         }
+        for (pg, mid) in lost {
+            self.give_up_ec_load(pg, mid, out);
+        }
+    }
+
+    /// No parity holder could answer within `rebuild_timeout_ms` (more failures than the
+    /// memgest tolerates): serve an empty arena (`PossibleLoss`, Ring's "the app is told"),
+    /// and make every holder rebuild its parity from scratch — an update with a base no
+    /// holder can match makes each reset and resynchronise from the data nodes' snapshots,
+    /// so parity matches the (now empty) arena again.
+    fn give_up_ec_load(&mut self, pg: u32, mid: MemgestId, out: &mut Vec<Output>) {
+        let Some(d) = self.ec_data.get_mut(&(pg, mid)) else {
+            return;
+        };
+        let base = d.arena.last_seq().saturating_add(1 << 32);
+        d.arena.set_last_seq(base.saturating_add(1));
+        d.base = base;
+        d.state = DataState::Ready;
+        let ec = EcPend {
+            pg,
+            memgest: mid,
+            seq: base.saturating_add(1),
+            owner: d.owner,
+            offset: 0,
+            delta: Vec::new(),
+            meta: EcMeta::None,
+            base,
+            free: None,
+            bg: true,
+        };
+        let targets = d.holders.clone();
+        self.stats.possible_loss += 1;
+        let ranges: Vec<(Slot, Slot)> = self
+            .ranges
+            .iter()
+            .filter(|r| r.pg == pg && r.role == Role::Coordinator)
+            .map(|r| (r.first, r.last))
+            .collect();
+        let Some(slot) = ranges.first().map(|r| r.0) else {
+            return;
+        };
+        for (first, last) in ranges {
+            out.push(Output::PossibleLoss { first, last });
+        }
+        let v = self.hlc.next(0);
+        let entry = Entry {
+            version: v,
+            memgest: mid,
+            value: None,
+        };
+        let now = self.last_now_ms;
+        self.push_ec_pending(now, Vec::new(), slot, entry, None, targets, ec, None, out);
     }
 
     fn finish_ec_load(&mut self, pg: u32, mid: MemgestId) {
@@ -1540,38 +1619,44 @@ impl<S: ReplicaStore> Replica<S> {
         if r.good.is_empty() {
             return None;
         }
-        let holder = *r.good.get(attempt % r.good.len())?;
+        // Rotate which good holder is the reference from attempt to attempt.
+        let mut holders = r.good.clone();
+        holders.rotate_left(attempt % r.good.len());
         let sources = rebuild_sources(&d.layout, d.owner, offset, len).ok()?;
-        let ranges: Vec<EcRange> = sources
-            .iter()
-            .filter_map(|s| match s {
-                SourceRange::Parity { chunk, byte, len } if chunk.holder == holder.0 => {
-                    Some(EcRange {
-                        parity: true,
-                        index: chunk.index,
-                        offset: u64::from(*byte),
-                        len: *len,
-                    })
-                }
-                _ => None,
-            })
-            .collect();
         self.next_id = self.next_id.wrapping_add(1);
         let job_id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1);
-        let req = self.next_id;
-        self.ec_reqs.insert(req, EcReq::Job { job: job_id });
-        self.send(
-            out,
-            holder.1,
-            PeerBody::EcReadReq {
-                id: req,
-                memgest,
-                pg,
-                seq: None,
-                ranges,
-            },
-        );
+        let mut parity_reqs = BTreeMap::new();
+        for (q, node) in &holders {
+            let ranges: Vec<EcRange> = sources
+                .iter()
+                .filter_map(|s| match s {
+                    SourceRange::Parity { chunk, byte, len } if chunk.holder == *q => {
+                        Some(EcRange {
+                            parity: true,
+                            index: chunk.index,
+                            offset: u64::from(*byte),
+                            len: *len,
+                        })
+                    }
+                    _ => None,
+                })
+                .collect();
+            self.next_id = self.next_id.wrapping_add(1);
+            let req = self.next_id;
+            parity_reqs.insert(req, *q);
+            self.ec_reqs.insert(req, EcReq::Job { job: job_id });
+            self.send(
+                out,
+                *node,
+                PeerBody::EcReadReq {
+                    id: req,
+                    memgest,
+                    pg,
+                    seq: None,
+                    ranges,
+                },
+            );
+        }
         self.ec_jobs.insert(
             job_id,
             Job {
@@ -1580,15 +1665,18 @@ impl<S: ReplicaStore> Replica<S> {
                 offset,
                 len,
                 background,
-                holder,
+                holders,
                 sources,
-                parity_req: req,
-                seqs: Vec::new(),
+                parity_reqs,
+                seqs: BTreeMap::new(),
                 parity: BTreeMap::new(),
                 data: BTreeMap::new(),
                 data_reqs: BTreeMap::new(),
+                unavailable: BTreeSet::new(),
+                phase2: false,
                 sent_ms: now_ms,
                 failed: false,
+                attempt,
                 readers: Vec::new(),
             },
         );
@@ -1612,110 +1700,193 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(j) = self.ec_jobs.get_mut(&job) else {
             return;
         };
-        if !ready {
-            j.failed = true;
-            return;
-        }
-        if id == j.parity_req {
-            if from != j.holder.1 {
+        if let Some(q) = j.parity_reqs.remove(&id) {
+            if j.holders.iter().find(|h| h.0 == q).map(|h| h.1) != Some(from) {
                 return;
             }
             let ranges: Vec<(u64, u32, u32)> = j
                 .sources
                 .iter()
                 .filter_map(|s| match s {
-                    SourceRange::Parity { chunk, byte, len } if chunk.holder == j.holder.0 => {
+                    SourceRange::Parity { chunk, byte, len } if chunk.holder == q => {
                         Some((chunk.index, *byte, *len))
                     }
                     _ => None,
                 })
                 .collect();
-            if ranges.len() != pieces.len() {
-                j.failed = true;
-                return;
-            }
-            for (r, p) in ranges.into_iter().zip(pieces) {
-                j.parity.insert(r, p);
-            }
-            j.seqs = seqs;
-            // Phase 2: the data nodes' bytes as of the seqs this holder applied.
-            let mut by_node: BTreeMap<u32, Vec<EcRange>> = BTreeMap::new();
-            for s in &j.sources {
-                if let SourceRange::Data { node, offset, len } = s {
-                    by_node.entry(*node).or_default().push(EcRange {
-                        parity: false,
-                        index: u64::from(*node),
-                        offset: *offset,
-                        len: *len,
-                    });
+            if ready && ranges.len() == pieces.len() {
+                for ((index, byte, len), p) in ranges.into_iter().zip(pieces) {
+                    j.parity.insert((q, index, byte, len), p);
                 }
+                j.seqs.insert(q, seqs);
             }
-            let Some(d) = self.ec_data.get(&(j.pg, j.memgest)) else {
-                return;
-            };
-            let mut sends = Vec::new();
-            for (node, ranges) in by_node {
-                let Some(to) = d.group.get(node as usize).copied() else {
-                    j.failed = true;
-                    return;
-                };
-                let Some(at) = j.seqs.get(node as usize).copied() else {
-                    j.failed = true;
-                    return;
-                };
-                self.next_id = self.next_id.wrapping_add(1);
-                j.data_reqs.insert(self.next_id, node);
-                sends.push((to, self.next_id, at, ranges));
+            if !j.parity_reqs.is_empty() {
+                return; // wait for the other holders
             }
-            j.sent_ms = now_ms;
-            let (pg, memgest) = (j.pg, j.memgest);
-            let complete = j.data_reqs.is_empty();
-            for (to, rid, at, ranges) in sends {
-                self.ec_reqs.insert(rid, EcReq::Job { job });
-                self.send(
-                    out,
-                    to,
-                    PeerBody::EcReadReq {
-                        id: rid,
-                        memgest,
-                        pg,
-                        seq: Some(at),
-                        ranges,
-                    },
-                );
-            }
-            if complete {
-                self.finish_job(now_ms, job, out);
-            }
-            return;
-        } else if let Some(node) = j.data_reqs.get(&id).copied() {
-            let ranges: Vec<(u32, u64, u32)> = j
-                .sources
-                .iter()
-                .filter_map(|s| match s {
-                    SourceRange::Data {
-                        node: n,
-                        offset,
-                        len,
-                    } if *n == node => Some((*n, *offset, *len)),
-                    _ => None,
-                })
-                .collect();
-            if ranges.len() != pieces.len() {
+            if j.seqs.is_empty() {
                 j.failed = true;
                 return;
             }
-            for (r, p) in ranges.into_iter().zip(pieces) {
-                j.data.insert(r, p);
-            }
-            j.data_reqs.remove(&id);
-        } else {
+            self.start_phase2(now_ms, job, out);
             return;
         }
-        let complete = !j.seqs.is_empty() && j.data_reqs.is_empty();
+        let Some((node, seq)) = j.data_reqs.remove(&id) else {
+            return;
+        };
+        if j.holders.is_empty() {
+            return;
+        }
+        let ranges: Vec<(u32, u64, u32)> = j
+            .sources
+            .iter()
+            .filter_map(|s| match s {
+                SourceRange::Data {
+                    node: n,
+                    offset,
+                    len,
+                } if *n == node => Some((*n, *offset, *len)),
+                _ => None,
+            })
+            .collect();
+        if ready && ranges.len() == pieces.len() {
+            for ((n, o, l), p) in ranges.into_iter().zip(pieces) {
+                j.data.insert((n, o, l, seq), p);
+            }
+        } else {
+            // That survivor cannot help (itself recovering, or gone): decode without it.
+            j.unavailable.insert(node);
+        }
+        if j.data_reqs.is_empty() {
+            self.finish_job(now_ms, job, out);
+        }
+    }
+
+    /// Phase 2 of a decode job: every surviving data node's pieces as of each seq a holder
+    /// reported for it.
+    fn start_phase2(&mut self, now_ms: u64, job: u64, out: &mut Vec<Output>) {
+        let Some(j) = self.ec_jobs.get_mut(&job) else {
+            return;
+        };
+        for r in std::mem::take(&mut j.parity_reqs).into_keys() {
+            self.ec_reqs.remove(&r); // holders that did not answer in time are left out
+        }
+        if j.seqs.is_empty() {
+            j.failed = true;
+            return;
+        }
+        let mut by_node: BTreeMap<u32, Vec<EcRange>> = BTreeMap::new();
+        for s in &j.sources {
+            if let SourceRange::Data { node, offset, len } = s {
+                by_node.entry(*node).or_default().push(EcRange {
+                    parity: false,
+                    index: u64::from(*node),
+                    offset: *offset,
+                    len: *len,
+                });
+            }
+        }
+        let Some(d) = self.ec_data.get(&(j.pg, j.memgest)) else {
+            return;
+        };
+        let mut sends = Vec::new();
+        for (node, ranges) in by_node {
+            let Some(to) = d.group.get(node as usize).copied() else {
+                j.unavailable.insert(node);
+                continue;
+            };
+            let at: BTreeSet<u64> = j
+                .seqs
+                .values()
+                .filter_map(|v| v.get(node as usize).copied())
+                .collect();
+            for seq in at {
+                self.next_id = self.next_id.wrapping_add(1);
+                j.data_reqs.insert(self.next_id, (node, seq));
+                sends.push((to, self.next_id, seq, ranges.clone()));
+            }
+        }
+        j.phase2 = true;
+        j.sent_ms = now_ms;
+        let (pg, memgest) = (j.pg, j.memgest);
+        let complete = j.data_reqs.is_empty();
+        for (to, rid, at, ranges) in sends {
+            self.ec_reqs.insert(rid, EcReq::Job { job });
+            self.send(
+                out,
+                to,
+                PeerBody::EcReadReq {
+                    id: rid,
+                    memgest,
+                    pg,
+                    seq: Some(at),
+                    ranges,
+                },
+            );
+        }
         if complete {
             self.finish_job(now_ms, job, out);
         }
+    }
+
+    /// Parity of every usable holder, corrected to the reference holder's state; and the
+    /// reference seqs. Holders whose state differs for a data node we have no bytes of (lost
+    /// or unavailable) are left out: their parity cannot be corrected.
+    #[allow(clippy::type_complexity)]
+    fn consistent_parity(
+        j: &Job,
+        layout: &Layout,
+        codec: &Codec,
+        owner: u32,
+    ) -> Option<(Vec<u64>, BTreeMap<(u32, u64, u32, u32), Vec<u8>>)> {
+        let (rq, reference) = j
+            .holders
+            .iter()
+            .find_map(|(q, _)| j.seqs.get(q).map(|s| (*q, s.clone())))?;
+        let cb = u64::from(layout.chunk_bytes());
+        let mut parity = BTreeMap::new();
+        for (q, seqs) in &j.seqs {
+            let differs: Vec<u32> = (0..layout.s())
+                .filter(|i| seqs.get(*i as usize) != reference.get(*i as usize))
+                .collect();
+            let correctable = differs
+                .iter()
+                .all(|i| *i != owner && !j.unavailable.contains(i));
+            if *q != rq && !correctable {
+                continue;
+            }
+            for ((hq, index, byte, len), bytes) in j
+                .parity
+                .range((*q, 0, 0, 0)..=(*q, u64::MAX, u32::MAX, u32::MAX))
+            {
+                let mut b = bytes.clone();
+                if *q != rq && !differs.is_empty() {
+                    let cw = layout
+                        .parity_codeword(ParityChunk {
+                            holder: *hq,
+                            index: *index,
+                        })
+                        .ok()?;
+                    for p in 0..layout.k() {
+                        let m = layout.member(cw, p).ok()?;
+                        if !differs.contains(&m.node) {
+                            continue;
+                        }
+                        let off = m.chunk.checked_mul(cb)?.checked_add(u64::from(*byte))?;
+                        let here = j
+                            .data
+                            .get(&(m.node, off, *len, *seqs.get(m.node as usize)?))?;
+                        let there =
+                            j.data
+                                .get(&(m.node, off, *len, *reference.get(m.node as usize)?))?;
+                        let delta = ringlet_erasure::delta(there, here);
+                        let coef = codec.coefficient(*q, p).ok()?;
+                        ringlet_erasure::apply_delta(&mut b, coef, &delta, 0).ok()?;
+                    }
+                }
+                parity.insert((*hq, *index, *byte, *len), b);
+            }
+        }
+        Some((reference, parity))
     }
 
     fn finish_job(&mut self, now_ms: u64, job: u64, out: &mut Vec<Output>) {
@@ -1725,14 +1896,24 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(d) = self.ec_data.get_mut(&(j.pg, j.memgest)) else {
             return;
         };
-        let decoded = rebuild_range(
-            &d.layout,
-            &d.codec,
-            &Fetched { job: &j },
-            d.owner,
-            j.offset,
-            j.len,
-        );
+        let decoded = match Self::consistent_parity(&j, &d.layout, &d.codec, d.owner) {
+            Some((reference, parity)) => rebuild_range(
+                &d.layout,
+                &d.codec,
+                &Fetched {
+                    job: &j,
+                    reference: &reference,
+                    parity: &parity,
+                },
+                d.owner,
+                j.offset,
+                j.len,
+            ),
+            None => Err(ringlet_erasure::Error::NotEnoughShards {
+                missing: d.layout.m().saturating_add(1),
+                tolerated: d.layout.m(),
+            }),
+        };
         let bytes = match decoded {
             Ok(b) => b,
             Err(_) => {
@@ -1773,11 +1954,7 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     fn retry_job(&mut self, now_ms: u64, j: Job, out: &mut Vec<Output>) {
-        let attempt = j
-            .readers
-            .len()
-            .wrapping_add(1)
-            .wrapping_add(j.holder.0 as usize);
+        let attempt = j.attempt.wrapping_add(1);
         if j.background {
             if let Some(d) = self.ec_data.get_mut(&(j.pg, j.memgest)) {
                 if let DataState::Recovering(r) = &mut d.state {
@@ -1818,10 +1995,32 @@ impl<S: ReplicaStore> Replica<S> {
             .map(|(id, _)| *id)
             .collect();
         for id in stale {
-            if let Some(j) = self.ec_jobs.remove(&id) {
-                self.ec_reqs
-                    .retain(|_, r| !matches!(r, EcReq::Job { job } if *job == id));
-                self.retry_job(now_ms, j, out);
+            // A late answer is treated as a missing survivor: phase 1 goes on with the
+            // holders that answered, phase 2 decodes without the data nodes that did not.
+            let next = match self.ec_jobs.get_mut(&id) {
+                Some(j) if !j.failed && !j.phase2 && !j.seqs.is_empty() => 1,
+                Some(j) if !j.failed && j.phase2 && !j.data_reqs.is_empty() => {
+                    for (_, (node, _)) in std::mem::take(&mut j.data_reqs) {
+                        j.unavailable.insert(node);
+                    }
+                    2
+                }
+                _ => 0,
+            };
+            match next {
+                1 => self.start_phase2(now_ms, id, out),
+                2 => {
+                    self.ec_reqs
+                        .retain(|_, r| !matches!(r, EcReq::Job { job } if *job == id));
+                    self.finish_job(now_ms, id, out);
+                }
+                _ => {
+                    if let Some(j) = self.ec_jobs.remove(&id) {
+                        self.ec_reqs
+                            .retain(|_, r| !matches!(r, EcReq::Job { job } if *job == id));
+                        self.retry_job(now_ms, j, out);
+                    }
+                }
             }
         }
         let starts: Vec<(u32, MemgestId, u64, u64)> = self
