@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Liveness is the process's etcd lease (`--etcd-lease-s`; `--lease-ms` does not apply).
-//! Commands (drain, memgest create/default) go to the leader's control address, stored in
-//! `<prefix>/leader`: `ringlet node drain ID --control ADDR`.
+//! `MEMGEST ...` over RESP works at any node (relayed to the leader); `ringlet node drain ID
+//! --control ADDR` takes the leader's command address, stored in `<prefix>/leader`.
 
 use anyhow::{Context, Result};
 use clap::Args;
