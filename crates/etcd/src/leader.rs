@@ -51,8 +51,9 @@ pub const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
 pub const COMMAND_QUEUE_MAX: usize = 256;
 /// Longest a command waits for the leader loop's verdict.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
-/// Command connections at once.
-pub const COMMAND_CONNECTIONS_MAX: usize = 64;
+/// Command connections at once: every node's agent holds one for its usage reports, plus
+/// operators' commands (the embedded service's bound).
+pub const COMMAND_CONNECTIONS_MAX: usize = ringlet_cluster::control::CONTROL_CONNECTIONS_MAX;
 
 /// Work for the leader loop.
 pub enum Command {
