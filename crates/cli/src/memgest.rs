@@ -316,6 +316,15 @@ pub struct ShapedUp {
 /// node answers CLUSTER INFO with the control plane's epoch; Ctrl-C / SIGTERM stops all.
 pub fn up_shaped(o: &ShapedUp) -> Result<()> {
     use ringlet_cluster::launch::{ringlet_server_node_args, run_control, ControlOpts};
+    if o.s == 0 || o.nodes < usize::from(o.s) + usize::from(o.d) {
+        bail!(
+            "placement groups of s={} d={} need at least {} active nodes (--nodes {})",
+            o.s,
+            o.d,
+            usize::from(o.s) + usize::from(o.d),
+            o.nodes
+        );
+    }
     let total = o.nodes + o.spares;
     let control_port = o.base_port.saturating_add(total as u16);
     let rt = tokio::runtime::Builder::new_multi_thread()
