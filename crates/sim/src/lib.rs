@@ -22,7 +22,8 @@
 //! Goals: find protocol bugs in the cores the server runs, cheaply, reproducibly.
 //! Non-goals: performance modelling; clock skew (leases assume bounded drift, documented in
 //! docs/design/cluster-replication.md). `SimOptions::ec` runs the erasure-coded scenario
-//! (5 + 2 nodes, s = 3, d = 2, `ec:3+2` / `ec:2+1` keys and keys moving between memgests).
+//! (5 + 2 nodes, s = 3, d = 2, `ec:3+2` / `ec:2+1` keys and keys moving between memgests);
+//! `SimOptions::ec_double` adds crashes of two members of one PG at once (ec:3+2 only).
 //!
 //! Modules: [`rng`] (SplitMix64), [`sim`] (the world, clients, checkers).
 

@@ -124,3 +124,14 @@ fn ec_double_failures_8_seeds() {
     };
     run_all(seeds(7500..7508), &opts);
 }
+
+#[test]
+#[ignore]
+fn ec_all_faults_many_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        all_faults: true,
+        ..SimOptions::default()
+    };
+    run_all(seeds(7800..8000), &opts);
+}
