@@ -143,6 +143,9 @@ pub(super) struct Recover {
     good: Vec<(u32, NodeId)>,
     job: Option<u64>,
     next_try_ms: u64,
+    /// When the cursor last advanced (or recovery began): no progress for
+    /// `rebuild_timeout_ms` means the survivors cannot decode the rest.
+    progress_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -1474,6 +1477,70 @@ impl<S: ReplicaStore> Replica<S> {
     /// holder can match makes each reset and resynchronise from the data nodes' snapshots,
     /// so parity matches the (now empty) arena again.
     fn give_up_ec_load(&mut self, pg: u32, mid: MemgestId, out: &mut Vec<Output>) {
+        self.force_holder_resync(pg, mid, out);
+    }
+
+    /// Recovery made no progress for `rebuild_timeout_ms`: the rest of the arena cannot be
+    /// decoded (more failures than the memgest tolerates). Keep the keys whose bytes were
+    /// recovered, drop the others from the store and the arena (`PossibleLoss`), and make
+    /// the holders rebuild their parity from the arenas as they now are.
+    fn give_up_ec_recovery(&mut self, pg: u32, mid: MemgestId, out: &mut Vec<Output>) {
+        let Some(d) = self.ec_data.get_mut(&(pg, mid)) else {
+            return;
+        };
+        let DataState::Recovering(r) = &d.state else {
+            return;
+        };
+        let cursor = r.cursor;
+        let Ok(mut fresh) = Arena::new(d.layout, d.owner, d.arena.capacity()) else {
+            return;
+        };
+        let mut lost = Vec::new();
+        for (k, m) in d.arena.keys() {
+            if m.offset.saturating_add(m.len) <= cursor {
+                let _ = fresh.restore_key(k, *m);
+            } else {
+                lost.push((k.to_vec(), m.version));
+            }
+        }
+        // Recovered bytes, copied in bounded pieces.
+        let step = 1u64 << 20;
+        let mut at = 0u64;
+        while at < cursor {
+            let n = step.min(cursor - at);
+            if let Ok(b) = d.arena.read(at, n) {
+                let _ = fresh.restore_bytes(at, &b);
+            }
+            at = at.saturating_add(n);
+        }
+        fresh.set_last_seq(d.arena.last_seq());
+        d.arena = fresh;
+        for (k, v) in lost {
+            self.store.retire(&k, v);
+        }
+        // Readers waiting for decodes of this arena will not get them.
+        let jobs: Vec<u64> = self
+            .ec_jobs
+            .iter()
+            .filter(|(_, j)| j.pg == pg && j.memgest == mid)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in jobs {
+            if let Some(j) = self.ec_jobs.remove(&id) {
+                self.ec_reqs
+                    .retain(|_, r| !matches!(r, EcReq::Job { job } if *job == id));
+                for (client, rid, _, _, _) in j.readers {
+                    self.reply(out, client, rid, ClientReply::NotReady);
+                }
+            }
+        }
+        self.force_holder_resync(pg, mid, out);
+    }
+
+    /// Serve the arena as it is (`Ready`), report `PossibleLoss` for the PG's coordinated
+    /// ranges, and send an update with a base no holder can match: every holder resets and
+    /// rebuilds its parity from the data nodes' snapshots, so parity matches the arenas.
+    fn force_holder_resync(&mut self, pg: u32, mid: MemgestId, out: &mut Vec<Output>) {
         let Some(d) = self.ec_data.get_mut(&(pg, mid)) else {
             return;
         };
@@ -1570,6 +1637,7 @@ impl<S: ReplicaStore> Replica<S> {
                 good,
                 job: None,
                 next_try_ms: 0,
+                progress_ms: self.last_now_ms,
             })
         };
         let owner = d.owner;
@@ -1928,6 +1996,7 @@ impl<S: ReplicaStore> Replica<S> {
                 if r.job == Some(job) && r.cursor == j.offset {
                     let _ = d.arena.restore_bytes(j.offset, &bytes);
                     r.cursor = j.offset.saturating_add(j.len);
+                    r.progress_ms = now_ms;
                     r.job = None;
                     if r.cursor >= r.high_water {
                         d.state = DataState::Ready;
@@ -2022,6 +2091,19 @@ impl<S: ReplicaStore> Replica<S> {
                     }
                 }
             }
+        }
+        let give_up_ms = self.cfg.rebuild_timeout_ms;
+        let stalled: Vec<(u32, MemgestId)> = self
+            .ec_data
+            .iter()
+            .filter(|(_, d)| {
+                matches!(&d.state, DataState::Recovering(r)
+                    if now_ms.saturating_sub(r.progress_ms) >= give_up_ms)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for (pg, mid) in stalled {
+            self.give_up_ec_recovery(pg, mid, out);
         }
         let starts: Vec<(u32, MemgestId, u64, u64)> = self
             .ec_data
