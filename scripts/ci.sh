@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RINGLET_REQUIRE_REDIS=1   # differential tests fail (not skip) when Redis is missing
+export RINGLET_REQUIRE_ETCD=1    # the etcd backend tests fail (not skip) when etcd is missing
 # Partition tests need root (network namespaces + nft): required when CI runs as root (it
 # does on our runners), reported as SKIPPED otherwise.
 if [ "$(id -u)" -eq 0 ]; then export RINGLET_REQUIRE_NETNS=1; fi

@@ -71,6 +71,12 @@ pub enum ToControl {
     Drain {
         node: u32,
     },
+    /// A leaving node has nothing uncommitted at `epoch` (drain phase 2 may start).
+    Quiesced {
+        node: u32,
+        incarnation: u64,
+        epoch: u64,
+    },
     /// Reply with the current map (and keep pushing maps on this connection).
     Watch,
     CreateMemgest {
@@ -517,6 +523,18 @@ impl ControlService {
             ToControl::Drain { node } => {
                 let a = self.backend.step(Input::Drain { node: NodeId(node) });
                 self.carry_out(a, Some(conn))
+            }
+            ToControl::Quiesced {
+                node,
+                incarnation,
+                epoch,
+            } => {
+                let a = self.backend.step(Input::Quiesced {
+                    node: NodeId(node),
+                    incarnation,
+                    epoch: Epoch(epoch),
+                });
+                self.carry_out(a, None)
             }
             ToControl::Watch => {
                 self.state.lock().watchers.insert(conn);

@@ -498,7 +498,16 @@ impl Driver {
                             epoch: epoch.0,
                             sent_ms,
                         },
-                        // The core only emits Join and Heartbeat.
+                        ControlInput::Quiesced {
+                            node,
+                            incarnation,
+                            epoch,
+                        } => ToControl::Quiesced {
+                            node: node.0,
+                            incarnation,
+                            epoch: epoch.0,
+                        },
+                        // The core only emits Join, Heartbeat and Quiesced.
                         _ => continue,
                     };
                     let _ = self.control.send(m);

@@ -76,6 +76,12 @@ pub struct ClusterMap {
     pub default_memgest: MemgestId,
     /// Epoch of the bootstrap plan (0 before bootstrap).
     pub placed_epoch: Epoch,
+    /// Nodes asked to drain that still hold their roles (drain phase 1), with the epoch of
+    /// the request. Such a node refuses new writes (`Busy`, retried by clients) and finishes
+    /// those in flight; once it reports none left for that epoch (or after
+    /// `plane::DRAIN_QUIESCE_MS_MAX`) its roles move to a spare. Handing over with nothing in
+    /// flight is what lets a drain fail no client operation (docs/design/cluster-drain.md).
+    pub leaving: BTreeMap<NodeId, Epoch>,
 }
 
 impl Default for ClusterMap {
@@ -97,6 +103,7 @@ impl Default for ClusterMap {
             memgests,
             default_memgest: MemgestId::NONE,
             placed_epoch: Epoch(0),
+            leaving: BTreeMap::new(),
         }
     }
 }
@@ -228,6 +235,13 @@ impl ClusterMap {
         } else if self.nodes.values().any(|n| n.state == NodeState::Active) {
             return Err(MapError::Malformed("active node before bootstrap"));
         }
+        if self
+            .leaving
+            .keys()
+            .any(|n| self.node_state(*n) != Some(NodeState::Active))
+        {
+            return Err(MapError::Malformed("a leaving node is not active"));
+        }
         Ok(())
     }
 
@@ -274,6 +288,9 @@ struct ClusterMapWire {
     default_memgest: u16,
     #[serde(default)]
     placed_epoch: u64,
+    /// `[node, epoch]` pairs; absent in maps written before drains had two phases.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    leaving: Vec<(u32, u64)>,
 }
 
 impl From<ClusterMap> for ClusterMapWire {
@@ -305,6 +322,7 @@ impl From<ClusterMap> for ClusterMapWire {
                 .collect(),
             default_memgest: m.default_memgest.0,
             placed_epoch: m.placed_epoch.0,
+            leaving: m.leaving.iter().map(|(n, e)| (n.0, e.0)).collect(),
         }
     }
 }
@@ -312,7 +330,10 @@ impl From<ClusterMap> for ClusterMapWire {
 impl TryFrom<ClusterMapWire> for ClusterMap {
     type Error = MapError;
     fn try_from(w: ClusterMapWire) -> Result<Self, Self::Error> {
-        if w.nodes.len() > NODES_MAX || w.memgests.len() > MEMGESTS_MAX {
+        if w.nodes.len() > NODES_MAX
+            || w.memgests.len() > MEMGESTS_MAX
+            || w.leaving.len() > NODES_MAX
+        {
             return Err(MapError::Malformed("too many nodes or memgests"));
         }
         let mut nodes = BTreeMap::new();
@@ -359,6 +380,11 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
             memgests,
             default_memgest: MemgestId(w.default_memgest),
             placed_epoch: Epoch(w.placed_epoch),
+            leaving: w
+                .leaving
+                .iter()
+                .map(|&(n, e)| (NodeId(n), Epoch(e)))
+                .collect(),
         };
         m.validate()?;
         Ok(m)

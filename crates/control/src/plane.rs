@@ -28,6 +28,13 @@ use thiserror::Error;
 /// report intervals (nodes report every 100 ms) leave room for a slow node.
 pub const DROP_SETTLE_MS: u64 = 500;
 
+/// Longest a draining node may take to finish its in-flight writes before its roles move
+/// anyway (drain phase 2). Writes normally finish within a replication round trip; a node
+/// that cannot report (overloaded, its report lost, an etcd leader change) must not stall
+/// maintenance forever. Writes still in flight then are answered `Ambiguous`, as before
+/// drains had two phases.
+pub const DRAIN_QUIESCE_MS_MAX: u64 = 3_000;
+
 /// Keys and bytes of one memgest on one node (a node's engine counts every copy it holds:
 /// a `rep:3` key is counted on three nodes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,9 +137,19 @@ pub enum Input {
     Bootstrap {
         active: usize,
     },
-    /// Planned maintenance: hand `node`'s roles to a spare.
+    /// Planned maintenance: hand `node`'s roles to a spare. Two phases
+    /// (docs/design/cluster-drain.md): the node is first listed in [`ClusterMap::leaving`]
+    /// (it keeps its roles, refuses new writes and finishes those in flight); its roles move
+    /// to a spare on [`Input::Quiesced`] or after [`DRAIN_QUIESCE_MS_MAX`].
     Drain {
         node: NodeId,
+    },
+    /// A leaving node has no uncommitted write at `epoch` (its map's epoch, at least the
+    /// one that listed it as leaving): its roles can move without abandoning a write.
+    Quiesced {
+        node: NodeId,
+        incarnation: u64,
+        epoch: Epoch,
     },
     CreateMemgest {
         name: String,
@@ -243,6 +260,9 @@ pub struct ControlPlane {
     usage: BTreeMap<NodeId, UsageReport>,
     /// Memgests being dropped: the epoch and time at which they were closed.
     closing: BTreeMap<MemgestId, (Epoch, u64)>,
+    /// When each node of `map.leaving` was asked to leave (this process's clock; a resumed
+    /// leader starts counting when it first ticks).
+    leaving_since: BTreeMap<NodeId, u64>,
 }
 
 impl ControlPlane {
@@ -256,6 +276,7 @@ impl ControlPlane {
             leases: BTreeMap::new(),
             usage: BTreeMap::new(),
             closing: BTreeMap::new(),
+            leaving_since: BTreeMap::new(),
         })
     }
 
@@ -328,8 +349,23 @@ impl ControlPlane {
                 }
             }
             Input::Drain { node } => {
-                if let Err(e) = self.drain(node, &mut out) {
+                if let Err(e) = self.drain(now_ms, node, &mut out) {
                     out.push(Action::Rejected(e));
+                }
+            }
+            Input::Quiesced {
+                node,
+                incarnation,
+                epoch,
+            } => {
+                let asked = self.map.leaving.get(&node).copied();
+                let same = self
+                    .map
+                    .nodes
+                    .get(&node)
+                    .is_some_and(|n| n.incarnation == incarnation);
+                if same && asked.is_some_and(|e| epoch >= e) {
+                    self.finish_drain(node, &mut out);
                 }
             }
             Input::CreateMemgest {
@@ -481,6 +517,7 @@ impl ControlPlane {
             if let Some(info) = next.nodes.get_mut(&node) {
                 info.state = NodeState::Failed;
             }
+            next.leaving.remove(&node);
             let spare = pick_spare(&next, Some(node));
             let replacement = spare.unwrap_or(node);
             if replacement != node {
@@ -550,8 +587,25 @@ impl ControlPlane {
             }
         }
         changed |= self.fill_failed(&mut next);
+        // A node that failed while leaving is no longer leaving: failover took its roles.
+        let before = next.leaving.len();
+        next.leaving.retain(|n, _| {
+            next.nodes
+                .get(n)
+                .is_some_and(|i| i.state == NodeState::Active)
+        });
+        changed |= next.leaving.len() != before;
         if changed {
             self.commit(next, out);
+        }
+        // Leaving nodes that did not report quiesced in time hand over anyway.
+        let leaving: Vec<NodeId> = self.map.leaving.keys().copied().collect();
+        self.leaving_since.retain(|n, _| leaving.contains(n));
+        for n in leaving {
+            let since = *self.leaving_since.entry(n).or_insert(now_ms);
+            if now_ms.saturating_sub(since) >= DRAIN_QUIESCE_MS_MAX {
+                self.finish_drain(n, out);
+            }
         }
     }
 
@@ -609,21 +663,54 @@ impl ControlPlane {
         Ok(())
     }
 
-    fn drain(&mut self, node: NodeId, out: &mut Vec<Action>) -> Result<(), ControlError> {
+    /// Drain phase 1: list `node` as leaving (it keeps its roles and stops taking writes).
+    /// Asking again while it is leaving is not an error.
+    fn drain(
+        &mut self,
+        now_ms: u64,
+        node: NodeId,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ControlError> {
         match self.map.node_state(node) {
             None => return Err(ControlError::UnknownNode(node)),
             Some(NodeState::Active) => {}
             Some(_) => return Err(ControlError::NotActive(node)),
         }
-        let mut next = (*self.map).clone();
-        let spare = pick_spare(&next, Some(node)).ok_or(ControlError::NoSpare)?;
-        if let Some(p) = next.placement.as_mut() {
-            p.substitute(node, spare);
+        if self.map.leaving.contains_key(&node) {
+            return Ok(());
         }
-        set_state(&mut next, spare, NodeState::Active);
-        set_state(&mut next, node, NodeState::Draining);
+        // Refuse now rather than after the quiesce if no spare could take the roles.
+        pick_spare(&self.map, Some(node)).ok_or(ControlError::NoSpare)?;
+        let mut next = (*self.map).clone();
+        next.leaving.insert(node, self.next_epoch());
+        self.leaving_since.insert(node, now_ms);
         self.commit(next, out);
         Ok(())
+    }
+
+    /// Drain phase 2: substitute a spare at every position of the leaving `node`. With no
+    /// spare left (it failed meanwhile) the drain is called off so the node takes writes
+    /// again.
+    fn finish_drain(&mut self, node: NodeId, out: &mut Vec<Action>) {
+        self.leaving_since.remove(&node);
+        let mut next = (*self.map).clone();
+        if next.leaving.remove(&node).is_none() {
+            return;
+        }
+        match pick_spare(&next, Some(node)) {
+            Some(spare) => {
+                if let Some(p) = next.placement.as_mut() {
+                    p.substitute(node, spare);
+                }
+                set_state(&mut next, spare, NodeState::Active);
+                set_state(&mut next, node, NodeState::Draining);
+                self.commit(next, out);
+            }
+            None => {
+                self.commit(next, out);
+                out.push(Action::Rejected(ControlError::NoSpare));
+            }
+        }
     }
 
     fn create_memgest(
@@ -871,6 +958,9 @@ fn set_state(map: &mut ClusterMap, node: NodeId, state: NodeState) {
         }
         n.state = state;
     }
+    if state != NodeState::Active {
+        map.leaving.remove(&node);
+    }
 }
 
 #[cfg(test)]
@@ -985,15 +1075,66 @@ mod tests {
     }
 
     #[test]
-    fn drain_moves_roles() {
+    fn drain_moves_roles_once_the_node_is_quiesced() {
         let mut cp = cluster(4, 3);
+        let inc = cp.map().nodes[&NodeId(3)].incarnation;
+        // Phase 1: listed as leaving, roles kept.
         let out = cp.step(10, Input::Drain { node: NodeId(3) });
         let m = published(&out).unwrap();
+        let asked = m.leaving[&NodeId(3)];
+        assert_eq!(asked, m.epoch);
+        assert_eq!(m.node_state(NodeId(3)), Some(NodeState::Active));
+        assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Spare));
+        // Asking again is not an error and changes nothing.
+        assert!(cp.step(11, Input::Drain { node: NodeId(3) }).is_empty());
+        // A report for an older epoch or another incarnation does not count.
+        let stale = Input::Quiesced {
+            node: NodeId(3),
+            incarnation: inc,
+            epoch: Epoch(asked.0 - 1),
+        };
+        assert!(cp.step(12, stale).is_empty());
+        let other = Input::Quiesced {
+            node: NodeId(3),
+            incarnation: inc + 1,
+            epoch: asked,
+        };
+        assert!(cp.step(12, other).is_empty());
+        // Phase 2 on the node's report.
+        let out = cp.step(
+            13,
+            Input::Quiesced {
+                node: NodeId(3),
+                incarnation: inc,
+                epoch: asked,
+            },
+        );
+        let m = published(&out).unwrap();
+        assert!(m.leaving.is_empty());
         assert_eq!(m.node_state(NodeId(3)), Some(NodeState::Draining));
         assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Active));
-        // No second spare: refused.
-        let out = cp.step(11, Input::Drain { node: NodeId(1) });
+        // No second spare: refused up front.
+        let out = cp.step(14, Input::Drain { node: NodeId(1) });
         assert_eq!(out, vec![Action::Rejected(ControlError::NoSpare)]);
+    }
+
+    #[test]
+    fn drain_moves_roles_after_the_quiesce_limit_without_a_report() {
+        let mut cp = cluster(4, 3);
+        for n in 1..=4 {
+            beat(&mut cp, 100, n);
+        }
+        published(&cp.step(100, Input::Drain { node: NodeId(3) })).unwrap();
+        for n in 1..=4 {
+            beat(&mut cp, 100 + DRAIN_QUIESCE_MS_MAX - 10, n);
+        }
+        assert!(cp
+            .step(100 + DRAIN_QUIESCE_MS_MAX - 1, Input::Tick)
+            .is_empty());
+        let out = cp.step(100 + DRAIN_QUIESCE_MS_MAX, Input::Tick);
+        let m = published(&out).unwrap();
+        assert!(m.leaving.is_empty());
+        assert_eq!(m.node_state(NodeId(3)), Some(NodeState::Draining));
     }
 
     #[test]

@@ -258,6 +258,18 @@ impl ControlBackend for EtcdBackend {
                     ec,
                 });
             }
+            // Drain phase 2 is the leader's decision: forward like usage reports.
+            Input::Quiesced {
+                node,
+                incarnation,
+                epoch,
+            } => {
+                let _ = self.usage_tx.try_send(ToControl::Quiesced {
+                    node: node.0,
+                    incarnation,
+                    epoch: epoch.0,
+                });
+            }
             // Commands are the leader's (the service forwards them while a leader is known,
             // see `command_forward`).
             _ => out.push(Action::Rejected(ControlError::Config(NOT_LEADER))),

@@ -660,6 +660,22 @@ async fn answer(
             }
             return None;
         }
+        // A leaving node's "nothing in flight" (drain phase 2), forwarded by its agent.
+        ToControl::Quiesced {
+            node,
+            incarnation,
+            epoch,
+        } => {
+            if status.is_leader() {
+                let input = Input::Quiesced {
+                    node: NodeId(node),
+                    incarnation,
+                    epoch: Epoch(epoch),
+                };
+                let _ = commands.try_send(Command::Step { input, reply: None });
+            }
+            return None;
+        }
         ToControl::Memgests {
             mttf_hours,
             rebuild_hours,

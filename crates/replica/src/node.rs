@@ -239,6 +239,8 @@ pub struct Replica<S: ReplicaStore> {
     hlc: Hlc,
     lease_until_ms: u64,
     last_heartbeat_ms: Option<u64>,
+    /// When this node last told the control plane it is quiesced (drain phase 1).
+    last_quiesced_ms: Option<u64>,
     ranges: Vec<RangeState>,
     fences: BTreeMap<Slot, Fence>,
     pending: BTreeMap<Version, Pending>,
@@ -314,6 +316,7 @@ impl<S: ReplicaStore> Replica<S> {
             hlc: Hlc::new(id.0),
             lease_until_ms: 0,
             last_heartbeat_ms: None,
+            last_quiesced_ms: None,
             ranges: Vec::new(),
             fences: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -722,6 +725,11 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(map) = self.map.clone() else {
             return self.reply(out, client, id, ClientReply::NotCoordinator);
         };
+        // Drain phase 1: finish what is in flight, take nothing new, so the hand-over to the
+        // spare abandons no write (the client retries and reaches the successor).
+        if map.leaving.contains_key(&self.id) {
+            return self.reply(out, client, id, ClientReply::Busy);
+        }
         let memgest = match (memgest, &value) {
             (Some(m), _) => m,
             (None, Some(_)) => map.default_memgest,
@@ -2023,6 +2031,31 @@ impl<S: ReplicaStore> Replica<S> {
 
     // ------------------------------------------------------------------ time
 
+    /// While the map lists this node as leaving (drain phase 1), tell the control plane once
+    /// every write it accepted has committed, so its roles can move with nothing in flight.
+    /// Repeated every heartbeat interval (a report may be lost; the control plane ignores
+    /// duplicates).
+    fn report_quiesced(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let Some(asked) = self
+            .map
+            .as_ref()
+            .and_then(|m| m.leaving.get(&self.id).copied())
+        else {
+            return;
+        };
+        let due = self
+            .last_quiesced_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= self.cfg.heartbeat_interval_ms);
+        if due && self.epoch >= asked && self.pending.values().all(|p| p.committed) {
+            self.last_quiesced_ms = Some(now_ms);
+            out.push(Output::Control(ControlInput::Quiesced {
+                node: self.id,
+                incarnation: self.incarnation,
+                epoch: self.epoch,
+            }));
+        }
+    }
+
     fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         let due = self
             .last_heartbeat_ms
@@ -2044,6 +2077,7 @@ impl<S: ReplicaStore> Replica<S> {
                 }));
             }
         }
+        self.report_quiesced(now_ms, out);
         // Retransmit unacknowledged replication (bounded by the in-flight limits).
         let retransmit = self.cfg.retransmit_ms;
         let mut sends = Vec::new();
