@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]
-//! ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3]
+//! ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3] [--pg-data S --pg-redundant D]
 //! ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS]
 //! ringlet-cluster drain --control HOST:PORT ID
 //! ringlet-cluster map --control HOST:PORT
@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]\n  ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3]\n  ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
+        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]\n  ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3] [--pg-data S --pg-redundant D]\n  ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
     );
     ExitCode::from(2)
 }
@@ -114,13 +114,15 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
             let nodes: usize = a.get("nodes")?.unwrap_or(0);
             let spares: usize = a.get("spares")?.unwrap_or(0);
             let port: u16 = a.req("port")?;
+            // PG shape: as `up` chooses it (an ec:K+M default gets s=K, d=M), unless given.
+            let (s0, d0) = launch::pg_shape(nodes, a.memgest()?);
             let o = ControlOpts {
                 bind: SocketAddr::new(a.bind_ip()?, port),
                 expect_nodes: nodes + spares,
                 active: nodes,
                 default_memgest: a.memgest()?,
-                s: 2,
-                d: 1,
+                s: a.get("pg-data")?.unwrap_or(s0),
+                d: a.get("pg-redundant")?.unwrap_or(d0),
                 lease_ms,
             };
             rt.block_on(async {
