@@ -805,14 +805,31 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(r, FromControl::Error(_)), "{r:?}");
+        // Phase 1: node 2 is leaving but keeps its roles until it reports Quiesced (over its
+        // node link, as the replica core's report travels).
         let r = request(&addr.to_string(), &ToControl::Watch).await.unwrap();
         let FromControl::Map(m) = r else {
             panic!("{r:?}")
         };
         assert_eq!(
             m.node_state(NodeId(2)),
-            Some(ringlet_control::NodeState::Draining)
+            Some(ringlet_control::NodeState::Active)
         );
+        let asked = m.leaving[&NodeId(2)];
+        assert!(clients[1].send(ToControl::Quiesced {
+            node: 2,
+            incarnation: 1,
+            epoch: asked.0,
+        }));
+        loop {
+            let (n, m) = rx.recv().await.unwrap();
+            if let (1, FromControl::Map(m)) = (n, m) {
+                if m.node_state(NodeId(2)) == Some(ringlet_control::NodeState::Draining) {
+                    assert!(m.leaving.is_empty());
+                    break;
+                }
+            }
+        }
     }
 
     #[tokio::test]

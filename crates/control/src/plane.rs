@@ -229,6 +229,8 @@ pub enum ControlError {
         "memgest {name} still holds {keys} keys (counting every copy); move or delete them first"
     )]
     MemgestInUse { name: String, keys: u64 },
+    #[error("node {0} is already draining (finishing its in-flight writes)")]
+    AlreadyLeaving(NodeId),
     #[error("memgest {0} is being dropped: waiting for every node's usage report")]
     DropPending(String),
     #[error("memgest {0} is being dropped")]
@@ -664,7 +666,7 @@ impl ControlPlane {
     }
 
     /// Drain phase 1: list `node` as leaving (it keeps its roles and stops taking writes).
-    /// Asking again while it is leaving is not an error.
+    /// Asking again while it is leaving is refused (the caller gets a verdict either way).
     fn drain(
         &mut self,
         now_ms: u64,
@@ -677,7 +679,7 @@ impl ControlPlane {
             Some(_) => return Err(ControlError::NotActive(node)),
         }
         if self.map.leaving.contains_key(&node) {
-            return Ok(());
+            return Err(ControlError::AlreadyLeaving(node));
         }
         // Refuse now rather than after the quiesce if no spare could take the roles.
         pick_spare(&self.map, Some(node)).ok_or(ControlError::NoSpare)?;
@@ -1085,8 +1087,11 @@ mod tests {
         assert_eq!(asked, m.epoch);
         assert_eq!(m.node_state(NodeId(3)), Some(NodeState::Active));
         assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Spare));
-        // Asking again is not an error and changes nothing.
-        assert!(cp.step(11, Input::Drain { node: NodeId(3) }).is_empty());
+        // Asking again is refused and changes nothing.
+        assert_eq!(
+            cp.step(11, Input::Drain { node: NodeId(3) }),
+            vec![Action::Rejected(ControlError::AlreadyLeaving(NodeId(3)))]
+        );
         // A report for an older epoch or another incarnation does not count.
         let stale = Input::Quiesced {
             node: NodeId(3),
