@@ -118,6 +118,12 @@ fn own(r: &ClusterRequest<'_>) -> Req {
             epoch,
             key: key.to_vec(),
         },
+        // The opcode is decoded (and length-checked) but not served yet: MEMGEST lives on
+        // the RESP front (`resp::Front::memgest`), which this connection does not hold.
+        ClusterRequest::Memgest { .. } => Req::Unsupported(
+            Opcode::Memgest,
+            "MEMGEST over native frames is not served yet (use RESP or the CLI)",
+        ),
     }
 }
 

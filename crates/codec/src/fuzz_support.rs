@@ -128,6 +128,14 @@ pub fn native_decode_stream(data: &[u8]) {
                     assert!(single.is_err());
                     assert!(key.len() <= limits::KEY_BYTES_MAX as usize);
                 }
+                ClusterRequest::Memgest { args } => {
+                    assert!(single.is_err());
+                    assert!(args.len() <= limits::BATCH_KEYS_MAX as usize);
+                    assert_eq!(args.iter().count(), args.len());
+                    assert!(args
+                        .iter()
+                        .all(|a| a.len() <= limits::KEY_BYTES_MAX as usize));
+                }
             }
             let mut enc = Vec::new();
             native::encode_cluster_request_frame(&mut enc, f.request_id, &f.request);

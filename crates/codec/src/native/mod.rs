@@ -31,15 +31,15 @@ pub mod response;
 
 pub use request::{
     decode_cluster_request_frame, decode_request_frame, encode_cluster_map_request,
-    encode_cluster_request_frame, encode_del, encode_get, encode_incr_by, encode_mget, encode_ping,
-    encode_read_replica, encode_request_frame, encode_set, ClusterRequest, ClusterRequestFrame,
-    KeyList, NativeRequest, RequestFrame, SetCond, SetRequest,
+    encode_cluster_request_frame, encode_del, encode_get, encode_incr_by, encode_memgest,
+    encode_mget, encode_ping, encode_read_replica, encode_request_frame, encode_set,
+    ClusterRequest, ClusterRequestFrame, KeyList, NativeRequest, RequestFrame, SetCond, SetRequest,
 };
 pub use response::{
     decode_response_frame, encode_cluster_map_response, encode_error_response, encode_get_response,
-    encode_int_response, encode_read_replica_response, encode_response_frame,
-    encode_status_response, MgetItem, MgetItems, MgetResponseWriter, ReplicaValue, ResponseBody,
-    ResponseFrame, Status,
+    encode_int_response, encode_memgest_response, encode_read_replica_response,
+    encode_response_frame, encode_status_response, MgetItem, MgetItems, MgetResponseWriter,
+    ReplicaValue, ResponseBody, ResponseFrame, Status,
 };
 
 use crate::error::DecodeError;
@@ -78,6 +78,9 @@ pub enum Opcode {
     ClusterMap = 7,
     /// Cluster mode: one quorum-read leg: this node's version, memgest and value of a key.
     ReadReplica = 8,
+    /// Cluster mode: a MEMGEST management command (the words after `MEMGEST`); the reply is
+    /// MEMGEST's RESP3 reply, carried as bytes.
+    Memgest = 9,
 }
 
 impl Opcode {
@@ -92,6 +95,7 @@ impl Opcode {
             6 => Opcode::IncrBy,
             7 => Opcode::ClusterMap,
             8 => Opcode::ReadReplica,
+            9 => Opcode::Memgest,
             _ => return None,
         })
     }

@@ -12,6 +12,7 @@
 //! | INCRBY | `delta i64 \| key` |
 //! | CLUSTER_MAP | empty (cluster mode only) |
 //! | READ_REPLICA | `epoch u64 \| key` (cluster mode only) |
+//! | MEMGEST | `count u32 \| arg * count` (cluster mode only; each arg ≤ `limits::KEY_BYTES_MAX`) |
 //!
 //! [`decode_request_frame`] (a single node) refuses the cluster-only opcodes as unknown;
 //! [`decode_cluster_request_frame`] (a cluster-mode node) accepts them.
@@ -200,6 +201,9 @@ pub fn decode_request_frame(buf: &[u8]) -> Result<Option<(RequestFrame<'_>, usiz
             ClusterRequest::ReadReplica { .. } => {
                 Err(DecodeError::UnknownOpcode(Opcode::ReadReplica as u8))
             }
+            ClusterRequest::Memgest { .. } => {
+                Err(DecodeError::UnknownOpcode(Opcode::Memgest as u8))
+            }
         },
     }
 }
@@ -220,6 +224,14 @@ pub enum ClusterRequest<'a> {
         /// The key.
         key: &'a [u8],
     },
+    /// MEMGEST: a memgest management command. `args` are the words after `MEMGEST` (e.g.
+    /// `CREATE cold ec 3 2`, `MOVE key name`); at most `limits::BATCH_KEYS_MAX` of them, each
+    /// at most `limits::KEY_BYTES_MAX` bytes (an argument may be a key). Same layout as MGET's
+    /// key list, validated at decode, iterated in place.
+    Memgest {
+        /// The subcommand and its arguments.
+        args: KeyList<'a>,
+    },
 }
 
 impl ClusterRequest<'_> {
@@ -229,6 +241,7 @@ impl ClusterRequest<'_> {
             ClusterRequest::Data(r) => r.opcode(),
             ClusterRequest::ClusterMap => Opcode::ClusterMap,
             ClusterRequest::ReadReplica { .. } => Opcode::ReadReplica,
+            ClusterRequest::Memgest { .. } => Opcode::Memgest,
         }
     }
 }
@@ -295,6 +308,9 @@ pub fn decode_cluster_request_frame(
                 key: c.key()?,
             }
         }
+        Opcode::Memgest => ClusterRequest::Memgest {
+            args: KeyList::parse(&mut c)?,
+        },
     };
     c.finish()?;
     Ok(Some((
@@ -318,6 +334,32 @@ pub fn encode_cluster_request_frame<S: Sink + ?Sized>(
         ClusterRequest::ReadReplica { epoch, key } => {
             encode_read_replica(out, request_id, *epoch, key)
         }
+        ClusterRequest::Memgest { args } => {
+            // The list was validated at decode: write it back as it came.
+            put_header(
+                out,
+                Opcode::Memgest,
+                0,
+                request_id,
+                4usize.saturating_add(args.raw.len()),
+            );
+            out.put(&args.count.to_be_bytes());
+            out.put(args.raw);
+        }
+    }
+}
+
+/// MEMGEST `args` (the words after `MEMGEST`). The caller keeps each argument within
+/// `limits::KEY_BYTES_MAX` and their number within `limits::BATCH_KEYS_MAX`; the node refuses
+/// the frame otherwise.
+pub fn encode_memgest<S: Sink + ?Sized, A: AsRef<[u8]>>(out: &mut S, request_id: u64, args: &[A]) {
+    let body = args.iter().fold(4usize, |n, a| {
+        n.saturating_add(4).saturating_add(a.as_ref().len())
+    });
+    put_header(out, Opcode::Memgest, 0, request_id, body);
+    out.put(&len32(args.len()).to_be_bytes());
+    for a in args {
+        put_bytes(out, a.as_ref());
     }
 }
 
@@ -597,6 +639,17 @@ mod tests {
 
     #[test]
     fn cluster_opcodes_round_trip_and_single_node_refuses_them() {
+        let mut memgest_buf = Vec::new();
+        encode_memgest(&mut memgest_buf, 9, &["CREATE", "cold", "ec", "3", "2"]);
+        fn memgest_req(buf: &[u8]) -> ClusterRequest<'_> {
+            let (f, _) = decode_cluster_request_frame(buf).unwrap().unwrap();
+            let ClusterRequest::Memgest { args } = f.request else {
+                panic!("not MEMGEST")
+            };
+            let words: Vec<&[u8]> = args.iter().collect();
+            assert_eq!(words, [&b"CREATE"[..], b"cold", b"ec", b"3", b"2"]);
+            f.request
+        }
         for req in [
             ClusterRequest::ClusterMap,
             ClusterRequest::ReadReplica {
@@ -604,6 +657,7 @@ mod tests {
                 key: b"user:1",
             },
             ClusterRequest::Data(NativeRequest::Get { key: b"k" }),
+            memgest_req(&memgest_buf),
         ] {
             let mut out = Vec::new();
             encode_cluster_request_frame(&mut out, 5, &req);
@@ -623,6 +677,21 @@ mod tests {
         let mut out = Vec::new();
         encode_read_replica(&mut out, 1, Epoch(1), b"k");
         out[24..28].copy_from_slice(&(limits::KEY_BYTES_MAX + 1).to_be_bytes());
+        assert_eq!(
+            decode_cluster_request_frame(&out),
+            Err(DecodeError::KeyTooLarge(limits::KEY_BYTES_MAX + 1))
+        );
+        // MEMGEST: too many arguments, or an argument over the key limit, are refused.
+        let mut out = Vec::new();
+        encode_memgest(&mut out, 1, &["LIST"]);
+        out[16..20].copy_from_slice(&(limits::BATCH_KEYS_MAX + 1).to_be_bytes());
+        assert_eq!(
+            decode_cluster_request_frame(&out),
+            Err(DecodeError::BatchTooLarge(limits::BATCH_KEYS_MAX + 1))
+        );
+        let mut out = Vec::new();
+        encode_memgest(&mut out, 1, &["LIST"]);
+        out[20..24].copy_from_slice(&(limits::KEY_BYTES_MAX + 1).to_be_bytes());
         assert_eq!(
             decode_cluster_request_frame(&out),
             Err(DecodeError::KeyTooLarge(limits::KEY_BYTES_MAX + 1))

@@ -16,6 +16,7 @@
 //! | OK | MGET | `count u32 \| (item_status u8 \| version u128 \| value) * count` |
 //! | OK | INCRBY | `value i64` |
 //! | OK | CLUSTER_MAP | `map` (`len u32 \| JSON`) |
+//! | OK | MEMGEST | `reply` (`len u32 \| RESP3 bytes`, ≤ `limits::VALUE_BYTES_MAX`) |
 //! | OK | READ_REPLICA | `len u32 \| memgest u16 \| present u8 \| value bytes` ([`ReplicaValue`]) |
 //! | anything else | | empty |
 //!
@@ -238,7 +239,7 @@ pub fn decode_response_frame(
                 ResponseBody::Values(MgetItems { count, raw })
             }
             Opcode::IncrBy => ResponseBody::Int(c.i64()?),
-            Opcode::ClusterMap => ResponseBody::Value(c.value()?),
+            Opcode::ClusterMap | Opcode::Memgest => ResponseBody::Value(c.value()?),
             Opcode::ReadReplica => {
                 let blob = c.replica_blob()?;
                 ReplicaValue::parse(blob)?;
@@ -477,6 +478,25 @@ pub fn encode_cluster_map_response<S: Sink + ?Sized>(
     put_bytes(out, json);
 }
 
+/// OK MEMGEST response: `resp3` is the command's reply as RESP3 bytes (the same reply the
+/// RESP front sends, decoded by the client with the codec's RESP reply decoder), so the native
+/// protocol needs no second encoding of every MEMGEST reply shape. A MEMGEST that fails
+/// (unknown memgest, refused DROP) is still `OK` here with a RESP error reply inside: the
+/// frame status is about transport and routing (MOVED, TRY_AGAIN), the reply about the command.
+pub fn encode_memgest_response<S: Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    epoch: Epoch,
+    resp3: &[u8],
+) {
+    let body = RESPONSE_FIXED_BYTES
+        .saturating_add(4)
+        .saturating_add(resp3.len());
+    put_header(out, Opcode::Memgest, FLAG_RESPONSE, request_id, body);
+    put_prefix(out, Status::OK, epoch, Version::ZERO);
+    put_bytes(out, resp3);
+}
+
 /// Streams an MGET response into a sink: `begin`, one `push` per key, `finish` (which fills
 /// in the body length and the count). Nothing is buffered besides the sink itself.
 #[derive(Debug)]
@@ -634,6 +654,16 @@ mod tests {
         assert_eq!(ReplicaValue::parse(blob).unwrap(), tomb);
         let (c, _) = decode_response_frame(&out[n + m..]).unwrap().unwrap();
         assert_eq!(c.body, ResponseBody::Value(b"{}"));
+        let mut mg = Vec::new();
+        encode_memgest_response(&mut mg, 7, Epoch(4), b"+OK\r\n");
+        let (d, k) = decode_response_frame(&mg).unwrap().unwrap();
+        assert_eq!(
+            (d.opcode, d.body, k),
+            (Opcode::Memgest, ResponseBody::Value(b"+OK\r\n"), mg.len())
+        );
+        let mut again = Vec::new();
+        encode_response_frame(&mut again, &d);
+        assert_eq!(again, mg);
         // Value bytes without PRESENT, and unknown flags, are malformed.
         let mut bad = Vec::new();
         encode_read_replica_response(&mut bad, 1, Epoch(4), Version(9), &hit);
