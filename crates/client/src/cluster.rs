@@ -41,8 +41,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use ringlet_codec::native::{self, ReplicaValue, SetRequest, Status};
+use ringlet_codec::resp::{decode_reply, Reply};
 use ringlet_control::ClusterMap;
-use ringlet_types::{key_slot, limits, Epoch, MemgestId, NodeId};
+use ringlet_types::{key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId};
 use tokio::time::Instant;
 
 use crate::client::{join_all, unexpected, MgetValue, Pool, SetOptions, SetOutcome, Versioned};
@@ -901,6 +902,129 @@ impl ClusterClient {
     pub async fn refresh_map(&self) -> Result<(), Error> {
         self.refresh(Epoch(0), true).await
     }
+
+    /// `MEMGEST args...` over the native protocol (opcode MEMGEST, docs/protocol.md §2.5):
+    /// the command's reply in the RESP front's shapes (docs/design/memgest-commands.md). A
+    /// refused command (unknown memgest, DROP while keys live, ...) is `Ok(Reply::Error)`;
+    /// `Err` is transport, routing or protocol. `MOVE`/`KEY` go to the key's coordinator,
+    /// the rest to any node (they reach the control plane from there).
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn memgest_command<A: AsRef<[u8]>>(&self, args: &[A]) -> Result<Reply, Error> {
+        let sub = args.first().map(|a| a.as_ref().to_ascii_lowercase());
+        let keyed = matches!(sub.as_deref(), Some(b"move") | Some(b"key"));
+        let key: &[u8] = match args.get(1) {
+            Some(k) if keyed => k.as_ref(),
+            _ => b"",
+        };
+        if keyed {
+            Self::check_key(key)?;
+        }
+        let read_only = matches!(
+            sub.as_deref(),
+            Some(b"list") | Some(b"info") | Some(b"key") | Some(b"help")
+        );
+        let idem = if read_only { Idem::Yes } else { Idem::No };
+        let r = self
+            .coord_call(key, idem, |out, id| native::encode_memgest(out, id, args))
+            .await?;
+        match &r.body {
+            Body::Value(b) => match decode_reply(b) {
+                Ok(Some((reply, n))) if n == b.len() => Ok(reply),
+                _ => Err(Error::UnexpectedResponse(
+                    "MEMGEST: the reply is not one RESP value".into(),
+                )),
+            },
+            other => Err(unexpected("MEMGEST", r.status, other)),
+        }
+    }
+
+    /// A MEMGEST that answers `+OK`; a refusal becomes [`Error::Server`] (`BAD_REQUEST`)
+    /// with the node's message.
+    async fn memgest_ok(&self, args: &[&[u8]]) -> Result<(), Error> {
+        match self.memgest_command(args).await? {
+            Reply::Simple(_) => Ok(()),
+            Reply::Error(m) => Err(Error::Server {
+                status: Status::BAD_REQUEST,
+                message: String::from_utf8_lossy(&m).into_owned(),
+            }),
+            other => Err(Error::UnexpectedResponse(format!("MEMGEST: {other:?}"))),
+        }
+    }
+
+    /// `MEMGEST CREATE name rep R | ec K M`; the cached map is refreshed so the new memgest
+    /// can be named in [`ClusterClient::memgest`] / [`ClusterClient::set_in`] at once.
+    ///
+    /// # Errors
+    /// See [`ClusterClient::memgest_command`]; `kind` `none` cannot be created (it exists).
+    pub async fn memgest_create(&self, name: &str, kind: MemgestKind) -> Result<(), Error> {
+        let words: Vec<String> = match kind {
+            MemgestKind::Rep { r } => vec!["rep".into(), r.to_string()],
+            MemgestKind::Ec { k, m } => vec!["ec".into(), k.to_string(), m.to_string()],
+            MemgestKind::None => {
+                return Err(Error::Config("memgest none always exists".into()));
+            }
+        };
+        let mut args: Vec<&[u8]> = vec![b"CREATE", name.as_bytes()];
+        args.extend(words.iter().map(|w| w.as_bytes()));
+        self.memgest_ok(&args).await?;
+        self.refresh_map().await
+    }
+
+    /// `MEMGEST DROP name` (refused while keys live in it).
+    ///
+    /// # Errors
+    /// See [`ClusterClient::memgest_command`].
+    pub async fn memgest_drop(&self, name: &str) -> Result<(), Error> {
+        self.memgest_ok(&[b"DROP", name.as_bytes()]).await?;
+        self.refresh_map().await
+    }
+
+    /// `MEMGEST DEFAULT name`.
+    ///
+    /// # Errors
+    /// See [`ClusterClient::memgest_command`].
+    pub async fn memgest_default(&self, name: &str) -> Result<(), Error> {
+        self.memgest_ok(&[b"DEFAULT", name.as_bytes()]).await?;
+        self.refresh_map().await
+    }
+
+    /// `MEMGEST MOVE key name`: atomically on the key's coordinator.
+    ///
+    /// # Errors
+    /// See [`ClusterClient::memgest_command`].
+    pub async fn memgest_move(&self, key: &[u8], name: &str) -> Result<(), Error> {
+        self.memgest_ok(&[b"MOVE", key, name.as_bytes()]).await
+    }
+
+    /// `MEMGEST KEY key`: the key's memgest name, descriptor and version (as the node prints
+    /// it), or `None` if the key does not exist.
+    ///
+    /// # Errors
+    /// See [`ClusterClient::memgest_command`].
+    pub async fn memgest_key(&self, key: &[u8]) -> Result<Option<Vec<String>>, Error> {
+        match self.memgest_command(&[b"KEY" as &[u8], key]).await? {
+            Reply::Array(items) => Ok(Some(
+                items
+                    .into_iter()
+                    .map(|i| match i {
+                        Reply::Bulk(b) | Reply::Simple(b) => {
+                            String::from_utf8_lossy(&b).into_owned()
+                        }
+                        Reply::Integer(n) => n.to_string(),
+                        other => format!("{other:?}"),
+                    })
+                    .collect(),
+            )),
+            Reply::Null | Reply::NullArray => Ok(None),
+            Reply::Error(m) => Err(Error::Server {
+                status: Status::BAD_REQUEST,
+                message: String::from_utf8_lossy(&m).into_owned(),
+            }),
+            other => Err(Error::UnexpectedResponse(format!("MEMGEST KEY: {other:?}"))),
+        }
+    }
 }
 
 enum Attempt {
@@ -1038,5 +1162,37 @@ impl BlockingClusterClient {
     /// The cached map's epoch.
     pub fn epoch(&self) -> Epoch {
         self.client.epoch()
+    }
+
+    /// See [`ClusterClient::memgest_command`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn memgest_command<A: AsRef<[u8]>>(&self, args: &[A]) -> Result<Reply, Error> {
+        self.rt.block_on(self.client.memgest_command(args))
+    }
+
+    /// See [`ClusterClient::memgest_create`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn memgest_create(&self, name: &str, kind: MemgestKind) -> Result<(), Error> {
+        self.rt.block_on(self.client.memgest_create(name, kind))
+    }
+
+    /// See [`ClusterClient::memgest_move`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn memgest_move(&self, key: &[u8], name: &str) -> Result<(), Error> {
+        self.rt.block_on(self.client.memgest_move(key, name))
+    }
+
+    /// See [`ClusterClient::memgest_key`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn memgest_key(&self, key: &[u8]) -> Result<Option<Vec<String>>, Error> {
+        self.rt.block_on(self.client.memgest_key(key))
     }
 }

@@ -384,3 +384,73 @@ async fn map_change_under_the_client() {
     assert!(coord.stats().map_refreshes >= 2, "{:?}", coord.stats());
     assert!(quorum.epoch() > before);
 }
+
+/// Memgest management over the native protocol (issue 6): create, set under it by name,
+/// move between memgests on the key's coordinator, query a key's memgest and version, list,
+/// and DROP refused while keys live then allowed — all through `ClusterClient`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memgest_management_over_native_frames() {
+    let c = start().await;
+    let seed = c.addrs[0].to_string();
+    let client = ClusterClient::connect(&[&seed], cfg(ReadMode::Coordinator))
+        .await
+        .unwrap();
+    client
+        .memgest_create("pair", MemgestKind::Rep { r: 2 })
+        .await
+        .unwrap();
+    let pair = client.memgest("pair").expect("the refreshed map names it");
+    // Keys over all coordinators: MOVE and KEY must be routed to each key's coordinator.
+    let keys: Vec<String> = (0..12).map(|i| format!("mg:{i}")).collect();
+    for k in &keys {
+        client.set_in(k.as_bytes(), b"v1", pair).await.unwrap();
+        let info = client.memgest_key(k.as_bytes()).await.unwrap().unwrap();
+        assert_eq!(info[0], "pair", "{k}: {info:?}");
+        assert_eq!(info[1], "rep:2");
+    }
+    // The default memgest of this cluster is rep:3 (named "rep:3").
+    for k in &keys {
+        client.memgest_move(k.as_bytes(), "rep:3").await.unwrap();
+        let info = client.memgest_key(k.as_bytes()).await.unwrap().unwrap();
+        assert_eq!(info[1], "rep:3", "{k}: {info:?}");
+        assert_eq!(
+            client.get(k.as_bytes()).await.unwrap().value.as_deref(),
+            Some(&b"v1"[..]),
+            "a move keeps the value"
+        );
+    }
+    assert!(client.memgest_key(b"mg:absent").await.unwrap().is_none());
+    // LIST names it; MEMGEST INFO answers (raw reply).
+    let list = client.memgest_command(&["LIST"]).await.unwrap();
+    let ringlet_codec::resp::Reply::Array(rows) = &list else {
+        panic!("{list:?}")
+    };
+    assert!(
+        rows.iter()
+            .any(|r| matches!(r, ringlet_codec::resp::Reply::Array(c)
+            if c.first() == Some(&ringlet_codec::resp::Reply::Bulk(b"pair".to_vec())))),
+        "{list:?}"
+    );
+    // A key still in "pair": DROP is refused with the node's message, then allowed once the
+    // key moved out.
+    client.set_in(b"mg:last", b"x", pair).await.unwrap();
+    let e = client.memgest_drop("pair").await.unwrap_err();
+    assert!(e.to_string().contains("still holds"), "{e}");
+    client.memgest_move(b"mg:last", "rep:3").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.memgest_drop("pair").await {
+            Ok(()) => break,
+            // Usage reports lag the move by up to a report interval.
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("drop retried: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("drop never allowed: {e}"),
+        }
+    }
+    assert!(client.memgest("pair").is_none());
+    // Unknown memgest: a refusal, not a transport error.
+    let e = client.memgest_move(b"mg:0", "nope").await.unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("nope"), "{e}");
+}

@@ -14,8 +14,9 @@
 //! by request id): a slow write does not hold back the reads pipelined behind it.
 //!
 //! Served: PING, GET, MGET (per item: a value, NOT_FOUND, or MOVED for keys this node does
-//! not coordinate), plain SET (optionally with a memgest), plain DEL, CLUSTER_MAP and
-//! READ_REPLICA (one quorum-read leg). Conditional / versioned / TTL SETs, CAS DELs and
+//! not coordinate), plain SET (optionally with a memgest), plain DEL, CLUSTER_MAP,
+//! READ_REPLICA (one quorum-read leg) and MEMGEST (the RESP front's handler; MOVE/KEY routed
+//! by key). Conditional / versioned / TTL SETs, CAS DELs and
 //! INCRBY answer `UNSUPPORTED`: in cluster mode they need the RESP front's per-key
 //! read-modify-write lock, which lives there.
 //!
@@ -25,7 +26,7 @@
 //! now (`NotReady`, another epoch) says so at once.
 
 use crate::node::{client_addr, ClusterNode, SubmitError};
-use crate::resp::OP_DEADLINE;
+use crate::resp::{Front, OP_DEADLINE};
 use bytes::BytesMut;
 use ringlet_codec::native::{
     self, ClusterRequest, MgetResponseWriter, NativeRequest, Opcode, ReplicaValue, SetCond, Status,
@@ -76,6 +77,8 @@ enum Req {
         epoch: Epoch,
         key: Vec<u8>,
     },
+    /// `MEMGEST args...` (the words after MEMGEST).
+    Memgest(Vec<Vec<u8>>),
     /// Decoded fine but not served in cluster mode.
     Unsupported(Opcode, &'static str),
 }
@@ -118,12 +121,7 @@ fn own(r: &ClusterRequest<'_>) -> Req {
             epoch,
             key: key.to_vec(),
         },
-        // The opcode is decoded (and length-checked) but not served yet: MEMGEST lives on
-        // the RESP front (`resp::Front::memgest`), which this connection does not hold.
-        ClusterRequest::Memgest { .. } => Req::Unsupported(
-            Opcode::Memgest,
-            "MEMGEST over native frames is not served yet (use RESP or the CLI)",
-        ),
+        ClusterRequest::Memgest { args } => Req::Memgest(args.iter().map(<[u8]>::to_vec).collect()),
     }
 }
 
@@ -132,7 +130,7 @@ fn own(r: &ClusterRequest<'_>) -> Req {
 ///
 /// # Errors
 /// Socket errors.
-pub async fn connection(node: ClusterNode, stream: TcpStream) -> std::io::Result<()> {
+pub async fn connection(front: Arc<Front>, stream: TcpStream) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT_PER_CONN_MAX);
@@ -166,10 +164,10 @@ pub async fn connection(node: ClusterNode, stream: TcpStream) -> std::io::Result
                     let Ok(permit) = permits.clone().acquire_owned().await else {
                         return Ok(());
                     };
-                    let node = node.clone();
+                    let front = front.clone();
                     let tx = tx.clone();
                     tokio::spawn(async move {
-                        let frame = handle(&node, id, req).await;
+                        let frame = handle(&front, id, req).await;
                         let _ = tx.send(frame).await;
                         drop(permit);
                     });
@@ -203,7 +201,8 @@ pub async fn connection(node: ClusterNode, stream: TcpStream) -> std::io::Result
 }
 
 /// Run one request and encode its response frame.
-async fn handle(node: &ClusterNode, id: u64, req: Req) -> Vec<u8> {
+async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
+    let node = front.node();
     let mut out = Vec::new();
     let opcode = match &req {
         Req::Ping => Opcode::Ping,
@@ -213,6 +212,7 @@ async fn handle(node: &ClusterNode, id: u64, req: Req) -> Vec<u8> {
         Req::Del(_) => Opcode::Del,
         Req::ClusterMap => Opcode::ClusterMap,
         Req::ReadReplica { .. } => Opcode::ReadReplica,
+        Req::Memgest(_) => Opcode::Memgest,
         Req::Unsupported(op, _) => *op,
     };
     let result: Result<(), Fail> = async {
@@ -331,6 +331,28 @@ async fn handle(node: &ClusterNode, id: u64, req: Req) -> Vec<u8> {
                 }
             }
             Req::Unsupported(_, why) => return Err(fail(Status::UNSUPPORTED, why)),
+            Req::Memgest(args) => {
+                // MOVE and KEY name a key: they run on its coordinator (MOVE under the RESP
+                // front's per-key lock), so route like any keyed request.
+                let sub = args.first().map(|s| s.to_ascii_lowercase());
+                if matches!(sub.as_deref(), Some(b"move") | Some(b"key")) {
+                    if let Some(key) = args.get(1) {
+                        moved(node, key)?;
+                    }
+                }
+                let mut argv = Vec::with_capacity(args.len() + 1);
+                argv.push(b"MEMGEST".to_vec());
+                argv.extend(args);
+                let reply = match front.memgest(&argv).await {
+                    Ok(r) | Err(r) => r,
+                };
+                native::encode_memgest_response(
+                    &mut out,
+                    id,
+                    node.epoch(),
+                    &reply.to_bytes(ringlet_codec::resp::Proto::Resp3),
+                );
+            }
         }
         Ok(())
     }

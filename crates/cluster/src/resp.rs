@@ -104,7 +104,7 @@ impl Front {
         // Native frames (first byte 0xA5, docs/protocol.md §2.5) go to the native front.
         let mut first = [0u8; 1];
         if stream.peek(&mut first).await? == 1 && ringlet_codec::native::is_native(first[0]) {
-            return crate::native::connection(self.node.clone(), stream).await;
+            return crate::native::connection(self.clone(), stream).await;
         }
         let _ = stream.set_nodelay(true);
         let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
@@ -690,7 +690,13 @@ impl Front {
     }
 
     /// `MEMGEST CREATE|DROP|LIST|DEFAULT|INFO|MOVE|KEY` (module doc).
-    async fn memgest(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+    /// The node this front serves.
+    pub(crate) fn node(&self) -> &ClusterNode {
+        &self.node
+    }
+
+    /// `MEMGEST ...` (`argv[0]` is the command name); also served over native frames.
+    pub(crate) async fn memgest(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
         let sub = argv
             .get(1)
             .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
