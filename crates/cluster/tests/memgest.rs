@@ -7,10 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use ringlet_cluster::launch::{run_control, run_node, ControlOpts, NodeOpts};
+mod common;
+
 use ringlet_cluster::node::ClusterNode;
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
-use ringlet_types::MemgestKind;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -27,49 +27,12 @@ struct TestCluster {
 fn cluster() -> &'static TestCluster {
     static C: OnceLock<TestCluster> = OnceLock::new();
     C.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let (svc, caddr) = rt
-            .block_on(run_control(&ControlOpts {
-                bind: "127.0.0.1:0".parse().unwrap(),
-                expect_nodes: 5,
-                active: 5,
-                default_memgest: Some(MemgestKind::Rep { r: 3 }),
-                s: 3,
-                d: 2,
-                lease_ms: 3000,
-            }))
-            .unwrap();
-        let mut nodes = Vec::new();
-        let mut addrs = Vec::new();
-        for id in 1..=5 {
-            let (n, a) = rt
-                .block_on(run_node(&NodeOpts {
-                    id,
-                    bind: "127.0.0.1:0".parse().unwrap(),
-                    peer_port: 0,
-                    control: caddr.to_string(),
-                    lease_ms: 3000,
-                    memory_bytes: 64 << 20,
-                }))
-                .unwrap();
-            nodes.push(n);
-            addrs.push(a);
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            assert!(Instant::now() < deadline, "cluster did not bootstrap");
-            let e = svc.map().epoch;
-            if svc.map().placement.is_some()
-                && nodes.iter().all(|n| n.map().is_some_and(|m| m.epoch == e))
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let common::InProcess {
+            rt,
+            svc,
+            nodes,
+            addrs,
+        } = common::in_process(5, 3, 2, 3000);
         // The service lives in the runtime's tasks; keep the Arc alive with them.
         std::mem::forget(svc);
         TestCluster {

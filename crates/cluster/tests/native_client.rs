@@ -6,14 +6,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use ringlet_cluster::launch::{run_control, run_node, ControlOpts, NodeOpts};
 use ringlet_codec::native::{self, ReplicaValue, ResponseBody, SetCond, SetRequest, Status};
 use ringlet_control::ClusterMap;
-use ringlet_types::{key_slot, Epoch, MemgestKind, Version};
+use ringlet_types::{key_slot, Epoch, Version};
 
 /// One request frame, one owned response: (status, epoch, version, payload bytes).
 fn call(addr: SocketAddr, req: &[u8]) -> (Status, Epoch, Version, Vec<u8>, Vec<u8>) {
@@ -42,49 +43,13 @@ fn call(addr: SocketAddr, req: &[u8]) -> (Status, Epoch, Version, Vec<u8>, Vec<u
 
 #[test]
 fn native_front_serves_cluster_opcodes() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (svc, caddr) = rt
-        .block_on(run_control(&ControlOpts {
-            bind: "127.0.0.1:0".parse().unwrap(),
-            expect_nodes: 3,
-            active: 3,
-            default_memgest: Some(MemgestKind::Rep { r: 3 }),
-            s: 2,
-            d: 1,
-            lease_ms: 1500,
-        }))
-        .unwrap();
-    let mut nodes = Vec::new();
-    let mut addrs = Vec::new();
-    for id in 1..=3 {
-        let (n, a) = rt
-            .block_on(run_node(&NodeOpts {
-                id,
-                bind: "127.0.0.1:0".parse().unwrap(),
-                peer_port: 0,
-                control: caddr.to_string(),
-                lease_ms: 1500,
-                memory_bytes: 64 << 20,
-            }))
-            .unwrap();
-        nodes.push(n);
-        addrs.push(a);
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(Instant::now() < deadline, "cluster did not bootstrap");
-        let e = svc.map().epoch;
-        if svc.map().placement.is_some()
-            && nodes.iter().all(|n| n.map().is_some_and(|m| m.epoch == e))
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // `_rt` keeps the runtime (and with it the nodes and the control plane) alive.
+    let common::InProcess {
+        rt: _rt,
+        svc: _svc,
+        nodes,
+        addrs,
+    } = common::in_process(3, 2, 1, 1500);
 
     // CLUSTER_MAP: the node's map, as JSON, with its epoch.
     let mut req = Vec::new();

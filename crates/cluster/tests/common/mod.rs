@@ -598,3 +598,67 @@ pub fn par_set(seeds: &[SocketAddr], keys: &[(String, String)], threads: usize) 
         h.join().unwrap();
     }
 }
+
+/// A control plane and `n` active nodes in this process on ephemeral loopback ports, with
+/// `rep:3` as the default memgest, returned once every node holds the control plane's
+/// bootstrapped map. The runtime carries the service's and nodes' tasks: keep it alive.
+pub struct InProcess {
+    pub rt: tokio::runtime::Runtime,
+    pub svc: Arc<ringlet_cluster::control::ControlService>,
+    pub nodes: Vec<ringlet_cluster::node::ClusterNode>,
+    pub addrs: Vec<SocketAddr>,
+}
+
+pub fn in_process(n: u32, s: u8, d: u8, lease_ms: u64) -> InProcess {
+    use ringlet_cluster::launch::{run_control, run_node, ControlOpts, NodeOpts};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (svc, caddr) = rt
+        .block_on(run_control(&ControlOpts {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            expect_nodes: n as usize,
+            active: n as usize,
+            default_memgest: Some(ringlet_types::MemgestKind::Rep { r: 3 }),
+            s,
+            d,
+            lease_ms,
+        }))
+        .unwrap();
+    let mut nodes = Vec::new();
+    let mut addrs = Vec::new();
+    for id in 1..=n {
+        let (node, a) = rt
+            .block_on(run_node(&NodeOpts {
+                id,
+                bind: "127.0.0.1:0".parse().unwrap(),
+                peer_port: 0,
+                control: caddr.to_string(),
+                lease_ms,
+                memory_bytes: 64 << 20,
+            }))
+            .unwrap();
+        nodes.push(node);
+        addrs.push(a);
+    }
+    // Ready: every node holds the bootstrapped map of the control plane's epoch.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "cluster did not bootstrap");
+        let e = svc.map().epoch;
+        if svc.map().placement.is_some()
+            && nodes.iter().all(|n| n.map().is_some_and(|m| m.epoch == e))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    InProcess {
+        rt,
+        svc,
+        nodes,
+        addrs,
+    }
+}
