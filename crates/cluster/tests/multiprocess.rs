@@ -8,43 +8,11 @@
 
 mod common;
 
-use common::{load_thread, par_check, par_set, start, Client, Recorder};
-use ringlet_linearize::{check_history_json, History};
+use common::{check_history, load_thread, par_check, par_set, start, wait_ok, Client, Recorder};
 use ringlet_types::key_slot;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn wait_ops(rec: &Recorder, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rec.ok.load(Ordering::Relaxed) < n {
-        assert!(Instant::now() < deadline, "load made no progress");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn check_history(name: &str, rec: &Recorder) -> usize {
-    let ops = rec.ops();
-    let n = ops.len();
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let path = dir.join(format!("{name}-history.json"));
-    std::fs::write(&path, serde_json::to_string(&History { ops }).unwrap()).unwrap();
-    let report = check_history_json(&path).unwrap();
-    eprintln!(
-        "{name}: history {} ops over {} keys written to {}; violations {:?}, unknown {:?}",
-        report.ops,
-        report.keys,
-        path.display(),
-        report.violations,
-        report.unknown
-    );
-    assert!(
-        report.is_ok(),
-        "linearizability violations: {:?}",
-        report.violations
-    );
-    n
-}
 
 #[test]
 fn sigkill_under_load_loses_no_acknowledged_write() {
@@ -105,7 +73,7 @@ fn sigkill_under_load_loses_no_acknowledged_write() {
             )
         })
         .collect();
-    wait_ops(&rec, 300);
+    wait_ok(&rec, 300);
 
     // The victim coordinates about a third of the slots and replicates others.
     cluster.kill9(victim);
@@ -162,7 +130,7 @@ fn sigkill_under_load_loses_no_acknowledged_write() {
     );
     // Keep the load going a little past the failover, then stop.
     let after = rec.ok.load(Ordering::Relaxed);
-    wait_ops(&rec, after + 300);
+    wait_ok(&rec, after + 300);
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
@@ -250,7 +218,7 @@ fn drain_under_load() {
             )
         })
         .collect();
-    wait_ops(&rec, 300);
+    wait_ok(&rec, 300);
     let t = Instant::now();
     cluster.drain(2);
     eprintln!("drain of node 2 accepted in {:?}", t.elapsed());
@@ -280,7 +248,7 @@ fn drain_under_load() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let after = rec.ok.load(Ordering::Relaxed);
-    wait_ops(&rec, after + 1000);
+    wait_ok(&rec, after + 1000);
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();

@@ -29,8 +29,7 @@
 
 mod common;
 
-use common::{load_thread, par_check, par_set, Client, Recorder};
-use ringlet_linearize::{check_history_json, History};
+use common::{check_history, load_thread, par_check, par_set, wait_ok, Client, Recorder};
 use ringlet_types::key_slot;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
@@ -304,38 +303,6 @@ fn setup(test_index: u8) -> Option<Net> {
     }
 }
 
-fn check_history(name: &str, rec: &Recorder) {
-    let ops = rec.ops();
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let path = dir.join(format!("partition-{name}-history.json"));
-    std::fs::write(&path, serde_json::to_string(&History { ops }).unwrap()).unwrap();
-    let report = check_history_json(&path).unwrap();
-    eprintln!(
-        "{name}: history {} ops over {} keys ({}); violations {:?}, unknown {:?}; ok {} failed {}",
-        report.ops,
-        report.keys,
-        path.display(),
-        report.violations,
-        report.unknown,
-        rec.ok.load(Ordering::Relaxed),
-        rec.failed.load(Ordering::Relaxed),
-    );
-    assert!(
-        report.is_ok(),
-        "linearizability violations: {:?}",
-        report.violations
-    );
-}
-
-fn wait_ops(rec: &Recorder, more: u64, secs: u64) {
-    let target = rec.ok.load(Ordering::Relaxed) + more;
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while rec.ok.load(Ordering::Relaxed) < target {
-        assert!(Instant::now() < deadline, "load made no progress");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Which peers the victim loses.
 #[derive(Clone, Copy, Debug)]
 enum Cut {
@@ -381,7 +348,7 @@ fn scenario(test_index: u8, cut: Cut) {
             )
         })
         .collect();
-    wait_ops(&rec, 200, 60);
+    wait_ok(&rec, rec.ok.load(Ordering::Relaxed) + 200);
 
     let peers: Vec<Ipv4Addr> = (1..=net.total as u32)
         .filter(|&i| i != victim)
@@ -422,7 +389,7 @@ fn scenario(test_index: u8, cut: Cut) {
             affected.len(),
             t0.elapsed().as_millis()
         );
-        wait_ops(&rec, 200, 60);
+        wait_ok(&rec, rec.ok.load(Ordering::Relaxed) + 200);
     } else {
         // The lease stays valid, so no failover: the victim's slots cannot commit writes
         // (no replica acknowledges) — a stall, never a wrong answer. Keep the cut a while.
@@ -460,7 +427,7 @@ fn scenario(test_index: u8, cut: Cut) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    wait_ops(&rec, 200, 60);
+    wait_ok(&rec, rec.ok.load(Ordering::Relaxed) + 200);
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
@@ -477,7 +444,7 @@ fn scenario(test_index: u8, cut: Cut) {
         );
         left = par_check(&seeds, &left, 4);
     }
-    check_history(&format!("{cut:?}"), &rec);
+    check_history(&format!("partition-{cut:?}"), &rec);
 }
 
 #[test]

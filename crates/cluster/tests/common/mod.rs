@@ -662,3 +662,43 @@ pub fn in_process(n: u32, s: u8, d: u8, lease_ms: u64) -> InProcess {
         addrs,
     }
 }
+
+/// Wait (≤ 60 s) until `rec` counted `n` successful operations.
+pub fn wait_ok(rec: &Recorder, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rec.ok.load(Ordering::Relaxed) < n {
+        assert!(Instant::now() < deadline, "load made no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Write `rec`'s history to `<target tmp>/<name>-history.json`, check it with
+/// `ringlet_linearize`, print the report and fail on any violation. Returns the op count.
+pub fn check_history(name: &str, rec: &Recorder) -> usize {
+    let ops = rec.ops();
+    let n = ops.len();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("{name}-history.json"));
+    std::fs::write(
+        &path,
+        serde_json::to_string(&ringlet_linearize::History { ops }).unwrap(),
+    )
+    .unwrap();
+    let report = ringlet_linearize::check_history_json(&path).unwrap();
+    eprintln!(
+        "{name}: history {} ops over {} keys written to {}; violations {:?}, unknown {:?}; ok {} failed {}",
+        report.ops,
+        report.keys,
+        path.display(),
+        report.violations,
+        report.unknown,
+        rec.ok.load(Ordering::Relaxed),
+        rec.failed.load(Ordering::Relaxed),
+    );
+    assert!(
+        report.is_ok(),
+        "linearizability violations: {:?}",
+        report.violations
+    );
+    n
+}
