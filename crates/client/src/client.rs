@@ -369,10 +369,7 @@ impl Client {
     }
 
     fn check_key(key: &[u8]) -> Result<(), Error> {
-        if key.len() > limits::KEY_BYTES_MAX as usize {
-            return Err(Error::KeyTooLarge(key.len()));
-        }
-        Ok(())
+        check_key(key)
     }
 
     /// PING: returns the node's epoch.
@@ -421,22 +418,7 @@ impl Client {
         value: &[u8],
         opts: SetOptions,
     ) -> Result<Versioned<SetOutcome>, Error> {
-        Self::check_key(key)?;
-        if value.len() > limits::VALUE_BYTES_MAX as usize {
-            return Err(Error::ValueTooLarge(value.len()));
-        }
-        let ttl_ms = opts
-            .ttl
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1));
-        let req = SetRequest {
-            key,
-            value,
-            cond: opts.cond,
-            ttl_ms,
-            version: opts.version,
-            cas: opts.cas,
-            memgest: opts.memgest,
-        };
+        let req = set_request(key, value, &opts)?;
         let idem = if opts.idempotent() {
             Idempotence::Idempotent
         } else {
@@ -445,17 +427,7 @@ impl Client {
         let r = self
             .call(Some(key), idem, |out, id| native::encode_set(out, id, &req))
             .await?;
-        let outcome = match r.status {
-            Status::OK => SetOutcome::Stored,
-            Status::NOT_STORED => SetOutcome::NotStored,
-            Status::CAS_MISMATCH => SetOutcome::CasMismatch,
-            s => return Err(unexpected("SET", s, &r.body)),
-        };
-        Ok(Versioned {
-            value: outcome,
-            version: r.version,
-            epoch: r.epoch,
-        })
+        set_outcome(&r)
     }
 
     /// DEL, optionally only at version `cas`.
@@ -582,6 +554,53 @@ impl Client {
             epoch,
         })
     }
+}
+
+/// A key within `limits::KEY_BYTES_MAX` (checked before anything is sent).
+pub(crate) fn check_key(key: &[u8]) -> Result<(), Error> {
+    if key.len() > limits::KEY_BYTES_MAX as usize {
+        return Err(Error::KeyTooLarge(key.len()));
+    }
+    Ok(())
+}
+
+/// The SET frame for `opts`, after the key and value size checks (single node and cluster).
+pub(crate) fn set_request<'a>(
+    key: &'a [u8],
+    value: &'a [u8],
+    opts: &SetOptions,
+) -> Result<SetRequest<'a>, Error> {
+    check_key(key)?;
+    if value.len() > limits::VALUE_BYTES_MAX as usize {
+        return Err(Error::ValueTooLarge(value.len()));
+    }
+    let ttl_ms = opts
+        .ttl
+        .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1));
+    Ok(SetRequest {
+        key,
+        value,
+        cond: opts.cond,
+        ttl_ms,
+        version: opts.version,
+        cas: opts.cas,
+        memgest: opts.memgest,
+    })
+}
+
+/// A SET response as its outcome.
+pub(crate) fn set_outcome(r: &Response) -> Result<Versioned<SetOutcome>, Error> {
+    let outcome = match r.status {
+        Status::OK => SetOutcome::Stored,
+        Status::NOT_STORED => SetOutcome::NotStored,
+        Status::CAS_MISMATCH => SetOutcome::CasMismatch,
+        s => return Err(unexpected("SET", s, &r.body)),
+    };
+    Ok(Versioned {
+        value: outcome,
+        version: r.version,
+        epoch: r.epoch,
+    })
 }
 
 pub(crate) fn unexpected(op: &str, status: Status, body: &Body) -> Error {

@@ -40,13 +40,16 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use ringlet_codec::native::{self, ReplicaValue, SetRequest, Status};
+use ringlet_codec::native::{self, ReplicaValue, Status};
 use ringlet_codec::resp::{decode_reply, Reply};
 use ringlet_control::ClusterMap;
 use ringlet_types::{key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId};
 use tokio::time::Instant;
 
-use crate::client::{join_all, unexpected, MgetValue, Pool, SetOptions, SetOutcome, Versioned};
+use crate::client::{
+    check_key, join_all, set_outcome, set_request, unexpected, MgetValue, Pool, SetOptions,
+    SetOutcome, Versioned,
+};
 use crate::config::ClientConfig;
 use crate::conn::{Body, Response};
 use crate::error::Error;
@@ -530,10 +533,7 @@ impl ClusterClient {
     }
 
     fn check_key(key: &[u8]) -> Result<(), Error> {
-        if key.len() > limits::KEY_BYTES_MAX as usize {
-            return Err(Error::KeyTooLarge(key.len()));
-        }
-        Ok(())
+        check_key(key)
     }
 
     /// GET in the configured [`ReadMode`]: the value (`None` if absent), its version and an
@@ -687,22 +687,7 @@ impl ClusterClient {
         value: &[u8],
         opts: SetOptions,
     ) -> Result<Versioned<SetOutcome>, Error> {
-        Self::check_key(key)?;
-        if value.len() > limits::VALUE_BYTES_MAX as usize {
-            return Err(Error::ValueTooLarge(value.len()));
-        }
-        let ttl_ms = opts
-            .ttl
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1));
-        let req = SetRequest {
-            key,
-            value,
-            cond: opts.cond,
-            ttl_ms,
-            version: opts.version,
-            cas: opts.cas,
-            memgest: opts.memgest,
-        };
+        let req = set_request(key, value, &opts)?;
         let idem = if opts.idempotent() {
             Idem::Yes
         } else {
@@ -711,17 +696,7 @@ impl ClusterClient {
         let r = self
             .coord_call(key, idem, |out, id| native::encode_set(out, id, &req))
             .await?;
-        let outcome = match r.status {
-            Status::OK => SetOutcome::Stored,
-            Status::NOT_STORED => SetOutcome::NotStored,
-            Status::CAS_MISMATCH => SetOutcome::CasMismatch,
-            s => return Err(unexpected("SET", s, &r.body)),
-        };
-        Ok(Versioned {
-            value: outcome,
-            version: r.version,
-            epoch: r.epoch,
-        })
+        set_outcome(&r)
     }
 
     /// SET `value` in memgest `memgest` (by id; see [`ClusterClient::memgest`]).
