@@ -423,11 +423,9 @@ impl ControlService {
                 Action::Rejected(e) => verdict = Some(FromControl::Error(e.to_string())),
             }
         }
-        if reply_to.is_some() {
-            verdict
-        } else {
-            None
-        }
+        // A command always gets a verdict: one that changed nothing and was not rejected is
+        // `Ok` (without this, a no-op command left its requester waiting forever).
+        reply_to.map(|_| verdict.unwrap_or(FromControl::Ok))
     }
 
     async fn serve(self: Arc<Self>, stream: TcpStream) {
