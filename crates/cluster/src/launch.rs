@@ -95,6 +95,10 @@ pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)
             pull_retry_ms: 1000,
             repair_interval_ms: 250,
             rebuild_timeout_ms: 20_000,
+            // The ec values this node holds as a data node count against its memory budget
+            // too, so a full node refuses ec writes with OOM instead of growing its arenas
+            // past --memory-mb.
+            ec_data_bytes_max: o.memory_bytes,
             ..ReplicaConfig::default()
         },
         tick_ms: 10,

@@ -448,6 +448,12 @@ async fn run(node: &ClusterNode, op: ClientOp) -> Result<ClientReply, Fail> {
                 ClientReply::TooLarge => {
                     return Err(fail(Status::TOO_LARGE, "key or value exceeds the size limit"))
                 }
+                ClientReply::OutOfMemory => {
+                    return Err(fail(
+                        Status::NO_SPACE,
+                        "OOM command not allowed when used memory > 'maxmemory'.",
+                    ))
+                }
                 ClientReply::NoSuchMemgest => {
                     return Err(fail(
                         Status::BAD_REQUEST,

@@ -59,6 +59,8 @@ const CONTROL_DEADLINE: Duration = Duration::from_millis(crate::control::DROP_WA
 const MEMGEST_MAP_WAIT: Duration = Duration::from_secs(2);
 
 const AMBIGUOUS: &str = "ERR ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect";
+/// What Redis answers a write it cannot store (`maxmemory` reached, `noeviction`).
+const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// The front end shared by all connections of a node.
 pub struct Front {
@@ -252,6 +254,8 @@ impl Front {
                     }
                     ClientReply::NotCoordinator | ClientReply::NotReady | ClientReply::Busy => true,
                     ClientReply::Ambiguous => return Err(err(AMBIGUOUS)),
+                    // Redis's exact text, so clients that special-case OOM keep working.
+                    ClientReply::OutOfMemory => return Err(err(OOM)),
                     ClientReply::TooLarge => {
                         return Err(err("ERR key or value exceeds the size limit"))
                     }

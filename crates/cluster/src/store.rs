@@ -39,7 +39,7 @@ struct Meta {
 }
 
 /// Counters of what the engine refused (exported as metrics; a non-zero `apply_errors`
-/// means the node is out of memory for data it may not evict).
+/// means the node ran out of memory for data it may not evict and refused writes).
 #[derive(Debug, Default)]
 pub struct StoreStats {
     /// Engine errors on apply (NoSpace, size limits): the write was NOT stored.
@@ -238,15 +238,23 @@ impl ReplicaStore for EngineStore {
         let result = match &entry.value {
             Some(value) => {
                 Self::ensure_memgest(&mut engine, entry.memgest);
-                let opts = SetOptions {
-                    version: Some(entry.version),
-                    memgest: entry.memgest,
-                    ..SetOptions::default()
-                };
-                match engine.set(key, value, &opts, 0) {
-                    Ok(SetOutcome::Applied { .. }) => Ok(true),
-                    Ok(SetOutcome::NotApplied { .. }) => Ok(false),
-                    Err(e) => Err(e),
+                // A coordinator reserved room for its own write (`reserve`): publish it with
+                // one switch of the index entry. Otherwise (a replica, or the reservation was
+                // replaced by a newer write of the key) write it now.
+                match engine.publish(key, entry.version, 0) {
+                    Ok(true) => Ok(true),
+                    Ok(false) | Err(_) => {
+                        let opts = SetOptions {
+                            version: Some(entry.version),
+                            memgest: entry.memgest,
+                            ..SetOptions::default()
+                        };
+                        match engine.set(key, value, &opts, 0) {
+                            Ok(SetOutcome::Applied { .. }) => Ok(true),
+                            Ok(SetOutcome::NotApplied { .. }) => Ok(false),
+                            Err(e) => Err(e),
+                        }
+                    }
                 }
             }
             None => match engine.delete(key, Some(entry.version), 0) {
@@ -270,17 +278,40 @@ impl ReplicaStore for EngineStore {
                 current: held.unwrap_or(entry.version),
             },
             Err(_) => {
-                // The trait cannot say "refused" (requested from the replica core, see
-                // docs/design/cluster-runtime.md). Reporting Superseded with the *old*
-                // version keeps the core from counting this node as holding the write:
-                // its majority check compares versions only through acks, so the failure is
-                // surfaced through `apply_errors` and the node's metrics.
+                // NoSpace (pinned data fills the node) or a size limit: nothing was stored.
+                // The core refuses the write (coordinator) or tells the coordinator
+                // (replica), so no client is told OK for a write this node does not hold.
                 self.stats.apply_errors.fetch_add(1, Ordering::Relaxed);
-                ApplyOutcome::Superseded {
-                    current: held.unwrap_or(Version::ZERO),
-                }
+                ApplyOutcome::Refused
             }
         }
+    }
+
+    fn reserve(&mut self, key: &[u8], entry: &Entry) -> bool {
+        let Some(value) = &entry.value else {
+            return true; // a tombstone needs no data room
+        };
+        let mut engine = self.engine.lock();
+        Self::ensure_memgest(&mut engine, entry.memgest);
+        let opts = SetOptions {
+            version: Some(entry.version),
+            memgest: entry.memgest,
+            staged: true,
+            ..SetOptions::default()
+        };
+        match engine.set(key, value, &opts, 0) {
+            // Staged (invisible to readers until `apply` publishes it), or not newer than
+            // what is held: `apply` will report Superseded then, as without a reservation.
+            Ok(_) => true,
+            Err(_) => {
+                self.stats.apply_errors.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    fn unreserve(&mut self, key: &[u8], version: Version) {
+        self.engine.lock().unstage(key, version);
     }
 
     fn retire(&mut self, key: &[u8], version: Version) -> bool {
@@ -462,14 +493,57 @@ mod tests {
             let k = format!("k{i}");
             match s.apply(k.as_bytes(), e(i + 1, 1, Some(&big))) {
                 ApplyOutcome::Applied => assert!(s.get(k.as_bytes()).is_some()),
-                ApplyOutcome::Superseded { .. } => {
+                ApplyOutcome::Refused => {
                     refused += 1;
                     assert!(s.get(k.as_bytes()).is_none());
                 }
+                other => panic!("unexpected {other:?}"),
             }
         }
         assert!(refused > 0, "1 MiB cannot hold 4 MiB of pinned values");
         assert_eq!(s.stats().apply_errors.load(Ordering::Relaxed), refused);
+        s.check_invariants().unwrap();
+    }
+
+    /// A coordinator's reservation holds room that later writes cannot take, stays invisible
+    /// until applied, and is given back by `unreserve`.
+    #[test]
+    fn reserve_publish_and_unreserve() {
+        let mut s = EngineStore::new(EngineConfig {
+            memory_bytes_max: 1 << 20,
+            ..cfg()
+        })
+        .unwrap();
+        let big = "x".repeat(64 * 1024);
+        // Reserve until the engine refuses.
+        let mut reserved = Vec::new();
+        for i in 0..64u128 {
+            let k = format!("r{i}");
+            let entry = e(i + 1, 1, Some(&big));
+            if !s.reserve(k.as_bytes(), &entry) {
+                break;
+            }
+            assert!(s.get(k.as_bytes()).is_none(), "a reservation is invisible");
+            reserved.push((k, entry));
+        }
+        assert!(!reserved.is_empty() && reserved.len() < 64);
+        // Reserved room is taken: a plain apply of another key is refused.
+        assert_eq!(
+            s.apply(b"other", e(1000, 1, Some(&big))),
+            ApplyOutcome::Refused
+        );
+        // Applying a reserved write publishes it (no new room needed).
+        let (k0, e0) = reserved.remove(0);
+        assert_eq!(s.apply(k0.as_bytes(), e0), ApplyOutcome::Applied);
+        assert_eq!(s.get(k0.as_bytes()).unwrap().value.unwrap(), big.as_bytes());
+        // Unreserving gives the room back.
+        for (k, en) in &reserved {
+            s.unreserve(k.as_bytes(), en.version);
+        }
+        assert_eq!(
+            s.apply(b"other", e(1001, 1, Some(&big))),
+            ApplyOutcome::Applied
+        );
         s.check_invariants().unwrap();
     }
 

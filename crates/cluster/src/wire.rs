@@ -310,6 +310,11 @@ pub fn encode_peer(m: &PeerMsg) -> Vec<u8> {
                 e.bytes(key);
                 e.0.extend_from_slice(&version.to_be_bytes());
             }
+            PeerBody::ReplicateRefused { key, version } => {
+                e.u8(21);
+                e.bytes(key);
+                e.0.extend_from_slice(&version.to_be_bytes());
+            }
             PeerBody::EcUpdate {
                 memgest,
                 pg,
@@ -763,6 +768,10 @@ pub fn decode_body(body: &[u8]) -> Result<Frame, WireError> {
                     key: d.key()?,
                     version: d.version()?,
                 },
+                21 => PeerBody::ReplicateRefused {
+                    key: d.key()?,
+                    version: d.version()?,
+                },
                 13 => PeerBody::EcUpdate {
                     memgest: MemgestId(d.u16()?),
                     pg: d.u32()?,
@@ -1000,6 +1009,10 @@ mod tests {
             entries().prop_map(|entries| PeerBody::RepairPush { entries }),
             proptest::collection::vec(key(), 0..5).prop_map(|keys| PeerBody::RepairFetch { keys }),
             entries().prop_map(|entries| PeerBody::RepairFetchResp { entries }),
+            (key(), any::<u128>()).prop_map(|(key, v)| PeerBody::ReplicateRefused {
+                key,
+                version: Version(v)
+            }),
             (key(), any::<u128>()).prop_map(|(key, v)| PeerBody::Retire {
                 key,
                 version: Version(v)

@@ -327,6 +327,22 @@ impl Engine {
         }
     }
 
+    /// Drop the staged `version` of `key` (its write was refused or abandoned) and give its
+    /// room back. Returns false if no such staged version exists.
+    pub fn unstage(&mut self, key: &[u8], version: Version) -> bool {
+        match self.staged.get(key) {
+            Some(s) if s.version == version => {}
+            _ => return false,
+        }
+        match self.staged.remove(key) {
+            Some(s) => {
+                self.store.discard(s.handle);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Make the staged `version` of `key` visible with one atomic switch of its index entry.
     /// Returns false if no such staged version exists, or if a higher version was published
     /// or erased meanwhile (the staged one is then dropped).

@@ -87,6 +87,10 @@ pub enum ClientReply {
     Unsupported,
     /// The coordinator lost its role with this write in flight: it may or may not commit.
     Ambiguous,
+    /// The coordinator, or so many replicas that the memgest's commit rule cannot hold, has
+    /// no room for the write (pinned data fills the node's memory). Nothing was stored
+    /// anywhere: Redis's `-OOM`.
+    OutOfMemory,
 }
 
 impl ClientReply {
@@ -101,6 +105,7 @@ impl ClientReply {
                 | ClientReply::TooLarge
                 | ClientReply::NoSuchMemgest
                 | ClientReply::Unsupported
+                | ClientReply::OutOfMemory
         )
     }
 }
@@ -136,6 +141,13 @@ pub enum PeerBody {
         key: Vec<u8>,
         version: Version,
         ok: bool,
+    },
+    /// Replica → coordinator: `key` at `version` was not stored because this node has no
+    /// room for it (distinct from a fenced `ReplicateAck { ok: false }`: the coordinator
+    /// refuses the write with `OutOfMemory` once the commit rule can no longer hold).
+    ReplicateRefused {
+        key: Vec<u8>,
+        version: Version,
     },
     /// Ask for a range's entries from `after` on (a page).
     PullReq {

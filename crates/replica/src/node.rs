@@ -81,6 +81,10 @@ pub struct ReplicaConfig {
     /// Capacity of one ec arena (one per PG data position and ec memgest); materialised
     /// lazily up to its high water. Every node must agree (parity holders bound updates by it).
     pub ec_arena_bytes: u64,
+    /// Bytes of `ec:K+M` values (payload) this node may hold as a data node, over all its
+    /// arenas: past it, ec writes are refused with `OutOfMemory` (the node's memory budget;
+    /// each arena's `ec_arena_bytes` is an address-space bound, not a budget).
+    pub ec_data_bytes_max: u64,
 }
 
 impl Default for ReplicaConfig {
@@ -96,6 +100,7 @@ impl Default for ReplicaConfig {
             rebuild_timeout_ms: 20_000,
             ec_chunk_bytes: 4096,
             ec_arena_bytes: 1 << 30,
+            ec_data_bytes_max: u64::MAX,
         }
     }
 }
@@ -185,6 +190,10 @@ struct Pending {
     client: Option<(u64, ReqId)>,
     targets: Vec<NodeId>,
     acked: BTreeSet<NodeId>,
+    /// Targets that answered "no room" ([`PeerBody::ReplicateRefused`]); their in-flight
+    /// budget is released. Once every target answered and none stored the write, the
+    /// coordinator refuses it with `OutOfMemory` (nothing was stored anywhere).
+    refused: BTreeSet<NodeId>,
     /// Acks from others needed to commit (the coordinator's own apply is implied).
     needed: usize,
     committed: bool,
@@ -280,6 +289,15 @@ pub struct ReplicaStats {
     pub repair_fetched: u64,
     pub repair_retired: u64,
     pub replicate_refused: u64,
+    /// Writes refused with `OutOfMemory` (by this coordinator's store, or because too many
+    /// replicas had no room for them).
+    pub writes_out_of_memory: u64,
+    /// Replicated entries this node could not store for lack of room (Replicate, repair,
+    /// pull): the copy stays missing until repair retries with room available.
+    pub store_refused: u64,
+    /// Committed writes whose local apply failed after the replicas had stored them
+    /// (answered `Ambiguous`: a replica majority holds them).
+    pub commit_apply_refused: u64,
     pub possible_loss: u64,
     /// ec: takeovers whose metadata was rebuilt from parity holders.
     pub ec_takeovers: u64,
@@ -775,7 +793,11 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let retire = self.move_retire(&key, slot, memgest);
         if targets.is_empty() && retire.is_none() {
-            self.apply_local(&key, entry.clone());
+            if self.apply_local(&key, entry.clone()) == ApplyOutcome::Refused {
+                self.stats.writes_out_of_memory += 1;
+                self.remember(client, id.seq, Some(ClientReply::OutOfMemory));
+                return self.reply(out, client, id, ClientReply::OutOfMemory);
+            }
             self.retire_other_ec(&key, &entry, out);
             self.stats.writes_committed += 1;
             let body = ClientReply::Written {
@@ -783,6 +805,13 @@ impl<S: ReplicaStore> Replica<S> {
             };
             self.remember(client, id.seq, Some(body.clone()));
             return self.reply(out, client, id, body);
+        }
+        // Room on this node first: a write the coordinator could not store must be refused
+        // before any replica holds it (a refused write must never resurface through repair).
+        if !self.store.reserve(&key, &entry) {
+            self.stats.writes_out_of_memory += 1;
+            self.remember(client, id.seq, Some(ClientReply::OutOfMemory));
+            return self.reply(out, client, id, ClientReply::OutOfMemory);
         }
         self.remember(client, id.seq, None);
         for t in &targets {
@@ -813,6 +842,7 @@ impl<S: ReplicaStore> Replica<S> {
                 needed: majority(copies) - 1,
                 targets,
                 acked: BTreeSet::new(),
+                refused: BTreeSet::new(),
                 committed: false,
                 last_send_ms: now_ms,
                 bytes,
@@ -893,7 +923,11 @@ impl<S: ReplicaStore> Replica<S> {
                 if r.started && r.acked.len() >= r.needed && !p.committed {
                     self.commit(version, out);
                     if let Some(p) = self.pending.get(&version) {
-                        if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
+                        if p.committed
+                            && p.targets
+                                .iter()
+                                .all(|t| p.acked.contains(t) || p.refused.contains(t))
+                        {
                             self.pending.remove(&version);
                         }
                     }
@@ -905,7 +939,7 @@ impl<S: ReplicaStore> Replica<S> {
             self.stats.replicate_refused += 1;
             return;
         }
-        if p.targets.contains(&from) && p.acked.insert(from) {
+        if p.targets.contains(&from) && p.acked.insert(from) && !p.refused.remove(&from) {
             if let Some(c) = self.inflight.get_mut(&from) {
                 c.0 = c.0.saturating_sub(1);
                 c.1 = c.1.saturating_sub(p.bytes);
@@ -915,10 +949,64 @@ impl<S: ReplicaStore> Replica<S> {
             self.commit(version, out);
         }
         if let Some(p) = self.pending.get(&version) {
-            if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
+            if p.committed
+                && p.targets
+                    .iter()
+                    .all(|t| p.acked.contains(t) || p.refused.contains(t))
+            {
                 self.pending.remove(&version);
             }
         }
+    }
+
+    /// A target had no room for `version` of `key`. Once every target has answered and none
+    /// stored it, the commit rule can never hold and no copy exists anywhere but this
+    /// coordinator's reservation: the write is refused with `OutOfMemory`, a definite
+    /// failure. While some target stored it (possible only with R ≥ 5 or a slow ack), the
+    /// write stays pending and keeps being offered, as for an unreachable replica.
+    fn on_refused(&mut self, from: NodeId, key: Vec<u8>, version: Version, out: &mut Vec<Output>) {
+        let Some(p) = self.pending.get_mut(&version) else {
+            return;
+        };
+        if p.key != key || !p.targets.contains(&from) || p.acked.contains(&from) {
+            return;
+        }
+        self.stats.replicate_refused += 1;
+        if p.refused.insert(from) {
+            if let Some(c) = self.inflight.get_mut(&from) {
+                c.0 = c.0.saturating_sub(1);
+                c.1 = c.1.saturating_sub(p.bytes);
+            }
+        }
+        let all_answered = p.targets.len() == p.acked.len() + p.refused.len();
+        if p.committed {
+            // Committed without this copy: stop offering it; repair retries later.
+            if all_answered {
+                self.pending.remove(&version);
+            }
+            return;
+        }
+        if !(all_answered && p.acked.is_empty() && p.ec.is_none()) {
+            return;
+        }
+        let Some(mut p) = self.pending.remove(&version) else {
+            return;
+        };
+        self.store.unreserve(&p.key, version);
+        if let Some(set) = self.uncommitted.get_mut(&p.key) {
+            set.remove(&version);
+            if set.is_empty() {
+                self.uncommitted.remove(&p.key);
+            }
+        }
+        self.stats.writes_out_of_memory += 1;
+        if let Some((c, id)) = p.client.take() {
+            if self.dedup.get(&c).is_some_and(|d| d.seq == id.seq) {
+                self.remember(c, id.seq, Some(ClientReply::OutOfMemory));
+            }
+            self.reply(out, c, id, ClientReply::OutOfMemory);
+        }
+        self.wake_reads(&p.key, out);
     }
 
     fn commit(&mut self, version: Version, out: &mut Vec<Output>) {
@@ -953,9 +1041,16 @@ impl<S: ReplicaStore> Replica<S> {
                 return; // background update: no store entry, no client
             }
         }
-        self.apply_local(&key, entry.clone());
-        self.retire_other_ec(&key, &entry, out);
-        self.stats.writes_committed += 1;
+        let applied = self.apply_local(&key, entry.clone());
+        if applied == ApplyOutcome::Refused {
+            // Only when the reservation made in `write` was lost (a newer write of the same
+            // key replaced it) and the node filled up meanwhile. A majority of replicas holds
+            // the write, so it is not refused: it may surface through repair.
+            self.stats.commit_apply_refused += 1;
+        } else {
+            self.retire_other_ec(&key, &entry, out);
+            self.stats.writes_committed += 1;
+        }
         if let Some(set) = self.uncommitted.get_mut(&key) {
             set.remove(&version);
             if set.is_empty() {
@@ -963,11 +1058,28 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         if let Some((c, id)) = client {
-            let body = ClientReply::Written { version };
+            let body = if applied == ApplyOutcome::Refused {
+                ClientReply::Ambiguous
+            } else {
+                ClientReply::Written { version }
+            };
             if self.dedup.get(&c).is_some_and(|d| d.seq == id.seq) {
                 self.remember(c, id.seq, Some(body.clone()));
             }
             self.reply(out, c, id, body);
+        }
+        if applied == ApplyOutcome::Refused {
+            // Not held here: stop tracking it (repair reconciles the replicas later).
+            if let Some(p) = self.pending.remove(&version) {
+                for t in &p.targets {
+                    if !p.acked.contains(t) && !p.refused.contains(t) {
+                        if let Some(c) = self.inflight.get_mut(t) {
+                            c.0 = c.0.saturating_sub(1);
+                            c.1 = c.1.saturating_sub(p.bytes);
+                        }
+                    }
+                }
+            }
         }
         self.wake_reads(&key, out);
     }
@@ -1006,8 +1118,9 @@ impl<S: ReplicaStore> Replica<S> {
             .collect();
         for v in versions {
             if let Some(mut p) = self.pending.remove(&v) {
+                self.store.unreserve(&p.key, v);
                 for t in &p.targets {
-                    if !p.acked.contains(t) {
+                    if !p.acked.contains(t) && !p.refused.contains(t) {
                         if let Some(c) = self.inflight.get_mut(t) {
                             c.0 = c.0.saturating_sub(1);
                             c.1 = c.1.saturating_sub(p.bytes);
@@ -1320,7 +1433,7 @@ impl<S: ReplicaStore> Replica<S> {
                 continue;
             }
             for t in &p.targets {
-                if !p.acked.contains(t) {
+                if !p.acked.contains(t) && !p.refused.contains(t) {
                     if let Some(c) = self.inflight.get_mut(t) {
                         c.0 = c.0.saturating_sub(1);
                         c.1 = c.1.saturating_sub(p.bytes);
@@ -1328,6 +1441,8 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
             p.acked.retain(|a| targets.contains(a));
+            // A new target set: everyone not acked is asked (and budgeted) afresh.
+            p.refused.clear();
             for t in &targets {
                 if !p.acked.contains(t) {
                     let c = self.inflight.entry(*t).or_insert((0, 0));
@@ -1721,11 +1836,15 @@ impl<S: ReplicaStore> Replica<S> {
                             },
                         );
                     }
-                    self.apply_local(&key, entry);
+                    if self.apply_local(&key, entry) == ApplyOutcome::Refused {
+                        self.stats.store_refused += 1;
+                        return self.send(out, from, PeerBody::ReplicateRefused { key, version });
+                    }
                 }
                 self.send(out, from, PeerBody::ReplicateAck { key, version, ok });
             }
             PeerBody::ReplicateAck { key, version, ok } => self.on_ack(from, key, version, ok, out),
+            PeerBody::ReplicateRefused { key, version } => self.on_refused(from, key, version, out),
             PeerBody::PullReq {
                 id,
                 purpose,
@@ -1779,8 +1898,10 @@ impl<S: ReplicaStore> Replica<S> {
             } => self.on_key_list(now_ms, from, &msg, slot, after, keys, more, out),
             PeerBody::RepairPush { entries } => {
                 for (k, e) in entries {
-                    if self.accept_from_coordinator(from, &msg, key_slot(&k)) {
-                        self.apply_local(&k, e);
+                    if self.accept_from_coordinator(from, &msg, key_slot(&k))
+                        && self.apply_local(&k, e) == ApplyOutcome::Refused
+                    {
+                        self.stats.store_refused += 1;
                     }
                 }
             }
@@ -2185,7 +2306,7 @@ impl<S: ReplicaStore> Replica<S> {
                 "pending write for a slot we do not coordinate"
             );
             for t in &p.targets {
-                if !p.acked.contains(t) {
+                if !p.acked.contains(t) && !p.refused.contains(t) {
                     let c = inflight.entry(*t).or_insert((0, 0));
                     c.0 += 1;
                     c.1 += p.bytes;

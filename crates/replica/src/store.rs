@@ -36,6 +36,9 @@ pub enum ApplyOutcome {
     /// Refused: the store holds this version or a higher one (entry, tombstone or summary).
     /// For replication this still counts as "applied" — the key is at least this new here.
     Superseded { current: Version },
+    /// Refused: the store has no room for the entry (its memgest may not be evicted and the
+    /// node's memory is full). Nothing changed; the key keeps what it held.
+    Refused,
 }
 
 /// The node-local key state the replica core drives. Implementations must make `apply`
@@ -46,6 +49,17 @@ pub trait ReplicaStore {
     fn get(&self, key: &[u8]) -> Option<Entry>;
     /// Store `entry` if its version is higher than anything held for `key`.
     fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome;
+    /// Set aside room for `entry` (a coordinator's write before it is sent to the replicas),
+    /// invisible to readers until [`ReplicaStore::apply`] of the same key and version uses it.
+    /// `false`: no room — the write must be refused before anything leaves the node, so a
+    /// coordinator never acknowledges a write it cannot store. A store without a capacity
+    /// bound always has room.
+    fn reserve(&mut self, _key: &[u8], _entry: &Entry) -> bool {
+        true
+    }
+    /// Give back what [`ReplicaStore::reserve`] set aside for `key` at `version` (the write
+    /// was refused or abandoned). A no-op when nothing is reserved.
+    fn unreserve(&mut self, _key: &[u8], _version: Version) {}
     /// Drop `key` (no tombstone) if its stored version is `<= version`. Used when a key's
     /// memgest no longer places a copy here. Returns whether something was dropped.
     fn retire(&mut self, key: &[u8], version: Version) -> bool;
@@ -149,11 +163,44 @@ impl SlotDigests {
 pub struct MemStore {
     entries: BTreeMap<(Slot, Vec<u8>), Entry>,
     digests: SlotDigests,
+    /// Capacity in value bytes (`None`: unbounded), so the simulator can fill a node.
+    value_bytes_max: Option<u64>,
+    /// Value bytes of live entries.
+    value_bytes: u64,
+    /// Room set aside by `reserve`, per (key, version).
+    reserved: BTreeMap<(Vec<u8>, Version), u64>,
 }
 
 impl MemStore {
     pub fn new() -> MemStore {
         MemStore::default()
+    }
+
+    /// A store that refuses values once `value_bytes_max` bytes of values (live plus
+    /// reserved) would be exceeded, as a full engine with pinned memgests does.
+    pub fn with_capacity(value_bytes_max: u64) -> MemStore {
+        MemStore {
+            value_bytes_max: Some(value_bytes_max),
+            ..MemStore::default()
+        }
+    }
+
+    fn reserved_bytes(&self) -> u64 {
+        self.reserved.values().sum()
+    }
+
+    /// Whether `need` more value bytes fit, counting what is reserved except `own`.
+    fn fits(&self, need: u64, freed: u64, own: u64) -> bool {
+        match self.value_bytes_max {
+            None => true,
+            Some(max) => {
+                let used = self
+                    .value_bytes
+                    .saturating_sub(freed)
+                    .saturating_add(self.reserved_bytes().saturating_sub(own));
+                used.saturating_add(need) <= max
+            }
+        }
     }
 
     fn digest_toggle(&mut self, slot: Slot, key: &[u8], e: &Entry, add: bool) {
@@ -179,18 +226,50 @@ impl ReplicaStore for MemStore {
     fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome {
         let slot = key_slot(key);
         let k = (slot, key.to_vec());
-        if let Some(old) = self.entries.get(&k) {
+        let old = self.entries.get(&k).cloned();
+        if let Some(old) = &old {
             if old.version >= entry.version {
                 return ApplyOutcome::Superseded {
                     current: old.version,
                 };
             }
-            let old = old.clone();
-            self.digest_toggle(slot, key, &old, false);
         }
+        let need = entry.value.as_ref().map_or(0, |v| v.len() as u64);
+        let freed = old
+            .as_ref()
+            .and_then(|o| o.value.as_ref())
+            .map_or(0, |v| v.len() as u64);
+        let own = self
+            .reserved
+            .get(&(key.to_vec(), entry.version))
+            .copied()
+            .unwrap_or(0);
+        if !self.fits(need, freed, own) {
+            return ApplyOutcome::Refused;
+        }
+        self.reserved.remove(&(key.to_vec(), entry.version));
+        if let Some(old) = &old {
+            self.digest_toggle(slot, key, old, false);
+        }
+        self.value_bytes = self.value_bytes.saturating_sub(freed).saturating_add(need);
         self.digest_toggle(slot, key, &entry, true);
         self.entries.insert(k, entry);
         ApplyOutcome::Applied
+    }
+
+    fn reserve(&mut self, key: &[u8], entry: &Entry) -> bool {
+        let need = entry.value.as_ref().map_or(0, |v| v.len() as u64);
+        // Conservative: the old value's room is not counted as free, as in the engine,
+        // where the new version is written before the old one is released.
+        if !self.fits(need, 0, 0) {
+            return false;
+        }
+        self.reserved.insert((key.to_vec(), entry.version), need);
+        true
+    }
+
+    fn unreserve(&mut self, key: &[u8], version: Version) {
+        self.reserved.remove(&(key.to_vec(), version));
     }
 
     fn retire(&mut self, key: &[u8], version: Version) -> bool {
@@ -199,6 +278,8 @@ impl ReplicaStore for MemStore {
         match self.entries.get(&k) {
             Some(e) if e.version <= version => {
                 let e = e.clone();
+                let freed = e.value.as_ref().map_or(0, |v| v.len() as u64);
+                self.value_bytes = self.value_bytes.saturating_sub(freed);
                 self.digest_toggle(slot, key, &e, false);
                 self.entries.remove(&k);
                 true
@@ -232,6 +313,8 @@ impl ReplicaStore for MemStore {
     fn clear(&mut self) {
         self.entries.clear();
         self.digests.clear();
+        self.value_bytes = 0;
+        self.reserved.clear();
     }
 
     fn len(&self) -> usize {

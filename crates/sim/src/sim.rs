@@ -28,6 +28,11 @@ pub struct SimOptions {
     /// With `ec`: only `ec:3+2` (no `ec:2+1`), and crashes sometimes take two members of one
     /// PG at once (M = 2 simultaneous failures).
     pub ec_double: bool,
+    /// Capacity of every node's store in value bytes (`None`: unbounded). Small values make
+    /// nodes full, so writes are refused with `OutOfMemory` — coordinators and replicas —
+    /// under the same faults; the checkers then also prove that a refused write never
+    /// surfaces later and that no acknowledged write is lost.
+    pub store_value_bytes_max: Option<u64>,
 }
 
 impl Default for SimOptions {
@@ -38,6 +43,7 @@ impl Default for SimOptions {
             all_faults: false,
             ec: false,
             ec_double: false,
+            store_value_bytes_max: None,
         }
     }
 }
@@ -61,6 +67,8 @@ pub struct RunStats {
     pub faults: String,
     pub timeouts: u64,
     pub ambiguous_replies: u64,
+    /// Writes refused with `OutOfMemory` (with `store_value_bytes_max`).
+    pub oom_replies: u64,
     /// Reliable keys whose final committed value was read back and checked.
     pub readback_checked: u64,
     /// ec: takeovers (metadata rebuilt from parity), on-demand decodes, holder syncs.
@@ -323,7 +331,11 @@ impl World {
             ec_arena_bytes: 1 << 20,
             ..ReplicaConfig::default()
         };
-        slot.replica = Some(Replica::new(id, slot.incarnation, cfg, MemStore::new()));
+        let store = match self.opts.store_value_bytes_max {
+            Some(b) => MemStore::with_capacity(b),
+            None => MemStore::new(),
+        };
+        slot.replica = Some(Replica::new(id, slot.incarnation, cfg, store));
         slot.last_epoch = Epoch(0);
     }
 
@@ -1104,6 +1116,10 @@ impl World {
                 self.stats.ambiguous_replies += 1;
                 op.ambiguous = true;
                 self.client_finish(c, None, false);
+            }
+            (_, _, ClientReply::OutOfMemory) => {
+                self.stats.oom_replies += 1;
+                self.client_retry_later(c)
             }
             (_, _, body) if body.is_definite_failure() => self.client_retry_later(c),
             _ => {}

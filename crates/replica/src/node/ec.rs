@@ -589,6 +589,19 @@ impl<S: ReplicaStore> Replica<S> {
                 return self.reply(out, client, id, ClientReply::Busy);
             }
         }
+        if let Some(v) = &value {
+            // The node's budget for ec values, over all its arenas (a sum over the few
+            // (PG, memgest) arenas this node owns data in).
+            let held: u64 = self
+                .ec_data
+                .values()
+                .map(|d| d.arena.accounting().payload_bytes)
+                .sum();
+            if held.saturating_add(v.len() as u64) > self.cfg.ec_data_bytes_max {
+                self.stats.writes_out_of_memory += 1;
+                return self.reply(out, client, id, ClientReply::OutOfMemory);
+            }
+        }
         let version = self.hlc.next(now_ms);
         if let Some(cur) = self.latest_entry(&key) {
             assert!(version > cur.version, "HLC issued a stale version");
@@ -609,7 +622,13 @@ impl<S: ReplicaStore> Replica<S> {
         };
         let (up, free) = match staged {
             Ok(x) => x,
-            // Arena full (or a bug): nothing was sent, nothing changed.
+            // Arena full: nothing was sent, nothing changed — a definite refusal, as Redis's
+            // OOM (retrying cannot help until something is deleted).
+            Err(ringlet_erasure::Error::NoSpace { .. }) => {
+                self.stats.writes_out_of_memory += 1;
+                return self.reply(out, client, id, ClientReply::OutOfMemory);
+            }
+            // Anything else is a bug or a race with a takeover: nothing was sent.
             Err(_) => return self.reply(out, client, id, ClientReply::Busy),
         };
         let stored = match (&value, &up.meta) {
@@ -688,6 +707,7 @@ impl<S: ReplicaStore> Replica<S> {
                 needed,
                 targets,
                 acked: BTreeSet::new(),
+                refused: BTreeSet::new(),
                 committed: false,
                 last_send_ms: now_ms,
                 bytes,
