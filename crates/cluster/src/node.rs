@@ -96,6 +96,15 @@ pub const USAGE_REPORT_MS: u64 = 100;
 /// Control messages waiting for the driver (maps, acks, fences): a handful per heartbeat.
 const CONTROL_PENDING_MAX: usize = 1024;
 
+/// How often the heartbeat thread looks whether a heartbeat is due.
+const HEARTBEAT_POLL_MS: u64 = 20;
+
+/// Longest the heartbeat thread keeps renewing the lease for a driver that has not finished a
+/// step. Long enough for the slowest honest step (a 64 MiB value replicated or applied on a
+/// loaded host, seconds in a debug build); short enough that a wedged driver still loses its
+/// roles to a spare instead of holding them forever.
+pub const DRIVER_STALL_MAX_MS: u64 = 10_000;
+
 /// Counters (metrics `cluster_*`).
 #[derive(Debug, Default)]
 pub struct NodeStats {
@@ -103,6 +112,8 @@ pub struct NodeStats {
     pub possible_loss: AtomicU64,
     pub maps_applied: AtomicU64,
     pub fenced: AtomicU64,
+    /// Lease renewals sent by the heartbeat thread while the driver was inside a long step.
+    pub heartbeats_for_busy_driver: AtomicU64,
 }
 
 struct Shared {
@@ -117,6 +128,29 @@ struct Shared {
     control: Mutex<std::collections::VecDeque<FromControl>>,
     /// The control service's address (front ends send memgest commands there).
     control_addr: String,
+    /// What the heartbeat thread needs (see [`heartbeat_loop`]).
+    hb: HeartbeatState,
+}
+
+/// Lease renewal that does not queue behind data. The replica core decides *whether* this node
+/// heartbeats (joined, incarnation) and the driver thread sends its heartbeats as before; but a
+/// driver busy with one long step (a 64 MiB value copied, checksummed and replicated) sends
+/// none, and a lease that lapses because of that fails over a healthy node (issue 10, case 5).
+/// So a separate thread repeats the driver's last heartbeat whenever none went out for an
+/// interval, with the epoch the core last reached. Safe: the lease is counted from *send*
+/// times on both sides (control grants `lease_ms` from receipt, the core trusts `sent_ms +
+/// lease_ms - margin`), whichever thread sends; and a heartbeat only ever reports an epoch the
+/// core has really applied.
+#[derive(Default)]
+struct HeartbeatState {
+    /// 0 while the core is not joined (it sends Join itself); else its incarnation.
+    incarnation: AtomicU64,
+    /// Monotonic ms of the last heartbeat sent by either thread.
+    last_sent_ms: AtomicU64,
+    /// Monotonic ms when the driver last finished a step or a wait.
+    driver_alive_ms: AtomicU64,
+    interval_ms: AtomicU64,
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// A running cluster node. Cheap to clone.
@@ -127,6 +161,8 @@ pub struct ClusterNode {
     transport: Arc<Transport>,
     _control: Arc<ControlClient>,
     driver: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// Ends the control link's own runtime (see `start`).
+    control_rt_stop: Arc<Mutex<Option<oneshot::Sender<()>>>>,
 }
 
 impl ClusterNode {
@@ -136,7 +172,6 @@ impl ClusterNode {
     /// # Errors
     /// Engine creation or peer bind failures.
     pub async fn start(cfg: NodeConfig) -> Result<(ClusterNode, SocketAddr), std::io::Error> {
-        let rt = &tokio::runtime::Handle::current();
         let store = EngineStore::new(EngineConfig {
             origin: cfg.id.0,
             ..cfg.engine.clone()
@@ -153,7 +188,16 @@ impl ClusterNode {
             stats: NodeStats::default(),
             control: Mutex::new(std::collections::VecDeque::new()),
             control_addr: cfg.control_addr.clone(),
+            hb: HeartbeatState::default(),
         });
+        shared
+            .hb
+            .interval_ms
+            .store(cfg.replica.heartbeat_interval_ms.max(1), Ordering::Relaxed);
+        shared
+            .hb
+            .driver_alive_ms
+            .store(mono_ms(), Ordering::Relaxed);
         let s2 = shared.clone();
         let inbound: Inbound = Arc::new(move |from, msg| {
             if s2.tx.try_send(Event::Peer { from, msg }).is_err() {
@@ -162,6 +206,22 @@ impl ClusterNode {
         });
         let (transport, peer_addr) =
             Transport::bind(cfg.peer_bind, cfg.id, cfg.incarnation, inbound).await?;
+        // The control link (heartbeats out, acks and maps in) runs on its own one-thread
+        // runtime: on the shared runtime it waited behind tasks busy with a 64 MiB value
+        // (a peer frame being read, a RESP bulk being parsed), its lease lapsed and a
+        // healthy node was failed over (issue 10, case 5).
+        let control_rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let control_handle = control_rt.handle().clone();
+        let (control_rt_stop, control_rt_stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("ringlet-ctl-{}", cfg.id))
+            .spawn(move || {
+                control_rt.block_on(async {
+                    let _ = control_rt_stopped.await;
+                });
+            })?;
         let s3 = shared.clone();
         let control = Arc::new(ControlClient::start(
             cfg.control_addr.clone(),
@@ -178,7 +238,7 @@ impl ClusterNode {
                 }
                 let _ = s3.tx.try_send(Event::Wake);
             }),
-            rt,
+            &control_handle,
         ));
         let mut rcfg = cfg.replica.clone();
         // Announced as Redis CLUSTER NODES does: ip:port@cport.
@@ -201,6 +261,10 @@ impl ClusterNode {
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
             .spawn(move || d.run(rx))?;
+        let (s4, c4) = (shared.clone(), control.clone());
+        std::thread::Builder::new()
+            .name(format!("ringlet-hb-{}", cfg.id))
+            .spawn(move || heartbeat_loop(&s4, &c4))?;
         Ok((
             ClusterNode {
                 shared,
@@ -208,6 +272,7 @@ impl ClusterNode {
                 transport,
                 _control: control,
                 driver: Arc::new(Mutex::new(Some(handle))),
+                control_rt_stop: Arc::new(Mutex::new(Some(control_rt_stop))),
             },
             peer_addr,
         ))
@@ -276,9 +341,13 @@ impl ClusterNode {
 
     /// Stop the driver thread (the process is going away).
     pub fn stop(&self) {
+        self.shared.hb.stopped.store(true, Ordering::Release);
         let _ = self.shared.tx.send(Event::Stop);
         if let Some(h) = self.driver.lock().take() {
             let _ = h.join();
+        }
+        if let Some(tx) = self.control_rt_stop.lock().take() {
+            let _ = tx.send(());
         }
     }
 }
@@ -305,6 +374,7 @@ impl Driver {
         let mut next_tick = mono_ms();
         loop {
             let now = mono_ms();
+            self.shared.hb.driver_alive_ms.store(now, Ordering::Relaxed);
             if now >= next_tick {
                 self.step(Input::Tick);
                 next_tick = now + self.tick_ms;
@@ -482,22 +552,31 @@ impl Driver {
                             node,
                             addr,
                             incarnation,
-                        } => ToControl::Join {
-                            node: node.0,
-                            addr,
-                            incarnation,
-                        },
+                        } => {
+                            // Not joined (or rejoining after a fence): no lease to renew.
+                            self.shared.hb.incarnation.store(0, Ordering::Relaxed);
+                            ToControl::Join {
+                                node: node.0,
+                                addr,
+                                incarnation,
+                            }
+                        }
                         ControlInput::Heartbeat {
                             node,
                             incarnation,
                             epoch,
                             sent_ms,
-                        } => ToControl::Heartbeat {
-                            node: node.0,
-                            incarnation,
-                            epoch: epoch.0,
-                            sent_ms,
-                        },
+                        } => {
+                            let hb = &self.shared.hb;
+                            hb.incarnation.store(incarnation, Ordering::Relaxed);
+                            hb.last_sent_ms.fetch_max(sent_ms, Ordering::Relaxed);
+                            ToControl::Heartbeat {
+                                node: node.0,
+                                incarnation,
+                                epoch: epoch.0,
+                                sent_ms,
+                            }
+                        }
                         ControlInput::Quiesced {
                             node,
                             incarnation,
@@ -524,6 +603,40 @@ impl Driver {
                 }
             }
         }
+    }
+}
+
+/// The heartbeat thread (see [`HeartbeatState`]): repeats the core's heartbeat while the
+/// driver is busy, and only while its stall stays under [`DRIVER_STALL_MAX_MS`].
+fn heartbeat_loop(shared: &Shared, control: &ControlClient) {
+    let hb = &shared.hb;
+    while !hb.stopped.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(HEARTBEAT_POLL_MS));
+        let incarnation = hb.incarnation.load(Ordering::Relaxed);
+        let now = mono_ms();
+        let interval = hb.interval_ms.load(Ordering::Relaxed);
+        let last = hb.last_sent_ms.load(Ordering::Relaxed);
+        let stalled_for = now.saturating_sub(hb.driver_alive_ms.load(Ordering::Relaxed));
+        if incarnation == 0
+            || now.saturating_sub(last) < interval
+            || stalled_for > DRIVER_STALL_MAX_MS
+        {
+            continue;
+        }
+        hb.last_sent_ms.fetch_max(now, Ordering::Relaxed);
+        // Only a busy driver gets here (an idle one ticks every few ms and sends its own).
+        if stalled_for >= interval {
+            shared
+                .stats
+                .heartbeats_for_busy_driver
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = control.send(ToControl::Heartbeat {
+            node: shared.id.0,
+            incarnation,
+            epoch: shared.epoch.load(Ordering::Acquire),
+            sent_ms: now,
+        });
     }
 }
 

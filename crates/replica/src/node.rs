@@ -198,6 +198,8 @@ struct Pending {
     needed: usize,
     committed: bool,
     last_send_ms: u64,
+    /// Retransmissions so far (backs the interval off, see [`retransmit_after_ms`]).
+    resends: u32,
     bytes: u64,
     /// `ec:K+M` parity update (commit when every holder acked it), or `None` for `rep:R`.
     ec: Option<ec::EcPend>,
@@ -315,6 +317,22 @@ pub struct ReplicaStats {
     pub ec_holder_resyncs: u64,
     /// ec: metadata entries that could not be restored into the arena (overlap).
     pub ec_restore_conflicts: u64,
+}
+
+/// Largest factor the retransmission interval backs off to.
+const RETRANSMIT_BACKOFF_MAX: u64 = 8;
+/// Bytes a replica is assumed to take in per ms when it is slow (a loaded host, a debug
+/// build): 16 MB/s. A 64 MiB value then waits ~4 s before it is sent again.
+const RETRANSMIT_SLOW_BYTES_PER_MS: u64 = 16 * 1024;
+
+/// When an unacknowledged write is offered again. Peer links are TCP: a copy is lost only
+/// with its connection or a full queue, so resending is for recovery, not speed. A fixed
+/// 150 ms resent a 64 MiB value to each replica ~7 times a second while the first copy was
+/// still being read, a congestion collapse that starved heartbeats (issue 10, case 5): the
+/// interval grows with the value's size and doubles with each resend, up to a bound.
+fn retransmit_after_ms(base_ms: u64, p: &Pending) -> u64 {
+    let backoff = 1u64 << p.resends.min(3);
+    (base_ms * backoff.min(RETRANSMIT_BACKOFF_MAX)) + p.bytes / RETRANSMIT_SLOW_BYTES_PER_MS
 }
 
 fn majority(n: usize) -> usize {
@@ -845,6 +863,7 @@ impl<S: ReplicaStore> Replica<S> {
                 refused: BTreeSet::new(),
                 committed: false,
                 last_send_ms: now_ms,
+                resends: 0,
                 bytes,
                 ec: None,
                 retire,
@@ -2203,8 +2222,9 @@ impl<S: ReplicaStore> Replica<S> {
         let retransmit = self.cfg.retransmit_ms;
         let mut sends = Vec::new();
         for p in self.pending.values_mut() {
-            if now_ms.saturating_sub(p.last_send_ms) >= retransmit {
+            if now_ms.saturating_sub(p.last_send_ms) >= retransmit_after_ms(retransmit, p) {
                 p.last_send_ms = now_ms;
+                p.resends = p.resends.saturating_add(1);
                 for t in &p.targets {
                     if !p.acked.contains(t) {
                         let body = match &p.ec {

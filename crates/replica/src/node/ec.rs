@@ -710,6 +710,7 @@ impl<S: ReplicaStore> Replica<S> {
                 refused: BTreeSet::new(),
                 committed: false,
                 last_send_ms: now_ms,
+                resends: 0,
                 bytes,
                 ec: Some(ec),
                 retire,
