@@ -77,6 +77,11 @@ pub enum ToControl {
         incarnation: u64,
         epoch: u64,
     },
+    /// A coordinator's first write of a replicated memgest waits for this mark in the map
+    /// (`ringlet_control::Input::MarkWritten`).
+    MarkWritten {
+        memgest: u16,
+    },
     /// Reply with the current map (and keep pushing maps on this connection).
     Watch,
     CreateMemgest {
@@ -531,6 +536,12 @@ impl ControlService {
                     node: NodeId(node),
                     incarnation,
                     epoch: Epoch(epoch),
+                });
+                self.carry_out(a, None)
+            }
+            ToControl::MarkWritten { memgest } => {
+                let a = self.backend.step(Input::MarkWritten {
+                    memgest: ringlet_types::MemgestId(memgest),
                 });
                 self.carry_out(a, None)
             }

@@ -94,7 +94,7 @@ pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)
             // discards every late page (see docs/design/cluster-runtime.md).
             pull_retry_ms: 1000,
             repair_interval_ms: 250,
-            rebuild_timeout_ms: 20_000,
+            rebuild_timeout_ms: rebuild_timeout_ms(),
             // The ec values this node holds as a data node count against its memory budget
             // too, so a full node refuses ec writes with OOM instead of growing its arenas
             // past --memory-mb.
@@ -106,6 +106,18 @@ pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)
     let (node, _peer) = ClusterNode::start(cfg).await?;
     tokio::spawn(crate::resp::serve(listener, node.clone()));
     Ok((node, client_addr))
+}
+
+/// How long a rebuild waits for a majority of a replicated memgest's old replicas before it
+/// serves what it has and reports possible loss: 20 s, or `RINGLET_REBUILD_TIMEOUT_MS` (read
+/// by each node process; `up` passes its environment on). Operators who prefer
+/// unavailability to any possible loss set it high; tests set it high to prove a takeover
+/// did not need it.
+pub fn rebuild_timeout_ms() -> u64 {
+    std::env::var("RINGLET_REBUILD_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
 }
 
 /// `up` options.

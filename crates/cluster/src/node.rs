@@ -586,7 +586,10 @@ impl Driver {
                             incarnation,
                             epoch: epoch.0,
                         },
-                        // The core only emits Join, Heartbeat and Quiesced.
+                        ControlInput::MarkWritten { memgest } => {
+                            ToControl::MarkWritten { memgest: memgest.0 }
+                        }
+                        // The core only emits Join, Heartbeat, Quiesced and MarkWritten.
                         _ => continue,
                     };
                     let _ = self.control.send(m);

@@ -51,6 +51,12 @@ pub struct MemgestInfo {
     /// writes naming it while the control plane checks that no node still holds keys of it.
     /// Existing keys stay readable and keep their scheme.
     pub closing: bool,
+    /// Some coordinator may have written a key of this memgest ([`crate::Input::MarkWritten`],
+    /// set before the first write of a replicated memgest starts, never cleared). While false
+    /// no write of it was ever acknowledged, so a rebuild need not wait for a majority of its
+    /// old replicas: a memgest with nothing in it takes over at once after a failure beyond
+    /// its tolerance (issue 10, case 6).
+    pub written: bool,
 }
 
 /// A map that fails validation.
@@ -94,6 +100,7 @@ impl Default for ClusterMap {
                 kind: MemgestKind::None,
                 evictable: true,
                 closing: false,
+                written: false,
             },
         );
         ClusterMap {
@@ -277,6 +284,14 @@ struct MemgestWire {
     evictable: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     closing: bool,
+    /// Absent in maps written before the mark existed: those count as written (the safe
+    /// reading — a rebuild then waits for its majority as it always did).
+    #[serde(default = "yes")]
+    written: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -318,6 +333,7 @@ impl From<ClusterMap> for ClusterMapWire {
                     kind: g.kind.to_string(),
                     evictable: g.evictable,
                     closing: g.closing,
+                    written: g.written,
                 })
                 .collect(),
             default_memgest: m.default_memgest.0,
@@ -367,6 +383,7 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
                     kind,
                     evictable: g.evictable,
                     closing: g.closing,
+                    written: g.written,
                 },
             );
             if dup.is_some() {

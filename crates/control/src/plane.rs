@@ -156,6 +156,12 @@ pub enum Input {
         kind: MemgestKind,
         evictable: Option<bool>,
     },
+    /// A coordinator is about to start the first write of `memgest` it has seen: mark the
+    /// memgest written ([`crate::MemgestInfo::written`]) and publish. Idempotent; the
+    /// coordinator waits for a map showing the mark before it writes.
+    MarkWritten {
+        memgest: MemgestId,
+    },
     /// Drop a memgest, refused while any node holds keys of it. Two steps, driven by the
     /// caller (docs/design/memgest-commands.md): the first call *closes* the memgest (published: front ends refuse new writes naming it);
     /// later calls answer [`ControlError::DropPending`] until every data-holding node has
@@ -368,6 +374,15 @@ impl ControlPlane {
                     .is_some_and(|n| n.incarnation == incarnation);
                 if same && asked.is_some_and(|e| epoch >= e) {
                     self.finish_drain(node, &mut out);
+                }
+            }
+            Input::MarkWritten { memgest } => {
+                if self.map.memgests.get(&memgest).is_some_and(|m| !m.written) {
+                    let mut next = (*self.map).clone();
+                    if let Some(m) = next.memgests.get_mut(&memgest) {
+                        m.written = true;
+                    }
+                    self.commit(next, &mut out);
                 }
             }
             Input::CreateMemgest {
@@ -769,6 +784,7 @@ impl ControlPlane {
                 kind,
                 evictable: evictable.unwrap_or(kind.evictable_by_default()),
                 closing: false,
+                written: false,
             },
         );
         self.commit(next, out);

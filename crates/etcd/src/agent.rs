@@ -270,6 +270,13 @@ impl ControlBackend for EtcdBackend {
                     epoch: epoch.0,
                 });
             }
+            // The written mark is the leader's to publish: forward like usage reports (the
+            // core repeats an unanswered request).
+            Input::MarkWritten { memgest } => {
+                let _ = self
+                    .usage_tx
+                    .try_send(ToControl::MarkWritten { memgest: memgest.0 });
+            }
             // Commands are the leader's (the service forwards them while a leader is known,
             // see `command_forward`).
             _ => out.push(Action::Rejected(ControlError::Config(NOT_LEADER))),

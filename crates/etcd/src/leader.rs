@@ -676,6 +676,16 @@ async fn answer(
             }
             return None;
         }
+        // A coordinator's request to mark a memgest written, forwarded by its agent.
+        ToControl::MarkWritten { memgest } => {
+            if status.is_leader() {
+                let input = Input::MarkWritten {
+                    memgest: MemgestId(memgest),
+                };
+                let _ = commands.try_send(Command::Step { input, reply: None });
+            }
+            return None;
+        }
         ToControl::Memgests {
             mttf_hours,
             rebuild_hours,

@@ -260,6 +260,8 @@ pub struct Replica<S: ReplicaStore> {
     inflight: BTreeMap<NodeId, (u32, u64)>,
     parked: BTreeMap<Vec<u8>, Vec<Parked>>,
     parked_count: usize,
+    /// When a written mark was last requested, per memgest ([`Replica::request_written_mark`]).
+    mark_requested: BTreeMap<MemgestId, u64>,
     dedup: BTreeMap<u64, Dedup>,
     dedup_order: VecDeque<u64>,
     /// Pull request id → (range first slot, source).
@@ -319,6 +321,9 @@ pub struct ReplicaStats {
     pub ec_restore_conflicts: u64,
 }
 
+/// How often a coordinator repeats an unanswered request to mark a memgest written.
+const MARK_WRITTEN_RETRY_MS: u64 = 100;
+
 /// Largest factor the retransmission interval backs off to.
 const RETRANSMIT_BACKOFF_MAX: u64 = 8;
 /// Bytes a replica is assumed to take in per ms when it is slow (a loaded host, a debug
@@ -360,6 +365,7 @@ impl<S: ReplicaStore> Replica<S> {
             inflight: BTreeMap::new(),
             parked: BTreeMap::new(),
             parked_count: 0,
+            mark_requested: BTreeMap::new(),
             dedup: BTreeMap::new(),
             dedup_order: VecDeque::new(),
             pull_index: BTreeMap::new(),
@@ -787,6 +793,13 @@ impl<S: ReplicaStore> Replica<S> {
                 return self.write_ec(now_ms, client, id, key, value, memgest, out);
             }
         };
+        if copies >= 2 && !info.written {
+            // The first write of a replicated memgest waits until the map says it may have
+            // data: a rebuild trusts `written == false` to skip waiting for a majority of
+            // old replicas (`pull_complete`), so no write may start before the mark.
+            self.request_written_mark(now_ms, memgest, out);
+            return self.reply(out, client, id, ClientReply::NotReady);
+        }
         let Some(r) = self.range(slot) else {
             return self.reply(out, client, id, ClientReply::NotCoordinator);
         };
@@ -1534,6 +1547,20 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// Ask the control plane to mark `memgest` written (at most every
+    /// [`MARK_WRITTEN_RETRY_MS`] per memgest; the request is idempotent).
+    fn request_written_mark(&mut self, now_ms: u64, memgest: MemgestId, out: &mut Vec<Output>) {
+        let due = self
+            .mark_requested
+            .get(&memgest)
+            .is_none_or(|t| now_ms.saturating_sub(*t) >= MARK_WRITTEN_RETRY_MS);
+        if due {
+            // Bounded: one entry per memgest of the map (at most MEMGESTS_MAX).
+            self.mark_requested.insert(memgest, now_ms);
+            out.push(Output::Control(ControlInput::MarkWritten { memgest }));
+        }
+    }
+
     fn pull_complete(&self, ri: usize) -> bool {
         let Some(r) = self.ranges.get(ri) else {
             return false;
@@ -1556,6 +1583,11 @@ impl<S: ReplicaStore> Replica<S> {
                 }
                 let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
                 map.memgests.values().all(|m| {
+                    // Never written: no write of it was ever acknowledged (the coordinator
+                    // waits for the mark before its first one), so nothing can be missing.
+                    if !m.written {
+                        return true;
+                    }
                     let copies = match m.kind {
                         MemgestKind::Rep { r } => usize::from(r),
                         _ => 1,

@@ -153,7 +153,19 @@ impl World {
         }
     }
 
+    /// One operation as a client runs it: `NotReady` (e.g. the first write of a replicated
+    /// memgest waiting for its written mark) is retried, a bounded number of times.
     fn op(&mut self, op: ClientOp) -> ClientReply {
+        for _ in 0..20 {
+            match self.op_once(op.clone()) {
+                ClientReply::NotReady => self.run(10),
+                r => return r,
+            }
+        }
+        panic!("still NotReady after 20 tries");
+    }
+
+    fn op_once(&mut self, op: ClientOp) -> ClientReply {
         self.seq += 1;
         let slot = key_slot(op.key());
         let map = self.cp.map().clone();

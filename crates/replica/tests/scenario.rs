@@ -67,6 +67,12 @@ impl Net {
             },
         );
         net.cp_actions(a);
+        // As if an earlier write had marked it: these scenarios are about writes and
+        // rebuilds of a memgest with data (`first_write_waits_for_the_written_mark` covers
+        // the mark itself).
+        let r3 = net.r3();
+        let a = net.cp.step(net.now, CpInput::MarkWritten { memgest: r3 });
+        net.cp_actions(a);
         net.settle();
         // Heartbeats give coordinators their lease.
         net.advance(200);
@@ -392,4 +398,38 @@ fn drain_hands_over_none_keys_too() {
         panic!()
     };
     assert_eq!(value, Some(b"single".to_vec()), "drain lost a `none` key");
+}
+
+/// The first write of a replicated memgest is refused as `NotReady` (a definite failure the
+/// fronts retry) until the map marks the memgest written; the coordinator asks for the mark
+/// itself, and the retry then commits.
+#[test]
+fn first_write_waits_for_the_written_mark() {
+    let mut net = Net::new(3, 3);
+    let a = net.cp.step(
+        net.now,
+        CpInput::CreateMemgest {
+            name: "fresh".into(),
+            kind: MemgestKind::Rep { r: 3 },
+            evictable: None,
+        },
+    );
+    net.cp_actions(a);
+    net.settle();
+    let fresh = net.cp.map().memgest_by_name("fresh").unwrap();
+    assert!(!net.cp.map().memgests[&fresh].written);
+    let c = net.coordinator(b"k");
+    net.request(c, 1, set("k", "v", fresh));
+    net.settle();
+    assert_eq!(net.take_reply(1), Some(ClientReply::NotReady));
+    assert!(
+        net.cp.map().memgests[&fresh].written,
+        "the coordinator did not ask for the mark"
+    );
+    net.request(c, 2, set("k", "v", fresh));
+    net.settle();
+    assert!(matches!(
+        net.take_reply(2),
+        Some(ClientReply::Written { .. })
+    ));
 }
