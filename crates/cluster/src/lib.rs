@@ -35,6 +35,7 @@ pub mod control;
 pub mod launch;
 pub mod native;
 pub mod node;
+pub mod resolve;
 pub mod resp;
 pub mod store;
 pub mod transport;

@@ -439,14 +439,24 @@ async fn run(node: &ClusterNode, op: ClientOp) -> Result<ClientReply, Fail> {
                     }
                 }
                 ClientReply::NotCoordinator | ClientReply::NotReady | ClientReply::Busy => {}
-                ClientReply::Ambiguous => {
+                ClientReply::Ambiguous { version } => {
+                    // A SET the new coordinator serves took effect: say so (resolve.rs).
+                    if matches!(op, ClientOp::Set { .. })
+                        && crate::resolve::took_effect(node, op.key(), version).await
+                    {
+                        node.count_ambiguous_resolved();
+                        return Ok(ClientReply::Written { version });
+                    }
                     return Err(fail(
                         Status::INTERNAL,
                         "ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect",
-                    ))
+                    ));
                 }
                 ClientReply::TooLarge => {
-                    return Err(fail(Status::TOO_LARGE, "key or value exceeds the size limit"))
+                    return Err(fail(
+                        Status::TOO_LARGE,
+                        "key or value exceeds the size limit",
+                    ))
                 }
                 ClientReply::OutOfMemory => {
                     return Err(fail(

@@ -114,6 +114,8 @@ pub struct NodeStats {
     pub fenced: AtomicU64,
     /// Lease renewals sent by the heartbeat thread while the driver was inside a long step.
     pub heartbeats_for_busy_driver: AtomicU64,
+    /// Ambiguous writes the fronts resolved as done (the new coordinator served them).
+    pub ambiguous_resolved: AtomicU64,
 }
 
 struct Shared {
@@ -304,6 +306,13 @@ impl ClusterNode {
 
     pub fn stats(&self) -> &NodeStats {
         &self.shared.stats
+    }
+
+    pub fn count_ambiguous_resolved(&self) {
+        self.shared
+            .stats
+            .ambiguous_resolved
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn transport(&self) -> &Arc<Transport> {

@@ -253,7 +253,16 @@ impl Front {
                         true
                     }
                     ClientReply::NotCoordinator | ClientReply::NotReady | ClientReply::Busy => true,
-                    ClientReply::Ambiguous => return Err(err(AMBIGUOUS)),
+                    ClientReply::Ambiguous { version } => {
+                        // A SET the new coordinator serves took effect: say so (resolve.rs).
+                        if matches!(op, ClientOp::Set { .. })
+                            && crate::resolve::took_effect(&self.node, op.key(), version).await
+                        {
+                            self.node.count_ambiguous_resolved();
+                            return Ok(ClientReply::Written { version });
+                        }
+                        return Err(err(AMBIGUOUS));
+                    }
                     // Redis's exact text, so clients that special-case OOM keep working.
                     ClientReply::OutOfMemory => return Err(err(OOM)),
                     ClientReply::TooLarge => {

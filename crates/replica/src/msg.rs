@@ -86,7 +86,11 @@ pub enum ClientReply {
     /// wired in).
     Unsupported,
     /// The coordinator lost its role with this write in flight: it may or may not commit.
-    Ambiguous,
+    /// `version` is the one the write was given: versions are unique, so a front can ask the
+    /// new coordinator whether it serves exactly this one (`crates/cluster/src/resolve.rs`).
+    Ambiguous {
+        version: Version,
+    },
     /// The coordinator, or so many replicas that the memgest's commit rule cannot hold, has
     /// no room for the write (pinned data fills the node's memory). Nothing was stored
     /// anywhere: Redis's `-OOM`.

@@ -1091,7 +1091,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         if let Some((c, id)) = client {
             let body = if applied == ApplyOutcome::Refused {
-                ClientReply::Ambiguous
+                ClientReply::Ambiguous { version }
             } else {
                 ClientReply::Written { version }
             };
@@ -1166,10 +1166,11 @@ impl<S: ReplicaStore> Replica<S> {
                     }
                 }
                 if let Some((c, id)) = p.client.take() {
+                    let body = ClientReply::Ambiguous { version: v };
                     if self.dedup.get(&c).is_some_and(|d| d.seq == id.seq) {
-                        self.remember(c, id.seq, Some(ClientReply::Ambiguous));
+                        self.remember(c, id.seq, Some(body.clone()));
                     }
-                    self.reply(out, c, id, ClientReply::Ambiguous);
+                    self.reply(out, c, id, body);
                 }
             }
         }

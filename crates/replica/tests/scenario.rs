@@ -433,3 +433,46 @@ fn first_write_waits_for_the_written_mark() {
         Some(ClientReply::Written { .. })
     ));
 }
+
+/// An ambiguous write carries its version, and that is the version the successor serves
+/// when the write did commit through the rebuild (what the cluster fronts check before
+/// answering `ERR ambiguous`, crates/cluster/src/resolve.rs).
+#[test]
+fn ambiguous_reply_names_the_version_the_successor_serves() {
+    let mut net = Net::new(4, 3);
+    let r3 = net.r3();
+    let c = net.coordinator(b"k");
+    net.request(c, 1, set("k", "v1", r3));
+    // The replicas store the write; their acks never reach the coordinator.
+    let queued: Vec<_> = net.queue.drain(..).collect();
+    for (to, _, msg) in queued {
+        if let (To::Node(n), Msg::Input(i)) = (to, msg) {
+            net.step(n, i);
+        }
+    }
+    net.queue
+        .retain(|(to, _, _)| !matches!(to, To::Node(n) if *n == c));
+    assert_eq!(net.take_reply(1), None);
+    // The coordinator is cut off: the spare takes over and rebuilds from the replicas.
+    net.cut.insert(c);
+    net.advance(2500);
+    let c2 = net.coordinator(b"k");
+    assert_ne!(c2, c);
+    net.request(c2, 2, ClientOp::Get { key: "k".into() });
+    net.settle();
+    let Some(ClientReply::Value {
+        version: served,
+        value: Some(v),
+    }) = net.take_reply(2)
+    else {
+        panic!("the successor does not serve the write")
+    };
+    assert_eq!(v, b"v1");
+    // Healed, the old coordinator learns it lost the role and answers the client.
+    net.cut.clear();
+    net.advance(1000);
+    assert_eq!(
+        net.take_reply(1),
+        Some(ClientReply::Ambiguous { version: served })
+    );
+}

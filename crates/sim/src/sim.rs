@@ -1112,7 +1112,7 @@ impl World {
                 self.stats.writes_acked += 1;
                 self.client_finish(c, None, false);
             }
-            (_, _, ClientReply::Ambiguous) => {
+            (_, _, ClientReply::Ambiguous { .. }) => {
                 self.stats.ambiguous_replies += 1;
                 op.ambiguous = true;
                 self.client_finish(c, None, false);

@@ -58,7 +58,12 @@ fn ports_free(base: u16, n: usize) -> bool {
 /// Start `up` with `nodes` + `spares` on free ports; returns once it printed "ready".
 pub fn start(nodes: usize, spares: usize, extra: &[&str]) -> Cluster {
     let total = nodes + spares;
-    let seed = std::process::id() as u64 ^ (Instant::now().elapsed().as_nanos() as u64);
+    // Tests of one binary run in parallel in one process: the pid alone gave them the same
+    // base, and the loser's nodes died with "Address already in use" (its test then hung
+    // until its deadlines). A per-process counter spreads them.
+    static STARTS: AtomicU64 = AtomicU64::new(0);
+    let nth = STARTS.fetch_add(1, Ordering::Relaxed);
+    let seed = u64::from(std::process::id()).wrapping_mul(7919) + nth * 97;
     let mut base = 20_000 + (seed % 20_000) as u16;
     while !ports_free(base, total + 1) {
         base += total as u16 + 3;
