@@ -169,8 +169,12 @@ pub async fn read_frame<T: for<'de> Deserialize<'de>>(
     if n > CONTROL_FRAME_BYTES_MAX {
         return Err(ControlWireError::TooLarge(n));
     }
-    let mut body = vec![0u8; n as usize];
-    r.read_exact(&mut body).await?;
+    // Grows with the bytes that arrive, not with the declared length (issue 10, case 2).
+    let mut body = Vec::with_capacity((n as usize).min(64 * 1024));
+    let got = r.take(u64::from(n)).read_to_end(&mut body).await?;
+    if got != n as usize {
+        return Err(ControlWireError::Closed);
+    }
     Ok(serde_json::from_slice(&body)?)
 }
 

@@ -300,11 +300,24 @@ async fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Option<
     let Some(total) = wire::frame_len(&h)? else {
         return Ok(None);
     };
+    let body = total - 4;
+    // The buffer grows with the bytes that arrive, not with the declared length: four bytes
+    // declaring 72 MB used to commit 72 MB per connection before any of it came (issue 10,
+    // case 2), and zero-filling 64 MiB per large frame was most of a replica's CPU.
+    if buf.capacity() > FRAME_BUFFER_KEEP_BYTES {
+        *buf = Vec::new(); // one large frame does not pin its buffer for the link's life
+    }
     buf.clear();
-    buf.resize(total - 4, 0);
-    stream.read_exact(buf).await?;
+    buf.reserve(body.min(FRAME_BUFFER_KEEP_BYTES));
+    let got = (&mut *stream).take(body as u64).read_to_end(buf).await?;
+    if got != body {
+        return Ok(None); // EOF inside a frame: the link is gone
+    }
     Ok(Some(wire::decode_body(buf)?))
 }
+
+/// Buffer capacity a peer link keeps between frames (larger ones are freed after use).
+const FRAME_BUFFER_KEEP_BYTES: usize = 1 << 20;
 
 async fn read_link(
     mut stream: TcpStream,
