@@ -1235,9 +1235,14 @@ fn command_reply(argv: &[Vec<u8>]) -> Reply {
                 .iter()
                 .filter_map(|&i| t.commands.get(i))
                 .map(|c| convert(&c.info))
+                .chain(
+                    crate::commands::EXTRA
+                        .iter()
+                        .filter_map(|n| crate::commands::info(n)),
+                )
                 .collect(),
         ),
-        Some("count") => Reply::Integer(t.top.len() as i64),
+        Some("count") => Reply::Integer((t.top.len() + crate::commands::EXTRA.len()) as i64),
         Some("info") => Reply::Array(
             argv[2..]
                 .iter()
@@ -1246,7 +1251,9 @@ fn command_reply(argv: &[Vec<u8>]) -> Reply {
                     t.by_name
                         .get(n.as_str())
                         .and_then(|&i| t.commands.get(i))
-                        .map_or(Reply::Null, |c| convert(&c.info))
+                        .map(|c| convert(&c.info))
+                        .or_else(|| crate::commands::info(&n))
+                        .unwrap_or(Reply::Null)
                 })
                 .collect(),
         ),

@@ -38,4 +38,11 @@ try:
     raise AssertionError("TTL accepted")
 except ResponseError:
     pass
+# MEMGEST through RedisCluster without target_nodes: COMMAND INFO declares its subcommands'
+# key positions, so redis-py routes MOVE/KEY by the key (CREATE by the memgest's name).
+assert rc.execute_command("MEMGEST", "CREATE", "pym", "rep", "3") in (True, b"OK", "OK")
+assert rc.execute_command("MEMGEST", "MOVE", "py:2", "pym") in (True, b"OK", "OK")
+k = rc.execute_command("MEMGEST", "KEY", "py:2")
+assert k[0] == b"pym" and k[1] == b"rep:3", k
+assert rc.get("py:2") == b"v2"
 print("redis-py RedisCluster OK against", len(nodes), "nodes")
