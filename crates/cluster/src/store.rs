@@ -46,6 +46,8 @@ pub struct StoreStats {
     pub apply_errors: AtomicU64,
     /// Tombstones dropped from the metadata index past [`limits::TOMBSTONES_MAX`].
     pub tombstones_folded: AtomicU64,
+    /// Metadata of cache entries the engine evicted, dropped by the prune pass.
+    pub evicted_pruned: AtomicU64,
 }
 
 /// [`ReplicaStore`] over a shared engine. Cheap to clone the handle parts; the replica core
@@ -59,7 +61,20 @@ pub struct EngineStore {
     tombstone_order: std::collections::VecDeque<(Vec<u8>, Version)>,
     tombstones: usize,
     stats: Arc<StoreStats>,
+    /// Cache memgests (the core's [`ReplicaStore::set_evictable`]): the engine may evict
+    /// their entries when full. Their metadata then outlives the entry until pruned.
+    evictable: std::collections::BTreeSet<MemgestId>,
+    /// The engine's eviction count when the metadata was last pruned.
+    seen_evictions: u64,
+    /// Where the next prune pass resumes (round robin over the metadata index).
+    prune_cursor: Option<(Slot, Vec<u8>)>,
 }
+
+/// Metadata entries checked per engine eviction: evictions are found by a round-robin pass,
+/// so the index of a cache under churn stays within a small factor of what the engine holds.
+const PRUNE_CHECKS_PER_EVICTION: u64 = 4;
+/// Upper bound of one prune pass (it runs under the engine lock, inside a write).
+const PRUNE_CHECKS_MAX: u64 = 4096;
 
 impl EngineStore {
     /// A store over a fresh engine built from `cfg` (the node's id should be `cfg.origin`).
@@ -88,6 +103,9 @@ impl EngineStore {
             tombstone_order: Default::default(),
             tombstones: 0,
             stats: Arc::new(StoreStats::default()),
+            evictable: Default::default(),
+            seen_evictions: 0,
+            prune_cursor: None,
         }
     }
 
@@ -145,9 +163,65 @@ impl EngineStore {
         }
     }
 
-    fn ensure_memgest(engine: &mut Engine, m: MemgestId) {
-        // Redefining is idempotent; every replicated memgest is pinned (see with_engine).
-        engine.define_memgest(m, false);
+    fn ensure_memgest(&self, engine: &mut Engine, m: MemgestId) {
+        // Redefining is idempotent; every replicated memgest is pinned (see with_engine), a
+        // single-copy cache memgest is evictable.
+        engine.define_memgest(m, self.evictable.contains(&m));
+    }
+
+    /// Drop the metadata of entries the engine evicted since the last pass: up to
+    /// [`PRUNE_CHECKS_PER_EVICTION`] index entries per new eviction, round robin. Reads never
+    /// depend on it (`get` asks the engine); it bounds the index of a cache under churn.
+    fn prune_evicted(&mut self) {
+        if self.evictable.is_empty() {
+            return;
+        }
+        let engine = self.engine.clone();
+        let engine = engine.lock();
+        let evictions = engine.evictions();
+        let new = evictions.saturating_sub(self.seen_evictions);
+        if new == 0 {
+            return;
+        }
+        self.seen_evictions = evictions;
+        let budget = new
+            .saturating_mul(PRUNE_CHECKS_PER_EVICTION)
+            .min(PRUNE_CHECKS_MAX)
+            .min(self.meta.len() as u64);
+        let mut gone = Vec::new();
+        let mut last = None;
+        {
+            let start = self.prune_cursor.take();
+            let after = start.as_ref().map(|k| {
+                (
+                    std::ops::Bound::Excluded(k.clone()),
+                    std::ops::Bound::Unbounded,
+                )
+            });
+            let first = after.map_or_else(
+                || self.meta.range(..),
+                |r| self.meta.range::<(Slot, Vec<u8>), _>(r),
+            );
+            // Wrap around once: the pass continues from the start of the index.
+            for (k, m) in first.chain(self.meta.range(..)).take(budget as usize) {
+                last = Some(k.clone());
+                if m.tombstone || !self.evictable.contains(&m.memgest) {
+                    continue;
+                }
+                let held = engine.get(&k.1, 0).map(|e| e.version);
+                if held != Some(m.version) {
+                    gone.push((k.clone(), *m));
+                }
+            }
+        }
+        drop(engine);
+        self.prune_cursor = last;
+        for ((slot, key), m) in gone {
+            if self.meta.remove(&(slot, key.clone())).is_some() {
+                self.digest_toggle(slot, &key, &m, false);
+                self.stats.evicted_pruned.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Full recomputation of the digests and a cross-check with the engine (tests).
@@ -156,6 +230,7 @@ impl EngineStore {
     /// The first inconsistency found.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut want = SlotDigests::default();
+        let mut present = 0u64;
         let engine = self.engine.lock();
         for ((slot, key), m) in &self.meta {
             if *slot != key_slot(key) {
@@ -165,7 +240,11 @@ impl EngineStore {
             let e = engine.get(key, 0);
             match (m.tombstone, e) {
                 (true, None) => {}
-                (false, Some(e)) if e.version == m.version && e.memgest == m.memgest => {}
+                (false, Some(e)) if e.version == m.version && e.memgest == m.memgest => {
+                    present += 1
+                }
+                // Evicted from a cache memgest; its metadata waits for the prune pass.
+                (false, None) if self.evictable.contains(&m.memgest) => {}
                 (t, e) => {
                     return Err(format!(
                         "key {:?}: metadata (tombstone={t}, {}) disagrees with engine {:?}",
@@ -179,10 +258,9 @@ impl EngineStore {
         if want != self.digests {
             return Err("incremental digests drifted".into());
         }
-        let live = self.meta.values().filter(|m| !m.tombstone).count() as u64;
-        if engine.len() != live {
+        if engine.len() != present {
             return Err(format!(
-                "engine holds {} keys, metadata {live}",
+                "engine holds {} keys, metadata {present}",
                 engine.len()
             ));
         }
@@ -237,7 +315,7 @@ impl ReplicaStore for EngineStore {
         }
         let result = match &entry.value {
             Some(value) => {
-                Self::ensure_memgest(&mut engine, entry.memgest);
+                self.ensure_memgest(&mut engine, entry.memgest);
                 // A coordinator reserved room for its own write (`reserve`): publish it with
                 // one switch of the index entry. Otherwise (a replica, or the reservation was
                 // replaced by a newer write of the key) write it now.
@@ -272,6 +350,7 @@ impl ReplicaStore for EngineStore {
                     tombstone: entry.value.is_none(),
                 };
                 self.set_meta(slot, key, Some(m));
+                self.prune_evicted();
                 ApplyOutcome::Applied
             }
             Ok(false) => ApplyOutcome::Superseded {
@@ -292,7 +371,7 @@ impl ReplicaStore for EngineStore {
             return true; // a tombstone needs no data room
         };
         let mut engine = self.engine.lock();
-        Self::ensure_memgest(&mut engine, entry.memgest);
+        self.ensure_memgest(&mut engine, entry.memgest);
         let opts = SetOptions {
             version: Some(entry.version),
             memgest: entry.memgest,
@@ -302,12 +381,54 @@ impl ReplicaStore for EngineStore {
         match engine.set(key, value, &opts, 0) {
             // Staged (invisible to readers until `apply` publishes it), or not newer than
             // what is held: `apply` will report Superseded then, as without a reservation.
-            Ok(_) => true,
+            Ok(_) => {
+                drop(engine);
+                self.prune_evicted();
+                true
+            }
             Err(_) => {
                 self.stats.apply_errors.fetch_add(1, Ordering::Relaxed);
                 false
             }
         }
+    }
+
+    fn set_evictable(&mut self, memgests: &[MemgestId]) {
+        let next: std::collections::BTreeSet<MemgestId> = memgests.iter().copied().collect();
+        if next == self.evictable {
+            return;
+        }
+        let pinned_now: Vec<MemgestId> = self.evictable.difference(&next).copied().collect();
+        let mut engine = self.engine.lock();
+        for m in &pinned_now {
+            engine.define_memgest(*m, false);
+        }
+        for m in &next {
+            engine.define_memgest(*m, true);
+        }
+        // A memgest that stops being a cache (rare: its flag is fixed at creation) must not
+        // keep metadata of entries evicted meanwhile: one full pass over its entries.
+        let gone: Vec<((Slot, Vec<u8>), Meta)> = if pinned_now.is_empty() {
+            Vec::new()
+        } else {
+            self.meta
+                .iter()
+                .filter(|(k, m)| {
+                    !m.tombstone
+                        && pinned_now.contains(&m.memgest)
+                        && engine.get(&k.1, 0).map(|e| e.version) != Some(m.version)
+                })
+                .map(|(k, m)| (k.clone(), *m))
+                .collect()
+        };
+        drop(engine);
+        for ((slot, key), m) in gone {
+            if self.meta.remove(&(slot, key.clone())).is_some() {
+                self.digest_toggle(slot, &key, &m, false);
+                self.stats.evicted_pruned.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.evictable = next;
     }
 
     fn unreserve(&mut self, key: &[u8], version: Version) {
@@ -384,6 +505,10 @@ impl ReplicaStore for EngineStore {
                 let mut e = self.engine.lock();
                 *e = fresh;
                 e.define_memgest(MemgestId::NONE, false);
+                for m in &self.evictable {
+                    e.define_memgest(*m, true);
+                }
+                self.seen_evictions = 0;
             }
             Err(_) => {
                 // Could not reserve a new region: fall back to erasing in place. Later syncs
@@ -392,6 +517,7 @@ impl ReplicaStore for EngineStore {
             }
         }
         self.meta.clear();
+        self.prune_cursor = None;
         self.digests.clear();
         self.tombstone_order.clear();
         self.tombstones = 0;
@@ -502,6 +628,53 @@ mod tests {
         }
         assert!(refused > 0, "1 MiB cannot hold 4 MiB of pinned values");
         assert_eq!(s.stats().apply_errors.load(Ordering::Relaxed), refused);
+        s.check_invariants().unwrap();
+    }
+
+    /// A cache memgest evicts instead of refusing; the metadata of evicted entries is pruned
+    /// as evictions happen, so the index stays near what the engine holds.
+    #[test]
+    fn cache_memgest_evicts_and_its_metadata_is_pruned() {
+        let mut s = EngineStore::new(EngineConfig {
+            memory_bytes_max: 1 << 20,
+            ..cfg()
+        })
+        .unwrap();
+        s.set_evictable(&[MemgestId(1)]);
+        let big = "x".repeat(16 * 1024);
+        for i in 0..1024u128 {
+            let k = format!("k{i}");
+            assert_eq!(
+                s.apply(k.as_bytes(), e(i + 1, 1, Some(&big))),
+                ApplyOutcome::Applied
+            );
+            s.check_invariants().unwrap();
+        }
+        let held = s.engine().lock().len() as usize;
+        assert!(held < 1024, "1 MiB cannot hold 16 MiB: nothing was evicted");
+        assert!(s.stats().evicted_pruned.load(Ordering::Relaxed) > 0);
+        // Never wrong: a key reads its own value or nothing.
+        for i in 0..1024u128 {
+            if let Some(g) = s.get(format!("k{i}").as_bytes()) {
+                assert_eq!(g.version, Version((i + 1) << 64));
+            }
+        }
+        assert!(
+            s.meta.len() < 2 * held + 64,
+            "index {} entries for {held} held",
+            s.meta.len()
+        );
+        // A pinned memgest is never evicted from: it refuses instead.
+        s.set_evictable(&[]);
+        let mut refused = 0;
+        for i in 0..256u128 {
+            if s.apply(format!("p{i}").as_bytes(), e(5000 + i, 1, Some(&big)))
+                == ApplyOutcome::Refused
+            {
+                refused += 1;
+            }
+        }
+        assert!(refused > 0);
         s.check_invariants().unwrap();
     }
 

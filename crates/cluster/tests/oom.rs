@@ -10,7 +10,8 @@
 //!   leaves the old value);
 //! * deleting keys gives room back, and new writes succeed again.
 //!
-//! One test per memgest kind: `rep:3` (the default), `none`, and `ec:3+2` (5 nodes).
+//! One test per memgest kind: `rep:3` (the default) and `ec:3+2` (5 nodes) refuse; a `none`
+//! memgest is a cache and evicts instead (its own test).
 
 mod common;
 
@@ -184,18 +185,50 @@ fn full_rep3_cluster_refuses_and_keeps_every_acknowledged_write() {
     }
 }
 
+/// A single-copy `none` memgest is a cache (evictable in the map): a full node evicts from
+/// it instead of refusing, as the single node does. Every write is answered OK, every key
+/// reads back either exactly its value or nil (evicted) — never another value — and pinned
+/// rep:3 data still finds room by evicting cache entries.
 #[test]
-fn full_cluster_with_memgest_none_refuses_and_keeps_every_acknowledged_write() {
+fn full_cache_memgest_evicts_instead_of_refusing() {
     let cl = common::start(3, 1, &["--memory", MEMORY]);
     let mut c = Client::new(cl.addrs());
     let r = call(&mut c, &[b"MEMGEST", b"CREATE", b"one", b"none"], true);
     assert_eq!(r, Reply::ok(), "MEMGEST CREATE");
-    // One copy per key: three nodes hold about three times what rep:3 holds.
-    let (acked, refused) = fill(&mut c, "n", 60_000, Some("one"));
+    // Three nodes of 8 MiB hold ~20,000 values of 1 KiB; write half again as many.
+    let n = 30_000;
+    let (acked, refused) = fill(&mut c, "n", n, Some("one"));
     eprintln!("none: {} acknowledged, {refused} refused", acked.len());
-    assert!(refused > 0, "the cluster never filled up");
-    check_all(&mut c, "n", &acked);
-    after_full(&mut c, "n", &acked, Some("one"));
+    assert_eq!(
+        refused, 0,
+        "a cache memgest refused writes instead of evicting"
+    );
+    assert_eq!(acked.len(), n);
+    let (mut present, mut evicted) = (0, 0);
+    for i in 0..n {
+        let k = format!("n:{i}");
+        match call(&mut c, &[b"GET", k.as_bytes()], false) {
+            Reply::Null => evicted += 1,
+            Reply::Bulk(v) => {
+                assert!(v == value_for(i), "{k}: a value that is not its own");
+                present += 1;
+            }
+            other => panic!("GET {k}: {other:?}"),
+        }
+    }
+    eprintln!("none: {present} present, {evicted} evicted");
+    assert!(
+        evicted > 0,
+        "nothing was evicted: the cluster never filled up"
+    );
+    assert!(present > 1000, "the cache kept almost nothing: {present}");
+    // Pinned data evicts cache entries rather than being refused.
+    let (acked3, refused3) = fill(&mut c, "r", 200, None);
+    assert_eq!(
+        refused3, 0,
+        "rep:3 writes refused while cache entries could be evicted"
+    );
+    check_all(&mut c, "r", &acked3);
 }
 
 #[test]

@@ -663,6 +663,11 @@ impl Engine {
     }
 
     /// A statistics snapshot.
+    /// Entries evicted so far (cache memgests), without the cost of [`Engine::stats`].
+    pub fn evictions(&self) -> u64 {
+        self.store.evictions()
+    }
+
     pub fn stats(&self) -> EngineStats {
         let mut s = self.store.stats();
         s.hits = self.hits.get();

@@ -824,6 +824,11 @@ impl Store {
         Ok(evicted)
     }
 
+    /// Entries evicted so far (cheap: no pass over the slot counters).
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
     pub fn put(
         &mut self,
         key: &[u8],

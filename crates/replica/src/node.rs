@@ -1242,6 +1242,15 @@ impl<S: ReplicaStore> Replica<S> {
             }
             _ => {}
         }
+        // Single-copy memgests declared caches evict when the node is full (as the single
+        // node does); everything replicated stays pinned and refuses instead.
+        let caches: Vec<MemgestId> = map
+            .memgests
+            .iter()
+            .filter(|(_, m)| m.kind == MemgestKind::None && m.evictable)
+            .map(|(id, _)| *id)
+            .collect();
+        self.store.set_evictable(&caches);
         let old_map = self.map.take();
         let old_ranges = std::mem::take(&mut self.ranges);
         let depth = map.replica_depth();

@@ -60,6 +60,11 @@ pub trait ReplicaStore {
     /// Give back what [`ReplicaStore::reserve`] set aside for `key` at `version` (the write
     /// was refused or abandoned). A no-op when nothing is reserved.
     fn unreserve(&mut self, _key: &[u8], _version: Version) {}
+    /// The memgests this node may evict from when full (single-copy caches: `none` kinds
+    /// declared evictable in the map). Replicated memgests are never listed: a copy evicted
+    /// on one replica and not another would be "repaired" back forever. A store without a
+    /// capacity bound ignores it.
+    fn set_evictable(&mut self, _memgests: &[MemgestId]) {}
     /// Drop `key` (no tombstone) if its stored version is `<= version`. Used when a key's
     /// memgest no longer places a copy here. Returns whether something was dropped.
     fn retire(&mut self, key: &[u8], version: Version) -> bool;
