@@ -53,6 +53,12 @@ pub fn mono_ms() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
+/// Whether a value with this expiry (unix ms) has expired by the wall clock. Only fronts of
+/// the coordinator ask (see `ringlet_replica::Entry::expiry_ms`).
+pub fn expired(expiry_ms: Option<u64>) -> bool {
+    expiry_ms.is_some_and(|x| x <= wall_ms())
+}
+
 /// Wall-clock unix milliseconds (for logs that are compared across processes).
 pub fn wall_ms() -> u64 {
     std::time::SystemTime::now()

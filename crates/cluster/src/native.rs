@@ -258,6 +258,7 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                     key,
                     value,
                     memgest,
+                    expiry_ms: None, // TTL SETs answer UNSUPPORTED here (module doc)
                 };
                 let version = written(run(node, op).await?)?;
                 native::encode_status_response(
@@ -310,6 +311,7 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                         version,
                         memgest,
                         value,
+                        expiry_ms,
                     } => native::encode_read_replica_response(
                         &mut out,
                         id,
@@ -317,7 +319,8 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                         version,
                         &ReplicaValue {
                             memgest,
-                            value: value.as_deref(),
+                            // An expired value is absent to every reader (its delete follows).
+                            value: value.as_deref().filter(|_| !crate::expired(expiry_ms)),
                         },
                     ),
                     ClientReply::StaleEpoch { current } => return Err(stale(current)),
@@ -392,7 +395,11 @@ fn written(r: ClientReply) -> Result<Version, Fail> {
 /// A coordinator read: `(version, value)`.
 async fn get(node: &ClusterNode, key: &[u8]) -> Result<(Version, Option<Vec<u8>>), Fail> {
     match run(node, ClientOp::Get { key: key.to_vec() }).await? {
-        ClientReply::Value { version, value } => Ok((version, value)),
+        ClientReply::Value {
+            version,
+            value,
+            expiry_ms,
+        } => Ok((version, value.filter(|_| !crate::expired(expiry_ms)))),
         other => Err(unexpected(&other)),
     }
 }

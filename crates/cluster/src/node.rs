@@ -23,6 +23,7 @@ use crate::transport::{Inbound, Transport};
 use parking_lot::{Mutex, RwLock};
 use ringlet_control::{ClusterMap, Input as ControlInput, NodeState};
 use ringlet_engine::{Engine, EngineConfig};
+use ringlet_replica::ReplicaStore;
 use ringlet_replica::{
     ClientOp, ClientReply, ClientRequest, Input, Output, PeerMsg, Replica, ReplicaConfig, Reply,
     ReqId,
@@ -95,6 +96,12 @@ pub const USAGE_REPORT_MS: u64 = 100;
 
 /// Control messages waiting for the driver (maps, acks, fences): a handful per heartbeat.
 const CONTROL_PENDING_MAX: usize = 1024;
+
+/// How often the driver looks for expired keys it coordinates (active expiry).
+const EXPIRY_SCAN_MS: u64 = 100;
+/// The client id of the driver's own expiry deletes (node ids are < 2^24, front clients
+/// are `node << 40 | n`: this one is outside both).
+const EXPIRY_CLIENT: u64 = u64::MAX;
 
 /// How often the heartbeat thread looks whether a heartbeat is due.
 const HEARTBEAT_POLL_MS: u64 = 20;
@@ -259,6 +266,8 @@ impl ClusterNode {
             deferred: None,
             engine: engine.clone(),
             next_usage_ms: 0,
+            next_expiry_ms: 0,
+            expiry_seq: 0,
         };
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
@@ -376,6 +385,8 @@ struct Driver {
     deferred: Option<(Arc<ClusterMap>, u64)>,
     engine: Arc<Mutex<Engine>>,
     next_usage_ms: u64,
+    next_expiry_ms: u64,
+    expiry_seq: u64,
 }
 
 impl Driver {
@@ -392,6 +403,10 @@ impl Driver {
                 if now >= self.next_usage_ms {
                     self.next_usage_ms = now + USAGE_REPORT_MS;
                     self.report_usage();
+                }
+                if now >= self.next_expiry_ms {
+                    self.next_expiry_ms = now + EXPIRY_SCAN_MS;
+                    self.expire_keys();
                 }
             }
             let pending: Vec<FromControl> = self.shared.control.lock().drain(..).collect();
@@ -472,6 +487,39 @@ impl Driver {
                 FromControl::Ok | FromControl::Error(_) | FromControl::Memgests(_) => {}
             },
             Event::Wake | Event::Stop => {}
+        }
+    }
+
+    /// Active expiry: delete the expired keys this node coordinates, through the core like
+    /// any write (so replicas drop them too), each only if it was not renewed meanwhile
+    /// (`ClientOp::Expire`). Bounded per pass; keys still pending come back next pass and
+    /// are answered `Unchanged`.
+    fn expire_keys(&mut self) {
+        let Some(map) = self.replica.map().cloned() else {
+            return;
+        };
+        let due = self
+            .replica
+            .store()
+            .expired(crate::wall_ms(), limits::EXPIRE_WORK_PER_TICK_MAX as usize);
+        for (key, version) in due {
+            if map.coordinator(ringlet_types::key_slot(&key)) != Some(self.shared.id) {
+                continue; // a replica's copy: its coordinator deletes it
+            }
+            self.expiry_seq += 1;
+            let req = ClientRequest {
+                id: ReqId {
+                    client: EXPIRY_CLIENT,
+                    seq: self.expiry_seq,
+                },
+                epoch: self.replica.epoch(),
+                op: ClientOp::Expire { key, version },
+            };
+            // The reply goes to no one (`waiting` has no entry for this client).
+            self.step(Input::Client {
+                client: EXPIRY_CLIENT,
+                req,
+            });
         }
     }
 

@@ -289,8 +289,18 @@ impl Front {
     }
 
     async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+        Ok(self.get_full(key).await?.map(|(v, _)| v))
+    }
+
+    /// The value and its expiry (unix ms); `None` for a missing or expired key (an expired
+    /// value is absent to every reader; the coordinator's driver deletes it soon).
+    async fn get_full(&self, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>, Reply> {
         match self.run(ClientOp::Get { key: key.to_vec() }).await? {
-            ClientReply::Value { value, .. } => Ok(value),
+            ClientReply::Value {
+                value, expiry_ms, ..
+            } => Ok(value
+                .filter(|_| !crate::expired(expiry_ms))
+                .map(|v| (v, expiry_ms))),
             other => Err(err(format!("ERR unexpected reply {other:?}"))),
         }
     }
@@ -346,11 +356,24 @@ impl Front {
         value: Option<Vec<u8>>,
         memgest: Option<MemgestId>,
     ) -> Result<(), Reply> {
+        self.write_ttl(key, value, memgest, None).await
+    }
+
+    /// A write with an expiry (unix ms; `None`: none). Writes that must keep a key's TTL
+    /// (INCR, APPEND: Redis keeps it) pass the old expiry back.
+    async fn write_ttl(
+        &self,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+        memgest: Option<MemgestId>,
+        expiry_ms: Option<u64>,
+    ) -> Result<(), Reply> {
         let op = match value {
             Some(value) => ClientOp::Set {
                 key: key.to_vec(),
                 value,
                 memgest,
+                expiry_ms,
             },
             None => ClientOp::Delete { key: key.to_vec() },
         };
@@ -454,9 +477,12 @@ impl Front {
                 arity(3)?;
                 let (mut nx, mut xx, mut get) = (false, false, false);
                 let mut memgest_name: Option<&[u8]> = None;
+                // Redis's SET: at most one of EX/PX/EXAT/PXAT/KEEPTTL.
+                let mut ttl: Option<Expiry> = None;
                 let mut opts = argv[3..].iter();
                 while let Some(o) = opts.next() {
-                    match String::from_utf8_lossy(o).to_ascii_lowercase().as_str() {
+                    let o = String::from_utf8_lossy(o).to_ascii_lowercase();
+                    match o.as_str() {
                         "nx" => nx = true,
                         "xx" => xx = true,
                         "get" => get = true,
@@ -464,8 +490,12 @@ impl Front {
                             Some(n) => memgest_name = Some(n),
                             None => return Err(err("ERR syntax error")),
                         },
-                        "ex" | "px" | "exat" | "pxat" | "keepttl" => {
-                            return Err(err("ERR TTLs are not supported in cluster mode yet"))
+                        "keepttl" if ttl.is_none() => ttl = Some(Expiry::Keep),
+                        "ex" | "px" | "exat" | "pxat" if ttl.is_none() => {
+                            let Some(n) = opts.next() else {
+                                return Err(err("ERR syntax error"));
+                            };
+                            ttl = Some(Expiry::At(expiry_from(&o, n, "set")?));
                         }
                         _ => return Err(err("ERR syntax error")),
                     }
@@ -481,15 +511,25 @@ impl Front {
                     None => None,
                 };
                 let _g = self.lock(a(1)).await?;
-                let old = if nx || xx || get {
-                    Some(self.get(a(1)).await?)
+                let keep = ttl == Some(Expiry::Keep);
+                let old_full = if nx || xx || get || keep {
+                    Some(self.get_full(a(1)).await?)
                 } else {
                     None
                 };
+                let expiry = match ttl {
+                    Some(Expiry::At(x)) => Some(x),
+                    Some(Expiry::Keep) => old_full.as_ref().and_then(|o| o.as_ref()?.1),
+                    None => None,
+                };
+                let old = old_full.map(|o| o.map(|(v, _)| v));
                 let exists = old.as_ref().is_some_and(|o| o.is_some());
                 let ok = !(nx && exists || xx && !exists);
                 if ok {
-                    if nx || xx || get || memgest.is_some() {
+                    if expiry.is_some() {
+                        self.write_ttl(a(1), Some(a(2).to_vec()), memgest, expiry)
+                            .await?;
+                    } else if nx || xx || get || memgest.is_some() {
                         // Ambiguity is not resolved by value here: with a memgest named,
                         // an equal value does not say which scheme holds it.
                         self.write_in(a(1), Some(a(2).to_vec()), memgest).await?;
@@ -603,24 +643,29 @@ impl Front {
                     return Err(m);
                 }
                 let _g = self.lock(a(1)).await?;
-                let cur = match self.get(a(1)).await? {
+                let old = self.get_full(a(1)).await?;
+                let expiry = old.as_ref().and_then(|o| o.1);
+                let cur = match old {
                     None => 0,
-                    Some(v) => ringlet_codec::resp::int::string2ll(&v)
+                    Some((v, _)) => ringlet_codec::resp::int::string2ll(&v)
                         .ok_or_else(|| err("ERR value is not an integer or out of range"))?,
                 };
                 let new = cur
                     .checked_add(delta)
                     .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
-                self.write(a(1), Some(new.to_string().into_bytes())).await?;
+                // Redis keeps the key's TTL across INCR.
+                self.write_ttl(a(1), Some(new.to_string().into_bytes()), None, expiry)
+                    .await?;
                 Ok(Reply::Integer(new))
             }
             "append" => {
                 arity(3)?;
                 let _g = self.lock(a(1)).await?;
-                let mut v = self.get(a(1)).await?.unwrap_or_default();
+                let (mut v, expiry) = self.get_full(a(1)).await?.unwrap_or_default();
                 v.extend_from_slice(a(2));
                 let n = v.len();
-                self.write(a(1), Some(v)).await?;
+                // Redis keeps the key's TTL across APPEND.
+                self.write_ttl(a(1), Some(v), None, expiry).await?;
                 Ok(Reply::Integer(n as i64))
             }
             "strlen" => {
@@ -628,6 +673,10 @@ impl Front {
                 Ok(Reply::Integer(
                     self.get(a(1)).await?.map_or(0, |v| v.len()) as i64
                 ))
+            }
+            "setex" | "psetex" | "expire" | "pexpire" | "expireat" | "pexpireat" | "ttl"
+            | "pttl" | "expiretime" | "pexpiretime" | "persist" | "getex" => {
+                self.ttl_command(&name, argv).await
             }
             _ => Err(err(format!(
                 "ERR unknown command '{}' in cluster mode",
@@ -1224,6 +1273,192 @@ pub fn cluster_info(map: Option<&ClusterMap>, me: NodeId) -> String {
 }
 
 /// COMMAND, COMMAND COUNT, COMMAND INFO from the server's Redis 7 table.
+/// A TTL option of SET/GETEX.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expiry {
+    /// Absolute unix ms.
+    At(u64),
+    /// KEEPTTL: whatever the key has.
+    Keep,
+}
+
+fn invalid_expire(cmd: &str) -> Reply {
+    err(format!("ERR invalid expire time in '{cmd}' command"))
+}
+
+/// Absolute expiry (unix ms) of SET/GETEX/SETEX's `EX|PX|EXAT|PXAT n`, Redis's checks:
+/// an integer, positive, and no overflow.
+fn expiry_from(unit: &str, n: &[u8], cmd: &str) -> Result<u64, Reply> {
+    let n = ringlet_codec::resp::int::string2ll(n)
+        .ok_or_else(|| err("ERR value is not an integer or out of range"))?;
+    if n <= 0 {
+        return Err(invalid_expire(cmd));
+    }
+    let now = i64::try_from(crate::wall_ms()).map_err(|_| invalid_expire(cmd))?;
+    let at = match unit {
+        "ex" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now)),
+        "px" => n.checked_add(now),
+        "exat" => n.checked_mul(1000),
+        _ => Some(n), // pxat
+    };
+    at.and_then(|a| u64::try_from(a).ok())
+        .ok_or_else(|| invalid_expire(cmd))
+}
+
+impl Front {
+    /// SETEX PSETEX EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME
+    /// PERSIST GETEX, with Redis 7's replies. A TTL change is a new version of the value
+    /// (replicated like any write); an expiry already in the past deletes the key.
+    async fn ttl_command(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let arity = |min: usize, exact: bool| -> Result<(), Reply> {
+            if argv.len() < min || exact && argv.len() != min {
+                Err(err(format!(
+                    "ERR wrong number of arguments for '{name}' command"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        match name {
+            "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" => arity(2, true)?,
+            "setex" | "psetex" => arity(4, true)?,
+            "getex" => arity(2, false)?,
+            _ => arity(3, false)?,
+        }
+        let key = &argv[1][..];
+        if let Some(m) = self.moved(key_slot(key)) {
+            return Err(m);
+        }
+        let now = crate::wall_ms();
+        match name {
+            "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
+                let ms = name.starts_with('p');
+                Ok(Reply::Integer(match self.get_full(key).await? {
+                    None => -2,
+                    Some((_, None)) => -1,
+                    Some((_, Some(x))) => {
+                        let v = if name.ends_with("ttl") {
+                            x.saturating_sub(now)
+                        } else {
+                            x
+                        };
+                        let v = if ms { v } else { (v + 500) / 1000 };
+                        i64::try_from(v).unwrap_or(i64::MAX)
+                    }
+                }))
+            }
+            "setex" | "psetex" => {
+                let unit = if name == "setex" { "ex" } else { "px" };
+                let at = expiry_from(unit, &argv[2], name)?;
+                let _g = self.lock(key).await?;
+                self.write_ttl(key, Some(argv[3].to_vec()), None, Some(at))
+                    .await?;
+                Ok(Reply::ok())
+            }
+            "persist" => {
+                let _g = self.lock(key).await?;
+                match self.get_full(key).await? {
+                    Some((v, Some(_))) => {
+                        self.write_ttl(key, Some(v), None, None).await?;
+                        Ok(Reply::Integer(1))
+                    }
+                    _ => Ok(Reply::Integer(0)),
+                }
+            }
+            "getex" => {
+                let mut change: Option<Option<u64>> = None; // Some(None): PERSIST
+                let mut i = 2;
+                while i < argv.len() {
+                    let o = String::from_utf8_lossy(&argv[i]).to_ascii_lowercase();
+                    match o.as_str() {
+                        "persist" if change.is_none() => change = Some(None),
+                        "ex" | "px" | "exat" | "pxat" if change.is_none() => {
+                            let Some(n) = argv.get(i + 1) else {
+                                return Err(err("ERR syntax error"));
+                            };
+                            change = Some(Some(expiry_from(&o, n, "getex")?));
+                            i += 1;
+                        }
+                        _ => return Err(err("ERR syntax error")),
+                    }
+                    i += 1;
+                }
+                let _g = self.lock(key).await?;
+                let Some((v, old)) = self.get_full(key).await? else {
+                    return Ok(Reply::Null);
+                };
+                match change {
+                    Some(Some(at)) if at <= now => self.write(key, None).await?,
+                    Some(x) if x != old => self.write_ttl(key, Some(v.clone()), None, x).await?,
+                    _ => {}
+                }
+                Ok(Reply::Bulk(v))
+            }
+            _ => {
+                // EXPIRE PEXPIRE EXPIREAT PEXPIREAT key n [NX|XX|GT|LT]
+                let n = ringlet_codec::resp::int::string2ll(&argv[2])
+                    .ok_or_else(|| err("ERR value is not an integer or out of range"))?;
+                let now_i = i64::try_from(now).map_err(|_| invalid_expire(name))?;
+                let at = match name {
+                    "expire" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now_i)),
+                    "pexpire" => n.checked_add(now_i),
+                    "expireat" => n.checked_mul(1000),
+                    _ => Some(n),
+                }
+                .ok_or_else(|| invalid_expire(name))?;
+                let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+                for o in &argv[3..] {
+                    match String::from_utf8_lossy(o).to_ascii_lowercase().as_str() {
+                        "nx" => nx = true,
+                        "xx" => xx = true,
+                        "gt" => gt = true,
+                        "lt" => lt = true,
+                        _ => {
+                            return Err(err(format!(
+                                "ERR Unsupported option {}",
+                                String::from_utf8_lossy(o)
+                            )))
+                        }
+                    }
+                }
+                if nx && (xx || gt || lt) {
+                    return Err(err(
+                        "ERR NX and XX, GT or LT options at the same time are not compatible",
+                    ));
+                }
+                if gt && lt {
+                    return Err(err(
+                        "ERR GT and LT options at the same time are not compatible",
+                    ));
+                }
+                let _g = self.lock(key).await?;
+                let Some((v, old)) = self.get_full(key).await? else {
+                    return Ok(Reply::Integer(0));
+                };
+                // No TTL counts as an infinite one (Redis).
+                let allowed = match old {
+                    None => !(xx || gt),
+                    Some(cur) => {
+                        let (at, cur) = (i128::from(at), i128::from(cur));
+                        let refused = nx || (gt && at <= cur) || (lt && at >= cur);
+                        !refused
+                    }
+                };
+                if !allowed {
+                    return Ok(Reply::Integer(0));
+                }
+                if at <= now_i {
+                    self.write(key, None).await?;
+                } else {
+                    let at = u64::try_from(at).map_err(|_| invalid_expire(name))?;
+                    self.write_ttl(key, Some(v), None, Some(at)).await?;
+                }
+                Ok(Reply::Integer(1))
+            }
+        }
+    }
+}
+
 fn command_reply(argv: &[Vec<u8>]) -> Reply {
     let t = ringlet_server::cmd::table();
     let sub = argv

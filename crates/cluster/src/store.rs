@@ -36,6 +36,8 @@ struct Meta {
     version: Version,
     memgest: MemgestId,
     tombstone: bool,
+    /// The entry's expiry (unix ms), also filed in `EngineStore::by_expiry`.
+    expiry_ms: Option<u64>,
 }
 
 /// Counters of what the engine refused (exported as metrics; a non-zero `apply_errors`
@@ -68,6 +70,8 @@ pub struct EngineStore {
     seen_evictions: u64,
     /// Where the next prune pass resumes (round robin over the metadata index).
     prune_cursor: Option<(Slot, Vec<u8>)>,
+    /// Live entries with an expiry, soonest first (active expiry: [`ReplicaStore::expired`]).
+    by_expiry: std::collections::BTreeSet<(u64, Slot, Vec<u8>)>,
 }
 
 /// Metadata entries checked per engine eviction: evictions are found by a round-robin pass,
@@ -106,6 +110,7 @@ impl EngineStore {
             evictable: Default::default(),
             seen_evictions: 0,
             prune_cursor: None,
+            by_expiry: Default::default(),
         }
     }
 
@@ -125,12 +130,18 @@ impl EngineStore {
     fn set_meta(&mut self, slot: Slot, key: &[u8], m: Option<Meta>) {
         let k = (slot, key.to_vec());
         if let Some(old) = self.meta.remove(&k) {
+            if let Some(x) = old.expiry_ms {
+                self.by_expiry.remove(&(x, slot, key.to_vec()));
+            }
             self.digest_toggle(slot, key, &old, false);
             if old.tombstone {
                 self.tombstones = self.tombstones.saturating_sub(1);
             }
         }
         if let Some(m) = m {
+            if let (Some(x), false) = (m.expiry_ms, m.tombstone) {
+                self.by_expiry.insert((x, slot, key.to_vec()));
+            }
             self.digest_toggle(slot, key, &m, true);
             if m.tombstone {
                 self.tombstones += 1;
@@ -218,6 +229,9 @@ impl EngineStore {
         self.prune_cursor = last;
         for ((slot, key), m) in gone {
             if self.meta.remove(&(slot, key.clone())).is_some() {
+                if let Some(x) = m.expiry_ms {
+                    self.by_expiry.remove(&(x, slot, key.clone()));
+                }
                 self.digest_toggle(slot, &key, &m, false);
                 self.stats.evicted_pruned.fetch_add(1, Ordering::Relaxed);
             }
@@ -275,6 +289,7 @@ fn meta_entry(m: &Meta) -> Entry {
         version: m.version,
         memgest: m.memgest,
         value: if m.tombstone { None } else { Some(Vec::new()) },
+        expiry_ms: None, // implied by the version too; `entry_digest` does not read it
     }
 }
 
@@ -286,6 +301,7 @@ impl ReplicaStore for EngineStore {
                 version: m.version,
                 memgest: m.memgest,
                 value: None,
+                expiry_ms: None,
             });
         }
         let e = self.engine.lock().get(key, 0)?;
@@ -293,6 +309,7 @@ impl ReplicaStore for EngineStore {
             version: e.version,
             memgest: e.memgest,
             value: Some(e.value),
+            expiry_ms: m.expiry_ms,
         })
     }
 
@@ -348,6 +365,7 @@ impl ReplicaStore for EngineStore {
                     version: entry.version,
                     memgest: entry.memgest,
                     tombstone: entry.value.is_none(),
+                    expiry_ms: entry.value.as_ref().and(entry.expiry_ms),
                 };
                 self.set_meta(slot, key, Some(m));
                 self.prune_evicted();
@@ -393,6 +411,18 @@ impl ReplicaStore for EngineStore {
         }
     }
 
+    fn expired(&self, wall_ms: u64, limit: usize) -> Vec<(Vec<u8>, Version)> {
+        self.by_expiry
+            .range(..=(wall_ms, Slot::MAX, Vec::new()))
+            .take_while(|(x, _, _)| *x <= wall_ms)
+            .filter_map(|(_, slot, key)| {
+                let m = self.meta.get(&(*slot, key.clone()))?;
+                (!m.tombstone).then(|| (key.clone(), m.version))
+            })
+            .take(limit)
+            .collect()
+    }
+
     fn set_evictable(&mut self, memgests: &[MemgestId]) {
         let next: std::collections::BTreeSet<MemgestId> = memgests.iter().copied().collect();
         if next == self.evictable {
@@ -424,6 +454,9 @@ impl ReplicaStore for EngineStore {
         drop(engine);
         for ((slot, key), m) in gone {
             if self.meta.remove(&(slot, key.clone())).is_some() {
+                if let Some(x) = m.expiry_ms {
+                    self.by_expiry.remove(&(x, slot, key.clone()));
+                }
                 self.digest_toggle(slot, &key, &m, false);
                 self.stats.evicted_pruned.fetch_add(1, Ordering::Relaxed);
             }
@@ -482,6 +515,7 @@ impl ReplicaStore for EngineStore {
                     version: m.version,
                     memgest: m.memgest,
                     value,
+                    expiry_ms: m.expiry_ms,
                 },
             ));
         }
@@ -517,6 +551,7 @@ impl ReplicaStore for EngineStore {
             }
         }
         self.meta.clear();
+        self.by_expiry.clear();
         self.prune_cursor = None;
         self.digests.clear();
         self.tombstone_order.clear();
@@ -549,7 +584,32 @@ mod tests {
             version: Version(v << 64),
             memgest: MemgestId(m),
             value: val.map(|s| s.as_bytes().to_vec()),
+            expiry_ms: None,
         }
+    }
+
+    /// Entries with an expiry are listed by `expired` once due, soonest first, and only
+    /// while they are the key's live entry.
+    #[test]
+    fn expired_lists_due_live_entries_only() {
+        let mut s = EngineStore::new(cfg()).unwrap();
+        let ttl = |v: u128, x: u64| Entry {
+            expiry_ms: Some(x),
+            ..e(v, 1, Some("v"))
+        };
+        s.apply(b"a", ttl(1, 200));
+        s.apply(b"b", ttl(2, 100));
+        s.apply(b"c", e(3, 1, Some("forever")));
+        assert!(s.expired(99, 10).is_empty());
+        assert_eq!(s.expired(150, 10), vec![(b"b".to_vec(), Version(2 << 64))]);
+        assert_eq!(s.expired(1000, 1).len(), 1, "limit");
+        assert_eq!(s.get(b"a").unwrap().expiry_ms, Some(200));
+        // Renewed without a TTL, deleted: no longer due.
+        s.apply(b"a", e(4, 1, Some("renewed")));
+        s.apply(b"b", e(5, 1, None));
+        assert!(s.expired(1000, 10).is_empty());
+        assert_eq!(s.get(b"a").unwrap().expiry_ms, None);
+        s.check_invariants().unwrap();
     }
 
     #[test]

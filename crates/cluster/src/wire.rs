@@ -37,8 +37,8 @@ pub const PEER_FRAME_BYTES_MAX: u32 = limits::ENTRY_BYTES_MAX + 8 * 1024 * 1024;
 /// Items in one list of a peer message: pages and key lists are bounded by the replica
 /// core at a few thousand; anything beyond this is malformed.
 pub const PEER_LIST_ITEMS_MAX: u32 = 1 << 20;
-/// Protocol version in HELLO.
-pub const PEER_PROTOCOL_VERSION: u16 = 1;
+/// Protocol version in HELLO. 2: entries may carry an expiry (value flag 2).
+pub const PEER_PROTOCOL_VERSION: u16 = 2;
 const MAGIC: &[u8; 4] = b"RGLP";
 
 pub const KIND_HELLO: u8 = 1;
@@ -105,12 +105,18 @@ impl Enc {
     fn entry(&mut self, e: &Entry) {
         self.0.extend_from_slice(&e.version.to_be_bytes());
         self.u16(e.memgest.0);
-        match &e.value {
-            Some(v) => {
+        // Flag: 0 tombstone, 1 value, 2 value with an expiry (u64 unix ms after the bytes).
+        match (&e.value, e.expiry_ms) {
+            (Some(v), None) => {
                 self.u8(1);
                 self.bytes(v);
             }
-            None => self.u8(0),
+            (Some(v), Some(x)) => {
+                self.u8(2);
+                self.bytes(v);
+                self.u64(x);
+            }
+            (None, _) => self.u8(0),
         }
     }
     fn entries(&mut self, es: &[(Vec<u8>, Entry)]) {
@@ -552,15 +558,25 @@ impl<'a> Dec<'a> {
     fn entry(&mut self) -> Result<Entry, WireError> {
         let version = self.version()?;
         let memgest = MemgestId(self.u16()?);
-        let value = if self.bool("value flag")? {
-            Some(self.bytes("value", limits::VALUE_BYTES_MAX)?)
-        } else {
-            None
+        let (value, expiry_ms) = match self.u8()? {
+            0 => (None, None),
+            1 => (Some(self.bytes("value", limits::VALUE_BYTES_MAX)?), None),
+            2 => {
+                let v = self.bytes("value", limits::VALUE_BYTES_MAX)?;
+                (Some(v), Some(self.u64()?))
+            }
+            tag => {
+                return Err(WireError::BadTag {
+                    what: "value flag",
+                    tag,
+                })
+            }
         };
         Ok(Entry {
             version,
             memgest,
             value,
+            expiry_ms,
         })
     }
     fn entries(&mut self) -> Result<Vec<(Vec<u8>, Entry)>, WireError> {
@@ -929,10 +945,13 @@ mod tests {
             any::<u128>(),
             any::<u16>(),
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+            proptest::option::of(any::<u64>()),
         )
-            .prop_map(|(v, m, value)| Entry {
+            .prop_map(|(v, m, value, x)| Entry {
                 version: Version(v),
                 memgest: MemgestId(m),
+                // A tombstone carries no expiry.
+                expiry_ms: value.as_ref().and(x),
                 value,
             })
     }

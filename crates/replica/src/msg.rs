@@ -25,7 +25,12 @@ pub enum ClientOp {
         key: Vec<u8>,
         value: Vec<u8>,
         memgest: Option<MemgestId>,
+        /// Expiry, unix wall-clock ms (`None`: the value does not expire).
+        expiry_ms: Option<u64>,
     },
+    /// Active expiry (the coordinator's driver): delete `key` only if its newest entry is
+    /// still `version` — a write that renewed the key meanwhile is not undone.
+    Expire { key: Vec<u8>, version: Version },
     /// Delete: a tombstone with a new version.
     Delete { key: Vec<u8> },
 }
@@ -36,7 +41,8 @@ impl ClientOp {
             ClientOp::Get { key }
             | ClientOp::ReadReplica { key }
             | ClientOp::Set { key, .. }
-            | ClientOp::Delete { key } => key,
+            | ClientOp::Delete { key }
+            | ClientOp::Expire { key, .. } => key,
         }
     }
 }
@@ -58,13 +64,18 @@ pub enum ClientReply {
     Value {
         version: Version,
         value: Option<Vec<u8>>,
+        /// The value's expiry (unix ms); a front answers an expired value as absent.
+        expiry_ms: Option<u64>,
     },
     /// ReadReplica: this node's state for the key.
     Replica {
         version: Version,
         memgest: MemgestId,
         value: Option<Vec<u8>>,
+        expiry_ms: Option<u64>,
     },
+    /// Expire: the key was renewed or deleted meanwhile; nothing was done.
+    Unchanged,
     /// Set/Delete committed under its memgest's rule.
     Written {
         version: Version,

@@ -648,6 +648,7 @@ impl<S: ReplicaStore> Replica<S> {
                                     version: e.version,
                                     memgest: e.memgest,
                                     value: Some(v),
+                                    expiry_ms: e.expiry_ms,
                                 },
                                 Err(true) => {
                                     return self
@@ -658,6 +659,7 @@ impl<S: ReplicaStore> Replica<S> {
                             None => ClientReply::Replica {
                                 version: e.as_ref().map_or(Version::ZERO, |e| e.version),
                                 memgest: e.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
+                                expiry_ms: e.as_ref().and_then(|e| e.expiry_ms),
                                 value: e.and_then(|e| e.value),
                             },
                         }
@@ -689,10 +691,36 @@ impl<S: ReplicaStore> Replica<S> {
                     }
                 }
             }
-            ClientOp::Set { value, memgest, .. } => {
-                self.write(now_ms, client, req.id, key, Some(value), memgest, out)
+            ClientOp::Set {
+                value,
+                memgest,
+                expiry_ms,
+                ..
+            } => self.write(
+                now_ms,
+                client,
+                req.id,
+                key,
+                Some(value),
+                memgest,
+                expiry_ms,
+                out,
+            ),
+            ClientOp::Delete { .. } => {
+                self.write(now_ms, client, req.id, key, None, None, None, out)
             }
-            ClientOp::Delete { .. } => self.write(now_ms, client, req.id, key, None, None, out),
+            ClientOp::Expire { version, .. } => {
+                // Only the newest entry (uncommitted writes included) may be expired: a SET
+                // that renewed the key after the driver looked must not be undone.
+                let live = self
+                    .latest_entry(&key)
+                    .is_some_and(|e| e.version == version && e.value.is_some());
+                if live {
+                    self.write(now_ms, client, req.id, key, None, None, None, out)
+                } else {
+                    self.reply(out, client, req.id, ClientReply::Unchanged)
+                }
+            }
         }
     }
 
@@ -721,17 +749,20 @@ impl<S: ReplicaStore> Replica<S> {
                 Ok(v) => ClientReply::Value {
                     version: e.version,
                     value: Some(v),
+                    expiry_ms: e.expiry_ms,
                 },
                 Err(true) => return self.ec_read_later(now_ms, client, id, key, &e, false, out),
                 Err(false) => ClientReply::NotReady,
             },
             Some(e) => ClientReply::Value {
                 version: e.version,
+                expiry_ms: e.expiry_ms,
                 value: e.value,
             },
             None => ClientReply::Value {
                 version: Version::ZERO,
                 value: None,
+                expiry_ms: None,
             },
         };
         self.reply(out, client, id, body);
@@ -746,6 +777,7 @@ impl<S: ReplicaStore> Replica<S> {
         key: Vec<u8>,
         value: Option<Vec<u8>>,
         memgest: Option<MemgestId>,
+        expiry_ms: Option<u64>,
         out: &mut Vec<Output>,
     ) {
         let slot = key_slot(&key);
@@ -790,6 +822,11 @@ impl<S: ReplicaStore> Replica<S> {
             // metadata) to the PG's first M redundant nodes; it commits when all M acked.
             // crates/erasure provides the delta; until it is wired, ec writes are refused.
             MemgestKind::Ec { .. } => {
+                // ec metadata (index entries rebuilt from parity holders) has no expiry yet:
+                // refuse rather than silently drop the TTL.
+                if expiry_ms.is_some() {
+                    return self.reply(out, client, id, ClientReply::Unsupported);
+                }
                 return self.write_ec(now_ms, client, id, key, value, memgest, out);
             }
         };
@@ -807,6 +844,8 @@ impl<S: ReplicaStore> Replica<S> {
         let mut entry = Entry {
             version: Version::ZERO,
             memgest,
+            // A tombstone has no expiry.
+            expiry_ms: value.as_ref().and(expiry_ms),
             value,
         };
         let bytes = entry.wire_bytes(&key);

@@ -16,6 +16,11 @@ pub struct Entry {
     pub memgest: MemgestId,
     /// `None` is a tombstone (a delete at `version`).
     pub value: Option<Vec<u8>>,
+    /// When the value expires, unix wall-clock ms (`None`: never). Part of the entry, so it
+    /// replicates, rebuilds and repairs with it; one version has one expiry. Only the
+    /// coordinator acts on it (its fronts hide an expired value, its driver deletes it with
+    /// [`crate::ClientOp::Expire`]), so replicas never diverge by their clocks.
+    pub expiry_ms: Option<u64>,
 }
 
 impl Entry {
@@ -65,6 +70,12 @@ pub trait ReplicaStore {
     /// on one replica and not another would be "repaired" back forever. A store without a
     /// capacity bound ignores it.
     fn set_evictable(&mut self, _memgests: &[MemgestId]) {}
+    /// Up to `limit` live entries whose expiry is at or before `wall_ms`, soonest first, as
+    /// `(key, version)`. A store that keeps no expiry index returns none (values then only
+    /// look expired to readers until overwritten).
+    fn expired(&self, _wall_ms: u64, _limit: usize) -> Vec<(Vec<u8>, Version)> {
+        Vec::new()
+    }
     /// Drop `key` (no tombstone) if its stored version is `<= version`. Used when a key's
     /// memgest no longer places a copy here. Returns whether something was dropped.
     fn retire(&mut self, key: &[u8], version: Version) -> bool;
@@ -337,6 +348,7 @@ mod tests {
             version: Version(v),
             memgest: MemgestId(1),
             value: val.map(|s| s.as_bytes().to_vec()),
+            expiry_ms: None,
         }
     }
 

@@ -202,6 +202,7 @@ impl Net {
 
 fn set(key: &str, value: &str, memgest: MemgestId) -> ClientOp {
     ClientOp::Set {
+        expiry_ms: None,
         key: key.into(),
         value: value.into(),
         memgest: Some(memgest),
@@ -237,6 +238,7 @@ fn rep3_commits_on_majority_and_reads_wait_for_commit() {
     assert_eq!(
         net.take_reply(2),
         Some(ClientReply::Value {
+            expiry_ms: None,
             version,
             value: Some(b"v1".to_vec())
         })
@@ -287,6 +289,7 @@ fn wrong_epoch_and_wrong_node_are_refused_definitely() {
         Some(ClientReply::StaleEpoch { .. })
     ));
     let big = ClientOp::Set {
+        expiry_ms: None,
         key: vec![b'x'; ringlet_types::limits::KEY_BYTES_MAX as usize + 1],
         value: Vec::new(),
         memgest: None,
@@ -316,6 +319,7 @@ fn failover_rebuilds_from_majority_and_fences_old_coordinator() {
     assert_eq!(
         net.take_reply(2),
         Some(ClientReply::Value {
+            expiry_ms: None,
             version: v1,
             value: Some(b"v1".to_vec())
         }),
@@ -346,6 +350,7 @@ fn failover_rebuilds_from_majority_and_fences_old_coordinator() {
         body: PeerBody::Replicate {
             key: b"k".to_vec(),
             entry: Entry {
+                expiry_ms: None,
                 version: Version(u128::MAX),
                 memgest: r3,
                 value: Some(b"zombie".to_vec()),
@@ -461,6 +466,7 @@ fn ambiguous_reply_names_the_version_the_successor_serves() {
     net.request(c2, 2, ClientOp::Get { key: "k".into() });
     net.settle();
     let Some(ClientReply::Value {
+        expiry_ms: None,
         version: served,
         value: Some(v),
     }) = net.take_reply(2)

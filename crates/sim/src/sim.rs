@@ -988,6 +988,7 @@ impl World {
                     Pending::Get { .. } => ClientOp::Get { key },
                     Pending::Set { value } => ClientOp::Set {
                         key,
+                        expiry_ms: None,
                         value: value.clone().into_bytes(),
                         // "Mover" keys change memgest from write to write (what MEMGEST MOVE
                         // does): the choice is a function of the value, so retries agree.
@@ -1082,6 +1083,7 @@ impl World {
                     version,
                     memgest,
                     value,
+                    ..
                 },
             ) => {
                 if r.epoch != client_epoch {

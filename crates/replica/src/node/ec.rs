@@ -651,6 +651,7 @@ impl<S: ReplicaStore> Replica<S> {
             version,
             memgest,
             value: stored,
+            expiry_ms: None, // ec writes with a TTL are refused in `write`
         };
         self.remember(client, id.seq, None);
         let retire = self.move_retire(&key, slot, memgest);
@@ -773,6 +774,7 @@ impl<S: ReplicaStore> Replica<S> {
                 version: v,
                 memgest: mid,
                 value: None,
+                expiry_ms: None,
             };
             let last = self.last_now_ms;
             self.push_ec_pending(
@@ -1600,6 +1602,7 @@ impl<S: ReplicaStore> Replica<S> {
             version: v,
             memgest: mid,
             value: None,
+            expiry_ms: None,
         };
         let now = self.last_now_ms;
         self.push_ec_pending(now, Vec::new(), slot, entry, None, targets, ec, None, out);
@@ -1667,6 +1670,7 @@ impl<S: ReplicaStore> Replica<S> {
                 version: k.version,
                 memgest: mid,
                 value: (!k.tombstone).then(|| ec_ptr(k.offset, k.len)),
+                expiry_ms: None,
             };
             let outcome = self.apply_local(&k.key, entry);
             if outcome == ApplyOutcome::Applied && !k.tombstone {
@@ -2032,11 +2036,13 @@ impl<S: ReplicaStore> Replica<S> {
                     version,
                     memgest,
                     value: Some(bytes.clone()),
+                    expiry_ms: None, // ec values carry no expiry (refused at write)
                 }
             } else {
                 ClientReply::Value {
                     version,
                     value: Some(bytes.clone()),
+                    expiry_ms: None,
                 }
             };
             self.reply(out, client, id, body);
