@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// Largest control frame: a map of NODES_MAX nodes and 16384 ranges is ~2 MiB of JSON.
@@ -293,7 +293,7 @@ impl ControlService {
         backend: Arc<dyn ControlBackend>,
         plan: Option<BootstrapPlan>,
     ) -> std::io::Result<(Arc<ControlService>, SocketAddr)> {
-        let listener = TcpListener::bind(addr).await?;
+        let listener = crate::listen(addr)?;
         let local = listener.local_addr()?;
         let svc = Arc::new(ControlService {
             backend,

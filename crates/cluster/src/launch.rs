@@ -12,7 +12,6 @@ use ringlet_types::{MemgestKind, NodeId};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 
 /// Default heartbeat lease (control plane and nodes must agree). 1.5 s keeps the failover
 /// window (lease + rebuild) near the 3 s goal; heartbeats every 100 ms give 15 chances, and
@@ -69,7 +68,7 @@ pub struct NodeOpts {
 /// # Errors
 /// Bind or engine failures.
 pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)> {
-    let listener = TcpListener::bind(o.bind).await?;
+    let listener = crate::listen(o.bind)?;
     let client_addr = listener.local_addr()?;
     // A restarted process must carry a higher incarnation: wall-clock ms at start does.
     let incarnation = std::time::SystemTime::now()

@@ -53,6 +53,22 @@ pub fn mono_ms() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
+/// Bind a listening TCP socket with [`ringlet_types::limits::LISTEN_BACKLOG`] (the default
+/// bind gave 128) and `SO_REUSEADDR` (a restarted node rebinds over TIME_WAIT).
+///
+/// # Errors
+/// Socket, bind or listen failures.
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    sock.listen(ringlet_types::limits::LISTEN_BACKLOG)
+}
+
 /// Whether a value with this expiry (unix ms) has expired by the wall clock. Only fronts of
 /// the coordinator ask (see `ringlet_replica::Entry::expiry_ms`).
 pub fn expired(expiry_ms: Option<u64>) -> bool {

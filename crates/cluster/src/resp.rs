@@ -48,6 +48,16 @@ const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(2);
 const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(50);
 /// Requests decoded from one read before they are run (bounds a pipeline's working set).
 const PIPELINE_BATCH_MAX: usize = 1024;
+/// Replies buffered before they are written (and the connection waits for the client to read
+/// them): 150 pipelined GETs of a 16 MiB value, never read, grew a node past 2.8 GB when a
+/// whole batch was buffered (issue 10, case 3).
+const OUT_FLUSH_BYTES: usize = 1 << 20;
+/// Pipelined GETs run concurrently at most: their values are held until encoded, so this
+/// bounds a connection's reply memory to ~16 values (≤ 16 × 64 MiB worst case, the
+/// single node's write-buffer bound is 256 MiB).
+const GET_RUN_MAX: usize = 16;
+/// The reply a connection past [`limits::CONNECTIONS_MAX`] gets before it is closed (Redis's).
+const MAX_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
 /// Keys with an RMW lock held at once: bounded by connections (one command each).
 const KEY_LOCKS_MAX: usize = limits::CONNECTIONS_MAX as usize;
 
@@ -76,11 +86,17 @@ pub async fn serve(listener: TcpListener, node: ClusterNode) {
     });
     let open = Arc::new(std::sync::atomic::AtomicU32::new(0));
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((mut stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
         if open.load(std::sync::atomic::Ordering::Relaxed) >= limits::CONNECTIONS_MAX {
+            // Say why before closing (a bare close reads as a reset), without waiting on a
+            // client that does not read.
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(MAX_CLIENTS))
+                    .await;
+            });
             continue;
         }
         open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -91,6 +107,20 @@ pub async fn serve(listener: TcpListener, node: ClusterNode) {
             open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
+}
+
+/// Write the buffered replies once they pass [`OUT_FLUSH_BYTES`]: the connection then waits
+/// for the client to read (TCP back-pressure) instead of buffering without bound. A large
+/// buffer is given back after use.
+async fn flush_if_large(stream: &mut TcpStream, out: &mut Vec<u8>) -> std::io::Result<()> {
+    if out.len() >= OUT_FLUSH_BYTES {
+        stream.write_all(out).await?;
+        out.clear();
+        if out.capacity() > 4 * OUT_FLUSH_BYTES {
+            *out = Vec::with_capacity(16 * 1024);
+        }
+    }
+    Ok(())
 }
 
 fn err(s: impl Into<Vec<u8>>) -> Reply {
@@ -145,6 +175,7 @@ impl Front {
                 // commute with each other, and everything before the run has completed.
                 let run = batch[i..]
                     .iter()
+                    .take(GET_RUN_MAX)
                     .take_while(|a| a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
                     .count();
                 if run > 1 {
@@ -159,6 +190,7 @@ impl Front {
                     for h in handles {
                         let r = h.await.unwrap_or_else(|_| err("ERR internal error"));
                         r.encode(proto, &mut out);
+                        flush_if_large(&mut stream, &mut out).await?;
                     }
                     i += run;
                     continue;
@@ -168,6 +200,8 @@ impl Front {
                 let quit = argv[0].eq_ignore_ascii_case(b"quit");
                 let reply = self.command(argv, &mut proto).await;
                 reply.encode(proto, &mut out);
+                drop(reply);
+                flush_if_large(&mut stream, &mut out).await?;
                 if quit {
                     stream.write_all(&out).await?;
                     return Ok(());

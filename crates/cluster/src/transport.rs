@@ -90,7 +90,7 @@ impl Transport {
         incarnation: u64,
         inbound: Inbound,
     ) -> std::io::Result<(Arc<Transport>, SocketAddr)> {
-        let listener = TcpListener::bind(addr).await?;
+        let listener = crate::listen(addr)?;
         let local = listener.local_addr()?;
         let t = Arc::new(Transport {
             hello: Hello {

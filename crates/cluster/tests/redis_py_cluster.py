@@ -33,11 +33,18 @@ for i in range(100):
 assert all(p.execute())
 info = rc.cluster_info(target_nodes=RedisCluster.RANDOM)
 assert info["cluster_state"] == "ok", info
+# TTLs through RedisCluster (cluster mode keeps them with each replicated entry).
+assert rc.set("py:ttl", "x", ex=100) is True
+assert 99 <= rc.ttl("py:ttl") <= 100
+assert rc.expire("py:ttl", 50) is True
+assert 49 <= rc.ttl("py:ttl") <= 50
+assert rc.persist("py:ttl") is True
+assert rc.ttl("py:ttl") == -1
 try:
-    rc.execute_command("SET", "py:ttl", "x", "EX", "10")
-    raise AssertionError("TTL accepted")
-except ResponseError:
-    pass
+    rc.execute_command("SET", "py:ttl", "x", "EX", "0")
+    raise AssertionError("EX 0 accepted")
+except ResponseError as e:
+    assert "invalid expire time" in str(e), e
 # MEMGEST through RedisCluster without target_nodes: COMMAND INFO declares its subcommands'
 # key positions, so redis-py routes MOVE/KEY by the key (CREATE by the memgest's name).
 assert rc.execute_command("MEMGEST", "CREATE", "pym", "rep", "3") in (True, b"OK", "OK")
