@@ -91,6 +91,10 @@ struct NodeArgs {
     /// Heartbeat lease, ms (cluster mode; must match the control plane's).
     #[arg(long = "lease-ms", default_value_t = ringlet_cluster::launch::DEFAULT_LEASE_MS)]
     lease_ms: u64,
+    /// Cluster mode: the cluster secret (64 hex digits) that proves membership on peer and
+    /// control links; else `RINGLET_CLUSTER_SECRET`. `ringlet up` prints its file.
+    #[arg(long = "cluster-secret-file")]
+    cluster_secret_file: Option<std::path::PathBuf>,
     /// Cluster mode with the control plane in etcd (`--etcd URL`, crates/cli/src/etcd.rs).
     #[command(flatten)]
     etcd: etcd::EtcdArgs,
@@ -146,11 +150,17 @@ enum NodeAction {
         /// Control plane address (printed by `ringlet up`).
         #[arg(long)]
         control: String,
+        /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`.
+        #[arg(long = "cluster-secret-file")]
+        cluster_secret_file: Option<std::path::PathBuf>,
     },
     /// Print the cluster map (JSON).
     Map {
         #[arg(long)]
         control: String,
+        /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`.
+        #[arg(long = "cluster-secret-file")]
+        cluster_secret_file: Option<std::path::PathBuf>,
     },
 }
 
@@ -338,6 +348,12 @@ fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
     if !a.bind.is_loopback() {
         anyhow::bail!("cluster mode listens on loopback only for now (no AUTH/TLS on peer links)");
     }
+    if ringlet_cluster::auth::init(a.cluster_secret_file.as_deref())?.is_none() {
+        eprintln!(
+            "ringlet: WARNING: no cluster secret (--cluster-secret-file or RINGLET_CLUSTER_SECRET): \
+             this node's peer and control links accept anyone who can connect"
+        );
+    }
     let rt = cluster_runtime()?;
     rt.block_on(async {
         let o = ringlet_cluster::launch::NodeOpts {
@@ -414,10 +430,18 @@ fn up_shaped(a: &UpArgs) -> Result<()> {
 /// `ringlet node drain|map --control ADDR`.
 fn node_admin(action: NodeAction) -> Result<()> {
     use ringlet_cluster::control::{request, FromControl, ToControl};
-    let (control, req) = match &action {
-        NodeAction::Drain { id, control } => (control, ToControl::Drain { node: *id }),
-        NodeAction::Map { control } => (control, ToControl::Watch),
+    let (control, req, file) = match &action {
+        NodeAction::Drain {
+            id,
+            control,
+            cluster_secret_file,
+        } => (control, ToControl::Drain { node: *id }, cluster_secret_file),
+        NodeAction::Map {
+            control,
+            cluster_secret_file,
+        } => (control, ToControl::Watch, cluster_secret_file),
     };
+    ringlet_cluster::auth::init(file.as_deref())?;
     let rt = cluster_runtime()?;
     match rt.block_on(request(control, &req))? {
         FromControl::Ok => println!("OK"),

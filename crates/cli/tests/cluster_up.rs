@@ -64,8 +64,12 @@ fn up_cluster_serves_moved_and_drains() {
         .spawn()
         .expect("spawn ringlet up");
     let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    let mut secret_file = String::new();
     let control = loop {
         let l = lines.next().expect("up exited").expect("read");
+        if let Some(p) = l.strip_prefix("cluster secret file ") {
+            secret_file = p.trim().to_string();
+        }
         if l.starts_with("ringlet cluster ready") {
             let w: Vec<&str> = l.split_whitespace().collect();
             let i = w.iter().position(|x| *x == "control").unwrap();
@@ -85,8 +89,20 @@ fn up_cluster_serves_moved_and_drains() {
         matches!(call(base, &[b"GET", format!("k{i}").as_bytes()]), Reply::Error(e) if e.starts_with(b"MOVED"))
     });
     assert!(moved);
+    // Without the cluster secret the control plane gives nothing and drains nothing.
     let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
         .args(["node", "drain", "2", "--control", &control])
+        .env_remove("RINGLET_CLUSTER_SECRET")
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a drain without the cluster secret was accepted"
+    );
+    assert!(!secret_file.is_empty(), "up printed no secret file");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
+        .args(["node", "drain", "2", "--control", &control])
+        .args(["--cluster-secret-file", &secret_file])
         .output()
         .unwrap();
     assert!(

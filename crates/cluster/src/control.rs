@@ -136,6 +136,8 @@ pub enum ControlWireError {
     Json(#[from] serde_json::Error),
     #[error("connection closed")]
     Closed,
+    #[error("cluster secret: {0}")]
+    Auth(String),
 }
 
 /// Encode one frame.
@@ -316,7 +318,21 @@ impl ControlService {
                     continue;
                 }
                 let s2 = s.clone();
-                tokio::spawn(async move { s2.serve(stream).await });
+                tokio::spawn(async move {
+                    let mut stream = stream;
+                    // Members only: without the proof, nothing (no map, no command) is served.
+                    if let Some(secret) = crate::auth::process_secret() {
+                        if let Err(e) =
+                            crate::auth::accept(&mut stream, secret, crate::auth::CONTROL_ROLE)
+                                .await
+                        {
+                            CONTROL_AUTH_FAILURES.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("ringlet control: connection refused: {e}");
+                            return;
+                        }
+                    }
+                    s2.serve(stream).await
+                });
             }
         });
         let s = svc.clone();
@@ -643,6 +659,20 @@ impl ControlService {
     }
 }
 
+/// Control connections refused for a missing or wrong cluster-secret proof (metric).
+pub static CONTROL_AUTH_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// The connector's half of the membership proof on a control connection (no-op without a
+/// secret).
+async fn prove(s: &mut TcpStream) -> Result<(), ControlWireError> {
+    if let Some(secret) = crate::auth::process_secret() {
+        crate::auth::connect(s, secret, crate::auth::CONTROL_ROLE, b"")
+            .await
+            .map_err(|e| ControlWireError::Auth(e.to_string()))?;
+    }
+    Ok(())
+}
+
 // ------------------------------------------------------------------ client
 
 /// First reconnect delay of a node's control link; doubles up to [`CONTROL_BACKOFF_MAX`].
@@ -688,15 +718,24 @@ async fn control_link(
 ) {
     let mut backoff = CONTROL_BACKOFF_MIN;
     loop {
-        let stream = match TcpStream::connect(&addr).await {
-            Ok(s) => s,
-            Err(_) => {
-                // Stale requests (old heartbeats) are worthless after an outage.
-                while rx.try_recv().is_ok() {}
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(CONTROL_BACKOFF_MAX);
-                continue;
-            }
+        let connected = match TcpStream::connect(&addr).await {
+            Ok(mut s) => match prove(&mut s).await {
+                Ok(()) => Some(s),
+                Err(e) => {
+                    // A wrong or missing secret: say so (a node that cannot join must not
+                    // fail silently), and keep retrying with backoff.
+                    eprintln!("ringlet node: control plane at {addr} refused us: {e}");
+                    None
+                }
+            },
+            Err(_) => None,
+        };
+        let Some(stream) = connected else {
+            // Stale requests (old heartbeats) are worthless after an outage.
+            while rx.try_recv().is_ok() {}
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(CONTROL_BACKOFF_MAX);
+            continue;
         };
         backoff = CONTROL_BACKOFF_MIN;
         let _ = stream.set_nodelay(true);
@@ -729,6 +768,7 @@ async fn control_link(
 /// Connection or protocol failures.
 pub async fn request(addr: &str, req: &ToControl) -> Result<FromControl, ControlWireError> {
     let mut s = TcpStream::connect(addr).await?;
+    prove(&mut s).await?;
     s.write_all(&encode(req)?).await?;
     read_frame::<FromControl>(&mut s).await
 }

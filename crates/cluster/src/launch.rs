@@ -243,6 +243,19 @@ pub fn pg_shape(nodes: usize, default_memgest: Option<MemgestKind>) -> (u8, u8) 
 /// Bind or spawn failures.
 pub async fn up(o: &UpOpts) -> std::io::Result<()> {
     let total = o.nodes + o.spares;
+    // The cluster secret (docs/design/cluster-auth.md): the one given by the environment, else
+    // a fresh one. The control plane here and every node spawned below prove it on connect.
+    let secret = match crate::auth::ClusterSecret::load(None) {
+        Ok(Some(s)) => s,
+        Ok(None) => crate::auth::ClusterSecret::generate().map_err(std::io::Error::other)?,
+        Err(e) => return Err(std::io::Error::other(e)),
+    };
+    crate::auth::set_process_secret(Some(secret.clone()));
+    if crate::auth::process_secret() != Some(&secret) {
+        return Err(std::io::Error::other(
+            "cluster secret already fixed differently in this process",
+        ));
+    }
     let control_port = o
         .control_port
         .unwrap_or(o.base_port.saturating_add(total as u16));
@@ -256,6 +269,13 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         lease_ms: o.lease_ms,
     })
     .await?;
+    // Admin commands (`ringlet node drain|map --control ...`) need the secret too: a file only
+    // this user can read.
+    let secret_file = std::env::temp_dir().join(format!("ringlet-cluster-{}.secret", caddr.port()));
+    secret
+        .write_file(&secret_file)
+        .map_err(std::io::Error::other)?;
+    println!("cluster secret file {}", secret_file.display());
     let mut children = Vec::new();
     for i in 0..total {
         let port = o.base_port.saturating_add(i as u16);
@@ -268,6 +288,7 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         );
         let child = std::process::Command::new(&o.exe)
             .args(&args)
+            .env(crate::auth::SECRET_ENV, secret.to_hex())
             .stdin(std::process::Stdio::null())
             .spawn()?;
         println!("node {} pid {} port {port}", i + 1, child.id());
@@ -328,5 +349,6 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         let _ = c.kill();
         let _ = c.wait();
     }
+    let _ = std::fs::remove_file(&secret_file);
     Ok(())
 }

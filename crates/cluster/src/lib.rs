@@ -31,6 +31,7 @@
 //!
 //! Design notes and measured figures: `docs/design/cluster-runtime.md`.
 
+pub mod auth;
 pub mod commands;
 pub mod control;
 pub mod launch;

@@ -57,6 +57,8 @@ pub struct TransportStats {
     pub connects: AtomicU64,
     pub connect_failures: AtomicU64,
     pub bad_frames: AtomicU64,
+    /// Links refused (either way) for a missing or wrong cluster-secret proof.
+    pub auth_failures: AtomicU64,
 }
 
 struct Link {
@@ -210,6 +212,23 @@ async fn link_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        let mut stream = stream;
+        if let Some(secret) = crate::auth::process_secret() {
+            let me = hello.from.0.to_string();
+            if let Err(e) =
+                crate::auth::connect(&mut stream, secret, crate::auth::PEER_ROLE, me.as_bytes())
+                    .await
+            {
+                stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "ringlet node {}: peer link to {addr} refused: {e}",
+                    hello.from
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                continue;
+            }
+        }
         stats.connects.fetch_add(1, Ordering::Relaxed);
         backoff = RECONNECT_BACKOFF_MIN;
         let mut w = BufWriter::with_capacity(64 * 1024, stream);
@@ -287,6 +306,10 @@ pub enum LinkError {
     Wire(#[from] WireError),
     #[error("first frame was not HELLO")]
     NoHello,
+    #[error("cluster secret: {0}")]
+    Auth(#[from] crate::auth::AuthError),
+    #[error("HELLO names node {hello}, the proof was for {proven}")]
+    WrongIdentity { hello: String, proven: String },
 }
 
 async fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Option<Frame>, LinkError> {
@@ -325,12 +348,35 @@ async fn read_link(
     stats: &TransportStats,
 ) -> Result<(), LinkError> {
     let _ = stream.set_nodelay(true);
+    // Members only: the connector proves the cluster secret for the node id it then claims
+    // in HELLO (a forged HELLO used to be trusted as is).
+    let proven = match crate::auth::process_secret() {
+        Some(secret) => {
+            match crate::auth::accept(&mut stream, secret, crate::auth::PEER_ROLE).await {
+                Ok(id) => Some(String::from_utf8_lossy(&id).into_owned()),
+                Err(e) => {
+                    stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(e.into());
+                }
+            }
+        }
+        None => None,
+    };
     let mut buf = Vec::new();
     let from = match read_frame(&mut stream, &mut buf).await? {
         Some(Frame::Hello(h)) => h.from,
         None => return Ok(()),
         Some(_) => return Err(LinkError::NoHello),
     };
+    if let Some(p) = proven {
+        if p != from.0.to_string() {
+            stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+            return Err(LinkError::WrongIdentity {
+                hello: from.0.to_string(),
+                proven: p,
+            });
+        }
+    }
     loop {
         match read_frame(&mut stream, &mut buf).await? {
             Some(Frame::Peer(m)) => {

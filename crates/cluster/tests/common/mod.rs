@@ -26,6 +26,8 @@ pub struct Cluster {
     pub total: usize,
     pub control: String,
     pub pids: HashMap<u32, u32>,
+    /// The cluster secret `up` generated (hex), for admin commands and restarted nodes.
+    pub secret: String,
 }
 
 impl Drop for Cluster {
@@ -92,6 +94,7 @@ pub fn start(nodes: usize, spares: usize, extra: &[&str]) -> Cluster {
     let out = child.stdout.take().unwrap();
     let mut r = BufReader::new(out);
     let mut pids = HashMap::new();
+    let mut secret = String::new();
     let control;
     let mut line = String::new();
     loop {
@@ -100,6 +103,9 @@ pub fn start(nodes: usize, spares: usize, extra: &[&str]) -> Cluster {
         assert!(n > 0, "up exited before ready");
         eprint!("up: {line}");
         let w: Vec<&str> = line.split_whitespace().collect();
+        if line.starts_with("cluster secret file ") {
+            secret = std::fs::read_to_string(w[3]).unwrap().trim().to_string();
+        }
         if w.first() == Some(&"node") && w.get(2) == Some(&"pid") {
             pids.insert(w[1].parse().unwrap(), w[3].parse().unwrap());
         }
@@ -123,6 +129,7 @@ pub fn start(nodes: usize, spares: usize, extra: &[&str]) -> Cluster {
         total,
         control,
         pids,
+        secret,
     }
 }
 
@@ -150,6 +157,7 @@ impl Cluster {
                 "--control",
                 &self.control,
             ])
+            .env("RINGLET_CLUSTER_SECRET", &self.secret)
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -160,6 +168,7 @@ impl Cluster {
     pub fn map(&self) -> ringlet_control::ClusterMap {
         let out = Command::new(env!("CARGO_BIN_EXE_ringlet-cluster"))
             .args(["map", "--control", &self.control])
+            .env("RINGLET_CLUSTER_SECRET", &self.secret)
             .output()
             .unwrap();
         assert!(out.status.success());
@@ -169,6 +178,7 @@ impl Cluster {
     pub fn drain(&self, node: u32) {
         let out = Command::new(env!("CARGO_BIN_EXE_ringlet-cluster"))
             .args(["drain", "--control", &self.control, &node.to_string()])
+            .env("RINGLET_CLUSTER_SECRET", &self.secret)
             .output()
             .unwrap();
         assert!(
