@@ -163,10 +163,21 @@ async fn quorum_reads_survive_a_stopped_replica() {
         .count();
     assert!(on_stopped > 0, "some keys are coordinated by node 3");
 
-    // A write commits on 2 of 3; let the third copy land before freezing a node (else a key
-    // whose coordinator is frozen could have its two live copies disagree, and the read
-    // would rightly wait for that coordinator).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A write commits on 2 of 3; wait for the third copy to land on every node before
+    // freezing one (else a key whose coordinator is frozen could have its two live copies
+    // disagree, and the read would rightly wait for that coordinator). rep:3 on three nodes:
+    // every node holds every key.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let live_ok = live
+            .iter()
+            .all(|(n, _)| n.engine().lock().len() >= keys.len() as u64);
+        if live_ok && dbsize(child_addr).await >= keys.len() as i64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "third copies never landed");
+        tokio::time::sleep(Duration::from_millis(10)).await; // poll interval
+    }
     signal(&child.0, libc::SIGSTOP);
     let stopped_at = Instant::now();
     // Every key by quorum, right away (the stopped node's lease has not even expired yet):
@@ -223,5 +234,32 @@ async fn quorum_reads_survive_a_stopped_replica() {
     drop(child);
     for (n, _) in &live {
         n.stop();
+    }
+}
+
+/// DBSIZE of a node (its engine's key count), over RESP.
+async fn dbsize(addr: SocketAddr) -> i64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return -1;
+    };
+    let mut req = Vec::new();
+    ringlet_codec::resp::encode_request(&mut req, &[b"DBSIZE"]);
+    if s.write_all(&req).await.is_err() {
+        return -1;
+    }
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 256];
+    loop {
+        if let Ok(Some((r, _))) = ringlet_codec::resp::decode_reply(&buf) {
+            return match r {
+                ringlet_codec::resp::Reply::Integer(n) => n,
+                _ => -1,
+            };
+        }
+        match s.read(&mut chunk).await {
+            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return -1,
+        }
     }
 }

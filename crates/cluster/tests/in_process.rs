@@ -61,16 +61,28 @@ fn three_nodes_in_one_process() {
     // A node that does not coordinate a key answers MOVED to the one that does.
     let owner = c.slot_owner(key_slot(b"k7")).unwrap();
     let other = *addrs.iter().find(|a| **a != owner).unwrap();
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &other.port().to_string(), "GET", "k7"])
-        .output();
-    if let Ok(o) = out {
-        let s = String::from_utf8_lossy(&o.stdout).to_string();
-        assert!(
-            s.contains(&format!("MOVED {} {owner}", key_slot(b"k7"))),
-            "{s}"
-        );
-    }
+    // Asked directly (a raw RESP connection, no external tool that could be missing).
+    let moved = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(other).unwrap();
+        let mut req = Vec::new();
+        ringlet_codec::resp::encode_request(&mut req, &[b"GET", b"k7"]);
+        s.write_all(&req).unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 512];
+        loop {
+            if let Some((r, _)) = ringlet_codec::resp::decode_reply(&buf).unwrap() {
+                break r;
+            }
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0, "node closed the connection");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    assert_eq!(
+        moved,
+        Reply::Error(format!("MOVED {} {owner}", key_slot(b"k7")).into_bytes())
+    );
     // Replication: each rep:3 key is on all three engines (after the async catch-up).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

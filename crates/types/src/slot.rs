@@ -74,9 +74,13 @@ mod tests {
     #[test]
     fn hash_tags() {
         assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}")); // empty tag: whole key
+        // Slots as Redis computes them (`CLUSTER KEYSLOT`; redis-py's `redis.crc.key_slot`
+        // gives the same): an empty tag hashes the whole key, the first `{...}` counts.
+        assert_eq!(key_slot(b"foo{}{bar}"), 8363);
         assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
+        assert_eq!(key_slot(b"foo{{bar}}zap"), 4015);
         assert_eq!(hash_tag(b"foo{{bar}}zap"), b"{bar");
+        assert_eq!(key_slot(b"foo{bar}{zap}"), 5061);
         assert_eq!(hash_tag(b"foo{bar}{zap}"), b"bar");
     }
 }
