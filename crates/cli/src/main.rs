@@ -441,9 +441,20 @@ fn node_admin(action: NodeAction) -> Result<()> {
             cluster_secret_file,
         } => (control, ToControl::Watch, cluster_secret_file),
     };
-    ringlet_cluster::auth::init(file.as_deref())?;
+    let secret = ringlet_cluster::auth::init(file.as_deref())?;
     let rt = cluster_runtime()?;
-    match rt.block_on(request(control, &req))? {
+    let reply = rt.block_on(request(control, &req)).map_err(|e| {
+        // Without a secret, a member-only control port's challenge reads as garbage.
+        if secret.is_none() {
+            anyhow::anyhow!(
+                "{e} (the control plane may require the cluster secret: pass \
+                 --cluster-secret-file, printed by `ringlet up`)"
+            )
+        } else {
+            e.into()
+        }
+    })?;
+    match reply {
         FromControl::Ok => println!("OK"),
         FromControl::Map(m) => println!("{}", m.to_json()?),
         FromControl::Error(e) => anyhow::bail!("{e}"),

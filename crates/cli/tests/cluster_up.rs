@@ -99,6 +99,11 @@ fn up_cluster_serves_moved_and_drains() {
         !out.status.success(),
         "a drain without the cluster secret was accepted"
     );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--cluster-secret-file"),
+        "the refusal does not name the flag: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!secret_file.is_empty(), "up printed no secret file");
     let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
         .args(["node", "drain", "2", "--control", &control])
