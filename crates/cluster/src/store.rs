@@ -294,6 +294,11 @@ fn meta_entry(m: &Meta) -> Entry {
 }
 
 impl ReplicaStore for EngineStore {
+    fn head(&self, key: &[u8]) -> Option<(Version, MemgestId, bool)> {
+        let m = self.meta.get(&(key_slot(key), key.to_vec()))?;
+        Some((m.version, m.memgest, !m.tombstone))
+    }
+
     fn get(&self, key: &[u8]) -> Option<Entry> {
         let m = *self.meta.get(&(key_slot(key), key.to_vec()))?;
         if m.tombstone {

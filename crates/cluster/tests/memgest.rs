@@ -294,6 +294,23 @@ fn every_memgest_command() {
     assert_eq!(c.get("t1-k").as_deref(), Some(&b"v2"[..]));
     let e = err_text(&c.call(Some(b"t1-gone"), &["MEMGEST", "MOVE", "t1-gone", "t1-r3"]));
     assert!(e.contains("no such key"), "{e}");
+    // Writes that name no memgest keep the key where it lives (the default is rep:3 here,
+    // t1-r2 is not it): plain SET, INCR and APPEND.
+    c.ok(Some(b"t1-n"), &["SET", "t1-n", "1", "MEMGEST", "t1-r2"]);
+    c.ok(Some(b"t1-n"), &["SET", "t1-n", "5"]);
+    assert_eq!(c.memgest_of("t1-n").unwrap().0, "t1-r2");
+    assert_eq!(c.call(Some(b"t1-n"), &["INCR", "t1-n"]), Reply::Integer(6));
+    assert_eq!(c.memgest_of("t1-n").unwrap().0, "t1-r2");
+    assert_eq!(
+        c.call(Some(b"t1-n"), &["APPEND", "t1-n", "0"]),
+        Reply::Integer(2)
+    );
+    assert_eq!(c.memgest_of("t1-n").unwrap().0, "t1-r2");
+    assert_eq!(c.call(Some(b"t1-n"), &["DEL", "t1-n"]), Reply::Integer(1));
+    // After a delete the key is new again: the default.
+    c.ok(Some(b"t1-n"), &["SET", "t1-n", "x"]);
+    assert_eq!(c.memgest_of("t1-n").unwrap().0, "rep:3");
+    assert_eq!(c.call(Some(b"t1-n"), &["DEL", "t1-n"]), Reply::Integer(1));
     // DEFAULT: a plain SET lands in the new default.
     c.ok(None, &["MEMGEST", "DEFAULT", "t1-none"]);
     c.ok(Some(b"t1-d"), &["SET", "t1-d", "x"]);

@@ -806,7 +806,13 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let memgest = match (memgest, &value) {
             (Some(m), _) => m,
-            (None, Some(_)) => map.default_memgest,
+            // A write that names no memgest keeps the key where it lives (a key moved to
+            // `cold` stays there across SET, INCR, APPEND, as on the single node); a new key,
+            // or one whose memgest is being dropped, goes to the default.
+            (None, Some(_)) => self
+                .live_memgest(&key)
+                .filter(|m| map.memgests.get(m).is_some_and(|i| !i.closing))
+                .unwrap_or(map.default_memgest),
             // A delete keeps the key's memgest so its tombstone lives where its copies were.
             (None, None) => self
                 .latest_entry(&key)
@@ -818,9 +824,8 @@ impl<S: ReplicaStore> Replica<S> {
         let copies = match info.kind {
             MemgestKind::None => 1,
             MemgestKind::Rep { r } => usize::from(r),
-            // EC hook: an ec:K+M write applies locally and sends the parity delta (plus key
-            // metadata) to the PG's first M redundant nodes; it commits when all M acked.
-            // crates/erasure provides the delta; until it is wired, ec writes are refused.
+            // An ec:K+M write applies locally and sends the parity delta (plus key metadata)
+            // to the PG's first M redundant nodes; it commits when all M acked (write_ec).
             MemgestKind::Ec { .. } => {
                 // ec metadata (index entries rebuilt from parity holders) has no expiry yet:
                 // refuse rather than silently drop the TTL.
@@ -928,6 +933,22 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     /// Newest version this coordinator knows for `key`: pending or stored.
+    /// The memgest of `key`'s newest entry (uncommitted writes included) if it is live;
+    /// reads no value.
+    fn live_memgest(&self, key: &[u8]) -> Option<MemgestId> {
+        let pend = self
+            .uncommitted
+            .get(key)
+            .and_then(|s| s.iter().next_back())
+            .and_then(|v| self.pending.get(v))
+            .map(|p| (p.entry.version, p.entry.memgest, p.entry.value.is_some()));
+        let newest = match (pend, self.store.head(key)) {
+            (Some(p), Some(s)) => Some(if p.0 > s.0 { p } else { s }),
+            (p, s) => p.or(s),
+        };
+        newest.filter(|h| h.2).map(|h| h.1)
+    }
+
     fn latest_entry(&self, key: &[u8]) -> Option<Entry> {
         let pend = self
             .uncommitted

@@ -52,6 +52,12 @@ pub enum ApplyOutcome {
 pub trait ReplicaStore {
     /// The entry or tombstone for `key`.
     fn get(&self, key: &[u8]) -> Option<Entry>;
+    /// The version and memgest of `key`'s entry, and whether it is live (not a tombstone),
+    /// without copying the value.
+    fn head(&self, key: &[u8]) -> Option<(Version, MemgestId, bool)> {
+        self.get(key)
+            .map(|e| (e.version, e.memgest, e.value.is_some()))
+    }
     /// Store `entry` if its version is higher than anything held for `key`.
     fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome;
     /// Set aside room for `entry` (a coordinator's write before it is sent to the replicas),
@@ -237,6 +243,12 @@ impl MemStore {
 impl ReplicaStore for MemStore {
     fn get(&self, key: &[u8]) -> Option<Entry> {
         self.entries.get(&(key_slot(key), key.to_vec())).cloned()
+    }
+
+    fn head(&self, key: &[u8]) -> Option<(Version, MemgestId, bool)> {
+        self.entries
+            .get(&(key_slot(key), key.to_vec()))
+            .map(|e| (e.version, e.memgest, e.value.is_some()))
     }
 
     fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome {
