@@ -50,9 +50,7 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
     let Some(id) = a.node_id else {
         anyhow::bail!("--etcd needs --node-id");
     };
-    if !a.bind.is_loopback() {
-        anyhow::bail!("cluster mode listens on loopback only for now (no AUTH/TLS on peer links)");
-    }
+    super::check_cluster_flags(a, "server --etcd")?;
     let e = &a.etcd;
     let config = e.nodes.map(|n| ringlet_etcd::ClusterConfig {
         expect_nodes: n + e.spares,
@@ -71,8 +69,9 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
         memory_bytes: a.memory_mb.saturating_mul(1 << 20),
         config,
         connect_timeout: ringlet_etcd::run::DEFAULT_CONNECT_TIMEOUT,
+        requirepass: a.requirepass.clone(),
     };
-    let rt = super::cluster_runtime()?;
+    let rt = super::cluster_runtime_threads(a.threads)?;
     rt.block_on(async {
         let n = ringlet_etcd::run_node_etcd(&o)
             .await

@@ -70,8 +70,9 @@ struct NodeArgs {
     /// Worker threads (default: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// Password clients must AUTH with.
-    #[arg(long)]
+    /// Password clients must AUTH with (the `default` user's); in a cluster, every node's.
+    /// Else `RINGLET_REQUIREPASS` (how `ringlet up` gives it to the nodes it starts).
+    #[arg(long, env = "RINGLET_REQUIREPASS", hide_env_values = true)]
     requirepass: Option<String>,
     /// Admin HTTP port (Prometheus /metrics): `server` off unless given, `up` port + 10000;
     /// 0 picks a free port.
@@ -253,11 +254,12 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Node(n) => node_admin(n.action),
         Cmd::Memgest(m) => memgest::run(&m),
-        Cmd::Up(a) if a.pg.pg_data.is_some() => {
-            init_logs();
-            up_shaped(&a)
-        }
-        Cmd::Up(a) if a.nodes > 1 || a.spares > 0 || a.default_memgest.is_some() => {
+        Cmd::Up(a)
+            if a.nodes > 1
+                || a.spares > 0
+                || a.default_memgest.is_some()
+                || a.pg.pg_data.is_some() =>
+        {
             init_logs();
             up_cluster(&a)
         }
@@ -336,25 +338,55 @@ fn up(cfg: Config) -> Result<()> {
 }
 
 fn cluster_runtime() -> Result<tokio::runtime::Runtime> {
+    cluster_runtime_threads(0)
+}
+
+/// The runtime of a cluster process: `threads` workers (0: 2 — a node's work is mostly
+/// the driver thread's; the workers run the connections).
+fn cluster_runtime_threads(threads: usize) -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(if threads == 0 { 2 } else { threads })
         .enable_all()
         .build()?)
+}
+
+/// Refuse what a cluster node cannot honour yet, rather than accept and ignore it (a user
+/// who passes `--shm-socket` believes one-sided reads are on). `how` names the mode.
+fn check_cluster_flags(a: &NodeArgs, how: &str) -> Result<()> {
+    a.config().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if a.shm_socket.is_some() {
+        anyhow::bail!(
+            "--shm-socket: one-sided reads are not available in cluster mode yet ({how}); \
+             run `ringlet server --shm-socket` for a single node"
+        );
+    }
+    if a.admin_port.is_some() {
+        anyhow::bail!(
+            "--admin-port: cluster nodes have no admin HTTP port yet ({how}); \
+             INFO and CLUSTER INFO over RESP give each node's figures"
+        );
+    }
+    if !a.bind.is_loopback() {
+        anyhow::bail!(
+            "--bind {}: cluster mode listens on loopback only ({how}): peer links are \
+             authenticated but not encrypted (no TLS yet)",
+            a.bind
+        );
+    }
+    Ok(())
 }
 
 /// `ringlet server --cluster CONTROL --node-id ID`: a cluster node (crates/cluster's
 /// ClusterNode + Redis Cluster front end) on `--bind`/`--port`.
 fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
-    if !a.bind.is_loopback() {
-        anyhow::bail!("cluster mode listens on loopback only for now (no AUTH/TLS on peer links)");
-    }
+    check_cluster_flags(a, "server --cluster")?;
     if ringlet_cluster::auth::init(a.cluster_secret_file.as_deref())?.is_none() {
         eprintln!(
             "ringlet: WARNING: no cluster secret (--cluster-secret-file or RINGLET_CLUSTER_SECRET): \
              this node's peer and control links accept anyone who can connect"
         );
     }
-    let rt = cluster_runtime()?;
+    let rt = cluster_runtime_threads(a.threads)?;
     rt.block_on(async {
         let o = ringlet_cluster::launch::NodeOpts {
             id,
@@ -363,6 +395,7 @@ fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
             control: control.to_string(),
             lease_ms: a.lease_ms,
             memory_bytes: a.memory_mb.saturating_mul(1 << 20),
+            requirepass: a.requirepass.clone(),
         };
         let (node, addr) = ringlet_cluster::launch::run_node(&o)
             .await
@@ -379,10 +412,18 @@ fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
     })
 }
 
-/// `ringlet up --nodes N --spares S --port BASE [--default-memgest rep:3]`.
+/// `ringlet up --nodes N --spares S --port BASE [--default-memgest rep:3] [--pg-data s
+/// --pg-redundant d]`.
 fn up_cluster(a: &UpArgs) -> Result<()> {
     if a.node.port == 0 {
         anyhow::bail!("ringlet up --nodes needs a base --port (nodes use consecutive ports)");
+    }
+    check_cluster_flags(&a.node, "ringlet up --nodes")?;
+    if a.node.threads != 0 {
+        anyhow::bail!(
+            "--threads: ringlet up --nodes starts its nodes with 2 worker threads each; \
+             start nodes with `ringlet server --cluster ... --threads N` to choose"
+        );
     }
     let default_memgest = match &a.default_memgest {
         Some(s) => Some(ringlet_types::MemgestKind::parse(s).map_err(|e| anyhow::anyhow!("{e}"))?),
@@ -398,31 +439,10 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         memory_bytes: a.node.memory_mb.saturating_mul(1 << 20),
         exe: std::env::current_exe()?,
         node_args: ringlet_cluster::launch::ringlet_server_node_args,
+        requirepass: a.node.requirepass.clone(),
+        pg: a.pg.pg_data.map(|s| (s, a.pg.pg_redundant.unwrap_or(1))),
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
-    eprintln!("ringlet: stopped");
-    Ok(())
-}
-
-/// `ringlet up ... --pg-data S --pg-redundant D` (crates/cli/src/memgest.rs).
-fn up_shaped(a: &UpArgs) -> Result<()> {
-    if a.node.port == 0 {
-        anyhow::bail!("ringlet up --pg-data needs a base --port (nodes use consecutive ports)");
-    }
-    let default_memgest = match &a.default_memgest {
-        Some(s) => Some(ringlet_types::MemgestKind::parse(s).map_err(|e| anyhow::anyhow!("{e}"))?),
-        None => None,
-    };
-    memgest::up_shaped(&memgest::ShapedUp {
-        nodes: a.nodes,
-        spares: a.spares,
-        base_port: a.node.port,
-        default_memgest,
-        lease_ms: a.node.lease_ms,
-        memory_bytes: a.node.memory_mb.saturating_mul(1 << 20),
-        s: a.pg.pg_data.unwrap_or(2),
-        d: a.pg.pg_redundant.unwrap_or(1),
-    })?;
     eprintln!("ringlet: stopped");
     Ok(())
 }

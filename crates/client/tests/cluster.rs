@@ -56,6 +56,7 @@ async fn start_with(total: u32, active: usize) -> (InProcess, SocketAddr) {
             control: caddr.to_string(),
             lease_ms: 1500,
             memory_bytes: 64 << 20,
+            requirepass: None,
         })
         .await
         .unwrap();

@@ -40,6 +40,7 @@ fn child_node() {
             control: control.to_string(),
             lease_ms: 1500,
             memory_bytes: 64 << 20,
+            requirepass: None,
         })
         .await
         .unwrap();
@@ -96,6 +97,7 @@ async fn quorum_reads_survive_a_stopped_replica() {
             control: caddr.to_string(),
             lease_ms: 1500,
             memory_bytes: 64 << 20,
+            requirepass: None,
         })
         .await
         .unwrap();

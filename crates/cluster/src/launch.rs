@@ -60,7 +60,14 @@ pub struct NodeOpts {
     pub control: String,
     pub lease_ms: u64,
     pub memory_bytes: u64,
+    /// The `default` user's password on the client port (`--requirepass`); the same on
+    /// every node of a cluster.
+    pub requirepass: Option<String>,
 }
+
+/// Environment variable through which `up` gives its nodes the client password (not argv:
+/// other local users can read a process's arguments).
+pub const REQUIREPASS_ENV: &str = "RINGLET_REQUIREPASS";
 
 /// Start a node (client RESP listener, peer listener, control link, driver) in the current
 /// runtime. Returns the node and its client address.
@@ -103,7 +110,11 @@ pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)
         tick_ms: 10,
     };
     let (node, _peer) = ClusterNode::start(cfg).await?;
-    tokio::spawn(crate::resp::serve(listener, node.clone()));
+    tokio::spawn(crate::resp::serve(
+        listener,
+        node.clone(),
+        o.requirepass.clone(),
+    ));
     Ok((node, client_addr))
 }
 
@@ -118,6 +129,9 @@ pub fn rebuild_timeout_ms() -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000)
 }
+
+/// Longest `up` waits for every node to serve the control plane's epoch.
+const UP_READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `up` options.
 #[derive(Clone, Debug)]
@@ -135,6 +149,10 @@ pub struct UpOpts {
     /// Its arguments for one node; [`ringlet_cluster_node_args`] for the `ringlet-cluster`
     /// binary, [`ringlet_server_node_args`] for `ringlet server --cluster`.
     pub node_args: NodeArgsFn,
+    /// The client password every node requires (passed through [`REQUIREPASS_ENV`]).
+    pub requirepass: Option<String>,
+    /// Placement-group shape (s data, d redundant nodes); `None`: [`pg_shape`].
+    pub pg: Option<(u8, u8)>,
 }
 
 /// Builds a node process's arguments from (node id, client port, control address, lease ms,
@@ -188,8 +206,9 @@ pub fn ringlet_server_node_args(
     ]
 }
 
-/// Ask a node for `CLUSTER INFO` over RESP (readiness polling).
-async fn cluster_info(addr: SocketAddr) -> Option<String> {
+/// Ask a node for `CLUSTER INFO` over RESP (readiness polling), after AUTH if the nodes
+/// have a password.
+pub async fn cluster_info(addr: SocketAddr, password: Option<&str>) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::time::timeout(
         Duration::from_millis(500),
@@ -198,9 +217,12 @@ async fn cluster_info(addr: SocketAddr) -> Option<String> {
     .await
     .ok()?
     .ok()?;
-    s.write_all(b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")
-        .await
-        .ok()?;
+    let mut req = Vec::new();
+    if let Some(p) = password {
+        ringlet_codec::resp::encode_request(&mut req, &[b"AUTH", p.as_bytes()]);
+    }
+    ringlet_codec::resp::encode_request(&mut req, &[b"CLUSTER", b"INFO"]);
+    s.write_all(&req).await.ok()?;
     let mut buf = vec![0u8; 4096];
     let mut got = Vec::new();
     loop {
@@ -212,10 +234,14 @@ async fn cluster_info(addr: SocketAddr) -> Option<String> {
             return None;
         }
         got.extend_from_slice(&buf[..n]);
-        if let Ok(Some((ringlet_codec::resp::Reply::Bulk(b), _))) =
-            ringlet_codec::resp::decode_reply(&got)
-        {
-            return String::from_utf8(b).ok();
+        // The AUTH reply (+OK) comes first; an error there is returned by the next decode.
+        let mut at = 0;
+        while let Ok(Some((r, n))) = ringlet_codec::resp::decode_reply(&got[at..]) {
+            match r {
+                ringlet_codec::resp::Reply::Bulk(b) => return String::from_utf8(b).ok(),
+                ringlet_codec::resp::Reply::Error(_) => return None,
+                _ => at += n,
+            }
         }
         if got.len() > 64 * 1024 {
             return None;
@@ -243,6 +269,14 @@ pub fn pg_shape(nodes: usize, default_memgest: Option<MemgestKind>) -> (u8, u8) 
 /// Bind or spawn failures.
 pub async fn up(o: &UpOpts) -> std::io::Result<()> {
     let total = o.nodes + o.spares;
+    let (s, d) = o.pg.unwrap_or_else(|| pg_shape(o.nodes, o.default_memgest));
+    if s == 0 || o.nodes < usize::from(s) + usize::from(d) {
+        return Err(std::io::Error::other(format!(
+            "placement groups of s={s} d={d} need at least {} active nodes (--nodes {})",
+            usize::from(s) + usize::from(d),
+            o.nodes
+        )));
+    }
     // The cluster secret (docs/design/cluster-auth.md): the one given by the environment, else
     // a fresh one. The control plane here and every node spawned below prove it on connect.
     let secret = match crate::auth::ClusterSecret::load(None) {
@@ -264,8 +298,8 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         expect_nodes: total,
         active: o.nodes,
         default_memgest: o.default_memgest,
-        s: pg_shape(o.nodes, o.default_memgest).0,
-        d: pg_shape(o.nodes, o.default_memgest).1,
+        s,
+        d,
         lease_ms: o.lease_ms,
     })
     .await?;
@@ -286,11 +320,15 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
             o.lease_ms,
             o.memory_bytes,
         );
-        let child = std::process::Command::new(&o.exe)
-            .args(&args)
+        let mut cmd = std::process::Command::new(&o.exe);
+        cmd.args(&args)
             .env(crate::auth::SECRET_ENV, secret.to_hex())
-            .stdin(std::process::Stdio::null())
-            .spawn()?;
+            .stdin(std::process::Stdio::null());
+        match &o.requirepass {
+            Some(p) => cmd.env(REQUIREPASS_ENV, p),
+            None => cmd.env_remove(REQUIREPASS_ENV),
+        };
+        let child = cmd.spawn()?;
         println!("node {} pid {} port {port}", i + 1, child.id());
         children.push(child);
     }
@@ -311,13 +349,17 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         tokio::signal::ctrl_c().await
     };
     let ready = async {
+        let deadline = tokio::time::Instant::now() + UP_READY_TIMEOUT;
         loop {
+            if tokio::time::Instant::now() > deadline {
+                return None;
+            }
             let map = svc.map();
             if map.placement.is_some() {
                 let want = format!("cluster_current_epoch:{}\r\n", map.epoch.0);
                 let mut all = true;
                 for a in &addrs {
-                    match cluster_info(*a).await {
+                    match cluster_info(*a, o.requirepass.as_deref()).await {
                         Some(i) if i.starts_with("cluster_state:ok") && i.contains(&want) => {}
                         _ => {
                             all = false;
@@ -326,23 +368,32 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
                     }
                 }
                 if all {
-                    return map.epoch;
+                    return Some(map.epoch);
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
     tokio::pin!(stop);
+    let mut outcome = Ok(());
     tokio::select! {
-        e = ready => {
-            println!(
-                "ringlet cluster ready: {} nodes + {} spares on 127.0.0.1:{}..{}, control {caddr}, epoch {e}",
-                o.nodes, o.spares, o.base_port, o.base_port as usize + total - 1
-            );
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-            let _ = (&mut stop).await;
-        }
+        r = ready => match r {
+            Some(e) => {
+                println!(
+                    "ringlet cluster ready: {} nodes + {} spares on 127.0.0.1:{}..{}, control {caddr}, epoch {e}, placement groups s={s} d={d}",
+                    o.nodes, o.spares, o.base_port, o.base_port as usize + total - 1
+                );
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                let _ = (&mut stop).await;
+            }
+            None => {
+                outcome = Err(std::io::Error::other(format!(
+                    "the cluster did not become ready within {} s (see the nodes' logs above)",
+                    UP_READY_TIMEOUT.as_secs()
+                )));
+            }
+        },
         _ = &mut stop => {}
     }
     for mut c in children {
@@ -350,5 +401,5 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         let _ = c.wait();
     }
     let _ = std::fs::remove_file(&secret_file);
-    Ok(())
+    outcome
 }

@@ -130,8 +130,21 @@ fn own(r: &ClusterRequest<'_>) -> Req {
 ///
 /// # Errors
 /// Socket errors.
-pub async fn connection(front: Arc<Front>, stream: TcpStream) -> std::io::Result<()> {
+pub async fn connection(front: Arc<Front>, mut stream: TcpStream) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
+    if front.auth_required() {
+        let mut out = Vec::new();
+        native::encode_error_response(
+            &mut out,
+            0,
+            Opcode::Ping,
+            Status::BAD_REQUEST,
+            front.node().epoch(),
+            "authentication required: the native protocol has no AUTH yet; use RESP",
+        );
+        stream.write_all(&out).await?;
+        return Ok(());
+    }
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT_PER_CONN_MAX);
     let writer = tokio::spawn(async move {

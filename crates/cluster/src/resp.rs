@@ -71,18 +71,24 @@ const MEMGEST_MAP_WAIT: Duration = Duration::from_secs(2);
 const AMBIGUOUS: &str = "ERR ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect";
 /// What Redis answers a write it cannot store (`maxmemory` reached, `noeviction`).
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
 /// The front end shared by all connections of a node.
 pub struct Front {
     node: ClusterNode,
     locks: Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+    /// The password of the `default` user (`--requirepass`): every node of a cluster is
+    /// given the same one (`ringlet up` passes its own to the nodes it starts), and a node
+    /// uses it for its own RESP calls to peers (ambiguity resolution).
+    requirepass: Option<Vec<u8>>,
 }
 
 /// Serve RESP clients on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, node: ClusterNode) {
+pub async fn serve(listener: TcpListener, node: ClusterNode, requirepass: Option<String>) {
     let front = Arc::new(Front {
         node,
         locks: Mutex::new(HashMap::new()),
+        requirepass: requirepass.map(String::into_bytes),
     });
     let open = Arc::new(std::sync::atomic::AtomicU32::new(0));
     loop {
@@ -144,6 +150,7 @@ impl Front {
         let mut dec = RequestDecoder::new();
         let mut req = Request::new();
         let mut proto = Proto::Resp2;
+        let mut authed = self.requirepass.is_none();
         let mut chunk = vec![0u8; 64 * 1024];
         loop {
             // Decode every whole request in the buffer (pipelining), run them, then flush.
@@ -175,6 +182,7 @@ impl Front {
                 // commute with each other, and everything before the run has completed.
                 let run = batch[i..]
                     .iter()
+                    .take(if authed { GET_RUN_MAX } else { 0 })
                     .take(GET_RUN_MAX)
                     .take_while(|a| a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
                     .count();
@@ -198,7 +206,7 @@ impl Front {
                 let argv = &batch[i];
                 i += 1;
                 let quit = argv[0].eq_ignore_ascii_case(b"quit");
-                let reply = self.command(argv, &mut proto).await;
+                let reply = self.command(argv, &mut proto, &mut authed).await;
                 reply.encode(proto, &mut out);
                 drop(reply);
                 flush_if_large(&mut stream, &mut out).await?;
@@ -369,7 +377,9 @@ impl Front {
             }
             let addr = map.nodes.get(&c).and_then(|n| client_addr(&n.addr))?;
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, remote_get(addr, key)).await {
+            match tokio::time::timeout(left, remote_get(addr, key, self.requirepass.as_deref()))
+                .await
+            {
                 Ok(Some(Reply::Bulk(v))) => return Some(Some(v)),
                 Ok(Some(Reply::Null)) => return Some(None),
                 Ok(_) => tokio::time::sleep(RETRY_BACKOFF_MAX).await,
@@ -445,14 +455,33 @@ impl Front {
         Ok(())
     }
 
-    async fn command(&self, argv: &[Vec<u8>], proto: &mut Proto) -> Reply {
-        match self.command_inner(argv, proto).await {
+    async fn command(&self, argv: &[Vec<u8>], proto: &mut Proto, authed: &mut bool) -> Reply {
+        match self.command_inner(argv, proto, authed).await {
             Ok(r) | Err(r) => r,
         }
     }
 
-    async fn command_inner(&self, argv: &[Vec<u8>], proto: &mut Proto) -> Result<Reply, Reply> {
+    /// Whether `user`/`password` are the `default` user's (compared in constant time, so
+    /// the reply's timing does not leak a matching prefix).
+    fn password_ok(&self, user: &[u8], password: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        match &self.requirepass {
+            None => user == b"default",
+            Some(p) => user == b"default" && bool::from(p.as_slice().ct_eq(password)),
+        }
+    }
+
+    async fn command_inner(
+        &self,
+        argv: &[Vec<u8>],
+        proto: &mut Proto,
+        authed: &mut bool,
+    ) -> Result<Reply, Reply> {
         let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+        // Redis: before AUTH only AUTH, HELLO (with AUTH) and QUIT run.
+        if !*authed && !matches!(name.as_str(), "auth" | "hello" | "quit") {
+            return Err(err("NOAUTH Authentication required."));
+        }
         let arity = |min: usize| -> Result<(), Reply> {
             if argv.len() < min {
                 Err(err(format!(
@@ -478,11 +507,67 @@ impl Front {
                 b"0" => Ok(Reply::ok()),
                 _ => Err(err("ERR SELECT is not allowed in cluster mode")),
             },
+            "auth" => {
+                let (user, password) =
+                    match argv.len() {
+                        2 if self.requirepass.is_none() => return Err(err(
+                            "ERR AUTH <password> called without any password configured for the \
+                             default user. Are you sure your configuration is correct?",
+                        )),
+                        2 => (&b"default"[..], a(1)),
+                        3 => (a(1), a(2)),
+                        _ => return Err(err("ERR syntax error")),
+                    };
+                if !self.password_ok(user, password) {
+                    return Err(err(WRONGPASS));
+                }
+                *authed = true;
+                Ok(Reply::ok())
+            }
             "hello" => {
+                let next = match a(1) {
+                    b"" => 1,
+                    b"2" | b"3" => 2,
+                    v if v.iter().all(u8::is_ascii_digit) => {
+                        return Err(err("NOPROTO unsupported protocol version"))
+                    }
+                    _ => {
+                        return Err(err(
+                            "ERR Protocol version is not an integer or out of range",
+                        ))
+                    }
+                };
+                // HELLO [ver] [AUTH user pass] [SETNAME name]
+                let mut j = next;
+                while j < argv.len() {
+                    let opt = a(j).to_ascii_lowercase();
+                    if opt == b"auth" && j + 2 < argv.len() {
+                        if !self.password_ok(a(j + 1), a(j + 2)) {
+                            return Err(err(WRONGPASS));
+                        }
+                        *authed = true;
+                        j += 3;
+                    } else if opt == b"setname" && j + 1 < argv.len() {
+                        j += 2;
+                    } else {
+                        return Err(err(format!(
+                            "ERR Syntax error in HELLO option '{}'",
+                            String::from_utf8_lossy(a(j))
+                        )));
+                    }
+                }
+                if !*authed {
+                    return Err(err(
+                        "NOAUTH HELLO must be called with the client already authenticated, \
+                         otherwise the HELLO AUTH <user> <pass> option can be used to \
+                         authenticate the client and select the RESP protocol version at the \
+                         same time",
+                    ));
+                }
                 match a(1) {
-                    b"" | b"2" => *proto = Proto::Resp2,
                     b"3" => *proto = Proto::Resp3,
-                    _ => return Err(err("NOPROTO unsupported protocol version")),
+                    b"2" => *proto = Proto::Resp2,
+                    _ => {}
                 }
                 Ok(Reply::Map(vec![
                     (Reply::bulk("server"), Reply::bulk("redis")),
@@ -787,6 +872,12 @@ impl Front {
 
     /// `MEMGEST CREATE|DROP|LIST|DEFAULT|INFO|MOVE|KEY` (module doc).
     /// The node this front serves.
+    /// Whether clients must AUTH (the native protocol has no AUTH frame: such a node
+    /// refuses native connections, as the single node does).
+    pub(crate) fn auth_required(&self) -> bool {
+        self.requirepass.is_some()
+    }
+
     pub(crate) fn node(&self) -> &ClusterNode {
         &self.node
     }
@@ -1095,15 +1186,31 @@ pub fn memgest_info_text(r: &MemgestReport) -> String {
 }
 
 /// One GET over RESP to another node (ambiguity resolution).
-async fn remote_get(addr: std::net::SocketAddr, key: &[u8]) -> Option<Reply> {
+async fn remote_get(
+    addr: std::net::SocketAddr,
+    key: &[u8],
+    password: Option<&[u8]>,
+) -> Option<Reply> {
     let mut s = TcpStream::connect(addr).await.ok()?;
     let mut out = Vec::new();
+    if let Some(p) = password {
+        ringlet_codec::resp::encode_request(&mut out, &[b"AUTH", p]);
+    }
     ringlet_codec::resp::encode_request(&mut out, &[b"GET", key]);
     s.write_all(&out).await.ok()?;
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
+    let mut skip_auth_reply = password.is_some();
     loop {
-        if let Ok(Some((r, _))) = ringlet_codec::resp::decode_reply(&buf) {
+        if let Ok(Some((r, n))) = ringlet_codec::resp::decode_reply(&buf) {
+            if skip_auth_reply {
+                if r != Reply::ok() {
+                    return None; // a peer with another password: no answer
+                }
+                skip_auth_reply = false;
+                buf.drain(..n);
+                continue;
+            }
             return Some(r);
         }
         if buf.len() > limits::RESP_BULK_BYTES_MAX as usize + 64 {

@@ -42,6 +42,8 @@ pub struct EtcdNodeOpts {
     /// Offered as `<prefix>/config` if none is stored yet (the first one stored wins).
     pub config: Option<ClusterConfig>,
     pub connect_timeout: Duration,
+    /// The `default` user's password on the client port (the same on every node).
+    pub requirepass: Option<String>,
 }
 
 /// A running etcd-mode process.
@@ -143,6 +145,7 @@ pub async fn run_node_etcd(o: &EtcdNodeOpts) -> Result<EtcdNode, EtcdError> {
         control: agent_addr.to_string(),
         lease_ms: lease.ttl_ms(),
         memory_bytes: o.memory_bytes,
+        requirepass: o.requirepass.clone(),
     })
     .await?;
     Ok(EtcdNode {

@@ -107,6 +107,8 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 memory_bytes,
                 exe: std::env::current_exe().map_err(|e| e.to_string())?,
                 node_args: launch::ringlet_cluster_node_args,
+                requirepass: std::env::var(launch::REQUIREPASS_ENV).ok(),
+                pg: None,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }
@@ -141,6 +143,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 control: a.req("control")?,
                 lease_ms,
                 memory_bytes,
+                requirepass: std::env::var(launch::REQUIREPASS_ENV).ok(),
             };
             rt.block_on(async {
                 let (node, addr) = launch::run_node(&o).await.map_err(|e| e.to_string())?;

@@ -23,6 +23,7 @@ fn parse() -> Result<EtcdNodeOpts, String> {
         memory_bytes: 256 << 20,
         config: None,
         connect_timeout: ringlet_etcd::run::DEFAULT_CONNECT_TIMEOUT,
+        requirepass: std::env::var(ringlet_cluster::launch::REQUIREPASS_ENV).ok(),
     };
     let (mut nodes, mut spares, mut memgest) = (None::<usize>, 0usize, None::<String>);
     let mut args = std::env::args().skip(1);
