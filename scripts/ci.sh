@@ -13,6 +13,14 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== the run command needs no protoc (issue 11)"
+# scripts/up.sh builds without default features where protoc is missing; that build must not
+# reach etcd-client (whose build script needs protoc), and must compile with no protoc at all.
+if cargo tree -p ringlet-cli --no-default-features -e normal,build | grep -q etcd-client; then
+  echo "ringlet-cli --no-default-features still depends on etcd-client" >&2
+  exit 1
+fi
+PROTOC=/nonexistent/protoc cargo check -q -p ringlet-cli --no-default-features
 echo "== cargo test"
 cargo test --workspace
 if compgen -G "crates/*/tests/py/test_*.py" >/dev/null; then

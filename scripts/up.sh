@@ -6,7 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "up: cargo (Rust) is required; install it with rustup" >&2; exit 1; }
-cargo build --release -q -p ringlet-cli --bin ringlet
+# etcd-client's build script needs protoc; without it, build without the etcd backend (the
+# local cluster does not use it; `ringlet server --etcd` then says how to get it).
+features=()
+if ! command -v protoc >/dev/null && [ ! -x "${PROTOC:-}" ]; then
+  echo "up: protoc not found: building without the etcd backend (not needed by ringlet up)" >&2
+  features=(--no-default-features)
+fi
+cargo build --release -q -p ringlet-cli --bin ringlet "${features[@]}"
 if [ $# -eq 0 ]; then
   set -- --nodes 3 --spares 1 --default-memgest rep:3
 fi

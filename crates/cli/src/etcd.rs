@@ -13,8 +13,32 @@
 //! `MEMGEST ...` over RESP works at any node (relayed to the leader); `ringlet node drain ID
 //! --control ADDR` takes the leader's command address, stored in `<prefix>/leader`.
 
-use anyhow::{Context, Result};
+//!
+//! The backend is the `etcd` feature (on by default). etcd-client's build script needs
+//! `protoc`; `scripts/up.sh` builds without the feature where protoc is missing, so the
+//! README's run command works with only rustup, and `--etcd` then says how to get it.
+
+use anyhow::Result;
 use clap::Args;
+
+/// `<prefix>` default (ringlet_etcd::run::DEFAULT_PREFIX; checked equal below).
+const DEFAULT_PREFIX: &str = "/ringlet";
+/// Lease TTL default (ringlet_etcd::run::DEFAULT_LEASE_TTL_S; checked equal below).
+const DEFAULT_LEASE_TTL_S: u64 = 2;
+#[cfg(feature = "etcd")]
+const _: () = {
+    assert!(DEFAULT_LEASE_TTL_S == ringlet_etcd::run::DEFAULT_LEASE_TTL_S);
+    let (a, b) = (
+        DEFAULT_PREFIX.as_bytes(),
+        ringlet_etcd::run::DEFAULT_PREFIX.as_bytes(),
+    );
+    assert!(a.len() == b.len());
+    let mut i = 0;
+    while i < a.len() {
+        assert!(a[i] == b[i]);
+        i += 1;
+    }
+};
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct EtcdArgs {
@@ -23,11 +47,11 @@ pub struct EtcdArgs {
     #[arg(long = "etcd", value_delimiter = ',')]
     pub endpoints: Vec<String>,
     /// Key prefix of this cluster in etcd.
-    #[arg(long = "etcd-prefix", default_value = ringlet_etcd::run::DEFAULT_PREFIX)]
+    #[arg(long = "etcd-prefix", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
     /// TTL of this process's etcd lease, seconds (etcd raises it to its minimum: 2 s with
     /// its default election timeout). The failover window is about TTL + 0.5 s + rebuild.
-    #[arg(long = "etcd-lease-s", default_value_t = ringlet_etcd::run::DEFAULT_LEASE_TTL_S)]
+    #[arg(long = "etcd-lease-s", default_value_t = DEFAULT_LEASE_TTL_S)]
     pub lease_s: u64,
     /// Port of the command service this process runs while it leads (0: any free port).
     #[arg(long = "etcd-control-port", default_value_t = 0)]
@@ -44,9 +68,20 @@ pub struct EtcdArgs {
     pub default_memgest: Option<String>,
 }
 
+/// Without the `etcd` feature: refuse, saying how to get it.
+#[cfg(not(feature = "etcd"))]
+pub fn serve(_a: &crate::NodeArgs) -> Result<()> {
+    anyhow::bail!(
+        "--etcd: this ringlet was built without the etcd backend (protoc was not found when \
+         it was built); install protobuf-compiler and run `cargo build --release -p ringlet-cli`"
+    )
+}
+
 /// Run one etcd-mode node until Ctrl-C / SIGTERM (which revokes its lease: the cluster
 /// fails it at once rather than after the TTL).
+#[cfg(feature = "etcd")]
 pub fn serve(a: &crate::NodeArgs) -> Result<()> {
+    use anyhow::Context;
     let Some(id) = a.node_id else {
         anyhow::bail!("--etcd needs --node-id");
     };

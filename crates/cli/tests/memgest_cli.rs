@@ -57,7 +57,9 @@ fn memgest_cli_against_a_ring_shaped_cluster() {
             "--port",
             &base.to_string(),
         ])
-        .args(["--pg-data", "3", "--pg-redundant", "2", "--memory-mb", "64"])
+        // No --pg-data/--pg-redundant: five nodes get Ring's 3 + 2 shape by default, so the
+        // README's `memgest create cold ec 3 2` works as given.
+        .args(["--memory-mb", "64"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -84,9 +86,10 @@ fn memgest_cli_against_a_ring_shaped_cluster() {
     let list = ok(p1, &["memgest", "list"]);
     assert!(list.contains("hot\trep:3\t0"), "{list}");
     assert!(list.contains("cold\tec:3+2\t0"), "{list}");
-    // The default shape could not hold ec:3+2; this one refuses ec:3+3 (M > d = 2).
+    // ec:3+3 does not fit (M > d = 2): refused, naming the flag that would make it fit.
     let (refused, _, err) = ringlet(base, &["memgest", "create", "x", "ec", "3", "3"]);
     assert!(!refused && err.contains("ERR"), "{err}");
+    assert!(err.contains("--pg-redundant"), "{err}");
     assert_eq!(
         ok(base + 2, &["set", "item", "v1", "--memgest", "scratch"]).trim(),
         "OK"

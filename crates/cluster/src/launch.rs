@@ -252,11 +252,14 @@ pub async fn cluster_info(addr: SocketAddr, password: Option<&str>) -> Option<St
 /// Placement-group shape (s data nodes, d redundant nodes) `up` bootstraps with for a
 /// default memgest on `nodes` active nodes: `ec:K+M` gets Ring's SRS(K, M, K) shape (s = K,
 /// d = M; e.g. ec:3+2 → 3 + 2, the PG of Ring's evaluation), so the default memgest fits and
-/// keeps its full M-failure tolerance; everything else keeps 2 + 1 (rep:3 = the whole PG).
-/// Falls back to 2 + 1 when the ec PG would not fit on `nodes`.
+/// keeps its full M-failure tolerance; otherwise 3 + 2 from five nodes on, else 2 + 1
+/// (rep:3 = the whole PG).
 pub fn pg_shape(nodes: usize, default_memgest: Option<MemgestKind>) -> (u8, u8) {
     match default_memgest {
         Some(MemgestKind::Ec { k, m }) if usize::from(k) + usize::from(m) <= nodes => (k, m),
+        // Five nodes or more: Ring's evaluation shape, so `MEMGEST CREATE cold ec 3 2` (any
+        // ec:K+M with M <= 2) and rep:R up to 5 fit without flags.
+        _ if nodes >= 5 => (3, 2),
         _ => (2, 1),
     }
 }

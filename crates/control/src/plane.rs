@@ -243,7 +243,10 @@ pub enum ControlError {
     MemgestClosing(String),
     #[error("memgest {0} is not being dropped")]
     NotClosing(String),
-    #[error("memgest {kind} does not fit placement groups of s={s}, d={d}")]
+    #[error(
+        "memgest {kind} does not fit placement groups of s={s}, d={d} (ec:K+M needs M <= d, \
+         rep:R needs R <= s+d: start the cluster with --pg-data/--pg-redundant, or more --nodes)"
+    )]
     MemgestShape { kind: String, s: u8, d: u8 },
     #[error("too many memgests")]
     TooManyMemgests,
