@@ -24,8 +24,9 @@ fn bulk(s: &str) -> Reply {
     Reply::Bulk(s.as_bytes().to_vec())
 }
 
-/// A key spec: one key at `index`.
-fn key_spec(index: i64, write: bool) -> Reply {
+/// A key spec: keys from `index` to `lastkey` (relative: 0 = just `index`, -1 = the last
+/// argument) every `keystep` arguments.
+fn key_spec(index: i64, lastkey: i64, keystep: i64, write: bool) -> Reply {
     let flags = if write {
         vec![simple("RW"), simple("update")]
     } else {
@@ -50,8 +51,8 @@ fn key_spec(index: i64, write: bool) -> Reply {
                 (
                     bulk("spec"),
                     Reply::Map(vec![
-                        (bulk("lastkey"), Reply::Integer(0)),
-                        (bulk("keystep"), Reply::Integer(1)),
+                        (bulk("lastkey"), Reply::Integer(lastkey)),
+                        (bulk("keystep"), Reply::Integer(keystep)),
                         (bulk("limit"), Reply::Integer(0)),
                     ]),
                 ),
@@ -61,7 +62,28 @@ fn key_spec(index: i64, write: bool) -> Reply {
 }
 
 fn entry(name: &str, arity: i64, write: bool, key: Option<i64>, subs: Vec<Reply>) -> Reply {
-    let (first, last, step) = key.map_or((0, 0, 0), |k| (k, k, 1));
+    entry_keys(name, arity, write, key.map(|k| (k, k, 1)), subs)
+}
+
+/// An entry whose keys are `first..=last` every `step` (last -1: up to the last argument),
+/// Redis's legacy key triple, with one key spec for each key position (two for RENAME's
+/// source and destination) or one range spec.
+fn entry_keys(
+    name: &str,
+    arity: i64,
+    write: bool,
+    keys: Option<(i64, i64, i64)>,
+    subs: Vec<Reply>,
+) -> Reply {
+    let (first, last, step) = keys.unwrap_or((0, 0, 0));
+    let specs: Vec<Reply> = match keys {
+        None => vec![],
+        Some((f, -1, st)) => vec![key_spec(f, -1, st, write)],
+        Some((f, l, st)) => (f..=l)
+            .step_by(st.max(1) as usize)
+            .map(|i| key_spec(i, 0, 1, write))
+            .collect(),
+    };
     let flags = if write {
         vec![simple("write")]
     } else {
@@ -80,18 +102,39 @@ fn entry(name: &str, arity: i64, write: bool, key: Option<i64>, subs: Vec<Reply>
         Reply::Integer(step),
         Reply::Set(acl),
         Reply::Set(vec![]),
-        Reply::Array(key.map(|k| key_spec(k, write)).into_iter().collect()),
+        Reply::Array(specs),
         Reply::Array(subs),
     ])
 }
 
 /// Names this module adds to `COMMAND` (lowercase).
-pub const EXTRA: &[&str] = &["memgest"];
+/// Besides MEMGEST: commands the cluster front serves that the single node's generated table
+/// (crates/server/src/cmd/table_data.rs) does not have yet, with Redis 7's arity and key
+/// positions, so cluster clients route them (redis-py refuses a command COMMAND omits).
+pub const EXTRA: &[&str] = &[
+    "memgest", "touch", "substr", "rename", "renamenx", "copy", "object", "time",
+];
 
 /// The COMMAND INFO entry of `name`, if this module defines it.
 pub fn info(name: &str) -> Option<Reply> {
     match name {
         "memgest" => Some(memgest()),
+        "touch" => Some(entry_keys("touch", -2, false, Some((1, -1, 1)), vec![])),
+        "substr" => Some(entry("substr", 4, false, Some(1), vec![])),
+        "rename" => Some(entry_keys("rename", 3, true, Some((1, 2, 1)), vec![])),
+        "renamenx" => Some(entry_keys("renamenx", 3, true, Some((1, 2, 1)), vec![])),
+        "copy" => Some(entry_keys("copy", -3, true, Some((1, 2, 1)), vec![])),
+        "object" => Some(entry(
+            "object",
+            -2,
+            false,
+            None,
+            vec![
+                entry("object|encoding", 3, false, Some(2), vec![]),
+                entry("object|help", 2, false, None, vec![]),
+            ],
+        )),
+        "time" => Some(entry("time", 1, false, None, vec![])),
         _ => None,
     }
 }

@@ -24,8 +24,12 @@
 //! new memgest with a new version; readers see the old version until the new one commits,
 //! never a missing key; the replica core retires the old copies.
 //!
-//! Not supported in cluster mode (answered with an error): TTLs, multi-slot commands
-//! (`-CROSSSLOT`, as Redis), KEYS/SCAN, transactions.
+//! TTLs replicate with each entry (docs/design/cluster-ttl.md); keyspace commands (KEYS, SCAN,
+//! DBSIZE, FLUSHALL per node; RENAME, COPY, MSETNX within a slot) are in `resp/keyspace.rs`.
+//! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
+//! as Redis), transactions.
+
+mod keyspace;
 
 use crate::control::{FromControl, ToControl};
 use crate::node::{client_addr, ClusterNode, SubmitError};
@@ -582,7 +586,6 @@ impl Front {
             "client" => Ok(Reply::ok()),
             "command" => Ok(command_reply(argv)),
             "info" => Ok(Reply::Bulk(self.info().into_bytes())),
-            "dbsize" => Ok(Reply::Integer(self.node.engine().lock().len() as i64)),
             "cluster" => self.cluster(argv),
             "memgest" => self.memgest(argv).await,
             "get" => {
@@ -797,10 +800,17 @@ impl Front {
             | "pttl" | "expiretime" | "pexpiretime" | "persist" | "getex" => {
                 self.ttl_command(&name, argv).await
             }
-            _ => Err(err(format!(
-                "ERR unknown command '{}' in cluster mode",
-                String::from_utf8_lossy(&argv[0])
-            ))),
+            _ => match self.keyspace_command(&name, argv).await {
+                Some(r) => r,
+                None => Err(err(format!(
+                    "ERR unknown command '{}', with args beginning with: {}",
+                    String::from_utf8_lossy(&argv[0]),
+                    argv[1..]
+                        .iter()
+                        .map(|a| format!("'{}' ", String::from_utf8_lossy(a)))
+                        .collect::<String>()
+                ))),
+            },
         }
     }
 
@@ -1242,12 +1252,21 @@ impl Drop for KeyGuard<'_> {
     }
 }
 
-/// Slot ranges with their cohort, consecutive ranges with the same cohort merged.
+/// Slot ranges with their coordinator (a one-element list), consecutive ranges of the same
+/// coordinator merged.
+///
+/// Why no replicas: to clients every Ringlet node is a master, as CLUSTER NODES says.
+/// Replication is internal and per memgest, and a replica never answers a client's read (it
+/// answers MOVED), so a replica listed here would send `read_from_replicas` clients to a
+/// node that cannot serve them. Listing them also broke redis-py: it keeps the first role
+/// it sees per node, so with rep:3 ranges all but one node became "replicas", and
+/// `target_nodes=PRIMARIES` commands (FLUSHALL by default, KEYS/DBSIZE when asked) reached
+/// only that one node.
 fn ranges(map: &ClusterMap) -> Vec<(Slot, Slot, Vec<NodeId>)> {
     let Some(p) = &map.placement else {
         return Vec::new();
     };
-    let depth = map.replica_depth();
+    let depth = 1;
     let mut out: Vec<(Slot, Slot, Vec<NodeId>)> = Vec::new();
     for r in &p.ranges {
         let cohort: Vec<NodeId> = map.cohort(r.first).into_iter().take(depth).collect();
@@ -1279,7 +1298,7 @@ fn node_addr(map: &ClusterMap, n: NodeId) -> (String, u16, u16) {
     )
 }
 
-/// `CLUSTER SLOTS`: `[first, last, [ip, port, id], replicas...]` per range.
+/// `CLUSTER SLOTS`: `[first, last, [ip, port, id]]` per range (no replicas: see [`ranges`]).
 pub fn cluster_slots(map: &ClusterMap) -> Reply {
     Reply::Array(
         ranges(map)
@@ -1303,8 +1322,8 @@ pub fn cluster_slots(map: &ClusterMap) -> Reply {
     )
 }
 
-/// `CLUSTER SHARDS`: one shard per coordinator: its slot ranges, itself as master and the
-/// replicas of its first range.
+/// `CLUSTER SHARDS`: one shard per coordinator: its slot ranges and itself as master (no
+/// replicas: see [`ranges`]).
 pub fn cluster_shards(map: &ClusterMap) -> Reply {
     type Shard = (NodeId, Vec<(Slot, Slot)>, Vec<NodeId>);
     let mut shards: Vec<Shard> = Vec::new();
@@ -1695,7 +1714,7 @@ mod tests {
     }
 
     #[test]
-    fn slots_cover_everything_once_with_replicas() {
+    fn slots_cover_everything_once_with_only_masters() {
         let m = map();
         let Reply::Array(rs) = cluster_slots(&m) else {
             panic!()
@@ -1706,7 +1725,8 @@ mod tests {
             assert_eq!(v[0], Reply::Integer(next));
             let Reply::Integer(last) = v[1] else { panic!() };
             next = last + 1;
-            assert_eq!(v.len(), 2 + 3, "coordinator + 2 replicas for rep:3");
+            // Coordinator only, even for rep:3 (see `ranges`).
+            assert_eq!(v.len(), 2 + 1);
             let Reply::Array(master) = &v[2] else {
                 panic!()
             };

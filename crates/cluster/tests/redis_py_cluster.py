@@ -52,4 +52,25 @@ assert rc.execute_command("MEMGEST", "MOVE", "py:2", "pym") in (True, b"OK", "OK
 k = rc.execute_command("MEMGEST", "KEY", "py:2")
 assert k[0] == b"pym" and k[1] == b"rep:3", k
 assert rc.get("py:2") == b"v2"
+# Keyspace commands: each node answers KEYS/DBSIZE/SCAN/FLUSHALL for the slots it coordinates,
+# as a Redis Cluster primary does; asked of every primary (FLUSHALL and scan_iter are by
+# default, KEYS/DBSIZE with target_nodes) redis-py merges them into the whole cluster's.
+ALL = RedisCluster.PRIMARIES
+r = rc.flushall()  # one reply per primary
+assert r is True or (isinstance(r, dict) and len(r) == 3 and all(r.values())), r
+assert rc.dbsize(target_nodes=ALL) == 0
+for i in range(120):
+    rc.set(f"ks:{i}", i)
+assert rc.dbsize(target_nodes=ALL) == 120, rc.dbsize(target_nodes=ALL)
+assert 0 < rc.dbsize() < 120  # the default node alone
+assert sorted(rc.keys("ks:*", target_nodes=ALL)) == sorted(f"ks:{i}".encode() for i in range(120))
+assert len(list(rc.scan_iter(match="ks:1*", count=20))) == 31  # ks:1, ks:10..19, ks:100..119
+assert rc.getrange("ks:42", 0, 0) == b"4"
+assert rc.setrange("ks:42", 2, "x") == 3 and rc.get("ks:42") == b"42x"
+assert rc.type("ks:42") == b"string" and rc.type("nope") == b"none"
+assert rc.rename("{r}a", "{r}b") if rc.set("{r}a", "1") else False
+assert rc.get("{r}b") == b"1" and rc.exists("{r}a") == 0
+assert rc.copy("{r}b", "{r}c") is True and rc.get("{r}c") == b"1"
+assert rc.msetnx({"{r}m": "1", "{r}n": "2"}) is True
+assert rc.randomkey() is not None
 print("redis-py RedisCluster OK against", len(nodes), "nodes")

@@ -11,92 +11,10 @@
 
 mod common;
 
+use common::redis::Redis;
 use common::{Client, Res};
-use ringlet_codec::resp::{decode_reply, encode_request, Reply};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use ringlet_codec::resp::Reply;
 use std::time::{Duration, Instant};
-
-struct Redis {
-    child: Child,
-    conn: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_err()
-        {
-            assert!(
-                std::env::var_os("RINGLET_REQUIRE_REDIS").is_none(),
-                "redis-server is not installed and RINGLET_REQUIRE_REDIS is set"
-            );
-            eprintln!("\n*** SKIP: redis-server not installed; TTL differential not run ***\n");
-            return None;
-        }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(["--bind", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let conn = loop {
-            if let Ok(c) = TcpStream::connect(addr) {
-                break c;
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Some(Redis {
-            child,
-            conn,
-            buf: Vec::new(),
-        })
-    }
-
-    fn call(&mut self, cmd: &[&[u8]]) -> Reply {
-        let mut out = Vec::new();
-        encode_request(&mut out, cmd);
-        self.conn.write_all(&out).unwrap();
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Some((r, n)) = decode_reply(&self.buf).unwrap() {
-                self.buf.drain(..n);
-                return r;
-            }
-            let n = self.conn.read(&mut chunk).unwrap();
-            assert!(n > 0, "redis closed");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
 
 fn cluster_call(c: &mut Client, cmd: &[&[u8]]) -> Reply {
     let write = !matches!(

@@ -622,6 +622,11 @@ impl Engine {
         self.store.scan(cursor, count, Some(slot), None, out)
     }
 
+    /// Keys stored in `slot` (expired ones until reaped): O(1).
+    pub fn slot_len(&self, slot: u16) -> u64 {
+        self.store.slot_key_count(slot)
+    }
+
     /// Order-independent digest of `(key hash, version)` over the slot's stored entries
     /// (maintained incrementally: O(1)). Two replicas holding the same versions of the same
     /// keys have equal digests. Expired entries count until reaped, so compare after a tick.

@@ -53,6 +53,10 @@ pub const LISTEN_BACKLOG: u32 = 1024;
 /// Keys in one MGET/MSET/DEL batch handled as one unit of work.
 pub const BATCH_KEYS_MAX: u32 = ARRAY_ITEMS_MAX;
 
+/// SCAN's COUNT hint is clamped to this: it bounds the index buckets one call visits while
+/// holding the engine lock.
+pub const SCAN_COUNT_MAX: u32 = 100_000;
+
 /// Entries examined per engine tick by active expiry: Redis samples 20 keys per loop and stops
 /// at 25% CPU; 1,000 entries bound one tick to tens of microseconds.
 pub const EXPIRE_WORK_PER_TICK_MAX: u32 = 1_000;

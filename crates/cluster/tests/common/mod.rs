@@ -9,6 +9,8 @@
     clippy::indexing_slicing
 )]
 
+pub mod redis;
+
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
 use ringlet_linearize::{Op, OpKind};
 use ringlet_types::key_slot;

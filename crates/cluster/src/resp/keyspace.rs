@@ -1,0 +1,551 @@
+//! Keyspace and string commands of the cluster front that the first cluster runtime lacked
+//! (issue 11, item 2), with Redis Cluster semantics:
+//!
+//! * **Per node**, as Redis Cluster answers them on a master: KEYS, SCAN, RANDOMKEY, DBSIZE,
+//!   FLUSHALL and FLUSHDB see the keys of the slots *this node coordinates* (a node also
+//!   stores replica copies and parity metadata of other slots; those are not its keys).
+//!   redis-py's `RedisCluster` sends KEYS/DBSIZE/FLUSHALL to every primary and merges.
+//! * **Within a slot**: multi-key commands (MSETNX, RENAME, RENAMENX, COPY, TOUCH) need their
+//!   keys in one slot (`-CROSSSLOT` otherwise), take the per-key locks in key order (no
+//!   deadlock between two such commands) and run on the coordinator.
+//! * GETRANGE, SETRANGE, TYPE, OBJECT ENCODING, TIME as Redis 7 answers them.
+//!
+//! What is weaker than Redis, and why: MSETNX checks all keys under their locks and then
+//! writes them one by one, so it is all-or-nothing against other clients, but a coordinator
+//! that fails half-way leaves some keys written (each write is acknowledged by its own commit
+//! rule; there are no multi-key transactions in the replica core). RENAME writes the new key
+//! before it deletes the old one, so such a failure leaves both, never neither.
+//!
+//! The enumeration uses the engine's SCAN (cursor over the index: a key present for the whole
+//! scan is returned at least once) and confirms each candidate through the core (committed,
+//! not expired), so KEYS costs one core round trip per *matching* key.
+
+use super::{err, Front};
+use ringlet_codec::resp::Reply;
+use ringlet_server::glob::string_match;
+use ringlet_types::{key_slot, limits, Slot, SLOT_COUNT};
+
+/// Keys read from the engine per lock hold while enumerating (bounds the time the driver
+/// may wait for the engine lock).
+const SCAN_BATCH: usize = 1024;
+/// RANDOMKEY's tries at the engine's random key before it falls back to a scan.
+const RANDOM_TRIES: usize = 32;
+/// The largest string SETRANGE may create: the largest value a node stores (Redis's limit is
+/// its `proto-max-bulk-len`, 512 MiB; the error text is Redis's).
+const STRING_BYTES_MAX: u64 = limits::VALUE_BYTES_MAX as u64;
+
+fn wrong_args(name: &str) -> Reply {
+    err(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+fn parse_i64(b: &[u8]) -> Option<i64> {
+    ringlet_codec::resp::int::string2ll(b)
+}
+
+/// Redis's GETRANGE on a value (negative indexes count from the end).
+pub(crate) fn get_range(v: &[u8], start: i64, end: i64) -> &[u8] {
+    let len = v.len() as i64;
+    if len == 0 || (start < 0 && end < 0 && start > end) {
+        return &[];
+    }
+    let norm = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (s, e) = (norm(start), norm(end).min(len - 1));
+    if s > e || s >= len {
+        return &[];
+    }
+    &v[s as usize..=e as usize]
+}
+
+impl Front {
+    /// The slots this node coordinates in its current map.
+    fn own_slots(&self) -> Vec<bool> {
+        let mut own = vec![false; usize::from(SLOT_COUNT)];
+        if let Some(map) = self.map() {
+            let me = self.node.id();
+            for (s, o) in own.iter_mut().enumerate() {
+                *o = map.coordinator(s as Slot) == Some(me);
+            }
+        }
+        own
+    }
+
+    /// One page of the engine's SCAN from `cursor`: keys of slots this node coordinates
+    /// that match `pattern`, not yet confirmed. Returns the next cursor (0: done).
+    fn scan_page(
+        &self,
+        cursor: u64,
+        count: usize,
+        own: &[bool],
+        pattern: Option<&[u8]>,
+        out: &mut Vec<Vec<u8>>,
+    ) -> u64 {
+        let mut page = Vec::with_capacity(count);
+        let next = self.node.engine().lock().scan(cursor, count, 0, &mut page);
+        out.extend(page.into_iter().filter(|k| {
+            own[usize::from(key_slot(k))] && pattern.is_none_or(|p| string_match(p, k, false))
+        }));
+        next
+    }
+
+    /// Keep the candidates that are live keys (committed, not expired) at their coordinator
+    /// (this node; a key whose slot moved meanwhile is dropped).
+    async fn confirm(&self, keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        let mut live = Vec::with_capacity(keys.len());
+        for k in keys {
+            if self.moved(key_slot(&k)).is_none() && matches!(self.get_full(&k).await, Ok(Some(_)))
+            {
+                live.push(k);
+            }
+        }
+        live
+    }
+
+    /// Every live key this node coordinates that matches `pattern`.
+    async fn all_keys(&self, pattern: Option<&[u8]>) -> Vec<Vec<u8>> {
+        let own = self.own_slots();
+        let mut cands = Vec::new();
+        let mut cursor = 0;
+        // Bounded: the engine's cursor visits every bucket once (plus an upsize's rehash).
+        loop {
+            cursor = self.scan_page(cursor, SCAN_BATCH, &own, pattern, &mut cands);
+            if cursor == 0 {
+                break;
+            }
+        }
+        cands.sort();
+        cands.dedup();
+        self.confirm(cands).await
+    }
+
+    /// Run a keyspace/string command this module serves; `None` if `name` is not one.
+    pub(super) async fn keyspace_command(
+        &self,
+        name: &str,
+        argv: &[Vec<u8>],
+    ) -> Option<Result<Reply, Reply>> {
+        let r = match name {
+            "keys" => self.keys(argv).await,
+            "scan" => self.scan(argv).await,
+            "randomkey" => self.randomkey(argv).await,
+            "dbsize" => self.dbsize(argv),
+            "flushall" | "flushdb" => self.flush(name, argv).await,
+            "type" => self.type_of(argv).await,
+            "touch" => self.touch(argv).await,
+            "getrange" | "substr" => self.getrange(name, argv).await,
+            "setrange" => self.setrange(argv).await,
+            "msetnx" => self.msetnx(argv).await,
+            "rename" | "renamenx" => self.rename(name, argv).await,
+            "copy" => self.copy(argv).await,
+            "object" => self.object(argv).await,
+            "time" => Ok(time_reply()),
+            _ => return None,
+        };
+        Some(r)
+    }
+
+    async fn keys(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() != 2 {
+            return Err(wrong_args("keys"));
+        }
+        let keys = self.all_keys(Some(&argv[1])).await;
+        Ok(Reply::Array(keys.into_iter().map(Reply::Bulk).collect()))
+    }
+
+    async fn scan(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() < 2 {
+            return Err(wrong_args("scan"));
+        }
+        let cursor = std::str::from_utf8(&argv[1])
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(|| err("ERR invalid cursor"))?;
+        let mut count = 10usize;
+        let mut pattern: Option<&[u8]> = None;
+        let mut only_strings = true;
+        let mut i = 2;
+        while i < argv.len() {
+            let opt = argv[i].to_ascii_lowercase();
+            let Some(v) = argv.get(i + 1) else {
+                return Err(err("ERR syntax error"));
+            };
+            match opt.as_slice() {
+                b"count" => {
+                    count = match parse_i64(v) {
+                        Some(n) if n >= 1 => (n as usize).min(limits::SCAN_COUNT_MAX as usize),
+                        Some(_) => return Err(err("ERR syntax error")),
+                        None => return Err(err("ERR value is not an integer or out of range")),
+                    }
+                }
+                b"match" => pattern = Some(v),
+                // Every value is a string: TYPE string matches all, any other type nothing.
+                b"type" => only_strings = v.eq_ignore_ascii_case(b"string"),
+                _ => return Err(err("ERR syntax error")),
+            }
+            i += 2;
+        }
+        let own = self.own_slots();
+        let mut cands = Vec::new();
+        let next = self.scan_page(cursor, count, &own, pattern, &mut cands);
+        let keys = if only_strings {
+            self.confirm(cands).await
+        } else {
+            Vec::new()
+        };
+        Ok(Reply::Array(vec![
+            Reply::Bulk(next.to_string().into_bytes()),
+            Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
+        ]))
+    }
+
+    async fn randomkey(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() != 1 {
+            return Err(wrong_args("randomkey"));
+        }
+        let own = self.own_slots();
+        let mut seed = crate::wall_ms() ^ u64::from(std::process::id()).rotate_left(32);
+        for _ in 0..RANDOM_TRIES {
+            // splitmix64 step: cheap, well-spread seeds for the engine's choice.
+            seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = seed;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            let k = self.node.engine().lock().random_key(z ^ (z >> 31), 0);
+            let Some(k) = k else {
+                return Ok(Reply::Null); // the engine holds nothing at all
+            };
+            if own[usize::from(key_slot(&k))] {
+                if let Some(k) = self.confirm(vec![k]).await.pop() {
+                    return Ok(Reply::Bulk(k));
+                }
+            }
+        }
+        // Few of this node's entries are its own keys (mostly replica copies): scan.
+        let mut cursor = 0;
+        loop {
+            let mut cands = Vec::new();
+            cursor = self.scan_page(cursor, SCAN_BATCH, &own, None, &mut cands);
+            if let Some(k) = self.confirm(cands).await.into_iter().next() {
+                return Ok(Reply::Bulk(k));
+            }
+            if cursor == 0 {
+                return Ok(Reply::Null);
+            }
+        }
+    }
+
+    /// Keys stored in the slots this node coordinates (O(slots); like Redis's DBSIZE it
+    /// counts expired keys not yet deleted).
+    fn dbsize(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() != 1 {
+            return Err(wrong_args("dbsize"));
+        }
+        let own = self.own_slots();
+        let engine = self.node.engine().lock();
+        let n: u64 = own
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| **o)
+            .map(|(s, _)| engine.slot_len(s as Slot))
+            .sum();
+        Ok(Reply::Integer(n as i64))
+    }
+
+    /// FLUSHALL / FLUSHDB [ASYNC|SYNC]: delete every key this node coordinates, each through
+    /// its memgest's commit rule (replicas and parity follow). ASYNC is accepted and runs
+    /// synchronously (the reply comes once every delete committed).
+    async fn flush(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        match argv.get(1).map(|a| a.to_ascii_lowercase()) {
+            None => {}
+            Some(m) if argv.len() == 2 && (m == b"async" || m == b"sync") => {}
+            Some(_) => return Err(err("ERR syntax error")),
+        }
+        let _ = name;
+        for k in self.all_keys(None).await {
+            let _g = self.lock(&k).await?;
+            self.write(&k, None).await?;
+        }
+        Ok(Reply::ok())
+    }
+
+    async fn type_of(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() != 2 {
+            return Err(wrong_args("type"));
+        }
+        self.route(&argv[1])?;
+        let t = if self.get(&argv[1]).await?.is_some() {
+            "string"
+        } else {
+            "none"
+        };
+        Ok(Reply::Simple(t.as_bytes().to_vec()))
+    }
+
+    /// `-MOVED` unless this node coordinates `key`.
+    fn route(&self, key: &[u8]) -> Result<(), Reply> {
+        match self.moved(key_slot(key)) {
+            Some(m) => Err(m),
+            None => Ok(()),
+        }
+    }
+
+    /// One slot for all `keys`, coordinated here.
+    fn route_all(&self, keys: &[&[u8]]) -> Result<(), Reply> {
+        Self::same_slot(keys)?;
+        match keys.first() {
+            Some(k) => self.route(k),
+            None => Ok(()),
+        }
+    }
+
+    async fn touch(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() < 2 {
+            return Err(wrong_args("touch"));
+        }
+        let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
+        self.route_all(&keys)?;
+        let mut n = 0;
+        for k in keys {
+            n += i64::from(self.get(k).await?.is_some());
+        }
+        Ok(Reply::Integer(n))
+    }
+
+    async fn getrange(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() != 4 {
+            return Err(wrong_args(name));
+        }
+        let (Some(start), Some(end)) = (parse_i64(&argv[2]), parse_i64(&argv[3])) else {
+            return Err(err("ERR value is not an integer or out of range"));
+        };
+        self.route(&argv[1])?;
+        let v = self.get(&argv[1]).await?.unwrap_or_default();
+        Ok(Reply::Bulk(get_range(&v, start, end).to_vec()))
+    }
+
+    async fn setrange(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() != 4 {
+            return Err(wrong_args("setrange"));
+        }
+        let offset = parse_i64(&argv[2])
+            .ok_or_else(|| err("ERR value is not an integer or out of range"))?;
+        if offset < 0 {
+            return Err(err("ERR offset is out of range"));
+        }
+        let (key, patch) = (&argv[1][..], &argv[3][..]);
+        self.route(key)?;
+        let _g = self.lock(key).await?;
+        let old = self.get_full(key).await?;
+        if patch.is_empty() {
+            // Redis: an empty patch changes nothing (and creates no key).
+            return Ok(Reply::Integer(old.map_or(0, |(v, _)| v.len() as i64)));
+        }
+        if offset as u64 + patch.len() as u64 > STRING_BYTES_MAX {
+            return Err(err(
+                "ERR string exceeds maximum allowed size (proto-max-bulk-len)",
+            ));
+        }
+        let (mut v, expiry) = old.unwrap_or_default();
+        let end = offset as usize + patch.len();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[offset as usize..end].copy_from_slice(patch);
+        let n = v.len();
+        // Redis keeps the key's TTL across SETRANGE; the memgest stays (the core keeps it).
+        self.write_ttl(key, Some(v), None, expiry).await?;
+        Ok(Reply::Integer(n as i64))
+    }
+
+    async fn msetnx(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() < 3 || argv.len().is_multiple_of(2) {
+            return Err(wrong_args("msetnx"));
+        }
+        let keys: Vec<&[u8]> = argv[1..].iter().step_by(2).map(|k| &k[..]).collect();
+        self.route_all(&keys)?;
+        let mut order = keys.clone();
+        order.sort();
+        order.dedup();
+        let mut guards = Vec::with_capacity(order.len());
+        for k in &order {
+            guards.push(self.lock(k).await?);
+        }
+        for k in &order {
+            if self.get(k).await?.is_some() {
+                return Ok(Reply::Integer(0));
+            }
+        }
+        for p in argv[1..].chunks(2) {
+            self.write(&p[0], Some(p[1].clone())).await?;
+        }
+        Ok(Reply::Integer(1))
+    }
+
+    async fn rename(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() != 3 {
+            return Err(wrong_args(name));
+        }
+        let nx = name == "renamenx";
+        let (src, dst) = (&argv[1][..], &argv[2][..]);
+        self.route_all(&[src, dst])?;
+        let _guards = self.lock_sorted(&[src, dst]).await?;
+        let Some((value, expiry)) = self.get_full(src).await? else {
+            return Err(err("ERR no such key"));
+        };
+        if src == dst {
+            return Ok(if nx { Reply::Integer(0) } else { Reply::ok() });
+        }
+        if nx && self.get(dst).await?.is_some() {
+            return Ok(Reply::Integer(0));
+        }
+        // The new key keeps the old one's memgest and TTL, as Redis keeps its TTL.
+        let memgest = self.memgest_of(src).await?;
+        self.write_ttl(dst, Some(value), memgest, expiry).await?;
+        self.write(src, None).await?;
+        Ok(if nx { Reply::Integer(1) } else { Reply::ok() })
+    }
+
+    async fn copy(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() < 3 {
+            return Err(wrong_args("copy"));
+        }
+        let mut replace = false;
+        let mut i = 3;
+        while i < argv.len() {
+            let o = argv[i].to_ascii_lowercase();
+            if o == b"replace" {
+                replace = true;
+                i += 1;
+            } else if o == b"db" && i + 1 < argv.len() {
+                if argv[i + 1] != b"0" {
+                    return Err(err(
+                        "ERR Copying to another database is not allowed in cluster mode",
+                    ));
+                }
+                i += 2;
+            } else {
+                return Err(err("ERR syntax error"));
+            }
+        }
+        let (src, dst) = (&argv[1][..], &argv[2][..]);
+        self.route_all(&[src, dst])?;
+        if src == dst {
+            return Err(err("ERR source and destination objects are the same"));
+        }
+        let _guards = self.lock_sorted(&[src, dst]).await?;
+        let Some((value, expiry)) = self.get_full(src).await? else {
+            return Ok(Reply::Integer(0));
+        };
+        if !replace && self.get(dst).await?.is_some() {
+            return Ok(Reply::Integer(0));
+        }
+        let memgest = self.memgest_of(src).await?;
+        self.write_ttl(dst, Some(value), memgest, expiry).await?;
+        Ok(Reply::Integer(1))
+    }
+
+    /// OBJECT ENCODING / HELP (Redis's encodings for strings: int, embstr up to 44 bytes,
+    /// raw; decided by the value alone — Redis also makes a string raw once APPEND or
+    /// SETRANGE modified it). REFCOUNT, IDLETIME and FREQ have no meaning here and are
+    /// refused.
+    async fn object(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let sub = argv
+            .get(1)
+            .map(|s| s.to_ascii_lowercase())
+            .unwrap_or_default();
+        match (sub.as_slice(), argv.len()) {
+            (b"encoding", 3) => {
+                self.route(&argv[2])?;
+                Ok(match self.get(&argv[2]).await? {
+                    None => Reply::Null,
+                    Some(v) => {
+                        let enc = if v.len() <= 20 && parse_i64(&v).is_some() {
+                            "int"
+                        } else if v.len() <= 44 {
+                            "embstr"
+                        } else {
+                            "raw"
+                        };
+                        Reply::Bulk(enc.as_bytes().to_vec())
+                    }
+                })
+            }
+            (b"help", 2) => Ok(Reply::Array(
+                [
+                    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "ENCODING <key>",
+                    "    Return the kind of internal representation used in order to store the value",
+                    "    associated with a <key>.",
+                    "HELP",
+                    "    Print this help.",
+                ]
+                .iter()
+                .map(|l| Reply::Simple(l.as_bytes().to_vec()))
+                .collect(),
+            )),
+            _ => Err(err(format!(
+                "ERR unknown subcommand or wrong number of arguments for '{}'. Try OBJECT HELP.",
+                String::from_utf8_lossy(argv.get(1).map_or(&b""[..], |v| &v[..]))
+            ))),
+        }
+    }
+
+    /// Lock `keys` in key order (no deadlock between two multi-key commands).
+    async fn lock_sorted<'a>(&'a self, keys: &[&[u8]]) -> Result<Vec<super::KeyGuard<'a>>, Reply> {
+        let mut order = keys.to_vec();
+        order.sort();
+        order.dedup();
+        let mut guards = Vec::with_capacity(order.len());
+        for k in order {
+            guards.push(self.lock(k).await?);
+        }
+        Ok(guards)
+    }
+
+    /// The memgest `key` lives in at its coordinator (`None`: absent; the write then takes
+    /// the default).
+    async fn memgest_of(&self, key: &[u8]) -> Result<Option<ringlet_types::MemgestId>, Reply> {
+        use ringlet_replica::{ClientOp, ClientReply};
+        match self
+            .run(ClientOp::ReadReplica { key: key.to_vec() })
+            .await?
+        {
+            ClientReply::Replica {
+                value: Some(_),
+                memgest,
+                ..
+            } => Ok(Some(memgest)),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// TIME: unix seconds and microseconds.
+fn time_reply() -> Reply {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::Bulk(d.as_secs().to_string().into_bytes()),
+        Reply::Bulk(d.subsec_micros().to_string().into_bytes()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::get_range;
+
+    #[test]
+    fn get_range_matches_redis() {
+        let v = b"This is a string";
+        assert_eq!(get_range(v, 0, 3), b"This");
+        assert_eq!(get_range(v, -3, -1), b"ing");
+        assert_eq!(get_range(v, 0, -1), v);
+        assert_eq!(get_range(v, 10, 100), b"string");
+        assert_eq!(get_range(v, 5, 3), b"");
+        assert_eq!(get_range(v, -1, -5), b"");
+        assert_eq!(get_range(v, -100, 2), b"Thi");
+        assert_eq!(get_range(b"", 0, -1), b"");
+    }
+}
