@@ -240,24 +240,30 @@ async fn quorum_reads_survive_a_stopped_replica() {
 }
 
 /// DBSIZE of a node (its engine's key count), over RESP.
+/// Entries the node stores (every copy: INFO `stored_entries`; DBSIZE counts only the keys
+/// it coordinates, as on a Redis Cluster primary).
 async fn dbsize(addr: SocketAddr) -> i64 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
         return -1;
     };
     let mut req = Vec::new();
-    ringlet_codec::resp::encode_request(&mut req, &[b"DBSIZE"]);
+    ringlet_codec::resp::encode_request(&mut req, &[b"INFO"]);
     if s.write_all(&req).await.is_err() {
         return -1;
     }
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 256];
+    let mut chunk = [0u8; 4096];
     loop {
         if let Ok(Some((r, _))) = ringlet_codec::resp::decode_reply(&buf) {
-            return match r {
-                ringlet_codec::resp::Reply::Integer(n) => n,
-                _ => -1,
+            let ringlet_codec::resp::Reply::Bulk(b) = r else {
+                return -1;
             };
+            return String::from_utf8_lossy(&b)
+                .lines()
+                .find_map(|l| l.strip_prefix("stored_entries:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(-1);
         }
         match s.read(&mut chunk).await {
             Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),

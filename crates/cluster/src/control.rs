@@ -180,6 +180,25 @@ pub async fn read_frame<T: for<'de> Deserialize<'de>>(
     Ok(serde_json::from_slice(&body)?)
 }
 
+/// Decode a byte stream of control frames the way a connection does (fuzz target
+/// `control_frames` and the proptest below): frames until the first error or the end.
+/// Returns how many decoded. Never panics; allocates at most what arrived.
+pub fn decode_control_stream(data: &[u8]) -> usize {
+    let rt = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(rt) => rt,
+        Err(_) => return 0,
+    };
+    rt.block_on(async {
+        let mut r = data;
+        let mut n = 0;
+        // Every frame consumes at least its 4-byte header: bounded by data.len() / 4.
+        while read_frame::<ToControl>(&mut r).await.is_ok() {
+            n += 1;
+        }
+        n
+    })
+}
+
 // ------------------------------------------------------------------ backend
 
 /// Where the cluster map lives and changes. The embedded backend runs the sans-I/O
@@ -777,6 +796,51 @@ pub async fn request(addr: &str, req: &ToControl) -> Result<FromControl, Control
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn valid_frames() -> Vec<u8> {
+        let mut out = Vec::new();
+        for m in [
+            ToControl::Watch,
+            ToControl::Drain { node: 7 },
+            ToControl::CreateMemgest {
+                name: "cold".into(),
+                kind: "ec:3+2".into(),
+            },
+        ] {
+            out.extend(encode(&m).unwrap());
+        }
+        out
+    }
+
+    proptest! {
+        /// Arbitrary bytes on a control port: no panic, and nothing decodes from noise
+        /// beyond what its frames declare.
+        #[test]
+        fn control_decoder_survives_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
+            let _ = decode_control_stream(&data);
+        }
+
+        /// Valid frames with bytes flipped, truncated or extended: no panic; the untouched
+        /// prefix still decodes.
+        #[test]
+        fn control_decoder_survives_mutated_frames(
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..8),
+            cut in any::<usize>(),
+            tail in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let mut data = valid_frames();
+            let clean = data.clone();
+            for (at, b) in flips {
+                let i = at % data.len();
+                data[i] ^= b;
+            }
+            data.truncate(cut % (data.len() + 1));
+            data.extend(tail);
+            let _ = decode_control_stream(&data);
+            prop_assert_eq!(decode_control_stream(&clean), 3);
+        }
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn join_bootstrap_heartbeat_drain() {

@@ -123,6 +123,9 @@ pub struct NodeStats {
     pub heartbeats_for_busy_driver: AtomicU64,
     /// Ambiguous writes the fronts resolved as done (the new coordinator served them).
     pub ambiguous_resolved: AtomicU64,
+    /// ec arenas still loading or decoding after a takeover (the core's count after its last
+    /// step); INFO `ec_arenas_not_ready`.
+    pub ec_arenas_not_ready: AtomicU64,
 }
 
 struct Shared {
@@ -587,6 +590,10 @@ impl Driver {
             self.was_pulling = pulling;
         }
         self.shared.epoch.store(epoch.0, Ordering::Release);
+        self.shared
+            .stats
+            .ec_arenas_not_ready
+            .store(self.replica.ec_arenas_not_ready(), Ordering::Relaxed);
         if let Some(m) = self.replica.map() {
             let mut cur = self.shared.map.write();
             if cur.as_ref().is_none_or(|c| c.epoch < m.epoch) {

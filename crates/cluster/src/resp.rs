@@ -1085,12 +1085,22 @@ impl Front {
     }
 
     fn info(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
         let map = self.map();
+        let st = self.node.stats();
         format!(
-            "# Server\r\nredis_version:7.2.0\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+            "# Server\r\nredis_version:7.2.0\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
             self.node.id(),
             map.map_or(0, |m| m.epoch.0),
-            self.node.engine().lock().len()
+            st.maps_applied.load(Relaxed),
+            st.fenced.load(Relaxed),
+            st.possible_loss.load(Relaxed),
+            st.ambiguous_resolved.load(Relaxed),
+            st.ec_arenas_not_ready.load(Relaxed),
+            // Every entry this node stores (its keys, replica copies, ec metadata); db0 is
+            // its own keys, as DBSIZE.
+            self.node.engine().lock().len(),
+            self.owned_key_count()
         )
     }
 

@@ -11,11 +11,9 @@
 mod common;
 
 use common::redis::Redis;
-use common::{Client, Res};
-use ringlet_codec::resp::{decode_reply, encode_request, Reply};
+use common::{node_call, Client, Res};
+use ringlet_codec::resp::Reply;
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 fn cluster_call(c: &mut Client, cmd: &[&[u8]]) -> Reply {
@@ -23,25 +21,6 @@ fn cluster_call(c: &mut Client, cmd: &[&[u8]]) -> Reply {
     match c.call(v, true, Instant::now() + Duration::from_secs(30)) {
         Res::Ok(r) => r,
         Res::Io => panic!("{:?}: transport failure", String::from_utf8_lossy(cmd[0])),
-    }
-}
-
-/// One command on one node (no redirection).
-fn node_call(addr: SocketAddr, cmd: &[&[u8]]) -> Reply {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut out = Vec::new();
-    encode_request(&mut out, cmd);
-    s.write_all(&out).unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 64 * 1024];
-    loop {
-        if let Some((r, _)) = decode_reply(&buf).unwrap() {
-            return r;
-        }
-        let n = s.read(&mut chunk).unwrap();
-        assert!(n > 0, "node closed");
-        buf.extend_from_slice(&chunk[..n]);
     }
 }
 

@@ -412,7 +412,8 @@ fn all_readable(kv: &mut Kv, keys: &[(String, String)], secs: u64) -> Duration {
     t.elapsed()
 }
 
-/// Wait until every Active node of `map` holds at least `keys` keys (`INFO` keyspace). With
+/// Wait until every Active node of `map` holds at least `keys` entries (INFO
+/// `stored_entries`: every copy; db0/DBSIZE count only the keys a node coordinates). With
 /// `rep:3` over 3 active nodes every node holds every key, so this is "the replacement's
 /// sync finished": the next failure is then one at a time, as the design assumes.
 fn wait_settled(map: &ClusterMap, keys: usize) {
@@ -426,9 +427,9 @@ fn wait_settled(map: &ClusterMap, keys: usize) {
             let mut c = c.get_connection_with_timeout(Duration::from_secs(1)).ok()?;
             let info: String = redis::cmd("INFO").query(&mut c).ok()?;
             let have: usize = info
-                .split("db0:keys=")
+                .split("stored_entries:")
                 .nth(1)?
-                .split(',')
+                .split('\r')
                 .next()?
                 .trim()
                 .parse()

@@ -237,19 +237,21 @@ impl Front {
 
     /// Keys stored in the slots this node coordinates (O(slots); like Redis's DBSIZE it
     /// counts expired keys not yet deleted).
+    pub(super) fn owned_key_count(&self) -> u64 {
+        let own = self.own_slots();
+        let engine = self.node.engine().lock();
+        own.iter()
+            .enumerate()
+            .filter(|(_, o)| **o)
+            .map(|(s, _)| engine.slot_len(s as Slot))
+            .sum()
+    }
+
     fn dbsize(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
         if argv.len() != 1 {
             return Err(wrong_args("dbsize"));
         }
-        let own = self.own_slots();
-        let engine = self.node.engine().lock();
-        let n: u64 = own
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| **o)
-            .map(|(s, _)| engine.slot_len(s as Slot))
-            .sum();
-        Ok(Reply::Integer(n as i64))
+        Ok(Reply::Integer(self.owned_key_count() as i64))
     }
 
     /// FLUSHALL / FLUSHDB [ASYNC|SYNC]: delete every key this node coordinates, each through

@@ -720,3 +720,22 @@ pub fn check_history(name: &str, rec: &Recorder) -> usize {
     );
     n
 }
+
+/// One command on one node (no redirection).
+pub fn node_call(addr: std::net::SocketAddr, cmd: &[&[u8]]) -> ringlet_codec::resp::Reply {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut out = Vec::new();
+    ringlet_codec::resp::encode_request(&mut out, cmd);
+    std::io::Write::write_all(&mut s, &out).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        if let Some((r, _)) = ringlet_codec::resp::decode_reply(&buf).unwrap() {
+            return r;
+        }
+        let n = std::io::Read::read(&mut s, &mut chunk).unwrap();
+        assert!(n > 0, "node closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}

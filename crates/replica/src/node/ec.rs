@@ -2287,6 +2287,15 @@ impl<S: ReplicaStore> Replica<S> {
             .sum()
     }
 
+    /// This node's ec arenas that are still loading or being decoded (after a takeover):
+    /// 0 once every value it coordinates is readable without a decode.
+    pub fn ec_arenas_not_ready(&self) -> u64 {
+        self.ec_data
+            .values()
+            .filter(|d| !matches!(d.state, DataState::Ready))
+            .count() as u64
+    }
+
     /// Memory accounting of every arena and parity store here.
     pub fn ec_accounting(&self) -> ringlet_erasure::Accounting {
         let mut a = ringlet_erasure::Accounting::default();
