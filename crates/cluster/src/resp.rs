@@ -1088,6 +1088,10 @@ impl Front {
         use std::sync::atomic::Ordering::Relaxed;
         let map = self.map();
         let st = self.node.stats();
+        // Each in its own statement: a guard inside format!'s arguments lives until the end
+        // of the statement, and the engine lock is not reentrant.
+        let stored = self.node.engine().lock().len();
+        let own = self.owned_key_count();
         format!(
             "# Server\r\nredis_version:7.2.0\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
             self.node.id(),
@@ -1099,8 +1103,8 @@ impl Front {
             st.ec_arenas_not_ready.load(Relaxed),
             // Every entry this node stores (its keys, replica copies, ec metadata); db0 is
             // its own keys, as DBSIZE.
-            self.node.engine().lock().len(),
-            self.owned_key_count()
+            stored,
+            own
         )
     }
 

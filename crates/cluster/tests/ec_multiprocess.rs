@@ -153,11 +153,8 @@ fn ec_3_2_survives_two_sigkills() {
         wait_all_readable(&seeds, &keys, &format!("after killing node {victim}"));
         // Let the spare finish decoding its arenas in the background before the next
         // failure (decodes read from one parity holder; see docs/design/cluster-ec.md):
-        // every node reports `ec_arenas_not_ready:0` in INFO. That alone was not enough in
-        // one run (the second failure then left values unreadable for 60 s; the counter
-        // misses some decode in flight — under investigation), so the old 3 s margin stays.
+        // every node reports `ec_arenas_not_ready:0` in INFO (was a fixed 3 s sleep).
         wait_arenas_ready(&seeds);
-        std::thread::sleep(Duration::from_secs(3));
     }
     wait_all_readable(&seeds, &keys, "after two failures");
 }
