@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -70,6 +71,12 @@ def start(name, port, threads):
     return p
 
 
+def children_cpu():
+    """utime + stime of every finished child so far: the generators' own CPU."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def loadgen(proto, port, args, ratio, value_size, pipeline, load, duration):
     cmd = ["taskset", "-c", "1", RINGLET, "bench", "--protocol", proto, "--host", "127.0.0.1",
            "--port", str(port), "--keys", str(args.keys), "--key-size", "16",
@@ -78,17 +85,28 @@ def loadgen(proto, port, args, ratio, value_size, pipeline, load, duration):
            "--seed", "42", "--json"]
     if load:
         cmd.append("--load")
+    g0 = children_cpu()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    r = json.loads(out.strip().splitlines()[-1])
+    ops = r["ops_per_sec"] * r.get("duration_s", duration)
+    r["gen_us_per_op"] = (children_cpu() - g0) / ops * 1e6 if ops else None
+    return r
+
+
+REDIS_BENCHMARK_N = 400_000
 
 
 def redis_benchmark(port, value_size, pipeline, keys):
+    """GET ops/s and redis-benchmark's own CPU µs per request (the generator comparison)."""
+    g0 = children_cpu()
     out = subprocess.run(
-        ["taskset", "-c", "1", "redis-benchmark", "-p", str(port), "-c", "50", "-n", "400000",
+        ["taskset", "-c", "1", "redis-benchmark", "-p", str(port), "-c", "50", "-n",
+         str(REDIS_BENCHMARK_N),
          "-P", str(pipeline), "-d", str(value_size), "-r", str(keys), "-t", "get", "-q"],
         check=True, capture_output=True, text=True).stdout
+    gen = (children_cpu() - g0) / REDIS_BENCHMARK_N * 1e6
     m = re.search(r"GET: ([0-9.]+) requests per second", out.replace("\r", "\n"))
-    return float(m.group(1)) if m else None
+    return (float(m.group(1)) if m else None), gen
 
 
 def main():
@@ -132,9 +150,12 @@ def main():
                     row = {"server": name, "protocol": proto, "ratio": ratio, "value": vs,
                            "pipeline": pl, "ops_per_sec": med("ops_per_sec"),
                            "p50_us": med("p50_us"), "p99_us": med("p99_us"),
-                           "p999_us": med("p999_us"), "cpu_s_per_mop": med("cpu_s_per_mop")}
+                           "p999_us": med("p999_us"), "cpu_s_per_mop": med("cpu_s_per_mop"),
+                           "gen_us_per_op": med("gen_us_per_op")}
                     if name == "redis" and ratio == "1:10":
-                        row["redis_benchmark_get_ops"] = redis_benchmark(port, vs, pl, args.keys)
+                        ops, gen = redis_benchmark(port, vs, pl, args.keys)
+                        row["redis_benchmark_get_ops"] = ops
+                        row["redis_benchmark_us_per_op"] = gen
                     rows.append(row)
                     print(json.dumps(row), file=sys.stderr)
             finally:
@@ -155,7 +176,9 @@ def main():
         if "redis_benchmark_get_ops" in r:
             print(f"cross-check redis-benchmark GET {r['value']}B P{r['pipeline']}: "
                   f"{r['redis_benchmark_get_ops']:,.0f} ops/s (ringlet bench 1:10: "
-                  f"{r['ops_per_sec']:,.0f})")
+                  f"{r['ops_per_sec']:,.0f}); generator CPU per request: redis-benchmark "
+                  f"{r['redis_benchmark_us_per_op']:.1f} µs, ringlet bench "
+                  f"{r['gen_us_per_op']:.1f} µs")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -151,6 +151,21 @@ class Cluster:
                 pass
 
 
+def val(key, n):
+    """The value stored under `key`: the key itself, padded to n bytes, so a GET that returns
+    another key's value (or a torn one) is caught, not just a missing one."""
+    k = key.encode() + b"|"
+    return (k * (n // len(k) + 1))[:n]
+
+
+def check_gets(keys, got, n, what):
+    """Every timed GET must have returned its key's value: a fast wrong answer is no figure."""
+    bad = [(k, g) for k, g in zip(keys, got) if g != val(k, n)]
+    if bad:
+        raise RuntimeError(f"{what}: {len(bad)} of {len(got)} GETs returned a wrong value, "
+                           f"first {bad[0][0]!r} -> {bad[0][1]!r:.80}")
+
+
 def load(c, keys, value, extra):
     """Pipelined SETs, one thread per node; returns ops/s."""
     by_node = {}
@@ -163,7 +178,7 @@ def load(c, keys, value, extra):
         for i in range(0, len(ks), batch):
             p = r.pipeline(transaction=False)
             for k in ks[i:i + batch]:
-                p.execute_command("SET", k, value, *extra)
+                p.execute_command("SET", k, val(k, value), *extra)
             for res in p.execute(raise_on_error=False):
                 if isinstance(res, Exception):
                     errors.append(str(res))
@@ -201,7 +216,7 @@ def bench_memgest(c, name, desc, run_id, value):
         row["unavailable"] = str(e)
         return row
     keys = [f"r{run_id}:{name}:load:{i}" for i in range(ARGS.keys)]
-    payload = sum(len(k) + len(value) for k in keys)
+    payload = sum(len(k) + value for k in keys)
     i0 = c.info(name)
     info0 = int(i0["stored_bytes"])
     ec0 = sum(int(i0.get(f, 0)) for f in EC_FIELDS)
@@ -221,10 +236,16 @@ def bench_memgest(c, name, desc, run_id, value):
             row[f.replace("all_ec_", "ec_").replace("_bytes", "_per_payload")] = (
                 int(i1[f]) - int(i0.get(f, 0))) / payload
     put_keys = [f"r{run_id}:{name}:put:{i}" for i in range(ARGS.ops)]
-    lat = timed(lambda i: c.call(put_keys[i], "SET", put_keys[i], value, "MEMGEST", name), ARGS.ops)
+    lat = timed(lambda i: c.call(put_keys[i], "SET", put_keys[i], val(put_keys[i], value),
+                                 "MEMGEST", name), ARGS.ops)
     row["put_p50_us"], row["put_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
-    lat = timed(lambda i: c.call(keys[i], "GET", keys[i]), ARGS.ops)
+    got = [None] * ARGS.ops
+    lat = timed(lambda i: got.__setitem__(i, c.call(keys[i], "GET", keys[i])), ARGS.ops)
+    check_gets(keys, got, value, f"{desc} get")
     row["get_p50_us"], row["get_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
+    # The timed SETs are read back too (after timing: the check is not in the figure).
+    check_gets(put_keys, [c.call(k, "GET", k) for k in put_keys], value, f"{desc} put")
+    row["checked_gets"] = 2 * ARGS.ops
     src = "rep3" if name == "none" else "none"
     mv_keys = [f"r{run_id}:{name}:mv:{i}" for i in range(ARGS.ops)]
     load(c, mv_keys, value, ["MEMGEST", src])
@@ -232,7 +253,16 @@ def bench_memgest(c, name, desc, run_id, value):
     lat = timed(lambda i: c.call(mv_keys[i], "MEMGEST", "MOVE", mv_keys[i], name), ARGS.ops)
     row["move_p50_us"], row["move_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
     row["move_from"] = src
+    # A MOVE must keep the value and land in the memgest named.
+    check_gets(mv_keys, [c.call(k, "GET", k) for k in mv_keys], value, f"{desc} move")
+    wrong = [k for k in mv_keys[:100] if _s(c.call(k, "MEMGEST", "KEY", k)[0]) != name]
+    if wrong:
+        raise RuntimeError(f"{desc} move: MEMGEST KEY {wrong[0]} is not {name}")
     return row
+
+
+def _s(x):
+    return x.decode() if isinstance(x, bytes) else x
 
 
 def bench_redis(value):
@@ -254,7 +284,7 @@ def bench_redis(value):
             for i in range(0, len(ks), ARGS.batch):
                 pl = rr.pipeline(transaction=False)
                 for k in ks[i:i + ARGS.batch]:
-                    pl.set(k, value)
+                    pl.set(k, val(k, value))
                 pl.execute()
         n = 5 * ARGS.conns
         ts = [threading.Thread(target=run, args=(keys[j::n],)) for j in range(n)]
@@ -265,9 +295,11 @@ def bench_redis(value):
             t.join()
         row = {"memgest": "redis 7 (1 process)", "put_ops_s": len(keys) / (time.perf_counter() - t0)}
         pk = [f"redis:put:{i}" for i in range(ARGS.ops)]
-        lat = timed(lambda i: r.set(pk[i], value), ARGS.ops)
+        lat = timed(lambda i: r.set(pk[i], val(pk[i], value)), ARGS.ops)
         row["put_p50_us"], row["put_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
-        lat = timed(lambda i: r.get(keys[i]), ARGS.ops)
+        got = [None] * ARGS.ops
+        lat = timed(lambda i: got.__setitem__(i, r.get(keys[i])), ARGS.ops)
+        check_gets(keys, got, value, "redis get")
         row["get_p50_us"], row["get_p99_us"] = pct(lat, 0.5), pct(lat, 0.99)
         return row
     finally:
@@ -276,7 +308,7 @@ def bench_redis(value):
 
 
 def one_run(run_id, exe):
-    value = b"v" * ARGS.value_bytes
+    value = ARGS.value_bytes
     c = Cluster(exe, ARGS.memory_mb)
     try:
         for n, d in MEMGESTS:
@@ -325,6 +357,21 @@ def table(rows):
     return "\n".join(lines)
 
 
+def breakdown(rows):
+    """Where each memgest's bytes per payload byte go (the BENCHMARKS.md breakdown)."""
+    lines = ["| memgest | engine (index records, values of rep/none) | ec arena data | ec parity "
+             "| ec key metadata | total (MEMGEST INFO) | RSS growth |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "unavailable" in r or "engine_per_payload" not in r:
+            continue
+        f = lambda k: f"{r[k]:.2f}" if k in r else "—"
+        lines.append(f"| {r['memgest']} | {f('engine_per_payload')} | {f('ec_data_per_payload')} "
+                     f"| {f('ec_parity_per_payload')} | {f('ec_meta_per_payload')} "
+                     f"| {f('info_per_payload')} | {f('rss_per_payload')} |")
+    return "\n".join(lines)
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
@@ -351,6 +398,8 @@ def main():
     print(f"medians of {ARGS.repeat} runs, {ARGS.keys} keys x {ARGS.value_bytes} B loaded per memgest, "
           f"{ARGS.ops} sequential ops per latency figure")
     print(table(med))
+    print("\nmemory per payload byte, broken down (medians):")
+    print(breakdown(med))
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump({"runs": runs, "medians": med, "args": vars(ARGS)}, f, indent=1)

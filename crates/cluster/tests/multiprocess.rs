@@ -222,27 +222,59 @@ fn drain_under_load() {
     let t = Instant::now();
     cluster.drain(2);
     eprintln!("drain of node 2 accepted in {:?}", t.elapsed());
-    // Load continues through the handover: wait until node 4 serves node 2's slots
-    // (CLUSTER SLOTS from node 1 no longer names port base+1), then some more operations.
-    let mut c = Client::new(seeds.clone());
-    let gone = format!(":{}", cluster.base + 1);
+    // Load continues through the handover. Phase 2 is complete when the cluster map marks
+    // node 2 Draining, the spare (node 4) is Active, and no slot's cohort names node 2 any
+    // more: read from the control plane itself, not from a client's view of it.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         assert!(Instant::now() < deadline, "drain did not move the roles");
+        let m = cluster.map();
+        let drained = m.node_state(ringlet_types::NodeId(2))
+            == Some(ringlet_control::NodeState::Draining)
+            && m.node_state(ringlet_types::NodeId(4)) == Some(ringlet_control::NodeState::Active)
+            && m.leaving.is_empty();
+        let roles_left = (0..ringlet_types::SLOT_COUNT)
+            .step_by(64)
+            .filter(|&s| m.cohort(s).contains(&ringlet_types::NodeId(2)))
+            .count();
+        if drained && roles_left == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Every slot, not a sample, is off node 2 and some slots went to node 4.
+    let m = cluster.map();
+    let all: Vec<u16> = (0..ringlet_types::SLOT_COUNT).collect();
+    assert!(all
+        .iter()
+        .all(|&s| !m.cohort(s).contains(&ringlet_types::NodeId(2))));
+    assert!(all
+        .iter()
+        .any(|&s| m.cohort(s).contains(&ringlet_types::NodeId(4))));
+    // The clients follow: CLUSTER SLOTS sends the slots node 4 now coordinates to its port
+    // and none to node 2's (the nodes learn the map asynchronously: poll, bounded).
+    let took: Vec<u16> = all
+        .iter()
+        .copied()
+        .filter(|&s| m.coordinator(s) == Some(ringlet_types::NodeId(4)))
+        .collect();
+    assert!(
+        !took.is_empty(),
+        "node 4 coordinates nothing after the drain"
+    );
+    let spare_addr = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.base + 3));
+    let gone_addr = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.base + 1));
+    let mut c = Client::new(seeds.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "CLUSTER SLOTS does not follow the map"
+        );
         c.refresh();
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &cluster.base.to_string(), "cluster", "nodes"])
-            .output();
-        let moved = match out {
-            Ok(o) => {
-                let s = String::from_utf8_lossy(&o.stdout).to_string();
-                s.lines()
-                    .filter(|l| l.contains(&gone))
-                    .all(|l| l.split(' ').nth(8).is_none())
-            }
-            Err(_) => true,
-        };
-        if moved {
+        if took.iter().all(|&s| c.slot_owner(s) == Some(spare_addr))
+            && all.iter().all(|&s| c.slot_owner(s) != Some(gone_addr))
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -9,6 +9,10 @@
 //! loads, Acquire fence, re-check the index words, verify the checksum. Every value it accepts
 //! must be a committed (version, value) pair whose version is at least the one published before
 //! the read began — never a torn mix, never a staged or freed image.
+//!
+//! This checks the algorithm, not `read.rs` itself: a divergence between this model and the code
+//! would not fail it. `stress.rs` runs the real `Reader` (docs/design/engine-layout.md, "What the
+//! concurrency tests check, exactly").
 
 use loom::sync::atomic::{fence, AtomicU64, Ordering};
 use loom::sync::Arc;

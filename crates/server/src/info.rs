@@ -117,14 +117,13 @@ fn memory(shared: &Shared, out: &mut String) {
     let _ = write!(
         out,
         "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_dataset:{}\r\n\
-         used_memory_index:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\n\
-         maxmemory_policy:allkeys-lru\r\nevicted_keys:{}\r\nindex_load_factor:{:.3}\r\n",
+         maxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:allkeys-lru\r\n\
+         ringlet_used_memory_index:{}\r\nringlet_index_load_factor:{:.3}\r\n",
         human(used),
         s.used_bytes,
-        s.index_bytes,
         s.memory_bytes_max,
         human(s.memory_bytes_max),
-        s.evictions,
+        s.index_bytes,
         s.index_load_factor,
     );
 }
@@ -137,7 +136,7 @@ fn stats(shared: &Shared, out: &mut String) {
         "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
          total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
          expired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\
-         total_error_replies:0\r\nprotocol_errors:{}\r\nreader_retries:{}\r\n",
+         ringlet_protocol_errors:{}\r\nringlet_reader_retries:{}\r\n",
         Stats::get(&st.connections_received),
         Stats::get(&st.commands_processed),
         Stats::get(&st.net_input_bytes),

@@ -7,7 +7,14 @@
 //! - (no prefix) byte-identical replies;
 //! - `sorted:` both are arrays; compared as sorted multisets (KEYS order is unspecified);
 //! - `ttl<N>:` both integers within N of each other (time passes between the two sends);
-//! - `shape:` same reply type byte only (values that legitimately differ, e.g. ids);
+//! - field-level modes for replies that legitimately differ in part (ids, ports, Ringlet's
+//!   command table being a subset of Redis's): `int:` both positive integers; `client:` CLIENT
+//!   INFO/LIST lines with the same fields in the same order and equal deterministic fields;
+//!   `commands:` / `docs:` every entry Ringlet lists equals Redis's entry for that command;
+//!   `count:` COMMAND COUNT equals the number of entries COMMAND returns, on each server;
+//!   `config:` the same parameter names, integer values; `info:` Ringlet's sections appear in
+//!   Redis's order, each of its fields exists in Redis's section, deterministic fields equal;
+//!   `hello:` the same keys in the same order, equal proto/mode/role/modules;
 //! - `ignore:` sent to both (for its effect), reply not compared.
 //!
 //! Arguments are split on spaces; `\s` is a space, `\xHH` any byte, `\e` the empty string.
@@ -16,7 +23,7 @@
 
 mod common;
 
-use common::{start_redis, start_ringlet, Raw};
+use common::{start_redis, start_ringlet, Raw, Val};
 
 /// Parse one script argument (`\s`, `\xHH`, `\e` escapes).
 fn arg(w: &str) -> Vec<u8> {
@@ -53,15 +60,39 @@ enum Mode {
     Exact,
     Sorted,
     Ttl(i64),
-    Shape,
+    Field(Field),
     Ignore,
+}
+
+#[derive(Clone, Copy)]
+enum Field {
+    Int,
+    Client,
+    Commands,
+    Docs,
+    Count,
+    Config,
+    Info,
+    Hello,
 }
 
 fn parse_line(line: &str) -> (Mode, Vec<Vec<u8>>) {
     let (mode, rest) = if let Some(r) = line.strip_prefix("sorted:") {
         (Mode::Sorted, r)
-    } else if let Some(r) = line.strip_prefix("shape:") {
-        (Mode::Shape, r)
+    } else if let Some((f, r)) = [
+        ("int:", Field::Int),
+        ("client:", Field::Client),
+        ("commands:", Field::Commands),
+        ("docs:", Field::Docs),
+        ("count:", Field::Count),
+        ("config:", Field::Config),
+        ("info:", Field::Info),
+        ("hello:", Field::Hello),
+    ]
+    .iter()
+    .find_map(|(p, f)| line.strip_prefix(p).map(|r| (*f, r)))
+    {
+        (Mode::Field(f), r)
     } else if let Some(r) = line.strip_prefix("ignore:") {
         (Mode::Ignore, r)
     } else if let Some(r) = line.strip_prefix("ttl") {
@@ -145,8 +176,216 @@ fn run(script: &str, redis: &mut Raw, ringlet: &mut Raw) {
             Mode::Exact => assert!(want == got, "{}", ctx()),
             Mode::Sorted => assert!(array_items(&want) == array_items(&got), "{}", ctx()),
             Mode::Ttl(tol) => assert!((int_of(&want) - int_of(&got)).abs() <= tol, "{}", ctx()),
-            Mode::Shape => assert!(want[0] == got[0], "{}", ctx()),
+            Mode::Field(f) => fields(f, &argv, &want, &got, redis, ringlet, &ctx),
             Mode::Ignore => {}
+        }
+    }
+}
+
+/// Fields of CLIENT INFO / CLIENT LIST whose values do not depend on timing, sockets or ids.
+const CLIENT_FIXED: &[&str] = &[
+    "name", "db", "sub", "psub", "ssub", "multi", "flags", "events", "cmd", "user", "redir", "resp",
+];
+
+/// INFO fields whose values do not depend on the process, the build or the time.
+const INFO_FIXED: &[&str] = &[
+    "redis_mode",
+    "arch_bits",
+    "multiplexing_api",
+    "uptime_in_days",
+    "connected_clients",
+    "maxclients",
+    "blocked_clients",
+];
+
+/// Commands Ringlet has and Redis does not (allowed to be absent from Redis's table).
+const RINGLET_ONLY: &[&str] = &["memgest"];
+
+/// `(name, fields)` per INFO section, in order.
+fn info_sections(text: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for line in text.split("\r\n").filter(|l| !l.is_empty()) {
+        if let Some(h) = line.strip_prefix("# ") {
+            out.push((h.to_string(), Vec::new()));
+        } else {
+            let (k, v) = line.split_once(':').expect("field line");
+            out.last_mut()
+                .expect("field before any section")
+                .1
+                .push((k.to_string(), v.to_string()));
+        }
+    }
+    out
+}
+
+/// The field-level comparisons (see the module comment).
+fn fields(
+    f: Field,
+    argv: &[&[u8]],
+    want: &[u8],
+    got: &[u8],
+    redis: &mut Raw,
+    ringlet: &mut Raw,
+    ctx: &dyn Fn() -> String,
+) {
+    if want[0] == b'-' || got[0] == b'-' {
+        // Errors are deterministic: compare them whole.
+        assert!(want == got, "{}", ctx());
+        return;
+    }
+    let (w, g) = (Val::parse(want), Val::parse(got));
+    match f {
+        Field::Int => {
+            for v in [&w, &g] {
+                let Val::Line(b':', n) = v else {
+                    panic!("not an integer\n{}", ctx())
+                };
+                let n: i64 = std::str::from_utf8(n).unwrap().parse().unwrap();
+                assert!(n > 0, "{}", ctx());
+            }
+        }
+        Field::Client => {
+            let lines = |v: &Val| -> Vec<Vec<(String, String)>> {
+                v.text()
+                    .lines()
+                    .map(|l| {
+                        l.split(' ')
+                            .map(|kv| {
+                                let (k, v) = kv.split_once('=').expect("k=v");
+                                (k.to_string(), v.to_string())
+                            })
+                            .collect()
+                    })
+                    .collect()
+            };
+            let (wl, gl) = (lines(&w), lines(&g));
+            assert_eq!(wl.len(), gl.len(), "client count\n{}", ctx());
+            assert!(!gl.is_empty(), "{}", ctx());
+            for (wf, gf) in wl.iter().zip(&gl) {
+                let names =
+                    |f: &[(String, String)]| f.iter().map(|p| p.0.clone()).collect::<Vec<_>>();
+                assert_eq!(names(wf), names(gf), "field names\n{}", ctx());
+                for ((k, wv), (_, gv)) in wf.iter().zip(gf) {
+                    if CLIENT_FIXED.contains(&k.as_str()) {
+                        assert_eq!(wv, gv, "field {k}\n{}", ctx());
+                    }
+                }
+            }
+        }
+        Field::Commands => {
+            let (we, ge) = (common::command_entries(&w), common::command_entries(&g));
+            let mut compared = 0;
+            for (name, entry) in &ge {
+                match we.get(name) {
+                    Some(r) => {
+                        if let Some(why) = common::command_entry_mismatch(r, entry) {
+                            panic!("COMMAND entry of {name}: {why}\n{}", ctx());
+                        }
+                        compared += 1;
+                    }
+                    None => assert!(
+                        RINGLET_ONLY.contains(&name.as_str()),
+                        "{name}: not a Redis command\n{}",
+                        ctx()
+                    ),
+                }
+            }
+            assert!(
+                compared >= 40,
+                "only {compared} entries compared\n{}",
+                ctx()
+            );
+        }
+        Field::Docs => {
+            let map = |v: &Val| -> std::collections::BTreeMap<String, Val> {
+                v.pairs()
+                    .into_iter()
+                    .map(|(k, v)| (k.text().to_ascii_lowercase(), v))
+                    .collect()
+            };
+            let (wd, gd) = (map(&w), map(&g));
+            assert!(gd.len() >= 40, "{}", ctx());
+            for (name, doc) in &gd {
+                match wd.get(name) {
+                    Some(r) => {
+                        // `subcommands`: Ringlet documents the ones it has, each as Redis.
+                        let (rp, gp) = (r.pairs(), doc.pairs());
+                        for (k, v) in &gp {
+                            let rv = &rp.iter().find(|(rk, _)| rk == k).expect("doc field").1;
+                            if k.text() == "subcommands" {
+                                let rs = rv.pairs();
+                                for (sk, sv) in v.pairs() {
+                                    let want = rs.iter().find(|(rk, _)| *rk == sk).map(|x| &x.1);
+                                    assert_eq!(want, Some(&sv), "{}\n{}", sk.text(), ctx());
+                                }
+                            } else {
+                                assert_eq!(rv, v, "COMMAND DOCS {name} {}\n{}", k.text(), ctx());
+                            }
+                        }
+                        assert_eq!(rp.len(), gp.len(), "COMMAND DOCS {name} fields\n{}", ctx());
+                    }
+                    None => assert!(RINGLET_ONLY.contains(&name.as_str()), "{name}\n{}", ctx()),
+                }
+            }
+        }
+        Field::Count => {
+            for (conn, v) in [(redis, &w), (ringlet, &g)] {
+                let Val::Line(b':', n) = v else {
+                    panic!("not an integer\n{}", ctx())
+                };
+                let n: usize = std::str::from_utf8(n).unwrap().parse().unwrap();
+                let all = Val::parse(&conn.call(&[b"COMMAND"]));
+                assert_eq!(n, all.items().len(), "COMMAND COUNT vs COMMAND\n{}", ctx());
+            }
+        }
+        Field::Config => {
+            let (wp, gp) = (w.pairs(), g.pairs());
+            let names = |p: &[(Val, Val)]| p.iter().map(|x| x.0.text()).collect::<Vec<_>>();
+            assert_eq!(names(&wp), names(&gp), "{}", ctx());
+            for (_, v) in wp.iter().chain(&gp) {
+                assert!(v.text().parse::<u64>().is_ok(), "{}", ctx());
+            }
+        }
+        Field::Info => {
+            let (ws, gs) = (info_sections(&w.text()), info_sections(&g.text()));
+            let explicit = argv.len() > 1;
+            let wn: Vec<&String> = ws.iter().map(|s| &s.0).collect();
+            let gn: Vec<&String> = gs.iter().map(|s| &s.0).collect();
+            if explicit {
+                assert_eq!(wn, gn, "sections\n{}", ctx());
+            } else {
+                // Ringlet's default sections, in Redis's order (a subsequence).
+                let mut it = wn.iter();
+                assert!(
+                    gn.iter().all(|g| it.any(|w| w == g)),
+                    "sections {gn:?} not in Redis's order {wn:?}\n{}",
+                    ctx()
+                );
+            }
+            for (name, gf) in &gs {
+                let wf = &ws.iter().find(|s| &s.0 == name).expect("section").1;
+                for (k, v) in gf {
+                    if k.starts_with("ringlet_") {
+                        continue;
+                    }
+                    let Some((_, rv)) = wf.iter().find(|(rk, _)| rk == k) else {
+                        panic!("INFO {name}: {k} is not a Redis field\n{}", ctx())
+                    };
+                    if INFO_FIXED.contains(&k.as_str()) {
+                        assert_eq!(rv, v, "INFO {name}: {k}\n{}", ctx());
+                    }
+                }
+            }
+        }
+        Field::Hello => {
+            let (wp, gp) = (w.pairs(), g.pairs());
+            let names = |p: &[(Val, Val)]| p.iter().map(|x| x.0.text()).collect::<Vec<_>>();
+            assert_eq!(names(&wp), names(&gp), "{}", ctx());
+            for ((k, wv), (_, gv)) in wp.iter().zip(&gp) {
+                if ["proto", "mode", "role", "modules"].contains(&k.text().as_str()) {
+                    assert_eq!(wv, gv, "HELLO {}\n{}", k.text(), ctx());
+                }
+            }
         }
     }
 }
@@ -209,10 +448,10 @@ CLIENT LIST ID abc
 CLIENT LIST ID 0
 CLIENT LIST TYPE bogus
 CLIENT LIST foo bar
-shape: CLIENT ID
-shape: CLIENT INFO
-shape: CLIENT LIST
-shape: CLIENT LIST TYPE normal
+int: CLIENT ID
+client: CLIENT INFO
+client: CLIENT LIST
+client: CLIENT LIST TYPE normal
 CLIENT LIST TYPE pubsub
 foo
 foo a b
@@ -230,10 +469,10 @@ COMMAND INFO GET
 COMMAND INFO incrbyfloat expire scan keys getex
 COMMAND DOCS get set
 COMMAND DOCS nosuch
-shape: COMMAND DOCS
-shape: COMMAND COUNT
-shape: COMMAND
-shape: COMMAND INFO
+docs: COMMAND DOCS
+count: COMMAND COUNT
+commands: COMMAND
+commands: COMMAND INFO
 CONFIG
 CONFIG GET
 CONFIG GET nosuchparam
@@ -243,7 +482,7 @@ CONFIG SET
 CONFIG SET foo
 CONFIG SET foo bar
 CONFIG SET timeout 0 foo
-shape: CONFIG GET maxmemory
+config: CONFIG GET maxmemory
 DBSIZE
 DBSIZE x
 SET a 1
@@ -255,9 +494,10 @@ FLUSHALL async
 FLUSHALL a b
 DBSIZE
 INFO a b c
-shape: INFO
-shape: INFO keyspace
-shape: INFO server clients
+info: INFO
+SET a 1
+INFO keyspace
+info: INFO server clients
 ";
 
 const STRINGS: &str = r"
@@ -579,15 +819,15 @@ DEL \x00\xff\x0d\x0a \e
 
 /// Protocol switches last (they change how every later reply is encoded).
 const HELLO: &str = r"
-shape: HELLO
-shape: HELLO 3
+hello: HELLO
+hello: HELLO 3
 GET nokey
 MGET nokey nokey
 INCRBYFLOAT f 1.5
-shape: HELLO 2 SETNAME renamed
+hello: HELLO 2 SETNAME renamed
 CLIENT GETNAME
 GET nokey
-shape: HELLO 3 AUTH default whatever
+hello: HELLO 3 AUTH default whatever
 GET nokey
 ";
 
@@ -706,7 +946,7 @@ GET k
     let mut r = Raw::connect(redis.port);
     let mut g = Raw::connect(node.local_addr().port());
     run(
-        "GET k\nshape: HELLO 3 AUTH default s3cret\nGET k\nGET nokey",
+        "GET k\nhello: HELLO 3 AUTH default s3cret\nGET k\nGET nokey",
         &mut r,
         &mut g,
     );

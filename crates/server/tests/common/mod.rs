@@ -184,3 +184,133 @@ pub fn words(line: &str) -> Vec<Vec<u8>> {
         .map(|w| w.as_bytes().to_vec())
         .collect()
 }
+
+/// A parsed RESP2/RESP3 reply, for field-level comparisons where whole replies legitimately
+/// differ (ids, ports, a command table that is a subset of Redis's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(dead_code)] // each test binary uses a different part of this module
+pub enum Val {
+    /// `+ - : , # ( _` and the like: type byte and the line.
+    Line(u8, Vec<u8>),
+    /// `$` or `=` (verbatim) or `!`; None for a RESP2 null bulk.
+    Bulk(Option<Vec<u8>>),
+    /// `* ~ >`; an empty RESP2 null array parses as an empty list.
+    List(Vec<Val>),
+    /// `%` (RESP3 maps); RESP2 servers send maps as flat lists.
+    Map(Vec<(Val, Val)>),
+}
+
+#[allow(dead_code)]
+impl Val {
+    /// Parse one complete reply (panics on malformed input: the test's oracle is broken then).
+    pub fn parse(b: &[u8]) -> Val {
+        let (v, n) = Self::at(b);
+        assert_eq!(n, b.len(), "trailing bytes after a reply");
+        v
+    }
+
+    fn at(b: &[u8]) -> (Val, usize) {
+        let eol = b.windows(2).position(|w| w == b"\r\n").expect("CRLF");
+        let line = &b[1..eol];
+        let num = || -> i64 { std::str::from_utf8(line).unwrap().parse().unwrap() };
+        match b[0] {
+            b'$' | b'=' | b'!' => {
+                let n = num();
+                if n < 0 {
+                    return (Val::Bulk(None), eol + 2);
+                }
+                let s = eol + 2;
+                let n = n as usize;
+                // A verbatim string's `txt:` prefix is framing, not content.
+                let skip = if b[0] == b'=' { 4 } else { 0 };
+                (Val::Bulk(Some(b[s + skip..s + n].to_vec())), s + n + 2)
+            }
+            b'*' | b'~' | b'>' | b'%' => {
+                let n = num();
+                let mut pos = eol + 2;
+                let count = if n < 0 { 0 } else { n as usize };
+                let mut items = Vec::new();
+                for _ in 0..count * if b[0] == b'%' { 2 } else { 1 } {
+                    let (v, used) = Self::at(&b[pos..]);
+                    items.push(v);
+                    pos += used;
+                }
+                if b[0] == b'%' {
+                    let mut it = items.into_iter();
+                    let mut pairs = Vec::new();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        pairs.push((k, v));
+                    }
+                    (Val::Map(pairs), pos)
+                } else {
+                    (Val::List(items), pos)
+                }
+            }
+            t => (Val::Line(t, line.to_vec()), eol + 2),
+        }
+    }
+
+    /// The string inside a bulk or simple-string reply.
+    pub fn text(&self) -> String {
+        match self {
+            Val::Bulk(Some(b)) | Val::Line(_, b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+
+    /// Key/value pairs of a map reply, or of a RESP2 flat list of alternating keys and values.
+    pub fn pairs(&self) -> Vec<(Val, Val)> {
+        match self {
+            Val::Map(p) => p.clone(),
+            Val::List(items) => {
+                assert!(items.len() % 2 == 0, "odd-length list is not a map");
+                items
+                    .chunks(2)
+                    .map(|c| (c[0].clone(), c[1].clone()))
+                    .collect()
+            }
+            other => panic!("not a map: {other:?}"),
+        }
+    }
+
+    pub fn items(&self) -> &[Val] {
+        match self {
+            Val::List(items) => items,
+            other => panic!("not a list: {other:?}"),
+        }
+    }
+}
+
+/// A COMMAND / COMMAND INFO entry of Ringlet against Redis's entry for the same command:
+/// equal element by element, except element 9 (subcommands), where Ringlet lists a subset
+/// (of CLIENT, CONFIG, COMMAND), each equal to Redis's.
+#[allow(dead_code)]
+pub fn command_entry_mismatch(redis: &Val, ringlet: &Val) -> Option<String> {
+    let (ri, gi) = (redis.items(), ringlet.items());
+    if ri.len() != gi.len() {
+        return Some(format!("{} elements vs Redis's {}", gi.len(), ri.len()));
+    }
+    for (i, (a, b)) in ri.iter().zip(gi).enumerate() {
+        if i == 9 {
+            let subs = a.items();
+            for e in b.items() {
+                if !subs.contains(e) {
+                    return Some(format!("subcommand entry {e:?} differs from Redis's"));
+                }
+            }
+        } else if a != b {
+            return Some(format!("element {i}: {b:?} vs Redis's {a:?}"));
+        }
+    }
+    None
+}
+
+/// `name -> entry` of a COMMAND / COMMAND INFO reply (null entries skipped).
+#[allow(dead_code)]
+pub fn command_entries(v: &Val) -> std::collections::BTreeMap<String, Val> {
+    v.items()
+        .iter()
+        .filter(|e| matches!(e, Val::List(items) if !items.is_empty()))
+        .map(|e| (e.items()[0].text().to_ascii_lowercase(), e.clone()))
+        .collect()
+}
