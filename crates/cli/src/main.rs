@@ -239,6 +239,8 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    // Every role (single node, cluster node, etcd node) serves up to CONNECTIONS_MAX clients.
+    let _ = ringlet_cluster::raise_fd_limit();
     match cli.cmd {
         Cmd::Server(a) if !a.etcd.endpoints.is_empty() => {
             init_logs();

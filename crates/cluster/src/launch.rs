@@ -75,6 +75,15 @@ pub const REQUIREPASS_ENV: &str = "RINGLET_REQUIREPASS";
 /// # Errors
 /// Bind or engine failures.
 pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)> {
+    let (fds, want) = crate::raise_fd_limit();
+    if fds < want {
+        eprintln!(
+            "ringlet node: open-file limit {fds} (hard) is below the {want} that {} clients need: clients past \
+             about {} will wait in the listen backlog; raise `ulimit -Hn`",
+            ringlet_types::limits::CONNECTIONS_MAX,
+            fds.saturating_sub(u64::from(ringlet_types::limits::FDS_RESERVED))
+        );
+    }
     let listener = crate::listen(o.bind)?;
     let client_addr = listener.local_addr()?;
     // A restarted process must carry a higher incarnation: wall-clock ms at start does.

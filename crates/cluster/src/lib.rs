@@ -54,6 +54,39 @@ pub fn mono_ms() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
+/// Raise this process's open-file limit so that [`limits::CONNECTIONS_MAX`] clients plus
+/// [`limits::FDS_RESERVED`] of the node's own fit, as Redis does for `maxclients`: Debian's
+/// default soft limit of 1,024 made accepts fail with EMFILE long before the client limit,
+/// so clients waited in the backlog instead of getting "max number of clients reached".
+/// The soft limit is raised up to the hard limit, never past it. Returns (limit now, wanted).
+///
+/// [`limits::CONNECTIONS_MAX`]: ringlet_types::limits::CONNECTIONS_MAX
+/// [`limits::FDS_RESERVED`]: ringlet_types::limits::FDS_RESERVED
+pub fn raise_fd_limit() -> (u64, u64) {
+    use ringlet_types::limits;
+    let want = u64::from(limits::CONNECTIONS_MAX + limits::FDS_RESERVED);
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return (0, want);
+        }
+        if r.rlim_cur < want {
+            let raised = libc::rlimit {
+                rlim_cur: want.min(r.rlim_max),
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                r = raised;
+            }
+        }
+    }
+    (r.rlim_cur, want)
+}
+
 /// Bind a listening TCP socket with [`ringlet_types::limits::LISTEN_BACKLOG`] (the default
 /// bind gave 128) and `SO_REUSEADDR` (a restarted node rebinds over TIME_WAIT).
 ///

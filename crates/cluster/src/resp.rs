@@ -133,6 +133,33 @@ async fn flush_if_large(stream: &mut TcpStream, out: &mut Vec<u8>) -> std::io::R
     Ok(())
 }
 
+/// Capacity a drained buffer may keep between requests (what one read brings in at most).
+const IDLE_BUFFER_BYTES: usize = READ_CHUNK_BYTES;
+/// Room reserved for one read, once the socket is readable.
+const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Give back a buffer's capacity beyond [`IDLE_BUFFER_BYTES`] once it holds nothing beyond
+/// that: a large value or pipeline once passed through must not stay with the connection.
+fn shrink_idle(b: &mut Vec<u8>) {
+    if b.capacity() > IDLE_BUFFER_BYTES && b.len() <= IDLE_BUFFER_BYTES {
+        b.shrink_to(IDLE_BUFFER_BYTES.max(b.len()));
+    }
+}
+
+/// One read appended to `buf`, reserving room only once bytes are waiting (an idle
+/// connection reserves nothing). `Ok(0)` is end of stream.
+async fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        buf.reserve(READ_CHUNK_BYTES);
+        match stream.try_read_buf(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn err(s: impl Into<Vec<u8>>) -> Reply {
     Reply::Error(s.into())
 }
@@ -149,13 +176,15 @@ impl Front {
             return crate::native::connection(self.clone(), stream).await;
         }
         let _ = stream.set_nodelay(true);
-        let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
-        let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
+        // Both buffers start empty and grow with the bytes that actually arrive (reads wait
+        // for readiness before reserving room), and large ones are given back once drained:
+        // an idle connection holds at most IDLE_BUFFER_BYTES of each.
+        let mut buf: Vec<u8> = Vec::new();
+        let mut out: Vec<u8> = Vec::new();
         let mut dec = RequestDecoder::new();
         let mut req = Request::new();
         let mut proto = Proto::Resp2;
         let mut authed = self.requirepass.is_none();
-        let mut chunk = vec![0u8; 64 * 1024];
         loop {
             // Decode every whole request in the buffer (pipelining), run them, then flush.
             let mut used = 0;
@@ -231,17 +260,17 @@ impl Front {
                 stream.write_all(&out).await?;
                 out.clear();
             }
+            shrink_idle(&mut buf);
+            shrink_idle(&mut out);
             if buf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
                 return Ok(());
             }
             if batch.len() >= PIPELINE_BATCH_MAX {
                 continue; // more whole requests may be buffered already: run them first
             }
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
+            if read_some(&mut stream, &mut buf).await? == 0 {
                 return Ok(());
             }
-            buf.extend_from_slice(&chunk[..n]);
         }
     }
 

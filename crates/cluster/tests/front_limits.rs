@@ -79,3 +79,117 @@ fn client_port_listen_backlog_is_at_least_511() {
         .unwrap_or_else(|| panic!("no listener on {port}: {text:?}"));
     assert!(backlog >= 511, "listen backlog {backlog}");
 }
+
+/// Connections past `CONNECTIONS_MAX` get Redis's error, not a reset or a wait in the backlog
+/// (the node raises its open-file limit at start; the issue saw the 10,001st reset), and a
+/// closed connection's slot is free again.
+#[test]
+fn the_connection_past_the_limit_gets_redis_error() {
+    let (fds, want) = ringlet_cluster::raise_fd_limit();
+    assert!(
+        fds >= want,
+        "this test needs {want} open files (ulimit -Hn is {fds})"
+    );
+    let cl = common::start(3, 0, &[]);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], cl.base));
+    let max = ringlet_types::limits::CONNECTIONS_MAX as usize;
+    let mut open = Vec::with_capacity(max);
+    let refused = loop {
+        assert!(
+            open.len() <= max,
+            "more than {max} connections were accepted"
+        );
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(b"PING\r\n").unwrap();
+        let mut got = [0u8; 64];
+        let n = std::io::Read::read(&mut s, &mut got).expect("a reply, not a reset or a hang");
+        match &got[..n] {
+            b"+PONG\r\n" => open.push(s),
+            b"-ERR max number of clients reached\r\n" => break open.len(),
+            other => panic!(
+                "connection {}: {:?}",
+                open.len() + 1,
+                String::from_utf8_lossy(other)
+            ),
+        }
+    };
+    eprintln!("{refused} connections served, the next one refused with Redis's error");
+    // The harness itself may hold a few connections to the node.
+    assert!(refused + 16 >= max, "refused after only {refused}");
+    drop(open.pop());
+    // The freed slot is usable again (the node counts closes asynchronously: bounded retry).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"PING\r\n").unwrap();
+        let mut got = [0u8; 64];
+        let n = std::io::Read::read(&mut s, &mut got).unwrap_or(0);
+        if &got[..n] == b"+PONG\r\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a closed connection's slot stayed taken"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 2,000 clients that each send the first 64 KiB of a 1 MiB SET and stall (issue 10, case 8:
+/// "memory taken by 5,000 idle half-sent connections is not returned after they close"): the
+/// node holds about what arrived, and gives it back once they close.
+#[test]
+fn half_sent_requests_hold_what_arrived_and_give_it_back() {
+    const CONNS: usize = 2_000;
+    const SENT: usize = 64 * 1024;
+    let _ = ringlet_cluster::raise_fd_limit();
+    let cl = common::start(3, 0, &[]);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], cl.base));
+    let pid = cl.pids[&1];
+    // An idle connection holds no buffer: open them all first, then measure.
+    let mut conns: Vec<TcpStream> = (0..CONNS)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let idle = rss_mib(pid);
+    let mut head = Vec::new();
+    encode_request(&mut head, &[b"SET", b"half", &vec![b'x'; 1 << 20]]);
+    head.truncate(SENT);
+    for s in &mut conns {
+        s.write_all(&head).unwrap();
+    }
+    // Wait until the node has read it all (RSS stops growing), bounded.
+    let mut peak = rss_mib(pid);
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = rss_mib(pid);
+        if now == peak {
+            break;
+        }
+        peak = peak.max(now);
+    }
+    let arrived = (CONNS * SENT) >> 20;
+    eprintln!("VmRSS {idle} MiB with {CONNS} idle connections, {peak} MiB after {arrived} MiB of half-sent requests");
+    assert!(
+        peak.saturating_sub(idle) <= 2 * arrived as u64 + 64,
+        "{CONNS} half-sent requests of {SENT} bytes took {} MiB",
+        peak - idle
+    );
+    drop(conns);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = rss_mib(pid);
+        if now <= idle + 64 || Instant::now() > deadline {
+            break now;
+        }
+    };
+    eprintln!("VmRSS {after} MiB after they closed");
+    assert!(
+        after <= idle + 64,
+        "{} MiB of closed connections' buffers not given back",
+        after - idle
+    );
+}

@@ -46,6 +46,10 @@ pub const CONN_WRITE_BUFFER_BYTES_MAX: u32 = 256 * 1024 * 1024;
 /// Concurrent client connections per node (Redis `maxclients` default).
 pub const CONNECTIONS_MAX: u32 = 10_000;
 
+/// File descriptors a node keeps for itself beyond [`CONNECTIONS_MAX`] clients: peer and
+/// control links, listeners, memfds, logs (Redis reserves 32; a node has more peers).
+pub const FDS_RESERVED: u32 = 256;
+
 /// Listen backlog of every listening port: Redis's default (511) rounded up. Linux's default of
 /// 128 left a connect storm waiting for SYN retransmits (capped by `net.core.somaxconn`).
 pub const LISTEN_BACKLOG: u32 = 1024;

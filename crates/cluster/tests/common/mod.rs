@@ -9,6 +9,7 @@
     clippy::indexing_slicing
 )]
 
+pub mod netns;
 pub mod redis;
 
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
