@@ -105,6 +105,7 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
         config,
         connect_timeout: ringlet_etcd::run::DEFAULT_CONNECT_TIMEOUT,
         requirepass: a.requirepass.clone(),
+        tls: super::tls_files(&a.tls)?,
     };
     let rt = super::cluster_runtime_threads(a.threads)?;
     rt.block_on(async {

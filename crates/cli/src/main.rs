@@ -99,6 +99,43 @@ struct NodeArgs {
     /// Cluster mode with the control plane in etcd (`--etcd URL`, crates/cli/src/etcd.rs).
     #[command(flatten)]
     etcd: etcd::EtcdArgs,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// TLS on the client port, with Redis's option names (cluster mode; docs/design/cluster-tls.md).
+#[derive(Args, Clone, Default)]
+struct TlsArgs {
+    /// Cluster mode: serve the client port over TLS only, with this certificate chain (PEM).
+    /// Needs --tls-key-file and --tls-ca-cert-file. Else `RINGLET_TLS_CERT_FILE`.
+    #[arg(long = "tls-cert-file", env = "RINGLET_TLS_CERT_FILE")]
+    cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM). Else `RINGLET_TLS_KEY_FILE`.
+    #[arg(long = "tls-key-file", env = "RINGLET_TLS_KEY_FILE")]
+    key: Option<std::path::PathBuf>,
+    /// The CA (PEM) that issued the nodes' certificates: nodes verify each other's client
+    /// ports with it. Else `RINGLET_TLS_CA_CERT_FILE`.
+    #[arg(long = "tls-ca-cert-file", env = "RINGLET_TLS_CA_CERT_FILE")]
+    ca: Option<std::path::PathBuf>,
+}
+
+/// All three TLS files or none; each is read and checked now, so a bad one is named at start.
+fn tls_files(t: &TlsArgs) -> Result<Option<ringlet_cluster::tls::TlsFiles>> {
+    match (&t.cert, &t.key, &t.ca) {
+        (None, None, None) => Ok(None),
+        (Some(cert), Some(key), Some(ca)) => {
+            let f = ringlet_cluster::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            };
+            f.check().map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+            Ok(Some(f))
+        }
+        _ => {
+            anyhow::bail!("TLS needs all of --tls-cert-file, --tls-key-file and --tls-ca-cert-file")
+        }
+    }
 }
 
 impl NodeArgs {
@@ -251,7 +288,10 @@ fn run(cli: Cli) -> Result<()> {
             match (&a.cluster, a.node_id) {
                 (Some(control), Some(id)) => serve_cluster(&a, control, id),
                 (Some(_), None) => anyhow::bail!("--cluster needs --node-id"),
-                _ => serve(a.config()),
+                _ => {
+                    refuse_single_node_tls(&a.tls)?;
+                    serve(a.config())
+                }
             }
         }
         Cmd::Node(n) => node_admin(n.action),
@@ -267,6 +307,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Up(a) => {
             init_logs();
+            refuse_single_node_tls(&a.node.tls)?;
             let mut cfg = a.node.config();
             if cfg.admin_port.is_none() && !a.no_admin {
                 cfg.admin_port = Some(if cfg.port == 0 {
@@ -354,6 +395,18 @@ fn cluster_runtime_threads(threads: usize) -> Result<tokio::runtime::Runtime> {
 
 /// Refuse what a cluster node cannot honour yet, rather than accept and ignore it (a user
 /// who passes `--shm-socket` believes one-sided reads are on). `how` names the mode.
+/// The single node has no TLS listener yet: refuse rather than serve plaintext to a user who
+/// asked for TLS.
+fn refuse_single_node_tls(t: &TlsArgs) -> Result<()> {
+    if t.cert.is_some() || t.key.is_some() || t.ca.is_some() {
+        anyhow::bail!(
+            "--tls-*: TLS is served in cluster mode only so far (ringlet up --nodes N, \
+             server --cluster, server --etcd); the single node has no TLS listener yet"
+        );
+    }
+    Ok(())
+}
+
 fn check_cluster_flags(a: &NodeArgs, how: &str) -> Result<()> {
     a.config().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     if a.shm_socket.is_some() {
@@ -398,6 +451,7 @@ fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
             lease_ms: a.lease_ms,
             memory_bytes: a.memory_mb.saturating_mul(1 << 20),
             requirepass: a.requirepass.clone(),
+            tls: tls_files(&a.tls)?,
         };
         let (node, addr) = ringlet_cluster::launch::run_node(&o)
             .await
@@ -443,6 +497,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         node_args: ringlet_cluster::launch::ringlet_server_node_args,
         requirepass: a.node.requirepass.clone(),
         pg: a.pg.pg_data.map(|s| (s, a.pg.pg_redundant.unwrap_or(1))),
+        tls: tls_files(&a.node.tls)?,
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
     eprintln!("ringlet: stopped");

@@ -3,11 +3,14 @@
 //! refused), serves redis-py `RedisCluster(password=...)`, and flags a cluster node cannot
 //! honour are refused at start with an error naming the flag instead of being ignored.
 
+mod common;
+
+use common::{free_base, have_redis_py};
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PW: &str = "s3cret-pw";
 
@@ -43,53 +46,25 @@ fn error_text(r: &Reply) -> String {
     }
 }
 
-fn free_base(n: u16) -> u16 {
-    let mut base = 26_000 + (std::process::id() % 6_000) as u16;
-    while !(0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-        base += n + 1;
-    }
-    base
-}
-
-struct Up(std::process::Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        // SIGTERM makes `up` stop its nodes (SIGKILL would leave them running).
-        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-    }
-}
-
 #[test]
 fn up_with_requirepass_requires_auth_on_every_node() {
     let base = free_base(5);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet"))
-        .args(["up", "--nodes", "3", "--spares", "1", "--port"])
-        .arg(base.to_string())
-        .args(["--default-memgest", "rep:3", "--memory-mb", "64"])
-        .args(["--requirepass", PW])
-        .env_remove("RINGLET_REQUIREPASS")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ringlet up");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let up = Up(child);
-    loop {
-        let l = lines.next().expect("up exited").expect("read");
-        if l.starts_with("ringlet cluster ready") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
+    let b = base.to_string();
+    let up = common::up(&[
+        "up",
+        "--nodes",
+        "3",
+        "--spares",
+        "1",
+        "--port",
+        &b,
+        "--default-memgest",
+        "rep:3",
+        "--memory-mb",
+        "64",
+        "--requirepass",
+        PW,
+    ]);
     for port in base..base + 4 {
         let r = calls(
             port,
@@ -134,16 +109,7 @@ fn up_with_requirepass_requires_auth_on_every_node() {
         );
     }
     // redis-py's RedisCluster with the password: writes and reads across all slots.
-    let have = Command::new("python3")
-        .args(["-c", "import redis.cluster"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        assert!(
-            std::env::var_os("RINGLET_REQUIRE_REDIS").is_none(),
-            "python3 with the redis package is not installed and RINGLET_REQUIRE_REDIS is set"
-        );
-        eprintln!("SKIPPED redis-py part: python3 with the redis package is not installed");
+    if !have_redis_py() {
         return;
     }
     let script = format!(

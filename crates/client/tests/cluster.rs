@@ -57,6 +57,7 @@ async fn start_with(total: u32, active: usize) -> (InProcess, SocketAddr) {
             lease_ms: 1500,
             memory_bytes: 64 << 20,
             requirepass: None,
+            tls: None,
         })
         .await
         .unwrap();

@@ -41,6 +41,7 @@ fn child_node() {
             lease_ms: 1500,
             memory_bytes: 64 << 20,
             requirepass: None,
+            tls: None,
         })
         .await
         .unwrap();
@@ -98,6 +99,7 @@ async fn quorum_reads_survive_a_stopped_replica() {
             lease_ms: 1500,
             memory_bytes: 64 << 20,
             requirepass: None,
+            tls: None,
         })
         .await
         .unwrap();

@@ -63,7 +63,15 @@ pub struct NodeOpts {
     /// The `default` user's password on the client port (`--requirepass`); the same on
     /// every node of a cluster.
     pub requirepass: Option<String>,
+    /// TLS on the client port (docs/design/cluster-tls.md).
+    pub tls: Option<crate::tls::TlsFiles>,
 }
+
+/// Environment variables through which `up` gives its nodes the TLS files (the CLI's
+/// `--tls-cert-file`, `--tls-key-file`, `--tls-ca-cert-file` read them).
+pub const TLS_CERT_ENV: &str = "RINGLET_TLS_CERT_FILE";
+pub const TLS_KEY_ENV: &str = "RINGLET_TLS_KEY_FILE";
+pub const TLS_CA_ENV: &str = "RINGLET_TLS_CA_CERT_FILE";
 
 /// Environment variable through which `up` gives its nodes the client password (not argv:
 /// other local users can read a process's arguments).
@@ -118,11 +126,19 @@ pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)
         },
         tick_ms: 10,
     };
+    let tls = match &o.tls {
+        None => None,
+        Some(f) => Some(crate::resp::ClientTls {
+            acceptor: f.acceptor().map_err(std::io::Error::other)?,
+            connector: f.connector().map_err(std::io::Error::other)?,
+        }),
+    };
     let (node, _peer) = ClusterNode::start(cfg).await?;
     tokio::spawn(crate::resp::serve(
         listener,
         node.clone(),
         o.requirepass.clone(),
+        tls,
     ));
     Ok((node, client_addr))
 }
@@ -162,6 +178,8 @@ pub struct UpOpts {
     pub requirepass: Option<String>,
     /// Placement-group shape (s data, d redundant nodes); `None`: [`pg_shape`].
     pub pg: Option<(u8, u8)>,
+    /// TLS on every node's client port (given to the nodes through [`TLS_CERT_ENV`] etc.).
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// Builds a node process's arguments from (node id, client port, control address, lease ms,
@@ -216,22 +234,44 @@ pub fn ringlet_server_node_args(
 }
 
 /// Ask a node for `CLUSTER INFO` over RESP (readiness polling), after AUTH if the nodes
-/// have a password.
-pub async fn cluster_info(addr: SocketAddr, password: Option<&str>) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::time::timeout(
+/// have a password, over TLS if their client ports use it.
+pub async fn cluster_info(
+    addr: SocketAddr,
+    password: Option<&str>,
+    tls: Option<&tokio_rustls::TlsConnector>,
+) -> Option<String> {
+    let tcp = tokio::time::timeout(
         Duration::from_millis(500),
         tokio::net::TcpStream::connect(addr),
     )
     .await
     .ok()?
     .ok()?;
+    match tls {
+        None => cluster_info_on(tcp, password).await,
+        Some(c) => {
+            let name = rustls_pki_types::ServerName::IpAddress(addr.ip().into());
+            let s = tokio::time::timeout(Duration::from_millis(2_000), c.connect(name, tcp))
+                .await
+                .ok()?
+                .ok()?;
+            cluster_info_on(s, password).await
+        }
+    }
+}
+
+async fn cluster_info_on<S>(mut s: S, password: Option<&str>) -> Option<String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut req = Vec::new();
     if let Some(p) = password {
         ringlet_codec::resp::encode_request(&mut req, &[b"AUTH", p.as_bytes()]);
     }
     ringlet_codec::resp::encode_request(&mut req, &[b"CLUSTER", b"INFO"]);
     s.write_all(&req).await.ok()?;
+    s.flush().await.ok()?;
     let mut buf = vec![0u8; 4096];
     let mut got = Vec::new();
     loop {
@@ -289,6 +329,14 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
             o.nodes
         )));
     }
+    // Readiness probes speak TLS where the nodes do; bad files fail here, before any node.
+    let tls = match &o.tls {
+        Some(f) => Some(f.connector().map_err(std::io::Error::other)?),
+        None => None,
+    };
+    if let Some(f) = &o.tls {
+        f.check().map_err(std::io::Error::other)?;
+    }
     // The cluster secret (docs/design/cluster-auth.md): the one given by the environment, else
     // a fresh one. The control plane here and every node spawned below prove it on connect.
     let secret = match crate::auth::ClusterSecret::load(None) {
@@ -340,6 +388,16 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
             Some(p) => cmd.env(REQUIREPASS_ENV, p),
             None => cmd.env_remove(REQUIREPASS_ENV),
         };
+        match &o.tls {
+            Some(t) => cmd
+                .env(TLS_CERT_ENV, &t.cert)
+                .env(TLS_KEY_ENV, &t.key)
+                .env(TLS_CA_ENV, &t.ca),
+            None => cmd
+                .env_remove(TLS_CERT_ENV)
+                .env_remove(TLS_KEY_ENV)
+                .env_remove(TLS_CA_ENV),
+        };
         let child = cmd.spawn()?;
         println!("node {} pid {} port {port}", i + 1, child.id());
         children.push(child);
@@ -371,7 +429,7 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
                 let want = format!("cluster_current_epoch:{}\r\n", map.epoch.0);
                 let mut all = true;
                 for a in &addrs {
-                    match cluster_info(*a, o.requirepass.as_deref()).await {
+                    match cluster_info(*a, o.requirepass.as_deref(), tls.as_ref()).await {
                         Some(i) if i.starts_with("cluster_state:ok") && i.contains(&want) => {}
                         _ => {
                             all = false;

@@ -40,6 +40,7 @@ pub mod node;
 pub mod resolve;
 pub mod resp;
 pub mod store;
+pub mod tls;
 pub mod transport;
 pub mod wire;
 

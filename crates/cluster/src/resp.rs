@@ -41,7 +41,7 @@ use ringlet_types::{key_slot, limits, MemgestId, MemgestKind, NodeId, Slot};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// How long a command keeps retrying definite refusals (failover, rebuild, back-pressure)
@@ -85,15 +85,32 @@ pub struct Front {
     /// given the same one (`ringlet up` passes its own to the nodes it starts), and a node
     /// uses it for its own RESP calls to peers (ambiguity resolution).
     requirepass: Option<Vec<u8>>,
+    /// With TLS on the client port (docs/design/cluster-tls.md): how this node reaches other
+    /// nodes' client ports (ambiguity resolution).
+    tls_connector: Option<tokio_rustls::TlsConnector>,
 }
 
-/// Serve RESP clients on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, node: ClusterNode, requirepass: Option<String>) {
+/// TLS of the client port: the server side, and the client side for calls to other nodes.
+#[derive(Clone)]
+pub struct ClientTls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub connector: tokio_rustls::TlsConnector,
+}
+
+/// Serve RESP clients on `listener` until the task is dropped (over TLS only, if `tls`).
+pub async fn serve(
+    listener: TcpListener,
+    node: ClusterNode,
+    requirepass: Option<String>,
+    tls: Option<ClientTls>,
+) {
     let front = Arc::new(Front {
         node,
         locks: Mutex::new(HashMap::new()),
         requirepass: requirepass.map(String::into_bytes),
+        tls_connector: tls.as_ref().map(|t| t.connector.clone()),
     });
+    let acceptor = tls.map(|t| t.acceptor);
     let open = Arc::new(std::sync::atomic::AtomicU32::new(0));
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
@@ -112,8 +129,26 @@ pub async fn serve(listener: TcpListener, node: ClusterNode, requirepass: Option
         open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let f = front.clone();
         let open = open.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let _ = f.connection(stream).await;
+            match acceptor {
+                None => {
+                    let _ = f.connection(stream).await;
+                }
+                Some(acceptor) => {
+                    // RESP only over TLS (the native protocol has no TLS client yet). A client
+                    // that does not finish the handshake in time is dropped.
+                    let _ = stream.set_nodelay(true);
+                    let hs = tokio::time::timeout(
+                        crate::tls::HANDSHAKE_TIMEOUT,
+                        acceptor.accept(stream),
+                    )
+                    .await;
+                    if let Ok(Ok(tls)) = hs {
+                        let _ = f.resp_connection(tls).await;
+                    }
+                }
+            }
             open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
@@ -122,9 +157,13 @@ pub async fn serve(listener: TcpListener, node: ClusterNode, requirepass: Option
 /// Write the buffered replies once they pass [`OUT_FLUSH_BYTES`]: the connection then waits
 /// for the client to read (TCP back-pressure) instead of buffering without bound. A large
 /// buffer is given back after use.
-async fn flush_if_large(stream: &mut TcpStream, out: &mut Vec<u8>) -> std::io::Result<()> {
+async fn flush_if_large<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
     if out.len() >= OUT_FLUSH_BYTES {
         stream.write_all(out).await?;
+        stream.flush().await?;
         out.clear();
         if out.capacity() > 4 * OUT_FLUSH_BYTES {
             *out = Vec::with_capacity(16 * 1024);
@@ -146,18 +185,28 @@ fn shrink_idle(b: &mut Vec<u8>) {
     }
 }
 
-/// One read appended to `buf`, reserving room only once bytes are waiting (an idle
-/// connection reserves nothing). `Ok(0)` is end of stream.
-async fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-    loop {
-        stream.readable().await?;
-        buf.reserve(READ_CHUNK_BYTES);
-        match stream.try_read_buf(buf) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
+/// Bytes one read takes while the buffer has no room reserved: held in the connection's task,
+/// so an idle connection costs this, not a heap buffer.
+const SMALL_READ_BYTES: usize = 4096;
+
+/// One read appended to `buf`. `Ok(0)` is end of stream. While the buffer has little room the
+/// read goes through a small array in the task (an idle connection reserves nothing); once a
+/// read fills it, more is likely on its way and room is reserved for the next read to land in
+/// the buffer directly. Works on TCP and TLS streams alike.
+async fn read_some<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    if buf.capacity() - buf.len() >= SMALL_READ_BYTES {
+        return stream.read_buf(buf).await;
     }
+    let mut small = [0u8; SMALL_READ_BYTES];
+    let n = stream.read(&mut small).await?;
+    buf.extend_from_slice(&small[..n]);
+    if n == SMALL_READ_BYTES {
+        buf.reserve(READ_CHUNK_BYTES);
+    }
+    Ok(n)
 }
 
 fn err(s: impl Into<Vec<u8>>) -> Reply {
@@ -169,13 +218,21 @@ fn hex_id(n: NodeId) -> String {
 }
 
 impl Front {
-    async fn connection(self: Arc<Self>, mut stream: TcpStream) -> std::io::Result<()> {
+    async fn connection(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
         // Native frames (first byte 0xA5, docs/protocol.md §2.5) go to the native front.
         let mut first = [0u8; 1];
         if stream.peek(&mut first).await? == 1 && ringlet_codec::native::is_native(first[0]) {
             return crate::native::connection(self.clone(), stream).await;
         }
         let _ = stream.set_nodelay(true);
+        self.resp_connection(stream).await
+    }
+
+    /// A RESP connection over any stream (plain TCP, or TLS once the handshake is done).
+    async fn resp_connection<S: AsyncRead + AsyncWrite + Unpin + Send>(
+        self: Arc<Self>,
+        mut stream: S,
+    ) -> std::io::Result<()> {
         // Both buffers start empty and grow with the bytes that actually arrive (reads wait
         // for readiness before reserving room), and large ones are given back once drained:
         // an idle connection holds at most IDLE_BUFFER_BYTES of each.
@@ -245,6 +302,7 @@ impl Front {
                 flush_if_large(&mut stream, &mut out).await?;
                 if quit {
                     stream.write_all(&out).await?;
+                    stream.flush().await?;
                     return Ok(());
                 }
             }
@@ -253,11 +311,14 @@ impl Front {
                 msg.extend_from_slice(e.as_bytes());
                 err(msg).encode(proto, &mut out);
                 stream.write_all(&out).await?;
+                stream.flush().await?;
                 return Ok(());
             }
             buf.drain(..used);
             if !out.is_empty() {
+                // flush: a TLS stream holds records back until asked (TCP: a no-op).
                 stream.write_all(&out).await?;
+                stream.flush().await?;
                 out.clear();
             }
             shrink_idle(&mut buf);
@@ -410,8 +471,16 @@ impl Front {
             }
             let addr = map.nodes.get(&c).and_then(|n| client_addr(&n.addr))?;
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, remote_get(addr, key, self.requirepass.as_deref()))
-                .await
+            match tokio::time::timeout(
+                left,
+                remote_get(
+                    addr,
+                    key,
+                    self.requirepass.as_deref(),
+                    self.tls_connector.as_ref(),
+                ),
+            )
+            .await
             {
                 Ok(Some(Reply::Bulk(v))) => return Some(Some(v)),
                 Ok(Some(Reply::Null)) => return Some(None),
@@ -1238,21 +1307,36 @@ pub fn memgest_info_text(r: &MemgestReport) -> String {
     s
 }
 
-/// One GET over RESP to another node (ambiguity resolution).
+/// One GET over RESP to another node (ambiguity resolution), over TLS where the client
+/// ports use it.
 async fn remote_get(
     addr: std::net::SocketAddr,
     key: &[u8],
     password: Option<&[u8]>,
+    tls: Option<&tokio_rustls::TlsConnector>,
 ) -> Option<Reply> {
-    let mut s = TcpStream::connect(addr).await.ok()?;
+    match tls {
+        None => remote_get_on(TcpStream::connect(addr).await.ok()?, key, password).await,
+        Some(c) => {
+            let s = crate::tls::connect(c, addr).await.ok()?;
+            remote_get_on(s, key, password).await
+        }
+    }
+}
+
+async fn remote_get_on<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    key: &[u8],
+    password: Option<&[u8]>,
+) -> Option<Reply> {
     let mut out = Vec::new();
     if let Some(p) = password {
         ringlet_codec::resp::encode_request(&mut out, &[b"AUTH", p]);
     }
     ringlet_codec::resp::encode_request(&mut out, &[b"GET", key]);
     s.write_all(&out).await.ok()?;
+    s.flush().await.ok()?;
     let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 16 * 1024];
     let mut skip_auth_reply = password.is_some();
     loop {
         if let Ok(Some((r, n))) = ringlet_codec::resp::decode_reply(&buf) {
@@ -1269,11 +1353,9 @@ async fn remote_get(
         if buf.len() > limits::RESP_BULK_BYTES_MAX as usize + 64 {
             return None;
         }
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
+        if read_some(&mut s, &mut buf).await.ok()? == 0 {
             return None;
         }
-        buf.extend_from_slice(&chunk[..n]);
     }
 }
 

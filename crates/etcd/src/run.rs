@@ -44,6 +44,8 @@ pub struct EtcdNodeOpts {
     pub connect_timeout: Duration,
     /// The `default` user's password on the client port (the same on every node).
     pub requirepass: Option<String>,
+    /// TLS on the client port (docs/design/cluster-tls.md).
+    pub tls: Option<ringlet_cluster::tls::TlsFiles>,
 }
 
 /// A running etcd-mode process.
@@ -146,6 +148,7 @@ pub async fn run_node_etcd(o: &EtcdNodeOpts) -> Result<EtcdNode, EtcdError> {
         lease_ms: lease.ttl_ms(),
         memory_bytes: o.memory_bytes,
         requirepass: o.requirepass.clone(),
+        tls: o.tls.clone(),
     })
     .await?;
     Ok(EtcdNode {

@@ -109,6 +109,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 node_args: launch::ringlet_cluster_node_args,
                 requirepass: std::env::var(launch::REQUIREPASS_ENV).ok(),
                 pg: None,
+                tls: None,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }
@@ -144,6 +145,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 lease_ms,
                 memory_bytes,
                 requirepass: std::env::var(launch::REQUIREPASS_ENV).ok(),
+                tls: None,
             };
             rt.block_on(async {
                 let (node, addr) = launch::run_node(&o).await.map_err(|e| e.to_string())?;

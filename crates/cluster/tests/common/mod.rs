@@ -657,6 +657,7 @@ pub fn in_process(n: u32, s: u8, d: u8, lease_ms: u64) -> InProcess {
                 lease_ms,
                 memory_bytes: 64 << 20,
                 requirepass: None,
+                tls: None,
             }))
             .unwrap();
         nodes.push(node);

@@ -1,0 +1,223 @@
+//! TLS on a cluster's client ports (issue 10; docs/design/cluster-tls.md), with a throwaway
+//! CA made here by rcgen: `ringlet up --nodes 3 --tls-cert-file --tls-key-file
+//! --tls-ca-cert-file` comes up (its readiness probes speak TLS), `redis-cli --tls` and
+//! redis-py `RedisCluster(ssl=True)` work against it, a plaintext client gets nothing, a
+//! client that does not trust the CA fails the handshake, and incomplete or bad TLS flags are
+//! refused at start.
+
+mod common;
+
+use common::{free_base, have_redis_py};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// ca.pem, node.pem (for 127.0.0.1 and localhost, signed by the CA) and node.key in a fresh
+/// directory; plus other-ca.pem, a CA that signed nothing here.
+fn make_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
+    let ca_of = |name: &str| {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = p.self_signed(&key).unwrap();
+        (cert, key)
+    };
+    let (ca, ca_key) = ca_of("ringlet test CA");
+    let (other, _) = ca_of("some other CA");
+    let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    p.subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    p.distinguished_name
+        .push(DnType::CommonName, "ringlet node");
+    let key = KeyPair::generate().unwrap();
+    let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("node.pem"),
+        dir.join("node.key"),
+        dir.join("other-ca.pem"),
+    );
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    std::fs::write(&paths.3, other.pem()).unwrap();
+    (paths.0, paths.1, paths.2, paths.3)
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ringlet-tls-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn cluster_serves_resp_over_tls_only() {
+    let dir = tmpdir("up");
+    let (ca, cert, key, other_ca) = make_certs(&dir);
+    let base = free_base(5);
+    let b = base.to_string();
+    let up = common::up(&[
+        "up",
+        "--nodes",
+        "3",
+        "--spares",
+        "1",
+        "--port",
+        &b,
+        "--default-memgest",
+        "rep:3",
+        "--memory-mb",
+        "64",
+        "--tls-cert-file",
+        s(&cert),
+        "--tls-key-file",
+        s(&key),
+        "--tls-ca-cert-file",
+        s(&ca),
+    ]);
+    for port in base..base + 4 {
+        // Plaintext gets no reply: the node waits for a ClientHello, then drops it.
+        let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        t.write_all(b"PING\r\n").unwrap();
+        let mut got = Vec::new();
+        let _ = t.read_to_end(&mut got);
+        assert!(
+            !String::from_utf8_lossy(&got).contains("PONG"),
+            "plaintext answered on port {port}: {got:?}"
+        );
+        // redis-cli over TLS, trusting the CA.
+        let out = Command::new("redis-cli")
+            .args(["--tls", "--cacert", s(&ca), "-p", &port.to_string(), "PING"])
+            .output()
+            .expect("redis-cli (scripts/setup.sh installs it)");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "PONG",
+            "port {port}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A client that trusts another CA fails the handshake.
+        let out = Command::new("redis-cli")
+            .args([
+                "--tls",
+                "--cacert",
+                s(&other_ca),
+                "-p",
+                &port.to_string(),
+                "PING",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("PONG"),
+            "a client trusting another CA got an answer"
+        );
+    }
+    // redis-cli in cluster mode follows MOVED over TLS.
+    for i in 0..20 {
+        let out = Command::new("redis-cli")
+            .args(["--tls", "--cacert", s(&ca), "-c", "-p", &b])
+            .args(["SET", &format!("cli:{i}"), &format!("v{i}")])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    }
+    if have_redis_py() {
+        let script = format!(
+            r#"
+import redis, redis.cluster, sys
+rc = redis.cluster.RedisCluster(host="127.0.0.1", port={base}, ssl=True,
+                                ssl_ca_certs="{ca}")
+for i in range(300):
+    rc.set(f"k{{i}}", f"v{{i}}", ex=100)
+assert all(rc.get(f"k{{i}}") == f"v{{i}}".encode() for i in range(300))
+assert all(rc.get(f"cli:{{i}}") == f"v{{i}}".encode() for i in range(20))
+assert rc.mget_nonatomic([f"k{{i}}" for i in range(50)]) == [f"v{{i}}".encode() for i in range(50)]
+big = b"x" * (4 << 20)
+rc.set("big", big)
+assert rc.get("big") == big
+print("ok", len(rc.get_nodes()), "nodes over TLS")
+"#,
+            ca = s(&ca)
+        );
+        let out = Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    drop(up);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn incomplete_or_bad_tls_flags_are_refused() {
+    let dir = tmpdir("flags");
+    let (ca, cert, key, _) = make_certs(&dir);
+    let garbage = dir.join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate").unwrap();
+    let base = free_base(5).to_string();
+    let up = ["up", "--nodes", "3", "--port", &base];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        // Only two of the three files.
+        (
+            [
+                &up[..],
+                &["--tls-cert-file", s(&cert), "--tls-key-file", s(&key)],
+            ]
+            .concat(),
+            "--tls-ca-cert-file",
+        ),
+        // A file without a certificate, named in the error.
+        (
+            [
+                &up[..],
+                &["--tls-cert-file", s(&garbage), "--tls-key-file", s(&key)],
+                &["--tls-ca-cert-file", s(&ca)],
+            ]
+            .concat(),
+            "garbage.pem",
+        ),
+        // The single node has no TLS listener: refused, not served in plaintext.
+        (
+            vec![
+                "server",
+                "--port",
+                "0",
+                "--tls-cert-file",
+                s(&cert),
+                "--tls-key-file",
+                s(&key),
+                "--tls-ca-cert-file",
+                s(&ca),
+            ],
+            "cluster mode only",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
