@@ -29,6 +29,7 @@
 //! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
 //! as Redis), transactions.
 
+mod clients;
 mod keyspace;
 
 use crate::control::{FromControl, ToControl};
@@ -88,6 +89,8 @@ pub struct Front {
     /// With TLS on the client port (docs/design/cluster-tls.md): how this node reaches other
     /// nodes' client ports (ambiguity resolution).
     tls_connector: Option<tokio_rustls::TlsConnector>,
+    /// This node's RESP connections (CLIENT ID/LIST/INFO/SETNAME).
+    clients: clients::Clients,
 }
 
 /// TLS of the client port: the server side, and the client side for calls to other nodes.
@@ -109,6 +112,7 @@ pub async fn serve(
         locks: Mutex::new(HashMap::new()),
         requirepass: requirepass.map(String::into_bytes),
         tls_connector: tls.as_ref().map(|t| t.connector.clone()),
+        clients: clients::Clients::default(),
     });
     let acceptor = tls.map(|t| t.acceptor);
     let open = Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -139,13 +143,17 @@ pub async fn serve(
                     // RESP only over TLS (the native protocol has no TLS client yet). A client
                     // that does not finish the handshake in time is dropped.
                     let _ = stream.set_nodelay(true);
+                    let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
+                        open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        return;
+                    };
                     let hs = tokio::time::timeout(
                         crate::tls::HANDSHAKE_TIMEOUT,
                         acceptor.accept(stream),
                     )
                     .await;
                     if let Ok(Ok(tls)) = hs {
-                        let _ = f.resp_connection(tls).await;
+                        let _ = f.resp_connection(tls, addr, laddr).await;
                     }
                 }
             }
@@ -225,17 +233,22 @@ impl Front {
             return crate::native::connection(self.clone(), stream).await;
         }
         let _ = stream.set_nodelay(true);
-        self.resp_connection(stream).await
+        let (addr, laddr) = (stream.peer_addr()?, stream.local_addr()?);
+        self.resp_connection(stream, addr, laddr).await
     }
 
     /// A RESP connection over any stream (plain TCP, or TLS once the handshake is done).
     async fn resp_connection<S: AsyncRead + AsyncWrite + Unpin + Send>(
         self: Arc<Self>,
         mut stream: S,
+        addr: std::net::SocketAddr,
+        laddr: std::net::SocketAddr,
     ) -> std::io::Result<()> {
-        // Both buffers start empty and grow with the bytes that actually arrive (reads wait
-        // for readiness before reserving room), and large ones are given back once drained:
-        // an idle connection holds at most IDLE_BUFFER_BYTES of each.
+        let registered = self.clients.register(addr, laddr);
+        let conn = registered.conn.clone();
+        // Both buffers start empty and grow with the bytes that actually arrive (`read_some`
+        // reserves room only once a read filled its small array), and large ones are given
+        // back once drained: an idle connection holds at most IDLE_BUFFER_BYTES of each.
         let mut buf: Vec<u8> = Vec::new();
         let mut out: Vec<u8> = Vec::new();
         let mut dec = RequestDecoder::new();
@@ -296,7 +309,7 @@ impl Front {
                 let argv = &batch[i];
                 i += 1;
                 let quit = argv[0].eq_ignore_ascii_case(b"quit");
-                let reply = self.command(argv, &mut proto, &mut authed).await;
+                let reply = self.command(argv, &mut proto, &mut authed, &conn).await;
                 reply.encode(proto, &mut out);
                 drop(reply);
                 flush_if_large(&mut stream, &mut out).await?;
@@ -557,8 +570,15 @@ impl Front {
         Ok(())
     }
 
-    async fn command(&self, argv: &[Vec<u8>], proto: &mut Proto, authed: &mut bool) -> Reply {
-        match self.command_inner(argv, proto, authed).await {
+    async fn command(
+        &self,
+        argv: &[Vec<u8>],
+        proto: &mut Proto,
+        authed: &mut bool,
+        conn: &clients::Conn,
+    ) -> Reply {
+        conn.touch(argv);
+        match self.command_inner(argv, proto, authed, conn).await {
             Ok(r) | Err(r) => r,
         }
     }
@@ -578,6 +598,7 @@ impl Front {
         argv: &[Vec<u8>],
         proto: &mut Proto,
         authed: &mut bool,
+        conn: &clients::Conn,
     ) -> Result<Reply, Reply> {
         let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
         // Redis: before AUTH only AUTH, HELLO (with AUTH) and QUIT run.
@@ -641,6 +662,7 @@ impl Front {
                 };
                 // HELLO [ver] [AUTH user pass] [SETNAME name]
                 let mut j = next;
+                let mut setname = None;
                 while j < argv.len() {
                     let opt = a(j).to_ascii_lowercase();
                     if opt == b"auth" && j + 2 < argv.len() {
@@ -650,6 +672,7 @@ impl Front {
                         *authed = true;
                         j += 3;
                     } else if opt == b"setname" && j + 1 < argv.len() {
+                        setname = Some(j + 1);
                         j += 2;
                     } else {
                         return Err(err(format!(
@@ -666,22 +689,31 @@ impl Front {
                          same time",
                     ));
                 }
+                if let Some(i) = setname {
+                    conn.set_name(a(i))?;
+                }
                 match a(1) {
                     b"3" => *proto = Proto::Resp3,
                     b"2" => *proto = Proto::Resp2,
                     _ => {}
                 }
+                let v = if *proto == Proto::Resp3 { 3 } else { 2 };
+                conn.resp.store(v, std::sync::atomic::Ordering::Relaxed);
+                // The single node's identity and fields (crates/server), in cluster mode.
                 Ok(Reply::Map(vec![
-                    (Reply::bulk("server"), Reply::bulk("redis")),
-                    (Reply::bulk("version"), Reply::bulk("7.2.0")),
+                    (Reply::bulk("server"), Reply::bulk("ringlet")),
                     (
-                        Reply::bulk("proto"),
-                        Reply::Integer(if *proto == Proto::Resp3 { 3 } else { 2 }),
+                        Reply::bulk("version"),
+                        Reply::bulk(ringlet_server::cmd::connection::REDIS_COMPAT_VERSION),
                     ),
+                    (Reply::bulk("proto"), Reply::Integer(i64::from(v))),
+                    (Reply::bulk("id"), Reply::Integer(conn.id as i64)),
                     (Reply::bulk("mode"), Reply::bulk("cluster")),
+                    (Reply::bulk("role"), Reply::bulk("master")),
+                    (Reply::bulk("modules"), Reply::Array(vec![])),
                 ]))
             }
-            "client" => Ok(Reply::ok()),
+            "client" => clients::client(&self.clients, conn, argv),
             "command" => Ok(command_reply(argv)),
             "info" => Ok(Reply::Bulk(self.info().into_bytes())),
             "cluster" => self.cluster(argv),

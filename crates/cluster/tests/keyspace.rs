@@ -203,3 +203,106 @@ fn keys_scan_dbsize_flushall_are_per_node() {
         assert_eq!(cluster_call(&mut c, &[b"GET", k]), Reply::Null);
     }
 }
+
+/// CLIENT on a cluster node answers per connection and per node, as Redis does (it used to
+/// answer OK to every subcommand); what it cannot honour is refused, not ignored.
+#[test]
+fn client_commands_are_per_connection() {
+    let cl = common::start(3, 0, &[]);
+    let addr = cl.addrs()[0];
+    let c = |v: &[&str]| v.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut a = common::Conn::open(addr).unwrap();
+    let mut b = common::Conn::open(addr).unwrap();
+    let ra = a
+        .pipeline(&[
+            c(&["CLIENT", "ID"]),
+            c(&["CLIENT", "GETNAME"]),
+            c(&["CLIENT", "SETNAME", "alpha"]),
+            c(&["CLIENT", "GETNAME"]),
+            c(&["CLIENT", "SETNAME", "has space"]),
+            c(&["CLIENT", "SETINFO", "LIB-NAME", "redis-py"]),
+            c(&["CLIENT", "KILL", "ID", "1"]),
+            c(&["CLIENT", "NOPE"]),
+            c(&["CLIENT", "INFO"]),
+        ])
+        .unwrap();
+    let Reply::Integer(id_a) = ra[0] else {
+        panic!("CLIENT ID: {:?}", ra[0])
+    };
+    assert_eq!(ra[1], Reply::Null);
+    assert_eq!(ra[2], Reply::ok());
+    assert_eq!(ra[3], Reply::Bulk(b"alpha".to_vec()));
+    let e = |r: &Reply| match r {
+        Reply::Error(e) => String::from_utf8_lossy(e).into_owned(),
+        other => panic!("expected an error, got {other:?}"),
+    };
+    assert_eq!(
+        e(&ra[4]),
+        "ERR Client names cannot contain spaces, newlines or special characters."
+    );
+    assert_eq!(ra[5], Reply::ok());
+    assert!(
+        e(&ra[6]).contains("not supported in cluster mode"),
+        "{:?}",
+        ra[6]
+    );
+    assert_eq!(e(&ra[7]), "ERR unknown subcommand 'NOPE'. Try CLIENT HELP.");
+    let (Reply::Bulk(info) | Reply::Verbatim { text: info, .. }) = &ra[8] else {
+        panic!("CLIENT INFO: {:?}", ra[8])
+    };
+    let info = String::from_utf8_lossy(info);
+    assert!(info.starts_with(&format!("id={id_a} ")), "{info}");
+    assert!(
+        info.contains(" name=alpha ") && info.contains(" cmd=client|info "),
+        "{info}"
+    );
+    // HELLO SETNAME names the connection and reports its id.
+    let rb = b
+        .pipeline(&[
+            c(&["HELLO", "3", "SETNAME", "beta"]),
+            c(&["CLIENT", "ID"]),
+            c(&["CLIENT", "LIST"]),
+            c(&["CLIENT", "LIST", "ID", &id_a.to_string()]),
+            c(&["CLIENT", "LIST", "TYPE", "pubsub"]),
+        ])
+        .unwrap();
+    let Reply::Map(hello) = &rb[0] else {
+        panic!("HELLO: {:?}", rb[0])
+    };
+    let id_b = hello
+        .iter()
+        .find(|(k, _)| *k == Reply::Bulk(b"id".to_vec()))
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert_eq!(id_b, rb[1]);
+    assert_ne!(id_b, Reply::Integer(id_a));
+    let text = |r: &Reply| match r {
+        Reply::Bulk(b) | Reply::Verbatim { text: b, .. } => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    let all = text(&rb[2]);
+    assert!(all.lines().any(|l| l.contains(" name=alpha ")), "{all}");
+    assert!(
+        all.lines()
+            .any(|l| l.contains(" name=beta ") && l.ends_with(" resp=3")),
+        "{all}"
+    );
+    let one = text(&rb[3]);
+    assert_eq!(one.lines().count(), 1, "{one}");
+    assert!(one.starts_with(&format!("id={id_a} ")), "{one}");
+    assert_eq!(text(&rb[4]), "");
+    // A closed connection leaves the list.
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = b.pipeline(&[c(&["CLIENT", "LIST"])]).unwrap();
+        if !text(&r[0]).contains(" name=alpha ") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a closed connection stayed listed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

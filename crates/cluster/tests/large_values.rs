@@ -41,15 +41,27 @@ fn max_size_values_cause_no_failover() {
         Res::Io => panic!("SET first: transport failure"),
     }
     let epoch0 = cl.map().epoch;
+    let mut took = Vec::new();
     for i in 0..VALUES {
         let k = format!("big:{i}");
         let deadline = Instant::now() + Duration::from_secs(120);
         let cmd = vec![b"SET".to_vec(), k.clone().into_bytes(), value(i)];
+        let t = Instant::now();
         match c.call(cmd, true, deadline) {
             Res::Ok(r) => assert_eq!(r, Reply::ok(), "SET {k}"),
             Res::Io => panic!("SET {k}: transport failure"),
         }
+        took.push(t.elapsed());
     }
+    // Printed for BENCHMARKS.md, never asserted (timing does not belong in tests).
+    took.sort();
+    eprintln!(
+        "{VALUES} SETs of {} MiB to rep:3: median {:?}, min {:?}, max {:?}",
+        ringlet_types::limits::VALUE_BYTES_MAX >> 20,
+        took[took.len() / 2],
+        took[0],
+        took[took.len() - 1]
+    );
     for i in 0..VALUES {
         let k = format!("big:{i}");
         let deadline = Instant::now() + Duration::from_secs(120);

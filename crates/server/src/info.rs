@@ -22,14 +22,11 @@ pub fn client_line(c: &ClientState, now_ms: u64) -> String {
         i => table().commands.get(i as usize).map_or("NULL", |c| c.name),
     };
     let name = c.name.lock();
-    format!(
-        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 \
-         multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
-         tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+    crate::cmd::connection::client_line_text(
         c.id,
         c.addr,
         c.laddr,
-        String::from_utf8_lossy(&name),
+        &name,
         age,
         idle,
         cmd,

@@ -210,20 +210,20 @@ pub enum Res {
     Io,
 }
 
-struct Conn {
+pub struct Conn {
     s: TcpStream,
     buf: Vec<u8>,
 }
 
 impl Conn {
-    fn open(a: SocketAddr) -> Option<Conn> {
+    pub fn open(a: SocketAddr) -> Option<Conn> {
         let s = TcpStream::connect_timeout(&a, Duration::from_millis(300)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         s.set_nodelay(true).ok()?;
         Some(Conn { s, buf: Vec::new() })
     }
     /// Send all `cmds` pipelined, read all replies.
-    fn pipeline(&mut self, cmds: &[Vec<Vec<u8>>]) -> Option<Vec<Reply>> {
+    pub fn pipeline(&mut self, cmds: &[Vec<Vec<u8>>]) -> Option<Vec<Reply>> {
         let mut out = Vec::new();
         for c in cmds {
             let a: Vec<&[u8]> = c.iter().map(|x| &x[..]).collect();

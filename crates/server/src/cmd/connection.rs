@@ -166,8 +166,35 @@ pub fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     ])
 }
 
+/// One CLIENT LIST / CLIENT INFO line in Redis 7.0's field order; fields Ringlet has no
+/// notion of (pub/sub, MULTI, buffer sizes) carry Redis's idle values. Shared with the
+/// cluster front (crates/cluster/src/resp/clients.rs).
+#[allow(clippy::too_many_arguments)]
+pub fn client_line_text(
+    id: u64,
+    addr: std::net::SocketAddr,
+    laddr: std::net::SocketAddr,
+    name: &[u8],
+    age_s: u64,
+    idle_s: u64,
+    cmd: &str,
+    resp: u8,
+) -> String {
+    format!(
+        "id={id} addr={addr} laddr={laddr} fd=0 name={} age={age_s} idle={idle_s} flags=N db=0 \
+         sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 \
+         obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default redir=-1 resp={resp}",
+        String::from_utf8_lossy(name),
+    )
+}
+
+/// Whether `name` is a legal client name (Redis: printable, no spaces).
+pub fn client_name_ok(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
 fn set_name(ctx: &mut Ctx<'_>, name: &[u8]) -> Result<(), Reply> {
-    if name.iter().any(|&c| !(b'!'..=b'~').contains(&c)) {
+    if !client_name_ok(name) {
         return Err(Reply::err(
             "ERR Client names cannot contain spaces, newlines or special characters.",
         ));

@@ -1,0 +1,265 @@
+//! CLIENT on a cluster node: each node keeps a registry of its RESP connections, so CLIENT
+//! ID / SETNAME / GETNAME / INFO / LIST / SETINFO answer as Redis does, per node (as in a
+//! Redis Cluster, where every node lists its own clients). Before, every CLIENT subcommand
+//! answered OK, so CLIENT GETNAME or CLIENT ID returned a wrong type and nothing was listed.
+//! Subcommands that change how the server treats a connection (KILL, PAUSE, REPLY,
+//! TRACKING, NO-EVICT, NO-TOUCH, ...) are refused with an error naming them rather than
+//! accepted and ignored. The line format is the single node's
+//! (`ringlet_server::cmd::connection::client_line_text`).
+
+use super::err;
+use parking_lot::Mutex;
+use ringlet_codec::resp::Reply;
+use ringlet_server::cmd::connection::{client_line_text, client_name_ok};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One RESP connection of this node.
+pub(super) struct Conn {
+    pub id: u64,
+    addr: SocketAddr,
+    laddr: SocketAddr,
+    created: Instant,
+    /// ms since `created` at the last command (for `idle=`).
+    last_ms: AtomicU64,
+    /// Lower-case name of the last command (for `cmd=`); at most a command name's length.
+    last_cmd: Mutex<String>,
+    name: Mutex<Vec<u8>>,
+    pub resp: AtomicU8,
+}
+
+impl Conn {
+    /// Note a command about to run (CLIENT LIST shows the last one and the idle time).
+    pub fn touch(&self, argv: &[Vec<u8>]) {
+        self.last_ms
+            .store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let mut name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+        // Container commands show as `client|list`, as Redis 7 does.
+        if matches!(
+            name.as_str(),
+            "client" | "cluster" | "command" | "config" | "memgest"
+        ) {
+            if let Some(sub) = argv.get(1) {
+                name.push('|');
+                name.push_str(&String::from_utf8_lossy(sub).to_ascii_lowercase());
+            }
+        }
+        name.truncate(64);
+        *self.last_cmd.lock() = name;
+    }
+
+    pub fn set_name(&self, name: &[u8]) -> Result<(), Reply> {
+        if !client_name_ok(name) {
+            return Err(err(
+                "ERR Client names cannot contain spaces, newlines or special characters.",
+            ));
+        }
+        *self.name.lock() = name.to_vec();
+        Ok(())
+    }
+
+    fn line(&self) -> String {
+        let age = self.created.elapsed();
+        let idle_ms = (age.as_millis() as u64).saturating_sub(self.last_ms.load(Ordering::Relaxed));
+        let cmd = self.last_cmd.lock().clone();
+        client_line_text(
+            self.id,
+            self.addr,
+            self.laddr,
+            &self.name.lock(),
+            age.as_secs(),
+            idle_ms / 1000,
+            if cmd.is_empty() { "NULL" } else { &cmd },
+            self.resp.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The node's connections.
+#[derive(Default)]
+pub(super) struct Clients {
+    map: Mutex<BTreeMap<u64, Arc<Conn>>>,
+    next: AtomicU64,
+}
+
+/// Removes its connection from the registry when the connection ends.
+pub(super) struct Registered<'a> {
+    clients: &'a Clients,
+    pub conn: Arc<Conn>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.clients.map.lock().remove(&self.conn.id);
+    }
+}
+
+impl Clients {
+    /// Register a connection (bounded by the connection limit: the accept loop refuses past
+    /// `limits::CONNECTIONS_MAX`).
+    pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> Registered<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let conn = Arc::new(Conn {
+            id,
+            addr,
+            laddr,
+            created: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            last_cmd: Mutex::new(String::new()),
+            name: Mutex::new(Vec::new()),
+            resp: AtomicU8::new(2),
+        });
+        self.map.lock().insert(id, conn.clone());
+        Registered {
+            clients: self,
+            conn,
+        }
+    }
+}
+
+fn is(a: &[u8], s: &str) -> bool {
+    a.eq_ignore_ascii_case(s.as_bytes())
+}
+
+/// `CLIENT <subcommand> ...` for `conn`.
+pub(super) fn client(clients: &Clients, conn: &Conn, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+    let Some(sub) = argv.get(1) else {
+        return Err(err("ERR wrong number of arguments for 'client' command"));
+    };
+    let arity = |n: usize| -> Result<(), Reply> {
+        if argv.len() == n {
+            Ok(())
+        } else {
+            Err(err(format!(
+                "ERR wrong number of arguments for 'client|{}' command",
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            )))
+        }
+    };
+    // RESP3 gets a verbatim string (`=`), RESP2 a bulk string, as from Redis.
+    let verbatim = |s: String| Reply::Verbatim {
+        format: *b"txt",
+        text: s.into_bytes(),
+    };
+    match String::from_utf8_lossy(sub).to_ascii_lowercase().as_str() {
+        "id" => {
+            arity(2)?;
+            Ok(Reply::Integer(conn.id as i64))
+        }
+        "getname" => {
+            arity(2)?;
+            let name = conn.name.lock();
+            Ok(if name.is_empty() {
+                Reply::Null
+            } else {
+                Reply::Bulk(name.clone())
+            })
+        }
+        "setname" => {
+            arity(3)?;
+            conn.set_name(&argv[2])?;
+            Ok(Reply::ok())
+        }
+        "setinfo" => {
+            // Redis 7.2: LIB-NAME / LIB-VER, sent by redis-py and others on connect.
+            arity(4)?;
+            if !(is(&argv[2], "lib-name") || is(&argv[2], "lib-ver")) {
+                return Err(err(format!(
+                    "ERR Unrecognized option '{}'",
+                    String::from_utf8_lossy(&argv[2])
+                )));
+            }
+            if !client_name_ok(&argv[3]) {
+                return Err(err(format!(
+                    "ERR {} cannot contain spaces, newlines or special characters.",
+                    String::from_utf8_lossy(&argv[2]).to_ascii_lowercase()
+                )));
+            }
+            Ok(Reply::ok())
+        }
+        "info" => {
+            arity(2)?;
+            let mut line = conn.line();
+            line.push('\n');
+            Ok(verbatim(line))
+        }
+        "list" => {
+            let mut ids: Option<Vec<u64>> = None;
+            let mut normal = true;
+            if argv.len() == 4 && is(&argv[2], "type") {
+                let t = &argv[3];
+                if is(t, "normal") {
+                    normal = true;
+                } else if is(t, "master") || is(t, "replica") || is(t, "slave") || is(t, "pubsub") {
+                    normal = false;
+                } else {
+                    return Err(err(format!(
+                        "ERR Unknown client type '{}'",
+                        String::from_utf8_lossy(t)
+                    )));
+                }
+            } else if argv.len() > 3 && is(&argv[2], "id") {
+                let mut v = Vec::with_capacity((argv.len() - 3).min(1024));
+                for a in &argv[3..] {
+                    match std::str::from_utf8(a)
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                    {
+                        Some(n) if n > 0 => v.push(n),
+                        _ => return Err(err("ERR Invalid client ID")),
+                    }
+                }
+                ids = Some(v);
+            } else if argv.len() != 2 {
+                return Err(err("ERR syntax error"));
+            }
+            let mut out = String::new();
+            if normal {
+                // Copy the list first: formatting a line locks that connection's fields.
+                let conns: Vec<Arc<Conn>> = clients.map.lock().values().cloned().collect();
+                for c in conns {
+                    if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) {
+                        continue;
+                    }
+                    out.push_str(&c.line());
+                    out.push('\n');
+                }
+            }
+            Ok(verbatim(out))
+        }
+        "help" => Ok(Reply::Array(
+            [
+                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GETNAME",
+                "    Return the name of the current connection.",
+                "ID",
+                "    Return the ID of the current connection.",
+                "INFO",
+                "    Return information about the current client connection.",
+                "LIST [TYPE <normal|master|replica|pubsub>] [ID <id> [<id> ...]]",
+                "    Return information about client connections of this node.",
+                "SETINFO <LIB-NAME|LIB-VER> <value>",
+                "    Accepted, as Redis 7.2 does (clients send it on connect).",
+                "SETNAME <name>",
+                "    Assign the name <name> to the current connection.",
+                "HELP",
+                "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Reply::Simple(l.as_bytes().to_vec()))
+            .collect(),
+        )),
+        s @ ("kill" | "pause" | "unpause" | "reply" | "tracking" | "trackinginfo" | "getredir"
+        | "caching" | "no-evict" | "no-touch" | "unblock") => Err(err(format!(
+            "ERR CLIENT {} is not supported in cluster mode yet",
+            s.to_ascii_uppercase()
+        ))),
+        _ => Err(err(format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(sub)
+        ))),
+    }
+}
