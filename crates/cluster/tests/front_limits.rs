@@ -85,12 +85,25 @@ fn client_port_listen_backlog_is_at_least_511() {
 /// closed connection's slot is free again.
 #[test]
 fn the_connection_past_the_limit_gets_redis_error() {
+    // The nodes start with Debian's default soft limit of 1,024 open files (inherited from
+    // this process): they must raise it themselves to reach the client limit.
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct passed by pointer.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut r), 0);
+        r.rlim_cur = 1024.min(r.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &r), 0);
+    }
+    let cl = common::start(3, 0, &[]);
+    // This process needs as many sockets as the node accepts.
     let (fds, want) = ringlet_cluster::raise_fd_limit();
     assert!(
         fds >= want,
         "this test needs {want} open files (ulimit -Hn is {fds})"
     );
-    let cl = common::start(3, 0, &[]);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], cl.base));
     let max = ringlet_types::limits::CONNECTIONS_MAX as usize;
     let mut open = Vec::with_capacity(max);
