@@ -106,6 +106,7 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
         connect_timeout: ringlet_etcd::run::DEFAULT_CONNECT_TIMEOUT,
         requirepass: a.requirepass.clone(),
         tls: super::tls_files(&a.tls)?,
+        admin_port: a.admin_port,
     };
     let rt = super::cluster_runtime_threads(a.threads)?;
     rt.block_on(async {

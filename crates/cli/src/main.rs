@@ -415,12 +415,6 @@ fn check_cluster_flags(a: &NodeArgs, how: &str) -> Result<()> {
              run `ringlet server --shm-socket` for a single node"
         );
     }
-    if a.admin_port.is_some() {
-        anyhow::bail!(
-            "--admin-port: cluster nodes have no admin HTTP port yet ({how}); \
-             INFO and CLUSTER INFO over RESP give each node's figures"
-        );
-    }
     if !a.bind.is_loopback() {
         anyhow::bail!(
             "--bind {}: cluster mode listens on loopback only ({how}): peer links are \
@@ -452,6 +446,7 @@ fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
             memory_bytes: a.memory_mb.saturating_mul(1 << 20),
             requirepass: a.requirepass.clone(),
             tls: tls_files(&a.tls)?,
+            admin_port: a.admin_port,
         };
         let (node, addr) = ringlet_cluster::launch::run_node(&o)
             .await
@@ -475,6 +470,12 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         anyhow::bail!("ringlet up --nodes needs a base --port (nodes use consecutive ports)");
     }
     check_cluster_flags(&a.node, "ringlet up --nodes")?;
+    if a.node.admin_port.is_some() {
+        anyhow::bail!(
+            "--admin-port: with --nodes every node gets an admin port at its client port + \
+             10000 (/metrics); --no-admin turns them off"
+        );
+    }
     if a.node.threads != 0 {
         anyhow::bail!(
             "--threads: ringlet up --nodes starts its nodes with 2 worker threads each; \
@@ -498,6 +499,8 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         requirepass: a.node.requirepass.clone(),
         pg: a.pg.pg_data.map(|s| (s, a.pg.pg_redundant.unwrap_or(1))),
         tls: tls_files(&a.node.tls)?,
+        // As the single node's `up`: admin HTTP on port + 10000 unless --no-admin.
+        admin_offset: (!a.no_admin).then_some(10_000),
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
     eprintln!("ringlet: stopped");

@@ -58,6 +58,7 @@ async fn start_with(total: u32, active: usize) -> (InProcess, SocketAddr) {
             memory_bytes: 64 << 20,
             requirepass: None,
             tls: None,
+            admin_port: None,
         })
         .await
         .unwrap();

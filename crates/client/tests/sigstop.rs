@@ -42,6 +42,7 @@ fn child_node() {
             memory_bytes: 64 << 20,
             requirepass: None,
             tls: None,
+            admin_port: None,
         })
         .await
         .unwrap();
@@ -100,6 +101,7 @@ async fn quorum_reads_survive_a_stopped_replica() {
             memory_bytes: 64 << 20,
             requirepass: None,
             tls: None,
+            admin_port: None,
         })
         .await
         .unwrap();

@@ -65,6 +65,9 @@ pub struct NodeOpts {
     pub requirepass: Option<String>,
     /// TLS on the client port (docs/design/cluster-tls.md).
     pub tls: Option<crate::tls::TlsFiles>,
+    /// Admin HTTP port (`/metrics`, status; resp/admin.rs) on the bind address; 0 picks a
+    /// free port; None: none.
+    pub admin_port: Option<u16>,
 }
 
 /// Environment variables through which `up` gives its nodes the TLS files (the CLI's
@@ -133,12 +136,21 @@ pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)
             connector: f.connector().map_err(std::io::Error::other)?,
         }),
     };
+    let admin = match o.admin_port {
+        Some(p) => {
+            let l = crate::listen(SocketAddr::new(o.bind.ip(), p))?;
+            eprintln!("ringlet node {}: admin http on {}", o.id, l.local_addr()?);
+            Some(l)
+        }
+        None => None,
+    };
     let (node, _peer) = ClusterNode::start(cfg).await?;
     tokio::spawn(crate::resp::serve(
         listener,
         node.clone(),
         o.requirepass.clone(),
         tls,
+        admin,
     ));
     Ok((node, client_addr))
 }
@@ -180,6 +192,10 @@ pub struct UpOpts {
     pub pg: Option<(u8, u8)>,
     /// TLS on every node's client port (given to the nodes through [`TLS_CERT_ENV`] etc.).
     pub tls: Option<crate::tls::TlsFiles>,
+    /// Node i gets an admin HTTP port at its client port + this offset (`--admin-port` is
+    /// appended to its arguments: only for binaries whose node command takes it, i.e.
+    /// `ringlet server`); None: no admin ports.
+    pub admin_offset: Option<u16>,
 }
 
 /// Builds a node process's arguments from (node id, client port, control address, lease ms,
@@ -380,6 +396,11 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
             o.lease_ms,
             o.memory_bytes,
         );
+        let mut args = args;
+        if let Some(off) = o.admin_offset {
+            args.push("--admin-port".into());
+            args.push(port.saturating_add(off).to_string());
+        }
         let mut cmd = std::process::Command::new(&o.exe);
         cmd.args(&args)
             .env(crate::auth::SECRET_ENV, secret.to_hex())

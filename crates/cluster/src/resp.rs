@@ -29,6 +29,7 @@
 //! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
 //! as Redis), transactions.
 
+mod admin;
 mod clients;
 mod keyspace;
 
@@ -91,6 +92,8 @@ pub struct Front {
     tls_connector: Option<tokio_rustls::TlsConnector>,
     /// This node's RESP connections (CLIENT ID/LIST/INFO/SETNAME).
     clients: clients::Clients,
+    /// The admin port's Prometheus recorder (resp/admin.rs): this node's own.
+    recorder: metrics_exporter_prometheus::PrometheusRecorder,
 }
 
 /// TLS of the client port: the server side, and the client side for calls to other nodes.
@@ -106,6 +109,7 @@ pub async fn serve(
     node: ClusterNode,
     requirepass: Option<String>,
     tls: Option<ClientTls>,
+    admin: Option<TcpListener>,
 ) {
     let front = Arc::new(Front {
         node,
@@ -113,7 +117,11 @@ pub async fn serve(
         requirepass: requirepass.map(String::into_bytes),
         tls_connector: tls.as_ref().map(|t| t.connector.clone()),
         clients: clients::Clients::default(),
+        recorder: metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
     });
+    if let Some(l) = admin {
+        tokio::spawn(ringlet_server::admin::serve(l, front.clone()));
+    }
     let acceptor = tls.map(|t| t.acceptor);
     let open = Arc::new(std::sync::atomic::AtomicU32::new(0));
     loop {
@@ -1223,7 +1231,8 @@ impl Front {
         let stored = self.node.engine().lock().len();
         let own = self.owned_key_count();
         format!(
-            "# Server\r\nredis_version:7.2.0\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+            ringlet_server::cmd::connection::REDIS_COMPAT_VERSION,
             self.node.id(),
             map.map_or(0, |m| m.epoch.0),
             st.maps_applied.load(Relaxed),

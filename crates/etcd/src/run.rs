@@ -46,6 +46,8 @@ pub struct EtcdNodeOpts {
     pub requirepass: Option<String>,
     /// TLS on the client port (docs/design/cluster-tls.md).
     pub tls: Option<ringlet_cluster::tls::TlsFiles>,
+    /// Admin HTTP port (`/metrics`); None: none.
+    pub admin_port: Option<u16>,
 }
 
 /// A running etcd-mode process.
@@ -149,6 +151,7 @@ pub async fn run_node_etcd(o: &EtcdNodeOpts) -> Result<EtcdNode, EtcdError> {
         memory_bytes: o.memory_bytes,
         requirepass: o.requirepass.clone(),
         tls: o.tls.clone(),
+        admin_port: o.admin_port,
     })
     .await?;
     Ok(EtcdNode {

@@ -13,7 +13,6 @@
 use crate::shared::{Shared, Stats};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use std::net::TcpListener as StdListener;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,6 +25,30 @@ const ADMIN_CONNECTIONS_MAX: usize = 64;
 /// A client that has not sent its request head by then is dropped.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What an admin port serves: the single node (below) and cluster nodes
+/// (crates/cluster/src/admin.rs) each render their own figures.
+pub trait AdminPages: Send + Sync + 'static {
+    /// Prometheus text for `/metrics`.
+    fn metrics(&self) -> String;
+    /// Plain text for `/` and `/status`.
+    fn status(&self) -> String;
+}
+
+/// The single node's pages: its counters copied into its own recorder at scrape time.
+struct NodePages {
+    shared: Arc<Shared>,
+    recorder: PrometheusRecorder,
+}
+
+impl AdminPages for NodePages {
+    fn metrics(&self) -> String {
+        render_metrics(&self.shared, &self.recorder)
+    }
+    fn status(&self) -> String {
+        crate::info::render(&self.shared, &[], crate::shared::now_ms()).replace("\r\n", "\n")
+    }
+}
+
 /// Run the admin listener until shutdown (on its own thread and runtime).
 pub fn run(listener: StdListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -35,39 +58,43 @@ pub fn run(listener: StdListener, shared: Arc<Shared>, mut shutdown: watch::Rece
         tracing::error!("admin: cannot build runtime");
         return;
     };
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
-        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
-        let recorder = Rc::new(PrometheusBuilder::new().build_recorder());
-        let open = Rc::new(std::cell::Cell::new(0usize));
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => break,
-                r = listener.accept() => {
-                    let Ok((stream, _)) = r else {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    };
-                    if open.get() >= ADMIN_CONNECTIONS_MAX {
-                        continue; // dropped: closes the socket
-                    }
-                    open.set(open.get() + 1);
-                    let (shared, recorder, open) = (shared.clone(), recorder.clone(), open.clone());
-                    tokio::task::spawn_local(async move {
-                        let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &shared, &recorder)).await;
-                        open.set(open.get() - 1);
-                    });
-                }
-            }
+    let pages: Arc<dyn AdminPages> = Arc::new(NodePages {
+        shared,
+        recorder: PrometheusBuilder::new().build_recorder(),
+    });
+    rt.block_on(async move {
+        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+            return;
+        };
+        tokio::select! {
+            _ = shutdown.changed() => {}
+            _ = serve(listener, pages) => {}
         }
     });
 }
 
-async fn answer(
-    mut stream: tokio::net::TcpStream,
-    shared: &Shared,
-    recorder: &PrometheusRecorder,
-) -> std::io::Result<()> {
+/// Serve `pages` on `listener` (HTTP/1.1 GET, one request per connection) until the future
+/// is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, pages: Arc<dyn AdminPages>) {
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        if open.load(std::sync::atomic::Ordering::Relaxed) >= ADMIN_CONNECTIONS_MAX {
+            continue; // dropped: closes the socket
+        }
+        open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (pages, open) = (pages.clone(), open.clone());
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &*pages)).await;
+            open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+}
+
+async fn answer(mut stream: tokio::net::TcpStream, pages: &dyn AdminPages) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     // Bounded by REQUEST_HEAD_BYTES_MAX.
@@ -104,12 +131,11 @@ async fn answer(
     }
     match path {
         b"/metrics" => {
-            let body = render_metrics(shared, recorder);
+            let body = pages.metrics();
             respond(&mut stream, "200 OK", "text/plain; version=0.0.4", &body).await
         }
         b"/" | b"/status" => {
-            let body =
-                crate::info::render(shared, &[], crate::shared::now_ms()).replace("\r\n", "\n");
+            let body = pages.status();
             respond(&mut stream, "200 OK", "text/plain; charset=utf-8", &body).await
         }
         _ => respond(&mut stream, "404 Not Found", "text/plain", "not found\n").await,
@@ -132,7 +158,7 @@ async fn respond(
 }
 
 /// Copy the node's counters into its recorder and render the Prometheus text.
-pub fn render_metrics(shared: &Shared, recorder: &PrometheusRecorder) -> String {
+fn render_metrics(shared: &Shared, recorder: &PrometheusRecorder) -> String {
     let st = &shared.stats;
     let e = shared.db.lock().stats();
     metrics::with_local_recorder(recorder, || {

@@ -29,7 +29,7 @@
 //! - `ldouble`: INCRBYFLOAT in `long double`, as Redis computes it;
 //! - [`fuzz_support`]: the request path without sockets, for proptest and fuzzing.
 
-mod admin;
+pub mod admin;
 pub mod cmd;
 pub mod config;
 mod conn;

@@ -110,6 +110,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 requirepass: std::env::var(launch::REQUIREPASS_ENV).ok(),
                 pg: None,
                 tls: None,
+                admin_offset: None,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }
@@ -146,6 +147,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 memory_bytes,
                 requirepass: std::env::var(launch::REQUIREPASS_ENV).ok(),
                 tls: None,
+                admin_port: None,
             };
             rt.block_on(async {
                 let (node, addr) = launch::run_node(&o).await.map_err(|e| e.to_string())?;

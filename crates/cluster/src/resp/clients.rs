@@ -98,6 +98,11 @@ impl Drop for Registered<'_> {
 }
 
 impl Clients {
+    /// Connections open now.
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
     /// Register a connection (bounded by the connection limit: the accept loop refuses past
     /// `limits::CONNECTIONS_MAX`).
     pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> Registered<'_> {

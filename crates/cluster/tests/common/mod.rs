@@ -658,6 +658,7 @@ pub fn in_process(n: u32, s: u8, d: u8, lease_ms: u64) -> InProcess {
                 memory_bytes: 64 << 20,
                 requirepass: None,
                 tls: None,
+                admin_port: None,
             }))
             .unwrap();
         nodes.push(node);

@@ -25,6 +25,7 @@ fn parse() -> Result<EtcdNodeOpts, String> {
         connect_timeout: ringlet_etcd::run::DEFAULT_CONNECT_TIMEOUT,
         requirepass: std::env::var(ringlet_cluster::launch::REQUIREPASS_ENV).ok(),
         tls: None,
+        admin_port: None,
     };
     let (mut nodes, mut spares, mut memgest) = (None::<usize>, 0usize, None::<String>);
     let mut args = std::env::args().skip(1);
