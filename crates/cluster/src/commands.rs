@@ -107,34 +107,15 @@ fn entry_keys(
     ])
 }
 
-/// Names this module adds to `COMMAND` (lowercase).
-/// Besides MEMGEST: commands the cluster front serves that the single node's generated table
-/// (crates/server/src/cmd/table_data.rs) does not have yet, with Redis 7's arity and key
-/// positions, so cluster clients route them (redis-py refuses a command COMMAND omits).
-pub const EXTRA: &[&str] = &[
-    "memgest", "touch", "substr", "rename", "renamenx", "copy", "object", "time",
-];
+/// Names this module adds to `COMMAND` (lowercase): the single node's generated table
+/// (crates/server/src/cmd/table_data.rs) has every Redis command the fronts serve; MEMGEST
+/// is Ringlet's own.
+pub const EXTRA: &[&str] = &["memgest"];
 
 /// The COMMAND INFO entry of `name`, if this module defines it.
 pub fn info(name: &str) -> Option<Reply> {
     match name {
         "memgest" => Some(memgest()),
-        "touch" => Some(entry_keys("touch", -2, false, Some((1, -1, 1)), vec![])),
-        "substr" => Some(entry("substr", 4, false, Some(1), vec![])),
-        "rename" => Some(entry_keys("rename", 3, true, Some((1, 2, 1)), vec![])),
-        "renamenx" => Some(entry_keys("renamenx", 3, true, Some((1, 2, 1)), vec![])),
-        "copy" => Some(entry_keys("copy", -3, true, Some((1, 2, 1)), vec![])),
-        "object" => Some(entry(
-            "object",
-            -2,
-            false,
-            None,
-            vec![
-                entry("object|encoding", 3, false, Some(2), vec![]),
-                entry("object|help", 2, false, None, vec![]),
-            ],
-        )),
-        "time" => Some(entry("time", 1, false, None, vec![])),
         _ => None,
     }
 }

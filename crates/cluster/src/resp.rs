@@ -722,6 +722,10 @@ impl Front {
                 ]))
             }
             "client" => clients::client(&self.clients, conn, argv),
+            "function" => {
+                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                Ok(convert(&ringlet_server::cmd::server::function_reply(&args)))
+            }
             "command" => Ok(command_reply(argv)),
             "info" => Ok(Reply::Bulk(self.info().into_bytes())),
             "cluster" => self.cluster(argv),

@@ -340,6 +340,15 @@ fn any_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
         "CONFIG NOPE",
         "DBSIZE",
         "FLUSHDB",
+        "TOUCH",
+        "RENAME",
+        "RENAMENX",
+        "COPY",
+        "OBJECT ENCODING",
+        "OBJECT NOPE",
+        "SUBSTR",
+        "FUNCTION FLUSH",
+        "FUNCTION LIST",
         "GET",
         "SET",
         "SETNX",
@@ -434,10 +443,27 @@ fn random_differential(resp3: bool, pipelined: bool, cases: u32) {
             assert_eq!(r.call(&[b"FLUSHALL"]), g.call(&[b"FLUSHALL"]));
             // SELECT n>0 is a deliberate difference that changes Redis's state; a pipeline
             // cannot repair it in between, so pipelined runs leave SELECT out.
-            let cmds: Vec<&Vec<Vec<u8>>> = cmds
+            // Before each DBSIZE both servers get a full SCAN, whose reply is not compared:
+            // it makes Redis reap keys that are logically expired but still counted (`SET k v
+            // EXAT <past>` stores the key; Ringlet deletes at once), so the counts can be
+            // compared exactly, pipelined or not.
+            let reap: Vec<Vec<u8>> = vec![
+                b"SCAN".to_vec(),
+                b"0".to_vec(),
+                b"COUNT".to_vec(),
+                b"1000000".to_vec(),
+            ];
+            let mut expanded: Vec<(&Vec<Vec<u8>>, bool)> = Vec::new();
+            for c in cmds
                 .iter()
                 .filter(|c| !pipelined || !c[0].eq_ignore_ascii_case(b"SELECT"))
-                .collect();
+            {
+                if c[0].eq_ignore_ascii_case(b"DBSIZE") {
+                    expanded.push((&reap, false));
+                }
+                expanded.push((c, true));
+            }
+            let cmds: Vec<&Vec<Vec<u8>>> = expanded.iter().map(|e| e.0).collect();
             let mut replies = Vec::new();
             if pipelined {
                 let mut batch = Vec::new();
@@ -465,6 +491,9 @@ fn random_differential(resp3: bool, pipelined: bool, cases: u32) {
                     if got.starts_with(b"-ERR SELECT is not allowed in cluster mode") {
                         continue;
                     }
+                }
+                if !expanded[i].1 {
+                    continue;
                 }
                 let shown: Vec<String> = args
                     .iter()

@@ -462,13 +462,7 @@ impl Front {
                 Ok(match self.get(&argv[2]).await? {
                     None => Reply::Null,
                     Some(v) => {
-                        let enc = if v.len() <= 20 && parse_i64(&v).is_some() {
-                            "int"
-                        } else if v.len() <= 44 {
-                            "embstr"
-                        } else {
-                            "raw"
-                        };
+                        let enc = ringlet_server::cmd::keyspace::string_encoding(&v);
                         Reply::Bulk(enc.as_bytes().to_vec())
                     }
                 })

@@ -6,7 +6,7 @@ use super::{is, parse_i64, Ctx};
 use crate::glob::string_match;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
-use ringlet_engine::{Expiry, ReadOutcome};
+use ringlet_engine::{Expiry, ReadOutcome, SetOptions};
 use ringlet_types::limits;
 
 /// DEL and UNLINK (UNLINK frees in the background in Redis; the engine frees in O(1) anyway).
@@ -302,6 +302,138 @@ pub fn randomkey(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
         Some(k) => Reply::Bulk(Bytes::from(k)),
         None => Reply::Nil,
     }
+}
+
+/// TOUCH key [key ...]: how many exist (reading a key is all a touch does here: the engine's
+/// eviction clocks are updated by reads).
+pub fn touch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    exists(ctx, argv)
+}
+
+/// RENAME and RENAMENX: the value moves with its TTL and memgest (Redis keeps the TTL too).
+fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Reply {
+    let (src, dst) = (argv[1], argv[2]);
+    let now = ctx.now_ms;
+    let mut engine = ctx.shared.db.lock();
+    let Some(e) = engine.get(src, now) else {
+        return Reply::err("ERR no such key");
+    };
+    if src == dst {
+        return if nx { Reply::Int(0) } else { Reply::ok() };
+    }
+    if nx && engine.get(dst, now).is_some() {
+        return Reply::Int(0);
+    }
+    let opts = SetOptions {
+        memgest: e.memgest,
+        expiry: e.expire_at_ms.map_or(Expiry::Persist, Expiry::At),
+        ..SetOptions::default()
+    };
+    if let Err(err) = engine.set(dst, &e.value, &opts, now) {
+        return engine_error(err);
+    }
+    if let Err(err) = engine.delete(src, None, now) {
+        return engine_error(err);
+    }
+    if nx {
+        Reply::Int(1)
+    } else {
+        Reply::ok()
+    }
+}
+
+pub fn rename(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    rename_generic(ctx, argv, false)
+}
+
+pub fn renamenx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    rename_generic(ctx, argv, true)
+}
+
+/// COPY source destination [DB 0] [REPLACE]: one database, so DB must be 0.
+pub fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let mut replace = false;
+    let mut i = 3;
+    while i < argv.len() {
+        if is(argv[i], "replace") {
+            replace = true;
+            i += 1;
+        } else if is(argv[i], "db") && i + 1 < argv.len() {
+            match parse_i64(argv[i + 1]) {
+                Some(0) => {}
+                // One database, as a Redis Cluster node (SELECT answers the same way).
+                Some(1..=15) => {
+                    return Reply::err(
+                        "ERR Copying to another database is not allowed in cluster mode",
+                    )
+                }
+                Some(_) => return Reply::err("ERR DB index is out of range"),
+                None => return Reply::err("ERR value is not an integer or out of range"),
+            }
+            i += 2;
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+    }
+    let (src, dst) = (argv[1], argv[2]);
+    if src == dst {
+        return Reply::err("ERR source and destination objects are the same");
+    }
+    let now = ctx.now_ms;
+    let mut engine = ctx.shared.db.lock();
+    let Some(e) = engine.get(src, now) else {
+        return Reply::Int(0);
+    };
+    if !replace && engine.get(dst, now).is_some() {
+        return Reply::Int(0);
+    }
+    let opts = SetOptions {
+        memgest: e.memgest,
+        expiry: e.expire_at_ms.map_or(Expiry::Persist, Expiry::At),
+        ..SetOptions::default()
+    };
+    match engine.set(dst, &e.value, &opts, now) {
+        Ok(_) => Reply::Int(1),
+        Err(err) => engine_error(err),
+    }
+}
+
+/// Redis's encoding of a string value: `int` (a canonical 64-bit integer of at most 20
+/// bytes), `embstr` (up to 44 bytes), else `raw`. Decided by the value alone: Redis also
+/// makes a string raw once APPEND or SETRANGE modified it, which is not tracked. Shared with
+/// the cluster front.
+pub fn string_encoding(v: &[u8]) -> &'static str {
+    let canonical_int = v.len() <= 20
+        && std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .is_some_and(|n| n.to_string().as_bytes() == v);
+    if canonical_int {
+        "int"
+    } else if v.len() <= 44 {
+        "embstr"
+    } else {
+        "raw"
+    }
+}
+
+/// OBJECT ENCODING key.
+pub fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    match ctx.shared.db.lock().get(argv[2], ctx.now_ms) {
+        Some(e) => Reply::bulk(string_encoding(&e.value).as_bytes()),
+        None => Reply::Nil,
+    }
+}
+
+pub fn object_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    super::connection::help(
+        "OBJECT",
+        &[
+            "ENCODING <key>",
+            "    Return the kind of internal representation used in order to store the value",
+            "    associated with a <key>.",
+        ],
+    )
 }
 
 #[cfg(test)]

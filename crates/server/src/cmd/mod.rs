@@ -141,6 +141,17 @@ fn handler_for(name: &str) -> Option<Handler> {
         "keys" => keyspace::keys,
         "scan" => keyspace::scan,
         "randomkey" => keyspace::randomkey,
+        "touch" => keyspace::touch,
+        "rename" => keyspace::rename,
+        "renamenx" => keyspace::renamenx,
+        "copy" => keyspace::copy,
+        "object|encoding" => keyspace::object_encoding,
+        "object|help" => keyspace::object_help,
+        "time" => server::time,
+        "substr" => string::getrange,
+        "function|flush" => server::function_flush,
+        "function|list" => server::function_list,
+        "function|help" => server::function_help,
         _ => return None,
     };
     Some(h)

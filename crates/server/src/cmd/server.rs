@@ -198,3 +198,82 @@ pub fn config_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
         ],
     )
 }
+
+/// TIME: [unix seconds, microseconds], as bulk strings.
+pub fn time(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::bulk(now.as_secs().to_string().as_bytes()),
+        Reply::bulk(now.subsec_micros().to_string().as_bytes()),
+    ])
+}
+
+/// FUNCTION FLUSH [ASYNC|SYNC], LIST [WITHCODE] [LIBRARYNAME pattern], HELP, without a
+/// connection context (the cluster front calls it too). Ringlet has no scripting, so the
+/// library set is always empty: flushing it is done and listing it gives nothing (Redis's
+/// test harness flushes functions before every file). Other subcommands: Redis's
+/// unknown-subcommand error.
+pub fn function_reply(argv: &[&[u8]]) -> Reply {
+    let Some(sub) = argv.get(1) else {
+        return Reply::err("ERR wrong number of arguments for 'function' command");
+    };
+    if is(sub, "flush") {
+        return match argv.get(2) {
+            None => Reply::ok(),
+            // Redis's addReplySubcommandSyntaxError.
+            Some(_) if argv.len() > 3 => super::err_with_arg(
+                "ERR unknown subcommand or wrong number of arguments for '",
+                sub,
+                "'. Try FUNCTION HELP.",
+            ),
+            Some(m) if is(m, "async") || is(m, "sync") => Reply::ok(),
+            Some(_) => Reply::err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
+        };
+    }
+    if is(sub, "list") {
+        // functionListCommand: each option once, LIBRARYNAME needs its pattern.
+        let (mut with_code, mut library) = (false, false);
+        let mut i = 2;
+        while i < argv.len() {
+            if !with_code && is(argv[i], "withcode") {
+                with_code = true;
+                i += 1;
+            } else if !library && is(argv[i], "libraryname") {
+                if i + 1 >= argv.len() {
+                    return Reply::err("ERR library name argument was not given");
+                }
+                library = true;
+                i += 2;
+            } else {
+                return super::err_with_arg("ERR Unknown argument ", argv[i], "");
+            }
+        }
+        return Reply::Array(vec![]);
+    }
+    if is(sub, "help") {
+        return help(
+            "FUNCTION",
+            &[
+                "FLUSH [ASYNC|SYNC]",
+                "    Delete all the libraries (Ringlet has no scripting: there are none).",
+                "LIST [WITHCODE] [LIBRARYNAME <pattern>]",
+                "    Return the libraries (always none).",
+            ],
+        );
+    }
+    super::err_with_arg("ERR unknown subcommand '", sub, "'. Try FUNCTION HELP.")
+}
+
+pub fn function_flush(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    function_reply(argv)
+}
+
+pub fn function_list(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    function_reply(argv)
+}
+
+pub fn function_help(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    function_reply(argv)
+}
