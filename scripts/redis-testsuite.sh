@@ -23,7 +23,7 @@ run_suite() { # name port
   local name=$1 p=$2 f log
   for f in $FILES; do
     log=$(mktemp)
-    (cd "$REDIS_SRC" && timeout 600 ./runtest --host 127.0.0.1 --port "$p" --single "$f" --singledb \
+    (cd "$REDIS_SRC" && timeout 600 ./runtest --host 127.0.0.1 --port "$p" --single "$f" --singledb --durable \
         --tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:config-maxmemory \
         2>&1 | sed 's/\x1b\[[0-9;]*m//g' >"$log")
     local ok err exc
