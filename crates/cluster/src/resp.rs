@@ -922,6 +922,30 @@ impl Front {
                     .await?;
                 Ok(Reply::Integer(new))
             }
+            "incrbyfloat" => {
+                arity(3)?;
+                if let Some(m) = self.moved(key_slot(a(1))) {
+                    return Err(m);
+                }
+                let _g = self.lock(a(1)).await?;
+                let old = self.get_full(a(1)).await?;
+                let expiry = old.as_ref().and_then(|o| o.1);
+                // The single node's arithmetic (long double, Redis's formatting).
+                use ringlet_server::ldouble::{incr_by_float, FloatError};
+                let new =
+                    incr_by_float(old.as_ref().map(|o| o.0.as_slice()), a(2)).map_err(|e| {
+                        err(match e {
+                            FloatError::NotFloat => "ERR value is not a valid float",
+                            FloatError::NanOrInfinity => {
+                                "ERR increment would produce NaN or Infinity"
+                            }
+                        })
+                    })?;
+                // Redis keeps the key's TTL across INCRBYFLOAT.
+                self.write_ttl(a(1), Some(new.clone()), None, expiry)
+                    .await?;
+                Ok(Reply::Bulk(new))
+            }
             "append" => {
                 arity(3)?;
                 let _g = self.lock(a(1)).await?;

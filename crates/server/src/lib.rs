@@ -37,7 +37,7 @@ mod db;
 pub mod fuzz_support;
 pub mod glob;
 mod info;
-mod ldouble;
+pub mod ldouble;
 mod native;
 pub mod reply;
 pub mod server;
