@@ -956,6 +956,47 @@ impl Front {
                 self.write_ttl(a(1), Some(v), None, expiry).await?;
                 Ok(Reply::Integer(n as i64))
             }
+            "setbit" => {
+                arity(4)?;
+                use ringlet_server::cmd::bits;
+                let offset = bits::parse_offset(a(2)).map_err(err)?;
+                let on = bits::parse_bit(a(3)).map_err(err)?;
+                if let Some(m) = self.moved(key_slot(a(1))) {
+                    return Err(m);
+                }
+                let _g = self.lock(a(1)).await?;
+                let (mut v, expiry) = self.get_full(a(1)).await?.unwrap_or_default();
+                let old = bits::setbit(&mut v, offset, on);
+                // Redis keeps the key's TTL across SETBIT.
+                self.write_ttl(a(1), Some(v), None, expiry).await?;
+                Ok(Reply::Integer(old))
+            }
+            "getbit" | "bitcount" | "bitpos" => {
+                use ringlet_server::cmd::bits;
+                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                match name.as_str() {
+                    "getbit" => {
+                        arity(3)?;
+                        let offset = bits::parse_offset(a(2)).map_err(err)?;
+                        let v = self.get(a(1)).await?;
+                        Ok(Reply::Integer(v.map_or(0, |v| bits::getbit(&v, offset))))
+                    }
+                    "bitcount" => {
+                        arity(2)?;
+                        let v = self.get(a(1)).await?;
+                        bits::bitcount(v.as_deref(), &args)
+                            .map(Reply::Integer)
+                            .map_err(err)
+                    }
+                    _ => {
+                        arity(3)?;
+                        let v = self.get(a(1)).await?;
+                        bits::bitpos(v.as_deref(), &args)
+                            .map(Reply::Integer)
+                            .map_err(err)
+                    }
+                }
+            }
             "strlen" => {
                 arity(2)?;
                 Ok(Reply::Integer(

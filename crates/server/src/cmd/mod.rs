@@ -18,6 +18,7 @@
 //! [`server`] (COMMAND INFO CONFIG DBSIZE FLUSHALL FLUSHDB), [`string`] (GET SET INCR ...),
 //! [`keyspace`] (DEL EXISTS TYPE EXPIRE TTL KEYS SCAN RANDOMKEY ...).
 
+pub mod bits;
 pub mod connection;
 pub mod keyspace;
 pub mod server;
@@ -142,6 +143,10 @@ fn handler_for(name: &str) -> Option<Handler> {
         "scan" => keyspace::scan,
         "randomkey" => keyspace::randomkey,
         "touch" => keyspace::touch,
+        "setbit" => bits::setbit_cmd,
+        "getbit" => bits::getbit_cmd,
+        "bitcount" => bits::bitcount_cmd,
+        "bitpos" => bits::bitpos_cmd,
         "rename" => keyspace::rename,
         "renamenx" => keyspace::renamenx,
         "copy" => keyspace::copy,

@@ -429,7 +429,12 @@ pub fn msetnx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 // ---- counters ------------------------------------------------------------------------------
 
 /// Write `value` keeping the key's TTL (a new key gets none).
-fn write_keep_ttl(engine: &mut Engine, key: &[u8], value: &[u8], now: u64) -> Result<(), Reply> {
+pub(super) fn write_keep_ttl(
+    engine: &mut Engine,
+    key: &[u8],
+    value: &[u8],
+    now: u64,
+) -> Result<(), Reply> {
     let opts = SetOptions {
         expiry: Expiry::Keep,
         ..SetOptions::default()
