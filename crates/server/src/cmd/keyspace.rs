@@ -69,6 +69,27 @@ fn ttl_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ms: bool) -> Reply {
     }
 }
 
+/// EXPIRETIME / PEXPIRETIME: the absolute expiry (unix s, rounded as Redis does, or ms); -1
+/// without a TTL, -2 for a missing key.
+fn expiretime_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ms: bool) -> Reply {
+    match expiry_of(ctx, argv[1]) {
+        Err(()) => Reply::Int(-2),
+        Ok(None) => Reply::Int(-1),
+        Ok(Some(at)) => {
+            let at = at as i64;
+            Reply::Int(if ms { at } else { (at + 500) / 1000 })
+        }
+    }
+}
+
+pub fn expiretime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    expiretime_generic(ctx, argv, false)
+}
+
+pub fn pexpiretime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    expiretime_generic(ctx, argv, true)
+}
+
 pub fn ttl(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     ttl_generic(ctx, argv, false)
 }

@@ -143,6 +143,8 @@ fn handler_for(name: &str) -> Option<Handler> {
         "scan" => keyspace::scan,
         "randomkey" => keyspace::randomkey,
         "touch" => keyspace::touch,
+        "expiretime" => keyspace::expiretime,
+        "pexpiretime" => keyspace::pexpiretime,
         "setbit" => bits::setbit_cmd,
         "getbit" => bits::getbit_cmd,
         "bitcount" => bits::bitcount_cmd,
