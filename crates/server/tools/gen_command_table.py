@@ -33,7 +33,7 @@ COMMANDS = {
     "touch": None, "rename": None, "renamenx": None, "copy": None, "time": None,
     "substr": None, "object": ["encoding", "help"],
     "setbit": None, "getbit": None, "bitcount": None, "bitpos": None,
-    "expiretime": None, "pexpiretime": None,
+    "expiretime": None, "pexpiretime": None, "lcs": None,
     # No scripting: FUNCTION FLUSH and LIST answer for an always-empty library set (Redis's
     # test harness flushes functions before every file); the rest is unknown here.
     "function": ["flush", "list", "help"],

@@ -140,6 +140,7 @@ impl Front {
             "copy" => self.copy(argv).await,
             "object" => self.object(argv).await,
             "time" => Ok(time_reply()),
+            "lcs" => self.lcs(argv).await,
             _ => return None,
         };
         Some(r)
@@ -298,6 +299,22 @@ impl Front {
         match keys.first() {
             Some(k) => self.route(k),
             None => Ok(()),
+        }
+    }
+
+    /// LCS within a slot: the single node's computation (ringlet_server::cmd::lcs).
+    async fn lcs(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() < 3 {
+            return Err(wrong_args("lcs"));
+        }
+        self.route_all(&[&argv[1], &argv[2]])?;
+        let a = self.get(&argv[1]).await?.unwrap_or_default();
+        let b = self.get(&argv[2]).await?.unwrap_or_default();
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        use ringlet_server::cmd::lcs;
+        match lcs::lcs(&a, &b, &args) {
+            Ok(l) => Ok(super::convert(&lcs::to_reply(l))),
+            Err(e) => Err(Reply::Error(e.as_bytes().to_vec())),
         }
     }
 

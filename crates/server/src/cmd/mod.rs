@@ -21,6 +21,7 @@
 pub mod bits;
 pub mod connection;
 pub mod keyspace;
+pub mod lcs;
 pub mod server;
 pub mod string;
 pub mod table_data;
@@ -143,6 +144,7 @@ fn handler_for(name: &str) -> Option<Handler> {
         "scan" => keyspace::scan,
         "randomkey" => keyspace::randomkey,
         "touch" => keyspace::touch,
+        "lcs" => lcs::lcs_cmd,
         "expiretime" => keyspace::expiretime,
         "pexpiretime" => keyspace::pexpiretime,
         "setbit" => bits::setbit_cmd,
