@@ -722,6 +722,7 @@ impl Front {
                 ]))
             }
             "client" => clients::client(&self.clients, conn, argv),
+            "config" => self.config(argv, conn),
             "function" => {
                 let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
                 Ok(convert(&ringlet_server::cmd::server::function_reply(&args)))
@@ -1314,6 +1315,79 @@ impl Front {
             stored,
             own
         )
+    }
+
+    /// CONFIG GET / SET / HELP with the single node's parameter handling
+    /// (`ringlet_server::cmd::server`) over this node's values. Nothing is settable at run
+    /// time in cluster mode: the password is the cluster's (every node must agree), the rest
+    /// is fixed at start, so CONFIG SET answers Redis's "can't set immutable config".
+    fn config(&self, argv: &[Vec<u8>], conn: &clients::Conn) -> Result<Reply, Reply> {
+        use ringlet_server::cmd::server::{config_get_from, config_set_check};
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let sub = argv
+            .get(1)
+            .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+            .unwrap_or_default();
+        let wrong = |s: &str| {
+            err(format!(
+                "ERR wrong number of arguments for 'config|{s}' command"
+            ))
+        };
+        let laddr = conn.laddr();
+        let memory = self.node.engine().lock().stats().memory_bytes_max;
+        let params: Vec<(&'static str, String)> = vec![
+            ("bind", laddr.ip().to_string()),
+            ("port", laddr.port().to_string()),
+            ("maxmemory", memory.to_string()),
+            ("maxclients", limits::CONNECTIONS_MAX.to_string()),
+            (
+                "requirepass",
+                self.requirepass
+                    .as_ref()
+                    .map(|p| String::from_utf8_lossy(p).into_owned())
+                    .unwrap_or_default(),
+            ),
+            ("databases", "1".to_string()),
+            (
+                "proto-max-bulk-len",
+                limits::RESP_BULK_BYTES_MAX.to_string(),
+            ),
+            ("timeout", "0".to_string()),
+            ("save", String::new()),
+            ("appendonly", "no".to_string()),
+            ("cluster-enabled", "yes".to_string()),
+        ];
+        match sub.as_str() {
+            "get" if argv.len() >= 3 => Ok(convert(&config_get_from(&params, &args))),
+            "get" => Err(wrong("get")),
+            "set" if argv.len() >= 4 => {
+                let known: Vec<&str> = params.iter().map(|(n, _)| *n).collect();
+                match config_set_check(&known, &[], &args) {
+                    Ok(_) => Ok(Reply::ok()),
+                    Err(e) => Err(convert(&e)),
+                }
+            }
+            "set" => Err(wrong("set")),
+            "help" => Ok(Reply::Array(
+                [
+                    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "GET <pattern>",
+                    "    Return parameters matching the glob-like <pattern> and their values.",
+                    "SET <directive> <value>",
+                    "    Nothing can be set at run time in cluster mode.",
+                    "HELP",
+                    "    Prints this help.",
+                ]
+                .iter()
+                .map(|l| Reply::Simple(l.as_bytes().to_vec()))
+                .collect(),
+            )),
+            "" => Err(err("ERR wrong number of arguments for 'config' command")),
+            _ => Err(err(format!(
+                "ERR unknown subcommand '{}'. Try CONFIG HELP.",
+                String::from_utf8_lossy(&argv[1])
+            ))),
+        }
     }
 
     fn cluster(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {

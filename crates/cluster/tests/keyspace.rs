@@ -346,3 +346,72 @@ fn client_commands_are_per_connection() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// CONFIG on a cluster node: GET reports this node's values with the single node's parameter
+/// set; nothing is settable at run time (the password is the cluster's); Redis's errors.
+#[test]
+fn config_get_reports_the_node_and_set_is_refused() {
+    let cl = common::start(3, 0, &[]);
+    let addr = cl.addrs()[1];
+    let c = |v: &[&str]| v.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut conn = common::Conn::open(addr).unwrap();
+    let r = conn
+        .pipeline(&[
+            c(&["CONFIG", "GET", "port"]),
+            c(&["CONFIG", "GET", "maxmemory", "cluster-enabled"]),
+            c(&["CONFIG", "GET", "nosuch*"]),
+            c(&["CONFIG", "SET", "timeout", "5"]),
+            c(&["CONFIG", "SET", "requirepass", "x"]),
+            c(&["CONFIG", "SET", "foo", "bar"]),
+            c(&["CONFIG", "GET"]),
+            c(&["CONFIG", "NOPE"]),
+        ])
+        .unwrap();
+    let flat = |r: &Reply| -> Vec<String> {
+        match r {
+            Reply::Array(v) => v
+                .iter()
+                .map(|x| match x {
+                    Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                    o => panic!("{o:?}"),
+                })
+                .collect(),
+            Reply::Map(m) => m
+                .iter()
+                .flat_map(|(k, v)| [k, v])
+                .map(|x| match x {
+                    Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                    o => panic!("{o:?}"),
+                })
+                .collect(),
+            o => panic!("{o:?}"),
+        }
+    };
+    assert_eq!(
+        flat(&r[0]),
+        vec!["port".to_string(), addr.port().to_string()]
+    );
+    let mm = flat(&r[1]);
+    assert_eq!(mm[0], "maxmemory");
+    assert!(mm[1].parse::<u64>().unwrap() > 0, "{mm:?}");
+    assert_eq!(mm[2..], ["cluster-enabled".to_string(), "yes".to_string()]);
+    assert!(flat(&r[2]).is_empty());
+    let e = |r: &Reply| match r {
+        Reply::Error(e) => String::from_utf8_lossy(e).into_owned(),
+        o => panic!("expected an error, got {o:?}"),
+    };
+    assert_eq!(
+        e(&r[3]),
+        "ERR CONFIG SET failed (possibly related to argument 'timeout') - can't set immutable config"
+    );
+    assert!(e(&r[4]).contains("'requirepass') - can't set immutable config"));
+    assert_eq!(
+        e(&r[5]),
+        "ERR Unknown option or number of arguments for CONFIG SET - 'foo'"
+    );
+    assert_eq!(
+        e(&r[6]),
+        "ERR wrong number of arguments for 'config|get' command"
+    );
+    assert_eq!(e(&r[7]), "ERR unknown subcommand 'NOPE'. Try CONFIG HELP.");
+}

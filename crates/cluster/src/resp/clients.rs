@@ -32,6 +32,11 @@ pub(super) struct Conn {
 }
 
 impl Conn {
+    /// The node address this client connected to.
+    pub fn laddr(&self) -> SocketAddr {
+        self.laddr
+    }
+
     /// Note a command about to run (CLIENT LIST shows the last one and the idle time).
     pub fn touch(&self, argv: &[Vec<u8>]) {
         self.last_ms

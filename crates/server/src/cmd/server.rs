@@ -132,9 +132,13 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
 }
 
 pub fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let params = config_params(ctx);
+    config_get_from(&config_params(ctx), argv)
+}
+
+/// CONFIG GET pattern [pattern ...] over `params` (the cluster front passes its own).
+pub fn config_get_from(params: &[(&'static str, String)], argv: &[&[u8]]) -> Reply {
     let mut out = Vec::new();
-    for (name, value) in &params {
+    for (name, value) in params {
         if argv[2..]
             .iter()
             .any(|p| string_match(p, name.as_bytes(), true))
@@ -150,29 +154,11 @@ pub fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 
 /// CONFIG SET: only `requirepass` can change at run time; the others are fixed at startup.
 pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    if argv.len() & 1 == 1 {
-        return Reply::err(errors::SYNTAX);
-    }
     let known: Vec<&str> = config_params(ctx).iter().map(|(n, _)| *n).collect();
-    let mut new_pass = None;
-    for pair in argv[2..].chunks(2) {
-        let name = String::from_utf8_lossy(super::cstr(pair[0])).to_ascii_lowercase();
-        if name == "requirepass" {
-            new_pass = Some(pair[1]);
-        } else if known.contains(&name.as_str()) {
-            return super::err_with_arg(
-                "ERR CONFIG SET failed (possibly related to argument '",
-                pair[0],
-                "') - can't set immutable config",
-            );
-        } else {
-            return super::err_with_arg(
-                "ERR Unknown option or number of arguments for CONFIG SET - '",
-                pair[0],
-                "'",
-            );
-        }
-    }
+    let new_pass = match config_set_check(&known, &["requirepass"], argv) {
+        Ok(p) => p.first().map(|(_, v)| *v),
+        Err(e) => return e,
+    };
     if let Some(p) = new_pass {
         // An empty password removes authentication, as in Redis; refuse it on a node that
         // listens beyond loopback (it was allowed to start only because a password was set).
@@ -185,6 +171,39 @@ pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         *ctx.shared.requirepass.write() = if p.is_empty() { None } else { Some(p.to_vec()) };
     }
     Reply::ok()
+}
+
+/// Check CONFIG SET's pairs against the known parameters: those in `settable` are returned
+/// for the caller to apply; any other known one is immutable, anything else unknown (Redis's
+/// texts; nothing is applied unless every pair is acceptable).
+pub fn config_set_check<'a>(
+    known: &[&str],
+    settable: &[&str],
+    argv: &[&'a [u8]],
+) -> Result<Vec<(String, &'a [u8])>, Reply> {
+    if argv.len() & 1 == 1 || argv.len() < 4 {
+        return Err(Reply::err(errors::SYNTAX));
+    }
+    let mut out = Vec::new();
+    for pair in argv[2..].chunks(2) {
+        let name = String::from_utf8_lossy(super::cstr(pair[0])).to_ascii_lowercase();
+        if settable.contains(&name.as_str()) {
+            out.push((name, pair[1]));
+        } else if known.contains(&name.as_str()) {
+            return Err(super::err_with_arg(
+                "ERR CONFIG SET failed (possibly related to argument '",
+                pair[0],
+                "') - can't set immutable config",
+            ));
+        } else {
+            return Err(super::err_with_arg(
+                "ERR Unknown option or number of arguments for CONFIG SET - '",
+                pair[0],
+                "'",
+            ));
+        }
+    }
+    Ok(out)
 }
 
 pub fn config_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
