@@ -107,6 +107,7 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
         requirepass: a.requirepass.clone(),
         tls: super::tls_files(&a.tls)?,
         admin_port: a.admin_port,
+        admin_token: a.admin_token.clone(),
     };
     let rt = super::cluster_runtime_threads(a.threads)?;
     rt.block_on(async {

@@ -78,6 +78,14 @@ struct NodeArgs {
     /// 0 picks a free port.
     #[arg(long = "admin-port")]
     admin_port: Option<u16>,
+    /// Bearer token the admin pages require (`Authorization: Bearer TOKEN`); else
+    /// `RINGLET_ADMIN_TOKEN` (how `ringlet up` gives it to the nodes it starts).
+    #[arg(
+        long = "admin-token",
+        env = "RINGLET_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    admin_token: Option<String>,
     /// Cluster mode: join the control plane at HOST:PORT (needs --node-id). The node then
     /// speaks Redis Cluster (MOVED, CLUSTER SLOTS/SHARDS/NODES) through crates/cluster.
     #[arg(long)]
@@ -147,6 +155,7 @@ impl NodeArgs {
             memory_mb: self.memory_mb,
             requirepass: self.requirepass.clone(),
             admin_port: self.admin_port,
+            admin_token: self.admin_token.clone(),
             shm_socket: self.shm_socket.clone(),
             ..Config::default()
         }
@@ -191,6 +200,9 @@ enum NodeAction {
         /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`.
         #[arg(long = "cluster-secret-file")]
         cluster_secret_file: Option<std::path::PathBuf>,
+        /// A cluster started with TLS files encrypts its control links: the same files.
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Print the cluster map (JSON).
     Map {
@@ -199,6 +211,9 @@ enum NodeAction {
         /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`.
         #[arg(long = "cluster-secret-file")]
         cluster_secret_file: Option<std::path::PathBuf>,
+        /// A cluster started with TLS files encrypts its control links: the same files.
+        #[command(flatten)]
+        tls: TlsArgs,
     },
 }
 
@@ -447,6 +462,7 @@ fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
             requirepass: a.requirepass.clone(),
             tls: tls_files(&a.tls)?,
             admin_port: a.admin_port,
+            admin_token: a.admin_token.clone(),
         };
         let (node, addr) = ringlet_cluster::launch::run_node(&o)
             .await
@@ -497,6 +513,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         exe: std::env::current_exe()?,
         node_args: ringlet_cluster::launch::ringlet_server_node_args,
         requirepass: a.node.requirepass.clone(),
+        admin_token: a.node.admin_token.clone(),
         pg: a.pg.pg_data.map(|s| (s, a.pg.pg_redundant.unwrap_or(1))),
         tls: tls_files(&a.node.tls)?,
         // As the single node's `up`: admin HTTP on port + 10000 unless --no-admin.
@@ -510,18 +527,28 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
 /// `ringlet node drain|map --control ADDR`.
 fn node_admin(action: NodeAction) -> Result<()> {
     use ringlet_cluster::control::{request, FromControl, ToControl};
-    let (control, req, file) = match &action {
+    let (control, req, file, tls) = match &action {
         NodeAction::Drain {
             id,
             control,
             cluster_secret_file,
-        } => (control, ToControl::Drain { node: *id }, cluster_secret_file),
+            tls,
+        } => (
+            control,
+            ToControl::Drain { node: *id },
+            cluster_secret_file,
+            tls,
+        ),
         NodeAction::Map {
             control,
             cluster_secret_file,
-        } => (control, ToControl::Watch, cluster_secret_file),
+            tls,
+        } => (control, ToControl::Watch, cluster_secret_file, tls),
     };
     let secret = ringlet_cluster::auth::init(file.as_deref())?;
+    if let Some(f) = tls_files(tls)? {
+        ringlet_cluster::tls::set_link_tls(&f).map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+    }
     let rt = cluster_runtime()?;
     let reply = rt.block_on(request(control, &req)).map_err(|e| {
         // Without a secret, a member-only control port's challenge reads as garbage.

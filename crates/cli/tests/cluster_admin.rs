@@ -11,21 +11,21 @@ use std::time::{Duration, Instant};
 
 /// A base port with n free client ports and their admin ports (+10000).
 fn free_base_with_admin(n: u16) -> u16 {
-    let mut base = common::free_base(n);
-    while !(0..n).all(|i| {
-        TcpListener::bind(("127.0.0.1", base + i)).is_ok()
-            && TcpListener::bind(("127.0.0.1", base + 10_000 + i)).is_ok()
-    }) {
-        base += n + 1;
-    }
-    base
+    common::free_base_where(n, |base| {
+        (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + 10_000 + i)).is_ok())
+    })
 }
 
 /// GET `path` on 127.0.0.1:`port`: (status line, body).
 fn http_get(port: u16, path: &str) -> (String, String) {
+    http_get_with(port, path, "")
+}
+
+/// GET with extra header lines (each ending in \r\n).
+fn http_get_with(port: u16, path: &str, headers: &str) -> (String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("admin port");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{headers}\r\n").unwrap();
     let mut got = String::new();
     s.read_to_string(&mut got).unwrap();
     let (head, body) = got.split_once("\r\n\r\n").expect("HTTP response");
@@ -130,4 +130,46 @@ fn no_admin_turns_the_ports_off_and_one_admin_port_for_many_nodes_is_refused() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--admin-port"));
+}
+
+/// `--admin-token T`: every node's admin pages answer 401 without `Authorization: Bearer T`
+/// (and show no figures), 200 with it; a token with spaces is refused at start.
+#[test]
+fn admin_token_guards_every_node_admin_page() {
+    let base = free_base_with_admin(5);
+    let b = base.to_string();
+    let up = common::up(&[
+        "up",
+        "--nodes",
+        "3",
+        "--port",
+        &b,
+        "--admin-token",
+        "tok-3e1f",
+    ]);
+    for i in 0..3u16 {
+        let port = base + 10_000 + i;
+        for path in ["/metrics", "/", "/status"] {
+            let (status, body) = http_get(port, path);
+            assert_eq!(status, "HTTP/1.1 401 Unauthorized", "node {} {path}", i + 1);
+            assert!(!body.contains("ringlet_"), "{body}");
+            let (status, _) = http_get_with(port, path, "Authorization: Bearer wrong\r\n");
+            assert_eq!(status, "HTTP/1.1 401 Unauthorized");
+        }
+        let (status, body) = http_get_with(port, "/metrics", "Authorization: Bearer tok-3e1f\r\n");
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert!(body.contains("ringlet_cluster_epoch"), "{body}");
+    }
+    drop(up);
+    let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
+        .args(["server", "--port", "0", "--admin-port", "0"])
+        .args(["--admin-token", "has space"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("admin_token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

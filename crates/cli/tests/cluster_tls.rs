@@ -3,7 +3,9 @@
 //! --tls-ca-cert-file` comes up (its readiness probes speak TLS), `redis-cli --tls` and
 //! redis-py `RedisCluster(ssl=True)` work against it, a plaintext client gets nothing, a
 //! client that does not trust the CA fails the handshake, and incomplete or bad TLS flags are
-//! refused at start.
+//! refused at start. The same files make the member links (peer, control, the CLI's admin
+//! requests) mutual TLS: a plaintext or certificate-less connection to a peer or control port
+//! gets nothing, and `ringlet node map` needs the files.
 
 mod common;
 
@@ -219,5 +221,114 @@ fn incomplete_or_bad_tls_flags_are_refused() {
         assert!(!out.status.success(), "{args:?} was accepted");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Bytes a plaintext client gets from `addr` after sending `probe` (the server is expected to
+/// drop it at the TLS handshake: nothing, or a TLS alert, never a frame).
+fn plaintext_answer(addr: &str, probe: &[u8]) -> Vec<u8> {
+    let mut t = TcpStream::connect(addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let _ = t.write_all(probe);
+    let mut got = Vec::new();
+    let _ = t.read_to_end(&mut got);
+    got
+}
+
+#[test]
+fn member_links_are_mutual_tls() {
+    let dir = tmpdir("links");
+    let (ca, cert, key, _) = make_certs(&dir);
+    let base = free_base(5);
+    let b = base.to_string();
+    let up = common::up(&[
+        "up",
+        "--nodes",
+        "3",
+        "--spares",
+        "1",
+        "--port",
+        &b,
+        "--default-memgest",
+        "rep:3",
+        "--memory-mb",
+        "64",
+        "--tls-cert-file",
+        s(&cert),
+        "--tls-key-file",
+        s(&key),
+        "--tls-ca-cert-file",
+        s(&ca),
+    ]);
+    // The cluster came up, so its peer and control links work over mutual TLS; replicated
+    // writes cross the peer links.
+    for i in 0..20 {
+        let out = Command::new("redis-cli")
+            .args(["--tls", "--cacert", s(&ca), "-c", "-p", &b])
+            .args(["SET", &format!("link:{i}"), "v"])
+            .output()
+            .expect("redis-cli (scripts/setup.sh installs it)");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    }
+    let control = format!("127.0.0.1:{}", base + 4);
+    let secret = std::env::temp_dir().join(format!("ringlet-cluster-{}.secret", base + 4));
+    // The CLI without the TLS files gets no map: the control port wants a TLS handshake.
+    let map = |tls: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ringlet"));
+        c.args([
+            "node",
+            "map",
+            "--control",
+            &control,
+            "--cluster-secret-file",
+        ])
+        .arg(&secret)
+        .env_remove("RINGLET_TLS_CERT_FILE")
+        .env_remove("RINGLET_TLS_KEY_FILE")
+        .env_remove("RINGLET_TLS_CA_CERT_FILE");
+        if tls {
+            c.args(["--tls-cert-file", s(&cert), "--tls-key-file", s(&key)])
+                .args(["--tls-ca-cert-file", s(&ca)]);
+        }
+        c.output().unwrap()
+    };
+    let plain = map(false);
+    assert!(!plain.status.success(), "map without TLS files succeeded");
+    let out = map(true);
+    assert!(
+        out.status.success(),
+        "node map over TLS: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(json.contains("epoch"), "{json}");
+    // A stranger on the control port: a Watch frame in plaintext gets no map.
+    let watch = br#"{"Watch":null}"#;
+    let mut frame = (watch.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(watch);
+    let got = plaintext_answer(&control, &frame);
+    assert!(
+        !String::from_utf8_lossy(&got).contains("epoch"),
+        "plaintext control client got {got:?}"
+    );
+    // Every peer port (`ip:port@peerport` in the map) refuses plaintext the same way.
+    let peers: Vec<u16> = json
+        .split('@')
+        .skip(1)
+        .filter_map(|t| {
+            let digits: String = t.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect();
+    assert_eq!(peers.len(), 4, "peer ports in {json}");
+    for p in peers {
+        let got = plaintext_answer(&format!("127.0.0.1:{p}"), &frame);
+        // A TLS server answers garbage with at most an alert record (content type 21).
+        assert!(
+            got.is_empty() || got[0] == 21,
+            "plaintext peer client on {p} got {got:?}"
+        );
+    }
+    drop(up);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -59,6 +59,7 @@ async fn start_with(total: u32, active: usize) -> (InProcess, SocketAddr) {
             requirepass: None,
             tls: None,
             admin_port: None,
+            admin_token: None,
         })
         .await
         .unwrap();

@@ -43,6 +43,7 @@ fn child_node() {
             requirepass: None,
             tls: None,
             admin_port: None,
+            admin_token: None,
         })
         .await
         .unwrap();
@@ -102,6 +103,7 @@ async fn quorum_reads_survive_a_stopped_replica() {
             requirepass: None,
             tls: None,
             admin_port: None,
+            admin_token: None,
         })
         .await
         .unwrap();

@@ -36,7 +36,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// Largest control frame: a map of NODES_MAX nodes and 16384 ranges is ~2 MiB of JSON.
@@ -338,7 +337,16 @@ impl ControlService {
                 }
                 let s2 = s.clone();
                 tokio::spawn(async move {
-                    let mut stream = stream;
+                    // With link TLS, only holders of a certificate from the cluster's CA
+                    // get past the handshake.
+                    let mut stream = match crate::tls::link_accept(stream).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            CONTROL_AUTH_FAILURES.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("ringlet control: TLS handshake refused: {e}");
+                            return;
+                        }
+                    };
                     // Members only: without the proof, nothing (no map, no command) is served.
                     if let Some(secret) = crate::auth::process_secret() {
                         if let Err(e) =
@@ -472,15 +480,15 @@ impl ControlService {
         reply_to.map(|_| verdict.unwrap_or(FromControl::Ok))
     }
 
-    async fn serve(self: Arc<Self>, stream: TcpStream) {
-        let _ = stream.set_nodelay(true);
+    async fn serve(self: Arc<Self>, stream: crate::tls::LinkStream) {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(CONTROL_QUEUE_FRAMES_MAX);
         self.state.lock().conns.insert(id, Conn { tx });
-        let (mut r, mut w) = stream.into_split();
+        let (mut r, mut w) = tokio::io::split(stream);
         let writer = tokio::spawn(async move {
             while let Some(f) = rx.recv().await {
-                if w.write_all(&f).await.is_err() {
+                // flush: TLS holds records until asked.
+                if w.write_all(&f).await.is_err() || w.flush().await.is_err() {
                     break;
                 }
             }
@@ -683,7 +691,7 @@ pub static CONTROL_AUTH_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// The connector's half of the membership proof on a control connection (no-op without a
 /// secret).
-async fn prove(s: &mut TcpStream) -> Result<(), ControlWireError> {
+async fn prove(s: &mut crate::tls::LinkStream) -> Result<(), ControlWireError> {
     if let Some(secret) = crate::auth::process_secret() {
         crate::auth::connect(s, secret, crate::auth::CONTROL_ROLE, b"")
             .await
@@ -737,7 +745,7 @@ async fn control_link(
 ) {
     let mut backoff = CONTROL_BACKOFF_MIN;
     loop {
-        let connected = match TcpStream::connect(&addr).await {
+        let connected = match crate::tls::link_connect(&addr).await {
             Ok(mut s) => match prove(&mut s).await {
                 Ok(()) => Some(s),
                 Err(e) => {
@@ -757,8 +765,7 @@ async fn control_link(
             continue;
         };
         backoff = CONTROL_BACKOFF_MIN;
-        let _ = stream.set_nodelay(true);
-        let (mut r, mut w) = stream.into_split();
+        let (mut r, mut w) = tokio::io::split(stream);
         let inb = inbound.clone();
         let mut reader = tokio::spawn(async move {
             while let Ok(m) = read_frame::<FromControl>(&mut r).await {
@@ -770,7 +777,7 @@ async fn control_link(
                 m = rx.recv() => {
                     let Some(m) = m else { reader.abort(); return };
                     let Ok(f) = encode(&m) else { continue };
-                    if w.write_all(&f).await.is_err() {
+                    if w.write_all(&f).await.is_err() || w.flush().await.is_err() {
                         break;
                     }
                 }
@@ -781,14 +788,25 @@ async fn control_link(
     }
 }
 
+/// Open a member connection to a control service: the link (TLS when the process has link
+/// TLS) and the cluster-secret proof, ready for frames.
+///
+/// # Errors
+/// Connection, handshake or proof failures.
+pub async fn connect_member(addr: &str) -> Result<crate::tls::LinkStream, ControlWireError> {
+    let mut s = crate::tls::link_connect(addr).await?;
+    prove(&mut s).await?;
+    Ok(s)
+}
+
 /// One request/response exchange with the control service (CLI: drain, map).
 ///
 /// # Errors
 /// Connection or protocol failures.
 pub async fn request(addr: &str, req: &ToControl) -> Result<FromControl, ControlWireError> {
-    let mut s = TcpStream::connect(addr).await?;
-    prove(&mut s).await?;
+    let mut s = connect_member(addr).await?;
     s.write_all(&encode(req)?).await?;
+    s.flush().await?;
     read_frame::<FromControl>(&mut s).await
 }
 

@@ -68,6 +68,8 @@ pub struct NodeOpts {
     /// Admin HTTP port (`/metrics`, status; resp/admin.rs) on the bind address; 0 picks a
     /// free port; None: none.
     pub admin_port: Option<u16>,
+    /// Bearer token the admin pages require (`--admin-token`); None: none.
+    pub admin_token: Option<String>,
 }
 
 /// Environment variables through which `up` gives its nodes the TLS files (the CLI's
@@ -80,12 +82,19 @@ pub const TLS_CA_ENV: &str = "RINGLET_TLS_CA_CERT_FILE";
 /// other local users can read a process's arguments).
 pub const REQUIREPASS_ENV: &str = "RINGLET_REQUIREPASS";
 
+/// Environment variable through which `up` gives its nodes the admin token (`--admin-token`).
+pub const ADMIN_TOKEN_ENV: &str = "RINGLET_ADMIN_TOKEN";
+
 /// Start a node (client RESP listener, peer listener, control link, driver) in the current
 /// runtime. Returns the node and its client address.
 ///
 /// # Errors
 /// Bind or engine failures.
 pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)> {
+    // The TLS files encrypt the member links too (before any link opens).
+    if let Some(f) = &o.tls {
+        crate::tls::set_link_tls(f).map_err(std::io::Error::other)?;
+    }
     let (fds, want) = crate::raise_fd_limit();
     if fds < want {
         eprintln!(
@@ -140,7 +149,14 @@ pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)
         Some(p) => {
             let l = crate::listen(SocketAddr::new(o.bind.ip(), p))?;
             eprintln!("ringlet node {}: admin http on {}", o.id, l.local_addr()?);
-            Some(l)
+            if let Some(t) = &o.admin_token {
+                if !ringlet_server::config::admin_token_ok(t) {
+                    return Err(std::io::Error::other(
+                        "--admin-token: must be 1 to 256 visible characters",
+                    ));
+                }
+            }
+            Some((l, o.admin_token.as_deref().map(std::sync::Arc::from)))
         }
         None => None,
     };
@@ -188,6 +204,9 @@ pub struct UpOpts {
     pub node_args: NodeArgsFn,
     /// The client password every node requires (passed through [`REQUIREPASS_ENV`]).
     pub requirepass: Option<String>,
+    /// The bearer token every node's admin pages require (passed through
+    /// [`ADMIN_TOKEN_ENV`]).
+    pub admin_token: Option<String>,
     /// Placement-group shape (s data, d redundant nodes); `None`: [`pg_shape`].
     pub pg: Option<(u8, u8)>,
     /// TLS on every node's client port (given to the nodes through [`TLS_CERT_ENV`] etc.).
@@ -366,6 +385,10 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
             "cluster secret already fixed differently in this process",
         ));
     }
+    // The control service runs in this process: with TLS files its links are mutual TLS.
+    if let Some(f) = &o.tls {
+        crate::tls::set_link_tls(f).map_err(std::io::Error::other)?;
+    }
     let control_port = o
         .control_port
         .unwrap_or(o.base_port.saturating_add(total as u16));
@@ -408,6 +431,10 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         match &o.requirepass {
             Some(p) => cmd.env(REQUIREPASS_ENV, p),
             None => cmd.env_remove(REQUIREPASS_ENV),
+        };
+        match &o.admin_token {
+            Some(t) => cmd.env(ADMIN_TOKEN_ENV, t),
+            None => cmd.env_remove(ADMIN_TOKEN_ENV),
         };
         match &o.tls {
             Some(t) => cmd

@@ -109,7 +109,7 @@ pub async fn serve(
     node: ClusterNode,
     requirepass: Option<String>,
     tls: Option<ClientTls>,
-    admin: Option<TcpListener>,
+    admin: Option<(TcpListener, Option<std::sync::Arc<str>>)>,
 ) {
     let front = Arc::new(Front {
         node,
@@ -119,8 +119,8 @@ pub async fn serve(
         clients: clients::Clients::default(),
         recorder: metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
     });
-    if let Some(l) = admin {
-        tokio::spawn(ringlet_server::admin::serve(l, front.clone()));
+    if let Some((l, token)) = admin {
+        tokio::spawn(ringlet_server::admin::serve(l, front.clone(), token));
     }
     let acceptor = tls.map(|t| t.acceptor);
     let open = Arc::new(std::sync::atomic::AtomicU32::new(0));

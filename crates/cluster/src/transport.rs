@@ -197,7 +197,8 @@ async fn link_loop(
 ) {
     let mut backoff = RECONNECT_BACKOFF_MIN;
     loop {
-        let stream = match TcpStream::connect(addr).await {
+        // TCP, and TLS over it when the process has link TLS (tls::set_link_tls).
+        let stream = match crate::tls::link_connect(&addr.to_string()).await {
             Ok(s) => s,
             Err(_) => {
                 stats.connect_failures.fetch_add(1, Ordering::Relaxed);
@@ -211,7 +212,6 @@ async fn link_loop(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let mut stream = stream;
         if let Some(secret) = crate::auth::process_secret() {
             let me = hello.from.0.to_string();
@@ -312,7 +312,10 @@ pub enum LinkError {
     WrongIdentity { hello: String, proven: String },
 }
 
-async fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Option<Frame>, LinkError> {
+async fn read_frame(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> Result<Option<Frame>, LinkError> {
     let mut h = [0u8; 4];
     match stream.read_exact(&mut h).await {
         Ok(_) => {}
@@ -343,11 +346,14 @@ async fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Option<
 const FRAME_BUFFER_KEEP_BYTES: usize = 1 << 20;
 
 async fn read_link(
-    mut stream: TcpStream,
+    stream: TcpStream,
     inbound: &Inbound,
     stats: &TransportStats,
 ) -> Result<(), LinkError> {
-    let _ = stream.set_nodelay(true);
+    // With link TLS, a connector without a certificate from the cluster's CA fails here.
+    let mut stream = crate::tls::link_accept(stream).await.inspect_err(|_| {
+        stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+    })?;
     // Members only: the connector proves the cluster secret for the node id it then claims
     // in HELLO (a forged HELLO used to be trusted as is).
     let proven = match crate::auth::process_secret() {

@@ -348,7 +348,7 @@ pub async fn forward_usage(backend: Arc<EtcdBackend>) {
     let Some(mut rx) = backend.usage_rx.lock().take() else {
         return;
     };
-    let mut conn: Option<(String, tokio::net::TcpStream)> = None;
+    let mut conn: Option<(String, ringlet_cluster::tls::LinkStream)> = None;
     while let Some(m) = rx.recv().await {
         let Some(leader) = backend.leader_control() else {
             conn = None;
@@ -357,7 +357,9 @@ pub async fn forward_usage(backend: Arc<EtcdBackend>) {
         if conn.as_ref().is_none_or(|(a, _)| *a != leader) {
             conn = match tokio::time::timeout(
                 Duration::from_millis(500),
-                tokio::net::TcpStream::connect(&leader),
+                // A member connection: with a cluster secret (and link TLS) a bare TCP
+                // connection is refused by the leader, and the reports were lost.
+                ringlet_cluster::control::connect_member(&leader),
             )
             .await
             {
@@ -369,7 +371,7 @@ pub async fn forward_usage(backend: Arc<EtcdBackend>) {
             continue;
         };
         let Ok(f) = encode(&m) else { continue };
-        if s.write_all(&f).await.is_err() {
+        if s.write_all(&f).await.is_err() || s.flush().await.is_err() {
             conn = None;
         }
     }

@@ -48,6 +48,8 @@ pub struct EtcdNodeOpts {
     pub tls: Option<ringlet_cluster::tls::TlsFiles>,
     /// Admin HTTP port (`/metrics`); None: none.
     pub admin_port: Option<u16>,
+    /// Bearer token the admin pages require.
+    pub admin_token: Option<String>,
 }
 
 /// A running etcd-mode process.
@@ -90,6 +92,11 @@ pub async fn run_node_etcd(o: &EtcdNodeOpts) -> Result<EtcdNode, EtcdError> {
     let keys = Keys::new(&o.prefix)?;
     if let Some(c) = &o.config {
         c.validate()?;
+    }
+    // The TLS files encrypt this process's member links (its control service, the leader's,
+    // peers) before any opens.
+    if let Some(f) = &o.tls {
+        ringlet_cluster::tls::set_link_tls(f).map_err(|e| EtcdError::BadConfig(e.to_string()))?;
     }
     let mut client = connect(&o.endpoints, o.connect_timeout).await?;
     let config = ensure_config(&mut client, &keys, o.config.as_ref()).await?;
@@ -152,6 +159,7 @@ pub async fn run_node_etcd(o: &EtcdNodeOpts) -> Result<EtcdNode, EtcdError> {
         requirepass: o.requirepass.clone(),
         tls: o.tls.clone(),
         admin_port: o.admin_port,
+        admin_token: o.admin_token.clone(),
     })
     .await?;
     Ok(EtcdNode {

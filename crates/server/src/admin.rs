@@ -9,6 +9,10 @@
 //!
 //! Bounds: a request head is read up to [`REQUEST_HEAD_BYTES_MAX`] with a timeout, one request
 //! per connection (`Connection: close`), at most [`ADMIN_CONNECTIONS_MAX`] at once.
+//!
+//! Access: with an admin token (`--admin-token`, `RINGLET_ADMIN_TOKEN`) every page needs
+//! `Authorization: Bearer <token>` (what Prometheus's `authorization` scrape setting sends);
+//! anything else gets `401` and no figures. Without one the port is for loopback only.
 
 use crate::shared::{Shared, Stats};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
@@ -58,6 +62,7 @@ pub fn run(listener: StdListener, shared: Arc<Shared>, mut shutdown: watch::Rece
         tracing::error!("admin: cannot build runtime");
         return;
     };
+    let token = shared.config.admin_token.as_deref().map(Arc::from);
     let pages: Arc<dyn AdminPages> = Arc::new(NodePages {
         shared,
         recorder: PrometheusBuilder::new().build_recorder(),
@@ -68,14 +73,18 @@ pub fn run(listener: StdListener, shared: Arc<Shared>, mut shutdown: watch::Rece
         };
         tokio::select! {
             _ = shutdown.changed() => {}
-            _ = serve(listener, pages) => {}
+            _ = serve(listener, pages, token) => {}
         }
     });
 }
 
 /// Serve `pages` on `listener` (HTTP/1.1 GET, one request per connection) until the future
-/// is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, pages: Arc<dyn AdminPages>) {
+/// is dropped; with `token`, only to requests that carry it as a bearer token.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    pages: Arc<dyn AdminPages>,
+    token: Option<Arc<str>>,
+) {
     let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -86,15 +95,36 @@ pub async fn serve(listener: tokio::net::TcpListener, pages: Arc<dyn AdminPages>
             continue; // dropped: closes the socket
         }
         open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (pages, open) = (pages.clone(), open.clone());
+        let (pages, open, token) = (pages.clone(), open.clone(), token.clone());
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &*pages)).await;
+            let _ =
+                tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &*pages, token.as_deref()))
+                    .await;
             open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
 }
 
-async fn answer(mut stream: tokio::net::TcpStream, pages: &dyn AdminPages) -> std::io::Result<()> {
+/// Whether the request head carries `Authorization: Bearer <token>` (header name in any case).
+fn bearer_matches(head: &[u8], token: &str) -> bool {
+    head.split(|&b| b == b'\n').skip(1).any(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return false;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        name.eq_ignore_ascii_case(b"authorization")
+            && value.len() > 7
+            && value[..7].eq_ignore_ascii_case(b"bearer ")
+            && crate::cmd::connection::constant_time_eq(value[7..].trim_ascii(), token.as_bytes())
+    })
+}
+
+async fn answer(
+    mut stream: tokio::net::TcpStream,
+    pages: &dyn AdminPages,
+    token: Option<&str>,
+) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     // Bounded by REQUEST_HEAD_BYTES_MAX.
@@ -128,6 +158,19 @@ async fn answer(mut stream: tokio::net::TcpStream, pages: &dyn AdminPages) -> st
             "GET only\n",
         )
         .await;
+    }
+    if let Some(t) = token {
+        if !bearer_matches(&head, t) {
+            let body = "admin token required (Authorization: Bearer <token>)\n";
+            let head = format!(
+                "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"ringlet\"\r\n\
+                 Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(body.as_bytes()).await?;
+            return stream.shutdown().await;
+        }
     }
     match path {
         b"/metrics" => {
@@ -194,4 +237,44 @@ fn render_metrics(shared: &Shared, recorder: &PrometheusRecorder) -> String {
         }
     });
     recorder.handle().render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_matches;
+
+    #[test]
+    fn bearer_token_is_checked_exactly() {
+        let head = |h: &str| format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{h}\r\n\r\n");
+        assert!(bearer_matches(
+            head("Authorization: Bearer s3cret").as_bytes(),
+            "s3cret"
+        ));
+        assert!(bearer_matches(
+            head("authorization:bearer   s3cret ").as_bytes(),
+            "s3cret"
+        ));
+        assert!(!bearer_matches(
+            head("Authorization: Bearer s3cre").as_bytes(),
+            "s3cret"
+        ));
+        assert!(!bearer_matches(
+            head("Authorization: Bearer s3cretX").as_bytes(),
+            "s3cret"
+        ));
+        assert!(!bearer_matches(
+            head("Authorization: Basic s3cret").as_bytes(),
+            "s3cret"
+        ));
+        assert!(!bearer_matches(
+            head("X-Authorization: Bearer s3cret").as_bytes(),
+            "s3cret"
+        ));
+        assert!(!bearer_matches(head("").as_bytes(), "s3cret"));
+        // The request line is not a header.
+        assert!(!bearer_matches(
+            b"Authorization: Bearer s3cret\r\n\r\n",
+            "s3cret"
+        ));
+    }
 }

@@ -19,8 +19,11 @@ pub struct Config {
     pub requirepass: Option<String>,
     /// Port of the admin HTTP listener (Prometheus `/metrics`). `None` = off; 0 = free port.
     pub admin_port: Option<u16>,
-    /// Address the admin listener binds. Loopback by default: `/metrics` has no auth.
+    /// Address the admin listener binds. Loopback by default; another address needs
+    /// `admin_token`.
     pub admin_bind: IpAddr,
+    /// Bearer token every admin page requires (`--admin-token`); `None`: no check.
+    pub admin_token: Option<String>,
     /// Period of the engine tick (active expiry, incremental upsize), in ms.
     pub tick_interval_ms: u64,
     /// Unix socket through which same-host clients map the engine's regions read-only and
@@ -38,6 +41,7 @@ impl Default for Config {
             requirepass: None,
             admin_port: None,
             admin_bind: IpAddr::from([127, 0, 0, 1]),
+            admin_token: None,
             tick_interval_ms: 100,
             shm_socket: None,
         }
@@ -64,7 +68,7 @@ pub enum ConfigError {
     )]
     NonLoopbackWithoutAuth(IpAddr),
     #[error(
-        "admin_bind: refusing to serve /metrics on non-loopback address {0} without --requirepass"
+        "admin_bind: refusing to serve /metrics on non-loopback address {0} without --admin-token"
     )]
     AdminNonLoopbackWithoutAuth(IpAddr),
     #[error("memory_mb: must be between 1 and {max}, got {got}")]
@@ -79,6 +83,13 @@ pub enum ConfigError {
     TickInterval(u64),
     #[error("admin_port: must differ from port {0}")]
     AdminPortClash(u16),
+    #[error("admin_token: must be 1 to 256 visible characters (no spaces or control characters)")]
+    BadAdminToken,
+}
+
+/// An admin token travels in an HTTP header: 1..=256 visible ASCII characters.
+pub fn admin_token_ok(t: &str) -> bool {
+    (1..=256).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_graphic())
 }
 
 impl Config {
@@ -98,7 +109,12 @@ impl Config {
         if !self.bind.is_loopback() && self.requirepass.is_none() {
             return Err(ConfigError::NonLoopbackWithoutAuth(self.bind));
         }
-        if self.admin_port.is_some() && !self.admin_bind.is_loopback() && self.requirepass.is_none()
+        if let Some(t) = &self.admin_token {
+            if !admin_token_ok(t) {
+                return Err(ConfigError::BadAdminToken);
+            }
+        }
+        if self.admin_port.is_some() && !self.admin_bind.is_loopback() && self.admin_token.is_none()
         {
             return Err(ConfigError::AdminNonLoopbackWithoutAuth(self.admin_bind));
         }

@@ -8,13 +8,34 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Ranges already handed to a test of this process. Tests of one binary run in parallel
+/// threads and start from the same pid-derived base: without this, two of them probed the same
+/// free range before either bound it, and both `ringlet up`s failed to start (CI, issue 17).
+static CLAIMED: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
+
 /// A base port with `n` free consecutive ports.
 pub fn free_base(n: u16) -> u16 {
+    free_base_where(n, |_| true)
+}
+
+/// A base port with `n` free consecutive ports, none handed to another test of this process,
+/// for which `also(base)` holds (e.g. the admin ports at +10000 are free too).
+pub fn free_base_where(n: u16, also: impl Fn(u16) -> bool) -> u16 {
+    let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
     let mut base = 26_000 + (std::process::id() % 6_000) as u16;
-    while !(0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+    loop {
+        let overlaps = claimed
+            .iter()
+            .any(|&(b, len)| base < b + len && b < base + n);
+        if !overlaps
+            && (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok())
+            && also(base)
+        {
+            claimed.push((base, n));
+            return base;
+        }
         base += n + 1;
     }
-    base
 }
 
 /// A running `ringlet up`; SIGTERM on drop makes it stop its nodes (SIGKILL would leave
@@ -38,21 +59,35 @@ impl Drop for Up {
 /// Start `ringlet <args>` and return once it printed "ringlet cluster ready" (its later
 /// output is drained in the background).
 pub fn up(args: &[&str]) -> Up {
+    // stderr goes to a file so that a cluster that never gets ready says why in the failure.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let log =
+        std::env::temp_dir().join(format!("ringlet-test-up-{}-{run}.log", std::process::id()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet"))
         .args(args)
         .env_remove("RINGLET_REQUIREPASS")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("up log file"))
         .spawn()
         .expect("spawn ringlet up");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let up = Up(child);
     loop {
-        let l = lines.next().expect("up exited").expect("read");
-        if l.starts_with("ringlet cluster ready") {
+        let Some(l) = lines.next() else {
+            let err = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = err.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "up exited before it was ready; its stderr ends:\n{}",
+                tail.join("\n")
+            );
+        };
+        if l.expect("read").starts_with("ringlet cluster ready") {
             break;
         }
     }
+    let _ = std::fs::remove_file(&log);
     std::thread::spawn(move || for _ in lines {});
     up
 }

@@ -108,6 +108,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 exe: std::env::current_exe().map_err(|e| e.to_string())?,
                 node_args: launch::ringlet_cluster_node_args,
                 requirepass: std::env::var(launch::REQUIREPASS_ENV).ok(),
+                admin_token: None,
                 pg: None,
                 tls: None,
                 admin_offset: None,
@@ -146,6 +147,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 lease_ms,
                 memory_bytes,
                 requirepass: std::env::var(launch::REQUIREPASS_ENV).ok(),
+                admin_token: None,
                 tls: None,
                 admin_port: None,
             };

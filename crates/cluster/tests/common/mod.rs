@@ -659,6 +659,7 @@ pub fn in_process(n: u32, s: u8, d: u8, lease_ms: u64) -> InProcess {
                 requirepass: None,
                 tls: None,
                 admin_port: None,
+                admin_token: None,
             }))
             .unwrap();
         nodes.push(node);

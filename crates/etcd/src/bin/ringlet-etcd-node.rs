@@ -26,6 +26,7 @@ fn parse() -> Result<EtcdNodeOpts, String> {
         requirepass: std::env::var(ringlet_cluster::launch::REQUIREPASS_ENV).ok(),
         tls: None,
         admin_port: None,
+        admin_token: None,
     };
     let (mut nodes, mut spares, mut memgest) = (None::<usize>, 0usize, None::<String>);
     let mut args = std::env::args().skip(1);

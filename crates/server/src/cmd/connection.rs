@@ -60,7 +60,7 @@ fn authenticate(ctx: &Ctx<'_>, user: &[u8], password: &[u8]) -> bool {
 }
 
 /// Compare without an early exit, so response time does not leak the matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
