@@ -161,6 +161,7 @@ impl Pool {
                 self.addr,
                 cfg.connect_timeout,
                 cfg.in_flight_per_connection_max,
+                cfg.tls.as_ref(),
             )
             .await?,
         );

@@ -273,6 +273,7 @@ impl ClusterClient {
             match client.refresh(Epoch(0), true).await {
                 Ok(()) if client.routing().map.placement.is_some() => return Ok(client),
                 Ok(()) => {}
+                Err(e @ Error::Tls { .. }) => return Err(e),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => {}
             }

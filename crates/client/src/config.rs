@@ -35,6 +35,8 @@ pub struct ClientConfig {
     pub mget_batch_keys: usize,
     /// Seed of the backoff jitter (deterministic tests); `None` picks one from the clock.
     pub seed: Option<u64>,
+    /// Speak TLS to every server (a cluster started with `--tls-*` files); `None`: TCP.
+    pub tls: Option<crate::ClientTls>,
 }
 
 impl Default for ClientConfig {
@@ -51,6 +53,7 @@ impl Default for ClientConfig {
             retry_budget_cap: 10,
             mget_batch_keys: 256,
             seed: None,
+            tls: None,
         }
     }
 }

@@ -32,12 +32,12 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use ringlet_codec::native::{self, ResponseBody, Status};
 use ringlet_types::{Epoch, Version};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::Error;
+use crate::tls::{ClientTls, ConnIo};
 
 /// One item of an MGET response.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,21 +153,35 @@ impl Conn {
         addr: SocketAddr,
         timeout: Duration,
         in_flight_max: usize,
+        tls: Option<&ClientTls>,
     ) -> Result<Conn, Error> {
         let not_sent = |m: String| Error::Connection {
             addr: addr.to_string(),
             message: m,
             maybe_executed: false,
         };
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        // TCP, then the TLS handshake if configured, both within `timeout`. A failed
+        // handshake is its own error: a certificate that is not trusted stays untrusted, so
+        // callers must not retry it until their deadline.
+        let open = async {
+            let tcp = TcpStream::connect(addr)
+                .await
+                .map_err(|e| not_sent(e.to_string()))?;
+            tcp.set_nodelay(true).map_err(|e| not_sent(e.to_string()))?;
+            match tls {
+                None => Ok::<Box<dyn ConnIo>, Error>(Box::new(tcp)),
+                Some(t) => t.handshake(tcp).await.map_err(|e| Error::Tls {
+                    addr: addr.to_string(),
+                    message: e.to_string(),
+                }),
+            }
+        };
+        let stream = match tokio::time::timeout(timeout, open).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(not_sent(e.to_string())),
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err(not_sent("connect timed out".into())),
         };
-        stream
-            .set_nodelay(true)
-            .map_err(|e| not_sent(e.to_string()))?;
-        let (rd, wr) = stream.into_split();
+        let (rd, wr) = tokio::io::split(stream);
         let shared = Arc::new(Shared {
             addr,
             write: Mutex::new(BytesMut::with_capacity(16 * 1024)),
@@ -223,7 +237,7 @@ impl Conn {
     }
 }
 
-async fn writer(shared: Arc<Shared>, mut wr: OwnedWriteHalf) {
+async fn writer(shared: Arc<Shared>, mut wr: WriteHalf<Box<dyn ConnIo>>) {
     let mut out = BytesMut::with_capacity(16 * 1024);
     // The connection's event loop: runs until the connection dies or is dropped.
     loop {
@@ -244,10 +258,15 @@ async fn writer(shared: Arc<Shared>, mut wr: OwnedWriteHalf) {
             }
             out.clear();
         }
+        // TLS holds records until flushed (a no-op on TCP).
+        if let Err(e) = wr.flush().await {
+            shared.fail(shared.conn_error(format!("write: {e}"), true));
+            return;
+        }
     }
 }
 
-async fn reader(shared: Arc<Shared>, mut rd: OwnedReadHalf) {
+async fn reader(shared: Arc<Shared>, mut rd: ReadHalf<Box<dyn ConnIo>>) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     // The connection's event loop: runs until the connection dies or is dropped.
     loop {

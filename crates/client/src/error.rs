@@ -10,6 +10,15 @@ pub enum Error {
     /// The configuration is unusable (checked once by [`crate::ClientConfig::validate`]).
     #[error("invalid client configuration: {0}")]
     Config(String),
+    /// The TLS handshake failed: the server's certificate is not trusted (wrong CA, wrong
+    /// address in it) or the server does not speak TLS. Retrying cannot help.
+    #[error("TLS handshake with {addr} failed: {message}")]
+    Tls {
+        /// Peer address.
+        addr: String,
+        /// rustls's reason.
+        message: String,
+    },
     /// The address does not resolve.
     #[error("cannot resolve address {0}")]
     Resolve(String),

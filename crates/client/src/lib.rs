@@ -19,7 +19,10 @@
 //!   splits cross-slot MGET/MSET per node, and reads at the coordinator or by quorum
 //!   ([`ReadMode`]; docs/design/client-cluster.md).
 //!
-//! Non-goals (for now): TLS; conditional writes and INCRBY in cluster mode (the RESP front
+//! TLS: [`ClientConfig::tls`] with a [`ClientTls`] (the cluster's CA) for nodes whose client
+//! ports serve TLS.
+//!
+//! Non-goals (for now): conditional writes and INCRBY in cluster mode (the RESP front
 //! serves those).
 //!
 //! Modules:
@@ -40,6 +43,7 @@ mod conn;
 pub mod error;
 mod quorum;
 mod retry;
+pub mod tls;
 
 pub use blocking::BlockingClient;
 pub use client::{Client, DelOutcome, MgetValue, SetOptions, SetOutcome, Versioned};
@@ -49,3 +53,4 @@ pub use conn::MgetEntry;
 pub use error::Error;
 pub use ringlet_codec::native::{SetCond, Status};
 pub use ringlet_shm::{ReaderStats as ShmReaderStats, ShmError, ShmReader, ShmReaderConfig};
+pub use tls::ClientTls;

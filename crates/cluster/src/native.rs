@@ -39,7 +39,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 
 /// Requests of one connection running at once; the reader waits for a permit before it
@@ -130,8 +129,10 @@ fn own(r: &ClusterRequest<'_>) -> Req {
 ///
 /// # Errors
 /// Socket errors.
-pub async fn connection(front: Arc<Front>, mut stream: TcpStream) -> std::io::Result<()> {
-    let _ = stream.set_nodelay(true);
+pub async fn connection<S>(front: Arc<Front>, mut stream: S) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     if front.auth_required() {
         let mut out = Vec::new();
         native::encode_error_response(
@@ -143,9 +144,10 @@ pub async fn connection(front: Arc<Front>, mut stream: TcpStream) -> std::io::Re
             "authentication required: the native protocol has no AUTH yet; use RESP",
         );
         stream.write_all(&out).await?;
+        stream.flush().await?;
         return Ok(());
     }
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT_PER_CONN_MAX);
     let writer = tokio::spawn(async move {
         let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
@@ -158,7 +160,8 @@ pub async fn connection(front: Arc<Front>, mut stream: TcpStream) -> std::io::Re
                     Err(_) => break,
                 }
             }
-            if wr.write_all(&out).await.is_err() {
+            // flush: a TLS stream holds records until asked (a no-op on TCP).
+            if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
                 return;
             }
             out.clear();

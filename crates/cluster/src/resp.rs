@@ -148,8 +148,8 @@ pub async fn serve(
                     let _ = f.connection(stream).await;
                 }
                 Some(acceptor) => {
-                    // RESP only over TLS (the native protocol has no TLS client yet). A client
-                    // that does not finish the handshake in time is dropped.
+                    // RESP and native frames over TLS, told apart by the first byte as on
+                    // TCP. A client that does not finish the handshake in time is dropped.
                     let _ = stream.set_nodelay(true);
                     let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
                         open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -161,7 +161,18 @@ pub async fn serve(
                     )
                     .await;
                     if let Ok(Ok(tls)) = hs {
-                        let _ = f.resp_connection(tls, addr, laddr).await;
+                        // A one-byte buffer to look at the first byte: reads larger than
+                        // it bypass it, so the connection keeps its own buffer bounds.
+                        let mut tls = tokio::io::BufReader::with_capacity(1, tls);
+                        let native = matches!(
+                            tokio::io::AsyncBufReadExt::fill_buf(&mut tls).await,
+                            Ok([b, ..]) if ringlet_codec::native::is_native(*b)
+                        );
+                        if native {
+                            let _ = crate::native::connection(f, tls).await;
+                        } else {
+                            let _ = f.resp_connection(tls, addr, laddr).await;
+                        }
                     }
                 }
             }
@@ -238,6 +249,7 @@ impl Front {
         // Native frames (first byte 0xA5, docs/protocol.md §2.5) go to the native front.
         let mut first = [0u8; 1];
         if stream.peek(&mut first).await? == 1 && ringlet_codec::native::is_native(first[0]) {
+            let _ = stream.set_nodelay(true);
             return crate::native::connection(self.clone(), stream).await;
         }
         let _ = stream.set_nodelay(true);
