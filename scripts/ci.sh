@@ -28,4 +28,7 @@ if compgen -G "crates/*/tests/py/test_*.py" >/dev/null; then
   cargo build -p ringlet-cli --bin ringlet
   RINGLET_BIN="$PWD/target/debug/ringlet" python3 -m pytest -q crates/*/tests/py
 fi
+echo "== Python package (crates/python: maturin wheel, pytest against a real cluster)"
+cargo build -p ringlet-cli --bin ringlet
+RINGLET_BIN="$PWD/target/debug/ringlet" crates/python/build_and_test.sh
 echo "== all checks passed"

@@ -1,0 +1,37 @@
+"""Python client of a Ringlet cluster.
+
+>>> import ringlet
+>>> c = ringlet.Cluster(["127.0.0.1:7379"])
+>>> c.set("user:1", "alice")
+>>> c.get("user:1")
+b'alice'
+
+Every call goes through the Rust cluster client (``ringlet-client``), with the GIL released
+during I/O. Errors are ``ringlet.RingletError`` subclasses.
+"""
+
+from ringlet._ringlet import (
+    Cluster,
+    ClusterMapError,
+    ConfigError,
+    ConnectionError,
+    ProtocolError,
+    RingletError,
+    ServerError,
+    TimeoutError,
+    TooLargeError,
+    __version__,
+)
+
+__all__ = [
+    "Cluster",
+    "ClusterMapError",
+    "ConfigError",
+    "ConnectionError",
+    "ProtocolError",
+    "RingletError",
+    "ServerError",
+    "TimeoutError",
+    "TooLargeError",
+    "__version__",
+]

@@ -1,0 +1,104 @@
+"""Type stubs of the ``ringlet`` package (implemented in Rust: crates/python/src)."""
+
+from typing import Any, Iterable, List, Mapping, Optional, Tuple, TypedDict, Union
+
+__version__: str
+
+Key = Union[bytes, str]
+"""A key: ``bytes``, or ``str`` encoded as UTF-8."""
+Value = Union[bytes, str]
+"""A value: ``bytes``, or ``str`` encoded as UTF-8."""
+
+class MemgestEntry(TypedDict):
+    """One row of :meth:`Cluster.memgest_list`."""
+
+    name: str
+    kind: str
+    default: bool
+    keys: int
+    closing: bool
+
+class RingletError(Exception):
+    """Base class of every error raised by ringlet."""
+
+class ConfigError(RingletError):
+    """The client configuration or an argument is unusable (no seeds, a bad timeout, an
+    unknown memgest name, a memgest kind that does not parse or is ``none``)."""
+
+class ConnectionError(RingletError):
+    """A node could not be reached, its address did not resolve, its connection broke, or
+    its TLS handshake failed."""
+
+class TimeoutError(RingletError):
+    """The call's deadline passed (retries and backoff included)."""
+
+class ServerError(RingletError):
+    """A node answered with an error."""
+
+    status: str
+    """The native status name: ``BAD_REQUEST``, ``NO_SPACE``, ``UNSUPPORTED``, ..."""
+
+class ClusterMapError(RingletError):
+    """No usable cluster map: no node answered, the map is malformed, or it has no route for
+    the key."""
+
+class ProtocolError(RingletError):
+    """A node sent bytes or a response that make no sense for the request."""
+
+class TooLargeError(RingletError):
+    """A key (> 64 KiB) or value (> 64 MiB) exceeds Ringlet's limits; refused before
+    sending."""
+
+class Cluster:
+    """A client of a running Ringlet cluster.
+
+    Connects through any of ``seeds`` (``"host:port"`` of nodes' client ports), fetches the
+    cluster map and routes every key to its slot's coordinator, following map changes.
+    Thread-safe; create it after ``os.fork()``, not before.
+
+    Raises ``ConfigError`` (no seeds, bad timeout), ``ConnectionError`` (a seed does not
+    resolve or answer) or ``ClusterMapError`` (no bootstrapped cluster map in time).
+    """
+
+    def __init__(
+        self,
+        seeds: List[str],
+        quorum_reads: bool = False,
+        timeout: Optional[float] = None,
+        tls_ca_file: Optional[str] = None,
+    ) -> None: ...
+    def get(self, key: Key) -> Optional[bytes]:
+        """The value of ``key``, or ``None`` if it does not exist."""
+    def set(self, key: Key, value: Value, memgest: Optional[str] = None) -> None:
+        """Store ``value`` under ``key``, in memgest ``memgest`` or the default one.
+        Raises ``ConfigError`` for an unknown memgest, ``TooLargeError`` past the limits."""
+    def delete(self, key: Key) -> None:
+        """Delete ``key``. Cluster mode does not report whether it existed."""
+    def mget(self, keys: Iterable[Key]) -> List[Optional[bytes]]:
+        """The values of ``keys`` (any slots), in order; ``None`` for a missing key."""
+    def mset(self, mapping: Mapping[Key, Value]) -> None:
+        """Store every pair (any slots) in the default memgest. Not atomic: on error,
+        others may have been stored."""
+    def epoch(self) -> int:
+        """The epoch of the cached cluster map."""
+    def refresh_map(self) -> None:
+        """Fetch the cluster map now."""
+    def memgest_create(self, name: str, kind: str) -> None:
+        """Create memgest ``name`` of ``kind`` (``"rep:R"`` or ``"ec:K+M"``)."""
+    def memgest_drop(self, name: str) -> None:
+        """Drop memgest ``name`` (``ServerError`` while keys live in it)."""
+    def memgest_default(self, name: str) -> None:
+        """Make ``name`` the memgest of writes that name none."""
+    def memgest_move(self, key: Key, name: str) -> None:
+        """Move ``key`` into memgest ``name``, atomically (``ServerError`` if either is
+        missing)."""
+    def memgest_key(self, key: Key) -> Optional[Tuple[str, str, str]]:
+        """``(memgest name, kind, version)`` of ``key``, or ``None`` if it does not exist."""
+    def memgest_list(self) -> List[MemgestEntry]:
+        """Every memgest of the cluster."""
+    def memgest_info(self, name: Optional[str] = None) -> str:
+        """The ``MEMGEST INFO`` report of one memgest or of all."""
+    def memgest_command(self, *args: Union[bytes, str]) -> Any:
+        """``MEMGEST *args``; the reply as Python values. A refusal raises ``ServerError``."""
+
+__all__: List[str]

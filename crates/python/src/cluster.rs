@@ -1,0 +1,432 @@
+//! `ringlet.Cluster`: a [`ClusterClient`] and the tokio runtime its calls run on.
+//!
+//! Each method copies its keys and values out of the Python objects, releases the GIL
+//! (`Python::detach`) and blocks on the client's future, so other Python threads run during
+//! the I/O and several threads may call one `Cluster` at once (the client is shared; its
+//! connections pipeline their requests).
+//!
+//! Why a runtime of our own with one worker rather than [`ringlet_client::BlockingClusterClient`]:
+//! the blocking client hides its runtime, and the memgest calls need
+//! [`ClusterClient::refresh_map`], `memgest_drop` and `memgest_default`, which it does not
+//! wrap. One worker, as in the blocking client: the worker only drives sockets and timers,
+//! the calling threads run the calls themselves in `block_on`.
+//!
+//! Keys and values are `bytes` or `str` (UTF-8); anything else is a `TypeError`.
+
+use std::time::Duration;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use ringlet_client::{ClusterClient, ClusterConfig, Error, ReadMode};
+use ringlet_codec::Reply;
+use ringlet_types::MemgestKind;
+
+use crate::error::{server_error, to_py, ConfigError, ProtocolError};
+
+/// A client of a running Ringlet cluster.
+///
+/// Connects through any of ``seeds`` (``"host:port"`` of nodes' client ports), fetches the
+/// cluster map and routes every key to its slot's coordinator, following map changes.
+/// Thread-safe: share one ``Cluster`` between threads. Create it after ``os.fork()``, not
+/// before (its runtime threads do not survive a fork).
+///
+/// Args:
+///     seeds: client addresses of one or more nodes, e.g. ``["127.0.0.1:7379"]``.
+///     quorum_reads: read by quorum (the first majority of the key's replicas that agree on
+///         a version decides) instead of at the coordinator.
+///     timeout: deadline of one call in seconds, retries included (default: the Rust
+///         client's, 5 s).
+///     tls_ca_file: path of the CA (PEM) that issued the nodes' certificates, for a cluster
+///         started with ``--tls-cert-file/--tls-key-file/--tls-ca-cert-file``: every
+///         connection is then TLS, each node's certificate checked for its address.
+///
+/// Raises:
+///     ConfigError: no seeds, too many, or a timeout that is not positive.
+///     ConnectionError: a seed does not resolve.
+///     ClusterMapError: no seed answered with a map of a bootstrapped cluster in time.
+#[pyclass(module = "ringlet", frozen)]
+pub struct Cluster {
+    rt: tokio::runtime::Runtime,
+    client: ClusterClient,
+    seeds: Vec<String>,
+}
+
+/// `obj` as bytes: `bytes` as is, `str` encoded as UTF-8. `what` names the argument.
+fn bytes_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(s.to_cow()?.as_bytes().to_vec());
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what} must be bytes or str, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+/// Text of a bulk or simple string reply.
+fn text_of(r: &Reply) -> Option<String> {
+    match r {
+        Reply::Bulk(b) | Reply::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    }
+}
+
+/// A RESP reply as a Python value: simple strings as `str`, bulk strings as `bytes`,
+/// integers as `int`, arrays and sets as `list`, maps as `dict`, nulls as `None`. An error
+/// reply raises `ServerError` with status `BAD_REQUEST`, as the Rust client's typed memgest
+/// calls do.
+fn reply_to_py<'py>(py: Python<'py>, r: Reply) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match r {
+        Reply::Simple(b) | Reply::Verbatim { text: b, .. } => {
+            PyString::new(py, &String::from_utf8_lossy(&b)).into_any()
+        }
+        Reply::Bulk(b) | Reply::BigNumber(b) => PyBytes::new(py, &b).into_any(),
+        Reply::Integer(n) => n.into_pyobject(py)?.into_any(),
+        Reply::Double(x) => x.into_pyobject(py)?.into_any(),
+        Reply::Boolean(t) => t.into_pyobject(py)?.to_owned().into_any(),
+        Reply::Null | Reply::NullArray => py.None().into_bound(py),
+        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
+            let list = PyList::empty(py);
+            for i in items {
+                list.append(reply_to_py(py, i)?)?;
+            }
+            list.into_any()
+        }
+        Reply::Map(pairs) => {
+            let d = PyDict::new(py);
+            for (k, v) in pairs {
+                d.set_item(reply_to_py(py, k)?, reply_to_py(py, v)?)?;
+            }
+            d.into_any()
+        }
+        Reply::Attribute { reply, .. } => reply_to_py(py, *reply)?,
+        Reply::Error(m) | Reply::BlobError(m) => {
+            return Err(server_error(
+                py,
+                "BAD_REQUEST",
+                &String::from_utf8_lossy(&m),
+            ))
+        }
+    })
+}
+
+impl Cluster {
+    /// Run `fut` on the runtime with the GIL released; a client error becomes its exception.
+    fn run<T, F>(&self, py: Python<'_>, fut: F) -> PyResult<T>
+    where
+        F: std::future::Future<Output = Result<T, Error>> + Send,
+        T: Send,
+    {
+        py.detach(|| self.rt.block_on(fut))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// The id of memgest `name`, refreshing the map once if the cached one does not know it
+    /// (it may have been created by another client since).
+    fn memgest_id(&self, py: Python<'_>, name: &str) -> PyResult<ringlet_types::MemgestId> {
+        if let Some(id) = self.client.memgest(name) {
+            return Ok(id);
+        }
+        self.run(py, self.client.refresh_map())?;
+        self.client.memgest(name).ok_or_else(|| {
+            ConfigError::new_err(format!(
+                "no memgest named '{name}' in the cluster map (see memgest_list())"
+            ))
+        })
+    }
+}
+
+#[pymethods]
+impl Cluster {
+    #[new]
+    #[pyo3(signature = (seeds, quorum_reads = false, timeout = None, tls_ca_file = None))]
+    fn new(
+        py: Python<'_>,
+        seeds: Vec<String>,
+        quorum_reads: bool,
+        timeout: Option<f64>,
+        tls_ca_file: Option<std::path::PathBuf>,
+    ) -> PyResult<Cluster> {
+        let mut cfg = ClusterConfig {
+            read_mode: if quorum_reads {
+                ReadMode::Quorum
+            } else {
+                ReadMode::Coordinator
+            },
+            ..ClusterConfig::default()
+        };
+        if let Some(t) = timeout {
+            cfg.client.timeout = Duration::try_from_secs_f64(t)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| ConfigError::new_err("timeout must be a positive number"))?;
+        }
+        if let Some(ca) = &tls_ca_file {
+            cfg.client.tls =
+                Some(ringlet_client::ClientTls::from_ca_file(ca).map_err(|e| to_py(py, e))?);
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ringlet-py-client")
+            .enable_all()
+            .build()
+            .map_err(|e| ConfigError::new_err(format!("cannot start the client runtime: {e}")))?;
+        let client = {
+            let refs: Vec<&str> = seeds.iter().map(String::as_str).collect();
+            py.detach(|| rt.block_on(ClusterClient::connect(&refs, cfg)))
+                .map_err(|e| to_py(py, e))?
+        };
+        Ok(Cluster { rt, client, seeds })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "ringlet.Cluster(seeds={:?}, quorum_reads={}, epoch={})",
+            self.seeds,
+            if self.client.config().read_mode == ReadMode::Quorum {
+                "True"
+            } else {
+                "False"
+            },
+            self.client.epoch().0
+        )
+    }
+
+    /// The value of ``key``, or ``None`` if it does not exist.
+    ///
+    /// Reads at the key's coordinator, or by quorum if the ``Cluster`` was made with
+    /// ``quorum_reads=True``.
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let key = bytes_of(key, "key")?;
+        let v = self.run(py, self.client.get(&key))?;
+        Ok(v.value.map(|b| PyBytes::new(py, &b)))
+    }
+
+    /// Store ``value`` under ``key``, in memgest ``memgest`` (a name such as ``"rep:3"`` or
+    /// one made by ``memgest_create``) or, if ``None``, the cluster's default memgest.
+    ///
+    /// Raises:
+    ///     ConfigError: no memgest of that name.
+    ///     TooLargeError: the key or value exceeds the limits.
+    #[pyo3(signature = (key, value, memgest = None))]
+    fn set(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        memgest: Option<&str>,
+    ) -> PyResult<()> {
+        let key = bytes_of(key, "key")?;
+        let value = bytes_of(value, "value")?;
+        let mut opts = ringlet_client::SetOptions::default();
+        if let Some(name) = memgest {
+            opts = opts.memgest(self.memgest_id(py, name)?);
+        }
+        self.run(py, self.client.set(&key, &value, opts))?;
+        Ok(())
+    }
+
+    /// Delete ``key`` (writes a tombstone). Returns ``None``: cluster mode does not report
+    /// whether the key existed.
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let key = bytes_of(key, "key")?;
+        self.run(py, self.client.del(&key))?;
+        Ok(())
+    }
+
+    /// The values of ``keys`` (any slots), in order; ``None`` for a missing key.
+    ///
+    /// Keys are grouped by coordinator and every node's batches are sent at once (quorum
+    /// mode: one quorum read per key, all at once).
+    fn mget<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        if keys.is_instance_of::<PyString>() || keys.is_instance_of::<PyBytes>() {
+            return Err(PyTypeError::new_err(
+                "keys must be an iterable of keys, not a single key",
+            ));
+        }
+        let ks = keys
+            .try_iter()?
+            .map(|k| bytes_of(&k?, "key"))
+            .collect::<PyResult<Vec<Vec<u8>>>>()?;
+        let vals = self.run(py, self.client.mget(&ks))?;
+        let out = PyList::empty(py);
+        for v in vals {
+            match v.value {
+                Some(b) => out.append(PyBytes::new(py, &b))?,
+                None => out.append(py.None())?,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Store every ``key: value`` of ``mapping`` (any slots), all at once in the default
+    /// memgest. Not atomic: if one write fails its error is raised, and others may have been
+    /// stored.
+    fn mset(&self, py: Python<'_>, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
+        let items = mapping.call_method0("items")?;
+        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for kv in items.try_iter()? {
+            let kv = kv?;
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = kv.extract()?;
+            pairs.push((bytes_of(&k, "key")?, bytes_of(&v, "value")?));
+        }
+        let results = py.detach(|| self.rt.block_on(self.client.mset(&pairs)));
+        for r in results {
+            r.map_err(|e| to_py(py, e))?;
+        }
+        Ok(())
+    }
+
+    /// The epoch of the cached cluster map (it grows with every map change).
+    fn epoch(&self) -> u64 {
+        self.client.epoch().0
+    }
+
+    /// Fetch the cluster map now.
+    fn refresh_map(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, self.client.refresh_map())
+    }
+
+    /// Create memgest ``name`` of ``kind``: ``"rep:R"`` (R replicas) or ``"ec:K+M"``
+    /// (erasure coded, K data + M parity). The map is refreshed so that ``set(...,
+    /// memgest=name)`` can use it at once.
+    ///
+    /// Raises:
+    ///     ConfigError: ``kind`` does not parse, or is ``"none"`` (that memgest always
+    ///         exists).
+    ///     ServerError: the cluster refused (name taken, shape does not fit the placement
+    ///         groups, ...).
+    fn memgest_create(&self, py: Python<'_>, name: &str, kind: &str) -> PyResult<()> {
+        let kind = MemgestKind::parse(kind).map_err(|e| ConfigError::new_err(e.to_string()))?;
+        self.run(py, self.client.memgest_create(name, kind))
+    }
+
+    /// Drop memgest ``name`` (refused with ``ServerError`` while keys live in it).
+    fn memgest_drop(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.run(py, self.client.memgest_drop(name))
+    }
+
+    /// Make ``name`` the memgest of writes that name none.
+    fn memgest_default(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.run(py, self.client.memgest_default(name))
+    }
+
+    /// Move ``key`` into memgest ``name``, atomically on the key's coordinator.
+    ///
+    /// Raises:
+    ///     ServerError: no such key or memgest.
+    fn memgest_move(&self, py: Python<'_>, key: &Bound<'_, PyAny>, name: &str) -> PyResult<()> {
+        let key = bytes_of(key, "key")?;
+        self.run(py, self.client.memgest_move(&key, name))
+    }
+
+    /// ``(memgest name, kind, version)`` of ``key``, or ``None`` if it does not exist.
+    fn memgest_key(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<(String, String, String)>> {
+        let key = bytes_of(key, "key")?;
+        match self.run(py, self.client.memgest_key(&key))? {
+            None => Ok(None),
+            Some(v) => match <[String; 3]>::try_from(v) {
+                Ok([name, kind, version]) => Ok(Some((name, kind, version))),
+                Err(v) => Err(ProtocolError::new_err(format!(
+                    "MEMGEST KEY: expected [name, kind, version], got {v:?}"
+                ))),
+            },
+        }
+    }
+
+    /// Every memgest of the cluster: a list of dicts with ``name`` (str), ``kind`` (str,
+    /// e.g. ``"rep:3"``), ``default`` (bool), ``keys`` (int) and ``closing`` (bool: being
+    /// dropped).
+    fn memgest_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let reply = self.run(py, self.client.memgest_command(&[b"LIST"]))?;
+        let bad = |r: &Reply| ProtocolError::new_err(format!("MEMGEST LIST: {r:?}"));
+        let rows = match reply {
+            Reply::Array(rows) => rows,
+            Reply::Error(m) => {
+                return Err(server_error(
+                    py,
+                    "BAD_REQUEST",
+                    &String::from_utf8_lossy(&m),
+                ))
+            }
+            other => return Err(bad(&other)),
+        };
+        let out = PyList::empty(py);
+        for row in rows {
+            let Reply::Array(f) = &row else {
+                return Err(bad(&row));
+            };
+            let (
+                Some(name),
+                Some(kind),
+                Some(Reply::Integer(default)),
+                Some(Reply::Integer(keys)),
+                Some(Reply::Integer(closing)),
+            ) = (
+                f.first().and_then(text_of),
+                f.get(1).and_then(text_of),
+                f.get(2),
+                f.get(3),
+                f.get(4),
+            )
+            else {
+                return Err(bad(&row));
+            };
+            let d = PyDict::new(py);
+            d.set_item("name", name)?;
+            d.set_item("kind", kind)?;
+            d.set_item("default", *default != 0)?;
+            d.set_item("keys", *keys)?;
+            d.set_item("closing", *closing != 0)?;
+            out.append(d)?;
+        }
+        Ok(out)
+    }
+
+    /// ``MEMGEST INFO [name]``: the report text (keys, bytes, failures tolerated, Ring's
+    /// reliability model) of one memgest or of all.
+    #[pyo3(signature = (name = None))]
+    fn memgest_info(&self, py: Python<'_>, name: Option<&str>) -> PyResult<String> {
+        let mut args: Vec<&[u8]> = vec![b"INFO"];
+        if let Some(n) = name {
+            args.push(n.as_bytes());
+        }
+        match self.run(py, self.client.memgest_command(&args))? {
+            Reply::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            Reply::Error(m) => Err(server_error(
+                py,
+                "BAD_REQUEST",
+                &String::from_utf8_lossy(&m),
+            )),
+            other => Err(ProtocolError::new_err(format!("MEMGEST INFO: {other:?}"))),
+        }
+    }
+
+    /// ``MEMGEST *args`` as sent (``bytes`` or ``str`` each); the reply as Python values
+    /// (``str`` for status replies, ``bytes`` for bulk strings, ``int``, ``list``, ``None``).
+    /// A refusal raises ``ServerError``.
+    #[pyo3(signature = (*args))]
+    fn memgest_command<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let argv = args
+            .iter()
+            .map(|a| bytes_of(&a, "argument"))
+            .collect::<PyResult<Vec<Vec<u8>>>>()?;
+        let reply = self.run(py, self.client.memgest_command(&argv))?;
+        reply_to_py(py, reply)
+    }
+}

@@ -1,0 +1,41 @@
+//! `ringlet-python`: the `ringlet` Python package, PyO3 bindings over `ringlet-client`'s
+//! [`ringlet_client::ClusterClient`]. No logic of its own: every call is one call of the Rust
+//! client, run on a tokio runtime owned by the Python object with the GIL released.
+//!
+//! ```text
+//!  Python thread ──ringlet.Cluster.get(k)──▶ copy k out of the Python object (GIL held)
+//!                                            │ py.detach: GIL released
+//!                                            ▼
+//!                          runtime.block_on(ClusterClient::get(k)) ──▶ nodes (native protocol)
+//!                                            │ GIL taken again
+//!                                            ▼
+//!                          bytes | None, or a ringlet.RingletError subclass
+//! ```
+//!
+//! Goals:
+//! - `ringlet.Cluster`: GET/SET/DEL, cross-slot MGET/MSET, memgest commands, coordinator or
+//!   quorum reads, as the Rust cluster client offers them;
+//! - one Python exception class per client error a caller can act on (`error.rs`);
+//! - an abi3 wheel (CPython >= 3.9) built by maturin from `crates/python/pyproject.toml`.
+//!
+//! Non-goals (for now): asyncio; the single-node client and shared-memory reads; what the
+//! cluster client does not serve over the native protocol (TTLs, INCR, CAS, NX/XX, whether
+//! a DEL found the key); TLS and AUTH (the client has neither).
+//!
+//! Modules:
+//! - `cluster`: the `Cluster` class;
+//! - `error`: the exception classes and the mapping from [`ringlet_client::Error`].
+
+use pyo3::prelude::*;
+
+mod cluster;
+mod error;
+
+/// The extension module `ringlet._ringlet`; `ringlet/__init__.py` re-exports it.
+#[pymodule]
+fn _ringlet(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<cluster::Cluster>()?;
+    error::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

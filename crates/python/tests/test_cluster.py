@@ -1,0 +1,339 @@
+"""The `ringlet` Python package against a real local cluster.
+
+One `ringlet up --nodes 3 --spares 1 --default-memgest rep:3` per test session (binary from
+RINGLET_BIN, default /work/main/target/debug/ringlet) on free ports; the tests wait for its
+"ringlet cluster ready" line, then check real values through `ringlet.Cluster`: SET/GET of
+many keys over many slots, cross-slot MGET/MSET, DEL, memgests (create, SET in, MOVE, KEY,
+LIST, INFO), quorum reads, concurrent threads, and which exception each failure raises. The
+cluster is stopped with SIGTERM (SIGKILL would leave its nodes running).
+"""
+
+import contextlib
+import os
+import queue
+import random
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+import ringlet
+
+RINGLET_BIN = os.environ.get("RINGLET_BIN", "/work/main/target/debug/ringlet")
+READY_TIMEOUT_S = 60
+NODES, SPARES = 3, 1
+
+
+def _free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_base():
+    """A base port whose client ports (base..base+4: nodes, spare, control) and admin ports
+    (+10000) are free."""
+    n = NODES + SPARES + 1
+    rng = random.Random(os.getpid())
+    for _ in range(200):
+        base = rng.randrange(20000, 30000)
+        if all(_free(base + i) and _free(base + 10000 + i) for i in range(n)):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+@contextlib.contextmanager
+def running_cluster(extra_args=()):
+    """`ringlet up` on free ports until the block ends; yields the nodes' client addresses."""
+    assert os.access(RINGLET_BIN, os.X_OK), f"RINGLET_BIN={RINGLET_BIN} is not an executable"
+    base = free_base()
+    log = tempfile.NamedTemporaryFile(prefix="ringlet-py-up-", suffix=".log", delete=False)
+    proc = subprocess.Popen(
+        [RINGLET_BIN, "up", "--nodes", str(NODES), "--spares", str(SPARES),
+         "--port", str(base), "--default-memgest", "rep:3", "--memory-mb", "64",
+         *extra_args],
+        stdout=subprocess.PIPE, stderr=log, text=True,
+        env={k: v for k, v in os.environ.items()
+             if k != "RINGLET_REQUIREPASS" and not k.startswith("RINGLET_TLS_")},
+    )
+    lines = queue.Queue()
+
+    def drain():  # keeps reading so the pipe never fills
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=drain, daemon=True).start()
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                with open(log.name) as f:
+                    tail = f.read()[-3000:]
+                raise RuntimeError(f"ringlet up did not get ready; its stderr ends:\n{tail}")
+            if line.startswith("ringlet cluster ready"):
+                break
+        yield [f"127.0.0.1:{base + i}" for i in range(NODES)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        os.unlink(log.name)
+
+
+@pytest.fixture(scope="session")
+def cluster_seeds():
+    with running_cluster() as seeds:
+        yield seeds
+
+
+@pytest.fixture(scope="session")
+def c(cluster_seeds):
+    return ringlet.Cluster(cluster_seeds)
+
+
+def test_set_then_get_many_keys_across_slots(c):
+    # 500 keys hash to ~500 distinct slots, spread over all three coordinators.
+    keys = [f"py:many:{i}" for i in range(500)]
+    for i, k in enumerate(keys):
+        c.set(k, f"value-{i}")
+    for i, k in enumerate(keys):
+        assert c.get(k) == f"value-{i}".encode()
+
+
+def test_get_of_a_missing_key_is_none(c):
+    assert c.get("py:never-written") is None
+    assert c.get(b"py:never-written-either") is None
+
+
+def test_str_and_bytes_are_the_same_key_and_values_are_binary_safe(c):
+    c.set("py:strkey", "héllo")
+    assert c.get(b"py:strkey") == "héllo".encode("utf-8")
+    blob = bytes(range(256)) * 40
+    c.set(b"py:\x00\xffbin", blob)
+    assert c.get(b"py:\x00\xffbin") == blob
+    c.set("py:empty", b"")
+    assert c.get("py:empty") == b""
+
+
+def test_overwrite_returns_the_latest_value(c):
+    for i in range(5):
+        c.set("py:over", str(i))
+    assert c.get("py:over") == b"4"
+
+
+def test_mset_then_mget_across_slots(c):
+    pairs = {f"py:m:{i}": f"mv{i}".encode() for i in range(300)}
+    c.mset(pairs)
+    keys = []
+    want = []
+    for i in range(300):
+        keys.append(f"py:m:{i}")
+        want.append(f"mv{i}".encode())
+        if i % 7 == 0:  # missing keys interleaved keep their place
+            keys.append(f"py:m:missing:{i}")
+            want.append(None)
+    assert c.mget(keys) == want
+    # mget sees what set wrote and the other way round.
+    assert c.mget(["py:m:3", b"py:m:4"]) == [b"mv3", b"mv4"]
+    assert c.get("py:m:299") == b"mv299"
+    assert c.mget([]) == []
+
+
+def test_delete(c):
+    c.mset({"py:del:a": "1", "py:del:b": "2"})
+    assert c.delete("py:del:a") is None
+    assert c.get("py:del:a") is None
+    assert c.mget(["py:del:a", "py:del:b"]) == [None, b"2"]
+    c.delete("py:del:never-existed")  # no error: cluster DEL does not say whether it existed
+    c.set("py:del:a", "again")
+    assert c.get("py:del:a") == b"again"
+
+
+def test_memgest_create_set_move_key_list_info(c):
+    names = {m["name"]: m for m in c.memgest_list()}
+    default = [n for n, m in names.items() if m["default"]]
+    assert len(default) == 1 and names[default[0]]["kind"] == "rep:3"
+    assert "none" in names
+
+    epoch0 = c.epoch()
+    c.memgest_create("py-two", "rep:2")
+    assert c.epoch() > epoch0
+    names = {m["name"]: m for m in c.memgest_list()}
+    assert names["py-two"]["kind"] == "rep:2"
+    assert names["py-two"]["default"] is False
+    assert names["py-two"]["closing"] is False
+
+    c.set("py:mg:a", "in-two", memgest="py-two")
+    name, kind, version = c.memgest_key("py:mg:a")
+    assert (name, kind) == ("py-two", "rep:2") and version
+    assert c.get("py:mg:a") == b"in-two"
+
+    c.set("py:mg:b", "default")
+    assert c.memgest_key("py:mg:b")[1] == "rep:3"
+    c.memgest_move("py:mg:b", "py-two")
+    assert c.memgest_key("py:mg:b")[:2] == ("py-two", "rep:2")
+    assert c.get("py:mg:b") == b"default"
+
+    c.set("py:mg:c", "cache", memgest="none")
+    assert c.memgest_key("py:mg:c")[1] == "none"
+    assert c.memgest_key("py:mg:missing") is None
+
+    # Key counts come from the nodes' periodic reports: a type check, not a count.
+    assert all(isinstance(m["keys"], int) for m in c.memgest_list())
+    assert "py-two" in c.memgest_info("py-two")
+    assert isinstance(c.memgest_command("LIST"), list)
+
+
+def test_a_memgest_made_by_another_client_is_usable_at_once(cluster_seeds, c):
+    other = ringlet.Cluster(cluster_seeds)
+    other.memgest_create("py-other", "rep:1")
+    c.set("py:other", "x", memgest="py-other")  # c's map is refreshed on the unknown name
+    assert c.memgest_key("py:other")[:2] == ("py-other", "rep:1")
+
+
+def test_quorum_reads_see_coordinator_writes(cluster_seeds, c):
+    q = ringlet.Cluster(cluster_seeds, quorum_reads=True)
+    assert "quorum_reads=True" in repr(q)
+    for i in range(100):
+        c.set(f"py:q:{i}", f"q{i}")
+    for i in range(100):
+        assert q.get(f"py:q:{i}") == f"q{i}".encode()
+    assert q.get("py:q:missing") is None
+    assert q.mget(["py:q:1", "py:q:missing", "py:q:2"]) == [b"q1", None, b"q2"]
+
+
+def test_threads_share_one_cluster(c):
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(100):
+                k = f"py:t:{t}:{i}"
+                c.set(k, k)
+                assert c.get(k) == k.encode()
+        except Exception as e:  # reported below: an assert in a thread would be lost
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_exception_classes_derive_from_ringlet_error():
+    for e in [ringlet.ConfigError, ringlet.ConnectionError, ringlet.TimeoutError,
+              ringlet.ServerError, ringlet.ClusterMapError, ringlet.ProtocolError,
+              ringlet.TooLargeError]:
+        assert issubclass(e, ringlet.RingletError)
+        assert e.__module__ == "ringlet"
+    assert issubclass(ringlet.RingletError, Exception)
+
+
+def test_server_refusals_raise_server_error(c):
+    with pytest.raises(ringlet.ServerError) as e:
+        c.memgest_move("py:err:no-such-key", "rep:3")
+    assert e.value.status == "BAD_REQUEST"
+    c.set("py:err:k", "v")
+    with pytest.raises(ringlet.ServerError):
+        c.memgest_move("py:err:k", "py-no-such-memgest")
+    c.memgest_create("py-dup", "rep:1")
+    with pytest.raises(ringlet.ServerError):
+        c.memgest_create("py-dup", "rep:1")
+    c.set("py:err:live", "v", memgest="py-dup")
+    with pytest.raises(ringlet.ServerError):
+        c.memgest_drop("py-dup")  # keys live in it
+
+
+def test_bad_arguments_raise_config_or_type_errors(c):
+    with pytest.raises(ringlet.ConfigError):
+        c.set("py:err:k", "v", memgest="py-no-such-memgest")
+    with pytest.raises(ringlet.ConfigError):
+        c.memgest_create("py-bad", "raid5")
+    with pytest.raises(ringlet.ConfigError):
+        c.memgest_create("py-bad", "none")
+    with pytest.raises(TypeError):
+        c.get(42)
+    with pytest.raises(TypeError):
+        c.set("k", 1.5)
+    with pytest.raises(TypeError):
+        c.mget("py:a-single-str")
+
+
+def test_too_large_key_is_refused_before_sending(c):
+    with pytest.raises(ringlet.TooLargeError):
+        c.set(b"k" * (64 * 1024 + 1), "v")
+    with pytest.raises(ringlet.TooLargeError):
+        c.get(b"k" * (64 * 1024 + 1))
+
+
+def test_connect_errors():
+    with pytest.raises(ringlet.ConfigError):
+        ringlet.Cluster([])
+    with pytest.raises(ringlet.ConfigError):
+        ringlet.Cluster(["127.0.0.1:1"], timeout=0)
+    with pytest.raises(ringlet.ConnectionError):
+        ringlet.Cluster(["no-such-host.invalid:7379"], timeout=2)
+    # A port nobody listens on: no map within the deadline.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises((ringlet.ConnectionError, ringlet.ClusterMapError)):
+        ringlet.Cluster([f"127.0.0.1:{port}"], timeout=1)
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_certs(d):
+    """A throwaway CA and a node certificate for 127.0.0.1 signed by it (openssl CLI);
+    also a second CA that signed nothing here."""
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-subj", "/CN=ringlet test CA", "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-subj", "/CN=other CA", "-keyout", "other.key", "-out", "other-ca.pem", cwd=d)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=ringlet node",
+             "-keyout", "node.key", "-out", "node.csr", cwd=d)
+    with open(os.path.join(d, "ext.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "2", "-extfile", "ext.cnf", "-out", "node.pem", cwd=d)
+    return {n: os.path.join(d, n) for n in ("ca.pem", "node.pem", "node.key", "other-ca.pem")}
+
+
+def test_tls_cluster_needs_the_ca(tmp_path):
+    certs = make_certs(str(tmp_path))
+    args = ["--tls-cert-file", certs["node.pem"], "--tls-key-file", certs["node.key"],
+            "--tls-ca-cert-file", certs["ca.pem"]]
+    with running_cluster(args) as seeds:
+        c = ringlet.Cluster(seeds, tls_ca_file=certs["ca.pem"])
+        for i in range(100):
+            c.set(f"py:tls:{i}", f"v{i}")
+        assert c.mget([f"py:tls:{i}" for i in range(100)]) == [
+            f"v{i}".encode() for i in range(100)]
+        # Another CA: the handshake fails at once, as a ConnectionError naming TLS.
+        with pytest.raises(ringlet.ConnectionError, match="TLS"):
+            ringlet.Cluster(seeds, tls_ca_file=certs["other-ca.pem"])
+        # Plaintext to a TLS-only port gets no map.
+        with pytest.raises(ringlet.RingletError):
+            ringlet.Cluster(seeds, timeout=1.0)
+        with pytest.raises(ringlet.ConfigError, match="nope.pem"):
+            ringlet.Cluster(seeds, tls_ca_file=str(tmp_path / "nope.pem"))
