@@ -8,6 +8,7 @@ export RINGLET_REQUIRE_ETCD=1    # the etcd backend tests fail (not skip) when e
 # a CI that cannot run them fails instead of passing with SKIPPED (issue 17). Outside CI, run
 # `cargo test` directly to let them skip.
 export RINGLET_REQUIRE_NETNS=1
+export RINGLET_REQUIRE_BROWSER=1   # the status-page test loads the page in headless Chromium
 export CARGO_TERM_COLOR=never
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Ringlet's tests and benchmarks compare against or drive: Redis 7 and memcached
 # (differential tests and benchmarks), etcd 3.4 (control-plane backend), nftables/iproute2
-# (partition tests), redis-py and pytest (Python differential tests).
+# (partition tests), redis-py and pytest (Python differential tests), headless Chromium (the
+# status page test).
 # Idempotent: skips what is already installed.
 set -euo pipefail
 need_apt=()
@@ -16,6 +17,9 @@ command -v etcdctl >/dev/null || need_apt+=(etcd-client)
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v nft >/dev/null || need_apt+=(nftables)
 command -v ip >/dev/null || need_apt+=(iproute2)
+# Headless Chromium: the status page test loads the admin page in a real browser
+# (crates/cli/tests/status_page.rs).
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq

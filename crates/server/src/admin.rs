@@ -1,4 +1,6 @@
-//! Admin HTTP listener: Prometheus `/metrics` and a plain-text status page at `/`.
+//! Admin HTTP listener: Prometheus `/metrics` and a plain-text status page at `/`; an
+//! implementation may serve more pages through [`AdminPages::page`] (a cluster node's HTML
+//! status page and `/api/status` JSON, docs/design/status-page.md).
 //!
 //! Why our own tiny HTTP responder rather than the exporter's `http-listener`: a test or a
 //! local cluster binds port 0 and must learn the port, and several nodes in one process (tests,
@@ -28,14 +30,38 @@ const REQUEST_HEAD_BYTES_MAX: usize = 8 * 1024;
 const ADMIN_CONNECTIONS_MAX: usize = 64;
 /// A client that has not sent its request head by then is dropped.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest body an [`AdminPages::page`] may answer with; a larger one is a `500`. The cluster
+/// status page bounds its rows well below this (4096 nodes, 1024 memgests, 2048 slot ranges
+/// at well under 512 bytes each); this is the backstop that keeps one request from sending an
+/// unbounded body.
+pub const PAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// A page served by [`AdminPages::page`].
+pub struct Page {
+    /// The `Content-Type` header, e.g. `text/html; charset=utf-8`.
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+/// What [`AdminPages::page`] returns: a page may need I/O (a cluster node asks its control
+/// plane for memgest figures), so it is a future on the admin runtime.
+pub type PageFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<Page>> + Send + 'a>>;
 
 /// What an admin port serves: the single node (below) and cluster nodes
-/// (crates/cluster/src/admin.rs) each render their own figures.
+/// (crates/cluster/src/resp/admin.rs) each render their own figures.
 pub trait AdminPages: Send + Sync + 'static {
     /// Prometheus text for `/metrics`.
     fn metrics(&self) -> String;
     /// Plain text for `/` and `/status`.
     fn status(&self) -> String;
+    /// Any other page, by path without its query string; asked before the built-in `/` and
+    /// `/status` (so an implementation may replace them) but never for `/metrics`. `None`:
+    /// not served here. The token check has already passed when this is called.
+    fn page<'a>(&'a self, path: &'a str) -> PageFuture<'a> {
+        let _ = path;
+        Box::pin(std::future::ready(None))
+    }
 }
 
 /// The single node's pages: its counters copied into its own recorder at scrape time.
@@ -172,6 +198,24 @@ async fn answer(
             return stream.shutdown().await;
         }
     }
+    let route = path.split(|&b| b == b'?').next().unwrap_or_default();
+    if route != b"/metrics" {
+        if let Some(page) = match std::str::from_utf8(route) {
+            Ok(r) => pages.page(r).await,
+            Err(_) => None,
+        } {
+            if page.body.len() > PAGE_BYTES_MAX {
+                return respond(
+                    &mut stream,
+                    "500 Internal Server Error",
+                    "text/plain",
+                    "page too large\n",
+                )
+                .await;
+            }
+            return respond(&mut stream, "200 OK", page.content_type, &page.body).await;
+        }
+    }
     match path {
         b"/metrics" => {
             let body = pages.metrics();
@@ -191,8 +235,10 @@ async fn respond(
     ctype: &str,
     body: &str,
 ) -> std::io::Result<()> {
+    // no-store: every answer is a live figure (the status page polls; a cached one would
+    // show a node as up after it went down).
     let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;

@@ -1,14 +1,309 @@
 //! The admin HTTP port of a cluster node (`--admin-port`; `ringlet up --nodes` gives node i
-//! port + 10000 unless `--no-admin`): Prometheus `/metrics` and the node's INFO and CLUSTER
-//! INFO as text at `/`. The HTTP side (bounds, one request per connection) is the single
-//! node's (`ringlet_server::admin::serve`); this renders a cluster node's figures: the map
-//! epoch and this node's state in it, the replica core's counters (the INFO `# Ringlet`
-//! section), its engine, and its clients. Like the single node's, the recorder is the node's
-//! own (never installed globally) so several nodes in one process keep separate figures.
+//! port + 10000 unless `--no-admin`). The HTTP side (bounds, one request per connection, the
+//! bearer-token check) is the single node's (`ringlet_server::admin::serve`); this renders a
+//! cluster node's pages:
+//!
+//! - `/metrics`: Prometheus text: the map epoch and this node's state in it, the replica
+//!   core's counters (the INFO `# Ringlet` section), its engine, and its clients. Like the
+//!   single node's, the recorder is the node's own (never installed globally) so several
+//!   nodes in one process keep separate figures.
+//! - `/api/status`: JSON of the cluster as this node sees it ([`Status`]): its map (epoch,
+//!   nodes and their states, placement groups, slot ranges and their coordinators), the
+//!   memgests with this node's own figures and, when the control plane answers in time, the
+//!   cluster's (`MEMGEST INFO`'s), and this node's figures.
+//! - `/` and `/status`: the same as an HTML page with no external assets. The server renders
+//!   the data into the page (it works without JavaScript); an inline script then polls
+//!   `/api/status` every second and re-renders it, so an open page shows a node going down.
+//! - `/status.txt`: the former plain-text status (INFO and CLUSTER INFO).
+//!
+//! Every figure is one the node really has: other nodes' keys or load are not known here
+//! (only the control plane's per-memgest totals are), so the nodes table shows what the map
+//! says about them. There is no event log to show: neither the node nor the control plane
+//! keeps one (docs/design/status-page.md).
 
 use super::Front;
-use ringlet_control::NodeState;
+use ringlet_control::{ClusterMap, MemgestReport, NodeState};
+use ringlet_server::admin::{Page, PageFuture};
+use ringlet_types::NodeId;
+use serde::Serialize;
+use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+/// Slot ranges listed at most (a map may split the 16384 slots into as many ranges; a
+/// page of thousands of rows helps nobody, and this bounds the response). `ranges_total`
+/// says how many there are.
+const RANGES_SHOWN_MAX: usize = 2048;
+/// How long a status request waits for the control plane's memgest figures before it answers
+/// without them: the page polls every second and must stay live when the control plane is
+/// slow or gone.
+const CONTROL_FIGURES_WAIT: Duration = Duration::from_millis(1_000);
+/// Seconds between the page's polls of `/api/status` (its inline script).
+const POLL_MS: u32 = 1_000;
+
+/// `/api/status`: the cluster as this node sees it. Field names are the JSON keys.
+#[derive(Serialize)]
+struct Status {
+    /// This node's id.
+    node: u32,
+    /// Epoch of this node's map (0: none yet).
+    epoch: u64,
+    /// `ok` once the map is bootstrapped (as CLUSTER INFO's `cluster_state`), else `fail`.
+    cluster_state: &'static str,
+    /// Placement groups: `s` data then `d` redundant nodes each; `None` before bootstrap.
+    placement: Option<PlacementView>,
+    nodes: Vec<NodeView>,
+    /// Slot ranges in slot order, at most [`RANGES_SHOWN_MAX`].
+    ranges: Vec<RangeView>,
+    ranges_total: usize,
+    memgests: Vec<MemgestView>,
+    /// Why the memgests have no cluster figures (the control plane did not answer).
+    memgest_cluster_error: Option<String>,
+    this_node: ThisNode,
+}
+
+#[derive(Serialize)]
+struct PlacementView {
+    s: u8,
+    d: u8,
+    groups: Vec<Vec<u32>>,
+}
+
+#[derive(Serialize)]
+struct NodeView {
+    id: u32,
+    /// `ip:client_port@peer_port`, as in the map.
+    addr: String,
+    state: &'static str,
+    incarnation: u64,
+    /// Epoch at which it took its current PG positions.
+    roles_epoch: u64,
+    /// Asked to drain, still holding its roles (drain phase 1).
+    leaving: bool,
+    /// Placement groups it holds a position in.
+    pgs: Vec<u32>,
+    /// Slots whose coordinator it is.
+    slots_coordinated: u32,
+    /// Whether this is the node serving the page.
+    this: bool,
+}
+
+#[derive(Serialize)]
+struct RangeView {
+    first: u16,
+    last: u16,
+    slots: u32,
+    pg: u32,
+    coordinator: Option<u32>,
+    coordinator_state: Option<&'static str>,
+    /// Coordinator first, then the rest of the PG in cohort order.
+    cohort: Vec<u32>,
+}
+
+#[derive(Serialize)]
+struct MemgestView {
+    id: u16,
+    name: String,
+    /// `none`, `rep:R` or `ec:K+M`.
+    kind: String,
+    default: bool,
+    closing: bool,
+    evictable: bool,
+    /// Entries of this memgest this node stores (its keys and the copies it keeps for others).
+    this_node_entries: u64,
+    /// Engine bytes of those entries.
+    this_node_bytes: u64,
+    /// The control plane's figures (`MEMGEST INFO`), if it answered in time.
+    cluster: Option<MemgestCluster>,
+}
+
+#[derive(Serialize)]
+struct MemgestCluster {
+    /// Estimated distinct keys (`stored_keys / copies`).
+    keys: u64,
+    /// Keys over all nodes, every copy counted.
+    stored_keys: u64,
+    stored_bytes: u64,
+    failures_tolerated: u8,
+    nodes_reporting: u32,
+    nodes_holding: u32,
+}
+
+/// This node's own figures: the ones `/metrics` and INFO show.
+#[derive(Serialize)]
+struct ThisNode {
+    id: u32,
+    state: Option<&'static str>,
+    /// Keys it coordinates (DBSIZE).
+    keys: u64,
+    /// Every entry it stores: its keys, replica copies, ec metadata.
+    stored_entries: u64,
+    connected_clients: usize,
+    used_memory_bytes: u64,
+    data_bytes: u64,
+    maxmemory_bytes: u64,
+    expired_keys: u64,
+    evicted_keys: u64,
+    maps_applied: u64,
+    fenced: u64,
+    possible_loss: u64,
+    ambiguous_resolved: u64,
+    events_refused: u64,
+    heartbeats_for_busy_driver: u64,
+    ec_arenas_not_ready: u64,
+}
+
+fn state_name(s: NodeState) -> &'static str {
+    match s {
+        NodeState::Active => "active",
+        NodeState::Spare => "spare",
+        NodeState::Draining => "draining",
+        NodeState::Failed => "failed",
+    }
+}
+
+impl Front {
+    /// Everything `/api/status` and the HTML page show. Asks the control plane for the
+    /// memgests' cluster figures (at most [`CONTROL_FIGURES_WAIT`]); the rest is local.
+    async fn status_view(&self) -> Status {
+        let reports: Result<Vec<MemgestReport>, String> = match tokio::time::timeout(
+            CONTROL_FIGURES_WAIT,
+            self.memgest_reports(None, None),
+        )
+        .await
+        {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(ringlet_codec::resp::Reply::Error(e))) => {
+                Err(String::from_utf8_lossy(&e).into_owned())
+            }
+            Ok(Err(other)) => Err(format!("{other:?}")),
+            Err(_) => Err(format!(
+                "the control plane did not answer within {} ms",
+                CONTROL_FIGURES_WAIT.as_millis()
+            )),
+        };
+        // Separate statements: the engine lock is not reentrant (see `Front::info`).
+        let e = self.node.engine().lock().stats();
+        let own = self.owned_key_count();
+        let map = self.node.map();
+        let me = self.node.id();
+        let st = self.node.stats();
+        let this_node = ThisNode {
+            id: me.0,
+            state: map.as_ref().and_then(|m| m.node_state(me)).map(state_name),
+            keys: own,
+            stored_entries: e.keys,
+            connected_clients: self.clients.len(),
+            used_memory_bytes: e.committed_bytes + e.index_bytes,
+            data_bytes: e.used_bytes,
+            maxmemory_bytes: e.memory_bytes_max,
+            expired_keys: e.expirations,
+            evicted_keys: e.evictions,
+            maps_applied: st.maps_applied.load(Relaxed),
+            fenced: st.fenced.load(Relaxed),
+            possible_loss: st.possible_loss.load(Relaxed),
+            ambiguous_resolved: st.ambiguous_resolved.load(Relaxed),
+            events_refused: st.events_refused.load(Relaxed),
+            heartbeats_for_busy_driver: st.heartbeats_for_busy_driver.load(Relaxed),
+            ec_arenas_not_ready: st.ec_arenas_not_ready.load(Relaxed),
+        };
+        let empty = ClusterMap::default();
+        let m: &ClusterMap = map.as_deref().unwrap_or(&empty);
+        let p = m.placement.as_ref();
+        let mut coordinated = std::collections::BTreeMap::<NodeId, u32>::new();
+        let mut ranges = Vec::new();
+        for r in p.map(|p| p.ranges.as_slice()).unwrap_or_default() {
+            let c = p.and_then(|p| p.range_coordinator(r));
+            if let Some(c) = c {
+                *coordinated.entry(c).or_default() += r.len();
+            }
+            if ranges.len() < RANGES_SHOWN_MAX {
+                ranges.push(RangeView {
+                    first: r.first,
+                    last: r.last,
+                    slots: r.len(),
+                    pg: r.pg,
+                    coordinator: c.map(|c| c.0),
+                    coordinator_state: c.and_then(|c| m.node_state(c)).map(state_name),
+                    cohort: p
+                        .map(|p| p.range_cohort(r).iter().map(|n| n.0).collect())
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        let nodes = m
+            .nodes
+            .iter()
+            .map(|(id, n)| NodeView {
+                id: id.0,
+                addr: n.addr.clone(),
+                state: state_name(n.state),
+                incarnation: n.incarnation,
+                roles_epoch: n.roles_epoch.0,
+                leaving: m.leaving.contains_key(id),
+                pgs: p
+                    .map(|p| {
+                        (0u32..)
+                            .zip(&p.groups)
+                            .filter(|(_, g)| g.contains(id))
+                            .map(|(i, _)| i)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                slots_coordinated: coordinated.get(id).copied().unwrap_or(0),
+                this: *id == me,
+            })
+            .collect();
+        let memgests = m
+            .memgests
+            .iter()
+            .map(|(id, g)| {
+                let local = e.per_memgest.get(id).copied().unwrap_or_default();
+                let cluster = reports.as_ref().ok().and_then(|rs| {
+                    rs.iter().find(|r| r.id == id.0).map(|r| MemgestCluster {
+                        keys: r.keys,
+                        stored_keys: r.stored_keys,
+                        stored_bytes: r.stored_bytes,
+                        failures_tolerated: r.failures_tolerated,
+                        nodes_reporting: r.nodes_reporting,
+                        nodes_holding: r.nodes_holding,
+                    })
+                });
+                MemgestView {
+                    id: id.0,
+                    name: g.name.clone(),
+                    kind: g.kind.to_string(),
+                    default: *id == m.default_memgest,
+                    closing: g.closing,
+                    evictable: g.evictable,
+                    this_node_entries: local.keys,
+                    this_node_bytes: local.bytes,
+                    cluster,
+                }
+            })
+            .collect();
+        Status {
+            node: me.0,
+            epoch: m.epoch.0,
+            cluster_state: if p.is_some() { "ok" } else { "fail" },
+            placement: p.map(|p| PlacementView {
+                s: p.s,
+                d: p.d,
+                groups: p
+                    .groups
+                    .iter()
+                    .map(|g| g.iter().map(|n| n.0).collect())
+                    .collect(),
+            }),
+            nodes,
+            ranges_total: p.map_or(0, |p| p.ranges.len()),
+            ranges,
+            memgests,
+            memgest_cluster_error: reports.err(),
+            this_node,
+        }
+    }
+}
 
 impl ringlet_server::admin::AdminPages for Front {
     fn metrics(&self) -> String {
@@ -71,5 +366,446 @@ impl ringlet_server::admin::AdminPages for Front {
             super::cluster_info(map.as_deref(), self.node.id())
         )
         .replace("\r\n", "\n")
+    }
+
+    fn page<'a>(&'a self, path: &'a str) -> PageFuture<'a> {
+        Box::pin(async move {
+            match path {
+                "/api/status" => {
+                    let s = self.status_view().await;
+                    Some(Page {
+                        content_type: "application/json",
+                        // Serializing these plain structs cannot fail.
+                        body: serde_json::to_string(&s).unwrap_or_default(),
+                    })
+                }
+                "/" | "/status" => {
+                    let s = self.status_view().await;
+                    let text = ringlet_server::admin::AdminPages::status(self);
+                    Some(Page {
+                        content_type: "text/html; charset=utf-8",
+                        body: render_html(&s, &text),
+                    })
+                }
+                "/status.txt" => Some(Page {
+                    content_type: "text/plain; charset=utf-8",
+                    body: ringlet_server::admin::AdminPages::status(self),
+                }),
+                _ => None,
+            }
+        })
+    }
+}
+
+/// `s` with the five HTML metacharacters escaped: safe in element content and in quoted
+/// attribute values. Everything dynamic on the page goes through here (memgest names and
+/// node addresses come from users and the network).
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// [`ThisNode`]'s fields as (JSON key, value) in declaration order: serde writes them in
+/// this order, and the script renders `Object.keys` of the JSON, so both renderings agree.
+fn this_node_fields(t: &ThisNode) -> Vec<(&'static str, String)> {
+    vec![
+        ("id", t.id.to_string()),
+        ("state", t.state.unwrap_or("-").to_string()),
+        ("keys", t.keys.to_string()),
+        ("stored_entries", t.stored_entries.to_string()),
+        ("connected_clients", t.connected_clients.to_string()),
+        ("used_memory_bytes", t.used_memory_bytes.to_string()),
+        ("data_bytes", t.data_bytes.to_string()),
+        ("maxmemory_bytes", t.maxmemory_bytes.to_string()),
+        ("expired_keys", t.expired_keys.to_string()),
+        ("evicted_keys", t.evicted_keys.to_string()),
+        ("maps_applied", t.maps_applied.to_string()),
+        ("fenced", t.fenced.to_string()),
+        ("possible_loss", t.possible_loss.to_string()),
+        ("ambiguous_resolved", t.ambiguous_resolved.to_string()),
+        ("events_refused", t.events_refused.to_string()),
+        (
+            "heartbeats_for_busy_driver",
+            t.heartbeats_for_busy_driver.to_string(),
+        ),
+        ("ec_arenas_not_ready", t.ec_arenas_not_ready.to_string()),
+    ]
+}
+
+/// Inline CSS: the page loads nothing else.
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
+h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}\
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}\
+th{background:#f3f3f3}td.num{text-align:right}\
+tr.state-failed td.state,.seg.state-failed{background:#e74c3c;color:#fff}\
+tr.state-active td.state,.seg.state-active{background:#2ecc71}\
+tr.state-spare td.state{background:#d6eaf8}\
+tr.state-draining td.state,.seg.state-draining{background:#f5b041}\
+#slotbar{display:flex;width:100%;max-width:1100px;height:28px;border:1px solid #999}\
+.seg{overflow:hidden;white-space:nowrap;font-size:11px;text-align:center;line-height:28px;\
+border-right:1px solid #fff;box-sizing:border-box}\
+#refresh.stale{color:#c0392b;font-weight:bold}";
+
+/// The inline script: poll `/api/status`, re-render the tables from its JSON with DOM calls
+/// (`textContent`, so nothing from the JSON is parsed as HTML), say when a refresh fails.
+/// `body[data-refreshes]` counts successful refreshes (a test checks the script ran).
+const SCRIPT: &str = r##"(function(){"use strict";
+function el(tag,text,attrs){var e=document.createElement(tag);if(text!==null&&text!==undefined)e.textContent=String(text);if(attrs)for(var k in attrs)e.setAttribute(k,String(attrs[k]));return e;}
+function row(cells,attrs){var tr=el("tr",null,attrs);cells.forEach(function(c){tr.appendChild(c instanceof Node?c:el("td",c));});return tr;}
+function num(v){return el("td",v===null||v===undefined?"-":v,{"class":"num"});}
+function fill(id,rows){var tb=document.querySelector("#"+id+" tbody");tb.replaceChildren.apply(tb,rows);}
+function render(s){
+document.getElementById("epoch").textContent=s.epoch;
+document.getElementById("cluster-state").textContent=s.cluster_state;
+fill("nodes",s.nodes.map(function(n){return row([n.id+(n.this?" (this node)":""),n.addr,el("td",n.state+(n.leaving?" (leaving)":""),{"class":"state"}),num(n.incarnation),num(n.roles_epoch),n.pgs.join(" "),num(n.slots_coordinated)],{"data-node-id":n.id,"data-state":n.state,"class":"state-"+n.state});}));
+var bar=document.getElementById("slotbar");bar.replaceChildren.apply(bar,s.ranges.map(function(r){var st=r.coordinator_state||"none";return el("div",r.coordinator===null?"-":r.coordinator,{"class":"seg state-"+st,"style":"width:"+(r.slots*100/16384).toFixed(4)+"%","title":"slots "+r.first+"-"+r.last+": node "+(r.coordinator===null?"-":r.coordinator)+" ("+st+")","data-coordinator":r.coordinator===null?"":r.coordinator});}));
+fill("ranges",s.ranges.map(function(r){return row([r.first+"-"+r.last,num(r.slots),num(r.pg),el("td",(r.coordinator===null?"-":r.coordinator)+" ("+(r.coordinator_state||"-")+")",{"class":"state"}),r.cohort.join(" ")],{"data-coordinator":r.coordinator===null?"":r.coordinator,"class":"state-"+(r.coordinator_state||"none")});}));
+document.getElementById("ranges-total").textContent=s.ranges_total;
+fill("memgests",s.memgests.map(function(g){var c=g.cluster||{};return row([num(g.id),g.name,g.kind,g.default?"yes":"",g.closing?"yes":"",g.evictable?"yes":"",num(c.keys),num(c.stored_keys),num(c.stored_bytes),num(c.failures_tolerated),(g.cluster?c.nodes_reporting+"/"+c.nodes_holding:"-"),num(g.this_node_entries),num(g.this_node_bytes)],{"data-memgest":g.name});}));
+document.getElementById("memgest-error").textContent=s.memgest_cluster_error?"cluster figures unavailable: "+s.memgest_cluster_error:"";
+fill("this-node",Object.keys(s.this_node).map(function(k){return row([k,num(s.this_node[k])],{"data-field":k});}));
+}
+var ok=0;
+function poll(){var ctl=new AbortController();var t=setTimeout(function(){ctl.abort();},3000);
+fetch("/api/status",{cache:"no-store",signal:ctl.signal}).then(function(r){if(!r.ok)throw new Error("HTTP "+r.status);return r.json();}).then(function(s){render(s);ok++;document.body.setAttribute("data-refreshes",ok);var f=document.getElementById("refresh");f.className="";f.textContent="live, updated "+new Date().toLocaleTimeString();}).catch(function(e){var f=document.getElementById("refresh");f.className="stale";f.textContent="refresh failed ("+e.message+") at "+new Date().toLocaleTimeString()+": figures may be stale";}).finally(function(){clearTimeout(t);setTimeout(poll,POLL_MS);});}
+setTimeout(poll,POLL_MS);
+})();"##;
+
+/// The HTML page: [`Status`] rendered server-side (complete without JavaScript), the
+/// plain-text status (`text`) in a collapsed block, and [`SCRIPT`].
+fn render_html(s: &Status, text: &str) -> String {
+    let mut h = String::with_capacity(16 * 1024);
+    let _ = write!(
+        h,
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <title>Ringlet node {}: cluster status</title><style>{STYLE}</style></head>\n<body>\n\
+         <h1>Ringlet cluster as node {} sees it</h1>\n\
+         <p>epoch <b id=\"epoch\">{}</b> &middot; cluster state <b id=\"cluster-state\">{}</b> \
+         &middot; <span id=\"refresh\">rendered by the server; refreshes every {} s with JavaScript</span></p>\n",
+        s.node,
+        s.node,
+        s.epoch,
+        esc(s.cluster_state),
+        POLL_MS / 1000
+    );
+    // Nodes.
+    h.push_str(
+        "<h2>Nodes</h2>\n<table id=\"nodes\"><thead><tr><th>id</th><th>address</th><th>state</th>\
+         <th>incarnation</th><th>roles epoch</th><th>PGs</th><th>slots coordinated</th></tr></thead><tbody>\n",
+    );
+    for n in &s.nodes {
+        let _ = writeln!(
+            h,
+            "<tr data-node-id=\"{id}\" data-state=\"{st}\" class=\"state-{st}\"><td>{id}{this}</td><td>{addr}</td>\
+             <td class=\"state\">{st}{leaving}</td><td class=\"num\">{inc}</td><td class=\"num\">{re}</td>\
+             <td>{pgs}</td><td class=\"num\">{slots}</td></tr>",
+            id = n.id,
+            this = if n.this { " (this node)" } else { "" },
+            addr = esc(&n.addr),
+            st = esc(n.state),
+            leaving = if n.leaving { " (leaving)" } else { "" },
+            inc = n.incarnation,
+            re = n.roles_epoch,
+            pgs = n
+                .pgs
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+            slots = n.slots_coordinated,
+        );
+    }
+    h.push_str("</tbody></table>\n");
+    // Placement groups.
+    if let Some(p) = &s.placement {
+        let _ = write!(
+            h,
+            "<h2>Placement groups</h2>\n<p>{} data + {} redundant nodes each: ",
+            p.s, p.d
+        );
+        for (i, g) in p.groups.iter().enumerate() {
+            let _ = write!(
+                h,
+                "{}PG {i} = [{}]",
+                if i > 0 { "; " } else { "" },
+                g.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
+            );
+        }
+        h.push_str("</p>\n");
+    }
+    // Slot ranges: a bar (width by slots, colour by the coordinator's state) and a table.
+    let _ = write!(
+        h,
+        "<h2>Slot ranges (<span id=\"ranges-total\">{}</span>)</h2>\n<div id=\"slotbar\">",
+        s.ranges_total
+    );
+    for r in &s.ranges {
+        let st = r.coordinator_state.unwrap_or("none");
+        let c = opt(r.coordinator);
+        let _ = write!(
+            h,
+            "<div class=\"seg state-{st}\" style=\"width:{:.4}%\" title=\"slots {}-{}: node {c} ({st})\" \
+             data-coordinator=\"{}\">{c}</div>",
+            f64::from(r.slots) * 100.0 / f64::from(ringlet_types::SLOT_COUNT),
+            r.first,
+            r.last,
+            r.coordinator.map_or(String::new(), |c| c.to_string()),
+        );
+    }
+    h.push_str(
+        "</div>\n<table id=\"ranges\"><thead><tr><th>slots</th><th>count</th><th>PG</th>\
+         <th>coordinator</th><th>cohort</th></tr></thead><tbody>\n",
+    );
+    for r in &s.ranges {
+        let st = r.coordinator_state.unwrap_or("none");
+        let _ = writeln!(
+            h,
+            "<tr data-coordinator=\"{}\" class=\"state-{st}\"><td>{}-{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"state\">{} ({})</td><td>{}</td></tr>",
+            r.coordinator.map_or(String::new(), |c| c.to_string()),
+            r.first,
+            r.last,
+            r.slots,
+            r.pg,
+            opt(r.coordinator),
+            r.coordinator_state.unwrap_or("-"),
+            r.cohort
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
+    h.push_str("</tbody></table>\n");
+    // Memgests.
+    h.push_str(
+        "<h2>Memgests</h2>\n<table id=\"memgests\"><thead><tr><th>id</th><th>name</th><th>kind</th>\
+         <th>default</th><th>closing</th><th>evictable</th><th>keys (cluster, est.)</th>\
+         <th>stored keys (cluster, every copy)</th><th>stored bytes (cluster)</th>\
+         <th>failures tolerated</th><th>nodes reporting/holding</th>\
+         <th>entries on this node</th><th>bytes on this node</th></tr></thead><tbody>\n",
+    );
+    let yes = |b: bool| if b { "yes" } else { "" };
+    for g in &s.memgests {
+        let c = g.cluster.as_ref();
+        let _ = writeln!(
+            h,
+            "<tr data-memgest=\"{name}\"><td class=\"num\">{}</td><td>{name}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td></tr>",
+            g.id,
+            esc(&g.kind),
+            yes(g.default),
+            yes(g.closing),
+            yes(g.evictable),
+            opt(c.map(|c| c.keys)),
+            opt(c.map(|c| c.stored_keys)),
+            opt(c.map(|c| c.stored_bytes)),
+            opt(c.map(|c| c.failures_tolerated)),
+            c.map_or("-".to_string(), |c| format!(
+                "{}/{}",
+                c.nodes_reporting, c.nodes_holding
+            )),
+            g.this_node_entries,
+            g.this_node_bytes,
+            name = esc(&g.name),
+        );
+    }
+    let _ = writeln!(
+        h,
+        "</tbody></table>\n<p id=\"memgest-error\">{}</p>",
+        s.memgest_cluster_error
+            .as_deref()
+            .map_or(String::new(), |e| esc(&format!(
+                "cluster figures unavailable: {e}"
+            )))
+    );
+    // This node: the JSON object's fields in their order, as the script renders them.
+    h.push_str(
+        "<h2>This node</h2>\n<table id=\"this-node\"><thead><tr><th>figure</th><th>value</th></tr></thead><tbody>\n",
+    );
+    for (k, v) in this_node_fields(&s.this_node) {
+        let _ = writeln!(
+            h,
+            "<tr data-field=\"{k}\"><td>{k}</td><td class=\"num\">{}</td></tr>",
+            esc(&v)
+        );
+    }
+    h.push_str("</tbody></table>\n");
+    let _ = write!(
+        h,
+        "<details><summary>INFO and CLUSTER INFO at page load (also at <a href=\"/status.txt\">/status.txt</a>); \
+         JSON at <a href=\"/api/status\">/api/status</a></summary><pre id=\"info\">{}</pre></details>\n\
+         <script>{}</script>\n</body></html>\n",
+        esc(text),
+        SCRIPT.replace("POLL_MS", &POLL_MS.to_string())
+    );
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(name: &str, addr: &str) -> Status {
+        Status {
+            node: 1,
+            epoch: 7,
+            cluster_state: "ok",
+            placement: Some(PlacementView {
+                s: 2,
+                d: 1,
+                groups: vec![vec![1, 2, 3]],
+            }),
+            nodes: vec![
+                NodeView {
+                    id: 1,
+                    addr: addr.into(),
+                    state: "active",
+                    incarnation: 5,
+                    roles_epoch: 2,
+                    leaving: false,
+                    pgs: vec![0],
+                    slots_coordinated: 16384,
+                    this: true,
+                },
+                NodeView {
+                    id: 3,
+                    addr: "127.0.0.1:3@4".into(),
+                    state: "failed",
+                    incarnation: 6,
+                    roles_epoch: 2,
+                    leaving: false,
+                    pgs: vec![0],
+                    slots_coordinated: 0,
+                    this: false,
+                },
+            ],
+            ranges: vec![RangeView {
+                first: 0,
+                last: 16383,
+                slots: 16384,
+                pg: 0,
+                coordinator: Some(1),
+                coordinator_state: Some("active"),
+                cohort: vec![1, 2, 3],
+            }],
+            ranges_total: 1,
+            memgests: vec![MemgestView {
+                id: 4,
+                name: name.into(),
+                kind: "rep:2".into(),
+                default: false,
+                closing: false,
+                evictable: false,
+                this_node_entries: 11,
+                this_node_bytes: 1234,
+                cluster: None,
+            }],
+            memgest_cluster_error: Some("<timeout>".into()),
+            this_node: ThisNode {
+                id: 1,
+                state: Some("active"),
+                keys: 3,
+                stored_entries: 9,
+                connected_clients: 2,
+                used_memory_bytes: 1,
+                data_bytes: 1,
+                maxmemory_bytes: 1,
+                expired_keys: 0,
+                evicted_keys: 0,
+                maps_applied: 4,
+                fenced: 0,
+                possible_loss: 0,
+                ambiguous_resolved: 0,
+                events_refused: 0,
+                heartbeats_for_busy_driver: 0,
+                ec_arenas_not_ready: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn page_escapes_everything_dynamic_and_has_no_external_assets() {
+        let s = sample("<script>alert('x')</script>", "a\"><img src=x>");
+        let h = render_html(&s, "cluster_state:ok\n<b>");
+        assert!(!h.contains("<script>alert"), "{h}");
+        assert!(h.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
+        assert!(!h.contains("<img"), "{h}");
+        assert!(h.contains("a&quot;&gt;&lt;img src=x&gt;"));
+        assert!(h.contains("cluster figures unavailable: &lt;timeout&gt;"));
+        assert!(h.contains("cluster_state:ok\n&lt;b&gt;"));
+        // One script, inline; no src=/href= to anything but this node's own pages.
+        assert_eq!(h.matches("<script").count(), 1);
+        assert!(!h.contains(" src=\""), "{h}");
+        for href in h.split("href=\"").skip(1) {
+            let target = href.split('"').next().unwrap_or_default();
+            assert!(
+                target == "/status.txt" || target == "/api/status",
+                "{target}"
+            );
+        }
+        assert!(
+            !h.contains("POLL_MS"),
+            "the poll interval was not substituted"
+        );
+    }
+
+    #[test]
+    fn page_marks_each_node_with_its_state() {
+        let h = render_html(&sample("warm", "127.0.0.1:1@2"), "");
+        assert!(h.contains("<tr data-node-id=\"1\" data-state=\"active\""));
+        assert!(h.contains("<tr data-node-id=\"3\" data-state=\"failed\""));
+        assert!(h.contains("<tr data-memgest=\"warm\">"));
+        assert!(h.contains(
+            "<tr data-field=\"stored_entries\"><td>stored_entries</td><td class=\"num\">9</td>"
+        ));
+        assert!(h.contains("width:100.0000%"));
+    }
+
+    #[test]
+    fn json_has_the_fields_the_page_script_reads() {
+        let v = serde_json::to_value(sample("warm", "x")).unwrap();
+        for k in [
+            "epoch",
+            "cluster_state",
+            "nodes",
+            "ranges",
+            "ranges_total",
+            "memgests",
+            "memgest_cluster_error",
+            "this_node",
+        ] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+        assert_eq!(v["nodes"][1]["state"], "failed");
+        assert_eq!(v["memgests"][0]["cluster"], serde_json::Value::Null);
+        // The page's server-side "this node" rows name every JSON field, in the JSON's order.
+        let json = serde_json::to_string(&sample("warm", "x").this_node).unwrap();
+        let mut at = 0;
+        let fields = this_node_fields(&sample("warm", "x").this_node);
+        for (k, _) in &fields {
+            let i = json[at..]
+                .find(&format!("\"{k}\":"))
+                .unwrap_or_else(|| panic!("{k} out of order in {json}"));
+            at += i;
+        }
+        assert_eq!(fields.len(), json.matches("\":").count(), "{json}");
     }
 }

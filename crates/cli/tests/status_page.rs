@@ -1,0 +1,373 @@
+//! The cluster status page (docs/design/status-page.md) in a real headless browser.
+//!
+//! `ringlet up --nodes 3 --spares 1 --default-memgest rep:3`, a memgest `warm` (rep:2) created
+//! through redis-cli and a few keys written into it; Debian's `chromium --headless --dump-dom`
+//! then loads node 1's admin page with a virtual-time budget long enough for the page's own
+//! script to poll `/api/status` and re-render, and the DOM must list every node (each `<tr
+//! data-node-id=N data-state=S>` with the state the JSON gives) and every memgest the map has.
+//! Then node 2 (a data node) is SIGKILLed; once `/api/status` on nodes 1 and 3 marks it
+//! failed (polled with a deadline), node 3's page, loaded in chromium again, shows node 2 as
+//! failed.
+//! Last, a screenshot of that page goes to `target/test-artifacts/status_page.png`.
+//!
+//! Without a `chromium` binary the browser test prints SKIPPED and passes, unless
+//! `RINGLET_REQUIRE_BROWSER` is set (CI), where it fails. The second test checks that the
+//! admin token guards the new endpoints like the old ones; it needs no browser.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest one chromium run may take (a cold start in a loaded CI container takes seconds).
+const BROWSER_RUN_MAX: Duration = Duration::from_secs(90);
+/// Longest the cluster may take to mark a SIGKILLed node failed (lease expiry, default
+/// 1-2 s, plus the map push) — generous for a loaded machine.
+const FAILURE_DETECTION_MAX: Duration = Duration::from_secs(60);
+
+/// A base port with n free client ports and their admin ports (+10000).
+fn free_base_with_admin(n: u16) -> u16 {
+    common::free_base_where(n, |base| {
+        (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + 10_000 + i)).is_ok())
+    })
+}
+
+/// GET with extra header lines (each ending in \r\n): (status line, head, body).
+fn http_get(port: u16, path: &str, headers: &str) -> (String, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("admin port");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{headers}\r\n").unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).unwrap();
+    let (head, body) = got.split_once("\r\n\r\n").expect("HTTP response");
+    (
+        head.lines().next().unwrap().to_string(),
+        head.to_string(),
+        body.to_string(),
+    )
+}
+
+/// The state `/api/status` JSON gives node `id` (`{"id":N,"addr":"...","state":"..."`: serde
+/// keeps the struct's field order; only node objects have an `addr` after the `id`).
+fn json_node_state(json: &str, id: u32) -> Option<String> {
+    let at = json.find(&format!("{{\"id\":{id},\"addr\":\""))?;
+    let rest = &json[at..];
+    let s = rest.find("\"state\":\"")? + "\"state\":\"".len();
+    Some(rest[s..].split('"').next()?.to_string())
+}
+
+/// Every `"name":"..."` of the JSON: only memgests have a `name`.
+fn json_memgest_names(json: &str) -> Vec<String> {
+    json.split("\"name\":\"")
+        .skip(1)
+        .filter_map(|p| p.split('"').next().map(str::to_string))
+        .collect()
+}
+
+/// The opening tag of the `<tr>` for node `id` in a DOM dump.
+fn node_row_tag(dom: &str, id: u32) -> Option<&str> {
+    let at = dom.find(&format!("<tr data-node-id=\"{id}\""))?;
+    let end = dom[at..].find('>')?;
+    Some(&dom[at..at + end + 1])
+}
+
+/// Whether a `chromium` binary runs; with `RINGLET_REQUIRE_BROWSER` set its absence is a
+/// failure (CI) rather than a skip.
+fn have_chromium() -> bool {
+    let have = Command::new("chromium")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        assert!(
+            std::env::var_os("RINGLET_REQUIRE_BROWSER").is_none(),
+            "chromium is not installed and RINGLET_REQUIRE_BROWSER is set (scripts/setup.sh installs it)"
+        );
+        eprintln!("SKIPPED status page browser test: chromium is not installed");
+    }
+    have
+}
+
+/// Run headless chromium with `args` then `url`, with a fresh profile and a deadline; its
+/// stdout.
+fn chromium(args: &[&str], url: &str) -> String {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // A profile per run: two chromiums on one profile refuse to start.
+    let profile =
+        std::env::temp_dir().join(format!("ringlet-chromium-{}-{run}", std::process::id()));
+    let mut child = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn chromium");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + BROWSER_RUN_MAX;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within {BROWSER_RUN_MAX:?} for {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = reader.join().unwrap();
+    let stderr = err_reader.join().unwrap();
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        status.success(),
+        "chromium {args:?} {url}: {status}\n{stderr}"
+    );
+    stdout
+}
+
+/// The page's DOM after its script ran: the virtual-time budget lets the 1 s poll fire (and
+/// chromium waits for the fetch it starts) before the DOM is dumped.
+fn dump_dom(url: &str) -> String {
+    chromium(&["--virtual-time-budget=3000", "--dump-dom"], url)
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-c", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (scripts/setup.sh installs it)");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Start `ringlet up` and return it (stopped on drop) with each node's pid, read from its
+/// `node N pid P port X` lines (`common::up` drains them).
+fn up_with_pids(args: &[&str]) -> (common::Up, Vec<(u32, u32)>) {
+    let log = std::env::temp_dir().join(format!("ringlet-status-page-{}.log", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet"))
+        .args(args)
+        .env_remove("RINGLET_REQUIREPASS")
+        .env_remove("RINGLET_ADMIN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("up log file"))
+        .spawn()
+        .expect("spawn ringlet up");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let up = common::Up(child);
+    let mut pids = Vec::new();
+    loop {
+        let Some(l) = lines.next() else {
+            panic!(
+                "up exited before it was ready: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        };
+        let l = l.expect("read");
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if let ["node", id, "pid", pid, "port", _] = w.as_slice() {
+            pids.push((id.parse().unwrap(), pid.parse().unwrap()));
+        }
+        if l.starts_with("ringlet cluster ready") {
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(&log);
+    std::thread::spawn(move || for _ in lines {});
+    (up, pids)
+}
+
+/// Every node of the JSON and every memgest name appear in the DOM; with `same_states`, each
+/// node's row has the state the JSON gives (only when no state can change between the two
+/// reads: after a failure the spare's takeover may land in between).
+fn assert_dom_matches(dom: &str, json: &str, nodes: &[u32], same_states: bool) {
+    for &id in nodes {
+        let state = json_node_state(json, id).unwrap_or_else(|| panic!("node {id} in {json}"));
+        let tag = node_row_tag(dom, id).unwrap_or_else(|| panic!("no row for node {id}:\n{dom}"));
+        assert!(
+            !same_states || tag.contains(&format!("data-state=\"{state}\"")),
+            "node {id}: JSON says {state}, the page's row is {tag}"
+        );
+    }
+    let names = json_memgest_names(json);
+    assert!(names.len() >= 3, "none, the default and warm: {json}");
+    for n in names {
+        assert!(
+            dom.contains(&format!("<tr data-memgest=\"{n}\">")),
+            "memgest {n} missing from the page:\n{dom}"
+        );
+    }
+}
+
+#[test]
+fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
+    if !have_chromium() {
+        return;
+    }
+    let base = free_base_with_admin(5);
+    let b = base.to_string();
+    let admin = |node: u32| base + 10_000 + (node as u16 - 1);
+    let (up, pids) = up_with_pids(&[
+        "up",
+        "--nodes",
+        "3",
+        "--spares",
+        "1",
+        "--port",
+        &b,
+        "--default-memgest",
+        "rep:3",
+        "--memory-mb",
+        "64",
+    ]);
+    assert_eq!(pids.len(), 4, "{pids:?}");
+    // A memgest that fits 3 nodes' placement groups (2 data + 1 redundant), and keys in it.
+    assert_eq!(
+        redis_cli(base, &["memgest", "create", "warm", "rep", "2"]),
+        "OK"
+    );
+    for k in 0..20 {
+        assert_eq!(
+            redis_cli(base, &["set", &format!("w:{k}"), "v", "memgest", "warm"]),
+            "OK"
+        );
+    }
+
+    // Before any failure: node 1's page lists all four nodes and every memgest.
+    let (status, head, json) = http_get(admin(1), "/api/status", "");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(head.contains("Content-Type: application/json"), "{head}");
+    for (id, state) in [(1, "active"), (2, "active"), (3, "active"), (4, "spare")] {
+        assert_eq!(json_node_state(&json, id).as_deref(), Some(state), "{json}");
+    }
+    assert!(json_memgest_names(&json).contains(&"warm".to_string()));
+    let url1 = format!("http://127.0.0.1:{}/", admin(1));
+    let dom = dump_dom(&url1);
+    assert_dom_matches(&dom, &json, &[1, 2, 3, 4], true);
+    assert!(
+        dom.contains("data-refreshes=\""),
+        "the page's script never refreshed from /api/status:\n{dom}"
+    );
+    assert!(dom.contains("<tr data-memgest=\"warm\">"));
+    // The slot bar has one segment per range, each naming its coordinator.
+    assert!(dom.contains("id=\"slotbar\""));
+    assert!(dom.contains("class=\"seg state-active\""), "{dom}");
+    // The old plain text is still served.
+    let (status, _, text) = http_get(admin(1), "/status.txt", "");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(text.contains("cluster_state:ok"), "{text}");
+
+    // SIGKILL node 2, a data node; wait (bounded) until the maps of node 1 and of node 3 (whose
+    // page is loaded next) mark it failed.
+    let (_, victim) = *pids.iter().find(|(id, _)| *id == 2).unwrap();
+    assert!(Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + FAILURE_DETECTION_MAX;
+    for node in [1, 3] {
+        loop {
+            let json = http_get(admin(node), "/api/status", "").2;
+            if json_node_state(&json, 2).as_deref() == Some("failed") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {node}'s map does not mark node 2 failed within {FAILURE_DETECTION_MAX:?}: {json}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    // Node 3's page (another node than the one asked so far) shows node 2 failed.
+    let json3 = http_get(admin(3), "/api/status", "").2;
+    let url3 = format!("http://127.0.0.1:{}/", admin(3));
+    let dom = dump_dom(&url3);
+    let tag = node_row_tag(&dom, 2).expect("node 2 still listed");
+    assert!(tag.contains("data-state=\"failed\""), "{tag}\n{dom}");
+    assert_dom_matches(&dom, &json3, &[1, 2, 3, 4], false);
+    assert!(dom.contains("data-refreshes=\""), "{dom}");
+
+    // A screenshot for humans (and the lead's review).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png: PathBuf = dir.join("status_page.png");
+    let _ = std::fs::remove_file(&png);
+    chromium(
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1280,900",
+            "--virtual-time-budget=3000",
+            "--hide-scrollbars",
+        ],
+        &url3,
+    );
+    let len = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(len > 0, "no screenshot at {}", png.display());
+    eprintln!("status page screenshot: {} ({len} bytes)", png.display());
+    drop(up);
+}
+
+/// `--admin-token`: the JSON, the HTML page and the text page all answer 401 without the
+/// bearer token and carry no figures; with it they answer with their content types.
+#[test]
+fn admin_token_guards_the_status_api_and_pages() {
+    let base = free_base_with_admin(4);
+    let b = base.to_string();
+    let up = common::up(&[
+        "up",
+        "--nodes",
+        "3",
+        "--port",
+        &b,
+        "--admin-token",
+        "tok-9c2a",
+    ]);
+    let port = base + 10_000;
+    for path in ["/api/status", "/", "/status", "/status.txt"] {
+        let (status, _, body) = http_get(port, path, "");
+        assert_eq!(status, "HTTP/1.1 401 Unauthorized", "{path}");
+        assert!(!body.contains("epoch"), "{path}: {body}");
+    }
+    let auth = "Authorization: Bearer tok-9c2a\r\n";
+    let (status, head, json) = http_get(port, "/api/status", auth);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(head.contains("application/json"), "{head}");
+    assert_eq!(json_node_state(&json, 1).as_deref(), Some("active"));
+    let (status, head, html) = http_get(port, "/", auth);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(head.contains("text/html"), "{head}");
+    assert!(html.contains("<tr data-node-id=\"3\" data-state=\"active\""));
+    // No external assets: nothing is loaded from anywhere but this node.
+    assert!(!html.contains("src="), "{html}");
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    let (status, head, _) = http_get(port, "/status.txt", auth);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(head.contains("text/plain"), "{head}");
+    drop(up);
+}
