@@ -32,7 +32,7 @@ use ringlet_codec::native::{
     self, ClusterRequest, MgetResponseWriter, NativeRequest, Opcode, ReplicaValue, SetCond, Status,
 };
 use ringlet_replica::{ClientOp, ClientReply};
-use ringlet_types::{key_slot, limits, Epoch, Version};
+use ringlet_types::{key_slot, limits, Epoch, ValueKind, Version};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -244,7 +244,12 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 );
             }
             Req::Get(key) => {
-                let (version, value) = get(node, &key).await?;
+                let (version, value) = match get(node, &key).await? {
+                    (_, Some((_, ValueKind::Record))) => {
+                        return Err(fail(Status::WRONG_TYPE, WRONGTYPE));
+                    }
+                    (v, value) => (v, value.map(|(v, _)| v)),
+                };
                 native::encode_get_response(&mut out, id, node.epoch(), version, value.as_deref());
             }
             Req::Mget(keys) => {
@@ -256,8 +261,13 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 let mut w = MgetResponseWriter::begin(&mut out, id, node.epoch());
                 for r in results {
                     match r {
-                        Ok((v, Some(val))) => w.push(&mut out, Status::OK, v, &val),
-                        Ok((_, None)) => w.push(&mut out, Status::NOT_FOUND, Version::ZERO, b""),
+                        Ok((v, Some((val, ValueKind::String)))) => {
+                            w.push(&mut out, Status::OK, v, &val)
+                        }
+                        // Redis's MGET answers nil for a key holding another type.
+                        Ok((_, Some((_, ValueKind::Record))) | (_, None)) => {
+                            w.push(&mut out, Status::NOT_FOUND, Version::ZERO, b"")
+                        }
                         Err(Fail(s, m)) => w.push(&mut out, s, Version::ZERO, m.as_bytes()),
                     }
                 }
@@ -275,6 +285,7 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                     value,
                     memgest,
                     expiry_ms: None, // TTL SETs answer UNSUPPORTED here (module doc)
+                    kind: ValueKind::String,
                 };
                 let version = written(run(node, op).await?)?;
                 native::encode_status_response(
@@ -324,10 +335,15 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                     .map_err(submit_fail)?;
                 match r.body {
                     ClientReply::Replica {
+                        kind: ValueKind::Record,
+                        ..
+                    } => return Err(fail(Status::WRONG_TYPE, WRONGTYPE)),
+                    ClientReply::Replica {
                         version,
                         memgest,
                         value,
                         expiry_ms,
+                        kind: ValueKind::String,
                     } => native::encode_read_replica_response(
                         &mut out,
                         id,
@@ -408,14 +424,26 @@ fn written(r: ClientReply) -> Result<Version, Fail> {
     }
 }
 
-/// A coordinator read: `(version, value)`.
-async fn get(node: &ClusterNode, key: &[u8]) -> Result<(Version, Option<Vec<u8>>), Fail> {
+/// Redis's WRONGTYPE text, sent with [`Status::WRONG_TYPE`] for a string read of a record.
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// A coordinator read: `(version, value and its kind)`.
+async fn get(
+    node: &ClusterNode,
+    key: &[u8],
+) -> Result<(Version, Option<(Vec<u8>, ValueKind)>), Fail> {
     match run(node, ClientOp::Get { key: key.to_vec() }).await? {
         ClientReply::Value {
             version,
             value,
             expiry_ms,
-        } => Ok((version, value.filter(|_| !crate::expired(expiry_ms)))),
+            kind,
+        } => Ok((
+            version,
+            value
+                .filter(|_| !crate::expired(expiry_ms))
+                .map(|v| (v, kind)),
+        )),
         other => Err(unexpected(&other)),
     }
 }

@@ -32,6 +32,7 @@
 mod admin;
 mod clients;
 mod keyspace;
+mod records;
 
 use crate::control::{FromControl, ToControl};
 use crate::node::{client_addr, ClusterNode, SubmitError};
@@ -39,7 +40,7 @@ use parking_lot::Mutex;
 use ringlet_codec::resp::{Proto, Reply, Request, RequestDecoder};
 use ringlet_control::{ClusterMap, MemgestReport, NodeState};
 use ringlet_replica::{ClientOp, ClientReply};
-use ringlet_types::{key_slot, limits, MemgestId, MemgestKind, NodeId, Slot};
+use ringlet_types::{key_slot, limits, MemgestId, MemgestKind, NodeId, Slot, ValueKind};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,6 +74,17 @@ const CONTROL_DEADLINE: Duration = Duration::from_millis(crate::control::DROP_WA
 /// Longest a write naming a memgest this node's map does not know yet waits for the map
 /// (a memgest created through another node reaches every node within a push).
 const MEMGEST_MAP_WAIT: Duration = Duration::from_secs(2);
+
+/// Redis's reply to a string command on a hash (a record here).
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// A key's value as the coordinator holds it.
+struct Got {
+    value: Vec<u8>,
+    /// Unix ms (`None`: no TTL).
+    expiry_ms: Option<u64>,
+    kind: ValueKind,
+}
 
 const AMBIGUOUS: &str = "ERR ambiguous: the coordinator changed with this write in flight; it may or may not have taken effect";
 /// What Redis answers a write it cannot store (`maxmemory` reached, `noeviction`).
@@ -461,17 +473,38 @@ impl Front {
         Ok(self.get_full(key).await?.map(|(v, _)| v))
     }
 
-    /// The value and its expiry (unix ms); `None` for a missing or expired key (an expired
-    /// value is absent to every reader; the coordinator's driver deletes it soon).
+    /// A string value and its expiry (unix ms); `None` for a missing or expired key (an
+    /// expired value is absent to every reader; the coordinator's driver deletes it soon).
+    /// A record is Redis's WRONGTYPE: every string command reads through here.
     async fn get_full(&self, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>, Reply> {
+        match self.get_any(key).await? {
+            Some(g) if g.kind == ValueKind::Record => Err(err(WRONGTYPE)),
+            g => Ok(g.map(|g| (g.value, g.expiry_ms))),
+        }
+    }
+
+    /// The key's value of any kind (`None`: missing or expired).
+    async fn get_any(&self, key: &[u8]) -> Result<Option<Got>, Reply> {
         match self.run(ClientOp::Get { key: key.to_vec() }).await? {
             ClientReply::Value {
-                value, expiry_ms, ..
+                value,
+                expiry_ms,
+                kind,
+                ..
             } => Ok(value
                 .filter(|_| !crate::expired(expiry_ms))
-                .map(|v| (v, expiry_ms))),
+                .map(|value| Got {
+                    value,
+                    expiry_ms,
+                    kind,
+                })),
             other => Err(err(format!("ERR unexpected reply {other:?}"))),
         }
+    }
+
+    /// Whether the key exists, whatever it holds.
+    async fn exists(&self, key: &[u8]) -> Result<bool, Reply> {
+        Ok(self.get_any(key).await?.is_some())
     }
 
     /// A plain SET or DEL: like [`Front::write`], but an ambiguous outcome (the coordinator
@@ -547,12 +580,27 @@ impl Front {
         memgest: Option<MemgestId>,
         expiry_ms: Option<u64>,
     ) -> Result<(), Reply> {
+        self.write_kind(key, value, memgest, expiry_ms, ValueKind::String)
+            .await
+    }
+
+    /// A write of a value of `kind` (records: HSET and friends, and commands that move or
+    /// re-time a key without changing what it holds).
+    async fn write_kind(
+        &self,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+        memgest: Option<MemgestId>,
+        expiry_ms: Option<u64>,
+        kind: ValueKind,
+    ) -> Result<(), Reply> {
         let op = match value {
             Some(value) => ClientOp::Set {
                 key: key.to_vec(),
                 value,
                 memgest,
                 expiry_ms,
+                kind,
             },
             None => ClientOp::Delete { key: key.to_vec() },
         };
@@ -743,6 +791,24 @@ impl Front {
             "info" => Ok(Reply::Bulk(self.info().into_bytes())),
             "cluster" => self.cluster(argv),
             "memgest" => self.memgest(argv).await,
+            n if ringlet_record::hash::is_hash_command(n) => {
+                arity(2)?;
+                let write = ringlet_record::hash::is_write(n);
+                self.record_command(argv, a(1), write, ringlet_server::cmd::record::hash_apply)
+                    .await
+            }
+            "link" => {
+                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                let Some(key) = ringlet_record::link::key(&args) else {
+                    return Err(err("ERR wrong number of arguments for 'link' command"));
+                };
+                let sub = String::from_utf8_lossy(a(1)).to_ascii_lowercase();
+                let write = ringlet_record::link::is_write_subcommand(&sub);
+                self.record_command(argv, key, write, ringlet_record::link::apply)
+                    .await
+            }
+            "chase" => self.chase(argv).await,
+            "records" => self.records(argv).await,
             "get" => {
                 arity(2)?;
                 if let Some(m) = self.moved(key_slot(a(1))) {
@@ -789,8 +855,11 @@ impl Front {
                 };
                 let _g = self.lock(a(1)).await?;
                 let keep = ttl == Some(Expiry::Keep);
-                let old_full = if nx || xx || get || keep {
+                // SET replaces a value of any kind; only SET ... GET of a record is WRONGTYPE.
+                let old_full = if get {
                     Some(self.get_full(a(1)).await?)
+                } else if nx || xx || keep {
+                    Some(self.get_any(a(1)).await?.map(|g| (g.value, g.expiry_ms)))
                 } else {
                     None
                 };
@@ -826,7 +895,7 @@ impl Front {
                     return Err(m);
                 }
                 let _g = self.lock(a(1)).await?;
-                if self.get(a(1)).await?.is_some() {
+                if self.exists(a(1)).await? {
                     return Ok(Reply::Integer(0));
                 }
                 self.write(a(1), Some(a(2).to_vec())).await?;
@@ -855,7 +924,7 @@ impl Front {
                 let mut n = 0;
                 for k in keys {
                     let _g = self.lock(k).await?;
-                    if self.get(k).await?.is_some() {
+                    if self.exists(k).await? {
                         self.write(k, None).await?;
                         n += 1;
                     }
@@ -868,7 +937,7 @@ impl Front {
                 Self::same_slot(&keys)?;
                 let mut n = 0;
                 for k in keys {
-                    n += i64::from(self.get(k).await?.is_some());
+                    n += i64::from(self.exists(k).await?);
                 }
                 Ok(Reply::Integer(n))
             }
@@ -878,7 +947,11 @@ impl Front {
                 Self::same_slot(&keys)?;
                 let mut v = Vec::with_capacity(keys.len());
                 for k in keys {
-                    v.push(self.get(k).await?.map_or(Reply::Null, Reply::Bulk));
+                    // Redis's MGET answers nil for a key holding another type.
+                    v.push(match self.get_any(k).await? {
+                        Some(g) if g.kind == ValueKind::String => Reply::Bulk(g.value),
+                        _ => Reply::Null,
+                    });
                 }
                 Ok(Reply::Array(v))
             }
@@ -1244,10 +1317,12 @@ impl Front {
                 }
                 let memgest = self.writable_memgest(&argv[3]).await?;
                 let _g = self.lock(key).await?;
-                let Some(value) = self.get(key).await? else {
+                let Some(g) = self.get_any(key).await? else {
                     return Err(err("ERR no such key"));
                 };
-                self.write_in(key, Some(value), Some(memgest)).await?;
+                // The key moves whole: value, kind (a record stays a record) and TTL.
+                self.write_kind(key, Some(g.value), Some(memgest), g.expiry_ms, g.kind)
+                    .await?;
                 Ok(Reply::ok())
             }
             "key" => {
@@ -1511,25 +1586,48 @@ async fn remote_get(
     password: Option<&[u8]>,
     tls: Option<&tokio_rustls::TlsConnector>,
 ) -> Option<Reply> {
+    remote_call(
+        addr,
+        &[b"GET", key],
+        password,
+        tls,
+        limits::RESP_BULK_BYTES_MAX as usize,
+    )
+    .await
+}
+
+/// One command to another node's client port (AUTH first if the cluster has a password, TLS
+/// if its ports use it); `None` if it fails or its reply passes `reply_bytes_max`.
+async fn remote_call(
+    addr: std::net::SocketAddr,
+    argv: &[&[u8]],
+    password: Option<&[u8]>,
+    tls: Option<&tokio_rustls::TlsConnector>,
+    reply_bytes_max: usize,
+) -> Option<Reply> {
     match tls {
-        None => remote_get_on(TcpStream::connect(addr).await.ok()?, key, password).await,
+        None => {
+            let s = TcpStream::connect(addr).await.ok()?;
+            remote_call_on(s, argv, password, reply_bytes_max).await
+        }
         Some(c) => {
             let s = crate::tls::connect(c, addr).await.ok()?;
-            remote_get_on(s, key, password).await
+            remote_call_on(s, argv, password, reply_bytes_max).await
         }
     }
 }
 
-async fn remote_get_on<S: AsyncRead + AsyncWrite + Unpin>(
+async fn remote_call_on<S: AsyncRead + AsyncWrite + Unpin>(
     mut s: S,
-    key: &[u8],
+    argv: &[&[u8]],
     password: Option<&[u8]>,
+    reply_bytes_max: usize,
 ) -> Option<Reply> {
     let mut out = Vec::new();
     if let Some(p) = password {
         ringlet_codec::resp::encode_request(&mut out, &[b"AUTH", p]);
     }
-    ringlet_codec::resp::encode_request(&mut out, &[b"GET", key]);
+    ringlet_codec::resp::encode_request(&mut out, argv);
     s.write_all(&out).await.ok()?;
     s.flush().await.ok()?;
     let mut buf = Vec::new();
@@ -1546,7 +1644,7 @@ async fn remote_get_on<S: AsyncRead + AsyncWrite + Unpin>(
             }
             return Some(r);
         }
-        if buf.len() > limits::RESP_BULK_BYTES_MAX as usize + 64 {
+        if buf.len() > reply_bytes_max + 64 {
             return None;
         }
         if read_some(&mut s, &mut buf).await.ok()? == 0 {
@@ -1814,19 +1912,21 @@ impl Front {
         match name {
             "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
                 let ms = name.starts_with('p');
-                Ok(Reply::Integer(match self.get_full(key).await? {
-                    None => -2,
-                    Some((_, None)) => -1,
-                    Some((_, Some(x))) => {
-                        let v = if name.ends_with("ttl") {
-                            x.saturating_sub(now)
-                        } else {
-                            x
-                        };
-                        let v = if ms { v } else { (v + 500) / 1000 };
-                        i64::try_from(v).unwrap_or(i64::MAX)
-                    }
-                }))
+                Ok(Reply::Integer(
+                    match self.get_any(key).await?.map(|g| g.expiry_ms) {
+                        None => -2,
+                        Some(None) => -1,
+                        Some(Some(x)) => {
+                            let v = if name.ends_with("ttl") {
+                                x.saturating_sub(now)
+                            } else {
+                                x
+                            };
+                            let v = if ms { v } else { (v + 500) / 1000 };
+                            i64::try_from(v).unwrap_or(i64::MAX)
+                        }
+                    },
+                ))
             }
             "setex" | "psetex" => {
                 let unit = if name == "setex" { "ex" } else { "px" };
@@ -1838,9 +1938,10 @@ impl Front {
             }
             "persist" => {
                 let _g = self.lock(key).await?;
-                match self.get_full(key).await? {
-                    Some((v, Some(_))) => {
-                        self.write_ttl(key, Some(v), None, None).await?;
+                match self.get_any(key).await? {
+                    Some(g) if g.expiry_ms.is_some() => {
+                        self.write_kind(key, Some(g.value), None, None, g.kind)
+                            .await?;
                         Ok(Reply::Integer(1))
                     }
                     _ => Ok(Reply::Integer(0)),
@@ -1913,7 +2014,12 @@ impl Front {
                     ));
                 }
                 let _g = self.lock(key).await?;
-                let Some((v, old)) = self.get_full(key).await? else {
+                let Some(Got {
+                    value: v,
+                    expiry_ms: old,
+                    kind,
+                }) = self.get_any(key).await?
+                else {
                     return Ok(Reply::Integer(0));
                 };
                 // No TTL counts as an infinite one (Redis).
@@ -1932,7 +2038,7 @@ impl Front {
                     self.write(key, None).await?;
                 } else {
                     let at = u64::try_from(at).map_err(|_| invalid_expire(name))?;
-                    self.write_ttl(key, Some(v), None, Some(at)).await?;
+                    self.write_kind(key, Some(v), None, Some(at), kind).await?;
                 }
                 Ok(Reply::Integer(1))
             }

@@ -26,7 +26,7 @@
 use parking_lot::Mutex;
 use ringlet_engine::{Engine, EngineConfig, SetOptions, SetOutcome};
 use ringlet_replica::{ApplyOutcome, Entry, ReplicaStore, SlotDigests};
-use ringlet_types::{key_slot, limits, MemgestId, Slot, Version};
+use ringlet_types::{key_slot, limits, MemgestId, Slot, ValueKind, Version};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,6 +38,8 @@ struct Meta {
     tombstone: bool,
     /// The entry's expiry (unix ms), also filed in `EngineStore::by_expiry`.
     expiry_ms: Option<u64>,
+    /// String or record (the engine keeps it too; here so scans and tombstones need no read).
+    kind: ValueKind,
 }
 
 /// Counters of what the engine refused (exported as metrics; a non-zero `apply_errors`
@@ -290,6 +292,7 @@ fn meta_entry(m: &Meta) -> Entry {
         memgest: m.memgest,
         value: if m.tombstone { None } else { Some(Vec::new()) },
         expiry_ms: None, // implied by the version too; `entry_digest` does not read it
+        kind: m.kind,
     }
 }
 
@@ -307,6 +310,7 @@ impl ReplicaStore for EngineStore {
                 memgest: m.memgest,
                 value: None,
                 expiry_ms: None,
+                kind: ValueKind::String,
             });
         }
         let e = self.engine.lock().get(key, 0)?;
@@ -315,6 +319,7 @@ impl ReplicaStore for EngineStore {
             memgest: e.memgest,
             value: Some(e.value),
             expiry_ms: m.expiry_ms,
+            kind: e.kind,
         })
     }
 
@@ -347,6 +352,7 @@ impl ReplicaStore for EngineStore {
                         let opts = SetOptions {
                             version: Some(entry.version),
                             memgest: entry.memgest,
+                            kind: entry.kind,
                             ..SetOptions::default()
                         };
                         match engine.set(key, value, &opts, 0) {
@@ -371,6 +377,7 @@ impl ReplicaStore for EngineStore {
                     memgest: entry.memgest,
                     tombstone: entry.value.is_none(),
                     expiry_ms: entry.value.as_ref().and(entry.expiry_ms),
+                    kind: entry.kind,
                 };
                 self.set_meta(slot, key, Some(m));
                 self.prune_evicted();
@@ -399,6 +406,7 @@ impl ReplicaStore for EngineStore {
             version: Some(entry.version),
             memgest: entry.memgest,
             staged: true,
+            kind: entry.kind,
             ..SetOptions::default()
         };
         match engine.set(key, value, &opts, 0) {
@@ -521,6 +529,7 @@ impl ReplicaStore for EngineStore {
                     memgest: m.memgest,
                     value,
                     expiry_ms: m.expiry_ms,
+                    kind: m.kind,
                 },
             ));
         }
@@ -590,6 +599,7 @@ mod tests {
             memgest: MemgestId(m),
             value: val.map(|s| s.as_bytes().to_vec()),
             expiry_ms: None,
+            kind: ValueKind::String,
         }
     }
 

@@ -28,7 +28,7 @@
 //! Every decode error is a typed [`WireError`]; the link that sent it is closed.
 
 use ringlet_replica::{EcKeyMeta, EcMeta, EcRange, Entry, PeerBody, PeerMsg, PullPurpose};
-use ringlet_types::{limits, Epoch, MemgestId, NodeId, Slot, Version};
+use ringlet_types::{limits, Epoch, MemgestId, NodeId, Slot, ValueKind, Version};
 use thiserror::Error;
 
 /// Largest peer frame: a pull or repair page is cut at 4 MiB but always carries at least
@@ -37,8 +37,9 @@ pub const PEER_FRAME_BYTES_MAX: u32 = limits::ENTRY_BYTES_MAX + 8 * 1024 * 1024;
 /// Items in one list of a peer message: pages and key lists are bounded by the replica
 /// core at a few thousand; anything beyond this is malformed.
 pub const PEER_LIST_ITEMS_MAX: u32 = 1 << 20;
-/// Protocol version in HELLO. 2: entries may carry an expiry (value flag 2).
-pub const PEER_PROTOCOL_VERSION: u16 = 2;
+/// Protocol version in HELLO. 2: entries may carry an expiry (value flag 2). 3: records
+/// (value flags 3 and 4).
+pub const PEER_PROTOCOL_VERSION: u16 = 3;
 const MAGIC: &[u8; 4] = b"RGLP";
 
 pub const KIND_HELLO: u8 = 1;
@@ -105,14 +106,16 @@ impl Enc {
     fn entry(&mut self, e: &Entry) {
         self.0.extend_from_slice(&e.version.to_be_bytes());
         self.u16(e.memgest.0);
-        // Flag: 0 tombstone, 1 value, 2 value with an expiry (u64 unix ms after the bytes).
+        // Flag: 0 tombstone, 1 value, 2 value with an expiry (u64 unix ms after the bytes);
+        // 3 and 4 the same for a record (protocol 3).
+        let record = u8::from(e.kind == ValueKind::Record) * 2;
         match (&e.value, e.expiry_ms) {
             (Some(v), None) => {
-                self.u8(1);
+                self.u8(1 + record);
                 self.bytes(v);
             }
             (Some(v), Some(x)) => {
-                self.u8(2);
+                self.u8(2 + record);
                 self.bytes(v);
                 self.u64(x);
             }
@@ -558,10 +561,16 @@ impl<'a> Dec<'a> {
     fn entry(&mut self) -> Result<Entry, WireError> {
         let version = self.version()?;
         let memgest = MemgestId(self.u16()?);
-        let (value, expiry_ms) = match self.u8()? {
+        let flag = self.u8()?;
+        let kind = if matches!(flag, 3 | 4) {
+            ValueKind::Record
+        } else {
+            ValueKind::String
+        };
+        let (value, expiry_ms) = match flag {
             0 => (None, None),
-            1 => (Some(self.bytes("value", limits::VALUE_BYTES_MAX)?), None),
-            2 => {
+            1 | 3 => (Some(self.bytes("value", limits::VALUE_BYTES_MAX)?), None),
+            2 | 4 => {
                 let v = self.bytes("value", limits::VALUE_BYTES_MAX)?;
                 (Some(v), Some(self.u64()?))
             }
@@ -577,6 +586,7 @@ impl<'a> Dec<'a> {
             memgest,
             value,
             expiry_ms,
+            kind,
         })
     }
     fn entries(&mut self) -> Result<Vec<(Vec<u8>, Entry)>, WireError> {
@@ -946,12 +956,18 @@ mod tests {
             any::<u16>(),
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
             proptest::option::of(any::<u64>()),
+            any::<bool>(),
         )
-            .prop_map(|(v, m, value, x)| Entry {
+            .prop_map(|(v, m, value, x, record)| Entry {
                 version: Version(v),
                 memgest: MemgestId(m),
-                // A tombstone carries no expiry.
+                // A tombstone carries no expiry and no kind.
                 expiry_ms: value.as_ref().and(x),
+                kind: if record && value.is_some() {
+                    ValueKind::Record
+                } else {
+                    ValueKind::String
+                },
                 value,
             })
     }

@@ -71,6 +71,7 @@ fn strangers_get_no_map_and_cannot_forge_writes() {
         body: PeerBody::Replicate {
             key: b"victim".to_vec(),
             entry: Entry {
+                kind: ringlet_types::ValueKind::String,
                 version: Version(1 << 127),
                 memgest: map.default_memgest,
                 value: Some(b"forged".to_vec()),

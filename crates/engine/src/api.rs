@@ -1,6 +1,6 @@
 //! The engine's public vocabulary: configuration, options, outcomes, errors and statistics.
 
-use ringlet_types::{MemgestId, Version};
+use ringlet_types::{MemgestId, ValueKind, Version};
 use std::collections::BTreeMap;
 
 /// Which eviction policy picks victims when the data region is full or a bucket neighbourhood
@@ -89,6 +89,8 @@ pub struct Entry {
     pub memgest: MemgestId,
     /// Absolute unix milliseconds after which the key reads as absent; `None`: no TTL.
     pub expire_at_ms: Option<u64>,
+    /// A byte string or a KVL record (encoded by `ringlet-record`).
+    pub kind: ValueKind,
 }
 
 /// What a write does to the key's TTL.
@@ -127,6 +129,8 @@ pub struct SetOptions {
     pub condition: Condition,
     /// Write the entry but keep it invisible until [`crate::Engine::publish`].
     pub staged: bool,
+    /// What `value` is: a byte string or an encoded record.
+    pub kind: ValueKind,
 }
 
 impl Default for SetOptions {
@@ -137,6 +141,7 @@ impl Default for SetOptions {
             expiry: Expiry::Persist,
             condition: Condition::Always,
             staged: false,
+            kind: ValueKind::String,
         }
     }
 }
@@ -162,6 +167,7 @@ pub enum ReadOutcome {
         version: Version,
         memgest: MemgestId,
         expire_at_ms: Option<u64>,
+        kind: ValueKind,
     },
     Miss,
     /// A torn entry or a layout change persisted through the bounded internal retries: retry
@@ -180,6 +186,9 @@ pub enum Error {
     NoSpace,
     #[error("value is not an integer or out of range")]
     NotInteger,
+    /// A string operation on a record (Redis's WRONGTYPE).
+    #[error("operation against a key holding the wrong kind of value")]
+    WrongType,
     #[error("value is not a valid float")]
     NotFloat,
     #[error("increment or decrement would overflow")]

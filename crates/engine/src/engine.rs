@@ -16,7 +16,7 @@ use crate::hash::key_hash;
 use crate::store::{ExportInfo, Meta, Reader, Store};
 use crate::strings;
 use ringlet_types::limits::{KEY_BYTES_MAX, TOMBSTONES_MAX, VALUE_BYTES_MAX};
-use ringlet_types::{Hlc, MemgestId, Version};
+use ringlet_types::{Hlc, MemgestId, ValueKind, Version};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -281,6 +281,7 @@ impl Engine {
             version,
             memgest: opts.memgest,
             expire_at_ms,
+            kind: opts.kind,
         };
         if opts.staged {
             let Engine {
@@ -448,6 +449,7 @@ impl Engine {
                 version,
                 memgest: m.memgest,
                 expire_at_ms,
+                kind: m.kind,
             },
         )?;
         Ok(true)
@@ -468,6 +470,10 @@ impl Engine {
             Some(_) => self.store.get_entry(key, h),
             None => None,
         };
+        // String operations (INCR, APPEND, SETRANGE, ...) never rewrite a record.
+        if cur.as_ref().is_some_and(|e| e.kind == ValueKind::Record) {
+            return Err(Error::WrongType);
+        }
         let (value, out) = f(cur.as_ref().map(|e| e.value.as_slice()))?;
         check_value(value.len())?;
         let version = self.hlc.next(now_ms);
@@ -475,6 +481,7 @@ impl Engine {
             version,
             memgest: cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
             expire_at_ms: cur.as_ref().and_then(|e| e.expire_at_ms),
+            kind: ValueKind::String,
         };
         self.discard_staged_below(key, version);
         self.put(key, h, &value, meta)?;

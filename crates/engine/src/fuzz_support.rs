@@ -61,6 +61,11 @@ pub fn run_ops(data: &[u8]) {
                         _ => Condition::Always,
                     },
                     staged: op & 0x20 != 0,
+                    kind: if op & 0x40 != 0 {
+                        ringlet_types::ValueKind::Record
+                    } else {
+                        ringlet_types::ValueKind::String
+                    },
                 };
                 if let Ok(crate::SetOutcome::Applied { version, .. }) =
                     e.set(&key, &value, &opts, now)

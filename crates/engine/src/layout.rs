@@ -57,7 +57,7 @@
 //!
 //!  data entry (8-byte aligned, length rounded up to 8)
 //!  +----------------+----------------+----------------------------------------------+
-//!  | version hi 8 B | version lo 8 B | key_len 17 | value_len 27 | has_ttl 1 | 0 19 |
+//!  | version hi 8 B | version lo 8 B | key_len 17 | value_len 27 | has_ttl 1 | record 1 | 0 18 |
 //!  +----------------+----------------+----------------------------------------------+
 //!  | expire_at_ms 8 B (only if has_ttl) | key | value | padding to 8                 |
 //!  +------------------------------------+-----+-------+------------------------------+
@@ -65,14 +65,16 @@
 //!
 //! Why: the full version (16 B) is what CAS and replication compare; the lengths fit the limits
 //! (64 KiB keys need 17 bits, 64 MiB values 27); the expiry word is there only for keys with a
-//! TTL, so the common header is 24 bytes.
+//! TTL, so the common header is 24 bytes. `record` marks a KVL record (a Redis hash to RESP
+//! clients; `ringlet_types::ValueKind`): inside the checksummed image, so a reader never
+//! mistakes a record for a string, and free, since the word had spare bits.
 //!
 //! The checksum is CRC-32C over the entry image followed by index word 0 and the size field.
 
 /// "RINGLIDX", little-endian.
 pub const INDEX_MAGIC: u64 = u64::from_le_bytes(*b"RINGLIDX");
 /// Bumped when any layout below changes.
-pub const FORMAT_VERSION: u64 = 1;
+pub const FORMAT_VERSION: u64 = 2;
 /// Bytes reserved for the index header (tables start 64 KiB-aligned).
 pub const INDEX_HEADER_BYTES: u64 = 64 * 1024;
 /// Word offsets in the index header.
@@ -252,6 +254,23 @@ pub fn de_w2(key_len: u32, value_len: u32, has_ttl: bool) -> u64 {
     u64::from(key_len & 0x1_ffff)
         | (u64::from(value_len & 0x7ff_ffff) << 17)
         | (u64::from(has_ttl) << 44)
+}
+/// Word 2's record bit (format 2).
+pub const DE_RECORD_BIT: u64 = 1 << 45;
+/// Word 2's bits for `kind` (to OR into [`de_w2`]).
+pub fn de_kind_bits(kind: ringlet_types::ValueKind) -> u64 {
+    match kind {
+        ringlet_types::ValueKind::String => 0,
+        ringlet_types::ValueKind::Record => DE_RECORD_BIT,
+    }
+}
+/// The value kind word 2 records.
+pub fn de_kind(w2: u64) -> ringlet_types::ValueKind {
+    if w2 & DE_RECORD_BIT != 0 {
+        ringlet_types::ValueKind::Record
+    } else {
+        ringlet_types::ValueKind::String
+    }
 }
 pub fn de_key_len(w2: u64) -> u32 {
     w2 as u32 & 0x1_ffff

@@ -65,5 +65,5 @@ pub use api::{
 };
 pub use engine::Engine;
 pub use read::{read_entry, read_entry_with, RegionsView};
-pub use ringlet_types::{MemgestId, Version};
+pub use ringlet_types::{MemgestId, ValueKind, Version};
 pub use store::{ExportInfo, Reader};

@@ -37,7 +37,7 @@ use crate::api::ReadOutcome;
 use crate::hash::key_hash;
 use crate::layout::*;
 use ringlet_types::limits::SHM_READ_RETRY_COUNT_MAX as READ_RETRY_COUNT_MAX;
-use ringlet_types::{MemgestId, Version};
+use ringlet_types::{MemgestId, ValueKind, Version};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Read-only views of the index and data regions, in this process's address space.
@@ -109,6 +109,7 @@ enum Probe {
         version: Version,
         memgest: MemgestId,
         expire_at_ms: Option<u64>,
+        kind: ValueKind,
         ie_off: u64,
     },
     WrongKey,
@@ -189,6 +190,7 @@ fn try_entry(
         version,
         memgest: MemgestId(ie_memgest(w0)),
         expire_at_ms,
+        kind: de_kind(w2),
         ie_off,
     }
 }
@@ -255,9 +257,10 @@ pub fn read_entry_with(
                         version,
                         memgest,
                         expire_at_ms,
+                        kind,
                         ie_off,
                     } => {
-                        hit = Some((version, memgest, expire_at_ms, ie_off));
+                        hit = Some((version, memgest, expire_at_ms, kind, ie_off));
                         break 'probe;
                     }
                     Probe::WrongKey => {}
@@ -278,7 +281,7 @@ pub fn read_entry_with(
             continue;
         }
         match hit {
-            Some((version, memgest, expire_at_ms, ie_off)) => {
+            Some((version, memgest, expire_at_ms, kind, ie_off)) => {
                 if matches!(expire_at_ms, Some(t) if t <= now_ms) {
                     out.clear();
                     return (ReadOutcome::Miss, None);
@@ -288,6 +291,7 @@ pub fn read_entry_with(
                         version,
                         memgest,
                         expire_at_ms,
+                        kind,
                     },
                     Some(ie_off),
                 );

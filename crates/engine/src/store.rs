@@ -40,7 +40,7 @@ use crate::slab::{PageKind, Slabs};
 use ringlet_types::limits::{
     EVICTION_SCAN_PER_WRITE_MAX, EXPIRE_WORK_PER_TICK_MAX, REHASH_BUCKETS_PER_STEP_MAX,
 };
-use ringlet_types::{key_slot, MemgestId, Version, SLOT_COUNT};
+use ringlet_types::{key_slot, MemgestId, ValueKind, Version, SLOT_COUNT};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -52,6 +52,7 @@ pub struct Meta {
     pub version: Version,
     pub memgest: MemgestId,
     pub expire_at_ms: Option<u64>,
+    pub kind: ValueKind,
 }
 
 /// A written but unpublished data entry: its place and the index words that will publish it.
@@ -581,7 +582,8 @@ impl Store {
         img.clear();
         img.extend_from_slice(&((meta.version.0 >> 64) as u64).to_le_bytes());
         img.extend_from_slice(&(meta.version.0 as u64).to_le_bytes());
-        img.extend_from_slice(&de_w2(key.len() as u32, value.len() as u32, ttl).to_le_bytes());
+        let w2 = de_w2(key.len() as u32, value.len() as u32, ttl) | de_kind_bits(meta.kind);
+        img.extend_from_slice(&w2.to_le_bytes());
         if let Some(t) = meta.expire_at_ms {
             img.extend_from_slice(&t.to_le_bytes());
         }
@@ -615,11 +617,13 @@ impl Store {
     }
 
     fn meta_of(&self, f: &Found) -> Meta {
-        let (version, _, _, expire_at_ms) = self.header(ie_location(f.w0));
+        let loc = ie_location(f.w0);
+        let (version, _, _, expire_at_ms) = self.header(loc);
         Meta {
             version,
             memgest: MemgestId(ie_memgest(f.w0)),
             expire_at_ms,
+            kind: de_kind(self.data.load(u64::from(loc) * UNIT_BYTES + 16)),
         }
     }
 
@@ -708,6 +712,7 @@ impl Store {
             version: meta.version,
             memgest: meta.memgest,
             expire_at_ms: meta.expire_at_ms,
+            kind: meta.kind,
         })
     }
 

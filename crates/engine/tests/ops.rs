@@ -415,3 +415,44 @@ fn reader_is_clone_send_sync() {
     assert!(matches!(out, ReadOutcome::Hit { .. }));
     assert_eq!(v, b"hello");
 }
+
+/// A record's kind is part of its entry: `get`, the lock-free reader and a TTL change keep
+/// it, a plain SET makes the key a string again, and string rewrites of a record are
+/// refused (WRONGTYPE) without touching it.
+#[test]
+fn record_kind_is_kept_and_string_ops_refuse_records() {
+    let mut e = eng();
+    let rec = SetOptions {
+        kind: ringlet_types::ValueKind::Record,
+        ..SetOptions::default()
+    };
+    e.set(b"r", b"\x01encoded", &rec, 1).unwrap();
+    let got = e.get(b"r", 1).unwrap();
+    assert_eq!(got.kind, ringlet_types::ValueKind::Record);
+    assert_eq!(got.value, b"\x01encoded");
+    let mut out = Vec::new();
+    match e.reader().get(b"r", 1, &mut out) {
+        ReadOutcome::Hit { kind, .. } => assert_eq!(kind, ringlet_types::ValueKind::Record),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(out, b"\x01encoded");
+    assert!(e.set_expiry(b"r", Expiry::At(1_000), 2).unwrap());
+    assert_eq!(
+        e.get(b"r", 3).unwrap().kind,
+        ringlet_types::ValueKind::Record
+    );
+    assert_eq!(e.append(b"r", b"x", 3), Err(Error::WrongType));
+    assert_eq!(e.incr_by(b"r", 1, 3), Err(Error::WrongType));
+    assert_eq!(e.get(b"r", 3).unwrap().value, b"\x01encoded");
+    set(&mut e, b"r", b"plain", 4);
+    assert_eq!(
+        e.get(b"r", 4).unwrap().kind,
+        ringlet_types::ValueKind::String
+    );
+    set(&mut e, b"s", b"1", 4);
+    assert_eq!(e.incr_by(b"s", 1, 4), Ok(2));
+    assert_eq!(
+        e.get(b"s", 4).unwrap().kind,
+        ringlet_types::ValueKind::String
+    );
+}

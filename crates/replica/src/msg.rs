@@ -2,7 +2,7 @@
 //! client connections; the simulator passes them by value.
 
 use crate::store::Entry;
-use ringlet_types::{Epoch, MemgestId, NodeId, Slot, Version};
+use ringlet_types::{Epoch, MemgestId, NodeId, Slot, ValueKind, Version};
 
 /// Client request identity: retries of one operation carry the same id, so the coordinator
 /// applies it once (dedup table) and answers the retry with the first answer.
@@ -27,6 +27,8 @@ pub enum ClientOp {
         memgest: Option<MemgestId>,
         /// Expiry, unix wall-clock ms (`None`: the value does not expire).
         expiry_ms: Option<u64>,
+        /// A byte string or an encoded record.
+        kind: ValueKind,
     },
     /// Active expiry (the coordinator's driver): delete `key` only if its newest entry is
     /// still `version` — a write that renewed the key meanwhile is not undone.
@@ -66,6 +68,7 @@ pub enum ClientReply {
         value: Option<Vec<u8>>,
         /// The value's expiry (unix ms); a front answers an expired value as absent.
         expiry_ms: Option<u64>,
+        kind: ValueKind,
     },
     /// ReadReplica: this node's state for the key.
     Replica {
@@ -73,6 +76,7 @@ pub enum ClientReply {
         memgest: MemgestId,
         value: Option<Vec<u8>>,
         expiry_ms: Option<u64>,
+        kind: ValueKind,
     },
     /// Expire: the key was renewed or deleted meanwhile; nothing was done.
     Unchanged,

@@ -27,7 +27,9 @@
 use crate::msg::*;
 use crate::store::{ApplyOutcome, Entry, ReplicaStore};
 use ringlet_control::{ClusterMap, Input as ControlInput, NodeState};
-use ringlet_types::{key_slot, limits, Epoch, Hlc, MemgestId, MemgestKind, NodeId, Slot, Version};
+use ringlet_types::{
+    key_slot, limits, Epoch, Hlc, MemgestId, MemgestKind, NodeId, Slot, ValueKind, Version,
+};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -649,6 +651,7 @@ impl<S: ReplicaStore> Replica<S> {
                                     memgest: e.memgest,
                                     value: Some(v),
                                     expiry_ms: e.expiry_ms,
+                                    kind: e.kind,
                                 },
                                 Err(true) => {
                                     return self
@@ -660,6 +663,7 @@ impl<S: ReplicaStore> Replica<S> {
                                 version: e.as_ref().map_or(Version::ZERO, |e| e.version),
                                 memgest: e.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
                                 expiry_ms: e.as_ref().and_then(|e| e.expiry_ms),
+                                kind: e.as_ref().map_or(ValueKind::String, |e| e.kind),
                                 value: e.and_then(|e| e.value),
                             },
                         }
@@ -695,6 +699,7 @@ impl<S: ReplicaStore> Replica<S> {
                 value,
                 memgest,
                 expiry_ms,
+                kind,
                 ..
             } => self.write(
                 now_ms,
@@ -704,11 +709,20 @@ impl<S: ReplicaStore> Replica<S> {
                 Some(value),
                 memgest,
                 expiry_ms,
+                kind,
                 out,
             ),
-            ClientOp::Delete { .. } => {
-                self.write(now_ms, client, req.id, key, None, None, None, out)
-            }
+            ClientOp::Delete { .. } => self.write(
+                now_ms,
+                client,
+                req.id,
+                key,
+                None,
+                None,
+                None,
+                ValueKind::String,
+                out,
+            ),
             ClientOp::Expire { version, .. } => {
                 // Only the newest entry (uncommitted writes included) may be expired: a SET
                 // that renewed the key after the driver looked must not be undone.
@@ -716,7 +730,17 @@ impl<S: ReplicaStore> Replica<S> {
                     .latest_entry(&key)
                     .is_some_and(|e| e.version == version && e.value.is_some());
                 if live {
-                    self.write(now_ms, client, req.id, key, None, None, None, out)
+                    self.write(
+                        now_ms,
+                        client,
+                        req.id,
+                        key,
+                        None,
+                        None,
+                        None,
+                        ValueKind::String,
+                        out,
+                    )
                 } else {
                     self.reply(out, client, req.id, ClientReply::Unchanged)
                 }
@@ -750,6 +774,7 @@ impl<S: ReplicaStore> Replica<S> {
                     version: e.version,
                     value: Some(v),
                     expiry_ms: e.expiry_ms,
+                    kind: e.kind,
                 },
                 Err(true) => return self.ec_read_later(now_ms, client, id, key, &e, false, out),
                 Err(false) => ClientReply::NotReady,
@@ -757,12 +782,14 @@ impl<S: ReplicaStore> Replica<S> {
             Some(e) => ClientReply::Value {
                 version: e.version,
                 expiry_ms: e.expiry_ms,
+                kind: e.kind,
                 value: e.value,
             },
             None => ClientReply::Value {
                 version: Version::ZERO,
                 value: None,
                 expiry_ms: None,
+                kind: ValueKind::String,
             },
         };
         self.reply(out, client, id, body);
@@ -778,6 +805,7 @@ impl<S: ReplicaStore> Replica<S> {
         value: Option<Vec<u8>>,
         memgest: Option<MemgestId>,
         expiry_ms: Option<u64>,
+        kind: ValueKind,
         out: &mut Vec<Output>,
     ) {
         let slot = key_slot(&key);
@@ -829,7 +857,8 @@ impl<S: ReplicaStore> Replica<S> {
             MemgestKind::Ec { .. } => {
                 // ec metadata (index entries rebuilt from parity holders) has no expiry yet:
                 // refuse rather than silently drop the TTL.
-                if expiry_ms.is_some() {
+                // The same for records: the parity holders' key metadata has no kind yet.
+                if expiry_ms.is_some() || kind == ValueKind::Record {
                     return self.reply(out, client, id, ClientReply::Unsupported);
                 }
                 return self.write_ec(now_ms, client, id, key, value, memgest, out);
@@ -849,8 +878,13 @@ impl<S: ReplicaStore> Replica<S> {
         let mut entry = Entry {
             version: Version::ZERO,
             memgest,
-            // A tombstone has no expiry.
+            // A tombstone has no expiry and no kind.
             expiry_ms: value.as_ref().and(expiry_ms),
+            kind: if value.is_some() {
+                kind
+            } else {
+                ValueKind::String
+            },
             value,
         };
         let bytes = entry.wire_bytes(&key);

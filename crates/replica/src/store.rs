@@ -6,7 +6,7 @@
 //! small — get, apply-if-newer, retire, scan a slot, digest a slot — so the engine can answer
 //! each call from its index without the replica core knowing its layout.
 
-use ringlet_types::{key_slot, MemgestId, Slot, Version};
+use ringlet_types::{key_slot, MemgestId, Slot, ValueKind, Version};
 use std::collections::BTreeMap;
 
 /// A stored entry: a value or a tombstone, with its version and memgest.
@@ -21,6 +21,9 @@ pub struct Entry {
     /// coordinator acts on it (its fronts hide an expired value, its driver deletes it with
     /// [`crate::ClientOp::Expire`]), so replicas never diverge by their clocks.
     pub expiry_ms: Option<u64>,
+    /// A byte string or a KVL record (`ringlet-record`): part of the entry, so every copy
+    /// agrees on it (a tombstone is a `String`).
+    pub kind: ValueKind,
 }
 
 impl Entry {
@@ -361,6 +364,7 @@ mod tests {
             memgest: MemgestId(1),
             value: val.map(|s| s.as_bytes().to_vec()),
             expiry_ms: None,
+            kind: ValueKind::String,
         }
     }
 

@@ -197,6 +197,7 @@ impl World {
 
     fn set(&mut self, key: &str, value: &[u8], memgest: Option<MemgestId>) {
         let r = self.op(ClientOp::Set {
+            kind: ringlet_types::ValueKind::String,
             expiry_ms: None,
             key: key.as_bytes().to_vec(),
             value: value.to_vec(),

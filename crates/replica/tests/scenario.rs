@@ -202,6 +202,7 @@ impl Net {
 
 fn set(key: &str, value: &str, memgest: MemgestId) -> ClientOp {
     ClientOp::Set {
+        kind: ringlet_types::ValueKind::String,
         expiry_ms: None,
         key: key.into(),
         value: value.into(),
@@ -239,6 +240,7 @@ fn rep3_commits_on_majority_and_reads_wait_for_commit() {
         net.take_reply(2),
         Some(ClientReply::Value {
             expiry_ms: None,
+            kind: ringlet_types::ValueKind::String,
             version,
             value: Some(b"v1".to_vec())
         })
@@ -289,6 +291,7 @@ fn wrong_epoch_and_wrong_node_are_refused_definitely() {
         Some(ClientReply::StaleEpoch { .. })
     ));
     let big = ClientOp::Set {
+        kind: ringlet_types::ValueKind::String,
         expiry_ms: None,
         key: vec![b'x'; ringlet_types::limits::KEY_BYTES_MAX as usize + 1],
         value: Vec::new(),
@@ -320,6 +323,7 @@ fn failover_rebuilds_from_majority_and_fences_old_coordinator() {
         net.take_reply(2),
         Some(ClientReply::Value {
             expiry_ms: None,
+            kind: ringlet_types::ValueKind::String,
             version: v1,
             value: Some(b"v1".to_vec())
         }),
@@ -350,6 +354,7 @@ fn failover_rebuilds_from_majority_and_fences_old_coordinator() {
         body: PeerBody::Replicate {
             key: b"k".to_vec(),
             entry: Entry {
+                kind: ringlet_types::ValueKind::String,
                 expiry_ms: None,
                 version: Version(u128::MAX),
                 memgest: r3,
@@ -467,6 +472,7 @@ fn ambiguous_reply_names_the_version_the_successor_serves() {
     net.settle();
     let Some(ClientReply::Value {
         expiry_ms: None,
+        kind: ringlet_types::ValueKind::String,
         version: served,
         value: Some(v),
     }) = net.take_reply(2)

@@ -19,7 +19,7 @@ use ringlet_codec::native::{
     Status,
 };
 use ringlet_engine::{Condition, Engine, Expiry, ReadOutcome, SetOptions, SetOutcome};
-use ringlet_types::{limits, Epoch, MemgestId, Version};
+use ringlet_types::{limits, Epoch, MemgestId, ValueKind, Version};
 use std::sync::Arc;
 use tokio::net::TcpStream;
 
@@ -107,6 +107,7 @@ fn error_status(e: ringlet_engine::Error) -> (Status, String) {
         E::NotInteger | E::NotFloat => Status::NOT_INTEGER,
         E::Overflow => Status::OVERFLOW,
         E::StaleVersion | E::UnknownMemgest => Status::BAD_REQUEST,
+        E::WrongType => Status::WRONG_TYPE,
         E::Config | E::Os { .. } => Status::INTERNAL,
     };
     (s, e.to_string())
@@ -126,15 +127,27 @@ fn handle(
             encode_status_response(out, id, Opcode::Ping, Status::OK, EPOCH, Version::ZERO)
         }
         NativeRequest::Get { key } => match read(shared, reader, key, now, scratch) {
-            Some(v) => encode_get_response(out, id, EPOCH, v, Some(scratch)),
+            Some((v, ValueKind::String)) => encode_get_response(out, id, EPOCH, v, Some(scratch)),
+            // A record is a hash to Redis clients: GET of it is WRONGTYPE, as in Redis.
+            Some((_, ValueKind::Record)) => encode_error_response(
+                out,
+                id,
+                Opcode::Get,
+                Status::WRONG_TYPE,
+                EPOCH,
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+            ),
             None => encode_get_response(out, id, EPOCH, Version::ZERO, None),
         },
         NativeRequest::Mget { keys } => {
             let mut w = MgetResponseWriter::begin(out, id, EPOCH);
             for key in keys.iter() {
                 match read(shared, reader, key, now, scratch) {
-                    Some(v) => w.push(out, Status::OK, v, scratch),
-                    None => w.push(out, Status::NOT_FOUND, Version::ZERO, &[]),
+                    Some((v, ValueKind::String)) => w.push(out, Status::OK, v, scratch),
+                    // Redis's MGET answers nil for a key that holds another type.
+                    Some((_, ValueKind::Record)) | None => {
+                        w.push(out, Status::NOT_FOUND, Version::ZERO, &[])
+                    }
                 }
             }
             let ok = w.finish(out);
@@ -173,6 +186,7 @@ fn handle(
                 expiry,
                 condition,
                 staged: false,
+                kind: ValueKind::String,
             };
             match engine.set(s.key, s.value, &opts, now) {
                 Ok(SetOutcome::Applied { version, .. }) => {
@@ -256,17 +270,17 @@ fn read(
     key: &[u8],
     now: u64,
     scratch: &mut Vec<u8>,
-) -> Option<Version> {
+) -> Option<(Version, ValueKind)> {
     scratch.clear();
     let r = match reader.get(key, now, scratch) {
-        ReadOutcome::Hit { version, .. } => Some(version),
+        ReadOutcome::Hit { version, kind, .. } => Some((version, kind)),
         ReadOutcome::Miss => None,
         ReadOutcome::Retry => {
             Stats::add(&shared.stats.reader_retries, 1);
             shared.db.lock().get(key, now).map(|e| {
                 scratch.clear();
                 scratch.extend_from_slice(&e.value);
-                e.version
+                (e.version, e.kind)
             })
         }
     };

@@ -87,4 +87,6 @@ pub mod errors {
     pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
     /// INCR family overflow.
     pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
+    /// `shared.wrongtypeerr`: a string command on a record (a hash to Redis clients).
+    pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 }

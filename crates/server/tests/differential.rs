@@ -199,7 +199,7 @@ const INFO_FIXED: &[&str] = &[
 ];
 
 /// Commands Ringlet has and Redis does not (allowed to be absent from Redis's table).
-const RINGLET_ONLY: &[&str] = &["memgest"];
+const RINGLET_ONLY: &[&str] = &["memgest", "link", "chase"];
 
 /// `(name, fields)` per INFO section, in order.
 fn info_sections(text: &str) -> Vec<(String, Vec<(String, String)>)> {
@@ -979,8 +979,89 @@ hello: HELLO 3 AUTH default whatever
 GET nokey
 ";
 
+/// Records are hashes to Redis clients (crates/record): the hash commands, WRONGTYPE both
+/// ways, and keyspace commands over a hash.
+const HASHES: &str = r"
+HSET h f1 v1 f2 v2
+HSET h f1 v1b f3 v3
+HGET h f1
+HGET h nofield
+HGET nokey f
+HMGET h f1 nofield f3
+HGETALL h
+HGETALL nokey
+HLEN h
+HLEN nokey
+HEXISTS h f2
+HEXISTS h nofield
+HKEYS h
+HVALS h
+HSTRLEN h f3
+HSTRLEN h nofield
+HSETNX h f1 other
+HSETNX h f4 v4
+HMSET h a 1 b 2
+HMSET h a
+HSET h
+HSET h f
+HSET h f v g
+HDEL h f1 nofield
+HDEL h f1
+HGETALL h
+HSET h f1 back
+HGETALL h
+HINCRBY h n 5
+HINCRBY h n -7
+HINCRBY h f3 1
+HINCRBY h n abc
+HSET h big 9223372036854775807
+HINCRBY h big 1
+HINCRBYFLOAT h fl 10.5
+HINCRBYFLOAT h fl 0.1
+HINCRBYFLOAT h fl 5.0e3
+HINCRBYFLOAT h fl abc
+HINCRBYFLOAT h f3 1
+TYPE h
+EXISTS h
+OBJECT ENCODING h
+GET h
+STRLEN h
+APPEND h x
+INCR h
+GETRANGE h 0 1
+SETRANGE h 0 x
+GETSET h v
+SET h v GET
+MGET h nokey
+SET s str
+HGET s f
+HSET s f v
+HGETALL s
+HLEN s
+TYPE s
+EXPIRE h 100
+ttl2:TTL h
+HSET h again 1
+ttl2:TTL h
+PERSIST h
+TTL h
+RENAME h h2
+HGETALL h2
+TYPE h2
+COPY h2 h3
+HGETALL h3
+SET h3 nowastring
+TYPE h3
+GET h3
+HDEL h2 f2 f3 f4 a b n big fl f1 again
+EXISTS h2
+HSET e \e \e
+HGETALL e
+HSTRLEN e \e
+";
+
 const ALL: &[&str] = &[
-    CONNECTION, SERVER, STRINGS, COUNTERS, RANGES, KEYSPACE, EXPIRY, BINARY, HELLO,
+    CONNECTION, SERVER, STRINGS, COUNTERS, RANGES, KEYSPACE, EXPIRY, BINARY, HELLO, HASHES,
 ];
 
 #[test]

@@ -37,6 +37,10 @@ COMMANDS = {
     # No scripting: FUNCTION FLUSH and LIST answer for an always-empty library set (Redis's
     # test harness flushes functions before every file); the rest is unknown here.
     "function": ["flush", "list", "help"],
+    # Records (KELI) are hashes to Redis clients (crates/record).
+    "hset": None, "hsetnx": None, "hmset": None, "hget": None, "hmget": None,
+    "hgetall": None, "hdel": None, "hlen": None, "hexists": None, "hkeys": None,
+    "hvals": None, "hincrby": None, "hincrbyfloat": None, "hstrlen": None,
 }
 
 

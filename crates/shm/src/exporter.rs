@@ -25,7 +25,7 @@ use ringlet_codec::native::{
     MgetResponseWriter, NativeRequest, Opcode, RequestFrame, SetCond, Status,
 };
 use ringlet_engine::{Condition, Engine, Expiry, ReadOutcome, Reader, SetOptions, SetOutcome};
-use ringlet_types::{limits, Epoch, MemgestId, Version};
+use ringlet_types::{limits, Epoch, MemgestId, ValueKind, Version};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -388,6 +388,7 @@ fn error_status(e: ringlet_engine::Error) -> Status {
         E::NotInteger | E::NotFloat => Status::NOT_INTEGER,
         E::Overflow => Status::OVERFLOW,
         E::StaleVersion | E::UnknownMemgest => Status::BAD_REQUEST,
+        E::WrongType => Status::WRONG_TYPE,
         E::Config | E::Os { .. } => Status::INTERNAL,
     }
 }
@@ -398,14 +399,14 @@ fn read<H: EngineHost>(
     key: &[u8],
     now: u64,
     scratch: &mut Vec<u8>,
-) -> Option<Version> {
+) -> Option<(Version, ValueKind)> {
     match shared.reader.get(key, now, scratch) {
-        ReadOutcome::Hit { version, .. } => Some(version),
+        ReadOutcome::Hit { version, kind, .. } => Some((version, kind)),
         ReadOutcome::Miss => None,
         ReadOutcome::Retry => shared.host.with_engine(|e| e.get(key, now)).map(|e| {
             scratch.clear();
             scratch.extend_from_slice(&e.value);
-            e.version
+            (e.version, e.kind)
         }),
     }
 }
@@ -425,15 +426,27 @@ fn handle<H: EngineHost>(
             encode_status_response(out, id, Opcode::Ping, Status::OK, epoch, Version::ZERO)
         }
         NativeRequest::Get { key } => match read(shared, key, now, scratch) {
-            Some(v) => encode_get_response(out, id, epoch, v, Some(scratch)),
+            Some((v, ValueKind::String)) => encode_get_response(out, id, epoch, v, Some(scratch)),
+            // A record is a hash to Redis clients: GET of it is WRONGTYPE, as in Redis.
+            Some((_, ValueKind::Record)) => encode_error_response(
+                out,
+                id,
+                Opcode::Get,
+                Status::WRONG_TYPE,
+                epoch,
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+            ),
             None => encode_get_response(out, id, epoch, Version::ZERO, None),
         },
         NativeRequest::Mget { keys } => {
             let mut w = MgetResponseWriter::begin(out, id, epoch);
             for key in keys.iter() {
                 match read(shared, key, now, scratch) {
-                    Some(v) => w.push(out, Status::OK, v, scratch),
-                    None => w.push(out, Status::NOT_FOUND, Version::ZERO, &[]),
+                    Some((v, ValueKind::String)) => w.push(out, Status::OK, v, scratch),
+                    // Redis's MGET answers nil for a key that holds another type.
+                    Some((_, ValueKind::Record)) | None => {
+                        w.push(out, Status::NOT_FOUND, Version::ZERO, &[])
+                    }
                 }
             }
             w.finish(out);
@@ -472,6 +485,7 @@ fn handle<H: EngineHost>(
                     expiry,
                     condition,
                     staged: false,
+                    kind: ringlet_types::ValueKind::String,
                 };
                 engine.set(s.key, s.value, &opts, now)
             });

@@ -989,6 +989,7 @@ impl World {
                     Pending::Set { value } => ClientOp::Set {
                         key,
                         expiry_ms: None,
+                        kind: ringlet_types::ValueKind::String,
                         value: value.clone().into_bytes(),
                         // "Mover" keys change memgest from write to write (what MEMGEST MOVE
                         // does): the choice is a function of the value, so retries agree.

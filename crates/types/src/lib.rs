@@ -28,6 +28,44 @@ pub use version::{Hlc, Version};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Epoch(pub u64);
 
+/// What a stored value is: a byte string, or a KVL record (named attributes and links,
+/// `ringlet-record`; KELI). Part of every entry: the engine keeps it in the entry header
+/// (checksummed), replication and erasure coding carry it, so a record stays a record on
+/// every copy. Redis clients see a record as a hash; string commands on it get WRONGTYPE.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ValueKind {
+    #[default]
+    String,
+    Record,
+}
+
+impl ValueKind {
+    /// One byte on the wire.
+    pub fn to_u8(self) -> u8 {
+        match self {
+            ValueKind::String => 0,
+            ValueKind::Record => 1,
+        }
+    }
+
+    /// The kind of a wire byte; `None` for a byte no version of Ringlet writes.
+    pub fn from_u8(b: u8) -> Option<ValueKind> {
+        match b {
+            0 => Some(ValueKind::String),
+            1 => Some(ValueKind::Record),
+            _ => None,
+        }
+    }
+
+    /// The name Redis's TYPE gives it.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            ValueKind::String => "string",
+            ValueKind::Record => "hash",
+        }
+    }
+}
+
 /// Identity of a node process in the cluster map. The low 32 bits of a [`Version`]'s origin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeId(pub u32);

@@ -94,8 +94,7 @@ impl Front {
     async fn confirm(&self, keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         let mut live = Vec::with_capacity(keys.len());
         for k in keys {
-            if self.moved(key_slot(&k)).is_none() && matches!(self.get_full(&k).await, Ok(Some(_)))
-            {
+            if self.moved(key_slot(&k)).is_none() && matches!(self.get_any(&k).await, Ok(Some(_))) {
                 live.push(k);
             }
         }
@@ -277,8 +276,8 @@ impl Front {
             return Err(wrong_args("type"));
         }
         self.route(&argv[1])?;
-        let t = if self.get(&argv[1]).await?.is_some() {
-            "string"
+        let t = if let Some(g) = self.get_any(&argv[1]).await? {
+            g.kind.type_name()
         } else {
             "none"
         };
@@ -326,7 +325,7 @@ impl Front {
         self.route_all(&keys)?;
         let mut n = 0;
         for k in keys {
-            n += i64::from(self.get(k).await?.is_some());
+            n += i64::from(self.exists(k).await?);
         }
         Ok(Reply::Integer(n))
     }
@@ -391,7 +390,7 @@ impl Front {
             guards.push(self.lock(k).await?);
         }
         for k in &order {
-            if self.get(k).await?.is_some() {
+            if self.exists(k).await? {
                 return Ok(Reply::Integer(0));
             }
         }
@@ -409,18 +408,19 @@ impl Front {
         let (src, dst) = (&argv[1][..], &argv[2][..]);
         self.route_all(&[src, dst])?;
         let _guards = self.lock_sorted(&[src, dst]).await?;
-        let Some((value, expiry)) = self.get_full(src).await? else {
+        let Some(g) = self.get_any(src).await? else {
             return Err(err("ERR no such key"));
         };
         if src == dst {
             return Ok(if nx { Reply::Integer(0) } else { Reply::ok() });
         }
-        if nx && self.get(dst).await?.is_some() {
+        if nx && self.exists(dst).await? {
             return Ok(Reply::Integer(0));
         }
-        // The new key keeps the old one's memgest and TTL, as Redis keeps its TTL.
+        // The new key keeps the old one's memgest, kind and TTL, as Redis keeps its TTL.
         let memgest = self.memgest_of(src).await?;
-        self.write_ttl(dst, Some(value), memgest, expiry).await?;
+        self.write_kind(dst, Some(g.value), memgest, g.expiry_ms, g.kind)
+            .await?;
         self.write(src, None).await?;
         Ok(if nx { Reply::Integer(1) } else { Reply::ok() })
     }
@@ -453,14 +453,15 @@ impl Front {
             return Err(err("ERR source and destination objects are the same"));
         }
         let _guards = self.lock_sorted(&[src, dst]).await?;
-        let Some((value, expiry)) = self.get_full(src).await? else {
+        let Some(g) = self.get_any(src).await? else {
             return Ok(Reply::Integer(0));
         };
-        if !replace && self.get(dst).await?.is_some() {
+        if !replace && self.exists(dst).await? {
             return Ok(Reply::Integer(0));
         }
         let memgest = self.memgest_of(src).await?;
-        self.write_ttl(dst, Some(value), memgest, expiry).await?;
+        self.write_kind(dst, Some(g.value), memgest, g.expiry_ms, g.kind)
+            .await?;
         Ok(Reply::Integer(1))
     }
 
@@ -476,10 +477,17 @@ impl Front {
         match (sub.as_slice(), argv.len()) {
             (b"encoding", 3) => {
                 self.route(&argv[2])?;
-                Ok(match self.get(&argv[2]).await? {
+                Ok(match self.get_any(&argv[2]).await? {
                     None => Reply::Null,
-                    Some(v) => {
-                        let enc = ringlet_server::cmd::keyspace::string_encoding(&v);
+                    Some(g) => {
+                        let enc = match g.kind {
+                            ringlet_types::ValueKind::String => {
+                                ringlet_server::cmd::keyspace::string_encoding(&g.value)
+                            }
+                            ringlet_types::ValueKind::Record => {
+                                ringlet_server::cmd::keyspace::record_encoding(&g.value)
+                            }
+                        };
                         Reply::Bulk(enc.as_bytes().to_vec())
                     }
                 })

@@ -65,6 +65,8 @@ impl Status {
     pub const BUSY: Status = Status(0x18);
     /// The server does not implement this (opcode, option).
     pub const UNSUPPORTED: Status = Status(0x19);
+    /// A string operation (GET, INCRBY, ...) on a key that holds a record (Redis's WRONGTYPE).
+    pub const WRONG_TYPE: Status = Status(0x1A);
     /// A server bug or unexpected condition.
     pub const INTERNAL: Status = Status(0x1F);
 
@@ -107,6 +109,7 @@ impl std::fmt::Display for Status {
             Status::NO_SPACE => "NO_SPACE",
             Status::BUSY => "BUSY",
             Status::UNSUPPORTED => "UNSUPPORTED",
+            Status::WRONG_TYPE => "WRONG_TYPE",
             Status::INTERNAL => "INTERNAL",
             Status(other) => return write!(f, "STATUS_0x{other:02x}"),
         };

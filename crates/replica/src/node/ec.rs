@@ -651,7 +651,8 @@ impl<S: ReplicaStore> Replica<S> {
             version,
             memgest,
             value: stored,
-            expiry_ms: None, // ec writes with a TTL are refused in `write`
+            expiry_ms: None,         // ec writes with a TTL are refused in `write`
+            kind: ValueKind::String, // ec memgests refuse records (see `write`)
         };
         self.remember(client, id.seq, None);
         let retire = self.move_retire(&key, slot, memgest);
@@ -775,6 +776,7 @@ impl<S: ReplicaStore> Replica<S> {
                 memgest: mid,
                 value: None,
                 expiry_ms: None,
+                kind: ValueKind::String, // ec memgests refuse records (see `write`)
             };
             let last = self.last_now_ms;
             self.push_ec_pending(
@@ -1603,6 +1605,7 @@ impl<S: ReplicaStore> Replica<S> {
             memgest: mid,
             value: None,
             expiry_ms: None,
+            kind: ValueKind::String, // ec memgests refuse records (see `write`)
         };
         let now = self.last_now_ms;
         self.push_ec_pending(now, Vec::new(), slot, entry, None, targets, ec, None, out);
@@ -1671,6 +1674,7 @@ impl<S: ReplicaStore> Replica<S> {
                 memgest: mid,
                 value: (!k.tombstone).then(|| ec_ptr(k.offset, k.len)),
                 expiry_ms: None,
+                kind: ValueKind::String, // ec memgests refuse records (see `write`)
             };
             let outcome = self.apply_local(&k.key, entry);
             if outcome == ApplyOutcome::Applied && !k.tombstone {
@@ -2037,12 +2041,14 @@ impl<S: ReplicaStore> Replica<S> {
                     memgest,
                     value: Some(bytes.clone()),
                     expiry_ms: None, // ec values carry no expiry (refused at write)
+                    kind: ValueKind::String, // ec memgests refuse records (see `write`)
                 }
             } else {
                 ClientReply::Value {
                     version,
                     value: Some(bytes.clone()),
                     expiry_ms: None,
+                    kind: ValueKind::String, // ec memgests refuse records (see `write`)
                 }
             };
             self.reply(out, client, id, body);

@@ -232,8 +232,10 @@ pub fn bitpos(v: Option<&[u8]>, argv: &[&[u8]]) -> Result<i64, &'static str> {
 use super::Ctx;
 use crate::reply::Reply;
 
-fn value_of(ctx: &mut Ctx<'_>, key: &[u8]) -> Option<Vec<u8>> {
-    ctx.shared.db.lock().get(key, ctx.now_ms).map(|e| e.value)
+/// The string value of `key` (`Ok(None)`: missing); a record is WRONGTYPE.
+fn value_of(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    let engine = ctx.shared.db.lock();
+    Ok(super::string::string_entry(&engine, key, ctx.now_ms)?.map(|e| e.value))
 }
 
 pub fn setbit_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
@@ -247,10 +249,10 @@ pub fn setbit_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     };
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
-    let mut v = engine
-        .get(argv[1], now)
-        .map(|e| e.value)
-        .unwrap_or_default();
+    let mut v = match super::string::string_entry(&engine, argv[1], now) {
+        Ok(e) => e.map(|e| e.value).unwrap_or_default(),
+        Err(e) => return e,
+    };
     let old = setbit(&mut v, offset, on);
     // Redis keeps the key's TTL across SETBIT.
     match super::string::write_keep_ttl(&mut engine, argv[1], &v, now) {
@@ -264,11 +266,17 @@ pub fn getbit_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         Ok(o) => o,
         Err(e) => return Reply::err(e),
     };
-    Reply::Int(value_of(ctx, argv[1]).map_or(0, |v| getbit(&v, offset)))
+    match value_of(ctx, argv[1]) {
+        Ok(v) => Reply::Int(v.map_or(0, |v| getbit(&v, offset))),
+        Err(e) => e,
+    }
 }
 
 pub fn bitcount_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let v = value_of(ctx, argv[1]);
+    let v = match value_of(ctx, argv[1]) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
     match bitcount(v.as_deref(), argv) {
         Ok(n) => Reply::Int(n),
         Err(e) => Reply::err(e),
@@ -276,7 +284,10 @@ pub fn bitcount_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 }
 
 pub fn bitpos_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let v = value_of(ctx, argv[1]);
+    let v = match value_of(ctx, argv[1]) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
     match bitpos(v.as_deref(), argv) {
         Ok(n) => Reply::Int(n),
         Err(e) => Reply::err(e),

@@ -1,7 +1,7 @@
 //! Keyspace commands (Redis `db.c`, `expire.c`): DEL UNLINK EXISTS TYPE EXPIRE PEXPIRE
 //! EXPIREAT PEXPIREAT TTL PTTL PERSIST KEYS SCAN RANDOMKEY.
 
-use super::string::{engine_error, read};
+use super::string::{engine_error, read_kind};
 use super::{is, parse_i64, Ctx};
 use crate::glob::string_match;
 use crate::reply::{errors, Reply};
@@ -30,7 +30,7 @@ pub fn del(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 pub fn exists(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let mut n = 0;
     for key in &argv[1..] {
-        if read(ctx, key) {
+        if read_kind(ctx, key).is_some() {
             n += 1;
         }
     }
@@ -38,10 +38,9 @@ pub fn exists(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 }
 
 pub fn type_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    if read(ctx, argv[1]) {
-        Reply::simple("string")
-    } else {
-        Reply::simple("none")
+    match read_kind(ctx, argv[1]) {
+        Some(kind) => Reply::simple(kind.type_name()),
+        None => Reply::simple("none"),
     }
 }
 
@@ -345,9 +344,11 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Reply {
     if nx && engine.get(dst, now).is_some() {
         return Reply::Int(0);
     }
+    // The new key keeps the value's memgest, TTL and kind (a record stays a record).
     let opts = SetOptions {
         memgest: e.memgest,
         expiry: e.expire_at_ms.map_or(Expiry::Persist, Expiry::At),
+        kind: e.kind,
         ..SetOptions::default()
     };
     if let Err(err) = engine.set(dst, &e.value, &opts, now) {
@@ -408,9 +409,11 @@ pub fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     if !replace && engine.get(dst, now).is_some() {
         return Reply::Int(0);
     }
+    // The new key keeps the value's memgest, TTL and kind (a record stays a record).
     let opts = SetOptions {
         memgest: e.memgest,
         expiry: e.expire_at_ms.map_or(Expiry::Persist, Expiry::At),
+        kind: e.kind,
         ..SetOptions::default()
     };
     match engine.set(dst, &e.value, &opts, now) {
@@ -438,9 +441,28 @@ pub fn string_encoding(v: &[u8]) -> &'static str {
     }
 }
 
+/// Redis's encoding of a hash like this record: `listpack` while it has at most 128 fields
+/// of at most 64 bytes each (Redis 7's `hash-max-listpack-entries`/`-value` defaults), else
+/// `hashtable`. Shared with the cluster front.
+pub fn record_encoding(encoded: &[u8]) -> &'static str {
+    match ringlet_record::Record::decode(encoded) {
+        Ok(r)
+            if r.len() <= 128
+                && r.iter()
+                    .all(|(n, f)| n.len() <= 64 && f.display_len() <= 64) =>
+        {
+            "listpack"
+        }
+        _ => "hashtable",
+    }
+}
+
 /// OBJECT ENCODING key.
 pub fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     match ctx.shared.db.lock().get(argv[2], ctx.now_ms) {
+        Some(e) if e.kind == ringlet_types::ValueKind::Record => {
+            Reply::bulk(record_encoding(&e.value).as_bytes())
+        }
         Some(e) => Reply::bulk(string_encoding(&e.value).as_bytes()),
         None => Reply::Nil,
     }

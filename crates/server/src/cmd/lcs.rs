@@ -173,12 +173,13 @@ pub fn lcs_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let (a, b) = {
         let engine = ctx.shared.db.lock();
         let get = |k: &[u8]| {
-            engine
-                .get(k, ctx.now_ms)
-                .map(|e| e.value)
-                .unwrap_or_default()
+            super::string::string_entry(&engine, k, ctx.now_ms)
+                .map(|e| e.map(|e| e.value).unwrap_or_default())
         };
-        (get(argv[1]), get(argv[2]))
+        match (get(argv[1]), get(argv[2])) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return e,
+        }
     };
     match lcs(&a, &b, argv) {
         Ok(l) => to_reply(l),

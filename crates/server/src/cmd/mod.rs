@@ -22,6 +22,7 @@ pub mod bits;
 pub mod connection;
 pub mod keyspace;
 pub mod lcs;
+pub mod record;
 pub mod server;
 pub mod string;
 pub mod table_data;
@@ -161,6 +162,12 @@ fn handler_for(name: &str) -> Option<Handler> {
         "function|flush" => server::function_flush,
         "function|list" => server::function_list,
         "function|help" => server::function_help,
+        "hset" | "hsetnx" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hlen"
+        | "hexists" | "hkeys" | "hvals" | "hincrby" | "hincrbyfloat" | "hstrlen" => {
+            record::hash_cmd
+        }
+        "link|set" | "link|add" | "link|get" | "link|del" => record::link_cmd,
+        "chase" => record::chase_cmd,
         _ => return None,
     };
     Some(h)
@@ -196,7 +203,11 @@ fn build_table() -> Table {
     let mut by_name = HashMap::new();
     let mut top = Vec::new();
     let mut docs_by_sub: HashMap<String, Reply> = HashMap::new();
-    for (_, info, docs) in table_data::commands() {
+    // Redis's commands (generated), then Ringlet's own (LINK, CHASE).
+    for (_, info, docs) in table_data::commands()
+        .into_iter()
+        .chain(record::own_commands())
+    {
         let (name, arity, no_auth) = parse_info(&info);
         // Subcommand docs live inside the container's docs map under "subcommands".
         if let Reply::Map(pairs) = &docs {

@@ -10,8 +10,8 @@ use super::{is, parse_i64, Ctx};
 use crate::reply::{errors, Reply};
 use crate::shared::Stats;
 use bytes::Bytes;
-use ringlet_engine::{Engine, Expiry, ReadOutcome, SetOptions};
-use ringlet_types::limits;
+use ringlet_engine::{Engine, Entry, Expiry, ReadOutcome, SetOptions};
+use ringlet_types::{limits, ValueKind};
 
 /// The Redis reply for an engine error.
 pub fn engine_error(e: ringlet_engine::Error) -> Reply {
@@ -26,6 +26,7 @@ pub fn engine_error(e: ringlet_engine::Error) -> Reply {
         E::NotInteger => Reply::err(errors::NOT_INTEGER),
         E::NotFloat => Reply::err(errors::NOT_FLOAT),
         E::Overflow => Reply::err(errors::OVERFLOW),
+        E::WrongType => Reply::err(errors::WRONGTYPE),
         other => Reply::err_owned(format!("ERR engine: {other}")),
     }
 }
@@ -33,27 +34,38 @@ pub fn engine_error(e: ringlet_engine::Error) -> Reply {
 /// `checkStringLength`'s text; our limit is `limits::VALUE_BYTES_MAX`.
 const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
 
-/// Read `key` into `ctx.scratch` without the engine lock. Returns whether it was found.
-pub fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> bool {
+/// The live entry of `key` if it holds a string (`Ok(None)`: missing); a record is
+/// Redis's WRONGTYPE. Every string command that reads under the engine lock goes through
+/// here, so none of them turns a record into a string by accident.
+pub fn string_entry(engine: &Engine, key: &[u8], now: u64) -> Result<Option<Entry>, Reply> {
+    match engine.get(key, now) {
+        Some(e) if e.kind == ValueKind::Record => Err(Reply::err(errors::WRONGTYPE)),
+        e => Ok(e),
+    }
+}
+
+/// Read `key` into `ctx.scratch` without the engine lock: whether it was found, and its
+/// kind (string commands answer WRONGTYPE for a record).
+pub fn read_kind(ctx: &mut Ctx<'_>, key: &[u8]) -> Option<ValueKind> {
     ctx.scratch.clear();
     let hit = match ctx.reader.get(key, ctx.now_ms, ctx.scratch) {
-        ReadOutcome::Hit { .. } => true,
-        ReadOutcome::Miss => false,
+        ReadOutcome::Hit { kind, .. } => Some(kind),
+        ReadOutcome::Miss => None,
         ReadOutcome::Retry => {
             Stats::add(&ctx.shared.stats.reader_retries, 1);
             match ctx.shared.db.lock().get(key, ctx.now_ms) {
                 Some(e) => {
                     ctx.scratch.clear();
                     ctx.scratch.extend_from_slice(&e.value);
-                    true
+                    Some(e.kind)
                 }
-                None => false,
+                None => None,
             }
         }
     };
     let stats = &ctx.shared.stats;
     Stats::add(
-        if hit {
+        if hit.is_some() {
             &stats.keyspace_hits
         } else {
             &stats.keyspace_misses
@@ -63,40 +75,52 @@ pub fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> bool {
     hit
 }
 
+/// [`read_kind`] for string commands: `Ok(true)` with the value in `ctx.scratch`, `Ok(false)`
+/// if missing, WRONGTYPE for a record.
+pub fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Reply> {
+    match read_kind(ctx, key) {
+        Some(ValueKind::String) => Ok(true),
+        Some(ValueKind::Record) => Err(Reply::err(errors::WRONGTYPE)),
+        None => Ok(false),
+    }
+}
+
 pub fn get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    if read(ctx, argv[1]) {
-        Reply::bulk(ctx.scratch)
-    } else {
-        Reply::Nil
+    match read(ctx, argv[1]) {
+        Ok(true) => Reply::bulk(ctx.scratch),
+        Ok(false) => Reply::Nil,
+        Err(e) => e,
     }
 }
 
 pub fn mget(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let mut out = Vec::with_capacity(argv.len() - 1);
     for key in &argv[1..] {
-        out.push(if read(ctx, key) {
-            Reply::bulk(ctx.scratch)
-        } else {
-            Reply::Nil
+        // Redis's MGET answers nil for a key holding another type.
+        out.push(match read_kind(ctx, key) {
+            Some(ValueKind::String) => Reply::bulk(ctx.scratch),
+            _ => Reply::Nil,
         });
     }
     Reply::Array(out)
 }
 
 pub fn strlen(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    Reply::Int(if read(ctx, argv[1]) {
-        ctx.scratch.len() as i64
-    } else {
-        0
-    })
+    match read(ctx, argv[1]) {
+        Ok(true) => Reply::Int(ctx.scratch.len() as i64),
+        Ok(false) => Reply::Int(0),
+        Err(e) => e,
+    }
 }
 
 pub fn getrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let (Some(mut start), Some(mut end)) = (parse_i64(argv[2]), parse_i64(argv[3])) else {
         return Reply::err(errors::NOT_INTEGER);
     };
-    if !read(ctx, argv[1]) {
-        return Reply::Bulk(Bytes::new());
+    match read(ctx, argv[1]) {
+        Ok(true) => {}
+        Ok(false) => return Reply::Bulk(Bytes::new()),
+        Err(e) => return e,
     }
     let len = ctx.scratch.len() as i64;
     if start < 0 && end < 0 && start > end {
@@ -246,7 +270,13 @@ fn set_generic(
     let mut engine = ctx.shared.db.lock();
     // Only NX/XX/GET need the current value; a plain SET does not pay for reading it.
     let old = if flags & (NX | XX | GET) != 0 {
-        engine.get(key, now)
+        match engine.get(key, now) {
+            // SET replaces a value of any kind; only SET ... GET of a record is WRONGTYPE.
+            Some(e) if e.kind == ValueKind::Record && flags & GET != 0 => {
+                return Reply::err(errors::WRONGTYPE)
+            }
+            e => e,
+        }
     } else {
         None
     };
@@ -352,8 +382,10 @@ pub fn getset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 pub fn getdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
-    let Some(old) = engine.get(argv[1], now) else {
-        return Reply::Nil;
+    let old = match string_entry(&engine, argv[1], now) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Reply::Nil,
+        Err(e) => return e,
     };
     if let Err(e) = engine.delete(argv[1], None, now) {
         return engine_error(e);
@@ -368,8 +400,10 @@ pub fn getex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     };
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
-    let Some(cur) = engine.get(argv[1], now) else {
-        return Reply::Nil;
+    let cur = match string_entry(&engine, argv[1], now) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Reply::Nil,
+        Err(e) => return e,
     };
     let when = match expire {
         Some(arg) => match expire_ms(arg, flags, now, "getex") {
@@ -449,7 +483,11 @@ pub(super) fn write_keep_ttl(
 fn incr_generic(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> Reply {
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
-    let cur = match engine.get(key, now) {
+    let cur = match string_entry(&engine, key, now) {
+        Err(e) => return e,
+        Ok(e) => e,
+    };
+    let cur = match cur {
         Some(e) => match parse_i64(&e.value) {
             Some(v) => v,
             None => return Reply::err(errors::NOT_INTEGER),
@@ -493,7 +531,10 @@ pub fn decrby(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 pub fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
-    let cur = engine.get(argv[1], now).map(|e| e.value);
+    let cur = match string_entry(&engine, argv[1], now) {
+        Ok(e) => e.map(|e| e.value),
+        Err(e) => return e,
+    };
     let new = match crate::ldouble::incr_by_float(cur.as_deref(), argv[2]) {
         Ok(v) => v,
         Err(crate::ldouble::FloatError::NotFloat) => return Reply::err(errors::NOT_FLOAT),
@@ -510,7 +551,10 @@ pub fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 pub fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
-    let cur_len = engine.get(argv[1], now).map_or(0, |e| e.value.len());
+    let cur_len = match string_entry(&engine, argv[1], now) {
+        Ok(e) => e.map_or(0, |e| e.value.len()),
+        Err(e) => return e,
+    };
     if cur_len + argv[2].len() > limits::VALUE_BYTES_MAX as usize {
         return Reply::err(STRING_TOO_LONG);
     }
@@ -530,7 +574,10 @@ pub fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let value = argv[3];
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
-    let cur = engine.get(argv[1], now);
+    let cur = match string_entry(&engine, argv[1], now) {
+        Ok(e) => e,
+        Err(e) => return e,
+    };
     let olen = cur.as_ref().map_or(0, |e| e.value.len());
     if value.is_empty() {
         return Reply::Int(olen as i64);

@@ -1,0 +1,172 @@
+//! Records (KELI) in cluster mode: Redis's hash commands, `LINK` and `CHASE`, with the
+//! semantics of `ringlet-record` (shared with the single node, crates/server/src/cmd/record.rs).
+//!
+//! * **Hash commands and LINK** run on the key's coordinator: read the record through the
+//!   replica core, apply the pure function, write the new record (kind `Record`, the key's
+//!   memgest and TTL kept) under the per-key lock, so every replica holds a record and a
+//!   failover serves it. A string key is WRONGTYPE; ec memgests refuse records (their parity
+//!   metadata has no kind yet), as they refuse TTLs.
+//! * **CHASE** runs on the root key's coordinator and walks breadth-first. Each depth's keys
+//!   are grouped by coordinator: this node's are read through its core, the others are asked
+//!   for in one `RECORDS` call per node (one round trip per node and depth, none for the
+//!   client). A key whose slot moved meanwhile answers an error item and is skipped, as a
+//!   missing key is.
+//! * **`RECORDS key [key ...]`** is that internal call: the encoded records (crates/record's
+//!   format) of the keys this node coordinates; nil for a missing key or a string, an error
+//!   item for a key it does not coordinate. Read-only; AUTH applies as for any command.
+
+use super::{convert, err, Front, WRONGTYPE};
+use ringlet_codec::resp::Reply;
+use ringlet_record::hash::{Applied, Write};
+use ringlet_record::{chase, Record};
+use ringlet_server::cmd::record::{chase_reply, out_reply, CHASE_TIME_MAX};
+use ringlet_types::{key_slot, limits, NodeId, ValueKind};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Keys asked of one node in one `RECORDS` call (a CHASE frontier larger than this takes
+/// several calls).
+const RECORDS_BATCH_MAX: usize = 1024;
+
+impl Front {
+    /// The record of `key` at this coordinator (`Ok(None)`: missing); a string is WRONGTYPE.
+    async fn record_at(&self, key: &[u8]) -> Result<Option<(Record, Option<u64>)>, Reply> {
+        match self.get_any(key).await? {
+            None => Ok(None),
+            Some(g) if g.kind == ValueKind::String => Err(err(WRONGTYPE)),
+            Some(g) => Record::decode(&g.value)
+                .map(|r| Some((r, g.expiry_ms)))
+                .map_err(|e| err(format!("ERR stored record does not decode: {e}"))),
+        }
+    }
+
+    /// HSET … HSTRLEN and LINK: `key` is the command's key, `write` whether it may change it.
+    pub(super) async fn record_command(
+        &self,
+        argv: &[Vec<u8>],
+        key: &[u8],
+        write: bool,
+        apply: fn(&[&[u8]], Option<&Record>) -> Applied,
+    ) -> Result<Reply, Reply> {
+        if let Some(m) = self.moved(key_slot(key)) {
+            return Err(m);
+        }
+        let _g = if write {
+            Some(self.lock(key).await?)
+        } else {
+            None
+        };
+        let cur = self.record_at(key).await?;
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let applied = apply(&args, cur.as_ref().map(|(r, _)| r));
+        match applied.write {
+            Write::None => {}
+            Write::Store(r) => {
+                let expiry = cur.and_then(|(_, x)| x);
+                self.write_kind(key, Some(r.encode()), None, expiry, ValueKind::Record)
+                    .await?;
+            }
+            Write::Delete => self.write_in(key, None, None).await?,
+        }
+        let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+        Ok(convert(&out_reply(&name, applied.reply)))
+    }
+
+    /// `RECORDS key [key ...]` (module doc).
+    pub(super) async fn records(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        if argv.len() < 2 || argv.len() - 1 > limits::BATCH_KEYS_MAX as usize {
+            return Err(err("ERR wrong number of arguments for 'records' command"));
+        }
+        let mut out = Vec::with_capacity(argv.len() - 1);
+        for k in &argv[1..] {
+            if self.moved(key_slot(k)).is_some() {
+                out.push(err("MOVED"));
+                continue;
+            }
+            out.push(match self.get_any(k).await {
+                Ok(Some(g)) if g.kind == ValueKind::Record => Reply::Bulk(g.value),
+                Ok(_) => Reply::Null,
+                Err(e) => e,
+            });
+        }
+        Ok(Reply::Array(out))
+    }
+
+    /// CHASE (module doc).
+    pub(super) async fn chase(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let mut walk = chase::Chase::parse(&args).map_err(err)?;
+        if let Some(m) = self.moved(key_slot(walk.root())) {
+            return Err(m);
+        }
+        let deadline = Instant::now() + CHASE_TIME_MAX;
+        loop {
+            let batch = walk.next_batch();
+            if batch.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                walk.timed_out();
+                break;
+            }
+            let Some(map) = self.map() else {
+                return Err(err("CLUSTERDOWN the cluster is not bootstrapped"));
+            };
+            // Group the frontier by coordinator: local reads, one call per other node.
+            let mut by_node: BTreeMap<NodeId, Vec<Vec<u8>>> = BTreeMap::new();
+            for k in batch {
+                if let Some(c) = map.coordinator(key_slot(&k)) {
+                    by_node.entry(c).or_default().push(k);
+                }
+            }
+            for (node, keys) in by_node {
+                if node == self.node.id() {
+                    for k in &keys {
+                        let rec = self.record_at(k).await.ok().flatten();
+                        walk.feed(k, rec.as_ref().map(|(r, _)| r));
+                    }
+                    continue;
+                }
+                let Some(addr) = map
+                    .nodes
+                    .get(&node)
+                    .and_then(|n| crate::node::client_addr(&n.addr))
+                else {
+                    continue;
+                };
+                for chunk in keys.chunks(RECORDS_BATCH_MAX) {
+                    let mut call: Vec<&[u8]> = vec![b"RECORDS"];
+                    call.extend(chunk.iter().map(Vec::as_slice));
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let reply = tokio::time::timeout(
+                        left,
+                        super::remote_call(
+                            addr,
+                            &call,
+                            self.requirepass.as_deref(),
+                            self.tls_connector.as_ref(),
+                            ringlet_record::CHASE_REPLY_BYTES_MAX,
+                        ),
+                    )
+                    .await
+                    .ok()
+                    .flatten();
+                    let items = match reply {
+                        Some(Reply::Array(items)) if items.len() == chunk.len() => items,
+                        // Unreachable node or a timeout: its keys are skipped (the time
+                        // bound reports `time` if that is why).
+                        _ => continue,
+                    };
+                    for (k, item) in chunk.iter().zip(items) {
+                        let rec = match item {
+                            Reply::Bulk(b) => Record::decode(&b).ok(),
+                            _ => None,
+                        };
+                        walk.feed(k, rec.as_ref());
+                    }
+                }
+            }
+        }
+        Ok(convert(&chase_reply(walk.finish())))
+    }
+}

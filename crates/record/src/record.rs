@@ -1,0 +1,661 @@
+//! The KVL record value and its byte format.
+//!
+//! A [`Record`] is an ordered list of uniquely named fields. It is kept as a `Vec` (the order
+//! the fields were first inserted, which HGETALL/HKEYS show, as Redis does for small hashes)
+//! plus a `BTreeMap` from name to position, so a lookup is `O(log n)` and a command that
+//! touches `m` fields of an `n`-field record stays `O(n + m log n)` instead of `O(n·m)`.
+//! Removing a field is `O(n)` (the positions after it shift); every command already pays
+//! `O(n)` to decode and encode the record, so that costs nothing extra asymptotically.
+//! The map duplicates the names; a decoded record lives only for one command, so the
+//! transient memory was preferred to a quadratic HSET of many pairs.
+//!
+//! See the crate docs for the byte layout.
+
+use std::collections::BTreeMap;
+
+use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
+
+use crate::{FIELD_NAME_BYTES_MAX, LINKS_PER_FIELD_MAX};
+
+/// First byte of every encoded record. A new layout gets a new number; decoders refuse
+/// versions they do not know instead of guessing.
+pub const FORMAT_VERSION: u8 = 1;
+
+const TAG_BYTES: u8 = 0;
+const TAG_LINK: u8 = 1;
+const TAG_LINKS: u8 = 2;
+
+const HINT_NONE: u8 = 0;
+const HINT_SOME: u8 = 1;
+
+/// Encoded size of a hint after its flag byte: node u32 + epoch u64 + version u128.
+const HINT_BYTES: usize = 4 + 8 + 16;
+
+/// Fewest bytes one encoded link can take: target length (1) + hint flag (1).
+const LINK_BYTES_MIN: usize = 2;
+/// Fewest bytes one encoded field can take: name length (1) + tag (1) + one more byte (a
+/// value length, a link's target length, or a list count).
+const FIELD_BYTES_MIN: usize = 3;
+
+/// Where a link's target was last seen: enough for a reader to try one direct read and to
+/// check that what it read is still the item the link meant. A stale hint (the node moved,
+/// the epoch changed, or the version differs) falls back to a lookup by key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Hint {
+    /// Node that held the target.
+    pub node: u32,
+    /// Cluster-map epoch in which the hint was taken.
+    pub epoch: u64,
+    /// Version of the target item the hint points at.
+    pub version: u128,
+}
+
+/// A link to another item, by key, with an optional location hint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Link {
+    /// Key of the linked item.
+    pub target: Vec<u8>,
+    /// Where the target was last seen, if known. Commands create links without hints; a
+    /// resolver (bulk loader, server) fills them in.
+    pub hint: Option<Hint>,
+}
+
+impl Link {
+    /// A link to `target` without a hint.
+    pub fn to(target: impl Into<Vec<u8>>) -> Link {
+        Link {
+            target: target.into(),
+            hint: None,
+        }
+    }
+}
+
+/// The value of one record field.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Field {
+    /// Plain bytes, as a Redis hash value.
+    Bytes(Vec<u8>),
+    /// One link.
+    Link(Link),
+    /// A list of links (KELI's follower lists), in insertion order.
+    Links(Vec<Link>),
+}
+
+impl Field {
+    /// What HGET / HGETALL / HVALS show for this field: the bytes themselves; a link's target
+    /// key; a link list's target keys joined by one space (`"a b c"`; an empty list shows
+    /// `""`). Keys containing spaces are therefore ambiguous in the display string: use
+    /// `LINK GET` to read a list exactly.
+    pub fn display(&self) -> Vec<u8> {
+        match self {
+            Field::Bytes(b) => b.clone(),
+            Field::Link(l) => l.target.clone(),
+            Field::Links(ls) => {
+                let len = ls.iter().map(|l| l.target.len() + 1).sum::<usize>();
+                let mut out = Vec::with_capacity(len);
+                for (i, l) in ls.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b' ');
+                    }
+                    out.extend_from_slice(&l.target);
+                }
+                out
+            }
+        }
+    }
+
+    /// Length of [`Field::display`] without building it (HSTRLEN).
+    pub fn display_len(&self) -> usize {
+        match self {
+            Field::Bytes(b) => b.len(),
+            Field::Link(l) => l.target.len(),
+            Field::Links(ls) => {
+                ls.iter().map(|l| l.target.len()).sum::<usize>() + ls.len().saturating_sub(1)
+            }
+        }
+    }
+
+    /// Whether this is a link or a link list.
+    pub fn is_link(&self) -> bool {
+        !matches!(self, Field::Bytes(_))
+    }
+
+    /// The link targets of this field, in order (none for plain bytes).
+    pub fn targets(&self) -> impl Iterator<Item = &[u8]> {
+        let links: &[Link] = match self {
+            Field::Bytes(_) => &[],
+            Field::Link(l) => std::slice::from_ref(l),
+            Field::Links(ls) => ls,
+        };
+        links.iter().map(|l| l.target.as_slice())
+    }
+
+    fn encoded_len(&self) -> usize {
+        1 + match self {
+            Field::Bytes(b) => varint_len(b.len() as u64) + b.len(),
+            Field::Link(l) => link_encoded_len(l),
+            Field::Links(ls) => {
+                varint_len(ls.len() as u64) + ls.iter().map(link_encoded_len).sum::<usize>()
+            }
+        }
+    }
+}
+
+/// Why bytes are not a valid encoded record. Every variant means "malformed": a record is
+/// always stored whole, so there is no "incomplete".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Zero bytes: not even a format version.
+    #[error("record is empty")]
+    Empty,
+    /// The first byte names a format this build does not know.
+    #[error("unknown record format version {version}")]
+    UnknownVersion {
+        /// The version byte found.
+        version: u8,
+    },
+    /// A length, count or fixed-size item runs past the end of the input.
+    #[error("record is truncated")]
+    Truncated,
+    /// A varint is longer than 10 bytes, overflows u64, or is not in its shortest form.
+    #[error("record has a malformed varint")]
+    BadVarint,
+    /// A field tag or hint flag byte has an unknown value.
+    #[error("record has an unknown tag {tag}")]
+    BadTag {
+        /// The tag byte found.
+        tag: u8,
+    },
+    /// A length or count is beyond this crate's bounds.
+    #[error("record {what} exceeds its bound")]
+    TooLarge {
+        /// Which item: "record", "field name", "link target" or "link list".
+        what: &'static str,
+    },
+    /// Two fields have the same name.
+    #[error("record has a duplicate field name")]
+    DuplicateField,
+    /// Bytes are left after the last field.
+    #[error("record has trailing bytes")]
+    TrailingBytes,
+}
+
+/// A KVL record: named fields in insertion order, names unique.
+#[derive(Clone, Debug, Default)]
+pub struct Record {
+    fields: Vec<(Vec<u8>, Field)>,
+    /// Name → index into `fields`. Always describes `fields` exactly.
+    index: BTreeMap<Vec<u8>, usize>,
+}
+
+impl PartialEq for Record {
+    fn eq(&self, other: &Record) -> bool {
+        // `index` is a function of `fields`.
+        self.fields == other.fields
+    }
+}
+impl Eq for Record {}
+
+impl Record {
+    /// An empty record.
+    pub fn new() -> Record {
+        Record::default()
+    }
+
+    /// The field named `name`.
+    pub fn get(&self, name: &[u8]) -> Option<&Field> {
+        let i = *self.index.get(name)?;
+        self.fields.get(i).map(|(_, f)| f)
+    }
+
+    /// Sets field `name` to `f`, keeping its position if it exists, else appending it.
+    /// Returns true if the field is new.
+    pub fn insert(&mut self, name: Vec<u8>, f: Field) -> bool {
+        match self.index.get(&name) {
+            Some(&i) => {
+                self.fields[i].1 = f;
+                false
+            }
+            None => {
+                self.index.insert(name.clone(), self.fields.len());
+                self.fields.push((name, f));
+                true
+            }
+        }
+    }
+
+    /// Removes field `name`. Returns true if it was there.
+    pub fn remove(&mut self, name: &[u8]) -> bool {
+        let Some(i) = self.index.remove(name) else {
+            return false;
+        };
+        self.fields.remove(i);
+        for v in self.index.values_mut() {
+            if *v > i {
+                *v -= 1;
+            }
+        }
+        true
+    }
+
+    /// Removes every field whose name is in `names`, in one pass. Returns how many were
+    /// removed (a name given twice counts once, as in HDEL).
+    pub fn remove_all(&mut self, names: &[&[u8]]) -> usize {
+        let doomed: std::collections::BTreeSet<&[u8]> = names
+            .iter()
+            .copied()
+            .filter(|n| self.index.contains_key(*n))
+            .collect();
+        if doomed.is_empty() {
+            return 0;
+        }
+        self.fields.retain(|(n, _)| !doomed.contains(n.as_slice()));
+        self.reindex();
+        doomed.len()
+    }
+
+    fn reindex(&mut self) {
+        self.index = self
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i))
+            .collect();
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    /// Whether the record has no fields.
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    /// Fields in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Field)> {
+        self.fields.iter().map(|(n, f)| (n.as_slice(), f))
+    }
+
+    /// Exact length of [`Record::encode`]'s output, computed without encoding.
+    pub fn encoded_len(&self) -> usize {
+        1 + varint_len(self.fields.len() as u64)
+            + self
+                .fields
+                .iter()
+                .map(|(n, f)| varint_len(n.len() as u64) + n.len() + f.encoded_len())
+                .sum::<usize>()
+    }
+
+    /// Whether [`Record::decode`] would accept this record's encoding: every field name,
+    /// link target and link list within its bound and the whole within
+    /// [`VALUE_BYTES_MAX`]. Commands check this before they store a record.
+    pub fn within_bounds(&self) -> bool {
+        self.encoded_len() <= VALUE_BYTES_MAX as usize
+            && self.fields.iter().all(|(n, f)| {
+                n.len() <= FIELD_NAME_BYTES_MAX
+                    && match f {
+                        Field::Bytes(_) => true,
+                        Field::Link(l) => l.target.len() <= KEY_BYTES_MAX as usize,
+                        Field::Links(ls) => {
+                            ls.len() <= LINKS_PER_FIELD_MAX
+                                && ls.iter().all(|l| l.target.len() <= KEY_BYTES_MAX as usize)
+                        }
+                    }
+            })
+    }
+
+    /// Encodes the record (layout in the crate docs). Deterministic: equal records encode to
+    /// equal bytes, and `decode(encode(r)) == r` for every record within bounds.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.push(FORMAT_VERSION);
+        put_varint(&mut out, self.fields.len() as u64);
+        for (name, f) in &self.fields {
+            put_varint(&mut out, name.len() as u64);
+            out.extend_from_slice(name);
+            match f {
+                Field::Bytes(b) => {
+                    out.push(TAG_BYTES);
+                    put_varint(&mut out, b.len() as u64);
+                    out.extend_from_slice(b);
+                }
+                Field::Link(l) => {
+                    out.push(TAG_LINK);
+                    put_link(&mut out, l);
+                }
+                Field::Links(ls) => {
+                    out.push(TAG_LINKS);
+                    put_varint(&mut out, ls.len() as u64);
+                    for l in ls {
+                        put_link(&mut out, l);
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(out.len(), self.encoded_len());
+        out
+    }
+
+    /// Decodes an encoded record.
+    ///
+    /// Never panics, and never allocates more than a small multiple of `b.len()`: every
+    /// length and count is checked against the bytes that remain (and against the crate's
+    /// bounds) before anything is allocated for it.
+    ///
+    /// # Errors
+    /// [`RecordError`] for anything but one exact, canonical encoding: an unknown version,
+    /// truncation, a non-shortest varint, an unknown tag, a bound exceeded, a duplicate
+    /// field name or trailing bytes.
+    pub fn decode(b: &[u8]) -> Result<Record, RecordError> {
+        decode(b)
+    }
+}
+
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+fn decode(b: &[u8]) -> Result<Record, RecordError> {
+    if b.len() > VALUE_BYTES_MAX as usize {
+        return Err(RecordError::TooLarge { what: "record" });
+    }
+    let (&version, rest) = b.split_first().ok_or(RecordError::Empty)?;
+    if version != FORMAT_VERSION {
+        return Err(RecordError::UnknownVersion { version });
+    }
+    let mut r = Reader { b: rest };
+    let count = r.varint()?;
+    if count > (r.b.len() / FIELD_BYTES_MIN) as u64 {
+        return Err(RecordError::Truncated);
+    }
+    let mut fields = Vec::new();
+    for _ in 0..count {
+        let name = r.bytes(FIELD_NAME_BYTES_MAX, "field name")?;
+        let f = match r.byte()? {
+            TAG_BYTES => Field::Bytes(r.bytes(VALUE_BYTES_MAX as usize, "record")?.to_vec()),
+            TAG_LINK => Field::Link(r.link()?),
+            TAG_LINKS => {
+                let n = r.varint()?;
+                if n > LINKS_PER_FIELD_MAX as u64 {
+                    return Err(RecordError::TooLarge { what: "link list" });
+                }
+                if n > (r.b.len() / LINK_BYTES_MIN) as u64 {
+                    return Err(RecordError::Truncated);
+                }
+                let mut ls = Vec::new();
+                for _ in 0..n {
+                    ls.push(r.link()?);
+                }
+                Field::Links(ls)
+            }
+            tag => return Err(RecordError::BadTag { tag }),
+        };
+        fields.push((name.to_vec(), f));
+    }
+    if !r.b.is_empty() {
+        return Err(RecordError::TrailingBytes);
+    }
+    let mut index = BTreeMap::new();
+    for (i, (n, _)) in fields.iter().enumerate() {
+        if index.insert(n.clone(), i).is_some() {
+            return Err(RecordError::DuplicateField);
+        }
+    }
+    Ok(Record { fields, index })
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Result<u8, RecordError> {
+        let (&x, rest) = self.b.split_first().ok_or(RecordError::Truncated)?;
+        self.b = rest;
+        Ok(x)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
+        if n > self.b.len() {
+            return Err(RecordError::Truncated);
+        }
+        let (x, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(x)
+    }
+
+    /// LEB128, at most 10 bytes, shortest form only (so every record has one encoding).
+    fn varint(&mut self) -> Result<u64, RecordError> {
+        let mut v: u64 = 0;
+        let mut shift: u32 = 0;
+        for i in 0..10u32 {
+            let byte = self.byte()?;
+            let low = u64::from(byte & 0x7f);
+            // The 10th byte may only carry bit 63.
+            if i == 9 && low > 1 {
+                return Err(RecordError::BadVarint);
+            }
+            v |= low.wrapping_shl(shift);
+            shift = shift.wrapping_add(7);
+            if byte & 0x80 == 0 {
+                if byte == 0 && i > 0 {
+                    return Err(RecordError::BadVarint);
+                }
+                return Ok(v);
+            }
+        }
+        Err(RecordError::BadVarint)
+    }
+
+    /// A varint length, checked against `max` and the bytes left, then that many bytes.
+    fn bytes(&mut self, max: usize, what: &'static str) -> Result<&'a [u8], RecordError> {
+        let n = self.varint()?;
+        if n > max as u64 {
+            return Err(RecordError::TooLarge { what });
+        }
+        let n = usize::try_from(n).map_err(|_| RecordError::Truncated)?;
+        self.take(n)
+    }
+
+    fn link(&mut self) -> Result<Link, RecordError> {
+        let target = self.bytes(KEY_BYTES_MAX as usize, "link target")?.to_vec();
+        let hint = match self.byte()? {
+            HINT_NONE => None,
+            HINT_SOME => {
+                let h = self.take(HINT_BYTES)?;
+                let (node, h) = h.split_at(4);
+                let (epoch, version) = h.split_at(8);
+                Some(Hint {
+                    node: u32::from_le_bytes(node.try_into().map_err(|_| RecordError::Truncated)?),
+                    epoch: u64::from_le_bytes(
+                        epoch.try_into().map_err(|_| RecordError::Truncated)?,
+                    ),
+                    version: u128::from_le_bytes(
+                        version.try_into().map_err(|_| RecordError::Truncated)?,
+                    ),
+                })
+            }
+            tag => return Err(RecordError::BadTag { tag }),
+        };
+        Ok(Link { target, hint })
+    }
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn link_encoded_len(l: &Link) -> usize {
+    varint_len(l.target.len() as u64)
+        + l.target.len()
+        + 1
+        + if l.hint.is_some() { HINT_BYTES } else { 0 }
+}
+
+fn put_link(out: &mut Vec<u8>, l: &Link) {
+    put_varint(out, l.target.len() as u64);
+    out.extend_from_slice(&l.target);
+    match &l.hint {
+        None => out.push(HINT_NONE),
+        Some(h) => {
+            out.push(HINT_SOME);
+            out.extend_from_slice(&h.node.to_le_bytes());
+            out.extend_from_slice(&h.epoch.to_le_bytes());
+            out.extend_from_slice(&h.version.to_le_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record {
+        let mut r = Record::new();
+        r.insert(b"name".to_vec(), Field::Bytes(b"ann".to_vec()));
+        r.insert(b"".to_vec(), Field::Bytes(b"".to_vec()));
+        r.insert(
+            b"boss".to_vec(),
+            Field::Link(Link {
+                target: b"user:2".to_vec(),
+                hint: Some(Hint {
+                    node: 7,
+                    epoch: 3,
+                    version: u128::MAX - 1,
+                }),
+            }),
+        );
+        r.insert(
+            b"follows".to_vec(),
+            Field::Links(vec![Link::to("a"), Link::to("b c"), Link::to("")]),
+        );
+        r
+    }
+
+    #[test]
+    fn round_trip_and_exact_bytes() {
+        let r = sample();
+        let b = r.encode();
+        assert_eq!(b.len(), r.encoded_len());
+        assert_eq!(Record::decode(&b), Ok(r));
+        let empty = Record::new();
+        assert_eq!(empty.encode(), vec![FORMAT_VERSION, 0]);
+        let mut one = Record::new();
+        one.insert(b"f".to_vec(), Field::Bytes(b"vv".to_vec()));
+        assert_eq!(one.encode(), vec![1, 1, 1, b'f', 0, 2, b'v', b'v']);
+        let mut l = Record::new();
+        l.insert(b"f".to_vec(), Field::Link(Link::to("k")));
+        assert_eq!(l.encode(), vec![1, 1, 1, b'f', 1, 1, b'k', 0]);
+    }
+
+    #[test]
+    fn insertion_order_replace_keeps_position_remove_shifts() {
+        let mut r = sample();
+        assert!(!r.insert(b"name".to_vec(), Field::Bytes(b"bob".to_vec())));
+        let names: Vec<&[u8]> = r.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, [&b"name"[..], b"", b"boss", b"follows"]);
+        assert!(r.remove(b""));
+        assert!(!r.remove(b""));
+        assert_eq!(r.get(b"follows").map(Field::display_len), Some(6));
+        assert_eq!(r.remove_all(&[b"name", b"name", b"nope"]), 1);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.get(b"boss").map(Field::display), Some(b"user:2".to_vec()));
+        assert!(r.insert(b"z".to_vec(), Field::Bytes(vec![])));
+        assert_eq!(r.get(b"z"), Some(&Field::Bytes(vec![])));
+    }
+
+    #[test]
+    fn display_strings() {
+        let r = sample();
+        assert_eq!(
+            r.get(b"follows").map(Field::display),
+            Some(b"a b c ".to_vec())
+        );
+        assert_eq!(Field::Links(vec![]).display(), b"");
+        assert_eq!(Field::Links(vec![]).display_len(), 0);
+    }
+
+    #[test]
+    fn decode_errors() {
+        assert_eq!(Record::decode(&[]), Err(RecordError::Empty));
+        assert_eq!(
+            Record::decode(&[9, 0]),
+            Err(RecordError::UnknownVersion { version: 9 })
+        );
+        assert_eq!(Record::decode(&[1]), Err(RecordError::Truncated));
+        assert_eq!(Record::decode(&[1, 0, 0]), Err(RecordError::TrailingBytes));
+        assert_eq!(Record::decode(&[1, 0x80, 0]), Err(RecordError::BadVarint));
+        // A huge count with no bytes behind it is refused before any allocation.
+        assert_eq!(
+            Record::decode(&[1, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+            Err(RecordError::Truncated)
+        );
+        assert_eq!(
+            Record::decode(&[1, 1, 0, 7, 0]),
+            Err(RecordError::BadTag { tag: 7 })
+        );
+        assert_eq!(
+            Record::decode(&[1, 1, 0, 1, 0, 2]),
+            Err(RecordError::BadTag { tag: 2 })
+        );
+        assert_eq!(
+            Record::decode(&[1, 2, 1, b'a', 0, 0, 1, b'a', 0, 0]),
+            Err(RecordError::DuplicateField)
+        );
+        assert_eq!(
+            Record::decode(&[1, 1, 1, b'a', 0, 5, b'x']),
+            Err(RecordError::Truncated)
+        );
+        // A link list longer than the bound.
+        let mut b = vec![1, 1, 0, TAG_LINKS];
+        put_varint(&mut b, LINKS_PER_FIELD_MAX as u64 + 1);
+        assert_eq!(
+            Record::decode(&b),
+            Err(RecordError::TooLarge { what: "link list" })
+        );
+        // Largest varint (u64::MAX) is accepted as a varint, then refused as a length.
+        let mut b = vec![1, 1];
+        put_varint(&mut b, u64::MAX);
+        assert_eq!(
+            Record::decode(&b),
+            Err(RecordError::TooLarge { what: "field name" })
+        );
+    }
+
+    #[test]
+    fn bounds() {
+        let mut r = Record::new();
+        assert!(r.within_bounds());
+        r.insert(vec![0; FIELD_NAME_BYTES_MAX + 1], Field::Bytes(vec![]));
+        assert!(!r.within_bounds());
+        let mut r = Record::new();
+        r.insert(
+            b"l".to_vec(),
+            Field::Links(vec![Link::to("x"); LINKS_PER_FIELD_MAX + 1]),
+        );
+        assert!(!r.within_bounds());
+    }
+}

@@ -1,0 +1,318 @@
+//! Records (KELI) on the single node: Redis's hash commands (HSET … HSTRLEN), `LINK` and
+//! `CHASE`. The semantics are `ringlet-record`'s pure functions, shared with the cluster
+//! front; this file only fetches, decodes, stores and turns their outputs into replies.
+//!
+//! A command runs under the engine lock from read to write, so read-modify-write commands
+//! (HSET, HINCRBY, LINK ADD) are atomic as in single-threaded Redis. A record keeps its
+//! memgest and TTL across writes (Redis keeps a hash's TTL when fields change); emptying it
+//! deletes the key, as Redis deletes an empty hash. A key holding a string answers
+//! WRONGTYPE.
+
+use super::table_data_helpers::{a, b, i, m, s, st};
+use super::Ctx;
+use crate::reply::{errors, Reply};
+use bytes::Bytes;
+use ringlet_engine::{Engine, Expiry, SetOptions};
+use ringlet_record::hash::{Applied, Out, Write};
+use ringlet_record::{chase, Record};
+use ringlet_types::{MemgestId, ValueKind};
+use std::time::{Duration, Instant};
+
+/// Longest a CHASE may run on one node before it answers with what it has (`time`): the
+/// engine lock is taken per batch, never across the whole walk, but a client still waits.
+pub const CHASE_TIME_MAX: Duration = Duration::from_millis(100);
+
+/// The record of `key` (`Ok(None)`: missing); a string is WRONGTYPE, bytes that do not
+/// decode (never written by Ringlet) an error naming the key's state.
+pub fn record_of(engine: &Engine, key: &[u8], now: u64) -> Result<Option<Record>, Reply> {
+    match engine.get(key, now) {
+        None => Ok(None),
+        Some(e) if e.kind == ValueKind::String => Err(Reply::err(errors::WRONGTYPE)),
+        Some(e) => Record::decode(&e.value)
+            .map(Some)
+            .map_err(|err| Reply::err_owned(format!("ERR stored record does not decode: {err}"))),
+    }
+}
+
+/// A record command's output as a reply (HGETALL is a map in RESP3, as Redis sends it).
+pub fn out_reply(name: &str, out: Out) -> Reply {
+    match out {
+        Out::Ok => Reply::ok(),
+        Out::Int(n) => Reply::Int(n),
+        Out::Bulk(Some(v)) => Reply::Bulk(Bytes::from(v)),
+        Out::Bulk(None) => Reply::Nil,
+        Out::Array(items) if name.eq_ignore_ascii_case("hgetall") => Reply::Map(
+            items
+                .chunks(2)
+                .map(|p| {
+                    (
+                        bulk_or_nil(p[0].clone()),
+                        bulk_or_nil(p.get(1).cloned().flatten()),
+                    )
+                })
+                .collect(),
+        ),
+        Out::Array(items) => Reply::Array(items.into_iter().map(bulk_or_nil).collect()),
+        Out::Err(e) => Reply::err_owned(e),
+    }
+}
+
+fn bulk_or_nil(v: Option<Vec<u8>>) -> Reply {
+    v.map_or(Reply::Nil, |v| Reply::Bulk(Bytes::from(v)))
+}
+
+/// Apply a record command (`apply` is `hash::apply` or `link::apply`) to `key` under the
+/// engine lock and store what it decided.
+fn run(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    argv: &[&[u8]],
+    apply: fn(&[&[u8]], Option<&Record>) -> Applied,
+) -> Reply {
+    let now = ctx.now_ms;
+    let mut engine = ctx.shared.db.lock();
+    let rec = match record_of(&engine, key, now) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let applied = apply(argv, rec.as_ref());
+    let name = std::str::from_utf8(argv[0]).unwrap_or("");
+    match applied.write {
+        Write::None => {}
+        Write::Store(r) => {
+            let memgest = engine.get(key, now).map_or(MemgestId::NONE, |e| e.memgest);
+            let opts = SetOptions {
+                memgest,
+                expiry: Expiry::Keep,
+                kind: ValueKind::Record,
+                ..SetOptions::default()
+            };
+            if let Err(e) = engine.set(key, &r.encode(), &opts, now) {
+                return super::string::engine_error(e);
+            }
+        }
+        Write::Delete => {
+            if let Err(e) = engine.delete(key, None, now) {
+                return super::string::engine_error(e);
+            }
+        }
+    }
+    out_reply(name, applied.reply)
+}
+
+/// HSET HSETNX HMSET HGET HMGET HGETALL HDEL HLEN HEXISTS HKEYS HVALS HINCRBY HINCRBYFLOAT
+/// HSTRLEN.
+pub fn hash_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    run(ctx, argv[1], argv, hash_apply)
+}
+
+/// `ringlet_record::hash::apply`, except HINCRBYFLOAT, whose sum and text come from the same
+/// x87 long-double arithmetic as INCRBYFLOAT (`crate::ldouble`): Redis formats a hash's float
+/// like a string's (`10.5 + 0.1 + 5e3` is `5010.60000000000000009`, not `5010.6`). Both fronts
+/// use this.
+pub fn hash_apply(argv: &[&[u8]], rec: Option<&Record>) -> Applied {
+    use crate::ldouble::{incr_by_float, FloatError};
+    if !argv[0].eq_ignore_ascii_case(b"hincrbyfloat") || argv.len() != 4 {
+        return ringlet_record::hash::apply(argv, rec);
+    }
+    let fail = |e: &str| Applied {
+        reply: Out::Err(e.to_string()),
+        write: Write::None,
+    };
+    // Redis checks the increment first, then the stored value, then the sum.
+    match incr_by_float(None, argv[3]) {
+        Err(FloatError::NotFloat) => return fail(errors::NOT_FLOAT),
+        Err(FloatError::NanOrInfinity) => return fail("ERR value is NaN or Infinity"),
+        Ok(_) => {}
+    }
+    let cur = rec.and_then(|r| r.get(argv[2])).map(|f| f.display());
+    let new = match incr_by_float(cur.as_deref(), argv[3]) {
+        Ok(v) => v,
+        Err(FloatError::NotFloat) => return fail("ERR hash value is not a float"),
+        Err(FloatError::NanOrInfinity) => {
+            return fail("ERR increment would produce NaN or Infinity")
+        }
+    };
+    let set: [&[u8]; 4] = [b"HSET", argv[1], argv[2], &new];
+    let stored = ringlet_record::hash::apply(&set, rec);
+    Applied {
+        reply: Out::Bulk(Some(new)),
+        write: stored.write,
+    }
+}
+
+/// LINK SET|ADD|GET|DEL key field ...
+pub fn link_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let Some(key) = ringlet_record::link::key(argv) else {
+        return Reply::err(errors::SYNTAX);
+    };
+    run(ctx, key, argv, ringlet_record::link::apply)
+}
+
+/// CHASE key field [field ...] [DEPTH n] [LIMIT n] [FIELDS attr ...]: breadth-first over the
+/// named link fields, every hop a local lookup (one batch per depth under the lock).
+pub fn chase_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let mut walk = match chase::Chase::parse(argv) {
+        Ok(c) => c,
+        Err(e) => return Reply::err_owned(e),
+    };
+    let deadline = Instant::now() + CHASE_TIME_MAX;
+    loop {
+        let batch = walk.next_batch();
+        if batch.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            walk.timed_out();
+            break;
+        }
+        let engine = ctx.shared.db.lock();
+        for k in &batch {
+            // A missing key, a string or a record that does not decode is not an entry.
+            let rec = record_of(&engine, k, ctx.now_ms).ok().flatten();
+            walk.feed(k, rec.as_ref());
+        }
+    }
+    chase_reply(walk.finish())
+}
+
+/// CHASE's reply: the entries in BFS order, each `[key, depth, [attr, value, ...]]`, then
+/// the stop status (`complete`, `limit`, `bytes`, `time`) as a bulk string. Shared with the
+/// cluster front through [`chase_reply_parts`].
+pub fn chase_reply(r: chase::ChaseReply) -> Reply {
+    let (entries, stop) = chase_reply_parts(r);
+    let mut items: Vec<Reply> = entries
+        .into_iter()
+        .map(|(key, depth, attrs)| {
+            Reply::Array(vec![
+                Reply::Bulk(Bytes::from(key)),
+                Reply::Int(depth),
+                Reply::Array(
+                    attrs
+                        .into_iter()
+                        .map(|v| Reply::Bulk(Bytes::from(v)))
+                        .collect(),
+                ),
+            ])
+        })
+        .collect();
+    items.push(Reply::Bulk(Bytes::from_static(stop.as_bytes())));
+    Reply::Array(items)
+}
+
+/// One CHASE entry: key, depth, and the flat `attr, value, ...` list.
+pub type ChaseEntry = (Vec<u8>, i64, Vec<Vec<u8>>);
+
+/// The parts of CHASE's reply, for fronts with their own reply type.
+pub fn chase_reply_parts(r: chase::ChaseReply) -> (Vec<ChaseEntry>, &'static str) {
+    let stop = r.stop.as_str();
+    let entries = r
+        .entries
+        .into_iter()
+        .map(|e| {
+            let attrs = e.attrs.into_iter().flat_map(|(k, v)| [k, v]).collect();
+            (e.key, i64::from(e.depth), attrs)
+        })
+        .collect();
+    (entries, stop)
+}
+
+/// COMMAND INFO / DOCS entries of Ringlet's own record commands (Redis 7's format), added
+/// to the generated table: LINK with its verbs (key at position 2) and CHASE (key at 1).
+pub fn own_commands() -> Vec<(&'static str, Reply, Reply)> {
+    let key_spec = |index: i64, write: bool| {
+        m(vec![
+            (
+                b("flags"),
+                st(if write {
+                    vec![s("RW"), s("update")]
+                } else {
+                    vec![s("RO"), s("access")]
+                }),
+            ),
+            (
+                b("begin_search"),
+                m(vec![
+                    (b("type"), b("index")),
+                    (b("spec"), m(vec![(b("index"), i(index))])),
+                ]),
+            ),
+            (
+                b("find_keys"),
+                m(vec![
+                    (b("type"), b("range")),
+                    (
+                        b("spec"),
+                        m(vec![
+                            (b("lastkey"), i(0)),
+                            (b("keystep"), i(1)),
+                            (b("limit"), i(0)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])
+    };
+    let entry = |name: &'static str, arity: i64, write: bool, key: i64| {
+        a(vec![
+            b(name),
+            i(arity),
+            st(vec![s(if write { "write" } else { "readonly" })]),
+            i(key),
+            i(key),
+            i(1),
+            st(vec![s(if write { "@write" } else { "@read" }), s("@hash")]),
+            st(vec![]),
+            st(vec![key_spec(key, write)]),
+            st(vec![]),
+        ])
+    };
+    let docs = |summary: &'static str| {
+        m(vec![
+            (b("summary"), b(summary)),
+            (b("since"), b("0.1.0")),
+            (b("group"), b("hash")),
+            (b("complexity"), b("O(N)")),
+        ])
+    };
+    let link_info = a(vec![
+        b("link"),
+        i(-2),
+        st(vec![]),
+        i(0),
+        i(0),
+        i(0),
+        st(vec![s("@hash")]),
+        st(vec![]),
+        st(vec![]),
+        st(vec![
+            entry("link|set", 5, true, 2),
+            entry("link|add", -5, true, 2),
+            entry("link|get", 4, false, 2),
+            entry("link|del", 4, true, 2),
+        ]),
+    ]);
+    let link_docs = m(vec![
+        (b("summary"), b("Links between records (KELI)")),
+        (b("since"), b("0.1.0")),
+        (b("group"), b("hash")),
+        (b("complexity"), b("Depends on subcommand.")),
+        (
+            b("subcommands"),
+            m(vec![
+                (b("link|set"), docs("Make a field a link to another key")),
+                (b("link|add"), docs("Append links to a field's link list")),
+                (b("link|get"), docs("The target keys of a link field")),
+                (b("link|del"), docs("Remove a link field")),
+            ]),
+        ),
+    ]);
+    vec![
+        ("link", link_info, link_docs),
+        (
+            "chase",
+            entry("chase", -3, false, 1),
+            docs("Follow link fields breadth-first and return the items reached"),
+        ),
+    ]
+}
