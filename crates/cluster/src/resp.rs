@@ -136,6 +136,8 @@ pub async fn serve(
     }
     let acceptor = tls.map(|t| t.acceptor);
     let open = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let closed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    tokio::spawn(trim_after_closes(closed.clone()));
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -153,6 +155,7 @@ pub async fn serve(
         open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let f = front.clone();
         let open = open.clone();
+        let closed = closed.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             match acceptor {
@@ -189,9 +192,32 @@ pub async fn serve(
                 }
             }
             open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
 }
+
+/// Give the memory of closed connections back to the OS. Their buffers are freed at close,
+/// but glibc's malloc keeps freed chunks below its (dynamic) mmap threshold in its heaps, so
+/// 2,000 closed half-sent 64 KiB requests left ~100 MiB resident for good (issue 10, case 8).
+/// At most once a second, and only after connections closed: `malloc_trim` walks the heaps
+/// and returns their free pages, on a blocking thread so no connection task waits for it.
+async fn trim_after_closes(closed: Arc<std::sync::atomic::AtomicU64>) {
+    let mut tick = tokio::time::interval(TRIM_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if closed.swap(0, std::sync::atomic::Ordering::Relaxed) == 0 {
+            continue;
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim takes no pointers; it only releases free heap memory.
+        let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+    }
+}
+
+/// How often [`trim_after_closes`] may run.
+const TRIM_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Write the buffered replies once they pass [`OUT_FLUSH_BYTES`]: the connection then waits
 /// for the client to read (TCP back-pressure) instead of buffering without bound. A large
