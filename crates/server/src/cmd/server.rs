@@ -266,7 +266,18 @@ pub fn function_reply(argv: &[&[u8]]) -> Reply {
                 library = true;
                 i += 2;
             } else {
-                return super::err_with_arg("ERR Unknown argument ", argv[i], "");
+                // Redis's functionListCommand sends this with addReplyErrorSds, which maps
+                // CR/LF to spaces without trimming them (checked by the random differential
+                // test: `FUNCTION LIST "\n"` is `Unknown argument ` plus a space).
+                let mut msg = b"ERR Unknown argument ".to_vec();
+                msg.extend(super::cstr(argv[i]).iter().map(|&c| {
+                    if c == b'\r' || c == b'\n' {
+                        b' '
+                    } else {
+                        c
+                    }
+                }));
+                return Reply::Error(msg.into());
             }
         }
         return Reply::Array(vec![]);
