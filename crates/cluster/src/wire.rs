@@ -140,8 +140,10 @@ impl Enc {
                 version,
                 offset,
                 len,
+                kind,
             } => {
-                self.u8(1);
+                // 1: a string's location, 4: a record's (protocol 3).
+                self.u8(if *kind == ValueKind::Record { 4 } else { 1 });
                 self.bytes(key);
                 self.version(version);
                 self.u64(*offset);
@@ -166,7 +168,12 @@ impl Enc {
             self.version(&k.version);
             self.u64(k.offset);
             self.u64(k.len);
-            self.u8(u8::from(k.tombstone));
+            // 0 live string, 1 tombstone, 2 live record (protocol 3).
+            self.u8(match (k.tombstone, k.kind) {
+                (true, _) => 1,
+                (false, ValueKind::String) => 0,
+                (false, ValueKind::Record) => 2,
+            });
         }
     }
     fn cursor(&mut self, c: &Option<(Slot, Vec<u8>)>) {
@@ -602,11 +609,16 @@ impl<'a> Dec<'a> {
     fn ec_meta(&mut self) -> Result<EcMeta, WireError> {
         Ok(match self.u8()? {
             0 => EcMeta::None,
-            1 => EcMeta::Put {
+            tag @ (1 | 4) => EcMeta::Put {
                 key: self.key()?,
                 version: self.version()?,
                 offset: self.u64()?,
                 len: self.u64()?,
+                kind: if tag == 4 {
+                    ValueKind::Record
+                } else {
+                    ValueKind::String
+                },
             },
             2 => EcMeta::Delete {
                 key: self.key()?,
@@ -629,12 +641,26 @@ impl<'a> Dec<'a> {
         let n = self.count("key metas", 37)?;
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
+            let (key, version, offset, len) =
+                (self.key()?, self.version()?, self.u64()?, self.u64()?);
+            let (tombstone, kind) = match self.u8()? {
+                0 => (false, ValueKind::String),
+                1 => (true, ValueKind::String),
+                2 => (false, ValueKind::Record),
+                tag => {
+                    return Err(WireError::BadTag {
+                        what: "key meta flag",
+                        tag,
+                    })
+                }
+            };
             v.push(EcKeyMeta {
-                key: self.key()?,
-                version: self.version()?,
-                offset: self.u64()?,
-                len: self.u64()?,
-                tombstone: self.bool("tombstone")?,
+                key,
+                version,
+                offset,
+                len,
+                tombstone,
+                kind,
             });
         }
         Ok(v)
@@ -1059,14 +1085,24 @@ mod tests {
     fn ec_meta() -> impl Strategy<Value = EcMeta> {
         prop_oneof![
             Just(EcMeta::None),
-            (key(), any::<u128>(), any::<u64>(), any::<u64>()).prop_map(|(key, v, offset, len)| {
-                EcMeta::Put {
+            (
+                key(),
+                any::<u128>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<bool>()
+            )
+                .prop_map(|(key, v, offset, len, record)| EcMeta::Put {
                     key,
                     version: Version(v),
                     offset,
                     len,
-                }
-            }),
+                    kind: if record {
+                        ValueKind::Record
+                    } else {
+                        ValueKind::String
+                    },
+                }),
             (key(), any::<u128>()).prop_map(|(key, v)| EcMeta::Delete {
                 key,
                 version: Version(v)
@@ -1085,13 +1121,19 @@ mod tests {
                 any::<u64>(),
                 any::<u64>(),
                 any::<bool>(),
+                any::<bool>(),
             )
-                .prop_map(|(key, v, offset, len, tombstone)| EcKeyMeta {
+                .prop_map(|(key, v, offset, len, tombstone, record)| EcKeyMeta {
                     key,
                     version: Version(v),
                     offset,
                     len,
                     tombstone,
+                    kind: if record && !tombstone {
+                        ValueKind::Record
+                    } else {
+                        ValueKind::String
+                    },
                 }),
             0..4,
         )

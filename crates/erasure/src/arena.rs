@@ -23,7 +23,7 @@ use crate::codec::delta;
 use crate::error::Error;
 use crate::layout::Layout;
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
-use ringlet_types::Version;
+use ringlet_types::{ValueKind, Version};
 use std::collections::BTreeMap;
 
 /// Key metadata replicated to every parity holder with each put: where the value is.
@@ -37,6 +37,9 @@ pub struct KeyMeta {
     pub len: u64,
     /// Version of the value.
     pub version: Version,
+    /// A byte string or a record (`ringlet-record`): in the metadata every parity holder
+    /// keeps, so a takeover rebuilds a record as a record.
+    pub kind: ValueKind,
 }
 
 /// A change of key metadata carried by a parity update.
@@ -326,6 +329,20 @@ impl Arena {
         version: Version,
         value: &[u8],
     ) -> Result<ParityUpdate, Error> {
+        self.put_kind(key, version, value, ValueKind::String)
+    }
+
+    /// [`Arena::put`] of a value of `kind` (recorded in the key's metadata).
+    ///
+    /// # Errors
+    /// As [`Arena::put`].
+    pub fn put_kind(
+        &mut self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        kind: ValueKind,
+    ) -> Result<ParityUpdate, Error> {
         check_key(key)?;
         if let Some(old) = self.keys.get(key) {
             if version <= old.version {
@@ -360,6 +377,7 @@ impl Arena {
             offset,
             len,
             version,
+            kind,
         };
         if let Some(old) = self.keys.insert(key.to_vec(), meta) {
             // Cannot fail while the invariants hold (the key pointed at its allocation), and
@@ -426,6 +444,7 @@ impl Arena {
         key: &[u8],
         version: Version,
         value: &[u8],
+        kind: ValueKind,
     ) -> Result<(ParityUpdate, Option<(u64, u64)>), Error> {
         let old = self.keys.get(key).copied();
         if let Some(o) = old {
@@ -438,7 +457,7 @@ impl Arena {
                 m.len = 0;
             }
         }
-        match self.put(key, version, value) {
+        match self.put_kind(key, version, value, kind) {
             Ok(up) => Ok((up, old.filter(|o| o.len > 0).map(|o| (o.offset, o.len)))),
             Err(e) => {
                 if let (Some(o), Some(m)) = (old, self.keys.get_mut(key)) {

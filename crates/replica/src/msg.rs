@@ -319,6 +319,7 @@ pub enum EcMeta {
         version: Version,
         offset: u64,
         len: u64,
+        kind: ValueKind,
     },
     /// `key` deleted at `version` (holders keep a tombstone).
     Delete {
@@ -341,6 +342,8 @@ pub struct EcKeyMeta {
     pub len: u64,
     /// A delete: `offset`/`len` are 0.
     pub tombstone: bool,
+    /// String or record (a tombstone is a `String`).
+    pub kind: ValueKind,
 }
 
 /// A byte range of a data arena or a parity chunk (see [`PeerBody::EcReadReq`]).

@@ -857,11 +857,11 @@ impl<S: ReplicaStore> Replica<S> {
             MemgestKind::Ec { .. } => {
                 // ec metadata (index entries rebuilt from parity holders) has no expiry yet:
                 // refuse rather than silently drop the TTL.
-                // The same for records: the parity holders' key metadata has no kind yet.
-                if expiry_ms.is_some() || kind == ValueKind::Record {
+                if expiry_ms.is_some() {
                     return self.reply(out, client, id, ClientReply::Unsupported);
                 }
-                return self.write_ec(now_ms, client, id, key, value, memgest, out);
+                // Records are fine: the kind is in the parity holders' key metadata too.
+                return self.write_ec(now_ms, client, id, key, value, memgest, kind, out);
             }
         };
         if copies >= 2 && !info.written {

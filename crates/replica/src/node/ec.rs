@@ -71,6 +71,7 @@ fn to_wire_meta(m: &Option<MetaChange>) -> EcMeta {
             version: meta.version,
             offset: meta.offset,
             len: meta.len,
+            kind: meta.kind,
         },
         Some(MetaChange::Delete { key, version }) => EcMeta::Delete {
             key: key.clone(),
@@ -91,6 +92,7 @@ fn from_wire(owner: u32, seq: u64, offset: u64, delta: Vec<u8>, meta: EcMeta) ->
             version,
             offset,
             len,
+            kind,
         } => Some(MetaChange::Put {
             key,
             meta: KeyMeta {
@@ -98,6 +100,7 @@ fn from_wire(owner: u32, seq: u64, offset: u64, delta: Vec<u8>, meta: EcMeta) ->
                 offset,
                 len,
                 version,
+                kind,
             },
         }),
         EcMeta::Delete { key, version } => Some(MetaChange::Delete { key, version }),
@@ -263,7 +266,7 @@ pub(super) struct Job {
     sent_ms: u64,
     failed: bool,
     attempt: usize,
-    readers: Vec<(u64, ReqId, bool, Version, MemgestId)>,
+    readers: Vec<(u64, ReqId, bool, Version, MemgestId, ValueKind)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -457,7 +460,7 @@ impl<S: ReplicaStore> Replica<S> {
         // resend; readers waiting for a decode are told to retry).
         self.ec_reqs.clear();
         for (_, j) in std::mem::take(&mut self.ec_jobs) {
-            for (client, id, _, _, _) in j.readers {
+            for (client, id, _, _, _, _) in j.readers {
                 self.reply(out, client, id, ClientReply::NotReady);
             }
         }
@@ -564,6 +567,7 @@ impl<S: ReplicaStore> Replica<S> {
         key: Vec<u8>,
         value: Option<Vec<u8>>,
         memgest: MemgestId,
+        kind: ValueKind,
         out: &mut Vec<Output>,
     ) {
         let slot = key_slot(&key);
@@ -610,7 +614,7 @@ impl<S: ReplicaStore> Replica<S> {
             return;
         };
         let staged = match &value {
-            Some(v) => d.arena.put_deferred(&key, version, v),
+            Some(v) => d.arena.put_deferred(&key, version, v, kind),
             None if d.arena.meta(&key).is_some() => d.arena.remove_deferred(&key, version, false),
             None => Ok((
                 d.arena.meta_update(MetaChange::Delete {
@@ -650,9 +654,13 @@ impl<S: ReplicaStore> Replica<S> {
         let entry = Entry {
             version,
             memgest,
+            expiry_ms: None, // ec writes with a TTL are refused in `write`
+            kind: if stored.is_some() {
+                kind
+            } else {
+                ValueKind::String
+            },
             value: stored,
-            expiry_ms: None,         // ec writes with a TTL are refused in `write`
-            kind: ValueKind::String, // ec memgests refuse records (see `write`)
         };
         self.remember(client, id.seq, None);
         let retire = self.move_retire(&key, slot, memgest);
@@ -776,7 +784,7 @@ impl<S: ReplicaStore> Replica<S> {
                 memgest: mid,
                 value: None,
                 expiry_ms: None,
-                kind: ValueKind::String, // ec memgests refuse records (see `write`)
+                kind: ValueKind::String, // a pending marker, never stored
             };
             let last = self.last_now_ms;
             self.push_ec_pending(
@@ -1022,6 +1030,7 @@ impl<S: ReplicaStore> Replica<S> {
                 offset: m.offset,
                 len: m.len,
                 tombstone: false,
+                kind: m.kind,
             });
         let tombs = h
             .store
@@ -1033,6 +1042,7 @@ impl<S: ReplicaStore> Replica<S> {
                 offset: 0,
                 len: 0,
                 tombstone: true,
+                kind: ValueKind::String,
             });
         let mut keys: Vec<EcKeyMeta> = puts.chain(tombs).collect();
         keys.sort_by(|a, b| a.key.cmp(&b.key));
@@ -1240,6 +1250,7 @@ impl<S: ReplicaStore> Replica<S> {
                     offset: m.offset,
                     len: m.len,
                     tombstone: false,
+                    kind: m.kind,
                 })
                 .collect();
             let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
@@ -1343,6 +1354,7 @@ impl<S: ReplicaStore> Replica<S> {
                 offset: k.offset,
                 len: k.len,
                 version: k.version,
+                kind: k.kind,
             };
             let _ = h
                 .store
@@ -1554,7 +1566,7 @@ impl<S: ReplicaStore> Replica<S> {
             if let Some(j) = self.ec_jobs.remove(&id) {
                 self.ec_reqs
                     .retain(|_, r| !matches!(r, EcReq::Job { job } if *job == id));
-                for (client, rid, _, _, _) in j.readers {
+                for (client, rid, _, _, _, _) in j.readers {
                     self.reply(out, client, rid, ClientReply::NotReady);
                 }
             }
@@ -1605,7 +1617,7 @@ impl<S: ReplicaStore> Replica<S> {
             memgest: mid,
             value: None,
             expiry_ms: None,
-            kind: ValueKind::String, // ec memgests refuse records (see `write`)
+            kind: ValueKind::String, // a pending marker, never stored
         };
         let now = self.last_now_ms;
         self.push_ec_pending(now, Vec::new(), slot, entry, None, targets, ec, None, out);
@@ -1674,7 +1686,7 @@ impl<S: ReplicaStore> Replica<S> {
                 memgest: mid,
                 value: (!k.tombstone).then(|| ec_ptr(k.offset, k.len)),
                 expiry_ms: None,
-                kind: ValueKind::String, // ec memgests refuse records (see `write`)
+                kind: k.kind,
             };
             let outcome = self.apply_local(&k.key, entry);
             if outcome == ApplyOutcome::Applied && !k.tombstone {
@@ -1684,6 +1696,7 @@ impl<S: ReplicaStore> Replica<S> {
                         offset: k.offset,
                         len: k.len,
                         version: k.version,
+                        kind: k.kind,
                     };
                     if d.arena.restore_key(&k.key, meta).is_err() {
                         self.stats.ec_restore_conflicts += 1;
@@ -2034,21 +2047,21 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
-        for (client, id, replica, version, memgest) in j.readers {
+        for (client, id, replica, version, memgest, kind) in j.readers {
             let body = if replica {
                 ClientReply::Replica {
                     version,
                     memgest,
                     value: Some(bytes.clone()),
                     expiry_ms: None, // ec values carry no expiry (refused at write)
-                    kind: ValueKind::String, // ec memgests refuse records (see `write`)
+                    kind,
                 }
             } else {
                 ClientReply::Value {
                     version,
                     value: Some(bytes.clone()),
                     expiry_ms: None,
-                    kind: ValueKind::String, // ec memgests refuse records (see `write`)
+                    kind,
                 }
             };
             self.reply(out, client, id, body);
@@ -2077,7 +2090,7 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
             None => {
-                for (client, id, _, _, _) in j.readers {
+                for (client, id, _, _, _, _) in j.readers {
                     self.reply(out, client, id, ClientReply::NotReady);
                 }
             }
@@ -2249,7 +2262,7 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(pg) = self.range(key_slot(key)).map(|r| r.pg) else {
             return self.reply(out, client, id, ClientReply::NotReady);
         };
-        let reader = (client, id, replica, e.version, e.memgest);
+        let reader = (client, id, replica, e.version, e.memgest, e.kind);
         if let Some(j) = self.ec_jobs.values_mut().find(|j| {
             !j.background
                 && j.pg == pg
