@@ -144,6 +144,9 @@ pub struct Chase {
     visited: BTreeSet<Vec<u8>>,
     /// Keys of the level being fetched (or about to be), in BFS order, unique.
     frontier: Vec<Vec<u8>>,
+    /// The same keys as a set, while they are being fed: `feed` checks membership in
+    /// O(log n) (a scan of `frontier` made a level of n keys cost O(n²)).
+    batch: BTreeSet<Vec<u8>>,
     /// Depth of `frontier`.
     depth: u32,
     /// `frontier` was handed out by `next_batch` and its results are being fed.
@@ -234,6 +237,7 @@ impl Chase {
         Ok(Chase {
             visited: BTreeSet::from([root.clone()]),
             frontier: vec![root.clone()],
+            batch: BTreeSet::new(),
             root,
             link_fields,
             depth_max,
@@ -274,13 +278,14 @@ impl Chase {
             return Vec::new();
         }
         self.fetching = true;
+        self.batch = self.frontier.iter().cloned().collect();
         self.frontier.clone()
     }
 
     /// Hands in a fetched key's record: `None` if the key is missing or is not a record (it
     /// is then skipped). Keys not in the current batch, and repeats, are ignored.
     pub fn feed(&mut self, key: &[u8], rec: Option<&Record>) {
-        if !self.fetching || self.fed.contains_key(key) || !self.frontier.iter().any(|k| k == key) {
+        if !self.fetching || self.fed.contains_key(key) || !self.batch.contains(key) {
             return;
         }
         let fed = rec.map(|r| Fed {
@@ -296,6 +301,43 @@ impl Chase {
                     .iter()
                     .filter_map(|n| r.get(n))
                     .flat_map(Field::targets)
+                    .map(<[u8]>::to_vec)
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        });
+        self.fed.insert(key.to_vec(), fed);
+    }
+
+    /// [`Chase::feed`] with the key's encoded record (`None`: missing or not a record),
+    /// walked in place by [`crate::record::scan`]: no [`Record`] is built, so a visited item
+    /// costs its attributes and link targets, not one allocation per link it holds. Bytes
+    /// that do not decode count as a missing key.
+    pub fn feed_encoded(&mut self, key: &[u8], encoded: Option<&[u8]>) {
+        if !self.fetching || self.fed.contains_key(key) || !self.batch.contains(key) {
+            return;
+        }
+        let fields = encoded.and_then(|b| crate::record::scan(b).ok());
+        let fed = fields.map(|fields| Fed {
+            attrs: match &self.attrs {
+                None => fields
+                    .iter()
+                    .map(|(n, f)| (n.to_vec(), f.display()))
+                    .collect(),
+                Some(want) => want
+                    .iter()
+                    .filter_map(|a| {
+                        let f = fields.iter().find(|(n, _)| n == a)?;
+                        Some((a.clone(), f.1.display()))
+                    })
+                    .collect(),
+            },
+            targets: if self.depth < self.depth_max {
+                self.link_fields
+                    .iter()
+                    .filter_map(|n| fields.iter().find(|(f, _)| f == n))
+                    .flat_map(|(_, f)| f.targets())
                     .map(<[u8]>::to_vec)
                     .collect()
             } else {
@@ -345,6 +387,7 @@ impl Chase {
     /// the next level from their links.
     fn settle(&mut self) {
         self.fetching = false;
+        self.batch.clear();
         self.unfed = false;
         let frontier = std::mem::take(&mut self.frontier);
         let mut fed = std::mem::take(&mut self.fed);
@@ -453,10 +496,28 @@ mod tests {
         c.finish()
     }
 
+    /// As `drive`, feeding the encoded records (what the fronts do).
+    fn drive_encoded(mut c: Chase) -> ChaseReply {
+        let g = graph();
+        for _ in 0..100 {
+            let batch = c.next_batch();
+            if batch.is_empty() {
+                break;
+            }
+            for k in batch {
+                let enc = g.get(&k).map(Record::encode);
+                c.feed_encoded(&k, enc.as_deref());
+            }
+        }
+        c.finish()
+    }
+
     fn run(cmd: &str) -> ChaseReply {
         let a = drive(chase(cmd), false);
         // Feed order never changes the reply.
         assert_eq!(a, drive(chase(cmd), true), "{cmd}");
+        // Nor does feeding encoded records instead of decoded ones.
+        assert_eq!(a, drive_encoded(chase(cmd)), "{cmd} (encoded)");
         a
     }
 

@@ -168,3 +168,22 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// `scan` (CHASE's borrowing walk) sees exactly the fields `decode` builds, with the same
+    /// display strings and link targets, and never panics on arbitrary bytes.
+    #[test]
+    fn scan_agrees_with_decode(r in record(), noise in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let b = r.encode();
+        let fields = ringlet_record::record::scan(&b).unwrap();
+        prop_assert_eq!(fields.len(), r.len());
+        for ((n, f), (rn, rf)) in fields.iter().zip(r.iter()) {
+            prop_assert_eq!(*n, rn);
+            prop_assert_eq!(f.display(), rf.display());
+            let t: Vec<&[u8]> = f.targets().collect();
+            let rt: Vec<&[u8]> = rf.targets().collect();
+            prop_assert_eq!(t, rt);
+        }
+        let _ = ringlet_record::record::scan(&noise);
+    }
+}

@@ -122,8 +122,12 @@ impl Front {
             for (node, keys) in by_node {
                 if node == self.node.id() {
                     for k in &keys {
-                        let rec = self.record_at(k).await.ok().flatten();
-                        walk.feed(k, rec.as_ref().map(|(r, _)| r));
+                        match self.get_any(k).await {
+                            Ok(Some(g)) if g.kind == ValueKind::Record => {
+                                walk.feed_encoded(k, Some(&g.value))
+                            }
+                            _ => walk.feed_encoded(k, None),
+                        }
                     }
                     continue;
                 }
@@ -158,11 +162,10 @@ impl Front {
                         _ => continue,
                     };
                     for (k, item) in chunk.iter().zip(items) {
-                        let rec = match item {
-                            Reply::Bulk(b) => Record::decode(&b).ok(),
-                            _ => None,
-                        };
-                        walk.feed(k, rec.as_ref());
+                        match item {
+                            Reply::Bulk(b) => walk.feed_encoded(k, Some(&b)),
+                            _ => walk.feed_encoded(k, None),
+                        }
                     }
                 }
             }

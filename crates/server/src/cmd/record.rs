@@ -169,8 +169,10 @@ pub fn chase_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         let engine = ctx.shared.db.lock();
         for k in &batch {
             // A missing key, a string or a record that does not decode is not an entry.
-            let rec = record_of(&engine, k, ctx.now_ms).ok().flatten();
-            walk.feed(k, rec.as_ref());
+            match engine.get(k, ctx.now_ms) {
+                Some(e) if e.kind == ValueKind::Record => walk.feed_encoded(k, Some(&e.value)),
+                _ => walk.feed_encoded(k, None),
+            }
         }
     }
     chase_reply(walk.finish())
