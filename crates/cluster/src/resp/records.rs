@@ -19,7 +19,7 @@ use super::{convert, err, Front, WRONGTYPE};
 use ringlet_codec::resp::Reply;
 use ringlet_record::hash::{Applied, Write};
 use ringlet_record::{chase, Record};
-use ringlet_server::cmd::record::{chase_reply, out_reply, CHASE_TIME_MAX};
+use ringlet_server::cmd::record::{chase_reply, out_reply, read_encoded, CHASE_TIME_MAX};
 use ringlet_types::{key_slot, limits, NodeId, ValueKind};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -56,6 +56,17 @@ impl Front {
         } else {
             None
         };
+        let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+        if !write {
+            let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            if let Some(g) = self.get_any(key).await? {
+                if g.kind == ValueKind::Record {
+                    if let Some(out) = read_encoded(&args, &g.value) {
+                        return Ok(convert(&out_reply(&name, out)));
+                    }
+                }
+            }
+        }
         let cur = self.record_at(key).await?;
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let applied = apply(&args, cur.as_ref().map(|(r, _)| r));
@@ -68,7 +79,6 @@ impl Front {
             }
             Write::Delete => self.write_in(key, None, None).await?,
         }
-        let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
         Ok(convert(&out_reply(&name, applied.reply)))
     }
 

@@ -61,6 +61,31 @@ fn bulk_or_nil(v: Option<Vec<u8>>) -> Reply {
     v.map_or(Reply::Nil, |v| Reply::Bulk(Bytes::from(v)))
 }
 
+/// HGET and HMGET answered from the encoded record in place (`record::scan`), without
+/// building a `Record`: the reads a client-side traversal makes most, where decoding every
+/// link of a large link list for one field was most of the cost. `None`: not one of these
+/// (or not their arity, or bytes that do not scan); the caller applies the command as usual,
+/// which also produces every error.
+pub fn read_encoded(argv: &[&[u8]], encoded: &[u8]) -> Option<Out> {
+    let hget = argv[0].eq_ignore_ascii_case(b"hget") && argv.len() == 3;
+    let hmget = argv[0].eq_ignore_ascii_case(b"hmget") && argv.len() >= 3;
+    if !hget && !hmget {
+        return None;
+    }
+    let fields = ringlet_record::record::scan(encoded).ok()?;
+    let find = |name: &[u8]| {
+        fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, f)| f.display())
+    };
+    Some(if hget {
+        Out::Bulk(find(argv[2]))
+    } else {
+        Out::Array(argv[2..].iter().map(|f| find(f)).collect())
+    })
+}
+
 /// Apply a record command (`apply` is `hash::apply` or `link::apply`) to `key` under the
 /// engine lock and store what it decided.
 fn run(
@@ -71,12 +96,17 @@ fn run(
 ) -> Reply {
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
+    let name = std::str::from_utf8(argv[0]).unwrap_or("");
+    if let Some(e) = engine.get(key, now).filter(|e| e.kind == ValueKind::Record) {
+        if let Some(out) = read_encoded(argv, &e.value) {
+            return out_reply(name, out);
+        }
+    }
     let rec = match record_of(&engine, key, now) {
         Ok(r) => r,
         Err(e) => return e,
     };
     let applied = apply(argv, rec.as_ref());
-    let name = std::str::from_utf8(argv[0]).unwrap_or("");
     match applied.write {
         Write::None => {}
         Write::Store(r) => {
