@@ -3,9 +3,11 @@
 //! moves a node's roles to the spare, and the data stays readable. The heavier failover and
 //! linearizability tests live in crates/cluster/tests/multiprocess.rs.
 
+mod common;
+
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,10 +46,8 @@ fn cluster_call(mut port: u16, args: &[&[u8]]) -> Reply {
 
 #[test]
 fn up_cluster_serves_moved_and_drains() {
-    let mut base = 24_000 + (std::process::id() % 8_000) as u16;
-    while !(0..6).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-        base += 7;
-    }
+    // Client and admin ports below the ephemeral range (common::free_base).
+    let base = common::free_base(6);
     let mut up = Command::new(env!("CARGO_BIN_EXE_ringlet"))
         .args([
             "up",

@@ -5,8 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -43,10 +44,8 @@ fn ringlet(port: u16, args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn memgest_cli_against_a_ring_shaped_cluster() {
-    let mut base = 33_000 + (std::process::id() % 8_000) as u16;
-    while !(0..7).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-        base += 9;
-    }
+    // Client and admin ports below the ephemeral range (common::free_base).
+    let base = common::free_base(7);
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet"))
         .args([
             "up",

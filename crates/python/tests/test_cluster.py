@@ -43,7 +43,9 @@ def free_base():
     n = NODES + SPARES + 1
     rng = random.Random(os.getpid())
     for _ in range(200):
-        base = rng.randrange(20000, 30000)
+        # Client ports 20000..22767, admin ports 30000..32767: below Linux's ephemeral range
+        # (32768..), which the nodes' peer listeners and outgoing connections draw from.
+        base = rng.randrange(20000, 22767 - n)
         if all(_free(base + i) and _free(base + 10000 + i) for i in range(n)):
             return base
     raise RuntimeError("no free port range found")

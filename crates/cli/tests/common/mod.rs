@@ -13,29 +13,39 @@ use std::time::{Duration, Instant};
 /// free range before either bound it, and both `ringlet up`s failed to start (CI, issue 17).
 static CLAIMED: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
 
-/// A base port with `n` free consecutive ports.
+/// A base port with `n` free consecutive ports, whose admin ports (+10000, where `ringlet up`
+/// puts each node's admin HTTP listener unless `--no-admin`) are free too.
 pub fn free_base(n: u16) -> u16 {
     free_base_where(n, |_| true)
 }
 
-/// A base port with `n` free consecutive ports, none handed to another test of this process,
-/// for which `also(base)` holds (e.g. the admin ports at +10000 are free too).
+/// Client ports are taken from 20000..22767 so that their admin ports (30000..32767) stay
+/// below Linux's ephemeral range (32768..60999 by default): the nodes' peer listeners and
+/// every outgoing connection take ephemeral ports, and one of them once took an admin port
+/// between the probe here and `up`'s bind (`Address already in use`, CI).
+const BASE_FIRST: u16 = 20_000;
+const BASE_LAST: u16 = 22_767;
+
+/// [`free_base`], none handed to another test of this process, for which `also(base)` holds.
 pub fn free_base_where(n: u16, also: impl Fn(u16) -> bool) -> u16 {
     let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
-    let mut base = 26_000 + (std::process::id() % 6_000) as u16;
-    loop {
+    let span = BASE_LAST - BASE_FIRST - n;
+    let mut base = BASE_FIRST + (std::process::id() % u32::from(span)) as u16;
+    for _ in 0..span {
         let overlaps = claimed
             .iter()
             .any(|&(b, len)| base < b + len && b < base + n);
-        if !overlaps
-            && (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok())
-            && also(base)
-        {
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if !overlaps && (0..n).all(|i| free(base + i) && free(base + 10_000 + i)) && also(base) {
             claimed.push((base, n));
             return base;
         }
         base += n + 1;
+        if base + n > BASE_LAST {
+            base = BASE_FIRST;
+        }
     }
+    panic!("no {n} free ports (and admin ports) in {BASE_FIRST}..{BASE_LAST}");
 }
 
 /// A running `ringlet up`; SIGTERM on drop makes it stop its nodes (SIGKILL would leave
