@@ -9,12 +9,6 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A base port with n free client ports and their admin ports (+10000).
-fn free_base_with_admin(n: u16) -> u16 {
-    // common::free_base checks the admin ports too.
-    common::free_base(n)
-}
-
 /// GET `path` on 127.0.0.1:`port`: (status line, body).
 fn http_get(port: u16, path: &str) -> (String, String) {
     http_get_with(port, path, "")
@@ -41,7 +35,7 @@ fn sample(body: &str, name: &str) -> Option<f64> {
 
 #[test]
 fn every_node_serves_metrics_that_follow_the_cluster() {
-    let base = free_base_with_admin(5);
+    let base = common::free_base(5);
     let b = base.to_string();
     let up = common::up(&[
         "up",
@@ -112,7 +106,7 @@ fn every_node_serves_metrics_that_follow_the_cluster() {
 
 #[test]
 fn no_admin_turns_the_ports_off_and_one_admin_port_for_many_nodes_is_refused() {
-    let base = free_base_with_admin(5);
+    let base = common::free_base(5);
     let b = base.to_string();
     let up = common::up(&["up", "--nodes", "3", "--port", &b, "--no-admin"]);
     for i in 0..3u16 {
@@ -135,7 +129,7 @@ fn no_admin_turns_the_ports_off_and_one_admin_port_for_many_nodes_is_refused() {
 /// (and show no figures), 200 with it; a token with spaces is refused at start.
 #[test]
 fn admin_token_guards_every_node_admin_page() {
-    let base = free_base_with_admin(5);
+    let base = common::free_base(5);
     let b = base.to_string();
     let up = common::up(&[
         "up",

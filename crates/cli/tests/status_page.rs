@@ -17,7 +17,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,13 +27,6 @@ const BROWSER_RUN_MAX: Duration = Duration::from_secs(90);
 /// Longest the cluster may take to mark a SIGKILLed node failed (lease expiry, default
 /// 1-2 s, plus the map push) — generous for a loaded machine.
 const FAILURE_DETECTION_MAX: Duration = Duration::from_secs(60);
-
-/// A base port with n free client ports and their admin ports (+10000).
-fn free_base_with_admin(n: u16) -> u16 {
-    common::free_base_where(n, |base| {
-        (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + 10_000 + i)).is_ok())
-    })
-}
 
 /// GET with extra header lines (each ending in \r\n): (status line, head, body).
 fn http_get(port: u16, path: &str, headers: &str) -> (String, String, String) {
@@ -228,7 +221,7 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
     if !have_chromium() {
         return;
     }
-    let base = free_base_with_admin(5);
+    let base = common::free_base(5);
     let b = base.to_string();
     let admin = |node: u32| base + 10_000 + (node as u16 - 1);
     let (up, pids) = up_with_pids(&[
@@ -337,7 +330,7 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
 /// bearer token and carry no figures; with it they answer with their content types.
 #[test]
 fn admin_token_guards_the_status_api_and_pages() {
-    let base = free_base_with_admin(4);
+    let base = common::free_base(4);
     let b = base.to_string();
     let up = common::up(&[
         "up",

@@ -74,18 +74,10 @@ impl TlsFiles {
     /// # Errors
     /// Unreadable or malformed files, or a key that does not match the certificate.
     pub fn acceptor(&self) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
-        let chain = certs(&self.cert)?;
-        let key = PrivateKeyDer::from_pem_file(&self.key).map_err(|err| match err {
-            rustls_pki_types::pem::Error::NoItemsFound => TlsError::NoKey(self.key.clone()),
-            err => TlsError::Pem {
-                path: self.key.clone(),
-                err,
-            },
-        })?;
         let cfg = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
-            .with_single_cert(chain, key)?;
+            .with_single_cert(certs(&self.cert)?, self.key()?)?;
         Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
     }
 
@@ -95,13 +87,9 @@ impl TlsFiles {
     /// # Errors
     /// Unreadable or malformed CA file.
     pub fn connector(&self) -> Result<tokio_rustls::TlsConnector, TlsError> {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in certs(&self.ca)? {
-            roots.add(c)?;
-        }
         let cfg = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
+            .with_root_certificates(self.roots()?)
             .with_no_client_auth();
         Ok(tokio_rustls::TlsConnector::from(Arc::new(cfg)))
     }

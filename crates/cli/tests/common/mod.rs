@@ -13,12 +13,6 @@ use std::time::{Duration, Instant};
 /// free range before either bound it, and both `ringlet up`s failed to start (CI, issue 17).
 static CLAIMED: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
 
-/// A base port with `n` free consecutive ports, whose admin ports (+10000, where `ringlet up`
-/// puts each node's admin HTTP listener unless `--no-admin`) are free too.
-pub fn free_base(n: u16) -> u16 {
-    free_base_where(n, |_| true)
-}
-
 /// Client ports are taken from 20000..22767 so that their admin ports (30000..32767) stay
 /// below Linux's ephemeral range (32768..60999 by default): the nodes' peer listeners and
 /// every outgoing connection take ephemeral ports, and one of them once took an admin port
@@ -26,8 +20,10 @@ pub fn free_base(n: u16) -> u16 {
 const BASE_FIRST: u16 = 20_000;
 const BASE_LAST: u16 = 22_767;
 
-/// [`free_base`], none handed to another test of this process, for which `also(base)` holds.
-pub fn free_base_where(n: u16, also: impl Fn(u16) -> bool) -> u16 {
+/// A base port with `n` free consecutive ports, whose admin ports (+10000, where `ringlet up`
+/// puts each node's admin HTTP listener unless `--no-admin`) are free too, and none handed
+/// to another test of this process.
+pub fn free_base(n: u16) -> u16 {
     let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
     let span = BASE_LAST - BASE_FIRST - n;
     let mut base = BASE_FIRST + (std::process::id() % u32::from(span)) as u16;
@@ -36,7 +32,7 @@ pub fn free_base_where(n: u16, also: impl Fn(u16) -> bool) -> u16 {
             .iter()
             .any(|&(b, len)| base < b + len && b < base + n);
         let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if !overlaps && (0..n).all(|i| free(base + i) && free(base + 10_000 + i)) && also(base) {
+        if !overlaps && (0..n).all(|i| free(base + i) && free(base + 10_000 + i)) {
             claimed.push((base, n));
             return base;
         }

@@ -29,17 +29,6 @@ use std::time::Instant;
 const RECORDS_BATCH_MAX: usize = 1024;
 
 impl Front {
-    /// The record of `key` at this coordinator (`Ok(None)`: missing); a string is WRONGTYPE.
-    async fn record_at(&self, key: &[u8]) -> Result<Option<(Record, Option<u64>)>, Reply> {
-        match self.get_any(key).await? {
-            None => Ok(None),
-            Some(g) if g.kind == ValueKind::String => Err(err(WRONGTYPE)),
-            Some(g) => Record::decode(&g.value)
-                .map(|r| Some((r, g.expiry_ms)))
-                .map_err(|e| err(format!("ERR stored record does not decode: {e}"))),
-        }
-    }
-
     /// HSET … HSTRLEN and LINK: `key` is the command's key, `write` whether it may change it.
     pub(super) async fn record_command(
         &self,
@@ -57,23 +46,27 @@ impl Front {
             None
         };
         let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
-        if !write {
-            let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-            if let Some(g) = self.get_any(key).await? {
-                if g.kind == ValueKind::Record {
-                    if let Some(out) = read_encoded(&args, &g.value) {
-                        return Ok(convert(&out_reply(&name, out)));
-                    }
-                }
-            }
-        }
-        let cur = self.record_at(key).await?;
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        let applied = apply(&args, cur.as_ref().map(|(r, _)| r));
+        // One read through the core; HGET/HMGET answer from the encoded bytes in place.
+        let got = self.get_any(key).await?;
+        let cur = match &got {
+            None => None,
+            Some(g) if g.kind == ValueKind::String => return Err(err(WRONGTYPE)),
+            Some(g) => {
+                if let Some(out) = read_encoded(&args, &g.value) {
+                    return Ok(convert(&out_reply(&name, out)));
+                }
+                Some(
+                    Record::decode(&g.value)
+                        .map_err(|e| err(format!("ERR stored record does not decode: {e}")))?,
+                )
+            }
+        };
+        let applied = apply(&args, cur.as_ref());
         match applied.write {
             Write::None => {}
             Write::Store(r) => {
-                let expiry = cur.and_then(|(_, x)| x);
+                let expiry = got.and_then(|g| g.expiry_ms);
                 self.write_kind(key, Some(r.encode()), None, expiry, ValueKind::Record)
                     .await?;
             }

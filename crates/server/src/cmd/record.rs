@@ -12,7 +12,7 @@ use super::table_data_helpers::{a, b, i, m, s, st};
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
-use ringlet_engine::{Engine, Expiry, SetOptions};
+use ringlet_engine::{Entry, Expiry, SetOptions};
 use ringlet_record::hash::{Applied, Out, Write};
 use ringlet_record::{chase, Record};
 use ringlet_types::{MemgestId, ValueKind};
@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 /// engine lock is taken per batch, never across the whole walk, but a client still waits.
 pub const CHASE_TIME_MAX: Duration = Duration::from_millis(100);
 
-/// The record of `key` (`Ok(None)`: missing); a string is WRONGTYPE, bytes that do not
+/// The record in `entry` (`Ok(None)`: missing key); a string is WRONGTYPE, bytes that do not
 /// decode (never written by Ringlet) an error naming the key's state.
-pub fn record_of(engine: &Engine, key: &[u8], now: u64) -> Result<Option<Record>, Reply> {
-    match engine.get(key, now) {
+pub fn record_of(entry: Option<&Entry>) -> Result<Option<Record>, Reply> {
+    match entry {
         None => Ok(None),
         Some(e) if e.kind == ValueKind::String => Err(Reply::err(errors::WRONGTYPE)),
         Some(e) => Record::decode(&e.value)
@@ -97,12 +97,14 @@ fn run(
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
     let name = std::str::from_utf8(argv[0]).unwrap_or("");
-    if let Some(e) = engine.get(key, now).filter(|e| e.kind == ValueKind::Record) {
+    // One engine read; HGET/HMGET answer from the encoded bytes in place.
+    let cur = engine.get(key, now);
+    if let Some(e) = cur.as_ref().filter(|e| e.kind == ValueKind::Record) {
         if let Some(out) = read_encoded(argv, &e.value) {
             return out_reply(name, out);
         }
     }
-    let rec = match record_of(&engine, key, now) {
+    let rec = match record_of(cur.as_ref()) {
         Ok(r) => r,
         Err(e) => return e,
     };
@@ -110,7 +112,7 @@ fn run(
     match applied.write {
         Write::None => {}
         Write::Store(r) => {
-            let memgest = engine.get(key, now).map_or(MemgestId::NONE, |e| e.memgest);
+            let memgest = cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest);
             let opts = SetOptions {
                 memgest,
                 expiry: Expiry::Keep,
