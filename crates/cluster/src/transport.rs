@@ -235,28 +235,88 @@ async fn link_loop(
         if w.write_all(&wire::encode_hello(&hello)).await.is_err() {
             continue;
         }
-        'conn: loop {
-            let Some(f) = rx.recv().await else {
-                return; // transport dropped
-            };
-            queued.fetch_sub(f.len() as u64, Ordering::Relaxed);
-            if w.write_all(&f).await.is_err() {
-                break 'conn;
-            }
-            stats.frames_sent.fetch_add(1, Ordering::Relaxed);
-            // Batch whatever else is queued into the same flush.
-            while let Ok(f) = rx.try_recv() {
-                queued.fetch_sub(f.len() as u64, Ordering::Relaxed);
-                if w.write_all(&f).await.is_err() {
-                    break 'conn;
-                }
-                stats.frames_sent.fetch_add(1, Ordering::Relaxed);
-            }
-            if w.flush().await.is_err() {
-                break 'conn;
+        if write_frames(&mut w, &mut rx, &queued, &stats)
+            .await
+            .is_none()
+        {
+            return; // transport dropped
+        }
+        // The connection broke: reconnect; what was in the writer is lost (retransmitted).
+    }
+}
+
+/// Write queued frames to one connection until it breaks (`Some`) or the transport is
+/// dropped (`None`). A frame above [`limits::PEER_CHUNK_BYTES`] goes out one chunk at a time,
+/// and every small frame queued meanwhile is written between two chunks: a 64 MiB Replicate
+/// no longer holds up the acks and small writes behind it for the whole transfer. Large frames
+/// wait their turn in arrival order (at most the queue's frames and bytes bounds: they are
+/// counted in `queued` until their last chunk is written).
+async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut BufWriter<W>,
+    rx: &mut mpsc::Receiver<Vec<u8>>,
+    queued: &AtomicU64,
+    stats: &TransportStats,
+) -> Option<()> {
+    // Large frames being chunked: (frame, body bytes already sent).
+    let mut large: std::collections::VecDeque<(Vec<u8>, usize)> = Default::default();
+    loop {
+        if large.is_empty() {
+            let f = rx.recv().await?;
+            if write_or_defer(w, f, &mut large, queued, stats)
+                .await
+                .is_err()
+            {
+                return Some(());
             }
         }
+        // Batch whatever else is queued into the same flush (small frames first).
+        while let Ok(f) = rx.try_recv() {
+            if write_or_defer(w, f, &mut large, queued, stats)
+                .await
+                .is_err()
+            {
+                return Some(());
+            }
+        }
+        if let Some((f, sent)) = large.front_mut() {
+            let body = f.get(4..).unwrap_or_default();
+            let n = (body.len() - *sent).min(limits::PEER_CHUNK_BYTES as usize);
+            let more = *sent + n < body.len();
+            let piece = body.get(*sent..*sent + n).unwrap_or_default();
+            let header = wire::chunk_header(piece.len(), more);
+            if w.write_all(&header).await.is_err() || w.write_all(piece).await.is_err() {
+                return Some(());
+            }
+            *sent += n;
+            if !more {
+                let len = f.len() as u64;
+                large.pop_front();
+                queued.fetch_sub(len, Ordering::Relaxed);
+                stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if w.flush().await.is_err() {
+            return Some(());
+        }
     }
+}
+
+/// Write a small frame now; queue a large one for chunking.
+async fn write_or_defer<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut BufWriter<W>,
+    f: Vec<u8>,
+    large: &mut std::collections::VecDeque<(Vec<u8>, usize)>,
+    queued: &AtomicU64,
+    stats: &TransportStats,
+) -> std::io::Result<()> {
+    if f.len() > 4 + limits::PEER_CHUNK_BYTES as usize {
+        large.push_back((f, 0));
+        return Ok(());
+    }
+    queued.fetch_sub(f.len() as u64, Ordering::Relaxed);
+    w.write_all(&f).await?;
+    stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 async fn accept_loop(
@@ -383,14 +443,23 @@ async fn read_link(
             });
         }
     }
+    let mut assembly = wire::Assembly::default();
     loop {
-        match read_frame(&mut stream, &mut buf).await? {
+        let Some(frame) = read_frame(&mut stream, &mut buf).await? else {
+            return Ok(()); // EOF (an unfinished chunked frame is dropped with the link)
+        };
+        let frame = match frame {
+            Frame::Chunk { more, piece } => assembly.push(more, &piece)?,
+            f => Some(f),
+        };
+        match frame {
             Some(Frame::Peer(m)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
                 inbound(from, m);
             }
             Some(Frame::Hello(_)) => return Err(LinkError::NoHello),
-            None => return Ok(()),
+            // A piece (the frame is not whole yet); Assembly never returns a Chunk.
+            Some(Frame::Chunk { .. }) | None => {}
         }
         // A very large frame leaves a large buffer behind: give it back.
         if buf.capacity() > 1 << 20 {
@@ -494,6 +563,53 @@ mod tests {
             a.stats().frames_dropped_full.load(Ordering::Relaxed),
             dropped
         );
+    }
+
+    /// A frame larger than a chunk does not hold up the small frames queued behind it: they
+    /// are written between its chunks. current_thread: every send below is queued before the
+    /// link task first runs, so the order on the wire is deterministic.
+    #[tokio::test]
+    async fn small_frames_pass_a_large_one() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let inbound: Inbound = Arc::new(move |_, m| {
+            let _ = tx.send(m);
+        });
+        let (_b, b_addr) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(2), 1, inbound)
+            .await
+            .unwrap();
+        let noop: Inbound = Arc::new(|_, _| {});
+        let (a, _) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(1), 1, noop)
+            .await
+            .unwrap();
+        a.set_peers(&[(NodeId(2), b_addr)]);
+        let value: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 253) as u8).collect();
+        let big = PeerMsg {
+            epoch: Epoch(1),
+            incarnation: 1,
+            body: PeerBody::Replicate {
+                key: b"big".to_vec(),
+                entry: ringlet_replica::Entry {
+                    version: Version(1),
+                    memgest: ringlet_types::MemgestId(0),
+                    value: Some(value),
+                    expiry_ms: None,
+                    kind: ringlet_types::ValueKind::String,
+                },
+            },
+        };
+        assert_eq!(a.send(NodeId(2), &big), SendOutcome::Queued);
+        for i in 1..=100 {
+            assert_eq!(a.send(NodeId(2), &msg(i)), SendOutcome::Queued);
+        }
+        let mut got = Vec::new();
+        while got.len() < 101 {
+            got.push(rx.recv().await.unwrap());
+        }
+        // Every small frame arrived, in order, before the large one was whole; then the large
+        // one arrived intact.
+        assert_eq!(got[..100], (1..=100).map(msg).collect::<Vec<_>>()[..]);
+        assert_eq!(got[100], big);
+        assert_eq!(a.stats().frames_sent.load(Ordering::Relaxed), 101);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,10 @@
 //!           +-----------+--------+---------------------------+
 //!  kind 1 HELLO:  magic "RGLP" | version u16 | from node u32 | incarnation u64
 //!  kind 2 PEER:   epoch u64 | incarnation u64 | tag u8 | body (per tag, below)
+//!  kind 3 CHUNK:  more u8 | piece of a frame body (kind + payload) too large for one
+//!                 chunk (limits::PEER_CHUNK_BYTES); the pieces, joined in order up to the
+//!                 one with more = 0, are that frame's body. A sender chunks one frame at a
+//!                 time, so pieces of two frames never interleave (whole frames may).
 //!
 //!  bytes  = len u32 | data           (len checked against the key/value limit first)
 //!  entry  = version u128 | memgest u16 | has_value u8 | [value bytes]
@@ -38,12 +42,13 @@ pub const PEER_FRAME_BYTES_MAX: u32 = limits::ENTRY_BYTES_MAX + 8 * 1024 * 1024;
 /// core at a few thousand; anything beyond this is malformed.
 pub const PEER_LIST_ITEMS_MAX: u32 = 1 << 20;
 /// Protocol version in HELLO. 2: entries may carry an expiry (value flag 2). 3: records
-/// (value flags 3 and 4).
-pub const PEER_PROTOCOL_VERSION: u16 = 3;
+/// (value flags 3 and 4). 4: CHUNK frames.
+pub const PEER_PROTOCOL_VERSION: u16 = 4;
 const MAGIC: &[u8; 4] = b"RGLP";
 
 pub const KIND_HELLO: u8 = 1;
 pub const KIND_PEER: u8 = 2;
+pub const KIND_CHUNK: u8 = 3;
 
 /// A malformed frame.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -80,6 +85,11 @@ pub struct Hello {
 pub enum Frame {
     Hello(Hello),
     Peer(PeerMsg),
+    /// A piece of a larger frame's body ([`chunk_frame`]); `more` is false on the last.
+    Chunk {
+        more: bool,
+        piece: Vec<u8>,
+    },
 }
 
 // ------------------------------------------------------------------ encode
@@ -205,6 +215,75 @@ fn frame(kind: u8, body: impl FnOnce(&mut Enc)) -> Vec<u8> {
     let len = (e.0.len() - 4) as u32;
     e.0[..4].copy_from_slice(&len.to_be_bytes());
     e.0
+}
+
+/// Split an encoded frame (`len u32 | body`) into CHUNK frames of at most
+/// [`limits::PEER_CHUNK_BYTES`] of its body each, or `None` if it fits in one chunk. The
+/// receiver joins the pieces ([`Assembly`]) and decodes the body as if it had come whole.
+pub fn chunk_frame(frame: &[u8]) -> Option<impl Iterator<Item = Vec<u8>> + '_> {
+    let body = frame.get(4..)?;
+    let n = limits::PEER_CHUNK_BYTES as usize;
+    if body.len() <= n {
+        return None;
+    }
+    let count = body.len().div_ceil(n);
+    Some(body.chunks(n).enumerate().map(move |(i, piece)| {
+        let mut f = Vec::with_capacity(6 + piece.len());
+        f.extend_from_slice(&chunk_header(piece.len(), i + 1 < count));
+        f.extend_from_slice(piece);
+        f
+    }))
+}
+
+/// The 6 bytes before a chunk's piece: `len u32 | KIND_CHUNK | more u8`.
+pub fn chunk_header(piece_len: usize, more: bool) -> [u8; 6] {
+    let mut h = [0u8; 6];
+    h[..4].copy_from_slice(&((2 + piece_len) as u32).to_be_bytes());
+    h[4] = KIND_CHUNK;
+    h[5] = u8::from(more);
+    h
+}
+
+/// The receiving side of [`chunk_frame`]: joins pieces into one body, bounded by
+/// [`PEER_FRAME_BYTES_MAX`] like a frame that came whole; the buffer grows with the bytes
+/// that arrived.
+#[derive(Debug, Default)]
+pub struct Assembly {
+    body: Vec<u8>,
+}
+
+impl Assembly {
+    /// Add a piece; with the last one, the whole frame.
+    ///
+    /// # Errors
+    /// The joined body would exceed the frame limit, a piece is empty, or the joined body
+    /// is itself a CHUNK or fails to decode.
+    pub fn push(&mut self, more: bool, piece: &[u8]) -> Result<Option<Frame>, WireError> {
+        if piece.is_empty() {
+            return Err(WireError::Empty);
+        }
+        let total = self.body.len() as u64 + piece.len() as u64;
+        if total > u64::from(PEER_FRAME_BYTES_MAX) {
+            return Err(WireError::FrameTooLarge(total));
+        }
+        self.body.extend_from_slice(piece);
+        if more {
+            return Ok(None);
+        }
+        let body = std::mem::take(&mut self.body);
+        match decode_body(&body)? {
+            Frame::Chunk { .. } => Err(WireError::BadTag {
+                what: "chunked frame kind",
+                tag: KIND_CHUNK,
+            }),
+            f => Ok(Some(f)),
+        }
+    }
+
+    /// Bytes held for an unfinished frame.
+    pub fn pending_bytes(&self) -> usize {
+        self.body.len()
+    }
 }
 
 /// Encode a HELLO frame.
@@ -720,6 +799,12 @@ pub fn decode_body(body: &[u8]) -> Result<Frame, WireError> {
             let from = NodeId(d.u32()?);
             let incarnation = d.u64()?;
             Frame::Hello(Hello { from, incarnation })
+        }
+        KIND_CHUNK => {
+            let more = d.bool("more")?;
+            let piece = d.b.to_vec();
+            d.b = &[];
+            Frame::Chunk { more, piece }
         }
         KIND_PEER => {
             let epoch = Epoch(d.u64()?);
@@ -1321,6 +1406,76 @@ mod tests {
             m[i] ^= flip.1;
             let _ = decode_stream(&m);
         }
+    }
+
+    fn large_replicate(len: usize) -> PeerMsg {
+        PeerMsg {
+            epoch: Epoch(5),
+            incarnation: 2,
+            body: PeerBody::Replicate {
+                key: b"big".to_vec(),
+                entry: Entry {
+                    version: Version(9),
+                    memgest: MemgestId(1),
+                    value: Some((0..len).map(|i| (i % 251) as u8).collect()),
+                    expiry_ms: None,
+                    kind: ValueKind::String,
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn chunked_frames_join_into_the_original() {
+        let chunk = limits::PEER_CHUNK_BYTES as usize;
+        // Small frames are never chunked.
+        assert!(chunk_frame(&encode_peer(&large_replicate(chunk - 100))).is_none());
+        for len in [chunk, 3 * chunk, 3 * chunk + 17] {
+            let m = large_replicate(len);
+            let whole = encode_peer(&m);
+            let pieces: Vec<Vec<u8>> = chunk_frame(&whole).unwrap().collect();
+            assert_eq!(pieces.len(), (whole.len() - 4).div_ceil(chunk));
+            // On the wire the pieces are ordinary frames, each within one chunk.
+            let stream: Vec<u8> = pieces.concat();
+            let (frames, used) = decode_stream(&stream).unwrap();
+            assert_eq!(used, stream.len());
+            let mut a = Assembly::default();
+            let mut out = Vec::new();
+            for f in frames {
+                let Frame::Chunk { more, piece } = f else {
+                    panic!("not a chunk: {f:?}")
+                };
+                assert!(piece.len() <= chunk);
+                out.extend(a.push(more, &piece).unwrap());
+            }
+            assert_eq!(out, vec![Frame::Peer(m)]);
+            assert_eq!(a.pending_bytes(), 0);
+        }
+    }
+
+    #[test]
+    fn chunks_are_bounded_like_whole_frames() {
+        let mut a = Assembly::default();
+        let piece = vec![0u8; limits::PEER_CHUNK_BYTES as usize];
+        let mut refused = false;
+        // Pieces that never end are refused once they pass the frame limit, not buffered.
+        for _ in 0..=(PEER_FRAME_BYTES_MAX / limits::PEER_CHUNK_BYTES) + 1 {
+            match a.push(true, &piece) {
+                Ok(None) => {}
+                Err(WireError::FrameTooLarge(_)) => {
+                    refused = true;
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(refused);
+        assert!(a.pending_bytes() <= PEER_FRAME_BYTES_MAX as usize);
+        // A chunked frame whose body is itself a chunk is malformed.
+        let mut a = Assembly::default();
+        assert!(a.push(false, &[KIND_CHUNK, 0, 1]).is_err());
+        // Empty pieces are malformed.
+        assert_eq!(Assembly::default().push(false, &[]), Err(WireError::Empty));
     }
 
     #[test]

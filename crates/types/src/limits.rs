@@ -89,6 +89,12 @@ pub const SHM_READ_RETRY_COUNT_MAX: u32 = 16;
 pub const REPLICATION_INFLIGHT_MAX: u32 = 4_096;
 /// See [`REPLICATION_INFLIGHT_MAX`]: bytes, so a few huge values can't hog a peer link.
 pub const REPLICATION_INFLIGHT_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Largest piece of one peer frame on the wire: frames above it (a large value's Replicate,
+/// a full pull page) go out in chunks of this size, and the link writes every small frame
+/// queued behind a chunk before the next chunk, so acks and small writes to the same peer
+/// wait for at most one chunk (~0.1 ms on loopback), not for a 512 MiB value (issue 10,
+/// case 5). Small enough for that; large enough that the 6-byte chunk header is noise.
+pub const PEER_CHUNK_BYTES: u32 = 256 * 1024;
 
 /// Requests queued to one handler/peer before the sender is told to back off.
 pub const QUEUE_CAPACITY: u32 = 65_536;
