@@ -658,13 +658,29 @@ impl Driver {
                     };
                     let _ = self.control.send(m);
                 }
-                Output::PossibleLoss { first, last } => {
+                Output::PossibleLoss {
+                    first,
+                    last,
+                    memgest,
+                    keys_lost,
+                } => {
                     self.shared
                         .stats
                         .possible_loss
                         .fetch_add(1, Ordering::Relaxed);
+                    let name = self
+                        .replica
+                        .map()
+                        .and_then(|m| m.memgests.get(&memgest))
+                        .map_or_else(|| format!("#{}", memgest.0), |m| m.name.clone());
+                    let what = match keys_lost {
+                        Some(n) => format!("{n} keys lost (their values could not be decoded)"),
+                        None => "acknowledged writes may be missing (no surviving copy \
+                                 records how many)"
+                            .to_string(),
+                    };
                     eprintln!(
-                        "ringlet node {}: slots {first}-{last} serve without a majority of their old replicas: data may be lost",
+                        "ringlet node {}: memgest {name}, slots {first}-{last}: more copies failed than it tolerates: {what}",
                         self.shared.id
                     );
                 }

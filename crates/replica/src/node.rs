@@ -130,10 +130,16 @@ pub enum Output {
         reply: Reply,
     },
     Control(ControlInput),
-    /// A range became serving without a majority of its old replicas: data may be lost.
+    /// Slots `first..=last` of `memgest` serve without all the copies the memgest needs to
+    /// be sure it lost nothing (beyond its tolerance): acknowledged writes may be missing.
+    /// `keys_lost` is the exact number of keys dropped when it is known (an ec recovery that
+    /// gave up knows which values it could not decode); `None` when no surviving copy
+    /// records them (a rep:R rebuild without a majority, an ec arena with no metadata left).
     PossibleLoss {
         first: Slot,
         last: Slot,
+        memgest: MemgestId,
+        keys_lost: Option<u64>,
     },
 }
 
@@ -1682,34 +1688,49 @@ impl<S: ReplicaStore> Replica<S> {
                         return false;
                     }
                 }
-                if !self.ec_loaded(r.pg) {
-                    return false;
-                }
-                let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
-                map.memgests.values().all(|m| {
-                    // Never written: no write of it was ever acknowledged (the coordinator
-                    // waits for the mark before its first one), so nothing can be missing.
-                    if !m.written {
-                        return true;
-                    }
-                    let copies = match m.kind {
-                        MemgestKind::Rep { r } => usize::from(r),
-                        _ => 1,
-                    };
-                    if copies < 2 {
-                        return true;
-                    }
-                    let votes = pred_vote
-                        + r.cohort
-                            .iter()
-                            .skip(1)
-                            .take(copies - 1)
-                            .filter(|n| done(n))
-                            .count();
-                    votes >= majority(copies)
-                })
+                self.ec_loaded(r.pg) && self.unconfirmed_memgests(ri).is_empty()
             }
         }
+    }
+
+    /// The replicated memgests of a rebuilding range that a majority of their old replicas
+    /// has not yet confirmed (delivered everything they hold): the ones whose acknowledged
+    /// writes may be missing if the rebuild gives up now.
+    fn unconfirmed_memgests(&self, ri: usize) -> Vec<MemgestId> {
+        let (Some(r), Some(map)) = (self.ranges.get(ri), &self.map) else {
+            return Vec::new();
+        };
+        let Status::Pulling(p) = &r.status else {
+            return Vec::new();
+        };
+        let done = |n: &NodeId| p.sources.get(n).is_some_and(|s| s.done);
+        let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
+        map.memgests
+            .iter()
+            .filter(|(_, m)| {
+                // Never written: no write of it was ever acknowledged (the coordinator
+                // waits for the mark before its first one), so nothing can be missing.
+                if !m.written {
+                    return false;
+                }
+                let copies = match m.kind {
+                    MemgestKind::Rep { r } => usize::from(r),
+                    _ => 1,
+                };
+                if copies < 2 {
+                    return false;
+                }
+                let votes = pred_vote
+                    + r.cohort
+                        .iter()
+                        .skip(1)
+                        .take(copies - 1)
+                        .filter(|n| done(n))
+                        .count();
+                votes < majority(copies)
+            })
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     fn finish_pull(&mut self, now_ms: u64, ri: usize, timed_out: bool, out: &mut Vec<Output>) {
@@ -1721,6 +1742,15 @@ impl<S: ReplicaStore> Replica<S> {
         };
         let purpose = p.purpose;
         let (first, last) = (r.first, r.last);
+        // Named before the status changes (the votes are the pull's).
+        let unconfirmed = if timed_out {
+            self.unconfirmed_memgests(ri)
+        } else {
+            Vec::new()
+        };
+        let Some(r) = self.ranges.get_mut(ri) else {
+            return;
+        };
         r.status = Status::Ready;
         self.pull_index.retain(|_, (f, _)| *f != first);
         match purpose {
@@ -1733,9 +1763,16 @@ impl<S: ReplicaStore> Replica<S> {
             }
             PullPurpose::Sync => self.stats.syncs_completed += 1,
         }
-        if timed_out {
+        // One report per memgest that really may have lost writes: the others in the range
+        // were confirmed by a majority (or never written) and lost nothing.
+        for memgest in unconfirmed {
             self.stats.possible_loss += 1;
-            out.push(Output::PossibleLoss { first, last });
+            out.push(Output::PossibleLoss {
+                first,
+                last,
+                memgest,
+                keys_lost: None,
+            });
         }
     }
 

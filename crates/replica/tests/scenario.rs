@@ -23,6 +23,10 @@ struct Net {
     replies: Vec<Reply>,
     /// Messages to these nodes are dropped.
     cut: BTreeSet<NodeId>,
+    /// `Output::PossibleLoss` seen, as (first, last, memgest, keys_lost); any is a failure
+    /// unless the test allows it.
+    losses: Vec<(u16, u16, MemgestId, Option<u64>)>,
+    losses_allowed: bool,
 }
 
 #[derive(Debug)]
@@ -46,6 +50,8 @@ impl Net {
             queue: VecDeque::new(),
             replies: Vec::new(),
             cut: BTreeSet::new(),
+            losses: Vec::new(),
+            losses_allowed: false,
         };
         for i in 1..=n {
             let id = NodeId(i);
@@ -135,7 +141,15 @@ impl Net {
                 )),
                 Output::Reply { reply, .. } => self.replies.push(reply),
                 Output::Control(c) => self.queue.push_back((To::Cp, id, Msg::Cp(c))),
-                Output::PossibleLoss { .. } => panic!("possible loss"),
+                Output::PossibleLoss {
+                    first,
+                    last,
+                    memgest,
+                    keys_lost,
+                } => {
+                    assert!(self.losses_allowed, "possible loss");
+                    self.losses.push((first, last, memgest, keys_lost));
+                }
             }
         }
     }
@@ -385,6 +399,63 @@ fn failover_rebuilds_from_majority_and_fences_old_coordinator() {
     let inc = net.cp.map().nodes[&c].incarnation;
     assert_eq!(inc, 2);
     assert!(net.nodes[&c].store().get(b"k").is_none());
+}
+
+/// Two of a rep:3 range's three copies lost at once: beyond tolerance, the rebuild waits for
+/// `rebuild_timeout_ms`, then serves and reports possible loss — for the memgest with writes
+/// only, not for a memgest of the same range that was never written, nor for `none`.
+#[test]
+fn loss_is_reported_per_memgest_that_may_have_lost_writes() {
+    let mut net = Net::new(5, 3);
+    net.losses_allowed = true;
+    let a = net.cp.step(
+        net.now,
+        CpInput::CreateMemgest {
+            name: "unused".into(),
+            kind: MemgestKind::Rep { r: 3 },
+            evictable: None,
+        },
+    );
+    net.cp_actions(a);
+    net.settle();
+    let (r3, unused) = (net.r3(), net.cp.map().memgest_by_name("unused").unwrap());
+    let c = net.coordinator(b"k");
+    net.request(c, 1, set("k", "v1", r3));
+    net.settle();
+    assert!(matches!(
+        net.take_reply(1),
+        Some(ClientReply::Written { .. })
+    ));
+    let cohort = net.cohort(b"k");
+    net.cut.insert(cohort[0]);
+    net.cut.insert(cohort[1]);
+    net.advance(3000);
+    assert!(net.losses.is_empty(), "reported before the rebuild gave up");
+    let timeout = ReplicaConfig::default().rebuild_timeout_ms;
+    net.advance(timeout + 1000);
+    let slot = key_slot(b"k");
+    let mine: Vec<_> = net
+        .losses
+        .iter()
+        .filter(|(f, l, _, _)| (*f..=*l).contains(&slot))
+        .collect();
+    assert!(!mine.is_empty(), "no possible loss reported");
+    for (_, _, m, n) in &mine {
+        assert_eq!(
+            *m, r3,
+            "a memgest that cannot have lost writes was reported"
+        );
+        assert_eq!(
+            *n, None,
+            "a rep:R rebuild cannot know how many writes are missing"
+        );
+    }
+    assert!(net.losses.iter().all(|(_, _, m, _)| *m != unused));
+    // The survivor's copy is served.
+    let c2 = net.coordinator(b"k");
+    net.request(c2, 2, ClientOp::Get { key: "k".into() });
+    net.settle();
+    assert!(matches!(net.take_reply(2), Some(ClientReply::Value { .. })));
 }
 
 #[test]

@@ -1514,7 +1514,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// holder can match makes each reset and resynchronise from the data nodes' snapshots,
     /// so parity matches the (now empty) arena again.
     fn give_up_ec_load(&mut self, pg: u32, mid: MemgestId, out: &mut Vec<Output>) {
-        self.force_holder_resync(pg, mid, out);
+        self.force_holder_resync(pg, mid, None, out);
     }
 
     /// Recovery made no progress for `rebuild_timeout_ms`: the rest of the arena cannot be
@@ -1552,6 +1552,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         fresh.set_last_seq(d.arena.last_seq());
         d.arena = fresh;
+        let lost_slots: Vec<Slot> = lost.iter().map(|(k, _)| key_slot(k)).collect();
         for (k, v) in lost {
             self.store.retire(&k, v);
         }
@@ -1571,13 +1572,19 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
-        self.force_holder_resync(pg, mid, out);
+        self.force_holder_resync(pg, mid, Some(lost_slots), out);
     }
 
     /// Serve the arena as it is (`Ready`), report `PossibleLoss` for the PG's coordinated
     /// ranges, and send an update with a base no holder can match: every holder resets and
     /// rebuilds its parity from the data nodes' snapshots, so parity matches the arenas.
-    fn force_holder_resync(&mut self, pg: u32, mid: MemgestId, out: &mut Vec<Output>) {
+    fn force_holder_resync(
+        &mut self,
+        pg: u32,
+        mid: MemgestId,
+        lost_slots: Option<Vec<Slot>>,
+        out: &mut Vec<Output>,
+    ) {
         let Some(d) = self.ec_data.get_mut(&(pg, mid)) else {
             return;
         };
@@ -1609,7 +1616,15 @@ impl<S: ReplicaStore> Replica<S> {
             return;
         };
         for (first, last) in ranges {
-            out.push(Output::PossibleLoss { first, last });
+            let keys_lost = lost_slots
+                .as_ref()
+                .map(|s| s.iter().filter(|x| (first..=last).contains(*x)).count() as u64);
+            out.push(Output::PossibleLoss {
+                first,
+                last,
+                memgest: mid,
+                keys_lost,
+            });
         }
         let v = self.hlc.next(0);
         let entry = Entry {
