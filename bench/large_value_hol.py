@@ -32,6 +32,9 @@ from redis.cluster import ClusterNode, RedisCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READY_MAX_S = 120
+# A 64 MiB SET on a loaded 2-core host can take seconds; redis-py's default read timeout
+# is not meant for that.
+SOCKET_TIMEOUT_S = 120
 
 
 def free_base(n):
@@ -66,12 +69,18 @@ def measure(small, large, large_mib, large_count):
     done = threading.Event()
     large_s = []
 
+    errors = []
+
     def writer():
-        for _ in range(large_count):
-            t = time.perf_counter()
-            large(big)
-            large_s.append(time.perf_counter() - t)
-        done.set()
+        try:
+            for _ in range(large_count):
+                t = time.perf_counter()
+                large(big)
+                large_s.append(time.perf_counter() - t)
+        except Exception as e:  # reported below: a run with a failed large SET is no figure
+            errors.append(e)
+        finally:
+            done.set()
 
     th = threading.Thread(target=writer)
     th.start()
@@ -83,6 +92,8 @@ def measure(small, large, large_mib, large_count):
         busy.append((time.perf_counter() - t) * 1e3)
         i += 1
     th.join()
+    if errors:
+        raise SystemExit(f"large SET failed: {errors[0]!r}")
     return {
         "alone_p50": pct(alone, 0.5), "alone_p99": pct(alone, 0.99),
         "busy_p50": pct(busy, 0.5), "busy_p99": pct(busy, 0.99), "busy_max": max(busy),
@@ -108,8 +119,8 @@ def ringlet_run(exe, args):
         node = rc.get_node_from_key("{hol}big")
         rc.close()
         # Plain connections to the coordinator of the tag: no client-side routing in the timing.
-        a = redis.Redis(host=node.host, port=node.port)
-        b = redis.Redis(host=node.host, port=node.port)
+        a = redis.Redis(host=node.host, port=node.port, socket_timeout=SOCKET_TIMEOUT_S)
+        b = redis.Redis(host=node.host, port=node.port, socket_timeout=SOCKET_TIMEOUT_S)
         small_v = b"x" * 100
         r = measure(lambda i: a.set(f"{{hol}}s:{i % 1000}", small_v),
                     lambda v: b.set("{hol}big", v), args.large_mib, args.large_count)
@@ -131,14 +142,14 @@ def redis_run(args):
                           "--dir", d, "--proto-max-bulk-len", "1gb"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        a = redis.Redis(port=port)
+        a = redis.Redis(port=port, socket_timeout=SOCKET_TIMEOUT_S)
         for _ in range(100):
             try:
                 a.ping()
                 break
             except redis.ConnectionError:
                 time.sleep(0.05)
-        b = redis.Redis(port=port)
+        b = redis.Redis(port=port, socket_timeout=SOCKET_TIMEOUT_S)
         small_v = b"x" * 100
         return measure(lambda i: a.set(f"s:{i % 1000}", small_v), lambda v: b.set("big", v),
                        args.large_mib, args.large_count)

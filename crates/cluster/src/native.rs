@@ -432,6 +432,13 @@ async fn get(
     node: &ClusterNode,
     key: &[u8],
 ) -> Result<(Version, Option<(Vec<u8>, ValueKind)>), Fail> {
+    // The fast path first (ClusterNode::fast_get), as on the RESP front.
+    if moved(node, key).is_ok() {
+        if let Some(v) = node.fast_get(key) {
+            let value = v.value.filter(|_| !crate::expired(v.expiry_ms));
+            return Ok((v.version, value.map(|x| (x, v.kind))));
+        }
+    }
     match run(node, ClientOp::Get { key: key.to_vec() }).await? {
         ClientReply::Value {
             version,

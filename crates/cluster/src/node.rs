@@ -23,12 +23,15 @@ use crate::transport::{Inbound, Transport};
 use parking_lot::{Mutex, RwLock};
 use ringlet_control::{ClusterMap, Input as ControlInput, NodeState};
 use ringlet_engine::{Engine, EngineConfig};
-use ringlet_replica::ReplicaStore;
+use ringlet_engine::{ReadOutcome, Reader};
 use ringlet_replica::{
     ClientOp, ClientReply, ClientRequest, Input, Output, PeerMsg, Replica, ReplicaConfig, Reply,
     ReqId,
 };
-use ringlet_types::{limits, Epoch, NodeId};
+use ringlet_replica::{InflightKeys, ReplicaStore};
+use ringlet_types::{
+    key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId, Slot, ValueKind, Version,
+};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,6 +129,11 @@ pub struct NodeStats {
     /// ec arenas still loading or decoding after a takeover (the core's count after its last
     /// step); INFO `ec_arenas_not_ready`.
     pub ec_arenas_not_ready: AtomicU64,
+    /// Coordinator reads answered from the engine by the front's own thread.
+    pub fast_reads: AtomicU64,
+    /// Reads that went through the core instead (slot not served here, write in flight,
+    /// ec value, lease or map changed during the read).
+    pub fast_read_fallbacks: AtomicU64,
 }
 
 struct Shared {
@@ -142,6 +150,44 @@ struct Shared {
     control_addr: String,
     /// What the heartbeat thread needs (see [`heartbeat_loop`]).
     hb: HeartbeatState,
+    /// What front ends need to read without the driver (see [`ClusterNode::fast_get`]).
+    fast: FastReads,
+}
+
+/// Published by the driver after every step, *before* that step's messages go out, so
+/// nothing another node does in reaction to a step can precede what the fronts see of it.
+struct FastReads {
+    /// Bumped after every new snapshot: a read that saw it change falls back.
+    gen: AtomicU64,
+    /// The core's lease (driver clock, [`mono_ms`]).
+    lease_until_ms: AtomicU64,
+    snapshot: RwLock<Arc<FastSnapshot>>,
+    /// The core's keys with a write in flight.
+    inflight: Arc<InflightKeys>,
+    /// A lock-free reader over the node's engine; replaced with the engine (a fenced node
+    /// starts a fresh one, and a reader of the old one would serve its old values: found by
+    /// the nemesis test, 25 of 32 keys read stale after a node was fenced and promoted again).
+    reader: RwLock<Reader>,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FastSnapshot {
+    epoch: u64,
+    /// [`Replica::fast_read_ranges`].
+    ranges: Vec<(Slot, Slot)>,
+    /// ec memgests: their engine entries are pointers into an arena, read through the core.
+    ec: Vec<MemgestId>,
+}
+
+/// A value read on the fast path (the same fields as the core's `ClientReply::Value`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FastValue {
+    /// The entry's version (`Version::ZERO` when absent, as the core answers).
+    pub version: Version,
+    pub value: Option<Vec<u8>>,
+    /// Unix ms; the caller treats an expired value as absent, as for the core's replies.
+    pub expiry_ms: Option<u64>,
+    pub kind: ValueKind,
 }
 
 /// Lease renewal that does not queue behind data. The replica core decides *whether* this node
@@ -190,6 +236,7 @@ impl ClusterNode {
         })
         .map_err(|e| std::io::Error::other(e.to_string()))?;
         let engine = store.engine().clone();
+        let reader = engine.lock().reader();
         let (tx, rx) = sync_channel::<Event>(DRIVER_QUEUE_MAX);
         let shared = Arc::new(Shared {
             id: cfg.id,
@@ -201,6 +248,13 @@ impl ClusterNode {
             control: Mutex::new(std::collections::VecDeque::new()),
             control_addr: cfg.control_addr.clone(),
             hb: HeartbeatState::default(),
+            fast: FastReads {
+                gen: AtomicU64::new(0),
+                lease_until_ms: AtomicU64::new(0),
+                snapshot: RwLock::new(Arc::default()),
+                inflight: Arc::new(InflightKeys::default()),
+                reader: RwLock::new(reader),
+            },
         });
         shared
             .hb
@@ -255,7 +309,8 @@ impl ClusterNode {
         let mut rcfg = cfg.replica.clone();
         // Announced as Redis CLUSTER NODES does: ip:port@cport.
         rcfg.addr = format!("{}@{}", cfg.client_addr, peer_addr.port());
-        let replica = Replica::new(cfg.id, cfg.incarnation, rcfg, store);
+        let mut replica = Replica::new(cfg.id, cfg.incarnation, rcfg, store);
+        replica.set_inflight_keys(shared.fast.inflight.clone());
         let d = Driver {
             replica,
             shared: shared.clone(),
@@ -271,6 +326,8 @@ impl ClusterNode {
             next_usage_ms: 0,
             next_expiry_ms: 0,
             expiry_seq: 0,
+            fast_scratch: Vec::new(),
+            fast_engine_generation: 0,
         };
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
@@ -329,6 +386,86 @@ impl ClusterNode {
 
     pub fn transport(&self) -> &Arc<Transport> {
         &self.transport
+    }
+
+    /// Read `key` from the engine on the caller's thread, without the driver, if this node
+    /// may answer it now: it coordinates the slot with a complete copy, its lease lasts, no
+    /// write of the key is in flight and the value is not an ec pointer. `None`: ask the core
+    /// ([`ClusterNode::submit`]). Linearizable for the same reasons as the core's own read:
+    /// the checks that precede the engine read are the core's, and the ones repeated after it
+    /// (snapshot generation, lease) prove the node still coordinated when it read. Writes
+    /// reach the engine only when committed (staged until then), so no uncommitted value is
+    /// ever returned.
+    pub fn fast_get(&self, key: &[u8]) -> Option<FastValue> {
+        let v = self.fast_get_inner(key);
+        let c = if v.is_some() {
+            &self.shared.stats.fast_reads
+        } else {
+            &self.shared.stats.fast_read_fallbacks
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        v
+    }
+
+    fn fast_get_inner(&self, key: &[u8]) -> Option<FastValue> {
+        let f = &self.shared.fast;
+        let gen = f.gen.load(Ordering::Acquire);
+        if mono_ms() >= f.lease_until_ms.load(Ordering::Acquire) {
+            return None;
+        }
+        let snap = f.snapshot.read().clone();
+        let slot = key_slot(key);
+        if !snap.ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot)) {
+            return None;
+        }
+        if f.inflight.may_have(key) {
+            return None;
+        }
+        let mut out = Vec::new();
+        // now_ms 0: the engine never expires on read here, as for the core (the caller
+        // compares the expiry with the wall clock, as for the core's replies).
+        // Without recording the access (`Reader::get` would): cluster reads have never fed the
+        // eviction policy (the core reads with the locked `Engine::get`), and with every entry
+        // marked hot, a pinned write on a full node ran out of eviction scan budget before it
+        // found a cache entry to evict (tests/oom.rs `full_cache_memgest_evicts...`).
+        let read = ringlet_engine::read_entry_bounded(
+            &f.reader.read().view(),
+            key,
+            0,
+            u64::from(limits::FAST_READ_BYTES_MAX),
+            &mut out,
+        );
+        let v = match read {
+            ReadOutcome::Hit {
+                version,
+                memgest,
+                expire_at_ms,
+                kind,
+            } => {
+                if snap.ec.contains(&memgest) {
+                    return None;
+                }
+                FastValue {
+                    version,
+                    value: Some(out),
+                    expiry_ms: expire_at_ms,
+                    kind,
+                }
+            }
+            ReadOutcome::Miss => FastValue {
+                version: Version::ZERO,
+                value: None,
+                expiry_ms: None,
+                kind: ValueKind::String,
+            },
+            ReadOutcome::Retry => return None,
+        };
+        if f.gen.load(Ordering::Acquire) != gen
+            || mono_ms() >= f.lease_until_ms.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        Some(v)
     }
 
     /// Run one client operation through the replica core at the node's current epoch.
@@ -390,6 +527,10 @@ struct Driver {
     next_usage_ms: u64,
     next_expiry_ms: u64,
     expiry_seq: u64,
+    /// Reused by [`Driver::publish_fast_reads`].
+    fast_scratch: Vec<(Slot, Slot)>,
+    /// The store's engine generation the fronts' reader was made for.
+    fast_engine_generation: u64,
 }
 
 impl Driver {
@@ -562,9 +703,52 @@ impl Driver {
         self.transport.set_peers(&peers);
     }
 
+    /// Publish what [`ClusterNode::fast_get`] checks: the ranges this node may answer reads
+    /// for, the ec memgests, the lease. A new snapshot only when it changed (ranges move with
+    /// maps and rebuilds, not with every write).
+    fn publish_fast_reads(&mut self) {
+        let f = &self.shared.fast;
+        self.replica.fast_read_ranges(&mut self.fast_scratch);
+        let epoch = self.replica.epoch().0;
+        let mut changed = {
+            let cur = f.snapshot.read();
+            cur.epoch != epoch || cur.ranges != self.fast_scratch
+        };
+        let engine_generation = self.replica.store().engine_generation();
+        if engine_generation != self.fast_engine_generation {
+            let fresh = self.engine.lock().reader();
+            *f.reader.write() = fresh;
+            self.fast_engine_generation = engine_generation;
+            changed = true; // reads that began on the old reader fall back
+        }
+        if changed {
+            let ec = self
+                .replica
+                .map()
+                .map(|m| {
+                    m.memgests
+                        .iter()
+                        .filter(|(_, g)| matches!(g.kind, MemgestKind::Ec { .. }))
+                        .map(|(id, _)| *id)
+                        .collect()
+                })
+                .unwrap_or_default();
+            *f.snapshot.write() = Arc::new(FastSnapshot {
+                epoch,
+                ranges: self.fast_scratch.clone(),
+                ec,
+            });
+            f.gen.fetch_add(1, Ordering::AcqRel);
+        }
+        f.lease_until_ms
+            .store(self.replica.lease_until_ms(), Ordering::Release);
+    }
+
     fn step(&mut self, input: Input) {
         let before = self.replica.epoch();
         let outs = self.replica.step(mono_ms(), input);
+        // Before any output of this step leaves the node (see `FastReads`).
+        self.publish_fast_reads();
         let epoch = self.replica.epoch();
         if self.trace {
             let pulling = self.replica.is_pulling();

@@ -511,6 +511,20 @@ impl Front {
 
     /// The key's value of any kind (`None`: missing or expired).
     async fn get_any(&self, key: &[u8]) -> Result<Option<Got>, Reply> {
+        // The fast path: answered on this thread from the engine when the node may
+        // (ClusterNode::fast_get); otherwise through the core below.
+        if self.map().is_some() && self.moved(key_slot(key)).is_none() {
+            if let Some(v) = self.node.fast_get(key) {
+                return Ok(v
+                    .value
+                    .filter(|_| !crate::expired(v.expiry_ms))
+                    .map(|value| Got {
+                        value,
+                        expiry_ms: v.expiry_ms,
+                        kind: v.kind,
+                    }));
+            }
+        }
         match self.run(ClientOp::Get { key: key.to_vec() }).await? {
             ClientReply::Value {
                 value,
@@ -1414,7 +1428,7 @@ impl Front {
         let stored = self.node.engine().lock().len();
         let own = self.owned_key_count();
         format!(
-            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
             ringlet_server::cmd::connection::REDIS_COMPAT_VERSION,
             self.node.id(),
             map.map_or(0, |m| m.epoch.0),
@@ -1426,6 +1440,8 @@ impl Front {
             // Every entry this node stores (its keys, replica copies, ec metadata); db0 is
             // its own keys, as DBSIZE.
             stored,
+            st.fast_reads.load(Relaxed),
+            st.fast_read_fallbacks.load(Relaxed),
             own
         )
     }

@@ -19,9 +19,9 @@
 //! `ringlet_replica::SlotDigests` as [`ringlet_replica::MemStore`]'s, so two nodes compare
 //! equal iff their metadata agree.
 //!
-//! Time: the trait is timeless, and replicated entries carry no TTL (cluster mode does not
-//! replicate TTLs yet), so every engine call here passes `now_ms = 0`, which never expires
-//! anything.
+//! Time: the trait is timeless, so every engine call here passes `now_ms = 0`, which never
+//! expires anything; entries carry their expiry (in the metadata, and in the engine's header
+//! for the fronts' fast path) and the core expires them through `ReplicaStore::expired`.
 
 use parking_lot::Mutex;
 use ringlet_engine::{Engine, EngineConfig, SetOptions, SetOutcome};
@@ -30,6 +30,14 @@ use ringlet_types::{key_slot, limits, MemgestId, Slot, ValueKind, Version};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// The entry's expiry in the engine's header too: the metadata index is what the core reads,
+/// but the fronts' fast path (`ClusterNode::fast_get`) reads the engine directly and must see
+/// the same expiry. (Every engine call here passes `now_ms = 0`, so the engine itself never
+/// expires anything; the default `Expiry::Keep` would have kept a previous value's TTL.)
+fn engine_expiry(expiry_ms: Option<u64>) -> ringlet_engine::Expiry {
+    expiry_ms.map_or(ringlet_engine::Expiry::Persist, ringlet_engine::Expiry::At)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Meta {
@@ -74,6 +82,8 @@ pub struct EngineStore {
     prune_cursor: Option<(Slot, Vec<u8>)>,
     /// Live entries with an expiry, soonest first (active expiry: [`ReplicaStore::expired`]).
     by_expiry: std::collections::BTreeSet<(u64, Slot, Vec<u8>)>,
+    /// How many times [`ReplicaStore::clear`] replaced the engine behind the shared handle.
+    engine_generation: u64,
 }
 
 /// Metadata entries checked per engine eviction: evictions are found by a round-robin pass,
@@ -113,12 +123,19 @@ impl EngineStore {
             seen_evictions: 0,
             prune_cursor: None,
             by_expiry: Default::default(),
+            engine_generation: 0,
         }
     }
 
     /// The engine (shared with the server for INFO/metrics).
     pub fn engine(&self) -> &Arc<Mutex<Engine>> {
         &self.engine
+    }
+
+    /// Moves each time the engine behind [`EngineStore::engine`] is replaced (a fenced node
+    /// comes back empty): lock-free readers made before then read the old one.
+    pub fn engine_generation(&self) -> u64 {
+        self.engine_generation
     }
 
     pub fn stats(&self) -> &Arc<StoreStats> {
@@ -353,6 +370,7 @@ impl ReplicaStore for EngineStore {
                             version: Some(entry.version),
                             memgest: entry.memgest,
                             kind: entry.kind,
+                            expiry: engine_expiry(entry.expiry_ms),
                             ..SetOptions::default()
                         };
                         match engine.set(key, value, &opts, 0) {
@@ -407,6 +425,7 @@ impl ReplicaStore for EngineStore {
             memgest: entry.memgest,
             staged: true,
             kind: entry.kind,
+            expiry: engine_expiry(entry.expiry_ms),
             ..SetOptions::default()
         };
         match engine.set(key, value, &opts, 0) {
@@ -552,6 +571,9 @@ impl ReplicaStore for EngineStore {
             Ok(fresh) => {
                 let mut e = self.engine.lock();
                 *e = fresh;
+                // Readers made from the old engine still map its regions: the driver makes new
+                // ones when this moves (`ClusterNode::fast_get`'s reader).
+                self.engine_generation += 1;
                 e.define_memgest(MemgestId::NONE, false);
                 for m in &self.evictable {
                     e.define_memgest(*m, true);

@@ -64,6 +64,6 @@ pub use api::{
     ReadOutcome, SetOptions, SetOutcome, TickReport, Usage,
 };
 pub use engine::Engine;
-pub use read::{read_entry, read_entry_with, RegionsView};
+pub use read::{read_entry, read_entry_bounded, read_entry_with, RegionsView};
 pub use ringlet_types::{MemgestId, ValueKind, Version};
 pub use store::{ExportInfo, Reader};

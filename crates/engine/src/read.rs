@@ -114,6 +114,8 @@ enum Probe {
     },
     WrongKey,
     Torn,
+    /// The entry is larger than the caller's bound (it may or may not be the key's).
+    TooLarge,
 }
 
 /// Copy and validate the entry an index entry points at.
@@ -123,10 +125,14 @@ fn try_entry(
     w0: u64,
     w1: u64,
     key: &[u8],
+    size_max: u64,
     out: &mut Vec<u8>,
 ) -> Probe {
     let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
     let size = u64::from(ie_size_units(w1)) * UNIT_BYTES;
+    if size > size_max {
+        return Probe::TooLarge;
+    }
     if size < ENTRY_HEADER_BYTES as u64
         || loc
             .checked_add(size)
@@ -215,6 +221,32 @@ pub fn read_entry_with(
     expected_config: Option<u64>,
     out: &mut Vec<u8>,
 ) -> (ReadOutcome, Option<u64>) {
+    read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out)
+}
+
+/// [`read_entry`] that copies no entry larger than `size_max` bytes (header, key and value):
+/// it answers `Retry` instead, so the caller takes the writer path. The copy is made with
+/// atomic word loads and checksummed, which is cheap for a value of a few KiB and not for
+/// 64 MiB on a thread that should serve other requests meanwhile.
+pub fn read_entry_bounded(
+    view: &RegionsView,
+    key: &[u8],
+    now_ms: u64,
+    size_max: u64,
+    out: &mut Vec<u8>,
+) -> ReadOutcome {
+    read_entry_impl(view, key, key_hash(key), now_ms, None, size_max, out).0
+}
+
+fn read_entry_impl(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    size_max: u64,
+    out: &mut Vec<u8>,
+) -> (ReadOutcome, Option<u64>) {
     let tag = tag_of(hash);
     for _attempt in 0..READ_RETRY_COUNT_MAX {
         let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
@@ -252,7 +284,7 @@ pub fn read_entry_with(
                     continue;
                 }
                 let w1 = a1.load(Ordering::Acquire);
-                match try_entry(view, ie_off, w0, w1, key, out) {
+                match try_entry(view, ie_off, w0, w1, key, size_max, out) {
                     Probe::Hit {
                         version,
                         memgest,
@@ -265,6 +297,10 @@ pub fn read_entry_with(
                     }
                     Probe::WrongKey => {}
                     Probe::Torn => torn = true,
+                    Probe::TooLarge => {
+                        out.clear();
+                        return (ReadOutcome::Retry, None);
+                    }
                 }
             }
             if k == 0 {

@@ -148,3 +148,38 @@ fn shrinking_corpus_gives_memory_back() {
         assert_eq!(e.get(format!("key{i}").as_bytes(), 1).unwrap().value, v);
     }
 }
+
+/// `read_entry_bounded` copies nothing larger than its bound: a large entry answers `Retry`
+/// (the caller takes the writer path), a small one reads as with `read_entry`.
+#[test]
+fn bounded_reads_refuse_large_entries() {
+    let mut e = Engine::new(EngineConfig {
+        memory_bytes_max: 8 << 20,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let opts = SetOptions::default();
+    e.set(b"small", b"abc", &opts, 1).unwrap();
+    e.set(b"large", &vec![7u8; 100_000], &opts, 1).unwrap();
+    let r = e.reader();
+    let mut out = Vec::new();
+    assert!(matches!(
+        read_entry_bounded(&r.view(), b"small", 1, 4096, &mut out),
+        ReadOutcome::Hit { .. }
+    ));
+    assert_eq!(out, b"abc");
+    assert_eq!(
+        read_entry_bounded(&r.view(), b"large", 1, 4096, &mut out),
+        ReadOutcome::Retry
+    );
+    assert!(out.is_empty());
+    assert!(matches!(
+        read_entry_bounded(&r.view(), b"large", 1, 200_000, &mut out),
+        ReadOutcome::Hit { .. }
+    ));
+    assert_eq!(out.len(), 100_000);
+    assert_eq!(
+        read_entry_bounded(&r.view(), b"missing", 1, 4096, &mut out),
+        ReadOutcome::Miss
+    );
+}

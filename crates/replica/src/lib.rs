@@ -20,13 +20,16 @@
 //! client-nominated versions.
 //!
 //! Modules: [`store`] (the [`ReplicaStore`] trait and [`MemStore`]), [`msg`] (client and peer
-//! messages), [`node`] (the state machine). Protocol and reasons:
+//! messages), [`node`] (the state machine), [`inflight`] (which keys have a write in flight,
+//! for front ends that read the store without the core). Protocol and reasons:
 //! `docs/design/cluster-replication.md`.
 
+pub mod inflight;
 pub mod msg;
 pub mod node;
 pub mod store;
 
+pub use inflight::InflightKeys;
 pub use msg::*;
 pub use node::{Input, Output, Replica, ReplicaConfig, ReplicaStats};
 pub use store::{ApplyOutcome, Entry, MemStore, ReplicaStore, SlotDigests};

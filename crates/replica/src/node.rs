@@ -24,6 +24,7 @@
 //! (map or fence); (3) a new coordinator reads a majority of the old replicas before serving,
 //! and issues versions above anything the old coordinator can have issued.
 
+use crate::inflight::InflightKeys;
 use crate::msg::*;
 use crate::store::{ApplyOutcome, Entry, ReplicaStore};
 use ringlet_control::{ClusterMap, Input as ControlInput, NodeState};
@@ -265,6 +266,8 @@ pub struct Replica<S: ReplicaStore> {
     pending: BTreeMap<Version, Pending>,
     /// Uncommitted pending versions per key (reads wait for those at or below their threshold).
     uncommitted: BTreeMap<Vec<u8>, BTreeSet<Version>>,
+    /// `uncommitted`'s keys, mirrored for front ends that read the store directly.
+    inflight_keys: Arc<InflightKeys>,
     inflight: BTreeMap<NodeId, (u32, u64)>,
     parked: BTreeMap<Vec<u8>, Vec<Parked>>,
     parked_count: usize,
@@ -370,6 +373,7 @@ impl<S: ReplicaStore> Replica<S> {
             fences: BTreeMap::new(),
             pending: BTreeMap::new(),
             uncommitted: BTreeMap::new(),
+            inflight_keys: Arc::default(),
             inflight: BTreeMap::new(),
             parked: BTreeMap::new(),
             parked_count: 0,
@@ -448,6 +452,45 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     /// Whether a rebuild or sync is still running on some range.
+    /// The keys with a write in flight, shared with front ends that read the store directly
+    /// (`crate::inflight`).
+    pub fn inflight_keys(&self) -> &Arc<InflightKeys> {
+        &self.inflight_keys
+    }
+
+    /// Use `keys` as the shared filter (a driver that created it before the core). Call before
+    /// the first step: the filter must mirror every write in flight.
+    pub fn set_inflight_keys(&mut self, keys: Arc<InflightKeys>) {
+        debug_assert!(self.uncommitted.is_empty());
+        keys.clear();
+        self.inflight_keys = keys;
+    }
+
+    /// Until when (the driver's clock, ms) this node's lease lets it coordinate.
+    pub fn lease_until_ms(&self) -> u64 {
+        self.lease_until_ms
+    }
+
+    /// The slot ranges a read may be answered from this node's store without the core, as
+    /// long as the lease lasts ([`Replica::lease_until_ms`]) and the key has no write in flight
+    /// ([`Replica::inflight_keys`]): coordinated here, complete (Ready), and not fenced for
+    /// another node or incarnation — every condition of the core's own check but the lease.
+    pub fn fast_read_ranges(&self, out: &mut Vec<(Slot, Slot)>) {
+        out.clear();
+        for r in &self.ranges {
+            if r.role != Role::Coordinator || !matches!(r.status, Status::Ready) {
+                continue;
+            }
+            let foreign = self
+                .fences
+                .range(r.first..=r.last)
+                .any(|(_, f)| f.node != self.id || f.incarnation != self.incarnation);
+            if !foreign {
+                out.push((r.first, r.last));
+            }
+        }
+    }
+
     pub fn is_pulling(&self) -> bool {
         self.ec_busy()
             || self
@@ -942,10 +985,7 @@ impl<S: ReplicaStore> Replica<S> {
                 },
             );
         }
-        self.uncommitted
-            .entry(key.clone())
-            .or_default()
-            .insert(entry.version);
+        self.uncommitted_add(&key, entry.version);
         let version = entry.version;
         self.pending.insert(
             entry.version,
@@ -1125,12 +1165,7 @@ impl<S: ReplicaStore> Replica<S> {
             return;
         };
         self.store.unreserve(&p.key, version);
-        if let Some(set) = self.uncommitted.get_mut(&p.key) {
-            set.remove(&version);
-            if set.is_empty() {
-                self.uncommitted.remove(&p.key);
-            }
-        }
+        self.uncommitted_remove(&p.key, version);
         self.stats.writes_out_of_memory += 1;
         if let Some((c, id)) = p.client.take() {
             if self.dedup.get(&c).is_some_and(|d| d.seq == id.seq) {
@@ -1183,12 +1218,7 @@ impl<S: ReplicaStore> Replica<S> {
             self.retire_other_ec(&key, &entry, out);
             self.stats.writes_committed += 1;
         }
-        if let Some(set) = self.uncommitted.get_mut(&key) {
-            set.remove(&version);
-            if set.is_empty() {
-                self.uncommitted.remove(&key);
-            }
-        }
+        self.uncommitted_remove(&key, version);
         if let Some((c, id)) = client {
             let body = if applied == ApplyOutcome::Refused {
                 ClientReply::Ambiguous { version }
@@ -1259,12 +1289,7 @@ impl<S: ReplicaStore> Replica<S> {
                         }
                     }
                 }
-                if let Some(set) = self.uncommitted.get_mut(&p.key) {
-                    set.remove(&v);
-                    if set.is_empty() {
-                        self.uncommitted.remove(&p.key);
-                    }
-                }
+                self.uncommitted_remove(&p.key, v);
                 if let Some((c, id)) = p.client.take() {
                     let body = ClientReply::Ambiguous { version: v };
                     if self.dedup.get(&c).is_some_and(|d| d.seq == id.seq) {
@@ -1307,6 +1332,7 @@ impl<S: ReplicaStore> Replica<S> {
         self.fences.clear();
         self.pending.clear();
         self.uncommitted.clear();
+        self.inflight_keys.clear();
         self.inflight.clear();
         self.parked.clear();
         self.parked_count = 0;
@@ -1653,6 +1679,26 @@ impl<S: ReplicaStore> Replica<S> {
         for ri in 0..self.ranges.len() {
             if self.pull_complete(ri) {
                 self.finish_pull(now_ms, ri, false, out);
+            }
+        }
+    }
+
+    /// A write of `key` at `version` is in flight (before its first Replicate goes out).
+    pub(crate) fn uncommitted_add(&mut self, key: &[u8], version: Version) {
+        let set = self.uncommitted.entry(key.to_vec()).or_default();
+        if set.is_empty() {
+            self.inflight_keys.add(key);
+        }
+        set.insert(version);
+    }
+
+    /// The write of `key` at `version` ended (after its value, if committed, is stored).
+    pub(crate) fn uncommitted_remove(&mut self, key: &[u8], version: Version) {
+        if let Some(set) = self.uncommitted.get_mut(key) {
+            set.remove(&version);
+            if set.is_empty() {
+                self.uncommitted.remove(key);
+                self.inflight_keys.remove(key);
             }
         }
     }
@@ -2516,6 +2562,12 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         assert_eq!(unc, self.uncommitted, "uncommitted index drifted");
+        for k in self.uncommitted.keys() {
+            assert!(
+                self.inflight_keys.may_have(k),
+                "a key with a write in flight is not in the shared filter"
+            );
+        }
         let live: BTreeMap<NodeId, (u32, u64)> = self
             .inflight
             .iter()

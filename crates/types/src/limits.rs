@@ -95,6 +95,11 @@ pub const REPLICATION_INFLIGHT_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// wait for at most one chunk (~0.1 ms on loopback), not for a 512 MiB value (issue 10,
 /// case 5). Small enough for that; large enough that the 6-byte chunk header is noise.
 pub const PEER_CHUNK_BYTES: u32 = 256 * 1024;
+/// Largest entry a cluster front reads from the engine on its own thread (the fast path):
+/// the lock-free copy is word by word plus a checksum, a few µs for KiB values; a 64 MiB one
+/// held a front worker for seconds in a debug build and slowed the node's other traffic.
+/// Larger entries are read by the driver (memcpy under the engine lock), as before.
+pub const FAST_READ_BYTES_MAX: u32 = 256 * 1024;
 
 /// Requests queued to one handler/peer before the sender is told to back off.
 pub const QUEUE_CAPACITY: u32 = 65_536;

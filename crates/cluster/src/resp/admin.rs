@@ -335,6 +335,9 @@ impl ringlet_server::admin::AdminPages for Front {
                 .absolute(st.possible_loss.load(Relaxed));
             metrics::counter!("ringlet_ambiguous_resolved_total")
                 .absolute(st.ambiguous_resolved.load(Relaxed));
+            metrics::counter!("ringlet_fast_reads_total").absolute(st.fast_reads.load(Relaxed));
+            metrics::counter!("ringlet_fast_read_fallbacks_total")
+                .absolute(st.fast_read_fallbacks.load(Relaxed));
             metrics::counter!("ringlet_events_refused_total")
                 .absolute(st.events_refused.load(Relaxed));
             metrics::gauge!("ringlet_ec_arenas_not_ready")

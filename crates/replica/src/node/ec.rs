@@ -700,10 +700,7 @@ impl<S: ReplicaStore> Replica<S> {
             self.send(out, *t, ec.body());
         }
         if !ec.bg {
-            self.uncommitted
-                .entry(key.clone())
-                .or_default()
-                .insert(entry.version);
+            self.uncommitted_add(&key, entry.version);
         }
         let version = entry.version;
         let needed = targets.len();

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Cluster GET latency on the coordinator beside Redis 7 (issue 11: p50 and p99 ≤ 1.3× Redis's).
+
+For each `--ringlet` binary (e.g. builds before and after a change), on a fresh
+`ringlet up --nodes 3 --spares 0 --default-memgest rep:3`: load `--keys` keys of
+`--value-size` B, then `ringlet-cluster-bench` runs closed-loop GETs with coordinator reads
+(`--concurrency` tasks, one GET each at a time, the smart Rust client over the native
+protocol, uniform keys). Redis 7 (`redis-server`, same machine, same run) gets the same loop
+from the same tool. Repetitions interleave the targets; medians are printed with the ratios
+to Redis. INFO `fast_reads` / `fast_read_fallbacks` of the nodes are printed after each
+Ringlet run when the binary has them.
+
+Usage: bench/cluster_get.py [--ringlet target/release/ringlet ...] [--reps 5]
+                            [--duration 4] [--concurrency 1] [--keys 10000] [--value-size 100]
+Requires: `cargo build --release -p ringlet-cli --bin ringlet -p ringlet-bench --bins`,
+redis-server 7 (scripts/setup.sh).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_base(n):
+    for base in range(21000, 22700, 41):
+        ok = True
+        for p in list(range(base, base + n)) + list(range(base + 10000, base + 10000 + n)):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free ports")
+
+
+def wait_port(port, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"port {port} not up")
+
+
+def info_fields(port, names):
+    s = socket.create_connection(("127.0.0.1", port), 5)
+    s.sendall(b"*1\r\n$4\r\nINFO\r\n")
+    buf = b""
+    while b"# Keyspace" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    s.close()
+    out = {}
+    for line in buf.decode(errors="replace").splitlines():
+        k, _, v = line.partition(":")
+        if k in names:
+            out[k] = int(v)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ringlet", nargs="+", default=[os.path.join(ROOT, "target/release/ringlet")])
+    ap.add_argument("--bench", default=os.path.join(ROOT, "target/release/ringlet-cluster-bench"))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=4.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--keys", type=int, default=10000)
+    ap.add_argument("--value-size", type=int, default=100)
+    a = ap.parse_args()
+    if not os.path.exists(a.bench):
+        raise SystemExit(f"missing {a.bench}: cargo build --release -p ringlet-bench --bins")
+    redis = shutil.which("redis-server")
+    if not redis:
+        raise SystemExit("redis-server not found (scripts/setup.sh installs it)")
+    common = ["--keys", str(a.keys), "--value-size", str(a.value_size),
+              "--concurrency", str(a.concurrency), "--json"]
+
+    def run(extra, duration, warmup):
+        cmd = [a.bench] + common + ["--duration", str(duration), "--warmup", str(warmup)] + extra
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed: {out.stderr}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    results = {exe: [] for exe in a.ringlet}
+    results["redis"] = []
+    load_start = open("/proc/loadavg").read().split()[:3]
+    for rep in range(a.reps):
+        for exe in a.ringlet:
+            base = free_base(3)
+            up = subprocess.Popen([exe, "up", "--nodes", "3", "--spares", "0", "--port", str(base),
+                                   "--default-memgest", "rep:3"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            try:
+                deadline = time.time() + 120
+                while True:
+                    line = up.stdout.readline()
+                    if not line or time.time() > deadline:
+                        raise SystemExit(f"{exe} up did not become ready")
+                    if line.startswith("ringlet cluster ready"):
+                        break
+                seeds = ",".join(f"127.0.0.1:{base + i}" for i in range(3))
+                run(["--target", "cluster", "--addr", seeds, "--load"], 0.2, 0)
+                r = run(["--target", "cluster", "--addr", seeds, "--read-mode", "coordinator",
+                         "--seed", str(rep + 1)], a.duration, a.warmup)
+                if r["errors"]:
+                    raise SystemExit(f"{exe}: {r['errors']} errors")
+                fast = [info_fields(base + i, {"fast_reads", "fast_read_fallbacks"})
+                        for i in range(3)]
+                r["fast_reads"] = sum(f.get("fast_reads", 0) for f in fast)
+                r["fast_read_fallbacks"] = sum(f.get("fast_read_fallbacks", 0) for f in fast)
+                results[exe].append(r)
+                print(f"rep {rep + 1} {exe}: p50 {r['p50_us']} p99 {r['p99_us']} us, "
+                      f"{r['ops_per_s']:.0f}/s, fast reads {r['fast_reads']} "
+                      f"fallbacks {r['fast_read_fallbacks']}", file=sys.stderr)
+            finally:
+                up.send_signal(signal.SIGTERM)
+                try:
+                    up.wait(10)
+                except subprocess.TimeoutExpired:
+                    up.kill()
+        port = free_base(1)
+        rs = subprocess.Popen([redis, "--port", str(port), "--save", "", "--appendonly", "no",
+                               "--bind", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(port)
+            addr = f"127.0.0.1:{port}"
+            run(["--target", "redis", "--addr", addr, "--load"], 0.2, 0)
+            r = run(["--target", "redis", "--addr", addr, "--seed", str(rep + 1)],
+                    a.duration, a.warmup)
+            results["redis"].append(r)
+            print(f"rep {rep + 1} redis: p50 {r['p50_us']} p99 {r['p99_us']} us", file=sys.stderr)
+        finally:
+            rs.kill()
+    load_end = open("/proc/loadavg").read().split()[:3]
+    med = lambda rs, k: statistics.median(x[k] for x in rs)
+    rp50, rp99 = med(results["redis"], "p50_us"), med(results["redis"], "p99_us")
+    print(f"\nClosed-loop GET, {a.concurrency} client(s), {a.keys} keys of {a.value_size} B, "
+          f"medians of {a.reps} runs of {a.duration:g} s (load average {' '.join(load_start)} "
+          f"at start, {' '.join(load_end)} at end):\n")
+    print("| target | p50 µs | p99 µs | GET/s | p50 / Redis | p99 / Redis |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, rs in results.items():
+        p50, p99 = med(rs, "p50_us"), med(rs, "p99_us")
+        print(f"| {name} | {p50:.0f} | {p99:.0f} | {med(rs, 'ops_per_s'):.0f} | "
+              f"{p50 / rp50:.2f} | {p99 / rp99:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
