@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Run Redis's own test suite (external mode) against Redis 7, a single Ringlet node and a
-# one-node Ringlet cluster, the same files against each, and print passed / failed per file
-# per target plus a machine-readable summary (docs/design/redis-test-suite.md).
+# Run Redis's own test suite (external mode) against Redis 7, a single Ringlet node (`ringlet
+# server`, and `ringlet up --nodes 1`, which starts the same single node) and a one-node
+# Ringlet cluster (`ringlet up --nodes 1 --default-memgest none`: the cluster front), the same
+# files and flags against each, and print passed / failed per file per target plus a
+# machine-readable summary (docs/design/redis-test-suite.md).
 #
 # Nothing of Redis is copied into this repository: point REDIS_SRC at a checkout of
 # redis/redis at the tag of the installed redis-server (7.0.15 here), e.g.
@@ -12,7 +14,7 @@
 # Environment:
 #   REDIS_SRC  the checkout (required)
 #   RINGLET    the binary (default: target/debug/ringlet, built with `cargo build -p ringlet-cli`)
-#   TARGETS    any of: redis server up (default: all three)
+#   TARGETS    any of: redis server up cluster (default: all four)
 #   FILES      test files (default: the four of issue 11 plus unit/type/incr)
 #   OUT        where logs and per-test lists go (default: target/redis-suite)
 #   SHOW       print up to SHOW failing test names per file (default 0)
@@ -35,13 +37,13 @@ cd "$(dirname "$0")/.."
 for t in tclsh redis-server redis-cli python3; do
   command -v "$t" >/dev/null || { echo "redis-suite: $t is missing" >&2; exit 2; }
 done
-TARGETS=${TARGETS:-"redis server up"}
+TARGETS=${TARGETS:-"redis server up cluster"}
 FILES=${FILES:-"unit/type/string unit/keyspace unit/expire unit/protocol unit/type/incr"}
 OUT=${OUT:-target/redis-suite}
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 if [ -z "${RINGLET:-}" ]; then
   RINGLET=target/debug/ringlet
-  case " $TARGETS " in *" server "* | *" up "*)
+  case " $TARGETS " in *" server "* | *" up "* | *" cluster "*)
     cargo build -j 2 -q -p ringlet-cli || exit 2 ;;
   esac
 fi
@@ -105,9 +107,11 @@ start_target() { # name port -> sets PGIDS
     redis) setsid redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
              --enable-debug-command yes >"$log" 2>&1 & ;;
     server) setsid "$RINGLET" server --port "$p" --memory-mb 512 >"$log" 2>&1 & ;;
-    # `up --nodes 1` alone is the single node; a default memgest makes it a one-node cluster
-    # (control plane on p+1), which is the cluster front this run is about.
-    up) setsid "$RINGLET" up --nodes 1 --port "$p" --default-memgest none --pg-data 1 \
+    # `up --nodes 1` alone starts the single node (main.rs: a cluster needs more nodes, a
+    # spare, a default memgest or a placement shape).
+    up) setsid "$RINGLET" up --nodes 1 --port "$p" --memory-mb 512 --no-admin >"$log" 2>&1 & ;;
+    # A default memgest makes it a one-node cluster (control plane on p+1): the cluster front.
+    cluster) setsid "$RINGLET" up --nodes 1 --port "$p" --default-memgest none --pg-data 1 \
           --pg-redundant 0 --memory-mb 512 --no-admin >"$log" 2>&1 & ;;
     *) echo "unknown target $name" >&2; return 1 ;;
   esac

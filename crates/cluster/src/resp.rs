@@ -27,12 +27,13 @@
 //! TTLs replicate with each entry (docs/design/cluster-ttl.md); keyspace commands (KEYS, SCAN,
 //! DBSIZE, FLUSHALL per node; RENAME, COPY, MSETNX within a slot) are in `resp/keyspace.rs`.
 //! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
-//! as Redis), transactions.
+//! as Redis). Transactions (MULTI/EXEC) within one slot are in `resp/transaction.rs`.
 
 mod admin;
 mod clients;
 mod keyspace;
 mod records;
+mod transaction;
 
 use crate::control::{FromControl, ToControl};
 use crate::node::{client_addr, ClusterNode, SubmitError};
@@ -106,6 +107,10 @@ pub struct Front {
     clients: clients::Clients,
     /// The admin port's Prometheus recorder (resp/admin.rs): this node's own.
     recorder: metrics_exporter_prometheus::PrometheusRecorder,
+    /// Transactions (resp/transaction.rs): every RESP command runs under the read side, EXEC
+    /// under the write side, so no other client's command runs in between. An async lock:
+    /// commands hold it across replication round trips.
+    exec: tokio::sync::RwLock<()>,
 }
 
 /// TLS of the client port: the server side, and the client side for calls to other nodes.
@@ -130,6 +135,7 @@ pub async fn serve(
         tls_connector: tls.as_ref().map(|t| t.connector.clone()),
         clients: clients::Clients::default(),
         recorder: metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
+        exec: tokio::sync::RwLock::new(()),
     });
     if let Some((l, token)) = admin {
         tokio::spawn(ringlet_server::admin::serve(l, front.clone(), token));
@@ -313,6 +319,8 @@ impl Front {
         let mut req = Request::new();
         let mut proto = Proto::Resp2;
         let mut authed = self.requirepass.is_none();
+        // The commands queued since MULTI (`None` outside a transaction).
+        let mut multi: Option<ringlet_server::cmd::transaction::Queue> = None;
         loop {
             // Decode every whole request in the buffer (pipelining), run them, then flush.
             let mut used = 0;
@@ -341,13 +349,19 @@ impl Front {
             while i < batch.len() {
                 // A run of consecutive GETs runs concurrently (replies stay in order): reads
                 // commute with each other, and everything before the run has completed.
+                // Inside MULTI, GETs are queued like any command.
                 let run = batch[i..]
                     .iter()
-                    .take(if authed { GET_RUN_MAX } else { 0 })
+                    .take(if authed && multi.is_none() {
+                        GET_RUN_MAX
+                    } else {
+                        0
+                    })
                     .take(GET_RUN_MAX)
                     .take_while(|a| a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
                     .count();
                 if run > 1 {
+                    let exec = self.exec.read().await;
                     let handles: Vec<_> = batch[i..i + run]
                         .iter()
                         .map(|a| {
@@ -361,13 +375,23 @@ impl Front {
                         r.encode(proto, &mut out);
                         flush_if_large(&mut stream, &mut out).await?;
                     }
+                    drop(exec);
                     i += run;
                     continue;
                 }
                 let argv = &batch[i];
                 i += 1;
                 let quit = argv[0].eq_ignore_ascii_case(b"quit");
-                let reply = self.command(argv, &mut proto, &mut authed, &conn).await;
+                let reply = match self
+                    .transaction_step(&mut multi, argv, &mut proto, &mut authed, &conn)
+                    .await
+                {
+                    Some(r) => r,
+                    None => {
+                        let _exec = self.exec.read().await;
+                        self.command(argv, &mut proto, &mut authed, &conn).await
+                    }
+                };
                 reply.encode(proto, &mut out);
                 drop(reply);
                 flush_if_large(&mut stream, &mut out).await?;
@@ -710,11 +734,11 @@ impl Front {
         };
         let a = |i: usize| -> &[u8] { argv.get(i).map(|v| &v[..]).unwrap_or(b"") };
         match name.as_str() {
-            "ping" => Ok(if argv.len() > 1 {
-                Reply::Bulk(a(1).to_vec())
-            } else {
-                Reply::Simple(b"PONG".to_vec())
-            }),
+            "ping" => match argv.len() {
+                1 => Ok(Reply::Simple(b"PONG".to_vec())),
+                2 => Ok(Reply::Bulk(a(1).to_vec())),
+                _ => Err(err("ERR wrong number of arguments for 'ping' command")),
+            },
             "echo" => {
                 arity(2)?;
                 Ok(Reply::Bulk(a(1).to_vec()))

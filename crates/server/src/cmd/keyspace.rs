@@ -381,16 +381,8 @@ pub fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
             replace = true;
             i += 1;
         } else if is(argv[i], "db") && i + 1 < argv.len() {
-            match parse_i64(argv[i + 1]) {
-                Some(0) => {}
-                // One database, as a Redis Cluster node (SELECT answers the same way).
-                Some(1..=15) => {
-                    return Reply::err(
-                        "ERR Copying to another database is not allowed in cluster mode",
-                    )
-                }
-                Some(_) => return Reply::err("ERR DB index is out of range"),
-                None => return Reply::err("ERR value is not an integer or out of range"),
+            if let Some(e) = copy_db_error(argv[i + 1]) {
+                return Reply::err(e);
             }
             i += 2;
         } else {
@@ -441,6 +433,48 @@ pub fn string_encoding(v: &[u8]) -> &'static str {
     }
 }
 
+/// Redis's OBJECT REFCOUNT of a string value: the integers 0..9999 are shared objects
+/// (`OBJ_SHARED_INTEGERS`, refcount `INT_MAX`) wherever Redis stores one — SET, INCR and the
+/// like, with Redis's default maxmemory policy — every other value is referenced once.
+/// Decided by the value alone, like [`string_encoding`] (a value APPEND made is never shared
+/// in Redis; that history is not tracked). Shared with the cluster front.
+pub fn string_refcount(v: &[u8]) -> i64 {
+    const OBJ_SHARED_INTEGERS: i64 = 10_000;
+    const OBJ_SHARED_REFCOUNT: i64 = i32::MAX as i64;
+    if string_encoding(v) != "int" {
+        return 1;
+    }
+    match std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+    {
+        Some(n) if (0..OBJ_SHARED_INTEGERS).contains(&n) => OBJ_SHARED_REFCOUNT,
+        _ => 1,
+    }
+}
+
+/// OBJECT HELP's lines for the subcommands served (both fronts).
+pub const OBJECT_HELP: &[&str] = &[
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+];
+
+/// COPY's `DB index` argument, checked as Redis Cluster does: not an integer, out of range,
+/// or another database (one keyspace). `None` for database 0. Shared with the cluster front.
+pub fn copy_db_error(index: &[u8]) -> Option<&'static str> {
+    match parse_i64(index) {
+        Some(0) => None,
+        // One database, as a Redis Cluster node (SELECT answers the same way).
+        Some(1..=15) => Some("ERR Copying to another database is not allowed in cluster mode"),
+        Some(_) => Some("ERR DB index is out of range"),
+        None => Some("ERR value is not an integer or out of range"),
+    }
+}
+
 /// Redis's encoding of a hash like this record: `listpack` while it has at most 128 fields
 /// of at most 64 bytes each (Redis 7's `hash-max-listpack-entries`/`-value` defaults), else
 /// `hashtable`. Shared with the cluster front.
@@ -468,15 +502,17 @@ pub fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     }
 }
 
+/// OBJECT REFCOUNT key: 1 for a record, see [`string_refcount`] for strings.
+pub fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    match ctx.shared.db.lock().get(argv[2], ctx.now_ms) {
+        Some(e) if e.kind == ringlet_types::ValueKind::Record => Reply::Int(1),
+        Some(e) => Reply::Int(string_refcount(&e.value)),
+        None => Reply::Nil,
+    }
+}
+
 pub fn object_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    super::connection::help(
-        "OBJECT",
-        &[
-            "ENCODING <key>",
-            "    Return the kind of internal representation used in order to store the value",
-            "    associated with a <key>.",
-        ],
-    )
+    super::connection::help("OBJECT", OBJECT_HELP)
 }
 
 #[cfg(test)]
