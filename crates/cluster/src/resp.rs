@@ -111,6 +111,9 @@ pub struct Front {
     /// under the write side, so no other client's command runs in between. An async lock:
     /// commands hold it across replication round trips.
     exec: tokio::sync::RwLock<()>,
+    /// CONFIG `hash-max-listpack-*` of this node: only what OBJECT ENCODING names a record
+    /// (per node, as CONFIG SET on a Redis Cluster node).
+    hash_encoding: ringlet_server::cmd::keyspace::HashEncodingMax,
 }
 
 /// TLS of the client port: the server side, and the client side for calls to other nodes.
@@ -136,6 +139,7 @@ pub async fn serve(
         clients: clients::Clients::default(),
         recorder: metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
         exec: tokio::sync::RwLock::new(()),
+        hash_encoding: Default::default(),
     });
     if let Some((l, token)) = admin {
         tokio::spawn(ringlet_server::admin::serve(l, front.clone(), token));
@@ -1455,9 +1459,10 @@ impl Front {
     }
 
     /// CONFIG GET / SET / HELP with the single node's parameter handling
-    /// (`ringlet_server::cmd::server`) over this node's values. Nothing is settable at run
-    /// time in cluster mode: the password is the cluster's (every node must agree), the rest
-    /// is fixed at start, so CONFIG SET answers Redis's "can't set immutable config".
+    /// (`ringlet_server::cmd::server`) over this node's values. Only the
+    /// `hash-max-listpack-*` pair is settable at run time in cluster mode, per node (it names
+    /// an encoding, nothing else): the password is the cluster's (every node must agree), the
+    /// rest is fixed at start, so CONFIG SET answers Redis's "can't set immutable config".
     fn config(&self, argv: &[Vec<u8>], conn: &clients::Conn) -> Result<Reply, Reply> {
         use ringlet_server::cmd::server::{config_get_from, config_set_check};
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
@@ -1493,14 +1498,21 @@ impl Front {
             ("save", String::new()),
             ("appendonly", "no".to_string()),
             ("cluster-enabled", "yes".to_string()),
-        ];
+        ]
+        .into_iter()
+        .chain(self.hash_encoding.params())
+        .collect();
         match sub.as_str() {
             "get" if argv.len() >= 3 => Ok(convert(&config_get_from(&params, &args))),
             "get" => Err(wrong("get")),
             "set" if argv.len() >= 4 => {
                 let known: Vec<&str> = params.iter().map(|(n, _)| *n).collect();
-                match config_set_check(&known, &[], &args) {
-                    Ok(_) => Ok(Reply::ok()),
+                let settable: Vec<&str> =
+                    ringlet_server::cmd::keyspace::HashEncodingMax::names().collect();
+                match config_set_check(&known, &settable, &args)
+                    .and_then(|pairs| self.hash_encoding.set(&pairs))
+                {
+                    Ok(()) => Ok(Reply::ok()),
                     Err(e) => Err(convert(&e)),
                 }
             }
@@ -1511,7 +1523,7 @@ impl Front {
                     "GET <pattern>",
                     "    Return parameters matching the glob-like <pattern> and their values.",
                     "SET <directive> <value>",
-                    "    Nothing can be set at run time in cluster mode.",
+                    "    Only hash-max-listpack-* can be set at run time in cluster mode.",
                     "HELP",
                     "    Prints this help.",
                 ]

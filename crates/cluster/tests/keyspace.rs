@@ -171,6 +171,53 @@ fn slot_local_commands_match_redis() {
             _ => assert_eq!(got, want, "{cmd:?}"),
         }
     }
+    // CONFIG SET hash-max-listpack-*: per node (as on a Redis Cluster node), it decides the
+    // encoding OBJECT ENCODING names; 512 entries by default, as Redis 7.
+    let mut big: Vec<String> = vec!["HSET".into(), "{u}big".into()];
+    for i in 0..200 {
+        big.push(format!("f{i}"));
+        big.push("v".into());
+    }
+    let big: Vec<&str> = big.iter().map(String::as_str).collect();
+    let config_all = |redis: &mut Redis, cmd: &[&str]| {
+        let parts: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        let want = redis.call(&parts);
+        for a in cl.addrs() {
+            assert_eq!(node_call(a, &parts), want, "{cmd:?} on {a}");
+        }
+    };
+    config_all(&mut redis, &["CONFIG", "GET", "hash-max-ziplist-entries"]);
+    config_all(
+        &mut redis,
+        &["CONFIG", "SET", "hash-max-ziplist-entries", "-1"],
+    );
+    config_all(
+        &mut redis,
+        &["CONFIG", "SET", "hash-max-ziplist-entries", "1"],
+    );
+    for cmd in [
+        big.clone(),
+        vec!["HSET", "{u}hc1", "a", "1", "b", "2"],
+        vec!["OBJECT", "ENCODING", "{u}hc1"],
+        vec!["HSET", "{u}hc2", "a", "1"],
+        vec!["OBJECT", "ENCODING", "{u}hc2"],
+    ] {
+        let parts: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        assert_eq!(cluster_call(&mut c, &parts), redis.call(&parts), "{cmd:?}");
+    }
+    config_all(
+        &mut redis,
+        &["CONFIG", "SET", "hash-max-ziplist-entries", "512"],
+    );
+    for cmd in [
+        big.clone(),
+        vec!["DEL", "{u}big"],
+        big.clone(),
+        vec!["OBJECT", "ENCODING", "{u}big"],
+    ] {
+        let parts: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        assert_eq!(cluster_call(&mut c, &parts), redis.call(&parts), "{cmd:?}");
+    }
     // Keys of different slots: CROSSSLOT, as Redis Cluster.
     for cmd in [
         vec!["RENAME", "{a}x", "{b}x"],

@@ -84,6 +84,8 @@ pub struct Shared {
     /// holding it across a queue would need every handler rewritten. One-sided shm readers
     /// take no lock and may see a transaction half applied.
     pub exec: RwLock<()>,
+    /// CONFIG `hash-max-listpack-*`: only what OBJECT ENCODING names a record.
+    pub hash_encoding: crate::cmd::keyspace::HashEncodingMax,
 }
 
 impl Shared {
@@ -100,6 +102,7 @@ impl Shared {
             port,
             random_seed: AtomicU64::new(now_ms() ^ 0x9e37_79b9_7f4a_7c15),
             exec: RwLock::new(()),
+            hash_encoding: Default::default(),
         }
     }
 

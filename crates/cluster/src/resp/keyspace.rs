@@ -489,9 +489,12 @@ impl Front {
                                 .to_vec(),
                         ),
                         ringlet_types::ValueKind::Record => Reply::Bulk(
-                            ringlet_server::cmd::keyspace::record_encoding(&g.value)
-                                .as_bytes()
-                                .to_vec(),
+                            ringlet_server::cmd::keyspace::record_encoding(
+                                &g.value,
+                                &self.hash_encoding,
+                            )
+                            .as_bytes()
+                            .to_vec(),
                         ),
                     },
                 })

@@ -475,15 +475,98 @@ pub fn copy_db_error(index: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// Redis's encoding of a hash like this record: `listpack` while it has at most 128 fields
-/// of at most 64 bytes each (Redis 7's `hash-max-listpack-entries`/`-value` defaults), else
-/// `hashtable`. Shared with the cluster front.
-pub fn record_encoding(encoded: &[u8]) -> &'static str {
+/// Redis's `hash-max-listpack-entries` and `hash-max-listpack-value` (aliases
+/// `hash-max-ziplist-*`), defaults 512 and 64 as in Redis 7. A record has one representation,
+/// so here they decide only which encoding OBJECT ENCODING names; CONFIG SET changes them so
+/// that tools and tests tuning them keep working. Redis converts a hash to `hashtable` once and
+/// for good; here the name follows the current values (raising them back makes a large record
+/// read `listpack` again) — said in docs/design/redis-test-suite.md. One per node, shared by
+/// both fronts.
+pub struct HashEncodingMax {
+    entries: std::sync::atomic::AtomicU64,
+    value_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl Default for HashEncodingMax {
+    fn default() -> Self {
+        HashEncodingMax {
+            entries: 512.into(),
+            value_bytes: 64.into(),
+        }
+    }
+}
+
+/// The CONFIG names of [`HashEncodingMax`]: `(name, is the entries limit)`.
+const HASH_ENCODING_PARAMS: [(&str, bool); 4] = [
+    ("hash-max-listpack-entries", true),
+    ("hash-max-ziplist-entries", true),
+    ("hash-max-listpack-value", false),
+    ("hash-max-ziplist-value", false),
+];
+
+impl HashEncodingMax {
+    /// CONFIG GET's `(name, value)` pairs, aliases included (Redis lists both).
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        HASH_ENCODING_PARAMS
+            .iter()
+            .map(|&(n, e)| {
+                let v = if e { &self.entries } else { &self.value_bytes };
+                (n, v.load(Relaxed).to_string())
+            })
+            .collect()
+    }
+
+    /// The names CONFIG SET may change.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        HASH_ENCODING_PARAMS.iter().map(|&(n, _)| n)
+    }
+
+    /// Apply CONFIG SET's `pairs` that name these parameters, all or none (others ignored).
+    ///
+    /// # Errors
+    /// Redis's text for a value that is not an integer or is negative (nothing applied).
+    pub fn set(&self, pairs: &[(String, &[u8])]) -> Result<(), Reply> {
+        let mut parsed = Vec::new();
+        for (name, value) in pairs {
+            let Some(&(_, entries)) = HASH_ENCODING_PARAMS.iter().find(|(n, _)| n == name) else {
+                continue;
+            };
+            let why = match parse_i64(value) {
+                Some(n) if n >= 0 => {
+                    parsed.push((entries, n as u64));
+                    continue;
+                }
+                Some(_) => "argument must be between 0 and 9223372036854775807 inclusive",
+                None => "argument couldn't be parsed into an integer",
+            };
+            return Err(Reply::err_owned(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+            )));
+        }
+        for (entries, n) in parsed {
+            let v = if entries {
+                &self.entries
+            } else {
+                &self.value_bytes
+            };
+            v.store(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Redis's encoding of a hash like this record: `listpack` while it has at most `max`'s
+/// entries, each name and value at most its value bytes, else `hashtable`. Shared with the
+/// cluster front.
+pub fn record_encoding(encoded: &[u8], max: &HashEncodingMax) -> &'static str {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (entries, bytes) = (max.entries.load(Relaxed), max.value_bytes.load(Relaxed));
     match ringlet_record::Record::decode(encoded) {
         Ok(r)
-            if r.len() <= 128
+            if r.len() as u64 <= entries
                 && r.iter()
-                    .all(|(n, f)| n.len() <= 64 && f.display_len() <= 64) =>
+                    .all(|(n, f)| n.len() as u64 <= bytes && f.display_len() as u64 <= bytes) =>
         {
             "listpack"
         }
@@ -495,7 +578,7 @@ pub fn record_encoding(encoded: &[u8]) -> &'static str {
 pub fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     match ctx.shared.db.lock().get(argv[2], ctx.now_ms) {
         Some(e) if e.kind == ringlet_types::ValueKind::Record => {
-            Reply::bulk(record_encoding(&e.value).as_bytes())
+            Reply::bulk(record_encoding(&e.value, &ctx.shared.hash_encoding).as_bytes())
         }
         Some(e) => Reply::bulk(string_encoding(&e.value).as_bytes()),
         None => Reply::Nil,
