@@ -391,6 +391,12 @@ impl Front {
                     .await
                 {
                     Some(r) => r,
+                    // RECORDS is another node's CHASE reading committed records: it never
+                    // waits for this node's EXEC, so two nodes each in an EXEC that chases
+                    // into the other cannot wait on each other.
+                    None if argv[0].eq_ignore_ascii_case(b"records") => {
+                        self.command(argv, &mut proto, &mut authed, &conn).await
+                    }
                     None => {
                         let _exec = self.exec.read().await;
                         self.command(argv, &mut proto, &mut authed, &conn).await

@@ -16,6 +16,12 @@
 //! coordinator that fails half-way through EXEC leaves the commands run so far applied (each
 //! is replicated on its own; the replica core has no multi-key transactions, as MSETNX).
 //! MEMGEST and the internal RECORDS call are refused inside a transaction.
+//!
+//! Between nodes: RECORDS (another node's CHASE) does not wait for EXEC, so a CHASE inside a
+//! transaction can never wait on another node's transaction that chases back; it may read
+//! records of a transaction half applied. A write inside EXEC whose outcome is ambiguous
+//! asks the key's new coordinator with a GET, which waits for that node's EXEC if one runs;
+//! that wait is bounded by `OP_DEADLINE`.
 
 use super::{clients, err, Front};
 use ringlet_codec::resp::{Proto, Reply};
