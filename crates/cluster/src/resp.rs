@@ -27,12 +27,13 @@
 //! TTLs replicate with each entry (docs/design/cluster-ttl.md); keyspace commands (KEYS, SCAN,
 //! DBSIZE, FLUSHALL per node; RENAME, COPY, MSETNX within a slot) are in `resp/keyspace.rs`.
 //! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
-//! as Redis), transactions.
+//! as Redis). Transactions (MULTI/EXEC) within one slot are in `resp/transaction.rs`.
 
 mod admin;
 mod clients;
 mod keyspace;
 mod records;
+mod transaction;
 
 use crate::control::{FromControl, ToControl};
 use crate::node::{client_addr, ClusterNode, SubmitError};
@@ -106,6 +107,13 @@ pub struct Front {
     clients: clients::Clients,
     /// The admin port's Prometheus recorder (resp/admin.rs): this node's own.
     recorder: metrics_exporter_prometheus::PrometheusRecorder,
+    /// Transactions (resp/transaction.rs): every RESP command runs under the read side, EXEC
+    /// under the write side, so no other client's command runs in between. An async lock:
+    /// commands hold it across replication round trips.
+    exec: tokio::sync::RwLock<()>,
+    /// CONFIG `hash-max-listpack-*` of this node: only what OBJECT ENCODING names a record
+    /// (per node, as CONFIG SET on a Redis Cluster node).
+    hash_encoding: ringlet_server::cmd::keyspace::HashEncodingMax,
 }
 
 /// TLS of the client port: the server side, and the client side for calls to other nodes.
@@ -130,6 +138,8 @@ pub async fn serve(
         tls_connector: tls.as_ref().map(|t| t.connector.clone()),
         clients: clients::Clients::default(),
         recorder: metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
+        exec: tokio::sync::RwLock::new(()),
+        hash_encoding: Default::default(),
     });
     if let Some((l, token)) = admin {
         tokio::spawn(ringlet_server::admin::serve(l, front.clone(), token));
@@ -313,6 +323,8 @@ impl Front {
         let mut req = Request::new();
         let mut proto = Proto::Resp2;
         let mut authed = self.requirepass.is_none();
+        // The commands queued since MULTI (`None` outside a transaction).
+        let mut multi: Option<ringlet_server::cmd::transaction::Queue> = None;
         loop {
             // Decode every whole request in the buffer (pipelining), run them, then flush.
             let mut used = 0;
@@ -341,13 +353,19 @@ impl Front {
             while i < batch.len() {
                 // A run of consecutive GETs runs concurrently (replies stay in order): reads
                 // commute with each other, and everything before the run has completed.
+                // Inside MULTI, GETs are queued like any command.
                 let run = batch[i..]
                     .iter()
-                    .take(if authed { GET_RUN_MAX } else { 0 })
+                    .take(if authed && multi.is_none() {
+                        GET_RUN_MAX
+                    } else {
+                        0
+                    })
                     .take(GET_RUN_MAX)
                     .take_while(|a| a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
                     .count();
                 if run > 1 {
+                    let exec = self.exec.read().await;
                     let handles: Vec<_> = batch[i..i + run]
                         .iter()
                         .map(|a| {
@@ -361,13 +379,29 @@ impl Front {
                         r.encode(proto, &mut out);
                         flush_if_large(&mut stream, &mut out).await?;
                     }
+                    drop(exec);
                     i += run;
                     continue;
                 }
                 let argv = &batch[i];
                 i += 1;
                 let quit = argv[0].eq_ignore_ascii_case(b"quit");
-                let reply = self.command(argv, &mut proto, &mut authed, &conn).await;
+                let reply = match self
+                    .transaction_step(&mut multi, argv, &mut proto, &mut authed, &conn)
+                    .await
+                {
+                    Some(r) => r,
+                    // RECORDS is another node's CHASE reading committed records: it never
+                    // waits for this node's EXEC, so two nodes each in an EXEC that chases
+                    // into the other cannot wait on each other.
+                    None if argv[0].eq_ignore_ascii_case(b"records") => {
+                        self.command(argv, &mut proto, &mut authed, &conn).await
+                    }
+                    None => {
+                        let _exec = self.exec.read().await;
+                        self.command(argv, &mut proto, &mut authed, &conn).await
+                    }
+                };
                 reply.encode(proto, &mut out);
                 drop(reply);
                 flush_if_large(&mut stream, &mut out).await?;
@@ -724,11 +758,11 @@ impl Front {
         };
         let a = |i: usize| -> &[u8] { argv.get(i).map(|v| &v[..]).unwrap_or(b"") };
         match name.as_str() {
-            "ping" => Ok(if argv.len() > 1 {
-                Reply::Bulk(a(1).to_vec())
-            } else {
-                Reply::Simple(b"PONG".to_vec())
-            }),
+            "ping" => match argv.len() {
+                1 => Ok(Reply::Simple(b"PONG".to_vec())),
+                2 => Ok(Reply::Bulk(a(1).to_vec())),
+                _ => Err(err("ERR wrong number of arguments for 'ping' command")),
+            },
             "echo" => {
                 arity(2)?;
                 Ok(Reply::Bulk(a(1).to_vec()))
@@ -1447,9 +1481,10 @@ impl Front {
     }
 
     /// CONFIG GET / SET / HELP with the single node's parameter handling
-    /// (`ringlet_server::cmd::server`) over this node's values. Nothing is settable at run
-    /// time in cluster mode: the password is the cluster's (every node must agree), the rest
-    /// is fixed at start, so CONFIG SET answers Redis's "can't set immutable config".
+    /// (`ringlet_server::cmd::server`) over this node's values. Only the
+    /// `hash-max-listpack-*` pair is settable at run time in cluster mode, per node (it names
+    /// an encoding, nothing else): the password is the cluster's (every node must agree), the
+    /// rest is fixed at start, so CONFIG SET answers Redis's "can't set immutable config".
     fn config(&self, argv: &[Vec<u8>], conn: &clients::Conn) -> Result<Reply, Reply> {
         use ringlet_server::cmd::server::{config_get_from, config_set_check};
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
@@ -1485,14 +1520,21 @@ impl Front {
             ("save", String::new()),
             ("appendonly", "no".to_string()),
             ("cluster-enabled", "yes".to_string()),
-        ];
+        ]
+        .into_iter()
+        .chain(self.hash_encoding.params())
+        .collect();
         match sub.as_str() {
             "get" if argv.len() >= 3 => Ok(convert(&config_get_from(&params, &args))),
             "get" => Err(wrong("get")),
             "set" if argv.len() >= 4 => {
                 let known: Vec<&str> = params.iter().map(|(n, _)| *n).collect();
-                match config_set_check(&known, &[], &args) {
-                    Ok(_) => Ok(Reply::ok()),
+                let settable: Vec<&str> =
+                    ringlet_server::cmd::keyspace::HashEncodingMax::names().collect();
+                match config_set_check(&known, &settable, &args)
+                    .and_then(|pairs| self.hash_encoding.set(&pairs))
+                {
+                    Ok(()) => Ok(Reply::ok()),
                     Err(e) => Err(convert(&e)),
                 }
             }
@@ -1503,7 +1545,7 @@ impl Front {
                     "GET <pattern>",
                     "    Return parameters matching the glob-like <pattern> and their values.",
                     "SET <directive> <value>",
-                    "    Nothing can be set at run time in cluster mode.",
+                    "    Only hash-max-listpack-* can be set at run time in cluster mode.",
                     "HELP",
                     "    Prints this help.",
                 ]

@@ -143,6 +143,22 @@ fn slot_local_commands_match_redis() {
         ],
         vec!["OBJECT", "ENCODING", "{u}raw"],
         vec!["OBJECT", "ENCODING", "{u}missing"],
+        // OBJECT REFCOUNT: the integers 0..9999 are Redis's shared objects.
+        vec!["SET", "{u}rc0", "0"],
+        vec!["SET", "{u}rc1", "9999"],
+        vec!["SET", "{u}rc2", "10000"],
+        vec!["OBJECT", "REFCOUNT", "{u}rc0"],
+        vec!["OBJECT", "REFCOUNT", "{u}rc1"],
+        vec!["OBJECT", "REFCOUNT", "{u}rc2"],
+        vec!["OBJECT", "REFCOUNT", "{u}e"],
+        vec!["OBJECT", "REFCOUNT", "{u}missing"],
+        vec!["OBJECT", "REFCOUNT", "{u}e", "x"],
+        vec!["OBJECT", "ENCODING"],
+        vec!["OBJECT", "NOPE", "{u}e"],
+        // COPY's DB argument: parsed before it is refused (Redis Cluster's order).
+        vec!["COPY", "{u}fresh", "{u}d", "DB", "notanumber"],
+        vec!["COPY", "{u}fresh", "{u}d", "DB", "99"],
+        vec!["PING", "a", "b"],
     ];
     for cmd in &script {
         let parts: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
@@ -155,6 +171,53 @@ fn slot_local_commands_match_redis() {
             _ => assert_eq!(got, want, "{cmd:?}"),
         }
     }
+    // CONFIG SET hash-max-listpack-*: per node (as on a Redis Cluster node), it decides the
+    // encoding OBJECT ENCODING names; 512 entries by default, as Redis 7.
+    let mut big: Vec<String> = vec!["HSET".into(), "{u}big".into()];
+    for i in 0..200 {
+        big.push(format!("f{i}"));
+        big.push("v".into());
+    }
+    let big: Vec<&str> = big.iter().map(String::as_str).collect();
+    let config_all = |redis: &mut Redis, cmd: &[&str]| {
+        let parts: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        let want = redis.call(&parts);
+        for a in cl.addrs() {
+            assert_eq!(node_call(a, &parts), want, "{cmd:?} on {a}");
+        }
+    };
+    config_all(&mut redis, &["CONFIG", "GET", "hash-max-ziplist-entries"]);
+    config_all(
+        &mut redis,
+        &["CONFIG", "SET", "hash-max-ziplist-entries", "-1"],
+    );
+    config_all(
+        &mut redis,
+        &["CONFIG", "SET", "hash-max-ziplist-entries", "1"],
+    );
+    for cmd in [
+        big.clone(),
+        vec!["HSET", "{u}hc1", "a", "1", "b", "2"],
+        vec!["OBJECT", "ENCODING", "{u}hc1"],
+        vec!["HSET", "{u}hc2", "a", "1"],
+        vec!["OBJECT", "ENCODING", "{u}hc2"],
+    ] {
+        let parts: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        assert_eq!(cluster_call(&mut c, &parts), redis.call(&parts), "{cmd:?}");
+    }
+    config_all(
+        &mut redis,
+        &["CONFIG", "SET", "hash-max-ziplist-entries", "512"],
+    );
+    for cmd in [
+        big.clone(),
+        vec!["DEL", "{u}big"],
+        big.clone(),
+        vec!["OBJECT", "ENCODING", "{u}big"],
+    ] {
+        let parts: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        assert_eq!(cluster_call(&mut c, &parts), redis.call(&parts), "{cmd:?}");
+    }
     // Keys of different slots: CROSSSLOT, as Redis Cluster.
     for cmd in [
         vec!["RENAME", "{a}x", "{b}x"],
@@ -166,6 +229,117 @@ fn slot_local_commands_match_redis() {
             Reply::Error(e) => assert!(e.starts_with(b"CROSSSLOT"), "{cmd:?}"),
             other => panic!("{cmd:?}: {other:?}"),
         }
+    }
+}
+
+/// MULTI/EXEC/DISCARD on one connection to the coordinator of slot `{t}`, compared with the
+/// same pipeline on Redis 7: queueing, nesting, EXECABORT after a refused command (unknown,
+/// arity; a refused EXEC discards at once), run-time errors inside EXEC. Then Redis Cluster's
+/// slot rules: keys of two slots make EXEC answer CROSSSLOT and discard, a key another node
+/// coordinates answers MOVED when queued and aborts the transaction.
+#[test]
+fn transactions_match_redis() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let cl = common::start(3, 0, &[]);
+    let c = Client::new(cl.addrs());
+    let owner = c
+        .slot_owner(ringlet_types::key_slot(b"{t}"))
+        .expect("slot owner");
+    let mut conn = common::Conn::open(owner).expect("connect");
+    let script: Vec<Vec<&str>> = vec![
+        vec!["EXEC"],
+        vec!["DISCARD"],
+        vec!["MULTI", "x"],
+        vec!["MULTI"],
+        vec!["SET", "{t}1", "1"],
+        vec!["INCR", "{t}1"],
+        vec!["GET", "{t}1"],
+        vec!["GET", "{t}1"],
+        vec!["PING"],
+        vec!["EXEC"],
+        vec!["MULTI"],
+        vec!["EXEC"],
+        vec!["MULTI"],
+        vec!["MULTI"],
+        vec!["SET", "{t}2", "x"],
+        vec!["DISCARD"],
+        vec!["GET", "{t}2"],
+        vec!["MULTI"],
+        vec!["NOSUCH", "a"],
+        vec!["SET", "{t}3", "x"],
+        vec!["EXEC"],
+        vec!["MULTI"],
+        vec!["GET"],
+        vec!["EXEC"],
+        vec!["MULTI"],
+        vec!["EXEC", "x"],
+        vec!["SET", "{t}3", "x"],
+        vec!["EXEC"],
+        vec!["SET", "{t}str", "abc"],
+        vec!["MULTI"],
+        vec!["INCR", "{t}str"],
+        vec!["SET", "{t}4", "v"],
+        vec!["HSET", "{t}str", "f", "v"],
+        vec!["INCRBYFLOAT", "{t}5", "1.0"],
+        vec!["EXEC"],
+        vec!["GET", "{t}4"],
+    ];
+    for cmd in &script {
+        let parts: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        let want = redis.call(&parts);
+        let got = conn
+            .pipeline(&[parts.iter().map(|p| p.to_vec()).collect()])
+            .expect("reply")
+            .remove(0);
+        assert_eq!(got, want, "{cmd:?}");
+    }
+    let call = |conn: &mut common::Conn, cmd: &[&str]| {
+        conn.pipeline(&[cmd.iter().map(|p| p.as_bytes().to_vec()).collect()])
+            .expect("reply")
+            .remove(0)
+    };
+    // Keys of two slots: queued, then EXEC answers CROSSSLOT and runs nothing.
+    assert_eq!(call(&mut conn, &["MULTI"]), Reply::ok());
+    assert_eq!(
+        call(&mut conn, &["SET", "{t}x", "1"]),
+        Reply::Simple(b"QUEUED".to_vec())
+    );
+    let other = (0..1000)
+        .map(|i| format!("k{i}"))
+        .find(|k| c.slot_owner(ringlet_types::key_slot(k.as_bytes())) == Some(owner))
+        .filter(|k| ringlet_types::key_slot(k.as_bytes()) != ringlet_types::key_slot(b"{t}"))
+        .expect("another slot on the same node");
+    assert_eq!(
+        call(&mut conn, &["SET", &other, "1"]),
+        Reply::Simple(b"QUEUED".to_vec())
+    );
+    match call(&mut conn, &["EXEC"]) {
+        Reply::Error(e) => assert!(e.starts_with(b"CROSSSLOT"), "{e:?}"),
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(call(&mut conn, &["EXISTS", "{t}x"]), Reply::Integer(0));
+    assert_eq!(
+        call(&mut conn, &["EXEC"]),
+        Reply::Error(b"ERR EXEC without MULTI".to_vec())
+    );
+    // A key another node coordinates: MOVED when queued, EXECABORT at EXEC.
+    let away = (0..1000)
+        .map(|i| format!("k{i}"))
+        .find(|k| {
+            c.slot_owner(ringlet_types::key_slot(k.as_bytes()))
+                .is_some_and(|o| o != owner)
+        })
+        .expect("a key of another node");
+    assert_eq!(call(&mut conn, &["MULTI"]), Reply::ok());
+    match call(&mut conn, &["SET", &away, "1"]) {
+        Reply::Error(e) => assert!(e.starts_with(b"MOVED"), "{e:?}"),
+        r => panic!("{r:?}"),
+    }
+    match call(&mut conn, &["EXEC"]) {
+        Reply::Error(e) => assert!(e.starts_with(b"EXECABORT"), "{e:?}"),
+        r => panic!("{r:?}"),
     }
 }
 

@@ -105,6 +105,7 @@ pub async fn serve(
         proto: Proto::Resp2,
         authenticated: !shared.auth_required(),
         quit: false,
+        multi: None,
         state,
     };
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);

@@ -55,6 +55,7 @@ impl Harness {
             proto: Proto::Resp2,
             authenticated: requirepass.is_none(),
             quit: false,
+            multi: None,
             state,
         };
         Harness {

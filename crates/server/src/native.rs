@@ -64,7 +64,11 @@ pub async fn serve(
             match decode_request_frame(&rbuf[pos..]) {
                 Ok(Some((frame, used))) => {
                     Stats::add(&shared.stats.commands_processed, 1);
-                    handle(&frame, shared, &worker.reader, &mut scratch, now, wbuf);
+                    {
+                        // Not inside another client's EXEC (see `Shared::exec`).
+                        let _exec = shared.exec.read();
+                        handle(&frame, shared, &worker.reader, &mut scratch, now, wbuf);
+                    }
                     pos += used;
                     if wbuf.len() >= WRITE_FLUSH_BYTES {
                         flush(stream, wbuf, shared).await?;

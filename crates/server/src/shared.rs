@@ -77,6 +77,15 @@ pub struct Shared {
     pub port: u16,
     /// Seed for RANDOMKEY, advanced on every call (the engine takes randomness as input).
     pub random_seed: AtomicU64,
+    /// Transactions: every RESP command and native request runs under a read guard, EXEC
+    /// holds the write guard while it runs its queue, so no other client's command runs in
+    /// between (Redis runs EXEC on its one thread). A separate lock rather than holding the
+    /// engine's: handlers take the engine lock per command (and GET reads lock-free), so
+    /// holding it across a queue would need every handler rewritten. One-sided shm readers
+    /// take no lock and may see a transaction half applied.
+    pub exec: RwLock<()>,
+    /// CONFIG `hash-max-listpack-*`: only what OBJECT ENCODING names a record.
+    pub hash_encoding: crate::cmd::keyspace::HashEncodingMax,
 }
 
 impl Shared {
@@ -92,6 +101,8 @@ impl Shared {
             started: Instant::now(),
             port,
             random_seed: AtomicU64::new(now_ms() ^ 0x9e37_79b9_7f4a_7c15),
+            exec: RwLock::new(()),
+            hash_encoding: Default::default(),
         }
     }
 

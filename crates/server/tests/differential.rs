@@ -757,6 +757,7 @@ COPY s3 c3 DB 0
 # COPY ... DB 1: Redis copies to database 1; Ringlet has one (resp-compat.md)
 COPY s3 c5 DB -1
 COPY s3 c6 DB x
+COPY s3 c6 DB 99
 COPY s3 c7 FOO
 COPY s3 c8 REPLACE REPLACE
 COPY a
@@ -777,6 +778,22 @@ OBJECT ENCODING nokey
 OBJECT ENCODING
 OBJECT FOO
 OBJECT
+SET rc1 0
+SET rc2 9999
+SET rc3 10000
+SET rc4 -1
+INCR rc5
+OBJECT REFCOUNT rc1
+OBJECT REFCOUNT rc2
+OBJECT REFCOUNT rc3
+OBJECT REFCOUNT rc4
+OBJECT REFCOUNT rc5
+OBJECT REFCOUNT e1
+OBJECT REFCOUNT e2
+OBJECT REFCOUNT e6
+OBJECT REFCOUNT nokey
+OBJECT REFCOUNT
+OBJECT REFCOUNT a b
 SUBSTR e1 1 3
 SUBSTR e1 -3 -1
 SUBSTR nokey 0 1
@@ -1024,6 +1041,7 @@ HINCRBYFLOAT h f3 1
 TYPE h
 EXISTS h
 OBJECT ENCODING h
+OBJECT REFCOUNT h
 GET h
 STRLEN h
 APPEND h x
@@ -1058,10 +1076,90 @@ EXISTS h2
 HSET e \e \e
 HGETALL e
 HSTRLEN e \e
+HSET big f0 v f1 v f2 v f3 v f4 v f5 v f6 v f7 v f8 v f9 v f10 v f11 v f12 v f13 v f14 v f15 v f16 v f17 v f18 v f19 v f20 v f21 v f22 v f23 v f24 v f25 v f26 v f27 v f28 v f29 v f30 v f31 v f32 v f33 v f34 v f35 v f36 v f37 v f38 v f39 v f40 v f41 v f42 v f43 v f44 v f45 v f46 v f47 v f48 v f49 v f50 v f51 v f52 v f53 v f54 v f55 v f56 v f57 v f58 v f59 v f60 v f61 v f62 v f63 v f64 v f65 v f66 v f67 v f68 v f69 v f70 v f71 v f72 v f73 v f74 v f75 v f76 v f77 v f78 v f79 v f80 v f81 v f82 v f83 v f84 v f85 v f86 v f87 v f88 v f89 v f90 v f91 v f92 v f93 v f94 v f95 v f96 v f97 v f98 v f99 v f100 v f101 v f102 v f103 v f104 v f105 v f106 v f107 v f108 v f109 v f110 v f111 v f112 v f113 v f114 v f115 v f116 v f117 v f118 v f119 v f120 v f121 v f122 v f123 v f124 v f125 v f126 v f127 v f128 v f129 v f130 v f131 v f132 v f133 v f134 v f135 v f136 v f137 v f138 v f139 v f140 v f141 v f142 v f143 v f144 v f145 v f146 v f147 v f148 v f149 v f150 v f151 v f152 v f153 v f154 v f155 v f156 v f157 v f158 v f159 v f160 v f161 v f162 v f163 v f164 v f165 v f166 v f167 v f168 v f169 v f170 v f171 v f172 v f173 v f174 v f175 v f176 v f177 v f178 v f179 v f180 v f181 v f182 v f183 v f184 v f185 v f186 v f187 v f188 v f189 v f190 v f191 v f192 v f193 v f194 v f195 v f196 v f197 v f198 v f199 v
+OBJECT ENCODING big
+sorted: CONFIG GET hash-max-*
+CONFIG GET hash-max-ziplist-entries
+CONFIG SET hash-max-ziplist-entries -1
+CONFIG SET hash-max-ziplist-entries abc
+CONFIG SET hash-max-ziplist-entries 1
+HSET hc1 a 1 b 2
+OBJECT ENCODING hc1
+HSET hc2 a 1
+OBJECT ENCODING hc2
+CONFIG SET hash-max-ziplist-entries 512 hash-max-listpack-value 3
+HSET hc3 abcd 1
+OBJECT ENCODING hc3
+HSET hc4 abc 1
+OBJECT ENCODING hc4
+CONFIG SET hash-max-listpack-value 64 hash-max-listpack-entries x
+CONFIG GET hash-max-listpack-value
+CONFIG SET hash-max-listpack-value 64
+";
+
+/// MULTI/EXEC/DISCARD (no WATCH): queueing, nesting, refusals that abort the transaction
+/// (unknown command, arity), run-time errors that do not, empty transactions.
+const TRANSACTIONS: &str = r"
+EXEC
+DISCARD
+MULTI x
+MULTI
+SET t1 1
+INCR t1
+GET t1
+PING
+EXEC
+GET t1
+MULTI
+EXEC
+MULTI
+MULTI
+SET t2 x
+DISCARD
+GET t2
+MULTI
+NOSUCH a
+SET t3 x
+EXEC
+GET t3
+MULTI
+GET
+SET t3 x
+EXEC
+GET t3
+MULTI
+EXEC x
+SET t3 x
+EXEC
+MULTI
+DISCARD x
+DISCARD
+SET tstr abc
+MULTI
+INCR tstr
+SET t4 v
+HSET tstr f v
+EXEC
+GET t4
+MULTI
+INCRBYFLOAT t5 1.0
+INCRBYFLOAT t5 1.0
+GET t5
+EXEC
 ";
 
 const ALL: &[&str] = &[
-    CONNECTION, SERVER, STRINGS, COUNTERS, RANGES, KEYSPACE, EXPIRY, BINARY, HELLO, HASHES,
+    CONNECTION,
+    SERVER,
+    STRINGS,
+    COUNTERS,
+    RANGES,
+    KEYSPACE,
+    EXPIRY,
+    BINARY,
+    HELLO,
+    HASHES,
+    TRANSACTIONS,
 ];
 
 #[test]

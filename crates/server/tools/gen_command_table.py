@@ -31,12 +31,14 @@ COMMANDS = {
     "append": None, "strlen": None, "getrange": None, "setrange": None,
     "keys": None, "scan": None, "randomkey": None,
     "touch": None, "rename": None, "renamenx": None, "copy": None, "time": None,
-    "substr": None, "object": ["encoding", "help"],
+    "substr": None, "object": ["encoding", "refcount", "help"],
     "setbit": None, "getbit": None, "bitcount": None, "bitpos": None,
     "expiretime": None, "pexpiretime": None, "lcs": None,
     # No scripting: FUNCTION FLUSH and LIST answer for an always-empty library set (Redis's
     # test harness flushes functions before every file); the rest is unknown here.
     "function": ["flush", "list", "help"],
+    # Transactions without WATCH (docs/design/redis-test-suite.md).
+    "multi": None, "exec": None, "discard": None,
     # Records (KELI) are hashes to Redis clients (crates/record).
     "hset": None, "hsetnx": None, "hmset": None, "hget": None, "hmget": None,
     "hgetall": None, "hdel": None, "hlen": None, "hexists": None, "hkeys": None,

@@ -101,6 +101,12 @@ pub const PEER_CHUNK_BYTES: u32 = 256 * 1024;
 /// Larger entries are read by the driver (memcpy under the engine lock), as before.
 pub const FAST_READ_BYTES_MAX: u32 = 256 * 1024;
 
+/// Argument bytes one connection may queue between MULTI and EXEC (each argument counts its
+/// length plus 16 bytes of bookkeeping). The queue lives in the connection until EXEC, so
+/// without a bound one client could hold any amount of memory; four max-size frames fit any
+/// transaction a cache runs (Redis bounds it only by the client's memory).
+pub const MULTI_QUEUE_BYTES_MAX: u64 = 4 * FRAME_BYTES_MAX as u64;
+
 /// Requests queued to one handler/peer before the sender is told to back off.
 pub const QUEUE_CAPACITY: u32 = 65_536;
 
@@ -109,6 +115,7 @@ const _: () = assert!(FRAME_BYTES_MAX > ENTRY_BYTES_MAX);
 const _: () = assert!(RESP_BULK_BYTES_MAX >= VALUE_BYTES_MAX);
 const _: () = assert!(CONN_READ_BUFFER_BYTES_MAX > FRAME_BYTES_MAX);
 const _: () = assert!(BATCH_KEYS_MAX <= ARRAY_ITEMS_MAX);
+const _: () = assert!(MULTI_QUEUE_BYTES_MAX > FRAME_BYTES_MAX as u64);
 
 /// Shared-memory client connections per node. Each is a same-host process whose writes,
 /// fallback reads and access records hold one node thread; 1,024 is far above the cores of a

@@ -437,10 +437,8 @@ impl Front {
                 replace = true;
                 i += 1;
             } else if o == b"db" && i + 1 < argv.len() {
-                if argv[i + 1] != b"0" {
-                    return Err(err(
-                        "ERR Copying to another database is not allowed in cluster mode",
-                    ));
+                if let Some(e) = ringlet_server::cmd::keyspace::copy_db_error(&argv[i + 1]) {
+                    return Err(err(e));
                 }
                 i += 2;
             } else {
@@ -475,40 +473,53 @@ impl Front {
             .map(|s| s.to_ascii_lowercase())
             .unwrap_or_default();
         match (sub.as_slice(), argv.len()) {
-            (b"encoding", 3) => {
+            (b"encoding" | b"refcount", 3) => {
                 self.route(&argv[2])?;
+                let refcount = sub == b"refcount";
                 Ok(match self.get_any(&argv[2]).await? {
                     None => Reply::Null,
-                    Some(g) => {
-                        let enc = match g.kind {
-                            ringlet_types::ValueKind::String => {
-                                ringlet_server::cmd::keyspace::string_encoding(&g.value)
-                            }
-                            ringlet_types::ValueKind::Record => {
-                                ringlet_server::cmd::keyspace::record_encoding(&g.value)
-                            }
-                        };
-                        Reply::Bulk(enc.as_bytes().to_vec())
-                    }
+                    Some(g) => match g.kind {
+                        ringlet_types::ValueKind::String if refcount => {
+                            Reply::Integer(ringlet_server::cmd::keyspace::string_refcount(&g.value))
+                        }
+                        ringlet_types::ValueKind::Record if refcount => Reply::Integer(1),
+                        ringlet_types::ValueKind::String => Reply::Bulk(
+                            ringlet_server::cmd::keyspace::string_encoding(&g.value)
+                                .as_bytes()
+                                .to_vec(),
+                        ),
+                        ringlet_types::ValueKind::Record => Reply::Bulk(
+                            ringlet_server::cmd::keyspace::record_encoding(
+                                &g.value,
+                                &self.hash_encoding,
+                            )
+                            .as_bytes()
+                            .to_vec(),
+                        ),
+                    },
                 })
             }
-            (b"help", 2) => Ok(Reply::Array(
-                [
-                    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                    "ENCODING <key>",
-                    "    Return the kind of internal representation used in order to store the value",
-                    "    associated with a <key>.",
-                    "HELP",
-                    "    Print this help.",
-                ]
-                .iter()
-                .map(|l| Reply::Simple(l.as_bytes().to_vec()))
-                .collect(),
-            )),
-            _ => Err(err(format!(
-                "ERR unknown subcommand or wrong number of arguments for '{}'. Try OBJECT HELP.",
-                String::from_utf8_lossy(argv.get(1).map_or(&b""[..], |v| &v[..]))
+            (b"help", 2) => {
+                let lines = ringlet_server::cmd::keyspace::OBJECT_HELP;
+                Ok(super::convert(&ringlet_server::cmd::connection::help(
+                    "OBJECT", lines,
+                )))
+            }
+            // Redis's texts: a known subcommand with the wrong arity, else unknown.
+            (b"encoding" | b"refcount" | b"help", _) => Err(err(format!(
+                "ERR wrong number of arguments for 'object|{}' command",
+                String::from_utf8_lossy(&sub)
             ))),
+            // No subcommand: the container's arity error; else Redis's unknown-subcommand
+            // text, from the table's lookup (the single node's).
+            _ if argv.len() < 2 => Err(err("ERR wrong number of arguments for 'object' command")),
+            _ => {
+                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                Err(match ringlet_server::cmd::lookup(&args) {
+                    Err(e) => super::convert(&e),
+                    Ok(_) => err("ERR syntax error"),
+                })
+            }
         }
     }
 

@@ -381,16 +381,8 @@ pub fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
             replace = true;
             i += 1;
         } else if is(argv[i], "db") && i + 1 < argv.len() {
-            match parse_i64(argv[i + 1]) {
-                Some(0) => {}
-                // One database, as a Redis Cluster node (SELECT answers the same way).
-                Some(1..=15) => {
-                    return Reply::err(
-                        "ERR Copying to another database is not allowed in cluster mode",
-                    )
-                }
-                Some(_) => return Reply::err("ERR DB index is out of range"),
-                None => return Reply::err("ERR value is not an integer or out of range"),
+            if let Some(e) = copy_db_error(argv[i + 1]) {
+                return Reply::err(e);
             }
             i += 2;
         } else {
@@ -441,15 +433,140 @@ pub fn string_encoding(v: &[u8]) -> &'static str {
     }
 }
 
-/// Redis's encoding of a hash like this record: `listpack` while it has at most 128 fields
-/// of at most 64 bytes each (Redis 7's `hash-max-listpack-entries`/`-value` defaults), else
-/// `hashtable`. Shared with the cluster front.
-pub fn record_encoding(encoded: &[u8]) -> &'static str {
+/// Redis's OBJECT REFCOUNT of a string value: the integers 0..9999 are shared objects
+/// (`OBJ_SHARED_INTEGERS`, refcount `INT_MAX`) wherever Redis stores one — SET, INCR and the
+/// like, with Redis's default maxmemory policy — every other value is referenced once.
+/// Decided by the value alone, like [`string_encoding`] (a value APPEND made is never shared
+/// in Redis; that history is not tracked). Shared with the cluster front.
+pub fn string_refcount(v: &[u8]) -> i64 {
+    const OBJ_SHARED_INTEGERS: i64 = 10_000;
+    const OBJ_SHARED_REFCOUNT: i64 = i32::MAX as i64;
+    if string_encoding(v) != "int" {
+        return 1;
+    }
+    match std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+    {
+        Some(n) if (0..OBJ_SHARED_INTEGERS).contains(&n) => OBJ_SHARED_REFCOUNT,
+        _ => 1,
+    }
+}
+
+/// OBJECT HELP's lines for the subcommands served (both fronts).
+pub const OBJECT_HELP: &[&str] = &[
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+];
+
+/// COPY's `DB index` argument, checked as Redis Cluster does: not an integer, out of range,
+/// or another database (one keyspace). `None` for database 0. Shared with the cluster front.
+pub fn copy_db_error(index: &[u8]) -> Option<&'static str> {
+    match parse_i64(index) {
+        Some(0) => None,
+        // One database, as a Redis Cluster node (SELECT answers the same way).
+        Some(1..=15) => Some("ERR Copying to another database is not allowed in cluster mode"),
+        Some(_) => Some("ERR DB index is out of range"),
+        None => Some("ERR value is not an integer or out of range"),
+    }
+}
+
+/// Redis's `hash-max-listpack-entries` and `hash-max-listpack-value` (aliases
+/// `hash-max-ziplist-*`), defaults 512 and 64 as in Redis 7. A record has one representation,
+/// so here they decide only which encoding OBJECT ENCODING names; CONFIG SET changes them so
+/// that tools and tests tuning them keep working. Redis converts a hash to `hashtable` once and
+/// for good; here the name follows the current values (raising them back makes a large record
+/// read `listpack` again) — said in docs/design/redis-test-suite.md. One per node, shared by
+/// both fronts.
+pub struct HashEncodingMax {
+    entries: std::sync::atomic::AtomicU64,
+    value_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl Default for HashEncodingMax {
+    fn default() -> Self {
+        HashEncodingMax {
+            entries: 512.into(),
+            value_bytes: 64.into(),
+        }
+    }
+}
+
+/// The CONFIG names of [`HashEncodingMax`]: `(name, is the entries limit)`.
+const HASH_ENCODING_PARAMS: [(&str, bool); 4] = [
+    ("hash-max-listpack-entries", true),
+    ("hash-max-ziplist-entries", true),
+    ("hash-max-listpack-value", false),
+    ("hash-max-ziplist-value", false),
+];
+
+impl HashEncodingMax {
+    /// CONFIG GET's `(name, value)` pairs, aliases included (Redis lists both).
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        HASH_ENCODING_PARAMS
+            .iter()
+            .map(|&(n, e)| {
+                let v = if e { &self.entries } else { &self.value_bytes };
+                (n, v.load(Relaxed).to_string())
+            })
+            .collect()
+    }
+
+    /// The names CONFIG SET may change.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        HASH_ENCODING_PARAMS.iter().map(|&(n, _)| n)
+    }
+
+    /// Apply CONFIG SET's `pairs` that name these parameters, all or none (others ignored).
+    ///
+    /// # Errors
+    /// Redis's text for a value that is not an integer or is negative (nothing applied).
+    pub fn set(&self, pairs: &[(String, &[u8])]) -> Result<(), Reply> {
+        let mut parsed = Vec::new();
+        for (name, value) in pairs {
+            let Some(&(_, entries)) = HASH_ENCODING_PARAMS.iter().find(|(n, _)| n == name) else {
+                continue;
+            };
+            let why = match parse_i64(value) {
+                Some(n) if n >= 0 => {
+                    parsed.push((entries, n as u64));
+                    continue;
+                }
+                Some(_) => "argument must be between 0 and 9223372036854775807 inclusive",
+                None => "argument couldn't be parsed into an integer",
+            };
+            return Err(Reply::err_owned(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+            )));
+        }
+        for (entries, n) in parsed {
+            let v = if entries {
+                &self.entries
+            } else {
+                &self.value_bytes
+            };
+            v.store(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Redis's encoding of a hash like this record: `listpack` while it has at most `max`'s
+/// entries, each name and value at most its value bytes, else `hashtable`. Shared with the
+/// cluster front.
+pub fn record_encoding(encoded: &[u8], max: &HashEncodingMax) -> &'static str {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (entries, bytes) = (max.entries.load(Relaxed), max.value_bytes.load(Relaxed));
     match ringlet_record::Record::decode(encoded) {
         Ok(r)
-            if r.len() <= 128
+            if r.len() as u64 <= entries
                 && r.iter()
-                    .all(|(n, f)| n.len() <= 64 && f.display_len() <= 64) =>
+                    .all(|(n, f)| n.len() as u64 <= bytes && f.display_len() as u64 <= bytes) =>
         {
             "listpack"
         }
@@ -461,22 +578,24 @@ pub fn record_encoding(encoded: &[u8]) -> &'static str {
 pub fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     match ctx.shared.db.lock().get(argv[2], ctx.now_ms) {
         Some(e) if e.kind == ringlet_types::ValueKind::Record => {
-            Reply::bulk(record_encoding(&e.value).as_bytes())
+            Reply::bulk(record_encoding(&e.value, &ctx.shared.hash_encoding).as_bytes())
         }
         Some(e) => Reply::bulk(string_encoding(&e.value).as_bytes()),
         None => Reply::Nil,
     }
 }
 
+/// OBJECT REFCOUNT key: 1 for a record, see [`string_refcount`] for strings.
+pub fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    match ctx.shared.db.lock().get(argv[2], ctx.now_ms) {
+        Some(e) if e.kind == ringlet_types::ValueKind::Record => Reply::Int(1),
+        Some(e) => Reply::Int(string_refcount(&e.value)),
+        None => Reply::Nil,
+    }
+}
+
 pub fn object_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    super::connection::help(
-        "OBJECT",
-        &[
-            "ENCODING <key>",
-            "    Return the kind of internal representation used in order to store the value",
-            "    associated with a <key>.",
-        ],
-    )
+    super::connection::help("OBJECT", OBJECT_HELP)
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@
 //!
 //! Families, one file each: [`connection`] (PING ECHO HELLO AUTH QUIT SELECT CLIENT),
 //! [`server`] (COMMAND INFO CONFIG DBSIZE FLUSHALL FLUSHDB), [`string`] (GET SET INCR ...),
-//! [`keyspace`] (DEL EXISTS TYPE EXPIRE TTL KEYS SCAN RANDOMKEY ...).
+//! [`keyspace`] (DEL EXISTS TYPE EXPIRE TTL KEYS SCAN RANDOMKEY ...), [`transaction`]
+//! (MULTI EXEC DISCARD).
 
 pub mod bits;
 pub mod connection;
@@ -27,6 +28,7 @@ pub mod server;
 pub mod string;
 pub mod table_data;
 pub mod table_data_helpers;
+pub mod transaction;
 
 use crate::reply::{errors, Reply};
 use crate::shared::{ClientState, Shared, Stats};
@@ -43,6 +45,8 @@ pub struct Session {
     pub authenticated: bool,
     /// Set by QUIT: the connection flushes its replies and closes.
     pub quit: bool,
+    /// The commands queued since MULTI; `None` outside a transaction.
+    pub multi: Option<transaction::Queue>,
     pub state: Arc<ClientState>,
 }
 
@@ -156,7 +160,11 @@ fn handler_for(name: &str) -> Option<Handler> {
         "renamenx" => keyspace::renamenx,
         "copy" => keyspace::copy,
         "object|encoding" => keyspace::object_encoding,
+        "object|refcount" => keyspace::object_refcount,
         "object|help" => keyspace::object_help,
+        "multi" => transaction::multi,
+        "exec" => transaction::exec,
+        "discard" => transaction::discard,
         "time" => server::time,
         "substr" => string::getrange,
         "function|flush" => server::function_flush,
@@ -369,20 +377,38 @@ pub fn arity_error(name: &str) -> Reply {
     ))
 }
 
-/// Run one request: lookup, arity, auth, handler.
+/// Run one request: lookup, arity, auth, then the handler — or, inside MULTI, the queue.
 pub fn dispatch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let idx = match lookup(argv) {
         Ok(i) => i,
-        Err(e) => return e,
+        Err(e) => return transaction::refuse(ctx, "", e),
     };
     let cmd = &table().commands[idx];
     let argc = argv.len() as i64;
     if (cmd.arity > 0 && cmd.arity != argc) || argc < -cmd.arity {
-        return arity_error(cmd.name);
+        return transaction::refuse(ctx, cmd.name, arity_error(cmd.name));
     }
     if !ctx.session.authenticated && !cmd.no_auth && ctx.shared.auth_required() {
-        return Reply::err(errors::NOAUTH);
+        return transaction::refuse(ctx, cmd.name, Reply::err(errors::NOAUTH));
     }
+    if let Some(q) = ctx.session.multi.as_mut() {
+        if !transaction::runs_at_once(cmd.name.as_bytes()) {
+            return q.push(argv);
+        }
+    }
+    if cmd.name == "exec" {
+        // EXEC takes the write side of `Shared::exec` for its whole queue.
+        return run(ctx, idx, argv);
+    }
+    let shared = ctx.shared;
+    let _exec = shared.exec.read();
+    run(ctx, idx, argv)
+}
+
+/// Run the command at `idx` of the table, already checked: counters, then its handler.
+/// EXEC calls it for every queued command.
+fn run(ctx: &mut Ctx<'_>, idx: usize, argv: &[&[u8]]) -> Reply {
+    let cmd = &table().commands[idx];
     Stats::add(&ctx.shared.stats.commands_processed, 1);
     ctx.session
         .state
@@ -398,6 +424,37 @@ pub fn dispatch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         // subcommand resolves to it. Reaching here would be a table bug.
         None => arity_error(cmd.name),
     }
+}
+
+/// The keys of `argv` by its command's first key, last key and step in COMMAND INFO (empty
+/// for an unknown command or one without keys). The cluster front checks a transaction's
+/// slot with it.
+pub fn command_keys<'a>(argv: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    let Ok(idx) = lookup(argv) else {
+        return Vec::new();
+    };
+    let Reply::Array(info) = &table().commands[idx].info else {
+        return Vec::new();
+    };
+    let num = |i: usize| match info.get(i) {
+        Some(Reply::Int(n)) => *n,
+        _ => 0,
+    };
+    let (first, last, step) = (num(3), num(4), num(5));
+    if first <= 0 || step <= 0 {
+        return Vec::new();
+    }
+    let argc = argv.len() as i64;
+    // Negative `last` counts from the end (-1: the last argument).
+    let last = if last < 0 {
+        argc + last
+    } else {
+        last.min(argc - 1)
+    };
+    (first..=last)
+        .step_by(step as usize)
+        .filter_map(|i| argv.get(i as usize).copied())
+        .collect()
 }
 
 /// Parse a Redis integer argument (`string2ll`: no sign but `-`, no leading zeros or spaces).
@@ -448,6 +505,21 @@ mod tests {
             r,
             Reply::Error("ERR unknown command 'fo  o', with args beginning with: ".into())
         );
+    }
+
+    #[test]
+    fn keys_from_command_info() {
+        let keys = |a: &[&'static [u8]]| command_keys(a);
+        assert_eq!(keys(&[b"get", b"k"]), vec![&b"k"[..]]);
+        assert_eq!(
+            keys(&[b"mset", b"a", b"1", b"b", b"2"]),
+            vec![&b"a"[..], b"b"]
+        );
+        assert_eq!(keys(&[b"del", b"a", b"b"]), vec![&b"a"[..], b"b"]);
+        assert_eq!(keys(&[b"object", b"encoding", b"k"]), vec![&b"k"[..]]);
+        assert_eq!(keys(&[b"lcs", b"a", b"b", b"len"]), vec![&b"a"[..], b"b"]);
+        assert!(keys(&[b"ping"]).is_empty());
+        assert!(keys(&[b"nosuch", b"k"]).is_empty());
     }
 
     #[test]

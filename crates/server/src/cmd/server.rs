@@ -129,6 +129,9 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("io-threads", c.threads_effective().to_string()),
         ("cluster-enabled", "no".to_string()),
     ]
+    .into_iter()
+    .chain(ctx.shared.hash_encoding.params())
+    .collect()
 }
 
 pub fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
@@ -152,22 +155,33 @@ pub fn config_get_from(params: &[(&'static str, String)], argv: &[&[u8]]) -> Rep
     Reply::Map(out)
 }
 
-/// CONFIG SET: only `requirepass` can change at run time; the others are fixed at startup.
+/// CONFIG SET: `requirepass` and the `hash-max-listpack-*` pair can change at run time; the
+/// others are fixed at startup.
 pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let known: Vec<&str> = config_params(ctx).iter().map(|(n, _)| *n).collect();
-    let new_pass = match config_set_check(&known, &["requirepass"], argv) {
-        Ok(p) => p.first().map(|(_, v)| *v),
+    let settable: Vec<&str> = std::iter::once("requirepass")
+        .chain(super::keyspace::HashEncodingMax::names())
+        .collect();
+    let pairs = match config_set_check(&known, &settable, argv) {
+        Ok(p) => p,
         Err(e) => return e,
     };
+    let new_pass = pairs
+        .iter()
+        .find(|(n, _)| n == "requirepass")
+        .map(|(_, v)| *v);
+    if new_pass.is_some_and(|p| p.is_empty()) && !ctx.shared.config.bind.is_loopback() {
+        return Reply::err(
+            "ERR CONFIG SET failed (possibly related to argument 'requirepass') - \
+             a node bound to a non-loopback address must keep a password",
+        );
+    }
+    if let Err(e) = ctx.shared.hash_encoding.set(&pairs) {
+        return e;
+    }
     if let Some(p) = new_pass {
-        // An empty password removes authentication, as in Redis; refuse it on a node that
-        // listens beyond loopback (it was allowed to start only because a password was set).
-        if p.is_empty() && !ctx.shared.config.bind.is_loopback() {
-            return Reply::err(
-                "ERR CONFIG SET failed (possibly related to argument 'requirepass') - \
-                 a node bound to a non-loopback address must keep a password",
-            );
-        }
+        // An empty password removes authentication, as in Redis; refused above on a node
+        // that listens beyond loopback (it was allowed to start only because one was set).
         *ctx.shared.requirepass.write() = if p.is_empty() { None } else { Some(p.to_vec()) };
     }
     Reply::ok()
