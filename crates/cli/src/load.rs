@@ -76,6 +76,10 @@ const SCAN_PAGES_MAX: u64 = 1_000_000;
 /// MOVED redirections followed by one control call (alias GET/SET).
 const REDIRECTS_MAX: u32 = 5;
 
+/// Longest wait for the next reply while replies are outstanding: a node that answers
+/// nothing for this long is taken for hung and the load fails instead of waiting forever.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
 #[derive(Args)]
 pub struct LoadArgs {
     #[command(flatten)]
@@ -726,7 +730,7 @@ struct Pipe {
 impl Pipe {
     fn connect(addr: &str, password: Option<&str>) -> Result<Pipe> {
         let mut sock = connect(addr, password)?;
-        sock.set_read_timeout(None)?;
+        sock.set_read_timeout(Some(REPLY_TIMEOUT))?;
         let rsock = sock.try_clone()?;
         let (tx, rx) = sync_channel(limits::LOAD_BATCHES_INFLIGHT_MAX as usize);
         let errors = Arc::new(Mutex::new(Errors::default()));
@@ -846,7 +850,9 @@ fn read_replies(mut sock: TcpStream, rx: Receiver<Msg>, errors: Arc<Mutex<Errors
                         buf.drain(..start);
                         start = 0;
                     }
-                    let n = sock.read(&mut chunk)?;
+                    let n = sock.read(&mut chunk).with_context(|| {
+                        format!("waiting for {want} replies (up to {REPLY_TIMEOUT:?} each)")
+                    })?;
                     if n == 0 {
                         bail!("connection closed with {want} replies outstanding");
                     }
@@ -1099,7 +1105,7 @@ impl Load<'_> {
     }
 
     fn tick(&self, rows: u64) {
-        if rows % 1024 == 0 {
+        if rows.is_multiple_of(1024) {
             self.bar.inc(1024);
         }
     }
@@ -1250,7 +1256,7 @@ impl Load<'_> {
             let k = pos / l.chunk;
             let take = (l.chunk - pos % l.chunk).min(run.pending.len() - i);
             item_key(&run.owner, &l.field, k, &mut item);
-            if k >= 1 && pos % l.chunk == 0 {
+            if k >= 1 && pos.is_multiple_of(l.chunk) {
                 if !self.fresh {
                     self.w.pipe(&item, 2).arg(b"DEL").arg(&item).end()?;
                 }
@@ -1274,7 +1280,10 @@ impl Load<'_> {
             i += take;
         }
         self.stats.links += run.pending.len() as u64;
-        *self.counts.get_mut(&id).expect("inserted above") = pos as u32;
+        let Ok(pos) = u32::try_from(pos) else {
+            bail!("a link list of more than {} targets", u32::MAX);
+        };
+        *self.counts.get_mut(&id).expect("inserted above") = pos;
         run.pending.clear();
         Ok(())
     }

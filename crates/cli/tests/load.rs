@@ -229,7 +229,7 @@ fn check_graph(port: u16, summary: &str, prefix: &str) {
     let c1 = k("user:1#follows#1");
     assert_eq!(
         strings(rcall(port, &["LINK", "GET", &k("user:1"), "follows.next"])),
-        [c1.clone()]
+        std::slice::from_ref(&c1)
     );
     assert_eq!(
         strings(rcall(port, &["LINK", "GET", &c1, "follows"])),
@@ -463,7 +463,7 @@ impl Pg {
     }
 
     fn start(bin: PathBuf, dir: &Path) -> Pg {
-        let root = unsafe_is_root();
+        let root = running_as_root();
         let data = dir.join("pgdata");
         let user = root.then_some("postgres");
         if root {
@@ -535,7 +535,7 @@ impl Drop for Pg {
     }
 }
 
-fn unsafe_is_root() -> bool {
+fn running_as_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
