@@ -35,6 +35,29 @@ fn call(port: u16, args: &[&[u8]]) -> Reply {
     }
 }
 
+/// Send `cmds` in one write on `s` and read their replies.
+fn pipeline(s: &mut TcpStream, cmds: &[Vec<Vec<u8>>]) -> Vec<Reply> {
+    let mut out = Vec::new();
+    for c in cmds {
+        let args: Vec<&[u8]> = c.iter().map(Vec::as_slice).collect();
+        encode_request(&mut out, &args);
+    }
+    s.write_all(&out).expect("write");
+    let (mut buf, mut start, mut replies) = (Vec::new(), 0, Vec::new());
+    let mut chunk = [0u8; 16 * 1024];
+    while replies.len() < cmds.len() {
+        if let Ok(Some((r, n))) = decode_reply(&buf[start..]) {
+            replies.push(r);
+            start += n;
+            continue;
+        }
+        let n = s.read(&mut chunk).expect("read");
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    replies
+}
+
 /// Follow MOVED like `redis-cli -c`.
 fn rcall(mut port: u16, args: &[&str]) -> Reply {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
@@ -375,6 +398,29 @@ fn csv_and_jsonl_into_a_cluster() {
     );
     assert!(out.contains("generation 1 published: g -> g@1:"), "{out}");
     check_graph(base, &out, "g@1:");
+    // Generation 2 replaces it: published, then generation 1's keys (5 users and one list
+    // item) are found by SCAN on every node and deleted.
+    let out = load(
+        base + 2,
+        &[
+            "--mapping",
+            m.to_str().unwrap(),
+            "--jsonl",
+            u.to_str().unwrap(),
+            "--jsonl",
+            f.to_str().unwrap(),
+            "--alias",
+            "g",
+            "--grace",
+            "0s",
+        ],
+    );
+    assert!(out.contains("generation 2 published: g -> g@2:"), "{out}");
+    assert!(out.contains("deleted 6 keys of older generations"), "{out}");
+    check_graph(base, &out, "g@2:");
+    for k in ["g@1:user:1", "g@1:user:5", "g@1:user:1#follows#1"] {
+        assert_eq!(rcall(base, &["EXISTS", k]), Reply::Integer(0), "{k}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -592,10 +638,10 @@ fn postgres_query() {
 
 /// `--every`: the loader reloads a CSV whose `v` column the test bumps after each published
 /// generation (the file is replaced by rename, as a producer would). A reader loop reads the
-/// alias, then every record's `v` and `boss` link under that prefix; within one read all
+/// alias, then every record's `v` and `next` link under that prefix; within one read all
 /// values are equal and every link points into the same generation — never a mix — and no
-/// record is missing (the grace period covers a read). Once the old generations are deleted,
-/// the node holds one generation plus the alias (DBSIZE).
+/// record is missing (the 1.5 s grace period covers a round, one pipelined write). Once the
+/// old generations are deleted, the node holds one generation plus the alias (DBSIZE).
 #[test]
 fn every_swaps_generations_atomically() {
     const N: usize = 40;
@@ -625,7 +671,7 @@ fn every_swaps_generations_atomically() {
         .arg("--csv")
         .arg(&csv)
         .args([
-            "--alias", "cat", "--every", "300ms", "--grace", "200ms", "--count", "4",
+            "--alias", "cat", "--every", "300ms", "--grace", "1500ms", "--count", "4",
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -646,23 +692,40 @@ fn every_swaps_generations_atomically() {
     let reader = std::thread::spawn(move || {
         let mut rounds = 0u64;
         let mut seen = std::collections::BTreeSet::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut conn = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_secs(10))).ok();
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
-            let prefix = match call(port, &[b"GET", b"cat"]) {
-                Reply::Bulk(p) => String::from_utf8(p).unwrap(),
-                Reply::Null => continue, // nothing published yet
+            let prefix = match pipeline(&mut conn, &[vec![b"GET".to_vec(), b"cat".to_vec()]]).pop()
+            {
+                Some(Reply::Bulk(p)) => String::from_utf8(p).unwrap(),
+                Some(Reply::Null) => continue, // nothing published yet
                 r => panic!("GET cat: {r:?}"),
             };
-            let mut vs = std::collections::BTreeSet::new();
+            // Every record's `v` and `next` link under the prefix, in one pipelined round so a
+            // round stays well inside the grace period even on a loaded machine.
+            let mut cmds = Vec::new();
             for i in 0..N {
-                let key = format!("{prefix}item:{i}");
-                let v = match call(port, &[b"HGET", key.as_bytes(), b"v"]) {
-                    Reply::Bulk(v) => String::from_utf8(v).unwrap(),
-                    r => panic!("{key}: missing within the grace period: {r:?}"),
+                let key = format!("{prefix}item:{i}").into_bytes();
+                cmds.push(vec![b"HGET".to_vec(), key.clone(), b"v".to_vec()]);
+                cmds.push(vec![
+                    b"LINK".to_vec(),
+                    b"GET".to_vec(),
+                    key,
+                    b"next".to_vec(),
+                ]);
+            }
+            let replies = pipeline(&mut conn, &cmds);
+            let mut vs = std::collections::BTreeSet::new();
+            for (i, pair) in replies.chunks(2).enumerate() {
+                match &pair[0] {
+                    Reply::Bulk(v) => vs.insert(String::from_utf8(v.clone()).unwrap()),
+                    r => panic!("{prefix}item:{i}: missing within the grace period: {r:?}"),
                 };
-                vs.insert(v);
-                let next = strings(call(port, &[b"LINK", b"GET", key.as_bytes(), b"next"]));
-                assert_eq!(next, [format!("{prefix}item:{}", (i + 1) % N)]);
+                assert_eq!(
+                    strings(pair[1].clone()),
+                    [format!("{prefix}item:{}", (i + 1) % N)]
+                );
             }
             assert_eq!(vs.len(), 1, "a reader saw a mix of generations: {vs:?}");
             seen.extend(vs);
