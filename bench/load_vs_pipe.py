@@ -43,7 +43,8 @@ def free_port():
 
 def pin(pid, cpu):
     if os.cpu_count() and os.cpu_count() >= 2:
-        subprocess.run(["taskset", "-pc", str(cpu), str(pid)], capture_output=True)
+        # -a: every thread of the process (a server starts its threads before it is pinned).
+        subprocess.run(["taskset", "-a", "-pc", str(cpu), str(pid)], capture_output=True)
 
 
 def resp(args):
