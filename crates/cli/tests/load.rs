@@ -755,3 +755,76 @@ fn every_swaps_generations_atomically() {
     assert!(seen.len() >= 2, "the reader saw only generations {seen:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The edges of the mapping: an `external` link is written although its target is not a
+/// record of the load; a row without a key is skipped and counted; a column the source lacks
+/// and a server-side refusal (WRONGTYPE on a key holding a string) fail the load with a
+/// message that names them.
+#[test]
+fn external_links_skipped_rows_and_errors() {
+    let node = server();
+    let dir = tmpdir("edges");
+    let csv = dir.join("pages.csv");
+    std::fs::write(
+        &csv,
+        "id,title,site\n1,home,a.example\n,orphan,b.example\n2,about,\n",
+    )
+    .unwrap();
+    let m = dir.join("pages.toml");
+    std::fs::write(
+        &m,
+        "[[records]]\nkey = \"page:{id}\"\nattributes = [\"title\"]\n\
+         links = [{ field = \"site\", target = \"site:{site}\", external = true }]\n",
+    )
+    .unwrap();
+    let args = [
+        "--mapping",
+        m.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ];
+    let out = load(node.1, &args);
+    assert!(
+        out.contains("2 records, 1 links, 0 dangling, 1 skipped rows"),
+        "{out}"
+    );
+    assert_eq!(
+        strings(rcall(node.1, &["LINK", "GET", "page:1", "site"])),
+        ["site:a.example"]
+    );
+    assert!(!hgetall(node.1, "page:2").contains_key("site"));
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[records]]\nkey = \"page:{id}\"\nattributes = [\"colour\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["load", "--port", &node.1.to_string(), "--mapping"])
+        .arg(&bad)
+        .arg("--csv")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no column \"colour\""), "{err}");
+
+    assert_eq!(
+        rcall(node.1, &["SET", "page:1", "a string"]),
+        Reply::Simple(b"OK".to_vec())
+    );
+    let out = Command::new(BIN)
+        .args(["load", "--port", &node.1.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1 commands failed") && err.contains("WRONGTYPE"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
