@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -152,13 +153,17 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-p", "ringlet-cli", "--bin", "ringlet"],
                        cwd=ROOT, check=True)
     tmp = tempfile.mkdtemp(prefix="load-vs-pipe-")
-    csv_path, pipe_path, mapping = generate(a.records, a.seed, tmp)
     times = {"ringlet load": [], "redis-cli --pipe": []}
-    for r in range(a.runs):
-        times["ringlet load"].append(round_ringlet(a, csv_path, mapping, tmp))
-        times["redis-cli --pipe"].append(round_redis(a, pipe_path, tmp))
-        print(f"round {r + 1}: ringlet {a.records / times['ringlet load'][-1]:,.0f} records/s, "
-              f"redis {a.records / times['redis-cli --pipe'][-1]:,.0f} records/s", flush=True)
+    try:
+        csv_path, pipe_path, mapping = generate(a.records, a.seed, tmp)
+        for r in range(a.runs):
+            times["ringlet load"].append(round_ringlet(a, csv_path, mapping, tmp))
+            times["redis-cli --pipe"].append(round_redis(a, pipe_path, tmp))
+            print(f"round {r + 1}: ringlet {a.records / times['ringlet load'][-1]:,.0f} "
+                  f"records/s, redis {a.records / times['redis-cli --pipe'][-1]:,.0f} records/s",
+                  flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     rate = {k: a.records / statistics.median(v) for k, v in times.items()}
     best = {k: a.records / min(v) for k, v in times.items()}
     ratio = rate["ringlet load"] / rate["redis-cli --pipe"]
