@@ -1,5 +1,6 @@
 //! `ringlet`: run a node (`server`), run Ringlet's main job locally (`up`), talk to a node
-//! (`get`, `set`, `del`, `incr`, `mget`, `ping`, `info`), and load-test it (`bench`).
+//! (`get`, `set`, `del`, `incr`, `mget`, `ping`, `info`), load-test it (`bench`), and bulk-load
+//! records into it (`load`).
 //!
 //! Stable output contract (tests and scripts parse it): once a node serves, `server` and `up`
 //! print exactly one line `ringlet: listening on <ip>:<port>` on stdout (and, with an admin
@@ -8,6 +9,7 @@
 
 mod client;
 mod etcd;
+mod load;
 mod memgest;
 
 use anyhow::{Context, Result};
@@ -54,6 +56,9 @@ enum Cmd {
     Info(InfoCmd),
     /// Load generator against a node, Redis or memcached (see `ringlet bench --help`).
     Bench(ringlet_bench::BenchArgs),
+    /// Bulk-load records and links from CSV, JSON Lines, SQLite or PostgreSQL by a mapping
+    /// (docs/design/loader.md).
+    Load(Box<load::LoadArgs>),
 }
 
 #[derive(Args, Clone)]
@@ -348,6 +353,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Ping(c) => client::ping(&c),
         Cmd::Info(c) => client::info(&c.conn, c.section.as_deref()),
         Cmd::Bench(a) => ringlet_bench::run(&a),
+        Cmd::Load(a) => load::run(&a),
     }
 }
 

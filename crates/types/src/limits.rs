@@ -134,3 +134,26 @@ pub const ENGINE_MEMORY_BYTES_MAX: u64 = (1 << 32) * 8;
 /// Most engine index buckets: 2^26 buckets × 8 entries ≈ 540 M keys, and an 8 GiB index;
 /// beyond that a node should be split, not grown.
 pub const INDEX_BUCKETS_MAX: u32 = 1 << 26;
+
+/// Records one `ringlet load` run may write. The loader remembers a 64-bit hash of every key
+/// of pass 1 (about 16 bytes each in its set) so that pass 2 writes only links whose target
+/// it loaded: 50 M records is ~800 MiB of loader memory, the most a loader beside a node on
+/// a 24 GiB host should take. Larger data sets are split into several loads.
+pub const LOAD_RECORDS_MAX: u64 = 50_000_000;
+
+/// Distinct (owner, list field) pairs of link lists one load may hold counters for (the
+/// loader counts each list's targets to place them in chunks; ~16 bytes each, as above).
+pub const LOAD_LIST_OWNERS_MAX: u64 = LOAD_RECORDS_MAX;
+
+/// Commands the loader sends to one connection before it flushes them as one write: 1,024
+/// amortises the syscall and the node's read over many commands while a batch stays far
+/// below the node's read buffer.
+pub const LOAD_BATCH_COMMANDS_MAX: u32 = 1_024;
+
+/// Batches written to one connection whose replies have not all arrived yet: the loader's
+/// only unbounded-by-source buffer is this queue (≤ 16 × 1,024 commands per connection),
+/// enough to keep the node busy across the round trip without piling up replies.
+pub const LOAD_BATCHES_INFLIGHT_MAX: u32 = 16;
+
+const _: () = assert!(LOAD_BATCH_COMMANDS_MAX <= BATCH_KEYS_MAX);
+const _: () = assert!(LOAD_LIST_OWNERS_MAX <= LOAD_RECORDS_MAX);
