@@ -9,6 +9,7 @@ export RINGLET_REQUIRE_ETCD=1    # the etcd backend tests fail (not skip) when e
 # `cargo test` directly to let them skip.
 export RINGLET_REQUIRE_NETNS=1
 export RINGLET_REQUIRE_BROWSER=1   # the status-page test loads the page in headless Chromium
+export RINGLET_REQUIRE_POSTGRES=1  # the loader's PostgreSQL test fails (not skip) without it
 export CARGO_TERM_COLOR=never
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

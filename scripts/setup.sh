@@ -20,6 +20,9 @@ command -v ip >/dev/null || need_apt+=(iproute2)
 # Headless Chromium: the status page test loads the admin page in a real browser
 # (crates/cli/tests/status_page.rs).
 command -v chromium >/dev/null || need_apt+=(chromium)
+# PostgreSQL: `ringlet load --postgres` is tested against a real server (initdb/pg_ctl in a
+# temp dir, crates/cli/tests/load.rs); the package's own cluster is stopped below.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -28,6 +31,7 @@ fi
 # The Debian package starts a system redis on 6379 and memcached on 11211; tests use their own
 # ports, so those are harmless, but stop them to keep the machine quiet for benchmarks.
 (service redis-server stop || true) >/dev/null 2>&1
+(service postgresql stop || true) >/dev/null 2>&1
 (service memcached stop || true) >/dev/null 2>&1
 (service etcd stop || true) >/dev/null 2>&1
 python3 -c 'import redis, pytest' 2>/dev/null || python3 -m pip install -q redis pytest
