@@ -73,13 +73,25 @@ pub fn start(nodes: usize, spares: usize, extra: &[&str]) -> Cluster {
     // of another test's cluster once took a port here between the probe and the bind (its
     // node died with "Address already in use"; the test failed with "up exited before
     // ready"). 22768.. is left to the cli tests' clusters.
+    // Ranges handed out in this process are never handed out again: two tests whose first
+    // choice was busy used to step onto the same free range and race for its ports (a node
+    // died with "Address already in use" in the records test).
+    static CLAIMED: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
+    let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
+    let span = total as u16 + 1;
     let mut base = 22_800 + (seed % 9_000) as u16;
-    while !ports_free(base, total + 1) {
+    let overlaps = |b: u16, c: &[(u16, u16)]| c.iter().any(|(s, e)| b < *e && *s < b + span);
+    let mut tries = 0;
+    while overlaps(base, &claimed) || !ports_free(base, total + 1) {
+        tries += 1;
+        assert!(tries < 5_000, "no free port range for a cluster");
         base += total as u16 + 3;
         if base > 32_700 - total as u16 {
             base = 22_800;
         }
     }
+    claimed.push((base, base + span));
+    drop(claimed);
     let mut args = vec![
         "up".to_string(),
         "--nodes".into(),
