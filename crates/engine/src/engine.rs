@@ -612,6 +612,30 @@ impl Engine {
         self.store.scan(cursor, count, None, Some(now_ms), out)
     }
 
+    /// [`Engine::scan`] that also deletes the expired keys it visits, as Redis's SCAN and KEYS
+    /// do: after a full pass, the key count ([`Engine::len`], DBSIZE) no longer includes keys
+    /// that were logically expired but not yet reaped by the bounded active expiry.
+    pub fn scan_reaping(
+        &mut self,
+        cursor: u64,
+        count: usize,
+        now_ms: u64,
+        out: &mut Vec<Vec<u8>>,
+    ) -> u64 {
+        let mut visited = Vec::with_capacity(count);
+        let next = self.store.scan(cursor, count, None, None, &mut visited);
+        for key in visited {
+            match self.store.reap_if_expired(&key, now_ms) {
+                Some(v) => {
+                    self.expirations += 1;
+                    self.add_tombstone(&key, v);
+                }
+                None => out.push(key),
+            }
+        }
+        next
+    }
+
     /// A random live key, chosen from `seed` (sans-I/O: the caller supplies randomness).
     pub fn random_key(&self, seed: u64, now_ms: u64) -> Option<Vec<u8>> {
         self.store.random_key(seed, now_ms)

@@ -1331,6 +1331,21 @@ impl Store {
         self.digests.get(usize::from(slot)).copied().unwrap_or(0)
     }
 
+    /// Unlink `key` if its entry has expired at `now_ms` (lazy expiry by a visitor, as Redis's
+    /// SCAN and KEYS expire the keys they meet); the unlinked version, for the tombstone.
+    pub fn reap_if_expired(&mut self, key: &[u8], now_ms: u64) -> Option<Version> {
+        let h = key_hash(key);
+        let f = self.find(key, h)?;
+        if f.w1 & POLICY_TTL == 0 {
+            return None;
+        }
+        let (_, _, _, exp) = self.header(ie_location(f.w0));
+        if !matches!(exp, Some(t) if t <= now_ms) {
+            return None;
+        }
+        Some(self.unlink(key, h, &f).version)
+    }
+
     pub fn expire_step(&mut self, now_ms: u64, report: &mut TickReport) -> Vec<(Vec<u8>, Version)> {
         let mut out = Vec::new();
         let t = self.table;

@@ -456,3 +456,30 @@ fn record_kind_is_kept_and_string_ops_refuse_records() {
         ringlet_types::ValueKind::String
     );
 }
+
+/// SCAN and KEYS reap the expired keys they visit, as Redis's do: afterwards the key count
+/// (DBSIZE) no longer includes them. Found by the random differential test: `PSETEX k 1 v`,
+/// then SCAN, then DBSIZE answered 1 where Redis answered 0.
+#[test]
+fn scan_reaping_deletes_expired_keys_it_visits() {
+    let mut e = eng();
+    let ttl = SetOptions {
+        expiry: Expiry::At(20),
+        ..SetOptions::default()
+    };
+    e.set(b"short", b"v", &ttl, 10).unwrap();
+    set(&mut e, b"live", b"v", 10);
+    assert_eq!(e.len(), 2);
+    let mut out = Vec::new();
+    let mut cursor = 0;
+    loop {
+        cursor = e.scan_reaping(cursor, 10, 30, &mut out);
+        if cursor == 0 {
+            break;
+        }
+    }
+    assert_eq!(out, vec![b"live".to_vec()]);
+    assert_eq!(e.len(), 1, "the expired key was not reaped");
+    assert!(e.get(b"short", 0).is_none());
+    e.check_invariants().unwrap();
+}

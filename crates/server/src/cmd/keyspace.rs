@@ -219,7 +219,7 @@ pub fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
             .shared
             .db
             .lock()
-            .scan(cursor, KEYS_BATCH, ctx.now_ms, &mut batch);
+            .scan_reaping(cursor, KEYS_BATCH, ctx.now_ms, &mut batch);
         for k in batch.drain(..) {
             if all || string_match(pattern, &k, false) {
                 out.push(Reply::Bulk(Bytes::from(k)));
@@ -303,7 +303,7 @@ pub fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         .shared
         .db
         .lock()
-        .scan(cursor, count, ctx.now_ms, &mut keys);
+        .scan_reaping(cursor, count, ctx.now_ms, &mut keys);
     let only_strings = type_filter.is_none_or(|t| is(super::cstr(t), "string"));
     let items = keys
         .into_iter()
