@@ -677,8 +677,8 @@ impl ClusterClient {
         Attempt::Undecided { newest_epoch }
     }
 
-    /// SET with options (cluster mode serves plain SETs, optionally with a memgest;
-    /// NX/XX/TTL/VERSION/CAS answer `UNSUPPORTED`).
+    /// SET with options (cluster mode serves plain SETs, optionally with a memgest and a TTL;
+    /// NX/XX/VERSION/CAS answer `UNSUPPORTED`).
     ///
     /// # Errors
     /// [`Error::KeyTooLarge`], [`Error::ValueTooLarge`], and see [`Error`].

@@ -14,11 +14,11 @@
 //! by request id): a slow write does not hold back the reads pipelined behind it.
 //!
 //! Served: PING, GET, MGET (per item: a value, NOT_FOUND, or MOVED for keys this node does
-//! not coordinate), plain SET (optionally with a memgest), plain DEL, CLUSTER_MAP,
+//! not coordinate), plain SET (optionally with a memgest and a TTL: a blind write, the expiry
+//! made absolute on this coordinator's clock as RESP's SET PX does), plain DEL, CLUSTER_MAP,
 //! READ_REPLICA (one quorum-read leg) and MEMGEST (the RESP front's handler; MOVE/KEY routed
-//! by key). Conditional / versioned / TTL SETs, CAS DELs and
-//! INCRBY answer `UNSUPPORTED`: in cluster mode they need the RESP front's per-key
-//! read-modify-write lock, which lives there.
+//! by key). Conditional / versioned SETs, CAS DELs and INCRBY answer `UNSUPPORTED`: in
+//! cluster mode they need the RESP front's per-key read-modify-write lock, which lives there.
 //!
 //! Coordinator operations retry definite refusals (failover, rebuild, back-pressure) for up to
 //! [`OP_DEADLINE`] like the RESP front, then answer `TRY_AGAIN`. A quorum-read leg is never
@@ -69,6 +69,9 @@ enum Req {
         key: Vec<u8>,
         value: Vec<u8>,
         memgest: Option<ringlet_types::MemgestId>,
+        /// Relative TTL; the front turns it into an absolute expiry (the coordinator's clock
+        /// decides, as for RESP's SET EX).
+        ttl_ms: Option<u64>,
     },
     Del(Vec<u8>),
     ClusterMap,
@@ -90,20 +93,17 @@ fn own(r: &ClusterRequest<'_>) -> Req {
             Req::Mget(keys.iter().map(<[u8]>::to_vec).collect())
         }
         ClusterRequest::Data(NativeRequest::Set(s)) => {
-            if s.cond != SetCond::Always
-                || s.ttl_ms.is_some()
-                || s.version.is_some()
-                || s.cas.is_some()
-            {
+            if s.cond != SetCond::Always || s.version.is_some() || s.cas.is_some() {
                 Req::Unsupported(
                     Opcode::Set,
-                    "NX/XX, TTL, VERSION and CAS are not supported in cluster mode (use RESP)",
+                    "NX/XX, VERSION and CAS are not supported in cluster mode (use RESP)",
                 )
             } else {
                 Req::Set {
                     key: s.key.to_vec(),
                     value: s.value.to_vec(),
                     memgest: s.memgest,
+                    ttl_ms: s.ttl_ms,
                 }
             }
         }
@@ -279,12 +279,17 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 key,
                 value,
                 memgest,
+                ttl_ms,
             } => {
+                if ttl_ms == Some(0) {
+                    return Err(fail(Status::BAD_REQUEST, "ttl_ms must be > 0"));
+                }
                 let op = ClientOp::Set {
                     key,
                     value,
                     memgest,
-                    expiry_ms: None, // TTL SETs answer UNSUPPORTED here (module doc)
+                    // Absolute, on this coordinator's wall clock (as RESP's SET PX).
+                    expiry_ms: ttl_ms.map(|t| crate::wall_ms().saturating_add(t)),
                     kind: ValueKind::String,
                 };
                 let version = written(run(node, op).await?)?;

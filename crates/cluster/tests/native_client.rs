@@ -1,6 +1,6 @@
 //! The native-protocol front of cluster nodes (crates/cluster/src/native.rs), frame by frame
 //! with the codec: CLUSTER_MAP, MOVED for keys another node coordinates, per-item MOVED in
-//! MGET, READ_REPLICA legs and their STALE_EPOCH, UNSUPPORTED for what cluster mode does not
+//! MGET, SET with a TTL, READ_REPLICA legs and their STALE_EPOCH, UNSUPPORTED for what cluster mode does not
 //! serve, and RESP still working on the same port. (The smart client on top is tested in
 //! crates/client/tests/cluster.rs.)
 
@@ -158,6 +158,40 @@ fn native_front_serves_cluster_opcodes() {
             "{k:?}"
         );
     }
+
+    // A SET with a TTL is served (a blind write; the coordinator makes the expiry absolute):
+    // readable at once, gone after it; a zero TTL is a bad request.
+    let ttl_key: &[u8] = b"native-ttl{native-key}";
+    let mut req = Vec::new();
+    native::encode_set(
+        &mut req,
+        9,
+        &SetRequest {
+            key: ttl_key,
+            value: b"short",
+            ttl_ms: Some(300),
+            ..SetRequest::default()
+        },
+    );
+    assert_eq!(call(coord_addr, &req).0, Status::OK);
+    let mut get = Vec::new();
+    native::encode_get(&mut get, 10, ttl_key);
+    let (st, _, _, val, _) = call(coord_addr, &get);
+    assert_eq!((st, val.as_slice()), (Status::OK, &b"short"[..]));
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(call(coord_addr, &get).0, Status::NOT_FOUND);
+    let mut req = Vec::new();
+    native::encode_set(
+        &mut req,
+        11,
+        &SetRequest {
+            key: ttl_key,
+            value: b"x",
+            ttl_ms: Some(0),
+            ..SetRequest::default()
+        },
+    );
+    assert_eq!(call(coord_addr, &req).0, Status::BAD_REQUEST);
 
     // Not served over native frames in cluster mode: a definite UNSUPPORTED, nothing written.
     let mut req = Vec::new();

@@ -210,24 +210,54 @@ impl Cluster {
     }
 
     /// Store ``value`` under ``key``, in memgest ``memgest`` (a name such as ``"rep:3"`` or
-    /// one made by ``memgest_create``) or, if ``None``, the cluster's default memgest.
+    /// one made by ``memgest_create``) or, if ``None``, the cluster's default memgest; with
+    /// ``ex`` (seconds, int or float) or ``px`` (milliseconds) the key expires after that
+    /// long, as redis-py's ``set(..., ex=, px=)``.
     ///
     /// Raises:
     ///     ConfigError: no memgest of that name.
     ///     TooLargeError: the key or value exceeds the limits.
-    #[pyo3(signature = (key, value, memgest = None))]
+    ///     ValueError: ``ex`` and ``px`` both given, or not positive.
+    #[pyo3(signature = (key, value, memgest = None, ex = None, px = None))]
     fn set(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
         memgest: Option<&str>,
+        ex: Option<f64>,
+        px: Option<u64>,
     ) -> PyResult<()> {
         let key = bytes_of(key, "key")?;
         let value = bytes_of(value, "value")?;
         let mut opts = ringlet_client::SetOptions::default();
         if let Some(name) = memgest {
             opts = opts.memgest(self.memgest_id(py, name)?);
+        }
+        let ttl_ms = match (ex, px) {
+            (Some(_), Some(_)) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "give ex or px, not both",
+                ))
+            }
+            // Whole milliseconds; NaN, infinities and anything not positive are refused.
+            (Some(s), None) if s.is_finite() && s * 1000.0 >= 1.0 && s * 1000.0 < 9.0e15 => {
+                Some((s * 1000.0) as u64)
+            }
+            (Some(_), None) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "ex must be a positive number of seconds",
+                ))
+            }
+            (None, Some(0)) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "px must be a positive number of milliseconds",
+                ))
+            }
+            (None, p) => p,
+        };
+        if let Some(ms) = ttl_ms {
+            opts = opts.ttl(std::time::Duration::from_millis(ms));
         }
         self.run(py, self.client.set(&key, &value, opts))?;
         Ok(())

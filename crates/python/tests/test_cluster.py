@@ -156,6 +156,29 @@ def test_mset_then_mget_across_slots(c):
     assert c.mget([]) == []
 
 
+def test_set_with_ex_or_px_expires(c):
+    c.set("ttl:ex", b"v", ex=1)
+    c.set("ttl:px", b"v", px=300)
+    c.set("ttl:none", b"v")
+    assert c.get("ttl:ex") == b"v"
+    assert c.get("ttl:px") == b"v"
+    # Bounded wait: both expire within 1 s of being set (the coordinator's clock decides).
+    deadline = time.time() + 10
+    while time.time() < deadline and (c.get("ttl:ex") is not None or c.get("ttl:px") is not None):
+        time.sleep(0.1)
+    assert c.get("ttl:ex") is None
+    assert c.get("ttl:px") is None
+    assert c.get("ttl:none") == b"v"
+    # A plain SET after one with a TTL removes it, as in Redis.
+    c.set("ttl:reset", b"a", ex=1)
+    c.set("ttl:reset", b"b")
+    time.sleep(1.3)
+    assert c.get("ttl:reset") == b"b"
+    for bad in ({"ex": 0}, {"ex": -1}, {"px": 0}, {"ex": float("nan")}, {"ex": 1, "px": 5}):
+        with pytest.raises(ValueError):
+            c.set("ttl:bad", b"v", **bad)
+
+
 def test_delete(c):
     c.mset({"py:del:a": "1", "py:del:b": "2"})
     assert c.delete("py:del:a") is None

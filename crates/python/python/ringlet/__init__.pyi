@@ -69,9 +69,18 @@ class Cluster:
     ) -> None: ...
     def get(self, key: Key) -> Optional[bytes]:
         """The value of ``key``, or ``None`` if it does not exist."""
-    def set(self, key: Key, value: Value, memgest: Optional[str] = None) -> None:
-        """Store ``value`` under ``key``, in memgest ``memgest`` or the default one.
-        Raises ``ConfigError`` for an unknown memgest, ``TooLargeError`` past the limits."""
+    def set(
+        self,
+        key: Key,
+        value: Value,
+        memgest: Optional[str] = None,
+        ex: Optional[float] = None,
+        px: Optional[int] = None,
+    ) -> None:
+        """Store ``value`` under ``key``, in memgest ``memgest`` or the default one; with
+        ``ex`` (seconds) or ``px`` (milliseconds) the key expires after that long.
+        Raises ``ConfigError`` for an unknown memgest, ``TooLargeError`` past the limits,
+        ``ValueError`` for both or a non-positive ``ex``/``px``."""
     def delete(self, key: Key) -> None:
         """Delete ``key``. Cluster mode does not report whether it existed."""
     def mget(self, keys: Iterable[Key]) -> List[Optional[bytes]]:
