@@ -26,33 +26,11 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import free_base, wait_port  # noqa: E402
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_base(n):
-    for base in range(21000, 22700, 41):
-        ok = True
-        for p in list(range(base, base + n)) + list(range(base + 10000, base + 10000 + n)):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
-
-
-def wait_port(port, timeout=30):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"port {port} not up")
 
 
 def info_fields(port, names):
@@ -104,7 +82,7 @@ def main():
     load_start = open("/proc/loadavg").read().split()[:3]
     for rep in range(a.reps):
         for exe in a.ringlet:
-            base = free_base(3)
+            base = free_base(4)  # 3 nodes + the control port
             up = subprocess.Popen([exe, "up", "--nodes", "3", "--spares", "0", "--port", str(base),
                                    "--default-memgest", "rep:3"],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -38,25 +38,13 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.crc import key_slot
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import free_base  # noqa: E402
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Bound on every wait: a run that does not recover in this time fails the script.
 RECOVERY_MAX_S = 120
-
-
-def free_base(n):
-    """A base port with n free consecutive ports, plus their cluster-bus ports (+10000)."""
-    for base in range(21000, 45000, 37):
-        ok = True
-        for p in list(range(base, base + n)) + list(range(base + 10000, base + 10000 + n)):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
 
 
 def value_of(key):

@@ -20,6 +20,7 @@ redis-server 7 (scripts/setup.sh), redis-py.
 """
 import argparse
 import os
+import sys
 import socket
 import statistics
 import subprocess
@@ -30,27 +31,15 @@ import time
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import free_base  # noqa: E402
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READY_MAX_S = 120
 # A 64 MiB SET on a loaded 2-core host can take seconds; redis-py's default read timeout
 # is not meant for that.
 SOCKET_TIMEOUT_S = 120
-
-
-def free_base(n):
-    """A base port with n free consecutive ports and their admin ports (+10000)."""
-    for base in range(21000, 22700, 37):
-        ok = True
-        for p in list(range(base, base + n)) + list(range(base + 10000, base + 10000 + n)):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
 
 
 def pct(xs, q):
@@ -102,7 +91,7 @@ def measure(small, large, large_mib, large_count):
 
 
 def ringlet_run(exe, args):
-    base = free_base(4)
+    base = free_base(5)  # 3 nodes + 1 spare + the control port
     cmd = [exe, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
            "--default-memgest", "rep:3"]
     up = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

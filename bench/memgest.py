@@ -41,26 +41,14 @@ import time
 import redis
 from redis.crc import key_slot
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import free_base  # noqa: E402
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EC_FIELDS = ["all_ec_data_bytes", "all_ec_parity_bytes", "all_ec_meta_bytes"]
 MEMGESTS = [("none", "none"), ("rep2", "rep:2"), ("rep3", "rep:3"),
             ("ec21", "ec:2+1"), ("ec31", "ec:3+1"), ("ec32", "ec:3+2")]
-
-
-def free_base(n):
-    """A base port with n + 1 free consecutive ports."""
-    for base in range(32000, 60000, 50):
-        ok = True
-        for p in range(base, base + n + 1):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
 
 
 def rss_bytes(pid):
@@ -78,7 +66,7 @@ def pct(xs, q):
 
 class Cluster:
     def __init__(self, exe, memory_mb):
-        self.base = free_base(7)
+        self.base = free_base(8)  # 5 nodes + 2 spares + the control port
         cmd = [exe, "up", "--nodes", "5", "--spares", "1", "--port", str(self.base),
                "--pg-data", "3", "--pg-redundant", "2", "--default-memgest", "none",
                "--memory-mb", str(memory_mb)]
