@@ -700,6 +700,29 @@ impl ClusterClient {
         set_outcome(&r)
     }
 
+    /// INCRBY `delta` on `key`'s coordinator (a missing key counts as 0; the key keeps its
+    /// TTL): the new value. Not retried after a send (not idempotent): an unknown outcome
+    /// is an error, as for SET.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLarge`]; the node's refusals (not an integer, overflow, wrong type)
+    /// and see [`Error`].
+    pub async fn incr_by(&self, key: &[u8], delta: i64) -> Result<Versioned<i64>, Error> {
+        let r = self
+            .coord_call(key, Idem::No, |out, id| {
+                native::encode_incr_by(out, id, key, delta)
+            })
+            .await?;
+        match (r.status, &r.body) {
+            (Status::OK, Body::Int(v)) => Ok(Versioned {
+                value: *v,
+                version: r.version,
+                epoch: r.epoch,
+            }),
+            (st, b) => Err(unexpected("INCRBY", st, b)),
+        }
+    }
+
     /// SET `value` in memgest `memgest` (by id; see [`ClusterClient::memgest`]).
     ///
     /// # Errors

@@ -17,8 +17,9 @@
 //! not coordinate), plain SET (optionally with a memgest and a TTL: a blind write, the expiry
 //! made absolute on this coordinator's clock as RESP's SET PX does), plain DEL, CLUSTER_MAP,
 //! READ_REPLICA (one quorum-read leg) and MEMGEST (the RESP front's handler; MOVE/KEY routed
-//! by key). Conditional / versioned SETs, CAS DELs and INCRBY answer `UNSUPPORTED`: in
-//! cluster mode they need the RESP front's per-key read-modify-write lock, which lives there.
+//! by key), INCRBY (run by the RESP front's INCRBY, under its per-key lock). Conditional /
+//! versioned SETs and CAS DELs answer `UNSUPPORTED`: they need a compare-and-set the core
+//! does not offer yet.
 //!
 //! Coordinator operations retry definite refusals (failover, rebuild, back-pressure) for up to
 //! [`OP_DEADLINE`] like the RESP front, then answer `TRY_AGAIN`. A quorum-read leg is never
@@ -74,6 +75,11 @@ enum Req {
         ttl_ms: Option<u64>,
     },
     Del(Vec<u8>),
+    /// Run by the RESP front's INCRBY (under its per-key lock).
+    IncrBy {
+        key: Vec<u8>,
+        delta: i64,
+    },
     ClusterMap,
     ReadReplica {
         epoch: Epoch,
@@ -111,10 +117,10 @@ fn own(r: &ClusterRequest<'_>) -> Req {
             None => Req::Del(key.to_vec()),
             Some(_) => Req::Unsupported(Opcode::Del, "CAS DEL is not supported in cluster mode"),
         },
-        ClusterRequest::Data(NativeRequest::IncrBy { .. }) => Req::Unsupported(
-            Opcode::IncrBy,
-            "INCRBY is not supported over native frames in cluster mode (use RESP)",
-        ),
+        ClusterRequest::Data(NativeRequest::IncrBy { key, delta }) => Req::IncrBy {
+            key: key.to_vec(),
+            delta,
+        },
         ClusterRequest::ClusterMap => Req::ClusterMap,
         ClusterRequest::ReadReplica { epoch, key } => Req::ReadReplica {
             epoch,
@@ -229,6 +235,7 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Req::ClusterMap => Opcode::ClusterMap,
         Req::ReadReplica { .. } => Opcode::ReadReplica,
         Req::Memgest(_) => Opcode::Memgest,
+        Req::IncrBy { .. } => Opcode::IncrBy,
         Req::Unsupported(op, _) => *op,
     };
     let result: Result<(), Fail> = async {
@@ -371,6 +378,15 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 }
             }
             Req::Unsupported(_, why) => return Err(fail(Status::UNSUPPORTED, why)),
+            Req::IncrBy { key, delta } => {
+                moved(node, &key)?;
+                match front.incr_by(&key, delta).await {
+                    Ok(v) => {
+                        native::encode_int_response(&mut out, id, node.epoch(), Version::ZERO, v)
+                    }
+                    Err(r) => return Err(resp_error(r)),
+                }
+            }
             Req::Memgest(args) => {
                 // MOVE and KEY name a key: they run on its coordinator (MOVE under the RESP
                 // front's per-key lock), so route like any keyed request.
@@ -402,6 +418,36 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         native::encode_error_response(&mut out, id, opcode, status, node.epoch(), &message);
     }
     out
+}
+
+/// The native status for the RESP front's error reply (INCRBY run through it): the same
+/// statuses the single node gives for the same failures, the text kept.
+fn resp_error(r: ringlet_codec::resp::Reply) -> Fail {
+    let text = match &r {
+        ringlet_codec::resp::Reply::Error(e) => String::from_utf8_lossy(e).into_owned(),
+        other => format!("unexpected reply {other:?}"),
+    };
+    let status = if text.starts_with("ERR value is not an integer") {
+        Status::NOT_INTEGER
+    } else if text.contains("would overflow") {
+        Status::OVERFLOW
+    } else if text.starts_with("WRONGTYPE") {
+        Status::WRONG_TYPE
+    } else if text.starts_with("OOM") {
+        Status::NO_SPACE
+    } else if text.starts_with("MOVED") {
+        Status::MOVED
+    } else if text.starts_with("TRYAGAIN") || text.starts_with("CLUSTERDOWN") {
+        Status::TRY_AGAIN
+    } else {
+        Status::INTERNAL
+    };
+    // MOVED's text for native frames is "<slot> <addr>" (no code word).
+    let text = match status {
+        Status::MOVED => text.trim_start_matches("MOVED ").to_string(),
+        _ => text,
+    };
+    fail(status, text)
 }
 
 fn stale(current: Epoch) -> Fail {

@@ -1063,24 +1063,7 @@ impl Front {
                         }
                     }
                 };
-                if let Some(m) = self.moved(key_slot(a(1))) {
-                    return Err(m);
-                }
-                let _g = self.lock(a(1)).await?;
-                let old = self.get_full(a(1)).await?;
-                let expiry = old.as_ref().and_then(|o| o.1);
-                let cur = match old {
-                    None => 0,
-                    Some((v, _)) => ringlet_codec::resp::int::string2ll(&v)
-                        .ok_or_else(|| err("ERR value is not an integer or out of range"))?,
-                };
-                let new = cur
-                    .checked_add(delta)
-                    .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
-                // Redis keeps the key's TTL across INCR.
-                self.write_ttl(a(1), Some(new.to_string().into_bytes()), None, expiry)
-                    .await?;
-                Ok(Reply::Integer(new))
+                Ok(Reply::Integer(self.incr_by(a(1), delta).await?))
             }
             "incrbyfloat" => {
                 arity(3)?;
@@ -1251,6 +1234,28 @@ impl Front {
     /// The node this front serves.
     /// Whether clients must AUTH (the native protocol has no AUTH frame: such a node
     /// refuses native connections, as the single node does).
+    /// INCRBY under the key's lock (RESP's INCR family and the native INCRBY opcode): the
+    /// key's value as an integer plus `delta`, written back with its TTL kept, as Redis does.
+    pub(crate) async fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64, Reply> {
+        if let Some(m) = self.moved(key_slot(key)) {
+            return Err(m);
+        }
+        let _g = self.lock(key).await?;
+        let old = self.get_full(key).await?;
+        let expiry = old.as_ref().and_then(|o| o.1);
+        let cur = match old {
+            None => 0,
+            Some((v, _)) => ringlet_codec::resp::int::string2ll(&v)
+                .ok_or_else(|| err("ERR value is not an integer or out of range"))?,
+        };
+        let new = cur
+            .checked_add(delta)
+            .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+        self.write_ttl(key, Some(new.to_string().into_bytes()), None, expiry)
+            .await?;
+        Ok(new)
+    }
+
     pub(crate) fn auth_required(&self) -> bool {
         self.requirepass.is_some()
     }

@@ -1,6 +1,6 @@
 //! The native-protocol front of cluster nodes (crates/cluster/src/native.rs), frame by frame
 //! with the codec: CLUSTER_MAP, MOVED for keys another node coordinates, per-item MOVED in
-//! MGET, SET with a TTL, READ_REPLICA legs and their STALE_EPOCH, UNSUPPORTED for what cluster mode does not
+//! MGET, SET with a TTL, INCRBY, READ_REPLICA legs and their STALE_EPOCH, UNSUPPORTED for what cluster mode does not
 //! serve, and RESP still working on the same port. (The smart client on top is tested in
 //! crates/client/tests/cluster.rs.)
 
@@ -27,6 +27,7 @@ fn call(addr: SocketAddr, req: &[u8]) -> (Status, Epoch, Version, Vec<u8>, Vec<u
         if let Some((f, _)) = native::decode_response_frame(&buf).unwrap() {
             let (payload, items) = match f.body {
                 ResponseBody::Value(v) | ResponseBody::Message(v) => (v.to_vec(), Vec::new()),
+                ResponseBody::Int(v) => (Vec::new(), v.to_be_bytes().to_vec()),
                 ResponseBody::Values(items) => (
                     Vec::new(),
                     items.iter().map(|i| i.status.0).collect::<Vec<u8>>(),
@@ -204,9 +205,21 @@ fn native_front_serves_cluster_opcodes() {
         },
     );
     assert_eq!(call(coord_addr, &req).0, Status::UNSUPPORTED);
+    // INCRBY runs the RESP front's INCRBY: an integer reply, the key's non-integer value
+    // refused with NOT_INTEGER as on the single node, MOVED at another node.
+    let counter: &[u8] = b"native-counter{native-key}";
     let mut req = Vec::new();
-    native::encode_incr_by(&mut req, 8, key, 1);
-    assert_eq!(call(coord_addr, &req).0, Status::UNSUPPORTED);
+    native::encode_incr_by(&mut req, 8, counter, 5);
+    let (st, _, _, _, body) = call(coord_addr, &req);
+    assert_eq!(st, Status::OK);
+    assert_eq!(body, 5i64.to_be_bytes());
+    let mut req = Vec::new();
+    native::encode_incr_by(&mut req, 12, counter, -2);
+    assert_eq!(call(coord_addr, &req).4, 3i64.to_be_bytes());
+    let mut req = Vec::new();
+    native::encode_incr_by(&mut req, 13, key, 1);
+    assert_eq!(call(coord_addr, &req).0, Status::NOT_INTEGER);
+    assert_eq!(call(other, &req).0, Status::MOVED);
 
     // RESP on the same port still works.
     let mut s = TcpStream::connect(coord_addr).unwrap();

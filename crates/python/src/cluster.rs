@@ -263,6 +263,18 @@ impl Cluster {
         Ok(())
     }
 
+    /// Add ``amount`` (default 1, may be negative) to the integer stored at ``key`` and return
+    /// the new value, as redis-py's ``incr(key, amount)``; a missing key counts as 0 and the
+    /// key keeps its TTL.
+    ///
+    /// Raises:
+    ///     ServerError: the value is not an integer, or the result would overflow.
+    #[pyo3(signature = (key, amount = 1))]
+    fn incr(&self, py: Python<'_>, key: &Bound<'_, PyAny>, amount: i64) -> PyResult<i64> {
+        let key = bytes_of(key, "key")?;
+        Ok(self.run(py, self.client.incr_by(&key, amount))?.value)
+    }
+
     /// Delete ``key`` (writes a tombstone). Returns ``None``: cluster mode does not report
     /// whether the key existed.
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {

@@ -179,6 +179,26 @@ def test_set_with_ex_or_px_expires(c):
             c.set("ttl:bad", b"v", **bad)
 
 
+def test_incr_counts_and_refuses_non_integers(c):
+    assert c.incr("ctr:a") == 1
+    assert c.incr("ctr:a", 10) == 11
+    assert c.incr("ctr:a", -20) == -9
+    assert c.get("ctr:a") == b"-9"
+    c.set("ctr:text", b"abc")
+    with pytest.raises(ringlet.ServerError):
+        c.incr("ctr:text")
+    c.set("ctr:max", str(2**63 - 1))
+    with pytest.raises(ringlet.ServerError):
+        c.incr("ctr:max")
+    # A TTL survives INCR, as in Redis.
+    c.set("ctr:ttl", b"5", px=400)
+    assert c.incr("ctr:ttl") == 6
+    deadline = time.time() + 10
+    while time.time() < deadline and c.get("ctr:ttl") is not None:
+        time.sleep(0.1)
+    assert c.get("ctr:ttl") is None
+
+
 def test_delete(c):
     c.mset({"py:del:a": "1", "py:del:b": "2"})
     assert c.delete("py:del:a") is None

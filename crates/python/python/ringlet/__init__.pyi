@@ -81,6 +81,9 @@ class Cluster:
         ``ex`` (seconds) or ``px`` (milliseconds) the key expires after that long.
         Raises ``ConfigError`` for an unknown memgest, ``TooLargeError`` past the limits,
         ``ValueError`` for both or a non-positive ``ex``/``px``."""
+    def incr(self, key: Key, amount: int = 1) -> int:
+        """Add ``amount`` to the integer at ``key`` (a missing key is 0); the new value.
+        Raises ``ServerError`` if the value is not an integer or the sum overflows."""
     def delete(self, key: Key) -> None:
         """Delete ``key``. Cluster mode does not report whether it existed."""
     def mget(self, keys: Iterable[Key]) -> List[Optional[bytes]]:
