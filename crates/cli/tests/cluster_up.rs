@@ -5,29 +5,12 @@
 
 mod common;
 
-use ringlet_codec::resp::{decode_reply, encode_request, Reply};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use common::call;
+
+use ringlet_codec::resp::Reply;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn call(port: u16, args: &[&[u8]]) -> Reply {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let mut out = Vec::new();
-    encode_request(&mut out, args);
-    s.write_all(&out).expect("write");
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Ok(Some((r, _))) = decode_reply(&buf) {
-            return r;
-        }
-        let n = s.read(&mut chunk).expect("read");
-        assert!(n > 0, "connection closed");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
 
 /// Follow MOVED like `redis-cli -c`.
 fn cluster_call(mut port: u16, args: &[&[u8]]) -> Reply {

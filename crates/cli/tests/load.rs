@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::call;
+
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -16,24 +18,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringlet");
-
-fn call(port: u16, args: &[&[u8]]) -> Reply {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let mut out = Vec::new();
-    encode_request(&mut out, args);
-    s.write_all(&out).expect("write");
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Ok(Some((r, _))) = decode_reply(&buf) {
-            return r;
-        }
-        let n = s.read(&mut chunk).expect("read");
-        assert!(n > 0, "connection closed");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
 
 /// Send `cmds` in one write on `s` and read their replies.
 fn pipeline(s: &mut TcpStream, cmds: &[Vec<Vec<u8>>]) -> Vec<Reply> {
@@ -107,23 +91,7 @@ impl Drop for Node {
 }
 
 fn server() -> Node {
-    let mut child = Command::new(BIN)
-        .args(["server", "--port", "0", "--memory-mb", "64"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ringlet server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("bad readiness line {line:?}"));
+    let (child, port) = common::server(&["--memory-mb".as_ref(), "64".as_ref()]);
     Node(child, port)
 }
 

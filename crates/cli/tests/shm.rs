@@ -2,34 +2,17 @@
 //! see what TCP clients wrote, follow a node restart, and `ringlet bench --mode shm-get`
 //! checks every value it reads.
 
+mod common;
+
 use ringlet_shm::ShmReader;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringlet");
 
 /// Start `ringlet server --port 0 --shm-socket <sock>`; returns the child and its port.
 fn server(sock: &Path) -> (Child, u16) {
-    let mut child = Command::new(BIN)
-        .args(["server", "--port", "0", "--shm-socket"])
-        .arg(sock)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ringlet");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("bad readiness line {line:?}"));
-    (child, port)
+    common::server(&["--shm-socket".as_ref(), sock.as_os_str()])
 }
 
 fn json_u64(line: &str, key: &str) -> u64 {

@@ -546,8 +546,9 @@ impl Front {
     /// The key's value of any kind (`None`: missing or expired).
     async fn get_any(&self, key: &[u8]) -> Result<Option<Got>, Reply> {
         // The fast path: answered on this thread from the engine when the node may
-        // (ClusterNode::fast_get); otherwise through the core below.
-        if self.map().is_some() && self.moved(key_slot(key)).is_none() {
+        // (ClusterNode::fast_get); otherwise through the core below. (Without a map the node
+        // publishes no servable range, so fast_get declines and `run` answers CLUSTERDOWN.)
+        if self.moved(key_slot(key)).is_none() {
             if let Some(v) = self.node.fast_get(key) {
                 return Ok(v
                     .value

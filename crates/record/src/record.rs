@@ -360,18 +360,7 @@ impl Record {
     clippy::arithmetic_side_effects
 )]
 fn decode(b: &[u8]) -> Result<Record, RecordError> {
-    if b.len() > VALUE_BYTES_MAX as usize {
-        return Err(RecordError::TooLarge { what: "record" });
-    }
-    let (&version, rest) = b.split_first().ok_or(RecordError::Empty)?;
-    if version != FORMAT_VERSION {
-        return Err(RecordError::UnknownVersion { version });
-    }
-    let mut r = Reader { b: rest };
-    let count = r.varint()?;
-    if count > (r.b.len() / FIELD_BYTES_MIN) as u64 {
-        return Err(RecordError::Truncated);
-    }
+    let (mut r, count) = Reader::header(b)?;
     let mut fields = Vec::new();
     for _ in 0..count {
         let name = r.bytes(FIELD_NAME_BYTES_MAX, "field name")?;
@@ -410,6 +399,33 @@ fn decode(b: &[u8]) -> Result<Record, RecordError> {
 
 struct Reader<'a> {
     b: &'a [u8],
+}
+
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+impl<'a> Reader<'a> {
+    /// Checks the size and format version of an encoded record and reads its field count
+    /// (bounded by the bytes left): the reader positioned at the first field, and the count.
+    /// Shared by [`decode`] (owned fields) and [`scan`] (borrowed ones).
+    fn header(b: &'a [u8]) -> Result<(Reader<'a>, u64), RecordError> {
+        if b.len() > VALUE_BYTES_MAX as usize {
+            return Err(RecordError::TooLarge { what: "record" });
+        }
+        let (&version, rest) = b.split_first().ok_or(RecordError::Empty)?;
+        if version != FORMAT_VERSION {
+            return Err(RecordError::UnknownVersion { version });
+        }
+        let mut r = Reader { b: rest };
+        let count = r.varint()?;
+        if count > (r.b.len() / FIELD_BYTES_MIN) as u64 {
+            return Err(RecordError::Truncated);
+        }
+        Ok((r, count))
+    }
 }
 
 #[deny(
@@ -718,18 +734,7 @@ impl<'a> FieldRef<'a> {
     clippy::arithmetic_side_effects
 )]
 pub fn scan(b: &[u8]) -> Result<Vec<(&[u8], FieldRef<'_>)>, RecordError> {
-    if b.len() > VALUE_BYTES_MAX as usize {
-        return Err(RecordError::TooLarge { what: "record" });
-    }
-    let (&version, rest) = b.split_first().ok_or(RecordError::Empty)?;
-    if version != FORMAT_VERSION {
-        return Err(RecordError::UnknownVersion { version });
-    }
-    let mut r = Reader { b: rest };
-    let count = r.varint()?;
-    if count > (r.b.len() / FIELD_BYTES_MIN) as u64 {
-        return Err(RecordError::Truncated);
-    }
+    let (mut r, count) = Reader::header(b)?;
     let mut fields = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     for _ in 0..count {
         let name = r.bytes(FIELD_NAME_BYTES_MAX, "field name")?;

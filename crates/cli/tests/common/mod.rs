@@ -1,11 +1,13 @@
-//! Shared by the cli crate's cluster tests: free ports, a `ringlet up` that is stopped on
-//! drop, and whether redis-py is there (honouring `RINGLET_REQUIRE_REDIS`).
+//! Shared by the cli crate's tests: free ports, a `ringlet up` that is stopped on drop, a
+//! `ringlet server` on a port it chose, one RESP call, and whether redis-py is there
+//! (honouring `RINGLET_REQUIRE_REDIS`).
 
 #![allow(dead_code)] // each test binary uses part of this module
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use ringlet_codec::resp::{decode_reply, encode_request, Reply};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Ranges already handed to a test of this process. Tests of one binary run in parallel
@@ -113,4 +115,46 @@ pub fn have_redis_py() -> bool {
         eprintln!("SKIPPED redis-py part: python3 with the redis package is not installed");
     }
     have
+}
+
+/// One RESP command on a new connection to 127.0.0.1:`port`, its reply (10 s read timeout).
+pub fn call(port: u16, args: &[&[u8]]) -> Reply {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut out = Vec::new();
+    encode_request(&mut out, args);
+    s.write_all(&out).expect("write");
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok(Some((r, _))) = decode_reply(&buf) {
+            return r;
+        }
+        let n = s.read(&mut chunk).expect("read");
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Start `ringlet server --port 0 <extra>` and read the port from its readiness line.
+pub fn server(extra: &[&std::ffi::OsStr]) -> (Child, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet"))
+        .args(["server", "--port", "0"])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ringlet server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("bad readiness line {line:?}"));
+    (child, port)
 }
