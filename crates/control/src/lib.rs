@@ -36,7 +36,7 @@ pub mod map;
 pub mod plane;
 pub mod report;
 
-pub use map::{ClusterMap, MapError, MemgestInfo, NodeInfo, NodeState};
+pub use map::{ClusterMap, Handoff, MapError, MemgestInfo, NodeInfo, NodeState, SlotMove};
 pub use plane::{
     Action, ControlConfig, ControlError, ControlPlane, EcUsage, Input, MemgestUsage, UsageReport,
 };

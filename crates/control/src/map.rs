@@ -88,6 +88,40 @@ pub struct ClusterMap {
     /// `plane::DRAIN_QUIESCE_MS_MAX`) its roles move to a spare. Handing over with nothing in
     /// flight is what lets a drain fail no client operation (docs/design/cluster-drain.md).
     pub leaving: BTreeMap<NodeId, Epoch>,
+    /// A slot span on its way to another (PG, data index) pair (resharding phase 1, docs/
+    /// design/cluster-resharding.md): its coordinator refuses new writes to it (`Busy`,
+    /// retried by clients) and finishes those in flight, then reports `Quiesced`; the span
+    /// is reassigned on that report or after `plane::DRAIN_QUIESCE_MS_MAX`. One at a time.
+    pub moving: Option<SlotMove>,
+    /// Spans reassigned by a move, newest last, with the pair they came from: the new
+    /// cohort rebuilds from the old one (which keeps the data until released). Bounded by
+    /// [`HANDOFFS_MAX`]; an entry goes when a later move overlaps it.
+    pub handoffs: Vec<Handoff>,
+}
+
+/// Handoff records kept in a map: far more than the moves a rebalance makes at once (one per
+/// slot range a node gives away), and small (a few dozen bytes of JSON each).
+pub const HANDOFFS_MAX: usize = 4096;
+
+/// Resharding phase 1: slots `first..=last` are about to move to (`pg`, `data_index`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotMove {
+    pub first: Slot,
+    pub last: Slot,
+    pub pg: u32,
+    pub data_index: u8,
+    /// Epoch of the map that started the move: a quiesce report must be at least as new.
+    pub epoch: u64,
+}
+
+/// A span that moved at `epoch` from (`from_pg`, `from_data_index`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    pub first: Slot,
+    pub last: Slot,
+    pub from_pg: u32,
+    pub from_data_index: u8,
+    pub epoch: u64,
 }
 
 impl Default for ClusterMap {
@@ -111,6 +145,8 @@ impl Default for ClusterMap {
             default_memgest: MemgestId::NONE,
             placed_epoch: Epoch(0),
             leaving: BTreeMap::new(),
+            moving: None,
+            handoffs: Vec::new(),
         }
     }
 }
@@ -119,6 +155,41 @@ impl ClusterMap {
     /// Coordinator of `slot`, if placed.
     pub fn coordinator(&self, slot: Slot) -> Option<NodeId> {
         self.placement.as_ref()?.coordinator(slot)
+    }
+
+    /// The node that coordinates the span being moved (it must quiesce before the switch).
+    pub fn moving_source(&self) -> Option<NodeId> {
+        self.coordinator(self.moving?.first)
+    }
+
+    /// Whether `slot` is in the span being moved.
+    pub fn is_moving(&self, slot: Slot) -> bool {
+        self.moving
+            .is_some_and(|m| m.first <= slot && slot <= m.last)
+    }
+
+    /// The handoff that gave exactly `first..=last` its current owner, if any.
+    pub fn handoff(&self, first: Slot, last: Slot) -> Option<&Handoff> {
+        self.handoffs
+            .iter()
+            .rev()
+            .find(|h| h.first == first && h.last == last)
+    }
+
+    /// The cohort a handed-off span had before its move (old coordinator first), in the
+    /// current map's membership of that group (a failed old member replaced by a spare
+    /// shows the spare, which holds nothing and so never answers a rebuild pull).
+    pub fn prior_cohort(&self, h: &Handoff) -> Vec<NodeId> {
+        let Some(p) = &self.placement else {
+            return Vec::new();
+        };
+        p.range_cohort(&ringlet_placement::SlotRange {
+            first: h.first,
+            last: h.last,
+            pg: h.from_pg,
+            data_index: h.from_data_index,
+            moved: 0,
+        })
     }
 
     /// Cohort of `slot` (coordinator first).
@@ -249,6 +320,31 @@ impl ClusterMap {
         {
             return Err(MapError::Malformed("a leaving node is not active"));
         }
+        if self.handoffs.len() > HANDOFFS_MAX {
+            return Err(MapError::Malformed("too many handoffs"));
+        }
+        if let Some(m) = &self.moving {
+            let p = self
+                .placement
+                .as_ref()
+                .ok_or(MapError::Malformed("a move before bootstrap"))?;
+            let inside = p.range_of(m.first).is_some_and(|r| r.last >= m.last);
+            let target = p.group(m.pg).is_some() && m.data_index < p.s;
+            if m.first > m.last || !inside || !target {
+                return Err(MapError::Malformed(
+                    "a move must lie within one slot range and name a placement group",
+                ));
+            }
+        }
+        for h in &self.handoffs {
+            let known = self
+                .placement
+                .as_ref()
+                .is_some_and(|p| p.group(h.from_pg).is_some() && h.from_data_index < p.s);
+            if h.first > h.last || !known {
+                return Err(MapError::Malformed("a handoff names no placement group"));
+            }
+        }
         Ok(())
     }
 
@@ -306,6 +402,10 @@ struct ClusterMapWire {
     /// `[node, epoch]` pairs; absent in maps written before drains had two phases.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     leaving: Vec<(u32, u64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    moving: Option<SlotMove>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    handoffs: Vec<Handoff>,
 }
 
 impl From<ClusterMap> for ClusterMapWire {
@@ -339,6 +439,8 @@ impl From<ClusterMap> for ClusterMapWire {
             default_memgest: m.default_memgest.0,
             placed_epoch: m.placed_epoch.0,
             leaving: m.leaving.iter().map(|(n, e)| (n.0, e.0)).collect(),
+            moving: m.moving,
+            handoffs: m.handoffs,
         }
     }
 }
@@ -349,6 +451,7 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
         if w.nodes.len() > NODES_MAX
             || w.memgests.len() > MEMGESTS_MAX
             || w.leaving.len() > NODES_MAX
+            || w.handoffs.len() > HANDOFFS_MAX
         {
             return Err(MapError::Malformed("too many nodes or memgests"));
         }
@@ -402,6 +505,8 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
                 .iter()
                 .map(|&(n, e)| (NodeId(n), Epoch(e)))
                 .collect(),
+            moving: w.moving,
+            handoffs: w.handoffs,
         };
         m.validate()?;
         Ok(m)

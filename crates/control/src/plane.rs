@@ -16,7 +16,7 @@ use crate::map::{
     ClusterMap, MemgestInfo, NodeInfo, NodeState, MEMGESTS_MAX, NAME_BYTES_MAX, NODES_MAX,
 };
 use ringlet_placement::Placement;
-use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
+use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId, Slot};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -156,6 +156,29 @@ pub enum Input {
         kind: MemgestKind,
         evictable: Option<bool>,
     },
+    /// Resharding (docs/design/cluster-resharding.md): move slots `first..=last` (inside one
+    /// slot range) to the pair (`pg`, `data_index`). Phase 1 lists the span in
+    /// [`ClusterMap::moving`]; phase 2 reassigns it on [`Input::Quiesced`] from its
+    /// coordinator or after [`DRAIN_QUIESCE_MS_MAX`], and records a [`crate::Handoff`].
+    MoveSlots {
+        first: Slot,
+        last: Slot,
+        pg: u32,
+        data_index: u8,
+    },
+    /// The new coordinator of a handed-off span holds everything its old cohort had: drop
+    /// the handoff record (the old cohort then releases its copies).
+    HandoffDone {
+        node: NodeId,
+        incarnation: u64,
+        first: Slot,
+        last: Slot,
+    },
+    /// Turn a spare into a data node: it joins the placement groups a rotation over the
+    /// active nodes and it would form. It holds no slots until moves give it some.
+    AddNode {
+        node: NodeId,
+    },
     /// A coordinator is about to start the first write of `memgest` it has seen: mark the
     /// memgest written ([`crate::MemgestInfo::written`]) and publish. Idempotent; the
     /// coordinator waits for a map showing the mark before it writes.
@@ -254,6 +277,23 @@ pub enum ControlError {
     NameTooLong,
     #[error("too many nodes in the cluster map")]
     TooManyNodes,
+    #[error("the cluster is not bootstrapped")]
+    NotPlaced,
+    #[error("slots {first}-{last} are already moving; wait for that move to finish")]
+    MoveInProgress { first: Slot, last: Slot },
+    #[error("slots {first}-{last} are still being handed off to their new owner; retry shortly")]
+    HandoffPending { first: Slot, last: Slot },
+    #[error("bad move: {0}")]
+    BadMove(String),
+    #[error(
+        "memgest {0} is erasure-coded and holds keys: moving ec:K+M arenas is not supported \
+         yet (move its keys to a replicated memgest first)"
+    )]
+    EcMove(String),
+    #[error("node {0} is not a spare")]
+    NotSpare(NodeId),
+    #[error("a drain is in progress; retry when it has finished")]
+    DrainInProgress,
 }
 
 #[derive(Clone, Debug)]
@@ -274,6 +314,8 @@ pub struct ControlPlane {
     /// When each node of `map.leaving` was asked to leave (this process's clock; a resumed
     /// leader starts counting when it first ticks).
     leaving_since: BTreeMap<NodeId, u64>,
+    /// When the current [`ClusterMap::moving`] span was listed (this process's clock).
+    moving_since: Option<u64>,
 }
 
 impl ControlPlane {
@@ -288,6 +330,7 @@ impl ControlPlane {
             usage: BTreeMap::new(),
             closing: BTreeMap::new(),
             leaving_since: BTreeMap::new(),
+            moving_since: None,
         })
     }
 
@@ -377,6 +420,49 @@ impl ControlPlane {
                     .is_some_and(|n| n.incarnation == incarnation);
                 if same && asked.is_some_and(|e| epoch >= e) {
                     self.finish_drain(node, &mut out);
+                }
+                let moving = self.map.moving;
+                if same
+                    && moving.is_some_and(|m| epoch.0 >= m.epoch)
+                    && self.map.moving_source() == Some(node)
+                {
+                    self.finish_move(&mut out);
+                }
+            }
+            Input::MoveSlots {
+                first,
+                last,
+                pg,
+                data_index,
+            } => {
+                if let Err(e) = self.move_slots(now_ms, first, last, pg, data_index, &mut out) {
+                    out.push(Action::Rejected(e));
+                }
+            }
+            Input::HandoffDone {
+                node,
+                incarnation,
+                first,
+                last,
+            } => {
+                let same = self
+                    .map
+                    .nodes
+                    .get(&node)
+                    .is_some_and(|n| n.incarnation == incarnation);
+                if same
+                    && self.map.coordinator(first) == Some(node)
+                    && self.map.handoff(first, last).is_some()
+                {
+                    let mut next = (*self.map).clone();
+                    next.handoffs
+                        .retain(|h| !(h.first == first && h.last == last));
+                    self.commit(next, &mut out);
+                }
+            }
+            Input::AddNode { node } => {
+                if let Err(e) = self.add_node(node, &mut out) {
+                    out.push(Action::Rejected(e));
                 }
             }
             Input::MarkWritten { memgest } => {
@@ -627,6 +713,177 @@ impl ControlPlane {
                 self.finish_drain(n, out);
             }
         }
+        // A move whose coordinator did not report quiesced in time switches anyway (its
+        // writes still in flight then end Ambiguous, as a drain's do).
+        match (self.map.moving, self.moving_since) {
+            (Some(_), None) => self.moving_since = Some(now_ms),
+            (Some(_), Some(since)) if now_ms.saturating_sub(since) >= DRAIN_QUIESCE_MS_MAX => {
+                self.finish_move(out)
+            }
+            (None, Some(_)) => self.moving_since = None,
+            _ => {}
+        }
+    }
+
+    /// Resharding phase 1: list the span as moving (its coordinator stops taking writes to
+    /// it and reports when none is left in flight).
+    fn move_slots(
+        &mut self,
+        now_ms: u64,
+        first: Slot,
+        last: Slot,
+        pg: u32,
+        data_index: u8,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ControlError> {
+        let p = self.map.placement.as_ref().ok_or(ControlError::NotPlaced)?;
+        if let Some(m) = self.map.moving {
+            return Err(ControlError::MoveInProgress {
+                first: m.first,
+                last: m.last,
+            });
+        }
+        if !self.map.leaving.is_empty() {
+            return Err(ControlError::DrainInProgress);
+        }
+        if first > last || last >= ringlet_types::SLOT_COUNT {
+            return Err(ControlError::BadMove(format!("empty span {first}-{last}")));
+        }
+        let r = p
+            .range_of(first)
+            .filter(|r| r.last >= last)
+            .ok_or_else(|| {
+                ControlError::BadMove(format!(
+                    "slots {first}-{last} span more than one slot range (move each part)"
+                ))
+            })?;
+        if r.pg == pg && r.data_index == data_index {
+            return Err(ControlError::BadMove(format!(
+                "slots {first}-{last} already belong to group {pg} index {data_index}"
+            )));
+        }
+        let group = p
+            .group(pg)
+            .ok_or_else(|| ControlError::BadMove(format!("no placement group {pg}")))?;
+        if data_index >= p.s {
+            return Err(ControlError::BadMove(format!(
+                "data index {data_index} >= s = {}",
+                p.s
+            )));
+        }
+        if let Some(n) = group
+            .iter()
+            .find(|n| self.map.node_state(**n) != Some(NodeState::Active))
+        {
+            return Err(ControlError::NotActive(*n));
+        }
+        if let Some(h) = self
+            .map
+            .handoffs
+            .iter()
+            .find(|h| h.first <= last && first <= h.last)
+        {
+            return Err(ControlError::HandoffPending {
+                first: h.first,
+                last: h.last,
+            });
+        }
+        if self.map.handoffs.len() >= crate::map::HANDOFFS_MAX {
+            return Err(ControlError::HandoffPending { first, last });
+        }
+        if let Some(m) = self
+            .map
+            .memgests
+            .values()
+            .find(|m| m.written && matches!(m.kind, MemgestKind::Ec { .. }))
+        {
+            return Err(ControlError::EcMove(m.name.clone()));
+        }
+        let mut next = (*self.map).clone();
+        next.moving = Some(crate::map::SlotMove {
+            first,
+            last,
+            pg,
+            data_index,
+            epoch: self.next_epoch().0,
+        });
+        self.moving_since = Some(now_ms);
+        self.commit(next, out);
+        Ok(())
+    }
+
+    /// Resharding phase 2: reassign the moving span and record where it came from.
+    fn finish_move(&mut self, out: &mut Vec<Action>) {
+        self.moving_since = None;
+        let Some(m) = self.map.moving else { return };
+        let mut next = (*self.map).clone();
+        next.moving = None;
+        let epoch = self.next_epoch().0;
+        let from = next
+            .placement
+            .as_ref()
+            .and_then(|p| p.range_of(m.first))
+            .copied();
+        let moved = match (next.placement.as_mut(), from) {
+            (Some(p), Some(from)) => p
+                .assign(m.first, m.last, m.pg, m.data_index, epoch)
+                .map(|()| from),
+            _ => Err(ringlet_placement::PlacementError::Malformed("no placement")),
+        };
+        match moved {
+            Ok(from) => {
+                next.handoffs
+                    .retain(|h| h.last < m.first || m.last < h.first);
+                next.handoffs.push(crate::map::Handoff {
+                    first: m.first,
+                    last: m.last,
+                    from_pg: from.pg,
+                    from_data_index: from.data_index,
+                    epoch,
+                });
+                self.commit(next, out);
+            }
+            Err(e) => {
+                // The span no longer fits (cannot happen: validate keeps moves inside one
+                // range); call the move off rather than publish a broken map.
+                self.commit(next, out);
+                out.push(Action::Rejected(ControlError::Placement(e.to_string())));
+            }
+        }
+    }
+
+    /// A spare becomes a data node: the placement groups that a rotation over the active
+    /// nodes plus it would form and that contain it are appended (existing groups keep
+    /// their index). It coordinates nothing until slots move to it.
+    fn add_node(&mut self, node: NodeId, out: &mut Vec<Action>) -> Result<(), ControlError> {
+        let p = self.map.placement.as_ref().ok_or(ControlError::NotPlaced)?;
+        match self.map.node_state(node) {
+            None => return Err(ControlError::UnknownNode(node)),
+            Some(NodeState::Spare) => {}
+            Some(_) => return Err(ControlError::NotSpare(node)),
+        }
+        let mut nodes: Vec<NodeId> = self
+            .map
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.state == NodeState::Active)
+            .map(|(id, _)| *id)
+            .collect();
+        nodes.push(node);
+        let groups = ringlet_placement::plan_groups(&nodes, p.s, p.d)
+            .map_err(|e| ControlError::Placement(e.to_string()))?;
+        let fresh: Vec<Vec<NodeId>> = groups
+            .into_iter()
+            .filter(|g| g.contains(&node) && p.group_index(g).is_none())
+            .collect();
+        let mut next = (*self.map).clone();
+        if let Some(np) = next.placement.as_mut() {
+            np.add_groups(fresh)
+                .map_err(|e| ControlError::Placement(e.to_string()))?;
+        }
+        set_state(&mut next, node, NodeState::Active);
+        self.commit(next, out);
+        Ok(())
     }
 
     /// Substitute live spares for failed PG members. Returns whether anything changed.
@@ -1093,6 +1350,204 @@ mod tests {
         let m = published(&out).unwrap();
         assert_eq!(m.node_state(NodeId(2)), Some(NodeState::Active));
         assert_eq!(m.nodes[&NodeId(2)].incarnation, 5);
+    }
+
+    #[test]
+    fn add_node_then_move_slots_in_two_phases() {
+        let mut cp = cluster(4, 3);
+        let groups_before = cp.map().placement.as_ref().unwrap().groups.len();
+        let m = published(&cp.step(5, Input::AddNode { node: NodeId(4) })).unwrap();
+        assert_eq!(m.node_state(NodeId(4)), Some(NodeState::Active));
+        let p = m.placement.as_ref().unwrap();
+        assert!(p.groups.len() > groups_before);
+        // No slots yet: node 4 coordinates nothing.
+        assert!(!p.slots_per_coordinator().contains_key(&NodeId(4)));
+        // Adding it again is refused.
+        assert!(matches!(
+            cp.step(6, Input::AddNode { node: NodeId(4) }).as_slice(),
+            [Action::Rejected(ControlError::NotSpare(_))]
+        ));
+        // A group where node 4 is data index 0.
+        let pg = (0u32..)
+            .zip(p.groups.iter())
+            .find(|(_, g)| g[0] == NodeId(4))
+            .map(|(i, _)| i)
+            .unwrap();
+        let r0 = p.ranges[0];
+        let source = p.range_coordinator(&r0).unwrap();
+        let (first, last) = (r0.first, r0.first + 99);
+        let m = published(&cp.step(
+            10,
+            Input::MoveSlots {
+                first,
+                last,
+                pg,
+                data_index: 0,
+            },
+        ))
+        .unwrap();
+        assert_eq!(m.moving.unwrap().first, first);
+        assert_eq!(m.moving_source(), Some(source));
+        assert!(m.is_moving(first) && !m.is_moving(last + 1));
+        // Phase 1 keeps the owner; a second move is refused meanwhile.
+        assert_eq!(m.coordinator(first), Some(source));
+        assert!(matches!(
+            cp.step(
+                11,
+                Input::MoveSlots {
+                    first: 9000,
+                    last: 9001,
+                    pg,
+                    data_index: 0
+                }
+            )
+            .as_slice(),
+            [Action::Rejected(ControlError::MoveInProgress { .. })]
+        ));
+        // A quiesce report from another node, or too old, does nothing.
+        let inc = |cp: &ControlPlane, n: NodeId| cp.map().nodes[&n].incarnation;
+        let other = if source == NodeId(1) {
+            NodeId(2)
+        } else {
+            NodeId(1)
+        };
+        let q = |node, incarnation, epoch| Input::Quiesced {
+            node,
+            incarnation,
+            epoch,
+        };
+        assert!(published(&cp.step(12, q(other, inc(&cp, other), m.epoch))).is_none());
+        assert!(published(&cp.step(12, q(source, inc(&cp, source), Epoch(1)))).is_none());
+        // Phase 2: the span belongs to node 4, with a handoff from the old pair.
+        let m = published(&cp.step(13, q(source, inc(&cp, source), m.epoch))).unwrap();
+        assert!(m.moving.is_none());
+        assert_eq!(m.coordinator(first), Some(NodeId(4)));
+        assert_eq!(m.coordinator(last + 1), Some(source));
+        let h = *m.handoff(first, last).unwrap();
+        assert_eq!((h.from_pg, h.from_data_index), (r0.pg, r0.data_index));
+        assert_eq!(m.prior_cohort(&h)[0], source);
+        assert_eq!(
+            m.placement.as_ref().unwrap().range_of(first).unwrap().moved,
+            m.epoch.0
+        );
+        // Overlapping moves wait for the handoff to finish.
+        assert!(matches!(
+            cp.step(
+                14,
+                Input::MoveSlots {
+                    first,
+                    last: first,
+                    pg: r0.pg,
+                    data_index: r0.data_index
+                }
+            )
+            .as_slice(),
+            [Action::Rejected(ControlError::HandoffPending { .. })]
+        ));
+        // Only the new coordinator ends the handoff.
+        let done = |node, incarnation| Input::HandoffDone {
+            node,
+            incarnation,
+            first,
+            last,
+        };
+        assert!(published(&cp.step(15, done(source, inc(&cp, source)))).is_none());
+        let m = published(&cp.step(16, done(NodeId(4), inc(&cp, NodeId(4))))).unwrap();
+        assert!(m.handoffs.is_empty());
+        // The map's JSON round-trips with the moved range.
+        let back = ClusterMap::from_json(&m.to_json().unwrap()).unwrap();
+        assert_eq!(*m, back);
+        // Moving back is accepted now.
+        published(&cp.step(
+            17,
+            Input::MoveSlots {
+                first,
+                last,
+                pg: r0.pg,
+                data_index: r0.data_index,
+            },
+        ))
+        .unwrap();
+        cp.check_invariants();
+    }
+
+    #[test]
+    fn moves_are_refused_clearly() {
+        let mut cp = cluster(4, 3);
+        let rej = |out: Vec<Action>| match out.as_slice() {
+            [Action::Rejected(e)] => e.clone(),
+            o => panic!("{o:?}"),
+        };
+        let p = cp.map().placement.clone().unwrap();
+        let r0 = p.ranges[0];
+        let r1 = p.ranges[1];
+        let mv = |first, last, pg, data_index| Input::MoveSlots {
+            first,
+            last,
+            pg,
+            data_index,
+        };
+        assert!(matches!(
+            rej(cp.step(1, mv(r0.first, r1.first, r1.pg, 0))),
+            ControlError::BadMove(_)
+        ));
+        assert!(matches!(
+            rej(cp.step(1, mv(r0.first, r0.first, r0.pg, r0.data_index))),
+            ControlError::BadMove(_)
+        ));
+        assert!(matches!(
+            rej(cp.step(1, mv(0, 0, 99, 0))),
+            ControlError::BadMove(_)
+        ));
+        assert!(matches!(
+            rej(cp.step(1, mv(0, 0, 1, 9))),
+            ControlError::BadMove(_)
+        ));
+        // A written ec memgest cannot move yet.
+        cp.step(
+            1,
+            Input::CreateMemgest {
+                name: "cold".into(),
+                kind: MemgestKind::Ec { k: 2, m: 1 },
+                evictable: None,
+            },
+        );
+        let id = cp.map().memgest_by_name("cold").unwrap();
+        cp.step(1, Input::MarkWritten { memgest: id });
+        assert!(matches!(
+            rej(cp.step(1, mv(r0.first, r0.first, (r0.pg + 1) % 3, 0))),
+            ControlError::EcMove(_)
+        ));
+    }
+
+    #[test]
+    fn an_unreported_move_switches_after_the_quiesce_limit() {
+        let mut cp = cluster(4, 3);
+        let r0 = cp.map().placement.as_ref().unwrap().ranges[0];
+        let target = (r0.pg + 1) % 3;
+        published(&cp.step(
+            0,
+            Input::MoveSlots {
+                first: 0,
+                last: 9,
+                pg: target,
+                data_index: 0,
+            },
+        ))
+        .unwrap();
+        for t in (100..=DRAIN_QUIESCE_MS_MAX + 200).step_by(100) {
+            for n in 1..=4 {
+                beat(&mut cp, t, n);
+            }
+            cp.step(t, Input::Tick);
+        }
+        let m = cp.map();
+        assert!(m.moving.is_none());
+        assert_eq!(
+            m.placement.as_ref().unwrap().range_of(0).unwrap().pg,
+            target
+        );
+        assert!(m.handoff(0, 9).is_some());
     }
 
     #[test]

@@ -107,6 +107,15 @@ pub struct SlotRange {
     pub pg: u32,
     /// Position of the coordinator among the PG's data nodes (`0..s`).
     pub data_index: u8,
+    /// Epoch of the move that gave the range its pair; 0 while it still has the pair it got
+    /// at bootstrap. A node placed at bootstrap serves such a range at once (nothing existed
+    /// before it); a moved range is always rebuilt or synced first, whatever the node.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub moved: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl SlotRange {
@@ -226,6 +235,7 @@ pub fn plan_slots(pg_count: usize, s: u8) -> Result<Vec<SlotRange>, PlacementErr
                 last: u16::try_from(last).unwrap_or(SLOT_COUNT - 1),
                 pg: u32::try_from(pg).unwrap_or(u32::MAX),
                 data_index: u8::try_from(j).unwrap_or(u8::MAX),
+                moved: 0,
             });
         }
     }
@@ -375,6 +385,82 @@ impl Placement {
         changed
     }
 
+    /// Reassign slots `first..=last` to the pair (`pg`, `data_index`), splitting the ranges
+    /// they fall in. Neighbouring ranges are never merged: a node's replica core matches its
+    /// new ranges to the old ones by containment, and a merge would make a range that no old
+    /// range contains (docs/design/cluster-resharding.md).
+    ///
+    /// # Errors
+    /// `Malformed` for an empty or out-of-bounds span, a missing PG or data index.
+    pub fn assign(
+        &mut self,
+        first: Slot,
+        last: Slot,
+        pg: u32,
+        data_index: u8,
+        epoch: u64,
+    ) -> Result<(), PlacementError> {
+        use PlacementError::Malformed;
+        if first > last || last >= SLOT_COUNT {
+            return Err(Malformed("slot span empty or out of bounds"));
+        }
+        if !usize::try_from(pg).is_ok_and(|p| p < self.groups.len()) || data_index >= self.s {
+            return Err(Malformed("assignment names a missing PG or data index"));
+        }
+        let mut out = Vec::with_capacity(self.ranges.len().saturating_add(2));
+        for r in &self.ranges {
+            if r.last < first || r.first > last {
+                out.push(*r);
+                continue;
+            }
+            if r.first < first {
+                out.push(SlotRange {
+                    last: first.saturating_sub(1),
+                    ..*r
+                });
+            }
+            if r.first <= first {
+                out.push(SlotRange {
+                    first,
+                    last,
+                    pg,
+                    data_index,
+                    moved: epoch,
+                });
+            }
+            if r.last > last {
+                out.push(SlotRange {
+                    first: last.saturating_add(1),
+                    ..*r
+                });
+            }
+        }
+        let before = std::mem::replace(&mut self.ranges, out);
+        self.validate().inspect_err(|_| self.ranges = before)
+    }
+
+    /// Append placement groups (a node joined: the groups that contain it). Existing group
+    /// indices never change, so ranges and erasure-coded arenas keep naming the same group.
+    ///
+    /// # Errors
+    /// A group of the wrong size, with repeated members, or too many groups.
+    pub fn add_groups(&mut self, groups: Vec<Vec<NodeId>>) -> Result<(), PlacementError> {
+        if self.groups.len().saturating_add(groups.len()) > usize::from(SLOT_COUNT) {
+            return Err(PlacementError::Malformed("too many placement groups"));
+        }
+        let n = self.groups.len();
+        self.groups.extend(groups);
+        self.validate().inspect_err(|_| self.groups.truncate(n))
+    }
+
+    /// Index of the group with exactly these members in this order, if any.
+    pub fn group_index(&self, group: &[NodeId]) -> Option<u32> {
+        self.groups
+            .iter()
+            .position(|g| g.as_slice() == group)
+            .and_then(|i| u32::try_from(i).ok())
+    }
+
     /// Slots coordinated by each node.
     pub fn slots_per_coordinator(&self) -> std::collections::BTreeMap<NodeId, u32> {
         let mut m = std::collections::BTreeMap::new();
@@ -454,6 +540,38 @@ mod tests {
         assert_eq!(g.len(), 4);
         assert_eq!(g[0], vec![NodeId(1), NodeId(2), NodeId(3)]);
         assert_eq!(g[3], vec![NodeId(4), NodeId(1), NodeId(2)]);
+    }
+
+    #[test]
+    fn assign_splits_and_keeps_cover() {
+        let mut p = Placement::plan(&ids(4), 2, 1).unwrap();
+        let before = p.ranges.len();
+        let r0 = p.ranges[0];
+        p.assign(r0.first + 10, r0.first + 19, 3, 1, 7).unwrap();
+        assert_eq!(p.range_of(r0.first + 10).unwrap().moved, 7);
+        assert_eq!(p.range_of(r0.first).unwrap().moved, 0);
+        assert_eq!(p.ranges.len(), before + 2);
+        assert_eq!(p.coordinator(r0.first + 10), Some(p.groups[3][1]));
+        assert_eq!(p.coordinator(r0.first + 9), p.range_coordinator(&r0));
+        assert_eq!(p.coordinator(r0.first + 20), p.range_coordinator(&r0));
+        // A span across two ranges replaces both parts.
+        let a = p.ranges[3];
+        p.assign(a.last - 1, a.last + 1, 0, 0, 8).unwrap();
+        assert_eq!(p.coordinator(a.last), Some(p.groups[0][0]));
+        assert_eq!(p.coordinator(a.last + 1), Some(p.groups[0][0]));
+        p.check_invariants();
+        assert!(p.assign(5, 4, 0, 0, 9).is_err());
+        assert!(p.assign(0, 1, 99, 0, 9).is_err());
+        assert!(p.assign(0, 1, 0, 2, 9).is_err());
+        assert!(p.assign(0, SLOT_COUNT, 0, 0, 9).is_err());
+    }
+
+    #[test]
+    fn add_groups_checks_shape() {
+        let mut p = Placement::plan(&ids(3), 2, 1).unwrap();
+        p.add_groups(vec![vec![NodeId(4), NodeId(1), NodeId(2)]]).unwrap();
+        assert_eq!(p.group_index(&[NodeId(4), NodeId(1), NodeId(2)]), Some(3));
+        assert!(p.add_groups(vec![vec![NodeId(4), NodeId(4), NodeId(2)]]).is_err());
     }
 
     #[test]
