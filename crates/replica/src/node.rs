@@ -53,6 +53,9 @@ pub mod bounds {
     pub const REPAIR_FETCH_KEYS_MAX: usize = 1024;
     /// Clients remembered for retry dedup (oldest forgotten first).
     pub const DEDUP_CLIENTS_MAX: usize = 65_536;
+    /// Entries of given-away ranges dropped per tick once released: a purge never holds the
+    /// node's driver for long (4,096 small entries take well under a millisecond).
+    pub const PURGE_KEYS_PER_TICK_MAX: usize = 4096;
     /// Reads parked behind uncommitted writes.
     pub const PARKED_READS_MAX: usize = ringlet_types::limits::QUEUE_CAPACITY as usize;
 }
@@ -165,6 +168,11 @@ struct Pull {
     sources: BTreeMap<NodeId, Source>,
     /// Draining predecessor whose answer is required while it is Draining.
     pred: Option<NodeId>,
+    /// A handed-off range (resharding): the cohort it had before its move, old coordinator
+    /// first. Its members vote instead of the new cohort's replicas (which never held the
+    /// range), and the old coordinator must answer while it is active: it alone holds the
+    /// range's single-copy (`none`) keys.
+    prior: Vec<NodeId>,
     started_ms: u64,
 }
 
@@ -189,6 +197,10 @@ struct RangeState {
     offset: Option<usize>,
     role: Role,
     status: Status,
+    /// This node held complete data for the range when it entered `status` (it was Ready
+    /// or Retired in the range that contained it): it may answer rebuild pulls while it
+    /// syncs a new role (a move can make the old coordinator a replica of the new one).
+    held: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -261,6 +273,8 @@ pub struct Replica<S: ReplicaStore> {
     last_heartbeat_ms: Option<u64>,
     /// When this node last told the control plane it is quiesced (drain phase 1).
     last_quiesced_ms: Option<u64>,
+    /// Last time handed-off ranges were reported rebuilt (repeated: a report may be lost).
+    last_handoff_report_ms: Option<u64>,
     ranges: Vec<RangeState>,
     fences: BTreeMap<Slot, Fence>,
     pending: BTreeMap<Version, Pending>,
@@ -330,6 +344,10 @@ pub struct ReplicaStats {
     pub ec_holder_resyncs: u64,
     /// ec: metadata entries that could not be restored into the arena (overlap).
     pub ec_restore_conflicts: u64,
+    /// Resharding: handed-off ranges this node finished rebuilding as their new coordinator.
+    pub handoffs_completed: u64,
+    /// Resharding: keys dropped from ranges this node gave away, once released.
+    pub handoff_keys_purged: u64,
 }
 
 /// How often a coordinator repeats an unanswered request to mark a memgest written.
@@ -369,6 +387,7 @@ impl<S: ReplicaStore> Replica<S> {
             lease_until_ms: 0,
             last_heartbeat_ms: None,
             last_quiesced_ms: None,
+            last_handoff_report_ms: None,
             ranges: Vec::new(),
             fences: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -878,7 +897,7 @@ impl<S: ReplicaStore> Replica<S> {
         };
         // Drain phase 1: finish what is in flight, take nothing new, so the hand-over to the
         // spare abandons no write (the client retries and reaches the successor).
-        if map.leaving.contains_key(&self.id) {
+        if map.leaving.contains_key(&self.id) || map.is_moving(slot) {
             return self.reply(out, client, id, ClientReply::Busy);
         }
         let memgest = match (memgest, &value) {
@@ -1391,6 +1410,7 @@ impl<S: ReplicaStore> Replica<S> {
                 .nodes
                 .get(&self.id)
                 .is_some_and(|n| n.roles_epoch == map.placed_epoch);
+        let mut to_wipe = Vec::new();
         if let (Some(p), true) = (&map.placement, i_am_member) {
             for r in &p.ranges {
                 let cohort = p.range_cohort(r);
@@ -1400,19 +1420,32 @@ impl<S: ReplicaStore> Replica<S> {
                     Some(o) if o < depth => Role::Replica,
                     _ => Role::None,
                 };
+                // The old range this one was cut from: ranges are only ever split or
+                // reassigned whole, never merged (Placement::assign), so one contains it.
                 let old = old_ranges
-                    .binary_search_by(|o| o.first.cmp(&r.first))
-                    .ok()
+                    .partition_point(|o| o.first <= r.first)
+                    .checked_sub(1)
                     .and_then(|i| old_ranges.get(i))
-                    .filter(|o| o.last == r.last);
-                let carried =
-                    old.filter(|o| o.role == role && o.offset == offset && role != Role::None);
+                    .filter(|o| o.last >= r.last);
+                let carried = old.filter(|o| {
+                    o.role == role && o.offset == offset && o.pg == r.pg && role != Role::None
+                });
+                let handoff = map.handoff(r.first, r.last).copied();
+                let prior: Vec<NodeId> = handoff
+                    .map(|h| map.prior_cohort(&h).into_iter().take(depth).collect())
+                    .unwrap_or_default();
+                let held = old.is_some_and(|o| {
+                    (o.role != Role::None && matches!(o.status, Status::Ready))
+                        || matches!(o.status, Status::Retired)
+                        || o.held
+                });
                 let status = if let Some(o) = carried {
                     let mut st = o.status.clone();
                     if let Status::Pulling(p) = &mut st {
                         // The cohort may have changed under a running pull (e.g. the
                         // coordinator we sync from failed): pull from the current sources,
                         // keeping progress with those that stay.
+                        p.prior = prior.clone();
                         let want: Vec<NodeId> = match p.purpose {
                             PullPurpose::Sync => cohort.first().copied().into_iter().collect(),
                             PullPurpose::Rebuild => cohort
@@ -1421,6 +1454,7 @@ impl<S: ReplicaStore> Replica<S> {
                                 .take(depth.saturating_sub(1))
                                 .copied()
                                 .chain(p.pred)
+                                .chain(prior.iter().copied())
                                 .collect(),
                         };
                         p.sources.retain(|n, _| want.contains(n));
@@ -1437,18 +1471,35 @@ impl<S: ReplicaStore> Replica<S> {
                     }
                     st
                 } else {
+                    // A range given away stays Retired across later maps (until released):
+                    // its data may still be pulled by the new owner.
                     let had_data = old.is_some_and(|o| {
-                        o.role != Role::None && matches!(o.status, Status::Ready | Status::Retired)
+                        (o.role != Role::None && matches!(o.status, Status::Ready))
+                            || matches!(o.status, Status::Retired)
                     });
                     if old.is_some_and(|o| o.role == Role::Coordinator) {
                         to_abandon.push((r.first, r.last));
                     }
+                    // Leftovers of a range this node gave away and has not yet purged: a
+                    // new role starts from what its sources hold, never from stale copies
+                    // (a key deleted meanwhile would come back).
+                    if role != Role::None
+                        && old.is_some_and(|o| {
+                            o.role == Role::None && matches!(o.status, Status::Retired)
+                        })
+                    {
+                        to_wipe.push((r.first, r.last));
+                    }
                     match role {
                         Role::None if had_data => Status::Retired,
                         Role::None => Status::Idle,
-                        // Placed at bootstrap: no data existed before this node held the
-                        // position, nothing to rebuild.
-                        Role::Coordinator | Role::Replica if placed_at_bootstrap => Status::Ready,
+                        // Placed at bootstrap, range never moved: no data existed before
+                        // this node held the position, nothing to rebuild.
+                        Role::Coordinator | Role::Replica
+                            if placed_at_bootstrap && r.moved == 0 =>
+                        {
+                            Status::Ready
+                        }
                         Role::Coordinator | Role::Replica => {
                             let pred = old_map.as_ref().and_then(|om| {
                                 let oc = om.cohort(r.first);
@@ -1470,6 +1521,7 @@ impl<S: ReplicaStore> Replica<S> {
                                     .take(depth - 1)
                                     .copied()
                                     .chain(pred)
+                                    .chain(prior.iter().copied())
                                     .collect()
                             } else {
                                 cohort.first().copied().into_iter().collect()
@@ -1495,11 +1547,19 @@ impl<S: ReplicaStore> Replica<S> {
                                 } else {
                                     None
                                 },
+                                prior: if role == Role::Coordinator {
+                                    prior.clone()
+                                } else {
+                                    Vec::new()
+                                },
                                 started_ms: now_ms,
                             })
                         }
                     }
                 };
+                let held = held
+                    && !to_wipe.contains(&(r.first, r.last))
+                    && !matches!(status, Status::Idle);
                 new_ranges.push(RangeState {
                     first: r.first,
                     last: r.last,
@@ -1508,19 +1568,37 @@ impl<S: ReplicaStore> Replica<S> {
                     offset,
                     role,
                     status,
+                    held,
                 });
             }
         }
-        // Ranges that vanished from the map (re-planned): abandon coordination there.
+        // Slots this node coordinated and no longer coordinates with the same status
+        // (reassigned, or the range vanished): abandon what is in flight there. Only the
+        // parts that changed: a range split by a move keeps its other parts' writes.
         for o in &old_ranges {
-            if o.role == Role::Coordinator
-                && !new_ranges
-                    .iter()
-                    .any(|n| n.first == o.first && n.last == o.last && n.role == Role::Coordinator)
-                && !to_abandon.contains(&(o.first, o.last))
-            {
+            if o.role != Role::Coordinator {
+                continue;
+            }
+            for n in &new_ranges {
+                if n.last < o.first || n.first > o.last {
+                    continue;
+                }
+                let kept = n.role == Role::Coordinator
+                    && n.pg == o.pg
+                    && n.offset == o.offset
+                    && n.first >= o.first
+                    && n.last <= o.last;
+                let span = (n.first.max(o.first), n.last.min(o.last));
+                if !kept && !to_abandon.contains(&span) {
+                    to_abandon.push(span);
+                }
+            }
+            if new_ranges.is_empty() && !to_abandon.contains(&(o.first, o.last)) {
                 to_abandon.push((o.first, o.last));
             }
+        }
+        for (f, l) in to_wipe {
+            self.wipe_range(f, l);
         }
         self.ranges = new_ranges;
         self.epoch = map.epoch;
@@ -1734,6 +1812,16 @@ impl<S: ReplicaStore> Replica<S> {
                         return false;
                     }
                 }
+                // A handed-off range waits for its old coordinator while that one lives:
+                // only it has the single-copy keys, and it has every acknowledged write.
+                if let Some(old) = p.prior.first() {
+                    if *old != self.id
+                        && map.node_state(*old) == Some(NodeState::Active)
+                        && !done(old)
+                    {
+                        return false;
+                    }
+                }
                 self.ec_loaded(r.pg) && self.unconfirmed_memgests(ri).is_empty()
             }
         }
@@ -1749,7 +1837,10 @@ impl<S: ReplicaStore> Replica<S> {
         let Status::Pulling(p) = &r.status else {
             return Vec::new();
         };
-        let done = |n: &NodeId| p.sources.get(n).is_some_and(|s| s.done);
+        // This node's own copy counts when it held the range (a move between two pairs it
+        // coordinates both of, or a replica of the old cohort now in the new one).
+        let done =
+            |n: &NodeId| (*n == self.id && r.held) || p.sources.get(n).is_some_and(|s| s.done);
         let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
         map.memgests
             .iter()
@@ -1766,13 +1857,19 @@ impl<S: ReplicaStore> Replica<S> {
                 if copies < 2 {
                     return false;
                 }
-                let votes = pred_vote
-                    + r.cohort
-                        .iter()
-                        .skip(1)
-                        .take(copies - 1)
-                        .filter(|n| done(n))
-                        .count();
+                // A handed-off range: the old cohort's first `copies` members held the
+                // memgest's copies, so they are the voters.
+                let votes = if p.prior.is_empty() {
+                    pred_vote
+                        + r.cohort
+                            .iter()
+                            .skip(1)
+                            .take(copies - 1)
+                            .filter(|n| done(n))
+                            .count()
+                } else {
+                    p.prior.iter().take(copies).filter(|n| done(n)).count()
+                };
                 votes < majority(copies)
             })
             .map(|(id, _)| *id)
@@ -1806,6 +1903,14 @@ impl<S: ReplicaStore> Replica<S> {
                 self.hlc
                     .observe(Version::new(now_ms.saturating_add(1), u16::MAX, 0, 0));
                 self.stats.rebuilds_completed += 1;
+                if self
+                    .map
+                    .as_ref()
+                    .is_some_and(|m| m.handoff(first, last).is_some())
+                {
+                    self.stats.handoffs_completed += 1;
+                    self.last_handoff_report_ms = None; // report at the next tick
+                }
             }
             PullPurpose::Sync => self.stats.syncs_completed += 1,
         }
@@ -1885,7 +1990,7 @@ impl<S: ReplicaStore> Replica<S> {
                 let ok = match r.status {
                     Status::Ready => r.role != Role::None,
                     Status::Retired => true,
-                    _ => false,
+                    _ => r.held,
                 };
                 if !ok {
                     return self.send(out, from, not_ready);
@@ -2395,17 +2500,28 @@ impl<S: ReplicaStore> Replica<S> {
     /// Repeated every heartbeat interval (a report may be lost; the control plane ignores
     /// duplicates).
     fn report_quiesced(&mut self, now_ms: u64, out: &mut Vec<Output>) {
-        let Some(asked) = self
-            .map
-            .as_ref()
-            .and_then(|m| m.leaving.get(&self.id).copied())
-        else {
+        let Some(map) = self.map.clone() else { return };
+        // Drain: everything this node accepted. A move: what it accepted in the moving span
+        // (resharding phase 1, docs/design/cluster-resharding.md).
+        let asked = map.leaving.get(&self.id).copied().or_else(|| {
+            map.moving
+                .filter(|_| map.moving_source() == Some(self.id))
+                .map(|m| Epoch(m.epoch))
+        });
+        let Some(asked) = asked else {
             return;
+        };
+        let quiet = if map.leaving.contains_key(&self.id) {
+            self.pending.values().all(|p| p.committed)
+        } else {
+            self.pending
+                .values()
+                .all(|p| p.committed || !map.is_moving(p.slot))
         };
         let due = self
             .last_quiesced_ms
             .is_none_or(|t| now_ms.saturating_sub(t) >= self.cfg.heartbeat_interval_ms);
-        if due && self.epoch >= asked && self.pending.values().all(|p| p.committed) {
+        if due && self.epoch >= asked && quiet {
             self.last_quiesced_ms = Some(now_ms);
             out.push(Output::Control(ControlInput::Quiesced {
                 node: self.id,
@@ -2413,6 +2529,105 @@ impl<S: ReplicaStore> Replica<S> {
                 epoch: self.epoch,
             }));
         }
+    }
+
+    /// Tell the control plane which handed-off ranges this node, their new coordinator,
+    /// has rebuilt: the map then drops their handoff records and the old cohort releases
+    /// its copies. Repeated every heartbeat interval while the map still lists one.
+    fn report_handoffs(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let Some(map) = self.map.clone() else { return };
+        if map.handoffs.is_empty() {
+            return;
+        }
+        let due = self
+            .last_handoff_report_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= self.cfg.heartbeat_interval_ms);
+        if !due {
+            return;
+        }
+        self.last_handoff_report_ms = Some(now_ms);
+        for r in &self.ranges {
+            if r.role == Role::Coordinator
+                && matches!(r.status, Status::Ready)
+                && map.handoff(r.first, r.last).is_some()
+            {
+                out.push(Output::Control(ControlInput::HandoffDone {
+                    node: self.id,
+                    incarnation: self.incarnation,
+                    first: r.first,
+                    last: r.last,
+                }));
+            }
+        }
+    }
+
+    /// Drop, a bounded batch per tick, the copies of ranges this node gave away by a move
+    /// once the map no longer lists a handoff over them (their new coordinator has them).
+    /// A draining node keeps everything: its successor may still pull from it.
+    fn purge_released(&mut self) {
+        let Some(map) = self.map.clone() else { return };
+        if map.node_state(self.id) != Some(NodeState::Active) {
+            return;
+        }
+        let mut budget = PURGE_KEYS_PER_TICK_MAX;
+        for ri in 0..self.ranges.len() {
+            let Some(r) = self.ranges.get(ri) else {
+                continue;
+            };
+            if !matches!(r.status, Status::Retired) {
+                continue;
+            }
+            let (first, last) = (r.first, r.last);
+            if map
+                .handoffs
+                .iter()
+                .any(|h| h.first <= last && first <= h.last)
+            {
+                continue;
+            }
+            let dropped = self.wipe_slots(first, last, budget);
+            budget = budget.saturating_sub(dropped);
+            self.stats.handoff_keys_purged += dropped as u64;
+            if budget == 0 {
+                return;
+            }
+            if let Some(r) = self.ranges.get_mut(ri) {
+                r.status = Status::Idle;
+                r.held = false;
+            }
+        }
+    }
+
+    /// Drop every entry of `first..=last` (a new role over leftovers of a given-away range).
+    fn wipe_range(&mut self, first: Slot, last: Slot) {
+        let n = self.wipe_slots(first, last, usize::MAX);
+        self.stats.handoff_keys_purged += n as u64;
+    }
+
+    /// Drop up to `limit` entries of `first..=last`; returns how many were dropped. Fewer
+    /// than `limit` means the span is empty now.
+    fn wipe_slots(&mut self, first: Slot, last: Slot, limit: usize) -> usize {
+        let mut dropped = 0usize;
+        for slot in self.store.nonempty_slots(first, last) {
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let want = (limit - dropped).min(PULL_ENTRIES_PER_PAGE_MAX);
+                if want == 0 {
+                    return dropped;
+                }
+                let chunk = self.store.scan_slot(slot, after.as_deref(), want);
+                let n = chunk.len();
+                for (k, e) in chunk {
+                    self.store.retire(&k, e.version);
+                    dropped += 1;
+                    after = Some(k);
+                }
+                if n < want {
+                    break;
+                }
+            }
+        }
+        dropped
     }
 
     fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
@@ -2437,6 +2652,8 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         self.report_quiesced(now_ms, out);
+        self.report_handoffs(now_ms, out);
+        self.purge_released();
         // Retransmit unacknowledged replication (bounded by the in-flight limits).
         let retransmit = self.cfg.retransmit_ms;
         let mut sends = Vec::new();

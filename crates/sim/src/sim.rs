@@ -33,6 +33,8 @@ pub struct SimOptions {
     /// under the same faults; the checkers then also prove that a refused write never
     /// surfaces later and that no acknowledged write is lost.
     pub store_value_bytes_max: Option<u64>,
+    /// Force resharding faults on (slot moves and spares added as data nodes).
+    pub moves: bool,
 }
 
 impl Default for SimOptions {
@@ -44,6 +46,7 @@ impl Default for SimOptions {
             ec: false,
             ec_double: false,
             store_value_bytes_max: None,
+            moves: false,
         }
     }
 }
@@ -60,6 +63,9 @@ pub struct RunStats {
     pub crashes: u64,
     pub partitions: u64,
     pub drains: u64,
+    /// Slot moves requested (resharding) and spares turned into data nodes.
+    pub moves: u64,
+    pub nodes_added: u64,
     pub failovers_epochs: u64,
     pub messages: u64,
     pub dropped: u64,
@@ -91,6 +97,8 @@ struct Faults {
     crash: bool,
     partition: bool,
     drain: bool,
+    /// Resharding: slot spans moved to other placement pairs, spares added as data nodes.
+    moves: bool,
     /// Mean gap between disruptive faults.
     gap_ms: u64,
 }
@@ -246,6 +254,7 @@ impl World {
             crash: all || rng.chance(0.5),
             partition: all || rng.chance(0.4),
             drain: all || rng.chance(0.4),
+            moves: all || opts.moves || rng.chance(0.4),
             gap_ms: rng.range(1500, 4000),
         };
         let cfg = ControlConfig {
@@ -268,8 +277,8 @@ impl World {
         let stats = RunStats {
             seed,
             faults: format!(
-                "n={active}+{spares} s={s} d={d} drop={} dup={} delay<={} crash={} partition={} drain={}",
-                faults.drop_p, faults.dup_p, faults.delay_max_ms, faults.crash, faults.partition, faults.drain
+                "n={active}+{spares} s={s} d={d} drop={} dup={} delay<={} crash={} partition={} drain={} moves={}",
+                faults.drop_p, faults.dup_p, faults.delay_max_ms, faults.crash, faults.partition, faults.drain, faults.moves
             ),
             ..RunStats::default()
         };
@@ -757,6 +766,12 @@ impl World {
         if self.faults.drain && spare_exists {
             kinds.push(2);
         }
+        if self.faults.moves {
+            kinds.push(3);
+            if spare_exists {
+                kinds.push(4);
+            }
+        }
         let Some(kind) = self.rng.pick(&kinds).copied() else {
             return;
         };
@@ -802,9 +817,46 @@ impl World {
                 let dur = self.rng.range(300, 4000);
                 self.schedule(dur, Event::Heal(victim));
             }
-            _ => {
+            2 => {
                 self.stats.drains += 1;
                 let a = self.cp.step(self.now, CpInput::Drain { node: victim });
+                self.cp_actions(a);
+            }
+            3 => {
+                // Move a span around a workload key's slot to another (PG, data index), so
+                // the keys the checkers watch are the ones that move.
+                let Some(key) = self.rng.pick(&self.keys).map(|k| k.name.clone()) else {
+                    return;
+                };
+                let slot = ringlet_types::key_slot(key.as_bytes());
+                let Some(r) = p.range_of(slot) else { return };
+                let lo = slot.saturating_sub(self.rng.range(0, 50) as u16).max(r.first);
+                let hi = slot.saturating_add(self.rng.range(0, 50) as u16).min(r.last);
+                let pg = self.rng.range(0, p.groups.len() as u64 - 1) as u32;
+                let di = self.rng.range(0, u64::from(p.s) - 1) as u8;
+                self.stats.moves += 1;
+                let a = self.cp.step(
+                    self.now,
+                    CpInput::MoveSlots {
+                        first: lo,
+                        last: hi,
+                        pg,
+                        data_index: di,
+                    },
+                );
+                self.cp_actions(a);
+            }
+            _ => {
+                let Some(spare) = map
+                    .nodes
+                    .iter()
+                    .find(|(_, n)| n.state == NodeState::Spare)
+                    .map(|(id, _)| *id)
+                else {
+                    return;
+                };
+                self.stats.nodes_added += 1;
+                let a = self.cp.step(self.now, CpInput::AddNode { node: spare });
                 self.cp_actions(a);
             }
         }

@@ -27,7 +27,7 @@ fn run_all(seeds: Vec<u64>, opts: &SimOptions) {
                     eprintln!("{s:?}");
                 }
                 totals.0 += s.ops_ok;
-                totals.1 += s.crashes + s.partitions + s.drains;
+                totals.1 += s.crashes + s.partitions + s.drains + s.moves + s.nodes_added;
                 totals.2 += s.writes_acked;
                 totals.3 += s.ops_unknown;
                 totals.4 += s.history_ops as u64;
@@ -50,6 +50,19 @@ fn run_all(seeds: Vec<u64>, opts: &SimOptions) {
     );
     // The run must have exercised something (guards against a sim that does nothing).
     assert!(totals.0 > 0 && totals.2 > 0, "no operations completed");
+}
+
+/// Resharding under faults: every seed moves slot spans (around the keys the checkers watch)
+/// and turns spares into data nodes, beside its crashes, partitions and drains.
+#[test]
+fn swarm_moves_60_seeds() {
+    run_all(
+        seeds(1000..1060),
+        &SimOptions {
+            moves: true,
+            ..SimOptions::default()
+        },
+    );
 }
 
 #[test]

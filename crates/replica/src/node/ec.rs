@@ -360,7 +360,15 @@ impl<S: ReplicaStore> Replica<S> {
                     let Ok(layout) = Layout::new(k, m, s, self.cfg.ec_chunk_bytes) else {
                         continue; // s < K: refused at write time (Unsupported)
                     };
+                    // A group the previous map did not have (a node was added) held
+                    // nothing either.
+                    let new_group = old_map.is_some_and(|om| {
+                        om.placement
+                            .as_ref()
+                            .is_some_and(|op| op.group(pg).is_none())
+                    });
                     let fresh = placed_at_bootstrap
+                        || new_group
                         || old_map.is_some_and(|om| !om.memgests.contains_key(mid));
                     let holders: Vec<NodeId> = p.parity(pg, m as u8);
                     if pos < s {
