@@ -209,6 +209,48 @@ enum NodeAction {
         #[command(flatten)]
         tls: TlsArgs,
     },
+    /// Turn spare ID into a data node (new placement groups; no slots until a rebalance).
+    Add {
+        id: u32,
+        #[arg(long)]
+        control: String,
+        #[arg(long = "cluster-secret-file")]
+        cluster_secret_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        tls: TlsArgs,
+    },
+    /// Move slots FIRST..=LAST (inside one slot range) to placement group PG's data index
+    /// INDEX: the current owner finishes its writes, the new one rebuilds from it.
+    MoveSlots {
+        first: u16,
+        last: u16,
+        #[arg(long)]
+        pg: u32,
+        #[arg(long, default_value_t = 0)]
+        index: u8,
+        #[arg(long)]
+        control: String,
+        #[arg(long = "cluster-secret-file")]
+        cluster_secret_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        tls: TlsArgs,
+    },
+    /// Even out coordinated slots over the data nodes: plan, then move span by span, each
+    /// after the previous one's handoff finished.
+    Rebalance {
+        /// Print the plan only.
+        #[arg(long)]
+        dry_run: bool,
+        /// Longest wait for one move's handoff, in seconds.
+        #[arg(long, default_value_t = 60)]
+        move_timeout: u64,
+        #[arg(long)]
+        control: String,
+        #[arg(long = "cluster-secret-file")]
+        cluster_secret_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        tls: TlsArgs,
+    },
     /// Print the cluster map (JSON).
     Map {
         #[arg(long)]
@@ -550,6 +592,42 @@ fn node_admin(action: NodeAction) -> Result<()> {
             cluster_secret_file,
             tls,
         } => (control, ToControl::Watch, cluster_secret_file, tls),
+        NodeAction::Add {
+            id,
+            control,
+            cluster_secret_file,
+            tls,
+        } => (
+            control,
+            ToControl::AddNode { node: *id },
+            cluster_secret_file,
+            tls,
+        ),
+        NodeAction::MoveSlots {
+            first,
+            last,
+            pg,
+            index,
+            control,
+            cluster_secret_file,
+            tls,
+        } => (
+            control,
+            ToControl::MoveSlots {
+                first: *first,
+                last: *last,
+                pg: *pg,
+                data_index: *index,
+            },
+            cluster_secret_file,
+            tls,
+        ),
+        NodeAction::Rebalance {
+            control,
+            cluster_secret_file,
+            tls,
+            ..
+        } => (control, ToControl::Watch, cluster_secret_file, tls),
     };
     let secret = ringlet_cluster::auth::init(file.as_deref())?;
     if let Some(f) = tls_files(tls)? {
@@ -567,12 +645,105 @@ fn node_admin(action: NodeAction) -> Result<()> {
             e.into()
         }
     })?;
+    if let NodeAction::Rebalance {
+        dry_run,
+        move_timeout,
+        ..
+    } = &action
+    {
+        let FromControl::Map(map) = reply else {
+            anyhow::bail!("unexpected reply from the control plane: {reply:?}");
+        };
+        return rt.block_on(rebalance(control, map, *dry_run, *move_timeout));
+    }
     match reply {
         FromControl::Ok => println!("OK"),
         FromControl::Map(m) => println!("{}", m.to_json()?),
         FromControl::Error(e) => anyhow::bail!("{e}"),
         other => anyhow::bail!("unexpected reply from the control plane: {other:?}"),
     }
+    Ok(())
+}
+
+/// `ringlet node rebalance`: run [`ringlet_control::plan_rebalance`]'s moves one at a time.
+/// Each waits until the map shows the span at its new owner with no handoff left (the new
+/// coordinator rebuilt it), so at most one span is in transit and a failure stops the run
+/// with the cluster consistent (every move is atomic on its own).
+async fn rebalance(
+    control: &str,
+    map: ringlet_control::ClusterMap,
+    dry_run: bool,
+    move_timeout_s: u64,
+) -> Result<()> {
+    use ringlet_cluster::control::{request, FromControl, ToControl};
+    let plan = ringlet_control::plan_rebalance(&map);
+    if plan.is_empty() {
+        println!("balanced: nothing to move");
+        return Ok(());
+    }
+    for m in &plan {
+        println!(
+            "move slots {}-{} ({} slots) from node {} to node {} (group {} index {})",
+            m.first,
+            m.last,
+            u32::from(m.last) - u32::from(m.first) + 1,
+            m.from,
+            m.to,
+            m.pg,
+            m.data_index
+        );
+    }
+    if dry_run {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    for (i, m) in plan.iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        let req = ToControl::MoveSlots {
+            first: m.first,
+            last: m.last,
+            pg: m.pg,
+            data_index: m.data_index,
+        };
+        match request(control, &req).await? {
+            FromControl::Ok => {}
+            FromControl::Error(e) => anyhow::bail!("move {}-{}: {e}", m.first, m.last),
+            other => anyhow::bail!("unexpected reply: {other:?}"),
+        }
+        // Bounded wait: poll the map until the span is at its new owner and handed off.
+        let deadline = t0 + std::time::Duration::from_secs(move_timeout_s);
+        loop {
+            if let FromControl::Map(now) = request(control, &ToControl::Watch).await? {
+                let there = now.moving.is_none() && now.coordinator(m.first) == Some(m.to);
+                if there && now.handoff(m.first, m.last).is_none() {
+                    break;
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "move {}-{} not finished after {move_timeout_s} s (the map shows where it \
+                     stands: `ringlet node map`)",
+                    m.first,
+                    m.last
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        println!(
+            "[{}/{}] slots {}-{} now at node {} ({} ms)",
+            i + 1,
+            plan.len(),
+            m.first,
+            m.last,
+            m.to,
+            t0.elapsed().as_millis()
+        );
+    }
+    println!(
+        "rebalanced: {} moves in {:.1} s",
+        plan.len(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

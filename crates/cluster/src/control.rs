@@ -83,6 +83,25 @@ pub enum ToControl {
     },
     /// Reply with the current map (and keep pushing maps on this connection).
     Watch,
+    /// Resharding: move slots `first..=last` (inside one slot range) to the placement pair
+    /// (`pg`, `data_index`) (`ringlet node move-slots`, `ringlet node rebalance`).
+    MoveSlots {
+        first: u16,
+        last: u16,
+        pg: u32,
+        data_index: u8,
+    },
+    /// Turn spare `node` into a data node (`ringlet node add`).
+    AddNode {
+        node: u32,
+    },
+    /// A new coordinator rebuilt a handed-off span (the map drops its handoff record).
+    HandoffDone {
+        node: u32,
+        incarnation: u64,
+        first: u16,
+        last: u16,
+    },
     CreateMemgest {
         name: String,
         kind: String,
@@ -497,6 +516,8 @@ impl ControlService {
             let command = matches!(
                 req,
                 ToControl::Drain { .. }
+                    | ToControl::MoveSlots { .. }
+                    | ToControl::AddNode { .. }
                     | ToControl::CreateMemgest { .. }
                     | ToControl::SetDefault { .. }
                     | ToControl::DropMemgest { .. }
@@ -573,6 +594,38 @@ impl ControlService {
             ToControl::Drain { node } => {
                 let a = self.backend.step(Input::Drain { node: NodeId(node) });
                 self.carry_out(a, Some(conn))
+            }
+            ToControl::MoveSlots {
+                first,
+                last,
+                pg,
+                data_index,
+            } => {
+                let a = self.backend.step(Input::MoveSlots {
+                    first,
+                    last,
+                    pg,
+                    data_index,
+                });
+                self.carry_out(a, Some(conn))
+            }
+            ToControl::AddNode { node } => {
+                let a = self.backend.step(Input::AddNode { node: NodeId(node) });
+                self.carry_out(a, Some(conn))
+            }
+            ToControl::HandoffDone {
+                node,
+                incarnation,
+                first,
+                last,
+            } => {
+                let a = self.backend.step(Input::HandoffDone {
+                    node: NodeId(node),
+                    incarnation,
+                    first,
+                    last,
+                });
+                self.carry_out(a, None)
             }
             ToControl::Quiesced {
                 node,

@@ -837,7 +837,19 @@ impl Driver {
                         ControlInput::MarkWritten { memgest } => {
                             ToControl::MarkWritten { memgest: memgest.0 }
                         }
-                        // The core only emits Join, Heartbeat, Quiesced and MarkWritten.
+                        ControlInput::HandoffDone {
+                            node,
+                            incarnation,
+                            first,
+                            last,
+                        } => ToControl::HandoffDone {
+                            node: node.0,
+                            incarnation,
+                            first,
+                            last,
+                        },
+                        // The core only emits Join, Heartbeat, Quiesced, MarkWritten and
+                        // HandoffDone.
                         _ => continue,
                     };
                     let _ = self.control.send(m);

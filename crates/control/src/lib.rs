@@ -20,10 +20,12 @@
 //!   roles go to a spare, the new incarnation is a spare (it never votes on data it lost);
 //! - `drain` hands a node's roles to a spare while it still runs (warm spare, CliqueMap §6.1);
 //! - memgests created, dropped (refused while keys live), and the default chosen at run time;
-//! - the epoch strictly increases on every map change (asserted).
+//! - the epoch strictly increases on every map change (asserted);
+//! - resharding: spares added as data nodes (new placement groups), slot spans moved between
+//!   (PG, data index) pairs in two phases with a handoff record, and [`rebalance`] plans that
+//!   even out coordinated slots (docs/design/cluster-resharding.md).
 //!
-//! Non-goals (for now): the etcd backend and leader election (the driver will persist the map
-//! and feed inputs from etcd watches), load-aware resharding.
+//! Non-goals (for now): load-aware (bytes, ops/s) resharding and an automatic balancer.
 //!
 //! - memgest usage: nodes report per-memgest key/byte counts; a memgest is dropped only once
 //!   every data-holding node reports it empty after it was closed to new writes;
@@ -34,10 +36,12 @@
 
 pub mod map;
 pub mod plane;
+pub mod rebalance;
 pub mod report;
 
 pub use map::{ClusterMap, Handoff, MapError, MemgestInfo, NodeInfo, NodeState, SlotMove};
 pub use plane::{
     Action, ControlConfig, ControlError, ControlPlane, EcUsage, Input, MemgestUsage, UsageReport,
 };
+pub use rebalance::{plan_rebalance, PlannedMove};
 pub use report::{memgest_reports, MemgestReport, ModelRates};

@@ -270,6 +270,20 @@ impl ControlBackend for EtcdBackend {
                     epoch: epoch.0,
                 });
             }
+            // A rebuilt handoff: the leader drops its record (forwarded like Quiesced).
+            Input::HandoffDone {
+                node,
+                incarnation,
+                first,
+                last,
+            } => {
+                let _ = self.usage_tx.try_send(ToControl::HandoffDone {
+                    node: node.0,
+                    incarnation,
+                    first,
+                    last,
+                });
+            }
             // The written mark is the leader's to publish: forward like usage reports (the
             // core repeats an unanswered request).
             Input::MarkWritten { memgest } => {

@@ -676,6 +676,24 @@ async fn answer(
             }
             return None;
         }
+        // A new coordinator's "handoff rebuilt", forwarded by its agent.
+        ToControl::HandoffDone {
+            node,
+            incarnation,
+            first,
+            last,
+        } => {
+            if status.is_leader() {
+                let input = Input::HandoffDone {
+                    node: NodeId(node),
+                    incarnation,
+                    first,
+                    last,
+                };
+                let _ = commands.try_send(Command::Step { input, reply: None });
+            }
+            return None;
+        }
         // A coordinator's request to mark a memgest written, forwarded by its agent.
         ToControl::MarkWritten { memgest } => {
             if status.is_leader() {
@@ -717,6 +735,18 @@ async fn answer(
             return Some(drop_memgest(commands, name).await);
         }
         ToControl::Drain { node } => Input::Drain { node: NodeId(node) },
+        ToControl::MoveSlots {
+            first,
+            last,
+            pg,
+            data_index,
+        } => Input::MoveSlots {
+            first,
+            last,
+            pg,
+            data_index,
+        },
+        ToControl::AddNode { node } => Input::AddNode { node: NodeId(node) },
         ToControl::CreateMemgest { name, kind } => match MemgestKind::parse(&kind) {
             Ok(kind) => Input::CreateMemgest {
                 name,

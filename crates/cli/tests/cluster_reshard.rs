@@ -1,0 +1,127 @@
+//! Growing a cluster under load (issue 12): `ringlet up --nodes 3 --spares 2`, a redis-py
+//! `RedisCluster` client writing and reading all along, then `ringlet node add` and `ringlet
+//! node rebalance` twice (3 → 5 data nodes). Every operation must succeed (redis-py follows
+//! MOVED; writes to a moving span are retried by the node), every acknowledged value must read
+//! back, and CLUSTER SLOTS must end with five coordinators holding equal shares.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const LOAD: &str = r#"
+import sys, time, redis
+from redis.cluster import RedisCluster
+port, stop_file, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rc = RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
+acked, ops, failed, i = {}, 0, [], 0
+import os
+while not os.path.exists(stop_file) or i < 2000:
+    k = "key:%d" % (i % 3000)
+    v = "v%d" % i
+    try:
+        rc.set(k, v)
+        acked[k] = v
+        got = rc.get(k)
+        if got is not None and got.decode() != v:
+            failed.append("read %s=%r want %s" % (k, got, v))
+        ops += 2
+    except Exception as e:
+        failed.append("%s: %r" % (k, e))
+    i += 1
+# Every acknowledged write reads back, from a fresh client (a fresh slot map).
+rc2 = RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
+lost = [k for k, v in acked.items() if (rc2.get(k) or b"").decode() != v]
+with open(out, "w") as f:
+    f.write("%d %d %d\n" % (ops, len(failed), len(lost)))
+    for l in failed[:20] + lost[:20]:
+        f.write(l + "\n")
+"#;
+
+fn ringlet(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
+        .args(args)
+        .output()
+        .expect("run ringlet");
+    assert!(
+        out.status.success(),
+        "ringlet {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn grow_three_to_five_under_redis_py_load() {
+    if !common::have_redis_py() {
+        return;
+    }
+    let base = common::free_base(6);
+    let b = base.to_string();
+    let mut up = Command::new(env!("CARGO_BIN_EXE_ringlet"))
+        .args(["up", "--nodes", "3", "--spares", "2", "--port", &b])
+        .args(["--default-memgest", "rep:3", "--memory-mb", "64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ringlet up");
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    let mut secret = String::new();
+    let control = loop {
+        let l = lines.next().expect("up exited").expect("read");
+        if let Some(p) = l.strip_prefix("cluster secret file ") {
+            secret = p.trim().to_string();
+        }
+        if l.starts_with("ringlet cluster ready") {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let i = w.iter().position(|x| *x == "control").unwrap();
+            break w[i + 1].trim_end_matches(',').to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let up = common::Up(up);
+    let dir = std::env::temp_dir().join(format!("ringlet-reshard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (stop, out) = (dir.join("stop"), dir.join("out"));
+    let mut load = Command::new("python3")
+        .args(["-c", LOAD, &b])
+        .arg(&stop)
+        .arg(&out)
+        .spawn()
+        .expect("python3");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let admin = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--control", &control, "--cluster-secret-file", &secret]);
+        ringlet(&a)
+    };
+    // A dry run plans nothing on a balanced cluster.
+    assert!(admin(&["node", "rebalance", "--dry-run"]).contains("balanced"));
+    for id in ["4", "5"] {
+        assert_eq!(admin(&["node", "add", id]).trim(), "OK");
+        let log = admin(&["node", "rebalance"]);
+        assert!(log.contains("rebalanced:"), "{log}");
+        eprintln!("{log}");
+    }
+    assert!(admin(&["node", "rebalance", "--dry-run"]).contains("balanced"));
+    std::fs::write(&stop, b"").unwrap();
+    assert!(load.wait().unwrap().success(), "load script failed");
+    let report = std::fs::read_to_string(&out).unwrap();
+    let mut it = report.lines().next().unwrap().split(' ');
+    let ops: u64 = it.next().unwrap().parse().unwrap();
+    let failed: u64 = it.next().unwrap().parse().unwrap();
+    let lost: u64 = it.next().unwrap().parse().unwrap();
+    eprintln!("load: {ops} operations, {failed} failed, {lost} lost");
+    assert!(ops > 0);
+    assert_eq!((failed, lost), (0, 0), "{report}");
+    // Five coordinators, equal shares.
+    let map = admin(&["node", "map"]);
+    let m = ringlet_control::ClusterMap::from_json(map.trim()).unwrap();
+    let per = m.placement.as_ref().unwrap().slots_per_coordinator();
+    assert_eq!(per.len(), 5, "{per:?}");
+    assert!(per.values().all(|c| (3276..=3277).contains(c)), "{per:?}");
+    assert!(m.handoffs.is_empty());
+    drop(up);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,200 @@
+//! Rebalancing plans: which slot spans to move so every active data node coordinates an equal
+//! share of the 16,384 slots (docs/design/cluster-resharding.md). Pure: a map in, moves out;
+//! the caller (`ringlet node rebalance`) runs them one at a time through
+//! [`crate::Input::MoveSlots`], waiting for each handoff to finish.
+//!
+//! Why slot counts only: the control plane has per-node bytes and key counts (usage reports)
+//! but not per-slot ones, so a byte-balanced plan would be a guess. Equal slots give equal
+//! load under uniform keys; load-driven plans need per-slot usage first (not built yet).
+
+use crate::map::{ClusterMap, NodeState};
+use ringlet_types::{NodeId, Slot, SLOT_COUNT};
+use std::collections::BTreeMap;
+
+/// Moves one plan may hold: a rebalance after adding or removing one node moves about one
+/// span per node; far fewer than this.
+pub const PLAN_MOVES_MAX: usize = 256;
+
+/// One planned move: slots `first..=last` to the placement pair (`pg`, `data_index`), whose
+/// coordinator is `to` (taken from `from`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedMove {
+    pub first: Slot,
+    pub last: Slot,
+    pub pg: u32,
+    pub data_index: u8,
+    pub from: NodeId,
+    pub to: NodeId,
+}
+
+/// Plan moves that bring every active data node's coordinated slots within one of
+/// `16384 / nodes`. Each move lies within one slot range of the map as it will be when the
+/// moves before it have run, and goes to a placement group where the receiving node is a
+/// data node. Empty when the map is balanced (or not placed).
+pub fn plan_rebalance(map: &ClusterMap) -> Vec<PlannedMove> {
+    let Some(mut p) = map.placement.clone() else {
+        return Vec::new();
+    };
+    let active: Vec<NodeId> = map
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.state == NodeState::Active)
+        .map(|(id, _)| *id)
+        .collect();
+    if active.is_empty() {
+        return Vec::new();
+    }
+    let n = active.len() as u32;
+    let total = u32::from(SLOT_COUNT);
+    // Balanced: every node holds `base` or `base + 1` slots (`ceil`).
+    let base = total / n;
+    let ceil = base + u32::from(total % n != 0);
+    let mut moves = Vec::new();
+    while moves.len() < PLAN_MOVES_MAX {
+        let mut have: BTreeMap<NodeId, u32> = active.iter().map(|id| (*id, 0)).collect();
+        for (id, c) in p.slots_per_coordinator() {
+            if let Some(h) = have.get_mut(&id) {
+                *h = c;
+            }
+        }
+        // Most loaded and least loaded node (ties: lowest id), stop within one slot.
+        let Some((&from, &most)) = have
+            .iter()
+            .max_by_key(|(id, c)| (**c, std::cmp::Reverse(**id)))
+        else {
+            break;
+        };
+        let Some((&to, &least)) = have.iter().min_by_key(|(id, c)| (**c, **id)) else {
+            break;
+        };
+        if most <= least.saturating_add(1) {
+            break;
+        }
+        let len_want = most
+            .saturating_sub(base)
+            .min(ceil.saturating_sub(least))
+            .max(1);
+        // The receiving pair: a group where `to` is a data node, preferring one that also
+        // holds `from` (fewer copies change hands when replicas stay put).
+        let mut pair = None;
+        for (gi, g) in (0u32..).zip(p.groups.iter()) {
+            let Some(j) = g.iter().take(usize::from(p.s)).position(|x| *x == to) else {
+                continue;
+            };
+            let score = u8::from(g.contains(&from));
+            if pair.is_none_or(|(_, _, s)| score > s) {
+                pair = Some((gi, j as u8, score));
+            }
+        }
+        let Some((pg, data_index, _)) = pair else {
+            break;
+        };
+        // The last span of `from`'s last range, as long as both counts allow.
+        let Some(r) = p
+            .ranges
+            .iter()
+            .rev()
+            .find(|r| p.range_coordinator(r) == Some(from))
+            .copied()
+        else {
+            break;
+        };
+        let len = len_want.min(r.len());
+        let first = (u32::from(r.last) + 1 - len) as Slot;
+        if p.assign(first, r.last, pg, data_index, 1).is_err() {
+            break;
+        }
+        moves.push(PlannedMove {
+            first,
+            last: r.last,
+            pg,
+            data_index,
+            from,
+            to,
+        });
+    }
+    moves
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use crate::{ControlConfig, ControlPlane, Input};
+
+    fn cluster(n: u32, active: usize) -> ControlPlane {
+        let mut cp = ControlPlane::new(ControlConfig::default()).unwrap();
+        for i in 1..=n {
+            cp.step(
+                0,
+                Input::Join {
+                    node: NodeId(i),
+                    addr: format!("n{i}"),
+                    incarnation: 1,
+                },
+            );
+        }
+        cp.step(0, Input::Bootstrap { active });
+        cp
+    }
+
+    #[test]
+    fn a_balanced_map_plans_nothing() {
+        assert!(plan_rebalance(&cluster(3, 3).map().clone()).is_empty());
+    }
+
+    #[test]
+    fn an_added_node_gets_its_share_and_the_plan_runs() {
+        let mut cp = cluster(5, 3);
+        for (t, n) in [(1, 4), (2, 5)] {
+            cp.step(t, Input::AddNode { node: NodeId(n) });
+        }
+        let plan = plan_rebalance(&cp.map().clone());
+        assert!(!plan.is_empty());
+        // Run it through the control plane: each move quiesces (the 3 s limit here),
+        // switches, and its handoff is reported done by the new coordinator.
+        for (now, m) in (10u64..).zip(plan.iter()) {
+            let out = cp.step(
+                now,
+                Input::MoveSlots {
+                    first: m.first,
+                    last: m.last,
+                    pg: m.pg,
+                    data_index: m.data_index,
+                },
+            );
+            assert!(
+                !out.iter().any(|a| matches!(a, crate::Action::Rejected(_))),
+                "{out:?}"
+            );
+            let src = cp.map().moving_source().unwrap();
+            let inc = cp.map().nodes[&src].incarnation;
+            let e = cp.map().epoch;
+            cp.step(
+                now,
+                Input::Quiesced {
+                    node: src,
+                    incarnation: 1.max(inc),
+                    epoch: e,
+                },
+            );
+            assert_eq!(cp.map().coordinator(m.first), Some(m.to));
+            cp.step(
+                now,
+                Input::HandoffDone {
+                    node: m.to,
+                    incarnation: 1,
+                    first: m.first,
+                    last: m.last,
+                },
+            );
+            assert!(cp.map().handoffs.is_empty());
+        }
+        let per = cp.map().placement.as_ref().unwrap().slots_per_coordinator();
+        assert_eq!(per.len(), 5);
+        for c in per.values() {
+            assert!((3276..=3277).contains(c), "{per:?}");
+        }
+        assert!(plan_rebalance(&cp.map().clone()).is_empty());
+    }
+}
