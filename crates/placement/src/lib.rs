@@ -569,9 +569,12 @@ mod tests {
     #[test]
     fn add_groups_checks_shape() {
         let mut p = Placement::plan(&ids(3), 2, 1).unwrap();
-        p.add_groups(vec![vec![NodeId(4), NodeId(1), NodeId(2)]]).unwrap();
+        p.add_groups(vec![vec![NodeId(4), NodeId(1), NodeId(2)]])
+            .unwrap();
         assert_eq!(p.group_index(&[NodeId(4), NodeId(1), NodeId(2)]), Some(3));
-        assert!(p.add_groups(vec![vec![NodeId(4), NodeId(4), NodeId(2)]]).is_err());
+        assert!(p
+            .add_groups(vec![vec![NodeId(4), NodeId(4), NodeId(2)]])
+            .is_err());
     }
 
     #[test]

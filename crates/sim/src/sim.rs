@@ -830,8 +830,12 @@ impl World {
                 };
                 let slot = ringlet_types::key_slot(key.as_bytes());
                 let Some(r) = p.range_of(slot) else { return };
-                let lo = slot.saturating_sub(self.rng.range(0, 50) as u16).max(r.first);
-                let hi = slot.saturating_add(self.rng.range(0, 50) as u16).min(r.last);
+                let lo = slot
+                    .saturating_sub(self.rng.range(0, 50) as u16)
+                    .max(r.first);
+                let hi = slot
+                    .saturating_add(self.rng.range(0, 50) as u16)
+                    .min(r.last);
                 let pg = self.rng.range(0, p.groups.len() as u64 - 1) as u32;
                 let di = self.rng.range(0, u64::from(p.s) - 1) as u8;
                 self.stats.moves += 1;
