@@ -235,6 +235,20 @@ enum NodeAction {
         #[command(flatten)]
         tls: TlsArgs,
     },
+    /// Take data node ID out: groups without it are added, every slot range of a group
+    /// holding it moves away span by span, then it becomes a spare (it can then be stopped).
+    Remove {
+        id: u32,
+        /// Longest wait for one move's handoff, in seconds.
+        #[arg(long, default_value_t = 60)]
+        move_timeout: u64,
+        #[arg(long)]
+        control: String,
+        #[arg(long = "cluster-secret-file")]
+        cluster_secret_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        tls: TlsArgs,
+    },
     /// Even out coordinated slots over the data nodes: plan, then move span by span, each
     /// after the previous one's handoff finished.
     Rebalance {
@@ -628,6 +642,18 @@ fn node_admin(action: NodeAction) -> Result<()> {
             tls,
             ..
         } => (control, ToControl::Watch, cluster_secret_file, tls),
+        NodeAction::Remove {
+            id,
+            control,
+            cluster_secret_file,
+            tls,
+            ..
+        } => (
+            control,
+            ToControl::RemoveNode { node: *id },
+            cluster_secret_file,
+            tls,
+        ),
     };
     let secret = ringlet_cluster::auth::init(file.as_deref())?;
     if let Some(f) = tls_files(tls)? {
@@ -655,6 +681,28 @@ fn node_admin(action: NodeAction) -> Result<()> {
             anyhow::bail!("unexpected reply from the control plane: {reply:?}");
         };
         return rt.block_on(rebalance(control, map, *dry_run, *move_timeout));
+    }
+    if let NodeAction::Remove {
+        id, move_timeout, ..
+    } = &action
+    {
+        if let FromControl::Error(e) = reply {
+            anyhow::bail!("{e}");
+        }
+        return rt.block_on(async {
+            let FromControl::Map(map) = request(control, &ToControl::Watch).await? else {
+                anyhow::bail!("the control plane sent no map");
+            };
+            rebalance(control, map, false, *move_timeout).await?;
+            match request(control, &ToControl::RemoveNode { node: *id }).await? {
+                FromControl::Ok => {
+                    println!("node {id} removed: it is a spare now and may be stopped");
+                    Ok(())
+                }
+                FromControl::Error(e) => anyhow::bail!("{e}"),
+                other => anyhow::bail!("unexpected reply from the control plane: {other:?}"),
+            }
+        });
     }
     match reply {
         FromControl::Ok => println!("OK"),

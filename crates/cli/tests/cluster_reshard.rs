@@ -1,6 +1,6 @@
 //! Growing a cluster under load (issue 12): `ringlet up --nodes 3 --spares 2`, a redis-py
 //! `RedisCluster` client writing and reading all along, then `ringlet node add` and `ringlet
-//! node rebalance` twice (3 → 5 data nodes). Every operation must succeed (redis-py follows
+//! node rebalance` twice (3 → 5 data nodes), then `ringlet node remove` twice (back to 3). Every operation must succeed (redis-py follows
 //! MOVED; writes to a moving span are retried by the node), every acknowledged value must read
 //! back, and CLUSTER SLOTS must end with five coordinators holding equal shares.
 
@@ -31,7 +31,11 @@ while not os.path.exists(stop_file) or i < 2000:
     i += 1
 # Every acknowledged write reads back, from a fresh client (a fresh slot map).
 rc2 = RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
-lost = [k for k, v in acked.items() if (rc2.get(k) or b"").decode() != v]
+lost = []
+for k, v in acked.items():
+    got = rc2.get(k)
+    if (got or b"").decode() != v:
+        lost.append("lost %s slot %d: got %r, acked %s" % (k, rc2.keyslot(k), got, v))
 with open(out, "w") as f:
     f.write("%d %d %d\n" % (ops, len(failed), len(lost)))
     for l in failed[:20] + lost[:20]:
@@ -105,6 +109,16 @@ fn grow_three_to_five_under_redis_py_load() {
         eprintln!("{log}");
     }
     assert!(admin(&["node", "rebalance", "--dry-run"]).contains("balanced"));
+    let grown = ringlet_control::ClusterMap::from_json(admin(&["node", "map"]).trim()).unwrap();
+    let per = grown.placement.as_ref().unwrap().slots_per_coordinator();
+    assert_eq!(per.len(), 5, "{per:?}");
+    assert!(per.values().all(|c| (3276..=3277).contains(c)), "{per:?}");
+    // And shrink back to three, still under load.
+    for id in ["5", "4"] {
+        let log = admin(&["node", "remove", id]);
+        assert!(log.contains(&format!("node {id} removed")), "{log}");
+        eprintln!("{log}");
+    }
     std::fs::write(&stop, b"").unwrap();
     assert!(load.wait().unwrap().success(), "load script failed");
     let report = std::fs::read_to_string(&out).unwrap();
@@ -115,13 +129,19 @@ fn grow_three_to_five_under_redis_py_load() {
     eprintln!("load: {ops} operations, {failed} failed, {lost} lost");
     assert!(ops > 0);
     assert_eq!((failed, lost), (0, 0), "{report}");
-    // Five coordinators, equal shares.
+    // Three coordinators again, equal shares; the removed nodes are spares.
     let map = admin(&["node", "map"]);
     let m = ringlet_control::ClusterMap::from_json(map.trim()).unwrap();
     let per = m.placement.as_ref().unwrap().slots_per_coordinator();
-    assert_eq!(per.len(), 5, "{per:?}");
-    assert!(per.values().all(|c| (3276..=3277).contains(c)), "{per:?}");
+    assert_eq!(per.len(), 3, "{per:?}");
+    assert!(per.values().all(|c| (5461..=5462).contains(c)), "{per:?}");
     assert!(m.handoffs.is_empty());
+    for id in [4, 5] {
+        assert_eq!(
+            m.node_state(ringlet_types::NodeId(id)),
+            Some(ringlet_control::NodeState::Spare)
+        );
+    }
     drop(up);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -95,6 +95,11 @@ pub enum ToControl {
     AddNode {
         node: u32,
     },
+    /// Take data node `node` out (two calls: prepare, then finish once its ranges moved;
+    /// `ringlet node remove`).
+    RemoveNode {
+        node: u32,
+    },
     /// A new coordinator rebuilt a handed-off span (the map drops its handoff record).
     HandoffDone {
         node: u32,
@@ -518,6 +523,7 @@ impl ControlService {
                 ToControl::Drain { .. }
                     | ToControl::MoveSlots { .. }
                     | ToControl::AddNode { .. }
+                    | ToControl::RemoveNode { .. }
                     | ToControl::CreateMemgest { .. }
                     | ToControl::SetDefault { .. }
                     | ToControl::DropMemgest { .. }
@@ -611,6 +617,10 @@ impl ControlService {
             }
             ToControl::AddNode { node } => {
                 let a = self.backend.step(Input::AddNode { node: NodeId(node) });
+                self.carry_out(a, Some(conn))
+            }
+            ToControl::RemoveNode { node } => {
+                let a = self.backend.step(Input::RemoveNode { node: NodeId(node) });
                 self.carry_out(a, Some(conn))
             }
             ToControl::HandoffDone {

@@ -349,11 +349,8 @@ impl ReplicaStore for EngineStore {
             }
         }
         let mut engine = self.engine.lock();
-        // The engine's own floor: a retired key's tombstone, the tombstone summary.
-        let floor = engine
-            .tombstone(key)
-            .unwrap_or(Version::ZERO)
-            .max(engine.tombstone_summary());
+        // The engine's own floor: a retired key's tombstone, else the key's slot summary.
+        let floor = engine.floor_of(key);
         if floor >= entry.version {
             return ApplyOutcome::Superseded { current: floor };
         }
@@ -517,6 +514,18 @@ impl ReplicaStore for EngineStore {
         }
         self.set_meta(slot, key, None);
         true
+    }
+
+    fn forget(&mut self, key: &[u8]) {
+        let slot = key_slot(key);
+        if self.meta.contains_key(&(slot, key.to_vec())) {
+            self.engine.lock().forget(key);
+            self.set_meta(slot, key, None);
+        }
+    }
+
+    fn forget_floor(&mut self, slot: Slot) {
+        self.engine.lock().forget_slot_floor(slot);
     }
 
     fn scan_slot(&self, slot: Slot, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Entry)> {
@@ -687,6 +696,23 @@ mod tests {
             ApplyOutcome::Superseded { .. }
         ));
         assert_eq!(s.apply(b"k", e(6, 1, Some("b"))), ApplyOutcome::Applied);
+        s.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn forget_leaves_no_trace_so_the_same_version_applies_again() {
+        // A range given away and taken back (resharding): the keys pulled back carry the
+        // versions this node once held, and must apply.
+        let mut s = EngineStore::new(cfg()).unwrap();
+        s.apply(b"k", e(5, 1, Some("a")));
+        s.apply(b"t", e(6, 1, None));
+        s.forget(b"k");
+        s.forget(b"t");
+        s.forget_floor(key_slot(b"k"));
+        assert!(s.is_empty());
+        assert_eq!(s.apply(b"k", e(5, 1, Some("a"))), ApplyOutcome::Applied);
+        assert_eq!(s.apply(b"t", e(4, 1, Some("old"))), ApplyOutcome::Applied);
+        assert_eq!(s.get(b"k").unwrap().value.as_deref(), Some(&b"a"[..]));
         s.check_invariants().unwrap();
     }
 

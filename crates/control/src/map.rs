@@ -97,6 +97,10 @@ pub struct ClusterMap {
     /// cohort rebuilds from the old one (which keeps the data until released). Bounded by
     /// [`HANDOFFS_MAX`]; an entry goes when a later move overlaps it.
     pub handoffs: Vec<Handoff>,
+    /// A data node on its way out (`ringlet node remove`): groups without it were added, no
+    /// move may target a group holding it, and once no slot range or handoff uses such a
+    /// group it becomes a spare and those groups are retired.
+    pub removing: Option<NodeId>,
 }
 
 /// Handoff records kept in a map: far more than the moves a rebalance makes at once (one per
@@ -147,6 +151,7 @@ impl Default for ClusterMap {
             leaving: BTreeMap::new(),
             moving: None,
             handoffs: Vec::new(),
+            removing: None,
         }
     }
 }
@@ -336,6 +341,11 @@ impl ClusterMap {
                 ));
             }
         }
+        if let Some(n) = self.removing {
+            if self.node_state(n) != Some(NodeState::Active) {
+                return Err(MapError::Malformed("a node being removed is not active"));
+            }
+        }
         for h in &self.handoffs {
             let known = self
                 .placement
@@ -406,6 +416,8 @@ struct ClusterMapWire {
     moving: Option<SlotMove>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     handoffs: Vec<Handoff>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    removing: Option<u32>,
 }
 
 impl From<ClusterMap> for ClusterMapWire {
@@ -441,6 +453,7 @@ impl From<ClusterMap> for ClusterMapWire {
             leaving: m.leaving.iter().map(|(n, e)| (n.0, e.0)).collect(),
             moving: m.moving,
             handoffs: m.handoffs,
+            removing: m.removing.map(|n| n.0),
         }
     }
 }
@@ -507,6 +520,7 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
                 .collect(),
             moving: w.moving,
             handoffs: w.handoffs,
+            removing: w.removing.map(NodeId),
         };
         m.validate()?;
         Ok(m)

@@ -179,6 +179,14 @@ pub enum Input {
     AddNode {
         node: NodeId,
     },
+    /// Take a data node out, in two calls (docs/design/cluster-resharding.md): the first adds
+    /// the placement groups a rotation over the other active nodes forms and lists the node
+    /// in [`ClusterMap::removing`]; the caller then moves every slot range of a group holding
+    /// it elsewhere; the second call, once none is left and no handoff is pending, retires
+    /// those groups and makes the node a spare.
+    RemoveNode {
+        node: NodeId,
+    },
     /// A coordinator is about to start the first write of `memgest` it has seen: mark the
     /// memgest written ([`crate::MemgestInfo::written`]) and publish. Idempotent; the
     /// coordinator waits for a map showing the mark before it writes.
@@ -294,6 +302,16 @@ pub enum ControlError {
     NotSpare(NodeId),
     #[error("a drain is in progress; retry when it has finished")]
     DrainInProgress,
+    #[error("node {node} still holds {ranges} slot ranges or handoffs; move them first (`ringlet node remove` does)")]
+    RemovePending { node: NodeId, ranges: usize },
+    #[error("node {0} is being removed")]
+    Removing(NodeId),
+    #[error("removing node {node} would leave {left} data nodes; placement groups need {needed}")]
+    TooFewToRemove {
+        node: NodeId,
+        left: usize,
+        needed: usize,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -465,6 +483,11 @@ impl ControlPlane {
                     out.push(Action::Rejected(e));
                 }
             }
+            Input::RemoveNode { node } => {
+                if let Err(e) = self.remove_node(node, &mut out) {
+                    out.push(Action::Rejected(e));
+                }
+            }
             Input::MarkWritten { memgest } => {
                 if self.map.memgests.get(&memgest).is_some_and(|m| !m.written) {
                     let mut next = (*self.map).clone();
@@ -624,6 +647,9 @@ impl ControlPlane {
                 info.state = NodeState::Failed;
             }
             next.leaving.remove(&node);
+            if next.removing == Some(node) {
+                next.removing = None; // a restart calls the removal off
+            }
             let spare = pick_spare(&next, Some(node));
             let replacement = spare.unwrap_or(node);
             if replacement != node {
@@ -701,6 +727,14 @@ impl ControlPlane {
                 .is_some_and(|i| i.state == NodeState::Active)
         });
         changed |= next.leaving.len() != before;
+        // Likewise a node that failed while being removed: the removal is called off.
+        if next
+            .removing
+            .is_some_and(|n| next.node_state(n) != Some(NodeState::Active))
+        {
+            next.removing = None;
+            changed = true;
+        }
         if changed {
             self.commit(next, out);
         }
@@ -771,11 +805,19 @@ impl ControlPlane {
                 p.s
             )));
         }
+        if group.is_empty() {
+            return Err(ControlError::BadMove(format!(
+                "placement group {pg} is retired"
+            )));
+        }
         if let Some(n) = group
             .iter()
             .find(|n| self.map.node_state(**n) != Some(NodeState::Active))
         {
             return Err(ControlError::NotActive(*n));
+        }
+        if let Some(n) = self.map.removing.filter(|n| group.contains(n)) {
+            return Err(ControlError::Removing(n));
         }
         if let Some(h) = self
             .map
@@ -850,6 +892,92 @@ impl ControlPlane {
                 out.push(Action::Rejected(ControlError::Placement(e.to_string())));
             }
         }
+    }
+
+    /// Remove a data node, first or second call (see [`Input::RemoveNode`]).
+    fn remove_node(&mut self, node: NodeId, out: &mut Vec<Action>) -> Result<(), ControlError> {
+        let p = self.map.placement.as_ref().ok_or(ControlError::NotPlaced)?;
+        match self.map.node_state(node) {
+            None => return Err(ControlError::UnknownNode(node)),
+            Some(NodeState::Active) => {}
+            Some(_) => return Err(ControlError::NotActive(node)),
+        }
+        let holding: Vec<u32> = (0u32..)
+            .zip(p.groups.iter())
+            .filter(|(_, g)| g.contains(&node))
+            .map(|(i, _)| i)
+            .collect();
+        if self.map.removing == Some(node) {
+            // Second call: nothing may still use a group holding the node.
+            let busy =
+                p.ranges.iter().filter(|r| holding.contains(&r.pg)).count()
+                    + self
+                        .map
+                        .handoffs
+                        .iter()
+                        .filter(|h| holding.contains(&h.from_pg))
+                        .count()
+                    + usize::from(self.map.moving.is_some_and(|m| {
+                        p.range_of(m.first).is_some_and(|r| holding.contains(&r.pg))
+                    }));
+            if busy > 0 {
+                return Err(ControlError::RemovePending { node, ranges: busy });
+            }
+            let mut next = (*self.map).clone();
+            if let Some(np) = next.placement.as_mut() {
+                for pg in &holding {
+                    np.retire_group(*pg)
+                        .map_err(|e| ControlError::Placement(e.to_string()))?;
+                }
+            }
+            next.removing = None;
+            set_state(&mut next, node, NodeState::Spare);
+            self.commit(next, out);
+            return Ok(());
+        }
+        if let Some(other) = self.map.removing {
+            return Err(ControlError::Removing(other));
+        }
+        if !self.map.leaving.is_empty() {
+            return Err(ControlError::DrainInProgress);
+        }
+        if let Some(m) = self
+            .map
+            .memgests
+            .values()
+            .find(|m| matches!(m.kind, MemgestKind::Ec { .. }))
+        {
+            return Err(ControlError::EcMove(m.name.clone()));
+        }
+        let others: Vec<NodeId> = self
+            .map
+            .nodes
+            .iter()
+            .filter(|(id, n)| n.state == NodeState::Active && **id != node)
+            .map(|(id, _)| *id)
+            .collect();
+        let needed = usize::from(p.s) + usize::from(p.d);
+        if others.len() < needed {
+            return Err(ControlError::TooFewToRemove {
+                node,
+                left: others.len(),
+                needed,
+            });
+        }
+        let groups = ringlet_placement::plan_groups(&others, p.s, p.d)
+            .map_err(|e| ControlError::Placement(e.to_string()))?;
+        let fresh: Vec<Vec<NodeId>> = groups
+            .into_iter()
+            .filter(|g| p.group_index(g).is_none())
+            .collect();
+        let mut next = (*self.map).clone();
+        if let Some(np) = next.placement.as_mut() {
+            np.add_groups(fresh)
+                .map_err(|e| ControlError::Placement(e.to_string()))?;
+        }
+        next.removing = Some(node);
+        self.commit(next, out);
+        Ok(())
     }
 
     /// A spare becomes a data node: the placement groups that a rotation over the active
@@ -1249,6 +1377,10 @@ fn set_state(map: &mut ClusterMap, node: NodeId, state: NodeState) {
     }
     if state != NodeState::Active {
         map.leaving.remove(&node);
+        // A node that fails while being removed: failover takes its positions instead.
+        if map.removing == Some(node) {
+            map.removing = None;
+        }
     }
 }
 

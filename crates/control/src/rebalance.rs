@@ -35,12 +35,14 @@ pub fn plan_rebalance(map: &ClusterMap) -> Vec<PlannedMove> {
     let Some(mut p) = map.placement.clone() else {
         return Vec::new();
     };
+    // A node being removed takes no slots and gives all its groups' ranges away.
     let active: Vec<NodeId> = map
         .nodes
         .iter()
-        .filter(|(_, n)| n.state == NodeState::Active)
+        .filter(|(id, n)| n.state == NodeState::Active && map.removing != Some(**id))
         .map(|(id, _)| *id)
         .collect();
+    let usable = |g: &Vec<NodeId>| !g.is_empty() && map.removing.is_none_or(|n| !g.contains(&n));
     if active.is_empty() {
         return Vec::new();
     }
@@ -56,6 +58,43 @@ pub fn plan_rebalance(map: &ClusterMap) -> Vec<PlannedMove> {
             if let Some(h) = have.get_mut(&id) {
                 *h = c;
             }
+        }
+        // First every range of a group that holds the node being removed, whole, to the
+        // usable pair whose coordinator has the fewest slots.
+        let leaving = p
+            .ranges
+            .iter()
+            .copied()
+            .find(|r| p.group(r.pg).is_some_and(|g| !usable(&g.to_vec())));
+        if let Some(r) = leaving {
+            let mut best: Option<(u32, u8, NodeId, u32)> = None;
+            for (gi, g) in (0u32..).zip(p.groups.iter()) {
+                if !usable(g) {
+                    continue;
+                }
+                for (j, n) in g.iter().take(usize::from(p.s)).enumerate() {
+                    let c = *have.get(n).unwrap_or(&u32::MAX);
+                    if best.is_none_or(|b| c < b.3) {
+                        best = Some((gi, j as u8, *n, c));
+                    }
+                }
+            }
+            let Some((pg, data_index, to, _)) = best else {
+                break;
+            };
+            let from = p.range_coordinator(&r).unwrap_or(to);
+            if p.assign(r.first, r.last, pg, data_index, 1).is_err() {
+                break;
+            }
+            moves.push(PlannedMove {
+                first: r.first,
+                last: r.last,
+                pg,
+                data_index,
+                from,
+                to,
+            });
+            continue;
         }
         // Most loaded and least loaded node (ties: lowest id), stop within one slot.
         let Some((&from, &most)) = have
@@ -78,6 +117,9 @@ pub fn plan_rebalance(map: &ClusterMap) -> Vec<PlannedMove> {
         // holds `from` (fewer copies change hands when replicas stay put).
         let mut pair = None;
         for (gi, g) in (0u32..).zip(p.groups.iter()) {
+            if !usable(g) {
+                continue;
+            }
             let Some(j) = g.iter().take(usize::from(p.s)).position(|x| *x == to) else {
                 continue;
             };
@@ -196,5 +238,81 @@ mod tests {
             assert!((3276..=3277).contains(c), "{per:?}");
         }
         assert!(plan_rebalance(&cp.map().clone()).is_empty());
+        // And back: remove node 5, then node 4.
+        for gone in [5u32, 4] {
+            let out = cp.step(100, Input::RemoveNode { node: NodeId(gone) });
+            assert!(
+                !out.iter().any(|a| matches!(a, crate::Action::Rejected(_))),
+                "{out:?}"
+            );
+            assert_eq!(cp.map().removing, Some(NodeId(gone)));
+            // Too early: its ranges are still there.
+            let out = cp.step(100, Input::RemoveNode { node: NodeId(gone) });
+            assert!(
+                matches!(
+                    out.as_slice(),
+                    [crate::Action::Rejected(
+                        crate::ControlError::RemovePending { .. }
+                    )]
+                ),
+                "{out:?}"
+            );
+            let plan = plan_rebalance(&cp.map().clone());
+            assert!(plan.iter().all(|m| m.to != NodeId(gone)));
+            for m in &plan {
+                cp.step(
+                    200,
+                    Input::MoveSlots {
+                        first: m.first,
+                        last: m.last,
+                        pg: m.pg,
+                        data_index: m.data_index,
+                    },
+                );
+                let src = cp.map().moving_source().unwrap();
+                let e = cp.map().epoch;
+                cp.step(
+                    200,
+                    Input::Quiesced {
+                        node: src,
+                        incarnation: 1,
+                        epoch: e,
+                    },
+                );
+                cp.step(
+                    200,
+                    Input::HandoffDone {
+                        node: m.to,
+                        incarnation: 1,
+                        first: m.first,
+                        last: m.last,
+                    },
+                );
+            }
+            let out = cp.step(300, Input::RemoveNode { node: NodeId(gone) });
+            assert!(
+                !out.iter().any(|a| matches!(a, crate::Action::Rejected(_))),
+                "{out:?}"
+            );
+            let m = cp.map();
+            assert_eq!(m.node_state(NodeId(gone)), Some(NodeState::Spare));
+            assert!(m.removing.is_none());
+            assert!(!m
+                .placement
+                .as_ref()
+                .unwrap()
+                .members()
+                .contains(&NodeId(gone)));
+            cp.check_invariants();
+        }
+        let per = cp.map().placement.as_ref().unwrap().slots_per_coordinator();
+        assert_eq!(per.len(), 3, "{per:?}");
+        assert!(per.values().all(|c| (5461..=5462).contains(c)), "{per:?}");
+        // The removed nodes can come back.
+        let out = cp.step(400, Input::AddNode { node: NodeId(4) });
+        assert!(
+            !out.iter().any(|a| matches!(a, crate::Action::Rejected(_))),
+            "{out:?}"
+        );
     }
 }

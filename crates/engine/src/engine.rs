@@ -38,9 +38,15 @@ pub struct Engine {
     /// Insertion order of `tombstones`, for folding the oldest. May hold stale pairs (a key
     /// re-erased or re-set): they are skipped when popped.
     tombstone_order: VecDeque<(Vec<u8>, Version)>,
-    /// Highest version ever folded out of the tombstone cache (or evicted, or flushed): a
-    /// mutation of a key with no tombstone must be above it.
+    /// Highest version evicted or flushed: a mutation of a key with no tombstone must be above
+    /// it (evictions report no key, so this one is global).
     tombstone_summary: Version,
+    /// Per slot: the highest version folded out of the tombstone cache for a key of the slot.
+    /// Per slot rather than global so that a node that gives a slot range away and later gets
+    /// it back can forget the slots' floors ([`Engine::forget_slot_floor`]): a global summary
+    /// raised by deletes elsewhere would refuse the older versions it must pull back
+    /// (docs/design/cluster-resharding.md). 16,384 versions: 256 KiB per engine.
+    slot_summary: Vec<Version>,
     staged: HashMap<Vec<u8>, Staged>,
     hits: Cell<u64>,
     misses: Cell<u64>,
@@ -87,6 +93,7 @@ impl Engine {
             tombstones: HashMap::new(),
             tombstone_order: VecDeque::new(),
             tombstone_summary: Version::ZERO,
+            slot_summary: vec![Version::ZERO; usize::from(ringlet_types::SLOT_COUNT)],
             staged: HashMap::new(),
             hits: Cell::new(0),
             misses: Cell::new(0),
@@ -137,9 +144,40 @@ impl Engine {
         self.tombstones.get(key).copied()
     }
 
-    /// The highest version folded out of the tombstone cache.
+    /// The highest version folded out of the tombstone cache, evicted or flushed, over all
+    /// slots.
     pub fn tombstone_summary(&self) -> Version {
-        self.tombstone_summary
+        self.slot_summary
+            .iter()
+            .copied()
+            .fold(self.tombstone_summary, Version::max)
+    }
+
+    /// The version a mutation of `key` must exceed beyond its stored entry: its tombstone,
+    /// else its slot's folded-tombstone summary and the eviction/flush summary.
+    pub fn floor_of(&self, key: &[u8]) -> Version {
+        self.floor(key, None)
+    }
+
+    /// Drop `key`'s entry and tombstone, leaving no trace (a slot range given away: its data
+    /// and its deletes belong to the new owner now). Unlike [`Engine::delete`] nothing will
+    /// refuse an older version of the key afterwards, which is the point: this node may get
+    /// the range back and must then take whatever its sources hold.
+    pub fn forget(&mut self, key: &[u8]) {
+        let h = key_hash(key);
+        self.store.remove(key, h);
+        if let Some(s) = self.staged.remove(key) {
+            self.store.discard(s.handle);
+        }
+        // Its entry in `tombstone_order` goes stale and is skipped when popped.
+        self.tombstones.remove(key);
+    }
+
+    /// Forget the folded-tombstone summary of `slot` (after every key of it was forgotten).
+    pub fn forget_slot_floor(&mut self, slot: u16) {
+        if let Some(v) = self.slot_summary.get_mut(usize::from(slot)) {
+            *v = Version::ZERO;
+        }
     }
 
     /// The published, unexpired entry of `key`.
@@ -162,11 +200,14 @@ impl Engine {
 
     /// The version of `key` that a caller-chosen version must exceed.
     fn floor(&self, key: &[u8], stored: Option<&Meta>) -> Version {
-        let tomb = self
-            .tombstones
-            .get(key)
-            .copied()
-            .unwrap_or(self.tombstone_summary);
+        let tomb = self.tombstones.get(key).copied().unwrap_or_else(|| {
+            let slot = usize::from(ringlet_types::key_slot(key));
+            self.slot_summary
+                .get(slot)
+                .copied()
+                .unwrap_or(Version::ZERO)
+                .max(self.tombstone_summary)
+        });
         stored.map_or(tomb, |m| m.version.max(tomb))
     }
 
@@ -188,7 +229,10 @@ impl Engine {
             };
             if self.tombstones.get(&k) == Some(&tv) {
                 self.tombstones.remove(&k);
-                self.tombstone_summary = self.tombstone_summary.max(tv);
+                let slot = usize::from(ringlet_types::key_slot(&k));
+                if let Some(s) = self.slot_summary.get_mut(slot) {
+                    *s = (*s).max(tv);
+                }
             }
         }
     }

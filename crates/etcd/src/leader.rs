@@ -747,6 +747,7 @@ async fn answer(
             data_index,
         },
         ToControl::AddNode { node } => Input::AddNode { node: NodeId(node) },
+        ToControl::RemoveNode { node } => Input::RemoveNode { node: NodeId(node) },
         ToControl::CreateMemgest { name, kind } => match MemgestKind::parse(&kind) {
             Ok(kind) => Input::CreateMemgest {
                 name,

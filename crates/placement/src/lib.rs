@@ -404,7 +404,7 @@ impl Placement {
         if first > last || last >= SLOT_COUNT {
             return Err(Malformed("slot span empty or out of bounds"));
         }
-        if !usize::try_from(pg).is_ok_and(|p| p < self.groups.len()) || data_index >= self.s {
+        if self.group(pg).is_none_or(|g| g.is_empty()) || data_index >= self.s {
             return Err(Malformed("assignment names a missing PG or data index"));
         }
         let mut out = Vec::with_capacity(self.ranges.len().saturating_add(2));
@@ -453,6 +453,26 @@ impl Placement {
         self.validate().inspect_err(|_| self.groups.truncate(n))
     }
 
+    /// Retire group `pg` (a node is leaving the data nodes): its member list is emptied but
+    /// its index stays, so every other group, range and arena keeps its number.
+    ///
+    /// # Errors
+    /// A range still names the group.
+    pub fn retire_group(&mut self, pg: u32) -> Result<(), PlacementError> {
+        if self.ranges.iter().any(|r| r.pg == pg) {
+            return Err(PlacementError::Malformed(
+                "a slot range still names the group",
+            ));
+        }
+        if let Some(g) = usize::try_from(pg)
+            .ok()
+            .and_then(|i| self.groups.get_mut(i))
+        {
+            g.clear();
+        }
+        Ok(())
+    }
+
     /// Index of the group with exactly these members in this order, if any.
     pub fn group_index(&self, group: &[NodeId]) -> Option<u32> {
         self.groups
@@ -487,6 +507,9 @@ impl Placement {
             return Err(PlacementError::GroupTooLarge { size });
         }
         for g in &self.groups {
+            if g.is_empty() {
+                continue; // retired (Placement::retire_group): kept so indices never shift
+            }
             if g.len() != size {
                 return Err(Malformed("PG size differs from s + d"));
             }
@@ -502,8 +525,11 @@ impl Placement {
             if u32::from(r.first) != expect || r.first > r.last {
                 return Err(Malformed("slot ranges not contiguous"));
             }
-            if !usize::try_from(r.pg).is_ok_and(|p| p < self.groups.len()) || r.data_index >= self.s
-            {
+            let live_group = usize::try_from(r.pg)
+                .ok()
+                .and_then(|p| self.groups.get(p))
+                .is_some_and(|g| !g.is_empty());
+            if !live_group || r.data_index >= self.s {
                 return Err(Malformed("slot range names a missing PG or data index"));
             }
             expect = u32::from(r.last).saturating_add(1);

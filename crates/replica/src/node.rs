@@ -173,6 +173,10 @@ struct Pull {
     /// range), and the old coordinator must answer while it is active: it alone holds the
     /// range's single-copy (`none`) keys.
     prior: Vec<NodeId>,
+    /// Memgests of which this node's store refused a pulled entry (no room): their copies
+    /// here are incomplete, whatever the sources say, so the pull retries and, if it times
+    /// out, reports them as possibly lost.
+    refused: BTreeSet<MemgestId>,
     started_ms: u64,
 }
 
@@ -1552,6 +1556,7 @@ impl<S: ReplicaStore> Replica<S> {
                                 } else {
                                     Vec::new()
                                 },
+                                refused: BTreeSet::new(),
                                 started_ms: now_ms,
                             })
                         }
@@ -1841,10 +1846,20 @@ impl<S: ReplicaStore> Replica<S> {
         // coordinates both of, or a replica of the old cohort now in the new one).
         let done =
             |n: &NodeId| (*n == self.id && r.held) || p.sources.get(n).is_some_and(|s| s.done);
+        // A handed-off range whose old coordinator answered has everything: it applied every
+        // write it acknowledged and quiesced before the switch (its own copies came from a
+        // confirmed rebuild). Its replicas may still be syncing from it, so no majority of
+        // them is needed (the simulator found a back-to-back move waiting for one).
+        if p.prior.first().is_some_and(&done) {
+            return p.refused.iter().copied().collect();
+        }
         let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
         map.memgests
             .iter()
-            .filter(|(_, m)| {
+            .filter(|(id, m)| {
+                if p.refused.contains(id) {
+                    return true; // this store refused some of its entries
+                }
                 // Never written: no write of it was ever acknowledged (the coordinator
                 // waits for the mark before its first one), so nothing can be missing.
                 if !m.written {
@@ -2138,14 +2153,30 @@ impl<S: ReplicaStore> Replica<S> {
                 None => s.done = true,
             }
         }
+        let mut refused = BTreeSet::new();
         for (k, e) in apply {
             let ec = self
                 .map
                 .as_ref()
                 .is_some_and(|m| matches!(m.memgest_kind(e.memgest), MemgestKind::Ec { .. }));
-            if !ec {
-                self.apply_local(&k, e);
+            let memgest = e.memgest;
+            if !ec && matches!(self.apply_local(&k, e), ApplyOutcome::Refused) {
+                refused.insert(memgest);
             }
+        }
+        if !refused.is_empty() {
+            // A full store: this source is not done (it is asked again from the start after
+            // the retry interval, when eviction or deletes may have made room).
+            if let Some(Status::Pulling(p)) = self.ranges.get_mut(ri).map(|r| &mut r.status) {
+                p.refused.extend(refused);
+                if let Some(s) = p.sources.get_mut(&from) {
+                    s.done = false;
+                    s.after = None;
+                    s.req_id = u64::MAX;
+                    s.sent_ms = now_ms;
+                }
+            }
+            resend = None;
         }
         if let Some((nid, body)) = resend {
             self.pull_index.insert(nid, (first, from));
@@ -2563,10 +2594,14 @@ impl<S: ReplicaStore> Replica<S> {
 
     /// Drop, a bounded batch per tick, the copies of ranges this node gave away by a move
     /// once the map no longer lists a handoff over them (their new coordinator has them).
-    /// A draining node keeps everything: its successor may still pull from it.
+    /// A draining node keeps everything: its successor may still pull from it. A node that
+    /// was removed (now a spare) purges too.
     fn purge_released(&mut self) {
         let Some(map) = self.map.clone() else { return };
-        if map.node_state(self.id) != Some(NodeState::Active) {
+        if !matches!(
+            map.node_state(self.id),
+            Some(NodeState::Active | NodeState::Spare)
+        ) {
             return;
         }
         let mut budget = PURGE_KEYS_PER_TICK_MAX;
@@ -2617,14 +2652,24 @@ impl<S: ReplicaStore> Replica<S> {
                 }
                 let chunk = self.store.scan_slot(slot, after.as_deref(), want);
                 let n = chunk.len();
-                for (k, e) in chunk {
-                    self.store.retire(&k, e.version);
+                for (k, _) in chunk {
+                    // No tombstone: the keys of a given-away range leave no trace here, so
+                    // older versions pulled back later are taken (a retire's tombstone one
+                    // step above lost them: the reshard test found keys moved away and back
+                    // missing).
+                    self.store.forget(&k);
                     dropped += 1;
                     after = Some(k);
                 }
                 if n < want {
                     break;
                 }
+            }
+        }
+        // Emptied (fewer than asked): forget the slots' floors too.
+        if dropped < limit {
+            for slot in first..=last {
+                self.store.forget_floor(slot);
             }
         }
         dropped

@@ -88,6 +88,15 @@ pub trait ReplicaStore {
     /// Drop `key` (no tombstone) if its stored version is `<= version`. Used when a key's
     /// memgest no longer places a copy here. Returns whether something was dropped.
     fn retire(&mut self, key: &[u8], version: Version) -> bool;
+    /// Drop `key`'s entry or tombstone and leave nothing that would refuse an older version
+    /// later (a slot range given away: when this node gets it back it must take what its
+    /// sources hold). The default is [`ReplicaStore::retire`] at the highest version, right
+    /// for stores whose retire leaves no trace.
+    fn forget(&mut self, key: &[u8]) {
+        self.retire(key, Version(u128::MAX));
+    }
+    /// Forget any summary floor kept for `slot` (after every key of it was forgotten).
+    fn forget_floor(&mut self, _slot: Slot) {}
     /// Entries of `slot` in key order, strictly after `after`, at most `limit` of them.
     fn scan_slot(&self, slot: Slot, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Entry)>;
     /// Slots in `first..=last` holding at least one entry or tombstone.
