@@ -53,7 +53,7 @@ pub struct Cluster {
 }
 
 /// `obj` as bytes: `bytes` as is, `str` encoded as UTF-8. `what` names the argument.
-fn bytes_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+pub(crate) fn bytes_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(b.as_bytes().to_vec());
     }

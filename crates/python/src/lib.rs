@@ -30,11 +30,13 @@ use pyo3::prelude::*;
 
 mod cluster;
 mod error;
+mod shm;
 
 /// The extension module `ringlet._ringlet`; `ringlet/__init__.py` re-exports it.
 #[pymodule]
 fn _ringlet(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cluster::Cluster>()?;
+    m.add_class::<shm::ShmReader>()?;
     error::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

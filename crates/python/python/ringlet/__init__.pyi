@@ -1,6 +1,6 @@
 """Type stubs of the ``ringlet`` package (implemented in Rust: crates/python/src)."""
 
-from typing import Any, Iterable, List, Mapping, Optional, Tuple, TypedDict, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict, Union
 
 __version__: str
 
@@ -112,5 +112,25 @@ class Cluster:
         """The ``MEMGEST INFO`` report of one memgest or of all."""
     def memgest_command(self, *args: Union[bytes, str]) -> Any:
         """``MEMGEST *args``; the reply as Python values. A refusal raises ``ServerError``."""
+
+class ShmReader:
+    """A one-sided reader of a Ringlet node on this host (``ringlet server --shm-socket
+    PATH``): ``get``/``mget`` read the node's memory, mapped read-only, without a round trip;
+    a read that cannot be validated from memory goes over the socket. Thread-safe, but calls
+    on one reader take turns: give each busy thread its own.
+
+    Raises ``ConnectionError`` (no node at ``socket_path``), ``ProtocolError`` (another
+    shared-memory layout) or ``ConfigError`` (a timeout that is not positive).
+    """
+
+    def __init__(self, socket_path: str, timeout: Optional[float] = None) -> None: ...
+    def get(self, key: Key) -> Optional[bytes]:
+        """The value of ``key``, or ``None`` if it does not exist. Raises ``TooLargeError``
+        for a key over 64 KiB, ``ConnectionError``/``TimeoutError`` if a fallback over the
+        socket fails."""
+    def mget(self, keys: Iterable[Key]) -> List[Optional[bytes]]:
+        """The values of ``keys``, in order; ``None`` for a missing key."""
+    def stats(self) -> Dict[str, int]:
+        """Counters: ``shm_hits``, ``shm_misses``, ``fallbacks``, ``reconnects``, ..."""
 
 __all__: List[str]
