@@ -47,8 +47,8 @@ use crate::error::{server_error, to_py, ConfigError, ProtocolError};
 ///     ClusterMapError: no seed answered with a map of a bootstrapped cluster in time.
 #[pyclass(module = "ringlet", frozen)]
 pub struct Cluster {
-    rt: tokio::runtime::Runtime,
-    client: ClusterClient,
+    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) client: ClusterClient,
     seeds: Vec<String>,
 }
 
@@ -136,6 +136,46 @@ impl Cluster {
                 "no memgest named '{name}' in the cluster map (see memgest_list())"
             ))
         })
+    }
+    /// The options of a SET with `memgest` (a name), `ex` (seconds) or `px` (milliseconds),
+    /// checked as redis-py's `set` checks them (shared by `Cluster.set` and pipelines).
+    pub(crate) fn set_options(
+        &self,
+        py: Python<'_>,
+        memgest: Option<&str>,
+        ex: Option<f64>,
+        px: Option<u64>,
+    ) -> PyResult<ringlet_client::SetOptions> {
+        let mut opts = ringlet_client::SetOptions::default();
+        if let Some(name) = memgest {
+            opts = opts.memgest(self.memgest_id(py, name)?);
+        }
+        let ttl_ms = match (ex, px) {
+            (Some(_), Some(_)) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "give ex or px, not both",
+                ))
+            }
+            // Whole milliseconds; NaN, infinities and anything not positive are refused.
+            (Some(s), None) if s.is_finite() && s * 1000.0 >= 1.0 && s * 1000.0 < 9.0e15 => {
+                Some((s * 1000.0) as u64)
+            }
+            (Some(_), None) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "ex must be a positive number of seconds",
+                ))
+            }
+            (None, Some(0)) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "px must be a positive number of milliseconds",
+                ))
+            }
+            (None, p) => p,
+        };
+        if let Some(ms) = ttl_ms {
+            opts = opts.ttl(std::time::Duration::from_millis(ms));
+        }
+        Ok(opts)
     }
 }
 
@@ -230,35 +270,7 @@ impl Cluster {
     ) -> PyResult<()> {
         let key = bytes_of(key, "key")?;
         let value = bytes_of(value, "value")?;
-        let mut opts = ringlet_client::SetOptions::default();
-        if let Some(name) = memgest {
-            opts = opts.memgest(self.memgest_id(py, name)?);
-        }
-        let ttl_ms = match (ex, px) {
-            (Some(_), Some(_)) => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "give ex or px, not both",
-                ))
-            }
-            // Whole milliseconds; NaN, infinities and anything not positive are refused.
-            (Some(s), None) if s.is_finite() && s * 1000.0 >= 1.0 && s * 1000.0 < 9.0e15 => {
-                Some((s * 1000.0) as u64)
-            }
-            (Some(_), None) => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "ex must be a positive number of seconds",
-                ))
-            }
-            (None, Some(0)) => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "px must be a positive number of milliseconds",
-                ))
-            }
-            (None, p) => p,
-        };
-        if let Some(ms) = ttl_ms {
-            opts = opts.ttl(std::time::Duration::from_millis(ms));
-        }
+        let opts = self.set_options(py, memgest, ex, px)?;
         self.run(py, self.client.set(&key, &value, opts))?;
         Ok(())
     }
@@ -324,6 +336,13 @@ impl Cluster {
             r.map_err(|e| to_py(py, e))?;
         }
         Ok(())
+    }
+
+    /// A pipeline on this cluster: queue commands, then ``execute()`` sends them all at
+    /// once (one round trip per node for commands on distinct keys) and returns one result
+    /// per command, in order. See :class:`Pipeline`.
+    fn pipeline(slf: &Bound<'_, Self>) -> crate::pipeline::Pipeline {
+        crate::pipeline::Pipeline::new(slf.clone().unbind())
     }
 
     /// The epoch of the cached cluster map (it grows with every map change).

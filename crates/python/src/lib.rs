@@ -30,6 +30,7 @@ use pyo3::prelude::*;
 
 mod cluster;
 mod error;
+mod pipeline;
 mod shm;
 
 /// The extension module `ringlet._ringlet`; `ringlet/__init__.py` re-exports it.
@@ -37,6 +38,7 @@ mod shm;
 fn _ringlet(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cluster::Cluster>()?;
     m.add_class::<shm::ShmReader>()?;
+    m.add_class::<pipeline::Pipeline>()?;
     error::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -282,6 +282,84 @@ def test_threads_share_one_cluster(c):
     assert errors == []
 
 
+def test_pipeline_sends_many_commands_and_returns_results_in_order(c):
+    keys = [f"py:pipe:{i}".encode() for i in range(300)]
+    p = c.pipeline()
+    for k in keys:
+        assert p.set(k, k[::-1]) is p  # chainable, as redis-py's
+    assert len(p) == len(keys)
+    assert p.execute() == [None] * len(keys)
+    assert len(p) == 0  # emptied by execute
+    for k in keys:
+        p.get(k)
+    p.get(b"py:pipe:absent").mget([keys[0], b"py:pipe:absent", keys[-1]])
+    got = p.execute()
+    assert got[: len(keys)] == [k[::-1] for k in keys]
+    assert got[len(keys)] is None
+    assert got[-1] == [keys[0][::-1], None, keys[-1][::-1]]
+    assert c.pipeline().execute() == []
+
+
+def test_pipeline_keeps_the_order_of_commands_on_one_key(c):
+    c.delete("py:pipe:n")
+    got = (
+        c.pipeline()
+        .set("py:pipe:o", "1").get("py:pipe:o")
+        .incr("py:pipe:n").incr("py:pipe:n", 5).get("py:pipe:n")
+        .mget(["py:pipe:o", "py:pipe:n"])
+        .delete("py:pipe:o").get("py:pipe:o")
+        .execute()
+    )
+    assert got == [None, b"1", 1, 6, b"6", [b"1", b"6"], None, None]
+
+
+def test_pipeline_set_options(c):
+    c.memgest_create("py-pipe", "rep:2")
+    p = c.pipeline().set("py:pipe:mg", "v", memgest="py-pipe").set("py:pipe:ttl", "v", px=60_000)
+    assert p.execute() == [None, None]
+    assert c.memgest_key("py:pipe:mg")[:2] == ("py-pipe", "rep:2")
+    assert c.get("py:pipe:ttl") == b"v"
+    with pytest.raises(ringlet.ConfigError):
+        c.pipeline().set("k", "v", memgest="py-no-such-memgest")
+    with pytest.raises(ValueError):
+        c.pipeline().set("k", "v", ex=0)
+
+
+def test_pipeline_errors_per_command(c):
+    c.set("py:pipe:text", "abc")
+    p = c.pipeline().set("py:pipe:e1", "x").incr("py:pipe:text").get("py:pipe:e1")
+    with pytest.raises(ringlet.ServerError) as e:
+        p.execute()
+    assert "Command # 2 (INCRBY) of pipeline caused error" in str(e.value)
+    assert e.value.status
+    assert len(p) == 0  # emptied even when it raised
+    got = c.pipeline().incr("py:pipe:text").get("py:pipe:e1").execute(raise_on_error=False)
+    assert isinstance(got[0], ringlet.ServerError)
+    assert "Command # 1 (INCRBY)" in str(got[0])
+    assert got[1] == b"x"
+    assert c.get("py:pipe:text") == b"abc"
+
+
+def test_pipeline_refuses_bad_arguments_when_queued(c):
+    p = c.pipeline()
+    with pytest.raises(ringlet.TooLargeError):
+        p.get(b"k" * (64 * 1024 + 1))
+    with pytest.raises(ringlet.TooLargeError):
+        p.mget([b"ok", b"k" * (64 * 1024 + 1)])
+    with pytest.raises(TypeError):
+        p.set("k", 3)
+    with pytest.raises(TypeError):
+        p.mget("one-key")
+    assert len(p) == 0
+    with c.pipeline() as p:
+        p.get("a").get("b")
+        assert len(p) == 2
+    assert len(p) == 0  # leaving the block drops what was not executed
+    p.get("a")
+    p.reset()
+    assert len(p) == 0 and "Pipeline" in repr(p)
+
+
 def test_exception_classes_derive_from_ringlet_error():
     for e in [ringlet.ConfigError, ringlet.ConnectionError, ringlet.TimeoutError,
               ringlet.ServerError, ringlet.ClusterMapError, ringlet.ProtocolError,

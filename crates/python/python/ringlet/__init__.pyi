@@ -91,6 +91,8 @@ class Cluster:
     def mset(self, mapping: Mapping[Key, Value]) -> None:
         """Store every pair (any slots) in the default memgest. Not atomic: on error,
         others may have been stored."""
+    def pipeline(self) -> Pipeline:
+        """A :class:`Pipeline` on this cluster."""
     def epoch(self) -> int:
         """The epoch of the cached cluster map."""
     def refresh_map(self) -> None:
@@ -112,6 +114,37 @@ class Cluster:
         """The ``MEMGEST INFO`` report of one memgest or of all."""
     def memgest_command(self, *args: Union[bytes, str]) -> Any:
         """``MEMGEST *args``; the reply as Python values. A refusal raises ``ServerError``."""
+
+class Pipeline:
+    """A batch of commands from :meth:`Cluster.pipeline`: queue with ``get``, ``mget``,
+    ``set``, ``delete``, ``incr`` (each returns the pipeline), then ``execute()`` sends them
+    all at once (reads batched into one MGET per node) and returns one result per command,
+    in order. A command on a key that an earlier queued command writes waits for it. Not
+    atomic. Arguments that cannot be sent raise when queued. A context manager: leaving the
+    block drops what was not executed."""
+
+    def get(self, key: Key) -> "Pipeline": ...
+    def mget(self, keys: Iterable[Key]) -> "Pipeline": ...
+    def set(
+        self,
+        key: Key,
+        value: Value,
+        memgest: Optional[str] = None,
+        ex: Optional[float] = None,
+        px: Optional[int] = None,
+    ) -> "Pipeline": ...
+    def delete(self, key: Key) -> "Pipeline": ...
+    def incr(self, key: Key, amount: int = 1) -> "Pipeline": ...
+    def execute(self, raise_on_error: bool = True) -> List[Any]:
+        """Results in order: ``bytes``/``None`` (GET), a list (MGET), ``None`` (SET, DEL),
+        ``int`` (INCR). With ``raise_on_error`` the first failure is raised after all ran
+        (``Command # N (OP) of pipeline caused error: ...``); otherwise exceptions are
+        returned in place. The pipeline is empty after."""
+    def reset(self) -> None:
+        """Drop every queued command."""
+    def __len__(self) -> int: ...
+    def __enter__(self) -> "Pipeline": ...
+    def __exit__(self, *exc: Any) -> bool: ...
 
 class ShmReader:
     """A one-sided reader of a Ringlet node on this host (``ringlet server --shm-socket
