@@ -78,7 +78,7 @@ fn text_of(r: &Reply) -> Option<String> {
 /// integers as `int`, arrays and sets as `list`, maps as `dict`, nulls as `None`. An error
 /// reply raises `ServerError` with status `BAD_REQUEST`, as the Rust client's typed memgest
 /// calls do.
-fn reply_to_py<'py>(py: Python<'py>, r: Reply) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn reply_to_py<'py>(py: Python<'py>, r: Reply) -> PyResult<Bound<'py, PyAny>> {
     Ok(match r {
         Reply::Simple(b) | Reply::Verbatim { text: b, .. } => {
             PyString::new(py, &String::from_utf8_lossy(&b)).into_any()
@@ -183,7 +183,7 @@ impl Cluster {
 impl Cluster {
     #[new]
     #[pyo3(signature = (seeds, quorum_reads = false, timeout = None, tls_ca_file = None))]
-    fn new(
+    pub(crate) fn new(
         py: Python<'_>,
         seeds: Vec<String>,
         quorum_reads: bool,
@@ -222,7 +222,7 @@ impl Cluster {
         Ok(Cluster { rt, client, seeds })
     }
 
-    fn __repr__(&self) -> String {
+    pub(crate) fn __repr__(&self) -> String {
         format!(
             "ringlet.Cluster(seeds={:?}, quorum_reads={}, epoch={})",
             self.seeds,

@@ -28,6 +28,7 @@
 
 use pyo3::prelude::*;
 
+mod aio;
 mod cluster;
 mod error;
 mod pipeline;
@@ -39,6 +40,7 @@ fn _ringlet(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cluster::Cluster>()?;
     m.add_class::<shm::ShmReader>()?;
     m.add_class::<pipeline::Pipeline>()?;
+    m.add_class::<aio::AsyncCluster>()?;
     error::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

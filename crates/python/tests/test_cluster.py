@@ -360,6 +360,69 @@ def test_pipeline_refuses_bad_arguments_when_queued(c):
     assert len(p) == 0 and "Pipeline" in repr(p)
 
 
+def test_async_cluster_methods_are_awaitables(cluster_seeds):
+    import asyncio
+
+    ac = ringlet.AsyncCluster(cluster_seeds)
+    assert "AsyncCluster" in repr(ac) and ac.epoch() > 0
+    keys = [f"py:aio:{i}".encode() for i in range(300)]
+
+    async def main():
+        # Hundreds in flight at once from one coroutine.
+        assert await asyncio.gather(*(ac.set(k, k[::-1]) for k in keys)) == [None] * len(keys)
+        got = await asyncio.gather(*(ac.get(k) for k in keys))
+        assert got == [k[::-1] for k in keys]
+        assert await ac.get("py:aio:absent") is None
+        assert await ac.mget([keys[0], b"py:aio:absent"]) == [keys[0][::-1], None]
+        await ac.mset({"py:aio:m1": "1", "py:aio:m2": "2"})
+        assert await ac.mget(["py:aio:m1", "py:aio:m2"]) == [b"1", b"2"]
+        await ac.delete("py:aio:n")
+        assert await ac.incr("py:aio:n") == 1
+        assert await ac.incr("py:aio:n", 9) == 10
+        await ac.delete(keys[0])
+        assert await ac.get(keys[0]) is None
+        await ac.set("py:aio:ttl", "v", px=60_000)
+        assert await ac.get("py:aio:ttl") == b"v"
+        await ac.refresh_map()
+        await ac.memgest_create("py-aio", "rep:2")
+        await ac.set("py:aio:mg", "v", memgest="py-aio")
+        kind = (await ac.memgest_command("KEY", "py:aio:mg"))[0]
+        assert kind == b"py-aio" or kind == "py-aio"
+        rows = await ac.memgest_command("LIST")
+        assert any(r[0] in (b"py-aio", "py-aio") for r in rows)
+
+    asyncio.run(main())
+    # The sync client sees what the async one wrote.
+    assert ringlet.Cluster(cluster_seeds).get(keys[1]) == keys[1][::-1]
+
+
+def test_async_cluster_errors_and_cancellation(cluster_seeds):
+    import asyncio
+
+    ac = ringlet.AsyncCluster(cluster_seeds)
+    with pytest.raises(RuntimeError):
+        ac.get("k")  # no running event loop
+
+    async def main():
+        await ac.set("py:aio:text", "abc")
+        with pytest.raises(ringlet.ServerError):
+            await ac.incr("py:aio:text")
+        with pytest.raises(ringlet.TooLargeError):
+            await ac.get(b"k" * (64 * 1024 + 1))
+        with pytest.raises(TypeError):
+            ac.set("k", 3)
+        with pytest.raises(ringlet.ConfigError):
+            ac.memgest_create("py-aio-bad", "raid5")
+        # A cancelled awaitable: the loop goes on, later calls are answered.
+        t = asyncio.ensure_future(ac.get("py:aio:text"))
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        assert await ac.get("py:aio:text") == b"abc"
+
+    asyncio.run(main())
+
+
 def test_exception_classes_derive_from_ringlet_error():
     for e in [ringlet.ConfigError, ringlet.ConnectionError, ringlet.TimeoutError,
               ringlet.ServerError, ringlet.ClusterMapError, ringlet.ProtocolError,

@@ -11,6 +11,7 @@ during I/O. Errors are ``ringlet.RingletError`` subclasses.
 """
 
 from ringlet._ringlet import (
+    AsyncCluster,
     Cluster,
     ClusterMapError,
     ConfigError,
@@ -26,6 +27,7 @@ from ringlet._ringlet import (
 )
 
 __all__ = [
+    "AsyncCluster",
     "Cluster",
     "ClusterMapError",
     "ConfigError",

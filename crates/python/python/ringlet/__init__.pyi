@@ -1,6 +1,6 @@
 """Type stubs of the ``ringlet`` package (implemented in Rust: crates/python/src)."""
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict, Union
+from typing import Any, Awaitable, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict, Union
 
 __version__: str
 
@@ -114,6 +114,42 @@ class Cluster:
         """The ``MEMGEST INFO`` report of one memgest or of all."""
     def memgest_command(self, *args: Union[bytes, str]) -> Any:
         """``MEMGEST *args``; the reply as Python values. A refusal raises ``ServerError``."""
+
+class AsyncCluster:
+    """An asyncio client of a running Ringlet cluster: the methods of :class:`Cluster` as
+    awaitables (``await c.get(k)``), completed on the event loop that awaits them. The
+    constructor takes :class:`Cluster`'s arguments and connects before it returns (blocking,
+    GIL released). Cancelling an awaitable does not recall a request already sent."""
+
+    def __init__(
+        self,
+        seeds: List[str],
+        quorum_reads: bool = False,
+        timeout: Optional[float] = None,
+        tls_ca_file: Optional[str] = None,
+    ) -> None: ...
+    def get(self, key: Key) -> Awaitable[Optional[bytes]]: ...
+    def set(
+        self,
+        key: Key,
+        value: Value,
+        memgest: Optional[str] = None,
+        ex: Optional[float] = None,
+        px: Optional[int] = None,
+    ) -> Awaitable[None]: ...
+    def incr(self, key: Key, amount: int = 1) -> Awaitable[int]: ...
+    def delete(self, key: Key) -> Awaitable[None]: ...
+    def mget(self, keys: Iterable[Key]) -> Awaitable[List[Optional[bytes]]]: ...
+    def mset(self, mapping: Mapping[Key, Value]) -> Awaitable[None]: ...
+    def epoch(self) -> int:
+        """The epoch of the cached cluster map (no I/O, not awaitable)."""
+    def refresh_map(self) -> Awaitable[None]: ...
+    def memgest_create(self, name: str, kind: str) -> Awaitable[None]: ...
+    def memgest_drop(self, name: str) -> Awaitable[None]: ...
+    def memgest_default(self, name: str) -> Awaitable[None]: ...
+    def memgest_move(self, key: Key, name: str) -> Awaitable[None]: ...
+    def memgest_command(self, *args: Union[bytes, str]) -> Awaitable[Any]:
+        """``MEMGEST *args`` (``"KEY"``, ``"LIST"``, ``"INFO"``, ...)."""
 
 class Pipeline:
     """A batch of commands from :meth:`Cluster.pipeline`: queue with ``get``, ``mget``,
