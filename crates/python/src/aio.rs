@@ -30,6 +30,7 @@ use ringlet_types::MemgestKind;
 
 use crate::cluster::{bytes_of, reply_to_py, Cluster};
 use crate::error::{to_py, ConfigError};
+use crate::pipeline::{op_name, results_to_py, Pipeline};
 
 /// Set `fut`'s result (`ok`) or exception, unless it is already done (cancelled).
 #[pyfunction]
@@ -242,6 +243,17 @@ impl AsyncCluster {
         )
     }
 
+    /// A pipeline whose ``execute()`` is awaitable (see :class:`AsyncPipeline`).
+    fn pipeline<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, AsyncPipeline>> {
+        let base = Pipeline::new(slf.get().cluster.clone_ref(slf.py()));
+        Bound::new(
+            slf.py(),
+            PyClassInitializer::from(base).add_subclass(AsyncPipeline {
+                owner: slf.clone().unbind(),
+            }),
+        )
+    }
+
     /// The epoch of the cached cluster map (not awaitable: no I/O).
     fn epoch(&self) -> u64 {
         self.cluster.get().client.epoch().0
@@ -306,6 +318,34 @@ impl AsyncCluster {
             py,
             async move { c.memgest_command(&argv).await },
             reply_to_py,
+        )
+    }
+}
+
+/// :class:`Pipeline` of an :class:`AsyncCluster`: queue commands as on a ``Pipeline``, then
+/// ``await p.execute()``.
+#[pyclass(module = "ringlet", frozen, extends = Pipeline)]
+pub struct AsyncPipeline {
+    owner: Py<AsyncCluster>,
+}
+
+#[pymethods]
+impl AsyncPipeline {
+    /// Awaitable: send every queued command; the results as :meth:`Pipeline.execute` gives
+    /// them (the pipeline is emptied at once, when called).
+    #[pyo3(signature = (raise_on_error = true))]
+    fn execute<'py>(slf: &Bound<'py, Self>, raise_on_error: bool) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let ops = slf.as_super().get().queue().take();
+        let names: Vec<&'static str> = ops.iter().map(op_name).collect();
+        let owner = slf.get().owner.get();
+        let c = owner.client();
+        owner.spawn(
+            py,
+            async move { Ok(ringlet_client::pipeline::execute(&c, ops).await) },
+            move |py, results| {
+                results_to_py(py, &names, results, raise_on_error).map(Bound::into_any)
+            },
         )
     }
 }

@@ -41,6 +41,7 @@ fn _ringlet(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<shm::ShmReader>()?;
     m.add_class::<pipeline::Pipeline>()?;
     m.add_class::<aio::AsyncCluster>()?;
+    m.add_class::<aio::AsyncPipeline>()?;
     error::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

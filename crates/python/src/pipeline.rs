@@ -29,7 +29,7 @@ use crate::error::to_py;
 ///
 /// Arguments that cannot be sent (wrong types, keys or values past the limits, an unknown
 /// memgest) raise at once, when queued.
-#[pyclass(module = "ringlet", frozen)]
+#[pyclass(module = "ringlet", frozen, subclass)]
 pub struct Pipeline {
     cluster: Py<Cluster>,
     queue: Mutex<ringlet_client::Pipeline>,
@@ -45,7 +45,7 @@ impl Pipeline {
 
     /// The queue. Only ever locked with the GIL held and never across a detach, so the GIL
     /// serialises it and the lock is never contended.
-    fn queue(&self) -> std::sync::MutexGuard<'_, ringlet_client::Pipeline> {
+    pub(crate) fn queue(&self) -> std::sync::MutexGuard<'_, ringlet_client::Pipeline> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -56,7 +56,7 @@ impl Pipeline {
     }
 }
 
-fn op_name(op: &PipelineOp) -> &'static str {
+pub(crate) fn op_name(op: &PipelineOp) -> &'static str {
     match op {
         PipelineOp::Get(_) => "GET",
         PipelineOp::Mget(_) => "MGET",
@@ -84,6 +84,42 @@ fn reply_to_py<'py>(py: Python<'py>, r: PipelineReply) -> PyResult<Bound<'py, Py
         }
         PipelineReply::Int(n) => n.into_pyobject(py)?.into_any(),
     })
+}
+
+/// The results of `execute` as a Python list; with `raise_on_error`, the first failure is
+/// raised instead (after every command ran). `names[i]` is command `i`'s name.
+pub(crate) fn results_to_py<'py>(
+    py: Python<'py>,
+    names: &[&'static str],
+    results: Vec<Result<PipelineReply, ringlet_client::Error>>,
+    raise_on_error: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let mut first_err: Option<PyErr> = None;
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(reply) => out.append(reply_to_py(py, reply)?)?,
+            Err(e) => {
+                let err = to_py(py, e);
+                let text = format!(
+                    "Command # {} ({}) of pipeline caused error: {}",
+                    i + 1,
+                    names.get(i).copied().unwrap_or("?"),
+                    err.value(py)
+                );
+                // `args` is what str(exc) shows; setting it fails only without memory.
+                let _ = err.value(py).setattr("args", (text,));
+                out.append(err.value(py))?;
+                if first_err.is_none() {
+                    first_err = Some(err);
+                }
+            }
+        }
+    }
+    match first_err {
+        Some(e) if raise_on_error => Err(e),
+        _ => Ok(out),
+    }
 }
 
 #[pymethods]
@@ -187,31 +223,6 @@ impl Pipeline {
                 .rt
                 .block_on(ringlet_client::pipeline::execute(&cluster.client, ops))
         });
-        let out = PyList::empty(py);
-        let mut first_err: Option<PyErr> = None;
-        for (i, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(reply) => out.append(reply_to_py(py, reply)?)?,
-                Err(e) => {
-                    let err = to_py(py, e);
-                    let text = format!(
-                        "Command # {} ({}) of pipeline caused error: {}",
-                        i + 1,
-                        names.get(i).copied().unwrap_or("?"),
-                        err.value(py)
-                    );
-                    // `args` is what str(exc) shows; setting it fails only without memory.
-                    let _ = err.value(py).setattr("args", (text,));
-                    out.append(err.value(py))?;
-                    if first_err.is_none() {
-                        first_err = Some(err);
-                    }
-                }
-            }
-        }
-        match first_err {
-            Some(e) if raise_on_error => Err(e),
-            _ => Ok(out),
-        }
+        results_to_py(py, &names, results, raise_on_error)
     }
 }

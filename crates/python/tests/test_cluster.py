@@ -423,6 +423,30 @@ def test_async_cluster_errors_and_cancellation(cluster_seeds):
     asyncio.run(main())
 
 
+def test_async_pipeline(cluster_seeds):
+    import asyncio
+
+    ac = ringlet.AsyncCluster(cluster_seeds)
+
+    async def main():
+        p = ac.pipeline()
+        assert isinstance(p, ringlet.AsyncPipeline) and isinstance(p, ringlet.Pipeline)
+        keys = [f"py:apipe:{i}" for i in range(100)]
+        for k in keys:
+            p.set(k, k)
+        assert await p.execute() == [None] * len(keys)
+        assert len(p) == 0
+        await ac.delete("py:apipe:text")
+        got = await ac.pipeline().get(keys[0]).mget(keys[1:3]).incr("py:apipe:text").execute(
+            raise_on_error=False)
+        assert got == [keys[0].encode(), [keys[1].encode(), keys[2].encode()], 1]
+        await ac.set("py:apipe:text", "abc")
+        with pytest.raises(ringlet.ServerError, match="Command # 2 .INCRBY."):
+            await ac.pipeline().get(keys[0]).incr("py:apipe:text").execute()
+
+    asyncio.run(main())
+
+
 def test_exception_classes_derive_from_ringlet_error():
     for e in [ringlet.ConfigError, ringlet.ConnectionError, ringlet.TimeoutError,
               ringlet.ServerError, ringlet.ClusterMapError, ringlet.ProtocolError,

@@ -12,6 +12,7 @@ during I/O. Errors are ``ringlet.RingletError`` subclasses.
 
 from ringlet._ringlet import (
     AsyncCluster,
+    AsyncPipeline,
     Cluster,
     ClusterMapError,
     ConfigError,
@@ -28,6 +29,7 @@ from ringlet._ringlet import (
 
 __all__ = [
     "AsyncCluster",
+    "AsyncPipeline",
     "Cluster",
     "ClusterMapError",
     "ConfigError",

@@ -150,6 +150,8 @@ class AsyncCluster:
     def memgest_move(self, key: Key, name: str) -> Awaitable[None]: ...
     def memgest_command(self, *args: Union[bytes, str]) -> Awaitable[Any]:
         """``MEMGEST *args`` (``"KEY"``, ``"LIST"``, ``"INFO"``, ...)."""
+    def pipeline(self) -> "AsyncPipeline":
+        """An :class:`AsyncPipeline` on this cluster."""
 
 class Pipeline:
     """A batch of commands from :meth:`Cluster.pipeline`: queue with ``get``, ``mget``,
@@ -181,6 +183,13 @@ class Pipeline:
     def __len__(self) -> int: ...
     def __enter__(self) -> "Pipeline": ...
     def __exit__(self, *exc: Any) -> bool: ...
+
+class AsyncPipeline(Pipeline):
+    """The :class:`Pipeline` of an :class:`AsyncCluster`: queue as on a ``Pipeline``, then
+    ``await p.execute()`` (the queue is emptied when ``execute`` is called)."""
+
+    def execute(self, raise_on_error: bool = True) -> Awaitable[List[Any]]:  # type: ignore[override]
+        ...
 
 class ShmReader:
     """A one-sided reader of a Ringlet node on this host (``ringlet server --shm-socket
