@@ -71,4 +71,5 @@ profile=()
 # 5. The tests, from outside the source tree so `import ringlet` finds the installed wheel.
 echo "== pytest crates/python/tests (RINGLET_BIN=$RINGLET_BIN)"
 cd "$here/tests"
-exec "$py" -m pytest -q -p no:cacheprovider "$@" .
+# An exception Python could not raise (e.g. in a finaliser) fails the run, not a warning.
+exec "$py" -m pytest -q -p no:cacheprovider -W error::pytest.PytestUnraisableExceptionWarning "$@" .

@@ -47,9 +47,37 @@ use crate::error::{server_error, to_py, ConfigError, ProtocolError};
 ///     ClusterMapError: no seed answered with a map of a bootstrapped cluster in time.
 #[pyclass(module = "ringlet", frozen)]
 pub struct Cluster {
-    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) rt: ClientRuntime,
     pub(crate) client: ClusterClient,
     seeds: Vec<String>,
+}
+
+/// The client's tokio runtime, shut down without waiting for its worker when dropped.
+///
+/// Why not tokio's blocking drop: the last reference to a `Cluster` can go away (1) on the
+/// runtime's own worker, when an `AsyncCluster` task releases a Python object that was the
+/// last to hold it (an exception whose traceback holds the coroutine's frame), where a
+/// blocking drop panics; and (2) on a Python thread holding the GIL while the worker waits
+/// for the GIL to hand back a result, where a blocking drop would deadlock. Shutting down
+/// in the background cancels what is in flight; the worker exits after its current poll.
+pub(crate) struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for ClientRuntime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        // Always Some until drop: the Option exists only so that drop can move it out.
+        self.0
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("runtime used after drop"))
+    }
+}
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// `obj` as bytes: `bytes` as is, `str` encoded as UTF-8. `what` names the argument.
@@ -219,7 +247,11 @@ impl Cluster {
             py.detach(|| rt.block_on(ClusterClient::connect(&refs, cfg)))
                 .map_err(|e| to_py(py, e))?
         };
-        Ok(Cluster { rt, client, seeds })
+        Ok(Cluster {
+            rt: ClientRuntime(Some(rt)),
+            client,
+            seeds,
+        })
     }
 
     pub(crate) fn __repr__(&self) -> String {
