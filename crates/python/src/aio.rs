@@ -28,7 +28,9 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use ringlet_client::Error;
 use ringlet_types::MemgestKind;
 
-use crate::cluster::{bytes_of, reply_to_py, Cluster};
+use crate::cluster::{
+    bytes_of, memgest_info_of, memgest_key_of, memgest_rows_of, reply_to_py, Cluster,
+};
 use crate::error::{to_py, ConfigError};
 use crate::pipeline::{op_name, results_to_py, Pipeline};
 
@@ -301,8 +303,51 @@ impl AsyncCluster {
         self.spawn(py, async move { c.memgest_move(&key, &name).await }, none)
     }
 
-    /// Awaitable: ``MEMGEST *args``, the reply as :meth:`Cluster.memgest_command` gives it
-    /// (``memgest_key``/``list``/``info`` are this with ``"KEY"``/``"LIST"``/``"INFO"``).
+    /// Awaitable: ``(memgest name, kind, version)`` of ``key``, or ``None``.
+    fn memgest_key<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = bytes_of(key, "key")?;
+        let c = self.client();
+        self.spawn(py, async move { c.memgest_key(&key).await }, |py, v| {
+            memgest_key_of(v)?.into_pyobject(py).map(Bound::into_any)
+        })
+    }
+
+    /// Awaitable: every memgest, as :meth:`Cluster.memgest_list` gives them.
+    fn memgest_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.client();
+        self.spawn(
+            py,
+            async move { c.memgest_command(&[b"LIST"]).await },
+            |py, r| memgest_rows_of(py, r).map(Bound::into_any),
+        )
+    }
+
+    /// Awaitable: the ``MEMGEST INFO`` report of one memgest or of all.
+    #[pyo3(signature = (name = None))]
+    fn memgest_info<'py>(
+        &self,
+        py: Python<'py>,
+        name: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.client();
+        self.spawn(
+            py,
+            async move {
+                let mut args: Vec<&[u8]> = vec![b"INFO"];
+                if let Some(n) = &name {
+                    args.push(n.as_bytes());
+                }
+                c.memgest_command(&args).await
+            },
+            |py, r| Ok(PyString::new(py, &memgest_info_of(py, r)?).into_any()),
+        )
+    }
+
+    /// Awaitable: ``MEMGEST *args``, the reply as :meth:`Cluster.memgest_command` gives it.
     #[pyo3(signature = (*args))]
     fn memgest_command<'py>(
         &self,

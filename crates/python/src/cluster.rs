@@ -141,6 +141,78 @@ pub(crate) fn reply_to_py<'py>(py: Python<'py>, r: Reply) -> PyResult<Bound<'py,
     })
 }
 
+/// `MEMGEST KEY`'s fields as `(name, kind, version)`.
+pub(crate) fn memgest_key_of(v: Option<Vec<String>>) -> PyResult<Option<(String, String, String)>> {
+    match v {
+        None => Ok(None),
+        Some(v) => match <[String; 3]>::try_from(v) {
+            Ok([name, kind, version]) => Ok(Some((name, kind, version))),
+            Err(v) => Err(ProtocolError::new_err(format!(
+                "MEMGEST KEY: expected [name, kind, version], got {v:?}"
+            ))),
+        },
+    }
+}
+
+/// `MEMGEST LIST`'s reply as a list of dicts (see `Cluster.memgest_list`).
+pub(crate) fn memgest_rows_of(py: Python<'_>, reply: Reply) -> PyResult<Bound<'_, PyList>> {
+    let bad = |r: &Reply| ProtocolError::new_err(format!("MEMGEST LIST: {r:?}"));
+    let rows = match reply {
+        Reply::Array(rows) => rows,
+        Reply::Error(m) => {
+            return Err(server_error(
+                py,
+                "BAD_REQUEST",
+                &String::from_utf8_lossy(&m),
+            ))
+        }
+        other => return Err(bad(&other)),
+    };
+    let out = PyList::empty(py);
+    for row in rows {
+        let Reply::Array(f) = &row else {
+            return Err(bad(&row));
+        };
+        let (
+            Some(name),
+            Some(kind),
+            Some(Reply::Integer(default)),
+            Some(Reply::Integer(keys)),
+            Some(Reply::Integer(closing)),
+        ) = (
+            f.first().and_then(text_of),
+            f.get(1).and_then(text_of),
+            f.get(2),
+            f.get(3),
+            f.get(4),
+        )
+        else {
+            return Err(bad(&row));
+        };
+        let d = PyDict::new(py);
+        d.set_item("name", name)?;
+        d.set_item("kind", kind)?;
+        d.set_item("default", *default != 0)?;
+        d.set_item("keys", *keys)?;
+        d.set_item("closing", *closing != 0)?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+/// `MEMGEST INFO`'s report text.
+pub(crate) fn memgest_info_of(py: Python<'_>, reply: Reply) -> PyResult<String> {
+    match reply {
+        Reply::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Reply::Error(m) => Err(server_error(
+            py,
+            "BAD_REQUEST",
+            &String::from_utf8_lossy(&m),
+        )),
+        other => Err(ProtocolError::new_err(format!("MEMGEST INFO: {other:?}"))),
+    }
+}
+
 impl Cluster {
     /// Run `fut` on the runtime with the GIL released; a client error becomes its exception.
     fn run<T, F>(&self, py: Python<'_>, fut: F) -> PyResult<T>
@@ -427,15 +499,7 @@ impl Cluster {
         key: &Bound<'_, PyAny>,
     ) -> PyResult<Option<(String, String, String)>> {
         let key = bytes_of(key, "key")?;
-        match self.run(py, self.client.memgest_key(&key))? {
-            None => Ok(None),
-            Some(v) => match <[String; 3]>::try_from(v) {
-                Ok([name, kind, version]) => Ok(Some((name, kind, version))),
-                Err(v) => Err(ProtocolError::new_err(format!(
-                    "MEMGEST KEY: expected [name, kind, version], got {v:?}"
-                ))),
-            },
-        }
+        memgest_key_of(self.run(py, self.client.memgest_key(&key))?)
     }
 
     /// Every memgest of the cluster: a list of dicts with ``name`` (str), ``kind`` (str,
@@ -443,48 +507,7 @@ impl Cluster {
     /// dropped).
     fn memgest_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let reply = self.run(py, self.client.memgest_command(&[b"LIST"]))?;
-        let bad = |r: &Reply| ProtocolError::new_err(format!("MEMGEST LIST: {r:?}"));
-        let rows = match reply {
-            Reply::Array(rows) => rows,
-            Reply::Error(m) => {
-                return Err(server_error(
-                    py,
-                    "BAD_REQUEST",
-                    &String::from_utf8_lossy(&m),
-                ))
-            }
-            other => return Err(bad(&other)),
-        };
-        let out = PyList::empty(py);
-        for row in rows {
-            let Reply::Array(f) = &row else {
-                return Err(bad(&row));
-            };
-            let (
-                Some(name),
-                Some(kind),
-                Some(Reply::Integer(default)),
-                Some(Reply::Integer(keys)),
-                Some(Reply::Integer(closing)),
-            ) = (
-                f.first().and_then(text_of),
-                f.get(1).and_then(text_of),
-                f.get(2),
-                f.get(3),
-                f.get(4),
-            )
-            else {
-                return Err(bad(&row));
-            };
-            let d = PyDict::new(py);
-            d.set_item("name", name)?;
-            d.set_item("kind", kind)?;
-            d.set_item("default", *default != 0)?;
-            d.set_item("keys", *keys)?;
-            d.set_item("closing", *closing != 0)?;
-            out.append(d)?;
-        }
-        Ok(out)
+        memgest_rows_of(py, reply)
     }
 
     /// ``MEMGEST INFO [name]``: the report text (keys, bytes, failures tolerated, Ring's
@@ -495,15 +518,7 @@ impl Cluster {
         if let Some(n) = name {
             args.push(n.as_bytes());
         }
-        match self.run(py, self.client.memgest_command(&args))? {
-            Reply::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-            Reply::Error(m) => Err(server_error(
-                py,
-                "BAD_REQUEST",
-                &String::from_utf8_lossy(&m),
-            )),
-            other => Err(ProtocolError::new_err(format!("MEMGEST INFO: {other:?}"))),
-        }
+        memgest_info_of(py, self.run(py, self.client.memgest_command(&args))?)
     }
 
     /// ``MEMGEST *args`` as sent (``bytes`` or ``str`` each); the reply as Python values

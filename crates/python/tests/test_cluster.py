@@ -386,10 +386,12 @@ def test_async_cluster_methods_are_awaitables(cluster_seeds):
         await ac.refresh_map()
         await ac.memgest_create("py-aio", "rep:2")
         await ac.set("py:aio:mg", "v", memgest="py-aio")
-        kind = (await ac.memgest_command("KEY", "py:aio:mg"))[0]
-        assert kind == b"py-aio" or kind == "py-aio"
-        rows = await ac.memgest_command("LIST")
-        assert any(r[0] in (b"py-aio", "py-aio") for r in rows)
+        assert (await ac.memgest_key("py:aio:mg"))[:2] == ("py-aio", "rep:2")
+        assert await ac.memgest_key("py:aio:absent") is None
+        rows = {r["name"]: r for r in await ac.memgest_list()}
+        assert rows["py-aio"]["kind"] == "rep:2"
+        assert "py-aio" in await ac.memgest_info("py-aio")
+        assert isinstance(await ac.memgest_command("LIST"), list)
 
     asyncio.run(main())
     # The sync client sees what the async one wrote.
