@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the `ringlet` Python package (PyO3 + maturin, abi3) into a venv and runs its tests
-# (tests/test_cluster.py) against a real cluster started from RINGLET_BIN.
+# (tests/test_*.py) against a real cluster and a real shared-memory node started from
+# RINGLET_BIN.
 #
 #   RINGLET_BIN=/path/to/ringlet crates/python/build_and_test.sh [pytest args...]
 #
@@ -33,14 +34,16 @@ if ! command -v openssl >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssl >/dev/null
 fi
 
-# 2. The venv, with maturin and pytest.
+# 2. The venv, with maturin, pytest and redis-py.
 venv="${RINGLET_PY_VENV:-$here/.venv}"
 if [ ! -x "$venv/bin/python" ]; then
   echo "== python venv at $venv"
   "$PYTHON" -m venv "$venv"
 fi
 py="$venv/bin/python"
-"$py" -c 'import maturin, pytest' 2>/dev/null || "$py" -m pip install -q 'maturin>=1.16,<2' pytest
+# redis-py writes through the RESP port in test_shm.py (and is the benchmark's baseline).
+"$py" -c 'import maturin, pytest, redis' 2>/dev/null \
+  || "$py" -m pip install -q 'maturin>=1.16,<2' pytest redis
 
 # 3. The cluster binary the tests start.
 if [ -z "${RINGLET_BIN:-}" ]; then
@@ -68,4 +71,5 @@ profile=()
 # 5. The tests, from outside the source tree so `import ringlet` finds the installed wheel.
 echo "== pytest crates/python/tests (RINGLET_BIN=$RINGLET_BIN)"
 cd "$here/tests"
-exec "$py" -m pytest -q -p no:cacheprovider "$@" .
+# An exception Python could not raise (e.g. in a finaliser) fails the run, not a warning.
+exec "$py" -m pytest -q -p no:cacheprovider -W error::pytest.PytestUnraisableExceptionWarning "$@" .

@@ -28,6 +28,8 @@
 //! Modules:
 //! - [`client`]: [`Client`] (one node, MOVED-learned routes), results and [`SetOptions`];
 //! - [`cluster`]: [`ClusterClient`], [`ClusterConfig`], [`ReadMode`];
+//! - [`pipeline`]: [`Pipeline`]: queued GET/MGET/SET/DEL/INCRBY run at once on a
+//!   [`ClusterClient`], one result per command;
 //! - `quorum`: the quorum-read decision rule;
 //! - `conn`: one pipelined connection (reader and writer tasks, pending table);
 //! - `retry`: backoff jitter and the retry budget;
@@ -41,6 +43,7 @@ pub mod cluster;
 pub mod config;
 mod conn;
 pub mod error;
+pub mod pipeline;
 mod quorum;
 mod retry;
 pub mod tls;
@@ -51,6 +54,7 @@ pub use cluster::{BlockingClusterClient, ClusterClient, ClusterConfig, ClusterSt
 pub use config::ClientConfig;
 pub use conn::MgetEntry;
 pub use error::Error;
+pub use pipeline::{Pipeline, PipelineOp, PipelineReply, PIPELINE_COMMANDS_MAX};
 pub use ringlet_codec::native::{SetCond, Status};
 pub use ringlet_shm::{ReaderStats as ShmReaderStats, ShmError, ShmReader, ShmReaderConfig};
 pub use tls::ClientTls;

@@ -458,3 +458,87 @@ async fn memgest_management_over_native_frames() {
     let e = client.memgest_move(b"mg:0", "nope").await.unwrap_err();
     assert!(e.to_string().to_lowercase().contains("nope"), "{e}");
 }
+
+/// `ringlet_client::Pipeline` on a real cluster: 200 SETs over many slots in one wave, then
+/// GETs and an MGET of them in one batch; commands on one key keep their order inside one
+/// pipeline (SET then GET, two INCRBYs, DEL then GET); a failing INCRBY is that command's
+/// error while the others succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_results_in_order_with_per_command_errors() {
+    use ringlet_client::{Error, Pipeline, PipelineOp, PipelineReply};
+    let c = start().await;
+    let seed = c.addrs[0].to_string();
+    let client = ClusterClient::connect(&[&seed], cfg(ReadMode::Coordinator))
+        .await
+        .unwrap();
+    let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("pipe:{i}").into_bytes()).collect();
+    let mut p = Pipeline::new();
+    for k in &keys {
+        p.push(PipelineOp::Set {
+            key: k.clone(),
+            value: k.repeat(2),
+            opts: SetOptions::default(),
+        })
+        .unwrap();
+    }
+    let got = p.execute(&client).await;
+    assert!(p.is_empty());
+    assert_eq!(got.len(), keys.len());
+    for r in got {
+        assert_eq!(r.unwrap(), PipelineReply::Set(SetOutcome::Stored));
+    }
+    for k in &keys {
+        p.push(PipelineOp::Get(k.clone())).unwrap();
+    }
+    p.push(PipelineOp::Mget(vec![
+        keys[0].clone(),
+        b"pipe:absent".to_vec(),
+    ]))
+    .unwrap();
+    let got = p.execute(&client).await;
+    for (k, r) in keys.iter().zip(&got) {
+        assert_eq!(r, &Ok(PipelineReply::Value(Some(k.repeat(2).into()))));
+    }
+    assert_eq!(
+        got.last().unwrap(),
+        &Ok(PipelineReply::Values(vec![
+            Some(keys[0].repeat(2).into()),
+            None
+        ]))
+    );
+
+    // Order on one key, and a per-command error.
+    let ops = vec![
+        PipelineOp::Set {
+            key: b"pipe:o".to_vec(),
+            value: b"text".to_vec(),
+            opts: SetOptions::default(),
+        },
+        PipelineOp::Get(b"pipe:o".to_vec()),
+        PipelineOp::IncrBy {
+            key: b"pipe:o".to_vec(),
+            delta: 1,
+        },
+        PipelineOp::IncrBy {
+            key: b"pipe:n".to_vec(),
+            delta: 2,
+        },
+        PipelineOp::IncrBy {
+            key: b"pipe:n".to_vec(),
+            delta: 3,
+        },
+        PipelineOp::Del(b"pipe:o".to_vec()),
+        PipelineOp::Get(b"pipe:o".to_vec()),
+    ];
+    let got = ringlet_client::pipeline::execute(&client, ops).await;
+    assert_eq!(got[0], Ok(PipelineReply::Set(SetOutcome::Stored)));
+    assert_eq!(
+        got[1],
+        Ok(PipelineReply::Value(Some(b"text".to_vec().into())))
+    );
+    assert!(matches!(got[2], Err(Error::Server { .. })), "{:?}", got[2]);
+    assert_eq!(got[3], Ok(PipelineReply::Int(2)));
+    assert_eq!(got[4], Ok(PipelineReply::Int(5)));
+    assert_eq!(got[5], Ok(PipelineReply::Deleted));
+    assert_eq!(got[6], Ok(PipelineReply::Value(None)));
+}

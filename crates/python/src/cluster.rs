@@ -47,13 +47,41 @@ use crate::error::{server_error, to_py, ConfigError, ProtocolError};
 ///     ClusterMapError: no seed answered with a map of a bootstrapped cluster in time.
 #[pyclass(module = "ringlet", frozen)]
 pub struct Cluster {
-    rt: tokio::runtime::Runtime,
-    client: ClusterClient,
+    pub(crate) rt: ClientRuntime,
+    pub(crate) client: ClusterClient,
     seeds: Vec<String>,
 }
 
+/// The client's tokio runtime, shut down without waiting for its worker when dropped.
+///
+/// Why not tokio's blocking drop: the last reference to a `Cluster` can go away (1) on the
+/// runtime's own worker, when an `AsyncCluster` task releases a Python object that was the
+/// last to hold it (an exception whose traceback holds the coroutine's frame), where a
+/// blocking drop panics; and (2) on a Python thread holding the GIL while the worker waits
+/// for the GIL to hand back a result, where a blocking drop would deadlock. Shutting down
+/// in the background cancels what is in flight; the worker exits after its current poll.
+pub(crate) struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for ClientRuntime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        // Always Some until drop: the Option exists only so that drop can move it out.
+        self.0
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("runtime used after drop"))
+    }
+}
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// `obj` as bytes: `bytes` as is, `str` encoded as UTF-8. `what` names the argument.
-fn bytes_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+pub(crate) fn bytes_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(b.as_bytes().to_vec());
     }
@@ -78,7 +106,7 @@ fn text_of(r: &Reply) -> Option<String> {
 /// integers as `int`, arrays and sets as `list`, maps as `dict`, nulls as `None`. An error
 /// reply raises `ServerError` with status `BAD_REQUEST`, as the Rust client's typed memgest
 /// calls do.
-fn reply_to_py<'py>(py: Python<'py>, r: Reply) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn reply_to_py<'py>(py: Python<'py>, r: Reply) -> PyResult<Bound<'py, PyAny>> {
     Ok(match r {
         Reply::Simple(b) | Reply::Verbatim { text: b, .. } => {
             PyString::new(py, &String::from_utf8_lossy(&b)).into_any()
@@ -113,6 +141,78 @@ fn reply_to_py<'py>(py: Python<'py>, r: Reply) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
+/// `MEMGEST KEY`'s fields as `(name, kind, version)`.
+pub(crate) fn memgest_key_of(v: Option<Vec<String>>) -> PyResult<Option<(String, String, String)>> {
+    match v {
+        None => Ok(None),
+        Some(v) => match <[String; 3]>::try_from(v) {
+            Ok([name, kind, version]) => Ok(Some((name, kind, version))),
+            Err(v) => Err(ProtocolError::new_err(format!(
+                "MEMGEST KEY: expected [name, kind, version], got {v:?}"
+            ))),
+        },
+    }
+}
+
+/// `MEMGEST LIST`'s reply as a list of dicts (see `Cluster.memgest_list`).
+pub(crate) fn memgest_rows_of(py: Python<'_>, reply: Reply) -> PyResult<Bound<'_, PyList>> {
+    let bad = |r: &Reply| ProtocolError::new_err(format!("MEMGEST LIST: {r:?}"));
+    let rows = match reply {
+        Reply::Array(rows) => rows,
+        Reply::Error(m) => {
+            return Err(server_error(
+                py,
+                "BAD_REQUEST",
+                &String::from_utf8_lossy(&m),
+            ))
+        }
+        other => return Err(bad(&other)),
+    };
+    let out = PyList::empty(py);
+    for row in rows {
+        let Reply::Array(f) = &row else {
+            return Err(bad(&row));
+        };
+        let (
+            Some(name),
+            Some(kind),
+            Some(Reply::Integer(default)),
+            Some(Reply::Integer(keys)),
+            Some(Reply::Integer(closing)),
+        ) = (
+            f.first().and_then(text_of),
+            f.get(1).and_then(text_of),
+            f.get(2),
+            f.get(3),
+            f.get(4),
+        )
+        else {
+            return Err(bad(&row));
+        };
+        let d = PyDict::new(py);
+        d.set_item("name", name)?;
+        d.set_item("kind", kind)?;
+        d.set_item("default", *default != 0)?;
+        d.set_item("keys", *keys)?;
+        d.set_item("closing", *closing != 0)?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+/// `MEMGEST INFO`'s report text.
+pub(crate) fn memgest_info_of(py: Python<'_>, reply: Reply) -> PyResult<String> {
+    match reply {
+        Reply::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Reply::Error(m) => Err(server_error(
+            py,
+            "BAD_REQUEST",
+            &String::from_utf8_lossy(&m),
+        )),
+        other => Err(ProtocolError::new_err(format!("MEMGEST INFO: {other:?}"))),
+    }
+}
+
 impl Cluster {
     /// Run `fut` on the runtime with the GIL released; a client error becomes its exception.
     fn run<T, F>(&self, py: Python<'_>, fut: F) -> PyResult<T>
@@ -137,13 +237,53 @@ impl Cluster {
             ))
         })
     }
+    /// The options of a SET with `memgest` (a name), `ex` (seconds) or `px` (milliseconds),
+    /// checked as redis-py's `set` checks them (shared by `Cluster.set` and pipelines).
+    pub(crate) fn set_options(
+        &self,
+        py: Python<'_>,
+        memgest: Option<&str>,
+        ex: Option<f64>,
+        px: Option<u64>,
+    ) -> PyResult<ringlet_client::SetOptions> {
+        let mut opts = ringlet_client::SetOptions::default();
+        if let Some(name) = memgest {
+            opts = opts.memgest(self.memgest_id(py, name)?);
+        }
+        let ttl_ms = match (ex, px) {
+            (Some(_), Some(_)) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "give ex or px, not both",
+                ))
+            }
+            // Whole milliseconds; NaN, infinities and anything not positive are refused.
+            (Some(s), None) if s.is_finite() && s * 1000.0 >= 1.0 && s * 1000.0 < 9.0e15 => {
+                Some((s * 1000.0) as u64)
+            }
+            (Some(_), None) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "ex must be a positive number of seconds",
+                ))
+            }
+            (None, Some(0)) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "px must be a positive number of milliseconds",
+                ))
+            }
+            (None, p) => p,
+        };
+        if let Some(ms) = ttl_ms {
+            opts = opts.ttl(std::time::Duration::from_millis(ms));
+        }
+        Ok(opts)
+    }
 }
 
 #[pymethods]
 impl Cluster {
     #[new]
     #[pyo3(signature = (seeds, quorum_reads = false, timeout = None, tls_ca_file = None))]
-    fn new(
+    pub(crate) fn new(
         py: Python<'_>,
         seeds: Vec<String>,
         quorum_reads: bool,
@@ -179,10 +319,14 @@ impl Cluster {
             py.detach(|| rt.block_on(ClusterClient::connect(&refs, cfg)))
                 .map_err(|e| to_py(py, e))?
         };
-        Ok(Cluster { rt, client, seeds })
+        Ok(Cluster {
+            rt: ClientRuntime(Some(rt)),
+            client,
+            seeds,
+        })
     }
 
-    fn __repr__(&self) -> String {
+    pub(crate) fn __repr__(&self) -> String {
         format!(
             "ringlet.Cluster(seeds={:?}, quorum_reads={}, epoch={})",
             self.seeds,
@@ -230,35 +374,7 @@ impl Cluster {
     ) -> PyResult<()> {
         let key = bytes_of(key, "key")?;
         let value = bytes_of(value, "value")?;
-        let mut opts = ringlet_client::SetOptions::default();
-        if let Some(name) = memgest {
-            opts = opts.memgest(self.memgest_id(py, name)?);
-        }
-        let ttl_ms = match (ex, px) {
-            (Some(_), Some(_)) => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "give ex or px, not both",
-                ))
-            }
-            // Whole milliseconds; NaN, infinities and anything not positive are refused.
-            (Some(s), None) if s.is_finite() && s * 1000.0 >= 1.0 && s * 1000.0 < 9.0e15 => {
-                Some((s * 1000.0) as u64)
-            }
-            (Some(_), None) => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "ex must be a positive number of seconds",
-                ))
-            }
-            (None, Some(0)) => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "px must be a positive number of milliseconds",
-                ))
-            }
-            (None, p) => p,
-        };
-        if let Some(ms) = ttl_ms {
-            opts = opts.ttl(std::time::Duration::from_millis(ms));
-        }
+        let opts = self.set_options(py, memgest, ex, px)?;
         self.run(py, self.client.set(&key, &value, opts))?;
         Ok(())
     }
@@ -326,6 +442,13 @@ impl Cluster {
         Ok(())
     }
 
+    /// A pipeline on this cluster: queue commands, then ``execute()`` sends them all at
+    /// once (one round trip per node for commands on distinct keys) and returns one result
+    /// per command, in order. See :class:`Pipeline`.
+    fn pipeline(slf: &Bound<'_, Self>) -> crate::pipeline::Pipeline {
+        crate::pipeline::Pipeline::new(slf.clone().unbind())
+    }
+
     /// The epoch of the cached cluster map (it grows with every map change).
     fn epoch(&self) -> u64 {
         self.client.epoch().0
@@ -376,15 +499,7 @@ impl Cluster {
         key: &Bound<'_, PyAny>,
     ) -> PyResult<Option<(String, String, String)>> {
         let key = bytes_of(key, "key")?;
-        match self.run(py, self.client.memgest_key(&key))? {
-            None => Ok(None),
-            Some(v) => match <[String; 3]>::try_from(v) {
-                Ok([name, kind, version]) => Ok(Some((name, kind, version))),
-                Err(v) => Err(ProtocolError::new_err(format!(
-                    "MEMGEST KEY: expected [name, kind, version], got {v:?}"
-                ))),
-            },
-        }
+        memgest_key_of(self.run(py, self.client.memgest_key(&key))?)
     }
 
     /// Every memgest of the cluster: a list of dicts with ``name`` (str), ``kind`` (str,
@@ -392,48 +507,7 @@ impl Cluster {
     /// dropped).
     fn memgest_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let reply = self.run(py, self.client.memgest_command(&[b"LIST"]))?;
-        let bad = |r: &Reply| ProtocolError::new_err(format!("MEMGEST LIST: {r:?}"));
-        let rows = match reply {
-            Reply::Array(rows) => rows,
-            Reply::Error(m) => {
-                return Err(server_error(
-                    py,
-                    "BAD_REQUEST",
-                    &String::from_utf8_lossy(&m),
-                ))
-            }
-            other => return Err(bad(&other)),
-        };
-        let out = PyList::empty(py);
-        for row in rows {
-            let Reply::Array(f) = &row else {
-                return Err(bad(&row));
-            };
-            let (
-                Some(name),
-                Some(kind),
-                Some(Reply::Integer(default)),
-                Some(Reply::Integer(keys)),
-                Some(Reply::Integer(closing)),
-            ) = (
-                f.first().and_then(text_of),
-                f.get(1).and_then(text_of),
-                f.get(2),
-                f.get(3),
-                f.get(4),
-            )
-            else {
-                return Err(bad(&row));
-            };
-            let d = PyDict::new(py);
-            d.set_item("name", name)?;
-            d.set_item("kind", kind)?;
-            d.set_item("default", *default != 0)?;
-            d.set_item("keys", *keys)?;
-            d.set_item("closing", *closing != 0)?;
-            out.append(d)?;
-        }
-        Ok(out)
+        memgest_rows_of(py, reply)
     }
 
     /// ``MEMGEST INFO [name]``: the report text (keys, bytes, failures tolerated, Ring's
@@ -444,15 +518,7 @@ impl Cluster {
         if let Some(n) = name {
             args.push(n.as_bytes());
         }
-        match self.run(py, self.client.memgest_command(&args))? {
-            Reply::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-            Reply::Error(m) => Err(server_error(
-                py,
-                "BAD_REQUEST",
-                &String::from_utf8_lossy(&m),
-            )),
-            other => Err(ProtocolError::new_err(format!("MEMGEST INFO: {other:?}"))),
-        }
+        memgest_info_of(py, self.run(py, self.client.memgest_command(&args))?)
     }
 
     /// ``MEMGEST *args`` as sent (``bytes`` or ``str`` each); the reply as Python values

@@ -282,6 +282,173 @@ def test_threads_share_one_cluster(c):
     assert errors == []
 
 
+def test_pipeline_sends_many_commands_and_returns_results_in_order(c):
+    keys = [f"py:pipe:{i}".encode() for i in range(300)]
+    p = c.pipeline()
+    for k in keys:
+        assert p.set(k, k[::-1]) is p  # chainable, as redis-py's
+    assert len(p) == len(keys)
+    assert p.execute() == [None] * len(keys)
+    assert len(p) == 0  # emptied by execute
+    for k in keys:
+        p.get(k)
+    p.get(b"py:pipe:absent").mget([keys[0], b"py:pipe:absent", keys[-1]])
+    got = p.execute()
+    assert got[: len(keys)] == [k[::-1] for k in keys]
+    assert got[len(keys)] is None
+    assert got[-1] == [keys[0][::-1], None, keys[-1][::-1]]
+    assert c.pipeline().execute() == []
+
+
+def test_pipeline_keeps_the_order_of_commands_on_one_key(c):
+    c.delete("py:pipe:n")
+    got = (
+        c.pipeline()
+        .set("py:pipe:o", "1").get("py:pipe:o")
+        .incr("py:pipe:n").incr("py:pipe:n", 5).get("py:pipe:n")
+        .mget(["py:pipe:o", "py:pipe:n"])
+        .delete("py:pipe:o").get("py:pipe:o")
+        .execute()
+    )
+    assert got == [None, b"1", 1, 6, b"6", [b"1", b"6"], None, None]
+
+
+def test_pipeline_set_options(c):
+    c.memgest_create("py-pipe", "rep:2")
+    p = c.pipeline().set("py:pipe:mg", "v", memgest="py-pipe").set("py:pipe:ttl", "v", px=60_000)
+    assert p.execute() == [None, None]
+    assert c.memgest_key("py:pipe:mg")[:2] == ("py-pipe", "rep:2")
+    assert c.get("py:pipe:ttl") == b"v"
+    with pytest.raises(ringlet.ConfigError):
+        c.pipeline().set("k", "v", memgest="py-no-such-memgest")
+    with pytest.raises(ValueError):
+        c.pipeline().set("k", "v", ex=0)
+
+
+def test_pipeline_errors_per_command(c):
+    c.set("py:pipe:text", "abc")
+    p = c.pipeline().set("py:pipe:e1", "x").incr("py:pipe:text").get("py:pipe:e1")
+    with pytest.raises(ringlet.ServerError) as e:
+        p.execute()
+    assert "Command # 2 (INCRBY) of pipeline caused error" in str(e.value)
+    assert e.value.status
+    assert len(p) == 0  # emptied even when it raised
+    got = c.pipeline().incr("py:pipe:text").get("py:pipe:e1").execute(raise_on_error=False)
+    assert isinstance(got[0], ringlet.ServerError)
+    assert "Command # 1 (INCRBY)" in str(got[0])
+    assert got[1] == b"x"
+    assert c.get("py:pipe:text") == b"abc"
+
+
+def test_pipeline_refuses_bad_arguments_when_queued(c):
+    p = c.pipeline()
+    with pytest.raises(ringlet.TooLargeError):
+        p.get(b"k" * (64 * 1024 + 1))
+    with pytest.raises(ringlet.TooLargeError):
+        p.mget([b"ok", b"k" * (64 * 1024 + 1)])
+    with pytest.raises(TypeError):
+        p.set("k", 3)
+    with pytest.raises(TypeError):
+        p.mget("one-key")
+    assert len(p) == 0
+    with c.pipeline() as p:
+        p.get("a").get("b")
+        assert len(p) == 2
+    assert len(p) == 0  # leaving the block drops what was not executed
+    p.get("a")
+    p.reset()
+    assert len(p) == 0 and "Pipeline" in repr(p)
+
+
+def test_async_cluster_methods_are_awaitables(cluster_seeds):
+    import asyncio
+
+    ac = ringlet.AsyncCluster(cluster_seeds)
+    assert "AsyncCluster" in repr(ac) and ac.epoch() > 0
+    keys = [f"py:aio:{i}".encode() for i in range(300)]
+
+    async def main():
+        # Hundreds in flight at once from one coroutine.
+        assert await asyncio.gather(*(ac.set(k, k[::-1]) for k in keys)) == [None] * len(keys)
+        got = await asyncio.gather(*(ac.get(k) for k in keys))
+        assert got == [k[::-1] for k in keys]
+        assert await ac.get("py:aio:absent") is None
+        assert await ac.mget([keys[0], b"py:aio:absent"]) == [keys[0][::-1], None]
+        await ac.mset({"py:aio:m1": "1", "py:aio:m2": "2"})
+        assert await ac.mget(["py:aio:m1", "py:aio:m2"]) == [b"1", b"2"]
+        await ac.delete("py:aio:n")
+        assert await ac.incr("py:aio:n") == 1
+        assert await ac.incr("py:aio:n", 9) == 10
+        await ac.delete(keys[0])
+        assert await ac.get(keys[0]) is None
+        await ac.set("py:aio:ttl", "v", px=60_000)
+        assert await ac.get("py:aio:ttl") == b"v"
+        await ac.refresh_map()
+        await ac.memgest_create("py-aio", "rep:2")
+        await ac.set("py:aio:mg", "v", memgest="py-aio")
+        assert (await ac.memgest_key("py:aio:mg"))[:2] == ("py-aio", "rep:2")
+        assert await ac.memgest_key("py:aio:absent") is None
+        rows = {r["name"]: r for r in await ac.memgest_list()}
+        assert rows["py-aio"]["kind"] == "rep:2"
+        assert "py-aio" in await ac.memgest_info("py-aio")
+        assert isinstance(await ac.memgest_command("LIST"), list)
+
+    asyncio.run(main())
+    # The sync client sees what the async one wrote.
+    assert ringlet.Cluster(cluster_seeds).get(keys[1]) == keys[1][::-1]
+
+
+def test_async_cluster_errors_and_cancellation(cluster_seeds):
+    import asyncio
+
+    ac = ringlet.AsyncCluster(cluster_seeds)
+    with pytest.raises(RuntimeError):
+        ac.get("k")  # no running event loop
+
+    async def main():
+        await ac.set("py:aio:text", "abc")
+        with pytest.raises(ringlet.ServerError):
+            await ac.incr("py:aio:text")
+        with pytest.raises(ringlet.TooLargeError):
+            await ac.get(b"k" * (64 * 1024 + 1))
+        with pytest.raises(TypeError):
+            ac.set("k", 3)
+        with pytest.raises(ringlet.ConfigError):
+            ac.memgest_create("py-aio-bad", "raid5")
+        # A cancelled awaitable: the loop goes on, later calls are answered.
+        t = asyncio.ensure_future(ac.get("py:aio:text"))
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        assert await ac.get("py:aio:text") == b"abc"
+
+    asyncio.run(main())
+
+
+def test_async_pipeline(cluster_seeds):
+    import asyncio
+
+    ac = ringlet.AsyncCluster(cluster_seeds)
+
+    async def main():
+        p = ac.pipeline()
+        assert isinstance(p, ringlet.AsyncPipeline) and isinstance(p, ringlet.Pipeline)
+        keys = [f"py:apipe:{i}" for i in range(100)]
+        for k in keys:
+            p.set(k, k)
+        assert await p.execute() == [None] * len(keys)
+        assert len(p) == 0
+        await ac.delete("py:apipe:text")
+        got = await ac.pipeline().get(keys[0]).mget(keys[1:3]).incr("py:apipe:text").execute(
+            raise_on_error=False)
+        assert got == [keys[0].encode(), [keys[1].encode(), keys[2].encode()], 1]
+        await ac.set("py:apipe:text", "abc")
+        with pytest.raises(ringlet.ServerError, match="Command # 2 .INCRBY."):
+            await ac.pipeline().get(keys[0]).incr("py:apipe:text").execute()
+
+    asyncio.run(main())
+
+
 def test_exception_classes_derive_from_ringlet_error():
     for e in [ringlet.ConfigError, ringlet.ConnectionError, ringlet.TimeoutError,
               ringlet.ServerError, ringlet.ClusterMapError, ringlet.ProtocolError,

@@ -1,6 +1,6 @@
 """Type stubs of the ``ringlet`` package (implemented in Rust: crates/python/src)."""
 
-from typing import Any, Iterable, List, Mapping, Optional, Tuple, TypedDict, Union
+from typing import Any, Awaitable, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict, Union
 
 __version__: str
 
@@ -91,6 +91,8 @@ class Cluster:
     def mset(self, mapping: Mapping[Key, Value]) -> None:
         """Store every pair (any slots) in the default memgest. Not atomic: on error,
         others may have been stored."""
+    def pipeline(self) -> Pipeline:
+        """A :class:`Pipeline` on this cluster."""
     def epoch(self) -> int:
         """The epoch of the cached cluster map."""
     def refresh_map(self) -> None:
@@ -112,5 +114,104 @@ class Cluster:
         """The ``MEMGEST INFO`` report of one memgest or of all."""
     def memgest_command(self, *args: Union[bytes, str]) -> Any:
         """``MEMGEST *args``; the reply as Python values. A refusal raises ``ServerError``."""
+
+class AsyncCluster:
+    """An asyncio client of a running Ringlet cluster: the methods of :class:`Cluster` as
+    awaitables (``await c.get(k)``), completed on the event loop that awaits them. The
+    constructor takes :class:`Cluster`'s arguments and connects before it returns (blocking,
+    GIL released). Cancelling an awaitable does not recall a request already sent."""
+
+    def __init__(
+        self,
+        seeds: List[str],
+        quorum_reads: bool = False,
+        timeout: Optional[float] = None,
+        tls_ca_file: Optional[str] = None,
+    ) -> None: ...
+    def get(self, key: Key) -> Awaitable[Optional[bytes]]: ...
+    def set(
+        self,
+        key: Key,
+        value: Value,
+        memgest: Optional[str] = None,
+        ex: Optional[float] = None,
+        px: Optional[int] = None,
+    ) -> Awaitable[None]: ...
+    def incr(self, key: Key, amount: int = 1) -> Awaitable[int]: ...
+    def delete(self, key: Key) -> Awaitable[None]: ...
+    def mget(self, keys: Iterable[Key]) -> Awaitable[List[Optional[bytes]]]: ...
+    def mset(self, mapping: Mapping[Key, Value]) -> Awaitable[None]: ...
+    def epoch(self) -> int:
+        """The epoch of the cached cluster map (no I/O, not awaitable)."""
+    def refresh_map(self) -> Awaitable[None]: ...
+    def memgest_create(self, name: str, kind: str) -> Awaitable[None]: ...
+    def memgest_drop(self, name: str) -> Awaitable[None]: ...
+    def memgest_default(self, name: str) -> Awaitable[None]: ...
+    def memgest_move(self, key: Key, name: str) -> Awaitable[None]: ...
+    def memgest_key(self, key: Key) -> Awaitable[Optional[Tuple[str, str, str]]]: ...
+    def memgest_list(self) -> Awaitable[List[MemgestEntry]]: ...
+    def memgest_info(self, name: Optional[str] = None) -> Awaitable[str]: ...
+    def memgest_command(self, *args: Union[bytes, str]) -> Awaitable[Any]:
+        """``MEMGEST *args``; the reply as Python values."""
+    def pipeline(self) -> "AsyncPipeline":
+        """An :class:`AsyncPipeline` on this cluster."""
+
+class Pipeline:
+    """A batch of commands from :meth:`Cluster.pipeline`: queue with ``get``, ``mget``,
+    ``set``, ``delete``, ``incr`` (each returns the pipeline), then ``execute()`` sends them
+    all at once (reads batched into one MGET per node) and returns one result per command,
+    in order. A command on a key that an earlier queued command writes waits for it. Not
+    atomic. Arguments that cannot be sent raise when queued. A context manager: leaving the
+    block drops what was not executed."""
+
+    def get(self, key: Key) -> "Pipeline": ...
+    def mget(self, keys: Iterable[Key]) -> "Pipeline": ...
+    def set(
+        self,
+        key: Key,
+        value: Value,
+        memgest: Optional[str] = None,
+        ex: Optional[float] = None,
+        px: Optional[int] = None,
+    ) -> "Pipeline": ...
+    def delete(self, key: Key) -> "Pipeline": ...
+    def incr(self, key: Key, amount: int = 1) -> "Pipeline": ...
+    def execute(self, raise_on_error: bool = True) -> List[Any]:
+        """Results in order: ``bytes``/``None`` (GET), a list (MGET), ``None`` (SET, DEL),
+        ``int`` (INCR). With ``raise_on_error`` the first failure is raised after all ran
+        (``Command # N (OP) of pipeline caused error: ...``); otherwise exceptions are
+        returned in place. The pipeline is empty after."""
+    def reset(self) -> None:
+        """Drop every queued command."""
+    def __len__(self) -> int: ...
+    def __enter__(self) -> "Pipeline": ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
+class AsyncPipeline(Pipeline):
+    """The :class:`Pipeline` of an :class:`AsyncCluster`: queue as on a ``Pipeline``, then
+    ``await p.execute()`` (the queue is emptied when ``execute`` is called)."""
+
+    def execute(self, raise_on_error: bool = True) -> Awaitable[List[Any]]:  # type: ignore[override]
+        ...
+
+class ShmReader:
+    """A one-sided reader of a Ringlet node on this host (``ringlet server --shm-socket
+    PATH``): ``get``/``mget`` read the node's memory, mapped read-only, without a round trip;
+    a read that cannot be validated from memory goes over the socket. Thread-safe, but calls
+    on one reader take turns: give each busy thread its own.
+
+    Raises ``ConnectionError`` (no node at ``socket_path``), ``ProtocolError`` (another
+    shared-memory layout) or ``ConfigError`` (a timeout that is not positive).
+    """
+
+    def __init__(self, socket_path: str, timeout: Optional[float] = None) -> None: ...
+    def get(self, key: Key) -> Optional[bytes]:
+        """The value of ``key``, or ``None`` if it does not exist. Raises ``TooLargeError``
+        for a key over 64 KiB, ``ConnectionError``/``TimeoutError`` if a fallback over the
+        socket fails."""
+    def mget(self, keys: Iterable[Key]) -> List[Optional[bytes]]:
+        """The values of ``keys``, in order; ``None`` for a missing key."""
+    def stats(self) -> Dict[str, int]:
+        """Counters: ``shm_hits``, ``shm_misses``, ``fallbacks``, ``reconnects``, ..."""
 
 __all__: List[str]
