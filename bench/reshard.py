@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Growing a cluster by one node under a read load: Ringlet vs Redis Cluster, same machine,
+same run (issue 12's goals: migration throughput, client p99 during a move vs steady state).
+
+Ringlet: `ringlet up --nodes 3 --spares 1` (rep:3), loaded with redis-benchmark --cluster
+(KEYS random keys of SIZE bytes), then `ringlet node add 4` + `ringlet node rebalance`.
+Redis 7: a 3-master Redis Cluster (no replicas) loaded the same way, then `redis-cli --cluster
+add-node` + `redis-cli --cluster rebalance --cluster-use-empty-masters`.
+
+During each rebalance one closed-loop redis-py RedisCluster client GETs random loaded keys;
+its p50/p99 over the rebalance window are compared with the same client's 3 s before it.
+Migration throughput = bytes moved / rebalance wall time, bytes moved = the dataset's bytes
+(keys x size, counted once: Ringlet also copies every moved key to its new replicas) times
+the fraction of the 16,384 slots that changed owner.
+
+  python3 bench/reshard.py [--ringlet target/release/ringlet] [--keys 200000] [--size 1024]
+                           [--reps 3] [--json]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from benchlib import free_base, wait_port  # noqa: E402
+
+import redis  # noqa: E402
+from redis.cluster import RedisCluster  # noqa: E402
+
+
+def load(port, keys, size):
+    subprocess.run(["redis-benchmark", "-p", str(port), "--cluster", "-t", "set", "-n",
+                    str(keys * 2), "-r", str(keys), "-d", str(size), "-P", "32", "-c", "16",
+                    "-q"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+class Reader(threading.Thread):
+    """Closed-loop GETs of random loaded keys; latencies stamped with their start time."""
+
+    def __init__(self, port, keys):
+        super().__init__(daemon=True)
+        self.rc = RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
+        self.keys, self.samples, self.errors, self.stop = keys, [], 0, False
+
+    def run(self):
+        while not self.stop:
+            k = "key:%012d" % random.randrange(self.keys)
+            t = time.perf_counter()
+            try:
+                self.rc.get(k)
+            except Exception:  # noqa: BLE001 - counted and reported, never hidden
+                self.errors += 1
+            self.samples.append((t, time.perf_counter() - t))
+
+    def window(self, a, b):
+        lat = sorted(d for t, d in self.samples if a <= t < b)
+        if not lat:
+            return None
+        return {"n": len(lat), "p50_us": lat[len(lat) // 2] * 1e6,
+                "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6}
+
+
+def slot_owners(port):
+    r = redis.Redis(port=port)
+    owners = {}
+    for first, last, master, *_ in r.execute_command("CLUSTER", "SLOTS"):
+        for s in range(first, last + 1):
+            owners[s] = master[1]
+    return owners
+
+
+def measure(port, keys, size, grow):
+    """Start a reader, 3 s steady, then `grow()`; returns the figures."""
+    reader = Reader(port, keys)
+    reader.start()
+    time.sleep(3.0)
+    before = slot_owners(port)
+    t0 = time.perf_counter()
+    grow()
+    t1 = time.perf_counter()
+    time.sleep(0.5)
+    reader.stop = True
+    reader.join()
+    after = slot_owners(port)
+    moved = sum(1 for s in range(16384) if before.get(s) != after.get(s))
+    steady = reader.window(t0 - 3.0, t0)
+    during = reader.window(t0, t1)
+    mb = keys * size * moved / 16384 / 1e6
+    return {"seconds": t1 - t0, "slots_moved": moved, "mb_moved": mb,
+            "mb_per_s": mb / (t1 - t0), "steady": steady, "during": during,
+            "reader_errors": reader.errors}
+
+
+def ringlet_run(binary, keys, size):
+    base = free_base(4)
+    up = subprocess.Popen([binary, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
+                           "--default-memgest", "rep:3", "--memory-mb", "4096"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    control = secret = None
+    for line in up.stdout:
+        if line.startswith("cluster secret file "):
+            secret = line.split()[-1]
+        if line.startswith("ringlet cluster ready"):
+            control = re.search(r"control (\S+?),", line).group(1)
+            break
+    threading.Thread(target=lambda: [None for _ in up.stdout], daemon=True).start()
+    try:
+        load(base, keys, size)
+        admin = ["--control", control, "--cluster-secret-file", secret]
+
+        def grow():
+            subprocess.run([binary, "node", "add", "4"] + admin, check=True,
+                           stdout=subprocess.DEVNULL)
+            subprocess.run([binary, "node", "rebalance"] + admin, check=True,
+                           stdout=subprocess.DEVNULL)
+        return measure(base, keys, size, grow)
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=30)
+
+
+def redis_run(keys, size):
+    base = free_base(4)
+    d = tempfile.mkdtemp(prefix="reshard-redis-")
+    procs = []
+    try:
+        for i in range(4):
+            port = base + i
+            procs.append(subprocess.Popen(
+                ["redis-server", "--port", str(port), "--cluster-enabled", "yes",
+                 "--cluster-config-file", f"{d}/n{port}.conf", "--save", "", "--appendonly",
+                 "no", "--dir", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for i in range(4):
+            wait_port(base + i)
+        nodes = [f"127.0.0.1:{base + i}" for i in range(3)]
+        subprocess.run(["redis-cli", "--cluster", "create"] + nodes +
+                       ["--cluster-replicas", "0", "--cluster-yes"], check=True,
+                       stdout=subprocess.DEVNULL)
+        time.sleep(1.0)
+        load(base, keys, size)
+
+        def grow():
+            subprocess.run(["redis-cli", "--cluster", "add-node", f"127.0.0.1:{base + 3}",
+                            nodes[0]], check=True, stdout=subprocess.DEVNULL)
+            time.sleep(1.0)  # the new node must be known before rebalance (gossip)
+            subprocess.run(["redis-cli", "--cluster", "rebalance", nodes[0],
+                            "--cluster-use-empty-masters", "--cluster-yes"], check=True,
+                           stdout=subprocess.DEVNULL)
+        return measure(base, keys, size, grow)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ringlet", default="target/release/ringlet")
+    ap.add_argument("--keys", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    runs = {"ringlet": [], "redis": []}
+    for _ in range(a.reps):
+        runs["ringlet"].append(ringlet_run(a.ringlet, a.keys, a.size))
+        runs["redis"].append(redis_run(a.keys, a.size))
+    if a.json:
+        print(json.dumps(runs, indent=1))
+    for name, rs in runs.items():
+        med = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731
+        print(f"{name:8} rebalance {med(lambda r: r['seconds']):6.2f} s, "
+              f"{med(lambda r: r['slots_moved']):5.0f} slots, "
+              f"{med(lambda r: r['mb_moved']):6.1f} MB moved, "
+              f"{med(lambda r: r['mb_per_s']):6.1f} MB/s; GET p50/p99 steady "
+              f"{med(lambda r: r['steady']['p50_us']):5.0f}/{med(lambda r: r['steady']['p99_us']):6.0f} us, "
+              f"during {med(lambda r: r['during']['p50_us']):5.0f}/{med(lambda r: r['during']['p99_us']):6.0f} us, "
+              f"reader errors {sum(r['reader_errors'] for r in rs)}")
+
+
+if __name__ == "__main__":
+    main()
