@@ -112,6 +112,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 pg: None,
                 tls: None,
                 admin_offset: None,
+                shm_dir: None,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }
