@@ -43,7 +43,9 @@ use bytes::{Bytes, BytesMut};
 use ringlet_codec::native::{self, ReplicaValue, Status};
 use ringlet_codec::resp::{decode_reply, Reply};
 use ringlet_control::ClusterMap;
-use ringlet_types::{key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId};
+use ringlet_shm::{ShmReader, ShmReaderConfig};
+use ringlet_types::{key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId, Version};
+use std::path::PathBuf;
 use tokio::time::Instant;
 
 use crate::client::{
@@ -85,6 +87,14 @@ pub struct ClusterConfig {
     pub quorum_attempt_timeout: Duration,
     /// Shortest interval between two map fetches (a burst of MOVED replies causes one).
     pub refresh_min_interval: Duration,
+    /// One-sided reads: the shared-memory socket of a node, by its client address as the map
+    /// announces it (`ringlet server --cluster ... --shm-socket PATH`). GETs of keys that
+    /// node coordinates are read from its memory when its validity region allows, else over
+    /// the network (docs/design/cluster-shm-reads.md).
+    pub shm_sockets: HashMap<SocketAddr, PathBuf>,
+    /// One-sided reads from every loopback node of the map that has a socket
+    /// `DIR/node-<client port>.sock` (`ringlet up --shm-dir DIR`).
+    pub shm_dir: Option<PathBuf>,
 }
 
 impl Default for ClusterConfig {
@@ -96,6 +106,8 @@ impl Default for ClusterConfig {
             quorum_attempts: 2,
             quorum_attempt_timeout: Duration::from_millis(500),
             refresh_min_interval: Duration::from_millis(20),
+            shm_sockets: HashMap::new(),
+            shm_dir: None,
         }
     }
 }
@@ -130,6 +142,58 @@ pub struct ClusterStats {
     pub quorum_fallbacks: u64,
     /// MOVED replies received.
     pub moved: u64,
+    /// GETs answered from a local node's shared memory (values and validated absences).
+    pub shm_reads: u64,
+    /// GETs of a key whose coordinator has a shared-memory socket that went over the
+    /// network instead, by reason ([`ShmFallback`]).
+    pub shm_fallbacks: ShmFallbacks,
+}
+
+/// One-sided GETs that fell back to the network, by reason (see
+/// [`ringlet_shm::validity::Fallback`] for what each means).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmFallbacks {
+    pub lease: u64,
+    pub not_served: u64,
+    pub in_flight: u64,
+    pub ec: u64,
+    pub changed: u64,
+    pub retry: u64,
+    pub engine: u64,
+    pub kind: u64,
+    pub unavailable: u64,
+}
+
+impl ShmFallbacks {
+    /// Their sum.
+    pub fn total(&self) -> u64 {
+        self.lease
+            + self.not_served
+            + self.in_flight
+            + self.ec
+            + self.changed
+            + self.retry
+            + self.engine
+            + self.kind
+            + self.unavailable
+    }
+}
+
+pub use ringlet_shm::validity::Fallback as ShmFallback;
+
+/// Counter index of a fallback reason.
+fn fallback_index(f: ShmFallback) -> usize {
+    match f {
+        ShmFallback::Lease => 0,
+        ShmFallback::NotServed => 1,
+        ShmFallback::InFlight => 2,
+        ShmFallback::Ec => 3,
+        ShmFallback::Changed => 4,
+        ShmFallback::Retry => 5,
+        ShmFallback::Engine => 6,
+        ShmFallback::Kind => 7,
+        ShmFallback::Unavailable => 8,
+    }
 }
 
 #[derive(Default)]
@@ -138,6 +202,8 @@ struct Counters {
     quorum_decided: AtomicU64,
     quorum_fallbacks: AtomicU64,
     moved: AtomicU64,
+    shm_reads: AtomicU64,
+    shm_fallbacks: [AtomicU64; 9],
 }
 
 /// The cached map with every node's dialled address resolved once.
@@ -181,7 +247,22 @@ struct Inner {
     budget: RetryBudget,
     jitter: Jitter,
     counters: Counters,
+    /// One reader per local node with a shared-memory socket, by node address. A reader is
+    /// `&mut` (one session, one socket): the lock is held for one one-sided read (well
+    /// under a µs) and never across an await.
+    shm: Mutex<HashMap<SocketAddr, ShmSlot>>,
 }
+
+/// A local node's reader, or when to try connecting again.
+enum ShmSlot {
+    Ready(Box<ShmReader>),
+    /// The socket did not answer: no attempt before this instant (the network answers).
+    Down(std::time::Instant),
+}
+
+/// After a failed connect to a node's shared-memory socket, how long GETs of its keys go
+/// over the network before the next attempt.
+const SHM_CONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// An async client of a Ringlet cluster. Cheap to clone (an `Arc`); calls must run inside a
 /// tokio runtime. For synchronous code use [`BlockingClusterClient`].
@@ -264,6 +345,7 @@ impl ClusterClient {
                 last_refresh: Mutex::new(None),
                 bg_refresh: AtomicBool::new(false),
                 counters: Counters::default(),
+                shm: Mutex::new(HashMap::new()),
             }),
         };
         let deadline = Instant::now() + client.inner.cfg.client.timeout;
@@ -314,7 +396,103 @@ impl ClusterClient {
             quorum_decided: c.quorum_decided.load(Ordering::Relaxed),
             quorum_fallbacks: c.quorum_fallbacks.load(Ordering::Relaxed),
             moved: c.moved.load(Ordering::Relaxed),
+            shm_reads: c.shm_reads.load(Ordering::Relaxed),
+            shm_fallbacks: {
+                let f = |i: usize| c.shm_fallbacks[i].load(Ordering::Relaxed);
+                ShmFallbacks {
+                    lease: f(0),
+                    not_served: f(1),
+                    in_flight: f(2),
+                    ec: f(3),
+                    changed: f(4),
+                    retry: f(5),
+                    engine: f(6),
+                    kind: f(7),
+                    unavailable: f(8),
+                }
+            },
         }
+    }
+
+    /// The shared-memory socket of the node at `addr` (a map address), if configured.
+    fn shm_path(&self, addr: SocketAddr) -> Option<PathBuf> {
+        let cfg = &self.inner.cfg;
+        if let Some(p) = cfg.shm_sockets.get(&addr) {
+            return Some(p.clone());
+        }
+        let dir = cfg.shm_dir.as_ref()?;
+        if !addr.ip().is_loopback() {
+            return None;
+        }
+        Some(dir.join(format!("node-{}.sock", addr.port())))
+    }
+
+    /// A one-sided GET at `key`'s coordinator (by the cached map) if that node exports its
+    /// memory to us. `None`: no such node, or it could not vouch for the value now (counted
+    /// by reason); the caller reads over the network. Never blocks beyond a local connect.
+    fn get_one_sided(&self, key: &[u8]) -> Option<Versioned<Option<Bytes>>> {
+        let cfg = &self.inner.cfg;
+        if cfg.shm_sockets.is_empty() && cfg.shm_dir.is_none() {
+            return None;
+        }
+        let routing = self.routing();
+        let node = routing.map.coordinator(key_slot(key))?;
+        let addr = routing
+            .map
+            .nodes
+            .get(&node)?
+            .addr
+            .split('@')
+            .next()?
+            .parse()
+            .ok()?;
+        let path = self.shm_path(addr)?;
+        let mut out = Vec::new();
+        let r = {
+            let mut readers = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            let slot = readers.entry(addr).or_insert(ShmSlot::Down(now));
+            if let ShmSlot::Down(at) = slot {
+                if now < *at {
+                    return self.count_fallback(ShmFallback::Unavailable);
+                }
+                let mut rc = ShmReaderConfig::new(&path);
+                // One attempt: a GET must not sleep through reconnect backoff.
+                rc.reconnect_attempts = 1;
+                rc.io_timeout = Duration::from_millis(500);
+                match ShmReader::with_config(rc) {
+                    Ok(r) if r.is_cluster() => *slot = ShmSlot::Ready(Box::new(r)),
+                    _ => {
+                        // Not there, or a single node's socket (no validity region).
+                        *slot = ShmSlot::Down(now + SHM_CONNECT_PAUSE);
+                        return self.count_fallback(ShmFallback::Unavailable);
+                    }
+                }
+            }
+            match slot {
+                ShmSlot::Ready(r) => r.try_get_into(key, &mut out),
+                ShmSlot::Down(_) => Err(ShmFallback::Unavailable),
+            }
+        };
+        match r {
+            Ok(version) => {
+                self.inner
+                    .counters
+                    .shm_reads
+                    .fetch_add(1, Ordering::Relaxed);
+                Some(Versioned {
+                    value: version.map(|_| Bytes::from(out)),
+                    version: version.unwrap_or(Version::ZERO),
+                    epoch: routing.map.epoch,
+                })
+            }
+            Err(f) => self.count_fallback(f),
+        }
+    }
+
+    fn count_fallback<T>(&self, f: ShmFallback) -> Option<T> {
+        self.inner.counters.shm_fallbacks[fallback_index(f)].fetch_add(1, Ordering::Relaxed);
+        None
     }
 
     fn routing(&self) -> Arc<Routing> {
@@ -543,6 +721,12 @@ impl ClusterClient {
     /// # Errors
     /// See [`Error`].
     pub async fn get(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
+        // A one-sided read returns the coordinator's committed value, as linearizable as
+        // either network mode (docs/design/cluster-shm-reads.md).
+        Self::check_key(key)?;
+        if let Some(v) = self.get_one_sided(key) {
+            return Ok(v);
+        }
         match self.inner.cfg.read_mode {
             ReadMode::Coordinator => self.get_coordinator(key).await,
             ReadMode::Quorum => self.get_quorum(key).await,

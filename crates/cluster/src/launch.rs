@@ -232,8 +232,8 @@ pub struct UpOpts {
     /// `ringlet server`); None: no admin ports.
     pub admin_offset: Option<u16>,
     /// Node i exports its engine for one-sided reads on `DIR/node-<client port>.sock`
-    /// (`--shm-socket` is appended to its arguments: only for `ringlet server`); None: no
-    /// export.
+    /// (`--shm-socket` is appended to its arguments; both `ringlet server` and
+    /// `ringlet-cluster node` take it); None: no export.
     pub shm_dir: Option<std::path::PathBuf>,
 }
 
