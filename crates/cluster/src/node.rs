@@ -138,6 +138,9 @@ pub struct NodeStats {
     /// Reads that went through the core instead (slot not served here, write in flight,
     /// ec value, lease or map changed during the read).
     pub fast_read_fallbacks: AtomicU64,
+    /// Keys whose counter in the shm validity region is raised (writes in flight that
+    /// one-sided readers must not read around); 0 without `--shm-socket`.
+    pub shm_keys_in_flight: AtomicU64,
 }
 
 struct Shared {
@@ -425,6 +428,13 @@ impl ClusterNode {
 
     pub fn stats(&self) -> &NodeStats {
         &self.shared.stats
+    }
+
+    /// The shared-memory exporter's counters (clients, access records), if `--shm-socket`.
+    /// One-sided reads themselves never reach the node: clients count them.
+    pub fn shm_stats(&self) -> Option<ringlet_shm::ExporterStats> {
+        let x = self.shared.shm.as_ref()?;
+        x.exporter.lock().as_ref().map(Exporter::stats)
     }
 
     pub fn count_ambiguous_resolved(&self) {
@@ -851,6 +861,10 @@ impl Driver {
             }
             keep
         });
+        self.shared
+            .stats
+            .shm_keys_in_flight
+            .store(self.shm_held.len() as u64, Ordering::Relaxed);
     }
 
     fn step(&mut self, input: Input) {

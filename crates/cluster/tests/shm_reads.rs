@@ -59,6 +59,19 @@ fn del(c: &mut Client, k: &[u8]) {
     ));
 }
 
+fn info_field(addr: std::net::SocketAddr, field: &str) -> u64 {
+    let Reply::Bulk(b) = common::node_call(addr, &[b"INFO"]) else {
+        panic!("INFO")
+    };
+    let text = String::from_utf8(b).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in INFO"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 fn smart_client(cl: &common::Cluster, dir: &Path) -> BlockingClusterClient {
     let seeds: Vec<String> = cl.addrs().iter().map(|a| a.to_string()).collect();
     let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
@@ -105,6 +118,14 @@ fn one_sided_reads_return_acknowledged_values_and_are_counted() {
     // held) most of them one-sided.
     assert_eq!(st.shm_reads + st.shm_fallbacks.total(), N as u64 + 3);
     assert!(st.shm_reads >= N as u64 / 2, "{st:?}");
+    // The nodes see their one-sided clients (the reads themselves never reach them).
+    let clients: u64 = cl
+        .addrs()
+        .iter()
+        .take(3)
+        .map(|a| info_field(*a, "shm_clients"))
+        .sum();
+    assert!(clients >= 1);
     // A raw reader of node 1 sees a cluster node's socket (a validity region in HELLO), and
     // its socket serves no requests: writes must go through the cluster's ports.
     let mut r = ShmReader::connect(dir.join(format!("node-{}.sock", cl.base))).unwrap();
