@@ -247,14 +247,18 @@ struct Inner {
     budget: RetryBudget,
     jitter: Jitter,
     counters: Counters,
-    /// One reader per local node with a shared-memory socket, by node address. A reader is
+    /// One reader per local node with a shared-memory socket, by node id. A reader is
     /// `&mut` (one session, one socket): the lock is held for one one-sided read (well
     /// under a µs) and never across an await.
-    shm: Mutex<HashMap<SocketAddr, ShmSlot>>,
+    shm: Mutex<HashMap<NodeId, ShmSlot>>,
 }
 
 /// A local node's reader, or when to try connecting again.
 enum ShmSlot {
+    /// Not tried yet.
+    Unknown,
+    /// No socket configured for this node (remote, or not in `shm_sockets`).
+    NotLocal,
     Ready(Box<ShmReader>),
     /// The socket did not answer: no attempt before this instant (the network answers).
     Down(std::time::Instant),
@@ -428,34 +432,41 @@ impl ClusterClient {
     }
 
     /// A one-sided GET at `key`'s coordinator (by the cached map) if that node exports its
-    /// memory to us. `None`: no such node, or it could not vouch for the value now (counted
-    /// by reason); the caller reads over the network. Never blocks beyond a local connect.
-    fn get_one_sided(&self, key: &[u8]) -> Option<Versioned<Option<Bytes>>> {
+    /// memory to us ([`ClusterConfig::shm_sockets`], [`ClusterConfig::shm_dir`]). `None`: no
+    /// such node, or it could not vouch for the value now (counted by reason in
+    /// [`ClusterStats::shm_fallbacks`]); read over the network then ([`ClusterClient::get`]
+    /// does both). Synchronous: never blocks beyond a local connect, needs no runtime.
+    /// The key's length is the caller's to check (as [`ClusterClient::get`] does).
+    pub fn get_one_sided(&self, key: &[u8]) -> Option<Versioned<Option<Bytes>>> {
         let cfg = &self.inner.cfg;
         if cfg.shm_sockets.is_empty() && cfg.shm_dir.is_none() {
             return None;
         }
         let routing = self.routing();
         let node = routing.map.coordinator(key_slot(key))?;
-        let addr = routing
-            .map
-            .nodes
-            .get(&node)?
-            .addr
-            .split('@')
-            .next()?
-            .parse()
-            .ok()?;
-        let path = self.shm_path(addr)?;
         let mut out = Vec::new();
         let r = {
             let mut readers = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
-            let now = std::time::Instant::now();
-            let slot = readers.entry(addr).or_insert(ShmSlot::Down(now));
-            if let ShmSlot::Down(at) = slot {
-                if now < *at {
+            let slot = readers.entry(node).or_insert(ShmSlot::Unknown);
+            if matches!(slot, ShmSlot::NotLocal) {
+                return None; // not a fallback: this node was never ours to read
+            }
+            if !matches!(slot, ShmSlot::Ready(_)) {
+                let now = std::time::Instant::now();
+                if matches!(slot, ShmSlot::Down(at) if now < *at) {
                     return self.count_fallback(ShmFallback::Unavailable);
                 }
+                // The address as the map announces it (overrides are for TCP only).
+                let path = routing
+                    .map
+                    .nodes
+                    .get(&node)
+                    .and_then(|n| n.addr.split('@').next()?.parse().ok())
+                    .and_then(|a| self.shm_path(a));
+                let Some(path) = path else {
+                    *slot = ShmSlot::NotLocal;
+                    return None;
+                };
                 let mut rc = ShmReaderConfig::new(&path);
                 // One attempt: a GET must not sleep through reconnect backoff.
                 rc.reconnect_attempts = 1;
@@ -471,7 +482,9 @@ impl ClusterClient {
             }
             match slot {
                 ShmSlot::Ready(r) => r.try_get_into(key, &mut out),
-                ShmSlot::Down(_) => Err(ShmFallback::Unavailable),
+                ShmSlot::Down(_) | ShmSlot::Unknown | ShmSlot::NotLocal => {
+                    Err(ShmFallback::Unavailable)
+                }
             }
         };
         match r {
@@ -961,24 +974,42 @@ impl ClusterClient {
         for k in keys {
             Self::check_key(k.as_ref())?;
         }
-        if self.inner.cfg.read_mode == ReadMode::Quorum {
-            let futs: Vec<_> = keys.iter().map(|k| self.get_quorum(k.as_ref())).collect();
-            return join_all(futs)
-                .await
-                .into_iter()
-                .map(|r| {
-                    r.map(|v| MgetValue {
-                        value: v.value,
-                        version: v.version,
-                    })
+        // Keys whose coordinator exports its memory to us are read one-sided first; only the
+        // rest (and those that fell back) go over the network.
+        let mut out: Vec<Option<MgetValue>> = keys
+            .iter()
+            .map(|k| {
+                self.get_one_sided(k.as_ref()).map(|v| MgetValue {
+                    value: v.value,
+                    version: v.version,
                 })
+            })
+            .collect();
+        if self.inner.cfg.read_mode == ReadMode::Quorum {
+            let rest: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+            let futs: Vec<_> = rest
+                .iter()
+                .map(|&i| self.get_quorum(keys[i].as_ref()))
+                .collect();
+            for (&i, r) in rest.iter().zip(join_all(futs).await) {
+                let v = r?;
+                out[i] = Some(MgetValue {
+                    value: v.value,
+                    version: v.version,
+                });
+            }
+            return out
+                .into_iter()
+                .map(|v| v.ok_or_else(|| Error::UnexpectedResponse("MGET lost a key".into())))
                 .collect();
         }
         let r = self.routing();
         // Group key indices by coordinator (keys without one go through `get`).
         let mut groups: HashMap<Option<SocketAddr>, Vec<usize>> = HashMap::new();
         for (i, k) in keys.iter().enumerate() {
-            groups.entry(r.coordinator(k.as_ref())).or_default().push(i);
+            if out[i].is_none() {
+                groups.entry(r.coordinator(k.as_ref())).or_default().push(i);
+            }
         }
         let batch = self
             .inner
@@ -1009,7 +1040,6 @@ impl ClusterClient {
                 }
             })
             .collect();
-        let mut out: Vec<Option<MgetValue>> = vec![None; keys.len()];
         let mut again: Vec<usize> = Vec::new();
         for ((_, idx), res) in batches.iter().zip(join_all(futs).await) {
             match res {
@@ -1294,6 +1324,12 @@ impl BlockingClusterClient {
     /// # Errors
     /// See [`Error`].
     pub fn get(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
+        // A one-sided read needs no runtime: skip the hop into it when it answers.
+        if ClusterClient::check_key(key).is_ok() {
+            if let Some(v) = self.client.get_one_sided(key) {
+                return Ok(v);
+            }
+        }
         self.rt.block_on(self.client.get(key))
     }
 

@@ -5,9 +5,10 @@
 //!   RESP, absences and deletes included, and counts one-sided reads vs network fallbacks;
 //! - readers racing a writer of one register never read a value older than one acknowledged
 //!   before their read began, nor go back (writes in flight fall back to the network);
-//! - after the coordinator of a key is SIGSTOPped (or killed) and the key is rewritten at its
-//!   successor, a reader holding the old node's mapping never gets the old value: the
-//!   deposed node's lease deadline in shared memory lapses without any action of its own.
+//! - after the coordinator of a key is SIGSTOPped (or killed, or drained) and the key is
+//!   rewritten at its successor, a reader holding the old node's mapping never gets the old
+//!   value: a stopped node's lease deadline in shared memory lapses without any action of its
+//!   own; a drained one clears the slot's bit.
 
 mod common;
 
@@ -118,6 +119,17 @@ fn one_sided_reads_return_acknowledged_values_and_are_counted() {
     // held) most of them one-sided.
     assert_eq!(st.shm_reads + st.shm_fallbacks.total(), N as u64 + 3);
     assert!(st.shm_reads >= N as u64 / 2, "{st:?}");
+    // MGET across slots: read one-sided per key, the rest over the network.
+    let keys: Vec<String> = (2..50).map(|i| format!("k:{i}")).collect();
+    let got = sc.mget(&keys).unwrap();
+    for (i, g) in (2..50).zip(&got) {
+        assert_eq!(g.value.as_deref(), Some(format!("v:{i}").as_bytes()));
+    }
+    let st2 = sc.async_client().stats();
+    assert_eq!(
+        st2.shm_reads + st2.shm_fallbacks.total(),
+        st.shm_reads + st.shm_fallbacks.total() + 48
+    );
     // The nodes see their one-sided clients (the reads themselves never reach them).
     let clients: u64 = cl
         .addrs()
@@ -216,8 +228,15 @@ fn never_old(r: &mut ShmReader, key: &[u8], old: &[u8], reads: usize) -> (usize,
     (hits, reasons)
 }
 
-fn deposed_coordinator(kill: bool) {
-    let dir = shm_dir(if kill { "kill" } else { "stop" });
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Depose {
+    Stop,
+    Kill,
+    Drain,
+}
+
+fn deposed_coordinator(how: Depose) {
+    let dir = shm_dir(&format!("{how:?}"));
     let mut cl = start(&dir);
     let mut c = Client::new(cl.addrs());
     let key = b"deposed";
@@ -235,22 +254,32 @@ fn deposed_coordinator(kill: bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(out, b"old");
-    if kill {
-        cl.kill9(id);
-    } else {
+    match how {
+        Depose::Kill => cl.kill9(id),
         // SAFETY: signalling a child of the test's cluster.
-        unsafe {
+        Depose::Stop => unsafe {
             libc::kill(pid as i32, libc::SIGSTOP);
-        }
+        },
+        Depose::Drain => cl.drain(id),
     }
-    // The successor accepts the write only after the old lease lapsed.
-    set(&mut c, key, b"new");
-    let (new_id, _, _) = coordinator(&cl, key);
-    assert_ne!(new_id, id);
+    // The successor accepts the write only after the old lease lapsed (or, for a drain,
+    // after the old coordinator handed the slot over). Written until the map names it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        set(&mut c, key, b"new");
+        if coordinator(&cl, key).0 != id {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the key never moved off node {id}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (hits, reasons) = never_old(&mut r, key, b"old", 200);
     eprintln!("deposed node: {hits} one-sided, fallbacks {reasons:?}");
     assert_eq!(hits, 0);
-    if !kill {
+    if how == Depose::Stop {
         // Woken up, the old node learns it was replaced (fenced, wiped): still never the
         // old value, whatever it publishes on the way.
         // SAFETY: as above.
@@ -267,10 +296,17 @@ fn deposed_coordinator(kill: bool) {
 
 #[test]
 fn sigstopped_coordinator_regions_stop_validating() {
-    deposed_coordinator(false);
+    deposed_coordinator(Depose::Stop);
 }
 
 #[test]
 fn killed_coordinator_regions_stop_validating() {
-    deposed_coordinator(true);
+    deposed_coordinator(Depose::Kill);
+}
+
+/// A drained coordinator is alive and keeps its lease: what stops its readers is the slot
+/// bit it clears when it applies the map that moves the slot.
+#[test]
+fn drained_coordinator_regions_stop_validating() {
+    deposed_coordinator(Depose::Drain);
 }
