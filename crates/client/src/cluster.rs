@@ -740,6 +740,11 @@ impl ClusterClient {
         if let Some(v) = self.get_one_sided(key) {
             return Ok(v);
         }
+        self.get_network(key).await
+    }
+
+    /// GET in the configured [`ReadMode`] over the network only.
+    async fn get_network(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
         match self.inner.cfg.read_mode {
             ReadMode::Coordinator => self.get_coordinator(key).await,
             ReadMode::Quorum => self.get_quorum(key).await,
@@ -1324,13 +1329,13 @@ impl BlockingClusterClient {
     /// # Errors
     /// See [`Error`].
     pub fn get(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
-        // A one-sided read needs no runtime: skip the hop into it when it answers.
-        if ClusterClient::check_key(key).is_ok() {
-            if let Some(v) = self.client.get_one_sided(key) {
-                return Ok(v);
-            }
+        // A one-sided read needs no runtime: skip the hop into it when it answers (and do
+        // not try it twice when it does not).
+        ClusterClient::check_key(key)?;
+        if let Some(v) = self.client.get_one_sided(key) {
+            return Ok(v);
         }
-        self.rt.block_on(self.client.get(key))
+        self.rt.block_on(self.client.get_network(key))
     }
 
     /// See [`ClusterClient::get_quorum`].

@@ -310,3 +310,42 @@ fn killed_coordinator_regions_stop_validating() {
 fn drained_coordinator_regions_stop_validating() {
     deposed_coordinator(Depose::Drain);
 }
+
+/// ec keys are not read one-sided: their engine entry is a pointer into the SRS arena, which
+/// only the node decodes. Every GET of one falls back with the reason `ec` and still returns
+/// the value (over the network); an absent key is still answered one-sided.
+#[test]
+fn ec_keys_fall_back_with_their_reason() {
+    let dir = shm_dir("ec");
+    let cl = common::start(
+        5,
+        0,
+        &[
+            "--default-memgest",
+            "ec:3+2",
+            "--shm-dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    let mut c = Client::new(cl.addrs());
+    const N: usize = 30;
+    for i in 0..N {
+        set(
+            &mut c,
+            format!("e:{i}").as_bytes(),
+            format!("x:{i}").as_bytes(),
+        );
+    }
+    let sc = smart_client(&cl, &dir);
+    for i in 0..N {
+        let v = sc.get(format!("e:{i}").as_bytes()).unwrap();
+        assert_eq!(v.value.as_deref(), Some(format!("x:{i}").as_bytes()));
+    }
+    assert_eq!(sc.get(b"e:absent").unwrap().value, None);
+    let st = sc.async_client().stats();
+    eprintln!(
+        "ec: one-sided {} fallbacks {:?}",
+        st.shm_reads, st.shm_fallbacks
+    );
+    assert_eq!(st.shm_fallbacks.ec, N as u64, "{st:?}");
+}
