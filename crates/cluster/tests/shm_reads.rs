@@ -349,3 +349,66 @@ fn ec_keys_fall_back_with_their_reason() {
     );
     assert_eq!(st.shm_fallbacks.ec, N as u64, "{st:?}");
 }
+
+/// The racing test across a failover: three one-sided readers and a writer of one register;
+/// a third of the way through, the register's coordinator is SIGSTOPped (its successor takes
+/// the writes), two thirds through it is SIGCONTed (fenced, it rejoins empty). No reader ever
+/// reads a value older than one acknowledged before its read began, nor goes back.
+#[test]
+fn racing_readers_across_a_failover_never_read_stale() {
+    let dir = shm_dir("race-failover");
+    let cl = start(&dir);
+    let mut c = Client::new(cl.addrs());
+    set(&mut c, b"reg", b"0");
+    let (_, _, pid) = coordinator(&cl, b"reg");
+    let acked = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    const WRITES: u64 = 300;
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let (acked, done) = (acked.clone(), done.clone());
+        let sc = smart_client(&cl, &dir);
+        readers.push(std::thread::spawn(move || {
+            let mut last = 0u64;
+            // Bounded by the writer, which ends after WRITES acknowledged writes.
+            while !done.load(Ordering::Acquire) {
+                let floor = acked.load(Ordering::Acquire);
+                let Ok(v) = sc.get(b"reg") else {
+                    continue; // a read that timed out against the stopped node
+                };
+                let got: u64 = std::str::from_utf8(&v.value.unwrap())
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!(got >= floor, "read {got} after {floor} was acknowledged");
+                assert!(got >= last, "read {got} after reading {last}");
+                last = got;
+            }
+            sc.async_client().stats()
+        }));
+    }
+    for i in 1..=WRITES {
+        if i == WRITES / 3 {
+            // SAFETY: signalling a child of the test's cluster.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGSTOP);
+            }
+        }
+        if i == 2 * WRITES / 3 {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGCONT);
+            }
+        }
+        set(&mut c, b"reg", i.to_string().as_bytes());
+        acked.store(i, Ordering::Release);
+    }
+    done.store(true, Ordering::Release);
+    for r in readers {
+        let st = r.join().unwrap();
+        eprintln!(
+            "reader: one-sided {}, fallbacks {:?}",
+            st.shm_reads, st.shm_fallbacks
+        );
+    }
+}
