@@ -74,6 +74,7 @@ pub struct ExporterConfig {
     /// Serve native frames (writes and fallback reads) against the engine. A cluster node
     /// says no: its writes must go through the replica core, and its reads through the
     /// core's checks, so clients use the cluster's own ports for both (PING still answers).
+    /// Access records are then counted but not applied (see `serve_conn`).
     pub serve_requests: bool,
 }
 
@@ -344,7 +345,13 @@ fn serve_conn<H: EngineHost>(shared: &Shared<H>, mut sock: UnixStream) -> io::Re
         while pos < rbuf.len() {
             match decode_client_message(&rbuf[pos..], &mut hashes) {
                 Ok(Some((ClientMessage::Access, n))) => {
-                    shared.host.with_engine(|e| e.record_access(&hashes));
+                    // A cluster node (no requests served) counts them but does not feed its
+                    // eviction policy, as its own fast-path reads do not (crates/cluster
+                    // node.rs `fast_get`: every entry marked hot left a full node's eviction
+                    // scan without a victim for pinned writes).
+                    if shared.serve_requests {
+                        shared.host.with_engine(|e| e.record_access(&hashes));
+                    }
                     let c = &shared.counters;
                     c.access_batches.fetch_add(1, Ordering::Relaxed);
                     c.access_hashes
