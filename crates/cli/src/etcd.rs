@@ -86,6 +86,12 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
         anyhow::bail!("--etcd needs --node-id");
     };
     super::check_cluster_flags(a, "server --etcd")?;
+    if a.shm_socket.is_some() {
+        anyhow::bail!(
+            "--shm-socket: one-sided reads are served by `ringlet server --cluster` nodes, \
+             not yet by etcd-backed ones (server --etcd)"
+        );
+    }
     let e = &a.etcd;
     let config = e.nodes.map(|n| ringlet_etcd::ClusterConfig {
         expect_nodes: n + e.spares,

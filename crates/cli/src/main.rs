@@ -174,6 +174,10 @@ struct UpArgs {
     /// Do not start the admin HTTP listener (default: on at port + 10000).
     #[arg(long = "no-admin")]
     no_admin: bool,
+    /// Cluster: every node exports its engine for one-sided reads on DIR/node-<port>.sock
+    /// (printed at start; docs/design/cluster-shm-reads.md).
+    #[arg(long = "shm-dir")]
+    shm_dir: Option<std::path::PathBuf>,
     /// Cluster: active nodes (node i on port + i - 1). More than 1, or any spare, starts a
     /// cluster under the embedded control plane (on the port after the last node).
     #[arg(long, default_value_t = 1)]
@@ -385,6 +389,11 @@ fn run(cli: Cli) -> Result<()> {
             init_logs();
             refuse_single_node_tls(&a.node.tls)?;
             let mut cfg = a.node.config();
+            if let Some(d) = &a.shm_dir {
+                if cfg.shm_socket.is_none() {
+                    cfg.shm_socket = Some(ringlet_cluster::launch::shm_socket_path(d, cfg.port));
+                }
+            }
             if cfg.admin_port.is_none() && !a.no_admin {
                 cfg.admin_port = Some(if cfg.port == 0 {
                     0
@@ -470,8 +479,6 @@ fn cluster_runtime_threads(threads: usize) -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Refuse what a cluster node cannot honour yet, rather than accept and ignore it (a user
-/// who passes `--shm-socket` believes one-sided reads are on). `how` names the mode.
 /// The single node has no TLS listener yet: refuse rather than serve plaintext to a user who
 /// asked for TLS.
 fn refuse_single_node_tls(t: &TlsArgs) -> Result<()> {
@@ -484,14 +491,10 @@ fn refuse_single_node_tls(t: &TlsArgs) -> Result<()> {
     Ok(())
 }
 
+/// Refuse what a cluster node cannot honour, rather than accept and ignore it. `how` names
+/// the mode.
 fn check_cluster_flags(a: &NodeArgs, how: &str) -> Result<()> {
     a.config().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if a.shm_socket.is_some() {
-        anyhow::bail!(
-            "--shm-socket: one-sided reads are not available in cluster mode yet ({how}); \
-             run `ringlet server --shm-socket` for a single node"
-        );
-    }
     if !a.bind.is_loopback() {
         anyhow::bail!(
             "--bind {}: cluster mode listens on loopback only ({how}): peer links are \
@@ -526,7 +529,7 @@ fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
             admin_port: a.admin_port,
             admin_token: a.admin_token.clone(),
         };
-        let (node, addr) = ringlet_cluster::launch::run_node(&o)
+        let (node, addr) = ringlet_cluster::launch::run_node_shm(&o, a.shm_socket.clone())
             .await
             .context("cannot start the cluster node")?;
         print_ready(addr, None)?;
@@ -548,6 +551,12 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         anyhow::bail!("ringlet up --nodes needs a base --port (nodes use consecutive ports)");
     }
     check_cluster_flags(&a.node, "ringlet up --nodes")?;
+    if a.node.shm_socket.is_some() {
+        anyhow::bail!(
+            "--shm-socket: with --nodes every node needs its own socket: give a directory \
+             with --shm-dir DIR (node sockets DIR/node-<port>.sock)"
+        );
+    }
     if a.node.admin_port.is_some() {
         anyhow::bail!(
             "--admin-port: with --nodes every node gets an admin port at its client port + \
@@ -580,6 +589,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         tls: tls_files(&a.node.tls)?,
         // As the single node's `up`: admin HTTP on port + 10000 unless --no-admin.
         admin_offset: (!a.no_admin).then_some(10_000),
+        shm_dir: a.shm_dir.clone(),
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
     eprintln!("ringlet: stopped");

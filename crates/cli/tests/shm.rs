@@ -90,3 +90,57 @@ fn one_sided_reads_of_a_real_node_across_a_restart() {
     node2.kill().unwrap();
     node2.wait().unwrap();
 }
+
+/// `ringlet up --nodes 3 --shm-dir DIR`: every node exports its memory at
+/// `DIR/node-<port>.sock` as a cluster node (HELLO with a validity region, no requests served
+/// on the socket), and the smart client reads what it wrote from there, one-sided.
+#[test]
+fn up_nodes_with_shm_dir_serve_one_sided_cluster_reads() {
+    let dir = std::env::temp_dir().join(format!("ringlet-cli-shm-up-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = common::free_base(4);
+    let base_s = base.to_string();
+    let _up = common::up(&[
+        "up",
+        "--nodes",
+        "3",
+        "--port",
+        &base_s,
+        "--no-admin",
+        "--shm-dir",
+        dir.to_str().unwrap(),
+    ]);
+    for port in base..base + 3 {
+        let mut r = ShmReader::connect(dir.join(format!("node-{port}.sock"))).unwrap();
+        assert!(r.is_cluster(), "node {port}: not a cluster node's socket");
+        assert!(
+            r.set(b"k", b"bypass").is_err(),
+            "node {port} served a write"
+        );
+    }
+    let seeds: Vec<String> = (base..base + 3).map(|p| format!("127.0.0.1:{p}")).collect();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let mut cfg = ringlet_client::ClusterConfig {
+        shm_dir: Some(dir.clone()),
+        ..ringlet_client::ClusterConfig::default()
+    };
+    cfg.client.timeout = std::time::Duration::from_secs(30);
+    let c = ringlet_client::BlockingClusterClient::connect(&seeds, cfg).unwrap();
+    let pairs: Vec<(String, String)> = (0..100)
+        .map(|i| (format!("u:{i}"), format!("v{i}")))
+        .collect();
+    for r in c.mset(&pairs) {
+        r.unwrap();
+    }
+    for (k, v) in &pairs {
+        assert_eq!(
+            c.get(k.as_bytes()).unwrap().value.as_deref(),
+            Some(v.as_bytes())
+        );
+    }
+    let st = c.async_client().stats();
+    assert_eq!(st.shm_reads + st.shm_fallbacks.total(), 100, "{st:?}");
+    assert!(st.shm_reads > 0, "{st:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -43,7 +43,9 @@ use bytes::{Bytes, BytesMut};
 use ringlet_codec::native::{self, ReplicaValue, Status};
 use ringlet_codec::resp::{decode_reply, Reply};
 use ringlet_control::ClusterMap;
-use ringlet_types::{key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId};
+use ringlet_shm::{ShmReader, ShmReaderConfig};
+use ringlet_types::{key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId, Version};
+use std::path::PathBuf;
 use tokio::time::Instant;
 
 use crate::client::{
@@ -85,6 +87,14 @@ pub struct ClusterConfig {
     pub quorum_attempt_timeout: Duration,
     /// Shortest interval between two map fetches (a burst of MOVED replies causes one).
     pub refresh_min_interval: Duration,
+    /// One-sided reads: the shared-memory socket of a node, by its client address as the map
+    /// announces it (`ringlet server --cluster ... --shm-socket PATH`). GETs of keys that
+    /// node coordinates are read from its memory when its validity region allows, else over
+    /// the network (docs/design/cluster-shm-reads.md).
+    pub shm_sockets: HashMap<SocketAddr, PathBuf>,
+    /// One-sided reads from every loopback node of the map that has a socket
+    /// `DIR/node-<client port>.sock` (`ringlet up --shm-dir DIR`).
+    pub shm_dir: Option<PathBuf>,
 }
 
 impl Default for ClusterConfig {
@@ -96,6 +106,8 @@ impl Default for ClusterConfig {
             quorum_attempts: 2,
             quorum_attempt_timeout: Duration::from_millis(500),
             refresh_min_interval: Duration::from_millis(20),
+            shm_sockets: HashMap::new(),
+            shm_dir: None,
         }
     }
 }
@@ -130,6 +142,58 @@ pub struct ClusterStats {
     pub quorum_fallbacks: u64,
     /// MOVED replies received.
     pub moved: u64,
+    /// GETs answered from a local node's shared memory (values and validated absences).
+    pub shm_reads: u64,
+    /// GETs of a key whose coordinator has a shared-memory socket that went over the
+    /// network instead, by reason ([`ShmFallback`]).
+    pub shm_fallbacks: ShmFallbacks,
+}
+
+/// One-sided GETs that fell back to the network, by reason (see
+/// [`ringlet_shm::validity::Fallback`] for what each means).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmFallbacks {
+    pub lease: u64,
+    pub not_served: u64,
+    pub in_flight: u64,
+    pub ec: u64,
+    pub changed: u64,
+    pub retry: u64,
+    pub engine: u64,
+    pub kind: u64,
+    pub unavailable: u64,
+}
+
+impl ShmFallbacks {
+    /// Their sum.
+    pub fn total(&self) -> u64 {
+        self.lease
+            + self.not_served
+            + self.in_flight
+            + self.ec
+            + self.changed
+            + self.retry
+            + self.engine
+            + self.kind
+            + self.unavailable
+    }
+}
+
+pub use ringlet_shm::validity::Fallback as ShmFallback;
+
+/// Counter index of a fallback reason.
+fn fallback_index(f: ShmFallback) -> usize {
+    match f {
+        ShmFallback::Lease => 0,
+        ShmFallback::NotServed => 1,
+        ShmFallback::InFlight => 2,
+        ShmFallback::Ec => 3,
+        ShmFallback::Changed => 4,
+        ShmFallback::Retry => 5,
+        ShmFallback::Engine => 6,
+        ShmFallback::Kind => 7,
+        ShmFallback::Unavailable => 8,
+    }
 }
 
 #[derive(Default)]
@@ -138,6 +202,8 @@ struct Counters {
     quorum_decided: AtomicU64,
     quorum_fallbacks: AtomicU64,
     moved: AtomicU64,
+    shm_reads: AtomicU64,
+    shm_fallbacks: [AtomicU64; 9],
 }
 
 /// The cached map with every node's dialled address resolved once.
@@ -181,7 +247,26 @@ struct Inner {
     budget: RetryBudget,
     jitter: Jitter,
     counters: Counters,
+    /// One reader per local node with a shared-memory socket, by node id. A reader is
+    /// `&mut` (one session, one socket): the lock is held for one one-sided read (well
+    /// under a µs) and never across an await.
+    shm: Mutex<HashMap<NodeId, ShmSlot>>,
 }
+
+/// A local node's reader, or when to try connecting again.
+enum ShmSlot {
+    /// Not tried yet.
+    Unknown,
+    /// No socket configured for this node (remote, or not in `shm_sockets`).
+    NotLocal,
+    Ready(Box<ShmReader>),
+    /// The socket did not answer: no attempt before this instant (the network answers).
+    Down(std::time::Instant),
+}
+
+/// After a failed connect to a node's shared-memory socket, how long GETs of its keys go
+/// over the network before the next attempt.
+const SHM_CONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// An async client of a Ringlet cluster. Cheap to clone (an `Arc`); calls must run inside a
 /// tokio runtime. For synchronous code use [`BlockingClusterClient`].
@@ -264,6 +349,7 @@ impl ClusterClient {
                 last_refresh: Mutex::new(None),
                 bg_refresh: AtomicBool::new(false),
                 counters: Counters::default(),
+                shm: Mutex::new(HashMap::new()),
             }),
         };
         let deadline = Instant::now() + client.inner.cfg.client.timeout;
@@ -314,7 +400,112 @@ impl ClusterClient {
             quorum_decided: c.quorum_decided.load(Ordering::Relaxed),
             quorum_fallbacks: c.quorum_fallbacks.load(Ordering::Relaxed),
             moved: c.moved.load(Ordering::Relaxed),
+            shm_reads: c.shm_reads.load(Ordering::Relaxed),
+            shm_fallbacks: {
+                let f = |i: usize| c.shm_fallbacks[i].load(Ordering::Relaxed);
+                ShmFallbacks {
+                    lease: f(0),
+                    not_served: f(1),
+                    in_flight: f(2),
+                    ec: f(3),
+                    changed: f(4),
+                    retry: f(5),
+                    engine: f(6),
+                    kind: f(7),
+                    unavailable: f(8),
+                }
+            },
         }
+    }
+
+    /// The shared-memory socket of the node at `addr` (a map address), if configured.
+    fn shm_path(&self, addr: SocketAddr) -> Option<PathBuf> {
+        let cfg = &self.inner.cfg;
+        if let Some(p) = cfg.shm_sockets.get(&addr) {
+            return Some(p.clone());
+        }
+        let dir = cfg.shm_dir.as_ref()?;
+        if !addr.ip().is_loopback() {
+            return None;
+        }
+        Some(dir.join(format!("node-{}.sock", addr.port())))
+    }
+
+    /// A one-sided GET at `key`'s coordinator (by the cached map) if that node exports its
+    /// memory to us ([`ClusterConfig::shm_sockets`], [`ClusterConfig::shm_dir`]). `None`: no
+    /// such node, or it could not vouch for the value now (counted by reason in
+    /// [`ClusterStats::shm_fallbacks`]); read over the network then ([`ClusterClient::get`]
+    /// does both). Synchronous: never blocks beyond a local connect, needs no runtime.
+    /// The key's length is the caller's to check (as [`ClusterClient::get`] does).
+    pub fn get_one_sided(&self, key: &[u8]) -> Option<Versioned<Option<Bytes>>> {
+        let cfg = &self.inner.cfg;
+        if cfg.shm_sockets.is_empty() && cfg.shm_dir.is_none() {
+            return None;
+        }
+        let routing = self.routing();
+        let node = routing.map.coordinator(key_slot(key))?;
+        let mut out = Vec::new();
+        let r = {
+            let mut readers = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = readers.entry(node).or_insert(ShmSlot::Unknown);
+            if matches!(slot, ShmSlot::NotLocal) {
+                return None; // not a fallback: this node was never ours to read
+            }
+            if !matches!(slot, ShmSlot::Ready(_)) {
+                let now = std::time::Instant::now();
+                if matches!(slot, ShmSlot::Down(at) if now < *at) {
+                    return self.count_fallback(ShmFallback::Unavailable);
+                }
+                // The address as the map announces it (overrides are for TCP only).
+                let path = routing
+                    .map
+                    .nodes
+                    .get(&node)
+                    .and_then(|n| n.addr.split('@').next()?.parse().ok())
+                    .and_then(|a| self.shm_path(a));
+                let Some(path) = path else {
+                    *slot = ShmSlot::NotLocal;
+                    return None;
+                };
+                let mut rc = ShmReaderConfig::new(&path);
+                // One attempt: a GET must not sleep through reconnect backoff.
+                rc.reconnect_attempts = 1;
+                rc.io_timeout = Duration::from_millis(500);
+                match ShmReader::with_config(rc) {
+                    Ok(r) if r.is_cluster() => *slot = ShmSlot::Ready(Box::new(r)),
+                    _ => {
+                        // Not there, or a single node's socket (no validity region).
+                        *slot = ShmSlot::Down(now + SHM_CONNECT_PAUSE);
+                        return self.count_fallback(ShmFallback::Unavailable);
+                    }
+                }
+            }
+            match slot {
+                ShmSlot::Ready(r) => r.try_get_into(key, &mut out),
+                ShmSlot::Down(_) | ShmSlot::Unknown | ShmSlot::NotLocal => {
+                    Err(ShmFallback::Unavailable)
+                }
+            }
+        };
+        match r {
+            Ok(version) => {
+                self.inner
+                    .counters
+                    .shm_reads
+                    .fetch_add(1, Ordering::Relaxed);
+                Some(Versioned {
+                    value: version.map(|_| Bytes::from(out)),
+                    version: version.unwrap_or(Version::ZERO),
+                    epoch: routing.map.epoch,
+                })
+            }
+            Err(f) => self.count_fallback(f),
+        }
+    }
+
+    fn count_fallback<T>(&self, f: ShmFallback) -> Option<T> {
+        self.inner.counters.shm_fallbacks[fallback_index(f)].fetch_add(1, Ordering::Relaxed);
+        None
     }
 
     fn routing(&self) -> Arc<Routing> {
@@ -543,6 +734,17 @@ impl ClusterClient {
     /// # Errors
     /// See [`Error`].
     pub async fn get(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
+        // A one-sided read returns the coordinator's committed value, as linearizable as
+        // either network mode (docs/design/cluster-shm-reads.md).
+        Self::check_key(key)?;
+        if let Some(v) = self.get_one_sided(key) {
+            return Ok(v);
+        }
+        self.get_network(key).await
+    }
+
+    /// GET in the configured [`ReadMode`] over the network only.
+    async fn get_network(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
         match self.inner.cfg.read_mode {
             ReadMode::Coordinator => self.get_coordinator(key).await,
             ReadMode::Quorum => self.get_quorum(key).await,
@@ -777,24 +979,42 @@ impl ClusterClient {
         for k in keys {
             Self::check_key(k.as_ref())?;
         }
-        if self.inner.cfg.read_mode == ReadMode::Quorum {
-            let futs: Vec<_> = keys.iter().map(|k| self.get_quorum(k.as_ref())).collect();
-            return join_all(futs)
-                .await
-                .into_iter()
-                .map(|r| {
-                    r.map(|v| MgetValue {
-                        value: v.value,
-                        version: v.version,
-                    })
+        // Keys whose coordinator exports its memory to us are read one-sided first; only the
+        // rest (and those that fell back) go over the network.
+        let mut out: Vec<Option<MgetValue>> = keys
+            .iter()
+            .map(|k| {
+                self.get_one_sided(k.as_ref()).map(|v| MgetValue {
+                    value: v.value,
+                    version: v.version,
                 })
+            })
+            .collect();
+        if self.inner.cfg.read_mode == ReadMode::Quorum {
+            let rest: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+            let futs: Vec<_> = rest
+                .iter()
+                .map(|&i| self.get_quorum(keys[i].as_ref()))
+                .collect();
+            for (&i, r) in rest.iter().zip(join_all(futs).await) {
+                let v = r?;
+                out[i] = Some(MgetValue {
+                    value: v.value,
+                    version: v.version,
+                });
+            }
+            return out
+                .into_iter()
+                .map(|v| v.ok_or_else(|| Error::UnexpectedResponse("MGET lost a key".into())))
                 .collect();
         }
         let r = self.routing();
         // Group key indices by coordinator (keys without one go through `get`).
         let mut groups: HashMap<Option<SocketAddr>, Vec<usize>> = HashMap::new();
         for (i, k) in keys.iter().enumerate() {
-            groups.entry(r.coordinator(k.as_ref())).or_default().push(i);
+            if out[i].is_none() {
+                groups.entry(r.coordinator(k.as_ref())).or_default().push(i);
+            }
         }
         let batch = self
             .inner
@@ -825,7 +1045,6 @@ impl ClusterClient {
                 }
             })
             .collect();
-        let mut out: Vec<Option<MgetValue>> = vec![None; keys.len()];
         let mut again: Vec<usize> = Vec::new();
         for ((_, idx), res) in batches.iter().zip(join_all(futs).await) {
             match res {
@@ -1110,7 +1329,13 @@ impl BlockingClusterClient {
     /// # Errors
     /// See [`Error`].
     pub fn get(&self, key: &[u8]) -> Result<Versioned<Option<Bytes>>, Error> {
-        self.rt.block_on(self.client.get(key))
+        // A one-sided read needs no runtime: skip the hop into it when it answers (and do
+        // not try it twice when it does not).
+        ClusterClient::check_key(key)?;
+        if let Some(v) = self.client.get_one_sided(key) {
+            return Ok(v);
+        }
+        self.rt.block_on(self.client.get_network(key))
     }
 
     /// See [`ClusterClient::get_quorum`].

@@ -50,7 +50,10 @@ pub mod tls;
 
 pub use blocking::BlockingClient;
 pub use client::{Client, DelOutcome, MgetValue, SetOptions, SetOutcome, Versioned};
-pub use cluster::{BlockingClusterClient, ClusterClient, ClusterConfig, ClusterStats, ReadMode};
+pub use cluster::{
+    BlockingClusterClient, ClusterClient, ClusterConfig, ClusterStats, ReadMode, ShmFallback,
+    ShmFallbacks,
+};
 pub use config::ClientConfig;
 pub use conn::MgetEntry;
 pub use error::Error;

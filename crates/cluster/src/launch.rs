@@ -91,6 +91,18 @@ pub const ADMIN_TOKEN_ENV: &str = "RINGLET_ADMIN_TOKEN";
 /// # Errors
 /// Bind or engine failures.
 pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)> {
+    run_node_shm(o, None).await
+}
+
+/// [`run_node`], exporting the engine for one-sided reads on `shm_socket` (`ringlet server
+/// --cluster ... --shm-socket PATH`; docs/design/cluster-shm-reads.md).
+///
+/// # Errors
+/// As [`run_node`]; the socket cannot be bound (another live node owns it).
+pub async fn run_node_shm(
+    o: &NodeOpts,
+    shm_socket: Option<std::path::PathBuf>,
+) -> std::io::Result<(ClusterNode, SocketAddr)> {
     // The TLS files encrypt the member links too (before any link opens).
     if let Some(f) = &o.tls {
         crate::tls::set_link_tls(f).map_err(std::io::Error::other)?;
@@ -137,7 +149,11 @@ pub async fn run_node(o: &NodeOpts) -> std::io::Result<(ClusterNode, SocketAddr)
             ..ReplicaConfig::default()
         },
         tick_ms: 10,
+        shm_socket: shm_socket.clone(),
     };
+    if let Some(p) = &shm_socket {
+        eprintln!("ringlet node {}: shm socket {}", o.id, p.display());
+    }
     let tls = match &o.tls {
         None => None,
         Some(f) => Some(crate::resp::ClientTls {
@@ -215,6 +231,15 @@ pub struct UpOpts {
     /// appended to its arguments: only for binaries whose node command takes it, i.e.
     /// `ringlet server`); None: no admin ports.
     pub admin_offset: Option<u16>,
+    /// Node i exports its engine for one-sided reads on `DIR/node-<client port>.sock`
+    /// (`--shm-socket` is appended to its arguments; both `ringlet server` and
+    /// `ringlet-cluster node` take it); None: no export.
+    pub shm_dir: Option<std::path::PathBuf>,
+}
+
+/// The shared-memory socket `up --shm-dir DIR` gives the node on `port`.
+pub fn shm_socket_path(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
+    dir.join(format!("node-{port}.sock"))
 }
 
 /// Builds a node process's arguments from (node id, client port, control address, lease ms,
@@ -424,6 +449,11 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
             args.push("--admin-port".into());
             args.push(port.saturating_add(off).to_string());
         }
+        let shm = o.shm_dir.as_deref().map(|d| shm_socket_path(d, port));
+        if let Some(p) = &shm {
+            args.push("--shm-socket".into());
+            args.push(p.display().to_string());
+        }
         let mut cmd = std::process::Command::new(&o.exe);
         cmd.args(&args)
             .env(crate::auth::SECRET_ENV, secret.to_hex())
@@ -447,7 +477,15 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
                 .env_remove(TLS_CA_ENV),
         };
         let child = cmd.spawn()?;
-        println!("node {} pid {} port {port}", i + 1, child.id());
+        match &shm {
+            Some(p) => println!(
+                "node {} pid {} port {port} shm {}",
+                i + 1,
+                child.id(),
+                p.display()
+            ),
+            None => println!("node {} pid {} port {port}", i + 1, child.id()),
+        }
         children.push(child);
     }
     let addrs: Vec<SocketAddr> = (0..total)

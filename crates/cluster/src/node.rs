@@ -29,6 +29,7 @@ use ringlet_replica::{
     ReqId,
 };
 use ringlet_replica::{InflightKeys, ReplicaStore};
+use ringlet_shm::{Exporter, ExporterConfig, ShmError, ValidityWriter};
 use ringlet_types::{
     key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId, Slot, ValueKind, Version,
 };
@@ -62,6 +63,9 @@ pub struct NodeConfig {
     pub replica: ReplicaConfig,
     /// Driver tick interval.
     pub tick_ms: u64,
+    /// Export the engine for one-sided reads on this Unix socket (docs/design/
+    /// cluster-shm-reads.md).
+    pub shm_socket: Option<std::path::PathBuf>,
 }
 
 /// Why a submit got no reply from the core.
@@ -134,6 +138,9 @@ pub struct NodeStats {
     /// Reads that went through the core instead (slot not served here, write in flight,
     /// ec value, lease or map changed during the read).
     pub fast_read_fallbacks: AtomicU64,
+    /// Keys whose counter in the shm validity region is raised (writes in flight that
+    /// one-sided readers must not read around); 0 without `--shm-socket`.
+    pub shm_keys_in_flight: AtomicU64,
 }
 
 struct Shared {
@@ -152,6 +159,37 @@ struct Shared {
     hb: HeartbeatState,
     /// What front ends need to read without the driver (see [`ClusterNode::fast_get`]).
     fast: FastReads,
+    /// The shared-memory export, if `--shm-socket` was given.
+    shm: Option<ShmExport>,
+}
+
+/// One-sided reads from other processes (docs/design/cluster-shm-reads.md): the engine's
+/// regions through an [`Exporter`] that serves no requests, and the validity region that
+/// carries what [`ClusterNode::fast_get`] checks, for readers that cannot call us.
+struct ShmExport {
+    path: std::path::PathBuf,
+    validity: ValidityWriter,
+    /// The exporter of the current engine (replaced with it; `None` once stopped).
+    exporter: Mutex<Option<Exporter>>,
+}
+
+impl ShmExport {
+    /// Export the engine now behind `engine` under a fresh generation, published in the
+    /// validity region *before* the old exporter goes: sessions that mapped the old engine
+    /// fail their next check (`Fallback::Engine`) even before their watcher sees the hang-up.
+    fn respawn(&self, engine: &Arc<Mutex<Engine>>, snap: &FastSnapshot) -> Result<(), ShmError> {
+        let generation = ringlet_shm::exporter::random_generation();
+        self.validity
+            .publish(snap.epoch, generation, &snap.ranges, &snap.ec);
+        let mut cur = self.exporter.lock();
+        *cur = None; // unbinds the socket before the new exporter binds it
+        let mut cfg = ExporterConfig::new(&self.path);
+        cfg.generation = generation;
+        cfg.validity_fd = Some(self.validity.fd());
+        cfg.serve_requests = false;
+        *cur = Some(Exporter::spawn(engine.clone(), cfg)?);
+        Ok(())
+    }
 }
 
 /// Published by the driver after every step, *before* that step's messages go out, so
@@ -255,7 +293,20 @@ impl ClusterNode {
                 inflight: Arc::new(InflightKeys::default()),
                 reader: RwLock::new(reader),
             },
+            shm: match &cfg.shm_socket {
+                Some(path) => Some(ShmExport {
+                    path: path.clone(),
+                    validity: ValidityWriter::create()?,
+                    exporter: Mutex::new(None),
+                }),
+                None => None,
+            },
         });
+        if let Some(x) = &shared.shm {
+            store.track_touched();
+            x.respawn(&engine, &FastSnapshot::default())
+                .map_err(|e| std::io::Error::other(format!("--shm-socket: {e}")))?;
+        }
         shared
             .hb
             .interval_ms
@@ -328,6 +379,8 @@ impl ClusterNode {
             expiry_seq: 0,
             fast_scratch: Vec::new(),
             fast_engine_generation: 0,
+            shm_held: HashMap::new(),
+            shm_touched: Vec::new(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
@@ -375,6 +428,13 @@ impl ClusterNode {
 
     pub fn stats(&self) -> &NodeStats {
         &self.shared.stats
+    }
+
+    /// The shared-memory exporter's counters (clients, access records), if `--shm-socket`.
+    /// One-sided reads themselves never reach the node: clients count them.
+    pub fn shm_stats(&self) -> Option<ringlet_shm::ExporterStats> {
+        let x = self.shared.shm.as_ref()?;
+        x.exporter.lock().as_ref().map(Exporter::stats)
     }
 
     pub fn count_ambiguous_resolved(&self) {
@@ -499,6 +559,10 @@ impl ClusterNode {
 
     /// Stop the driver thread (the process is going away).
     pub fn stop(&self) {
+        if let Some(x) = &self.shared.shm {
+            x.validity.set_lease(0);
+            *x.exporter.lock() = None;
+        }
         self.shared.hb.stopped.store(true, Ordering::Release);
         let _ = self.shared.tx.send(Event::Stop);
         if let Some(h) = self.driver.lock().take() {
@@ -531,6 +595,12 @@ struct Driver {
     fast_scratch: Vec<(Slot, Slot)>,
     /// The store's engine generation the fronts' reader was made for.
     fast_engine_generation: u64,
+    /// Keys whose counter in the shm validity region this driver raised (once each), with
+    /// their engine hash: exactly the keys among those it has seen that the core's in-flight
+    /// mirror still reports (see [`Driver::sync_shm_inflight`]).
+    shm_held: HashMap<Vec<u8>, u64>,
+    /// Reused: keys the store reserved or applied during the last step.
+    shm_touched: Vec<Vec<u8>>,
 }
 
 impl Driver {
@@ -715,7 +785,8 @@ impl Driver {
             cur.epoch != epoch || cur.ranges != self.fast_scratch
         };
         let engine_generation = self.replica.store().engine_generation();
-        if engine_generation != self.fast_engine_generation {
+        let engine_changed = engine_generation != self.fast_engine_generation;
+        if engine_changed {
             let fresh = self.engine.lock().reader();
             *f.reader.write() = fresh;
             self.fast_engine_generation = engine_generation;
@@ -733,15 +804,67 @@ impl Driver {
                         .collect()
                 })
                 .unwrap_or_default();
-            *f.snapshot.write() = Arc::new(FastSnapshot {
+            let snap = Arc::new(FastSnapshot {
                 epoch,
                 ranges: self.fast_scratch.clone(),
                 ec,
             });
+            if let Some(x) = &self.shared.shm {
+                if engine_changed {
+                    if let Err(e) = x.respawn(&self.engine, &snap) {
+                        // One-sided readers of this node fall back to the network until
+                        // the next engine (they see another engine generation).
+                        eprintln!("ringlet node {}: shm export: {e}", self.shared.id);
+                    }
+                } else if let Some(g) = x.exporter.lock().as_ref().map(Exporter::generation) {
+                    x.validity.publish(snap.epoch, g, &snap.ranges, &snap.ec);
+                }
+            }
+            *f.snapshot.write() = snap;
             f.gen.fetch_add(1, Ordering::AcqRel);
         }
-        f.lease_until_ms
-            .store(self.replica.lease_until_ms(), Ordering::Release);
+        let lease = self.replica.lease_until_ms();
+        f.lease_until_ms.store(lease, Ordering::Release);
+        if let Some(x) = &self.shared.shm {
+            x.validity.set_lease(shm_lease_deadline(lease));
+        }
+    }
+
+    /// Keep the validity region's in-flight counters a superset of the core's mirror for
+    /// every key a reader could be wrong about. Runs after each step, before its messages
+    /// leave. A write becomes in flight in the step that reserves it in the store (the core
+    /// reserves before its first Replicate) or applies a handed-over one, so the keys touched
+    /// by the store are the only new candidates; a held key is released once the core's
+    /// mirror no longer reports it, which happens after its committed value is in the
+    /// engine. A hash collision in the core's mirror only holds a key longer.
+    fn sync_shm_inflight(&mut self) {
+        if self.shared.shm.is_none() {
+            return;
+        }
+        self.replica.store().take_touched(&mut self.shm_touched);
+        let Some(x) = &self.shared.shm else {
+            return;
+        };
+        let mirror = self.replica.inflight_keys().clone();
+        for key in self.shm_touched.drain(..) {
+            if !self.shm_held.contains_key(&key) && mirror.may_have(&key) {
+                let h = ringlet_engine::hash::key_hash(&key);
+                x.validity.inflight_add(h);
+                self.shm_held.insert(key, h);
+            }
+        }
+        // O(keys in flight), bounded by the core's replication window.
+        self.shm_held.retain(|key, h| {
+            let keep = mirror.may_have(key);
+            if !keep {
+                x.validity.inflight_remove(*h);
+            }
+            keep
+        });
+        self.shared
+            .stats
+            .shm_keys_in_flight
+            .store(self.shm_held.len() as u64, Ordering::Relaxed);
     }
 
     fn step(&mut self, input: Input) {
@@ -749,6 +872,7 @@ impl Driver {
         let outs = self.replica.step(mono_ms(), input);
         // Before any output of this step leaves the node (see `FastReads`).
         self.publish_fast_reads();
+        self.sync_shm_inflight();
         let epoch = self.replica.epoch();
         if self.trace {
             let pulling = self.replica.is_pulling();
@@ -883,6 +1007,19 @@ impl Driver {
             }
         }
     }
+}
+
+/// The core's lease deadline (driver clock, [`mono_ms`]) on this host's CLOCK_MONOTONIC,
+/// for readers in other processes. `mono_ms` counts from an `Instant`, which is
+/// CLOCK_MONOTONIC on Linux; each of the two readings truncates to whole ms, so the offset
+/// is off by at most 1 ms either way: 2 ms are taken off (a reader may fall back early, never
+/// read late). 0 stays 0 (no lease).
+fn shm_lease_deadline(lease_until_ms: u64) -> u64 {
+    if lease_until_ms == 0 {
+        return 0;
+    }
+    let offset = ringlet_shm::validity::monotonic_ms().saturating_sub(mono_ms());
+    (lease_until_ms + offset).saturating_sub(2)
 }
 
 /// The heartbeat thread (see [`HeartbeatState`]): repeats the core's heartbeat while the

@@ -1467,8 +1467,9 @@ impl Front {
         // of the statement, and the engine lock is not reentrant.
         let stored = self.node.engine().lock().len();
         let own = self.owned_key_count();
+        let shm = self.node.shm_stats().unwrap_or_default();
         format!(
-            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
             ringlet_server::cmd::connection::REDIS_COMPAT_VERSION,
             self.node.id(),
             map.map_or(0, |m| m.epoch.0),
@@ -1482,6 +1483,9 @@ impl Front {
             stored,
             st.fast_reads.load(Relaxed),
             st.fast_read_fallbacks.load(Relaxed),
+            shm.connections_open,
+            shm.access_hashes,
+            st.shm_keys_in_flight.load(Relaxed),
             own
         )
     }

@@ -84,6 +84,13 @@ pub struct EngineStore {
     by_expiry: std::collections::BTreeSet<(u64, Slot, Vec<u8>)>,
     /// How many times [`ReplicaStore::clear`] replaced the engine behind the shared handle.
     engine_generation: u64,
+    /// Keys the core reserved or applied since the driver last took them (only while a
+    /// shared-memory export needs them: [`EngineStore::track_touched`]). The driver re-checks
+    /// them against the core's in-flight mirror after every step (docs/design/
+    /// cluster-shm-reads.md); bounded by what one step writes, since it drains every step.
+    /// (A mutex only because the driver holds the store through `Replica::store(&self)`;
+    /// the core and the driver run on the same thread, so it is never contended.)
+    touched: Mutex<Option<Vec<Vec<u8>>>>,
 }
 
 /// Metadata entries checked per engine eviction: evictions are found by a round-robin pass,
@@ -124,6 +131,7 @@ impl EngineStore {
             prune_cursor: None,
             by_expiry: Default::default(),
             engine_generation: 0,
+            touched: Mutex::new(None),
         }
     }
 
@@ -136,6 +144,24 @@ impl EngineStore {
     /// comes back empty): lock-free readers made before then read the old one.
     pub fn engine_generation(&self) -> u64 {
         self.engine_generation
+    }
+
+    /// Start recording the keys of reservations and applies (see `touched`).
+    pub fn track_touched(&self) {
+        self.touched.lock().get_or_insert_with(Vec::new);
+    }
+
+    /// Move the recorded keys into `out` (empties the record).
+    pub fn take_touched(&self, out: &mut Vec<Vec<u8>>) {
+        if let Some(t) = self.touched.lock().as_mut() {
+            out.append(t);
+        }
+    }
+
+    fn touch(&self, key: &[u8]) {
+        if let Some(t) = self.touched.lock().as_mut() {
+            t.push(key.to_vec());
+        }
     }
 
     pub fn stats(&self) -> &Arc<StoreStats> {
@@ -341,6 +367,7 @@ impl ReplicaStore for EngineStore {
     }
 
     fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome {
+        self.touch(key);
         let slot = key_slot(key);
         let held = self.meta.get(&(slot, key.to_vec())).map(|m| m.version);
         if let Some(v) = held {
@@ -412,6 +439,7 @@ impl ReplicaStore for EngineStore {
     }
 
     fn reserve(&mut self, key: &[u8], entry: &Entry) -> bool {
+        self.touch(key);
         let Some(value) = &entry.value else {
             return true; // a tombstone needs no data room
         };

@@ -17,7 +17,7 @@
 //! ```
 
 use crate::fdpass::{reopen_read_only, send_with_fds};
-use crate::proto::{decode_client_message, ClientMessage, Hello};
+use crate::proto::{decode_client_message, ClientMessage, Hello, HELLO_FLAG_VALIDITY};
 use crate::ShmError;
 use parking_lot::Mutex;
 use ringlet_codec::native::{
@@ -27,7 +27,7 @@ use ringlet_codec::native::{
 use ringlet_engine::{Condition, Engine, Expiry, ReadOutcome, Reader, SetOptions, SetOutcome};
 use ringlet_types::{limits, Epoch, MemgestId, ValueKind, Version};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,6 +68,14 @@ pub struct ExporterConfig {
     pub generation: u64,
     /// Most simultaneous client connections; more are closed at accept.
     pub connections_max: u32,
+    /// A cluster node's validity region (`crate::validity`), sent read-only as HELLO's third
+    /// fd. Only read during [`Exporter::spawn`] (re-opened read-only there).
+    pub validity_fd: Option<RawFd>,
+    /// Serve native frames (writes and fallback reads) against the engine. A cluster node
+    /// says no: its writes must go through the replica core, and its reads through the
+    /// core's checks, so clients use the cluster's own ports for both (PING still answers).
+    /// Access records are then counted but not applied (see `serve_conn`).
+    pub serve_requests: bool,
 }
 
 impl ExporterConfig {
@@ -78,6 +86,8 @@ impl ExporterConfig {
             epoch: Epoch(0),
             generation: 0,
             connections_max: limits::SHM_CONNECTIONS_MAX,
+            validity_fd: None,
+            serve_requests: true,
         }
     }
 }
@@ -108,6 +118,8 @@ struct Shared<H> {
     reader: Reader,
     index_ro: OwnedFd,
     data_ro: OwnedFd,
+    validity_ro: Option<OwnedFd>,
+    serve_requests: bool,
     index_len: u64,
     data_len: u64,
     epoch: AtomicU64,
@@ -135,7 +147,8 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn random_generation() -> u64 {
+/// A random non-zero generation (what [`ExporterConfig::generation`] 0 picks).
+pub fn random_generation() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -159,6 +172,7 @@ impl Exporter {
         });
         let index_ro = reopen_read_only(info.index_fd)?;
         let data_ro = reopen_read_only(info.data_fd)?;
+        let validity_ro = cfg.validity_fd.map(reopen_read_only).transpose()?;
         // A socket file whose listener is gone (a killed node) would make bind fail; one that
         // still answers belongs to a live node and must not be stolen.
         if cfg.path.exists() {
@@ -182,6 +196,8 @@ impl Exporter {
             reader,
             index_ro,
             data_ro,
+            validity_ro,
+            serve_requests: cfg.serve_requests,
             index_len: info.index_len as u64,
             data_len: info.data_len as u64,
             epoch: AtomicU64::new(cfg.epoch.0),
@@ -305,17 +321,18 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 fn serve_conn<H: EngineHost>(shared: &Shared<H>, mut sock: UnixStream) -> io::Result<()> {
     sock.set_nonblocking(false)?;
-    let hello = Hello::new(
+    let mut hello = Hello::new(
         shared.index_len,
         shared.data_len,
         Epoch(shared.epoch.load(Ordering::Acquire)),
         shared.generation,
     );
-    send_with_fds(
-        &sock,
-        &hello.encode(),
-        &[shared.index_ro.as_raw_fd(), shared.data_ro.as_raw_fd()],
-    )?;
+    let mut fds = vec![shared.index_ro.as_raw_fd(), shared.data_ro.as_raw_fd()];
+    if let Some(v) = &shared.validity_ro {
+        hello.flags |= HELLO_FLAG_VALIDITY;
+        fds.push(v.as_raw_fd());
+    }
+    send_with_fds(&sock, &hello.encode(), &fds)?;
     let mut rbuf: Vec<u8> = Vec::new();
     let mut wbuf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
@@ -328,7 +345,13 @@ fn serve_conn<H: EngineHost>(shared: &Shared<H>, mut sock: UnixStream) -> io::Re
         while pos < rbuf.len() {
             match decode_client_message(&rbuf[pos..], &mut hashes) {
                 Ok(Some((ClientMessage::Access, n))) => {
-                    shared.host.with_engine(|e| e.record_access(&hashes));
+                    // A cluster node (no requests served) counts them but does not feed its
+                    // eviction policy, as its own fast-path reads do not (crates/cluster
+                    // node.rs `fast_get`: every entry marked hot left a full node's eviction
+                    // scan without a victim for pinned writes).
+                    if shared.serve_requests {
+                        shared.host.with_engine(|e| e.record_access(&hashes));
+                    }
                     let c = &shared.counters;
                     c.access_batches.fetch_add(1, Ordering::Relaxed);
                     c.access_hashes
@@ -421,6 +444,17 @@ fn handle<H: EngineHost>(
 ) {
     let id = frame.request_id;
     let epoch = Epoch(shared.epoch.load(Ordering::Acquire));
+    if !shared.serve_requests && !matches!(frame.request, NativeRequest::Ping) {
+        return encode_error_response(
+            out,
+            id,
+            frame.request.opcode(),
+            Status::BAD_REQUEST,
+            epoch,
+            "a cluster node's shm socket serves one-sided reads only: \
+             send requests to its client port",
+        );
+    }
     match frame.request {
         NativeRequest::Ping => {
             encode_status_response(out, id, Opcode::Ping, Status::OK, epoch, Version::ZERO)

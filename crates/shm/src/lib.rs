@@ -25,6 +25,8 @@
 //! - [`fdpass`]: SCM_RIGHTS and read-only memfd descriptors;
 //! - [`exporter`]: the node side ([`Exporter`]);
 //! - [`reader`]: the client side ([`ShmReader`]);
+//! - [`validity`]: a cluster node's validity region (slots served, lease deadline, writes
+//!   in flight) that one-sided readers check around every read;
 //! - [`benchkit`]: keys, checked values and timed loops of the GET benchmark;
 //! - [`testkit`]: deterministic values and workload helpers shared by tests, the test
 //!   binaries and the benchmark.
@@ -35,10 +37,12 @@ pub mod fdpass;
 pub mod proto;
 pub mod reader;
 pub mod testkit;
+pub mod validity;
 
 pub use exporter::{EngineHost, Exporter, ExporterConfig, ExporterStats};
 pub use proto::{Hello, ProtoError};
 pub use reader::{ReaderStats, ShmReader, ShmReaderConfig};
+pub use validity::{Fallback, ValidityWriter};
 
 /// Errors of the exporter and the reader.
 #[derive(thiserror::Error, Debug)]

@@ -21,6 +21,11 @@ pub const HELLO_VERSION: u32 = 1;
 pub const HELLO_BYTES: usize = 80;
 /// Number of fds attached to HELLO: index region, data region.
 pub const HELLO_FDS: usize = 2;
+/// HELLO flag: a third fd follows, the node's validity region (a cluster node;
+/// `crate::validity`).
+pub const HELLO_FLAG_VALIDITY: u32 = 1;
+/// Most fds a HELLO carries (with the validity region).
+pub const HELLO_FDS_MAX: usize = 3;
 
 /// First byte of an ACCESS message (not 0xA5, so never a native frame).
 pub const ACCESS_MAGIC: u8 = 0xAE;
@@ -48,6 +53,8 @@ pub struct Hello {
     pub epoch: Epoch,
     /// Random per node incarnation: a restarted node has a new one.
     pub generation: u64,
+    /// [`HELLO_FLAG_VALIDITY`]: a cluster node; reads must pass its validity region.
+    pub flags: u32,
     pub bucket_bytes: u32,
     pub bucket_entries: u32,
     pub unit_bytes: u32,
@@ -86,6 +93,7 @@ impl Hello {
             data_len,
             epoch,
             generation,
+            flags: 0,
             bucket_bytes: BUCKET_BYTES as u32,
             bucket_entries: BUCKET_ENTRIES as u32,
             unit_bytes: UNIT_BYTES as u32,
@@ -107,7 +115,7 @@ impl Hello {
         let mut b = [0u8; HELLO_BYTES];
         b[0..8].copy_from_slice(&HELLO_MAGIC);
         b[8..12].copy_from_slice(&HELLO_VERSION.to_be_bytes());
-        // 12..16 flags: zero.
+        b[12..16].copy_from_slice(&self.flags.to_be_bytes());
         b[16..24].copy_from_slice(&self.format_version.to_be_bytes());
         b[24..32].copy_from_slice(&self.index_len.to_be_bytes());
         b[32..40].copy_from_slice(&self.data_len.to_be_bytes());
@@ -153,7 +161,8 @@ impl Hello {
         if v != HELLO_VERSION {
             return Err(ProtoError::Version(v));
         }
-        if u32_at(12) != 0 {
+        let flags = u32_at(12);
+        if flags & !HELLO_FLAG_VALIDITY != 0 {
             return Err(ProtoError::Reserved);
         }
         let h = Hello {
@@ -162,6 +171,7 @@ impl Hello {
             data_len: u64_at(32),
             epoch: Epoch(u64_at(40)),
             generation: u64_at(48),
+            flags,
             bucket_bytes: u32_at(56),
             bucket_entries: u32_at(60),
             unit_bytes: u32_at(64),

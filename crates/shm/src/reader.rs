@@ -18,7 +18,10 @@
 //! records are eviction hints, never worth stalling a read).
 
 use crate::fdpass::{file_len, recv_with_fds};
-use crate::proto::{encode_access, Hello, HELLO_BYTES, HELLO_FDS};
+use crate::proto::{
+    encode_access, Hello, HELLO_BYTES, HELLO_FDS, HELLO_FDS_MAX, HELLO_FLAG_VALIDITY,
+};
+use crate::validity::{monotonic_coarse_ms_upper, monotonic_coarse_res_ms, Fallback, ValidityView};
 use crate::ShmError;
 use ringlet_codec::native::{
     decode_response_frame, encode_del, encode_get, encode_incr_by, encode_ping, encode_set,
@@ -139,6 +142,8 @@ struct Session {
     index: Map,
     data: Map,
     view: RegionsView,
+    /// A cluster node's validity region (HELLO flag): every one-sided read must pass it.
+    validity: Option<ValidityView>,
     stale: Arc<AtomicBool>,
     watcher_stop: Arc<AtomicBool>,
     /// The index header's config id differs from the epoch this session pinned even right
@@ -207,7 +212,15 @@ pub struct ShmReader {
     stats: ReaderStats,
     last: Option<(u64, Epoch)>,
     clock_res_ms: u64,
+    mono_res_ms: u64,
+    /// [`ShmReader::try_get_into`]: no reconnect attempt before this (CLOCK_MONOTONIC ms),
+    /// so a dead node costs a GET one flag load, not a failed connect.
+    reconnect_not_before_ms: u64,
 }
+
+/// After a failed reconnect from [`ShmReader::try_get_into`], how long reads fall back
+/// before the next attempt (the network path answers meanwhile).
+const TRY_RECONNECT_PAUSE_MS: u64 = 200;
 
 fn coarse_now_ms(res_ms: u64) -> u64 {
     let mut ts = libc::timespec {
@@ -283,6 +296,8 @@ impl ShmReader {
             stats: ReaderStats::default(),
             last: None,
             clock_res_ms: coarse_res_ms(),
+            mono_res_ms: monotonic_coarse_res_ms(),
+            reconnect_not_before_ms: 0,
         };
         r.session = Some(r.handshake()?);
         Ok(r)
@@ -293,14 +308,19 @@ impl ShmReader {
         sock.set_read_timeout(Some(self.cfg.io_timeout))?;
         sock.set_write_timeout(Some(self.cfg.io_timeout))?;
         let mut buf = [0u8; HELLO_BYTES];
-        let fds = recv_with_fds(&sock, &mut buf, HELLO_FDS)?;
+        let fds = recv_with_fds(&sock, &mut buf, HELLO_FDS_MAX)?;
         let hello = Hello::decode(&buf)?;
-        if fds.len() != HELLO_FDS {
-            return Err(ShmError::Handshake("HELLO without its two descriptors"));
+        let cluster = hello.flags & HELLO_FLAG_VALIDITY != 0;
+        if fds.len() != HELLO_FDS + usize::from(cluster) {
+            return Err(ShmError::Handshake("HELLO without its descriptors"));
         }
         let mut it = fds.into_iter();
         let (Some(ifd), Some(dfd)) = (it.next(), it.next()) else {
-            return Err(ShmError::Handshake("HELLO without its two descriptors"));
+            return Err(ShmError::Handshake("HELLO without its descriptors"));
+        };
+        let validity = match it.next() {
+            Some(vfd) => Some(ValidityView::map(vfd.as_raw_fd())?),
+            None => None,
         };
         let index = Map::new(ifd, hello.index_len)?;
         let data = Map::new(dfd, hello.data_len)?;
@@ -332,6 +352,7 @@ impl ShmReader {
             index,
             data,
             view,
+            validity,
             stale,
             watcher_stop: stop,
             one_sided_off: false,
@@ -475,6 +496,87 @@ impl ShmReader {
             }
             ReadOutcome::Retry => self.slow_get(key, hash, out),
         }
+    }
+
+    /// A cluster node's one-sided GET: the value from shared memory only if the node's
+    /// validity region says it may answer `key` now, checked before and after the engine
+    /// read (docs/design/cluster-shm-reads.md). Never goes over the socket: on any doubt it
+    /// returns the reason and the caller reads over the network. A session that is stale
+    /// (node gone) reconnects once, at most every [`TRY_RECONNECT_PAUSE_MS`].
+    ///
+    /// `Ok(Some(version))`: a committed value, copied into `out`; `Ok(None)`: the key is
+    /// absent (or expired) at its coordinator.
+    ///
+    /// # Errors
+    /// The [`Fallback`] reason; [`Fallback::Unavailable`] also for a node without a validity
+    /// region (a single node: use [`ShmReader::get_into`]).
+    pub fn try_get_into(
+        &mut self,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Version>, Fallback> {
+        if key.len() > KEY_BYTES_MAX as usize {
+            return Err(Fallback::Unavailable);
+        }
+        if self.is_stale() {
+            let now = crate::validity::monotonic_ms();
+            if now < self.reconnect_not_before_ms {
+                return Err(Fallback::Unavailable);
+            }
+            self.session = None;
+            match self.handshake() {
+                Ok(s) => self.session = Some(s),
+                Err(_) => {
+                    self.reconnect_not_before_ms = now + TRY_RECONNECT_PAUSE_MS;
+                    return Err(Fallback::Unavailable);
+                }
+            }
+        }
+        let Some(s) = self.session.as_ref() else {
+            return Err(Fallback::Unavailable);
+        };
+        let Some(v) = s.validity.as_ref() else {
+            return Err(Fallback::Unavailable);
+        };
+        let hash = key_hash(key);
+        let slot = ringlet_types::key_slot(key);
+        let ticket = v.begin(
+            slot,
+            hash,
+            s.hello.generation,
+            monotonic_coarse_ms_upper(self.mono_res_ms),
+        )?;
+        let now = coarse_now_ms(self.clock_res_ms);
+        let (r, _) = read_entry_with(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
+        let (memgest, result) = match r {
+            ReadOutcome::Hit {
+                version,
+                memgest,
+                kind,
+                ..
+            } => {
+                if kind != ringlet_types::ValueKind::String {
+                    return Err(Fallback::Kind);
+                }
+                (Some(memgest), Some(version))
+            }
+            ReadOutcome::Miss => (None, None),
+            ReadOutcome::Retry => return Err(Fallback::Retry),
+        };
+        // The clock is read after the engine read: the lease must still hold *then*.
+        v.end(ticket, memgest, monotonic_coarse_ms_upper(self.mono_res_ms))?;
+        if result.is_some() {
+            self.stats.shm_hits += 1;
+            self.record(hash);
+        } else {
+            self.stats.shm_misses += 1;
+        }
+        Ok(result)
+    }
+
+    /// Whether this session is a cluster node's (its HELLO carried a validity region).
+    pub fn is_cluster(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.validity.is_some())
     }
 
     /// GET into a fresh buffer.

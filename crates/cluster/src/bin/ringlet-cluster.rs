@@ -1,9 +1,9 @@
 //! `ringlet-cluster`: run the pieces of a Ringlet cluster.
 //!
 //! ```text
-//! ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]
+//! ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS] [--shm-dir DIR]
 //! ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3] [--pg-data S --pg-redundant D]
-//! ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS]
+//! ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS] [--shm-socket PATH]
 //! ringlet-cluster drain --control HOST:PORT ID
 //! ringlet-cluster map --control HOST:PORT
 //! ```
@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS]\n  ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3] [--pg-data S --pg-redundant D]\n  ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
+        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS] [--shm-dir DIR]\n  ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3] [--pg-data S --pg-redundant D]\n  ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS] [--shm-socket PATH]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
     );
     ExitCode::from(2)
 }
@@ -112,6 +112,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 pg: None,
                 tls: None,
                 admin_offset: None,
+                shm_dir: a.get("shm-dir")?,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }
@@ -152,7 +153,9 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 admin_port: None,
             };
             rt.block_on(async {
-                let (node, addr) = launch::run_node(&o).await.map_err(|e| e.to_string())?;
+                let (node, addr) = launch::run_node_shm(&o, a.get("shm-socket")?)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 println!("ringlet node {} serving on {addr}", o.id);
                 wait_for_signal().await;
                 node.stop();

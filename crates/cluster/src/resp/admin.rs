@@ -338,6 +338,12 @@ impl ringlet_server::admin::AdminPages for Front {
             metrics::counter!("ringlet_fast_reads_total").absolute(st.fast_reads.load(Relaxed));
             metrics::counter!("ringlet_fast_read_fallbacks_total")
                 .absolute(st.fast_read_fallbacks.load(Relaxed));
+            if let Some(x) = self.node.shm_stats() {
+                metrics::gauge!("ringlet_shm_clients").set(x.connections_open as f64);
+                metrics::counter!("ringlet_shm_access_hashes_total").absolute(x.access_hashes);
+                metrics::gauge!("ringlet_shm_keys_in_flight")
+                    .set(st.shm_keys_in_flight.load(Relaxed) as f64);
+            }
             metrics::counter!("ringlet_events_refused_total")
                 .absolute(st.events_refused.load(Relaxed));
             metrics::gauge!("ringlet_ec_arenas_not_ready")
