@@ -39,7 +39,7 @@ from redis.cluster import RedisCluster  # noqa: E402
 def load(port, keys, size):
     subprocess.run(["redis-benchmark", "-p", str(port), "--cluster", "-t", "set", "-n",
                     str(keys * 2), "-r", str(keys), "-d", str(size), "-P", "32", "-c", "16",
-                    "-q"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    "-q"], check=True, stdout=subprocess.DEVNULL)
 
 
 class Reader(threading.Thread):
@@ -150,10 +150,22 @@ def redis_run(keys, size):
         def grow():
             subprocess.run(["redis-cli", "--cluster", "add-node", f"127.0.0.1:{base + 3}",
                             nodes[0]], check=True, stdout=subprocess.DEVNULL)
-            time.sleep(1.0)  # the new node must be known before rebalance (gossip)
-            subprocess.run(["redis-cli", "--cluster", "rebalance", nodes[0],
-                            "--cluster-use-empty-masters", "--cluster-yes"], check=True,
-                           stdout=subprocess.DEVNULL)
+            # The new node must be known everywhere before a rebalance (gossip): wait until
+            # `--cluster check` agrees (bounded).
+            for _ in range(300):
+                infos = [subprocess.run(["redis-cli", "-p", str(base + i), "cluster", "info"],
+                                        capture_output=True, text=True).stdout
+                         for i in range(4)]
+                if all("cluster_state:ok" in x and "cluster_known_nodes:4" in x
+                       for x in infos):
+                    break
+                time.sleep(0.1)
+            time.sleep(1.0)  # every node has seen the others as masters (not only known)
+            r = subprocess.run(["redis-cli", "--cluster", "rebalance", nodes[0],
+                                "--cluster-use-empty-masters", "--cluster-yes"],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit("redis-cli --cluster rebalance failed:\n" + r.stdout[-2000:])
         return measure(base, keys, size, grow)
     finally:
         for p in procs:
@@ -170,9 +182,15 @@ def main():
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     runs = {"ringlet": [], "redis": []}
-    for _ in range(a.reps):
-        runs["ringlet"].append(ringlet_run(a.ringlet, a.keys, a.size))
-        runs["redis"].append(redis_run(a.keys, a.size))
+    for i in range(a.reps):
+        for name, run in (("ringlet", lambda: ringlet_run(a.ringlet, a.keys, a.size)),
+                          ("redis", lambda: redis_run(a.keys, a.size))):
+            r = run()
+            runs[name].append(r)
+            print(f"round {i + 1} {name}: {r['seconds']:.2f} s, {r['slots_moved']} slots, "
+                  f"{r['mb_per_s']:.1f} MB/s, GET p99 steady {r['steady']['p99_us']:.0f} us "
+                  f"during {r['during']['p99_us']:.0f} us ({r['during']['n']} GETs), "
+                  f"errors {r['reader_errors']}", file=sys.stderr, flush=True)
     if a.json:
         print(json.dumps(runs, indent=1))
     for name, rs in runs.items():
