@@ -61,6 +61,13 @@ pub mod bounds {
 }
 use bounds::*;
 
+/// A key's version and memgest, as repair compares them.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    version: Version,
+    memgest: MemgestId,
+}
+
 /// Timing knobs, all in milliseconds of the caller's clock.
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
@@ -2451,19 +2458,20 @@ impl<S: ReplicaStore> Replica<S> {
         };
         let theirs: BTreeMap<Vec<u8>, Version> = keys.into_iter().collect();
         // Our entries in the same key window (after, end].
-        let mut own: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
+        // Versions only: values are read for the keys pushed, not for every key compared.
+        let mut own: BTreeMap<Vec<u8>, Head> = BTreeMap::new();
         let mut cursor = after.clone();
         'scan: loop {
             let chunk = self
                 .store
-                .scan_slot(slot, cursor.as_deref(), KEYLIST_KEYS_MAX);
+                .scan_slot_heads(slot, cursor.as_deref(), KEYLIST_KEYS_MAX);
             let n = chunk.len();
-            for (k, e) in chunk {
+            for (k, version, memgest) in chunk {
                 if end.as_ref().is_some_and(|end| k > *end) {
                     break 'scan;
                 }
                 cursor = Some(k.clone());
-                own.insert(k, e);
+                own.insert(k, Head { version, memgest });
             }
             if n < KEYLIST_KEYS_MAX {
                 break;
@@ -2472,10 +2480,11 @@ impl<S: ReplicaStore> Replica<S> {
         let reach = |m: MemgestId| map.copies(m) > o;
         let mut push = Vec::new();
         let mut push_bytes: u64 = 0;
-        for (k, e) in &own {
-            if reach(e.memgest) && theirs.get(k).is_none_or(|v| *v < e.version) {
+        for (k, h) in &own {
+            if reach(h.memgest) && theirs.get(k).is_none_or(|v| *v < h.version) {
+                let Some(e) = self.store.get(k) else { continue };
                 push_bytes = push_bytes.saturating_add(e.wire_bytes(k));
-                push.push((k.clone(), e.clone()));
+                push.push((k.clone(), e));
                 if push_bytes >= PULL_BYTES_PER_PAGE_MAX {
                     self.stats.repair_pushed += push.len() as u64;
                     self.send(

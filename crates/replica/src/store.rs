@@ -99,6 +99,20 @@ pub trait ReplicaStore {
     fn forget_floor(&mut self, _slot: Slot) {}
     /// Entries of `slot` in key order, strictly after `after`, at most `limit` of them.
     fn scan_slot(&self, slot: Slot, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Entry)>;
+    /// Like [`ReplicaStore::scan_slot`] but only `(key, version, memgest)`: repair compares
+    /// versions for whole slots and needs values only for the keys it pushes. A store that
+    /// keeps metadata apart from values overrides this to skip reading every value.
+    fn scan_slot_heads(
+        &self,
+        slot: Slot,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, Version, MemgestId)> {
+        self.scan_slot(slot, after, limit)
+            .into_iter()
+            .map(|(k, e)| (k, e.version, e.memgest))
+            .collect()
+    }
     /// Slots in `first..=last` holding at least one entry or tombstone.
     fn nonempty_slots(&self, first: Slot, last: Slot) -> Vec<Slot>;
     /// Order-independent digest of `(key, version, memgest, tombstone)` over the entries of
