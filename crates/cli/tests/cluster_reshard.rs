@@ -6,6 +6,7 @@
 
 mod common;
 
+use ringlet_codec::resp::Reply;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -109,6 +110,27 @@ fn grow_three_to_five_under_redis_py_load() {
         eprintln!("{log}");
     }
     assert!(admin(&["node", "rebalance", "--dry-run"]).contains("balanced"));
+    // Progress is visible in INFO: the moves' new coordinators counted their rebuilt
+    // handoffs, and nothing is left moving or pending.
+    let info = |port: u16, field: &str| -> String {
+        let Reply::Bulk(b) = common::call(port, &[b"INFO"]) else {
+            panic!("INFO")
+        };
+        let text = String::from_utf8(b).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+            .unwrap_or_else(|| panic!("no {field} in {text}"))
+    };
+    let rebuilt: u64 = (0..5)
+        .map(|i| {
+            info(base + i, "reshard_handoffs_completed")
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(rebuilt >= 9, "{rebuilt} handoffs rebuilt for 9 moves");
+    assert_eq!(info(base, "reshard_moving"), "-");
+    assert_eq!(info(base, "reshard_handoffs_pending"), "0");
     let grown = ringlet_control::ClusterMap::from_json(admin(&["node", "map"]).trim()).unwrap();
     let per = grown.placement.as_ref().unwrap().slots_per_coordinator();
     assert_eq!(per.len(), 5, "{per:?}");

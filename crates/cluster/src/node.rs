@@ -141,6 +141,11 @@ pub struct NodeStats {
     /// Keys whose counter in the shm validity region is raised (writes in flight that
     /// one-sided readers must not read around); 0 without `--shm-socket`.
     pub shm_keys_in_flight: AtomicU64,
+    /// Resharding: handed-off ranges this node rebuilt as their new coordinator, and keys it
+    /// dropped from ranges it gave away once released (the core's counters after its last
+    /// step; INFO `reshard_*`, docs/design/cluster-resharding.md).
+    pub handoffs_completed: AtomicU64,
+    pub handoff_keys_purged: AtomicU64,
 }
 
 struct Shared {
@@ -902,6 +907,15 @@ impl Driver {
             .stats
             .ec_arenas_not_ready
             .store(self.replica.ec_arenas_not_ready(), Ordering::Relaxed);
+        let rs = &self.replica.stats;
+        self.shared
+            .stats
+            .handoffs_completed
+            .store(rs.handoffs_completed, Ordering::Relaxed);
+        self.shared
+            .stats
+            .handoff_keys_purged
+            .store(rs.handoff_keys_purged, Ordering::Relaxed);
         if let Some(m) = self.replica.map() {
             let mut cur = self.shared.map.write();
             if cur.as_ref().is_none_or(|c| c.epoch < m.epoch) {

@@ -1469,10 +1469,10 @@ impl Front {
         let own = self.owned_key_count();
         let shm = self.node.shm_stats().unwrap_or_default();
         format!(
-            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
             ringlet_server::cmd::connection::REDIS_COMPAT_VERSION,
             self.node.id(),
-            map.map_or(0, |m| m.epoch.0),
+            map.as_ref().map_or(0, |m| m.epoch.0),
             st.maps_applied.load(Relaxed),
             st.fenced.load(Relaxed),
             st.possible_loss.load(Relaxed),
@@ -1486,6 +1486,14 @@ impl Front {
             shm.connections_open,
             shm.access_hashes,
             st.shm_keys_in_flight.load(Relaxed),
+            // The span in phase 1 of a move, cluster-wide ("-" when none), and the spans
+            // whose new owner has not yet reported them rebuilt.
+            map.as_ref()
+                .and_then(|m| m.moving)
+                .map_or_else(|| "-".to_string(), |m| format!("{}-{}", m.first, m.last)),
+            map.as_ref().map_or(0, |m| m.handoffs.len()),
+            st.handoffs_completed.load(Relaxed),
+            st.handoff_keys_purged.load(Relaxed),
             own
         )
     }

@@ -344,6 +344,10 @@ impl ringlet_server::admin::AdminPages for Front {
                 metrics::gauge!("ringlet_shm_keys_in_flight")
                     .set(st.shm_keys_in_flight.load(Relaxed) as f64);
             }
+            metrics::counter!("ringlet_reshard_handoffs_completed_total")
+                .absolute(st.handoffs_completed.load(Relaxed));
+            metrics::counter!("ringlet_reshard_keys_purged_total")
+                .absolute(st.handoff_keys_purged.load(Relaxed));
             metrics::counter!("ringlet_events_refused_total")
                 .absolute(st.events_refused.load(Relaxed));
             metrics::gauge!("ringlet_ec_arenas_not_ready")
