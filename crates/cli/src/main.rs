@@ -198,30 +198,33 @@ struct NodeCmd {
     action: NodeAction,
 }
 
+/// How an admin command reaches the control plane.
+#[derive(Args)]
+struct AdminConn {
+    /// Control plane address (printed by `ringlet up`).
+    #[arg(long)]
+    control: String,
+    /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`.
+    #[arg(long = "cluster-secret-file")]
+    cluster_secret_file: Option<std::path::PathBuf>,
+    /// A cluster started with TLS files encrypts its control links: the same files.
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
 #[derive(Subcommand)]
 enum NodeAction {
     /// Hand node ID's roles and data to a spare before it is stopped (planned maintenance).
     Drain {
         id: u32,
-        /// Control plane address (printed by `ringlet up`).
-        #[arg(long)]
-        control: String,
-        /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`.
-        #[arg(long = "cluster-secret-file")]
-        cluster_secret_file: Option<std::path::PathBuf>,
-        /// A cluster started with TLS files encrypts its control links: the same files.
         #[command(flatten)]
-        tls: TlsArgs,
+        conn: AdminConn,
     },
     /// Turn spare ID into a data node (new placement groups; no slots until a rebalance).
     Add {
         id: u32,
-        #[arg(long)]
-        control: String,
-        #[arg(long = "cluster-secret-file")]
-        cluster_secret_file: Option<std::path::PathBuf>,
         #[command(flatten)]
-        tls: TlsArgs,
+        conn: AdminConn,
     },
     /// Move slots FIRST..=LAST (inside one slot range) to placement group PG's data index
     /// INDEX: the current owner finishes its writes, the new one rebuilds from it.
@@ -232,12 +235,8 @@ enum NodeAction {
         pg: u32,
         #[arg(long, default_value_t = 0)]
         index: u8,
-        #[arg(long)]
-        control: String,
-        #[arg(long = "cluster-secret-file")]
-        cluster_secret_file: Option<std::path::PathBuf>,
         #[command(flatten)]
-        tls: TlsArgs,
+        conn: AdminConn,
     },
     /// Take data node ID out: groups without it are added, every slot range of a group
     /// holding it moves away span by span, then it becomes a spare (it can then be stopped).
@@ -246,12 +245,8 @@ enum NodeAction {
         /// Longest wait for one move's handoff, in seconds.
         #[arg(long, default_value_t = 60)]
         move_timeout: u64,
-        #[arg(long)]
-        control: String,
-        #[arg(long = "cluster-secret-file")]
-        cluster_secret_file: Option<std::path::PathBuf>,
         #[command(flatten)]
-        tls: TlsArgs,
+        conn: AdminConn,
     },
     /// Even out coordinated slots over the data nodes: plan, then move span by span, each
     /// after the previous one's handoff finished.
@@ -262,23 +257,13 @@ enum NodeAction {
         /// Longest wait for one move's handoff, in seconds.
         #[arg(long, default_value_t = 60)]
         move_timeout: u64,
-        #[arg(long)]
-        control: String,
-        #[arg(long = "cluster-secret-file")]
-        cluster_secret_file: Option<std::path::PathBuf>,
         #[command(flatten)]
-        tls: TlsArgs,
+        conn: AdminConn,
     },
     /// Print the cluster map (JSON).
     Map {
-        #[arg(long)]
-        control: String,
-        /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`.
-        #[arg(long = "cluster-secret-file")]
-        cluster_secret_file: Option<std::path::PathBuf>,
-        /// A cluster started with TLS files encrypts its control links: the same files.
         #[command(flatten)]
-        tls: TlsArgs,
+        conn: AdminConn,
     },
 }
 
@@ -599,72 +584,28 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
 /// `ringlet node drain|map --control ADDR`.
 fn node_admin(action: NodeAction) -> Result<()> {
     use ringlet_cluster::control::{request, FromControl, ToControl};
-    let (control, req, file, tls) = match &action {
-        NodeAction::Drain {
-            id,
-            control,
-            cluster_secret_file,
-            tls,
-        } => (
-            control,
-            ToControl::Drain { node: *id },
-            cluster_secret_file,
-            tls,
-        ),
-        NodeAction::Map {
-            control,
-            cluster_secret_file,
-            tls,
-        } => (control, ToControl::Watch, cluster_secret_file, tls),
-        NodeAction::Add {
-            id,
-            control,
-            cluster_secret_file,
-            tls,
-        } => (
-            control,
-            ToControl::AddNode { node: *id },
-            cluster_secret_file,
-            tls,
-        ),
+    let (conn, req) = match &action {
+        NodeAction::Drain { id, conn } => (conn, ToControl::Drain { node: *id }),
+        NodeAction::Map { conn } | NodeAction::Rebalance { conn, .. } => (conn, ToControl::Watch),
+        NodeAction::Add { id, conn } => (conn, ToControl::AddNode { node: *id }),
         NodeAction::MoveSlots {
             first,
             last,
             pg,
             index,
-            control,
-            cluster_secret_file,
-            tls,
+            conn,
         } => (
-            control,
+            conn,
             ToControl::MoveSlots {
                 first: *first,
                 last: *last,
                 pg: *pg,
                 data_index: *index,
             },
-            cluster_secret_file,
-            tls,
         ),
-        NodeAction::Rebalance {
-            control,
-            cluster_secret_file,
-            tls,
-            ..
-        } => (control, ToControl::Watch, cluster_secret_file, tls),
-        NodeAction::Remove {
-            id,
-            control,
-            cluster_secret_file,
-            tls,
-            ..
-        } => (
-            control,
-            ToControl::RemoveNode { node: *id },
-            cluster_secret_file,
-            tls,
-        ),
+        NodeAction::Remove { id, conn, .. } => (conn, ToControl::RemoveNode { node: *id }),
     };
+    let (control, file, tls) = (&conn.control, &conn.cluster_secret_file, &conn.tls);
     let secret = ringlet_cluster::auth::init(file.as_deref())?;
     if let Some(f) = tls_files(tls)? {
         ringlet_cluster::tls::set_link_tls(&f).map_err(|e| anyhow::anyhow!("TLS: {e}"))?;

@@ -7,8 +7,7 @@
 mod common;
 
 use ringlet_codec::resp::Reply;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const LOAD: &str = r#"
 import sys, time, redis
@@ -64,28 +63,19 @@ fn grow_three_to_five_under_redis_py_load() {
     }
     let base = common::free_base(6);
     let b = base.to_string();
-    let mut up = Command::new(env!("CARGO_BIN_EXE_ringlet"))
-        .args(["up", "--nodes", "3", "--spares", "2", "--port", &b])
-        .args(["--default-memgest", "rep:3", "--memory-mb", "64"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ringlet up");
-    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
-    let mut secret = String::new();
-    let control = loop {
-        let l = lines.next().expect("up exited").expect("read");
-        if let Some(p) = l.strip_prefix("cluster secret file ") {
-            secret = p.trim().to_string();
-        }
-        if l.starts_with("ringlet cluster ready") {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            let i = w.iter().position(|x| *x == "control").unwrap();
-            break w[i + 1].trim_end_matches(',').to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let up = common::Up(up);
+    let (up, control, secret) = common::up_admin(&[
+        "up",
+        "--nodes",
+        "3",
+        "--spares",
+        "2",
+        "--port",
+        &b,
+        "--default-memgest",
+        "rep:3",
+        "--memory-mb",
+        "64",
+    ]);
     let dir = std::env::temp_dir().join(format!("ringlet-reshard-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (stop, out) = (dir.join("stop"), dir.join("out"));

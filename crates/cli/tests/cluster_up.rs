@@ -8,8 +8,7 @@ mod common;
 use common::call;
 
 use ringlet_codec::resp::Reply;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Follow MOVED like `redis-cli -c`.
@@ -31,35 +30,19 @@ fn cluster_call(mut port: u16, args: &[&[u8]]) -> Reply {
 fn up_cluster_serves_moved_and_drains() {
     // Client and admin ports below the ephemeral range (common::free_base).
     let base = common::free_base(6);
-    let mut up = Command::new(env!("CARGO_BIN_EXE_ringlet"))
-        .args([
-            "up",
-            "--nodes",
-            "3",
-            "--spares",
-            "1",
-            "--port",
-            &base.to_string(),
-        ])
-        .args(["--default-memgest", "rep:3", "--memory-mb", "64"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ringlet up");
-    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
-    let mut secret_file = String::new();
-    let control = loop {
-        let l = lines.next().expect("up exited").expect("read");
-        if let Some(p) = l.strip_prefix("cluster secret file ") {
-            secret_file = p.trim().to_string();
-        }
-        if l.starts_with("ringlet cluster ready") {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            let i = w.iter().position(|x| *x == "control").unwrap();
-            break w[i + 1].trim_end_matches(',').to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (up, control, secret_file) = common::up_admin(&[
+        "up",
+        "--nodes",
+        "3",
+        "--spares",
+        "1",
+        "--port",
+        &base.to_string(),
+        "--default-memgest",
+        "rep:3",
+        "--memory-mb",
+        "64",
+    ]);
     for i in 0..50 {
         let k = format!("k{i}");
         assert_eq!(
@@ -123,19 +106,5 @@ fn up_cluster_serves_moved_and_drains() {
             Reply::Bulk(b"v".to_vec())
         );
     }
-    stop_up(&mut up);
-}
-
-fn stop_up(c: &mut std::process::Child) {
-    // SIGINT/SIGTERM make `up` stop its nodes; Child::kill is SIGKILL, which would leave
-    // them running, so send SIGTERM through the kill command.
-    let _ = Command::new("kill").arg(c.id().to_string()).status();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = c.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
+    drop(up);
 }

@@ -833,14 +833,7 @@ impl ControlPlane {
         if self.map.handoffs.len() >= crate::map::HANDOFFS_MAX {
             return Err(ControlError::HandoffPending { first, last });
         }
-        if let Some(m) = self
-            .map
-            .memgests
-            .values()
-            .find(|m| matches!(m.kind, MemgestKind::Ec { .. }))
-        {
-            return Err(ControlError::EcMove(m.name.clone()));
-        }
+        self.refuse_resharding_with_ec()?;
         let mut next = (*self.map).clone();
         next.moving = Some(crate::map::SlotMove {
             first,
@@ -894,6 +887,41 @@ impl ControlPlane {
         }
     }
 
+    /// Resharding (moves, added or removed nodes) is refused while an ec memgest exists:
+    /// new groups give ec memgests new arenas whose recovery paths assume a group that
+    /// existed since bootstrap, and moved spans would need their arenas re-encoded (the
+    /// simulator found wrong ec reads when this was allowed).
+    fn refuse_resharding_with_ec(&self) -> Result<(), ControlError> {
+        match self
+            .map
+            .memgests
+            .values()
+            .find(|m| matches!(m.kind, MemgestKind::Ec { .. }))
+        {
+            Some(m) => Err(ControlError::EcMove(m.name.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The current map with the placement groups a rotation over `nodes` forms appended,
+    /// those that pass `keep` and are not already present (existing groups keep their index).
+    fn with_rotation_groups(
+        &self,
+        nodes: &[NodeId],
+        keep: impl Fn(&[NodeId]) -> bool,
+    ) -> Result<ClusterMap, ControlError> {
+        let mut next = (*self.map).clone();
+        let p = next.placement.as_mut().ok_or(ControlError::NotPlaced)?;
+        let fresh: Vec<Vec<NodeId>> = ringlet_placement::plan_groups(nodes, p.s, p.d)
+            .map_err(|e| ControlError::Placement(e.to_string()))?
+            .into_iter()
+            .filter(|g| keep(g) && p.group_index(g).is_none())
+            .collect();
+        p.add_groups(fresh)
+            .map_err(|e| ControlError::Placement(e.to_string()))?;
+        Ok(next)
+    }
+
     /// Remove a data node, first or second call (see [`Input::RemoveNode`]).
     fn remove_node(&mut self, node: NodeId, out: &mut Vec<Action>) -> Result<(), ControlError> {
         let p = self.map.placement.as_ref().ok_or(ControlError::NotPlaced)?;
@@ -941,14 +969,7 @@ impl ControlPlane {
         if !self.map.leaving.is_empty() {
             return Err(ControlError::DrainInProgress);
         }
-        if let Some(m) = self
-            .map
-            .memgests
-            .values()
-            .find(|m| matches!(m.kind, MemgestKind::Ec { .. }))
-        {
-            return Err(ControlError::EcMove(m.name.clone()));
-        }
+        self.refuse_resharding_with_ec()?;
         let others: Vec<NodeId> = self
             .map
             .nodes
@@ -964,17 +985,7 @@ impl ControlPlane {
                 needed,
             });
         }
-        let groups = ringlet_placement::plan_groups(&others, p.s, p.d)
-            .map_err(|e| ControlError::Placement(e.to_string()))?;
-        let fresh: Vec<Vec<NodeId>> = groups
-            .into_iter()
-            .filter(|g| p.group_index(g).is_none())
-            .collect();
-        let mut next = (*self.map).clone();
-        if let Some(np) = next.placement.as_mut() {
-            np.add_groups(fresh)
-                .map_err(|e| ControlError::Placement(e.to_string()))?;
-        }
+        let mut next = self.with_rotation_groups(&others, |_| true)?;
         next.removing = Some(node);
         self.commit(next, out);
         Ok(())
@@ -984,23 +995,13 @@ impl ControlPlane {
     /// nodes plus it would form and that contain it are appended (existing groups keep
     /// their index). It coordinates nothing until slots move to it.
     fn add_node(&mut self, node: NodeId, out: &mut Vec<Action>) -> Result<(), ControlError> {
-        let p = self.map.placement.as_ref().ok_or(ControlError::NotPlaced)?;
+        self.map.placement.as_ref().ok_or(ControlError::NotPlaced)?;
         match self.map.node_state(node) {
             None => return Err(ControlError::UnknownNode(node)),
             Some(NodeState::Spare) => {}
             Some(_) => return Err(ControlError::NotSpare(node)),
         }
-        // New groups give ec memgests new arenas whose recovery paths assume a group that
-        // existed since bootstrap; until that is built, a cluster with ec memgests keeps its
-        // shape (the simulator found wrong ec reads when it did not).
-        if let Some(m) = self
-            .map
-            .memgests
-            .values()
-            .find(|m| matches!(m.kind, MemgestKind::Ec { .. }))
-        {
-            return Err(ControlError::EcMove(m.name.clone()));
-        }
+        self.refuse_resharding_with_ec()?;
         let mut nodes: Vec<NodeId> = self
             .map
             .nodes
@@ -1009,17 +1010,7 @@ impl ControlPlane {
             .map(|(id, _)| *id)
             .collect();
         nodes.push(node);
-        let groups = ringlet_placement::plan_groups(&nodes, p.s, p.d)
-            .map_err(|e| ControlError::Placement(e.to_string()))?;
-        let fresh: Vec<Vec<NodeId>> = groups
-            .into_iter()
-            .filter(|g| g.contains(&node) && p.group_index(g).is_none())
-            .collect();
-        let mut next = (*self.map).clone();
-        if let Some(np) = next.placement.as_mut() {
-            np.add_groups(fresh)
-                .map_err(|e| ControlError::Placement(e.to_string()))?;
-        }
+        let mut next = self.with_rotation_groups(&nodes, |g| g.contains(&node))?;
         set_state(&mut next, node, NodeState::Active);
         self.commit(next, out);
         Ok(())

@@ -67,6 +67,12 @@ impl Drop for Up {
 /// Start `ringlet <args>` and return once it printed "ringlet cluster ready" (its later
 /// output is drained in the background).
 pub fn up(args: &[&str]) -> Up {
+    up_admin(args).0
+}
+
+/// [`up`], also returning the control plane's address and the cluster secret's file that it
+/// printed (what `ringlet node ...` needs).
+pub fn up_admin(args: &[&str]) -> (Up, String, String) {
     // stderr goes to a file so that a cluster that never gets ready says why in the failure.
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -81,7 +87,8 @@ pub fn up(args: &[&str]) -> Up {
         .expect("spawn ringlet up");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let up = Up(child);
-    loop {
+    let mut secret = String::new();
+    let control = loop {
         let Some(l) = lines.next() else {
             let err = std::fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = err.lines().rev().take(30).collect();
@@ -91,13 +98,22 @@ pub fn up(args: &[&str]) -> Up {
                 tail.join("\n")
             );
         };
-        if l.expect("read").starts_with("ringlet cluster ready") {
-            break;
+        let l = l.expect("read");
+        if let Some(p) = l.strip_prefix("cluster secret file ") {
+            secret = p.trim().to_string();
         }
-    }
+        if l.starts_with("ringlet cluster ready") {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let i = w
+                .iter()
+                .position(|x| *x == "control")
+                .expect("control address");
+            break w[i + 1].trim_end_matches(',').to_string();
+        }
+    };
     let _ = std::fs::remove_file(&log);
     std::thread::spawn(move || for _ in lines {});
-    up
+    (up, control, secret)
 }
 
 /// Whether python3 with redis-py is installed; with `RINGLET_REQUIRE_REDIS` set (CI), its
