@@ -165,6 +165,8 @@ pub enum Input {
         last: Slot,
         pg: u32,
         data_index: u8,
+        /// Copy rate limit in KiB/s; 0 = as fast as the nodes go.
+        rate_kib_s: u32,
     },
     /// The new coordinator of a handed-off span holds everything its old cohort had: drop
     /// the handoff record (the old cohort then releases its copies).
@@ -452,8 +454,10 @@ impl ControlPlane {
                 last,
                 pg,
                 data_index,
+                rate_kib_s,
             } => {
-                if let Err(e) = self.move_slots(now_ms, first, last, pg, data_index, &mut out) {
+                let to = (pg, data_index);
+                if let Err(e) = self.move_slots(now_ms, first, last, to, rate_kib_s, &mut out) {
                     out.push(Action::Rejected(e));
                 }
             }
@@ -766,8 +770,8 @@ impl ControlPlane {
         now_ms: u64,
         first: Slot,
         last: Slot,
-        pg: u32,
-        data_index: u8,
+        (pg, data_index): (u32, u8),
+        rate_kib_s: u32,
         out: &mut Vec<Action>,
     ) -> Result<(), ControlError> {
         let p = self.map.placement.as_ref().ok_or(ControlError::NotPlaced)?;
@@ -841,6 +845,7 @@ impl ControlPlane {
             pg,
             data_index,
             epoch: self.next_epoch().0,
+            rate_kib_s,
         });
         self.moving_since = Some(now_ms);
         self.commit(next, out);
@@ -875,6 +880,7 @@ impl ControlPlane {
                     from_pg: from.pg,
                     from_data_index: from.data_index,
                     epoch,
+                    rate_kib_s: m.rate_kib_s,
                 });
                 self.commit(next, out);
             }
@@ -1517,6 +1523,7 @@ mod tests {
                 last,
                 pg,
                 data_index: 0,
+                rate_kib_s: 0,
             },
         ))
         .unwrap();
@@ -1532,7 +1539,8 @@ mod tests {
                     first: 9000,
                     last: 9001,
                     pg,
-                    data_index: 0
+                    data_index: 0,
+                    rate_kib_s: 0,
                 }
             )
             .as_slice(),
@@ -1572,7 +1580,8 @@ mod tests {
                     first,
                     last: first,
                     pg: r0.pg,
-                    data_index: r0.data_index
+                    data_index: r0.data_index,
+                    rate_kib_s: 0,
                 }
             )
             .as_slice(),
@@ -1599,6 +1608,7 @@ mod tests {
                 last,
                 pg: r0.pg,
                 data_index: r0.data_index,
+                rate_kib_s: 0,
             },
         ))
         .unwrap();
@@ -1620,6 +1630,7 @@ mod tests {
             last,
             pg,
             data_index,
+            rate_kib_s: 0,
         };
         assert!(matches!(
             rej(cp.step(1, mv(r0.first, r1.first, r1.pg, 0))),
@@ -1666,6 +1677,7 @@ mod tests {
                 last: 9,
                 pg: target,
                 data_index: 0,
+                rate_kib_s: 0,
             },
         ))
         .unwrap();
