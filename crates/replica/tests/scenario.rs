@@ -627,12 +627,21 @@ fn a_rate_limited_move_paces_its_pulls_and_loses_nothing() {
             let first_pages = (4 << 20) + 65 * 1024;
             let paced = stats.handoff_bytes_pulled.saturating_sub(first_pages);
             let floor_ms = paced * 1000 / (u64::from(rate_kib_s) * 1024);
-            assert!(took >= floor_ms, "took {took} ms, pace needs >= {floor_ms} ms");
+            assert!(
+                took >= floor_ms,
+                "took {took} ms, pace needs >= {floor_ms} ms"
+            );
             assert!(floor_ms > 1000, "the test moves enough bytes to be paced");
         }
         for (i, k) in keys.iter().enumerate() {
             let seq = 1_000_000 + i as u64;
-            net.request(m.to, seq, ClientOp::Get { key: k.as_str().into() });
+            net.request(
+                m.to,
+                seq,
+                ClientOp::Get {
+                    key: k.as_str().into(),
+                },
+            );
             net.settle();
             let Some(ClientReply::Value { value: v, .. }) = net.take_reply(seq) else {
                 panic!("read {k} at its new coordinator")
