@@ -152,6 +152,7 @@ pub struct NodeStats {
     pub handoff_keys_pulled: AtomicU64,
     pub last_handoff_bytes: AtomicU64,
     pub last_handoff_ms: AtomicU64,
+    pub handoff_ms: AtomicU64,
 }
 
 struct Shared {
@@ -931,6 +932,7 @@ impl Driver {
             .store(rs.last_handoff_bytes, Ordering::Relaxed);
         st.last_handoff_ms
             .store(rs.last_handoff_ms, Ordering::Relaxed);
+        st.handoff_ms.store(rs.handoff_ms, Ordering::Relaxed);
         if let Some(m) = self.replica.map() {
             let mut cur = self.shared.map.write();
             if cur.as_ref().is_none_or(|c| c.epoch < m.epoch) {

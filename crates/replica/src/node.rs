@@ -379,6 +379,9 @@ pub struct ReplicaStats {
     /// (the copy time of one moving range; its throughput is their quotient).
     pub last_handoff_bytes: u64,
     pub last_handoff_ms: u64,
+    /// Sum of the completed handoff rebuilds' durations (copy throughput over all moves:
+    /// `handoff_bytes_pulled / handoff_ms`).
+    pub handoff_ms: u64,
 }
 
 /// How often a coordinator repeats an unanswered request to mark a memgest written.
@@ -1988,6 +1991,7 @@ impl<S: ReplicaStore> Replica<S> {
                     self.stats.handoff_keys_pulled += pulled_keys;
                     self.stats.last_handoff_bytes = pulled_bytes;
                     self.stats.last_handoff_ms = now_ms.saturating_sub(started_ms);
+                    self.stats.handoff_ms += self.stats.last_handoff_ms;
                     self.last_handoff_report_ms = None; // report at the next tick
                 }
             }
