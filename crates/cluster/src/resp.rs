@@ -2055,17 +2055,19 @@ impl Front {
                 }
             }
             "getex" => {
-                let mut change: Option<Option<u64>> = None; // Some(None): PERSIST
+                // Syntax first; the expire value is checked only once the key exists (a
+                // missing key answers nil even with `EX 0`, as Redis 7 does).
+                let mut opt: Option<Option<(String, &[u8])>> = None; // Some(None): PERSIST
                 let mut i = 2;
                 while i < argv.len() {
                     let o = String::from_utf8_lossy(&argv[i]).to_ascii_lowercase();
                     match o.as_str() {
-                        "persist" if change.is_none() => change = Some(None),
-                        "ex" | "px" | "exat" | "pxat" if change.is_none() => {
+                        "persist" if opt.is_none() => opt = Some(None),
+                        "ex" | "px" | "exat" | "pxat" if opt.is_none() => {
                             let Some(n) = argv.get(i + 1) else {
                                 return Err(err("ERR syntax error"));
                             };
-                            change = Some(Some(expiry_from(&o, n, "getex")?));
+                            opt = Some(Some((o, n.as_slice())));
                             i += 1;
                         }
                         _ => return Err(err("ERR syntax error")),
@@ -2075,6 +2077,11 @@ impl Front {
                 let _g = self.lock(key).await?;
                 let Some((v, old)) = self.get_full(key).await? else {
                     return Ok(Reply::Null);
+                };
+                let change: Option<Option<u64>> = match opt {
+                    None => None,
+                    Some(None) => Some(None),
+                    Some(Some((o, n))) => Some(Some(expiry_from(&o, n, "getex")?)),
                 };
                 match change {
                     Some(Some(at)) if at <= now => self.write(key, None).await?,
