@@ -2335,11 +2335,15 @@ impl<S: ReplicaStore> Replica<S> {
                 if msg.epoch != self.epoch || !self.accept_from_coordinator(from, &msg, slot) {
                     return;
                 }
+                // Versions only: reading every value of the slot to send its versions was
+                // most of a replica's time under a pipelined rep:3 load (perf: values
+                // copied out of the engine for each key-list request), and the lists are
+                // asked for every repair interval while writes are in flight.
                 let list = self
                     .store
-                    .scan_slot(slot, after.as_deref(), KEYLIST_KEYS_MAX);
+                    .scan_slot_heads(slot, after.as_deref(), KEYLIST_KEYS_MAX);
                 let more = list.len() >= KEYLIST_KEYS_MAX;
-                let keys = list.into_iter().map(|(k, e)| (k, e.version)).collect();
+                let keys = list.into_iter().map(|(k, v, _)| (k, v)).collect();
                 self.send(
                     out,
                     from,
