@@ -833,6 +833,33 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
         Ok(())
     }
 
+    /// Entries and charged bytes held for the slots of `range` (any slot state): the per-range
+    /// load a linked member reports to the auto-sharder. One read lock per shard touched;
+    /// O(entries of the range).
+    ///
+    /// # Panics
+    /// Never for a valid range; an invalid one (`first > last` or past the last slot) counts
+    /// nothing.
+    pub fn usage(&self, range: RangeInclusive<Slot>) -> (u64, u64) {
+        if check_range(&range).is_err() {
+            return (0, 0);
+        }
+        let (mut entries, mut bytes) = (0, 0);
+        for idx in 0..SHARD_COUNT {
+            let shard = self.shards[idx].read();
+            for s in slots_in_shard(&range, idx) {
+                if let Some(t) = shard.tables.get(&s) {
+                    entries += t.len() as u64;
+                    bytes += t
+                        .values()
+                        .map(|e| e.size_bytes.load(Ordering::Relaxed))
+                        .sum::<u64>();
+                }
+            }
+        }
+        (entries, bytes)
+    }
+
     /// The counters.
     pub fn stats(&self) -> Stats {
         Stats {
