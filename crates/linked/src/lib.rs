@@ -23,6 +23,7 @@ pub mod demo;
 pub mod error;
 pub mod limits;
 pub mod member;
+pub mod pg;
 pub mod router;
 pub mod sharder;
 pub mod wire;
