@@ -300,3 +300,55 @@ async fn members_rebalance_by_load_without_losing_state_and_a_killed_member_is_r
     assert!(!o.contains_key(&c_id));
     drop((a, b, coord));
 }
+
+/// One HTTP request on a fresh connection; returns (status, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 1024];
+    // Bounded by the content length (or the read timeout).
+    loop {
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "front closed early");
+        got.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            if body.len() >= len {
+                let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+                return (status, body.trim_end().to_owned());
+            }
+        }
+    }
+}
+
+#[test]
+fn the_http_front_routes_through_the_router() {
+    let coord = Proc::start(&["coordinator", "--listen", "127.0.0.1:0"]);
+    let coord_addr = coord.line("coordinator ")[12..].to_owned();
+    let (_m1, _) = member(&coord_addr);
+    let (_m2, _) = member(&coord_addr);
+    let front = Proc::start(&[
+        "front",
+        "--coordinator",
+        &coord_addr,
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let addr = front.line("front ")[6..].to_owned();
+    // The first member may still be adopting when the first request comes: the router waits.
+    assert_eq!(http_get(&addr, "/u/alice/add/5"), (200, "5".into()));
+    assert_eq!(http_get(&addr, "/u/alice/add/-2"), (200, "3".into()));
+    assert_eq!(http_get(&addr, "/u/alice"), (200, "3".into()));
+    assert_eq!(http_get(&addr, "/u/nobody"), (200, "none".into()));
+    assert_eq!(http_get(&addr, "/u/alice/add/x").0, 400);
+    assert_eq!(http_get(&addr, "/nope").0, 404);
+}
