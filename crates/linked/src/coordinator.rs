@@ -108,6 +108,12 @@ impl Service {
                         send(&tx, Frame::Control(Control::Expired));
                     }
                 }
+                Action::Drained { member } => {
+                    eprintln!("linked coordinator: member {member} drained and left");
+                    if let Some(tx) = self.members.remove(&member) {
+                        send(&tx, Frame::Control(Control::Drained));
+                    }
+                }
                 Action::MapChanged => map_changed = true,
             }
         }
@@ -294,6 +300,10 @@ async fn member_session(
             }
             Frame::Control(Control::MoveDone { move_id, outcome }) => {
                 let actions = svc.sharder.move_done(move_id, outcome, now);
+                svc.apply(actions);
+            }
+            Frame::Control(Control::Leave) => {
+                let actions = svc.sharder.drain(member);
                 svc.apply(actions);
             }
             _ => return Err(crate::error::WireError::Bad("unexpected frame from member")),

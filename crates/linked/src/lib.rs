@@ -18,6 +18,7 @@
 //!
 //! [`Linklet`]: ringlet_linklet::Linklet
 
+pub mod cli;
 pub mod coordinator;
 pub mod demo;
 pub mod error;

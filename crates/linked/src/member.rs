@@ -121,6 +121,7 @@ pub struct Member<K, V> {
     id: u64,
     addr: SocketAddr,
     done: watch::Receiver<Option<String>>,
+    up: mpsc::Sender<Control>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -219,6 +220,7 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
             id,
             addr,
             done,
+            up: up_tx,
             tasks,
         })
     }
@@ -236,6 +238,13 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
     /// The Linklet.
     pub fn linklet(&self) -> &Arc<Linklet<K, V>> {
         &self.shared.linklet
+    }
+
+    /// Ask to leave the service: the coordinator moves every unit this member owns to the
+    /// others (no state lost), then ends the session ([`Member::closed`] returns). Requests
+    /// keep being served meanwhile.
+    pub async fn leave(&self) -> bool {
+        self.up.send(Control::Leave).await.is_ok()
     }
 
     /// The last map received.
@@ -488,6 +497,10 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                     Control::Expired => {
                         shared.fence_ms.store(0, Ordering::Release);
                         break "lease expired: replaced by the coordinator".into();
+                    }
+                    Control::Drained => {
+                        shared.fence_ms.store(0, Ordering::Release);
+                        break "drained: every unit was moved to other members".into();
                     }
                     _ => {}
                 }

@@ -156,6 +156,11 @@ pub enum Action {
         /// The member.
         member: MemberId,
     },
+    /// `member` drained: it owns nothing and has left (tell it, then drop its session).
+    Drained {
+        /// The member.
+        member: MemberId,
+    },
     /// The map changed: send [`Sharder::map`] to everyone.
     MapChanged,
 }
@@ -167,6 +172,8 @@ struct Member {
     cpu_cores: f64,
     /// Load reports since this member last gave or got a unit.
     reports_since_move: u32,
+    /// Leaving: its units are moved away (no state lost), then it is removed.
+    draining: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -334,6 +341,7 @@ impl Sharder {
                 last_heartbeat_ms: now_ms,
                 cpu_cores: 0.0,
                 reports_since_move: 0,
+                draining: false,
             },
         );
         let orphans: Vec<usize> = (0..self.units.len())
@@ -381,6 +389,65 @@ impl Sharder {
         true
     }
 
+    /// `member` asks to leave: its units are moved to the other members, one move at a time
+    /// (within `moves_in_flight_max`, not counted against the per-minute budget nor held by
+    /// unit cooldowns: an operator asked), and once it owns nothing it is removed with
+    /// [`Action::Drained`]. A member with nothing to move leaves at once. If it is the last
+    /// member its units have nowhere to go: it stays (and keeps serving) until another joins.
+    pub fn drain(&mut self, member: MemberId) -> Vec<Action> {
+        let Some(m) = self.members.get_mut(&member) else {
+            return Vec::new();
+        };
+        m.draining = true;
+        let mut actions = Vec::new();
+        self.finish_drain(member, &mut actions);
+        actions
+    }
+
+    fn finish_drain(&mut self, member: MemberId, actions: &mut Vec<Action>) {
+        let draining = self.members.get(&member).is_some_and(|m| m.draining);
+        let owns = self.units.iter().any(|u| u.owner == Some(member));
+        let moving_in = self.moves.values().any(|mv| mv.to == member);
+        if draining && !owns && !moving_in {
+            self.members.remove(&member);
+            actions.push(Action::Drained { member });
+            self.epoch += 1;
+            actions.push(Action::MapChanged);
+        }
+    }
+
+    /// The next move off a draining member, if any.
+    fn plan_drain(&mut self, now_ms: u64) -> Option<Action> {
+        let counts = self.unit_counts();
+        let target = counts
+            .iter()
+            .filter(|(m, _)| !self.members[m].draining)
+            .min_by_key(|(&m, &c)| (c, m))
+            .map(|(&m, _)| m)?;
+        let (unit, from) = self.units.iter().enumerate().find_map(|(u, x)| {
+            let from = x.owner?;
+            (x.in_move.is_none() && self.members.get(&from).is_some_and(|m| m.draining))
+                .then_some((u, from))
+        })?;
+        Some(self.start_move(unit, from, target, now_ms))
+    }
+
+    fn start_move(&mut self, unit: usize, from: MemberId, to: MemberId, now_ms: u64) -> Action {
+        let move_id = self.next_move;
+        self.next_move += 1;
+        self.units[unit].in_move = Some(move_id);
+        self.moves.insert(move_id, Move { unit, from, to });
+        self.move_starts.push_back(now_ms);
+        self.stats.moves_started += 1;
+        Action::MoveOut {
+            move_id,
+            from,
+            to,
+            to_addr: self.members[&to].addr.clone(),
+            range: self.unit_range(unit),
+        }
+    }
+
     /// The source of `move_id` reports how it ended.
     pub fn move_done(&mut self, move_id: u64, outcome: MoveOutcome, now_ms: u64) -> Vec<Action> {
         let Some(mv) = self.moves.remove(&move_id) else {
@@ -416,6 +483,8 @@ impl Sharder {
                 self.lose(mv.to, vec![mv.unit], Some(mv.to), &mut actions);
             }
         }
+        self.finish_drain(mv.from, &mut actions);
+        self.finish_drain(mv.to, &mut actions);
         actions
     }
 
@@ -476,6 +545,10 @@ impl Sharder {
             ranges: self.ranges_of(units.clone()),
         });
         let mut counts = self.unit_counts();
+        // A draining member is not given anything (if it is the only survivor, it must be).
+        if counts.keys().any(|m| !self.members[m].draining) {
+            counts.retain(|m, _| !self.members[m].draining);
+        }
         let mut given: BTreeMap<MemberId, Vec<usize>> = BTreeMap::new();
         for u in units {
             let to = prefer
@@ -545,9 +618,15 @@ impl Sharder {
         {
             self.move_starts.pop_front();
         }
-        if self.moves.len() >= self.cfg.moves_in_flight_max
-            || self.move_starts.len() >= self.cfg.moves_per_minute as usize
+        if self.moves.len() >= self.cfg.moves_in_flight_max {
+            return None;
+        }
+        if let Some(a) = self.plan_drain(now_ms) {
+            return Some(a);
+        }
+        if self.move_starts.len() >= self.cfg.moves_per_minute as usize
             || self.members.len() < 2
+            || self.members.values().any(|m| m.draining)
         {
             return None;
         }
@@ -625,26 +704,7 @@ impl Sharder {
             }
         }
         let (unit, _) = best?;
-        let move_id = self.next_move;
-        self.next_move += 1;
-        self.units[unit].in_move = Some(move_id);
-        self.moves.insert(
-            move_id,
-            Move {
-                unit,
-                from: hot,
-                to: cold,
-            },
-        );
-        self.move_starts.push_back(now_ms);
-        self.stats.moves_started += 1;
-        Some(Action::MoveOut {
-            move_id,
-            from: hot,
-            to: cold,
-            to_addr: self.members[&cold].addr.clone(),
-            range: self.unit_range(unit),
-        })
+        Some(self.start_move(unit, hot, cold, now_ms))
     }
 }
 
@@ -944,6 +1004,37 @@ mod tests {
         assert_eq!(s.unit_counts()[&a], 8);
         // An aborted move changes nothing.
         assert!(s.move_done(id, MoveOutcome::Aborted, 4200).is_empty());
+    }
+
+    #[test]
+    fn a_draining_member_hands_every_unit_over_and_leaves() {
+        let mut s = Sharder::new(cfg()).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        let mut drained = false;
+        let mut acts = s.drain(a);
+        assert!(acts.is_empty());
+        for t in 1..=100 {
+            let now = t * 100;
+            s.heartbeat(a, None, now);
+            s.heartbeat(b, None, now);
+            acts.extend(s.tick(now));
+            for (from, to, _, id) in moves(&acts) {
+                assert_eq!((from, to), (a, b));
+                let done = s.move_done(id, MoveOutcome::Committed, now);
+                drained |= done.contains(&Action::Drained { member: a });
+            }
+            acts.clear();
+        }
+        assert!(drained);
+        assert!(!s.is_member(a));
+        assert_eq!(s.unit_counts()[&b], 8);
+        assert_eq!(s.stats.units_lost, 0);
+        // The last member has nowhere to send its units and stays.
+        assert!(s.drain(b).is_empty());
+        s.heartbeat(b, None, 20_000);
+        assert!(moves(&s.tick(20_000)).is_empty());
+        assert!(s.is_member(b));
     }
 
     #[test]

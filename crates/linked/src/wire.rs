@@ -150,6 +150,10 @@ pub enum Control {
     },
     /// coordinator → member: your lease expired; you are no longer a member.
     Expired,
+    /// member → coordinator: move my units away, then let me go.
+    Leave,
+    /// coordinator → member: you own nothing now and are no longer a member.
+    Drained,
     /// coordinator → member: serve `range` from now on, starting empty (a unit nobody owned,
     /// or one whose owner crashed).
     Adopt {

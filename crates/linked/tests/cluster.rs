@@ -352,3 +352,66 @@ fn the_http_front_routes_through_the_router() {
     assert_eq!(http_get(&addr, "/u/alice/add/x").0, 400);
     assert_eq!(http_get(&addr, "/nope").0, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_given_sigterm_hands_its_units_over_and_nothing_is_lost() {
+    let coord = Proc::start(&[
+        "coordinator",
+        "--listen",
+        "127.0.0.1:0",
+        "--units",
+        &UNITS.to_string(),
+        "--moves-per-minute",
+        "600",
+        "--tick-ms",
+        "50",
+        "--heartbeat-ms",
+        "150",
+        "--lease-ms",
+        "1500",
+    ]);
+    let coord_addr = coord.line("coordinator ")[12..].to_owned();
+    let (a, a_id) = member(&coord_addr);
+    let router = Router::connect(&coord_addr, "accounts").await.unwrap();
+    let (b, b_id) = member(&coord_addr);
+    // At rest the sharder balances by unit count: wait until b owns some.
+    let mut epoch = router.map().epoch;
+    while owners(&router).get(&b_id).map_or(0, BTreeSet::len) == 0 {
+        epoch += 1;
+        assert!(
+            router.wait_map(epoch, WAIT).await.epoch >= epoch,
+            "b never got a unit"
+        );
+    }
+    let mut expected = vec![0i64; KEYS];
+    for (i, e) in expected.iter_mut().enumerate() {
+        *e = add(&router, &key(i), i as i64 + 7).await;
+    }
+    let mut lost = router.lost_events();
+    let st = Command::new("kill")
+        .args(["-TERM", &b.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let left = b.line("left ");
+    assert!(left.contains("drained"), "{left}");
+    // Every unit is a's again and every balance is intact; no state-loss anywhere.
+    let mut epoch = router.map().epoch;
+    while owners(&router).get(&a_id).map_or(0, BTreeSet::len) < usize::from(UNITS) {
+        epoch += 1;
+        assert!(
+            router.wait_map(epoch, WAIT).await.epoch >= epoch,
+            "a never got all units back"
+        );
+    }
+    assert!(!owners(&router).contains_key(&b_id));
+    for (i, e) in expected.iter().enumerate() {
+        assert_eq!(get(&router, &key(i)).await, e.to_string(), "{}", key(i));
+    }
+    assert!(
+        lost.try_recv().is_err(),
+        "a graceful leave reported lost state"
+    );
+    assert!(a.lines.try_iter().all(|l| !l.starts_with("loss ")));
+    drop((a, b, coord));
+}
