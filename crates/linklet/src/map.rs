@@ -897,7 +897,7 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
     }
 
     /// Tell the application that the member owning `slots` crashed and its state is gone (the
-    /// entry point for the control plane; nothing here detects crashes).
+    /// entry point for the `ringlet-linked` coordinator's crash reports; nothing here detects crashes).
     ///
     /// # Errors
     /// [`Error::BadRange`].
