@@ -24,7 +24,8 @@
 //! - a move must lower the pair's max score by at least `min_gain`;
 //! - a unit moved (or whose move failed) less than `unit_cooldown_ms` ago stays put;
 //! - a member involved in a move is not chosen again until it sent `fresh_reports` load
-//!   reports since (its load still shows the unit it gave or got otherwise);
+//!   reports since (its load still shows the unit it gave or got otherwise; at rest, where the
+//!   metric is the exact unit count, it need not wait);
 //! - at most `moves_per_minute` moves start in any 60 s window, and `moves_in_flight_max` at once.
 //!
 //! # Failures
@@ -639,7 +640,8 @@ impl Sharder {
             means[k] = total / n;
             active[k] = total > METRIC_FLOOR[k];
         }
-        if !active.iter().any(|&a| a) {
+        let at_rest = !active.iter().any(|&a| a);
+        if at_rest {
             // At rest: balance the unit count (metric 0 reused as "units").
             for t in totals.values_mut() {
                 *t = [0.0; METRICS];
@@ -659,14 +661,16 @@ impl Sharder {
                 .map(|k| v[k] / means[k])
                 .fold(0.0, f64::max)
         };
-        // Only members whose load reflects their current units take part.
+        // Only members whose load reflects their current units take part. At rest the metric
+        // is the unit count, which is exact at once: no report to wait for.
         let busy: Vec<MemberId> = self.moves.values().flat_map(|m| [m.from, m.to]).collect();
         let settled = |m: &MemberId| {
             !busy.contains(m)
-                && self
-                    .members
-                    .get(m)
-                    .is_some_and(|x| x.reports_since_move >= self.cfg.fresh_reports)
+                && (at_rest
+                    || self
+                        .members
+                        .get(m)
+                        .is_some_and(|x| x.reports_since_move >= self.cfg.fresh_reports))
         };
         let (&hot, hot_v) = totals
             .iter()
