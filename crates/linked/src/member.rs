@@ -519,16 +519,40 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
 }
 
 /// Serve `range` from now on, starting empty. A range already served (an ambiguous move that
-/// did commit here) is left as it is.
-fn adopt<K: LinkKey, V: Marshal + Send + Sync + 'static>(shared: &Shared<K, V>, range: SlotRange) {
+/// did commit here) is left as it is. A range still `Importing` here (a move into this member
+/// whose source just died: its connection's close is about to abort the import) is retried
+/// until that abort happened, at most `ADOPT_RETRIES` times.
+fn adopt<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Arc<Shared<K, V>>,
+    range: SlotRange,
+) {
     let Some(r) = range.to_range() else { return };
-    let l = &shared.linklet;
-    if l.begin_import(r.clone()).is_ok() {
-        let _ = l.commit_import(r);
-    } else if r.clone().any(|s| l.slot_state(s) != SlotState::Serving) {
-        eprintln!("linked member: cannot adopt {r:?}: slots in mixed states");
+    let try_adopt = move |l: &Linklet<K, V>| -> bool {
+        if l.begin_import(r.clone()).is_ok() {
+            let _ = l.commit_import(r.clone());
+            return true;
+        }
+        r.clone().all(|s| l.slot_state(s) == SlotState::Serving)
+    };
+    if try_adopt(&shared.linklet) {
+        return;
     }
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        for _ in 0..ADOPT_RETRIES {
+            tokio::time::sleep(Duration::from_millis(ADOPT_RETRY_MS)).await;
+            if try_adopt(&shared.linklet) {
+                return;
+            }
+        }
+        eprintln!("linked member: could not adopt {range:?}: slots stayed in another state");
+    });
 }
+
+/// Attempts of an adoption that found its range busy, `ADOPT_RETRY_MS` apart (5 s in all: far
+/// more than a dead source's connection takes to close).
+const ADOPT_RETRIES: u32 = 200;
+const ADOPT_RETRY_MS: u64 = 25;
 
 /// Per-unit request rates, bytes and process CPU between two reports.
 struct LoadMeter {
