@@ -21,7 +21,7 @@
 //! to the member with the lowest score most lowers the larger of the two scores. Guards
 //! against churn (hysteresis):
 //! - nothing moves while the highest score is within `imbalance_threshold` of the mean;
-//! - a move must lower the pair's max score by at least `min_gain`;
+//! - a move must lower the pair's max score (by more than `min_gain`, default 0);
 //! - a unit moved (or whose move failed) less than `unit_cooldown_ms` ago stays put;
 //! - a member involved in a move is not chosen again until it sent `fresh_reports` load
 //!   reports since (its load still shows the unit it gave or got otherwise; at rest, where the
@@ -57,7 +57,7 @@ pub struct SharderConfig {
     pub heartbeat_ms: u64,
     /// Start moving only when the busiest member's score exceeds `1 + imbalance_threshold`.
     pub imbalance_threshold: f64,
-    /// A move must lower the pair's max score by at least this much.
+    /// A move must lower the pair's max score by more than this (0: any strict improvement).
     pub min_gain: f64,
     /// Moves started in any 60 s window.
     pub moves_per_minute: u32,
@@ -78,7 +78,9 @@ impl Default for SharderConfig {
             lease_ms: 2000,
             heartbeat_ms: 250,
             imbalance_threshold: 0.25,
-            min_gain: 0.05,
+            // Any strict improvement: one unit of 64 moves a score by only ~2/64, so an absolute
+            // gain like 0.05 would forbid every single-unit move at that grain.
+            min_gain: 0.0,
             moves_per_minute: 30,
             moves_in_flight_max: 2,
             unit_cooldown_ms: 30_000,
@@ -228,7 +230,9 @@ pub struct SharderStats {
 /// Metrics a score is taken over: requests/s, bytes, CPU. Totals below the floor are noise and
 /// the metric is left out (a service at rest is balanced by unit count instead).
 const METRICS: usize = 3;
-const METRIC_FLOOR: [f64; METRICS] = [1.0, 4096.0, 0.01];
+/// The CPU floor (5% of a core) is above what an idle member spends on heartbeats and load
+/// reports, so idle members are balanced by unit count, not by that noise.
+const METRIC_FLOOR: [f64; METRICS] = [1.0, 4096.0, 0.05];
 
 impl Sharder {
     /// A sharder with no member.
@@ -703,7 +707,10 @@ impl Sharder {
                 c[k] += uv[k];
             }
             let after = score(&h).max(score(&c));
-            if after < hot_score - self.cfg.min_gain && best.is_none_or(|(_, b)| after < b) {
+            // Strictly better by more than `min_gain` (1e-9: float noise is not a gain).
+            if after < hot_score - self.cfg.min_gain.max(1e-9)
+                && best.is_none_or(|(_, b)| after < b)
+            {
                 best = Some((u, after));
             }
         }
@@ -1039,6 +1046,29 @@ mod tests {
         s.heartbeat(b, None, 20_000);
         assert!(moves(&s.tick(20_000)).is_empty());
         assert!(s.is_member(b));
+    }
+
+    #[test]
+    fn fine_units_still_move_one_at_a_time() {
+        let mut c = cfg();
+        c.units = 64;
+        c.unit_cooldown_ms = 0;
+        let mut s = Sharder::new(c).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        // Uniform load over 64 units, all on a: each move shifts the scores by 2/64 only.
+        let ops = [10.0; 64];
+        for t in 1..=2000 {
+            let now = t * 100;
+            report(&mut s, a, &ops, now);
+            report(&mut s, b, &ops, now);
+            for (_, _, _, id) in moves(&s.tick(now)) {
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        // Until within 25% of the mean: 40/24 (40/32 = 1.25 is not over the threshold).
+        assert_eq!(s.unit_counts()[&a], 40);
+        assert_eq!(s.unit_counts()[&b], 24);
     }
 
     #[test]
