@@ -8,8 +8,9 @@
 //! linked_bench front  --coordinator ADDR --port 0   # prints `listening ADDR`
 //! ```
 //!
-//! The front reads the load generator's HTTP/1.1 requests (thread per connection, blocking, as
-//! the benchmark's other router), sends `v <user>` or `a <user> <item>` to the owner of
+//! The front reads the load generator's HTTP/1.1 requests (one tokio task per connection on
+//! the router's runtime: a blocking thread that `block_on`s each call hands every request
+//! between two threads, which measured ~2x the front's CPU), sends `v <user>` or `a <user> <item>` to the owner of
 //! `u:<user>` through the router, and answers with the member's summary. `GET /__stats` gives
 //! `{"requests", "bytes", "units": [units per member], "epoch"}`; `bytes` counts both hops:
 //! the HTTP bytes load↔front and the frame bytes front↔member (request and response frames of
@@ -20,8 +21,7 @@
 #[path = "../../linklet/examples/linked_service.rs"]
 mod svc;
 
-use std::io::{BufReader, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -94,35 +94,81 @@ fn main() {
             eprintln!("linked_bench member: {}", m.closed().await);
         }),
         "front" => {
-            let router = rt
-                .block_on(Router::connect(&coordinator, "bench"))
-                .expect("router");
-            let port = arg("--port").unwrap_or_else(|| "0".into());
-            let listener = TcpListener::bind(format!("127.0.0.1:{port}")).expect("bind");
-            println!("listening {}", listener.local_addr().expect("addr"));
-            std::io::stdout().flush().expect("stdout");
-            let stats = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let (router, stats, h) = (router.clone(), Arc::clone(&stats), rt.handle().clone());
-                std::thread::spawn(move || front_conn(stream, &router, &stats, &h));
-            }
+            rt.block_on(async {
+                let router = Router::connect(&coordinator, "bench")
+                    .await
+                    .expect("router");
+                let port = arg("--port").unwrap_or_else(|| "0".into());
+                let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}"))
+                    .await
+                    .expect("bind");
+                println!("listening {}", listener.local_addr().expect("addr"));
+                std::io::stdout().flush().expect("stdout");
+                let stats = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let (router, stats) = (router.clone(), Arc::clone(&stats));
+                    tokio::spawn(async move { front_conn(stream, &router, &stats).await });
+                }
+            });
         }
         m => panic!("mode must be member or front, not {m:?}"),
     }
 }
 
-fn front_conn(
-    stream: std::net::TcpStream,
+/// One HTTP/1.1 message (head + `Content-Length` body) into `buf`, with the bounds of the
+/// benchmark's blocking reader (`linked_common/http.rs`). `Ok(false)` on a clean close.
+async fn read_message<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_owned());
+    buf.clear();
+    let mut body = 0usize;
+    // Bounded by HEAD_BYTES_MAX: every line adds at least one byte.
+    loop {
+        let start = buf.len();
+        if r.read_until(b'\n', buf).await? == 0 {
+            if start == 0 {
+                return Ok(false);
+            }
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if buf.len() > http::HEAD_BYTES_MAX {
+            return Err(bad("head too large"));
+        }
+        let line = &buf[start..];
+        if line == b"\r\n" {
+            break;
+        }
+        let text = String::from_utf8_lossy(line).to_ascii_lowercase();
+        if let Some(v) = text.strip_prefix("content-length:") {
+            body = v.trim().parse().map_err(|_| bad("content-length"))?;
+        }
+    }
+    if body > http::BODY_BYTES_MAX {
+        return Err(bad("body too large"));
+    }
+    let at = buf.len();
+    buf.resize(at + body, 0);
+    r.read_exact(&mut buf[at..]).await?;
+    Ok(true)
+}
+
+async fn front_conn(
+    stream: tokio::net::TcpStream,
     router: &Router,
     stats: &(AtomicU64, AtomicU64),
-    rt: &tokio::runtime::Handle,
 ) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
     stream.set_nodelay(true)?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut writer = stream;
+    let (r, mut writer) = stream.into_split();
+    let mut reader = tokio::io::BufReader::new(r);
     let (mut req, mut resp) = (Vec::new(), Vec::new());
-    while http::read_message(&mut reader, &mut req)? {
+    while read_message(&mut reader, &mut req).await? {
         resp.clear();
         if http::request_path(&req) == Some("/__stats") {
             let map = router.map();
@@ -138,7 +184,7 @@ fn front_conn(
                 map.epoch
             );
             http::write_response(&mut resp, "200 OK", body.as_bytes());
-            writer.write_all(&resp)?;
+            writer.write_all(&resp).await?;
             continue;
         }
         let (key, body) = match svc::parse_op(&req) {
@@ -146,11 +192,11 @@ fn front_conn(
             Some(svc::Op::Act(id, item)) => (svc::user_key(id), format!("a {id} {item}")),
             None => {
                 http::write_response(&mut resp, "404 Not Found", b"{}");
-                writer.write_all(&resp)?;
+                writer.write_all(&resp).await?;
                 continue;
             }
         };
-        let out = rt.block_on(router.call(key.as_bytes(), body.as_bytes()));
+        let out = router.call(key.as_bytes(), body.as_bytes()).await;
         let frame_bytes = match &out {
             // Request frame: len, kind, id, two length-prefixed fields; response: len, kind,
             // id, tag, one length-prefixed field.
@@ -165,7 +211,7 @@ fn front_conn(
                 e.to_string().as_bytes(),
             ),
         }
-        writer.write_all(&resp)?;
+        writer.write_all(&resp).await?;
         stats.0.fetch_add(1, Ordering::Relaxed);
         stats.1.fetch_add(
             (req.len() + resp.len() + frame_bytes) as u64,
