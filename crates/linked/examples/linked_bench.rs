@@ -4,8 +4,8 @@
 //! [`ringlet_linked::Router`]. The `linked+router` variant of `bench/linked_mode.py`.
 //!
 //! ```text
-//! linked_bench member --coordinator ADDR        # prints `member ID ADDR`
-//! linked_bench front  --coordinator ADDR --port 0   # prints `listening ADDR`
+//! linked_bench member --coordinator ADDR [--threads N]          # prints `member ID ADDR`
+//! linked_bench front  --coordinator ADDR --port 0 [--threads N]  # prints `listening ADDR`
 //! ```
 //!
 //! The front reads the load generator's HTTP/1.1 requests (one tokio task per connection on
@@ -69,11 +69,22 @@ fn handle(
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let coordinator = arg("--coordinator").expect("--coordinator ADDR");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // One thread per process (`--threads N` for more): at a paced load every request would
+    // otherwise wake a second worker of a multi-thread runtime on each hop (work stealing),
+    // which costs more CPU than the request itself. The other variants' processes are
+    // single-threaded per connection too.
+    let threads: usize = arg("--threads").and_then(|t| t.parse().ok()).unwrap_or(1);
+    let rt = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
     match mode.as_str() {
         "member" => rt.block_on(async {
             let l = Linklet::new(Config {
