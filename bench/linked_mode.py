@@ -8,6 +8,12 @@ same run, on the same machine, with the same load generator (linked_load.rs) and
   stateless+redis    router --rr--> N stateless apps --GET/SET--> redis-server (Redis 7)
   stateless+ringlet  router --rr--> N stateless apps --GET/SET--> ringlet server --threads 1
   linked             router --slot--> N apps with a Linklet each (objects in process)
+  linked+router      the same apps as members of a linked service (crates/linked): a
+                     coordinator assigns slot units (auto-sharder), an HTTP front routes with
+                     ringlet_linked::Router over the member protocol (crates/linked/examples/
+                     linked_bench.rs). The load starts once every member owns units and the
+                     map has been stable for 1 s; the coordinator counts as router CPU. Its
+                     bytes: load<->front HTTP + front<->member frames, counted by the front.
 
 Measured over the window of each run (after a preload of every user and a warm-up):
   CPU per request   utime+stime (/proc/<pid>/stat) of router + apps + cache, / requests.
@@ -54,8 +60,10 @@ EXAMPLES = os.path.join(ROOT, "target", "release", "examples")
 SERVICE = os.path.join(EXAMPLES, "linked_service")
 LOAD = os.path.join(EXAMPLES, "linked_load")
 RINGLET = os.path.join(ROOT, "target", "release", "ringlet")
+LINKED = os.path.join(ROOT, "target", "release", "ringlet-linked")
+LINKED_BENCH = os.path.join(EXAMPLES, "linked_bench")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-VARIANTS = ["stateless+redis", "stateless+ringlet", "linked"]
+VARIANTS = ["stateless+redis", "stateless+ringlet", "linked", "linked+router"]
 # LInK Table 1 (HotOS '19): reductions of the stateful servers vs S+RInK. Goals: at least these.
 GOALS = {"cpu": 0.57, "network": 0.50, "p50": 0.71}
 
@@ -109,13 +117,62 @@ class Group:
                 p.wait()
 
 
+def front_stats(addr):
+    import http.client
+    host, port = addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=5)
+    c.request("GET", "/__stats")
+    body = c.getresponse().read()
+    c.close()
+    return json.loads(body)
+
+
+def wait_balanced(front, members, timeout_s=60.0):
+    """Until every member owns units and the map did not change for 1 s."""
+    deadline = time.time() + timeout_s
+    last, since = None, time.time()
+    while time.time() < deadline:
+        st = front_stats(front)
+        key = (st["epoch"], tuple(st["units"]))
+        if key != last:
+            last, since = key, time.time()
+        elif len(st["units"]) == members and time.time() - since >= 1.0:
+            return st
+        time.sleep(0.1)
+    sys.exit(f"linked+router: map not balanced within {timeout_s} s: {last}")
+
+
 def run_one(variant, shape, a):
     g = Group()
     try:
         roles = {}  # pid -> role
         cache_addr = None
         apps = []
-        if variant.startswith("stateless"):
+        router = None
+        if variant == "linked+router":
+            p = g.start([LINKED, "coordinator", "--listen", "127.0.0.1:0", "--units", "64",
+                         "--moves-per-minute", "600", "--tick-ms", "50"], "coordinator")
+            line = p.stdout.readline().split()
+            if len(line) != 2 or line[0] != "coordinator":
+                sys.exit(f"coordinator: expected 'coordinator ADDR', got {line}")
+            coord = line[1]
+            roles[p.pid] = "router"
+            for i in range(a.apps):
+                p = g.start([LINKED_BENCH, "member", "--coordinator", coord], f"member {i}")
+                line = p.stdout.readline().split()
+                if len(line) != 3 or line[0] != "member":
+                    sys.exit(f"member {i}: expected 'member ID ADDR', got {line}")
+                roles[p.pid] = "apps"
+            p = g.start([LINKED_BENCH, "front", "--coordinator", coord, "--port", "0"], "front")
+            line = p.stdout.readline().split()
+            if len(line) != 2 or line[0] != "listening":
+                sys.exit(f"front: expected 'listening ADDR', got {line}")
+            router = line[1]
+            roles[p.pid] = "router"
+            st = wait_balanced(router, a.apps)
+            print(f"    linked+router: units per member {st['units']}, map epoch {st['epoch']}",
+                  flush=True)
+        elif variant.startswith("stateless"):
             kind = variant.split("+")[1]
             port = free_port()
             if kind == "redis":
@@ -140,9 +197,10 @@ def run_one(variant, shape, a):
                 roles[p.pid] = "apps"
                 apps.append(addr)
             policy = "slot"
-        p, router = g.start_service(["--mode", "router", "--port", "0", "--backends",
-                                     ",".join(apps), "--policy", policy], "router")
-        roles[p.pid] = "router"
+        if router is None:
+            p, router = g.start_service(["--mode", "router", "--port", "0", "--backends",
+                                         ",".join(apps), "--policy", policy], "router")
+            roles[p.pid] = "router"
         argv = [LOAD, "--router", router, "--conns", str(a.conns), "--users", str(a.users),
                 "--zipf", str(a.zipf), "--act-pct", str(a.act_pct), "--warmup-s", str(a.warmup),
                 "--duration-s", str(a.duration), "--seed", str(a.seed),
@@ -155,6 +213,10 @@ def run_one(variant, shape, a):
         if out.returncode != 0:
             sys.exit(f"linked_load failed ({variant}): {out.stderr.strip()}")
         r = json.loads(out.stdout)
+        if variant == "linked+router":
+            r["epoch_after"] = front_stats(router)["epoch"]
+            print(f"    linked+router: map epoch {r['epoch_after']} after the run "
+                  f"(moves during the run change it)", flush=True)
     finally:
         g.stop()
     n = r["requests"]
@@ -170,7 +232,10 @@ def run_one(variant, shape, a):
         "cpu_cache_us": cpu["cache"] / n * 1e6,
         "cpu_apps_us": cpu["apps"] / n * 1e6,
         "cpu_router_us": cpu["router"] / n * 1e6,
-        "bytes": (2 * r["router_bytes"] + (r["cache_bytes"] or 0)) / n,
+        # The verbatim-forwarding router counts one hop of two identical ones; the linked
+        # front counts both of its hops itself.
+        "bytes": ((1 if variant == "linked+router" else 2) * r["router_bytes"]
+                  + (r["cache_bytes"] or 0)) / n,
         "cache_bytes": (r["cache_bytes"] or 0) / n,
         # Headline latency: from the send. From the scheduled send time (paced) as well.
         "p50_us": r["service_p50_us"],
@@ -217,6 +282,8 @@ def main():
     if not a.no_build:
         subprocess.run(["cargo", "build", "-q", "-p", "ringlet-linklet", "--release", "--examples"],
                        cwd=ROOT, check=True)
+        subprocess.run(["cargo", "build", "-q", "-p", "ringlet-linked", "--release", "--bin",
+                        "ringlet-linked", "--example", "linked_bench"], cwd=ROOT, check=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     redis_v = subprocess.run(["redis-server", "--version"], capture_output=True,
@@ -233,7 +300,7 @@ def main():
     for shape in shapes:
         runs = {v: [] for v in VARIANTS}
         for rep in range(a.reps):
-            order = VARIANTS[rep % 3:] + VARIANTS[:rep % 3]
+            order = VARIANTS[rep % len(VARIANTS):] + VARIANTS[:rep % len(VARIANTS)]
             for v in order:
                 r = run_one(v, shape, a)
                 runs[v].append(r)
@@ -265,13 +332,14 @@ def main():
                   "from-schedule latencies measure that; if only the stateless variants are late, "
                   "they did not keep up. Lower --rate or re-run on a quieter machine.")
         print()
-        print("| linked ÷ | CPU/req | bytes/req | p50 | p99 | req/s |")
+        print("| ÷ | CPU/req | bytes/req | p50 | p99 | req/s |")
         print("|---|---|---|---|---|---|")
-        for base in ["stateless+redis", "stateless+ringlet"]:
-            b, l = m[base], m["linked"]
-            print(f"| {base} | {l['cpu_us'] / b['cpu_us']:.2f} | {l['bytes'] / b['bytes']:.3f} | "
-                  f"{l['p50_us'] / b['p50_us']:.2f} | {l['p99_us'] / b['p99_us']:.2f} | "
-                  f"{l['rps'] / b['rps']:.2f} |")
+        for lv in ["linked", "linked+router"]:
+            for base in ["stateless+redis", "stateless+ringlet"]:
+                b, l = m[base], m[lv]
+                print(f"| {lv} ÷ {base} | {l['cpu_us'] / b['cpu_us']:.2f} | "
+                      f"{l['bytes'] / b['bytes']:.3f} | {l['p50_us'] / b['p50_us']:.2f} | "
+                      f"{l['p99_us'] / b['p99_us']:.2f} | {l['rps'] / b['rps']:.2f} |")
         print()
 
     m = results["paced"]
@@ -282,8 +350,14 @@ def main():
         "p50_ratio": round(l["p50_us"] / b["p50_us"], 4),
         "p99_ratio": round(l["p99_us"] / b["p99_us"], 4),
     }
+    lr = m["linked+router"]
+    for key, field in [("cpu", "cpu_us"), ("network", "bytes"), ("p50", "p50_us"),
+                       ("p99", "p99_us")]:
+        ratios[f"router_{key}_ratio"] = round(lr[field] / b[field], 4)
     for key, goal in [("cpu_ratio", GOALS["cpu"]), ("network_ratio", GOALS["network"]),
-                      ("p50_ratio", GOALS["p50"])]:
+                      ("p50_ratio", GOALS["p50"]), ("router_cpu_ratio", GOALS["cpu"]),
+                      ("router_network_ratio", GOALS["network"]),
+                      ("router_p50_ratio", GOALS["p50"])]:
         verdict = "met" if ratios[key] <= goal else "NOT met"
         print(f"goal {key} <= {goal} (LInK Table 1 / §3.1, vs stateless+redis, paced): "
               f"{ratios[key]:.3f} {verdict}")

@@ -59,6 +59,12 @@ enum Cmd {
     /// Bulk-load records and links from CSV, JSON Lines, SQLite or PostgreSQL by a mapping
     /// (docs/design/loader.md).
     Load(Box<load::LoadArgs>),
+    /// Linked services (LInK): `coordinator` (the auto-sharder), a demo `member`, an HTTP
+    /// `front` (docs/design/linked-service.md).
+    Linked {
+        #[command(subcommand)]
+        cmd: ringlet_linked::cli::LinkedCmd,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -444,6 +450,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Info(c) => client::info(&c.conn, c.section.as_deref()),
         Cmd::Bench(a) => ringlet_bench::run(&a),
         Cmd::Load(a) => load::run(&a),
+        Cmd::Linked { cmd } => ringlet_linked::cli::run(cmd).map_err(anyhow::Error::msg),
     }
 }
 

@@ -47,7 +47,7 @@ use ringlet_types::{key_slot, Slot, SLOT_COUNT};
 use serde::{Deserialize, Serialize};
 
 #[path = "linked_common/http.rs"]
-mod http;
+pub(crate) mod http;
 
 /// Most activities kept per user: with ~130 B per activity as JSON, a full list makes the
 /// object about 7 KB, the top of the 2–8 KB range the benchmark asks for.
@@ -73,7 +73,7 @@ struct Activity {
 
 /// The per-user object: what a shop front keeps per signed-in user.
 #[derive(Serialize, Deserialize, Clone, Debug)]
-struct UserObj {
+pub(crate) struct UserObj {
     id: u64,
     name: String,
     email: String,
@@ -149,7 +149,7 @@ fn activity(item: u64, at_ms: u64) -> Activity {
 }
 
 /// Load user `id` from the system of record (generated: deterministic, no I/O).
-fn load(id: u64) -> UserObj {
+pub(crate) fn load(id: u64) -> UserObj {
     let h = mix(id);
     let first = pick(&FIRST, h);
     let last = pick(&LAST, h >> 4);
@@ -190,7 +190,7 @@ fn load(id: u64) -> UserObj {
 }
 
 /// Heap + inline bytes of a user object, for the Linklet's byte bound.
-fn size_bytes(u: &UserObj) -> usize {
+pub(crate) fn size_bytes(u: &UserObj) -> usize {
     let strings = u.name.len()
         + u.email.len()
         + u.address.street.len()
@@ -208,7 +208,7 @@ fn size_bytes(u: &UserObj) -> usize {
 }
 
 /// `view`: the summary a page header shows.
-fn summary(u: &UserObj) -> String {
+pub(crate) fn summary(u: &UserObj) -> String {
     let mut by_cat = [0u32; CATEGORY.len()];
     let mut recent_cents = 0u64;
     for a in &u.recent {
@@ -233,7 +233,7 @@ fn summary(u: &UserObj) -> String {
 }
 
 /// `act`: append an activity, keep the list bounded, bump the counters.
-fn apply(u: &mut UserObj, item: u64, now_ms: u64) -> String {
+pub(crate) fn apply(u: &mut UserObj, item: u64, now_ms: u64) -> String {
     let a = activity(item, now_ms);
     u.acts += 1;
     u.spent_cents += u64::from(a.price_cents) * u64::from(a.qty);
@@ -244,19 +244,19 @@ fn apply(u: &mut UserObj, item: u64, now_ms: u64) -> String {
     summary(u)
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A parsed request.
-enum Op {
+pub(crate) enum Op {
     View(u64),
     Act(u64, u64),
 }
 
-fn parse_op(msg: &[u8]) -> Option<Op> {
+pub(crate) fn parse_op(msg: &[u8]) -> Option<Op> {
     let mut seg = http::request_path(msg)?.trim_start_matches('/').split('/');
     match (seg.next()?, seg.next(), seg.next()) {
         ("view", Some(u), None) => Some(Op::View(u.parse().ok()?)),
@@ -265,7 +265,7 @@ fn parse_op(msg: &[u8]) -> Option<Op> {
     }
 }
 
-fn user_key(id: u64) -> String {
+pub(crate) fn user_key(id: u64) -> String {
     format!("u:{id}")
 }
 

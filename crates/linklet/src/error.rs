@@ -42,6 +42,14 @@ pub enum Error {
         /// Its state.
         state: SlotState,
     },
+    /// The value being installed is older than a version the system of record announced for
+    /// its key (`invalidate_if_older`, remembered in the recent-invalidation table): it was
+    /// read before that change. Reload and insert again.
+    #[error("value of slot {slot} is older than a recent invalidation")]
+    Stale {
+        /// The key's slot.
+        slot: Slot,
+    },
     /// A slot range with `first > last` or `last >= 16384`.
     #[error("invalid slot range")]
     BadRange,

@@ -15,9 +15,9 @@
 //! - a worked custom store: the paper's calendar with `find-free-slots`, over RESP
 //!   ([`calendar`], `examples/calendar.rs`).
 //!
-//! Non-goals (here; see `docs/design/linklet.md`): joining the control plane as linked members, the
-//! auto-sharder, the router library, replication, change feeds from a database (PostgreSQL
-//! LISTEN/NOTIFY), moving batches over the network, persistence.
+//! Non-goals (here; see `docs/design/linklet.md`): any I/O. Linked members over the network,
+//! the auto-sharder, the router and the PostgreSQL change feed are in `ringlet-linked`
+//! (`crates/linked`); replication and persistence are not built.
 //!
 //! # Why a guard and not an `Arc<V>` snapshot
 //!

@@ -66,3 +66,9 @@ pub const CALENDAR_EVENTS_PER_DAY_MAX: usize = 1024;
 
 /// Calendar example: longest event title and user name in bytes.
 pub const CALENDAR_TEXT_BYTES_MAX: usize = 256;
+
+/// Invalidations remembered per shard (64 shards: 65 536 in all), whether or not the key is
+/// held: a load or a move batch older than a remembered one is refused (`Error::Stale`). FIFO:
+/// the oldest is forgotten first, after which a racing stale load is bounded by `get_fresh`
+/// only. Each costs one key and a version.
+pub const RECENT_INVALIDATIONS_PER_SHARD: usize = 1024;

@@ -209,6 +209,12 @@ impl<V> Entry<V> {
 
 pub(crate) struct Shard<K, V> {
     states: Vec<SlotState>,
+    /// Recent invalidations (key → newest system-of-record version announced), kept whatever
+    /// the slot's state and whether or not the key is held, so that a load or a move batch
+    /// carrying an older version that arrives *after* the notification is refused. Bounded
+    /// FIFO (`RECENT_INVALIDATIONS_PER_SHARD`); see `Linklet::invalidate_if_older`.
+    recent: HashMap<K, u64>,
+    recent_order: VecDeque<K>,
     pub(crate) tables: HashMap<Slot, HashMap<K, Entry<V>>>,
     ring: VecDeque<(Slot, K, u64)>,
     next_gen: u64,
@@ -263,6 +269,26 @@ impl<K: LinkKey, V> Shard<K, V> {
             self.compact_ring();
         }
         None
+    }
+
+    /// Remember that the system of record has `version` of `key` (keeps the newest).
+    fn note_invalidation(&mut self, key: &K, version: u64) {
+        if let Some(v) = self.recent.get_mut(key) {
+            *v = (*v).max(version);
+            return;
+        }
+        if self.recent_order.len() >= limits::RECENT_INVALIDATIONS_PER_SHARD {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent.remove(&old);
+            }
+        }
+        self.recent.insert(key.clone(), version);
+        self.recent_order.push_back(key.clone());
+    }
+
+    /// Whether a value of `key` at `version` is older than an invalidation seen for it.
+    pub(crate) fn superseded(&self, key: &K, version: u64) -> bool {
+        self.recent.get(key).is_some_and(|&v| version < v)
     }
 
     /// Remove `key`; returns its charged bytes.
@@ -413,6 +439,8 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
                 }
                 RwLock::new(Shard {
                     states,
+                    recent: HashMap::new(),
+                    recent_order: VecDeque::new(),
                     tables: HashMap::new(),
                     ring: VecDeque::new(),
                     next_gen: 0,
@@ -531,6 +559,7 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
     /// Returns the source version of the object it replaced, if any.
     ///
     /// # Errors
+    /// [`Error::Stale`] if `source_version` is older than a remembered invalidation of `key`;
     /// [`Error::Moving`] / [`Error::NotOwner`] if the slot takes no writes here;
     /// [`Error::TooLarge`] if the value alone exceeds the capacity; [`Error::NoSpace`] if room
     /// could not be made.
@@ -588,6 +617,11 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
         let prev = {
             let mut shard = self.shard(slot).write();
             writable(slot, shard.state(slot), states)?;
+            // Checked under the shard lock that `invalidate_if_older` records under, so a
+            // notification is either seen here or drops what this installs.
+            if shard.superseded(&key, item.source_version) {
+                return Err(Error::Stale { slot });
+            }
             let prev_version = match shard.entry(slot, &key) {
                 Some(e) => {
                     let v = e.meta.source_version();
@@ -729,20 +763,63 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
     /// # Errors
     /// [`Error::Moving`] / [`Error::NotOwner`].
     pub fn invalidate(&self, key: &K) -> Result<bool, Error> {
-        self.invalidate_if_older(key, u64::MAX)
+        // Not remembered: there is no version a reload could be compared with.
+        self.invalidate_inner(key, u64::MAX, false)
     }
 
     /// Drop `key` if its source version is older than `source_version` (the version the system
     /// of record now has). An out-of-order or duplicate notification for a version the Linklet
     /// already holds is a no-op. Returns whether the entry was dropped.
     ///
+    /// The version is remembered per key (a bounded recent-invalidation table, whatever the
+    /// slot's state and whether the key is held), and `insert`/`import_batch` refuse a value
+    /// older than it: a load that read v1 before the change to v2 but installs after this
+    /// notification gets [`Error::Stale`] instead of caching v1, and a move batch carrying v1
+    /// is skipped at the target. So every member of a service should see every notification
+    /// (the PostgreSQL source in `ringlet-linked` does). A staged (importing) copy is dropped
+    /// too.
+    ///
     /// # Errors
-    /// As [`Linklet::invalidate`].
+    /// [`Error::Moving`] (the notification is remembered; retry until the move ends) /
+    /// [`Error::NotOwner`] (remembered; nothing else to do here). An importing slot is not an
+    /// error: its staged copy, if older, is dropped.
     pub fn invalidate_if_older(&self, key: &K, source_version: u64) -> Result<bool, Error> {
-        let dropped = self.remove_if(key, |v| v < source_version)?;
+        self.invalidate_inner(key, source_version, true)
+    }
+
+    fn invalidate_inner(
+        &self,
+        key: &K,
+        source_version: u64,
+        remember: bool,
+    ) -> Result<bool, Error> {
+        let slot = Self::slot_of(key);
+        let dropped = {
+            let mut shard = self.shard(slot).write();
+            if remember {
+                shard.note_invalidation(key, source_version);
+            }
+            // Staged values of an importing slot are dropped too (they are not served, and
+            // the import must not install them after this); a moving slot refuses, like any
+            // write: its copy may be in flight, and the new owner's table catches that copy.
+            writable(
+                slot,
+                shard.state(slot),
+                &[SlotState::Serving, SlotState::Importing],
+            )?;
+            match shard.entry(slot, key) {
+                Some(e) if e.meta.source_version() < source_version => {
+                    if let Some(b) = shard.take(slot, key) {
+                        self.sub_bytes(b);
+                        self.entries.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    true
+                }
+                _ => false,
+            }
+        };
         if dropped {
             self.invalidations.fetch_add(1, Ordering::Relaxed);
-            let slot = Self::slot_of(key);
             self.notifier.emit(StateLoss {
                 slots: slot..=slot,
                 reason: LossReason::Invalidated,
@@ -820,7 +897,7 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
     }
 
     /// Tell the application that the member owning `slots` crashed and its state is gone (the
-    /// entry point for the control plane; nothing here detects crashes).
+    /// entry point for the `ringlet-linked` coordinator's crash reports; nothing here detects crashes).
     ///
     /// # Errors
     /// [`Error::BadRange`].
@@ -831,6 +908,33 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
             reason: LossReason::MemberCrashed,
         });
         Ok(())
+    }
+
+    /// Entries and charged bytes held for the slots of `range` (any slot state): the per-range
+    /// load a linked member reports to the auto-sharder. One read lock per shard touched;
+    /// O(entries of the range).
+    ///
+    /// # Panics
+    /// Never for a valid range; an invalid one (`first > last` or past the last slot) counts
+    /// nothing.
+    pub fn usage(&self, range: RangeInclusive<Slot>) -> (u64, u64) {
+        if check_range(&range).is_err() {
+            return (0, 0);
+        }
+        let (mut entries, mut bytes) = (0, 0);
+        for idx in 0..SHARD_COUNT {
+            let shard = self.shards[idx].read();
+            for s in slots_in_shard(&range, idx) {
+                if let Some(t) = shard.tables.get(&s) {
+                    entries += t.len() as u64;
+                    bytes += t
+                        .values()
+                        .map(|e| e.size_bytes.load(Ordering::Relaxed))
+                        .sum::<u64>();
+                }
+            }
+        }
+        (entries, bytes)
     }
 
     /// The counters.
@@ -1252,6 +1356,55 @@ mod tests {
         clock.advance_ms(5_000);
         l.update_versioned(&k("price"), 2, |v| *v = 11).unwrap();
         assert!(l.get_fresh(&k("price"), bound).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_load_older_than_a_remembered_invalidation_is_refused() {
+        let l = linklet::<u64>(Config::default());
+        let slot = Linklet::<String, u64>::slot_of(&k("row"));
+        // The notification for v2 comes before the racing load of v1 is installed.
+        assert!(!l.invalidate_if_older(&k("row"), 2).unwrap());
+        assert_eq!(l.insert(k("row"), 1, 1), Err(Error::Stale { slot }));
+        assert_eq!(
+            l.insert_if_absent(k("row"), 1, 1),
+            Err(Error::Stale { slot })
+        );
+        assert!(l.get(&k("row")).unwrap().is_none());
+        // The reload at v2 (or later) is fine.
+        l.insert(k("row"), 2, 2).unwrap();
+        // A plain `invalidate` is not remembered: a reload at any version is accepted.
+        assert!(l.invalidate(&k("row")).unwrap());
+        l.insert(k("row"), 3, 2).unwrap();
+        // Remembered also for slots not served here.
+        let other = linklet::<u64>(Config {
+            slots_owned: Vec::new(),
+            ..Config::default()
+        });
+        assert_eq!(
+            other.invalidate_if_older(&k("row"), 9),
+            Err(Error::NotOwner { slot })
+        );
+        other.begin_import(slot..=slot).unwrap();
+        other.commit_import(slot..=slot).unwrap();
+        assert_eq!(other.insert(k("row"), 1, 8), Err(Error::Stale { slot }));
+        other.insert(k("row"), 1, 9).unwrap();
+    }
+
+    #[test]
+    fn the_recent_invalidation_table_is_bounded() {
+        let l = linklet::<u64>(Config::default());
+        let n = limits::RECENT_INVALIDATIONS_PER_SHARD * SHARD_COUNT * 2;
+        for i in 0..n {
+            let _ = l.invalidate_if_older(&format!("k{i}"), 5);
+        }
+        let held: usize = l.shards.iter().map(|s| s.read().recent.len()).sum();
+        assert!(held <= limits::RECENT_INVALIDATIONS_PER_SHARD * SHARD_COUNT);
+        // The oldest are forgotten (a stale load of them is accepted again), the newest kept.
+        l.insert(format!("k{}", n - 1), 1, 4).unwrap_err();
+        let forgotten = (0..n)
+            .map(|i| format!("k{i}"))
+            .find(|key| l.insert(key.clone(), 1, 4).is_ok());
+        assert!(forgotten.is_some());
     }
 
     #[test]

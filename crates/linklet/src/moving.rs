@@ -335,10 +335,15 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Linklet<K, V> {
                 source_version,
                 validated_at_ms: now_ms.saturating_sub(age_ms),
             };
-            let (installed, _) =
-                self.install(slot, key, item, &[SlotState::Importing], |staged| {
-                    staged < source_version
-                })?;
+            let installed = match self.install(slot, key, item, &[SlotState::Importing], |staged| {
+                staged < source_version
+            }) {
+                Ok((installed, _)) => installed,
+                // The system of record announced a newer version here while the value was in
+                // flight: the old copy is not installed (the application reloads on a miss).
+                Err(Error::Stale { .. }) => false,
+                Err(e) => return Err(e),
+            };
             if installed {
                 outcome.installed += 1;
             } else {
@@ -663,6 +668,43 @@ mod tests {
         assert_eq!(target.import_batch(&older).unwrap().skipped, 1);
         target.commit_import(slot..=slot).unwrap();
         assert_eq!(*target.get(&key).unwrap().unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn an_invalidation_during_a_move_keeps_the_old_copy_out_of_the_target() {
+        let (source, target) = pair(1 << 20);
+        let (a, b) = ("{inv}a".to_owned(), "{inv}b".to_owned());
+        let slot = key_slot(a.as_bytes());
+        source.insert(a.clone(), vec![1], 1).unwrap();
+        source.insert(b.clone(), vec![2], 1).unwrap();
+        target.begin_import(slot..=slot).unwrap();
+        let batch = source
+            .export_range(slot..=slot)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        // The change to `a` (v2) is announced while the batch is in flight: the source refuses
+        // (moving) and the target remembers it, so the batch's v1 of `a` is not installed.
+        assert_eq!(
+            source.invalidate_if_older(&a, 2),
+            Err(Error::Moving { slot })
+        );
+        assert_eq!(target.invalidate_if_older(&a, 2), Ok(false));
+        assert_eq!(
+            target.import_batch(&batch).unwrap(),
+            ImportOutcome {
+                installed: 1,
+                skipped: 1
+            }
+        );
+        // Announced after the batch landed: the staged copy is dropped.
+        assert_eq!(target.invalidate_if_older(&b, 2), Ok(true));
+        target.commit_import(slot..=slot).unwrap();
+        source.finish_export(slot..=slot).unwrap();
+        assert!(target.get(&a).unwrap().is_none());
+        assert!(target.get(&b).unwrap().is_none());
+        target.check_invariants();
     }
 
     #[test]

@@ -36,8 +36,8 @@ pub enum LossReason {
         /// How many.
         keys: u64,
     },
-    /// The member that owned the slots crashed (reported by the control plane through
-    /// [`crate::Linklet::report_member_crashed`]; the control-plane side is not built yet).
+    /// The member that owned the slots crashed (reported by the linked-service coordinator
+    /// through [`crate::Linklet::report_member_crashed`], called by `ringlet-linked` members).
     MemberCrashed,
     /// An import into this Linklet was aborted; the staged values are dropped.
     MoveFailed,

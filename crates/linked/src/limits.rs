@@ -1,0 +1,84 @@
+//! The bounds of `ringlet-linked`, in one place (STYLE §7). Sizes of keys, values and move
+//! batches come from `ringlet_types::limits` and `ringlet_linklet::limits`.
+
+use ringlet_linklet::limits as linklet;
+use ringlet_types::limits as global;
+
+/// Largest control frame (JSON: join, heartbeat with a load report, the service map). A map of
+/// `UNITS_MAX` owners with their addresses is far below this.
+pub const CONTROL_FRAME_BYTES_MAX: u32 = 1024 * 1024;
+
+/// Largest request or response frame: one key, one body, framing.
+pub const REQUEST_FRAME_BYTES_MAX: u32 = global::ENTRY_BYTES_MAX + 4096;
+
+/// Largest move-batch frame: what `Linklet::import_batch` accepts plus per-item framing.
+pub const BATCH_FRAME_BYTES_MAX: u32 =
+    (linklet::IMPORT_BATCH_BYTES_MAX + linklet::IMPORT_BATCH_ITEMS_MAX * 32 + 4096) as u32;
+
+/// Longest text field in a control frame (service names, addresses, reasons).
+pub const TEXT_BYTES_MAX: usize = 256;
+
+/// Most units (slot ranges the sharder assigns and moves as one) a service may be split in.
+pub const UNITS_MAX: u16 = 1024;
+
+/// Members of one linked service.
+pub const MEMBERS_MAX: usize = 256;
+
+/// Linked services one coordinator hosts.
+pub const SERVICES_MAX: usize = 64;
+
+/// Map watchers (routers) per service.
+pub const WATCHERS_MAX: usize = 1024;
+
+/// Frames queued towards one connected member or watcher. A peer that falls this far behind
+/// is cut off (a member then loses its lease and is replaced, a router reconnects).
+pub const SESSION_QUEUE_MAX: usize = 256;
+
+/// Heartbeats a member remembers the send time of (to turn an ack into a lease deadline).
+pub const HEARTBEATS_IN_FLIGHT_MAX: usize = 64;
+
+/// Moves one member queues as a source; more are refused (reported failed) at once.
+pub const MOVES_QUEUED_MAX: usize = 16;
+
+/// Time one step of a move (connect, begin, one batch, commit) may take before the source
+/// gives up (milliseconds).
+pub const MOVE_STEP_TIMEOUT_MS: u64 = 10_000;
+
+/// Time to connect to the coordinator, and to wait for its welcome (milliseconds).
+pub const JOIN_TIMEOUT_MS: u64 = 10_000;
+
+/// Attempts one routed call makes (refusals with Moving, redirects, reconnects) before it
+/// fails with `Unavailable`.
+pub const ROUTER_ATTEMPTS_MAX: u32 = 200;
+
+/// Redirects on `NotOwner` hints one routed call follows before it waits for the map instead.
+pub const ROUTER_REDIRECTS_MAX: u32 = 4;
+
+/// First and largest backoff between routed attempts (milliseconds).
+pub const ROUTER_BACKOFF_MIN_MS: u64 = 1;
+/// Largest backoff between routed attempts (milliseconds).
+pub const ROUTER_BACKOFF_MAX_MS: u64 = 50;
+
+/// Connections a router keeps to each member (requests on one connection are sequential).
+pub const ROUTER_CONNS_PER_MEMBER: usize = 4;
+
+/// Time one routed request may wait for its response before the connection is dropped.
+pub const ROUTER_REQUEST_TIMEOUT_MS: u64 = 10_000;
+
+/// PostgreSQL NOTIFY payloads are at most 8000 bytes (server limit); anything longer is not
+/// from a well-formed trigger and is dropped.
+pub const NOTIFY_PAYLOAD_BYTES_MAX: usize = 8000;
+
+/// Notifications for moving keys waiting to be retried by the PostgreSQL source.
+pub const NOTIFY_RETRY_QUEUE_MAX: usize = 65_536;
+
+/// Retry rounds for one notification whose key stays `Moving` (one round per
+/// `NOTIFY_RETRY_INTERVAL_MS`), after which it is dropped: the recent-invalidation table at
+/// the new owner already holds it.
+pub const NOTIFY_RETRY_ROUNDS_MAX: u32 = 1000;
+
+/// Interval between retry rounds of the PostgreSQL source (milliseconds).
+pub const NOTIFY_RETRY_INTERVAL_MS: u64 = 10;
+
+/// HTTP front example: largest request head.
+pub const HTTP_HEAD_BYTES_MAX: usize = 8192;

@@ -1,0 +1,746 @@
+//! A linked member: an application process that holds a [`Linklet`], joins a linked service at
+//! the coordinator, serves requests for the units it owns, and moves units to other members
+//! when the coordinator says so.
+//!
+//! Tasks:
+//! - a listener: every connection carries requests from routers ([`Frame::Request`] →
+//!   [`Handler`] → [`Frame::Response`]) and/or the import side of moves from peers
+//!   (`BeginImport`, batches, `CommitImport`/`AbortImport`, each acknowledged);
+//! - the coordinator session: heartbeats (with a load report every [`LOAD_REPORT_EVERY`]),
+//!   `Adopt`, `MoveOut`, `StateLost`, `Map`, `Expired`;
+//! - a mover: runs the export side of one move at a time (queue of [`limits::MOVES_QUEUED_MAX`]).
+//!
+//! **Fencing.** The coordinator declares a member dead `lease_ms` after the last heartbeat it
+//! received. The member stops serving `lease_ms` after the *send* time of the last heartbeat
+//! the coordinator acknowledged — earlier than the coordinator's deadline, since that
+//! heartbeat was received after it was sent — so a member cut off from the coordinator stops
+//! before its units are given to someone else, and no unit has two serving owners (assuming
+//! the two clocks run at the same rate; there is no clock comparison across hosts).
+
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use ringlet_linklet::{Error as LinkError, LinkKey, Linklet, Marshal, SlotState};
+use ringlet_types::{key_slot, Slot, SLOT_COUNT};
+use tokio::io::{BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::error::{MemberError, WireError};
+use crate::limits;
+use crate::wire::{
+    read_frame, write_frame, Control, Frame, MemberLoad, MoveOutcome, Reply, ServiceMap, SlotRange,
+    UnitLoad,
+};
+
+/// Heartbeats per load report (a report costs a pass over the Linklet's slot tables).
+pub const LOAD_REPORT_EVERY: u64 = 4;
+
+/// Why the application's handler refused a request.
+#[derive(Debug)]
+pub enum HandleError {
+    /// A Linklet refusal: `Moving` and `NotOwner` go back to the router, which retries.
+    Link(LinkError),
+    /// The application's own refusal, passed to the caller.
+    App(String),
+}
+
+impl From<LinkError> for HandleError {
+    fn from(e: LinkError) -> Self {
+        HandleError::Link(e)
+    }
+}
+
+/// The application: turns one request (routing key + body) into a response, using the
+/// member's Linklet. Runs on the connection's task, so it should not block for long.
+pub trait Handler<K, V>: Send + Sync + 'static {
+    /// Handle one request.
+    ///
+    /// # Errors
+    /// [`HandleError`].
+    fn handle(&self, linklet: &Linklet<K, V>, key: K, body: &[u8]) -> Result<Vec<u8>, HandleError>;
+}
+
+impl<K, V, F> Handler<K, V> for F
+where
+    F: Fn(&Linklet<K, V>, K, &[u8]) -> Result<Vec<u8>, HandleError> + Send + Sync + 'static,
+{
+    fn handle(&self, linklet: &Linklet<K, V>, key: K, body: &[u8]) -> Result<Vec<u8>, HandleError> {
+        self(linklet, key, body)
+    }
+}
+
+/// Where and how a member joins.
+#[derive(Clone, Debug)]
+pub struct MemberConfig {
+    /// The coordinator's address.
+    pub coordinator: String,
+    /// The linked service to join.
+    pub service: String,
+    /// Where to listen for routers and peers (port 0: any).
+    pub listen: SocketAddr,
+    /// The address others should use (default: the bound address).
+    pub advertise: Option<String>,
+}
+
+struct Shared<K, V> {
+    linklet: Arc<Linklet<K, V>>,
+    handler: Box<dyn Handler<K, V>>,
+    origin: Instant,
+    /// Serve only while `now_ms < fence_ms`.
+    fence_ms: AtomicU64,
+    /// Requests per unit since the last load report.
+    unit_ops: Vec<AtomicU64>,
+    slots_per_unit: u16,
+    map: RwLock<ServiceMap>,
+    self_addr: String,
+}
+
+impl<K, V> Shared<K, V> {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+    fn fenced(&self) -> bool {
+        self.now_ms() >= self.fence_ms.load(Ordering::Acquire)
+    }
+    /// Who the map says owns `slot`, if not this member.
+    fn hint(&self, slot: Slot) -> Option<String> {
+        let map = self.map.read().expect("map lock");
+        map.owner_of(slot)
+            .filter(|o| o.addr != self.self_addr)
+            .map(|o| o.addr.clone())
+    }
+}
+
+/// A running member.
+pub struct Member<K, V> {
+    shared: Arc<Shared<K, V>>,
+    id: u64,
+    addr: SocketAddr,
+    done: watch::Receiver<Option<String>>,
+    up: mpsc::Sender<Control>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl<K, V> Drop for Member<K, V> {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
+    /// Bind, join the service and start serving. The Linklet should own no slot: the
+    /// coordinator assigns them (`Adopt`) or moves them in.
+    ///
+    /// # Errors
+    /// [`MemberError`] if binding, connecting or joining fails.
+    pub async fn start(
+        cfg: MemberConfig,
+        linklet: Arc<Linklet<K, V>>,
+        handler: impl Handler<K, V>,
+    ) -> Result<Self, MemberError> {
+        let listener = TcpListener::bind(cfg.listen).await?;
+        let addr = listener.local_addr()?;
+        let advertise = cfg.advertise.clone().unwrap_or_else(|| addr.to_string());
+        let join_timeout = Duration::from_millis(limits::JOIN_TIMEOUT_MS);
+        let stream = tokio::time::timeout(join_timeout, TcpStream::connect(&cfg.coordinator))
+            .await
+            .map_err(|_| WireError::Timeout)??;
+        stream.set_nodelay(true)?;
+        let (r, w) = stream.into_split();
+        let mut r = BufReader::new(r);
+        let mut w = BufWriter::new(w);
+        let mut scratch = Vec::new();
+        let mut buf = Vec::new();
+        write_frame(
+            &mut w,
+            &Frame::Control(Control::Join {
+                service: cfg.service.clone(),
+                addr: advertise.clone(),
+            }),
+            &mut scratch,
+        )
+        .await?;
+        let sent_ms_origin = Instant::now();
+        let welcome = tokio::time::timeout(join_timeout, read_frame(&mut r, &mut buf))
+            .await
+            .map_err(|_| WireError::Timeout)??;
+        let (id, lease_ms, heartbeat_ms, units) = match welcome {
+            Some(Frame::Control(Control::Welcome {
+                member,
+                lease_ms,
+                heartbeat_ms,
+                units,
+            })) => (member, lease_ms, heartbeat_ms, units),
+            Some(Frame::Control(Control::Refused { reason })) => {
+                return Err(MemberError::Refused(reason))
+            }
+            _ => return Err(WireError::Bad("expected Welcome").into()),
+        };
+        if units == 0 || units > limits::UNITS_MAX || SLOT_COUNT % units != 0 {
+            return Err(WireError::Bad("unit count").into());
+        }
+        let shared = Arc::new(Shared {
+            linklet,
+            handler: Box::new(handler),
+            origin: sent_ms_origin,
+            // The join itself is the first acknowledged heartbeat, sent at origin.
+            fence_ms: AtomicU64::new(lease_ms),
+            unit_ops: (0..units).map(|_| AtomicU64::new(0)).collect(),
+            slots_per_unit: SLOT_COUNT / units,
+            map: RwLock::new(ServiceMap::default()),
+            self_addr: advertise,
+        });
+        let (done_tx, done) = watch::channel(None);
+        let (move_tx, move_rx) = mpsc::channel(limits::MOVES_QUEUED_MAX);
+        let (up_tx, up_rx) = mpsc::channel(limits::SESSION_QUEUE_MAX);
+        let tasks = vec![
+            tokio::spawn(accept_loop(Arc::clone(&shared), listener)),
+            tokio::spawn(mover(Arc::clone(&shared), move_rx, up_tx.clone())),
+            tokio::spawn(session(
+                Arc::clone(&shared),
+                r,
+                w,
+                Session {
+                    lease_ms,
+                    heartbeat_ms,
+                    move_tx,
+                    up_rx,
+                    done_tx,
+                },
+            )),
+        ];
+        Ok(Member {
+            shared,
+            id,
+            addr,
+            done,
+            up: up_tx,
+            tasks,
+        })
+    }
+
+    /// The member id the coordinator gave.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The Linklet.
+    pub fn linklet(&self) -> &Arc<Linklet<K, V>> {
+        &self.shared.linklet
+    }
+
+    /// Ask to leave the service: the coordinator moves every unit this member owns to the
+    /// others (no state lost), then ends the session ([`Member::closed`] returns). Requests
+    /// keep being served meanwhile.
+    pub async fn leave(&self) -> bool {
+        self.up.send(Control::Leave).await.is_ok()
+    }
+
+    /// The last map received.
+    pub fn map(&self) -> ServiceMap {
+        self.shared.map.read().expect("map lock").clone()
+    }
+
+    /// Wait until the coordinator session ends; returns why.
+    pub async fn closed(&mut self) -> String {
+        // Bounded: returns when the session task sets the reason (or is gone).
+        loop {
+            if let Some(why) = self.done.borrow().clone() {
+                return why;
+            }
+            if self.done.changed().await.is_err() {
+                return "member stopped".into();
+            }
+        }
+    }
+}
+
+async fn accept_loop<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: Arc<Shared<K, V>>,
+    listener: TcpListener,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors and the like: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let _ = serve_conn(shared, stream).await;
+        });
+    }
+}
+
+/// An import in progress on one peer connection.
+struct Import {
+    move_id: u64,
+    range: RangeInclusive<Slot>,
+}
+
+async fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: Arc<Shared<K, V>>,
+    stream: TcpStream,
+) -> Result<(), WireError> {
+    stream.set_nodelay(true)?;
+    let (r, w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let mut w = BufWriter::new(w);
+    let mut buf = Vec::new();
+    let mut scratch = Vec::new();
+    let mut import: Option<Import> = None;
+    let res = async {
+        while let Some(f) = read_frame(&mut r, &mut buf).await? {
+            let out = match f {
+                Frame::Request { id, key, body } => Frame::Response {
+                    id,
+                    reply: handle_request(&shared, &key, &body),
+                },
+                Frame::Batch { move_id, batch } => {
+                    let res = match &import {
+                        Some(i)
+                            if i.move_id == move_id
+                                && batch.first == *i.range.start()
+                                && batch.last == *i.range.end() =>
+                        {
+                            shared.linklet.import_batch(&batch).map(|_| ())
+                        }
+                        _ => Err(LinkError::BadBatch {
+                            reason: "no such import on this connection",
+                        }),
+                    };
+                    ack(move_id, res)
+                }
+                Frame::Control(Control::BeginImport { move_id, range }) => {
+                    let res = match (range.to_range(), &import) {
+                        (Some(r), None) => shared.linklet.begin_import(r.clone()).map(|()| {
+                            import = Some(Import { move_id, range: r });
+                        }),
+                        (None, _) => Err(LinkError::BadRange),
+                        (Some(_), Some(_)) => Err(LinkError::BadBatch {
+                            reason: "an import is already open on this connection",
+                        }),
+                    };
+                    ack(move_id, res)
+                }
+                Frame::Control(Control::CommitImport { move_id }) => {
+                    let res = match import.take() {
+                        Some(i) if i.move_id == move_id => {
+                            shared.linklet.commit_import(i.range).map(|_| ())
+                        }
+                        other => {
+                            import = other;
+                            Err(LinkError::BadRange)
+                        }
+                    };
+                    ack(move_id, res)
+                }
+                Frame::Control(Control::AbortImport { move_id }) => {
+                    let res = match import.take() {
+                        Some(i) if i.move_id == move_id => {
+                            shared.linklet.abort_import(i.range).map(|_| ())
+                        }
+                        other => {
+                            import = other;
+                            Err(LinkError::BadRange)
+                        }
+                    };
+                    ack(move_id, res)
+                }
+                _ => return Err(WireError::Bad("unexpected frame at a member")),
+            };
+            write_frame(&mut w, &out, &mut scratch).await?;
+        }
+        Ok(())
+    }
+    .await;
+    // The source went away before committing: nothing staged here may be served.
+    if let Some(i) = import {
+        let _ = shared.linklet.abort_import(i.range);
+    }
+    res
+}
+
+fn ack(move_id: u64, res: Result<(), LinkError>) -> Frame {
+    Frame::Control(match res {
+        Ok(()) => Control::Ack { move_id },
+        Err(e) => Control::Nack {
+            move_id,
+            reason: e.to_string(),
+        },
+    })
+}
+
+fn handle_request<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Shared<K, V>,
+    key: &[u8],
+    body: &[u8],
+) -> Reply {
+    let slot = key_slot(key);
+    if shared.fenced() {
+        return Reply::NotOwner {
+            slot,
+            hint: shared.hint(slot),
+        };
+    }
+    let Some(k) = K::from_key_bytes(key) else {
+        return Reply::Failed("key does not decode".into());
+    };
+    shared.unit_ops[usize::from(slot / shared.slots_per_unit)].fetch_add(1, Ordering::Relaxed);
+    match shared.handler.handle(&shared.linklet, k, body) {
+        Ok(b) => Reply::Ok(b),
+        Err(HandleError::Link(LinkError::Moving { slot })) => Reply::Moving { slot },
+        Err(HandleError::Link(LinkError::NotOwner { slot })) => Reply::NotOwner {
+            slot,
+            hint: shared.hint(slot),
+        },
+        Err(HandleError::Link(e)) => Reply::Failed(e.to_string()),
+        Err(HandleError::App(m)) => Reply::Failed(m),
+    }
+}
+
+struct Session {
+    lease_ms: u64,
+    heartbeat_ms: u64,
+    move_tx: mpsc::Sender<(u64, SlotRange, String)>,
+    up_rx: mpsc::Receiver<Control>,
+    done_tx: watch::Sender<Option<String>>,
+}
+
+async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: Arc<Shared<K, V>>,
+    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    mut w: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    mut s: Session,
+) {
+    // Frames are read on their own task: a read is not cancel-safe inside `select!`.
+    let (in_tx, mut in_rx) = mpsc::channel(limits::SESSION_QUEUE_MAX);
+    let reader = tokio::spawn(async move {
+        let mut r = r;
+        let mut buf = Vec::new();
+        loop {
+            let f = read_frame(&mut r, &mut buf).await;
+            let end = !matches!(f, Ok(Some(_)));
+            if in_tx.send(f).await.is_err() || end {
+                break;
+            }
+        }
+    });
+    let mut scratch = Vec::new();
+    let mut seq = 0u64;
+    let mut sent: std::collections::VecDeque<(u64, u64)> = Default::default();
+    let mut iv = tokio::time::interval(Duration::from_millis(s.heartbeat_ms));
+    iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut load = LoadMeter::new(&shared);
+    let why: String = loop {
+        let out = tokio::select! {
+            _ = iv.tick() => {
+                seq += 1;
+                let report = (seq % LOAD_REPORT_EVERY == 0).then(|| load.report(&shared));
+                sent.push_back((seq, shared.now_ms()));
+                if sent.len() > limits::HEARTBEATS_IN_FLIGHT_MAX {
+                    sent.pop_front();
+                }
+                Control::Heartbeat { seq, load: report }
+            }
+            up = s.up_rx.recv() => match up {
+                Some(c) => c,
+                None => break "mover stopped".into(),
+            },
+            f = in_rx.recv() => {
+                let c = match f {
+                    Some(Ok(Some(Frame::Control(c)))) => c,
+                    Some(Ok(None)) | None => break "coordinator closed the session".into(),
+                    Some(Ok(Some(_))) => break "unexpected frame from the coordinator".into(),
+                    Some(Err(e)) => break format!("coordinator: {e}"),
+                };
+                match c {
+                    Control::HeartbeatAck { seq: acked } => {
+                        while let Some(&(s0, t)) = sent.front() {
+                            if s0 > acked { break; }
+                            sent.pop_front();
+                            if s0 == acked {
+                                shared.fence_ms.fetch_max(t + s.lease_ms, Ordering::AcqRel);
+                            }
+                        }
+                    }
+                    Control::Adopt { range } => adopt(&shared, range),
+                    Control::MoveOut { move_id, range, to_addr, .. } => {
+                        // A full queue refuses the move at once (the sharder picks again later).
+                        let refused = s.move_tx.try_send((move_id, range, to_addr)).is_err();
+                        if refused {
+                            let done = Control::MoveDone { move_id, outcome: MoveOutcome::Aborted };
+                            if write_frame(&mut w, &Frame::Control(done), &mut scratch).await.is_err() {
+                                break "coordinator write failed".into();
+                            }
+                        }
+                    }
+                    Control::StateLost { ranges, .. } => {
+                        for r in ranges.iter().filter_map(|r| r.to_range()) {
+                            let _ = shared.linklet.report_member_crashed(r);
+                        }
+                    }
+                    Control::Map(m) => {
+                        *shared.map.write().expect("map lock") = m;
+                    }
+                    Control::Expired => {
+                        shared.fence_ms.store(0, Ordering::Release);
+                        break "lease expired: replaced by the coordinator".into();
+                    }
+                    Control::Drained => {
+                        shared.fence_ms.store(0, Ordering::Release);
+                        break "drained: every unit was moved to other members".into();
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+        };
+        if write_frame(&mut w, &Frame::Control(out), &mut scratch)
+            .await
+            .is_err()
+        {
+            break "coordinator write failed".into();
+        }
+    };
+    reader.abort();
+    let _ = s.done_tx.send(Some(why));
+}
+
+/// Serve `range` from now on, starting empty. A range already served (an ambiguous move that
+/// did commit here) is left as it is. A range still `Importing` here (a move into this member
+/// whose source just died: its connection's close is about to abort the import) is retried
+/// until that abort happened, at most `ADOPT_RETRIES` times.
+fn adopt<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Arc<Shared<K, V>>,
+    range: SlotRange,
+) {
+    let Some(r) = range.to_range() else { return };
+    let try_adopt = move |l: &Linklet<K, V>| -> bool {
+        if l.begin_import(r.clone()).is_ok() {
+            let _ = l.commit_import(r.clone());
+            return true;
+        }
+        r.clone().all(|s| l.slot_state(s) == SlotState::Serving)
+    };
+    if try_adopt(&shared.linklet) {
+        return;
+    }
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        for _ in 0..ADOPT_RETRIES {
+            tokio::time::sleep(Duration::from_millis(ADOPT_RETRY_MS)).await;
+            if try_adopt(&shared.linklet) {
+                return;
+            }
+        }
+        eprintln!("linked member: could not adopt {range:?}: slots stayed in another state");
+    });
+}
+
+/// Attempts of an adoption that found its range busy, `ADOPT_RETRY_MS` apart (5 s in all: far
+/// more than a dead source's connection takes to close).
+const ADOPT_RETRIES: u32 = 200;
+const ADOPT_RETRY_MS: u64 = 25;
+
+/// Per-unit request rates, bytes and process CPU between two reports.
+struct LoadMeter {
+    at: Instant,
+    cpu_ticks: u64,
+}
+
+impl LoadMeter {
+    fn new<K, V>(_: &Shared<K, V>) -> Self {
+        LoadMeter {
+            at: Instant::now(),
+            cpu_ticks: cpu_ticks(),
+        }
+    }
+
+    fn report<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+        &mut self,
+        shared: &Shared<K, V>,
+    ) -> MemberLoad {
+        let secs = self.at.elapsed().as_secs_f64().max(1e-3);
+        let ticks = cpu_ticks();
+        // /proc reports in USER_HZ, which Linux fixes at 100 for user space.
+        let cpu_cores = ticks.saturating_sub(self.cpu_ticks) as f64 / 100.0 / secs;
+        self.at = Instant::now();
+        self.cpu_ticks = ticks;
+        let spu = shared.slots_per_unit;
+        let units = (0..shared.unit_ops.len())
+            .filter_map(|u| {
+                let first = u as u16 * spu;
+                let ops = shared.unit_ops[u].swap(0, Ordering::Relaxed);
+                if !matches!(
+                    shared.linklet.slot_state(first),
+                    SlotState::Serving | SlotState::Moving
+                ) {
+                    return None;
+                }
+                let (_, bytes) = shared.linklet.usage(first..=first + spu - 1);
+                Some(UnitLoad {
+                    unit: u as u16,
+                    ops_per_s: ops as f64 / secs,
+                    bytes,
+                })
+            })
+            .collect();
+        MemberLoad { units, cpu_cores }
+    }
+}
+
+/// utime + stime of this process in clock ticks (0 where /proc is not there).
+fn cpu_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    // The command name (field 2) may contain spaces; fields after its ')' are plain.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After ')': state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    num(11) + num(12)
+}
+
+/// Runs the export side of the moves this member is told to make, one at a time.
+async fn mover<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: Arc<Shared<K, V>>,
+    mut rx: mpsc::Receiver<(u64, SlotRange, String)>,
+    up: mpsc::Sender<Control>,
+) {
+    while let Some((move_id, range, to_addr)) = rx.recv().await {
+        let outcome = match range.to_range() {
+            Some(r) => move_out(&shared, move_id, r, &to_addr).await,
+            None => MoveOutcome::Aborted,
+        };
+        eprintln!("linked member: move {move_id} {range:?} -> {to_addr}: {outcome:?}");
+        if up
+            .send(Control::MoveDone { move_id, outcome })
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn step<T>(
+    f: impl std::future::Future<Output = Result<T, WireError>>,
+) -> Result<T, WireError> {
+    tokio::time::timeout(Duration::from_millis(limits::MOVE_STEP_TIMEOUT_MS), f)
+        .await
+        .map_err(|_| WireError::Timeout)?
+}
+
+/// One round trip of a move step: send `f`, expect `Ack` for `move_id`.
+async fn call(
+    conn: &mut (
+        BufReader<tokio::net::tcp::OwnedReadHalf>,
+        BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    ),
+    f: &Frame,
+    move_id: u64,
+    buf: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+) -> Result<bool, WireError> {
+    step(async {
+        write_frame(&mut conn.1, f, scratch).await?;
+        match read_frame(&mut conn.0, buf).await? {
+            Some(Frame::Control(Control::Ack { move_id: m })) if m == move_id => Ok(true),
+            Some(Frame::Control(Control::Nack { move_id: m, reason })) if m == move_id => {
+                eprintln!("linked member: move {move_id} refused by the target: {reason}");
+                Ok(false)
+            }
+            Some(_) => Err(WireError::Bad("unexpected answer to a move step")),
+            None => Err(WireError::Bad("target closed the move connection")),
+        }
+    })
+    .await
+}
+
+/// The export side of the move protocol (see `ringlet_linklet::moving`) over one connection.
+async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Shared<K, V>,
+    move_id: u64,
+    range: RangeInclusive<Slot>,
+    to_addr: &str,
+) -> MoveOutcome {
+    let Ok(stream) = step(async { Ok(TcpStream::connect(to_addr).await?) }).await else {
+        return MoveOutcome::Aborted;
+    };
+    let _ = stream.set_nodelay(true);
+    let (r, w) = stream.into_split();
+    let mut conn = (BufReader::new(r), BufWriter::new(w));
+    let (mut buf, mut scratch) = (Vec::new(), Vec::new());
+    let begin = Frame::Control(Control::BeginImport {
+        move_id,
+        range: SlotRange {
+            first: *range.start(),
+            last: *range.end(),
+        },
+    });
+    if !matches!(
+        call(&mut conn, &begin, move_id, &mut buf, &mut scratch).await,
+        Ok(true)
+    ) {
+        return MoveOutcome::Aborted;
+    }
+    let abort = |why: &str| eprintln!("linked member: move {move_id} aborted: {why}");
+    let Ok(export) = shared.linklet.export_range(range.clone()) else {
+        abort("range not serving here");
+        // Closing the connection makes the target drop its (empty) import.
+        return MoveOutcome::Aborted;
+    };
+    let mut ok = true;
+    for batch in export {
+        let Ok(batch) = batch else {
+            ok = false;
+            break;
+        };
+        let f = Frame::Batch { move_id, batch };
+        if !matches!(
+            call(&mut conn, &f, move_id, &mut buf, &mut scratch).await,
+            Ok(true)
+        ) {
+            ok = false;
+            break;
+        }
+    }
+    if !ok {
+        abort("a batch failed");
+        let _ = shared.linklet.abort_export(range);
+        let f = Frame::Control(Control::AbortImport { move_id });
+        let _ = call(&mut conn, &f, move_id, &mut buf, &mut scratch).await;
+        return MoveOutcome::Aborted;
+    }
+    let commit = Frame::Control(Control::CommitImport { move_id });
+    match call(&mut conn, &commit, move_id, &mut buf, &mut scratch).await {
+        Ok(true) => {
+            let _ = shared.linklet.finish_export(range);
+            MoveOutcome::Committed
+        }
+        Ok(false) => {
+            let _ = shared.linklet.abort_export(range);
+            MoveOutcome::Aborted
+        }
+        Err(_) => {
+            // The target may have committed: never serve the range here again.
+            let _ = shared.linklet.finish_export(range);
+            MoveOutcome::Ambiguous
+        }
+    }
+}

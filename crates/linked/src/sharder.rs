@@ -1,0 +1,1083 @@
+//! The auto-sharder: a sans-I/O state machine that owns one linked service's assignment of
+//! slot units to members (Slicer, OSDI '16; LInK §4.1). Inputs are calls with the time passed
+//! in (`join`, `heartbeat`, `move_done`, `tick`); outputs are [`Action`]s the host turns into
+//! frames. No clock, no socket, no randomness: every decision is reproducible in a unit test.
+//!
+//! # Units
+//!
+//! The 16384 slots are cut into `units` equal contiguous ranges (default 64 of 256 slots).
+//! A unit is the grain of assignment and of movement, like Slicer's slices: fine enough that
+//! one hot unit can be isolated, coarse enough that the map and the load reports stay small.
+//!
+//! # Balancing (multi-metric, LInK §4.1)
+//!
+//! Members report per owned unit its request rate and bytes, and their process CPU. The CPU of
+//! a member is attributed to its units in proportion to their request rates. For every metric
+//! with a non-trivial total, a member's *score* on it is its sum over its units divided by the
+//! mean per member; a member's score is the max over metrics (the resource it is shortest of).
+//! Without any load (a fresh service) the metric is the unit count, so joiners still get units.
+//!
+//! Each tick may start one move: from the member with the highest score, the unit whose move
+//! to the member with the lowest score most lowers the larger of the two scores. Guards
+//! against churn (hysteresis):
+//! - nothing moves while the highest score is within `imbalance_threshold` of the mean;
+//! - a move must lower the pair's max score (by more than `min_gain`, default 0);
+//! - a unit moved (or whose move failed) less than `unit_cooldown_ms` ago stays put;
+//! - a member involved in a move is not chosen again until it sent `fresh_reports` load
+//!   reports since (its load still shows the unit it gave or got otherwise; at rest, where the
+//!   metric is the exact unit count, it need not wait);
+//! - at most `moves_per_minute` moves start in any 60 s window, and `moves_in_flight_max` at once.
+//!
+//! # Failures
+//!
+//! A member whose last heartbeat is older than `lease_ms` is dead. Its units are *lost*: they
+//! are given to the survivors (fewest units first, as `Adopt`, starting empty) and everyone is
+//! told with `StateLost` — the application rebuilds those ranges from its system of record.
+//! A move whose target died after committing is lost the same way; a move whose source died is
+//! covered by the source's units being lost.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use ringlet_types::SLOT_COUNT;
+
+use crate::limits;
+use crate::wire::{MemberLoad, MoveOutcome, Owner, ServiceMap, SlotRange};
+
+/// Member ids: unique per sharder, never reused (a restarted process joins as a new member).
+pub type MemberId = u64;
+
+/// Tuning of one service's sharder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharderConfig {
+    /// Units the slots are cut into (a power of two, `2..=UNITS_MAX`).
+    pub units: u16,
+    /// A member is dead this long after its last heartbeat.
+    pub lease_ms: u64,
+    /// Heartbeat interval members are told to use (a fraction of the lease).
+    pub heartbeat_ms: u64,
+    /// Start moving only when the busiest member's score exceeds `1 + imbalance_threshold`.
+    pub imbalance_threshold: f64,
+    /// A move must lower the pair's max score by more than this (0: any strict improvement).
+    pub min_gain: f64,
+    /// Moves started in any 60 s window.
+    pub moves_per_minute: u32,
+    /// Moves in flight at once.
+    pub moves_in_flight_max: usize,
+    /// A unit is not moved again for this long after a move of it ended.
+    pub unit_cooldown_ms: u64,
+    /// Load reports a member must send after a move before it is balanced again.
+    pub fresh_reports: u32,
+}
+
+impl Default for SharderConfig {
+    fn default() -> Self {
+        SharderConfig {
+            units: 64,
+            // 2 s: a SIGKILLed member is reported within lease + one tick (goal: 3 s), and a
+            // member on a busy 2-core host still gets 8 heartbeats in per lease.
+            lease_ms: 2000,
+            heartbeat_ms: 250,
+            imbalance_threshold: 0.25,
+            // Any strict improvement: one unit of 64 moves a score by only ~2/64, so an absolute
+            // gain like 0.05 would forbid every single-unit move at that grain.
+            min_gain: 0.0,
+            moves_per_minute: 30,
+            moves_in_flight_max: 2,
+            unit_cooldown_ms: 30_000,
+            fresh_reports: 2,
+        }
+    }
+}
+
+/// A refused configuration or call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SharderError {
+    /// A config field is out of range.
+    #[error("invalid sharder config: {0}")]
+    Config(&'static str),
+    /// The service already has `MEMBERS_MAX` members.
+    #[error("too many members")]
+    TooManyMembers,
+}
+
+impl SharderConfig {
+    /// Check every field.
+    ///
+    /// # Errors
+    /// [`SharderError::Config`].
+    pub fn validate(&self) -> Result<(), SharderError> {
+        if !self.units.is_power_of_two() || self.units < 2 || self.units > limits::UNITS_MAX {
+            return Err(SharderError::Config(
+                "units: a power of two in 2..=UNITS_MAX",
+            ));
+        }
+        if self.heartbeat_ms == 0 || self.lease_ms < 3 * self.heartbeat_ms {
+            return Err(SharderError::Config("lease_ms must be >= 3 heartbeats"));
+        }
+        if !(self.imbalance_threshold >= 0.0 && self.min_gain >= 0.0) {
+            return Err(SharderError::Config("thresholds must be >= 0"));
+        }
+        if self.moves_in_flight_max == 0 {
+            return Err(SharderError::Config("moves_in_flight_max must be >= 1"));
+        }
+        Ok(())
+    }
+}
+
+/// What the host must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Tell `member` to serve `range`, starting empty.
+    Adopt {
+        /// The member.
+        member: MemberId,
+        /// The range.
+        range: SlotRange,
+    },
+    /// Tell `from` to move `range` to `to` (at `to_addr`).
+    MoveOut {
+        /// Move id.
+        move_id: u64,
+        /// Source.
+        from: MemberId,
+        /// Target.
+        to: MemberId,
+        /// Target's address.
+        to_addr: String,
+        /// The range.
+        range: SlotRange,
+    },
+    /// Tell every member and watcher that the state of `ranges` (owned by `member`) is gone.
+    StateLost {
+        /// The member that held it.
+        member: MemberId,
+        /// The ranges.
+        ranges: Vec<SlotRange>,
+    },
+    /// `member`'s lease expired: drop its session.
+    Expired {
+        /// The member.
+        member: MemberId,
+    },
+    /// `member` drained: it owns nothing and has left (tell it, then drop its session).
+    Drained {
+        /// The member.
+        member: MemberId,
+    },
+    /// The map changed: send [`Sharder::map`] to everyone.
+    MapChanged,
+}
+
+#[derive(Debug)]
+struct Member {
+    addr: String,
+    last_heartbeat_ms: u64,
+    cpu_cores: f64,
+    /// Load reports since this member last gave or got a unit.
+    reports_since_move: u32,
+    /// Leaving: its units are moved away (no state lost), then it is removed.
+    draining: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Unit {
+    owner: Option<MemberId>,
+    ops_per_s: f64,
+    bytes: u64,
+    in_move: Option<u64>,
+    /// When a move of this unit last ended (`None`: never moved).
+    last_move_ms: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Move {
+    unit: usize,
+    from: MemberId,
+    to: MemberId,
+}
+
+/// One service's sharder. See the module documentation.
+#[derive(Debug)]
+pub struct Sharder {
+    cfg: SharderConfig,
+    members: BTreeMap<MemberId, Member>,
+    units: Vec<Unit>,
+    moves: BTreeMap<u64, Move>,
+    /// Start times of recent moves, for the per-minute budget.
+    move_starts: VecDeque<u64>,
+    next_member: MemberId,
+    next_move: u64,
+    epoch: u64,
+    /// Moves committed and units lost since start (for tests and metrics).
+    pub stats: SharderStats,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharderStats {
+    /// Moves started.
+    pub moves_started: u64,
+    /// Moves that committed.
+    pub moves_committed: u64,
+    /// Moves that aborted.
+    pub moves_aborted: u64,
+    /// Units whose state was reported lost.
+    pub units_lost: u64,
+    /// Members expired.
+    pub members_expired: u64,
+}
+
+/// Metrics a score is taken over: requests/s, bytes, CPU. Totals below the floor are noise and
+/// the metric is left out (a service at rest is balanced by unit count instead).
+const METRICS: usize = 3;
+/// The CPU floor (5% of a core) is above what an idle member spends on heartbeats and load
+/// reports, so idle members are balanced by unit count, not by that noise.
+const METRIC_FLOOR: [f64; METRICS] = [1.0, 4096.0, 0.05];
+
+impl Sharder {
+    /// A sharder with no member.
+    ///
+    /// # Errors
+    /// [`SharderError::Config`].
+    pub fn new(cfg: SharderConfig) -> Result<Self, SharderError> {
+        cfg.validate()?;
+        Ok(Sharder {
+            units: vec![Unit::default(); usize::from(cfg.units)],
+            cfg,
+            members: BTreeMap::new(),
+            moves: BTreeMap::new(),
+            move_starts: VecDeque::new(),
+            next_member: 1,
+            next_move: 1,
+            epoch: 1,
+            stats: SharderStats::default(),
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &SharderConfig {
+        &self.cfg
+    }
+
+    fn slots_per_unit(&self) -> u16 {
+        (u32::from(SLOT_COUNT) / u32::from(self.cfg.units)) as u16
+    }
+
+    fn unit_range(&self, u: usize) -> SlotRange {
+        let spu = self.slots_per_unit();
+        let first = u as u16 * spu;
+        SlotRange {
+            first,
+            last: first + spu - 1,
+        }
+    }
+
+    /// Contiguous ranges covering `units` (sorted, merged).
+    fn ranges_of(&self, mut units: Vec<usize>) -> Vec<SlotRange> {
+        units.sort_unstable();
+        let mut out: Vec<SlotRange> = Vec::new();
+        for u in units {
+            let r = self.unit_range(u);
+            match out.last_mut() {
+                Some(last) if u32::from(last.last) + 1 == u32::from(r.first) => last.last = r.last,
+                _ => out.push(r),
+            }
+        }
+        out
+    }
+
+    /// The current map.
+    pub fn map(&self) -> ServiceMap {
+        ServiceMap {
+            epoch: self.epoch,
+            slots_per_unit: self.slots_per_unit(),
+            owners: self
+                .units
+                .iter()
+                .map(|u| {
+                    u.owner.map(|m| Owner {
+                        member: m,
+                        addr: self
+                            .members
+                            .get(&m)
+                            .map(|x| x.addr.clone())
+                            .unwrap_or_default(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether `member` is alive here.
+    pub fn is_member(&self, member: MemberId) -> bool {
+        self.members.contains_key(&member)
+    }
+
+    /// Units owned per member (for tests and the host's logs).
+    pub fn unit_counts(&self) -> BTreeMap<MemberId, usize> {
+        let mut c: BTreeMap<MemberId, usize> = self.members.keys().map(|&m| (m, 0)).collect();
+        for u in &self.units {
+            if let Some(m) = u.owner {
+                *c.entry(m).or_default() += 1;
+            }
+        }
+        c
+    }
+
+    /// A member joins at `addr`. Units nobody owns (a new service, or every owner died) go to
+    /// it at once.
+    ///
+    /// # Errors
+    /// [`SharderError::TooManyMembers`].
+    pub fn join(
+        &mut self,
+        addr: String,
+        now_ms: u64,
+    ) -> Result<(MemberId, Vec<Action>), SharderError> {
+        if self.members.len() >= limits::MEMBERS_MAX {
+            return Err(SharderError::TooManyMembers);
+        }
+        let id = self.next_member;
+        self.next_member += 1;
+        self.members.insert(
+            id,
+            Member {
+                addr,
+                last_heartbeat_ms: now_ms,
+                cpu_cores: 0.0,
+                reports_since_move: 0,
+                draining: false,
+            },
+        );
+        let orphans: Vec<usize> = (0..self.units.len())
+            .filter(|&u| self.units[u].owner.is_none())
+            .collect();
+        let mut actions = Vec::new();
+        if !orphans.is_empty() {
+            for &u in &orphans {
+                self.units[u].owner = Some(id);
+            }
+            for range in self.ranges_of(orphans) {
+                actions.push(Action::Adopt { member: id, range });
+            }
+        }
+        self.epoch += 1;
+        actions.push(Action::MapChanged);
+        Ok((id, actions))
+    }
+
+    /// A heartbeat from `member`, with a load report or not. Returns `false` for a member that
+    /// is not (or no longer) alive here: the host tells it it expired.
+    pub fn heartbeat(&mut self, member: MemberId, load: Option<&MemberLoad>, now_ms: u64) -> bool {
+        let Some(m) = self.members.get_mut(&member) else {
+            return false;
+        };
+        m.last_heartbeat_ms = m.last_heartbeat_ms.max(now_ms);
+        let Some(load) = load else { return true };
+        m.cpu_cores = if load.cpu_cores.is_finite() {
+            load.cpu_cores.max(0.0)
+        } else {
+            0.0
+        };
+        m.reports_since_move = m.reports_since_move.saturating_add(1);
+        for ul in &load.units {
+            // Only the owner's report counts; a unit that just moved may still be in the old
+            // owner's report.
+            let Some(u) = self.units.get_mut(usize::from(ul.unit)) else {
+                continue;
+            };
+            if u.owner == Some(member) && ul.ops_per_s.is_finite() {
+                u.ops_per_s = ul.ops_per_s.max(0.0);
+                u.bytes = ul.bytes;
+            }
+        }
+        true
+    }
+
+    /// `member` asks to leave: its units are moved to the other members, one move at a time
+    /// (within `moves_in_flight_max`, not counted against the per-minute budget nor held by
+    /// unit cooldowns: an operator asked), and once it owns nothing it is removed with
+    /// [`Action::Drained`]. A member with nothing to move leaves at once. If it is the last
+    /// member its units have nowhere to go: it stays (and keeps serving) until another joins.
+    pub fn drain(&mut self, member: MemberId) -> Vec<Action> {
+        let Some(m) = self.members.get_mut(&member) else {
+            return Vec::new();
+        };
+        m.draining = true;
+        let mut actions = Vec::new();
+        self.finish_drain(member, &mut actions);
+        actions
+    }
+
+    fn finish_drain(&mut self, member: MemberId, actions: &mut Vec<Action>) {
+        let draining = self.members.get(&member).is_some_and(|m| m.draining);
+        let owns = self.units.iter().any(|u| u.owner == Some(member));
+        let moving_in = self.moves.values().any(|mv| mv.to == member);
+        if draining && !owns && !moving_in {
+            self.members.remove(&member);
+            actions.push(Action::Drained { member });
+            self.epoch += 1;
+            actions.push(Action::MapChanged);
+        }
+    }
+
+    /// The next move off a draining member, if any.
+    fn plan_drain(&mut self, now_ms: u64) -> Option<Action> {
+        let counts = self.unit_counts();
+        let target = counts
+            .iter()
+            .filter(|(m, _)| !self.members[m].draining)
+            .min_by_key(|(&m, &c)| (c, m))
+            .map(|(&m, _)| m)?;
+        let (unit, from) = self.units.iter().enumerate().find_map(|(u, x)| {
+            let from = x.owner?;
+            (x.in_move.is_none() && self.members.get(&from).is_some_and(|m| m.draining))
+                .then_some((u, from))
+        })?;
+        Some(self.start_move(unit, from, target, now_ms))
+    }
+
+    fn start_move(&mut self, unit: usize, from: MemberId, to: MemberId, now_ms: u64) -> Action {
+        let move_id = self.next_move;
+        self.next_move += 1;
+        self.units[unit].in_move = Some(move_id);
+        self.moves.insert(move_id, Move { unit, from, to });
+        self.move_starts.push_back(now_ms);
+        self.stats.moves_started += 1;
+        Action::MoveOut {
+            move_id,
+            from,
+            to,
+            to_addr: self.members[&to].addr.clone(),
+            range: self.unit_range(unit),
+        }
+    }
+
+    /// The source of `move_id` reports how it ended.
+    pub fn move_done(&mut self, move_id: u64, outcome: MoveOutcome, now_ms: u64) -> Vec<Action> {
+        let Some(mv) = self.moves.remove(&move_id) else {
+            // Cancelled (its source died) or a duplicate.
+            return Vec::new();
+        };
+        let unit = &mut self.units[mv.unit];
+        unit.in_move = None;
+        unit.last_move_ms = Some(now_ms);
+        for m in [mv.from, mv.to] {
+            if let Some(m) = self.members.get_mut(&m) {
+                m.reports_since_move = 0;
+            }
+        }
+        if unit.owner != Some(mv.from) {
+            // The source died meanwhile and the unit was already reported lost.
+            return Vec::new();
+        }
+        let mut actions = Vec::new();
+        match outcome {
+            MoveOutcome::Aborted => self.stats.moves_aborted += 1,
+            MoveOutcome::Committed if self.members.contains_key(&mv.to) => {
+                self.stats.moves_committed += 1;
+                self.units[mv.unit].owner = Some(mv.to);
+                self.epoch += 1;
+                actions.push(Action::MapChanged);
+            }
+            // Committed at a target that died since, or not known to be committed: the
+            // source dropped its copy, so the state may be gone. Report it and re-home it.
+            MoveOutcome::Committed | MoveOutcome::Ambiguous => {
+                // Reported as the target's: that is where the state went (or may have).
+                self.units[mv.unit].owner = None;
+                self.lose(mv.to, vec![mv.unit], Some(mv.to), &mut actions);
+            }
+        }
+        self.finish_drain(mv.from, &mut actions);
+        self.finish_drain(mv.to, &mut actions);
+        actions
+    }
+
+    /// Expire dead members and maybe start a move.
+    pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let dead: Vec<MemberId> = self
+            .members
+            .iter()
+            .filter(|(_, m)| now_ms.saturating_sub(m.last_heartbeat_ms) > self.cfg.lease_ms)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in dead {
+            self.expire(id, &mut actions);
+        }
+        if let Some(a) = self.plan_move(now_ms) {
+            actions.push(a);
+        }
+        actions
+    }
+
+    fn expire(&mut self, id: MemberId, actions: &mut Vec<Action>) {
+        self.members.remove(&id);
+        self.stats.members_expired += 1;
+        actions.push(Action::Expired { member: id });
+        // Moves out of the dead member end here (their units are lost below); moves into it
+        // are left to their source, which aborts (or reports a commit, handled in move_done).
+        self.moves.retain(|_, mv| mv.from != id);
+        let mut lost = Vec::new();
+        for (u, unit) in self.units.iter_mut().enumerate() {
+            if unit.owner == Some(id) {
+                unit.owner = None;
+                unit.in_move = None;
+                lost.push(u);
+            }
+        }
+        if lost.is_empty() {
+            self.epoch += 1;
+            actions.push(Action::MapChanged);
+        } else {
+            self.lose(id, lost, None, actions);
+        }
+    }
+
+    /// `units` (now unowned) held state of `member` that is gone: report it and give each unit
+    /// to the live member with the fewest units (`prefer` first if it is alive: the target of
+    /// an ambiguous move, which may already serve it).
+    fn lose(
+        &mut self,
+        member: MemberId,
+        units: Vec<usize>,
+        prefer: Option<MemberId>,
+        actions: &mut Vec<Action>,
+    ) {
+        self.stats.units_lost += units.len() as u64;
+        actions.push(Action::StateLost {
+            member,
+            ranges: self.ranges_of(units.clone()),
+        });
+        let mut counts = self.unit_counts();
+        // A draining member is not given anything (if it is the only survivor, it must be).
+        if counts.keys().any(|m| !self.members[m].draining) {
+            counts.retain(|m, _| !self.members[m].draining);
+        }
+        let mut given: BTreeMap<MemberId, Vec<usize>> = BTreeMap::new();
+        for u in units {
+            let to = prefer
+                .filter(|p| self.members.contains_key(p))
+                .or_else(|| counts.iter().min_by_key(|(&m, &c)| (c, m)).map(|(&m, _)| m));
+            let Some(to) = to else { break };
+            self.units[u].owner = Some(to);
+            self.units[u].ops_per_s = 0.0;
+            self.units[u].bytes = 0;
+            *counts.entry(to).or_default() += 1;
+            given.entry(to).or_default().push(u);
+        }
+        for (member, us) in given {
+            for range in self.ranges_of(us) {
+                actions.push(Action::Adopt { member, range });
+            }
+        }
+        self.epoch += 1;
+        actions.push(Action::MapChanged);
+    }
+
+    /// Per member, its totals on each metric; per unit, its vector.
+    fn loads(&self) -> (BTreeMap<MemberId, [f64; METRICS]>, Vec<[f64; METRICS]>) {
+        let mut member_ops: BTreeMap<MemberId, (f64, usize)> = BTreeMap::new();
+        for u in &self.units {
+            if let Some(m) = u.owner {
+                let e = member_ops.entry(m).or_default();
+                e.0 += u.ops_per_s;
+                e.1 += 1;
+            }
+        }
+        let unit_vec: Vec<[f64; METRICS]> = self
+            .units
+            .iter()
+            .map(|u| {
+                let Some(m) = u.owner else {
+                    return [0.0; METRICS];
+                };
+                let cpu = self.members.get(&m).map_or(0.0, |x| x.cpu_cores);
+                let (ops, n) = member_ops.get(&m).copied().unwrap_or((0.0, 1));
+                // The member's CPU, shared among its units by request rate (evenly at rest).
+                let share = if ops > 0.0 {
+                    u.ops_per_s / ops
+                } else {
+                    1.0 / n.max(1) as f64
+                };
+                [u.ops_per_s, u.bytes as f64, cpu * share]
+            })
+            .collect();
+        let mut totals: BTreeMap<MemberId, [f64; METRICS]> =
+            self.members.keys().map(|&m| (m, [0.0; METRICS])).collect();
+        for (u, v) in self.units.iter().zip(&unit_vec) {
+            if let Some(t) = u.owner.and_then(|m| totals.get_mut(&m)) {
+                for k in 0..METRICS {
+                    t[k] += v[k];
+                }
+            }
+        }
+        (totals, unit_vec)
+    }
+
+    fn plan_move(&mut self, now_ms: u64) -> Option<Action> {
+        while self
+            .move_starts
+            .front()
+            .is_some_and(|&t| now_ms.saturating_sub(t) >= 60_000)
+        {
+            self.move_starts.pop_front();
+        }
+        if self.moves.len() >= self.cfg.moves_in_flight_max {
+            return None;
+        }
+        if let Some(a) = self.plan_drain(now_ms) {
+            return Some(a);
+        }
+        if self.move_starts.len() >= self.cfg.moves_per_minute as usize
+            || self.members.len() < 2
+            || self.members.values().any(|m| m.draining)
+        {
+            return None;
+        }
+        let (mut totals, mut unit_vec) = self.loads();
+        let n = self.members.len() as f64;
+        let mut means = [0.0; METRICS];
+        let mut active = [false; METRICS];
+        for k in 0..METRICS {
+            let total: f64 = totals.values().map(|t| t[k]).sum();
+            means[k] = total / n;
+            active[k] = total > METRIC_FLOOR[k];
+        }
+        let at_rest = !active.iter().any(|&a| a);
+        if at_rest {
+            // At rest: balance the unit count (metric 0 reused as "units").
+            for t in totals.values_mut() {
+                *t = [0.0; METRICS];
+            }
+            for (u, v) in self.units.iter().zip(unit_vec.iter_mut()) {
+                *v = [f64::from(u8::from(u.owner.is_some())), 0.0, 0.0];
+                if let Some(t) = u.owner.and_then(|m| totals.get_mut(&m)) {
+                    t[0] += 1.0;
+                }
+            }
+            active = [true, false, false];
+            means = [totals.values().map(|t| t[0]).sum::<f64>() / n, 0.0, 0.0];
+        }
+        let score = |v: &[f64; METRICS]| -> f64 {
+            (0..METRICS)
+                .filter(|&k| active[k] && means[k] > 0.0)
+                .map(|k| v[k] / means[k])
+                .fold(0.0, f64::max)
+        };
+        // Only members whose load reflects their current units take part. At rest the metric
+        // is the unit count, which is exact at once: no report to wait for.
+        let busy: Vec<MemberId> = self.moves.values().flat_map(|m| [m.from, m.to]).collect();
+        let settled = |m: &MemberId| {
+            !busy.contains(m)
+                && (at_rest
+                    || self
+                        .members
+                        .get(m)
+                        .is_some_and(|x| x.reports_since_move >= self.cfg.fresh_reports))
+        };
+        let (&hot, hot_v) = totals
+            .iter()
+            .filter(|(m, _)| settled(m))
+            .max_by(|a, b| score(a.1).total_cmp(&score(b.1)).then(b.0.cmp(a.0)))?;
+        let (&cold, cold_v) = totals
+            .iter()
+            .filter(|(m, _)| settled(m) && **m != hot)
+            .min_by(|a, b| score(a.1).total_cmp(&score(b.1)).then(a.0.cmp(b.0)))?;
+        let hot_score = score(hot_v);
+        if hot_score <= 1.0 + self.cfg.imbalance_threshold {
+            return None;
+        }
+        let mut best: Option<(usize, f64)> = None;
+        for (u, unit) in self.units.iter().enumerate() {
+            if unit.owner != Some(hot) || unit.in_move.is_some() {
+                continue;
+            }
+            if unit
+                .last_move_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) < self.cfg.unit_cooldown_ms)
+            {
+                continue;
+            }
+            let uv = &unit_vec[u];
+            let mut h = *hot_v;
+            let mut c = *cold_v;
+            for k in 0..METRICS {
+                h[k] -= uv[k];
+                c[k] += uv[k];
+            }
+            let after = score(&h).max(score(&c));
+            // Strictly better by more than `min_gain` (1e-9: float noise is not a gain).
+            if after < hot_score - self.cfg.min_gain.max(1e-9)
+                && best.is_none_or(|(_, b)| after < b)
+            {
+                best = Some((u, after));
+            }
+        }
+        let (unit, _) = best?;
+        Some(self.start_move(unit, hot, cold, now_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::UnitLoad;
+
+    fn cfg() -> SharderConfig {
+        SharderConfig {
+            units: 8,
+            lease_ms: 1000,
+            heartbeat_ms: 100,
+            moves_per_minute: 100,
+            unit_cooldown_ms: 5000,
+            fresh_reports: 1,
+            moves_in_flight_max: 1,
+            ..SharderConfig::default()
+        }
+    }
+
+    /// Report `ops[u]` for every unit `m` owns.
+    fn report(s: &mut Sharder, m: MemberId, ops: &[f64], now: u64) {
+        let map = s.map();
+        let units = (0..ops.len())
+            .filter(|&u| map.owners[u].as_ref().is_some_and(|o| o.member == m))
+            .map(|u| UnitLoad {
+                unit: u as u16,
+                ops_per_s: ops[u],
+                bytes: 0,
+            })
+            .collect();
+        assert!(s.heartbeat(
+            m,
+            Some(&MemberLoad {
+                units,
+                cpu_cores: 0.0
+            }),
+            now
+        ));
+    }
+
+    fn moves(actions: &[Action]) -> Vec<(MemberId, MemberId, SlotRange, u64)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::MoveOut {
+                    from,
+                    to,
+                    range,
+                    move_id,
+                    ..
+                } => Some((*from, *to, *range, *move_id)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_member_adopts_everything() {
+        let mut s = Sharder::new(cfg()).unwrap();
+        let (a, actions) = s.join("a".into(), 0).unwrap();
+        assert_eq!(
+            actions,
+            vec![
+                Action::Adopt {
+                    member: a,
+                    range: SlotRange {
+                        first: 0,
+                        last: 16383
+                    }
+                },
+                Action::MapChanged
+            ]
+        );
+        let (b, actions) = s.join("b".into(), 0).unwrap();
+        assert_eq!(actions, vec![Action::MapChanged]);
+        assert_eq!(s.unit_counts()[&a], 8);
+        assert_eq!(s.unit_counts()[&b], 0);
+    }
+
+    #[test]
+    fn a_hot_unit_moves_to_the_coldest_member_and_balance_stops_within_the_threshold() {
+        let mut s = Sharder::new(cfg()).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        // All load on a; units 0 and 1 are hot.
+        let ops = [400.0, 300.0, 50.0, 50.0, 50.0, 50.0, 50.0, 50.0];
+        let mut now = 0;
+        let mut moved = Vec::new();
+        for _ in 0..50 {
+            now += 100;
+            report(&mut s, a, &ops, now);
+            report(&mut s, b, &ops, now);
+            let acts = s.tick(now);
+            for (from, to, range, id) in moves(&acts) {
+                assert_eq!((from, to), (a, b));
+                moved.push(range.first / s.slots_per_unit());
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        // The best first move is the 400 unit (a: 600 left, b: 400; max 600/500=1.2 <= 1.25).
+        assert_eq!(moved, vec![0]);
+        let map = s.map();
+        assert_eq!(map.owners[0].as_ref().unwrap().member, b);
+        assert_eq!(s.stats.moves_committed, 1);
+    }
+
+    #[test]
+    fn nothing_moves_within_the_threshold_or_over_the_budget() {
+        let mut c = cfg();
+        c.moves_per_minute = 2;
+        c.unit_cooldown_ms = 0;
+        let mut s = Sharder::new(c).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        // Skewed: everything on a, so moves are wanted, but only 2 per minute.
+        let ops = [100.0; 8];
+        let mut started = 0;
+        for t in 1..=100 {
+            let now = t * 100;
+            report(&mut s, a, &ops, now);
+            report(&mut s, b, &ops, now);
+            for (_, _, _, id) in moves(&s.tick(now)) {
+                started += 1;
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        assert_eq!(started, 2, "10 s of ticks: budget of 2 moves per minute");
+        // After a minute the budget refills; balancing goes on until within the threshold.
+        for t in 1..=2000 {
+            let now = 10_000 + t * 100;
+            report(&mut s, a, &ops, now);
+            report(&mut s, b, &ops, now);
+            for (_, _, _, id) in moves(&s.tick(now)) {
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        // 5/3 is within 25% of the mean (5/4 = 1.25 is not over it): 3 moves from 8/0.
+        assert_eq!(s.unit_counts()[&a], 5);
+        assert_eq!(s.unit_counts()[&b], 3);
+        assert_eq!(s.stats.moves_started, 3);
+    }
+
+    #[test]
+    fn at_rest_units_are_balanced_by_count() {
+        let mut s = Sharder::new(cfg()).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        let (c, _) = s.join("c".into(), 0).unwrap();
+        for t in 1..=200 {
+            let now = t * 100;
+            for m in [a, b, c] {
+                report(&mut s, m, &[0.0; 8], now);
+            }
+            for (_, _, _, id) in moves(&s.tick(now)) {
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        let counts = s.unit_counts();
+        assert!(counts.values().all(|&n| (2..=3).contains(&n)), "{counts:?}");
+    }
+
+    #[test]
+    fn a_move_that_does_not_help_is_not_made() {
+        let mut s = Sharder::new(cfg()).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        // One unit carries everything: moving it to b only makes b the hot one.
+        let mut ops = [0.0; 8];
+        ops[3] = 1000.0;
+        for t in 1..=100 {
+            let now = t * 100;
+            report(&mut s, a, &ops, now);
+            report(&mut s, b, &ops, now);
+            assert!(moves(&s.tick(now)).is_empty());
+        }
+    }
+
+    /// Two units move a -> b at rest; then the load lands on exactly those two units. Moving
+    /// one back would balance, but a unit that just moved stays put for its cooldown.
+    fn flap(cooldown_ms: u64) -> u64 {
+        let mut c = cfg();
+        c.units = 4;
+        c.unit_cooldown_ms = cooldown_ms;
+        let mut s = Sharder::new(c).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        let mut now = 0;
+        for _ in 0..20 {
+            now += 100;
+            report(&mut s, a, &[0.0; 4], now);
+            report(&mut s, b, &[0.0; 4], now);
+            for (_, _, _, id) in moves(&s.tick(now)) {
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        assert_eq!(s.unit_counts()[&b], 2);
+        assert_eq!(s.stats.moves_committed, 2);
+        let ops = [100.0, 100.0, 0.0, 0.0];
+        for _ in 0..20 {
+            now += 100;
+            report(&mut s, a, &ops, now);
+            report(&mut s, b, &ops, now);
+            for (_, _, _, id) in moves(&s.tick(now)) {
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        s.stats.moves_committed
+    }
+
+    #[test]
+    fn a_unit_is_not_moved_again_during_its_cooldown() {
+        assert_eq!(flap(1_000_000), 2);
+        assert_eq!(flap(0), 3, "without a cooldown the unit moves back");
+    }
+
+    #[test]
+    fn an_expired_member_s_units_are_reported_lost_and_adopted_by_survivors() {
+        let mut s = Sharder::new(cfg()).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        // Move unit 7 to b by hand through the balancing path: b heartbeats, a does not.
+        let mut acts = Vec::new();
+        for t in 1..=30 {
+            let now = t * 100;
+            report(&mut s, a, &[0.0; 8], now);
+            report(&mut s, b, &[0.0; 8], now);
+            for (_, _, _, id) in moves(&s.tick(now)) {
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        let b_units: Vec<usize> = (0..8)
+            .filter(|&u| s.map().owners[u].as_ref().unwrap().member == b)
+            .collect();
+        assert!(!b_units.is_empty());
+        // b stops heartbeating.
+        for t in 31..=60 {
+            let now = t * 100;
+            assert!(s.heartbeat(a, None, now));
+            acts.extend(s.tick(now));
+        }
+        assert!(acts.contains(&Action::Expired { member: b }));
+        let lost: Vec<&Action> = acts
+            .iter()
+            .filter(|x| matches!(x, Action::StateLost { .. }))
+            .collect();
+        assert_eq!(lost.len(), 1);
+        let Action::StateLost { member, ranges } = lost[0] else {
+            unreachable!()
+        };
+        assert_eq!(*member, b);
+        let covered: usize = ranges
+            .iter()
+            .map(|r| usize::from(r.last - r.first + 1))
+            .sum();
+        assert_eq!(covered, b_units.len() * 2048);
+        assert_eq!(s.unit_counts()[&a], 8);
+        assert!(!s.heartbeat(b, None, 6100), "b is gone for good");
+        assert!(acts
+            .iter()
+            .any(|x| matches!(x, Action::Adopt { member, .. } if *member == a)));
+    }
+
+    #[test]
+    fn a_commit_at_a_target_that_died_is_reported_lost() {
+        let mut c = cfg();
+        c.moves_in_flight_max = 1;
+        let mut s = Sharder::new(c).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        let mut pending = None;
+        for t in 1..=10 {
+            let now = t * 100;
+            report(&mut s, a, &[0.0; 8], now);
+            report(&mut s, b, &[0.0; 8], now);
+            if let Some(m) = moves(&s.tick(now)).first() {
+                pending = Some(*m);
+                break;
+            }
+        }
+        let (_, to, range, id) = pending.expect("a move starts");
+        assert_eq!(to, b);
+        // b dies before the source reports the commit.
+        let mut acts = Vec::new();
+        for t in 11..=40 {
+            let now = t * 100;
+            s.heartbeat(a, None, now);
+            acts.extend(s.tick(now));
+        }
+        assert!(acts.contains(&Action::Expired { member: b }));
+        let acts = s.move_done(id, MoveOutcome::Committed, 4100);
+        assert!(acts.contains(&Action::StateLost {
+            member: b,
+            ranges: vec![range]
+        }));
+        assert_eq!(s.unit_counts()[&a], 8);
+        // An aborted move changes nothing.
+        assert!(s.move_done(id, MoveOutcome::Aborted, 4200).is_empty());
+    }
+
+    #[test]
+    fn a_draining_member_hands_every_unit_over_and_leaves() {
+        let mut s = Sharder::new(cfg()).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        let mut drained = false;
+        let mut acts = s.drain(a);
+        assert!(acts.is_empty());
+        for t in 1..=100 {
+            let now = t * 100;
+            s.heartbeat(a, None, now);
+            s.heartbeat(b, None, now);
+            acts.extend(s.tick(now));
+            for (from, to, _, id) in moves(&acts) {
+                assert_eq!((from, to), (a, b));
+                let done = s.move_done(id, MoveOutcome::Committed, now);
+                drained |= done.contains(&Action::Drained { member: a });
+            }
+            acts.clear();
+        }
+        assert!(drained);
+        assert!(!s.is_member(a));
+        assert_eq!(s.unit_counts()[&b], 8);
+        assert_eq!(s.stats.units_lost, 0);
+        // The last member has nowhere to send its units and stays.
+        assert!(s.drain(b).is_empty());
+        s.heartbeat(b, None, 20_000);
+        assert!(moves(&s.tick(20_000)).is_empty());
+        assert!(s.is_member(b));
+    }
+
+    #[test]
+    fn fine_units_still_move_one_at_a_time() {
+        let mut c = cfg();
+        c.units = 64;
+        c.unit_cooldown_ms = 0;
+        let mut s = Sharder::new(c).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        let (b, _) = s.join("b".into(), 0).unwrap();
+        // Uniform load over 64 units, all on a: each move shifts the scores by 2/64 only.
+        let ops = [10.0; 64];
+        for t in 1..=2000 {
+            let now = t * 100;
+            report(&mut s, a, &ops, now);
+            report(&mut s, b, &ops, now);
+            for (_, _, _, id) in moves(&s.tick(now)) {
+                s.move_done(id, MoveOutcome::Committed, now);
+            }
+        }
+        // Until within 25% of the mean: 40/24 (40/32 = 1.25 is not over the threshold).
+        assert_eq!(s.unit_counts()[&a], 40);
+        assert_eq!(s.unit_counts()[&b], 24);
+    }
+
+    #[test]
+    fn config_is_validated() {
+        let mut c = cfg();
+        c.units = 3;
+        assert!(Sharder::new(c).is_err());
+        let mut c = cfg();
+        c.lease_ms = 100;
+        assert!(Sharder::new(c).is_err());
+    }
+}
