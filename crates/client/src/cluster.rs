@@ -925,6 +925,32 @@ impl ClusterClient {
         }
     }
 
+    /// CHASE on `key`'s coordinator, which walks the links and asks the other nodes for
+    /// their items itself (one client round trip; docs/design/records.md). Same arguments,
+    /// bounds and stop reasons as RESP CHASE; retried like a read.
+    ///
+    /// # Errors
+    /// `Server { status: BAD_REQUEST }` for arguments outside the node's bounds (refused
+    /// before sending, with the node's text); see [`Error`].
+    pub async fn chase<L: AsRef<[u8]>>(
+        &self,
+        key: &[u8],
+        links: &[L],
+        opts: &crate::ChaseOptions,
+    ) -> Result<Versioned<crate::ChaseResult>, Error> {
+        let depth = crate::chase::check(key, links, opts)?;
+        let r = self
+            .coord_call(key, Idem::Yes, |out, id| {
+                crate::chase::encode(out, id, key, links, depth, opts)
+            })
+            .await?;
+        Ok(Versioned {
+            value: crate::chase::result(&r)?,
+            version: r.version,
+            epoch: r.epoch,
+        })
+    }
+
     /// SET `value` in memgest `memgest` (by id; see [`ClusterClient::memgest`]).
     ///
     /// # Errors
@@ -1365,6 +1391,19 @@ impl BlockingClusterClient {
     /// See [`Error`].
     pub fn del(&self, key: &[u8]) -> Result<Versioned<()>, Error> {
         self.rt.block_on(self.client.del(key))
+    }
+
+    /// See [`ClusterClient::chase`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn chase<L: AsRef<[u8]>>(
+        &self,
+        key: &[u8],
+        links: &[L],
+        opts: &crate::ChaseOptions,
+    ) -> Result<Versioned<crate::ChaseResult>, Error> {
+        self.rt.block_on(self.client.chase(key, links, opts))
     }
 
     /// See [`ClusterClient::mget`].

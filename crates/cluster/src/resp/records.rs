@@ -98,10 +98,20 @@ impl Front {
     /// CHASE (module doc).
     pub(super) async fn chase(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        let mut walk = chase::Chase::parse(&args).map_err(err)?;
+        let walk = chase::Chase::parse(&args).map_err(err)?;
         if let Some(m) = self.moved(key_slot(walk.root())) {
             return Err(m);
         }
+        Ok(convert(&chase_reply(self.chase_walk(walk).await?)))
+    }
+
+    /// Drive a parsed CHASE from this node (the root's coordinator; the caller checked):
+    /// local reads through the core, one `RECORDS` call per other node and level. Shared by
+    /// RESP CHASE and the native CHASE frame (crates/cluster/src/native.rs).
+    pub(crate) async fn chase_walk(
+        &self,
+        mut walk: chase::Chase,
+    ) -> Result<chase::ChaseReply, Reply> {
         let deadline = Instant::now() + CHASE_TIME_MAX;
         loop {
             let batch = walk.next_batch();
@@ -173,6 +183,6 @@ impl Front {
                 }
             }
         }
-        Ok(convert(&chase_reply(walk.finish())))
+        Ok(walk.finish())
     }
 }

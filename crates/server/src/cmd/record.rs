@@ -184,11 +184,21 @@ pub fn link_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 /// CHASE key field [field ...] [DEPTH n] [LIMIT n] [FIELDS attr ...]: breadth-first over the
 /// named link fields, every hop a local lookup (one batch per depth under the lock).
 pub fn chase_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let mut walk = match chase::Chase::parse(argv) {
-        Ok(c) => c,
-        Err(e) => return Reply::err_owned(e),
-    };
+    match chase::Chase::parse(argv) {
+        Ok(walk) => chase_reply(walk_local(ctx.shared, walk, ctx.now_ms)),
+        Err(e) => Reply::err_owned(e),
+    }
+}
+
+/// Drive a CHASE over this node's engine: one lock hold per BFS level, bounded by
+/// [`CHASE_TIME_MAX`]. Shared by RESP CHASE and the native CHASE frame.
+pub fn walk_local(
+    shared: &crate::shared::Shared,
+    mut walk: chase::Chase,
+    now: u64,
+) -> chase::ChaseReply {
     let deadline = Instant::now() + CHASE_TIME_MAX;
+    // Bounded by DEPTH + 1 levels (each next_batch settles one level).
     loop {
         let batch = walk.next_batch();
         if batch.is_empty() {
@@ -198,16 +208,67 @@ pub fn chase_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
             walk.timed_out();
             break;
         }
-        let engine = ctx.shared.db.lock();
+        let engine = shared.db.lock();
         for k in &batch {
             // A missing key, a string or a record that does not decode is not an entry.
-            match engine.get(k, ctx.now_ms) {
+            match engine.get(k, now) {
                 Some(e) if e.kind == ValueKind::Record => walk.feed_encoded(k, Some(&e.value)),
                 _ => walk.feed_encoded(k, None),
             }
         }
     }
-    chase_reply(walk.finish())
+    walk.finish()
+}
+
+/// A [`chase::Chase`] from a native CHASE frame (`Err`: RESP CHASE's error text for the
+/// same arguments).
+pub fn chase_from_frame(
+    c: &ringlet_codec::native::ChaseRequest<'_>,
+) -> Result<chase::Chase, String> {
+    chase::Chase::new(
+        c.key.to_vec(),
+        c.links.iter().map(<[u8]>::to_vec).collect(),
+        u32::from(c.depth),
+        c.limit,
+        c.fields.map(|f| f.iter().map(<[u8]>::to_vec).collect()),
+    )
+}
+
+/// Encode a finished CHASE as a native CHASE response. Entries beyond the frame payload
+/// bound ([`ringlet_codec::native::CHASE_PAYLOAD_BYTES_MAX`]) are cut and the stop becomes
+/// `bytes`; `Err` if not even the first entry fits (the caller answers TOO_LARGE).
+pub fn encode_chase_native<S: ringlet_codec::Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    epoch: ringlet_types::Epoch,
+    reply: &chase::ChaseReply,
+) -> Result<(), &'static str> {
+    use ringlet_codec::native::{ChaseResponseWriter as W, ChaseStop, CHASE_PAYLOAD_BYTES_MAX};
+    if let Some(first) = reply.entries.first() {
+        if W::entry_bytes(&first.key, &first.attrs).saturating_add(5) > CHASE_PAYLOAD_BYTES_MAX {
+            return Err("the first CHASE entry exceeds the reply bound");
+        }
+    }
+    let mut w = W::begin(out, request_id, epoch);
+    let mut stop = match reply.stop {
+        chase::Stop::Complete => ChaseStop::Complete,
+        chase::Stop::Limit => ChaseStop::Limit,
+        chase::Stop::Bytes => ChaseStop::Bytes,
+        chase::Stop::Time => ChaseStop::Time,
+    };
+    for e in &reply.entries {
+        let more = W::entry_bytes(&e.key, &e.attrs);
+        if w.payload_bytes(out).saturating_add(more) > CHASE_PAYLOAD_BYTES_MAX {
+            stop = ChaseStop::Bytes;
+            break;
+        }
+        w.push(out, &e.key, e.depth, &e.attrs);
+    }
+    if w.finish(out, stop) {
+        Ok(())
+    } else {
+        Err("CHASE response lost bytes")
+    }
 }
 
 /// CHASE's reply: the entries in BFS order, each `[key, depth, [attr, value, ...]]`, then
