@@ -151,6 +151,26 @@ pub(crate) fn encode<L: AsRef<[u8]>>(
     );
 }
 
+/// A walk's reply (one-sided CHASE) as a [`ChaseResult`].
+pub(crate) fn from_reply(r: ringlet_record::chase::ChaseReply) -> ChaseResult {
+    ChaseResult {
+        entries: r
+            .entries
+            .into_iter()
+            .map(|e| ChaseEntry {
+                key: Bytes::from(e.key),
+                depth: e.depth,
+                attrs: e
+                    .attrs
+                    .into_iter()
+                    .map(|(a, v)| (Bytes::from(a), Bytes::from(v)))
+                    .collect(),
+            })
+            .collect(),
+        stop: r.stop,
+    }
+}
+
 /// An OK CHASE response as a [`ChaseResult`] (validated by the codec at decode; the entries
 /// share the frame's buffer).
 pub(crate) fn result(r: &Response) -> Result<ChaseResult, Error> {

@@ -55,7 +55,7 @@ pub use chase::{ChaseEntry, ChaseOptions, ChaseResult};
 pub use client::{Client, DelOutcome, MgetValue, SetOptions, SetOutcome, Versioned};
 pub use cluster::{
     BlockingClusterClient, ClusterClient, ClusterConfig, ClusterStats, ReadMode, ShmFallback,
-    ShmFallbacks,
+    ShmFallbacks, ShmHintStats,
 };
 pub use config::ClientConfig;
 pub use conn::MgetEntry;

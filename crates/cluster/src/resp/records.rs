@@ -19,7 +19,9 @@ use super::{convert, err, Front, WRONGTYPE};
 use ringlet_codec::resp::Reply;
 use ringlet_record::hash::{Applied, Write};
 use ringlet_record::{chase, Record};
-use ringlet_server::cmd::record::{chase_reply, out_reply, read_encoded, CHASE_TIME_MAX};
+use ringlet_server::cmd::record::{
+    chase_reply, link_write_field, local_hint, out_reply, read_encoded, CHASE_TIME_MAX,
+};
 use ringlet_types::{key_slot, limits, NodeId, ValueKind};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -62,7 +64,10 @@ impl Front {
                 )
             }
         };
-        let applied = apply(&args, cur.as_ref());
+        let mut applied = apply(&args, cur.as_ref());
+        if let (Some(field), Write::Store(r)) = (link_write_field(&args), &mut applied.write) {
+            self.fill_hints(r, field);
+        }
         match applied.write {
             Write::None => {}
             Write::Store(r) => {
@@ -73,6 +78,25 @@ impl Front {
             Write::Delete => self.write_in(key, None, None).await?,
         }
         Ok(convert(&out_reply(&name, applied.reply)))
+    }
+
+    /// Location hints for the links of `field` that have none: a target this node
+    /// coordinates gets its index entry's position in this node's engine (node id, epoch);
+    /// others are left without (a client looks them up by key at their coordinator).
+    fn fill_hints(&self, r: &mut Record, field: &[u8]) {
+        let Some(map) = self.map() else {
+            return;
+        };
+        let me = self.node.id();
+        let reader = self.node.engine_reader();
+        let epoch = self.node.epoch().0;
+        r.fill_hints(field, |t| {
+            if map.coordinator(key_slot(t)) != Some(me) {
+                return None;
+            }
+            // now 0: cluster engines never expire on read (expiry is checked by the fronts).
+            local_hint(&reader, t, 0, me.0, epoch)
+        });
     }
 
     /// `RECORDS key [key ...]` (module doc).

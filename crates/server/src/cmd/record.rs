@@ -108,7 +108,10 @@ fn run(
         Ok(r) => r,
         Err(e) => return e,
     };
-    let applied = apply(argv, rec.as_ref());
+    let mut applied = apply(argv, rec.as_ref());
+    if let (Some(field), Write::Store(r)) = (link_write_field(argv), &mut applied.write) {
+        r.fill_hints(field, |t| local_hint(ctx.reader, t, now, 0, 0));
+    }
     match applied.write {
         Write::None => {}
         Write::Store(r) => {
@@ -130,6 +133,39 @@ fn run(
         }
     }
     out_reply(name, applied.reply)
+}
+
+/// The field a `LINK SET|ADD key field ...` writes (its links get location hints).
+pub fn link_write_field<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
+    let sub = argv.get(1)?;
+    let writes = argv[0].eq_ignore_ascii_case(b"link")
+        && (sub.eq_ignore_ascii_case(b"set") || sub.eq_ignore_ascii_case(b"add"));
+    writes.then(|| argv.get(3).copied()).flatten()
+}
+
+/// A location hint for `target` in this node's engine (docs/design/records.md, "Location
+/// hints"): where the lock-free reader finds its index entry now, or None if it is absent.
+/// `node` and `epoch` name the engine's owner (0 and 0 on a single node).
+pub fn local_hint(
+    reader: &ringlet_engine::Reader,
+    target: &[u8],
+    now: u64,
+    node: u32,
+    epoch: u64,
+) -> Option<ringlet_record::Hint> {
+    let mut scratch = Vec::new();
+    let hash = ringlet_engine::hash::key_hash(target);
+    let (r, pos) =
+        ringlet_engine::read::locate_entry(&reader.view(), target, hash, now, None, &mut scratch);
+    match (r, pos) {
+        (ringlet_engine::ReadOutcome::Hit { .. }, Some(p)) => Some(ringlet_record::Hint {
+            node,
+            epoch,
+            table: p.layout,
+            entry: p.entry,
+        }),
+        _ => None,
+    }
 }
 
 /// HSET HSETNX HMSET HGET HMGET HGETALL HDEL HLEN HEXISTS HKEYS HVALS HINCRBY HINCRBYFLOAT
