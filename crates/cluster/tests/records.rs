@@ -1,6 +1,6 @@
 //! Records (KELI) in cluster mode, against a rep:3 cluster of real processes with a spare:
 //!
-//! 1. the hash commands and WRONGTYPE both ways, sent to a real Redis 7 and to the cluster,
+//! 1. the hash commands (HSCAN and HRANDFIELD where Redis is deterministic) and WRONGTYPE both ways, sent to a real Redis 7 and to the cluster,
 //!    replies compared (keys over many slots; the front routes by MOVED);
 //! 2. LINK and CHASE across nodes: a small graph whose keys live on every node, walked
 //!    breadth-first in one call with DEPTH, FIELDS and LIMIT, over RESP and over native
@@ -66,6 +66,18 @@ SET s str
 HGET s f
 HSET s f v
 TYPE s
+HSCAN h 0
+HSCAN h 0 MATCH f* COUNT 1
+HSCAN h abc
+HSCAN h 0 COUNT 0
+HSCAN nokey 0
+HSCAN s 0
+HRANDFIELD h 100 WITHVALUES
+HRANDFIELD h 0
+HRANDFIELD h -9223372036854775808
+HRANDFIELD nokey
+HRANDFIELD nokey 3
+HRANDFIELD s 2
 HDEL h f2 f3 f4 a b n fl
 EXISTS h
 ";

@@ -20,7 +20,8 @@ use ringlet_codec::resp::Reply;
 use ringlet_record::hash::{Applied, Write};
 use ringlet_record::{chase, Record};
 use ringlet_server::cmd::record::{
-    chase_reply, link_write_field, local_hint, out_reply, read_encoded, CHASE_TIME_MAX,
+    chase_reply, hrandfield_args, hrandfield_reply, hscan_reply, link_write_field, local_hint,
+    out_reply, read_encoded, Rng, CHASE_TIME_MAX,
 };
 use ringlet_types::{key_slot, limits, NodeId, ValueKind};
 use std::collections::BTreeMap;
@@ -97,6 +98,55 @@ impl Front {
             // now 0: cluster engines never expire on read (expiry is checked by the fronts).
             local_hint(&reader, t, 0, me.0, epoch)
         });
+    }
+
+    /// The record at `key` for a read-only hash command on its coordinator: `Ok(None)` if
+    /// missing, WRONGTYPE for a string.
+    async fn read_record(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+        if let Some(m) = self.moved(key_slot(key)) {
+            return Err(m);
+        }
+        match self.get_any(key).await? {
+            None => Ok(None),
+            Some(g) if g.kind == ValueKind::String => Err(err(WRONGTYPE)),
+            Some(g) => Ok(Some(g.value.to_vec())),
+        }
+    }
+
+    /// HSCAN key cursor [MATCH pattern] [COUNT n] (Redis 7.0's replies; the single node's
+    /// `hscan_reply`).
+    pub(super) async fn hscan(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        // Redis checks the cursor before it looks the key up.
+        if std::str::from_utf8(args[2])
+            .ok()
+            .and_then(|c| c.parse::<u64>().ok())
+            .is_none()
+        {
+            return Err(err("ERR invalid cursor"));
+        }
+        let rec = self.read_record(args[1]).await?;
+        let listpack = rec.as_deref().is_none_or(|r| {
+            ringlet_server::cmd::keyspace::record_encoding(r, &self.hash_encoding) == "listpack"
+        });
+        Ok(convert(&hscan_reply(&args, rec.as_deref(), listpack)))
+    }
+
+    /// HRANDFIELD key [count [WITHVALUES]] (Redis 7.0's replies; RESP3 pairs as arrays).
+    pub(super) async fn hrandfield(&self, argv: &[Vec<u8>], resp3: bool) -> Result<Reply, Reply> {
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let parsed = hrandfield_args(&args).map_err(|e| convert(&e))?;
+        let rec = self.read_record(args[1]).await?;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ ringlet_types::key_slot(args[1]) as u64;
+        Ok(convert(&hrandfield_reply(
+            parsed,
+            rec.as_deref(),
+            resp3,
+            &mut Rng(seed),
+        )))
     }
 
     /// `RECORDS key [key ...]` (module doc).
