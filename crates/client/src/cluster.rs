@@ -1054,7 +1054,12 @@ impl ClusterClient {
         let depth = crate::chase::check(key, links, opts)?;
         // One-sided first when the coordinators share their memory with us: the same walk
         // and answers, without the round trip (docs/design/records.md).
-        if let Some(r) = self.chase_one_sided(key, links, opts) {
+        // A one-sided walk cut by its time bound (this client was slow, e.g. descheduled)
+        // is redone by the node, whose own bound then decides.
+        if let Some(r) = self
+            .chase_one_sided(key, links, opts)
+            .filter(|r| r.stop != crate::chase::Stop::Time)
+        {
             return Ok(Versioned {
                 value: r,
                 version: Version::ZERO,

@@ -463,27 +463,44 @@ fn one_sided_chase_follows_hints_across_the_cluster() {
     let links = ["reviews", "author", "source"];
     let opts = ChaseOptions::default().depth(2);
 
-    let one = sc.async_client().chase_one_sided(b"{g}p:0", &links, &opts);
+    // A whole one-sided walk: one cut by the 100 ms bound on a loaded machine (stop `time`)
+    // or refused by a validity check is tried again, bounded by a deadline; the counters
+    // are those of the walk that completed.
+    let walk_whole = || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let before = sc.async_client().stats().hints;
+            let r = sc.async_client().chase_one_sided(b"{g}p:0", &links, &opts);
+            match r {
+                Some(r) if r.stop != ringlet_client::chase::Stop::Time => {
+                    return (r, before, sc.async_client().stats().hints)
+                }
+                _ => assert!(Instant::now() < deadline, "no whole one-sided walk"),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let (one, before, after) = walk_whole();
     let want = net.chase(b"{g}p:0", &links, &opts).unwrap().value;
     assert_eq!(want.entries.len(), 1 + 30 + 10 + 10);
-    assert_eq!(one.as_ref(), Some(&want));
+    assert_eq!(one, want);
     let st = sc.async_client().stats();
+    let hits = after.hits - before.hits;
+    // Keys without a hint are looked up, or (on a walk after a retried one) read at the
+    // position the first lookup remembered.
+    let unhinted_reads = after.lookups - before.lookups + after.cache_hits - before.cache_hits;
     // 30 reviews and 10 authors at their hints, and the ext keys the same node coordinates
     // (a node fills hints for its own targets only); the root and the other ext keys have
-    // none and are looked up.
+    // none.
     let map = sc.async_client().map();
     let home = map.coordinator(key_slot(b"{g}p:0"));
     let local_ext = (0..10)
         .filter(|i| map.coordinator(key_slot(format!("ext:{i}").as_bytes())) == home)
         .count() as u64;
-    assert_eq!(st.hints.hits, 40 + local_ext, "{st:?}");
+    assert_eq!(hits, 40 + local_ext, "{st:?}");
     let unhinted = 1 + 10 - local_ext;
-    assert_eq!(
-        (st.hints.missing, st.hints.lookups),
-        (unhinted, unhinted),
-        "{st:?}"
-    );
-    assert_eq!(st.shm_chases, 1);
+    assert_eq!(unhinted_reads, unhinted, "{st:?}");
+    assert!(st.shm_chases >= 1);
 
     // Delete some authors, rewrite reviews bigger (in place or not), re-create an author:
     // the walk still answers as the node, and stale hints are counted, never followed.
@@ -498,16 +515,8 @@ fn one_sided_chase_follows_hints_across_the_cluster() {
     }
     call_ok(&mut c, &["HSET", "{g}u:5", "name", "again"]);
     let want = net.chase(b"{g}p:0", &links, &opts).unwrap().value;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    // Bounded by the deadline: a one-sided walk may meet a key with a write in flight
-    // (then it says None and the caller asks the node).
-    let one = loop {
-        if let Some(r) = sc.async_client().chase_one_sided(b"{g}p:0", &links, &opts) {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "no one-sided walk");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // A walk may also meet a key with a write in flight (None: the caller asks the node).
+    let (one, _, _) = walk_whole();
     assert_eq!(one, want);
     assert_eq!(want.entries.len(), 1 + 30 + 9 + 10);
     // `chase` itself takes the one-sided path when it can.

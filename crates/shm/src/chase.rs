@@ -91,7 +91,20 @@ impl ShmReader {
     /// # Errors
     /// As [`ShmReader::get_hinted`] (then ask the node: `ringlet_client::Client::chase`).
     pub fn chase(&mut self, walk: Chase, links: &[Vec<u8>]) -> Result<ChaseReply, ShmError> {
-        drive(walk, links, ONE_SIDED_CHASE_TIME_MAX, |key, hint, out| {
+        self.chase_within(walk, links, ONE_SIDED_CHASE_TIME_MAX)
+    }
+
+    /// [`ShmReader::chase`] with another time bound than [`ONE_SIDED_CHASE_TIME_MAX`].
+    ///
+    /// # Errors
+    /// As [`ShmReader::chase`].
+    pub fn chase_within(
+        &mut self,
+        walk: Chase,
+        links: &[Vec<u8>],
+        time_max: Duration,
+    ) -> Result<ChaseReply, ShmError> {
+        drive(walk, links, time_max, |key, hint, out| {
             let got = self.get_hinted(key, hint.as_ref().map(position), out)?;
             Ok(matches!(got, Some((_, ValueKind::Record))))
         })

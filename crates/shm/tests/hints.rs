@@ -30,6 +30,10 @@ use std::sync::Arc;
 
 const EVICTABLE: MemgestId = MemgestId(1);
 
+/// A walk's time bound far beyond any machine's slowness: the tests compare whole walks
+/// (no timing assertion; the default 100 ms could cut a walk short on a loaded machine).
+const LONG: std::time::Duration = std::time::Duration::from_secs(600);
+
 fn engine(memory: u64, buckets: u32) -> Engine {
     let mut e = Engine::new(EngineConfig {
         memory_bytes_max: memory,
@@ -287,7 +291,7 @@ fn one_sided_chase_follows_hints_and_survives_stale_ones() {
     let mut r = ShmReader::connect(&path).unwrap();
     let walk = || Chase::new(b"p:0".to_vec(), links.clone(), 2, 100_000, None).unwrap();
 
-    let got = r.chase(walk(), &links).unwrap();
+    let got = r.chase_within(walk(), &links, LONG).unwrap();
     assert_eq!(got, node_chase(&e.lock(), &links, 2));
     assert_eq!(got.entries.len(), 1 + 50 + 10);
     let s = r.stats();
@@ -327,7 +331,7 @@ fn one_sided_chase_follows_hints_and_survives_stale_ones() {
         }
     }
     let before = r.stats();
-    let got = r.chase(walk(), &links).unwrap();
+    let got = r.chase_within(walk(), &links, LONG).unwrap();
     assert_eq!(got, node_chase(&e.lock(), &links, 2));
     assert_eq!(got.entries.len(), 1 + 50 + 8);
     let s = r.stats();
@@ -337,7 +341,7 @@ fn one_sided_chase_follows_hints_and_survives_stale_ones() {
         "no hint into the old table may hit"
     );
     // The lookups were remembered: the next walk reads at those positions.
-    let got = r.chase(walk(), &links).unwrap();
+    let got = r.chase_within(walk(), &links, LONG).unwrap();
     assert_eq!(got, node_chase(&e.lock(), &links, 2));
     assert!(r.stats().hint_cache_hits >= 50, "{:?}", r.stats());
 }
