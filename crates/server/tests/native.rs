@@ -285,3 +285,71 @@ fn native_chase_answers_as_resp_chase() {
         ringlet_codec::native::ResponseBody::Message(b"ERR DEPTH must be between 0 and 8")
     );
 }
+
+/// LINK SET/ADD on a real node fill location hints that a one-sided reader follows: a
+/// `ShmReader::chase` over the node's shared memory gives RESP CHASE's entries with every
+/// hinted hop read directly (the root has none); a link made before its target exists gets
+/// none and is looked up by key.
+#[test]
+fn link_hints_filled_by_the_node_are_followed_one_sided() {
+    use ringlet_record::chase::Chase;
+    let dir = std::env::temp_dir().join(format!("ringlet-native-hints-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("s");
+    let cfg = ringlet_server::config::Config {
+        port: 0,
+        threads: 1,
+        memory_mb: 64,
+        shm_socket: Some(sock.clone()),
+        ..ringlet_server::config::Config::default()
+    };
+    let node = ringlet_server::server::Server::start(cfg).expect("start");
+    let mut r = Raw::connect(node.local_addr().port());
+    for i in 0..20 {
+        r.call(&[
+            b"HSET",
+            format!("u:{i}").as_bytes(),
+            b"name",
+            format!("n{i}").as_bytes(),
+        ]);
+    }
+    for i in 0..20 {
+        let (a, b) = (format!("u:{i}"), format!("u:{}", (i * 7 + 3) % 20));
+        r.call(&[b"LINK", b"ADD", a.as_bytes(), b"follows", b.as_bytes()]);
+    }
+    // A link to a key that does not exist yet: no hint; the key is created afterwards.
+    r.call(&[b"LINK", b"ADD", b"u:0", b"follows", b"late"]);
+    r.call(&[b"HSET", b"late", b"name", b"l"]);
+    let want = resp_chase(
+        &mut r,
+        &[b"u:0", b"follows", b"DEPTH", b"8", b"LIMIT", b"1000"],
+    );
+    let links = vec![b"follows".to_vec()];
+    let mut shm = ringlet_shm::ShmReader::connect(&sock).unwrap();
+    let walk = Chase::new(b"u:0".to_vec(), links.clone(), 8, 1000, None).unwrap();
+    let got = shm
+        .chase_within(walk, &links, Duration::from_secs(600))
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let got: Walk = (
+        got.entries
+            .iter()
+            .map(|e| {
+                let attrs = e
+                    .attrs
+                    .iter()
+                    .flat_map(|(a, v)| [text(a), text(v)])
+                    .collect();
+                (text(&e.key), i64::from(e.depth), attrs)
+            })
+            .collect(),
+        got.stop.as_str().to_string(),
+    );
+    assert_eq!(got, want);
+    let visited = want.0.len() as u64;
+    let st = shm.stats();
+    // Every hop but the root and `late` was read at the hint LINK filled.
+    assert_eq!(st.hint_hits, visited - 2, "{st:?}");
+    assert_eq!((st.hint_missing, st.hint_lookups), (2, 2), "{st:?}");
+}
