@@ -96,6 +96,19 @@ impl BlockingClient {
         self.rt.block_on(self.client.incr_by(key, delta))
     }
 
+    /// See [`Client::chase`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn chase<L: AsRef<[u8]>>(
+        &self,
+        key: &[u8],
+        links: &[L],
+        opts: &crate::ChaseOptions,
+    ) -> Result<Versioned<crate::ChaseResult>, Error> {
+        self.rt.block_on(self.client.chase(key, links, opts))
+    }
+
     /// See [`Client::mget`].
     ///
     /// # Errors

@@ -487,6 +487,32 @@ impl Client {
         }
     }
 
+    /// CHASE: follow the link fields `links` breadth-first from `key` on the node (one round
+    /// trip), as RESP `CHASE key link... [DEPTH] [LIMIT] [FIELDS]` does: each item once, in
+    /// BFS order, with the reason the walk stopped. Retried like a read (it writes nothing).
+    ///
+    /// # Errors
+    /// `Server { status: BAD_REQUEST }` for arguments outside the node's bounds (refused
+    /// before sending, with the node's text); see [`Error`].
+    pub async fn chase<L: AsRef<[u8]>>(
+        &self,
+        key: &[u8],
+        links: &[L],
+        opts: &crate::ChaseOptions,
+    ) -> Result<Versioned<crate::ChaseResult>, Error> {
+        let depth = crate::chase::check(key, links, opts)?;
+        let r = self
+            .call(Some(key), Idempotence::Idempotent, |out, id| {
+                crate::chase::encode(out, id, key, links, depth, opts)
+            })
+            .await?;
+        Ok(Versioned {
+            value: crate::chase::result(&r)?,
+            version: r.version,
+            epoch: r.epoch,
+        })
+    }
+
     /// MGET: one result per key, in order. Keys are sent in batches of
     /// `mget_batch_keys`, all batches in flight at once (spread over the pool), so a large
     /// MGET costs about one round trip. The epoch is the highest any batch carried.

@@ -145,8 +145,27 @@ pub struct ClusterStats {
     /// GETs answered from a local node's shared memory (values and validated absences).
     pub shm_reads: u64,
     /// GETs of a key whose coordinator has a shared-memory socket that went over the
-    /// network instead, by reason ([`ShmFallback`]).
+    /// network instead, by reason ([`ShmFallback`]); also one-sided CHASEs abandoned.
     pub shm_fallbacks: ShmFallbacks,
+    /// CHASEs walked entirely over shared memory ([`ClusterClient::chase_one_sided`]).
+    pub shm_chases: u64,
+    /// Link hops whose hint named another node than the key's coordinator now (the slot
+    /// moved): looked up by key instead.
+    pub hint_stale_node: u64,
+    /// Hint outcomes of the shared-memory readers (sum over nodes): direct reads at a
+    /// hint, at a remembered position, stale hints by cause, lookups after them.
+    pub hints: ShmHintStats,
+}
+
+/// Location-hint counters of the one-sided readers (see `ringlet_shm::ReaderStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmHintStats {
+    pub hits: u64,
+    pub cache_hits: u64,
+    pub stale_table: u64,
+    pub stale_entry: u64,
+    pub missing: u64,
+    pub lookups: u64,
 }
 
 /// One-sided GETs that fell back to the network, by reason (see
@@ -204,6 +223,8 @@ struct Counters {
     moved: AtomicU64,
     shm_reads: AtomicU64,
     shm_fallbacks: [AtomicU64; 9],
+    shm_chases: AtomicU64,
+    hint_stale_node: AtomicU64,
 }
 
 /// The cached map with every node's dialled address resolved once.
@@ -415,6 +436,24 @@ impl ClusterClient {
                     unavailable: f(8),
                 }
             },
+            shm_chases: c.shm_chases.load(Ordering::Relaxed),
+            hint_stale_node: c.hint_stale_node.load(Ordering::Relaxed),
+            hints: {
+                let readers = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+                let mut h = ShmHintStats::default();
+                for slot in readers.values() {
+                    if let ShmSlot::Ready(r) = slot {
+                        let s = r.stats();
+                        h.hits += s.hint_hits;
+                        h.cache_hits += s.hint_cache_hits;
+                        h.stale_table += s.hint_stale_table;
+                        h.stale_entry += s.hint_stale_entry;
+                        h.missing += s.hint_missing;
+                        h.lookups += s.hint_lookups;
+                    }
+                }
+                h
+            },
         }
     }
 
@@ -445,48 +484,7 @@ impl ClusterClient {
         let routing = self.routing();
         let node = routing.map.coordinator(key_slot(key))?;
         let mut out = Vec::new();
-        let r = {
-            let mut readers = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
-            let slot = readers.entry(node).or_insert(ShmSlot::Unknown);
-            if matches!(slot, ShmSlot::NotLocal) {
-                return None; // not a fallback: this node was never ours to read
-            }
-            if !matches!(slot, ShmSlot::Ready(_)) {
-                let now = std::time::Instant::now();
-                if matches!(slot, ShmSlot::Down(at) if now < *at) {
-                    return self.count_fallback(ShmFallback::Unavailable);
-                }
-                // The address as the map announces it (overrides are for TCP only).
-                let path = routing
-                    .map
-                    .nodes
-                    .get(&node)
-                    .and_then(|n| n.addr.split('@').next()?.parse().ok())
-                    .and_then(|a| self.shm_path(a));
-                let Some(path) = path else {
-                    *slot = ShmSlot::NotLocal;
-                    return None;
-                };
-                let mut rc = ShmReaderConfig::new(&path);
-                // One attempt: a GET must not sleep through reconnect backoff.
-                rc.reconnect_attempts = 1;
-                rc.io_timeout = Duration::from_millis(500);
-                match ShmReader::with_config(rc) {
-                    Ok(r) if r.is_cluster() => *slot = ShmSlot::Ready(Box::new(r)),
-                    _ => {
-                        // Not there, or a single node's socket (no validity region).
-                        *slot = ShmSlot::Down(now + SHM_CONNECT_PAUSE);
-                        return self.count_fallback(ShmFallback::Unavailable);
-                    }
-                }
-            }
-            match slot {
-                ShmSlot::Ready(r) => r.try_get_into(key, &mut out),
-                ShmSlot::Down(_) | ShmSlot::Unknown | ShmSlot::NotLocal => {
-                    Err(ShmFallback::Unavailable)
-                }
-            }
-        };
+        let r = self.with_shm_reader(&routing, node, |r| r.try_get_into(key, &mut out))?;
         match r {
             Ok(version) => {
                 self.inner
@@ -500,6 +498,121 @@ impl ClusterClient {
                 })
             }
             Err(f) => self.count_fallback(f),
+        }
+    }
+
+    /// Run `f` on `node`'s shared-memory reader, connecting it on first use. `None`: the
+    /// node does not export its memory to us (not a fallback); `Some(Err(Unavailable))`:
+    /// it should but its socket does not answer (counted by the caller).
+    fn with_shm_reader<T>(
+        &self,
+        routing: &Routing,
+        node: NodeId,
+        f: impl FnOnce(&mut ShmReader) -> Result<T, ShmFallback>,
+    ) -> Option<Result<T, ShmFallback>> {
+        let mut readers = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = readers.entry(node).or_insert(ShmSlot::Unknown);
+        if matches!(slot, ShmSlot::NotLocal) {
+            return None; // not a fallback: this node was never ours to read
+        }
+        if !matches!(slot, ShmSlot::Ready(_)) {
+            let now = std::time::Instant::now();
+            if matches!(slot, ShmSlot::Down(at) if now < *at) {
+                return Some(Err(ShmFallback::Unavailable));
+            }
+            // The address as the map announces it (overrides are for TCP only).
+            let path = routing
+                .map
+                .nodes
+                .get(&node)
+                .and_then(|n| n.addr.split('@').next()?.parse().ok())
+                .and_then(|a| self.shm_path(a));
+            let Some(path) = path else {
+                *slot = ShmSlot::NotLocal;
+                return None;
+            };
+            let mut rc = ShmReaderConfig::new(&path);
+            // One attempt: a GET must not sleep through reconnect backoff.
+            rc.reconnect_attempts = 1;
+            rc.io_timeout = Duration::from_millis(500);
+            match ShmReader::with_config(rc) {
+                Ok(r) if r.is_cluster() => *slot = ShmSlot::Ready(Box::new(r)),
+                _ => {
+                    // Not there, or a single node's socket (no validity region).
+                    *slot = ShmSlot::Down(now + SHM_CONNECT_PAUSE);
+                    return Some(Err(ShmFallback::Unavailable));
+                }
+            }
+        }
+        Some(match slot {
+            ShmSlot::Ready(r) => f(r),
+            ShmSlot::Down(_) | ShmSlot::Unknown | ShmSlot::NotLocal => {
+                Err(ShmFallback::Unavailable)
+            }
+        })
+    }
+
+    /// CHASE walked by this client over the coordinators' shared memory, each hop one
+    /// direct read at the link's location hint when it is fresh (a lookup by key at the
+    /// key's coordinator otherwise; `ShmReader::try_get_hinted`). The same state machine,
+    /// bounds, order and stop reasons as the node's CHASE. `None` if some hop could not be
+    /// read one-sided (a coordinator that does not export its memory to us, or a validity
+    /// fallback, counted in [`ClusterStats::shm_fallbacks`]): ask the node then
+    /// ([`ClusterClient::chase`] does both).
+    pub fn chase_one_sided<L: AsRef<[u8]>>(
+        &self,
+        key: &[u8],
+        links: &[L],
+        opts: &crate::ChaseOptions,
+    ) -> Option<crate::ChaseResult> {
+        let cfg = &self.inner.cfg;
+        if cfg.shm_sockets.is_empty() && cfg.shm_dir.is_none() {
+            return None;
+        }
+        crate::chase::check(key, links, opts).ok()?;
+        let links: Vec<Vec<u8>> = links.iter().map(|l| l.as_ref().to_vec()).collect();
+        let walk = ringlet_record::chase::Chase::new(
+            key.to_vec(),
+            links.clone(),
+            opts.depth,
+            opts.limit,
+            opts.fields.clone(),
+        )
+        .ok()?;
+        let routing = self.routing();
+        let c = &self.inner.counters;
+        let reply = ringlet_shm::chase::drive(
+            walk,
+            &links,
+            ringlet_shm::chase::ONE_SIDED_CHASE_TIME_MAX,
+            |k, hint, out| -> Result<bool, Option<ShmFallback>> {
+                let node = routing.map.coordinator(key_slot(k)).ok_or(None)?;
+                // A hint names the node that held the target: another node's position
+                // means nothing in this one's engine.
+                let hint = match hint {
+                    Some(h) if h.node != node.0 => {
+                        c.hint_stale_node.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                    h => h.as_ref().map(ringlet_shm::chase::position),
+                };
+                match self.with_shm_reader(&routing, node, |r| r.try_get_hinted(k, hint, out)) {
+                    None => Err(None),
+                    Some(Err(f)) => Err(Some(f)),
+                    Some(Ok(got)) => {
+                        c.shm_reads.fetch_add(1, Ordering::Relaxed);
+                        Ok(matches!(got, Some((_, ringlet_types::ValueKind::Record))))
+                    }
+                }
+            },
+        );
+        match reply {
+            Ok(r) => {
+                c.shm_chases.fetch_add(1, Ordering::Relaxed);
+                Some(crate::chase::from_reply(r))
+            }
+            Err(Some(f)) => self.count_fallback(f),
+            Err(None) => None,
         }
     }
 
@@ -923,6 +1036,46 @@ impl ClusterClient {
             }),
             (st, b) => Err(unexpected("INCRBY", st, b)),
         }
+    }
+
+    /// CHASE on `key`'s coordinator, which walks the links and asks the other nodes for
+    /// their items itself (one client round trip; docs/design/records.md). Same arguments,
+    /// bounds and stop reasons as RESP CHASE; retried like a read.
+    ///
+    /// # Errors
+    /// `Server { status: BAD_REQUEST }` for arguments outside the node's bounds (refused
+    /// before sending, with the node's text); see [`Error`].
+    pub async fn chase<L: AsRef<[u8]>>(
+        &self,
+        key: &[u8],
+        links: &[L],
+        opts: &crate::ChaseOptions,
+    ) -> Result<Versioned<crate::ChaseResult>, Error> {
+        let depth = crate::chase::check(key, links, opts)?;
+        // One-sided first when the coordinators share their memory with us: the same walk
+        // and answers, without the round trip (docs/design/records.md).
+        // A one-sided walk cut by its time bound (this client was slow, e.g. descheduled)
+        // is redone by the node, whose own bound then decides.
+        if let Some(r) = self
+            .chase_one_sided(key, links, opts)
+            .filter(|r| r.stop != crate::chase::Stop::Time)
+        {
+            return Ok(Versioned {
+                value: r,
+                version: Version::ZERO,
+                epoch: self.epoch(),
+            });
+        }
+        let r = self
+            .coord_call(key, Idem::Yes, |out, id| {
+                crate::chase::encode(out, id, key, links, depth, opts)
+            })
+            .await?;
+        Ok(Versioned {
+            value: crate::chase::result(&r)?,
+            version: r.version,
+            epoch: r.epoch,
+        })
     }
 
     /// SET `value` in memgest `memgest` (by id; see [`ClusterClient::memgest`]).
@@ -1365,6 +1518,19 @@ impl BlockingClusterClient {
     /// See [`Error`].
     pub fn del(&self, key: &[u8]) -> Result<Versioned<()>, Error> {
         self.rt.block_on(self.client.del(key))
+    }
+
+    /// See [`ClusterClient::chase`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub fn chase<L: AsRef<[u8]>>(
+        &self,
+        key: &[u8],
+        links: &[L],
+        opts: &crate::ChaseOptions,
+    ) -> Result<Versioned<crate::ChaseResult>, Error> {
+        self.rt.block_on(self.client.chase(key, links, opts))
     }
 
     /// See [`ClusterClient::mget`].

@@ -27,6 +27,7 @@
 //!
 //! Modules:
 //! - [`client`]: [`Client`] (one node, MOVED-learned routes), results and [`SetOptions`];
+//! - [`chase`]: [`ChaseOptions`], [`ChaseResult`]: CHASE (links followed by the node);
 //! - [`cluster`]: [`ClusterClient`], [`ClusterConfig`], [`ReadMode`];
 //! - [`pipeline`]: [`Pipeline`]: queued GET/MGET/SET/DEL/INCRBY run at once on a
 //!   [`ClusterClient`], one result per command;
@@ -38,6 +39,7 @@
 //! - [`error`]: the error type, [`Error`].
 
 pub mod blocking;
+pub mod chase;
 pub mod client;
 pub mod cluster;
 pub mod config;
@@ -49,10 +51,11 @@ mod retry;
 pub mod tls;
 
 pub use blocking::BlockingClient;
+pub use chase::{ChaseEntry, ChaseOptions, ChaseResult};
 pub use client::{Client, DelOutcome, MgetValue, SetOptions, SetOutcome, Versioned};
 pub use cluster::{
     BlockingClusterClient, ClusterClient, ClusterConfig, ClusterStats, ReadMode, ShmFallback,
-    ShmFallbacks,
+    ShmFallbacks, ShmHintStats,
 };
 pub use config::ClientConfig;
 pub use conn::MgetEntry;

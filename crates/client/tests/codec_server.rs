@@ -135,6 +135,14 @@ fn respond(st: &mut State, id: u64, req: &NativeRequest<'_>, out: &mut Vec<u8>) 
                 Version(st.next_version),
             );
         }
+        NativeRequest::Chase(_) => native::encode_error_response(
+            out,
+            id,
+            Opcode::Chase,
+            Status::UNSUPPORTED,
+            EPOCH,
+            "not in this fake",
+        ),
         NativeRequest::IncrBy { key, delta } => {
             if st.drop_on_incr {
                 st.drop_on_incr = false;

@@ -17,7 +17,8 @@
 //! not coordinate), plain SET (optionally with a memgest and a TTL: a blind write, the expiry
 //! made absolute on this coordinator's clock as RESP's SET PX does), plain DEL, CLUSTER_MAP,
 //! READ_REPLICA (one quorum-read leg) and MEMGEST (the RESP front's handler; MOVE/KEY routed
-//! by key), INCRBY (run by the RESP front's INCRBY, under its per-key lock). Conditional /
+//! by key), INCRBY (run by the RESP front's INCRBY, under its per-key lock), CHASE (the RESP
+//! front's walk: one client round trip, one `RECORDS` call per other node and level). Conditional /
 //! versioned SETs and CAS DELs answer `UNSUPPORTED`: they need a compare-and-set the core
 //! does not offer yet.
 //!
@@ -89,6 +90,8 @@ enum Req {
     Memgest(Vec<Vec<u8>>),
     /// Decoded fine but not served in cluster mode.
     Unsupported(Opcode, &'static str),
+    /// CHASE, run by the RESP front's walk; `Err` is RESP CHASE's error for its arguments.
+    Chase(Result<Box<ringlet_record::chase::Chase>, String>),
 }
 
 fn own(r: &ClusterRequest<'_>) -> Req {
@@ -127,6 +130,9 @@ fn own(r: &ClusterRequest<'_>) -> Req {
             key: key.to_vec(),
         },
         ClusterRequest::Memgest { args } => Req::Memgest(args.iter().map(<[u8]>::to_vec).collect()),
+        ClusterRequest::Data(NativeRequest::Chase(c)) => {
+            Req::Chase(ringlet_server::cmd::record::chase_from_frame(&c).map(Box::new))
+        }
     }
 }
 
@@ -237,6 +243,7 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Req::Memgest(_) => Opcode::Memgest,
         Req::IncrBy { .. } => Opcode::IncrBy,
         Req::Unsupported(op, _) => *op,
+        Req::Chase(_) => Opcode::Chase,
     };
     let result: Result<(), Fail> = async {
         match req {
@@ -378,6 +385,19 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 }
             }
             Req::Unsupported(_, why) => return Err(fail(Status::UNSUPPORTED, why)),
+            Req::Chase(walk) => {
+                let walk = walk.map_err(|e| fail(Status::BAD_REQUEST, e))?;
+                // On the root's coordinator (MOVED otherwise, so the client re-routes).
+                moved(node, walk.root())?;
+                let reply = front.chase_walk(*walk).await.map_err(resp_error)?;
+                ringlet_server::cmd::record::encode_chase_native(
+                    &mut out,
+                    id,
+                    node.epoch(),
+                    &reply,
+                )
+                .map_err(|e| fail(Status::TOO_LARGE, e))?;
+            }
             Req::IncrBy { key, delta } => {
                 moved(node, &key)?;
                 match front.incr_by(&key, delta).await {

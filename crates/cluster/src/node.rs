@@ -428,6 +428,12 @@ impl ClusterNode {
         self.shared.map.read().clone()
     }
 
+    /// The lock-free reader over this node's current engine: where a key's index entry is
+    /// now, for the location hints of links (docs/design/records.md).
+    pub fn engine_reader(&self) -> Reader {
+        self.shared.fast.reader.read().clone()
+    }
+
     /// The node's epoch.
     pub fn epoch(&self) -> Epoch {
         Epoch(self.shared.epoch.load(Ordering::Acquire))

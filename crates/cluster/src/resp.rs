@@ -884,6 +884,14 @@ impl Front {
             }
             "chase" => self.chase(argv).await,
             "records" => self.records(argv).await,
+            "hscan" => {
+                arity(3)?;
+                self.hscan(argv).await
+            }
+            "hrandfield" => {
+                arity(2)?;
+                self.hrandfield(argv, *proto == Proto::Resp3).await
+            }
             "get" => {
                 arity(2)?;
                 if let Some(m) = self.moved(key_slot(a(1))) {

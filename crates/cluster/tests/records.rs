@@ -1,9 +1,10 @@
 //! Records (KELI) in cluster mode, against a rep:3 cluster of real processes with a spare:
 //!
-//! 1. the hash commands and WRONGTYPE both ways, sent to a real Redis 7 and to the cluster,
+//! 1. the hash commands (HSCAN and HRANDFIELD where Redis is deterministic) and WRONGTYPE both ways, sent to a real Redis 7 and to the cluster,
 //!    replies compared (keys over many slots; the front routes by MOVED);
 //! 2. LINK and CHASE across nodes: a small graph whose keys live on every node, walked
-//!    breadth-first in one call with DEPTH, FIELDS and LIMIT;
+//!    breadth-first in one call with DEPTH, FIELDS and LIMIT, over RESP and over native
+//!    frames (`ClusterClient::chase`, the same entries and stop reasons);
 //! 3. SIGKILL of the coordinator of record keys: after the spare takes over, every record
 //!    reads back whole, still a hash, and string commands on it still say WRONGTYPE (the
 //!    kind travels with the replicated entry, not only in the coordinator's memory).
@@ -12,6 +13,7 @@ mod common;
 
 use common::redis::Redis;
 use common::{Client, Res};
+use ringlet_client::{BlockingClusterClient, ChaseOptions, ChaseResult, ClusterConfig};
 use ringlet_codec::resp::Reply;
 use ringlet_types::key_slot;
 use std::time::{Duration, Instant};
@@ -64,6 +66,18 @@ SET s str
 HGET s f
 HSET s f v
 TYPE s
+HSCAN h 0
+HSCAN h 0 MATCH f* COUNT 1
+HSCAN h abc
+HSCAN h 0 COUNT 0
+HSCAN nokey 0
+HSCAN s 0
+HRANDFIELD h 100 WITHVALUES
+HRANDFIELD h 0
+HRANDFIELD h -9223372036854775808
+HRANDFIELD nokey
+HRANDFIELD nokey 3
+HRANDFIELD s 2
 HDEL h f2 f3 f4 a b n fl
 EXISTS h
 ";
@@ -162,6 +176,43 @@ fn records_match_redis_link_chase_and_survive_failover() {
     assert_eq!(items.len(), 4, "3 entries and the stop status");
     assert_eq!(items[3], bulk("limit"));
 
+    // The same walks over native frames (ClusterClient::chase): the coordinator of u:0
+    // forwards the hops, the entries and stop reasons are RESP CHASE's.
+    let seeds: Vec<String> = cl.addrs().iter().map(ToString::to_string).collect();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let nc = BlockingClusterClient::connect(&seeds, ClusterConfig::default()).unwrap();
+    let links = ["friend", "friends"];
+    for (resp, opts) in [
+        (
+            vec!["DEPTH", "3", "FIELDS", "name"],
+            ChaseOptions::default().depth(3).fields(&["name"]),
+        ),
+        (
+            vec!["DEPTH", "3", "LIMIT", "3"],
+            ChaseOptions::default().depth(3).limit(3),
+        ),
+        (vec![], ChaseOptions::default()),
+    ] {
+        let mut cmd = vec!["CHASE", "u:0", "friend", "friends"];
+        cmd.extend(resp);
+        assert_eq!(
+            native_as_resp(&nc.chase(b"u:0", &links, &opts).unwrap().value),
+            call(&mut c, &cmd),
+            "{cmd:?}"
+        );
+    }
+    // Rooted at a key another node coordinates than the one asked first: routed by slot.
+    for root in ["u:1", "u:4"] {
+        assert_eq!(
+            native_as_resp(
+                &nc.chase(root.as_bytes(), &links, &ChaseOptions::default())
+                    .unwrap()
+                    .value
+            ),
+            call(&mut c, &["CHASE", root, "friend", "friends"]),
+        );
+    }
+
     // 3. SIGKILL the coordinator of u:1 (a record with a link list): the spare serves it.
     let victim_addr = c.slot_owner(key_slot(b"u:1")).unwrap();
     let victim = u32::from(victim_addr.port() - cl.base) + 1;
@@ -201,6 +252,40 @@ fn records_match_redis_link_chase_and_survive_failover() {
         8,
         "7 entries and the stop status after failover"
     );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let opts = ChaseOptions::default().depth(3);
+        match nc.chase(b"u:0", &links, &opts) {
+            Ok(r) if r.value.entries.len() == 7 => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "native CHASE after failover: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A native CHASE result in RESP CHASE's reply shape (to compare the two).
+fn native_as_resp(r: &ChaseResult) -> Reply {
+    let mut items: Vec<Reply> = r
+        .entries
+        .iter()
+        .map(|e| {
+            Reply::Array(vec![
+                Reply::Bulk(e.key.to_vec()),
+                Reply::Integer(i64::from(e.depth)),
+                Reply::Array(
+                    e.attrs
+                        .iter()
+                        .flat_map(|(a, v)| [Reply::Bulk(a.to_vec()), Reply::Bulk(v.to_vec())])
+                        .collect(),
+                ),
+            ])
+        })
+        .collect();
+    items.push(bulk(r.stop.as_str()));
+    Reply::Array(items)
 }
 
 /// Records in an `ec:3+2` memgest (the default here): written whole to the coordinator's

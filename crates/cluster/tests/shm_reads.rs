@@ -13,7 +13,7 @@
 mod common;
 
 use common::{Client, Res};
-use ringlet_client::{BlockingClusterClient, ClusterConfig, ShmFallback, ShmReader};
+use ringlet_client::{BlockingClusterClient, ChaseOptions, ClusterConfig, ShmFallback, ShmReader};
 use ringlet_codec::resp::Reply;
 use ringlet_types::key_slot;
 use std::path::{Path, PathBuf};
@@ -411,4 +411,116 @@ fn racing_readers_across_a_failover_never_read_stale() {
             st.shm_reads, st.shm_fallbacks
         );
     }
+}
+
+fn call_ok(c: &mut Client, cmd: &[&str]) -> Reply {
+    let v = cmd.iter().map(|p| p.as_bytes().to_vec()).collect();
+    match c.call(v, true, Instant::now() + Duration::from_secs(30)) {
+        Res::Ok(r) => r,
+        Res::Io => panic!("{cmd:?}: transport failure"),
+    }
+}
+
+/// Links filled with location hints by the coordinator (LINK SET/ADD of targets it
+/// coordinates) and followed one-sided by `ClusterClient::chase_one_sided`: the same
+/// entries and stop reason as the node's CHASE over the network, hops read at their hints
+/// (counted), targets on other slots looked up by key; after targets are deleted and
+/// rewritten the walk still answers as the node does.
+#[test]
+fn one_sided_chase_follows_hints_across_the_cluster() {
+    let dir = shm_dir("chase");
+    let cl = start(&dir);
+    let mut c = Client::new(cl.addrs());
+    // One hash tag: the page, its reviews and their authors share a slot (a coordinator),
+    // so every link gets a hint; `ext:*` keys live elsewhere and get none.
+    for i in 0..10 {
+        call_ok(
+            &mut c,
+            &["HSET", &format!("{{g}}u:{i}"), "name", &format!("user{i}")],
+        );
+        call_ok(
+            &mut c,
+            &["HSET", &format!("ext:{i}"), "name", &format!("ext{i}")],
+        );
+    }
+    for i in 0..30 {
+        let r = format!("{{g}}r:{i}");
+        call_ok(&mut c, &["HSET", &r, "stars", &format!("{}", i % 5)]);
+        call_ok(
+            &mut c,
+            &["LINK", "SET", &r, "author", &format!("{{g}}u:{}", i % 10)],
+        );
+        call_ok(
+            &mut c,
+            &["LINK", "SET", &r, "source", &format!("ext:{}", i % 10)],
+        );
+        call_ok(&mut c, &["LINK", "ADD", "{g}p:0", "reviews", &r]);
+    }
+    let sc = smart_client(&cl, &dir);
+    let seeds: Vec<String> = cl.addrs().iter().map(|a| a.to_string()).collect();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let net = BlockingClusterClient::connect(&seeds, ClusterConfig::default()).unwrap();
+    let links = ["reviews", "author", "source"];
+    let opts = ChaseOptions::default().depth(2);
+
+    // A whole one-sided walk: one cut by the 100 ms bound on a loaded machine (stop `time`)
+    // or refused by a validity check is tried again, bounded by a deadline; the counters
+    // are those of the walk that completed.
+    let walk_whole = || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let before = sc.async_client().stats().hints;
+            let r = sc.async_client().chase_one_sided(b"{g}p:0", &links, &opts);
+            match r {
+                Some(r) if r.stop != ringlet_client::chase::Stop::Time => {
+                    return (r, before, sc.async_client().stats().hints)
+                }
+                _ => assert!(Instant::now() < deadline, "no whole one-sided walk"),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let (one, before, after) = walk_whole();
+    let want = net.chase(b"{g}p:0", &links, &opts).unwrap().value;
+    assert_eq!(want.entries.len(), 1 + 30 + 10 + 10);
+    assert_eq!(one, want);
+    let st = sc.async_client().stats();
+    let hits = after.hits - before.hits;
+    // Keys without a hint are looked up, or (on a walk after a retried one) read at the
+    // position the first lookup remembered.
+    let unhinted_reads = after.lookups - before.lookups + after.cache_hits - before.cache_hits;
+    // 30 reviews and 10 authors at their hints, and the ext keys the same node coordinates
+    // (a node fills hints for its own targets only); the root and the other ext keys have
+    // none.
+    let map = sc.async_client().map();
+    let home = map.coordinator(key_slot(b"{g}p:0"));
+    let local_ext = (0..10)
+        .filter(|i| map.coordinator(key_slot(format!("ext:{i}").as_bytes())) == home)
+        .count() as u64;
+    assert_eq!(hits, 40 + local_ext, "{st:?}");
+    let unhinted = 1 + 10 - local_ext;
+    assert_eq!(unhinted_reads, unhinted, "{st:?}");
+    assert!(st.shm_chases >= 1);
+
+    // Delete some authors, rewrite reviews bigger (in place or not), re-create an author:
+    // the walk still answers as the node, and stale hints are counted, never followed.
+    for i in [2, 5] {
+        del(&mut c, format!("{{g}}u:{i}").as_bytes());
+    }
+    for i in (0..30).step_by(3) {
+        call_ok(
+            &mut c,
+            &["HSET", &format!("{{g}}r:{i}"), "text", &"x".repeat(500)],
+        );
+    }
+    call_ok(&mut c, &["HSET", "{g}u:5", "name", "again"]);
+    let want = net.chase(b"{g}p:0", &links, &opts).unwrap().value;
+    // A walk may also meet a key with a write in flight (None: the caller asks the node).
+    let (one, _, _) = walk_whole();
+    assert_eq!(one, want);
+    assert_eq!(want.entries.len(), 1 + 30 + 9 + 10);
+    // `chase` itself takes the one-sided path when it can.
+    assert_eq!(sc.chase(b"{g}p:0", &links, &opts).unwrap().value, want);
+    let st = sc.async_client().stats();
+    assert!(st.hints.stale_entry + st.hints.stale_table >= 1, "{st:?}");
 }

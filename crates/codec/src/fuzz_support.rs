@@ -102,6 +102,14 @@ fn check_request(r: &NativeRequest<'_>) {
             assert!(keys.len() <= limits::BATCH_KEYS_MAX as usize);
             assert_eq!(keys.iter().count(), keys.len());
         }
+        NativeRequest::Chase(c) => {
+            assert!(c.key.len() <= limits::KEY_BYTES_MAX as usize);
+            assert!(!c.links.is_empty());
+            for list in [Some(c.links), c.fields].into_iter().flatten() {
+                assert!(list.len() <= limits::BATCH_KEYS_MAX as usize);
+                assert_eq!(list.iter().count(), list.len());
+            }
+        }
         NativeRequest::Ping => {}
     }
 }
@@ -156,6 +164,17 @@ pub fn native_decode_stream(data: &[u8]) {
                     native::ReplicaValue::parse(blob).is_ok(),
                     "validated at decode"
                 );
+            }
+            if let (native::Opcode::Chase, ResponseBody::Value(blob)) = (f.opcode, f.body) {
+                match native::ChaseItems::parse(blob) {
+                    Ok(items) => {
+                        assert_eq!(items.iter().count(), items.len());
+                        for it in items.iter() {
+                            assert_eq!(it.attrs().count(), it.attrs_len());
+                        }
+                    }
+                    Err(e) => panic!("validated at decode, yet {e}"),
+                }
             }
             let mut enc = Vec::new();
             native::encode_response_frame(&mut enc, &f);

@@ -221,7 +221,123 @@ pub fn read_entry_with(
     expected_config: Option<u64>,
     out: &mut Vec<u8>,
 ) -> (ReadOutcome, Option<u64>) {
+    let (r, pos) = read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out);
+    (r, pos.map(|p| p.entry))
+}
+
+/// Where a read found a key: enough to try [`read_entry_at`] later (a KELI location hint).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Position {
+    /// The header's layout word when the entry was found: names the table (its offset, size
+    /// and switch generation).
+    pub layout: u64,
+    /// Byte offset of the index entry in the index region.
+    pub entry: u64,
+}
+
+/// [`read_entry_with`] that returns where a hit was found ([`Position`]).
+pub fn locate_entry(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    out: &mut Vec<u8>,
+) -> (ReadOutcome, Option<Position>) {
     read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out)
+}
+
+/// Why [`read_entry_at`] could not answer from the position (the caller looks the key up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stale {
+    /// The index is another table now (grown, flushed) or the position is not an entry of it.
+    Table,
+    /// The entry there is empty, another key's, or changed under the read (rewritten
+    /// elsewhere, deleted, evicted).
+    Entry,
+    /// The header's config id is not the expected one.
+    Config,
+}
+
+/// One direct read of `key` at a remembered [`Position`], validated as a probe validates a
+/// candidate: the table must still be the one named (layout word equal before and after the
+/// copy), the index entry's tag must match, and the copied data entry must pass the checksum
+/// over its bytes and the index words, the index re-check and the full key comparison. A key
+/// has at most one index entry in a table (updates rewrite it in place), so a validated hit
+/// there is what a lookup would have returned; anything else is [`Stale`] and nothing is
+/// returned from it. Expiry is applied as in [`read_entry`] (an expired hit is `Miss`).
+pub fn read_entry_at(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    pos: Position,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    out: &mut Vec<u8>,
+) -> Result<ReadOutcome, Stale> {
+    out.clear();
+    let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
+        return Err(Stale::Table);
+    };
+    let layout_word = lw.load(Ordering::Acquire);
+    if let Some(c) = expected_config {
+        if view.config_id() != Some(c) {
+            return Err(Stale::Config);
+        }
+    }
+    if layout_word != pos.layout {
+        return Err(Stale::Table);
+    }
+    let layout = Layout::unpack(layout_word);
+    let start = layout.table_offset();
+    let end = start.saturating_add(layout.buckets().saturating_mul(BUCKET_BYTES));
+    // An index entry is 16 bytes at an even word of a bucket, inside the bucket area.
+    if layout.buckets() == 0
+        || end > view.index_len as u64
+        || pos.entry < start
+        || pos.entry.saturating_add(16) > end
+        || !(pos.entry - start).is_multiple_of(16)
+    {
+        return Err(Stale::Table);
+    }
+    let (Some(a0), Some(a1)) = (view.iword(pos.entry), view.iword(pos.entry + 8)) else {
+        return Err(Stale::Table);
+    };
+    let w0 = a0.load(Ordering::Acquire);
+    if w0 == 0 || ie_tag(w0) != tag_of(hash) {
+        return Err(Stale::Entry);
+    }
+    let w1 = a1.load(Ordering::Acquire);
+    let probe = try_entry(view, pos.entry, w0, w1, key, u64::MAX, out);
+    fence(Ordering::Acquire);
+    if lw.load(Ordering::Relaxed) != layout_word {
+        out.clear();
+        return Err(Stale::Table);
+    }
+    match probe {
+        Probe::Hit {
+            version,
+            memgest,
+            expire_at_ms,
+            kind,
+            ..
+        } => {
+            if matches!(expire_at_ms, Some(t) if t <= now_ms) {
+                out.clear();
+                return Ok(ReadOutcome::Miss);
+            }
+            Ok(ReadOutcome::Hit {
+                version,
+                memgest,
+                expire_at_ms,
+                kind,
+            })
+        }
+        Probe::WrongKey | Probe::Torn | Probe::TooLarge => {
+            out.clear();
+            Err(Stale::Entry)
+        }
+    }
 }
 
 /// [`read_entry`] that copies no entry larger than `size_max` bytes (header, key and value):
@@ -246,7 +362,7 @@ fn read_entry_impl(
     expected_config: Option<u64>,
     size_max: u64,
     out: &mut Vec<u8>,
-) -> (ReadOutcome, Option<u64>) {
+) -> (ReadOutcome, Option<Position>) {
     let tag = tag_of(hash);
     for _attempt in 0..READ_RETRY_COUNT_MAX {
         let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
@@ -329,7 +445,10 @@ fn read_entry_impl(
                         expire_at_ms,
                         kind,
                     },
-                    Some(ie_off),
+                    Some(Position {
+                        layout: layout_word,
+                        entry: ie_off,
+                    }),
                 );
             }
             None if torn => continue,

@@ -171,6 +171,10 @@ fn is_keyword(arg: &[u8]) -> bool {
 const ERR_SYNTAX: &str = "ERR syntax error";
 const ERR_NOT_INT: &str = "ERR value is not an integer or out of range";
 
+fn depth_error() -> String {
+    format!("ERR DEPTH must be between 0 and {CHASE_DEPTH_MAX}")
+}
+
 impl Chase {
     /// Parses `CHASE key field [field ...] [DEPTH n] [LIMIT n] [FIELDS attr ...]`
     /// (`argv[0]` is the command name).
@@ -222,17 +226,39 @@ impl Chase {
             };
             let n = parse_i64(v).ok_or(ERR_NOT_INT)?;
             if is_depth {
-                depth_max = u32::try_from(n)
-                    .ok()
-                    .filter(|d| *d <= CHASE_DEPTH_MAX)
-                    .ok_or(format!("ERR DEPTH must be between 0 and {CHASE_DEPTH_MAX}"))?;
+                depth_max = u32::try_from(n).unwrap_or(u32::MAX);
+                if n < 0 {
+                    return Err(depth_error());
+                }
             } else {
-                limit = u32::try_from(n)
-                    .ok()
-                    .filter(|l| (1..=CHASE_LIMIT_MAX).contains(l))
-                    .ok_or(format!("ERR LIMIT must be between 1 and {CHASE_LIMIT_MAX}"))?;
+                limit = u32::try_from(n).unwrap_or(0);
             }
             i += 2;
+        }
+        Chase::new(root, link_fields, depth_max, limit, attrs)
+    }
+
+    /// A CHASE from typed arguments (the native CHASE frame): the same bounds and error
+    /// texts as [`Chase::parse`].
+    ///
+    /// # Errors
+    /// `ERR syntax error` (no link field, or an empty FIELDS list), `ERR DEPTH must be
+    /// between 0 and 8`, `ERR LIMIT must be between 1 and 100000`.
+    pub fn new(
+        root: Vec<u8>,
+        link_fields: Vec<Vec<u8>>,
+        depth_max: u32,
+        limit: u32,
+        attrs: Option<Vec<Vec<u8>>>,
+    ) -> Result<Chase, String> {
+        if link_fields.is_empty() || attrs.as_ref().is_some_and(Vec::is_empty) {
+            return Err(ERR_SYNTAX.into());
+        }
+        if depth_max > CHASE_DEPTH_MAX {
+            return Err(depth_error());
+        }
+        if !(1..=CHASE_LIMIT_MAX).contains(&limit) {
+            return Err(format!("ERR LIMIT must be between 1 and {CHASE_LIMIT_MAX}"));
         }
         Ok(Chase {
             visited: BTreeSet::from([root.clone()]),

@@ -14,8 +14,8 @@
 //! - `LINK` to make and read links, and `CHASE` to walk them breadth-first in one round trip,
 //!   driven by the caller in batches so the same code serves local and remote fetches.
 //!
-//! Non-goals: storage, locking, routing, hint resolution (links are created without hints),
-//! HRANDFIELD/HSCAN, RESP encoding.
+//! Non-goals: storage, locking, routing, hint resolution (the fronts fill hints, see
+//! [`record::Hint`]), RESP encoding.
 //!
 //! Modules:
 //! - [`record`]: [`Record`], [`Field`], [`Link`], [`Hint`], the codec and [`RecordError`];
@@ -38,7 +38,7 @@
 //!   tag 2 Links: | varint count | link * count |
 //! link    = | varint target_len | target bytes | hint_flag u8 | [hint] |
 //!   hint_flag 0: no hint
-//!   hint_flag 1: | node u32 LE | epoch u64 LE | version u128 LE |   (28 bytes)
+//!   hint_flag 1: | node u32 LE | epoch u64 LE | table u64 LE | entry u64 LE |   (28 bytes)
 //!
 //! e.g. {f: "vv"}      = 01 01 | 01 'f' 00 02 'v' 'v'
 //!      {f: link "k"}  = 01 01 | 01 'f' 01 01 'k' 00
@@ -71,6 +71,7 @@ pub mod link;
 mod number;
 pub mod record;
 
+pub use number::parse_i64;
 pub use record::{Field, Hint, Link, Record, RecordError, FORMAT_VERSION};
 
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};

@@ -32,7 +32,7 @@ const DEC_EXP_MAX: i32 = 60;
 const FRAC_DIGITS: u32 = 17;
 
 /// Redis `string2ll`.
-pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
     if b.is_empty() || b.len() >= LONG_STR_BYTES {
         return None;
     }

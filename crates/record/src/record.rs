@@ -28,8 +28,8 @@ const TAG_LINKS: u8 = 2;
 const HINT_NONE: u8 = 0;
 const HINT_SOME: u8 = 1;
 
-/// Encoded size of a hint after its flag byte: node u32 + epoch u64 + version u128.
-const HINT_BYTES: usize = 4 + 8 + 16;
+/// Encoded size of a hint after its flag byte: node u32 + epoch u64 + table u64 + entry u64.
+const HINT_BYTES: usize = 4 + 8 + 8 + 8;
 
 /// Fewest bytes one encoded link can take: target length (1) + hint flag (1).
 const LINK_BYTES_MIN: usize = 2;
@@ -37,17 +37,22 @@ const LINK_BYTES_MIN: usize = 2;
 /// value length, a link's target length, or a list count).
 const FIELD_BYTES_MIN: usize = 3;
 
-/// Where a link's target was last seen: enough for a reader to try one direct read and to
-/// check that what it read is still the item the link meant. A stale hint (the node moved,
-/// the epoch changed, or the version differs) falls back to a lookup by key.
+/// Where a link's target was last seen: which node held it and where in that node's
+/// engine its index entry was (`ringlet_engine::read::Position`), enough for a reader to
+/// try one direct read there. A hint is only a guess and is never trusted: the read is
+/// validated like a probe (same table, checksum, index re-check, full key; docs/design/
+/// records.md), and a stale hint (node moved, table grown, entry rewritten elsewhere,
+/// evicted, deleted) falls back to a lookup by key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Hint {
-    /// Node that held the target.
+    /// Node that held the target (its cluster node id; 0 on a single node).
     pub node: u32,
-    /// Cluster-map epoch in which the hint was taken.
+    /// Cluster-map epoch in which the hint was taken (0 on a single node); diagnostics.
     pub epoch: u64,
-    /// Version of the target item the hint points at.
-    pub version: u128,
+    /// The engine's index layout word when the hint was taken (names the table).
+    pub table: u64,
+    /// Byte offset of the target's index entry in that node's index region.
+    pub entry: u64,
 }
 
 /// A link to another item, by key, with an optional location hint.
@@ -206,6 +211,33 @@ impl Record {
     pub fn get(&self, name: &[u8]) -> Option<&Field> {
         let i = *self.index.get(name)?;
         self.fields.get(i).map(|(_, f)| f)
+    }
+
+    /// Give every link of field `name` that has no hint the one `resolve` finds for its
+    /// target (None: leave it without). Links that have a hint keep it: hints are refreshed
+    /// lazily, by readers that find them stale. Returns how many were filled.
+    pub fn fill_hints(
+        &mut self,
+        name: &[u8],
+        mut resolve: impl FnMut(&[u8]) -> Option<Hint>,
+    ) -> usize {
+        let Some(&i) = self.index.get(name) else {
+            return 0;
+        };
+        let Some((_, f)) = self.fields.get_mut(i) else {
+            return 0;
+        };
+        let links: &mut [Link] = match f {
+            Field::Bytes(_) => return 0,
+            Field::Link(l) => std::slice::from_mut(l),
+            Field::Links(ls) => ls,
+        };
+        let mut n = 0;
+        for l in links.iter_mut().filter(|l| l.hint.is_none()) {
+            l.hint = resolve(&l.target);
+            n += usize::from(l.hint.is_some());
+        }
+        n
     }
 
     /// Sets field `name` to `f`, keeping its position if it exists, else appending it.
@@ -487,24 +519,29 @@ impl<'a> Reader<'a> {
         let target = self.bytes(KEY_BYTES_MAX as usize, "link target")?.to_vec();
         let hint = match self.byte()? {
             HINT_NONE => None,
-            HINT_SOME => {
-                let h = self.take(HINT_BYTES)?;
-                let (node, h) = h.split_at(4);
-                let (epoch, version) = h.split_at(8);
-                Some(Hint {
-                    node: u32::from_le_bytes(node.try_into().map_err(|_| RecordError::Truncated)?),
-                    epoch: u64::from_le_bytes(
-                        epoch.try_into().map_err(|_| RecordError::Truncated)?,
-                    ),
-                    version: u128::from_le_bytes(
-                        version.try_into().map_err(|_| RecordError::Truncated)?,
-                    ),
-                })
-            }
+            HINT_SOME => Some(hint_from(self.take(HINT_BYTES)?)?),
             tag => return Err(RecordError::BadTag { tag }),
         };
         Ok(Link { target, hint })
     }
+}
+
+/// A hint from its [`HINT_BYTES`] bytes.
+fn hint_from(h: &[u8]) -> Result<Hint, RecordError> {
+    let word = |at: usize, n: usize| -> Result<u64, RecordError> {
+        let b = h.get(at..at + n).ok_or(RecordError::Truncated)?;
+        let mut w = [0u8; 8];
+        w.get_mut(..n)
+            .ok_or(RecordError::Truncated)?
+            .copy_from_slice(b);
+        Ok(u64::from_le_bytes(w))
+    };
+    Ok(Hint {
+        node: u32::try_from(word(0, 4)?).map_err(|_| RecordError::Truncated)?,
+        epoch: word(4, 8)?,
+        table: word(12, 8)?,
+        entry: word(20, 8)?,
+    })
 }
 
 fn varint_len(mut v: u64) -> usize {
@@ -540,7 +577,8 @@ fn put_link(out: &mut Vec<u8>, l: &Link) {
             out.push(HINT_SOME);
             out.extend_from_slice(&h.node.to_le_bytes());
             out.extend_from_slice(&h.epoch.to_le_bytes());
-            out.extend_from_slice(&h.version.to_le_bytes());
+            out.extend_from_slice(&h.table.to_le_bytes());
+            out.extend_from_slice(&h.entry.to_le_bytes());
         }
     }
 }
@@ -560,7 +598,8 @@ mod tests {
                 hint: Some(Hint {
                     node: 7,
                     epoch: 3,
-                    version: u128::MAX - 1,
+                    table: u64::MAX - 1,
+                    entry: 4096,
                 }),
             }),
         );
@@ -680,8 +719,8 @@ mod tests {
 #[derive(Clone, Copy, Debug)]
 pub enum FieldRef<'a> {
     Bytes(&'a [u8]),
-    /// A single link: its target key.
-    Link(&'a [u8]),
+    /// A single link: its target key and hint.
+    Link(&'a [u8], Option<Hint>),
     /// A link list: its encoded links (already validated) and how many.
     Links(&'a [u8], u64),
 }
@@ -691,7 +730,7 @@ impl<'a> FieldRef<'a> {
     pub fn targets(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
         let (mut r, n, single) = match *self {
             FieldRef::Bytes(_) => (Reader { b: &[] }, 0, None),
-            FieldRef::Link(t) => (Reader { b: &[] }, 0, Some(t)),
+            FieldRef::Link(t, _) => (Reader { b: &[] }, 0, Some(t)),
             FieldRef::Links(raw, n) => (Reader { b: raw }, n, None),
         };
         // `scan` validated every link, so parsing again cannot fail; a failure would only
@@ -701,10 +740,22 @@ impl<'a> FieldRef<'a> {
             .chain((0..n).map_while(move |_| r.link_target().ok()))
     }
 
+    /// The links (none for plain bytes) with their hints, in order.
+    pub fn links(&self) -> impl Iterator<Item = (&'a [u8], Option<Hint>)> + 'a {
+        let (mut r, n, single) = match *self {
+            FieldRef::Bytes(_) => (Reader { b: &[] }, 0, None),
+            FieldRef::Link(t, h) => (Reader { b: &[] }, 0, Some((t, h))),
+            FieldRef::Links(raw, n) => (Reader { b: raw }, n, None),
+        };
+        single
+            .into_iter()
+            .chain((0..n).map_while(move |_| r.link_ref().ok()))
+    }
+
     /// What hash commands show for it (as [`Field::display`]).
     pub fn display(&self) -> Vec<u8> {
         match *self {
-            FieldRef::Bytes(b) | FieldRef::Link(b) => b.to_vec(),
+            FieldRef::Bytes(b) | FieldRef::Link(b, _) => b.to_vec(),
             FieldRef::Links(..) => {
                 let mut out = Vec::new();
                 for (i, t) in self.targets().enumerate() {
@@ -740,7 +791,10 @@ pub fn scan(b: &[u8]) -> Result<Vec<(&[u8], FieldRef<'_>)>, RecordError> {
         let name = r.bytes(FIELD_NAME_BYTES_MAX, "field name")?;
         let f = match r.byte()? {
             TAG_BYTES => FieldRef::Bytes(r.bytes(VALUE_BYTES_MAX as usize, "record")?),
-            TAG_LINK => FieldRef::Link(r.link_target()?),
+            TAG_LINK => {
+                let (t, h) = r.link_ref()?;
+                FieldRef::Link(t, h)
+            }
             TAG_LINKS => {
                 let n = r.varint()?;
                 if n > LINKS_PER_FIELD_MAX as u64 {
@@ -776,6 +830,16 @@ pub fn scan(b: &[u8]) -> Result<Vec<(&[u8], FieldRef<'_>)>, RecordError> {
     clippy::arithmetic_side_effects
 )]
 impl<'a> Reader<'a> {
+    /// A link's target and hint.
+    fn link_ref(&mut self) -> Result<(&'a [u8], Option<Hint>), RecordError> {
+        let target = self.bytes(KEY_BYTES_MAX as usize, "link target")?;
+        match self.byte()? {
+            HINT_NONE => Ok((target, None)),
+            HINT_SOME => Ok((target, Some(hint_from(self.take(HINT_BYTES)?)?))),
+            tag => Err(RecordError::BadTag { tag }),
+        }
+    }
+
     /// A link's target, its hint validated and skipped.
     fn link_target(&mut self) -> Result<&'a [u8], RecordError> {
         let target = self.bytes(KEY_BYTES_MAX as usize, "link target")?;

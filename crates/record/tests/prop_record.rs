@@ -12,14 +12,15 @@ fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
 fn link() -> impl Strategy<Value = Link> {
     (
         bytes(12),
-        prop::option::of((any::<u32>(), any::<u64>(), any::<u128>())),
+        prop::option::of((any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>())),
     )
         .prop_map(|(target, h)| Link {
             target,
-            hint: h.map(|(node, epoch, version)| Hint {
+            hint: h.map(|(node, epoch, table, entry)| Hint {
                 node,
                 epoch,
-                version,
+                table,
+                entry,
             }),
         })
 }

@@ -1,6 +1,6 @@
 //! The native binary protocol on the client port (frames of `ringlet_codec::native`,
 //! `docs/protocol.md`): PING, GET, MGET, SET (NX/XX, TTL, client version, CAS, memgest), DEL
-//! (CAS), INCRBY. A connection is native when its first byte is the codec's magic byte.
+//! (CAS), INCRBY, CHASE (the RESP command's walk, `cmd::record::walk_local`). A connection is native when its first byte is the codec's magic byte.
 //!
 //! GET and MGET are answered from the worker's lock-free reader, like RESP GET. Every
 //! response carries the node's epoch (0 until the control plane assigns one).
@@ -214,6 +214,26 @@ fn handle(
         NativeRequest::Del { key, cas } => {
             let mut engine = shared.db.lock();
             del(&mut engine, id, key, cas, now, out)
+        }
+        NativeRequest::Chase(c) => {
+            use crate::cmd::record::{chase_from_frame, encode_chase_native, walk_local};
+            let walk = match chase_from_frame(&c) {
+                Ok(w) => w,
+                Err(e) => {
+                    return encode_error_response(
+                        out,
+                        id,
+                        Opcode::Chase,
+                        Status::BAD_REQUEST,
+                        EPOCH,
+                        &e,
+                    )
+                }
+            };
+            let reply = walk_local(shared, walk, now);
+            if let Err(e) = encode_chase_native(out, id, EPOCH, &reply) {
+                encode_error_response(out, id, Opcode::Chase, Status::TOO_LARGE, EPOCH, e);
+            }
         }
         NativeRequest::IncrBy { key, delta } => {
             let mut engine = shared.db.lock();

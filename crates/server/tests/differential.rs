@@ -1148,6 +1148,64 @@ GET t5
 EXEC
 ";
 
+/// HSCAN and HRANDFIELD where Redis 7.0's reply is deterministic: small (listpack) hashes,
+/// returned whole; counts covering the hash; single-field hashes; every error, and the order
+/// in which Redis checks cursor, options, key and type.
+const HASH_SCAN: &str = r"
+HSET hs a 1 b 2 c 3 abc 4 xyz 5
+HSCAN hs 0
+HSCAN hs 0 COUNT 2
+HSCAN hs 7 COUNT 1
+HSCAN hs 0 MATCH a*
+HSCAN hs 0 MATCH * COUNT 100
+HSCAN hs 0 match ?b?
+HSCAN hs 0 MATCH nothing*
+HSCAN hs 0 COUNT 0
+HSCAN hs 0 COUNT -1
+HSCAN hs 0 COUNT abc
+HSCAN hs 0 MATCH
+HSCAN hs 0 BOGUS x
+HSCAN hs abc
+HSCAN hs 0 TYPE string
+HSCAN nokey 0
+HSCAN nokey 0 COUNT 0
+HSCAN nokey abc
+SET hsstr x
+HSCAN hsstr 0
+HSCAN hsstr abc
+HSCAN hs
+HRANDFIELD hs 100
+HRANDFIELD hs 5
+HRANDFIELD hs 100 WITHVALUES
+HRANDFIELD hs 5 withvalues
+HRANDFIELD hs 0
+HRANDFIELD hs 0 WITHVALUES
+HRANDFIELD hs abc
+HRANDFIELD hs 1 WITHVALUE
+HRANDFIELD hs 1 WITHVALUES extra
+HRANDFIELD hs -9223372036854775808
+HRANDFIELD hs 9223372036854775807
+HRANDFIELD hs 9223372036854775807 WITHVALUES
+HRANDFIELD hs -9223372036854775807 WITHVALUES
+HRANDFIELD nokey
+HRANDFIELD nokey 5
+HRANDFIELD nokey -5 WITHVALUES
+HRANDFIELD hsstr
+HRANDFIELD hsstr 3
+HRANDFIELD hsstr abc
+HSET hsone only v
+HRANDFIELD hsone
+HRANDFIELD hsone 1
+HRANDFIELD hsone -3
+HRANDFIELD hsone -3 WITHVALUES
+HRANDFIELD hsone 1 WITHVALUES
+HRANDFIELD hsone 2 WITHVALUES
+HRANDFIELD
+HDEL hs a b c abc xyz
+HSCAN hs 0
+HRANDFIELD hs
+";
+
 const ALL: &[&str] = &[
     CONNECTION,
     SERVER,
@@ -1159,6 +1217,7 @@ const ALL: &[&str] = &[
     BINARY,
     HELLO,
     HASHES,
+    HASH_SCAN,
     TRANSACTIONS,
 ];
 
@@ -1323,5 +1382,102 @@ fn quit_closes_like_redis() {
         let mut c = Raw::connect(port);
         c.send(b"*1\r\n$4\r\nQUIT\r\n*1\r\n$4\r\nPING\r\n");
         assert_eq!(c.read_to_close(), b"+OK\r\n");
+    }
+}
+
+/// HSCAN and HRANDFIELD where Redis's replies are random or order-dependent (a hash past
+/// the listpack bounds, random picks), compared by their properties on both servers:
+/// a full HSCAN iteration returns every field once with its value; HRANDFIELD with a
+/// positive count returns that many distinct fields of the hash, with a negative count that
+/// many picks, WITHVALUES the right value beside each field (RESP2 flat, RESP3 pairs).
+#[test]
+fn hscan_and_hrandfield_properties_match_redis() {
+    use std::collections::BTreeMap;
+    let Some(redis) = start_redis(&[]) else {
+        return;
+    };
+    let node = start_ringlet(None);
+    for port in [redis.port, node.local_addr().port()] {
+        let mut r = Raw::connect(port);
+        // 300 fields: a `hashtable` in both (past 128 entries).
+        let mut want = BTreeMap::new();
+        for i in 0..300 {
+            let (f, v) = (format!("f{i}"), format!("v{i}"));
+            r.call(&[b"HSET", b"big", f.as_bytes(), v.as_bytes()]);
+            want.insert(f, v);
+        }
+        let mut got = BTreeMap::new();
+        let mut cursor = "0".to_string();
+        // Bounded: a full iteration of 300 fields at COUNT 7 takes well under 1,000 calls.
+        for _ in 0..1_000 {
+            let v = Val::parse(&r.call(&[b"HSCAN", b"big", cursor.as_bytes(), b"COUNT", b"7"]));
+            let items = v.items();
+            cursor = items[0].text();
+            for p in items[1].items().chunks(2) {
+                let prev = got.insert(p[0].text(), p[1].text());
+                assert!(
+                    prev.is_none(),
+                    "port {port}: {} returned twice",
+                    p[0].text()
+                );
+            }
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert_eq!(cursor, "0", "port {port}: iteration did not end");
+        assert_eq!(got, want, "port {port}: HSCAN iteration");
+        // MATCH over a hashtable: only matching fields, all of them.
+        let mut matched = Vec::new();
+        let mut cursor = "0".to_string();
+        for _ in 0..1_000 {
+            let v = Val::parse(&r.call(&[
+                b"HSCAN",
+                b"big",
+                cursor.as_bytes(),
+                b"MATCH",
+                b"f1?",
+                b"COUNT",
+                b"50",
+            ]));
+            cursor = v.items()[0].text();
+            matched.extend(v.items()[1].items().chunks(2).map(|p| p[0].text()));
+            if cursor == "0" {
+                break;
+            }
+        }
+        matched.sort();
+        let expect: Vec<String> = (10..20).map(|i| format!("f{i}")).collect();
+        assert_eq!(matched, expect, "port {port}: MATCH");
+
+        for (count, distinct) in [(10i64, true), (299, true), (-20, false), (-500, false)] {
+            let c = count.to_string();
+            let v = Val::parse(&r.call(&[b"HRANDFIELD", b"big", c.as_bytes()]));
+            let fields: Vec<String> = v.items().iter().map(Val::text).collect();
+            assert_eq!(
+                fields.len() as i64,
+                count.abs(),
+                "port {port}: count {count}"
+            );
+            assert!(fields.iter().all(|f| want.contains_key(f)));
+            if distinct {
+                let set: std::collections::BTreeSet<_> = fields.iter().collect();
+                assert_eq!(set.len(), fields.len(), "port {port}: {count} not distinct");
+            }
+        }
+        let v = Val::parse(&r.call(&[b"HRANDFIELD", b"big", b"5", b"WITHVALUES"]));
+        for p in v.items().chunks(2) {
+            assert_eq!(want.get(&p[0].text()), Some(&p[1].text()));
+        }
+        let one = Val::parse(&r.call(&[b"HRANDFIELD", b"big"])).text();
+        assert!(want.contains_key(&one));
+        // RESP3: WITHVALUES pairs are two-element arrays (negative count: with repeats).
+        r.call(&[b"HELLO", b"3"]);
+        let v = Val::parse(&r.call(&[b"HRANDFIELD", b"big", b"-4", b"WITHVALUES"]));
+        assert_eq!(v.items().len(), 4, "port {port}");
+        for p in v.items() {
+            let p = p.items();
+            assert_eq!(want.get(&p[0].text()), Some(&p[1].text()));
+        }
     }
 }

@@ -6,7 +6,9 @@
 mod common;
 
 use common::{start_ringlet, Raw};
-use ringlet_client::{BlockingClient, ClientConfig, DelOutcome, SetOptions, SetOutcome};
+use ringlet_client::{
+    BlockingClient, ChaseOptions, ClientConfig, DelOutcome, SetOptions, SetOutcome,
+};
 use ringlet_types::Version;
 use std::time::Duration;
 
@@ -119,4 +121,235 @@ fn native_refused_when_password_required() {
     );
     assert_eq!(r.call(&[b"AUTH", b"pw"]), b"+OK\r\n");
     assert_eq!(r.call(&[b"GET", b"k"]), b"$-1\r\n");
+}
+
+/// RESP CHASE's reply as `(entries, stop)`, each entry `(key, depth, [attr, value, ...])`.
+type Walk = (Vec<(String, i64, Vec<String>)>, String);
+
+fn resp_chase(r: &mut Raw, args: &[&[u8]]) -> Walk {
+    let mut argv: Vec<&[u8]> = vec![b"CHASE"];
+    argv.extend_from_slice(args);
+    let v = common::Val::parse(&r.call(&argv));
+    let items = v.items();
+    let (stop, entries) = items.split_last().expect("stop status");
+    let entries = entries
+        .iter()
+        .map(|e| {
+            let e = e.items();
+            let depth = match &e[1] {
+                common::Val::Line(b':', n) => std::str::from_utf8(n).unwrap().parse().unwrap(),
+                other => panic!("depth {other:?}"),
+            };
+            let attrs = e[2].items().iter().map(common::Val::text).collect();
+            (e[0].text(), depth, attrs)
+        })
+        .collect();
+    (entries, stop.text())
+}
+
+fn native_chase(c: &BlockingClient, key: &[u8], links: &[&str], opts: &ChaseOptions) -> Walk {
+    let r = c.chase(key, links, opts).expect("native CHASE").value;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let entries = r
+        .entries
+        .iter()
+        .map(|e| {
+            let attrs = e
+                .attrs
+                .iter()
+                .flat_map(|(a, v)| [text(a), text(v)])
+                .collect();
+            (text(&e.key), i64::from(e.depth), attrs)
+        })
+        .collect();
+    (entries, r.stop.as_str().to_string())
+}
+
+#[test]
+fn native_chase_answers_as_resp_chase() {
+    let node = start_ringlet(None);
+    let port = node.local_addr().port();
+    let c = client(port);
+    let mut r = Raw::connect(port);
+    // u:1 -> u:2 u:3; u:2 -> u:3 u:4 (a diamond); u:3 -> u:1 (a cycle); u:4 is a string;
+    // u:5 is reached only through `likes`.
+    for (k, name) in [("u:1", "ann"), ("u:2", "bob"), ("u:3", "cy")] {
+        assert_eq!(
+            r.call(&[b"HSET", k.as_bytes(), b"name", name.as_bytes()]),
+            b":1\r\n"
+        );
+    }
+    r.call(&[b"LINK", b"ADD", b"u:1", b"follows", b"u:2", b"u:3"]);
+    r.call(&[b"LINK", b"ADD", b"u:2", b"follows", b"u:3", b"u:4"]);
+    r.call(&[b"LINK", b"SET", b"u:3", b"follows", b"u:1"]);
+    r.call(&[b"LINK", b"SET", b"u:3", b"likes", b"u:5"]);
+    r.call(&[b"SET", b"u:4", b"plain"]);
+    r.call(&[b"HSET", b"u:5", b"name", b"eve"]);
+
+    type Case<'a> = (Vec<&'a [u8]>, Vec<&'a str>, ChaseOptions);
+    let cases: Vec<Case> = vec![
+        (vec![b"follows"], vec!["follows"], ChaseOptions::default()),
+        (
+            vec![b"follows", b"likes", b"DEPTH", b"3"],
+            vec!["follows", "likes"],
+            ChaseOptions::default().depth(3),
+        ),
+        (
+            vec![b"follows", b"DEPTH", b"2", b"FIELDS", b"name", b"nope"],
+            vec!["follows"],
+            ChaseOptions::default().depth(2).fields(&["name", "nope"]),
+        ),
+        (
+            vec![b"follows", b"DEPTH", b"8", b"LIMIT", b"2"],
+            vec!["follows"],
+            ChaseOptions::default().depth(8).limit(2),
+        ),
+        (
+            vec![b"follows", b"DEPTH", b"0"],
+            vec!["follows"],
+            ChaseOptions::default().depth(0),
+        ),
+    ];
+    for (resp_args, links, opts) in cases {
+        let mut args: Vec<&[u8]> = vec![b"u:1"];
+        args.extend(resp_args);
+        let want = resp_chase(&mut r, &args);
+        assert!(!want.0.is_empty());
+        assert_eq!(native_chase(&c, b"u:1", &links, &opts), want, "{opts:?}");
+    }
+    // Depth 3 over both link kinds reaches u:5; LIMIT 2 says it stopped early.
+    let all = native_chase(
+        &c,
+        b"u:1",
+        &["follows", "likes"],
+        &ChaseOptions::default().depth(3),
+    );
+    let keys: Vec<&str> = all.0.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(keys, ["u:1", "u:2", "u:3", "u:5"]);
+    assert_eq!(all.1, "complete");
+    let cut = native_chase(
+        &c,
+        b"u:1",
+        &["follows"],
+        &ChaseOptions::default().depth(8).limit(2),
+    );
+    assert_eq!((cut.0.len(), cut.1.as_str()), (2, "limit"));
+    // A missing root: no entries, complete.
+    assert_eq!(
+        native_chase(&c, b"nobody", &["follows"], &ChaseOptions::default()),
+        (vec![], "complete".to_string())
+    );
+
+    // The client refuses arguments outside the node's bounds before sending...
+    for bad in [
+        ChaseOptions::default().depth(9),
+        ChaseOptions::default().limit(0),
+        ChaseOptions::default().limit(100_001),
+        ChaseOptions::default().fields::<&str>(&[]),
+    ] {
+        assert!(matches!(
+            c.chase(b"u:1", &["follows"], &bad),
+            Err(ringlet_client::Error::Server { status, .. })
+                if status == ringlet_client::Status::BAD_REQUEST
+        ));
+    }
+    let none: &[&str] = &[];
+    assert!(c.chase(b"u:1", none, &ChaseOptions::default()).is_err());
+    // ...and the node refuses them too, with RESP CHASE's error text (a raw frame).
+    let mut frame = Vec::new();
+    ringlet_codec::native::encode_chase::<_, &str, &str>(
+        &mut frame,
+        7,
+        b"u:1",
+        &["follows"],
+        9,
+        10,
+        None,
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::io::Write::write_all(&mut s, &frame).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (f, _) = loop {
+        if let Some(x) = ringlet_codec::native::decode_response_frame(&buf).unwrap() {
+            break x;
+        }
+        let n = std::io::Read::read(&mut s, &mut chunk).unwrap();
+        assert!(n > 0, "closed");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    assert_eq!(f.status, ringlet_client::Status::BAD_REQUEST);
+    assert_eq!(
+        f.body,
+        ringlet_codec::native::ResponseBody::Message(b"ERR DEPTH must be between 0 and 8")
+    );
+}
+
+/// LINK SET/ADD on a real node fill location hints that a one-sided reader follows: a
+/// `ShmReader::chase` over the node's shared memory gives RESP CHASE's entries with every
+/// hinted hop read directly (the root has none); a link made before its target exists gets
+/// none and is looked up by key.
+#[test]
+fn link_hints_filled_by_the_node_are_followed_one_sided() {
+    use ringlet_record::chase::Chase;
+    let dir = std::env::temp_dir().join(format!("ringlet-native-hints-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("s");
+    let cfg = ringlet_server::config::Config {
+        port: 0,
+        threads: 1,
+        memory_mb: 64,
+        shm_socket: Some(sock.clone()),
+        ..ringlet_server::config::Config::default()
+    };
+    let node = ringlet_server::server::Server::start(cfg).expect("start");
+    let mut r = Raw::connect(node.local_addr().port());
+    for i in 0..20 {
+        r.call(&[
+            b"HSET",
+            format!("u:{i}").as_bytes(),
+            b"name",
+            format!("n{i}").as_bytes(),
+        ]);
+    }
+    for i in 0..20 {
+        let (a, b) = (format!("u:{i}"), format!("u:{}", (i * 7 + 3) % 20));
+        r.call(&[b"LINK", b"ADD", a.as_bytes(), b"follows", b.as_bytes()]);
+    }
+    // A link to a key that does not exist yet: no hint; the key is created afterwards.
+    r.call(&[b"LINK", b"ADD", b"u:0", b"follows", b"late"]);
+    r.call(&[b"HSET", b"late", b"name", b"l"]);
+    let want = resp_chase(
+        &mut r,
+        &[b"u:0", b"follows", b"DEPTH", b"8", b"LIMIT", b"1000"],
+    );
+    let links = vec![b"follows".to_vec()];
+    let mut shm = ringlet_shm::ShmReader::connect(&sock).unwrap();
+    let walk = Chase::new(b"u:0".to_vec(), links.clone(), 8, 1000, None).unwrap();
+    let got = shm
+        .chase_within(walk, &links, Duration::from_secs(600))
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let got: Walk = (
+        got.entries
+            .iter()
+            .map(|e| {
+                let attrs = e
+                    .attrs
+                    .iter()
+                    .flat_map(|(a, v)| [text(a), text(v)])
+                    .collect();
+                (text(&e.key), i64::from(e.depth), attrs)
+            })
+            .collect(),
+        got.stop.as_str().to_string(),
+    );
+    assert_eq!(got, want);
+    let visited = want.0.len() as u64;
+    let st = shm.stats();
+    // Every hop but the root and `late` was read at the hint LINK filled.
+    assert_eq!(st.hint_hits, visited - 2, "{st:?}");
+    assert_eq!((st.hint_missing, st.hint_lookups), (2, 2), "{st:?}");
 }

@@ -43,6 +43,7 @@ COMMANDS = {
     "hset": None, "hsetnx": None, "hmset": None, "hget": None, "hmget": None,
     "hgetall": None, "hdel": None, "hlen": None, "hexists": None, "hkeys": None,
     "hvals": None, "hincrby": None, "hincrbyfloat": None, "hstrlen": None,
+    "hscan": None, "hrandfield": None,
 }
 
 

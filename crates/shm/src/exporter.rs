@@ -572,6 +572,16 @@ fn handle<H: EngineHost>(
                 ),
             }
         }
+        // CHASE reads many keys under the writer lock per level: it is the client port's job
+        // (a one-sided client chases links itself, `ShmReader::chase`).
+        NativeRequest::Chase(_) => encode_error_response(
+            out,
+            id,
+            Opcode::Chase,
+            Status::UNSUPPORTED,
+            epoch,
+            "CHASE is served on the node's client port",
+        ),
         NativeRequest::IncrBy { key, delta } => {
             let r = shared.host.with_engine(|engine| {
                 engine

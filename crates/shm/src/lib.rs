@@ -24,7 +24,8 @@
 //! - [`proto`]: HELLO (layout parameters, sizes, epoch, generation) and ACCESS messages;
 //! - [`fdpass`]: SCM_RIGHTS and read-only memfd descriptors;
 //! - [`exporter`]: the node side ([`Exporter`]);
-//! - [`reader`]: the client side ([`ShmReader`]);
+//! - [`reader`]: the client side ([`ShmReader`]), including reads at a link's location hint;
+//! - [`chase`]: CHASE walked by the client over one-sided reads, hop by hop at the hints;
 //! - [`validity`]: a cluster node's validity region (slots served, lease deadline, writes
 //!   in flight) that one-sided readers check around every read;
 //! - [`benchkit`]: keys, checked values and timed loops of the GET benchmark;
@@ -32,6 +33,7 @@
 //!   binaries and the benchmark.
 
 pub mod benchkit;
+pub mod chase;
 pub mod exporter;
 pub mod fdpass;
 pub mod proto;

@@ -31,10 +31,10 @@ use ringlet_engine::hash::key_hash;
 use ringlet_engine::layout::{
     entry_word, ie_location, ie_size_units, tag_of, Layout, BUCKET_ENTRIES, HDR_LAYOUT, UNIT_BYTES,
 };
-use ringlet_engine::read::read_entry_with;
+use ringlet_engine::read::{locate_entry, read_entry_at, read_entry_with, Position, Stale};
 use ringlet_engine::{ReadOutcome, RegionsView};
 use ringlet_types::limits::{self, ACCESS_RECORD_BATCH_MAX, KEY_BYTES_MAX};
-use ringlet_types::{Epoch, Version};
+use ringlet_types::{Epoch, MemgestId, ValueKind, Version};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -83,6 +83,20 @@ pub struct ReaderStats {
     pub remaps: u64,
     pub access_batches_sent: u64,
     pub access_batches_dropped: u64,
+    /// Link hops answered by one direct read at the link's location hint.
+    pub hint_hits: u64,
+    /// ... at a position this reader remembered after a stale hint (lazy refresh).
+    pub hint_cache_hits: u64,
+    /// Hints (or remembered positions) found stale: the table changed (grown, flushed).
+    pub hint_stale_table: u64,
+    /// ... the entry there is gone, another key's, or was rewritten elsewhere.
+    pub hint_stale_entry: u64,
+    /// ... the hint names another node than the one that serves the key now.
+    pub hint_stale_node: u64,
+    /// Link hops without a hint (the link was made before its target existed).
+    pub hint_missing: u64,
+    /// Link hops answered by a lookup by key after a stale or missing hint.
+    pub hint_lookups: u64,
 }
 
 /// A read-only shared mapping of one region.
@@ -216,7 +230,15 @@ pub struct ShmReader {
     /// [`ShmReader::try_get_into`]: no reconnect attempt before this (CLOCK_MONOTONIC ms),
     /// so a dead node costs a GET one flag load, not a failed connect.
     reconnect_not_before_ms: u64,
+    /// Positions found by lookups after a stale or missing hint, tried before the link's own
+    /// hint next time (hints are refreshed lazily, here, rather than by rewriting records).
+    /// Bounded by [`HINT_CACHE_ENTRIES_MAX`]; dropped with the session (another engine).
+    hint_cache: std::collections::HashMap<Vec<u8>, Position>,
 }
+
+/// Most positions [`ShmReader`] remembers for links whose hint was stale; when full it is
+/// cleared (a cache miss only costs a lookup).
+pub const HINT_CACHE_ENTRIES_MAX: usize = 65_536;
 
 /// After a failed reconnect from [`ShmReader::try_get_into`], how long reads fall back
 /// before the next attempt (the network path answers meanwhile).
@@ -298,6 +320,7 @@ impl ShmReader {
             clock_res_ms: coarse_res_ms(),
             mono_res_ms: monotonic_coarse_res_ms(),
             reconnect_not_before_ms: 0,
+            hint_cache: std::collections::HashMap::new(),
         };
         r.session = Some(r.handshake()?);
         Ok(r)
@@ -362,6 +385,8 @@ impl ShmReader {
     /// Drop the current session and handshake again, with bounded attempts and backoff.
     fn reconnect(&mut self) -> Result<(), ShmError> {
         self.session = None;
+        // Positions name the old engine's entries (validation would refuse them anyway).
+        self.hint_cache.clear();
         let mut delay = Duration::from_millis(5);
         let mut last_err = ShmError::Disconnected;
         for _ in 0..self.cfg.reconnect_attempts.max(1) {
@@ -572,6 +597,195 @@ impl ShmReader {
             self.stats.shm_misses += 1;
         }
         Ok(result)
+    }
+
+    /// Read `key` (a link's target) into `out` following a location hint: first one direct
+    /// read at a position this reader remembered for the key, then at `hint`, each validated
+    /// like a probe (`ringlet_engine::read::read_entry_at`: same table, checksum, index
+    /// re-check, full key), then a lookup by key, whose position is remembered for next time.
+    /// A stale hint costs one failed read and is counted ([`ReaderStats`]); it can never
+    /// return another key's item. Single-node sessions only (a cluster session answers
+    /// through [`ShmReader::try_get_hinted`]).
+    ///
+    /// `Ok(Some((version, kind)))`: the value is in `out`; `Ok(None)`: absent or expired.
+    ///
+    /// # Errors
+    /// [`ShmError::KeyTooLarge`]; socket errors from a reconnect; `Server { TRY_AGAIN }` if
+    /// the regions stayed unreadable (torn) after a refresh.
+    pub fn get_hinted(
+        &mut self,
+        key: &[u8],
+        hint: Option<Position>,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<(Version, ValueKind)>, ShmError> {
+        if key.len() > KEY_BYTES_MAX as usize {
+            return Err(ShmError::KeyTooLarge);
+        }
+        self.ensure()?;
+        let hash = key_hash(key);
+        let now = coarse_now_ms(self.clock_res_ms);
+        if let Some(r) = self.read_at_hints(key, hash, hint, now, out) {
+            return Ok(r.map(|(v, k, _)| (v, k)));
+        }
+        // Bounded: one lookup, one refresh, one more lookup.
+        for attempt in 0..2 {
+            let Some(s) = self.session.as_ref() else {
+                return Err(ShmError::Disconnected);
+            };
+            let (r, pos) = locate_entry(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
+            match r {
+                ReadOutcome::Hit { version, kind, .. } => {
+                    self.stats.hint_lookups += 1;
+                    self.stats.shm_hits += 1;
+                    if let Some(p) = pos {
+                        self.remember(key, p);
+                    }
+                    self.record(hash);
+                    return Ok(Some((version, kind)));
+                }
+                ReadOutcome::Miss => {
+                    self.stats.hint_lookups += 1;
+                    self.stats.shm_misses += 1;
+                    return Ok(None);
+                }
+                ReadOutcome::Retry if attempt == 0 && self.refresh_after_retry()? => {}
+                ReadOutcome::Retry => break,
+            }
+        }
+        Err(ShmError::Server {
+            status: Status::TRY_AGAIN.0,
+            message: "one-sided read stayed torn; read over the network".into(),
+        })
+    }
+
+    /// The direct reads of [`ShmReader::get_hinted`] and [`ShmReader::try_get_hinted`]:
+    /// `Some` if one validated (a hit, or the key's own entry found expired).
+    fn read_at_hints(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        hint: Option<Position>,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) -> Option<Option<(Version, ValueKind, MemgestId)>> {
+        let cached = self.hint_cache.get(key).copied();
+        if hint.is_none() && cached.is_none() {
+            self.stats.hint_missing += 1;
+        }
+        let s = self.session.as_ref()?;
+        let epoch = s.hello.epoch.0;
+        let tries = [(cached, true), (hint.filter(|h| Some(*h) != cached), false)];
+        for (pos, from_cache) in tries {
+            let Some(pos) = pos else { continue };
+            match read_entry_at(&s.view, key, hash, pos, now, Some(epoch), out) {
+                Ok(ReadOutcome::Hit {
+                    version,
+                    kind,
+                    memgest,
+                    ..
+                }) => {
+                    if from_cache {
+                        self.stats.hint_cache_hits += 1;
+                    } else {
+                        self.stats.hint_hits += 1;
+                    }
+                    self.stats.shm_hits += 1;
+                    self.record(hash);
+                    return Some(Some((version, kind, memgest)));
+                }
+                Ok(_) => {
+                    self.stats.shm_misses += 1;
+                    return Some(None);
+                }
+                Err(Stale::Table | Stale::Config) => self.stats.hint_stale_table += 1,
+                Err(Stale::Entry) => self.stats.hint_stale_entry += 1,
+            }
+            if from_cache {
+                self.hint_cache.remove(key);
+            }
+        }
+        None
+    }
+
+    fn remember(&mut self, key: &[u8], p: Position) {
+        if self.hint_cache.len() >= HINT_CACHE_ENTRIES_MAX && !self.hint_cache.contains_key(key) {
+            self.hint_cache.clear();
+        }
+        self.hint_cache.insert(key.to_vec(), p);
+    }
+
+    /// A cluster node's [`ShmReader::get_hinted`]: the direct reads and the lookup run
+    /// between the validity region's checks (as [`ShmReader::try_get_into`]), records
+    /// included (the caller asked for a link's target). Never goes over the socket.
+    ///
+    /// # Errors
+    /// The [`Fallback`] reason: the caller reads over the network.
+    pub fn try_get_hinted(
+        &mut self,
+        key: &[u8],
+        hint: Option<Position>,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<(Version, ValueKind)>, Fallback> {
+        if key.len() > KEY_BYTES_MAX as usize || self.is_stale() {
+            return Err(Fallback::Unavailable);
+        }
+        let Some(s) = self.session.as_ref() else {
+            return Err(Fallback::Unavailable);
+        };
+        let Some(v) = s.validity.as_ref() else {
+            return Err(Fallback::Unavailable);
+        };
+        let hash = key_hash(key);
+        let slot = ringlet_types::key_slot(key);
+        let ticket = v.begin(
+            slot,
+            hash,
+            s.hello.generation,
+            monotonic_coarse_ms_upper(self.mono_res_ms),
+        )?;
+        let now = coarse_now_ms(self.clock_res_ms);
+        let found = match self.read_at_hints(key, hash, hint, now, out) {
+            Some(r) => r,
+            None => {
+                let Some(s) = self.session.as_ref() else {
+                    return Err(Fallback::Unavailable);
+                };
+                let (r, pos) = locate_entry(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
+                match r {
+                    ReadOutcome::Hit {
+                        version,
+                        kind,
+                        memgest,
+                        ..
+                    } => {
+                        self.stats.hint_lookups += 1;
+                        if let Some(p) = pos {
+                            self.remember(key, p);
+                        }
+                        Some((version, kind, memgest))
+                    }
+                    ReadOutcome::Miss => {
+                        self.stats.hint_lookups += 1;
+                        None
+                    }
+                    ReadOutcome::Retry => return Err(Fallback::Retry),
+                }
+            }
+        };
+        let Some(s) = self.session.as_ref() else {
+            return Err(Fallback::Unavailable);
+        };
+        let Some(v) = s.validity.as_ref() else {
+            return Err(Fallback::Unavailable);
+        };
+        // `end` refuses an entry of an ec memgest (a pointer, not a value) and checks the
+        // seqlock and the lease after the read, as for a GET.
+        v.end(
+            ticket,
+            found.map(|(_, _, m)| m),
+            monotonic_coarse_ms_upper(self.mono_res_ms),
+        )?;
+        Ok(found.map(|(v, k, _)| (v, k)))
     }
 
     /// Whether this session is a cluster node's (its HELLO carried a validity region).

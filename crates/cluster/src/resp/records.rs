@@ -19,7 +19,10 @@ use super::{convert, err, Front, WRONGTYPE};
 use ringlet_codec::resp::Reply;
 use ringlet_record::hash::{Applied, Write};
 use ringlet_record::{chase, Record};
-use ringlet_server::cmd::record::{chase_reply, out_reply, read_encoded, CHASE_TIME_MAX};
+use ringlet_server::cmd::record::{
+    chase_reply, hrandfield_args, hrandfield_reply, hscan_reply, link_write_field, local_hint,
+    out_reply, read_encoded, Rng, CHASE_TIME_MAX,
+};
 use ringlet_types::{key_slot, limits, NodeId, ValueKind};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -62,7 +65,10 @@ impl Front {
                 )
             }
         };
-        let applied = apply(&args, cur.as_ref());
+        let mut applied = apply(&args, cur.as_ref());
+        if let (Some(field), Write::Store(r)) = (link_write_field(&args), &mut applied.write) {
+            self.fill_hints(r, field);
+        }
         match applied.write {
             Write::None => {}
             Write::Store(r) => {
@@ -73,6 +79,74 @@ impl Front {
             Write::Delete => self.write_in(key, None, None).await?,
         }
         Ok(convert(&out_reply(&name, applied.reply)))
+    }
+
+    /// Location hints for the links of `field` that have none: a target this node
+    /// coordinates gets its index entry's position in this node's engine (node id, epoch);
+    /// others are left without (a client looks them up by key at their coordinator).
+    fn fill_hints(&self, r: &mut Record, field: &[u8]) {
+        let Some(map) = self.map() else {
+            return;
+        };
+        let me = self.node.id();
+        let reader = self.node.engine_reader();
+        let epoch = self.node.epoch().0;
+        r.fill_hints(field, |t| {
+            if map.coordinator(key_slot(t)) != Some(me) {
+                return None;
+            }
+            // now 0: cluster engines never expire on read (expiry is checked by the fronts).
+            local_hint(&reader, t, 0, me.0, epoch)
+        });
+    }
+
+    /// The record at `key` for a read-only hash command on its coordinator: `Ok(None)` if
+    /// missing, WRONGTYPE for a string.
+    async fn read_record(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+        if let Some(m) = self.moved(key_slot(key)) {
+            return Err(m);
+        }
+        match self.get_any(key).await? {
+            None => Ok(None),
+            Some(g) if g.kind == ValueKind::String => Err(err(WRONGTYPE)),
+            Some(g) => Ok(Some(g.value.to_vec())),
+        }
+    }
+
+    /// HSCAN key cursor [MATCH pattern] [COUNT n] (Redis 7.0's replies; the single node's
+    /// `hscan_reply`).
+    pub(super) async fn hscan(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        // Redis checks the cursor before it looks the key up.
+        if std::str::from_utf8(args[2])
+            .ok()
+            .and_then(|c| c.parse::<u64>().ok())
+            .is_none()
+        {
+            return Err(err("ERR invalid cursor"));
+        }
+        let rec = self.read_record(args[1]).await?;
+        let listpack = rec.as_deref().is_none_or(|r| {
+            ringlet_server::cmd::keyspace::record_encoding(r, &self.hash_encoding) == "listpack"
+        });
+        Ok(convert(&hscan_reply(&args, rec.as_deref(), listpack)))
+    }
+
+    /// HRANDFIELD key [count [WITHVALUES]] (Redis 7.0's replies; RESP3 pairs as arrays).
+    pub(super) async fn hrandfield(&self, argv: &[Vec<u8>], resp3: bool) -> Result<Reply, Reply> {
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let parsed = hrandfield_args(&args).map_err(|e| convert(&e))?;
+        let rec = self.read_record(args[1]).await?;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ ringlet_types::key_slot(args[1]) as u64;
+        Ok(convert(&hrandfield_reply(
+            parsed,
+            rec.as_deref(),
+            resp3,
+            &mut Rng(seed),
+        )))
     }
 
     /// `RECORDS key [key ...]` (module doc).
@@ -98,10 +172,20 @@ impl Front {
     /// CHASE (module doc).
     pub(super) async fn chase(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        let mut walk = chase::Chase::parse(&args).map_err(err)?;
+        let walk = chase::Chase::parse(&args).map_err(err)?;
         if let Some(m) = self.moved(key_slot(walk.root())) {
             return Err(m);
         }
+        Ok(convert(&chase_reply(self.chase_walk(walk).await?)))
+    }
+
+    /// Drive a parsed CHASE from this node (the root's coordinator; the caller checked):
+    /// local reads through the core, one `RECORDS` call per other node and level. Shared by
+    /// RESP CHASE and the native CHASE frame (crates/cluster/src/native.rs).
+    pub(crate) async fn chase_walk(
+        &self,
+        mut walk: chase::Chase,
+    ) -> Result<chase::ChaseReply, Reply> {
         let deadline = Instant::now() + CHASE_TIME_MAX;
         loop {
             let batch = walk.next_batch();
@@ -173,6 +257,6 @@ impl Front {
                 }
             }
         }
-        Ok(convert(&chase_reply(walk.finish())))
+        Ok(walk.finish())
     }
 }

@@ -25,10 +25,15 @@
 //! MGET results are validated once and then iterated in place, so decoding a frame never
 //! allocates.
 
+pub mod chase;
 mod cursor;
 pub mod request;
 pub mod response;
 
+pub use chase::{
+    encode_chase, ChaseItem, ChaseItems, ChaseRequest, ChaseResponseWriter, ChaseStop,
+    CHASE_PAYLOAD_BYTES_MAX,
+};
 pub use request::{
     decode_cluster_request_frame, decode_request_frame, encode_cluster_map_request,
     encode_cluster_request_frame, encode_del, encode_get, encode_incr_by, encode_memgest,
@@ -81,6 +86,8 @@ pub enum Opcode {
     /// Cluster mode: a MEMGEST management command (the words after `MEMGEST`); the reply is
     /// MEMGEST's RESP3 reply, carried as bytes.
     Memgest = 9,
+    /// Follow links breadth-first from a key (RESP's CHASE; `chase` module).
+    Chase = 10,
 }
 
 impl Opcode {
@@ -96,6 +103,7 @@ impl Opcode {
             7 => Opcode::ClusterMap,
             8 => Opcode::ReadReplica,
             9 => Opcode::Memgest,
+            10 => Opcode::Chase,
             _ => return None,
         })
     }

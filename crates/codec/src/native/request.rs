@@ -13,6 +13,7 @@
 //! | CLUSTER_MAP | empty (cluster mode only) |
 //! | READ_REPLICA | `epoch u64 \| key` (cluster mode only) |
 //! | MEMGEST | `count u32 \| arg * count` (cluster mode only; each arg ≤ `limits::KEY_BYTES_MAX`) |
+//! | CHASE  | `depth u8 \| flags u8 \| limit u32 \| key \| links \| attrs` ([`super::chase`]) |
 //!
 //! [`decode_request_frame`] (a single node) refuses the cluster-only opcodes as unknown;
 //! [`decode_cluster_request_frame`] (a cluster-mode node) accepts them.
@@ -22,6 +23,7 @@
 
 use ringlet_types::{Epoch, MemgestId, Version};
 
+use super::chase::ChaseRequest;
 use super::cursor::Cursor;
 use super::{decode_header, len32, put_bytes, put_header, Opcode, HEADER_BYTES};
 use crate::error::DecodeError;
@@ -84,9 +86,9 @@ pub struct SetRequest<'a> {
 /// A batch of keys (MGET), validated at decode time and iterated in place without allocating.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyList<'a> {
-    count: u32,
+    pub(crate) count: u32,
     /// `(len u32 | key) * count`, already checked.
-    raw: &'a [u8],
+    pub(crate) raw: &'a [u8],
 }
 
 impl<'a> KeyList<'a> {
@@ -104,7 +106,7 @@ impl<'a> KeyList<'a> {
         // Validated at decode: `key()` cannot fail here; stopping on error keeps this total.
         (0..self.count).map_while(move |_| c.key().ok())
     }
-    fn parse(c: &mut Cursor<'a>) -> Result<KeyList<'a>, DecodeError> {
+    pub(crate) fn parse(c: &mut Cursor<'a>) -> Result<KeyList<'a>, DecodeError> {
         // Each key takes at least its 4-byte length.
         let count = c.count(4)?;
         let start = c.remaining();
@@ -152,6 +154,8 @@ pub enum NativeRequest<'a> {
         /// Amount to add (may be negative).
         delta: i64,
     },
+    /// CHASE key links [DEPTH] [LIMIT] [FIELDS].
+    Chase(ChaseRequest<'a>),
 }
 
 impl NativeRequest<'_> {
@@ -164,6 +168,7 @@ impl NativeRequest<'_> {
             NativeRequest::Set(_) => Opcode::Set,
             NativeRequest::Del { .. } => Opcode::Del,
             NativeRequest::IncrBy { .. } => Opcode::IncrBy,
+            NativeRequest::Chase(_) => Opcode::Chase,
         }
     }
 }
@@ -311,6 +316,7 @@ pub fn decode_cluster_request_frame(
         Opcode::Memgest => ClusterRequest::Memgest {
             args: KeyList::parse(&mut c)?,
         },
+        Opcode::Chase => data(NativeRequest::Chase(ChaseRequest::decode(&mut c)?)),
     };
     c.finish()?;
     Ok(Some((
@@ -450,6 +456,7 @@ pub fn encode_request_frame<S: Sink + ?Sized>(
         NativeRequest::Set(s) => encode_set(out, request_id, s),
         NativeRequest::Del { key, cas } => encode_del(out, request_id, key, *cas),
         NativeRequest::IncrBy { key, delta } => encode_incr_by(out, request_id, key, *delta),
+        NativeRequest::Chase(c) => c.encode(out, request_id),
     }
 }
 

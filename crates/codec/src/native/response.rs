@@ -17,6 +17,7 @@
 //! | OK | INCRBY | `value i64` |
 //! | OK | CLUSTER_MAP | `map` (`len u32 \| JSON`) |
 //! | OK | MEMGEST | `reply` (`len u32 \| RESP3 bytes`, ≤ `limits::VALUE_BYTES_MAX`) |
+//! | OK | CHASE | `len u32 \| stop u8 \| count u32 \| entry * count` ([`super::chase`]) |
 //! | OK | READ_REPLICA | `len u32 \| memgest u16 \| present u8 \| value bytes` ([`ReplicaValue`]) |
 //! | anything else | | empty |
 //!
@@ -246,6 +247,11 @@ pub fn decode_response_frame(
             Opcode::ReadReplica => {
                 let blob = c.replica_blob()?;
                 ReplicaValue::parse(blob)?;
+                ResponseBody::Value(blob)
+            }
+            Opcode::Chase => {
+                let blob = c.value()?;
+                super::chase::ChaseItems::parse(blob)?;
                 ResponseBody::Value(blob)
             }
             Opcode::Ping | Opcode::Set | Opcode::Del => ResponseBody::Empty,

@@ -176,6 +176,8 @@ fn handler_for(name: &str) -> Option<Handler> {
         }
         "link|set" | "link|add" | "link|get" | "link|del" => record::link_cmd,
         "chase" => record::chase_cmd,
+        "hscan" => record::hscan_cmd,
+        "hrandfield" => record::hrandfield_cmd,
         _ => return None,
     };
     Some(h)

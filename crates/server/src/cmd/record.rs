@@ -108,7 +108,10 @@ fn run(
         Ok(r) => r,
         Err(e) => return e,
     };
-    let applied = apply(argv, rec.as_ref());
+    let mut applied = apply(argv, rec.as_ref());
+    if let (Some(field), Write::Store(r)) = (link_write_field(argv), &mut applied.write) {
+        r.fill_hints(field, |t| local_hint(ctx.reader, t, now, 0, 0));
+    }
     match applied.write {
         Write::None => {}
         Write::Store(r) => {
@@ -130,6 +133,39 @@ fn run(
         }
     }
     out_reply(name, applied.reply)
+}
+
+/// The field a `LINK SET|ADD key field ...` writes (its links get location hints).
+pub fn link_write_field<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
+    let sub = argv.get(1)?;
+    let writes = argv[0].eq_ignore_ascii_case(b"link")
+        && (sub.eq_ignore_ascii_case(b"set") || sub.eq_ignore_ascii_case(b"add"));
+    writes.then(|| argv.get(3).copied()).flatten()
+}
+
+/// A location hint for `target` in this node's engine (docs/design/records.md, "Location
+/// hints"): where the lock-free reader finds its index entry now, or None if it is absent.
+/// `node` and `epoch` name the engine's owner (0 and 0 on a single node).
+pub fn local_hint(
+    reader: &ringlet_engine::Reader,
+    target: &[u8],
+    now: u64,
+    node: u32,
+    epoch: u64,
+) -> Option<ringlet_record::Hint> {
+    let mut scratch = Vec::new();
+    let hash = ringlet_engine::hash::key_hash(target);
+    let (r, pos) =
+        ringlet_engine::read::locate_entry(&reader.view(), target, hash, now, None, &mut scratch);
+    match (r, pos) {
+        (ringlet_engine::ReadOutcome::Hit { .. }, Some(p)) => Some(ringlet_record::Hint {
+            node,
+            epoch,
+            table: p.layout,
+            entry: p.entry,
+        }),
+        _ => None,
+    }
 }
 
 /// HSET HSETNX HMSET HGET HMGET HGETALL HDEL HLEN HEXISTS HKEYS HVALS HINCRBY HINCRBYFLOAT
@@ -184,11 +220,21 @@ pub fn link_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 /// CHASE key field [field ...] [DEPTH n] [LIMIT n] [FIELDS attr ...]: breadth-first over the
 /// named link fields, every hop a local lookup (one batch per depth under the lock).
 pub fn chase_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let mut walk = match chase::Chase::parse(argv) {
-        Ok(c) => c,
-        Err(e) => return Reply::err_owned(e),
-    };
+    match chase::Chase::parse(argv) {
+        Ok(walk) => chase_reply(walk_local(ctx.shared, walk, ctx.now_ms)),
+        Err(e) => Reply::err_owned(e),
+    }
+}
+
+/// Drive a CHASE over this node's engine: one lock hold per BFS level, bounded by
+/// [`CHASE_TIME_MAX`]. Shared by RESP CHASE and the native CHASE frame.
+pub fn walk_local(
+    shared: &crate::shared::Shared,
+    mut walk: chase::Chase,
+    now: u64,
+) -> chase::ChaseReply {
     let deadline = Instant::now() + CHASE_TIME_MAX;
+    // Bounded by DEPTH + 1 levels (each next_batch settles one level).
     loop {
         let batch = walk.next_batch();
         if batch.is_empty() {
@@ -198,16 +244,67 @@ pub fn chase_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
             walk.timed_out();
             break;
         }
-        let engine = ctx.shared.db.lock();
+        let engine = shared.db.lock();
         for k in &batch {
             // A missing key, a string or a record that does not decode is not an entry.
-            match engine.get(k, ctx.now_ms) {
+            match engine.get(k, now) {
                 Some(e) if e.kind == ValueKind::Record => walk.feed_encoded(k, Some(&e.value)),
                 _ => walk.feed_encoded(k, None),
             }
         }
     }
-    chase_reply(walk.finish())
+    walk.finish()
+}
+
+/// A [`chase::Chase`] from a native CHASE frame (`Err`: RESP CHASE's error text for the
+/// same arguments).
+pub fn chase_from_frame(
+    c: &ringlet_codec::native::ChaseRequest<'_>,
+) -> Result<chase::Chase, String> {
+    chase::Chase::new(
+        c.key.to_vec(),
+        c.links.iter().map(<[u8]>::to_vec).collect(),
+        u32::from(c.depth),
+        c.limit,
+        c.fields.map(|f| f.iter().map(<[u8]>::to_vec).collect()),
+    )
+}
+
+/// Encode a finished CHASE as a native CHASE response. Entries beyond the frame payload
+/// bound ([`ringlet_codec::native::CHASE_PAYLOAD_BYTES_MAX`]) are cut and the stop becomes
+/// `bytes`; `Err` if not even the first entry fits (the caller answers TOO_LARGE).
+pub fn encode_chase_native<S: ringlet_codec::Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    epoch: ringlet_types::Epoch,
+    reply: &chase::ChaseReply,
+) -> Result<(), &'static str> {
+    use ringlet_codec::native::{ChaseResponseWriter as W, ChaseStop, CHASE_PAYLOAD_BYTES_MAX};
+    if let Some(first) = reply.entries.first() {
+        if W::entry_bytes(&first.key, &first.attrs).saturating_add(5) > CHASE_PAYLOAD_BYTES_MAX {
+            return Err("the first CHASE entry exceeds the reply bound");
+        }
+    }
+    let mut w = W::begin(out, request_id, epoch);
+    let mut stop = match reply.stop {
+        chase::Stop::Complete => ChaseStop::Complete,
+        chase::Stop::Limit => ChaseStop::Limit,
+        chase::Stop::Bytes => ChaseStop::Bytes,
+        chase::Stop::Time => ChaseStop::Time,
+    };
+    for e in &reply.entries {
+        let more = W::entry_bytes(&e.key, &e.attrs);
+        if w.payload_bytes(out).saturating_add(more) > CHASE_PAYLOAD_BYTES_MAX {
+            stop = ChaseStop::Bytes;
+            break;
+        }
+        w.push(out, &e.key, e.depth, &e.attrs);
+    }
+    if w.finish(out, stop) {
+        Ok(())
+    } else {
+        Err("CHASE response lost bytes")
+    }
 }
 
 /// CHASE's reply: the entries in BFS order, each `[key, depth, [attr, value, ...]]`, then
@@ -249,6 +346,234 @@ pub fn chase_reply_parts(r: chase::ChaseReply) -> (Vec<ChaseEntry>, &'static str
         })
         .collect();
     (entries, stop)
+}
+
+/// HSCAN's default COUNT (Redis's).
+const HSCAN_COUNT_DEFAULT: u64 = 10;
+
+/// Most items one HRANDFIELD with a negative count (repetitions allowed) may return: Redis
+/// 7.0 has no bound and would build a reply of any size; this one keeps it within a reply
+/// a client can take (an error past it).
+pub const HRANDFIELD_COUNT_MAX: u64 = 1_000_000;
+
+/// HSCAN key cursor [MATCH pattern] [COUNT n] on `encoded` (None: the key is missing),
+/// Redis 7.0's replies: a missing key is an empty scan before any option is looked at; a
+/// `listpack` hash (`listpack`: its OBJECT ENCODING) is returned whole with cursor 0 whatever
+/// COUNT says, as Redis does. A larger one is paged in field order: the cursor is the
+/// position of the next field, COUNT fields per call (Redis walks its dict's buckets
+/// instead; its cursors are opaque to clients either way), so a full iteration returns
+/// every field that was present throughout, once.
+pub fn hscan_reply(argv: &[&[u8]], encoded: Option<&[u8]>, listpack: bool) -> Reply {
+    let Some(cursor) = std::str::from_utf8(argv[2])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+    else {
+        return Reply::err("ERR invalid cursor");
+    };
+    let empty = || {
+        Reply::Array(vec![
+            Reply::Bulk(Bytes::from_static(b"0")),
+            Reply::Array(vec![]),
+        ])
+    };
+    let Some(encoded) = encoded else {
+        return empty();
+    };
+    let mut count = HSCAN_COUNT_DEFAULT;
+    let mut pattern: Option<&[u8]> = None;
+    let mut i = 3;
+    // Each pass consumes two arguments.
+    while i < argv.len() {
+        let Some(v) = argv.get(i + 1) else {
+            return Reply::err(errors::SYNTAX);
+        };
+        if argv[i].eq_ignore_ascii_case(b"count") {
+            match ringlet_record::parse_i64(v) {
+                Some(n) if n >= 1 => count = n as u64,
+                Some(_) => return Reply::err(errors::SYNTAX),
+                None => return Reply::err("ERR value is not an integer or out of range"),
+            }
+        } else if argv[i].eq_ignore_ascii_case(b"match") {
+            pattern = Some(*v).filter(|p| *p != b"*");
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+        i += 2;
+    }
+    let Ok(fields) = ringlet_record::record::scan(encoded) else {
+        return Reply::err("ERR stored record does not decode");
+    };
+    let (page, next) = if listpack {
+        (&fields[..], 0)
+    } else {
+        let start = usize::try_from(cursor)
+            .unwrap_or(usize::MAX)
+            .min(fields.len());
+        let end = start.saturating_add(usize::try_from(count).unwrap_or(usize::MAX));
+        let end = end.min(fields.len());
+        let next = if end >= fields.len() { 0 } else { end as u64 };
+        (&fields[start..end], next)
+    };
+    let mut items = Vec::with_capacity(page.len() * 2);
+    for (name, f) in page {
+        if pattern.is_some_and(|p| !crate::glob::string_match(p, name, false)) {
+            continue;
+        }
+        items.push(Reply::bulk(name));
+        items.push(Reply::Bulk(Bytes::from(f.display())));
+    }
+    Reply::Array(vec![
+        Reply::Bulk(Bytes::from(next.to_string())),
+        Reply::Array(items),
+    ])
+}
+
+/// A small generator for HRANDFIELD (splitmix64): its picks need no cryptographic quality,
+/// and the fronts seed it per call.
+pub struct Rng(pub u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n` > 0; the modulo bias is irrelevant at hash sizes).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// The arguments of HRANDFIELD checked as Redis 7.0 checks them before it looks the key up:
+/// `Ok(None)` for the form without a count, else `(count, withvalues)`.
+///
+/// # Errors
+/// The error reply.
+pub fn hrandfield_args(argv: &[&[u8]]) -> Result<Option<(i64, bool)>, Reply> {
+    if argv.len() < 3 {
+        return Ok(None);
+    }
+    let count = match ringlet_record::parse_i64(argv[2]) {
+        Some(i64::MIN) => {
+            return Err(Reply::err(
+                "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+            ))
+        }
+        Some(n) => n,
+        None => return Err(Reply::err("ERR value is not an integer or out of range")),
+    };
+    if argv.len() > 4 || (argv.len() == 4 && !argv[3].eq_ignore_ascii_case(b"withvalues")) {
+        return Err(Reply::err(errors::SYNTAX));
+    }
+    let withvalues = argv.len() == 4;
+    if withvalues && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&count) {
+        return Err(Reply::err("ERR value is out of range"));
+    }
+    Ok(Some((count, withvalues)))
+}
+
+/// HRANDFIELD key [count [WITHVALUES]] on `encoded` (None: missing key) after
+/// [`hrandfield_args`]: Redis 7.0's cases — no count: one random field or nil; count 0: an
+/// empty array; negative: |count| picks with repetition; positive: distinct fields, the
+/// whole hash in field order when count ≥ its size. WITHVALUES pairs are flat in RESP2 and
+/// two-element arrays in RESP3 (`resp3`), as Redis sends them.
+pub fn hrandfield_reply(
+    args: Option<(i64, bool)>,
+    encoded: Option<&[u8]>,
+    resp3: bool,
+    rng: &mut Rng,
+) -> Reply {
+    let fields = encoded.map(|e| ringlet_record::record::scan(e).unwrap_or_default());
+    let Some((count, withvalues)) = args else {
+        return match fields {
+            Some(f) if !f.is_empty() => Reply::bulk(f[rng.below(f.len())].0),
+            _ => Reply::Nil,
+        };
+    };
+    let Some(fields) = fields.filter(|f| !f.is_empty()) else {
+        return Reply::Array(vec![]);
+    };
+    let n = count.unsigned_abs();
+    if n == 0 {
+        return Reply::Array(vec![]);
+    }
+    let item = |out: &mut Vec<Reply>, (name, f): &(&[u8], ringlet_record::record::FieldRef<'_>)| {
+        let name = Reply::bulk(name);
+        if !withvalues {
+            out.push(name);
+        } else if resp3 {
+            out.push(Reply::Array(vec![
+                name,
+                Reply::Bulk(Bytes::from(f.display())),
+            ]));
+        } else {
+            out.push(name);
+            out.push(Reply::Bulk(Bytes::from(f.display())));
+        }
+    };
+    let mut out = Vec::new();
+    if count < 0 || n == 1 {
+        if n > HRANDFIELD_COUNT_MAX {
+            return Reply::err_owned(format!(
+                "ERR count exceeds the reply bound of {HRANDFIELD_COUNT_MAX} items"
+            ));
+        }
+        for _ in 0..n {
+            item(&mut out, &fields[rng.below(fields.len())]);
+        }
+    } else if n >= fields.len() as u64 {
+        for f in &fields {
+            item(&mut out, f);
+        }
+    } else {
+        // Distinct picks: a partial Fisher-Yates over the positions.
+        let mut pos: Vec<usize> = (0..fields.len()).collect();
+        for i in 0..n as usize {
+            let j = i + rng.below(pos.len() - i);
+            pos.swap(i, j);
+            item(&mut out, &fields[pos[i]]);
+        }
+    }
+    Reply::Array(out)
+}
+
+/// HSCAN on the single node.
+pub fn hscan_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let engine = ctx.shared.db.lock();
+    match engine.get(argv[1], ctx.now_ms) {
+        None => hscan_reply(argv, None, true),
+        // Redis checks the cursor before the key's type.
+        Some(e) if e.kind != ValueKind::Record => match hscan_reply(argv, None, true) {
+            r @ Reply::Error(_) => r,
+            _ => Reply::err(errors::WRONGTYPE),
+        },
+        Some(e) => {
+            let listpack =
+                super::keyspace::record_encoding(&e.value, &ctx.shared.hash_encoding) == "listpack";
+            hscan_reply(argv, Some(&e.value), listpack)
+        }
+    }
+}
+
+/// HRANDFIELD on the single node.
+pub fn hrandfield_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let args = match hrandfield_args(argv) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    let seed = ctx
+        .shared
+        .random_seed
+        .fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed);
+    let resp3 = ctx.session.proto == ringlet_codec::Proto::Resp3;
+    let engine = ctx.shared.db.lock();
+    match engine.get(argv[1], ctx.now_ms) {
+        None => hrandfield_reply(args, None, resp3, &mut Rng(seed)),
+        Some(e) if e.kind != ValueKind::Record => Reply::err(errors::WRONGTYPE),
+        Some(e) => hrandfield_reply(args, Some(&e.value), resp3, &mut Rng(seed)),
+    }
 }
 
 /// COMMAND INFO / DOCS entries of Ringlet's own record commands (Redis 7's format), added

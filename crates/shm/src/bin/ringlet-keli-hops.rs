@@ -1,0 +1,203 @@
+//! KELI Fig. 8 on one host: the cost of following a link by its location hint (one
+//! validated direct read) against looking its target up by key, per hop.
+//!
+//! `N` records `n:<i>`, each a record with a `name` of `--value-bytes` bytes and a `next`
+//! link to another record (a random cycle through all of them, so a walk touches every
+//! record, cold in cache as in KELI's random walks), each link with a fresh hint. A walk of
+//! `--hops` hops reads a record, scans it for `next` and reads the target:
+//!   - engine, lookup:  `read_entry_with` (hash, probe, validate) on an in-process view;
+//!   - engine, chase:   `read_entry_at` at the link's hint (validate only);
+//!   - shm, lookup:     `ShmReader::get_into` over the node's regions mapped read-only;
+//!   - shm, chase:      `ShmReader::get_hinted` with the link's hint.
+//!
+//! Usage: ringlet-keli-hops [--records 200000] [--hops 1000000] [--value-bytes 64]
+//!        [--rounds 5]. Prints ns per hop (median of rounds) and chase/lookup ratios.
+
+use parking_lot::Mutex;
+use ringlet_engine::hash::key_hash;
+use ringlet_engine::read::{locate_entry, read_entry_at, read_entry_with, Position};
+use ringlet_engine::{Engine, EngineConfig, ReadOutcome, SetOptions, ValueKind};
+use ringlet_record::record::scan;
+use ringlet_record::{Field, Hint, Link, Record};
+use ringlet_shm::{Exporter, ExporterConfig, ShmReader};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `next` link of an encoded record: its target and hint.
+fn next_of(value: &[u8]) -> Option<(Vec<u8>, Option<Hint>)> {
+    let fields = scan(value).ok()?;
+    let (_, f) = fields.iter().find(|(n, _)| *n == b"next")?;
+    let (t, h) = f.links().next()?;
+    Some((t.to_vec(), h))
+}
+
+fn pos(h: &Hint) -> Position {
+    Position {
+        layout: h.table,
+        entry: h.entry,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let n = arg("--records", 200_000) as usize;
+    let hops = arg("--hops", 1_000_000);
+    let value_bytes = arg("--value-bytes", 64) as usize;
+    let rounds = arg("--rounds", 5).max(1);
+
+    let engine = Arc::new(Mutex::new(
+        Engine::new(EngineConfig {
+            memory_bytes_max: 2 << 30,
+            index_buckets_initial: Engine::index_buckets_for(n as u64 * 2),
+            ..EngineConfig::default()
+        })
+        .expect("engine"),
+    ));
+    // A random cycle: next[order[i]] = order[i + 1].
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    for i in (1..n).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        order.swap(i, (s % (i as u64 + 1)) as usize);
+    }
+    let key = |i: usize| format!("n:{i}").into_bytes();
+    let opts = SetOptions {
+        kind: ValueKind::Record,
+        ..SetOptions::default()
+    };
+    let record = |i: usize, target: usize, hint: Option<Hint>| {
+        let mut r = Record::new();
+        r.insert(
+            b"name".to_vec(),
+            Field::Bytes(vec![b'a' + (i % 26) as u8; value_bytes]),
+        );
+        r.insert(
+            b"next".to_vec(),
+            Field::Link(Link {
+                target: key(target),
+                hint,
+            }),
+        );
+        r.encode()
+    };
+    {
+        let mut e = engine.lock();
+        // Pass 1: every record without hints; pass 2: the links with their targets' hints
+        // (a rewrite in place keeps every index entry where it is).
+        for w in 0..n {
+            let (a, b) = (order[w], order[(w + 1) % n]);
+            e.set(&key(a), &record(a, b, None), &opts, 1).expect("set");
+        }
+        let view = e.reader().view();
+        let mut out = Vec::new();
+        for w in 0..n {
+            let (a, b) = (order[w], order[(w + 1) % n]);
+            let kb = key(b);
+            let (r, p) = locate_entry(&view, &kb, key_hash(&kb), 1, None, &mut out);
+            let hint = match (r, p) {
+                (ReadOutcome::Hit { .. }, Some(p)) => Some(Hint {
+                    node: 0,
+                    epoch: 0,
+                    table: p.layout,
+                    entry: p.entry,
+                }),
+                _ => None,
+            };
+            e.set(&key(a), &record(a, b, hint), &opts, 1).expect("set");
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("ringlet-keli-hops-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("s");
+    let _x = Exporter::spawn(engine.clone(), ExporterConfig::new(&path)).expect("exporter");
+    let mut shm = ShmReader::connect(&path).expect("reader");
+    let view = engine.lock().reader().view();
+
+    let start = key(order[0]);
+    let start_hint = {
+        let mut out = Vec::new();
+        let (_, p) = locate_entry(&view, &start, key_hash(&start), 1, None, &mut out);
+        p.map(|p| Hint {
+            node: 0,
+            epoch: 0,
+            table: p.layout,
+            entry: p.entry,
+        })
+    };
+    type Step<'a> = dyn FnMut(&[u8], Option<Hint>, &mut Vec<u8>) -> bool + 'a;
+    let walk = |step: &mut Step<'_>| -> f64 {
+        let mut k = start.clone();
+        let mut hint = start_hint;
+        let mut out = Vec::new();
+        let t = Instant::now();
+        for _ in 0..hops {
+            assert!(step(&k, hint, &mut out), "hop to {k:?} failed");
+            let (nk, nh) = next_of(&out).expect("next link");
+            k = nk;
+            hint = nh;
+        }
+        t.elapsed().as_nanos() as f64 / hops as f64
+    };
+    let mut res: Vec<(&str, Vec<f64>)> = vec![
+        ("engine lookup", vec![]),
+        ("engine chase", vec![]),
+        ("shm lookup", vec![]),
+        ("shm chase", vec![]),
+    ];
+    for _ in 0..rounds {
+        res[0].1.push(walk(&mut |k, _, out| {
+            matches!(
+                read_entry_with(&view, k, key_hash(k), 1, None, out).0,
+                ReadOutcome::Hit { .. }
+            )
+        }));
+        res[1].1.push(walk(&mut |k, h, out| {
+            let Some(h) = h else { return false };
+            matches!(
+                read_entry_at(&view, k, key_hash(k), pos(&h), 1, None, out),
+                Ok(ReadOutcome::Hit { .. })
+            )
+        }));
+        res[2].1.push(walk(&mut |k, _, out| {
+            matches!(shm.get_into(k, out), Ok(Some(_)))
+        }));
+        res[3].1.push(walk(&mut |k, h, out| {
+            matches!(shm.get_hinted(k, h.as_ref().map(pos), out), Ok(Some(_)))
+        }));
+    }
+    let st = shm.stats();
+    assert_eq!(
+        st.hint_stale_table + st.hint_stale_entry,
+        0,
+        "a hint went stale during the run"
+    );
+    println!(
+        "{n} records, {hops} hops per walk, {value_bytes}-byte names, median of {rounds} rounds"
+    );
+    let med: Vec<(&str, f64)> = res.into_iter().map(|(k, v)| (k, median(v))).collect();
+    for (k, v) in &med {
+        println!("{k:16} {v:8.1} ns/hop");
+    }
+    println!(
+        "chase/lookup: engine {:.2}, shm {:.2}",
+        med[1].1 / med[0].1,
+        med[3].1 / med[2].1
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
