@@ -35,6 +35,18 @@ pub enum ClientOp {
     Expire { key: Vec<u8>, version: Version },
     /// Delete: a tombstone with a new version.
     Delete { key: Vec<u8> },
+    /// Compare-and-set: write `value` (a delete when `None`) only if the key's newest entry,
+    /// writes in flight included, is live at version `expect`; else `Unchanged`. The
+    /// coordinator's core decides, so no other write of the key can slip in between the
+    /// check and the write (a front's lock would not see native blind writes).
+    SetIf {
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        memgest: Option<MemgestId>,
+        expiry_ms: Option<u64>,
+        kind: ValueKind,
+        expect: Version,
+    },
 }
 
 impl ClientOp {
@@ -44,6 +56,7 @@ impl ClientOp {
             | ClientOp::ReadReplica { key }
             | ClientOp::Set { key, .. }
             | ClientOp::Delete { key }
+            | ClientOp::SetIf { key, .. }
             | ClientOp::Expire { key, .. } => key,
         }
     }

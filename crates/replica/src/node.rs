@@ -734,10 +734,13 @@ impl<S: ReplicaStore> Replica<S> {
         if key.len() > limits::KEY_BYTES_MAX as usize {
             return self.reply(out, client, req.id, ClientReply::TooLarge);
         }
-        if let ClientOp::Set { value, .. } = &req.op {
-            if value.len() > limits::VALUE_BYTES_MAX as usize {
-                return self.reply(out, client, req.id, ClientReply::TooLarge);
-            }
+        let value_len = match &req.op {
+            ClientOp::Set { value, .. } => value.len(),
+            ClientOp::SetIf { value, .. } => value.as_ref().map_or(0, Vec::len),
+            _ => 0,
+        };
+        if value_len > limits::VALUE_BYTES_MAX as usize {
+            return self.reply(out, client, req.id, ClientReply::TooLarge);
         }
         if req.epoch != self.epoch || self.map.is_none() {
             let current = self.epoch;
@@ -835,6 +838,33 @@ impl<S: ReplicaStore> Replica<S> {
                 ValueKind::String,
                 out,
             ),
+            ClientOp::SetIf {
+                value,
+                memgest,
+                expiry_ms,
+                kind,
+                expect,
+                ..
+            } => {
+                // Decided here, on the coordinator's single thread, against the newest entry
+                // including writes still in flight: a write accepted before this one makes
+                // the comparison fail even if it later turns out ambiguous (a spurious
+                // mismatch, never a lost update).
+                let live = self
+                    .latest_entry(&key)
+                    .is_some_and(|e| e.version == expect && e.value.is_some());
+                if !live {
+                    return self.reply(out, client, req.id, ClientReply::Unchanged);
+                }
+                let (memgest, kind) = match value {
+                    Some(_) => (memgest, kind),
+                    None => (None, ValueKind::String),
+                };
+                let expiry_ms = if value.is_some() { expiry_ms } else { None };
+                self.write(
+                    now_ms, client, req.id, key, value, memgest, expiry_ms, kind, out,
+                )
+            }
             ClientOp::Expire { version, .. } => {
                 // Only the newest entry (uncommitted writes included) may be expired: a SET
                 // that renewed the key after the driver looked must not be undone.

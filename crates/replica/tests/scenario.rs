@@ -650,3 +650,59 @@ fn a_rate_limited_move_paces_its_pulls_and_loses_nothing() {
         }
     }
 }
+
+/// Compare-and-set in the coordinator's core: a write naming the current version applies,
+/// one naming an older version (or a missing key) does nothing, and a CAS delete removes
+/// the key only at its version.
+#[test]
+fn set_if_compares_the_newest_version_in_the_core() {
+    let mut net = Net::new(3, 3);
+    let r3 = net.r3();
+    let c = net.coordinator(b"k");
+    let set_if = |value: Option<&str>, expect| ClientOp::SetIf {
+        key: "k".into(),
+        value: value.map(Into::into),
+        memgest: Some(r3),
+        expiry_ms: None,
+        kind: ringlet_types::ValueKind::String,
+        expect,
+    };
+    let written = |r: Option<ClientReply>| match r {
+        Some(ClientReply::Written { version }) => version,
+        other => panic!("{other:?}"),
+    };
+    // On a missing key nothing matches.
+    net.request(c, 1, set_if(Some("x"), Version::new(1, 0, 0, 0)));
+    net.settle();
+    assert_eq!(net.take_reply(1), Some(ClientReply::Unchanged));
+    net.request(c, 2, set("k", "v1", r3));
+    net.settle();
+    let v1 = written(net.take_reply(2));
+    net.request(c, 3, set_if(Some("v2"), v1));
+    net.settle();
+    let v2 = written(net.take_reply(3));
+    assert!(v2 > v1);
+    // The same CAS again names a version that is no longer the newest.
+    net.request(c, 4, set_if(Some("v3"), v1));
+    net.settle();
+    assert_eq!(net.take_reply(4), Some(ClientReply::Unchanged));
+    net.request(c, 5, ClientOp::Get { key: "k".into() });
+    net.settle();
+    let Some(ClientReply::Value { value, version, .. }) = net.take_reply(5) else {
+        panic!()
+    };
+    assert_eq!((value.as_deref(), version), (Some(&b"v2"[..]), v2));
+    // A CAS delete at an old version does nothing; at the current one it deletes.
+    net.request(c, 6, set_if(None, v1));
+    net.settle();
+    assert_eq!(net.take_reply(6), Some(ClientReply::Unchanged));
+    net.request(c, 7, set_if(None, v2));
+    net.settle();
+    written(net.take_reply(7));
+    net.request(c, 8, ClientOp::Get { key: "k".into() });
+    net.settle();
+    let Some(ClientReply::Value { value, .. }) = net.take_reply(8) else {
+        panic!()
+    };
+    assert_eq!(value, None);
+}
