@@ -35,6 +35,7 @@ pub mod auth;
 pub mod commands;
 pub mod control;
 pub mod launch;
+pub mod load;
 pub mod native;
 pub mod node;
 pub mod resolve;

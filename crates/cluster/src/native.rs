@@ -238,6 +238,9 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Req::IncrBy { .. } => Opcode::IncrBy,
         Req::Unsupported(op, _) => *op,
     };
+    // Load and latency (crate::load): which slots the request reads or writes.
+    let (load_name, load_class, load_slots) = load_of(&req);
+    let started = Instant::now();
     let result: Result<(), Fail> = async {
         match req {
             Req::Ping => {
@@ -413,11 +416,44 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Ok(())
     }
     .await;
+    front.load().record_slots(
+        load_name,
+        load_class,
+        &load_slots,
+        started.elapsed(),
+        result.is_ok(),
+    );
     if let Err(Fail(status, message)) = result {
         out.clear();
         native::encode_error_response(&mut out, id, opcode, status, node.epoch(), &message);
     }
     out
+}
+
+/// The command name (as RESP's, so both fronts count together), class and slots a request
+/// is counted under in crate::load. A quorum-read leg is a read but not its slot's load
+/// (the coordinator of the slot counts the client's read).
+fn load_of(req: &Req) -> (&'static str, crate::load::Class, Vec<u16>) {
+    use crate::load::Class;
+    match req {
+        Req::Get(k) => ("get", Class::Read, vec![key_slot(k)]),
+        Req::Mget(keys) => (
+            "mget",
+            Class::Read,
+            keys.iter().map(|k| key_slot(k)).collect(),
+        ),
+        Req::Set { key, .. } => ("set", Class::Write, vec![key_slot(key)]),
+        Req::Del(k) => ("del", Class::Write, vec![key_slot(k)]),
+        Req::IncrBy { key, .. } => ("incrby", Class::Write, vec![key_slot(key)]),
+        Req::ReadReplica { .. } => ("read_replica", Class::Read, Vec::new()),
+        Req::Ping => ("ping", Class::Other, Vec::new()),
+        Req::ClusterMap => ("cluster_map", Class::Other, Vec::new()),
+        Req::Memgest(_) => ("memgest", Class::Other, Vec::new()),
+        Req::Unsupported(..) => ("unsupported", Class::Other, Vec::new()),
+        // Requests added later count as `other` until given a class here.
+        #[allow(unreachable_patterns)]
+        _ => ("other", Class::Other, Vec::new()),
+    }
 }
 
 /// The native status for the RESP front's error reply (INCRBY run through it): the same
