@@ -753,8 +753,7 @@ function num(v){return el("td",v===null||v===undefined?"-":v,{"class":"num"});}
 function fill(id,rows){var tb=document.querySelector("#"+id+" tbody");tb.replaceChildren.apply(tb,rows);}
 function fmt(v){return v===null||v===undefined?"-":(v>=100?String(Math.round(v)):Number(v).toFixed(1));}
 function heat(o,max){if(!(o>0))return "#eeeeee";var t=Math.log(1+o)/Math.log(1+Math.max(max,1));return "hsl("+Math.round(60*(1-t))+",90%,"+Math.round(75-25*t)+"%)";}
-var NS="http://www.w3.org/2000/svg";
-function sv(t,a,text){var e=document.createElementNS(NS,t);for(var k in a)e.setAttribute(k,String(a[k]));if(text!==undefined)e.textContent=text;return e;}
+function sv(t,a,text){var e=document.createElementNS(document.getElementById("chart-ops").namespaceURI,t);for(var k in a)e.setAttribute(k,String(a[k]));if(text!==undefined)e.textContent=text;return e;}
 function chart(id,hist,series){var svg=document.getElementById(id);var W=CHART_W,H=CHART_H,L=CHART_L,B=CHART_B;var max=0;
 hist.forEach(function(w){series.forEach(function(sr){var v=w[sr[0]];if(v!==null&&v!==undefined&&v>max)max=v;});});if(max<=0)max=1;
 var kids=[sv("line",{x1:L,y1:H-B,x2:W,y2:H-B,stroke:"#999"}),sv("line",{x1:L,y1:0,x2:L,y2:H-B,stroke:"#999"}),sv("text",{x:2,y:12,"font-size":10},fmt(max)),sv("text",{x:2,y:H-B,"font-size":10},"0")];
@@ -1354,6 +1353,7 @@ mod tests {
         assert!(h.contains("cluster_state:ok\n&lt;b&gt;"));
         // One script, inline; no src=/href= to anything but this node's own pages.
         assert_eq!(h.matches("<script").count(), 1);
+        assert!(!h.contains("http://") && !h.contains("https://"), "{h}");
         assert!(!h.contains(" src=\""), "{h}");
         for href in h.split("href=\"").skip(1) {
             let target = href.split('"').next().unwrap_or_default();
