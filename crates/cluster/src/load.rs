@@ -653,6 +653,37 @@ mod tests {
         assert_eq!(other.1.calls.load(Relaxed), 50);
     }
 
+    /// The Grafana dashboard (docs/grafana/ringlet.json) names only metrics a node exports:
+    /// every `ringlet_*` name in it (less a histogram's `_bucket`/`_count`/`_sum`) is written
+    /// by the admin page's code or this module's.
+    #[test]
+    fn grafana_dashboard_uses_exported_metric_names() {
+        let dash = include_str!("../../../docs/grafana/ringlet.json");
+        let sources = [include_str!("resp/admin.rs"), include_str!("load.rs")];
+        let v: serde_json::Value = serde_json::from_str(dash).unwrap();
+        assert!(v["panels"].as_array().unwrap().len() > 10);
+        let mut names = std::collections::BTreeSet::new();
+        for part in dash.split("ringlet_").skip(1) {
+            let n: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(n);
+        }
+        assert!(names.len() > 10, "{names:?}");
+        for n in names {
+            let base = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| n.strip_suffix(s))
+                .unwrap_or(&n);
+            let name = format!("ringlet_{base}");
+            assert!(
+                sources.iter().any(|s| s.contains(&format!("\"{name}")) || s.contains(&format!("\"{name}{{"))),
+                "the dashboard uses {name}, which no node exports"
+            );
+        }
+    }
+
     #[test]
     fn request_keys_and_classes() {
         let argv: Vec<Vec<u8>> = ["mset", "a", "1", "b", "2"]
