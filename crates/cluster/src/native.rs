@@ -17,9 +17,9 @@
 //! not coordinate), plain SET (optionally with a memgest and a TTL: a blind write, the expiry
 //! made absolute on this coordinator's clock as RESP's SET PX does), plain DEL, CLUSTER_MAP,
 //! READ_REPLICA (one quorum-read leg) and MEMGEST (the RESP front's handler; MOVE/KEY routed
-//! by key), INCRBY (run by the RESP front's INCRBY, under its per-key lock). Conditional /
-//! versioned SETs and CAS DELs answer `UNSUPPORTED`: they need a compare-and-set the core
-//! does not offer yet.
+//! by key), INCRBY (run by the RESP front's INCRBY, under its per-key lock), SET NX/XX (run
+//! under the same lock, resp/conditional.rs). Versioned SETs (VERSION, CAS) and CAS DELs
+//! answer `UNSUPPORTED`: resp/conditional.rs says why the lock is not enough for them.
 //!
 //! Coordinator operations retry definite refusals (failover, rebuild, back-pressure) for up to
 //! [`OP_DEADLINE`] like the RESP front, then answer `TRY_AGAIN`. A quorum-read leg is never
@@ -75,6 +75,14 @@ enum Req {
         ttl_ms: Option<u64>,
     },
     Del(Vec<u8>),
+    /// SET NX / XX, run by the RESP front under its per-key lock (resp/conditional.rs).
+    SetCond {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        memgest: Option<ringlet_types::MemgestId>,
+        ttl_ms: Option<u64>,
+        cond: SetCond,
+    },
     /// Run by the RESP front's INCRBY (under its per-key lock).
     IncrBy {
         key: Vec<u8>,
@@ -99,11 +107,20 @@ fn own(r: &ClusterRequest<'_>) -> Req {
             Req::Mget(keys.iter().map(<[u8]>::to_vec).collect())
         }
         ClusterRequest::Data(NativeRequest::Set(s)) => {
-            if s.cond != SetCond::Always || s.version.is_some() || s.cas.is_some() {
+            if s.version.is_some() || s.cas.is_some() {
+                // Why not CAS: resp/conditional.rs. The core assigns versions itself.
                 Req::Unsupported(
                     Opcode::Set,
-                    "NX/XX, VERSION and CAS are not supported in cluster mode (use RESP)",
+                    "VERSION and CAS are not supported in cluster mode (NX/XX are)",
                 )
+            } else if s.cond != SetCond::Always {
+                Req::SetCond {
+                    key: s.key.to_vec(),
+                    value: s.value.to_vec(),
+                    memgest: s.memgest,
+                    ttl_ms: s.ttl_ms,
+                    cond: s.cond,
+                }
             } else {
                 Req::Set {
                     key: s.key.to_vec(),
@@ -236,6 +253,7 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Req::ReadReplica { .. } => Opcode::ReadReplica,
         Req::Memgest(_) => Opcode::Memgest,
         Req::IncrBy { .. } => Opcode::IncrBy,
+        Req::SetCond { .. } => Opcode::Set,
         Req::Unsupported(op, _) => *op,
     };
     // Load and latency (crate::load): which slots the request reads or writes.
@@ -381,6 +399,37 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 }
             }
             Req::Unsupported(_, why) => return Err(fail(Status::UNSUPPORTED, why)),
+            Req::SetCond {
+                key,
+                value,
+                memgest,
+                ttl_ms,
+                cond,
+            } => {
+                if ttl_ms == Some(0) {
+                    return Err(fail(Status::BAD_REQUEST, "ttl_ms must be > 0"));
+                }
+                moved(node, &key)?;
+                // Absolute, on this coordinator's wall clock (as a plain SET's).
+                let expiry_ms = ttl_ms.map(|t| crate::wall_ms().saturating_add(t));
+                let (status, version) = match front
+                    .set_conditional(&key, value, memgest, expiry_ms, cond)
+                    .await
+                    .map_err(resp_error)?
+                {
+                    crate::resp::CondOutcome::Stored(v) => (Status::OK, v),
+                    // As the single node answers an NX/XX that did not apply.
+                    crate::resp::CondOutcome::NotStored => (Status::NOT_STORED, Version::ZERO),
+                };
+                native::encode_status_response(
+                    &mut out,
+                    id,
+                    Opcode::Set,
+                    status,
+                    node.epoch(),
+                    version,
+                );
+            }
             Req::IncrBy { key, delta } => {
                 moved(node, &key)?;
                 match front.incr_by(&key, delta).await {
@@ -442,7 +491,9 @@ fn load_of(req: &Req) -> (&'static str, crate::load::Class, Vec<u16>) {
             Class::Read,
             keys.iter().map(|k| key_slot(k)).collect(),
         ),
-        Req::Set { key, .. } => ("set", Class::Write, vec![key_slot(key)]),
+        Req::Set { key, .. } | Req::SetCond { key, .. } => {
+            ("set", Class::Write, vec![key_slot(key)])
+        }
         Req::Del(k) => ("del", Class::Write, vec![key_slot(k)]),
         Req::IncrBy { key, .. } => ("incrby", Class::Write, vec![key_slot(key)]),
         Req::ReadReplica { .. } => ("read_replica", Class::Read, Vec::new()),

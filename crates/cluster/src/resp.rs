@@ -31,6 +31,8 @@
 
 mod admin;
 mod clients;
+mod conditional;
+pub(crate) use conditional::CondOutcome;
 mod keyspace;
 mod records;
 mod transaction;
