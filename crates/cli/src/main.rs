@@ -179,6 +179,10 @@ struct UpArgs {
     /// (printed at start; docs/design/cluster-shm-reads.md).
     #[arg(long = "shm-dir")]
     shm_dir: Option<std::path::PathBuf>,
+    /// Cluster: the control plane's HTTP status port (`/metrics`, `/api/events`, a page
+    /// linking every node's status page).
+    #[arg(long = "status-port")]
+    status_port: Option<u16>,
     /// Cluster: active nodes (node i on port + i - 1). More than 1, or any spare, starts a
     /// cluster under the embedded control plane (on the port after the last node).
     #[arg(long, default_value_t = 1)]
@@ -582,6 +586,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         // As the single node's `up`: admin HTTP on port + 10000 unless --no-admin.
         admin_offset: (!a.no_admin).then_some(10_000),
         shm_dir: a.shm_dir.clone(),
+        status_port: a.status_port,
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
     eprintln!("ringlet: stopped");

@@ -295,9 +295,12 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
     if !have_chromium() {
         return;
     }
-    let base = common::free_base(5);
+    let base = common::free_base(6);
     let b = base.to_string();
     let admin = |node: u32| base + 10_000 + (node as u16 - 1);
+    // The control plane's own status port (free_base checked base + 10_000.. + 5).
+    let control_status = base + 10_005;
+    let cs = control_status.to_string();
     let (up, pids) = up_with_pids(&[
         "up",
         "--nodes",
@@ -306,6 +309,8 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
         "1",
         "--port",
         &b,
+        "--status-port",
+        &cs,
         "--default-memgest",
         "rep:3",
         "--memory-mb",
@@ -477,6 +482,44 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
     assert!(
         dom.contains("data-kind=\"spare_promoted\" data-node=\"2\""),
         "no spare took over node 2's roles in the event log:\n{dom}"
+    );
+
+    // The control plane's status port: its event log has the failure too, its /metrics
+    // the map's states, and its page links every node's page.
+    let (status, head, events) = http_get(control_status, "/api/events", "");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(head.contains("application/json"), "{head}");
+    let ev: serde_json::Value = serde_json::from_str(&events).unwrap();
+    assert!(
+        ev.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "node_failed" && e["about_node"] == 2),
+        "{events}"
+    );
+    let (_, _, cm) = http_get(control_status, "/metrics", "");
+    assert!(
+        cm.contains("ringlet_control_nodes{state=\"failed\"} 1"),
+        "{cm}"
+    );
+    assert!(
+        cm.contains("ringlet_control_events_logged{kind=\"node_failed\"} 1"),
+        "{cm}"
+    );
+    assert!(
+        cm.contains("ringlet_control_memgest_keys{memgest=\"warm\",kind=\"rep:2\"}"),
+        "{cm}"
+    );
+    let (_, _, page) = http_get(control_status, "/", "");
+    for node in 1..=4u32 {
+        assert!(
+            page.contains(&format!("href=\"//127.0.0.1:{}/\"", admin(node))),
+            "no link to node {node}'s page: {page}"
+        );
+    }
+    assert!(
+        page.contains("<tr data-node-id=\"2\" data-state=\"failed\""),
+        "{page}"
     );
 
     // A screenshot for humans (and the lead's review).

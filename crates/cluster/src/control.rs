@@ -356,6 +356,20 @@ pub struct ControlService {
 }
 
 impl ControlService {
+    /// The event log after sequence number `after` (the control status port's page).
+    pub fn events(&self, after: u64) -> Vec<StampedEvent> {
+        self.backend.events(after)
+    }
+
+    /// `MEMGEST LIST/INFO` figures with the default rates (the control status port).
+    pub fn memgest_reports(&self) -> Vec<MemgestReport> {
+        memgest_reports(
+            &self.backend.map(),
+            &self.backend.usage(),
+            ModelRates::default(),
+        )
+    }
+
     /// Bind and serve in the current tokio runtime. Returns the service and its address.
     ///
     /// # Errors

@@ -34,6 +34,7 @@
 pub mod auth;
 pub mod commands;
 pub mod control;
+pub mod control_http;
 pub mod launch;
 pub mod load;
 pub mod native;
