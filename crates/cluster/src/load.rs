@@ -659,7 +659,11 @@ mod tests {
     #[test]
     fn grafana_dashboard_uses_exported_metric_names() {
         let dash = include_str!("../../../docs/grafana/ringlet.json");
-        let sources = [include_str!("resp/admin.rs"), include_str!("load.rs")];
+        let sources = [
+            include_str!("resp/admin.rs"),
+            include_str!("load.rs"),
+            include_str!("control_http.rs"),
+        ];
         let v: serde_json::Value = serde_json::from_str(dash).unwrap();
         assert!(v["panels"].as_array().unwrap().len() > 10);
         let mut names = std::collections::BTreeSet::new();
@@ -678,7 +682,8 @@ mod tests {
                 .unwrap_or(&n);
             let name = format!("ringlet_{base}");
             assert!(
-                sources.iter().any(|s| s.contains(&format!("\"{name}")) || s.contains(&format!("\"{name}{{"))),
+                sources.iter().any(|s| s.contains(&format!("\"{name}"))
+                    || s.contains(&format!("\\n{name} "))),
                 "the dashboard uses {name}, which no node exports"
             );
         }
