@@ -121,7 +121,18 @@ def ringlet_run(binary, keys, size):
                            stdout=subprocess.DEVNULL)
             subprocess.run([binary, "node", "rebalance"] + admin, check=True,
                            stdout=subprocess.DEVNULL)
-        return measure(base, keys, size, grow)
+        r = measure(base, keys, size, grow)
+        # Copy throughput of one moving range: what the new coordinators received over the
+        # time their handoff rebuilds took (moves run one after another), from INFO.
+        got = {"reshard_bytes_pulled": 0, "reshard_moves_ms": 0}
+        for i in range(4):
+            info = redis.Redis(port=base + i).info()
+            for f in got:
+                got[f] += int(info.get(f, 0))
+        ms = max(got["reshard_moves_ms"], 1)
+        r["copy_mb"] = got["reshard_bytes_pulled"] / 1e6
+        r["copy_mb_per_s"] = got["reshard_bytes_pulled"] / 1e6 / (ms / 1000.0)
+        return r
     finally:
         up.send_signal(signal.SIGTERM)
         up.wait(timeout=30)
@@ -190,7 +201,9 @@ def main():
             print(f"round {i + 1} {name}: {r['seconds']:.2f} s, {r['slots_moved']} slots, "
                   f"{r['mb_per_s']:.1f} MB/s, GET p99 steady {r['steady']['p99_us']:.0f} us "
                   f"during {r['during']['p99_us']:.0f} us ({r['during']['n']} GETs), "
-                  f"errors {r['reader_errors']}", file=sys.stderr, flush=True)
+                  f"errors {r['reader_errors']}"
+                  + (f", copy {r['copy_mb']:.1f} MB at {r['copy_mb_per_s']:.1f} MB/s per range"
+                     if "copy_mb" in r else ""), file=sys.stderr, flush=True)
     if a.json:
         print(json.dumps(runs, indent=1))
     for name, rs in runs.items():
@@ -201,7 +214,9 @@ def main():
               f"{med(lambda r: r['mb_per_s']):6.1f} MB/s; GET p50/p99 steady "
               f"{med(lambda r: r['steady']['p50_us']):5.0f}/{med(lambda r: r['steady']['p99_us']):6.0f} us, "
               f"during {med(lambda r: r['during']['p50_us']):5.0f}/{med(lambda r: r['during']['p99_us']):6.0f} us, "
-              f"reader errors {sum(r['reader_errors'] for r in rs)}")
+              f"reader errors {sum(r['reader_errors'] for r in rs)}"
+              + (f"; handoff copy {med(lambda r: r['copy_mb_per_s']):6.1f} MB/s per range"
+                 if all("copy_mb" in r for r in rs) else ""))
 
 
 if __name__ == "__main__":

@@ -217,6 +217,33 @@ struct AdminConn {
     tls: TlsArgs,
 }
 
+/// `--rate MB/s` of the resharding commands.
+#[derive(clap::Args, Clone, Copy, Debug)]
+struct RateArg {
+    /// Copy rate limit of each move in MB/s (10^6 bytes), paced by the new owner's pulls;
+    /// absent = as fast as the nodes go.
+    #[arg(long, value_name = "MB/s", value_parser = parse_rate)]
+    rate: Option<f64>,
+}
+
+impl RateArg {
+    /// The limit in KiB/s as the control plane carries it (0 = unlimited).
+    fn kib_s(self) -> u32 {
+        self.rate.map_or(0, |mb| {
+            // parse_rate bounds it to 0.001..=100000 MB/s: at least 1 KiB/s, fits u32.
+            ((mb * 1e6 / 1024.0).round() as u32).max(1)
+        })
+    }
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("not a number: {s}"))?;
+    if !(0.001..=100_000.0).contains(&v) {
+        return Err(format!("{s} MB/s is out of range (0.001 to 100000)"));
+    }
+    Ok(v)
+}
+
 #[derive(Subcommand)]
 enum NodeAction {
     /// Hand node ID's roles and data to a spare before it is stopped (planned maintenance).
@@ -238,7 +265,8 @@ enum NodeAction {
         conn: AdminConn,
     },
     /// Move slots FIRST..=LAST (inside one slot range) to placement group PG's data index
-    /// INDEX: the current owner finishes its writes, the new one rebuilds from it.
+    /// INDEX: the current owner finishes its writes, the new one rebuilds from it. Waits
+    /// until the new owner holds the span (a bar on a terminal), unless --no-wait.
     MoveSlots {
         first: u16,
         last: u16,
@@ -246,6 +274,14 @@ enum NodeAction {
         pg: u32,
         #[arg(long, default_value_t = 0)]
         index: u8,
+        #[command(flatten)]
+        rate: RateArg,
+        /// Return once the control plane accepted the move.
+        #[arg(long)]
+        no_wait: bool,
+        /// Longest wait for the move's handoff, in seconds.
+        #[arg(long, default_value_t = 60)]
+        move_timeout: u64,
         #[command(flatten)]
         conn: AdminConn,
     },
@@ -256,6 +292,8 @@ enum NodeAction {
         /// Longest wait for one move's handoff, in seconds.
         #[arg(long, default_value_t = 60)]
         move_timeout: u64,
+        #[command(flatten)]
+        rate: RateArg,
         #[command(flatten)]
         conn: AdminConn,
     },
@@ -268,6 +306,8 @@ enum NodeAction {
         /// Longest wait for one move's handoff, in seconds.
         #[arg(long, default_value_t = 60)]
         move_timeout: u64,
+        #[command(flatten)]
+        rate: RateArg,
         #[command(flatten)]
         conn: AdminConn,
     },
@@ -605,7 +645,9 @@ fn node_admin(action: NodeAction) -> Result<()> {
             last,
             pg,
             index,
+            rate,
             conn,
+            ..
         } => (
             conn,
             ToControl::MoveSlots {
@@ -613,6 +655,7 @@ fn node_admin(action: NodeAction) -> Result<()> {
                 last: *last,
                 pg: *pg,
                 data_index: *index,
+                rate_kib_s: rate.kib_s(),
             },
         ),
         NodeAction::Remove { id, conn, .. } => (conn, ToControl::RemoveNode { node: *id }),
@@ -647,16 +690,46 @@ fn node_admin(action: NodeAction) -> Result<()> {
     if let NodeAction::Rebalance {
         dry_run,
         move_timeout,
+        rate,
         ..
     } = &action
     {
         let FromControl::Map(map) = reply else {
             anyhow::bail!("unexpected reply from the control plane: {reply:?}");
         };
-        return rt.block_on(rebalance(control, map, *dry_run, *move_timeout));
+        return rt.block_on(rebalance(control, map, *dry_run, *move_timeout, *rate));
+    }
+    if let NodeAction::MoveSlots {
+        first,
+        last,
+        pg,
+        index,
+        no_wait: false,
+        move_timeout,
+        ..
+    } = &action
+    {
+        if let FromControl::Error(e) = reply {
+            anyhow::bail!("{e}");
+        }
+        return rt.block_on(async {
+            let bar = move_bar(u64::from(*last) - u64::from(*first) + 1);
+            bar.set_message(format!("slots {first}-{last}"));
+            let t0 = std::time::Instant::now();
+            let to = wait_moved(control, *first, *last, (*pg, *index), *move_timeout).await?;
+            bar.finish_and_clear();
+            println!(
+                "slots {first}-{last} now at node {to} ({} ms)",
+                t0.elapsed().as_millis()
+            );
+            Ok(())
+        });
     }
     if let NodeAction::Remove {
-        id, move_timeout, ..
+        id,
+        move_timeout,
+        rate,
+        ..
     } = &action
     {
         if let FromControl::Error(e) = reply {
@@ -666,7 +739,7 @@ fn node_admin(action: NodeAction) -> Result<()> {
             let FromControl::Map(map) = request(control, &ToControl::Watch).await? else {
                 anyhow::bail!("the control plane sent no map");
             };
-            rebalance(control, map, false, *move_timeout).await?;
+            rebalance(control, map, false, *move_timeout, *rate).await?;
             match request(control, &ToControl::RemoveNode { node: *id }).await? {
                 FromControl::Ok => {
                     println!("node {id} removed: it is a spare now and may be stopped");
@@ -711,6 +784,7 @@ async fn rebalance(
     map: ringlet_control::ClusterMap,
     dry_run: bool,
     move_timeout_s: u64,
+    rate: RateArg,
 ) -> Result<()> {
     use ringlet_cluster::control::{request, FromControl, ToControl};
     let plan = ringlet_control::plan_rebalance(&map);
@@ -734,54 +808,111 @@ async fn rebalance(
         return Ok(());
     }
     let started = std::time::Instant::now();
+    let slots: u64 = plan
+        .iter()
+        .map(|m| u64::from(m.last) - u64::from(m.first) + 1)
+        .sum();
+    let bar = move_bar(slots);
     for (i, m) in plan.iter().enumerate() {
         let t0 = std::time::Instant::now();
+        bar.set_message(format!(
+            "move {}/{}: slots {}-{} to node {}",
+            i + 1,
+            plan.len(),
+            m.first,
+            m.last,
+            m.to
+        ));
         let req = ToControl::MoveSlots {
             first: m.first,
             last: m.last,
             pg: m.pg,
             data_index: m.data_index,
+            rate_kib_s: rate.kib_s(),
         };
         match request(control, &req).await? {
             FromControl::Ok => {}
             FromControl::Error(e) => anyhow::bail!("move {}-{}: {e}", m.first, m.last),
             other => anyhow::bail!("unexpected reply: {other:?}"),
         }
-        // Bounded wait: poll the map until the span is at its new owner and handed off.
-        let deadline = t0 + std::time::Duration::from_secs(move_timeout_s);
-        loop {
-            if let FromControl::Map(now) = request(control, &ToControl::Watch).await? {
-                let there = now.moving.is_none() && now.coordinator(m.first) == Some(m.to);
-                if there && now.handoff(m.first, m.last).is_none() {
-                    break;
-                }
-            }
-            if std::time::Instant::now() >= deadline {
-                anyhow::bail!(
-                    "move {}-{} not finished after {move_timeout_s} s (the map shows where it \
-                     stands: `ringlet node map`)",
-                    m.first,
-                    m.last
-                );
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        println!(
-            "[{}/{}] slots {}-{} now at node {} ({} ms)",
-            i + 1,
-            plan.len(),
+        wait_moved(
+            control,
             m.first,
             m.last,
-            m.to,
-            t0.elapsed().as_millis()
-        );
+            (m.pg, m.data_index),
+            move_timeout_s,
+        )
+        .await?;
+        bar.inc(u64::from(m.last) - u64::from(m.first) + 1);
+        bar.suspend(|| {
+            println!(
+                "[{}/{}] slots {}-{} now at node {} ({} ms)",
+                i + 1,
+                plan.len(),
+                m.first,
+                m.last,
+                m.to,
+                t0.elapsed().as_millis()
+            )
+        });
     }
+    bar.finish_and_clear();
     println!(
         "rebalanced: {} moves in {:.1} s",
         plan.len(),
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// A bar over slots moved on a terminal (stderr), hidden otherwise (scripts, tests).
+fn move_bar(slots: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(slots);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} slots, {elapsed} {msg}")
+            .expect("a valid template"),
+    );
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    b
+}
+
+/// Poll the map (bounded by `timeout_s`) until slots `first..=last` belong to the pair
+/// (placement group, data index) `to` and no handoff covers them any more (their new
+/// coordinator rebuilt them); returns that coordinator.
+async fn wait_moved(
+    control: &str,
+    first: u16,
+    last: u16,
+    to: (u32, u8),
+    timeout_s: u64,
+) -> Result<u32> {
+    use ringlet_cluster::control::{request, FromControl, ToControl};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_s);
+    loop {
+        if let FromControl::Map(now) = request(control, &ToControl::Watch).await? {
+            let at = now
+                .placement
+                .as_ref()
+                .and_then(|p| p.range_of(first))
+                .is_some_and(|r| (r.pg, r.data_index) == to && r.last >= last);
+            if at && now.handoff(first, last).is_none() {
+                if let Some(c) = now.coordinator(first) {
+                    return Ok(c.0);
+                }
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "move {first}-{last} not finished after {timeout_s} s (the map shows where it \
+                 stands: `ringlet node map`)"
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 fn print_ready(addr: std::net::SocketAddr, admin: Option<std::net::SocketAddr>) -> Result<()> {

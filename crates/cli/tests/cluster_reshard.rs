@@ -93,9 +93,12 @@ fn grow_three_to_five_under_redis_py_load() {
     };
     // A dry run plans nothing on a balanced cluster.
     assert!(admin(&["node", "rebalance", "--dry-run"]).contains("balanced"));
-    for id in ["4", "5"] {
+    for (id, rate) in [("4", None), ("5", Some("20"))] {
         assert_eq!(admin(&["node", "add", id]).trim(), "OK");
-        let log = admin(&["node", "rebalance"]);
+        // The second grow is rate-limited (`--rate` MB/s, paced by the new owners' pulls).
+        let mut args = vec!["node", "rebalance"];
+        args.extend(rate.map(|r| ["--rate", r]).into_iter().flatten());
+        let log = admin(&args);
         assert!(log.contains("rebalanced:"), "{log}");
         eprintln!("{log}");
     }
@@ -119,6 +122,17 @@ fn grow_three_to_five_under_redis_py_load() {
         })
         .sum();
     assert!(rebuilt >= 9, "{rebuilt} handoffs rebuilt for 9 moves");
+    let pulled = |field: &str| -> u64 {
+        (0..5)
+            .map(|i| info(base + i, field).parse::<u64>().unwrap())
+            .sum()
+    };
+    let (keys, bytes) = (
+        pulled("reshard_keys_pulled"),
+        pulled("reshard_bytes_pulled"),
+    );
+    eprintln!("handoffs copied {keys} keys, {bytes} bytes");
+    assert!(keys > 0 && bytes > 0, "the moves copied nothing");
     assert_eq!(info(base, "reshard_moving"), "-");
     assert_eq!(info(base, "reshard_handoffs_pending"), "0");
     let grown = ringlet_control::ClusterMap::from_json(admin(&["node", "map"]).trim()).unwrap();
@@ -126,8 +140,8 @@ fn grow_three_to_five_under_redis_py_load() {
     assert_eq!(per.len(), 5, "{per:?}");
     assert!(per.values().all(|c| (3276..=3277).contains(c)), "{per:?}");
     // And shrink back to three, still under load.
-    for id in ["5", "4"] {
-        let log = admin(&["node", "remove", id]);
+    for (id, rate) in [("5", "50"), ("4", "0.5")] {
+        let log = admin(&["node", "remove", id, "--rate", rate]);
         assert!(log.contains(&format!("node {id} removed")), "{log}");
         eprintln!("{log}");
     }

@@ -580,3 +580,131 @@ async fn pipeline_results_in_order_with_per_command_errors() {
     assert_eq!(got[5], Ok(PipelineReply::Deleted));
     assert_eq!(got[6], Ok(PipelineReply::Value(None)));
 }
+
+/// Resharding under the smart client (issue 12): a spare is added, the plan's moves run one
+/// after another, then the node is removed again (its spans move back), while one task
+/// writes and reads through `ClusterClient` all along. The client follows the maps (MOVED,
+/// newer epochs; a moving span's writes are retried by its node): no operation fails, not
+/// even ambiguously, and every acknowledged value reads back from a fresh client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grow_and_shrink_under_the_smart_client() {
+    use ringlet_cluster::control::{request, FromControl, ToControl};
+    let (c, caddr) = start_with(4, 3).await;
+    let caddr = caddr.to_string();
+    let seeds: Vec<String> = c.addrs.iter().map(|a| a.to_string()).collect();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let client = Arc::new(
+        ClusterClient::connect(&seeds, cfg(ReadMode::Coordinator))
+            .await
+            .unwrap(),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (client, stop) = (client.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut acked: HashMap<String, String> = HashMap::new();
+            let mut failures = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) || i < 500 {
+                let (k, v) = (format!("g{}", i % 400), format!("v{i}"));
+                match client
+                    .set(k.as_bytes(), v.as_bytes(), SetOptions::default())
+                    .await
+                {
+                    Ok(_) => {
+                        acked.insert(k.clone(), v.clone());
+                        match client.get(k.as_bytes()).await {
+                            Ok(got) if got.value.as_deref() == Some(v.as_bytes()) => {}
+                            other => failures.push(format!("read {k}: {other:?}")),
+                        }
+                    }
+                    Err(e) => failures.push(format!("write {k}: {e}")),
+                }
+                i += 1;
+            }
+            (i, acked, failures)
+        })
+    };
+    let map = || async {
+        match request(&caddr, &ToControl::Watch).await.unwrap() {
+            FromControl::Map(m) => m,
+            other => panic!("{other:?}"),
+        }
+    };
+    let ok = |r: FromControl| assert!(matches!(r, FromControl::Ok), "{r:?}");
+    let run_plan = |m: ringlet_control::ClusterMap| {
+        let caddr = caddr.clone();
+        async move {
+            let plan = ringlet_control::plan_rebalance(&m);
+            assert!(!plan.is_empty());
+            for mv in &plan {
+                let r = request(
+                    &caddr,
+                    &ToControl::MoveSlots {
+                        first: mv.first,
+                        last: mv.last,
+                        pg: mv.pg,
+                        data_index: mv.data_index,
+                        rate_kib_s: 0,
+                    },
+                )
+                .await
+                .unwrap();
+                assert!(matches!(r, FromControl::Ok), "{r:?}");
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    assert!(Instant::now() < deadline, "move {mv:?} did not finish");
+                    if let FromControl::Map(now) = request(&caddr, &ToControl::Watch).await.unwrap()
+                    {
+                        if now.moving.is_none()
+                            && now.coordinator(mv.first) == Some(mv.to)
+                            && now.handoff(mv.first, mv.last).is_none()
+                        {
+                            break;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            plan.len()
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ok(request(&caddr, &ToControl::AddNode { node: 4 })
+        .await
+        .unwrap());
+    let grown = run_plan(map().await).await;
+    assert_eq!(
+        map().await.placement.unwrap().slots_per_coordinator().len(),
+        4
+    );
+    ok(request(&caddr, &ToControl::RemoveNode { node: 4 })
+        .await
+        .unwrap());
+    let shrunk = run_plan(map().await).await;
+    ok(request(&caddr, &ToControl::RemoveNode { node: 4 })
+        .await
+        .unwrap());
+    stop.store(true, Ordering::Relaxed);
+    let (ops, acked, failures) = load.await.unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
+    let fresh = ClusterClient::connect(&seeds, cfg(ReadMode::Coordinator))
+        .await
+        .unwrap();
+    let keys: Vec<&String> = acked.keys().collect();
+    let got = fresh.mget(&keys).await.unwrap();
+    for (k, g) in keys.iter().zip(&got) {
+        assert_eq!(g.value.as_deref(), Some(acked[*k].as_bytes()), "lost {k}");
+    }
+    eprintln!(
+        "{ops} writes (+ reads) through {grown} + {shrunk} moves, {} keys checked; client map refreshes {}",
+        keys.len(),
+        client.stats().map_refreshes
+    );
+    assert!(client.stats().map_refreshes >= 2, "{:?}", client.stats());
+}

@@ -90,6 +90,9 @@ pub enum ToControl {
         last: u16,
         pg: u32,
         data_index: u8,
+        /// Copy rate limit in KiB/s (`--rate`), 0 or absent = unlimited.
+        #[serde(default)]
+        rate_kib_s: u32,
     },
     /// Turn spare `node` into a data node (`ringlet node add`).
     AddNode {
@@ -649,12 +652,14 @@ impl ControlService {
                 last,
                 pg,
                 data_index,
+                rate_kib_s,
             } => {
                 let a = self.backend.step(Input::MoveSlots {
                     first,
                     last,
                     pg,
                     data_index,
+                    rate_kib_s,
                 });
                 self.carry_out(a, Some(conn))
             }

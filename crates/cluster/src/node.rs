@@ -146,6 +146,13 @@ pub struct NodeStats {
     /// step; INFO `reshard_*`, docs/design/cluster-resharding.md).
     pub handoffs_completed: AtomicU64,
     pub handoff_keys_purged: AtomicU64,
+    /// Resharding copy progress: bytes and keys received by completed handoff rebuilds, and
+    /// the last one's bytes and duration (its copy throughput is their quotient).
+    pub handoff_bytes_pulled: AtomicU64,
+    pub handoff_keys_pulled: AtomicU64,
+    pub last_handoff_bytes: AtomicU64,
+    pub last_handoff_ms: AtomicU64,
+    pub handoff_ms: AtomicU64,
 }
 
 struct Shared {
@@ -919,6 +926,16 @@ impl Driver {
             .stats
             .handoff_keys_purged
             .store(rs.handoff_keys_purged, Ordering::Relaxed);
+        let st = &self.shared.stats;
+        st.handoff_bytes_pulled
+            .store(rs.handoff_bytes_pulled, Ordering::Relaxed);
+        st.handoff_keys_pulled
+            .store(rs.handoff_keys_pulled, Ordering::Relaxed);
+        st.last_handoff_bytes
+            .store(rs.last_handoff_bytes, Ordering::Relaxed);
+        st.last_handoff_ms
+            .store(rs.last_handoff_ms, Ordering::Relaxed);
+        st.handoff_ms.store(rs.handoff_ms, Ordering::Relaxed);
         if let Some(m) = self.replica.map() {
             let mut cur = self.shared.map.write();
             if cur.as_ref().is_none_or(|c| c.epoch < m.epoch) {

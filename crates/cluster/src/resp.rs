@@ -1509,7 +1509,7 @@ impl Front {
         let own = self.owned_key_count();
         let shm = self.node.shm_stats().unwrap_or_default();
         format!(
-            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
             ringlet_server::cmd::connection::REDIS_COMPAT_VERSION,
             self.node.id(),
             map.as_ref().map_or(0, |m| m.epoch.0),
@@ -1534,6 +1534,11 @@ impl Front {
             map.as_ref().map_or(0, |m| m.handoffs.len()),
             st.handoffs_completed.load(Relaxed),
             st.handoff_keys_purged.load(Relaxed),
+            st.handoff_bytes_pulled.load(Relaxed),
+            st.handoff_keys_pulled.load(Relaxed),
+            st.last_handoff_bytes.load(Relaxed),
+            st.last_handoff_ms.load(Relaxed),
+            st.handoff_ms.load(Relaxed),
             own
         )
     }
@@ -2097,17 +2102,19 @@ impl Front {
                 }
             }
             "getex" => {
-                let mut change: Option<Option<u64>> = None; // Some(None): PERSIST
+                // Syntax first; the expire value is checked only once the key exists (a
+                // missing key answers nil even with `EX 0`, as Redis 7 does).
+                let mut opt: Option<Option<(String, &[u8])>> = None; // Some(None): PERSIST
                 let mut i = 2;
                 while i < argv.len() {
                     let o = String::from_utf8_lossy(&argv[i]).to_ascii_lowercase();
                     match o.as_str() {
-                        "persist" if change.is_none() => change = Some(None),
-                        "ex" | "px" | "exat" | "pxat" if change.is_none() => {
+                        "persist" if opt.is_none() => opt = Some(None),
+                        "ex" | "px" | "exat" | "pxat" if opt.is_none() => {
                             let Some(n) = argv.get(i + 1) else {
                                 return Err(err("ERR syntax error"));
                             };
-                            change = Some(Some(expiry_from(&o, n, "getex")?));
+                            opt = Some(Some((o, n.as_slice())));
                             i += 1;
                         }
                         _ => return Err(err("ERR syntax error")),
@@ -2117,6 +2124,11 @@ impl Front {
                 let _g = self.lock(key).await?;
                 let Some((v, old)) = self.get_full(key).await? else {
                     return Ok(Reply::Null);
+                };
+                let change: Option<Option<u64>> = match opt {
+                    None => None,
+                    Some(None) => Some(None),
+                    Some(Some((o, n))) => Some(Some(expiry_from(&o, n, "getex")?)),
                 };
                 match change {
                     Some(Some(at)) if at <= now => self.write(key, None).await?,

@@ -116,6 +116,10 @@ pub struct SlotMove {
     pub data_index: u8,
     /// Epoch of the map that started the move: a quiesce report must be at least as new.
     pub epoch: u64,
+    /// Copy rate limit of the move in KiB/s (`--rate`), 0 = unlimited. Carried into the
+    /// span's [`Handoff`]: the new coordinator paces its rebuild pulls by it.
+    #[serde(default)]
+    pub rate_kib_s: u32,
 }
 
 /// A span that moved at `epoch` from (`from_pg`, `from_data_index`).
@@ -126,6 +130,9 @@ pub struct Handoff {
     pub from_pg: u32,
     pub from_data_index: u8,
     pub epoch: u64,
+    /// Rebuild pull rate limit in KiB/s, 0 = unlimited (from the move's [`SlotMove`]).
+    #[serde(default)]
+    pub rate_kib_s: u32,
 }
 
 impl Default for ClusterMap {

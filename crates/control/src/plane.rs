@@ -165,6 +165,8 @@ pub enum Input {
         last: Slot,
         pg: u32,
         data_index: u8,
+        /// Copy rate limit in KiB/s; 0 = as fast as the nodes go.
+        rate_kib_s: u32,
     },
     /// The new coordinator of a handed-off span holds everything its old cohort had: drop
     /// the handoff record (the old cohort then releases its copies).
@@ -471,8 +473,10 @@ impl ControlPlane {
                 last,
                 pg,
                 data_index,
+                rate_kib_s,
             } => {
-                if let Err(e) = self.move_slots(now_ms, first, last, pg, data_index, &mut out) {
+                let to = (pg, data_index);
+                if let Err(e) = self.move_slots(now_ms, first, last, to, rate_kib_s, &mut out) {
                     out.push(Action::Rejected(e));
                 }
             }
@@ -788,8 +792,8 @@ impl ControlPlane {
         now_ms: u64,
         first: Slot,
         last: Slot,
-        pg: u32,
-        data_index: u8,
+        (pg, data_index): (u32, u8),
+        rate_kib_s: u32,
         out: &mut Vec<Action>,
     ) -> Result<(), ControlError> {
         let p = self.map.placement.as_ref().ok_or(ControlError::NotPlaced)?;
@@ -863,6 +867,7 @@ impl ControlPlane {
             pg,
             data_index,
             epoch: self.next_epoch().0,
+            rate_kib_s,
         });
         self.moving_since = Some(now_ms);
         self.commit(next, out);
@@ -897,6 +902,7 @@ impl ControlPlane {
                     from_pg: from.pg,
                     from_data_index: from.data_index,
                     epoch,
+                    rate_kib_s: m.rate_kib_s,
                 });
                 self.commit(next, out);
             }
@@ -1539,6 +1545,7 @@ mod tests {
                 last,
                 pg,
                 data_index: 0,
+                rate_kib_s: 0,
             },
         ))
         .unwrap();
@@ -1554,7 +1561,8 @@ mod tests {
                     first: 9000,
                     last: 9001,
                     pg,
-                    data_index: 0
+                    data_index: 0,
+                    rate_kib_s: 0,
                 }
             )
             .as_slice(),
@@ -1594,7 +1602,8 @@ mod tests {
                     first,
                     last: first,
                     pg: r0.pg,
-                    data_index: r0.data_index
+                    data_index: r0.data_index,
+                    rate_kib_s: 0,
                 }
             )
             .as_slice(),
@@ -1621,6 +1630,7 @@ mod tests {
                 last,
                 pg: r0.pg,
                 data_index: r0.data_index,
+                rate_kib_s: 0,
             },
         ))
         .unwrap();
@@ -1642,6 +1652,7 @@ mod tests {
             last,
             pg,
             data_index,
+            rate_kib_s: 0,
         };
         assert!(matches!(
             rej(cp.step(1, mv(r0.first, r1.first, r1.pg, 0))),
@@ -1688,6 +1699,7 @@ mod tests {
                 last: 9,
                 pg: target,
                 data_index: 0,
+                rate_kib_s: 0,
             },
         ))
         .unwrap();

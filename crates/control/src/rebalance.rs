@@ -203,6 +203,7 @@ mod tests {
                     last: m.last,
                     pg: m.pg,
                     data_index: m.data_index,
+                    rate_kib_s: 0,
                 },
             );
             assert!(
@@ -267,6 +268,7 @@ mod tests {
                         last: m.last,
                         pg: m.pg,
                         data_index: m.data_index,
+                        rate_kib_s: 0,
                     },
                 );
                 let src = cp.map().moving_source().unwrap();

@@ -772,11 +772,13 @@ async fn answer(
             last,
             pg,
             data_index,
+            rate_kib_s,
         } => Input::MoveSlots {
             first,
             last,
             pg,
             data_index,
+            rate_kib_s,
         },
         ToControl::AddNode { node } => Input::AddNode { node: NodeId(node) },
         ToControl::RemoveNode { node } => Input::RemoveNode { node: NodeId(node) },

@@ -185,6 +185,17 @@ struct Pull {
     /// out, reports them as possibly lost.
     refused: BTreeSet<MemgestId>,
     started_ms: u64,
+    /// Copy rate limit of a handed-off range (`ringlet node move-slots --rate`), KiB/s;
+    /// 0 = unlimited. Every page received from any source pushes `paced_until_ms` forward
+    /// by its size at this rate; no request of this pull goes out before it (a token
+    /// bucket of depth one page: the limit holds over any window longer than a page).
+    rate_kib_s: u32,
+    paced_until_ms: u64,
+    /// Bytes and entries received so far (progress of a handoff, INFO `reshard_*`).
+    pulled_bytes: u64,
+    pulled_keys: u64,
+    /// When the last page arrived.
+    progress_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -359,6 +370,18 @@ pub struct ReplicaStats {
     pub handoffs_completed: u64,
     /// Resharding: keys dropped from ranges this node gave away, once released.
     pub handoff_keys_purged: u64,
+    /// Resharding: bytes (keys + values) and entries received by completed handoff rebuilds
+    /// (from every source: the old coordinator's copy and the old replicas' agree, so a
+    /// value can count more than once).
+    pub handoff_bytes_pulled: u64,
+    pub handoff_keys_pulled: u64,
+    /// The last completed handoff: bytes received and ms from its start to its completion
+    /// (the copy time of one moving range; its throughput is their quotient).
+    pub last_handoff_bytes: u64,
+    pub last_handoff_ms: u64,
+    /// Sum of the completed handoff rebuilds' durations (copy throughput over all moves:
+    /// `handoff_bytes_pulled / handoff_ms`).
+    pub handoff_ms: u64,
 }
 
 /// How often a coordinator repeats an unanswered request to mark a memgest written.
@@ -1457,6 +1480,7 @@ impl<S: ReplicaStore> Replica<S> {
                         // coordinator we sync from failed): pull from the current sources,
                         // keeping progress with those that stay.
                         p.prior = prior.clone();
+                        p.rate_kib_s = handoff.map_or(0, |h| h.rate_kib_s);
                         let want: Vec<NodeId> = match p.purpose {
                             PullPurpose::Sync => cohort.first().copied().into_iter().collect(),
                             PullPurpose::Rebuild => cohort
@@ -1565,6 +1589,11 @@ impl<S: ReplicaStore> Replica<S> {
                                 },
                                 refused: BTreeSet::new(),
                                 started_ms: now_ms,
+                                rate_kib_s: handoff.map_or(0, |h| h.rate_kib_s),
+                                paced_until_ms: 0,
+                                pulled_bytes: 0,
+                                pulled_keys: 0,
+                                progress_ms: now_ms,
                             })
                         }
                     }
@@ -1720,6 +1749,7 @@ impl<S: ReplicaStore> Replica<S> {
         let retry = self.cfg.pull_retry_ms;
         let mut sends = Vec::new();
         let mut finished = Vec::new();
+        let map = self.map.clone();
         for ri in 0..self.ranges.len() {
             let Some(r) = self.ranges.get_mut(ri) else {
                 continue;
@@ -1728,14 +1758,39 @@ impl<S: ReplicaStore> Replica<S> {
             let Status::Pulling(p) = &mut r.status else {
                 continue;
             };
+            // A rate-limited handoff may take longer than the rebuild timeout by the
+            // operator's choice: its timeout counts from the last page received, or the
+            // end of its own pacing wait, instead (only a silent source is a stall).
+            let since = if p.rate_kib_s > 0 {
+                p.started_ms.max(p.progress_ms).max(p.paced_until_ms)
+            } else {
+                p.started_ms
+            };
             if p.purpose == PullPurpose::Rebuild
-                && now_ms.saturating_sub(p.started_ms) >= self.cfg.rebuild_timeout_ms
+                && now_ms.saturating_sub(since) >= self.cfg.rebuild_timeout_ms
             {
                 finished.push((ri, true));
                 continue;
             }
+            if now_ms < p.paced_until_ms {
+                continue;
+            }
+            // A handed-off range whose old coordinator is alive completes on its answer
+            // alone (`pull_complete`, `unconfirmed_memgests`): asking the other sources too
+            // would copy the span two or three times more over the network for nothing.
+            // The others are asked once it fails (the map says so) or goes quiet for a
+            // retry interval (a partition the map does not show yet): their answers then
+            // confirm the rebuild if it fails later.
+            let quiet = now_ms.saturating_sub(p.progress_ms.max(p.paced_until_ms)) >= retry;
+            let only = p.prior.first().copied().filter(|old| {
+                !quiet
+                    && *old != self.id
+                    && map
+                        .as_ref()
+                        .is_some_and(|m| m.node_state(*old) == Some(NodeState::Active))
+            });
             for (node, s) in p.sources.iter_mut() {
-                if s.done {
+                if s.done || only.is_some_and(|o| o != *node) {
                     continue;
                 }
                 if s.req_id == 0 || now_ms.saturating_sub(s.sent_ms) >= retry {
@@ -1906,6 +1961,7 @@ impl<S: ReplicaStore> Replica<S> {
             return;
         };
         let purpose = p.purpose;
+        let (pulled_bytes, pulled_keys, started_ms) = (p.pulled_bytes, p.pulled_keys, p.started_ms);
         let (first, last) = (r.first, r.last);
         // Named before the status changes (the votes are the pull's).
         let unconfirmed = if timed_out {
@@ -1931,6 +1987,11 @@ impl<S: ReplicaStore> Replica<S> {
                     .is_some_and(|m| m.handoff(first, last).is_some())
                 {
                     self.stats.handoffs_completed += 1;
+                    self.stats.handoff_bytes_pulled += pulled_bytes;
+                    self.stats.handoff_keys_pulled += pulled_keys;
+                    self.stats.last_handoff_bytes = pulled_bytes;
+                    self.stats.last_handoff_ms = now_ms.saturating_sub(started_ms);
+                    self.stats.handoff_ms += self.stats.last_handoff_ms;
                     self.last_handoff_report_ms = None; // report at the next tick
                 }
             }
@@ -2140,7 +2201,26 @@ impl<S: ReplicaStore> Replica<S> {
                 return;
             }
             apply = entries;
+            let page_bytes: u64 = apply
+                .iter()
+                .map(|(k, e)| (k.len() + e.value.as_ref().map_or(0, Vec::len)) as u64)
+                .sum();
+            p.pulled_bytes += page_bytes;
+            p.pulled_keys += apply.len() as u64;
+            p.progress_ms = now_ms;
+            let paced = p.rate_kib_s > 0;
+            if paced {
+                // ms this page is worth at the limit: bytes / (KiB/s * 1.024 bytes per ms).
+                let cost_ms = page_bytes.saturating_mul(1000) / (u64::from(p.rate_kib_s) * 1024);
+                p.paced_until_ms = p.paced_until_ms.max(now_ms).saturating_add(cost_ms);
+            }
             match next {
+                Some(n) if paced && p.paced_until_ms > now_ms => {
+                    // Sent by drive_pulls once the pace allows (req_id 0 = due).
+                    s.after = Some(n);
+                    s.req_id = 0;
+                    s.sent_ms = now_ms;
+                }
                 Some(n) => {
                     s.after = Some(n.clone());
                     self.next_id = self.next_id.wrapping_add(1);
@@ -2255,11 +2335,15 @@ impl<S: ReplicaStore> Replica<S> {
                 if msg.epoch != self.epoch || !self.accept_from_coordinator(from, &msg, slot) {
                     return;
                 }
+                // Versions only: reading every value of the slot to send its versions was
+                // most of a replica's time under a pipelined rep:3 load (perf: values
+                // copied out of the engine for each key-list request), and the lists are
+                // asked for every repair interval while writes are in flight.
                 let list = self
                     .store
-                    .scan_slot(slot, after.as_deref(), KEYLIST_KEYS_MAX);
+                    .scan_slot_heads(slot, after.as_deref(), KEYLIST_KEYS_MAX);
                 let more = list.len() >= KEYLIST_KEYS_MAX;
-                let keys = list.into_iter().map(|(k, e)| (k, e.version)).collect();
+                let keys = list.into_iter().map(|(k, v, _)| (k, v)).collect();
                 self.send(
                     out,
                     from,

@@ -559,3 +559,94 @@ fn ambiguous_reply_names_the_version_the_successor_serves() {
         Some(ClientReply::Ambiguous { version: served })
     );
 }
+
+/// `ringlet node move-slots --rate`: the new coordinator paces its rebuild pulls so the
+/// handed-off bytes arrive no faster than the limit (virtual time, so the bound is exact),
+/// and the move still completes with every key; without a limit the same move is one
+/// round of pages.
+#[test]
+fn a_rate_limited_move_paces_its_pulls_and_loses_nothing() {
+    for rate_kib_s in [0u32, 512] {
+        let mut net = Net::new(4, 3);
+        let r3 = net.r3();
+        let a = net.cp.step(net.now, CpInput::AddNode { node: NodeId(4) });
+        net.cp_actions(a);
+        net.advance(300);
+        let plan = ringlet_control::plan_rebalance(&net.cp.map().clone());
+        let m = plan.first().copied().expect("the added node gets a share");
+        // ~4 pages of the old coordinator's copy (4 MiB each).
+        let keys: Vec<String> = (0..100_000)
+            .map(|i| format!("k{i}"))
+            .filter(|k| (m.first..=m.last).contains(&key_slot(k.as_bytes())))
+            .take(200)
+            .collect();
+        assert_eq!(keys.len(), 200);
+        let value = "v".repeat(64 * 1024);
+        for (i, k) in keys.iter().enumerate() {
+            let seq = i as u64 + 1;
+            net.request(m.from, seq, set(k, &value, r3));
+            net.settle();
+            assert!(
+                matches!(net.take_reply(seq), Some(ClientReply::Written { .. })),
+                "write {k}"
+            );
+        }
+        let a = net.cp.step(
+            net.now,
+            CpInput::MoveSlots {
+                first: m.first,
+                last: m.last,
+                pg: m.pg,
+                data_index: m.data_index,
+                rate_kib_s,
+            },
+        );
+        net.cp_actions(a);
+        let start = net.now;
+        let mut done_at = None;
+        for _ in 0..6_000 {
+            net.advance(10);
+            let map = net.cp.map();
+            if map.moving.is_none()
+                && map.coordinator(m.first) == Some(m.to)
+                && map.handoff(m.first, m.last).is_none()
+            {
+                done_at = Some(net.now);
+                break;
+            }
+        }
+        let took = done_at.expect("the move completes") - start;
+        eprintln!("rate {rate_kib_s} KiB/s: move took {took} ms of virtual time");
+        let stats = net.nodes[&m.to].stats.clone();
+        assert_eq!(stats.handoffs_completed, 1);
+        // Only the old coordinator was asked (it is alive): each key arrived once.
+        assert_eq!(stats.handoff_keys_pulled, keys.len() as u64);
+        if rate_kib_s > 0 {
+            // Every page but the first waits for the pace: at least the bytes beyond one
+            // page (4 MiB + one entry), at the rate.
+            let first_pages = (4 << 20) + 65 * 1024;
+            let paced = stats.handoff_bytes_pulled.saturating_sub(first_pages);
+            let floor_ms = paced * 1000 / (u64::from(rate_kib_s) * 1024);
+            assert!(
+                took >= floor_ms,
+                "took {took} ms, pace needs >= {floor_ms} ms"
+            );
+            assert!(floor_ms > 1000, "the test moves enough bytes to be paced");
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let seq = 1_000_000 + i as u64;
+            net.request(
+                m.to,
+                seq,
+                ClientOp::Get {
+                    key: k.as_str().into(),
+                },
+            );
+            net.settle();
+            let Some(ClientReply::Value { value: v, .. }) = net.take_reply(seq) else {
+                panic!("read {k} at its new coordinator")
+            };
+            assert_eq!(v.as_deref(), Some(value.as_bytes()), "{k} after the move");
+        }
+    }
+}

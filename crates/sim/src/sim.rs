@@ -549,6 +549,7 @@ impl World {
                             last: m.last,
                             pg: m.pg,
                             data_index: m.data_index,
+                            rate_kib_s: 0,
                         },
                         None => CpInput::RemoveNode { node },
                     };
@@ -867,6 +868,7 @@ impl World {
                         last: m.last,
                         pg: m.pg,
                         data_index: m.data_index,
+                        rate_kib_s: 0,
                     },
                     _ => CpInput::RemoveNode {
                         node: map.removing.unwrap_or(victim),
@@ -898,6 +900,11 @@ impl World {
                     .min(r.last);
                 let pg = self.rng.range(0, p.groups.len() as u64 - 1) as u32;
                 let di = self.rng.range(0, u64::from(p.s) - 1) as u8;
+                // Half the moves rate-limited (`--rate`): paced pulls under the same faults.
+                let rate_kib_s = match self.rng.range(0, 1) {
+                    0 => 0,
+                    _ => self.rng.range(4, 64) as u32,
+                };
                 self.stats.moves += 1;
                 let a = self.cp.step(
                     self.now,
@@ -906,6 +913,7 @@ impl World {
                         last: hi,
                         pg,
                         data_index: di,
+                        rate_kib_s,
                     },
                 );
                 self.cp_actions(a);

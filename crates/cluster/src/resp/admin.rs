@@ -572,6 +572,16 @@ impl ringlet_server::admin::AdminPages for Front {
                 .absolute(st.handoffs_completed.load(Relaxed));
             metrics::counter!("ringlet_reshard_keys_purged_total")
                 .absolute(st.handoff_keys_purged.load(Relaxed));
+            metrics::counter!("ringlet_reshard_bytes_pulled_total")
+                .absolute(st.handoff_bytes_pulled.load(Relaxed));
+            metrics::counter!("ringlet_reshard_keys_pulled_total")
+                .absolute(st.handoff_keys_pulled.load(Relaxed));
+            metrics::gauge!("ringlet_reshard_last_move_bytes")
+                .set(st.last_handoff_bytes.load(Relaxed) as f64);
+            metrics::counter!("ringlet_reshard_moves_milliseconds_total")
+                .absolute(st.handoff_ms.load(Relaxed));
+            metrics::gauge!("ringlet_reshard_last_move_seconds")
+                .set(st.last_handoff_ms.load(Relaxed) as f64 / 1000.0);
             metrics::counter!("ringlet_events_refused_total")
                 .absolute(st.events_refused.load(Relaxed));
             metrics::gauge!("ringlet_ec_arenas_not_ready")
