@@ -12,6 +12,7 @@
 //!  ringlet node drain ID ──Drain──▶ service ──▶ Ok | Error
 //!  node ──Usage (per-memgest keys/bytes, every 100 ms)──▶ service (drop checks, INFO)
 //!  MEMGEST CREATE/DROP/DEFAULT ──▶ service ──▶ Ok | Error;  MEMGEST LIST/INFO ──▶ Memgests
+//!  status pages ──Events { after }──▶ service ──▶ Events (the plane's log, wall-clock stamped)
 //! ```
 //!
 //! Why JSON here and binary on peer links: control traffic is a few frames per node per
