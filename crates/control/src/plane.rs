@@ -2107,6 +2107,7 @@ mod tests {
                 last: 9,
                 pg,
                 data_index: 0,
+                rate_kib_s: 0,
             },
         );
         assert!(published(&out).is_some(), "{out:?}");
