@@ -8,6 +8,7 @@
 //! (`RUST_LOG`, default `info`).
 
 mod client;
+mod drain;
 mod etcd;
 mod load;
 mod memgest;
@@ -184,6 +185,10 @@ struct UpArgs {
     /// (printed at start; docs/design/cluster-shm-reads.md).
     #[arg(long = "shm-dir")]
     shm_dir: Option<std::path::PathBuf>,
+    /// Cluster: the control plane's HTTP status port (`/metrics`, `/api/events`, a page
+    /// linking every node's status page).
+    #[arg(long = "status-port")]
+    status_port: Option<u16>,
     /// Cluster: active nodes (node i on port + i - 1). More than 1, or any spare, starts a
     /// cluster under the embedded control plane (on the port after the last node).
     #[arg(long, default_value_t = 1)]
@@ -252,6 +257,12 @@ enum NodeAction {
         id: u32,
         #[command(flatten)]
         conn: AdminConn,
+        /// Return once the control plane accepted the drain, without following it.
+        #[arg(long)]
+        no_wait: bool,
+        /// Longest to follow the drain (seconds); it continues past this.
+        #[arg(long, default_value_t = 60)]
+        wait_timeout: u64,
     },
     /// Turn spare ID into a data node (new placement groups; no slots until a rebalance).
     Add {
@@ -622,6 +633,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         // As the single node's `up`: admin HTTP on port + 10000 unless --no-admin.
         admin_offset: (!a.no_admin).then_some(10_000),
         shm_dir: a.shm_dir.clone(),
+        status_port: a.status_port,
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
     eprintln!("ringlet: stopped");
@@ -632,7 +644,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
 fn node_admin(action: NodeAction) -> Result<()> {
     use ringlet_cluster::control::{request, FromControl, ToControl};
     let (conn, req) = match &action {
-        NodeAction::Drain { id, conn } => (conn, ToControl::Drain { node: *id }),
+        NodeAction::Drain { id, conn, .. } => (conn, ToControl::Drain { node: *id }),
         NodeAction::Map { conn } | NodeAction::Rebalance { conn, .. } => (conn, ToControl::Watch),
         NodeAction::Add { id, conn } => (conn, ToControl::AddNode { node: *id }),
         NodeAction::MoveSlots {
@@ -661,6 +673,16 @@ fn node_admin(action: NodeAction) -> Result<()> {
         ringlet_cluster::tls::set_link_tls(&f).map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
     }
     let rt = cluster_runtime()?;
+    // A drain is followed to its end: the map before it says whose positions it held.
+    let before = match &action {
+        NodeAction::Drain { no_wait: false, .. } => {
+            match rt.block_on(request(control, &ToControl::Watch)) {
+                Ok(FromControl::Map(m)) => Some(m),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
     let reply = rt.block_on(request(control, &req)).map_err(|e| {
         // Without a secret, a member-only control port's challenge reads as garbage.
         if secret.is_none() {
@@ -734,6 +756,22 @@ fn node_admin(action: NodeAction) -> Result<()> {
                 other => anyhow::bail!("unexpected reply from the control plane: {other:?}"),
             }
         });
+    }
+    if let (
+        NodeAction::Drain {
+            id, wait_timeout, ..
+        },
+        Some(before),
+        FromControl::Ok,
+    ) = (&action, before, &reply)
+    {
+        println!("OK");
+        return rt.block_on(drain::follow(
+            control,
+            *id,
+            before,
+            std::time::Duration::from_secs(*wait_timeout),
+        ));
     }
     match reply {
         FromControl::Ok => println!("OK"),

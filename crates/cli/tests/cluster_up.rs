@@ -81,6 +81,12 @@ fn up_cluster_serves_moved_and_drains() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The command follows the drain to its end and names the spare that took over.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("node 2 drained at epoch") && said.contains("moved to node 4"),
+        "{said}"
+    );
     // Node 2 no longer coordinates slots; every key is still readable.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

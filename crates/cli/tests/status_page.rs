@@ -8,6 +8,10 @@
 //! Then node 2 (a data node) is SIGKILLed; once `/api/status` on nodes 1 and 3 marks it
 //! failed (polled with a deadline), node 3's page, loaded in chromium again, shows node 2 as
 //! failed.
+//! Meanwhile a thread keeps reading and writing keys through every node: the page's heat map
+//! must have a cell per slot range and some with load, its two charts and its per-node load
+//! table must be there, and its event log must hold the joins, the bootstrap, the memgest
+//! created and, after the kill, node 2's failure and the spare's takeover.
 //! Last, a screenshot of that page goes to `target/test-artifacts/status_page.png`.
 //!
 //! Without a `chromium` binary the browser test prints SKIPPED and passes, unless
@@ -194,6 +198,76 @@ fn up_with_pids(args: &[&str]) -> (common::Up, Vec<(u32, u32)>) {
     (up, pids)
 }
 
+/// Keep writing and reading keys through node `port` until `stop`: a minimal RESP client
+/// that follows MOVED to the key's coordinator (so every node serves some of the load).
+/// A failed connection (the kill of a node cuts some) is dropped and the key tried again
+/// later through node `port`; the test checks the figures, not this thread.
+fn keep_loading(port: u16, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::collections::HashMap;
+    let mut conns: HashMap<String, BufReader<TcpStream>> = HashMap::new();
+    let first = format!("127.0.0.1:{port}");
+    let mut i: u64 = 0;
+    // Bounded by `stop` and by an op count (an hour of it at most, never reached).
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 10_000_000 {
+        let key = format!("load:{}", i % 500);
+        let cmd = if i.is_multiple_of(3) {
+            format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\nx\r\n", key.len())
+        } else {
+            format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len())
+        };
+        i += 1;
+        let mut addr = first.clone();
+        for _hop in 0..3 {
+            match load_one(&mut conns, &addr, &cmd) {
+                Ok(Some(moved)) => addr = moved,
+                Ok(None) => break,
+                Err(()) => {
+                    conns.remove(&addr);
+                    std::thread::sleep(Duration::from_millis(50));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Send `cmd` on the connection to `addr` (opened if needed) and read its reply: the MOVED
+/// target, if it was moved.
+fn load_one(
+    conns: &mut std::collections::HashMap<String, BufReader<TcpStream>>,
+    addr: &str,
+    cmd: &str,
+) -> Result<Option<String>, ()> {
+    if !conns.contains_key(addr) {
+        let s = TcpStream::connect(addr).map_err(|_| ())?;
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        conns.insert(addr.to_string(), BufReader::new(s));
+    }
+    let c = conns.get_mut(addr).ok_or(())?;
+    c.get_mut().write_all(cmd.as_bytes()).map_err(|_| ())?;
+    let mut line = String::new();
+    if c.read_line(&mut line).map_err(|_| ())? == 0 {
+        return Err(());
+    }
+    if let Some(n) = line
+        .strip_prefix('$')
+        .and_then(|n| n.trim().parse::<i64>().ok())
+    {
+        // The values are one byte; anything larger is not this test's reply.
+        if n > 1024 {
+            return Err(());
+        }
+        if n >= 0 {
+            let mut body = vec![0u8; n as usize + 2];
+            c.read_exact(&mut body).map_err(|_| ())?;
+        }
+    }
+    Ok(line
+        .strip_prefix("-MOVED ")
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .map(str::to_string))
+}
+
 /// Every node of the JSON and every memgest name appear in the DOM; with `same_states`, each
 /// node's row has the state the JSON gives (only when no state can change between the two
 /// reads: after a failure the spare's takeover may land in between).
@@ -221,9 +295,12 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
     if !have_chromium() {
         return;
     }
-    let base = common::free_base(5);
+    let base = common::free_base(6);
     let b = base.to_string();
     let admin = |node: u32| base + 10_000 + (node as u16 - 1);
+    // The control plane's own status port (free_base checked base + 10_000.. + 5).
+    let control_status = base + 10_005;
+    let cs = control_status.to_string();
     let (up, pids) = up_with_pids(&[
         "up",
         "--nodes",
@@ -232,6 +309,8 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
         "1",
         "--port",
         &b,
+        "--status-port",
+        &cs,
         "--default-memgest",
         "rep:3",
         "--memory-mb",
@@ -248,6 +327,38 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
             redis_cli(base, &["set", &format!("w:{k}"), "v", "memgest", "warm"]),
             "OK"
         );
+    }
+
+    // Load through every node while the pages are looked at (the heat map and the charts).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loader = {
+        let stop = stop.clone();
+        std::thread::spawn(move || keep_loading(base, stop))
+    };
+    // The sampler closes a window every second: wait (bounded) until node 1's view shows a
+    // busy range, so the page below has load to colour.
+    let deadline = Instant::now() + FAILURE_DETECTION_MAX;
+    loop {
+        let json = http_get(admin(1), "/api/status", "").2;
+        let v: serde_json::Value = serde_json::from_str(&json).expect("status JSON");
+        let busy = v["ranges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["reads_per_sec"].as_f64().unwrap_or(0.0) > 0.0)
+            .count();
+        if busy > 0
+            && v["load"]["history"]
+                .as_array()
+                .is_some_and(|h| h.len() >= 2)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no range shows load within {FAILURE_DETECTION_MAX:?}: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 
     // Before any failure: node 1's page lists all four nodes and every memgest.
@@ -269,6 +380,62 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
     // The slot bar has one segment per range, each naming its coordinator.
     assert!(dom.contains("id=\"slotbar\""));
     assert!(dom.contains("class=\"seg state-active\""), "{dom}");
+    // The heat map: one cell per slot range; the load runs, so some cell has a load.
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let ranges = v["ranges"].as_array().unwrap();
+    assert!(dom.contains("<div id=\"heatmap\">"), "{dom}");
+    for r in ranges {
+        assert!(
+            dom.contains(&format!(
+                "data-first=\"{}\" data-last=\"{}\" data-ops=",
+                r["first"], r["last"]
+            )),
+            "no heat map cell for range {r}:\n{dom}"
+        );
+    }
+    let loaded_cells = dom
+        .split("data-ops=\"")
+        .skip(1)
+        .filter_map(|p| p.split('"').next())
+        .filter(|o| o.parse::<f64>().is_ok_and(|o| o > 0.0))
+        .count();
+    assert!(loaded_cells > 0, "no heat map cell shows load:\n{dom}");
+    // The charts, drawn by the script from the node's windows, and the per-node table.
+    for chart in ["chart-ops", "chart-latency"] {
+        assert!(
+            dom.contains(&format!("<svg id=\"{chart}\"")),
+            "{chart}:\n{dom}"
+        );
+    }
+    assert!(dom.contains("data-series=\"reads_per_sec\""), "{dom}");
+    assert!(dom.contains("data-series=\"read_p99_us\""), "{dom}");
+    for id in 1..=3 {
+        assert!(
+            dom.contains(&format!("<tr data-load-node=\"{id}\">")),
+            "node {id} missing from the load table:\n{dom}"
+        );
+    }
+    // The event log: the joins, the bootstrap and the memgest created above.
+    assert!(dom.contains("<table id=\"events\">"), "{dom}");
+    for kind in ["node_joined", "bootstrapped", "memgest_created"] {
+        assert!(
+            dom.contains(&format!("data-kind=\"{kind}\"")),
+            "no {kind} event:\n{dom}"
+        );
+    }
+    assert!(dom.contains("memgest warm created (rep:2)"), "{dom}");
+    // INFO commandstats and /metrics count what was served.
+    let stats = redis_cli(base, &["info", "commandstats"]);
+    assert!(stats.contains("cmdstat_set:calls="), "{stats}");
+    let (_, _, metrics) = http_get(admin(1), "/metrics", "");
+    for series in [
+        "ringlet_command_duration_seconds_bucket{class=\"read\",le=\"+Inf\"}",
+        "ringlet_slot_range_reads_total{first=",
+        "ringlet_slot_range_ops_per_second{first=",
+        "ringlet_commands_total{command=\"get\"}",
+    ] {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
     // The old plain text is still served.
     let (status, _, text) = http_get(admin(1), "/status.txt", "");
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -305,6 +472,55 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
     assert!(tag.contains("data-state=\"failed\""), "{tag}\n{dom}");
     assert_dom_matches(&dom, &json3, &[1, 2, 3, 4], false);
     assert!(dom.contains("data-refreshes=\""), "{dom}");
+    // The kill is in the control plane's event log, about node 2, and so is the spare's
+    // takeover of its roles.
+    assert!(
+        dom.contains("data-kind=\"node_failed\" data-node=\"2\""),
+        "the failure of node 2 is not in the event log:\n{dom}"
+    );
+    assert!(dom.contains("node 2 failed"), "{dom}");
+    assert!(
+        dom.contains("data-kind=\"spare_promoted\" data-node=\"2\""),
+        "no spare took over node 2's roles in the event log:\n{dom}"
+    );
+
+    // The control plane's status port: its event log has the failure too, its /metrics
+    // the map's states, and its page links every node's page.
+    let (status, head, events) = http_get(control_status, "/api/events", "");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(head.contains("application/json"), "{head}");
+    let ev: serde_json::Value = serde_json::from_str(&events).unwrap();
+    assert!(
+        ev.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "node_failed" && e["about_node"] == 2),
+        "{events}"
+    );
+    let (_, _, cm) = http_get(control_status, "/metrics", "");
+    assert!(
+        cm.contains("ringlet_control_nodes{state=\"failed\"} 1"),
+        "{cm}"
+    );
+    assert!(
+        cm.contains("ringlet_control_events_logged{kind=\"node_failed\"} 1"),
+        "{cm}"
+    );
+    assert!(
+        cm.contains("ringlet_control_memgest_keys{memgest=\"warm\",kind=\"rep:2\"}"),
+        "{cm}"
+    );
+    let (_, _, page) = http_get(control_status, "/", "");
+    for node in 1..=4u32 {
+        assert!(
+            page.contains(&format!("href=\"//127.0.0.1:{}/\"", admin(node))),
+            "no link to node {node}'s page: {page}"
+        );
+    }
+    assert!(
+        page.contains("<tr data-node-id=\"2\" data-state=\"failed\""),
+        "{page}"
+    );
 
     // A screenshot for humans (and the lead's review).
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-artifacts");
@@ -314,7 +530,7 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
     chromium(
         &[
             &format!("--screenshot={}", png.display()),
-            "--window-size=1280,900",
+            "--window-size=1280,2600",
             "--virtual-time-budget=3000",
             "--hide-scrollbars",
         ],
@@ -323,6 +539,8 @@ fn status_page_in_a_headless_browser_shows_nodes_memgests_and_a_failure() {
     let len = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
     assert!(len > 0, "no screenshot at {}", png.display());
     eprintln!("status page screenshot: {} ({len} bytes)", png.display());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = loader.join();
     drop(up);
 }
 

@@ -992,8 +992,8 @@ impl ClusterClient {
         Attempt::Undecided { newest_epoch }
     }
 
-    /// SET with options (cluster mode serves plain SETs, optionally with a memgest and a TTL;
-    /// NX/XX/VERSION/CAS answer `UNSUPPORTED`).
+    /// SET with options (cluster mode serves SETs with a memgest, a TTL and NX or XX — a
+    /// refused condition is [`SetOutcome::NotStored`]; VERSION and CAS answer `UNSUPPORTED`).
     ///
     /// # Errors
     /// [`Error::KeyTooLarge`], [`Error::ValueTooLarge`], and see [`Error`].

@@ -183,9 +183,47 @@ async fn routing_multikey_memgests_and_quorum_reads() {
         Some(&b"only-here"[..])
     );
 
-    // Unsupported in cluster mode: a conditional SET is refused, not silently unconditional.
+    // NX / XX, run under the coordinator's per-key lock: NX stores only a new key, XX only
+    // an existing one; a refused one writes nothing and says NotStored.
+    let nx = |k: &'static [u8], v: &'static [u8]| coord.set(k, v, SetOptions::default().nx());
+    let w = nx(b"nx-key", b"first").await.unwrap();
+    assert_eq!(w.value, SetOutcome::Stored);
+    assert!(w.version.0 > 0, "a stored NX carries its version");
+    assert_eq!(
+        nx(b"nx-key", b"second").await.unwrap().value,
+        SetOutcome::NotStored
+    );
+    assert_eq!(
+        coord.get(b"nx-key").await.unwrap().value.as_deref(),
+        Some(&b"first"[..])
+    );
+    let xx = SetOptions::default().xx();
+    assert_eq!(
+        coord.set(b"xx-missing", b"v", xx).await.unwrap().value,
+        SetOutcome::NotStored
+    );
+    assert_eq!(coord.get(b"xx-missing").await.unwrap().value, None);
+    assert_eq!(
+        coord.set(b"nx-key", b"third", xx).await.unwrap().value,
+        SetOutcome::Stored
+    );
+    assert_eq!(
+        quorum.get(b"nx-key").await.unwrap().value.as_deref(),
+        Some(&b"third"[..])
+    );
+    // NX with a TTL and a memgest.
+    let opts = SetOptions::default()
+        .nx()
+        .ttl(std::time::Duration::from_secs(100))
+        .memgest(rep3);
+    assert_eq!(
+        coord.set(b"nx-ttl", b"v", opts).await.unwrap().value,
+        SetOutcome::Stored
+    );
+    // Still refused in cluster mode: CAS by version (resp/conditional.rs says why), not
+    // silently unconditional.
     let e = coord
-        .set(b"k", b"v", SetOptions::default().nx())
+        .set(b"k", b"v", SetOptions::default().cas(w.version))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("UNSUPPORTED"), "{e}");

@@ -12,6 +12,7 @@
 //!  ringlet node drain ID ──Drain──▶ service ──▶ Ok | Error
 //!  node ──Usage (per-memgest keys/bytes, every 100 ms)──▶ service (drop checks, INFO)
 //!  MEMGEST CREATE/DROP/DEFAULT ──▶ service ──▶ Ok | Error;  MEMGEST LIST/INFO ──▶ Memgests
+//!  status pages ──Events { after }──▶ service ──▶ Events (the plane's log, wall-clock stamped)
 //! ```
 //!
 //! Why JSON here and binary on peer links: control traffic is a few frames per node per
@@ -25,7 +26,7 @@ use crate::mono_ms;
 use parking_lot::Mutex;
 use ringlet_control::{
     memgest_reports, Action, ClusterMap, ControlConfig, ControlError, ControlPlane, EcUsage, Input,
-    MemgestReport, MemgestUsage, ModelRates, UsageReport,
+    MemgestReport, MemgestUsage, ModelRates, StampedEvent, UsageReport,
 };
 use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
 use serde::{Deserialize, Serialize};
@@ -138,17 +139,30 @@ pub enum ToControl {
         mttf_hours: Option<f64>,
         rebuild_hours: Option<f64>,
     },
+    /// The control plane's event log (`ringlet_control::events`): the events after sequence
+    /// number `after`, oldest first, at most `ringlet_control::events::EVENTS_ANSWER_MAX`
+    /// (the newest of them). The status pages ask for it.
+    Events {
+        after: u64,
+    },
 }
 
 /// Messages from the control plane.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum FromControl {
     Map(ClusterMap),
-    HeartbeatAck { incarnation: u64, sent_ms: u64 },
-    Fenced { incarnation: u64 },
+    HeartbeatAck {
+        incarnation: u64,
+        sent_ms: u64,
+    },
+    Fenced {
+        incarnation: u64,
+    },
     Ok,
     Error(String),
     Memgests(Vec<MemgestReport>),
+    /// The answer to [`ToControl::Events`], stamped with the answering process's wall clock.
+    Events(Vec<StampedEvent>),
 }
 
 /// A control frame that cannot be read.
@@ -247,6 +261,11 @@ pub trait ControlBackend: Send + Sync + 'static {
     fn command_forward(&self) -> Option<String> {
         None
     }
+    /// The event log after sequence number `after` (see [`ToControl::Events`]). A backend
+    /// that keeps none (it forwards commands elsewhere) answers none.
+    fn events(&self, _after: u64) -> Vec<StampedEvent> {
+        Vec::new()
+    }
 }
 
 /// Longest a forwarded command waits for its answer (a drop waits for usage reports).
@@ -295,6 +314,16 @@ impl ControlBackend for EmbeddedBackend {
     fn usage(&self) -> BTreeMap<NodeId, UsageReport> {
         self.cp.lock().usage().clone()
     }
+    fn events(&self, after: u64) -> Vec<StampedEvent> {
+        let (now, unix) = (mono_ms(), crate::wall_ms());
+        self.cp
+            .lock()
+            .events()
+            .after(after, ringlet_control::events::EVENTS_ANSWER_MAX)
+            .iter()
+            .map(|e| e.stamped(now, unix))
+            .collect()
+    }
 }
 
 // ------------------------------------------------------------------ service
@@ -331,6 +360,20 @@ pub struct ControlService {
 }
 
 impl ControlService {
+    /// The event log after sequence number `after` (the control status port's page).
+    pub fn events(&self, after: u64) -> Vec<StampedEvent> {
+        self.backend.events(after)
+    }
+
+    /// `MEMGEST LIST/INFO` figures with the default rates (the control status port).
+    pub fn memgest_reports(&self) -> Vec<MemgestReport> {
+        memgest_reports(
+            &self.backend.map(),
+            &self.backend.usage(),
+            ModelRates::default(),
+        )
+    }
+
     /// Bind and serve in the current tokio runtime. Returns the service and its address.
     ///
     /// # Errors
@@ -531,6 +574,7 @@ impl ControlService {
                     | ToControl::SetDefault { .. }
                     | ToControl::DropMemgest { .. }
                     | ToControl::Memgests { .. }
+                    | ToControl::Events { .. }
             );
             if let Some(addr) = self.backend.command_forward().filter(|_| command) {
                 let s = self.clone();
@@ -717,6 +761,7 @@ impl ControlService {
                     rates,
                 )))
             }
+            ToControl::Events { after } => Some(FromControl::Events(self.backend.events(after))),
         }
     }
 
@@ -1033,6 +1078,37 @@ mod tests {
                 }
             }
         }
+        // The event log tells the story, with epochs and wall-clock times.
+        let r = request(&addr.to_string(), &ToControl::Events { after: 0 })
+            .await
+            .unwrap();
+        let FromControl::Events(ev) = r else {
+            panic!("{r:?}")
+        };
+        let kinds: Vec<&str> = ev.iter().map(|e| e.kind.name()).collect();
+        for k in [
+            "node_joined",
+            "memgest_created",
+            "bootstrapped",
+            "drain_started",
+            "drain_finished",
+            "spare_promoted",
+        ] {
+            assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+        }
+        assert!(ev.windows(2).all(|w| w[0].seq < w[1].seq));
+        let finished = ev
+            .iter()
+            .find(|e| e.kind.name() == "drain_finished")
+            .unwrap();
+        assert_eq!(finished.about_node, Some(2));
+        assert!(finished.at_unix_ms > 1_600_000_000_000, "{finished:?}");
+        // `after` skips what the reader has seen.
+        let last = ev.last().unwrap().seq;
+        let r = request(&addr.to_string(), &ToControl::Events { after: last })
+            .await
+            .unwrap();
+        assert_eq!(r, FromControl::Events(Vec::new()));
     }
 
     #[tokio::test]

@@ -235,6 +235,9 @@ pub struct UpOpts {
     /// (`--shm-socket` is appended to its arguments; both `ringlet server` and
     /// `ringlet-cluster node` take it); None: no export.
     pub shm_dir: Option<std::path::PathBuf>,
+    /// The control plane's HTTP status port (crate::control_http): `/metrics`, `/api/events`
+    /// and a page linking the nodes' pages. None: not served.
+    pub status_port: Option<u16>,
 }
 
 /// The shared-memory socket `up --shm-dir DIR` gives the node on `port`.
@@ -427,6 +430,35 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         lease_ms: o.lease_ms,
     })
     .await?;
+    if let Some(port) = o.status_port {
+        // Loopback only without a token, as the nodes' admin ports.
+        let ip: [u8; 4] = if o.admin_token.is_some() {
+            [0, 0, 0, 0]
+        } else {
+            [127, 0, 0, 1]
+        };
+        let l = tokio::net::TcpListener::bind(SocketAddr::from((ip, port))).await?;
+        let pages = crate::control_http::ControlPages {
+            svc: svc.clone(),
+            admin_ports: o
+                .admin_offset
+                .map(|off| {
+                    (0..total)
+                        .map(|i| {
+                            let port = o.base_port.saturating_add(i as u16);
+                            ((i + 1) as u32, port.saturating_add(off))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        tokio::spawn(ringlet_server::admin::serve(
+            l,
+            Arc::new(pages),
+            o.admin_token.as_deref().map(Arc::from),
+        ));
+        println!("control status page http://127.0.0.1:{port}/");
+    }
     // Admin commands (`ringlet node drain|map --control ...`) need the secret too: a file only
     // this user can read.
     let secret_file = std::env::temp_dir().join(format!("ringlet-cluster-{}.secret", caddr.port()));

@@ -34,7 +34,9 @@
 pub mod auth;
 pub mod commands;
 pub mod control;
+pub mod control_http;
 pub mod launch;
+pub mod load;
 pub mod native;
 pub mod node;
 pub mod resolve;

@@ -17,10 +17,10 @@
 //! not coordinate), plain SET (optionally with a memgest and a TTL: a blind write, the expiry
 //! made absolute on this coordinator's clock as RESP's SET PX does), plain DEL, CLUSTER_MAP,
 //! READ_REPLICA (one quorum-read leg) and MEMGEST (the RESP front's handler; MOVE/KEY routed
-//! by key), INCRBY (run by the RESP front's INCRBY, under its per-key lock), CHASE (the RESP
-//! front's walk: one client round trip, one `RECORDS` call per other node and level). Conditional /
-//! versioned SETs and CAS DELs answer `UNSUPPORTED`: they need a compare-and-set the core
-//! does not offer yet.
+//! by key), INCRBY (run by the RESP front's INCRBY, under its per-key lock), SET NX/XX (run
+//! under the same lock, resp/conditional.rs), CHASE (the RESP front's walk: one client round
+//! trip, one `RECORDS` call per other node and level). Versioned SETs (VERSION, CAS) and CAS
+//! DELs answer `UNSUPPORTED`: resp/conditional.rs says why the lock is not enough for them.
 //!
 //! Coordinator operations retry definite refusals (failover, rebuild, back-pressure) for up to
 //! [`OP_DEADLINE`] like the RESP front, then answer `TRY_AGAIN`. A quorum-read leg is never
@@ -76,6 +76,14 @@ enum Req {
         ttl_ms: Option<u64>,
     },
     Del(Vec<u8>),
+    /// SET NX / XX, run by the RESP front under its per-key lock (resp/conditional.rs).
+    SetCond {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        memgest: Option<ringlet_types::MemgestId>,
+        ttl_ms: Option<u64>,
+        cond: SetCond,
+    },
     /// Run by the RESP front's INCRBY (under its per-key lock).
     IncrBy {
         key: Vec<u8>,
@@ -102,11 +110,20 @@ fn own(r: &ClusterRequest<'_>) -> Req {
             Req::Mget(keys.iter().map(<[u8]>::to_vec).collect())
         }
         ClusterRequest::Data(NativeRequest::Set(s)) => {
-            if s.cond != SetCond::Always || s.version.is_some() || s.cas.is_some() {
+            if s.version.is_some() || s.cas.is_some() {
+                // Why not CAS: resp/conditional.rs. The core assigns versions itself.
                 Req::Unsupported(
                     Opcode::Set,
-                    "NX/XX, VERSION and CAS are not supported in cluster mode (use RESP)",
+                    "VERSION and CAS are not supported in cluster mode (NX/XX are)",
                 )
+            } else if s.cond != SetCond::Always {
+                Req::SetCond {
+                    key: s.key.to_vec(),
+                    value: s.value.to_vec(),
+                    memgest: s.memgest,
+                    ttl_ms: s.ttl_ms,
+                    cond: s.cond,
+                }
             } else {
                 Req::Set {
                     key: s.key.to_vec(),
@@ -242,9 +259,13 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Req::ReadReplica { .. } => Opcode::ReadReplica,
         Req::Memgest(_) => Opcode::Memgest,
         Req::IncrBy { .. } => Opcode::IncrBy,
+        Req::SetCond { .. } => Opcode::Set,
         Req::Unsupported(op, _) => *op,
         Req::Chase(_) => Opcode::Chase,
     };
+    // Load and latency (crate::load): which slots the request reads or writes.
+    let (load_name, load_class, load_slots) = load_of(&req);
+    let started = Instant::now();
     let result: Result<(), Fail> = async {
         match req {
             Req::Ping => {
@@ -398,6 +419,37 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 )
                 .map_err(|e| fail(Status::TOO_LARGE, e))?;
             }
+            Req::SetCond {
+                key,
+                value,
+                memgest,
+                ttl_ms,
+                cond,
+            } => {
+                if ttl_ms == Some(0) {
+                    return Err(fail(Status::BAD_REQUEST, "ttl_ms must be > 0"));
+                }
+                moved(node, &key)?;
+                // Absolute, on this coordinator's wall clock (as a plain SET's).
+                let expiry_ms = ttl_ms.map(|t| crate::wall_ms().saturating_add(t));
+                let (status, version) = match front
+                    .set_conditional(&key, value, memgest, expiry_ms, cond)
+                    .await
+                    .map_err(resp_error)?
+                {
+                    crate::resp::CondOutcome::Stored(v) => (Status::OK, v),
+                    // As the single node answers an NX/XX that did not apply.
+                    crate::resp::CondOutcome::NotStored => (Status::NOT_STORED, Version::ZERO),
+                };
+                native::encode_status_response(
+                    &mut out,
+                    id,
+                    Opcode::Set,
+                    status,
+                    node.epoch(),
+                    version,
+                );
+            }
             Req::IncrBy { key, delta } => {
                 moved(node, &key)?;
                 match front.incr_by(&key, delta).await {
@@ -433,11 +485,46 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Ok(())
     }
     .await;
+    front.load().record_slots(
+        load_name,
+        load_class,
+        &load_slots,
+        started.elapsed(),
+        result.is_ok(),
+    );
     if let Err(Fail(status, message)) = result {
         out.clear();
         native::encode_error_response(&mut out, id, opcode, status, node.epoch(), &message);
     }
     out
+}
+
+/// The command name (as RESP's, so both fronts count together), class and slots a request
+/// is counted under in crate::load. A quorum-read leg is a read but not its slot's load
+/// (the coordinator of the slot counts the client's read).
+fn load_of(req: &Req) -> (&'static str, crate::load::Class, Vec<u16>) {
+    use crate::load::Class;
+    match req {
+        Req::Get(k) => ("get", Class::Read, vec![key_slot(k)]),
+        Req::Mget(keys) => (
+            "mget",
+            Class::Read,
+            keys.iter().map(|k| key_slot(k)).collect(),
+        ),
+        Req::Set { key, .. } | Req::SetCond { key, .. } => {
+            ("set", Class::Write, vec![key_slot(key)])
+        }
+        Req::Del(k) => ("del", Class::Write, vec![key_slot(k)]),
+        Req::IncrBy { key, .. } => ("incrby", Class::Write, vec![key_slot(key)]),
+        Req::ReadReplica { .. } => ("read_replica", Class::Read, Vec::new()),
+        Req::Ping => ("ping", Class::Other, Vec::new()),
+        Req::ClusterMap => ("cluster_map", Class::Other, Vec::new()),
+        Req::Memgest(_) => ("memgest", Class::Other, Vec::new()),
+        Req::Unsupported(..) => ("unsupported", Class::Other, Vec::new()),
+        // Requests added later count as `other` until given a class here.
+        #[allow(unreachable_patterns)]
+        _ => ("other", Class::Other, Vec::new()),
+    }
 }
 
 /// The native status for the RESP front's error reply (INCRBY run through it): the same

@@ -716,7 +716,10 @@ impl Driver {
                     self.shared.stats.fenced.fetch_add(1, Ordering::Relaxed);
                     self.step(Input::Fenced { incarnation })
                 }
-                FromControl::Ok | FromControl::Error(_) | FromControl::Memgests(_) => {}
+                FromControl::Ok
+                | FromControl::Error(_)
+                | FromControl::Memgests(_)
+                | FromControl::Events(_) => {}
             },
             Event::Wake | Event::Stop => {}
         }

@@ -31,6 +31,8 @@
 
 mod admin;
 mod clients;
+mod conditional;
+pub(crate) use conditional::CondOutcome;
 mod keyspace;
 mod records;
 mod transaction;
@@ -114,6 +116,9 @@ pub struct Front {
     /// CONFIG `hash-max-listpack-*` of this node: only what OBJECT ENCODING names a record
     /// (per node, as CONFIG SET on a Redis Cluster node).
     hash_encoding: ringlet_server::cmd::keyspace::HashEncodingMax,
+    /// Requests served per slot and latency per command (crate::load): the status page's
+    /// heat map and charts, INFO commandstats/latencystats, the per-range `/metrics`.
+    load: Arc<crate::load::Load>,
 }
 
 /// TLS of the client port: the server side, and the client side for calls to other nodes.
@@ -140,7 +145,9 @@ pub async fn serve(
         recorder: metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
         exec: tokio::sync::RwLock::new(()),
         hash_encoding: Default::default(),
+        load: Arc::new(crate::load::Load::default()),
     });
+    tokio::spawn(crate::load::sample_forever(Arc::downgrade(&front.load)));
     if let Some((l, token)) = admin {
         tokio::spawn(ringlet_server::admin::serve(l, front.clone(), token));
     }
@@ -721,9 +728,30 @@ impl Front {
         conn: &clients::Conn,
     ) -> Reply {
         conn.touch(argv);
-        match self.command_inner(argv, proto, authed, conn).await {
-            Ok(r) | Err(r) => r,
-        }
+        let started = Instant::now();
+        let (reply, ok) = match self.command_inner(argv, proto, authed, conn).await {
+            Ok(r) => {
+                let ok = !matches!(r, Reply::Error(_));
+                (r, ok)
+            }
+            Err(r) => (r, false),
+        };
+        let name =
+            String::from_utf8_lossy(argv.first().map_or(&[][..], |v| &v[..])).to_ascii_lowercase();
+        let class = crate::load::command_class(&name);
+        self.load.record(
+            &name,
+            class,
+            &crate::load::command_keys(&name, argv),
+            started.elapsed(),
+            ok,
+        );
+        reply
+    }
+
+    /// This node's load counters (crate::load).
+    pub(crate) fn load(&self) -> &crate::load::Load {
+        &self.load
     }
 
     /// Whether `user`/`password` are the `default` user's (compared in constant time, so
@@ -863,7 +891,19 @@ impl Front {
                 Ok(convert(&ringlet_server::cmd::server::function_reply(&args)))
             }
             "command" => Ok(command_reply(argv)),
-            "info" => Ok(Reply::Bulk(self.info().into_bytes())),
+            "info" => {
+                // Redis leaves commandstats and latencystats out of a plain INFO.
+                let (cmds, lat) = self.load.info_sections();
+                Ok(Reply::Bulk(
+                    match String::from_utf8_lossy(a(1)).to_ascii_lowercase().as_str() {
+                        "commandstats" => cmds,
+                        "latencystats" => lat,
+                        "all" | "everything" => format!("{}\r\n{cmds}\r\n{lat}", self.info()),
+                        _ => self.info(),
+                    }
+                    .into_bytes(),
+                ))
+            }
             "cluster" => self.cluster(argv),
             "memgest" => self.memgest(argv).await,
             n if ringlet_record::hash::is_hash_command(n) => {
@@ -1605,6 +1645,13 @@ impl Front {
         }
         if sub == "myid" {
             return Ok(Reply::Bulk(hex_id(self.node.id()).into_bytes()));
+        }
+        if sub == "ringlet-load" {
+            // This node's load report as JSON (resp/admin.rs): the status pages of other
+            // nodes ask for it to draw the cluster's heat map.
+            return Ok(Reply::Bulk(
+                serde_json::to_vec(&self.load_report()).unwrap_or_default(),
+            ));
         }
         let map = self.node.map();
         match sub.as_str() {

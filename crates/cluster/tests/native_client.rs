@@ -1,7 +1,7 @@
 //! The native-protocol front of cluster nodes (crates/cluster/src/native.rs), frame by frame
 //! with the codec: CLUSTER_MAP, MOVED for keys another node coordinates, per-item MOVED in
-//! MGET, SET with a TTL, INCRBY, READ_REPLICA legs and their STALE_EPOCH, UNSUPPORTED for what cluster mode does not
-//! serve, and RESP still working on the same port. (The smart client on top is tested in
+//! MGET, SET with a TTL, INCRBY, SET NX/XX, READ_REPLICA legs and their STALE_EPOCH, UNSUPPORTED for what cluster
+//! mode does not serve (CAS), and RESP still working on the same port. (The smart client on top is tested in
 //! crates/client/tests/cluster.rs.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -194,13 +194,39 @@ fn native_front_serves_cluster_opcodes() {
     );
     assert_eq!(call(coord_addr, &req).0, Status::BAD_REQUEST);
 
-    // Not served over native frames in cluster mode: a definite UNSUPPORTED, nothing written.
+    // NX / XX are served (under the RESP front's per-key lock): NX on the existing key is
+    // NOT_STORED and writes nothing; XX on it stores.
     let mut req = Vec::new();
     native::encode_set(
         &mut req,
         7,
         &SetRequest {
             cond: SetCond::IfAbsent,
+            value: b"not-this",
+            ..set
+        },
+    );
+    assert_eq!(call(coord_addr, &req).0, Status::NOT_STORED);
+    let mut req = Vec::new();
+    native::encode_set(
+        &mut req,
+        14,
+        &SetRequest {
+            cond: SetCond::IfPresent,
+            value: b"v1",
+            ..set
+        },
+    );
+    assert_eq!(call(coord_addr, &req).0, Status::OK);
+    // Not served over native frames in cluster mode: CAS by version, a definite UNSUPPORTED,
+    // nothing written.
+    let mut req = Vec::new();
+    native::encode_set(
+        &mut req,
+        15,
+        &SetRequest {
+            cas: Some(Version(1)),
+            value: b"not-this",
             ..set
         },
     );

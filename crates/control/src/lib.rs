@@ -32,13 +32,15 @@
 //! - [`report`]: `MEMGEST LIST/INFO` figures, with Ring's reliability model (appendix A).
 //!
 //! Modules: [`map`] (the cluster map), [`plane`] (the state machine), [`report`] (memgest
-//! reports).
+//! reports), [`events`] (the bounded event log derived from every map change).
 
+pub mod events;
 pub mod map;
 pub mod plane;
 pub mod rebalance;
 pub mod report;
 
+pub use events::{Event, EventKind, EventLog, StampedEvent};
 pub use map::{ClusterMap, Handoff, MapError, MemgestInfo, NodeInfo, NodeState, SlotMove};
 pub use plane::{
     Action, ControlConfig, ControlError, ControlPlane, EcUsage, Input, MemgestUsage, UsageReport,

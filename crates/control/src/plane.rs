@@ -336,6 +336,11 @@ pub struct ControlPlane {
     leaving_since: BTreeMap<NodeId, u64>,
     /// When the current [`ClusterMap::moving`] span was listed (this process's clock).
     moving_since: Option<u64>,
+    /// What happened, derived from every committed map change ([`crate::events`]).
+    events: crate::events::EventLog,
+    /// The `now_ms` of the step being run (the event log's clock; `commit` has no argument
+    /// for it).
+    now_ms: u64,
 }
 
 impl ControlPlane {
@@ -351,6 +356,8 @@ impl ControlPlane {
             closing: BTreeMap::new(),
             leaving_since: BTreeMap::new(),
             moving_since: None,
+            events: crate::events::EventLog::default(),
+            now_ms: 0,
         })
     }
 
@@ -384,6 +391,12 @@ impl ControlPlane {
             })
             .collect();
         cp.map = Arc::new(map);
+        cp.now_ms = now_ms;
+        cp.events.record(
+            now_ms,
+            cp.map.epoch,
+            crate::events::EventKind::Started { resumed: true },
+        );
         Ok(cp)
     }
 
@@ -401,9 +414,15 @@ impl ControlPlane {
         &self.usage
     }
 
+    /// The event log (what the published maps changed, with their epochs).
+    pub fn events(&self) -> &crate::events::EventLog {
+        &self.events
+    }
+
     /// One step. Never fails: refused commands come back as [`Action::Rejected`].
     pub fn step(&mut self, now_ms: u64, input: Input) -> Vec<Action> {
         let mut out = Vec::new();
+        self.now_ms = now_ms;
         match input {
             Input::Heartbeat {
                 node,
@@ -546,6 +565,9 @@ impl ControlPlane {
         assert!(new_epoch > self.map.epoch, "epoch must strictly increase");
         next.epoch = new_epoch;
         next.check_invariants();
+        for e in crate::events::diff(&self.map, &next) {
+            self.events.record(self.now_ms, new_epoch, e);
+        }
         self.map = Arc::new(next);
         out.push(Action::Publish(self.map.clone()));
     }
@@ -1931,5 +1953,203 @@ mod tests {
         let bad = json.replace("\"Active\"", "\"Spare\"");
         assert!(ClusterMap::from_json(&bad).is_err());
         assert!(ClusterMap::from_json("{").is_err());
+    }
+
+    fn event_kinds(cp: &ControlPlane, after: u64) -> Vec<crate::events::EventKind> {
+        cp.events()
+            .after(after, usize::MAX)
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    }
+
+    #[test]
+    fn the_event_log_tells_joins_failover_drain_moves_and_memgests() {
+        use crate::events::EventKind as K;
+        let mut cp = cluster(5, 3);
+        let kinds = event_kinds(&cp, 0);
+        assert_eq!(
+            kinds.first(),
+            Some(&K::NodeJoined {
+                node: 1,
+                addr: "n1".into()
+            })
+        );
+        assert_eq!(
+            kinds.last(),
+            Some(&K::Bootstrapped {
+                active: vec![1, 2, 3]
+            })
+        );
+        // Every event carries the epoch of the map that recorded it.
+        let boot = cp.events().after(0, usize::MAX).pop().unwrap();
+        assert_eq!(boot.epoch, cp.map().epoch);
+        // Failover: node 2 stops heartbeating; spare 4 takes its roles.
+        let mark = cp.events().last_seq();
+        for t in (100..=2000).step_by(100) {
+            for n in [1, 3, 4, 5] {
+                beat(&mut cp, t, n);
+            }
+            cp.step(t, Input::Tick);
+        }
+        let kinds = event_kinds(&cp, mark);
+        assert_eq!(
+            kinds,
+            vec![
+                K::NodeFailed { node: 2 },
+                K::SparePromoted {
+                    spare: 4,
+                    replaced: 2,
+                    failover: true
+                }
+            ]
+        );
+        let failed = cp.events().after(mark, 1).pop().unwrap();
+        assert!(failed.at_ms > 1500, "{failed:?}");
+        // Drain of node 3: started, then spare 5 takes over, then finished.
+        let mark = cp.events().last_seq();
+        cp.step(2100, Input::Drain { node: NodeId(3) });
+        let inc = cp.map().nodes[&NodeId(3)].incarnation;
+        let asked = cp.map().leaving[&NodeId(3)];
+        cp.step(
+            2110,
+            Input::Quiesced {
+                node: NodeId(3),
+                incarnation: inc,
+                epoch: asked,
+            },
+        );
+        assert_eq!(
+            event_kinds(&cp, mark),
+            vec![
+                K::DrainStarted { node: 3 },
+                // One map change, its events in node order.
+                K::DrainFinished { node: 3 },
+                K::SparePromoted {
+                    spare: 5,
+                    replaced: 3,
+                    failover: false
+                },
+            ]
+        );
+        // Memgests: created, closed, dropped; a new default.
+        let mark = cp.events().last_seq();
+        create(&mut cp, "warm", "rep:2");
+        cp.step(
+            2200,
+            Input::SetDefault {
+                name: "warm".into(),
+            },
+        );
+        create(&mut cp, "cold", "none");
+        cp.step(
+            2300,
+            Input::DropMemgest {
+                name: "cold".into(),
+            },
+        );
+        cp.step(
+            2310,
+            Input::CancelDrop {
+                name: "cold".into(),
+            },
+        );
+        assert_eq!(
+            event_kinds(&cp, mark),
+            vec![
+                K::MemgestCreated {
+                    name: "warm".into(),
+                    memgest_kind: "rep:2".into()
+                },
+                K::DefaultMemgest {
+                    name: "warm".into()
+                },
+                K::MemgestCreated {
+                    name: "cold".into(),
+                    memgest_kind: "none".into()
+                },
+                K::MemgestClosing {
+                    name: "cold".into()
+                },
+                K::MemgestReopened {
+                    name: "cold".into()
+                },
+            ]
+        );
+        // Texts are for people.
+        let last = cp.events().after(0, usize::MAX).pop().unwrap();
+        assert_eq!(last.kind.to_string(), "memgest cold reopened");
+    }
+
+    #[test]
+    fn the_event_log_tells_slot_moves_and_handoffs() {
+        use crate::events::EventKind as K;
+        let mut cp = cluster(4, 3);
+        let out = cp.step(10, Input::AddNode { node: NodeId(4) });
+        assert!(published(&out).is_some(), "{out:?}");
+        assert_eq!(
+            event_kinds(&cp, cp.events().last_seq() - 1),
+            vec![K::NodeAdded { node: 4 }]
+        );
+        let p = cp.map().placement.clone().unwrap();
+        let r = *p.range_of(0).unwrap();
+        let pg = (0u32..)
+            .zip(&p.groups)
+            .find(|(i, g)| *i != r.pg && g.first() == Some(&NodeId(4)))
+            .map(|(i, _)| i)
+            .unwrap();
+        let mark = cp.events().last_seq();
+        let from = cp.map().coordinator(0).map(|n| n.0);
+        let out = cp.step(
+            20,
+            Input::MoveSlots {
+                first: 0,
+                last: 9,
+                pg,
+                data_index: 0,
+                rate_kib_s: 0,
+            },
+        );
+        assert!(published(&out).is_some(), "{out:?}");
+        let epoch = cp.map().moving.unwrap().epoch;
+        let src = cp.map().moving_source().unwrap();
+        let inc = cp.map().nodes[&src].incarnation;
+        cp.step(
+            30,
+            Input::Quiesced {
+                node: src,
+                incarnation: inc,
+                epoch: Epoch(epoch),
+            },
+        );
+        let to = cp.map().coordinator(0).unwrap();
+        let inc = cp.map().nodes[&to].incarnation;
+        cp.step(
+            40,
+            Input::HandoffDone {
+                node: to,
+                incarnation: inc,
+                first: 0,
+                last: 9,
+            },
+        );
+        assert_eq!(
+            event_kinds(&cp, mark),
+            vec![
+                K::SlotsMoving {
+                    first: 0,
+                    last: 9,
+                    pg,
+                    data_index: 0
+                },
+                K::SlotsMoved {
+                    first: 0,
+                    last: 9,
+                    from,
+                    to: Some(4)
+                },
+                K::HandoffDone { first: 0, last: 9 },
+            ]
+        );
     }
 }

@@ -27,7 +27,7 @@ use ringlet_cluster::control::{encode, read_frame, FromControl, ToControl};
 use ringlet_cluster::mono_ms;
 use ringlet_control::{
     memgest_reports, Action, ClusterMap, ControlConfig, ControlError, ControlPlane, Input,
-    MemgestReport, MemgestUsage, ModelRates, NodeState,
+    MemgestReport, MemgestUsage, ModelRates, NodeState, StampedEvent,
 };
 use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
 use std::collections::BTreeMap;
@@ -67,6 +67,12 @@ pub enum Command {
     Reports {
         rates: ModelRates,
         reply: oneshot::Sender<Vec<MemgestReport>>,
+    },
+    /// The plane's event log after a sequence number (the status pages' event log). The log
+    /// is the leader's own: a new leader starts one (its first event says it resumed).
+    Events {
+        after: u64,
+        reply: oneshot::Sender<Vec<StampedEvent>>,
     },
 }
 
@@ -326,6 +332,16 @@ impl Campaign {
                     Some(Command::Reports { rates, reply }) => {
                         let _ = reply.send(memgest_reports(cp.map(), cp.usage(), rates));
                     }
+                    Some(Command::Events { after, reply }) => {
+                        let (now, unix) = (mono_ms(), ringlet_cluster::wall_ms());
+                        let _ = reply.send(
+                            cp.events()
+                                .after(after, ringlet_control::events::EVENTS_ANSWER_MAX)
+                                .iter()
+                                .map(|e| e.stamped(now, unix))
+                                .collect(),
+                        );
+                    }
                 },
             }
         }
@@ -573,7 +589,7 @@ fn verdict(acts: &[Action]) -> FromControl {
 }
 
 /// Serve the command port: `Drain`, `CreateMemgest`, `SetDefault`, `DropMemgest`,
-/// `Memgests` and nodes' `Usage` reports go to the leader loop when this process leads (else
+/// `Memgests`, `Events` and nodes' `Usage` reports go to the leader loop when this process leads (else
 /// an error naming where the leader is recorded; reports are dropped); `Watch` answers the
 /// newest map this process has seen in etcd. Runs until aborted.
 pub async fn serve_commands(
@@ -725,6 +741,22 @@ async fn answer(
             }
             return Some(match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
                 Ok(Ok(v)) => FromControl::Memgests(v),
+                _ => FromControl::Error("leader did not answer".into()),
+            });
+        }
+        ToControl::Events { after } => {
+            if !status.is_leader() {
+                return Some(not_leader());
+            }
+            let (tx, rx) = oneshot::channel();
+            if commands
+                .try_send(Command::Events { after, reply: tx })
+                .is_err()
+            {
+                return Some(FromControl::Error("leader busy: command queue full".into()));
+            }
+            return Some(match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
+                Ok(Ok(v)) => FromControl::Events(v),
                 _ => FromControl::Error("leader did not answer".into()),
             });
         }

@@ -651,6 +651,23 @@ fn etcd_cluster_serves_elects_and_fails_over() {
         "DRAIN: node {target} -> node 6 through the leader (node {leader}) at epoch {}; all keys readable",
         m4.epoch
     );
+    // The leader's event log tells the drain (the status pages ask for it through their
+    // node's agent, which forwards to this port); a non-leader's port refuses.
+    let FromControl::Events(ev) = command(&lc, ToControl::Events { after: 0 }) else {
+        panic!("the leader's command port has no event log")
+    };
+    for kind in ["drain_started", "drain_finished", "spare_promoted"] {
+        assert!(
+            ev.iter()
+                .any(|e| e.kind.name() == kind && e.about_node == Some(target)),
+            "no {kind} about node {target} in {ev:?}"
+        );
+    }
+    assert!(ev.windows(2).all(|w| w[0].seq < w[1].seq), "{ev:?}");
+    match command(&other.control, ToControl::Events { after: 0 }) {
+        FromControl::Error(e) => assert!(e.contains("not the leader"), "{e}"),
+        r => panic!("a non-leader answered events: {r:?}"),
+    }
 
     // 7. MEMGEST commands over RESP at a non-leader reach the leader (forwarded by the
     //    node's agent); a drop is decided from every node's usage report, forwarded too.

@@ -152,7 +152,8 @@ impl AsyncCluster {
     }
 
     /// Awaitable: store ``value`` under ``key`` (arguments as :meth:`Cluster.set`).
-    #[pyo3(signature = (key, value, memgest = None, ex = None, px = None))]
+    #[pyo3(signature = (key, value, memgest = None, ex = None, px = None, nx = false, xx = false))]
+    #[allow(clippy::too_many_arguments)] // redis-py's keyword arguments
     fn set<'py>(
         &self,
         py: Python<'py>,
@@ -161,15 +162,25 @@ impl AsyncCluster {
         memgest: Option<&str>,
         ex: Option<f64>,
         px: Option<u64>,
+        nx: bool,
+        xx: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let key = bytes_of(key, "key")?;
         let value = bytes_of(value, "value")?;
-        let opts = self.cluster.get().set_options(py, memgest, ex, px)?;
+        let opts = self
+            .cluster
+            .get()
+            .set_options(py, memgest, ex, px, nx, xx)?;
         let c = self.client();
         self.spawn(
             py,
-            async move { c.set(&key, &value, opts).await.map(|_| ()) },
-            none,
+            async move { c.set(&key, &value, opts).await },
+            |py, r| {
+                Ok(match crate::cluster::stored(r.value) {
+                    Some(b) => b.into_pyobject(py)?.to_owned().into_any(),
+                    None => py.None().into_bound(py),
+                })
+            },
         )
     }
 

@@ -245,8 +245,20 @@ impl Cluster {
         memgest: Option<&str>,
         ex: Option<f64>,
         px: Option<u64>,
+        nx: bool,
+        xx: bool,
     ) -> PyResult<ringlet_client::SetOptions> {
         let mut opts = ringlet_client::SetOptions::default();
+        match (nx, xx) {
+            (true, true) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "nx and xx are mutually exclusive",
+                ))
+            }
+            (true, false) => opts = opts.nx(),
+            (false, true) => opts = opts.xx(),
+            (false, false) => {}
+        }
         if let Some(name) = memgest {
             opts = opts.memgest(self.memgest_id(py, name)?);
         }
@@ -358,11 +370,18 @@ impl Cluster {
     /// ``ex`` (seconds, int or float) or ``px`` (milliseconds) the key expires after that
     /// long, as redis-py's ``set(..., ex=, px=)``.
     ///
+    /// With ``nx=True`` the key is stored only if it does not exist, with ``xx=True`` only if
+    /// it does (checked and written under the key's lock on its coordinator).
+    ///
+    /// Returns ``True`` if the value was stored, ``None`` if ``nx``/``xx`` prevented it (as
+    /// redis-py's ``set``).
+    ///
     /// Raises:
     ///     ConfigError: no memgest of that name.
     ///     TooLargeError: the key or value exceeds the limits.
-    ///     ValueError: ``ex`` and ``px`` both given, or not positive.
-    #[pyo3(signature = (key, value, memgest = None, ex = None, px = None))]
+    ///     ValueError: ``ex`` and ``px`` both given, or not positive; ``nx`` and ``xx`` both.
+    #[pyo3(signature = (key, value, memgest = None, ex = None, px = None, nx = false, xx = false))]
+    #[allow(clippy::too_many_arguments)] // redis-py's keyword arguments
     fn set(
         &self,
         py: Python<'_>,
@@ -371,12 +390,14 @@ impl Cluster {
         memgest: Option<&str>,
         ex: Option<f64>,
         px: Option<u64>,
-    ) -> PyResult<()> {
+        nx: bool,
+        xx: bool,
+    ) -> PyResult<Option<bool>> {
         let key = bytes_of(key, "key")?;
         let value = bytes_of(value, "value")?;
-        let opts = self.set_options(py, memgest, ex, px)?;
-        self.run(py, self.client.set(&key, &value, opts))?;
-        Ok(())
+        let opts = self.set_options(py, memgest, ex, px, nx, xx)?;
+        let r = self.run(py, self.client.set(&key, &value, opts))?;
+        Ok(stored(r.value))
     }
 
     /// Add ``amount`` (default 1, may be negative) to the integer stored at ``key`` and return
@@ -536,5 +557,13 @@ impl Cluster {
             .collect::<PyResult<Vec<Vec<u8>>>>()?;
         let reply = self.run(py, self.client.memgest_command(&argv))?;
         reply_to_py(py, reply)
+    }
+}
+
+/// redis-py's SET result: ``True`` if stored, ``None`` if NX/XX prevented it.
+pub(crate) fn stored(o: ringlet_client::SetOutcome) -> Option<bool> {
+    match o {
+        ringlet_client::SetOutcome::Stored => Some(true),
+        _ => None,
     }
 }

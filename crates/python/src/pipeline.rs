@@ -69,9 +69,11 @@ pub(crate) fn op_name(op: &PipelineOp) -> &'static str {
 fn reply_to_py<'py>(py: Python<'py>, r: PipelineReply) -> PyResult<Bound<'py, PyAny>> {
     Ok(match r {
         PipelineReply::Value(Some(b)) => PyBytes::new(py, &b).into_any(),
-        PipelineReply::Value(None) | PipelineReply::Set(_) | PipelineReply::Deleted => {
-            py.None().into_bound(py)
-        }
+        PipelineReply::Set(o) => match crate::cluster::stored(o) {
+            Some(b) => b.into_pyobject(py)?.to_owned().into_any(),
+            None => py.None().into_bound(py),
+        },
+        PipelineReply::Value(None) | PipelineReply::Deleted => py.None().into_bound(py),
         PipelineReply::Values(vs) => {
             let list = PyList::empty(py);
             for v in vs {
@@ -168,8 +170,10 @@ impl Pipeline {
         Self::push(slf, PipelineOp::Mget(ks))
     }
 
-    /// Queue a SET, with the arguments of :meth:`Cluster.set`; its result is ``None``.
-    #[pyo3(signature = (key, value, memgest = None, ex = None, px = None))]
+    /// Queue a SET, with the arguments of :meth:`Cluster.set`; its result is ``True`` if
+    /// stored, ``None`` if ``nx``/``xx`` prevented it.
+    #[pyo3(signature = (key, value, memgest = None, ex = None, px = None, nx = false, xx = false))]
+    #[allow(clippy::too_many_arguments)] // redis-py's keyword arguments
     fn set<'py>(
         slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
@@ -177,6 +181,8 @@ impl Pipeline {
         memgest: Option<&str>,
         ex: Option<f64>,
         px: Option<u64>,
+        nx: bool,
+        xx: bool,
     ) -> PyResult<Bound<'py, Self>> {
         let key = bytes_of(key, "key")?;
         let value = bytes_of(value, "value")?;
@@ -184,7 +190,7 @@ impl Pipeline {
             .get()
             .cluster
             .get()
-            .set_options(slf.py(), memgest, ex, px)?;
+            .set_options(slf.py(), memgest, ex, px, nx, xx)?;
         Self::push(slf, PipelineOp::Set { key, value, opts })
     }
 

@@ -288,7 +288,7 @@ def test_pipeline_sends_many_commands_and_returns_results_in_order(c):
     for k in keys:
         assert p.set(k, k[::-1]) is p  # chainable, as redis-py's
     assert len(p) == len(keys)
-    assert p.execute() == [None] * len(keys)
+    assert p.execute() == [True] * len(keys)
     assert len(p) == 0  # emptied by execute
     for k in keys:
         p.get(k)
@@ -310,13 +310,13 @@ def test_pipeline_keeps_the_order_of_commands_on_one_key(c):
         .delete("py:pipe:o").get("py:pipe:o")
         .execute()
     )
-    assert got == [None, b"1", 1, 6, b"6", [b"1", b"6"], None, None]
+    assert got == [True, b"1", 1, 6, b"6", [b"1", b"6"], None, None]
 
 
 def test_pipeline_set_options(c):
     c.memgest_create("py-pipe", "rep:2")
     p = c.pipeline().set("py:pipe:mg", "v", memgest="py-pipe").set("py:pipe:ttl", "v", px=60_000)
-    assert p.execute() == [None, None]
+    assert p.execute() == [True, True]
     assert c.memgest_key("py:pipe:mg")[:2] == ("py-pipe", "rep:2")
     assert c.get("py:pipe:ttl") == b"v"
     with pytest.raises(ringlet.ConfigError):
@@ -369,7 +369,7 @@ def test_async_cluster_methods_are_awaitables(cluster_seeds):
 
     async def main():
         # Hundreds in flight at once from one coroutine.
-        assert await asyncio.gather(*(ac.set(k, k[::-1]) for k in keys)) == [None] * len(keys)
+        assert await asyncio.gather(*(ac.set(k, k[::-1]) for k in keys)) == [True] * len(keys)
         got = await asyncio.gather(*(ac.get(k) for k in keys))
         assert got == [k[::-1] for k in keys]
         assert await ac.get("py:aio:absent") is None
@@ -436,7 +436,7 @@ def test_async_pipeline(cluster_seeds):
         keys = [f"py:apipe:{i}" for i in range(100)]
         for k in keys:
             p.set(k, k)
-        assert await p.execute() == [None] * len(keys)
+        assert await p.execute() == [True] * len(keys)
         assert len(p) == 0
         await ac.delete("py:apipe:text")
         got = await ac.pipeline().get(keys[0]).mget(keys[1:3]).incr("py:apipe:text").execute(
@@ -549,3 +549,67 @@ def test_tls_cluster_needs_the_ca(tmp_path):
             ringlet.Cluster(seeds, timeout=1.0)
         with pytest.raises(ringlet.ConfigError, match="nope.pem"):
             ringlet.Cluster(seeds, tls_ca_file=str(tmp_path / "nope.pem"))
+
+
+def test_set_nx_xx_as_redis_py(cluster_seeds, c):
+    """NX / XX through the cluster's native front (run under the key's lock on its
+    coordinator): True when stored, None when the condition prevented it, nothing written."""
+    keys = [f"py:nx:{i}" for i in range(50)]  # many slots, so every coordinator serves some
+    for k in keys:
+        c.delete(k)
+        assert c.set(k, "first", nx=True) is True
+        assert c.set(k, "second", nx=True) is None
+        assert c.get(k) == b"first"
+        assert c.set(k, "third", xx=True) is True
+        assert c.get(k) == b"third"
+    c.delete("py:xx:absent")
+    assert c.set("py:xx:absent", "v", xx=True) is None
+    assert c.get("py:xx:absent") is None
+    # With a TTL and a memgest; a plain SET still answers True.
+    c.delete("py:nx:ttl")
+    assert c.set("py:nx:ttl", "v", nx=True, px=60_000, memgest="rep:3") is True
+    assert c.memgest_key("py:nx:ttl")[:2] == ("rep:3", "rep:3")
+    assert c.set("py:nx:plain", "v") is True
+    with pytest.raises(ValueError):
+        c.set("k", "v", nx=True, xx=True)
+    # In a pipeline, and awaited.
+    c.delete("py:nx:pipe")
+    got = c.pipeline().set("py:nx:pipe", "a", nx=True).set("py:nx:pipe", "b", nx=True).get("py:nx:pipe").execute()
+    assert got == [True, None, b"a"]
+    import asyncio
+
+    ac = ringlet.AsyncCluster(cluster_seeds)
+
+    async def main():
+        await ac.delete("py:nx:aio")
+        assert await ac.set("py:nx:aio", "a", nx=True) is True
+        assert await ac.set("py:nx:aio", "b", nx=True) is None
+        assert await ac.set("py:nx:aio", "c", xx=True) is True
+        assert await ac.get("py:nx:aio") == b"c"
+
+    asyncio.run(main())
+
+
+def test_set_nx_races_between_threads_store_once(c):
+    """Eight threads race NX on the same fresh keys: exactly one wins each key, and the
+    value read back is the winner's."""
+    keys = [f"py:nxrace:{i}" for i in range(40)]
+    for k in keys:
+        c.delete(k)
+    wins = {k: [] for k in keys}
+    lock = threading.Lock()
+
+    def racer(t):
+        for k in keys:
+            if c.set(k, f"t{t}", nx=True):
+                with lock:
+                    wins[k].append(t)
+
+    threads = [threading.Thread(target=racer, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for k in keys:
+        assert len(wins[k]) == 1, (k, wins[k])
+        assert c.get(k) == f"t{wins[k][0]}".encode()

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS] [--shm-dir DIR]\n  ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3] [--pg-data S --pg-redundant D]\n  ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS] [--shm-socket PATH]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
+        "usage:\n  ringlet-cluster up --nodes N --spares S --port BASE [--default-memgest rep:3] [--lease-ms MS] [--shm-dir DIR] [--status-port P]\n  ringlet-cluster control --port P [--bind IP] [--nodes N --spares S] [--default-memgest rep:3] [--pg-data S --pg-redundant D]\n  ringlet-cluster node --id ID --port P [--bind IP] --control HOST:PORT [--peer-port P] [--lease-ms MS] [--shm-socket PATH]\n  ringlet-cluster drain --control HOST:PORT ID\n  ringlet-cluster map --control HOST:PORT"
     );
     ExitCode::from(2)
 }
@@ -113,6 +113,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 tls: None,
                 admin_offset: None,
                 shm_dir: a.get("shm-dir")?,
+                status_port: a.get("status-port")?,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }

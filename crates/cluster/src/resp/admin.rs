@@ -4,7 +4,8 @@
 //! cluster node's pages:
 //!
 //! - `/metrics`: Prometheus text: the map epoch and this node's state in it, the replica
-//!   core's counters (the INFO `# Ringlet` section), its engine, and its clients. Like the
+//!   core's counters (the INFO `# Ringlet` section), its engine, its clients, per-range
+//!   request counters and per-class latency histograms (crate::load). Like the
 //!   single node's, the recorder is the node's own (never installed globally) so several
 //!   nodes in one process keep separate figures.
 //! - `/api/status`: JSON of the cluster as this node sees it ([`Status`]): its map (epoch,
@@ -16,16 +17,18 @@
 //!   `/api/status` every second and re-renders it, so an open page shows a node going down.
 //! - `/status.txt`: the former plain-text status (INFO and CLUSTER INFO).
 //!
-//! Every figure is one the node really has: other nodes' keys or load are not known here
-//! (only the control plane's per-memgest totals are), so the nodes table shows what the map
-//! says about them. There is no event log to show: neither the node nor the control plane
-//! keeps one (docs/design/status-page.md).
+//! Every figure is one some node really has: other nodes' keys are not known here (only the
+//! control plane's per-memgest totals are), so the nodes table shows what the map says about
+//! them. Load is asked of every active node (`CLUSTER RINGLET-LOAD` on its client port, all
+//! at once, bounded), so the heat map covers every range by its coordinator's count; the
+//! event log is the control plane's (`ToControl::Events`). docs/design/status-page.md.
 
 use super::Front;
-use ringlet_control::{ClusterMap, MemgestReport, NodeState};
+use crate::load::Window;
+use ringlet_control::{ClusterMap, MemgestReport, NodeState, StampedEvent};
 use ringlet_server::admin::{Page, PageFuture};
 use ringlet_types::NodeId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -40,6 +43,14 @@ const RANGES_SHOWN_MAX: usize = 2048;
 const CONTROL_FIGURES_WAIT: Duration = Duration::from_millis(1_000);
 /// Seconds between the page's polls of `/api/status` (its inline script).
 const POLL_MS: u32 = 1_000;
+/// How long a status request waits for another node's load report (asked over its client
+/// port, all nodes at once): a slow or dead node leaves its ranges without figures rather
+/// than holding the page.
+const PEER_LOAD_WAIT: Duration = Duration::from_millis(500);
+/// Largest load report accepted from a peer (its JSON: one entry per range it coordinates).
+const PEER_LOAD_BYTES_MAX: usize = 4 << 20;
+/// Events the page shows (the newest).
+const EVENTS_SHOWN_MAX: usize = 200;
 
 /// `/api/status`: the cluster as this node sees it. Field names are the JSON keys.
 #[derive(Serialize)]
@@ -60,6 +71,51 @@ struct Status {
     /// Why the memgests have no cluster figures (the control plane did not answer).
     memgest_cluster_error: Option<String>,
     this_node: ThisNode,
+    /// Load and latency: this node's last windows and every data node's latest figures.
+    load: LoadView,
+    /// The control plane's event log, oldest first (at most [`EVENTS_SHOWN_MAX`]).
+    events: Vec<StampedEvent>,
+    /// Why there are no events (the control plane did not answer).
+    events_error: Option<String>,
+}
+
+/// A node's load report: `CLUSTER RINGLET-LOAD` on its client port (JSON), which other nodes'
+/// status pages ask for.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct LoadReport {
+    node: u32,
+    epoch: u64,
+    /// The last sampling window (`None` in the node's first second).
+    window: Option<Window>,
+    /// The ranges this node coordinates in its map, with what it served of them.
+    ranges: Vec<RangeLoad>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RangeLoad {
+    first: u16,
+    last: u16,
+    reads_per_sec: f64,
+    writes_per_sec: f64,
+    reads_total: u64,
+    writes_total: u64,
+}
+
+#[derive(Serialize)]
+struct LoadView {
+    /// Length of a sampling window.
+    window_ms: u64,
+    /// This node's windows, oldest first (the charts).
+    history: Vec<Window>,
+    /// Per active node: its latest window, or why it has none.
+    nodes: Vec<NodeLoad>,
+}
+
+#[derive(Serialize)]
+struct NodeLoad {
+    id: u32,
+    window: Option<Window>,
+    error: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -98,6 +154,10 @@ struct RangeView {
     coordinator_state: Option<&'static str>,
     /// Coordinator first, then the rest of the PG in cohort order.
     cohort: Vec<u32>,
+    /// Keys read and written per second in the last window, as the coordinator counted them
+    /// (`None`: its report did not arrive).
+    reads_per_sec: Option<f64>,
+    writes_per_sec: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -166,12 +226,34 @@ impl Front {
     /// Everything `/api/status` and the HTML page show. Asks the control plane for the
     /// memgests' cluster figures (at most [`CONTROL_FIGURES_WAIT`]); the rest is local.
     async fn status_view(&self) -> Status {
-        let reports: Result<Vec<MemgestReport>, String> = match tokio::time::timeout(
-            CONTROL_FIGURES_WAIT,
-            self.memgest_reports(None, None),
-        )
-        .await
-        {
+        let (reports, events, peers) = tokio::join!(
+            tokio::time::timeout(CONTROL_FIGURES_WAIT, self.memgest_reports(None, None)),
+            tokio::time::timeout(
+                CONTROL_FIGURES_WAIT,
+                self.control(crate::control::ToControl::Events { after: 0 })
+            ),
+            self.peer_load_reports(),
+        );
+        let (events, events_error) = match events {
+            Ok(Ok(crate::control::FromControl::Events(mut v))) => {
+                let skip = v.len().saturating_sub(EVENTS_SHOWN_MAX);
+                v.drain(..skip);
+                (v, None)
+            }
+            Ok(Ok(other)) => (Vec::new(), Some(format!("unexpected reply {other:?}"))),
+            Ok(Err(ringlet_codec::resp::Reply::Error(e))) => {
+                (Vec::new(), Some(String::from_utf8_lossy(&e).into_owned()))
+            }
+            Ok(Err(other)) => (Vec::new(), Some(format!("{other:?}"))),
+            Err(_) => (
+                Vec::new(),
+                Some(format!(
+                    "the control plane did not answer within {} ms",
+                    CONTROL_FIGURES_WAIT.as_millis()
+                )),
+            ),
+        };
+        let reports: Result<Vec<MemgestReport>, String> = match reports {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(ringlet_codec::resp::Reply::Error(e))) => {
                 Err(String::from_utf8_lossy(&e).into_owned())
@@ -218,7 +300,10 @@ impl Front {
                 *coordinated.entry(c).or_default() += r.len();
             }
             if ranges.len() < RANGES_SHOWN_MAX {
+                let (reads_per_sec, writes_per_sec) = range_rates(&peers, r.first, r.last, c);
                 ranges.push(RangeView {
+                    reads_per_sec,
+                    writes_per_sec,
                     first: r.first,
                     last: r.last,
                     slots: r.len(),
@@ -301,7 +386,146 @@ impl Front {
             memgests,
             memgest_cluster_error: reports.err(),
             this_node,
+            load: LoadView {
+                window_ms: crate::load::SAMPLE_MS,
+                history: self.load().history(),
+                nodes: peers
+                    .iter()
+                    .map(|(id, r)| match r {
+                        Ok(r) => NodeLoad {
+                            id: *id,
+                            window: r.window.clone(),
+                            error: None,
+                        },
+                        Err(e) => NodeLoad {
+                            id: *id,
+                            window: None,
+                            error: Some(e.clone()),
+                        },
+                    })
+                    .collect(),
+            },
+            events,
+            events_error,
         }
+    }
+
+    /// This node's load report (`CLUSTER RINGLET-LOAD`): the last window and the ranges it
+    /// coordinates in its map.
+    pub(crate) fn load_report(&self) -> LoadReport {
+        let map = self.node.map();
+        let me = self.node.id();
+        let load = self.load();
+        let ranges = map
+            .as_ref()
+            .and_then(|m| m.placement.as_ref())
+            .map(|p| {
+                p.ranges
+                    .iter()
+                    .filter(|r| p.range_coordinator(r) == Some(me))
+                    .map(|r| {
+                        let (reads_per_sec, writes_per_sec) = load.slot_rates(r.first, r.last);
+                        let (reads_total, writes_total) = load.slot_totals(r.first, r.last);
+                        RangeLoad {
+                            first: r.first,
+                            last: r.last,
+                            reads_per_sec,
+                            writes_per_sec,
+                            reads_total,
+                            writes_total,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        LoadReport {
+            node: me.0,
+            epoch: map.as_ref().map_or(0, |m| m.epoch.0),
+            window: load.history().pop(),
+            ranges,
+        }
+    }
+
+    /// Every active node's load report, this node's own included, by node id. Other nodes
+    /// are asked over their client ports at once (`CLUSTER RINGLET-LOAD`, with the cluster's
+    /// password and TLS), each bounded by [`PEER_LOAD_WAIT`].
+    async fn peer_load_reports(&self) -> Vec<(u32, Result<LoadReport, String>)> {
+        let me = self.node.id();
+        let mut out = vec![(me.0, Ok(self.load_report()))];
+        let Some(map) = self.node.map() else {
+            return out;
+        };
+        let mut tasks = tokio::task::JoinSet::new();
+        for (id, n) in &map.nodes {
+            if *id == me || n.state != NodeState::Active {
+                continue;
+            }
+            let id = id.0;
+            let Some(addr) = crate::node::client_addr(&n.addr) else {
+                out.push((id, Err("no client address in the map".into())));
+                continue;
+            };
+            let password = self.requirepass.clone();
+            let tls = self.tls_connector.clone();
+            tasks.spawn(async move {
+                let asked = super::remote_call(
+                    addr,
+                    &[b"CLUSTER", b"RINGLET-LOAD"],
+                    password.as_deref(),
+                    tls.as_ref(),
+                    PEER_LOAD_BYTES_MAX,
+                );
+                let r = match tokio::time::timeout(PEER_LOAD_WAIT, asked).await {
+                    Err(_) => Err(format!(
+                        "did not answer within {} ms",
+                        PEER_LOAD_WAIT.as_millis()
+                    )),
+                    Ok(None) => Err("unreachable".to_string()),
+                    Ok(Some(ringlet_codec::resp::Reply::Bulk(b))) => {
+                        serde_json::from_slice::<LoadReport>(&b).map_err(|e| e.to_string())
+                    }
+                    Ok(Some(other)) => Err(format!("unexpected reply {other:?}")),
+                };
+                (id, r)
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            if let Ok(r) = r {
+                out.push(r);
+            }
+        }
+        out.sort_by_key(|(id, _)| *id);
+        out
+    }
+}
+
+/// A range's reads and writes per second: from its coordinator's report, the entry for the
+/// same span (or the one holding its first slot, when the coordinator's map splits ranges
+/// differently). `None` when the coordinator's report is missing.
+fn range_rates(
+    reports: &[(u32, Result<LoadReport, String>)],
+    first: u16,
+    last: u16,
+    coordinator: Option<NodeId>,
+) -> (Option<f64>, Option<f64>) {
+    let Some(Ok(rep)) = coordinator
+        .and_then(|c| reports.iter().find(|(id, _)| *id == c.0))
+        .map(|(_, r)| r)
+    else {
+        return (None, None);
+    };
+    let hit = rep
+        .ranges
+        .iter()
+        .find(|x| x.first == first && x.last == last)
+        .or_else(|| {
+            rep.ranges
+                .iter()
+                .find(|x| x.first <= first && first <= x.last)
+        });
+    match hit {
+        Some(x) => (Some(x.reads_per_sec), Some(x.writes_per_sec)),
+        None => (Some(0.0), Some(0.0)),
     }
 }
 
@@ -378,7 +602,47 @@ impl ringlet_server::admin::AdminPages for Front {
                 metrics::gauge!("ringlet_memgest_bytes", "memgest" => id).set(u.bytes as f64);
             }
         });
-        self.recorder.handle().render()
+        let mut text = self.recorder.handle().render();
+        // Per slot range and per command: written by hand (the recorder has no histogram of
+        // pre-counted buckets, and the range label set follows the map).
+        text.push_str(&self.load().prometheus());
+        let rep = self.load_report();
+        text.push_str(
+            "# HELP ringlet_slot_range_reads_total Keys read in a slot range this node coordinates.\n\
+             # TYPE ringlet_slot_range_reads_total counter\n",
+        );
+        for r in &rep.ranges {
+            let _ = writeln!(
+                text,
+                "ringlet_slot_range_reads_total{{first=\"{}\",last=\"{}\"}} {}",
+                r.first, r.last, r.reads_total
+            );
+        }
+        text.push_str(
+            "# HELP ringlet_slot_range_writes_total Keys written in a slot range this node coordinates.\n\
+             # TYPE ringlet_slot_range_writes_total counter\n",
+        );
+        for r in &rep.ranges {
+            let _ = writeln!(
+                text,
+                "ringlet_slot_range_writes_total{{first=\"{}\",last=\"{}\"}} {}",
+                r.first, r.last, r.writes_total
+            );
+        }
+        text.push_str(
+            "# HELP ringlet_slot_range_ops_per_second Keys read or written per second in the last window.\n\
+             # TYPE ringlet_slot_range_ops_per_second gauge\n",
+        );
+        for r in &rep.ranges {
+            for (op, v) in [("read", r.reads_per_sec), ("write", r.writes_per_sec)] {
+                let _ = writeln!(
+                    text,
+                    "ringlet_slot_range_ops_per_second{{first=\"{}\",last=\"{}\",op=\"{op}\"}} {v}",
+                    r.first, r.last
+                );
+            }
+        }
+        text
     }
 
     fn status(&self) -> String {
@@ -481,7 +745,13 @@ tr.state-draining td.state,.seg.state-draining{background:#f5b041}\
 #slotbar{display:flex;width:100%;max-width:1100px;height:28px;border:1px solid #999}\
 .seg{overflow:hidden;white-space:nowrap;font-size:11px;text-align:center;line-height:28px;\
 border-right:1px solid #fff;box-sizing:border-box}\
-#refresh.stale{color:#c0392b;font-weight:bold}";
+#refresh.stale{color:#c0392b;font-weight:bold}\
+#heatmap{display:flex;width:100%;max-width:1100px;height:36px;border:1px solid #999}\
+#heatmap .cell{box-sizing:border-box;border-right:1px solid #fff}\
+.nodata{background:repeating-linear-gradient(45deg,#ddd,#ddd 3px,#fff 3px,#fff 6px)}\
+svg.chart{border:1px solid #ccc;background:#fcfcfc;margin-right:1em}\
+#events td:first-child{white-space:nowrap}\
+tr.ev-node_failed td,tr.ev-spare_promoted td{color:#922b21}";
 
 /// The inline script: poll `/api/status`, re-render the tables from its JSON with DOM calls
 /// (`textContent`, so nothing from the JSON is parsed as HTML), say when a refresh fails.
@@ -491,6 +761,16 @@ function el(tag,text,attrs){var e=document.createElement(tag);if(text!==null&&te
 function row(cells,attrs){var tr=el("tr",null,attrs);cells.forEach(function(c){tr.appendChild(c instanceof Node?c:el("td",c));});return tr;}
 function num(v){return el("td",v===null||v===undefined?"-":v,{"class":"num"});}
 function fill(id,rows){var tb=document.querySelector("#"+id+" tbody");tb.replaceChildren.apply(tb,rows);}
+function fmt(v){return v===null||v===undefined?"-":(v>=100?String(Math.round(v)):Number(v).toFixed(1));}
+function heat(o,max){if(!(o>0))return "#eeeeee";var t=Math.log(1+o)/Math.log(1+Math.max(max,1));return "hsl("+Math.round(60*(1-t))+",90%,"+Math.round(75-25*t)+"%)";}
+function sv(t,a,text){var e=document.createElementNS(document.getElementById("chart-ops").namespaceURI,t);for(var k in a)e.setAttribute(k,String(a[k]));if(text!==undefined)e.textContent=text;return e;}
+function chart(id,hist,series){var svg=document.getElementById(id);var W=CHART_W,H=CHART_H,L=CHART_L,B=CHART_B;var max=0;
+hist.forEach(function(w){series.forEach(function(sr){var v=w[sr[0]];if(v!==null&&v!==undefined&&v>max)max=v;});});if(max<=0)max=1;
+var kids=[sv("line",{x1:L,y1:H-B,x2:W,y2:H-B,stroke:"#999"}),sv("line",{x1:L,y1:0,x2:L,y2:H-B,stroke:"#999"}),sv("text",{x:2,y:12,"font-size":10},fmt(max)),sv("text",{x:2,y:H-B,"font-size":10},"0")];
+var n=Math.max(hist.length-1,1);
+series.forEach(function(sr,si){var pts=[];hist.forEach(function(w,i){var v=w[sr[0]];if(v===null||v===undefined)return;pts.push((L+(W-L)*i/n).toFixed(1)+","+((H-B)-(H-B-4)*v/max).toFixed(1));});
+kids.push(sv("polyline",{points:pts.join(" "),fill:"none",stroke:sr[1],"stroke-width":1.5,"data-series":sr[0]}));kids.push(sv("text",{x:L+10+si*110,y:H-4,"font-size":10,fill:sr[1]},sr[2]));});
+svg.replaceChildren.apply(svg,kids);svg.setAttribute("data-points",hist.length);}
 function render(s){
 document.getElementById("epoch").textContent=s.epoch;
 document.getElementById("cluster-state").textContent=s.cluster_state;
@@ -501,12 +781,282 @@ document.getElementById("ranges-total").textContent=s.ranges_total;
 fill("memgests",s.memgests.map(function(g){var c=g.cluster||{};return row([num(g.id),g.name,g.kind,g.default?"yes":"",g.closing?"yes":"",g.evictable?"yes":"",num(c.keys),num(c.stored_keys),num(c.stored_bytes),num(c.failures_tolerated),(g.cluster?c.nodes_reporting+"/"+c.nodes_holding:"-"),num(g.this_node_entries),num(g.this_node_bytes)],{"data-memgest":g.name});}));
 document.getElementById("memgest-error").textContent=s.memgest_cluster_error?"cluster figures unavailable: "+s.memgest_cluster_error:"";
 fill("this-node",Object.keys(s.this_node).map(function(k){return row([k,num(s.this_node[k])],{"data-field":k});}));
+var max=0;s.ranges.forEach(function(r){var o=(r.reads_per_sec||0)+(r.writes_per_sec||0);if(o>max)max=o;});
+var hm=document.getElementById("heatmap");hm.replaceChildren.apply(hm,s.ranges.map(function(r){var known=r.reads_per_sec!==null&&r.reads_per_sec!==undefined;var o=known?r.reads_per_sec+r.writes_per_sec:0;var a={"class":"cell"+(known?"":" nodata"),"style":"width:"+(r.slots*100/16384).toFixed(4)+"%"+(known?";background:"+heat(o,max):""),"title":"slots "+r.first+"-"+r.last+" (node "+(r.coordinator===null?"-":r.coordinator)+"): "+(known?fmt(r.reads_per_sec)+" reads/s, "+fmt(r.writes_per_sec)+" writes/s":"no report from its coordinator"),"data-first":r.first,"data-last":r.last,"data-ops":known?o.toFixed(1):""};return el("div",null,a);}));
+document.getElementById("heat-max").textContent=fmt(max);
+fill("node-load",s.load.nodes.map(function(n){var w=n.window||{};return row([n.id,num(fmt(w.reads_per_sec)),num(fmt(w.writes_per_sec)),num(fmt(w.other_per_sec)),num(w.read_p50_us),num(w.read_p99_us),num(w.write_p50_us),num(w.write_p99_us),n.error||""],{"data-load-node":n.id});}));
+chart("chart-ops",s.load.history,OPS_SERIES);chart("chart-latency",s.load.history,LAT_SERIES);
+fill("events",s.events.slice().reverse().map(function(e){return row([new Date(e.at_unix_ms).toLocaleTimeString(),num(e.epoch),e.text],{"data-seq":e.seq,"data-kind":e.kind,"data-node":e.about_node===null?"":e.about_node,"class":"ev-"+e.kind});}));
+document.getElementById("events-error").textContent=s.events_error?"event log unavailable: "+s.events_error:"";
 }
 var ok=0;
 function poll(){var ctl=new AbortController();var t=setTimeout(function(){ctl.abort();},3000);
 fetch("/api/status",{cache:"no-store",signal:ctl.signal}).then(function(r){if(!r.ok)throw new Error("HTTP "+r.status);return r.json();}).then(function(s){render(s);ok++;document.body.setAttribute("data-refreshes",ok);var f=document.getElementById("refresh");f.className="";f.textContent="live, updated "+new Date().toLocaleTimeString();}).catch(function(e){var f=document.getElementById("refresh");f.className="stale";f.textContent="refresh failed ("+e.message+") at "+new Date().toLocaleTimeString()+": figures may be stale";}).finally(function(){clearTimeout(t);setTimeout(poll,POLL_MS);});}
 setTimeout(poll,POLL_MS);
 })();"##;
+
+/// Chart geometry (SVG user units), shared by the server's rendering and the script's.
+const CHART_W: u32 = 560;
+const CHART_H: u32 = 170;
+const CHART_L: u32 = 50;
+const CHART_B: u32 = 22;
+/// The charts' series: (window field, colour, label).
+const OPS_SERIES: [(&str, &str, &str); 3] = [
+    ("reads_per_sec", "#2e86c1", "reads/s"),
+    ("writes_per_sec", "#e67e22", "writes/s"),
+    ("other_per_sec", "#7f8c8d", "other/s"),
+];
+const LAT_SERIES: [(&str, &str, &str); 4] = [
+    ("read_p50_us", "#5dade2", "read p50 µs"),
+    ("read_p99_us", "#1b4f72", "read p99 µs"),
+    ("write_p50_us", "#f0b27a", "write p50 µs"),
+    ("write_p99_us", "#a04000", "write p99 µs"),
+];
+
+fn window_value(w: &Window, key: &str) -> Option<f64> {
+    let us = |v: Option<u64>| v.map(|v| v as f64);
+    match key {
+        "reads_per_sec" => Some(w.reads_per_sec),
+        "writes_per_sec" => Some(w.writes_per_sec),
+        "other_per_sec" => Some(w.other_per_sec),
+        "read_p50_us" => us(w.read_p50_us),
+        "read_p99_us" => us(w.read_p99_us),
+        "write_p50_us" => us(w.write_p50_us),
+        "write_p99_us" => us(w.write_p99_us),
+        _ => None,
+    }
+}
+
+/// A number as the script's `fmt` writes it.
+fn fmt_num(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v >= 100.0 => format!("{}", v.round()),
+        Some(v) => format!("{v:.1}"),
+    }
+}
+
+/// The heat colour of `ops` against the busiest range's `max` (log scale: yellow to red),
+/// as the script's `heat`.
+fn heat_colour(ops: f64, max: f64) -> String {
+    if ops <= 0.0 {
+        return "#eeeeee".into();
+    }
+    let t = (1.0 + ops).ln() / (1.0 + max.max(1.0)).ln();
+    format!(
+        "hsl({},90%,{}%)",
+        (60.0 * (1.0 - t)).round(),
+        (75.0 - 25.0 * t).round()
+    )
+}
+
+/// A line chart of `hist` as inline SVG (the script redraws it the same way).
+fn chart_svg(id: &str, title: &str, hist: &[Window], series: &[(&str, &str, &str)]) -> String {
+    let (w, h, l, b) = (
+        f64::from(CHART_W),
+        f64::from(CHART_H),
+        f64::from(CHART_L),
+        f64::from(CHART_B),
+    );
+    let max = hist
+        .iter()
+        .flat_map(|x| series.iter().filter_map(|(k, _, _)| window_value(x, k)))
+        .fold(0.0f64, f64::max);
+    let max = if max <= 0.0 { 1.0 } else { max };
+    let n = (hist.len().max(2) - 1) as f64;
+    let mut out = format!(
+        "<svg id=\"{id}\" class=\"chart\" width=\"{CHART_W}\" height=\"{CHART_H}\" \
+         viewBox=\"0 0 {CHART_W} {CHART_H}\" role=\"img\" aria-label=\"{}\" data-points=\"{}\">\
+         <line x1=\"{l}\" y1=\"{}\" x2=\"{w}\" y2=\"{}\" stroke=\"#999\"/>\
+         <line x1=\"{l}\" y1=\"0\" x2=\"{l}\" y2=\"{}\" stroke=\"#999\"/>\
+         <text x=\"2\" y=\"12\" font-size=\"10\">{}</text><text x=\"2\" y=\"{}\" font-size=\"10\">0</text>",
+        esc(title),
+        hist.len(),
+        h - b,
+        h - b,
+        h - b,
+        fmt_num(Some(max)),
+        h - b,
+    );
+    for (si, (key, colour, label)) in series.iter().enumerate() {
+        let pts: Vec<String> = hist
+            .iter()
+            .enumerate()
+            .filter_map(|(i, x)| {
+                window_value(x, key).map(|v| {
+                    format!(
+                        "{:.1},{:.1}",
+                        l + (w - l) * i as f64 / n,
+                        (h - b) - (h - b - 4.0) * v / max
+                    )
+                })
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" data-series=\"{key}\"/>\
+             <text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"{colour}\">{}</text>",
+            pts.join(" "),
+            l + 10.0 + si as f64 * 110.0,
+            h - 4.0,
+            esc(label)
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
+
+/// The heat map, the per-node load table, the charts and the event log.
+fn render_load_html(h: &mut String, s: &Status) {
+    let max = s
+        .ranges
+        .iter()
+        .map(|r| r.reads_per_sec.unwrap_or(0.0) + r.writes_per_sec.unwrap_or(0.0))
+        .fold(0.0f64, f64::max);
+    let _ = write!(
+        h,
+        "<h2>Load by slot range</h2>\n<p>keys read + written per second in the last {} ms, as each \
+         range's coordinator counted them; busiest <b id=\"heat-max\">{}</b>/s is red, idle grey, \
+         hatched: no report from the coordinator</p>\n<div id=\"heatmap\">",
+        crate::load::SAMPLE_MS,
+        fmt_num(Some(max))
+    );
+    for r in &s.ranges {
+        let known = r.reads_per_sec.is_some();
+        let ops = r.reads_per_sec.unwrap_or(0.0) + r.writes_per_sec.unwrap_or(0.0);
+        let _ = write!(
+            h,
+            "<div class=\"cell{}\" style=\"width:{:.4}%{}\" title=\"slots {}-{} (node {}): {}\" \
+             data-first=\"{}\" data-last=\"{}\" data-ops=\"{}\"></div>",
+            if known { "" } else { " nodata" },
+            f64::from(r.slots) * 100.0 / f64::from(ringlet_types::SLOT_COUNT),
+            if known {
+                format!(";background:{}", heat_colour(ops, max))
+            } else {
+                String::new()
+            },
+            r.first,
+            r.last,
+            opt(r.coordinator),
+            if known {
+                format!(
+                    "{} reads/s, {} writes/s",
+                    fmt_num(r.reads_per_sec),
+                    fmt_num(r.writes_per_sec)
+                )
+            } else {
+                "no report from its coordinator".into()
+            },
+            r.first,
+            r.last,
+            if known {
+                format!("{ops:.1}")
+            } else {
+                String::new()
+            },
+        );
+    }
+    h.push_str(
+        "</div>\n<h2>Requests and latency</h2>\n<table id=\"node-load\"><thead><tr><th>node</th>\
+         <th>reads/s</th><th>writes/s</th><th>other/s</th><th>read p50 µs</th><th>read p99 µs</th>\
+         <th>write p50 µs</th><th>write p99 µs</th><th></th></tr></thead><tbody>\n",
+    );
+    for n in &s.load.nodes {
+        let w = n.window.as_ref();
+        let us = |v: Option<u64>| opt(v);
+        let _ = writeln!(
+            h,
+            "<tr data-load-node=\"{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            n.id,
+            n.id,
+            fmt_num(w.map(|w| w.reads_per_sec)),
+            fmt_num(w.map(|w| w.writes_per_sec)),
+            fmt_num(w.map(|w| w.other_per_sec)),
+            us(w.and_then(|w| w.read_p50_us)),
+            us(w.and_then(|w| w.read_p99_us)),
+            us(w.and_then(|w| w.write_p50_us)),
+            us(w.and_then(|w| w.write_p99_us)),
+            esc(n.error.as_deref().unwrap_or("")),
+        );
+    }
+    let _ = write!(
+        h,
+        "</tbody></table>\n<p>This node, last {} windows (requests per second; latency from \
+         arrival to reply, bucketed within 12.5 %):</p>\n<div>{}{}</div>\n",
+        s.load.history.len(),
+        chart_svg(
+            "chart-ops",
+            "requests per second",
+            &s.load.history,
+            &OPS_SERIES
+        ),
+        chart_svg(
+            "chart-latency",
+            "latency in microseconds",
+            &s.load.history,
+            &LAT_SERIES
+        ),
+    );
+    h.push_str(
+        "<h2>Events</h2>\n<p>from the control plane's log, newest first</p>\n<table id=\"events\">\
+         <thead><tr><th>time</th><th>epoch</th><th>event</th></tr></thead><tbody>\n",
+    );
+    for e in s.events.iter().rev() {
+        let _ = writeln!(
+            h,
+            "<tr data-seq=\"{}\" data-kind=\"{}\" data-node=\"{}\" class=\"ev-{}\"><td>{}</td>\
+             <td class=\"num\">{}</td><td>{}</td></tr>",
+            e.seq,
+            e.kind.name(),
+            e.about_node.map_or(String::new(), |n| n.to_string()),
+            e.kind.name(),
+            unix_ms_text(e.at_unix_ms),
+            e.epoch,
+            esc(&e.text),
+        );
+    }
+    let _ = writeln!(
+        h,
+        "</tbody></table>\n<p id=\"events-error\">{}</p>",
+        s.events_error
+            .as_deref()
+            .map_or(String::new(), |e| esc(&format!(
+                "event log unavailable: {e}"
+            )))
+    );
+}
+
+/// `HH:MM:SS` UTC of a Unix time in ms (the script shows local time once it runs).
+fn unix_ms_text(ms: u64) -> String {
+    let s = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        (s / 3600) % 24,
+        (s / 60) % 60,
+        s % 60
+    )
+}
+
+/// `SCRIPT` with its constants filled in.
+fn script() -> String {
+    let series = |s: &[(&str, &str, &str)]| {
+        let items: Vec<String> = s
+            .iter()
+            .map(|(k, c, l)| format!("[\"{k}\",\"{c}\",\"{l}\"]"))
+            .collect();
+        format!("[{}]", items.join(","))
+    };
+    SCRIPT
+        .replace("POLL_MS", &POLL_MS.to_string())
+        .replace("CHART_W", &CHART_W.to_string())
+        .replace("CHART_H", &CHART_H.to_string())
+        .replace("CHART_L", &CHART_L.to_string())
+        .replace("CHART_B", &CHART_B.to_string())
+        .replace("OPS_SERIES", &series(&OPS_SERIES))
+        .replace("LAT_SERIES", &series(&LAT_SERIES))
+}
 
 /// The HTML page: [`Status`] rendered server-side (complete without JavaScript), the
 /// plain-text status (`text`) in a collapsed block, and [`SCRIPT`].
@@ -615,6 +1165,7 @@ fn render_html(s: &Status, text: &str) -> String {
         );
     }
     h.push_str("</tbody></table>\n");
+    render_load_html(&mut h, s);
     // Memgests.
     h.push_str(
         "<h2>Memgests</h2>\n<table id=\"memgests\"><thead><tr><th>id</th><th>name</th><th>kind</th>\
@@ -677,7 +1228,7 @@ fn render_html(s: &Status, text: &str) -> String {
          JSON at <a href=\"/api/status\">/api/status</a></summary><pre id=\"info\">{}</pre></details>\n\
          <script>{}</script>\n</body></html>\n",
         esc(text),
-        SCRIPT.replace("POLL_MS", &POLL_MS.to_string())
+        script()
     );
     h
 }
@@ -728,6 +1279,8 @@ mod tests {
                 coordinator: Some(1),
                 coordinator_state: Some("active"),
                 cohort: vec![1, 2, 3],
+                reads_per_sec: Some(120.0),
+                writes_per_sec: Some(30.0),
             }],
             ranges_total: 1,
             memgests: vec![MemgestView {
@@ -761,6 +1314,40 @@ mod tests {
                 heartbeats_for_busy_driver: 0,
                 ec_arenas_not_ready: 0,
             },
+            load: LoadView {
+                window_ms: 1000,
+                history: (0..5)
+                    .map(|i| Window {
+                        at_unix_ms: 1_700_000_000_000 + i * 1000,
+                        ms: 1000,
+                        reads_per_sec: 100.0 + i as f64,
+                        writes_per_sec: 10.0,
+                        other_per_sec: 0.0,
+                        read_p50_us: Some(50),
+                        read_p99_us: Some(400),
+                        write_p50_us: None,
+                        write_p99_us: None,
+                        other_p50_us: None,
+                        other_p99_us: None,
+                    })
+                    .collect(),
+                nodes: vec![NodeLoad {
+                    id: 3,
+                    window: None,
+                    error: Some("<unreachable>".into()),
+                }],
+            },
+            events: vec![ringlet_control::Event {
+                seq: 4,
+                epoch: ringlet_types::Epoch(6),
+                at_ms: 10,
+                kind: ringlet_control::EventKind::MemgestCreated {
+                    name: name.into(),
+                    memgest_kind: "rep:2".into(),
+                },
+            }
+            .stamped(10, 1_700_000_000_000)],
+            events_error: None,
         }
     }
 
@@ -776,6 +1363,7 @@ mod tests {
         assert!(h.contains("cluster_state:ok\n&lt;b&gt;"));
         // One script, inline; no src=/href= to anything but this node's own pages.
         assert_eq!(h.matches("<script").count(), 1);
+        assert!(!h.contains("http://") && !h.contains("https://"), "{h}");
         assert!(!h.contains(" src=\""), "{h}");
         for href in h.split("href=\"").skip(1) {
             let target = href.split('"').next().unwrap_or_default();
@@ -788,6 +1376,75 @@ mod tests {
             !h.contains("POLL_MS"),
             "the poll interval was not substituted"
         );
+        for k in [
+            "CHART_W",
+            "CHART_H",
+            "CHART_L",
+            "CHART_B",
+            "OPS_SERIES",
+            "LAT_SERIES",
+        ] {
+            assert!(!h.contains(k), "{k} was not substituted");
+        }
+        // The event's text carries the memgest name: escaped too.
+        assert!(h.contains("memgest &lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; created"));
+        assert!(h.contains("&lt;unreachable&gt;"));
+    }
+
+    #[test]
+    fn page_has_the_heat_map_charts_and_events() {
+        let h = render_html(&sample("warm", "127.0.0.1:1@2"), "");
+        assert!(h.contains("<div id=\"heatmap\"><div class=\"cell\" style=\"width:100.0000%;background:hsl(0,90%,50%)\""), "{h}");
+        assert!(h.contains("data-ops=\"150.0\""));
+        assert!(h.contains("<svg id=\"chart-ops\""));
+        assert!(h.contains("<svg id=\"chart-latency\""));
+        assert!(h.contains("data-points=\"5\""));
+        assert!(h.contains("data-series=\"reads_per_sec\""));
+        assert!(h.contains("<tr data-seq=\"4\" data-kind=\"memgest_created\""));
+        assert!(h.contains("<tr data-load-node=\"3\">"));
+        // Colours grow from yellow to red with load.
+        assert_eq!(heat_colour(0.0, 10.0), "#eeeeee");
+        assert_eq!(heat_colour(10.0, 10.0), "hsl(0,90%,50%)");
+        assert!(heat_colour(1.0, 1000.0).starts_with("hsl(54,"));
+        assert_eq!(unix_ms_text(1_700_000_000_000), "22:13:20 UTC");
+    }
+
+    #[test]
+    fn a_range_takes_its_load_from_its_coordinators_report() {
+        let rep = |node: u32, first: u16, last: u16, r: f64| LoadReport {
+            node,
+            epoch: 1,
+            window: None,
+            ranges: vec![RangeLoad {
+                first,
+                last,
+                reads_per_sec: r,
+                writes_per_sec: 1.0,
+                reads_total: 0,
+                writes_total: 0,
+            }],
+        };
+        let reports = vec![
+            (1, Ok(rep(1, 0, 99, 5.0))),
+            (2, Ok(rep(2, 100, 199, 7.0))),
+            (3, Err("down".to_string())),
+        ];
+        assert_eq!(
+            range_rates(&reports, 100, 199, Some(NodeId(2))),
+            (Some(7.0), Some(1.0))
+        );
+        // The coordinator's map splits differently: the entry holding the first slot.
+        assert_eq!(
+            range_rates(&reports, 50, 60, Some(NodeId(1))),
+            (Some(5.0), Some(1.0))
+        );
+        // Nothing coordinated there by it: idle.
+        assert_eq!(
+            range_rates(&reports, 300, 400, Some(NodeId(1))),
+            (Some(0.0), Some(0.0))
+        );
+        assert_eq!(range_rates(&reports, 0, 9, Some(NodeId(3))), (None, None));
+        assert_eq!(range_rates(&reports, 0, 9, None), (None, None));
     }
 
     #[test]
@@ -814,6 +1471,9 @@ mod tests {
             "memgests",
             "memgest_cluster_error",
             "this_node",
+            "load",
+            "events",
+            "events_error",
         ] {
             assert!(v.get(k).is_some(), "{k}");
         }

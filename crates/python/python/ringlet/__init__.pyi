@@ -76,11 +76,15 @@ class Cluster:
         memgest: Optional[str] = None,
         ex: Optional[float] = None,
         px: Optional[int] = None,
-    ) -> None:
+        nx: bool = False,
+        xx: bool = False,
+    ) -> Optional[bool]:
         """Store ``value`` under ``key``, in memgest ``memgest`` or the default one; with
-        ``ex`` (seconds) or ``px`` (milliseconds) the key expires after that long.
+        ``ex`` (seconds) or ``px`` (milliseconds) the key expires after that long; with
+        ``nx`` only if the key does not exist, with ``xx`` only if it does. ``True`` if
+        stored, ``None`` if ``nx``/``xx`` prevented it (as redis-py).
         Raises ``ConfigError`` for an unknown memgest, ``TooLargeError`` past the limits,
-        ``ValueError`` for both or a non-positive ``ex``/``px``."""
+        ``ValueError`` for both or a non-positive ``ex``/``px``, or both ``nx`` and ``xx``."""
     def incr(self, key: Key, amount: int = 1) -> int:
         """Add ``amount`` to the integer at ``key`` (a missing key is 0); the new value.
         Raises ``ServerError`` if the value is not an integer or the sum overflows."""
@@ -136,7 +140,9 @@ class AsyncCluster:
         memgest: Optional[str] = None,
         ex: Optional[float] = None,
         px: Optional[int] = None,
-    ) -> Awaitable[None]: ...
+        nx: bool = False,
+        xx: bool = False,
+    ) -> Awaitable[Optional[bool]]: ...
     def incr(self, key: Key, amount: int = 1) -> Awaitable[int]: ...
     def delete(self, key: Key) -> Awaitable[None]: ...
     def mget(self, keys: Iterable[Key]) -> Awaitable[List[Optional[bytes]]]: ...
@@ -173,11 +179,14 @@ class Pipeline:
         memgest: Optional[str] = None,
         ex: Optional[float] = None,
         px: Optional[int] = None,
+        nx: bool = False,
+        xx: bool = False,
     ) -> "Pipeline": ...
     def delete(self, key: Key) -> "Pipeline": ...
     def incr(self, key: Key, amount: int = 1) -> "Pipeline": ...
     def execute(self, raise_on_error: bool = True) -> List[Any]:
-        """Results in order: ``bytes``/``None`` (GET), a list (MGET), ``None`` (SET, DEL),
+        """Results in order: ``bytes``/``None`` (GET), a list (MGET), ``True``/``None`` (SET:
+        stored / prevented by ``nx``/``xx``), ``None`` (DEL),
         ``int`` (INCR). With ``raise_on_error`` the first failure is raised after all ran
         (``Command # N (OP) of pipeline caused error: ...``); otherwise exceptions are
         returned in place. The pipeline is empty after."""

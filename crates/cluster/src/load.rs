@@ -1,0 +1,703 @@
+//! Per-slot load and per-command latency of one cluster node: what the status page's heat map
+//! and charts, INFO `commandstats`/`latencystats` and the per-range `/metrics` series show.
+//!
+//! ```text
+//!  RESP / native request served ──▶ Load::record(command, class, slots, elapsed, ok)
+//!      per slot: reads[slot] / writes[slot] += 1          (16384 + 16384 atomics)
+//!      per class (read/write/other): log-bucketed histogram (atomic buckets)
+//!      per command name: calls, usec, failed, histogram   (at most COMMANDS_MAX names)
+//!  every SAMPLE_MS: sampler copies the counters ──▶ the last window's ops/s per slot and
+//!      p50/p99 per class; HISTORY_MAX windows of totals for the charts
+//! ```
+//!
+//! Why counters per slot and not per range: ranges change under a node (moves, failovers);
+//! slots do not. A range's figure is the sum over its slots in whatever map is current when
+//! someone asks. Only a request this node *served* counts (an error reply such as MOVED does
+//! not), so a slot's load is counted by its coordinator alone; an MGET frame counts each key.
+//!
+//! Why a hand-rolled histogram and not `hdrhistogram` (in Cargo.lock, used by the bench): the
+//! hot path records from many tasks at once, and hdrhistogram's recorder is not `Sync`; a
+//! mutex per request, or one histogram per thread merged later, costs more than 288 relaxed
+//! atomic buckets. Buckets are exact below 16 µs, then 8 per power of two (values within
+//! 12.5 %), up to ~38 hours; quantiles report a bucket's upper bound.
+//!
+//! Limits: [`COMMANDS_MAX`] distinct command names (more are counted as `other`), a
+//! [`HISTORY_MAX`]-window ring, memory ~0.3 MiB per node plus ~2.3 KiB per command name.
+
+use parking_lot::{Mutex, RwLock};
+use ringlet_types::{key_slot, SLOT_COUNT};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often the sampler turns counters into rates (the page polls at the same pace).
+pub const SAMPLE_MS: u64 = 1_000;
+/// Windows kept for the charts (a minute at [`SAMPLE_MS`]).
+pub const HISTORY_MAX: usize = 60;
+/// Distinct command names with their own figures; the rest go to `other`.
+pub const COMMANDS_MAX: usize = 256;
+/// Histogram buckets: 16 exact (0–15 µs) then 8 per power of two from 2^4 to 2^36 µs.
+const BUCKETS: usize = 16 + 33 * 8;
+
+/// What kind of work a command is: the three latency charts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Class {
+    Read,
+    Write,
+    Other,
+}
+
+impl Class {
+    pub const ALL: [Class; 3] = [Class::Read, Class::Write, Class::Other];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Read => "read",
+            Class::Write => "write",
+            Class::Other => "other",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Class::Read => 0,
+            Class::Write => 1,
+            Class::Other => 2,
+        }
+    }
+}
+
+fn bucket_of(us: u64) -> usize {
+    if us < 16 {
+        return us as usize;
+    }
+    let e = 63 - us.leading_zeros() as usize; // >= 4
+    if e > 36 {
+        return BUCKETS - 1;
+    }
+    let sub = ((us >> (e - 3)) & 7) as usize;
+    16 + (e - 4) * 8 + sub
+}
+
+/// The largest value (µs) bucket `i` holds.
+fn bucket_high(i: usize) -> u64 {
+    if i < 16 {
+        return i as u64;
+    }
+    let e = (i - 16) / 8 + 4;
+    let sub = ((i - 16) % 8) as u64;
+    ((8 + sub + 1) << (e - 3)) - 1
+}
+
+/// A latency histogram anyone may record into at once.
+pub struct Histogram {
+    buckets: Box<[AtomicU64]>,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl Histogram {
+    pub fn record(&self, us: u64) {
+        if let Some(b) = self.buckets.get(bucket_of(us)) {
+            b.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn snapshot(&self) -> Counts {
+        Counts(self.buckets.iter().map(|b| b.load(Relaxed)).collect())
+    }
+}
+
+/// A histogram's bucket counts at one moment (subtract two for a window).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts(Vec<u64>);
+
+impl Counts {
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// `self - older`, bucket by bucket.
+    pub fn since(&self, older: &Counts) -> Counts {
+        Counts(
+            self.0
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v.saturating_sub(older.0.get(i).copied().unwrap_or(0)))
+                .collect(),
+        )
+    }
+
+    /// The `q` quantile (0..=1) in µs: the upper bound of the bucket holding it; `None`
+    /// when empty.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        // The rank of the q-quantile, 1-based, at least 1.
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.0.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(bucket_high(i));
+            }
+        }
+        Some(bucket_high(BUCKETS - 1))
+    }
+
+    /// Values at most `us`, at bucket resolution (Prometheus `le` buckets).
+    pub fn at_most(&self, us: u64) -> u64 {
+        self.0
+            .iter()
+            .enumerate()
+            .take_while(|(i, _)| bucket_high(*i) <= us)
+            .map(|(_, c)| c)
+            .sum()
+    }
+}
+
+/// One command name's figures (INFO commandstats / latencystats).
+#[derive(Default)]
+pub struct CommandStat {
+    pub calls: AtomicU64,
+    pub usec: AtomicU64,
+    pub failed: AtomicU64,
+    pub latency: Histogram,
+}
+
+/// Figures of one sampling window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// Wall clock at the window's end (ms since the Unix epoch).
+    pub at_unix_ms: u64,
+    /// The window's length.
+    pub ms: u64,
+    pub reads_per_sec: f64,
+    pub writes_per_sec: f64,
+    pub other_per_sec: f64,
+    /// Per class: p50 and p99 in µs (`None`: nothing ran).
+    pub read_p50_us: Option<u64>,
+    pub read_p99_us: Option<u64>,
+    pub write_p50_us: Option<u64>,
+    pub write_p99_us: Option<u64>,
+    pub other_p50_us: Option<u64>,
+    pub other_p99_us: Option<u64>,
+}
+
+struct Snapshot {
+    at_mono_ms: u64,
+    reads: Vec<u64>,
+    writes: Vec<u64>,
+    classes: [Counts; 3],
+}
+
+#[derive(Default)]
+struct Sampler {
+    last: Option<Snapshot>,
+    /// Per slot, the last window's reads and writes per second.
+    slot_rates: Vec<(f32, f32)>,
+    history: VecDeque<Window>,
+}
+
+/// A node's load counters.
+pub struct Load {
+    reads: Box<[AtomicU64]>,
+    writes: Box<[AtomicU64]>,
+    classes: [Histogram; 3],
+    commands: RwLock<BTreeMap<&'static str, Arc<CommandStat>>>,
+    sampler: Mutex<Sampler>,
+}
+
+impl Default for Load {
+    fn default() -> Self {
+        let slots = || (0..SLOT_COUNT).map(|_| AtomicU64::new(0)).collect();
+        Load {
+            reads: slots(),
+            writes: slots(),
+            classes: Default::default(),
+            commands: RwLock::new(BTreeMap::new()),
+            sampler: Mutex::new(Sampler::default()),
+        }
+    }
+}
+
+impl Load {
+    /// Count one served request: `ok` if it was answered without an error; `keys` are the
+    /// keys whose slots it read or wrote (counted only when `ok`).
+    pub fn record<K: AsRef<[u8]>>(
+        &self,
+        command: &str,
+        class: Class,
+        keys: &[K],
+        elapsed: Duration,
+        ok: bool,
+    ) {
+        let slots: Vec<u16> = if ok && class != Class::Other {
+            keys.iter().map(|k| key_slot(k.as_ref())).collect()
+        } else {
+            Vec::new()
+        };
+        self.record_slots(command, class, &slots, elapsed, ok);
+    }
+
+    /// [`Load::record`] with the slots already known.
+    pub fn record_slots(
+        &self,
+        command: &str,
+        class: Class,
+        slots: &[u16],
+        elapsed: Duration,
+        ok: bool,
+    ) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        if let Some(h) = self.classes.get(class.index()) {
+            h.record(us);
+        }
+        if ok && class != Class::Other {
+            let per_slot = if class == Class::Read {
+                &self.reads
+            } else {
+                &self.writes
+            };
+            for s in slots {
+                if let Some(c) = per_slot.get(usize::from(*s)) {
+                    c.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        let stat = self.command(command);
+        stat.calls.fetch_add(1, Relaxed);
+        stat.usec.fetch_add(us, Relaxed);
+        if !ok {
+            stat.failed.fetch_add(1, Relaxed);
+        }
+        stat.latency.record(us);
+    }
+
+    fn command(&self, name: &str) -> Arc<CommandStat> {
+        if let Some(s) = self.commands.read().get(name) {
+            return s.clone();
+        }
+        let mut t = self.commands.write();
+        if let Some(s) = t.get(name) {
+            return s.clone();
+        }
+        // Names are leaked once so the table holds `&'static str`: at most COMMANDS_MAX of
+        // them, each at most 32 bytes. Past the bound every new name is `other` (and takes
+        // this write lock each time: a client sending endless made-up names slows itself).
+        let key: &'static str = if t.len() < COMMANDS_MAX && name.len() <= 32 {
+            Box::leak(name.to_string().into_boxed_str())
+        } else {
+            "other"
+        };
+        t.entry(key).or_default().clone()
+    }
+
+    /// Every command name's figures, by name.
+    pub fn commands(&self) -> Vec<(&'static str, Arc<CommandStat>)> {
+        self.commands
+            .read()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
+    }
+
+    /// Requests served per slot since start: (reads, writes).
+    pub fn slot_totals(&self, first: u16, last: u16) -> (u64, u64) {
+        let r = usize::from(first)..=usize::from(last);
+        let sum = |v: &[AtomicU64]| {
+            v.get(r.clone())
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.load(Relaxed))
+                .sum()
+        };
+        (sum(&self.reads), sum(&self.writes))
+    }
+
+    /// Reads and writes per second over slots `first..=last` in the last window.
+    pub fn slot_rates(&self, first: u16, last: u16) -> (f64, f64) {
+        let s = self.sampler.lock();
+        s.slot_rates
+            .get(usize::from(first)..=usize::from(last))
+            .unwrap_or_default()
+            .iter()
+            .fold((0.0, 0.0), |(r, w), (a, b)| {
+                (r + f64::from(*a), w + f64::from(*b))
+            })
+    }
+
+    /// The class's latency histogram since start.
+    pub fn class_counts(&self, c: Class) -> Counts {
+        self.classes
+            .get(c.index())
+            .map(Histogram::snapshot)
+            .unwrap_or_default()
+    }
+
+    /// The last [`HISTORY_MAX`] windows, oldest first.
+    pub fn history(&self) -> Vec<Window> {
+        self.sampler.lock().history.iter().cloned().collect()
+    }
+
+    /// Close a window at `now_mono_ms` (the sampler calls this every [`SAMPLE_MS`]; tests
+    /// call it directly).
+    pub fn sample(&self, now_mono_ms: u64, now_unix_ms: u64) {
+        let cur = Snapshot {
+            at_mono_ms: now_mono_ms,
+            reads: self.reads.iter().map(|c| c.load(Relaxed)).collect(),
+            writes: self.writes.iter().map(|c| c.load(Relaxed)).collect(),
+            classes: [
+                self.classes[0].snapshot(),
+                self.classes[1].snapshot(),
+                self.classes[2].snapshot(),
+            ],
+        };
+        let mut s = self.sampler.lock();
+        if let Some(prev) = s.last.take() {
+            let ms = cur.at_mono_ms.saturating_sub(prev.at_mono_ms).max(1);
+            let per_sec = |n: u64| n as f64 * 1000.0 / ms as f64;
+            s.slot_rates = cur
+                .reads
+                .iter()
+                .zip(&prev.reads)
+                .zip(cur.writes.iter().zip(&prev.writes))
+                .map(|((r, pr), (w, pw))| {
+                    (
+                        per_sec(r.saturating_sub(*pr)) as f32,
+                        per_sec(w.saturating_sub(*pw)) as f32,
+                    )
+                })
+                .collect();
+            let d: Vec<Counts> = cur
+                .classes
+                .iter()
+                .zip(&prev.classes)
+                .map(|(c, p)| c.since(p))
+                .collect();
+            let q = |i: usize, x: f64| d.get(i).and_then(|c| c.quantile(x));
+            let w = Window {
+                at_unix_ms: now_unix_ms,
+                ms,
+                reads_per_sec: per_sec(d.first().map_or(0, Counts::total)),
+                writes_per_sec: per_sec(d.get(1).map_or(0, Counts::total)),
+                other_per_sec: per_sec(d.get(2).map_or(0, Counts::total)),
+                read_p50_us: q(0, 0.5),
+                read_p99_us: q(0, 0.99),
+                write_p50_us: q(1, 0.5),
+                write_p99_us: q(1, 0.99),
+                other_p50_us: q(2, 0.5),
+                other_p99_us: q(2, 0.99),
+            };
+            if s.history.len() >= HISTORY_MAX {
+                s.history.pop_front();
+            }
+            s.history.push_back(w);
+        }
+        s.last = Some(cur);
+    }
+
+    /// INFO `# Commandstats` and `# Latencystats` in Redis's format.
+    pub fn info_sections(&self) -> (String, String) {
+        let mut out = String::from("# Commandstats\r\n");
+        let cmds = self.commands();
+        for (name, s) in &cmds {
+            let calls = s.calls.load(Relaxed);
+            let usec = s.usec.load(Relaxed);
+            out.push_str(&format!(
+                "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={:.2},rejected_calls=0,failed_calls={}\r\n",
+                if calls == 0 { 0.0 } else { usec as f64 / calls as f64 },
+                s.failed.load(Relaxed)
+            ));
+        }
+        let mut lat = String::from("# Latencystats\r\n");
+        for (name, s) in &cmds {
+            let c = s.latency.snapshot();
+            let q = |x: f64| c.quantile(x).unwrap_or(0);
+            lat.push_str(&format!(
+                "latency_percentiles_usec_{name}:p50={:.3},p99={:.3},p99.9={:.3}\r\n",
+                q(0.5) as f64,
+                q(0.99) as f64,
+                q(0.999) as f64
+            ));
+        }
+        (out, lat)
+    }
+
+    /// Prometheus text: per-class duration histograms and per-command counters (the
+    /// per-range series need the map; the admin page adds them).
+    pub fn prometheus(&self) -> String {
+        /// `le` bounds in µs.
+        const LE_US: [u64; 15] = [
+            10, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
+            500_000, 1_000_000,
+        ];
+        let mut out = String::new();
+        out.push_str(
+            "# HELP ringlet_command_duration_seconds Time to serve a request, by class (bucket resolution 12.5%).\n\
+             # TYPE ringlet_command_duration_seconds histogram\n",
+        );
+        for c in Class::ALL {
+            let counts = self.class_counts(c);
+            for le in LE_US {
+                out.push_str(&format!(
+                    "ringlet_command_duration_seconds_bucket{{class=\"{}\",le=\"{}\"}} {}\n",
+                    c.name(),
+                    le as f64 / 1e6,
+                    counts.at_most(le)
+                ));
+            }
+            let total = counts.total();
+            out.push_str(&format!(
+                "ringlet_command_duration_seconds_bucket{{class=\"{}\",le=\"+Inf\"}} {total}\n",
+                c.name()
+            ));
+            let usec: u64 = self
+                .commands()
+                .iter()
+                .filter(|(n, _)| command_class(n) == c)
+                .map(|(_, s)| s.usec.load(Relaxed))
+                .sum();
+            out.push_str(&format!(
+                "ringlet_command_duration_seconds_sum{{class=\"{}\"}} {}\n\
+                 ringlet_command_duration_seconds_count{{class=\"{}\"}} {total}\n",
+                c.name(),
+                usec as f64 / 1e6,
+                c.name()
+            ));
+        }
+        out.push_str(
+            "# HELP ringlet_commands_total Requests served, by command.\n# TYPE ringlet_commands_total counter\n",
+        );
+        let cmds = self.commands();
+        for (name, s) in &cmds {
+            out.push_str(&format!(
+                "ringlet_commands_total{{command=\"{name}\"}} {}\n",
+                s.calls.load(Relaxed)
+            ));
+        }
+        out.push_str(
+            "# HELP ringlet_commands_failed_total Requests answered with an error, by command.\n# TYPE ringlet_commands_failed_total counter\n",
+        );
+        for (name, s) in &cmds {
+            out.push_str(&format!(
+                "ringlet_commands_failed_total{{command=\"{name}\"}} {}\n",
+                s.failed.load(Relaxed)
+            ));
+        }
+        out
+    }
+}
+
+/// Sample `load` every [`SAMPLE_MS`] until it is dropped (the node's front went away).
+pub async fn sample_forever(load: Weak<Load>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(SAMPLE_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(l) = load.upgrade() else { return };
+        l.sample(crate::mono_ms(), crate::wall_ms());
+    }
+}
+
+/// The class of a RESP command (lowercase name): reads and writes of keys; the rest (PING,
+/// INFO, CLUSTER, MEMGEST, ...) is `other`.
+pub fn command_class(name: &str) -> Class {
+    match name {
+        "get" | "mget" | "exists" | "strlen" | "getrange" | "substr" | "ttl" | "pttl"
+        | "expiretime" | "pexpiretime" | "type" | "hget" | "hmget" | "hgetall" | "hkeys"
+        | "hvals" | "hlen" | "hexists" | "hstrlen" | "hrandfield" | "hscan" | "lcs" | "dump"
+        | "object" => Class::Read,
+        "set" | "setnx" | "setex" | "psetex" | "mset" | "msetnx" | "del" | "unlink" | "incr"
+        | "decr" | "incrby" | "decrby" | "incrbyfloat" | "append" | "setrange" | "getset"
+        | "getdel" | "getex" | "expire" | "pexpire" | "expireat" | "pexpireat" | "persist"
+        | "hset" | "hsetnx" | "hmset" | "hdel" | "hincrby" | "hincrbyfloat" | "rename"
+        | "renamenx" | "copy" | "restore" => Class::Write,
+        _ => Class::Other,
+    }
+}
+
+/// The keys of a RESP request whose slots it reads or writes (`argv[0]` is the name).
+pub fn command_keys<'a>(name: &str, argv: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+    let args = argv.get(1..).unwrap_or_default();
+    match name {
+        "mget" | "exists" | "del" | "unlink" => args.iter().map(Vec::as_slice).collect(),
+        "mset" | "msetnx" => args.iter().step_by(2).map(Vec::as_slice).collect(),
+        "rename" | "renamenx" | "copy" => args.iter().take(2).map(Vec::as_slice).collect(),
+        _ => args.first().map(Vec::as_slice).into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_ordered_and_hold_their_values() {
+        let mut prev = None;
+        for i in 0..BUCKETS {
+            let hi = bucket_high(i);
+            if let Some(p) = prev {
+                assert!(hi > p, "bucket {i}");
+            }
+            assert_eq!(bucket_of(hi), i, "bucket {i} high {hi}");
+            prev = Some(hi);
+        }
+        for v in [0, 1, 15, 16, 17, 100, 1_000, 12_345, 1 << 30] {
+            let b = bucket_of(v);
+            assert!(bucket_high(b) >= v);
+            // Within 12.5 % above.
+            assert!(bucket_high(b) as f64 <= v as f64 * 1.125 + 1.0, "{v}");
+        }
+    }
+
+    #[test]
+    fn quantiles_and_windows() {
+        let load = Load::default();
+        load.sample(0, 1_000);
+        for _ in 0..98 {
+            load.record(
+                "get",
+                Class::Read,
+                &[b"a"],
+                Duration::from_micros(100),
+                true,
+            );
+        }
+        for _ in 0..2 {
+            load.record("get", Class::Read, &[b"a"], Duration::from_millis(20), true);
+        }
+        load.record(
+            "set",
+            Class::Write,
+            &[b"b"],
+            Duration::from_micros(40),
+            true,
+        );
+        // An error reply counts as a call and a failure, not as load on the slot.
+        load.record(
+            "set",
+            Class::Write,
+            &[b"b"],
+            Duration::from_micros(40),
+            false,
+        );
+        load.sample(2_000, 3_000);
+        let h = load.history();
+        assert_eq!(h.len(), 1);
+        let w = &h[0];
+        assert_eq!(w.ms, 2_000);
+        assert!((w.reads_per_sec - 50.0).abs() < 1e-9, "{w:?}");
+        assert!((w.writes_per_sec - 1.0).abs() < 1e-9, "{w:?}");
+        let p50 = w.read_p50_us.unwrap();
+        assert!((100..=113).contains(&p50), "{p50}");
+        let p99 = w.read_p99_us.unwrap();
+        assert!((20_000..=22_500).contains(&p99), "{p99}");
+        assert_eq!(w.other_p50_us, None);
+        let sa = key_slot(b"a");
+        let sb = key_slot(b"b");
+        assert_eq!(load.slot_totals(sa, sa), (100, 0));
+        assert_eq!(load.slot_totals(sb, sb), (0, 1));
+        let (r, _) = load.slot_rates(0, SLOT_COUNT - 1);
+        assert!((r - 50.0).abs() < 1e-3, "{r}");
+        // The next window starts from the last sample.
+        load.sample(3_000, 4_000);
+        assert_eq!(load.history()[1].reads_per_sec, 0.0);
+        let (cmds, lat) = load.info_sections();
+        let info = format!("{cmds}{lat}");
+        assert!(info.contains("cmdstat_get:calls=100,"), "{info}");
+        assert!(info.contains("cmdstat_set:calls=2,"), "{info}");
+        assert!(info.contains("failed_calls=1"), "{info}");
+        assert!(info.contains("latency_percentiles_usec_get:p50="), "{info}");
+        let prom = load.prometheus();
+        assert!(
+            prom.contains(
+                "ringlet_command_duration_seconds_bucket{class=\"read\",le=\"0.0001\"} 0"
+            ),
+            "{prom}"
+        );
+        assert!(
+            prom.contains(
+                "ringlet_command_duration_seconds_bucket{class=\"read\",le=\"0.00025\"} 98"
+            ),
+            "{prom}"
+        );
+        assert!(
+            prom.contains("ringlet_command_duration_seconds_count{class=\"read\"} 100"),
+            "{prom}"
+        );
+        assert!(prom.contains("ringlet_commands_total{command=\"set\"} 2"));
+        assert!(prom.contains("ringlet_commands_failed_total{command=\"set\"} 1"));
+    }
+
+    #[test]
+    fn command_names_are_bounded() {
+        let load = Load::default();
+        for i in 0..(COMMANDS_MAX + 50) {
+            load.record::<&[u8]>(&format!("c{i}"), Class::Other, &[], Duration::ZERO, true);
+        }
+        let cmds = load.commands();
+        assert_eq!(cmds.len(), COMMANDS_MAX + 1);
+        let other = cmds.iter().find(|(n, _)| *n == "other").unwrap();
+        assert_eq!(other.1.calls.load(Relaxed), 50);
+    }
+
+    /// The Grafana dashboard (docs/grafana/ringlet.json) names only metrics a node exports:
+    /// every `ringlet_*` name in it (less a histogram's `_bucket`/`_count`/`_sum`) is written
+    /// by the admin page's code or this module's.
+    #[test]
+    fn grafana_dashboard_uses_exported_metric_names() {
+        let dash = include_str!("../../../docs/grafana/ringlet.json");
+        let sources = [
+            include_str!("resp/admin.rs"),
+            include_str!("load.rs"),
+            include_str!("control_http.rs"),
+        ];
+        let v: serde_json::Value = serde_json::from_str(dash).unwrap();
+        assert!(v["panels"].as_array().unwrap().len() > 10);
+        let mut names = std::collections::BTreeSet::new();
+        for part in dash.split("ringlet_").skip(1) {
+            let n: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(n);
+        }
+        assert!(names.len() > 10, "{names:?}");
+        for n in names {
+            let base = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| n.strip_suffix(s))
+                .unwrap_or(&n);
+            let name = format!("ringlet_{base}");
+            assert!(
+                sources.iter().any(|s| s.contains(&format!("\"{name}"))
+                    || s.contains(&format!("\\n{name} "))),
+                "the dashboard uses {name}, which no node exports"
+            );
+        }
+    }
+
+    #[test]
+    fn request_keys_and_classes() {
+        let argv: Vec<Vec<u8>> = ["mset", "a", "1", "b", "2"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        assert_eq!(command_keys("mset", &argv), vec![&b"a"[..], &b"b"[..]]);
+        assert_eq!(command_class("mset"), Class::Write);
+        assert_eq!(command_class("mget"), Class::Read);
+        assert_eq!(command_class("info"), Class::Other);
+    }
+}
