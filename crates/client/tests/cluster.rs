@@ -220,13 +220,27 @@ async fn routing_multikey_memgests_and_quorum_reads() {
         coord.set(b"nx-ttl", b"v", opts).await.unwrap().value,
         SetOutcome::Stored
     );
-    // Still refused in cluster mode: CAS by version (resp/conditional.rs says why), not
-    // silently unconditional.
-    let e = coord
-        .set(b"k", b"v", SetOptions::default().cas(w.version))
+    // CAS by version (the coordinator's core compares): the version the last write
+    // returned applies once, then it is stale.
+    let cur = coord.get(b"k").await.unwrap().version;
+    let first = coord
+        .set(b"k", b"cas1", SetOptions::default().cas(cur))
         .await
-        .unwrap_err();
-    assert!(e.to_string().contains("UNSUPPORTED"), "{e}");
+        .unwrap();
+    assert_eq!(first.value, SetOutcome::Stored);
+    let again = coord
+        .set(b"k", b"cas2", SetOptions::default().cas(cur))
+        .await
+        .unwrap();
+    assert_eq!(again.value, SetOutcome::CasMismatch);
+    assert_eq!(
+        again.version, first.version,
+        "the mismatch names the current version"
+    );
+    assert_eq!(
+        quorum.get(b"k").await.unwrap().value.as_deref(),
+        Some(&b"cas1"[..])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,6 +84,16 @@ enum Req {
         ttl_ms: Option<u64>,
         cond: SetCond,
     },
+    /// SET with CAS / DEL with CAS: a compare-and-set decided by the coordinator's core
+    /// (`ClientOp::SetIf`); `value` `None` is the DEL. `expect` 0 means "absent" (as the
+    /// single node reads `cas 0`).
+    CasWrite {
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        memgest: Option<ringlet_types::MemgestId>,
+        ttl_ms: Option<u64>,
+        expect: Version,
+    },
     /// Run by the RESP front's INCRBY (under its per-key lock).
     IncrBy {
         key: Vec<u8>,
@@ -110,12 +120,20 @@ fn own(r: &ClusterRequest<'_>) -> Req {
             Req::Mget(keys.iter().map(<[u8]>::to_vec).collect())
         }
         ClusterRequest::Data(NativeRequest::Set(s)) => {
-            if s.version.is_some() || s.cas.is_some() {
-                // Why not CAS: resp/conditional.rs. The core assigns versions itself.
+            if s.version.is_some() {
+                // The coordinator's core assigns versions (HLC), so a client cannot.
                 Req::Unsupported(
                     Opcode::Set,
-                    "VERSION and CAS are not supported in cluster mode (NX/XX are)",
+                    "VERSION is not supported in cluster mode (the coordinator assigns versions; NX/XX and CAS are served)",
                 )
+            } else if let Some(expect) = s.cas {
+                Req::CasWrite {
+                    key: s.key.to_vec(),
+                    value: Some(s.value.to_vec()),
+                    memgest: s.memgest,
+                    ttl_ms: s.ttl_ms,
+                    expect,
+                }
             } else if s.cond != SetCond::Always {
                 Req::SetCond {
                     key: s.key.to_vec(),
@@ -135,7 +153,13 @@ fn own(r: &ClusterRequest<'_>) -> Req {
         }
         ClusterRequest::Data(NativeRequest::Del { key, cas }) => match cas {
             None => Req::Del(key.to_vec()),
-            Some(_) => Req::Unsupported(Opcode::Del, "CAS DEL is not supported in cluster mode"),
+            Some(expect) => Req::CasWrite {
+                key: key.to_vec(),
+                value: None,
+                memgest: None,
+                ttl_ms: None,
+                expect,
+            },
         },
         ClusterRequest::Data(NativeRequest::IncrBy { key, delta }) => Req::IncrBy {
             key: key.to_vec(),
@@ -260,6 +284,8 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Req::Memgest(_) => Opcode::Memgest,
         Req::IncrBy { .. } => Opcode::IncrBy,
         Req::SetCond { .. } => Opcode::Set,
+        Req::CasWrite { value: Some(_), .. } => Opcode::Set,
+        Req::CasWrite { value: None, .. } => Opcode::Del,
         Req::Unsupported(op, _) => *op,
         Req::Chase(_) => Opcode::Chase,
     };
@@ -333,6 +359,59 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                     id,
                     Opcode::Set,
                     Status::OK,
+                    node.epoch(),
+                    version,
+                );
+            }
+            Req::CasWrite {
+                key,
+                value,
+                memgest,
+                ttl_ms,
+                expect,
+            } => {
+                if ttl_ms == Some(0) {
+                    return Err(fail(Status::BAD_REQUEST, "ttl_ms must be > 0"));
+                }
+                let op_code = if value.is_some() {
+                    Opcode::Set
+                } else {
+                    Opcode::Del
+                };
+                let del = value.is_none();
+                // DEL with `cas 0` writes nothing (the single node answers NOT_FOUND for a
+                // missing key, CAS_MISMATCH otherwise).
+                let reply = if del && expect == Version::ZERO {
+                    ClientReply::Unchanged
+                } else {
+                    let op = ClientOp::SetIf {
+                        key: key.clone(),
+                        value,
+                        memgest,
+                        expiry_ms: ttl_ms.map(|t| crate::wall_ms().saturating_add(t)),
+                        kind: ValueKind::String,
+                        expect,
+                    };
+                    run(node, op).await?
+                };
+                let (status, version) = match reply {
+                    ClientReply::Unchanged => {
+                        // The version to retry with, read after the refusal (informational:
+                        // a CAS naming it may still lose to a newer write).
+                        let (current, value) = get(node, &key).await?;
+                        match value {
+                            None if del => (Status::NOT_FOUND, Version::ZERO),
+                            None => (Status::CAS_MISMATCH, Version::ZERO),
+                            Some(_) => (Status::CAS_MISMATCH, current),
+                        }
+                    }
+                    other => (Status::OK, written(other)?),
+                };
+                native::encode_status_response(
+                    &mut out,
+                    id,
+                    op_code,
+                    status,
                     node.epoch(),
                     version,
                 );
@@ -514,6 +593,11 @@ fn load_of(req: &Req) -> (&'static str, crate::load::Class, Vec<u16>) {
         Req::Set { key, .. } | Req::SetCond { key, .. } => {
             ("set", Class::Write, vec![key_slot(key)])
         }
+        Req::CasWrite { key, value, .. } => (
+            if value.is_some() { "set" } else { "del" },
+            Class::Write,
+            vec![key_slot(key)],
+        ),
         Req::Del(k) => ("del", Class::Write, vec![key_slot(k)]),
         Req::IncrBy { key, .. } => ("incrby", Class::Write, vec![key_slot(key)]),
         Req::ReadReplica { .. } => ("read_replica", Class::Read, Vec::new()),

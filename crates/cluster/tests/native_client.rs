@@ -218,8 +218,8 @@ fn native_front_serves_cluster_opcodes() {
         },
     );
     assert_eq!(call(coord_addr, &req).0, Status::OK);
-    // Not served over native frames in cluster mode: CAS by version, a definite UNSUPPORTED,
-    // nothing written.
+    // CAS by version, decided by the coordinator's core: a wrong version is CAS_MISMATCH
+    // with the current one, which then applies.
     let mut req = Vec::new();
     native::encode_set(
         &mut req,
@@ -230,7 +230,22 @@ fn native_front_serves_cluster_opcodes() {
             ..set
         },
     );
-    assert_eq!(call(coord_addr, &req).0, Status::UNSUPPORTED);
+    let (st, _, current, _, _) = call(coord_addr, &req);
+    assert_eq!(st, Status::CAS_MISMATCH);
+    assert_ne!(current, Version::ZERO);
+    let mut req = Vec::new();
+    native::encode_set(
+        &mut req,
+        16,
+        &SetRequest {
+            cas: Some(current),
+            value: b"cas-ok",
+            ..set
+        },
+    );
+    let (st, _, written, _, _) = call(coord_addr, &req);
+    assert_eq!(st, Status::OK);
+    assert!(written > current);
     // INCRBY runs the RESP front's INCRBY: an integer reply, the key's non-integer value
     // refused with NOT_INTEGER as on the single node, MOVED at another node.
     let counter: &[u8] = b"native-counter{native-key}";
@@ -254,7 +269,7 @@ fn native_front_serves_cluster_opcodes() {
         .unwrap();
     let mut got = [0u8; 64];
     let n = s.read(&mut got).unwrap();
-    assert_eq!(&got[..n], b"$2\r\nv1\r\n");
+    assert_eq!(&got[..n], b"$6\r\ncas-ok\r\n", "the CAS above wrote it");
     for n in &nodes {
         n.stop();
     }

@@ -850,10 +850,13 @@ impl<S: ReplicaStore> Replica<S> {
                 // including writes still in flight: a write accepted before this one makes
                 // the comparison fail even if it later turns out ambiguous (a spurious
                 // mismatch, never a lost update).
-                let live = self
-                    .latest_entry(&key)
-                    .is_some_and(|e| e.version == expect && e.value.is_some());
-                if !live {
+                // `expect` zero: only if the key has no live entry (as `cas 0` on a node).
+                let latest = self.latest_entry(&key).filter(|e| e.value.is_some());
+                let matches = match latest {
+                    None => expect == Version::ZERO,
+                    Some(e) => e.version == expect && expect != Version::ZERO,
+                };
+                if !matches {
                     return self.reply(out, client, req.id, ClientReply::Unchanged);
                 }
                 let (memgest, kind) = match value {

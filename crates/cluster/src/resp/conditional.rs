@@ -8,13 +8,13 @@
 //! land between the read and the write. A new coordinator after a failover has its own
 //! locks, but the old one is fenced before it (its in-flight write answers Ambiguous).
 //!
-//! Why CAS by version is not served here (the native front keeps answering UNSUPPORTED):
-//! CAS exists to detect *any* intervening write. Under this lock it would miss the blind
-//! writes above and overwrite them while reporting success: a lost update the caller chose
-//! CAS to rule out. Making every native write take the lock would close the gap but puts a
-//! lock-table insert (and its `KEY_LOCKS_MAX` bound, which answers TRYAGAIN past it) on the
-//! pipelined write path; the sound place is a version-conditional write in the replica core
-//! (as `ClientOp::Expire` already is for deletes), which is not built.
+//! Why CAS by version is not served here: CAS exists to detect *any* intervening write.
+//! Under this lock it would miss the blind writes above and overwrite them while reporting
+//! success: a lost update the caller chose CAS to rule out. Making every native write take
+//! the lock would close the gap but puts a lock-table insert (and its `KEY_LOCKS_MAX` bound)
+//! on the pipelined write path. CAS is instead a version-conditional write decided by the
+//! replica core on the coordinator's single thread (`ClientOp::SetIf`, served by the native
+//! front's `CasWrite`), where no write of the key can come between the check and the write.
 
 use super::{err, Front};
 use ringlet_codec::native::SetCond;
