@@ -400,6 +400,96 @@ impl Cluster {
         Ok(stored(r.value))
     }
 
+    /// ``(value, version)`` of ``key``, or ``None`` if it does not exist: the version to
+    /// pass to ``cas`` (an int; versions only grow).
+    fn get_versioned<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u128)>> {
+        let key = bytes_of(key, "key")?;
+        let v = self.run(py, self.client.get(&key))?;
+        Ok(v.value.map(|b| (PyBytes::new(py, &b), v.version.0)))
+    }
+
+    /// Compare-and-set: store ``value`` under ``key`` only if the key's current version is
+    /// ``version`` (from ``get_versioned``; ``0`` means "only if absent"). Decided by the
+    /// key's coordinator against its newest write, writes in flight included, so no other
+    /// write can come in between. ``memgest``, ``ex`` and ``px`` as for ``set``.
+    ///
+    /// Returns ``(True, new_version)`` if stored, ``(False, current_version)`` otherwise
+    /// (``current_version`` is read after the refusal: retry with it).
+    #[pyo3(signature = (key, value, version, memgest = None, ex = None, px = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn cas(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        version: u128,
+        memgest: Option<&str>,
+        ex: Option<f64>,
+        px: Option<u64>,
+    ) -> PyResult<(bool, u128)> {
+        let key = bytes_of(key, "key")?;
+        let value = bytes_of(value, "value")?;
+        let opts = self
+            .set_options(py, memgest, ex, px, false, false)?
+            .cas(ringlet_types::Version(version));
+        let r = self.run(py, self.client.set(&key, &value, opts))?;
+        Ok((
+            matches!(r.value, ringlet_client::SetOutcome::Stored),
+            r.version.0,
+        ))
+    }
+
+    /// Follow the link fields ``links`` breadth-first from ``key`` up to ``depth`` hops (the
+    /// server's CHASE, one round trip; one-sided on this host when the client can): a list
+    /// of ``(key, depth, {attribute: value})`` in BFS order, each item once, and why the walk
+    /// stopped (``"complete"``, ``"limit"``, ``"bytes"`` or ``"time"``). ``fields`` limits
+    /// the attributes returned. Records and links are written with any Redis client
+    /// (``HSET``, ``LINK SET key field target``, ``LINK ADD ...``).
+    ///
+    /// Raises:
+    ///     ServerError: bad arguments (the node's text), a key that is not a record.
+    #[pyo3(signature = (key, links, depth = 1, limit = None, fields = None))]
+    fn chase<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        links: Vec<Bound<'py, PyAny>>,
+        depth: u32,
+        limit: Option<u32>,
+        fields: Option<Vec<Bound<'py, PyAny>>>,
+    ) -> PyResult<(Bound<'py, PyList>, String)> {
+        let key = bytes_of(key, "key")?;
+        let links = links
+            .iter()
+            .map(|l| bytes_of(l, "link"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut opts = ringlet_client::ChaseOptions::default().depth(depth);
+        if let Some(l) = limit {
+            opts = opts.limit(l);
+        }
+        if let Some(f) = fields {
+            let f = f
+                .iter()
+                .map(|x| bytes_of(x, "field"))
+                .collect::<PyResult<Vec<_>>>()?;
+            opts = opts.fields(&f);
+        }
+        let r = self.run(py, self.client.chase(&key, &links, &opts))?;
+        let out = PyList::empty(py);
+        for e in &r.value.entries {
+            let attrs = PyDict::new(py);
+            for (n, v) in &e.attrs {
+                attrs.set_item(PyBytes::new(py, n), PyBytes::new(py, v))?;
+            }
+            out.append((PyBytes::new(py, &e.key), e.depth, attrs))?;
+        }
+        Ok((out, r.value.stop.as_str().to_string()))
+    }
+
     /// Add ``amount`` (default 1, may be negative) to the integer stored at ``key`` and return
     /// the new value, as redis-py's ``incr(key, amount)``; a missing key counts as 0 and the
     /// key keeps its TTL.

@@ -613,3 +613,63 @@ def test_set_nx_races_between_threads_store_once(c):
     for k in keys:
         assert len(wins[k]) == 1, (k, wins[k])
         assert c.get(k) == f"t{wins[k][0]}".encode()
+
+
+def test_cas_by_version_stores_once_then_names_the_current_version(c):
+    assert c.get_versioned("cas-missing") is None
+    # Version 0: only if absent.
+    ok, v1 = c.cas("cas-k", "a", 0)
+    assert ok and v1 > 0
+    ok, cur = c.cas("cas-k", "b", 0)
+    assert not ok and cur == v1
+    value, v = c.get_versioned("cas-k")
+    assert (value, v) == (b"a", v1)
+    ok, v2 = c.cas("cas-k", "b", v1)
+    assert ok and v2 > v1
+    # The same version again is stale: nothing written, the current one named.
+    ok, cur = c.cas("cas-k", "c", v1)
+    assert (ok, cur) == (False, v2)
+    assert c.get("cas-k") == b"b"
+
+
+def test_cas_from_racing_threads_loses_no_increment(c):
+    """Read-modify-write with CAS from 8 threads: every increment lands exactly once."""
+    c.set("cas-counter", "0")
+
+    def bump(n):
+        for _ in range(n):
+            for _attempt in range(1000):  # bounded retries
+                value, v = c.get_versioned("cas-counter")
+                ok, _ = c.cas("cas-counter", str(int(value) + 1), v)
+                if ok:
+                    break
+            else:
+                raise AssertionError("CAS never succeeded")
+
+    threads = [threading.Thread(target=bump, args=(25,)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert c.get("cas-counter") == b"200"
+
+
+def test_chase_follows_links_written_over_resp(cluster_seeds, c):
+    from redis.cluster import RedisCluster
+
+    host, port = cluster_seeds[0].split(":")
+    rc = RedisCluster(host=host, port=int(port))
+    rc.hset("{g}alice", mapping={"name": "Alice", "age": "30"})
+    rc.hset("{g}bob", mapping={"name": "Bob"})
+    rc.hset("{g}carol", mapping={"name": "Carol"})
+    rc.execute_command("LINK", "ADD", "{g}alice", "friends", "{g}bob", "{g}carol")
+    rc.execute_command("LINK", "SET", "{g}bob", "friends", "{g}carol")
+    entries, stop = c.chase("{g}alice", ["friends"], depth=2)
+    assert stop == "complete"
+    assert [(k, d) for k, d, _ in entries] == [(b"{g}alice", 0), (b"{g}bob", 1), (b"{g}carol", 1)]
+    assert entries[0][2][b"name"] == b"Alice"
+    entries, stop = c.chase("{g}alice", ["friends"], depth=1, limit=2, fields=["name"])
+    assert stop == "limit"
+    assert entries == [(b"{g}alice", 0, {b"name": b"Alice"}), (b"{g}bob", 1, {b"name": b"Bob"})]
+    with pytest.raises(ringlet.ServerError):
+        c.chase("{g}alice", ["friends"], depth=99)

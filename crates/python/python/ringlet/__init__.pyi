@@ -1,6 +1,6 @@
 """Type stubs of the ``ringlet`` package (implemented in Rust: crates/python/src)."""
 
-from typing import Any, Awaitable, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict, Union
+from typing import Any, Awaitable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
 __version__: str
 
@@ -69,6 +69,29 @@ class Cluster:
     ) -> None: ...
     def get(self, key: Key) -> Optional[bytes]:
         """The value of ``key``, or ``None`` if it does not exist."""
+    def get_versioned(self, key: Key) -> Optional[Tuple[bytes, int]]:
+        """``(value, version)`` of ``key``, or ``None``: the version to pass to ``cas``."""
+    def cas(
+        self,
+        key: Key,
+        value: Value,
+        version: int,
+        memgest: Optional[str] = None,
+        ex: Optional[float] = None,
+        px: Optional[int] = None,
+    ) -> Tuple[bool, int]:
+        """Store only if the key's version is ``version`` (``0``: only if absent), decided
+        by its coordinator. ``(True, new_version)`` or ``(False, current_version)``."""
+    def chase(
+        self,
+        key: Key,
+        links: Sequence[Key],
+        depth: int = 1,
+        limit: Optional[int] = None,
+        fields: Optional[Sequence[Key]] = None,
+    ) -> Tuple[List[Tuple[bytes, int, Dict[bytes, bytes]]], str]:
+        """Follow the link fields ``links`` breadth-first up to ``depth`` hops (the server's
+        CHASE): ``[(key, depth, {attr: value}), ...]`` in BFS order and the stop reason."""
     def set(
         self,
         key: Key,
