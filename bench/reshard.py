@@ -2,16 +2,17 @@
 """Growing a cluster by one node under a read load: Ringlet vs Redis Cluster, same machine,
 same run (issue 12's goals: migration throughput, client p99 during a move vs steady state).
 
-Ringlet: `ringlet up --nodes 3 --spares 1` (rep:3), loaded with redis-benchmark --cluster
+Ringlet: `ringlet up --nodes 3 --spares 1` (rep:3), loaded through redis-py cluster pipelines
 (KEYS random keys of SIZE bytes), then `ringlet node add 4` + `ringlet node rebalance`.
 Redis 7: a 3-master Redis Cluster (no replicas) loaded the same way, then `redis-cli --cluster
 add-node` + `redis-cli --cluster rebalance --cluster-use-empty-masters`.
 
 During each rebalance one closed-loop redis-py RedisCluster client GETs random loaded keys;
 its p50/p99 over the rebalance window are compared with the same client's 3 s before it.
-Migration throughput = bytes moved / rebalance wall time, bytes moved = the dataset's bytes
-(keys x size, counted once: Ringlet also copies every moved key to its new replicas) times
-the fraction of the 16,384 slots that changed owner.
+Migration throughput = bytes moved / rebalance wall time, bytes moved = the values of the
+loaded keys whose slot changed owner (counted once: Ringlet also copies every moved key to
+its new replicas). The keys are loaded through redis-py cluster pipelines, spread over the
+slots by name; the reader GETs those same keys (hits).
 
   python3 bench/reshard.py [--ringlet target/release/ringlet] [--keys 200000] [--size 1024]
                            [--reps 3] [--json]
@@ -37,9 +38,19 @@ from redis.cluster import RedisCluster  # noqa: E402
 
 
 def load(port, keys, size):
-    subprocess.run(["redis-benchmark", "-p", str(port), "--cluster", "-t", "set", "-n",
-                    str(keys * 2), "-r", str(keys), "-d", str(size), "-P", "32", "-c", "16",
-                    "-q"], check=True, stdout=subprocess.DEVNULL)
+    """KEYS keys `key:%012d` (the names the reader GETs) of SIZE bytes, spread over the slots
+    by their own names. Not redis-benchmark --cluster: it puts one hash tag per node in its
+    keys, so a node's keys share one slot and a rebalance moves almost none of them (the
+    figures before session 9 were computed as if the keys were spread: they were not)."""
+    rc = RedisCluster(host="127.0.0.1", port=port, socket_timeout=30)
+    value = b"x" * size
+    batch = 2000
+    for lo in range(0, keys, batch):
+        p = rc.pipeline()
+        for i in range(lo, min(keys, lo + batch)):
+            p.set("key:%012d" % i, value)
+        p.execute()
+    rc.close()
 
 
 class Reader(threading.Thread):
@@ -93,7 +104,13 @@ def measure(port, keys, size, grow):
     moved = sum(1 for s in range(16384) if before.get(s) != after.get(s))
     steady = reader.window(t0 - 3.0, t0)
     during = reader.window(t0, t1)
-    mb = keys * size * moved / 16384 / 1e6
+    # Exactly the loaded keys whose slot changed owner (values only, each counted once).
+    rc = RedisCluster(host="127.0.0.1", port=port)
+    moved_keys = sum(1 for i in range(keys)
+                     if before.get(rc.keyslot("key:%012d" % i))
+                     != after.get(rc.keyslot("key:%012d" % i)))
+    rc.close()
+    mb = moved_keys * size / 1e6
     return {"seconds": t1 - t0, "slots_moved": moved, "mb_moved": mb,
             "mb_per_s": mb / (t1 - t0), "steady": steady, "during": during,
             "reader_errors": reader.errors}
