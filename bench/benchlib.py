@@ -37,3 +37,31 @@ def wait_port(port, timeout=30):
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"port {port} not up")
+
+
+def start_redis_cluster(nodes, masters):
+    """`nodes` cluster-enabled redis-servers on free ports, the first `masters` of them made
+    a cluster without replicas (the others wait to be added). Returns (base port, processes);
+    kill the processes when done."""
+    import subprocess
+    import tempfile
+    base = free_base(nodes)
+    d = tempfile.mkdtemp(prefix="bench-redis-cluster-")
+    procs = [subprocess.Popen(["redis-server", "--port", str(base + i), "--cluster-enabled",
+                               "yes", "--cluster-config-file", f"{d}/n{base + i}.conf",
+                               "--save", "", "--appendonly", "no", "--dir", d],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for i in range(nodes)]
+    try:
+        for i in range(nodes):
+            wait_port(base + i)
+        subprocess.run(["redis-cli", "--cluster", "create"]
+                       + [f"127.0.0.1:{base + i}" for i in range(masters)]
+                       + ["--cluster-replicas", "0", "--cluster-yes"], check=True,
+                       stdout=subprocess.DEVNULL)
+        time.sleep(1.0)  # every master has seen the others (cluster_state:ok on each)
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    return base, procs

@@ -16,11 +16,10 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from benchlib import free_base, wait_port  # noqa: E402
+from benchlib import free_base, start_redis_cluster  # noqa: E402
 
 
 def bench(port, a):
@@ -50,21 +49,8 @@ def ringlet(a):
 
 
 def redis_cluster(a):
-    base = free_base(3)
-    d = tempfile.mkdtemp(prefix="cluster-load-")
-    procs = [subprocess.Popen(["redis-server", "--port", str(base + i), "--cluster-enabled",
-                               "yes", "--cluster-config-file", f"{d}/n{i}.conf", "--save", "",
-                               "--appendonly", "no", "--dir", d],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for i in range(3)]
+    base, procs = start_redis_cluster(3, 3)
     try:
-        for i in range(3):
-            wait_port(base + i)
-        subprocess.run(["redis-cli", "--cluster", "create"]
-                       + [f"127.0.0.1:{base + i}" for i in range(3)]
-                       + ["--cluster-replicas", "0", "--cluster-yes"], check=True,
-                       stdout=subprocess.DEVNULL)
-        time.sleep(1.0)  # every master has seen the others (cluster_state:ok on each)
         return bench(base, a)
     finally:
         for p in procs:

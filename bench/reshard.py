@@ -26,12 +26,11 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from benchlib import free_base, wait_port  # noqa: E402
+from benchlib import free_base, start_redis_cluster  # noqa: E402
 
 import redis  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
@@ -156,23 +155,9 @@ def ringlet_run(binary, keys, size):
 
 
 def redis_run(keys, size):
-    base = free_base(4)
-    d = tempfile.mkdtemp(prefix="reshard-redis-")
-    procs = []
+    base, procs = start_redis_cluster(4, 3)
+    nodes = [f"127.0.0.1:{base + i}" for i in range(3)]
     try:
-        for i in range(4):
-            port = base + i
-            procs.append(subprocess.Popen(
-                ["redis-server", "--port", str(port), "--cluster-enabled", "yes",
-                 "--cluster-config-file", f"{d}/n{port}.conf", "--save", "", "--appendonly",
-                 "no", "--dir", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for i in range(4):
-            wait_port(base + i)
-        nodes = [f"127.0.0.1:{base + i}" for i in range(3)]
-        subprocess.run(["redis-cli", "--cluster", "create"] + nodes +
-                       ["--cluster-replicas", "0", "--cluster-yes"], check=True,
-                       stdout=subprocess.DEVNULL)
-        time.sleep(1.0)
         load(base, keys, size)
 
         def grow():
