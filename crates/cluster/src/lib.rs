@@ -32,7 +32,6 @@
 //! Design notes and measured figures: `docs/design/cluster-runtime.md`.
 
 pub mod auth;
-pub mod commands;
 pub mod control;
 pub mod control_http;
 pub mod launch;

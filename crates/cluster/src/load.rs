@@ -510,31 +510,14 @@ pub async fn sample_forever(load: Weak<Load>) {
     }
 }
 
-/// The class of a RESP command (lowercase name): reads and writes of keys; the rest (PING,
-/// INFO, CLUSTER, MEMGEST, ...) is `other`.
+/// The class of a command by its full lowercase name (`get`, `client|list`), from the
+/// shared command table: a `write` command is a write, a command with keys a read, the rest
+/// (PING, INFO, CLUSTER, MEMGEST LIST, ...) `other`.
 pub fn command_class(name: &str) -> Class {
-    match name {
-        "get" | "mget" | "exists" | "strlen" | "getrange" | "substr" | "ttl" | "pttl"
-        | "expiretime" | "pexpiretime" | "type" | "hget" | "hmget" | "hgetall" | "hkeys"
-        | "hvals" | "hlen" | "hexists" | "hstrlen" | "hrandfield" | "hscan" | "lcs" | "dump"
-        | "object" => Class::Read,
-        "set" | "setnx" | "setex" | "psetex" | "mset" | "msetnx" | "del" | "unlink" | "incr"
-        | "decr" | "incrby" | "decrby" | "incrbyfloat" | "append" | "setrange" | "getset"
-        | "getdel" | "getex" | "expire" | "pexpire" | "expireat" | "pexpireat" | "persist"
-        | "hset" | "hsetnx" | "hmset" | "hdel" | "hincrby" | "hincrbyfloat" | "rename"
-        | "renamenx" | "copy" | "restore" => Class::Write,
+    match ringlet_command::table::find(name.as_bytes()).map(|i| ringlet_command::table().spec(i)) {
+        Some(s) if s.write => Class::Write,
+        Some(s) if s.first_key > 0 => Class::Read,
         _ => Class::Other,
-    }
-}
-
-/// The keys of a RESP request whose slots it reads or writes (`argv[0]` is the name).
-pub fn command_keys<'a>(name: &str, argv: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
-    let args = argv.get(1..).unwrap_or_default();
-    match name {
-        "mget" | "exists" | "del" | "unlink" => args.iter().map(Vec::as_slice).collect(),
-        "mset" | "msetnx" => args.iter().step_by(2).map(Vec::as_slice).collect(),
-        "rename" | "renamenx" | "copy" => args.iter().take(2).map(Vec::as_slice).collect(),
-        _ => args.first().map(Vec::as_slice).into_iter().collect(),
     }
 }
 
@@ -690,14 +673,12 @@ mod tests {
     }
 
     #[test]
-    fn request_keys_and_classes() {
-        let argv: Vec<Vec<u8>> = ["mset", "a", "1", "b", "2"]
-            .iter()
-            .map(|s| s.as_bytes().to_vec())
-            .collect();
-        assert_eq!(command_keys("mset", &argv), vec![&b"a"[..], &b"b"[..]]);
+    fn classes_come_from_the_command_table() {
         assert_eq!(command_class("mset"), Class::Write);
         assert_eq!(command_class("mget"), Class::Read);
         assert_eq!(command_class("info"), Class::Other);
+        assert_eq!(command_class("hset"), Class::Write);
+        assert_eq!(command_class("object|encoding"), Class::Read);
+        assert_eq!(command_class("memgest|list"), Class::Other);
     }
 }

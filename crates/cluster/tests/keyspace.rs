@@ -456,7 +456,7 @@ fn client_commands_are_per_connection() {
     );
     assert_eq!(ra[5], Reply::ok());
     assert!(
-        e(&ra[6]).contains("not supported in cluster mode"),
+        e(&ra[6]).contains("unknown subcommand 'KILL'"),
         "{:?}",
         ra[6]
     );

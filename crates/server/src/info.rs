@@ -19,7 +19,7 @@ pub fn client_line(c: &ClientState, now_ms: u64) -> String {
     };
     let cmd = match c.last_cmd.load(Ordering::Relaxed) {
         u64::MAX => "NULL",
-        i => table().commands.get(i as usize).map_or("NULL", |c| c.name),
+        i => table().specs.get(i as usize).map_or("NULL", |c| c.name),
     };
     let name = c.name.lock();
     crate::cmd::connection::client_line_text(

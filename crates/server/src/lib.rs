@@ -35,11 +35,11 @@ pub mod config;
 mod conn;
 mod db;
 pub mod fuzz_support;
-pub mod glob;
+pub use ringlet_command::glob;
 mod info;
 pub mod ldouble;
 mod native;
-pub mod reply;
+pub use ringlet_command::reply;
 pub mod server;
 mod shared;
 

@@ -25,7 +25,7 @@ fn count_replies(mut out: &[u8]) -> usize {
 fn names() -> Vec<Vec<Vec<u8>>> {
     let t = ringlet_server::cmd::table();
     let mut v = Vec::new();
-    for c in &t.commands {
+    for c in &t.specs {
         match c.name.split_once('|') {
             Some((a, b)) => v.push(vec![a.as_bytes().to_vec(), b.as_bytes().to_vec()]),
             None => v.push(vec![c.name.as_bytes().to_vec()]),

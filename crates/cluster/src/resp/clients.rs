@@ -2,15 +2,16 @@
 //! ID / SETNAME / GETNAME / INFO / LIST / SETINFO answer as Redis does, per node (as in a
 //! Redis Cluster, where every node lists its own clients). Before, every CLIENT subcommand
 //! answered OK, so CLIENT GETNAME or CLIENT ID returned a wrong type and nothing was listed.
-//! Subcommands that change how the server treats a connection (KILL, PAUSE, REPLY,
-//! TRACKING, NO-EVICT, NO-TOUCH, ...) are refused with an error naming them rather than
-//! accepted and ignored. The line format is the single node's
+//! Subcommands Ringlet does not have (KILL, PAUSE, REPLY, TRACKING, ...) are refused by the
+//! shared command table (ringlet-command) with Redis's "unknown subcommand", as on a single
+//! node, never accepted and ignored. The line format is the single node's
 //! (`ringlet_server::cmd::connection::client_line_text`).
 
 use super::err;
 use parking_lot::Mutex;
 use ringlet_codec::resp::Reply;
-use ringlet_server::cmd::connection::{client_line_text, client_name_ok};
+use ringlet_command::args::client_name_ok;
+use ringlet_server::cmd::connection::client_line_text;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -174,20 +175,8 @@ pub(super) fn client(clients: &Clients, conn: &Conn, argv: &[Vec<u8>]) -> Result
             Ok(Reply::ok())
         }
         "setinfo" => {
-            // Redis 7.2: LIB-NAME / LIB-VER, sent by redis-py and others on connect.
-            arity(4)?;
-            if !(is(&argv[2], "lib-name") || is(&argv[2], "lib-ver")) {
-                return Err(err(format!(
-                    "ERR Unrecognized option '{}'",
-                    String::from_utf8_lossy(&argv[2])
-                )));
-            }
-            if !client_name_ok(&argv[3]) {
-                return Err(err(format!(
-                    "ERR {} cannot contain spaces, newlines or special characters.",
-                    String::from_utf8_lossy(&argv[2]).to_ascii_lowercase()
-                )));
-            }
+            let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            ringlet_command::args::client_setinfo(&args).map_err(|e| super::convert(&e))?;
             Ok(Reply::ok())
         }
         "info" => {
@@ -262,11 +251,6 @@ pub(super) fn client(clients: &Clients, conn: &Conn, argv: &[Vec<u8>]) -> Result
             .map(|l| Reply::Simple(l.as_bytes().to_vec()))
             .collect(),
         )),
-        s @ ("kill" | "pause" | "unpause" | "reply" | "tracking" | "trackinginfo" | "getredir"
-        | "caching" | "no-evict" | "no-touch" | "unblock") => Err(err(format!(
-            "ERR CLIENT {} is not supported in cluster mode yet",
-            s.to_ascii_uppercase()
-        ))),
         _ => Err(err(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",
             String::from_utf8_lossy(sub)

@@ -515,7 +515,7 @@ impl Front {
             _ if argv.len() < 2 => Err(err("ERR wrong number of arguments for 'object' command")),
             _ => {
                 let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                Err(match ringlet_server::cmd::lookup(&args) {
+                Err(match ringlet_command::lookup(&args) {
                     Err(e) => super::convert(&e),
                     Ok(_) => err("ERR syntax error"),
                 })

@@ -3,7 +3,7 @@
 //!
 //! The queue and its texts are the single node's (`ringlet_server::cmd::transaction`); what
 //! differs is how commands are checked and run. While queueing, a command is checked against
-//! the Redis table (unknown name, arity, NOAUTH) and its keys (from COMMAND INFO) against the
+//! the shared command table (unknown name, arity, NOAUTH) and its keys (from COMMAND INFO) against the
 //! map: a key another node coordinates answers MOVED, and any refusal makes EXEC answer
 //! EXECABORT. Keys in two slots are found at EXEC, which then answers CROSSSLOT and discards
 //! the transaction (Redis Cluster does both the same way).
@@ -28,9 +28,9 @@ use ringlet_codec::resp::{Proto, Reply};
 use ringlet_server::cmd::transaction::{self as tx, Queue};
 use ringlet_types::key_slot;
 
-/// Commands of the cluster front outside Redis's table that may be queued (connection state
-/// only); the others of its own (MEMGEST, RECORDS) are refused inside a transaction.
-const OWN_QUEUEABLE: &[&[u8]] = &[b"cluster", b"readonly", b"readwrite"];
+/// Ringlet's own commands refused inside a transaction: MEMGEST waits for the control plane,
+/// RECORDS is another node's CHASE hop.
+const NOT_IN_MULTI: &[&str] = &["memgest", "records"];
 
 impl Front {
     /// MULTI/EXEC/DISCARD, or queue `argv` inside a transaction. `None`: run it normally.
@@ -56,7 +56,7 @@ impl Front {
         }
         if argv.len() != 1 {
             let n = String::from_utf8_lossy(name).to_ascii_lowercase();
-            let e = ringlet_server::cmd::arity_error(&n);
+            let e = ringlet_command::table::arity_error(&n);
             return Some(super::convert(&tx::refuse_in(multi, name, e)));
         }
         conn.touch(argv);
@@ -82,33 +82,19 @@ impl Front {
             q.mark_dirty();
             r
         };
-        let own = OWN_QUEUEABLE
-            .iter()
-            .any(|n| args[0].eq_ignore_ascii_case(n));
-        if !own {
-            let t = ringlet_server::cmd::table();
-            match ringlet_server::cmd::lookup(&args) {
-                Ok(idx) => {
-                    let c = &t.commands[idx];
-                    let argc = args.len() as i64;
-                    if (c.arity > 0 && c.arity != argc) || argc < -c.arity {
-                        let e = ringlet_server::cmd::arity_error(c.name);
-                        return refuse(q, super::convert(&e));
-                    }
-                }
-                Err(_) if is_own_unqueueable(args[0]) => {
-                    return refuse(q, err("ERR Command not allowed inside a transaction"));
-                }
-                Err(e) => return refuse(q, super::convert(&e)),
-            }
+        // The shared table's checks (unknown name, arity, NOAUTH), as Redis runs them
+        // before queueing.
+        let spec = match ringlet_command::lookup(&args) {
+            Ok(i) => ringlet_command::table().spec(i),
+            Err(e) => return refuse(q, super::convert(&e)),
+        };
+        if let Err(e) = spec.check(args.len(), !authed, ringlet_command::Mode::Cluster) {
+            return refuse(q, super::convert(&e));
         }
-        if !authed
-            && !args[0].eq_ignore_ascii_case(b"auth")
-            && !args[0].eq_ignore_ascii_case(b"hello")
-        {
-            return refuse(q, err("NOAUTH Authentication required."));
+        if NOT_IN_MULTI.contains(&spec.top_name()) {
+            return refuse(q, err("ERR Command not allowed inside a transaction"));
         }
-        for k in ringlet_server::cmd::command_keys(&args) {
+        for k in spec.keys(&args) {
             let slot = key_slot(k);
             if let Some(m) = self.moved(slot) {
                 return refuse(q, m);
@@ -144,8 +130,4 @@ impl Front {
         }
         Reply::Array(replies)
     }
-}
-
-fn is_own_unqueueable(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"memgest") || name.eq_ignore_ascii_case(b"records")
 }

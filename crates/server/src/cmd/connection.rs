@@ -189,8 +189,14 @@ pub fn client_line_text(
 }
 
 /// Whether `name` is a legal client name (Redis: printable, no spaces).
-pub fn client_name_ok(name: &[u8]) -> bool {
-    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+pub use ringlet_command::args::client_name_ok;
+
+/// CLIENT SETINFO (Redis 7.2): checked as Redis does; a single node keeps neither value.
+pub fn client_setinfo(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    match ringlet_command::args::client_setinfo(argv) {
+        Ok(()) => Reply::ok(),
+        Err(e) => e,
+    }
 }
 
 fn set_name(ctx: &mut Ctx<'_>, name: &[u8]) -> Result<(), Reply> {
@@ -290,17 +296,4 @@ pub fn client_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
     )
 }
 
-/// The `<CMD> <subcommand> [<arg> ...]. Subcommands are:` help reply of Redis.
-pub fn help(cmd: &str, lines: &[&str]) -> Reply {
-    let mut out = vec![Reply::Simple(Bytes::from(format!(
-        "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
-    )))];
-    out.extend(
-        lines
-            .iter()
-            .map(|l| Reply::Simple(Bytes::from(l.to_string()))),
-    );
-    out.push(Reply::simple("HELP"));
-    out.push(Reply::simple("    Prints this help."));
-    Reply::Array(out)
-}
+pub use ringlet_command::introspect::help;

@@ -111,12 +111,8 @@ pub fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     }
 }
 
-const FLAG_NX: u32 = 1;
-const FLAG_XX: u32 = 2;
-const FLAG_GT: u32 = 4;
-const FLAG_LT: u32 = 8;
-
-/// `expireGenericCommand`: `basetime` is now for EXPIRE/PEXPIRE and 0 for the *AT forms.
+/// `expireGenericCommand`: `basetime` is now for EXPIRE/PEXPIRE and 0 for the *AT forms;
+/// the arguments are parsed by `ringlet_command::args`, as in the cluster front.
 fn expire_generic(
     ctx: &mut Ctx<'_>,
     argv: &[&[u8]],
@@ -124,53 +120,17 @@ fn expire_generic(
     seconds: bool,
     cmd: &str,
 ) -> Reply {
-    let mut flags = 0;
-    for opt in &argv[3..] {
-        if is(opt, "nx") {
-            flags |= FLAG_NX;
-        } else if is(opt, "xx") {
-            flags |= FLAG_XX;
-        } else if is(opt, "gt") {
-            flags |= FLAG_GT;
-        } else if is(opt, "lt") {
-            flags |= FLAG_LT;
-        } else {
-            return super::err_with_arg("ERR Unsupported option ", opt, "");
-        }
-    }
-    if flags & FLAG_NX != 0 && flags & (FLAG_XX | FLAG_GT | FLAG_LT) != 0 {
-        return Reply::err("ERR NX and XX, GT or LT options at the same time are not compatible");
-    }
-    if flags & FLAG_GT != 0 && flags & FLAG_LT != 0 {
-        return Reply::err("ERR GT and LT options at the same time are not compatible");
-    }
-    let Some(mut when) = parse_i64(argv[2]) else {
-        return Reply::err(errors::NOT_INTEGER);
+    let args = match ringlet_command::args::expire_args(argv, basetime, seconds, cmd) {
+        Ok(a) => a,
+        Err(e) => return e,
     };
-    let bad_time = || Reply::err_owned(format!("ERR invalid expire time in '{cmd}' command"));
-    if seconds {
-        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
-            return bad_time();
-        }
-        when *= 1000;
-    }
-    if when > i64::MAX - basetime {
-        return bad_time();
-    }
-    when += basetime;
-
+    let when = args.at_ms;
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
     let Some(entry) = engine.get(argv[1], now) else {
         return Reply::Int(0);
     };
-    // -1 stands for "no TTL", as in Redis's getExpire.
-    let current = entry.expire_at_ms.map_or(-1, |t| t as i64);
-    if (flags & FLAG_NX != 0 && current != -1)
-        || (flags & FLAG_XX != 0 && current == -1)
-        || (flags & FLAG_GT != 0 && (when <= current || current == -1))
-        || (flags & FLAG_LT != 0 && current != -1 && when >= current)
-    {
+    if !args.allows(entry.expire_at_ms) {
         return Reply::Int(0);
     }
     let result = if when <= now as i64 {

@@ -8,7 +8,6 @@
 //! deletes the key, as Redis deletes an empty hash. A key holding a string answers
 //! WRONGTYPE.
 
-use super::table_data_helpers::{a, b, i, m, s, st};
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
@@ -574,104 +573,4 @@ pub fn hrandfield_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         Some(e) if e.kind != ValueKind::Record => Reply::err(errors::WRONGTYPE),
         Some(e) => hrandfield_reply(args, Some(&e.value), resp3, &mut Rng(seed)),
     }
-}
-
-/// COMMAND INFO / DOCS entries of Ringlet's own record commands (Redis 7's format), added
-/// to the generated table: LINK with its verbs (key at position 2) and CHASE (key at 1).
-pub fn own_commands() -> Vec<(&'static str, Reply, Reply)> {
-    let key_spec = |index: i64, write: bool| {
-        m(vec![
-            (
-                b("flags"),
-                st(if write {
-                    vec![s("RW"), s("update")]
-                } else {
-                    vec![s("RO"), s("access")]
-                }),
-            ),
-            (
-                b("begin_search"),
-                m(vec![
-                    (b("type"), b("index")),
-                    (b("spec"), m(vec![(b("index"), i(index))])),
-                ]),
-            ),
-            (
-                b("find_keys"),
-                m(vec![
-                    (b("type"), b("range")),
-                    (
-                        b("spec"),
-                        m(vec![
-                            (b("lastkey"), i(0)),
-                            (b("keystep"), i(1)),
-                            (b("limit"), i(0)),
-                        ]),
-                    ),
-                ]),
-            ),
-        ])
-    };
-    let entry = |name: &'static str, arity: i64, write: bool, key: i64| {
-        a(vec![
-            b(name),
-            i(arity),
-            st(vec![s(if write { "write" } else { "readonly" })]),
-            i(key),
-            i(key),
-            i(1),
-            st(vec![s(if write { "@write" } else { "@read" }), s("@hash")]),
-            st(vec![]),
-            st(vec![key_spec(key, write)]),
-            st(vec![]),
-        ])
-    };
-    let docs = |summary: &'static str| {
-        m(vec![
-            (b("summary"), b(summary)),
-            (b("since"), b("0.1.0")),
-            (b("group"), b("hash")),
-            (b("complexity"), b("O(N)")),
-        ])
-    };
-    let link_info = a(vec![
-        b("link"),
-        i(-2),
-        st(vec![]),
-        i(0),
-        i(0),
-        i(0),
-        st(vec![s("@hash")]),
-        st(vec![]),
-        st(vec![]),
-        st(vec![
-            entry("link|set", 5, true, 2),
-            entry("link|add", -5, true, 2),
-            entry("link|get", 4, false, 2),
-            entry("link|del", 4, true, 2),
-        ]),
-    ]);
-    let link_docs = m(vec![
-        (b("summary"), b("Links between records (KELI)")),
-        (b("since"), b("0.1.0")),
-        (b("group"), b("hash")),
-        (b("complexity"), b("Depends on subcommand.")),
-        (
-            b("subcommands"),
-            m(vec![
-                (b("link|set"), docs("Make a field a link to another key")),
-                (b("link|add"), docs("Append links to a field's link list")),
-                (b("link|get"), docs("The target keys of a link field")),
-                (b("link|del"), docs("Remove a link field")),
-            ]),
-        ),
-    ]);
-    vec![
-        ("link", link_info, link_docs),
-        (
-            "chase",
-            entry("chase", -3, false, 1),
-            docs("Follow link fields breadth-first and return the items reached"),
-        ),
-    ]
 }

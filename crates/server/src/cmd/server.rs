@@ -1,82 +1,20 @@
-//! Server commands: COMMAND (COUNT DOCS INFO), INFO, CONFIG (GET SET, a subset), DBSIZE,
+//! Server commands: COMMAND (from ringlet-command), INFO, CONFIG (GET SET, a subset), DBSIZE,
 //! FLUSHALL / FLUSHDB.
 
-use super::{connection::help, is, table, Ctx};
+use super::{connection::help, is, Ctx};
 use crate::glob::string_match;
 use crate::info;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
 
-/// COMMAND: the INFO entry of every command.
-pub fn command(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    let t = table();
-    Reply::Array(t.top.iter().map(|&i| t.commands[i].info.clone()).collect())
+/// COMMAND and its subcommands, answered from the shared table for a single node.
+pub fn command(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    ringlet_command::introspect::command(argv, super::Mode::Single)
 }
 
-pub fn command_count(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    Reply::Int(table().top.len() as i64)
-}
-
-/// Find a command by `name` or `container|sub` (COMMAND INFO/DOCS accept both).
-fn find(name: &[u8]) -> Option<usize> {
-    let name = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
-    let t = table();
-    match name.split_once('|') {
-        None => t.by_name.get(name.as_str()).copied(),
-        Some((c, s)) => {
-            let c = &t.commands[*t.by_name.get(c)?];
-            c.subcommands.get(s).copied()
-        }
-    }
-}
-
-pub fn command_info(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let t = table();
-    if argv.len() == 2 {
-        return Reply::Array(t.top.iter().map(|&i| t.commands[i].info.clone()).collect());
-    }
-    Reply::Array(
-        argv[2..]
-            .iter()
-            .map(|n| find(n).map_or(Reply::Nil, |i| t.commands[i].info.clone()))
-            .collect(),
-    )
-}
-
-pub fn command_docs(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let t = table();
-    let name = |i: usize| Reply::Bulk(Bytes::from_static(t.commands[i].name.as_bytes()));
-    if argv.len() == 2 {
-        return Reply::Map(
-            t.top
-                .iter()
-                .map(|&i| (name(i), t.commands[i].docs.clone()))
-                .collect(),
-        );
-    }
-    Reply::Map(
-        argv[2..]
-            .iter()
-            .filter_map(|n| find(n))
-            .map(|i| (name(i), t.commands[i].docs.clone()))
-            .collect(),
-    )
-}
-
-pub fn command_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    help(
-        "COMMAND",
-        &[
-            "(no subcommand)",
-            "    Return details about all Ringlet commands.",
-            "COUNT",
-            "    Return the total number of commands in this server.",
-            "INFO [<command-name> ...]",
-            "    Return details about multiple commands.",
-            "DOCS [<command-name> ...]",
-            "    Return documentation details about multiple commands.",
-        ],
-    )
+/// CLUSTER …, READONLY, READWRITE: Redis's answer without cluster support.
+pub fn cluster_disabled(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    Reply::err("ERR This instance has cluster support disabled")
 }
 
 pub fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {

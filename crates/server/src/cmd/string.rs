@@ -6,10 +6,13 @@
 //! writes holds the engine lock for the whole command, so read-modify-write commands (INCR,
 //! SET ... GET, MSETNX) are atomic exactly as in single-threaded Redis.
 
-use super::{is, parse_i64, Ctx};
+use super::{parse_i64, Ctx};
 use crate::reply::{errors, Reply};
 use crate::shared::Stats;
 use bytes::Bytes;
+use ringlet_command::args::{
+    expire_at_ms, getex_args, set_args, Cond, GetExExpiry, SetArgs, SetExpiry,
+};
 use ringlet_engine::{Engine, Entry, Expiry, ReadOutcome, SetOptions};
 use ringlet_types::{limits, ValueKind};
 
@@ -145,134 +148,30 @@ pub fn getrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 
 // ---- SET and its family -------------------------------------------------------------------
 
-const NX: u32 = 1;
-const XX: u32 = 1 << 1;
-const GET: u32 = 1 << 2;
-const KEEPTTL: u32 = 1 << 3;
-const PERSIST: u32 = 1 << 4;
-const EX: u32 = 1 << 5;
-const PX: u32 = 1 << 6;
-const EXAT: u32 = 1 << 7;
-const PXAT: u32 = 1 << 8;
-const ANY_EXPIRE: u32 = EX | PX | EXAT | PXAT;
+// SET's and GETEX's options are parsed by `ringlet_command::args`, shared with the cluster
+// front, so both accept and refuse exactly what Redis does.
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Set,
-    GetEx,
-}
-
-/// `parseExtendedStringArgumentsOrReply`: options of SET (from argv[3]) and GETEX (argv[2]).
-/// Options are compared as C strings (`opt[2] == '\0'`), so `nx\0junk` is NX, as in Redis.
-fn parse_options<'a>(
-    argv: &[&'a [u8]],
-    first: usize,
-    kind: Kind,
-) -> Result<(u32, Option<&'a [u8]>), Reply> {
-    let mut flags = 0u32;
-    let mut expire = None;
-    let mut j = first;
-    while j < argv.len() {
-        let opt = super::cstr(argv[j]);
-        let next = argv.get(j + 1).copied();
-        let is_set = kind == Kind::Set;
-        if is(opt, "nx") && flags & XX == 0 && is_set {
-            flags |= NX;
-        } else if is(opt, "xx") && flags & NX == 0 && is_set {
-            flags |= XX;
-        } else if is(opt, "get") && is_set {
-            flags |= GET;
-        } else if is(opt, "keepttl") && flags & (PERSIST | ANY_EXPIRE) == 0 && is_set {
-            flags |= KEEPTTL;
-        } else if is(opt, "persist") && !is_set && flags & (ANY_EXPIRE | KEEPTTL) == 0 {
-            flags |= PERSIST;
-        } else if is(opt, "ex")
-            && flags & (KEEPTTL | PERSIST | EXAT | PX | PXAT) == 0
-            && next.is_some()
-        {
-            flags |= EX;
-            expire = next;
-            j += 1;
-        } else if is(opt, "px")
-            && flags & (KEEPTTL | PERSIST | EX | EXAT | PXAT) == 0
-            && next.is_some()
-        {
-            flags |= PX;
-            expire = next;
-            j += 1;
-        } else if is(opt, "exat")
-            && flags & (KEEPTTL | PERSIST | EX | PX | PXAT) == 0
-            && next.is_some()
-        {
-            flags |= EXAT;
-            expire = next;
-            j += 1;
-        } else if is(opt, "pxat")
-            && flags & (KEEPTTL | PERSIST | EX | EXAT | PX) == 0
-            && next.is_some()
-        {
-            flags |= PXAT;
-            expire = next;
-            j += 1;
-        } else {
-            return Err(Reply::err(errors::SYNTAX));
-        }
-        j += 1;
-    }
-    Ok((flags, expire))
-}
-
-fn expire_time_error(cmd: &str) -> Reply {
-    Reply::err_owned(format!("ERR invalid expire time in '{cmd}' command"))
-}
-
-/// `getExpireMillisecondsOrReply`: the absolute unix ms of an EX/PX/EXAT/PXAT argument.
-/// Redis adds `now` with C wrap-around and then rejects a non-positive result; we do the same
-/// with explicit wrapping arithmetic.
-fn expire_ms(arg: &[u8], flags: u32, now_ms: u64, cmd: &str) -> Result<i64, Reply> {
-    let mut ms = parse_i64(arg).ok_or(Reply::err(errors::NOT_INTEGER))?;
-    let seconds = flags & (EX | EXAT) != 0;
-    if ms <= 0 || (seconds && ms > i64::MAX / 1000) {
-        return Err(expire_time_error(cmd));
-    }
-    if seconds {
-        ms *= 1000;
-    }
-    if flags & (EX | PX) != 0 {
-        ms = ms.wrapping_add(now_ms as i64);
-    }
-    if ms <= 0 {
-        return Err(expire_time_error(cmd));
-    }
-    Ok(ms)
-}
-
-/// `setGenericCommand`: the shared body of SET, SETNX, SETEX, PSETEX, GETSET.
-#[allow(clippy::too_many_arguments)]
+/// `setGenericCommand`: the shared body of SET, SETNX, SETEX, PSETEX, GETSET, with the
+/// options already parsed and the expiry resolved.
 fn set_generic(
     ctx: &mut Ctx<'_>,
-    flags: u32,
+    args: SetArgs<'_>,
     key: &[u8],
     value: &[u8],
-    expire: Option<&[u8]>,
-    cmd: &str,
     ok_reply: Reply,
     abort_reply: Reply,
 ) -> Reply {
-    let when = match expire {
-        Some(arg) => match expire_ms(arg, flags, ctx.now_ms, cmd) {
-            Ok(ms) => Some(ms),
-            Err(e) => return e,
-        },
-        None => None,
-    };
+    if args.memgest.is_some() {
+        // A single node keeps one copy of every key: a memgest is chosen in a cluster.
+        return ringlet_command::table::cluster_only_error("set ... memgest");
+    }
     let now = ctx.now_ms;
     let mut engine = ctx.shared.db.lock();
     // Only NX/XX/GET need the current value; a plain SET does not pay for reading it.
-    let old = if flags & (NX | XX | GET) != 0 {
+    let old = if args.cond != Cond::Always || args.get {
         match engine.get(key, now) {
             // SET replaces a value of any kind; only SET ... GET of a record is WRONGTYPE.
-            Some(e) if e.kind == ValueKind::Record && flags & GET != 0 => {
+            Some(e) if e.kind == ValueKind::Record && args.get => {
                 return Reply::err(errors::WRONGTYPE)
             }
             e => e,
@@ -281,17 +180,17 @@ fn set_generic(
         None
     };
     let found = old.is_some();
-    if (flags & NX != 0 && found) || (flags & XX != 0 && !found) {
-        return if flags & GET != 0 {
+    if (args.cond == Cond::Nx && found) || (args.cond == Cond::Xx && !found) {
+        return if args.get {
             old_reply(old)
         } else {
             abort_reply
         };
     }
-    let expiry = match when {
-        Some(ms) => Expiry::At(ms as u64),
-        None if flags & KEEPTTL != 0 => Expiry::Keep,
-        None => Expiry::Persist,
+    let expiry = match args.expiry {
+        SetExpiry::At(ms) => Expiry::At(ms),
+        SetExpiry::Keep => Expiry::Keep,
+        SetExpiry::Clear => Expiry::Persist,
     };
     let opts = SetOptions {
         expiry,
@@ -300,7 +199,7 @@ fn set_generic(
     if let Err(e) = engine.set(key, value, &opts, now) {
         return engine_error(e);
     }
-    if flags & GET != 0 {
+    if args.get {
         old_reply(old)
     } else {
         ok_reply
@@ -311,72 +210,54 @@ fn old_reply(old: Option<ringlet_engine::Entry>) -> Reply {
     old.map_or(Reply::Nil, |e| Reply::Bulk(Bytes::from(e.value)))
 }
 
+/// Options of the SET family's fixed forms (SETNX, SETEX, GETSET, ...).
+const PLAIN: SetArgs<'static> = SetArgs {
+    cond: Cond::Always,
+    get: false,
+    expiry: SetExpiry::Clear,
+    memgest: None,
+};
+
 pub fn set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match parse_options(argv, 3, Kind::Set) {
-        Ok((flags, expire)) => set_generic(
-            ctx,
-            flags,
-            argv[1],
-            argv[2],
-            expire,
-            "set",
-            Reply::ok(),
-            Reply::Nil,
-        ),
+    match set_args(argv, ctx.now_ms) {
+        Ok(args) => set_generic(ctx, args, argv[1], argv[2], Reply::ok(), Reply::Nil),
         Err(e) => e,
     }
 }
 
 pub fn setnx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    set_generic(
-        ctx,
-        NX,
-        argv[1],
-        argv[2],
-        None,
-        "setnx",
-        Reply::Int(1),
-        Reply::Int(0),
-    )
+    let args = SetArgs {
+        cond: Cond::Nx,
+        ..PLAIN
+    };
+    set_generic(ctx, args, argv[1], argv[2], Reply::Int(1), Reply::Int(0))
+}
+
+/// SETEX (seconds) and PSETEX (ms): `key ttl value`.
+fn setex_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], seconds: bool, cmd: &str) -> Reply {
+    match expire_at_ms(argv[2], seconds, true, ctx.now_ms, cmd) {
+        Ok(ms) => {
+            let args = SetArgs {
+                expiry: SetExpiry::At(ms),
+                ..PLAIN
+            };
+            set_generic(ctx, args, argv[1], argv[3], Reply::ok(), Reply::Nil)
+        }
+        Err(e) => e,
+    }
 }
 
 pub fn setex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    set_generic(
-        ctx,
-        EX,
-        argv[1],
-        argv[3],
-        Some(argv[2]),
-        "setex",
-        Reply::ok(),
-        Reply::Nil,
-    )
+    setex_generic(ctx, argv, true, "setex")
 }
 
 pub fn psetex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    set_generic(
-        ctx,
-        PX,
-        argv[1],
-        argv[3],
-        Some(argv[2]),
-        "psetex",
-        Reply::ok(),
-        Reply::Nil,
-    )
+    setex_generic(ctx, argv, false, "psetex")
 }
 
 pub fn getset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    set_generic(
-        ctx,
-        GET,
-        argv[1],
-        argv[2],
-        None,
-        "getset",
-        Reply::ok(),
-        Reply::Nil,
-    )
+    let args = SetArgs { get: true, ..PLAIN };
+    set_generic(ctx, args, argv[1], argv[2], Reply::ok(), Reply::Nil)
 }
 
 pub fn getdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
@@ -394,7 +275,7 @@ pub fn getdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 }
 
 pub fn getex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let (flags, expire) = match parse_options(argv, 2, Kind::GetEx) {
+    let opts = match getex_args(argv) {
         Ok(x) => x,
         Err(e) => return e,
     };
@@ -405,20 +286,12 @@ pub fn getex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         Ok(None) => return Reply::Nil,
         Err(e) => return e,
     };
-    let when = match expire {
-        Some(arg) => match expire_ms(arg, flags, now, "getex") {
-            Ok(ms) => Some(ms),
-            Err(e) => return e,
-        },
-        None => None,
-    };
-    let result = if let Some(ms) = when {
+    let result = match opts.expiry(now) {
         // A time at or before now erases the key (the engine applies `At(past)` as a delete).
-        engine.set_expiry(argv[1], Expiry::At(ms as u64), now)
-    } else if flags & PERSIST != 0 {
-        engine.set_expiry(argv[1], Expiry::Persist, now)
-    } else {
-        Ok(true)
+        Ok(GetExExpiry::At(ms)) => engine.set_expiry(argv[1], Expiry::At(ms), now),
+        Ok(GetExExpiry::Persist) => engine.set_expiry(argv[1], Expiry::Persist, now),
+        Ok(GetExExpiry::Unchanged) => Ok(true),
+        Err(e) => return e,
     };
     match result {
         Ok(_) => Reply::Bulk(Bytes::from(cur.value)),
