@@ -77,7 +77,12 @@ def main():
             raise SystemExit(f"{' '.join(cmd)} failed: {out.stderr}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    results = {exe: [] for exe in a.ringlet}
+    # Two rows per binary: the smart client (native protocol), and the raw-RESP loop that also
+    # measures Redis, sent to each key's coordinator: the same client code on both sides.
+    results = {}
+    for exe in a.ringlet:
+        results[exe] = []
+        results[exe + " (raw RESP, coordinator)"] = []
     results["redis"] = []
     load_start = open("/proc/loadavg").read().split()[:3]
     for rep in range(a.reps):
@@ -108,6 +113,13 @@ def main():
                 print(f"rep {rep + 1} {exe}: p50 {r['p50_us']} p99 {r['p99_us']} us, "
                       f"{r['ops_per_s']:.0f}/s, fast reads {r['fast_reads']} "
                       f"fallbacks {r['fast_read_fallbacks']}", file=sys.stderr)
+                r = run(["--target", "cluster-resp", "--addr", seeds[:seeds.index(",")],
+                         "--seed", str(rep + 1)], a.duration, a.warmup)
+                if r["errors"] or r["misses"]:
+                    raise SystemExit(f"{exe} raw RESP: {r['errors']} errors {r['misses']} misses")
+                results[exe + " (raw RESP, coordinator)"].append(r)
+                print(f"rep {rep + 1} {exe} raw RESP: p50 {r['p50_us']} p99 {r['p99_us']} us",
+                      file=sys.stderr)
             finally:
                 up.send_signal(signal.SIGTERM)
                 try:

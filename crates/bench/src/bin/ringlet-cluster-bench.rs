@@ -28,8 +28,14 @@ use tokio::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Target {
+    /// The smart Rust client over the native protocol.
     Cluster,
+    /// Redis at `--addr`, raw RESP.
     Redis,
+    /// A Ringlet cluster through the same raw-RESP loop as `redis`, each GET sent to its
+    /// key's coordinator (slots from CLUSTER SLOTS at `--addr`): the server side alone,
+    /// with the client code identical to the Redis run.
+    ClusterResp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -126,7 +132,11 @@ fn main() -> Result<()> {
     rt.block_on(async {
         match cli.target {
             Target::Cluster => cluster(&cli).await,
-            Target::Redis => redis(&cli).await,
+            Target::Redis => redis(&cli, None).await,
+            Target::ClusterResp => {
+                let slots = cluster_slots(&cli.addr).await?;
+                redis(&cli, Some(std::sync::Arc::new(slots))).await
+            }
         }
     })
 }
@@ -312,28 +322,100 @@ async fn resp_call(s: &mut TcpStream, req: &[u8], op: Op, buf: &mut Vec<u8>) -> 
     }
 }
 
-async fn redis(cli: &Cli) -> Result<()> {
+/// The coordinator's address of every slot, from CLUSTER SLOTS at `seed`.
+async fn cluster_slots(seed: &str) -> Result<Vec<String>> {
+    use ringlet_codec::resp::Reply;
+    let mut s = TcpStream::connect(seed).await?;
+    let mut req = Vec::new();
+    ringlet_codec::resp::encode_request(&mut req, &[b"CLUSTER", b"SLOTS"]);
+    s.write_all(&req).await?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let reply = loop {
+        if let Some((r, _)) = ringlet_codec::resp::decode_reply(&buf)? {
+            break r;
+        }
+        if buf.len() > 16 << 20 {
+            bail!("CLUSTER SLOTS reply too large");
+        }
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("connection closed");
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let mut slots = vec![String::new(); 16384];
+    let Reply::Array(ranges) = reply else {
+        bail!("CLUSTER SLOTS: {reply:?}")
+    };
+    for r in ranges {
+        let Reply::Array(r) = r else { continue };
+        let (Some(Reply::Integer(a)), Some(Reply::Integer(b)), Some(Reply::Array(node))) =
+            (r.first(), r.get(1), r.get(2))
+        else {
+            continue;
+        };
+        let (Some(Reply::Bulk(ip)), Some(Reply::Integer(port))) = (node.first(), node.get(1))
+        else {
+            continue;
+        };
+        let addr = format!("{}:{port}", String::from_utf8_lossy(ip));
+        for slot in (*a).max(0)..=(*b).min(16383) {
+            slots[slot as usize] = addr.clone();
+        }
+    }
+    if slots.iter().any(String::is_empty) {
+        bail!("CLUSTER SLOTS does not cover every slot");
+    }
+    Ok(slots)
+}
+
+/// One connection per address, opened on first use.
+struct Conns(std::collections::HashMap<String, TcpStream>);
+
+impl Conns {
+    async fn get(&mut self, addr: &str) -> Result<&mut TcpStream> {
+        if !self.0.contains_key(addr) {
+            let s = TcpStream::connect(addr).await?;
+            s.set_nodelay(true)?;
+            self.0.insert(addr.to_owned(), s);
+        }
+        self.0.get_mut(addr).context("connection")
+    }
+}
+
+/// The raw-RESP closed loop, against Redis (`slots` = None: everything to `--addr`) or a
+/// cluster's coordinators (`slots[key_slot(k)]`).
+async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<()> {
     let addr = cli.addr.clone();
+    let route = move |slots: &Option<std::sync::Arc<Vec<String>>>, k: &[u8]| -> String {
+        match slots {
+            Some(s) => s[usize::from(ringlet_types::key_slot(k))].clone(),
+            None => addr.clone(),
+        }
+    };
     if cli.load {
-        let mut s = TcpStream::connect(&addr).await?;
+        let mut conns = Conns(Default::default());
         let value = vec![b'v'; cli.value_size];
         let mut buf = Vec::new();
         for i in 0..cli.keys {
+            let k = key(i);
             let mut req = Vec::new();
-            ringlet_codec::resp::encode_request(&mut req, &[b"SET", &key(i), &value]);
-            resp_call(&mut s, &req, Op::Set, &mut buf).await?;
+            ringlet_codec::resp::encode_request(&mut req, &[b"SET", &k, &value]);
+            let s = conns.get(&route(&slots, &k)).await?;
+            resp_call(s, &req, Op::Set, &mut buf).await?;
         }
     }
     let warm_end = Instant::now() + Duration::from_secs_f64(cli.warmup);
     let end = warm_end + Duration::from_secs_f64(cli.duration);
     let mut tasks = Vec::new();
     for t in 0..cli.concurrency {
-        let addr = addr.clone();
+        let route = route.clone();
+        let slots = slots.clone();
         let keys = cli.keys;
         let seed = cli.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         tasks.push(tokio::spawn(async move {
-            let mut s = TcpStream::connect(&addr).await?;
-            s.set_nodelay(true)?;
+            let mut conns = Conns(Default::default());
             let mut rng = Rng::new(seed);
             let mut buf = Vec::with_capacity(4096);
             let mut req = Vec::with_capacity(64);
@@ -351,7 +433,9 @@ async fn redis(cli: &Cli) -> Result<()> {
                 if t0 >= end {
                     break;
                 }
-                let r = resp_call(&mut s, &req, Op::Get, &mut buf).await?;
+                let a = route(&slots, &k);
+                let s = conns.get(&a).await?;
+                let r = resp_call(s, &req, Op::Get, &mut buf).await?;
                 let lat = t0.elapsed();
                 if t0 < warm_end {
                     continue;
@@ -374,7 +458,11 @@ async fn redis(cli: &Cli) -> Result<()> {
     }
     report(
         cli,
-        "redis GET",
+        if slots.is_some() {
+            "cluster-resp GET"
+        } else {
+            "redis GET"
+        },
         runs,
         Duration::from_secs_f64(cli.duration),
         "",
