@@ -514,10 +514,18 @@ pub async fn sample_forever(load: Weak<Load>) {
 /// shared command table: a `write` command is a write, a command with keys a read, the rest
 /// (PING, INFO, CLUSTER, MEMGEST LIST, ...) `other`.
 pub fn command_class(name: &str) -> Class {
-    match ringlet_command::table::find(name.as_bytes()).map(|i| ringlet_command::table().spec(i)) {
-        Some(s) if s.write => Class::Write,
-        Some(s) if s.first_key > 0 => Class::Read,
-        _ => Class::Other,
+    ringlet_command::table::find(name.as_bytes())
+        .map_or(Class::Other, |i| class_of(ringlet_command::table().spec(i)))
+}
+
+/// [`command_class`] of a spec already looked up.
+pub fn class_of(spec: &ringlet_command::Spec) -> Class {
+    if spec.write {
+        Class::Write
+    } else if spec.first_key > 0 {
+        Class::Read
+    } else {
+        Class::Other
     }
 }
 

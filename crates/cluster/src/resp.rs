@@ -728,7 +728,6 @@ impl Front {
         authed: &mut bool,
         conn: &clients::Conn,
     ) -> Reply {
-        conn.touch(argv);
         let started = Instant::now();
         // One table for every front (ringlet-command): the name, subcommand, arity and
         // authentication are checked there with Redis's errors, in Redis's order.
@@ -737,6 +736,7 @@ impl Front {
             Ok(i) => ringlet_command::table().spec(i),
             Err(e) => return convert(&e),
         };
+        conn.touch(spec.name);
         let result = match spec.check(argv.len(), !*authed, Mode::Cluster) {
             Ok(()) => {
                 self.command_inner(spec.top_name(), &args, argv, proto, authed, conn)
@@ -751,7 +751,7 @@ impl Front {
             }
             Err(r) => (r, false),
         };
-        let class = crate::load::command_class(spec.name);
+        let class = crate::load::class_of(spec);
         self.load
             .record(spec.name, class, &spec.keys(&args), started.elapsed(), ok);
         reply

@@ -26,8 +26,8 @@ pub(super) struct Conn {
     created: Instant,
     /// ms since `created` at the last command (for `idle=`).
     last_ms: AtomicU64,
-    /// Lower-case name of the last command (for `cmd=`); at most a command name's length.
-    last_cmd: Mutex<String>,
+    /// Full name of the last command from the command table (for `cmd=`).
+    last_cmd: Mutex<&'static str>,
     name: Mutex<Vec<u8>>,
     pub resp: AtomicU8,
 }
@@ -38,22 +38,11 @@ impl Conn {
         self.laddr
     }
 
-    /// Note a command about to run (CLIENT LIST shows the last one and the idle time).
-    pub fn touch(&self, argv: &[Vec<u8>]) {
+    /// Note a command about to run (CLIENT LIST shows the last one and the idle time):
+    /// `name` is the table's full name (`client|list`, as Redis 7 shows containers).
+    pub fn touch(&self, name: &'static str) {
         self.last_ms
             .store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
-        let mut name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
-        // Container commands show as `client|list`, as Redis 7 does.
-        if matches!(
-            name.as_str(),
-            "client" | "cluster" | "command" | "config" | "memgest"
-        ) {
-            if let Some(sub) = argv.get(1) {
-                name.push('|');
-                name.push_str(&String::from_utf8_lossy(sub).to_ascii_lowercase());
-            }
-        }
-        name.truncate(64);
         *self.last_cmd.lock() = name;
     }
 
@@ -70,7 +59,7 @@ impl Conn {
     fn line(&self) -> String {
         let age = self.created.elapsed();
         let idle_ms = (age.as_millis() as u64).saturating_sub(self.last_ms.load(Ordering::Relaxed));
-        let cmd = self.last_cmd.lock().clone();
+        let cmd = *self.last_cmd.lock();
         client_line_text(
             self.id,
             self.addr,
@@ -78,7 +67,7 @@ impl Conn {
             &self.name.lock(),
             age.as_secs(),
             idle_ms / 1000,
-            if cmd.is_empty() { "NULL" } else { &cmd },
+            if cmd.is_empty() { "NULL" } else { cmd },
             self.resp.load(Ordering::Relaxed),
         )
     }
@@ -119,7 +108,7 @@ impl Clients {
             laddr,
             created: Instant::now(),
             last_ms: AtomicU64::new(0),
-            last_cmd: Mutex::new(String::new()),
+            last_cmd: Mutex::new(""),
             name: Mutex::new(Vec::new()),
             resp: AtomicU8::new(2),
         });

@@ -59,7 +59,13 @@ impl Front {
             let e = ringlet_command::table::arity_error(&n);
             return Some(super::convert(&tx::refuse_in(multi, name, e)));
         }
-        conn.touch(argv);
+        conn.touch(if is("multi") {
+            "multi"
+        } else if is("discard") {
+            "discard"
+        } else {
+            "exec"
+        });
         Some(if is("multi") {
             super::convert(&tx::begin(multi))
         } else if is("discard") {
