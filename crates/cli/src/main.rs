@@ -37,6 +37,9 @@ enum Cmd {
     /// Run Ringlet locally with nothing else installed: one node, or with `--nodes N
     /// --spares S` a cluster (embedded control plane + N+S node processes). Ctrl-C stops it.
     Up(UpArgs),
+    /// Run the embedded control plane on its own, for nodes on other machines (`ringlet server
+    /// --cluster HOST:PORT --node-id ID` on each); `ringlet up` runs it in-process instead.
+    Control(ControlArgs),
     /// Cluster node administration (`ringlet node drain ID --control HOST:PORT`).
     Node(NodeCmd),
     /// Memgests of a cluster: create, drop, default, list, info, move, key.
@@ -66,6 +69,36 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ringlet_linked::cli::LinkedCmd,
     },
+}
+
+#[derive(Args, Clone)]
+struct ControlArgs {
+    /// Control port nodes join and admin commands use.
+    #[arg(long)]
+    port: u16,
+    /// Address to listen on; off loopback it needs the TLS files and a cluster secret.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Bootstrap once this many data nodes have joined (0: no bootstrap plan).
+    #[arg(long, default_value_t = 0)]
+    nodes: usize,
+    /// Spares expected beside the data nodes (the highest ids).
+    #[arg(long, default_value_t = 0)]
+    spares: usize,
+    /// Memgest created and made default at bootstrap (`none`, `rep:R`, `ec:K+M`).
+    #[arg(long = "default-memgest")]
+    default_memgest: Option<String>,
+    #[command(flatten)]
+    pg: memgest::PgShape,
+    /// Node lease: a node silent this long is failed over.
+    #[arg(long = "lease-ms", default_value_t = ringlet_cluster::launch::DEFAULT_LEASE_MS)]
+    lease_ms: u64,
+    /// The cluster secret (64 hex digits), also given to every node; else
+    /// `RINGLET_CLUSTER_SECRET`.
+    #[arg(long = "cluster-secret-file")]
+    cluster_secret_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 #[derive(Args, Clone)]
@@ -416,6 +449,10 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
+        Cmd::Control(a) => {
+            init_logs();
+            serve_control(&a)
+        }
         Cmd::Node(n) => node_admin(n.action),
         Cmd::Memgest(m) => memgest::run(&m),
         Cmd::Up(a)
@@ -536,16 +573,102 @@ fn refuse_single_node_tls(t: &TlsArgs) -> Result<()> {
 
 /// Refuse what a cluster node cannot honour, rather than accept and ignore it. `how` names
 /// the mode.
+///
+/// `--bind` off loopback (a cluster across machines) is allowed only when every link can be
+/// protected: the three TLS files (client port TLS only, peer and control links mutual TLS),
+/// a cluster secret (membership proof inside those sessions) and `--requirepass` (TLS
+/// without client certificates lets anyone reachable connect: Redis's protected mode makes
+/// the same demand). An unspecified address (0.0.0.0) is refused: a node announces its bind
+/// address to peers and clients in the map.
 fn check_cluster_flags(a: &NodeArgs, how: &str) -> Result<()> {
     a.config().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if !a.bind.is_loopback() {
+    if a.bind.is_unspecified() {
         anyhow::bail!(
-            "--bind {}: cluster mode listens on loopback only ({how}): peer links are \
-             authenticated but not encrypted (no TLS yet)",
+            "--bind {}: a cluster node announces its bind address to peers and clients              ({how}); give this host's address",
             a.bind
         );
     }
+    if !a.bind.is_loopback() {
+        let mut missing = Vec::new();
+        if tls_files(&a.tls)?.is_none() {
+            missing.push("--tls-cert-file/--tls-key-file/--tls-ca-cert-file");
+        }
+        if ringlet_cluster::auth::ClusterSecret::load(a.cluster_secret_file.as_deref())?.is_none() {
+            missing.push("--cluster-secret-file (or RINGLET_CLUSTER_SECRET)");
+        }
+        if a.requirepass.is_none() {
+            missing.push("--requirepass");
+        }
+        if !missing.is_empty() {
+            anyhow::bail!(
+                "--bind {}: a cluster node off loopback ({how}) needs every link protected; \
+                 missing: {}",
+                a.bind,
+                missing.join(", ")
+            );
+        }
+    }
     Ok(())
+}
+
+/// `ringlet control --port P`: the embedded control plane (membership, leases, failover,
+/// the map) as a process of its own. Off loopback every control link must be mutual TLS with
+/// the cluster secret proved inside: refused otherwise, as for a node.
+fn serve_control(a: &ControlArgs) -> Result<()> {
+    if a.bind.is_unspecified() {
+        anyhow::bail!(
+            "--bind {}: nodes and admin commands reach the control plane at its bind \
+             address; give this host's address",
+            a.bind
+        );
+    }
+    let tls = tls_files(&a.tls)?;
+    let secret = ringlet_cluster::auth::init(a.cluster_secret_file.as_deref())?;
+    if !a.bind.is_loopback() && (tls.is_none() || secret.is_none()) {
+        anyhow::bail!(
+            "--bind {}: a control plane off loopback needs the three --tls-* files and a \
+             cluster secret (--cluster-secret-file or RINGLET_CLUSTER_SECRET)",
+            a.bind
+        );
+    }
+    if secret.is_none() {
+        eprintln!(
+            "ringlet: WARNING: no cluster secret (--cluster-secret-file or RINGLET_CLUSTER_SECRET): \
+             the control port accepts anyone who can connect"
+        );
+    }
+    if let Some(f) = &tls {
+        ringlet_cluster::tls::set_link_tls(f).map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+    }
+    let default_memgest = match &a.default_memgest {
+        Some(s) => Some(ringlet_types::MemgestKind::parse(s).map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
+    };
+    // Placement groups shaped as `up` shapes them, unless given.
+    let (s0, d0) = ringlet_cluster::launch::pg_shape(a.nodes, default_memgest);
+    let o = ringlet_cluster::launch::ControlOpts {
+        bind: std::net::SocketAddr::new(a.bind, a.port),
+        expect_nodes: a.nodes + a.spares,
+        active: a.nodes,
+        default_memgest,
+        s: a.pg.pg_data.unwrap_or(s0),
+        d: a.pg.pg_redundant.unwrap_or(d0),
+        lease_ms: a.lease_ms,
+    };
+    cluster_runtime()?.block_on(async {
+        let (_svc, addr) = ringlet_cluster::launch::run_control(&o)
+            .await
+            .context("cannot start the control plane")?;
+        println!("ringlet: control plane listening on {addr}");
+        std::io::stdout().flush()?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+        eprintln!("ringlet: control plane stopped");
+        Ok(())
+    })
 }
 
 /// `ringlet server --cluster CONTROL --node-id ID`: a cluster node (crates/cluster's
@@ -594,6 +717,14 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         anyhow::bail!("ringlet up --nodes needs a base --port (nodes use consecutive ports)");
     }
     check_cluster_flags(&a.node, "ringlet up --nodes")?;
+    if a.node.bind != std::net::IpAddr::from([127, 0, 0, 1]) {
+        anyhow::bail!(
+            "--bind {}: ringlet up runs every node on this host, on loopback; for a cluster \
+             across machines run `ringlet control` once and `ringlet server --cluster \
+             HOST:PORT --node-id ID --bind ADDR` on each machine",
+            a.node.bind
+        );
+    }
     if a.node.shm_socket.is_some() {
         anyhow::bail!(
             "--shm-socket: with --nodes every node needs its own socket: give a directory \

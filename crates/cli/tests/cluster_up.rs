@@ -1,7 +1,7 @@
 //! `ringlet up --nodes 3 --spares 1 --default-memgest rep:3` end to end through the `ringlet`
 //! binary: the cluster serves Redis Cluster (MOVED between nodes), `ringlet node drain`
 //! moves a node's roles to the spare, and the data stays readable. The heavier failover and
-//! linearizability tests live in crates/cluster/tests/multiprocess.rs.
+//! linearizability tests live in crates/cluster-tests/tests/multiprocess.rs.
 
 mod common;
 

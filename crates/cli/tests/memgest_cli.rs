@@ -1,7 +1,7 @@
 //! `ringlet up --pg-data 3 --pg-redundant 2` and the memgest CLI end to end through the
 //! `ringlet` binary: create, list, set --memgest, key, move, info, drop (refused while keys
 //! live, then allowed). The per-command semantics are tested in
-//! crates/cluster/tests/memgest.rs; this checks the CLI wiring and output.
+//! crates/cluster-tests/tests/memgest.rs; this checks the CLI wiring and output.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -14,7 +14,7 @@
 //!   final value lies between the largest acknowledged result and the number attempted;
 //! * every one of 2,000 keys written before the faults reads back its value.
 //!
-//! `cargo test -p ringlet-cluster --test nemesis` runs a short round (40 s, CI). The full run
+//! `cargo test -p ringlet-cluster-tests --test nemesis` runs a short round (40 s, CI). The full run
 //! is `scripts/nemesis.sh` (`--release`, `RINGLET_NEMESIS_SECS`, default 600). Needs root and
 //! nft, like the partition tests (`RINGLET_REQUIRE_NETNS=1` turns a skip into a failure).
 

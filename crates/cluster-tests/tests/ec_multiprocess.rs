@@ -6,7 +6,7 @@
 //! value must read back byte-identical via RESP GET after each kill; and, on a fresh cluster,
 //! two nodes SIGKILLed at the same instant.
 //!
-//! Run: `cargo test -p ringlet-cluster --test ec_multiprocess -- --nocapture`
+//! Run: `cargo test -p ringlet-cluster-tests --test ec_multiprocess -- --nocapture`
 
 mod common;
 

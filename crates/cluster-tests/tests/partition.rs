@@ -25,7 +25,7 @@
 //! Needs root (network namespaces, nft). Without it the tests print why and pass, unless
 //! `RINGLET_REQUIRE_NETNS=1` is set (CI sets it: CI runs as root).
 //!
-//! Run: `cargo test -p ringlet-cluster --test partition -- --nocapture --test-threads 1`
+//! Run: `cargo test -p ringlet-cluster-tests --test partition -- --nocapture --test-threads 1`
 
 mod common;
 

@@ -3,7 +3,7 @@
 //! SIGKILL of a coordinator under load, a drain under load, and the recorded histories
 //! checked with `ringlet_linearize::check_history_json`.
 //!
-//! Run: `cargo test -p ringlet-cluster --test multiprocess -- --nocapture --test-threads 1`
+//! Run: `cargo test -p ringlet-cluster-tests --test multiprocess -- --nocapture --test-threads 1`
 //! (the figures are printed; they are not asserted: timing assertions do not belong in tests).
 
 mod common;
