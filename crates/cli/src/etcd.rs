@@ -121,9 +121,15 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
             .await
             .context("cannot start the etcd-mode node")?;
         eprintln!(
-            "ringlet: etcd mode: node {id}, prefix {}, command port {} (serves while this process leads)",
-            o.prefix, n.control_addr
+            "ringlet: etcd mode: node {id}, prefix {} (the command port serves while this process leads)",
+            o.prefix
         );
+        {
+            // Scripts (and the tests) read the command port here, beside the client address.
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "ringlet: control on {}", n.control_addr)?;
+        }
         super::print_ready(n.client_addr, None)?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {

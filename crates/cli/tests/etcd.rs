@@ -1,6 +1,6 @@
 //! The etcd backend against a real etcd (3.4 from apt; `scripts/setup.sh` installs it):
 //! this test starts its own `etcd` on free loopback ports with a temporary data dir, then
-//! five `ringlet-etcd-node` processes (3 active + 2 spares, `rep:3`), and checks through
+//! five `ringlet server --etcd` processes (3 active + 2 spares, `rep:3`), and checks through
 //! RESP (the `redis` crate, following `-MOVED`) and through etcd itself:
 //!
 //! 1. the cluster serves SET/GET and its map is stored under the prefix (parsed and
@@ -21,7 +21,7 @@
 //! Every map read checks that the stored epoch never went backwards.
 //!
 //! Skips (printing why) when `/usr/bin/etcd` is missing, unless `RINGLET_REQUIRE_ETCD=1`.
-//! Run: `cargo test -p ringlet-etcd --test etcd -- --nocapture`
+//! Run: `cargo test -p ringlet-cli --test etcd -- --nocapture`
 
 use ringlet_cluster::control::{FromControl, ToControl};
 use ringlet_control::{ClusterMap, NodeState};
@@ -217,25 +217,26 @@ fn start_node(etcd: &str, id: u32) -> Node {
 /// A node process; the first one started stores the plan "3 active + `spares`".
 fn start_node_with(etcd: &str, id: u32, spares: u32) -> Node {
     let spares = spares.to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet-etcd-node"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlet"))
         .args([
+            "server",
             "--etcd",
             etcd,
-            "--prefix",
+            "--etcd-prefix",
             PREFIX,
             "--node-id",
             &id.to_string(),
             "--port",
             "0",
-            "--lease-s",
+            "--etcd-lease-s",
             &lease_s(),
             "--memory-mb",
             "64",
-            "--nodes",
+            "--etcd-nodes",
             "3",
-            "--spares",
+            "--etcd-spares",
             &spares,
-            "--default-memgest",
+            "--etcd-default-memgest",
             "rep:3",
         ])
         .stdin(Stdio::null())
@@ -705,8 +706,9 @@ fn etcd_cluster_serves_elects_and_fails_over() {
 fn unreachable_etcd_is_a_clear_error() {
     let port = free_port(); // nothing listens there
     let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_ringlet-etcd-node"))
+    let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
         .args([
+            "server",
             "--etcd",
             &format!("127.0.0.1:{port}"),
             "--node-id",
