@@ -790,6 +790,15 @@ impl Front {
             },
             "echo" => Ok(Reply::Bulk(a(1).to_vec())),
             "quit" | "readonly" | "readwrite" => Ok(Reply::ok()),
+            "reset" => {
+                // As a new connection: RESP2, no name, and not authenticated when a password
+                // is set (a transaction was discarded by transaction_step).
+                *proto = Proto::Resp2;
+                conn.resp.store(2, std::sync::atomic::Ordering::Relaxed);
+                conn.set_name(b"")?;
+                *authed = self.requirepass.is_none();
+                Ok(Reply::Simple(b"RESET".to_vec()))
+            }
             "select" => match a(1) {
                 b"0" => Ok(Reply::ok()),
                 _ => Err(err("ERR SELECT is not allowed in cluster mode")),

@@ -48,6 +48,7 @@ COMMANDS = {
     # Redis without cluster support does).
     "cluster": ["slots", "shards", "nodes", "keyslot", "info", "myid", "help"],
     "readonly": None, "readwrite": None,
+    "reset": None,
 }
 
 

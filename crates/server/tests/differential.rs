@@ -1152,6 +1152,13 @@ INCRBYFLOAT t5 1.0
 INCRBYFLOAT t5 1.0
 GET t5
 EXEC
+RESET x
+MULTI
+SET t6 x
+RESET
+EXEC
+GET t6
+PING
 ";
 
 /// HSCAN and HRANDFIELD where Redis 7.0's reply is deterministic: small (listpack) hashes,

@@ -46,6 +46,10 @@ impl Front {
         let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
         if !(is("multi") || is("exec") || is("discard")) {
             let q = multi.as_mut()?;
+            if is("reset") {
+                *multi = None; // RESET discards the transaction, then runs normally
+                return None;
+            }
             if tx::runs_at_once(name) {
                 return None; // QUIT
             }

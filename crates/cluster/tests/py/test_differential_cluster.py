@@ -163,6 +163,10 @@ SCRIPT = [
     ("HSET", "h", "a", "1", "b", "2"), ("HGET", "h", "a"), ("HGETALL", "h"), ("HLEN", "h"),
     ("HINCRBY", "h", "a", "5"), ("HDEL", "h", "a", "zz"), ("GET", "h"), ("HGET", "f", "x"),
     ("GET",), ("FOO", "k"),
+    # Options before the time, as Redis checks them (ringlet-command's shared parsers).
+    ("EXPIRE", "f", "abc", "NX", "XX"), ("EXPIRE", "f", "abc", "bogus"),
+    ("SET", "k", "v", "EX", "0", "bogus"), ("GETEX", "f", "PERSIST", "EX", "1"),
+    ("SET", "k", "v", "KEEPTTL", "PX", "5"), ("RESET",), ("RESET", "x"),
 ]
 
 

@@ -29,6 +29,22 @@ pub fn quit(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
     Reply::ok()
 }
 
+/// RESET (Redis 6.2): the connection as if new — a transaction discarded, RESP2, the name
+/// cleared, and, when a password is set, no longer authenticated.
+pub fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    ctx.session.multi = None;
+    ctx.session.proto = ringlet_codec::resp::Proto::Resp2;
+    ctx.session
+        .state
+        .resp
+        .store(2, std::sync::atomic::Ordering::Relaxed);
+    ctx.session.state.name.lock().clear();
+    if ctx.shared.auth_required() {
+        ctx.session.authenticated = false;
+    }
+    Reply::simple("RESET")
+}
+
 /// Only database 0 exists (Ringlet is cluster-shaped, like Redis Cluster).
 pub fn select(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     // `getIntFromObjectOrReply`: not an integer, or an integer outside `int`, differ.

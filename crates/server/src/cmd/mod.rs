@@ -70,6 +70,7 @@ fn handler_for(name: &str) -> Option<Handler> {
         "hello" => connection::hello,
         "auth" => connection::auth,
         "quit" => connection::quit,
+        "reset" => connection::reset,
         "select" => connection::select,
         "client|setname" => connection::client_setname,
         "client|getname" => connection::client_getname,

@@ -38,7 +38,7 @@ pub struct Queue {
 /// Commands that run at once inside a transaction instead of being queued (Redis 7.0's
 /// `processCommand` list, restricted to the commands Ringlet has).
 pub fn runs_at_once(name: &[u8]) -> bool {
-    [&b"multi"[..], b"exec", b"discard", b"quit"]
+    [&b"multi"[..], b"exec", b"discard", b"quit", b"reset"]
         .iter()
         .any(|n| name.eq_ignore_ascii_case(n))
 }
