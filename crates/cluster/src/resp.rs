@@ -897,17 +897,11 @@ impl Front {
                 Mode::Cluster,
             ))),
             "info" => {
-                // Redis leaves commandstats and latencystats out of a plain INFO.
-                let (cmds, lat) = self.load.info_sections();
-                Ok(Reply::Bulk(
-                    match String::from_utf8_lossy(a(1)).to_ascii_lowercase().as_str() {
-                        "commandstats" => cmds,
-                        "latencystats" => lat,
-                        "all" | "everything" => format!("{}\r\n{cmds}\r\n{lat}", self.info()),
-                        _ => self.info(),
-                    }
-                    .into_bytes(),
-                ))
+                let sections: Vec<String> = argv[1..]
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+                    .collect();
+                Ok(Reply::Bulk(self.info(&sections).into_bytes()))
             }
             "cluster" => self.cluster(argv),
             "memgest" => self.memgest(argv).await,
@@ -1458,7 +1452,86 @@ impl Front {
         }
     }
 
-    fn info(&self) -> String {
+    /// INFO [section ...] in Redis's section order: no argument or `default` gives every
+    /// section but commandstats and latencystats (as Redis), `all`/`everything` all of them.
+    fn info(&self, sections: &[String]) -> String {
+        let all = sections.iter().any(|s| s == "all" || s == "everything");
+        let want = |name: &str, default: bool| {
+            all || sections.iter().any(|s| s == name)
+                || (default && (sections.is_empty() || sections.iter().any(|s| s == "default")))
+        };
+        let mut out = String::new();
+        let mut section = |text: String| {
+            if !out.is_empty() {
+                out.push_str("\r\n");
+            }
+            out.push_str(&text);
+        };
+        let core = self.info_core();
+        let (server, cluster_ringlet, keyspace) = core;
+        if want("server", true) {
+            section(server);
+        }
+        if want("clients", true) {
+            section(format!(
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
+                self.clients.len(),
+                limits::CONNECTIONS_MAX
+            ));
+        }
+        if want("memory", true) {
+            let e = self.node.engine().lock().stats();
+            let used = e.committed_bytes + e.index_bytes;
+            let rss = ringlet_server::info::rss_bytes();
+            let human = ringlet_server::info::human;
+            section(format!(
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\n\
+                 used_memory_rss_human:{}\r\nused_memory_dataset:{}\r\nmaxmemory:{}\r\n\
+                 maxmemory_human:{}\r\n",
+                human(used),
+                human(rss),
+                e.used_bytes,
+                e.memory_bytes_max,
+                human(e.memory_bytes_max),
+            ));
+        }
+        if want("stats", true) {
+            let (calls, failed) = self.load.commands().iter().fold((0, 0), |(c, f), (_, s)| {
+                use std::sync::atomic::Ordering::Relaxed;
+                (c + s.calls.load(Relaxed), f + s.failed.load(Relaxed))
+            });
+            let e = self.node.engine().lock().stats();
+            section(format!(
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{calls}\r\n\
+                 total_error_replies:{failed}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\n",
+                self.clients.total_received(),
+                e.expirations,
+                e.evictions,
+            ));
+        }
+        if want("cpu", true) {
+            let mut t = String::new();
+            ringlet_server::info::cpu(&mut t);
+            section(t);
+        }
+        if want("cluster", true) || want("ringlet", true) {
+            section(cluster_ringlet);
+        }
+        if want("keyspace", true) {
+            section(keyspace);
+        }
+        let (cmds, lat) = self.load.info_sections();
+        if want("commandstats", false) {
+            section(cmds);
+        }
+        if want("latencystats", false) {
+            section(lat);
+        }
+        out
+    }
+
+    /// The Server text, the Cluster and Ringlet sections, and the Keyspace text.
+    fn info_core(&self) -> (String, String, String) {
         use std::sync::atomic::Ordering::Relaxed;
         let map = self.map();
         let st = self.node.stats();
@@ -1467,10 +1540,19 @@ impl Front {
         let stored = self.node.engine().lock().len();
         let own = self.owned_key_count();
         let shm = self.node.shm_stats().unwrap_or_default();
-        format!(
-            "# Server\r\nredis_version:{}\r\nredis_mode:cluster\r\nringlet_node_id:{}\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+        let server = format!(
+            "# Server\r\nredis_version:{}\r\nringlet_version:{}\r\nredis_mode:cluster\r\n\
+             os:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\n\
+             ringlet_node_id:{}\r\n",
             ringlet_server::cmd::connection::REDIS_COMPAT_VERSION,
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            std::process::id(),
             self.node.id(),
+        );
+        let cluster = format!(
+            "# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\n",
             map.as_ref().map_or(0, |m| m.epoch.0),
             st.maps_applied.load(Relaxed),
             st.fenced.load(Relaxed),
@@ -1498,8 +1580,9 @@ impl Front {
             st.last_handoff_bytes.load(Relaxed),
             st.last_handoff_ms.load(Relaxed),
             st.handoff_ms.load(Relaxed),
-            own
-        )
+        );
+        let keyspace = format!("# Keyspace\r\ndb0:keys={own},expires=0,avg_ttl=0\r\n");
+        (server, cluster, keyspace)
     }
 
     /// CONFIG GET / SET / HELP with the single node's parameter handling

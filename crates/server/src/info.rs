@@ -34,7 +34,7 @@ pub fn client_line(c: &ClientState, now_ms: u64) -> String {
     )
 }
 
-const SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "keyspace"];
+const SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "cpu", "keyspace"];
 
 /// INFO [section ...]: `all`, `everything`, `default` or no argument give every section.
 pub fn render(shared: &Shared, sections: &[String], now_ms: u64) -> String {
@@ -57,6 +57,7 @@ pub fn render(shared: &Shared, sections: &[String], now_ms: u64) -> String {
             "clients" => clients(shared, &mut out),
             "memory" => memory(shared, &mut out),
             "stats" => stats(shared, &mut out),
+            "cpu" => cpu(&mut out),
             "keyspace" => keyspace(shared, &mut out, now_ms),
             _ => {}
         }
@@ -93,7 +94,8 @@ fn clients(shared: &Shared, out: &mut String) {
     );
 }
 
-fn human(bytes: u64) -> String {
+/// Redis's `bytesToHuman`: `1.50M`.
+pub fn human(bytes: u64) -> String {
     const UNITS: &[&str] = &["B", "K", "M", "G", "T"];
     let mut v = bytes as f64;
     let mut u = 0;
@@ -111,17 +113,49 @@ fn human(bytes: u64) -> String {
 fn memory(shared: &Shared, out: &mut String) {
     let s = shared.db.lock().stats();
     let used = s.committed_bytes + s.index_bytes;
+    let rss = rss_bytes();
     let _ = write!(
         out,
-        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_dataset:{}\r\n\
-         maxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:allkeys-lru\r\n\
+        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\n\
+         used_memory_rss_human:{}\r\nused_memory_dataset:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:allkeys-lru\r\n\
          ringlet_used_memory_index:{}\r\nringlet_index_load_factor:{:.3}\r\n",
         human(used),
+        human(rss),
         s.used_bytes,
         s.memory_bytes_max,
         human(s.memory_bytes_max),
         s.index_bytes,
         s.index_load_factor,
+    );
+}
+
+/// The process's resident set (`/proc/self/statm`), 0 where it cannot be read.
+pub fn rss_bytes() -> u64 {
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page)
+}
+
+/// INFO's CPU section: seconds of system and user CPU of this process and its reaped
+/// children (`getrusage`), as Redis prints them.
+pub fn cpu(out: &mut String) {
+    let usage = |who| {
+        // SAFETY: getrusage writes one rusage struct into memory we own.
+        let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut r) } != 0 {
+            return (0.0, 0.0);
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        (secs(r.ru_stime), secs(r.ru_utime))
+    };
+    let (sys, user) = usage(libc::RUSAGE_SELF);
+    let (csys, cuser) = usage(libc::RUSAGE_CHILDREN);
+    let _ = write!(
+        out,
+        "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n\
+         used_cpu_sys_children:{csys:.6}\r\nused_cpu_user_children:{cuser:.6}\r\n"
     );
 }
 

@@ -36,7 +36,7 @@ mod conn;
 mod db;
 pub mod fuzz_support;
 pub use ringlet_command::glob;
-mod info;
+pub mod info;
 pub mod ldouble;
 mod native;
 pub use ringlet_command::reply;

@@ -649,7 +649,7 @@ impl ringlet_server::admin::AdminPages for Front {
         let map = self.node.map();
         format!(
             "{}\n# CLUSTER INFO\n{}",
-            self.info(),
+            self.info(&[]),
             super::cluster_info(map.as_deref(), self.node.id())
         )
         .replace("\r\n", "\n")

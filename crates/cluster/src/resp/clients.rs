@@ -98,6 +98,11 @@ impl Clients {
         self.map.lock().len()
     }
 
+    /// Connections accepted since start (ids are handed out in order from 1).
+    pub fn total_received(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+
     /// Register a connection (bounded by the connection limit: the accept loop refuses past
     /// `limits::CONNECTIONS_MAX`).
     pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> Registered<'_> {
