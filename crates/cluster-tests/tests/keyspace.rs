@@ -505,6 +505,34 @@ fn client_commands_are_per_connection() {
     assert_eq!(one.lines().count(), 1, "{one}");
     assert!(one.starts_with(&format!("id={id_a} ")), "{one}");
     assert_eq!(text(&rb[4]), "");
+    // Buffer figures: A in a transaction with two queued commands and half a request sent.
+    // Keys of a slot A's node coordinates (a queued command for another node is MOVED).
+    let routing = Client::new(cl.addrs());
+    let tag = (0..10_000)
+        .map(|i| format!("{{t{i}}}"))
+        .find(|t| routing.slot_owner(ringlet_types::key_slot(t.as_bytes())) == Some(addr))
+        .expect("a tag of this node");
+    let (kx, ky) = (format!("{tag}x"), format!("{tag}y"));
+    let q = a
+        .pipeline(&[c(&["MULTI"]), c(&["SET", &kx, "1"]), c(&["SET", &ky, "22"])])
+        .unwrap();
+    assert_eq!(q[2], Reply::Simple(b"QUEUED".to_vec()));
+    let partial = b"*3\r\n$3\r\nSET\r\n$1\r\nz\r\n";
+    a.send_raw(partial).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let r = b
+            .pipeline(&[c(&["CLIENT", "LIST", "ID", &id_a.to_string()])])
+            .unwrap();
+        let line = text(&r[0]);
+        if line.contains(&format!(" qbuf={} ", partial.len())) {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "{line}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(line.contains(" multi=2 "), "{line}");
+    assert!(!line.contains(" multi-mem=0 "), "{line}");
     // A closed connection leaves the list.
     drop(a);
     let deadline = Instant::now() + Duration::from_secs(10);

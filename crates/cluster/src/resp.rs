@@ -428,6 +428,11 @@ impl Front {
                 return Ok(());
             }
             buf.drain(..used);
+            conn.buffers.record(
+                (buf.len(), buf.capacity()),
+                (out.len(), out.capacity()),
+                multi.as_ref(),
+            );
             if !out.is_empty() {
                 // flush: a TLS stream holds records back until asked (TCP: a no-op).
                 stream.write_all(&out).await?;

@@ -97,6 +97,7 @@ pub async fn serve(
         last_cmd: AtomicU64::new(u64::MAX),
         resp: AtomicU8::new(2),
         name: Mutex::new(Vec::new()),
+        buffers: Default::default(),
     });
     shared.clients.lock().insert(id, state.clone());
     tracing::debug!(id, %peer, "connection opened");
@@ -319,6 +320,13 @@ async fn serve_resp(
             resp::encode_error(wbuf, &msg);
             close = true;
         }
+        // What CLIENT LIST shows for this connection while it waits: its unrun input and
+        // the replies still queued (before the flush empties them).
+        session.state.buffers.record(
+            (rbuf.len(), rbuf.capacity()),
+            (wbuf.len(), wbuf.capacity()),
+            session.multi.as_ref(),
+        );
         flush(stream, wbuf, shared).await?;
         if close {
             return Ok(());

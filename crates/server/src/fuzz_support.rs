@@ -49,6 +49,7 @@ impl Harness {
             last_cmd: AtomicU64::new(u64::MAX),
             resp: AtomicU8::new(2),
             name: Mutex::new(Vec::new()),
+            buffers: Default::default(),
         });
         let session = Session {
             id: 1,

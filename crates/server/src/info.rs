@@ -31,6 +31,7 @@ pub fn client_line(c: &ClientState, now_ms: u64) -> String {
         idle,
         cmd,
         c.resp.load(Ordering::Relaxed),
+        &c.buffers,
     )
 }
 

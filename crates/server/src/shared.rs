@@ -61,6 +61,8 @@ pub struct ClientState {
     pub last_cmd: AtomicU64,
     pub resp: AtomicU8,
     pub name: Mutex<Vec<u8>>,
+    /// Buffer figures for CLIENT LIST, stored by the connection's loop.
+    pub buffers: crate::cmd::connection::ConnBuffers,
 }
 
 /// Shared node state.

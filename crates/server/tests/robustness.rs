@@ -127,3 +127,38 @@ fn truncated_request_then_disconnect() {
     assert_eq!(good.call(&[b"EXISTS", b"k"]), b":0\r\n");
     healthy_roundtrip(&mut good, 0);
 }
+
+/// CLIENT LIST shows real buffer figures: a connection with a transaction of two queued
+/// commands and half a request received shows `multi=2`, a non-zero `multi-mem`, and its
+/// unrun bytes as `qbuf` (Redis's fields; before, every one was a constant 0 or -1).
+#[test]
+fn client_list_shows_queued_commands_and_unrun_input() {
+    let node = common::start_ringlet(None);
+    let port = node.local_addr().port();
+    let mut a = common::Raw::connect(port);
+    let mut b = common::Raw::connect(port);
+    let id = String::from_utf8(a.call(&[b"CLIENT", b"ID"])).unwrap();
+    let id = id.trim_start_matches(':').trim().to_string();
+    a.call(&[b"MULTI"]);
+    a.call(&[b"SET", b"x", b"1"]);
+    a.call(&[b"SET", b"y", b"22"]);
+    let partial = b"*3\r\n$3\r\nSET\r\n$1\r\nz\r\n";
+    a.send(partial);
+    // Poll (bounded) until A's loop has run and recorded its buffers.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let line = loop {
+        let r = b.call(&[b"CLIENT", b"LIST", b"ID", id.as_bytes()]);
+        let line = String::from_utf8_lossy(&r).into_owned();
+        if line.contains(&format!(" qbuf={} ", partial.len())) {
+            break line;
+        }
+        assert!(std::time::Instant::now() < deadline, "{line}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(line.contains(" multi=2 "), "{line}");
+    assert!(!line.contains(" multi-mem=0 "), "{line}");
+    assert!(!line.contains(" tot-mem=0 "), "{line}");
+    // B itself is not in a transaction.
+    let own = String::from_utf8_lossy(&b.call(&[b"CLIENT", b"INFO"])).into_owned();
+    assert!(own.contains(" multi=-1 "), "{own}");
+}

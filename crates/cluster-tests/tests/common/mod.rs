@@ -238,6 +238,12 @@ impl Conn {
         s.set_nodelay(true).ok()?;
         Some(Conn { s, buf: Vec::new() })
     }
+    /// Write `bytes` as they are (e.g. half a request), reading nothing.
+    #[allow(dead_code)]
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Option<()> {
+        self.s.write_all(bytes).ok()
+    }
+
     /// Send all `cmds` pipelined, read all replies.
     pub fn pipeline(&mut self, cmds: &[Vec<Vec<u8>>]) -> Option<Vec<Reply>> {
         let mut out = Vec::new();

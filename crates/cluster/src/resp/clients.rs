@@ -30,6 +30,8 @@ pub(super) struct Conn {
     last_cmd: Mutex<&'static str>,
     name: Mutex<Vec<u8>>,
     pub resp: AtomicU8,
+    /// Buffer figures for CLIENT LIST, stored by the connection's loop.
+    pub buffers: ringlet_server::cmd::connection::ConnBuffers,
 }
 
 impl Conn {
@@ -69,6 +71,7 @@ impl Conn {
             idle_ms / 1000,
             if cmd.is_empty() { "NULL" } else { cmd },
             self.resp.load(Ordering::Relaxed),
+            &self.buffers,
         )
     }
 }
@@ -116,6 +119,7 @@ impl Clients {
             last_cmd: Mutex::new(""),
             name: Mutex::new(Vec::new()),
             resp: AtomicU8::new(2),
+            buffers: Default::default(),
         });
         self.map.lock().insert(id, conn.clone());
         Registered {

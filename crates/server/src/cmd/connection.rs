@@ -195,13 +195,71 @@ pub fn client_line_text(
     idle_s: u64,
     cmd: &str,
     resp: u8,
+    buffers: &ConnBuffers,
 ) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (qbuf, qcap) = (buffers.qbuf.load(Relaxed), buffers.qbuf_cap.load(Relaxed));
+    let (obuf, ocap) = (buffers.obuf.load(Relaxed), buffers.obuf_cap.load(Relaxed));
+    let (multi, multi_mem) = (buffers.multi.load(Relaxed), buffers.multi_mem.load(Relaxed));
     format!(
         "id={id} addr={addr} laddr={laddr} fd=0 name={} age={age_s} idle={idle_s} flags=N db=0 \
-         sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 \
-         obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default redir=-1 resp={resp}",
+         sub=0 psub=0 ssub=0 multi={multi} qbuf={qbuf} qbuf-free={} argv-mem=0 \
+         multi-mem={multi_mem} rbs={qcap} rbp={qcap} obl={obuf} oll=0 omem=0 tot-mem={} \
+         events=r cmd={cmd} user=default redir=-1 resp={resp}",
         String::from_utf8_lossy(name),
+        qcap.saturating_sub(qbuf),
+        qcap + ocap + multi_mem,
     )
+}
+
+/// A connection's buffer figures for CLIENT LIST, stored by its own loop after each batch
+/// and read by any connection's CLIENT LIST (relaxed: a snapshot, not a transaction).
+#[derive(Debug)]
+pub struct ConnBuffers {
+    /// Bytes received and not yet run (`qbuf`), and the read buffer's capacity (`rbs`).
+    pub qbuf: std::sync::atomic::AtomicU64,
+    pub qbuf_cap: std::sync::atomic::AtomicU64,
+    /// Reply bytes not yet written (`obl`), and the write buffer's capacity.
+    pub obuf: std::sync::atomic::AtomicU64,
+    pub obuf_cap: std::sync::atomic::AtomicU64,
+    /// Commands queued in MULTI (-1 outside a transaction) and their argument bytes.
+    pub multi: std::sync::atomic::AtomicI64,
+    pub multi_mem: std::sync::atomic::AtomicU64,
+}
+
+impl Default for ConnBuffers {
+    fn default() -> Self {
+        ConnBuffers {
+            qbuf: Default::default(),
+            qbuf_cap: Default::default(),
+            obuf: Default::default(),
+            obuf_cap: Default::default(),
+            multi: std::sync::atomic::AtomicI64::new(-1),
+            multi_mem: Default::default(),
+        }
+    }
+}
+
+impl ConnBuffers {
+    /// Record the buffers' lengths and capacities and the transaction's queue.
+    pub fn record(
+        &self,
+        (qbuf, qcap): (usize, usize),
+        (obuf, ocap): (usize, usize),
+        multi: Option<&super::transaction::Queue>,
+    ) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.qbuf.store(qbuf as u64, Relaxed);
+        self.qbuf_cap.store(qcap as u64, Relaxed);
+        self.obuf.store(obuf as u64, Relaxed);
+        self.obuf_cap.store(ocap as u64, Relaxed);
+        let (n, mem) = multi.map_or((-1, 0), |q| {
+            let (n, b) = q.queued();
+            (n as i64, b)
+        });
+        self.multi.store(n, Relaxed);
+        self.multi_mem.store(mem, Relaxed);
+    }
 }
 
 /// Whether `name` is a legal client name (Redis: printable, no spaces).

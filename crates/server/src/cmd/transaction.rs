@@ -88,6 +88,12 @@ impl Queue {
     }
 
     /// Mark the transaction aborted (a command was refused): EXEC answers EXECABORT.
+    /// Commands queued, and the bytes of their arguments (CLIENT LIST's multi= and
+    /// multi-mem=).
+    pub fn queued(&self) -> (usize, u64) {
+        (self.commands.len(), self.bytes)
+    }
+
     pub fn mark_dirty(&mut self) {
         self.dirty = true;
     }
