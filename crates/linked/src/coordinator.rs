@@ -27,6 +27,19 @@ pub struct CoordinatorConfig {
     pub sharder: SharderConfig,
     /// Interval of [`Sharder::tick`].
     pub tick_ms: u64,
+    /// Per-service replicas (1 or 2), overriding `sharder.replicas` for the named services.
+    pub replicas_for: HashMap<String, u8>,
+}
+
+impl CoordinatorConfig {
+    /// The sharder config of `service`.
+    fn sharder_for(&self, service: &str) -> SharderConfig {
+        let mut c = self.sharder.clone();
+        if let Some(&r) = self.replicas_for.get(service) {
+            c.replicas = r;
+        }
+        c
+    }
 }
 
 impl Default for CoordinatorConfig {
@@ -34,6 +47,7 @@ impl Default for CoordinatorConfig {
         CoordinatorConfig {
             sharder: SharderConfig::default(),
             tick_ms: 100,
+            replicas_for: HashMap::new(),
         }
     }
 }
@@ -85,6 +99,7 @@ impl Service {
                     to,
                     to_addr,
                     range,
+                    backup_addr,
                 } => {
                     if let Some(tx) = self.members.get(&from) {
                         send(
@@ -94,8 +109,44 @@ impl Service {
                                 range,
                                 to,
                                 to_addr,
+                                backup_addr,
                             }),
                         );
+                    }
+                }
+                Action::Seed {
+                    seed_id,
+                    from,
+                    to,
+                    to_addr,
+                    range,
+                } => {
+                    if let Some(tx) = self.members.get(&from) {
+                        send(
+                            tx,
+                            Frame::Control(Control::Seed {
+                                seed_id,
+                                range,
+                                to,
+                                to_addr,
+                            }),
+                        );
+                    }
+                }
+                Action::Unbackup { member, range } => {
+                    if let Some(tx) = self.members.get(&member) {
+                        send(tx, Frame::Control(Control::Unbackup { range }));
+                    }
+                }
+                Action::DropBackup { member, range } => {
+                    if let Some(tx) = self.members.get(&member) {
+                        send(tx, Frame::Control(Control::DropBackup { range }));
+                    }
+                }
+                Action::Promote { member, range } => {
+                    eprintln!("linked coordinator: member {member} promoted for {range:?}");
+                    if let Some(tx) = self.members.get(&member) {
+                        send(tx, Frame::Control(Control::Promote { range }));
                     }
                 }
                 Action::StateLost { member, ranges } => {
@@ -129,9 +180,12 @@ impl Service {
 /// # Errors
 /// Only a failing `accept` loop's fatal error.
 pub async fn serve(listener: TcpListener, cfg: CoordinatorConfig) -> std::io::Result<()> {
-    cfg.sharder
-        .validate()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    for c in std::iter::once(cfg.sharder.clone())
+        .chain(cfg.replicas_for.keys().map(|s| cfg.sharder_for(s)))
+    {
+        c.validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    }
     let tick = Duration::from_millis(cfg.tick_ms.max(1));
     let hub = Arc::new(Mutex::new(Hub {
         cfg,
@@ -241,7 +295,7 @@ async fn member_session(
                 refuse(tx, "too many services");
                 return Ok(());
             }
-            let sharder = match Sharder::new(hub.cfg.sharder.clone()) {
+            let sharder = match Sharder::new(hub.cfg.sharder_for(&service)) {
                 Ok(s) => s,
                 Err(e) => {
                     refuse(tx, &e.to_string());
@@ -273,6 +327,7 @@ async fn member_session(
                 lease_ms: cfg.lease_ms,
                 heartbeat_ms: cfg.heartbeat_ms,
                 units: cfg.units,
+                replicas: cfg.replicas,
             }),
         );
         svc.members.insert(member, tx.clone());
@@ -300,6 +355,10 @@ async fn member_session(
             }
             Frame::Control(Control::MoveDone { move_id, outcome }) => {
                 let actions = svc.sharder.move_done(move_id, outcome, now);
+                svc.apply(actions);
+            }
+            Frame::Control(Control::SeedDone { seed_id, ok }) => {
+                let actions = svc.sharder.seed_done(seed_id, ok);
                 svc.apply(actions);
             }
             Frame::Control(Control::Leave) => {
@@ -337,8 +396,10 @@ async fn watch_session(
                     refuse(tx, "unknown service");
                     return Ok(());
                 }
-                let sharder = Sharder::new(hub.cfg.sharder.clone())
-                    .expect("validated when the coordinator started");
+                let Ok(sharder) = Sharder::new(hub.cfg.sharder_for(&service)) else {
+                    refuse(tx, "invalid replicas for this service");
+                    return Ok(());
+                };
                 send(tx, Frame::Control(Control::Map(sharder.map())));
                 hub.services.insert(
                     service,

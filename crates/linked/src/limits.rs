@@ -80,5 +80,21 @@ pub const NOTIFY_RETRY_ROUNDS_MAX: u32 = 1000;
 /// Interval between retry rounds of the PostgreSQL source (milliseconds).
 pub const NOTIFY_RETRY_INTERVAL_MS: u64 = 10;
 
+/// Time a replicated write waits for its backup's ack before the request fails (the write
+/// stays at the owner and is still shipped; the caller is told its durability is unknown).
+pub const REPL_WAIT_TIMEOUT_MS: u64 = 10_000;
+
+/// First and largest backoff between replication rounds after a backup failed (milliseconds).
+pub const REPL_RETRY_MIN_MS: u64 = 5;
+/// Largest backoff between replication rounds after a backup failed (milliseconds).
+pub const REPL_RETRY_MAX_MS: u64 = 100;
+
+/// Target payload of one replication frame (a round's items for one backup are split).
+pub const REPL_FRAME_BYTES: usize = 256 * 1024;
+const _: () = assert!(REPL_FRAME_BYTES < BATCH_FRAME_BYTES_MAX as usize);
+
+/// Seed orders a member queues for its replicator; more are refused (reported failed).
+pub const SEEDS_QUEUED_MAX: usize = 64;
+
 /// HTTP front example: largest request head.
 pub const HTTP_HEAD_BYTES_MAX: usize = 8192;

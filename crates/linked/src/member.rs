@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::error::{MemberError, WireError};
 use crate::limits;
+use crate::replicate::{self, Repl, SeedOrder};
 use crate::wire::{
     read_frame, write_frame, Control, Frame, MemberLoad, MoveOutcome, Reply, ServiceMap, SlotRange,
     UnitLoad,
@@ -97,6 +98,7 @@ struct Shared<K, V> {
     slots_per_unit: u16,
     map: RwLock<ServiceMap>,
     self_addr: String,
+    repl: Arc<Repl>,
 }
 
 impl<K, V> Shared<K, V> {
@@ -170,13 +172,14 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
         let welcome = tokio::time::timeout(join_timeout, read_frame(&mut r, &mut buf))
             .await
             .map_err(|_| WireError::Timeout)??;
-        let (id, lease_ms, heartbeat_ms, units) = match welcome {
+        let (id, lease_ms, heartbeat_ms, units, replicas) = match welcome {
             Some(Frame::Control(Control::Welcome {
                 member,
                 lease_ms,
                 heartbeat_ms,
                 units,
-            })) => (member, lease_ms, heartbeat_ms, units),
+                replicas,
+            })) => (member, lease_ms, heartbeat_ms, units, replicas),
             Some(Frame::Control(Control::Refused { reason })) => {
                 return Err(MemberError::Refused(reason))
             }
@@ -185,6 +188,9 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
         if units == 0 || units > limits::UNITS_MAX || SLOT_COUNT % units != 0 {
             return Err(WireError::Bad("unit count").into());
         }
+        let repl = Arc::new(Repl::new(replicas, units, SLOT_COUNT / units));
+        // Only a replicated service pays for the dirty log.
+        linklet.set_dirty_tracking(repl.on());
         let shared = Arc::new(Shared {
             linklet,
             handler: Box::new(handler),
@@ -195,13 +201,21 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
             slots_per_unit: SLOT_COUNT / units,
             map: RwLock::new(ServiceMap::default()),
             self_addr: advertise,
+            repl: Arc::clone(&repl),
         });
         let (done_tx, done) = watch::channel(None);
         let (move_tx, move_rx) = mpsc::channel(limits::MOVES_QUEUED_MAX);
         let (up_tx, up_rx) = mpsc::channel(limits::SESSION_QUEUE_MAX);
+        let (seed_tx, seed_rx) = mpsc::channel(limits::SEEDS_QUEUED_MAX);
         let tasks = vec![
             tokio::spawn(accept_loop(Arc::clone(&shared), listener)),
             tokio::spawn(mover(Arc::clone(&shared), move_rx, up_tx.clone())),
+            tokio::spawn(replicate::replicator(
+                repl,
+                Arc::clone(&shared.linklet),
+                seed_rx,
+                up_tx.clone(),
+            )),
             tokio::spawn(session(
                 Arc::clone(&shared),
                 r,
@@ -210,6 +224,7 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
                     lease_ms,
                     heartbeat_ms,
                     move_tx,
+                    seed_tx,
                     up_rx,
                     done_tx,
                 },
@@ -287,6 +302,8 @@ async fn accept_loop<K: LinkKey, V: Marshal + Send + Sync + 'static>(
 struct Import {
     move_id: u64,
     range: RangeInclusive<Slot>,
+    /// The unit's backup, replicated to once the import is committed.
+    backup_addr: Option<String>,
 }
 
 async fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
@@ -303,10 +320,42 @@ async fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     let res = async {
         while let Some(f) = read_frame(&mut r, &mut buf).await? {
             let out = match f {
-                Frame::Request { id, key, body } => Frame::Response {
-                    id,
-                    reply: handle_request(&shared, &key, &body),
-                },
+                Frame::Request { id, key, body } => {
+                    let (mut reply, seq) = handle_request(&shared, &key, &body);
+                    // A write is answered only once its backup applied it.
+                    if seq > 0 && shared.repl.on() {
+                        if !shared.repl.wait(seq).await {
+                            reply = Reply::Failed(
+                                "the backup did not acknowledge the write in time; it may \
+                                 not survive a crash of this member"
+                                    .into(),
+                            );
+                        } else if shared.fenced() {
+                            // Lease lost meanwhile: the backup may have been promoted and have
+                            // ignored this write (see `replicate`).
+                            reply = Reply::Failed(
+                                "this member lost its lease while replicating the write; it \
+                                 may not have survived"
+                                    .into(),
+                            );
+                        }
+                    }
+                    Frame::Response { id, reply }
+                }
+                Frame::Repl { round, items } => {
+                    let ignored = shared
+                        .repl
+                        .apply(&shared.linklet, items)
+                        .map_err(|_| WireError::Bad("replica items refused"))?;
+                    Frame::ReplAck { round, ignored }
+                }
+                Frame::Control(Control::BeginBackup { seed_id, range }) => {
+                    let res = match range.to_range() {
+                        Some(r) => shared.repl.begin_backup(&shared.linklet, r),
+                        None => Err(LinkError::BadRange),
+                    };
+                    ack(seed_id, res)
+                }
                 Frame::Batch { move_id, batch } => {
                     let res = match &import {
                         Some(i)
@@ -322,11 +371,25 @@ async fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                     };
                     ack(move_id, res)
                 }
-                Frame::Control(Control::BeginImport { move_id, range }) => {
+                Frame::Control(Control::BeginImport {
+                    move_id,
+                    range,
+                    backup_addr,
+                }) => {
                     let res = match (range.to_range(), &import) {
-                        (Some(r), None) => shared.linklet.begin_import(r.clone()).map(|()| {
-                            import = Some(Import { move_id, range: r });
-                        }),
+                        (Some(r), None) => {
+                            // A move to this unit's backup: the move's batches replace the
+                            // staged copy, which stops being a backup.
+                            let mut backing = shared.repl.backing.lock().expect("backing lock");
+                            shared.repl.drop_backing(&mut backing, &shared.linklet, &r);
+                            shared.linklet.begin_import(r.clone()).map(|()| {
+                                import = Some(Import {
+                                    move_id,
+                                    range: r,
+                                    backup_addr,
+                                });
+                            })
+                        }
                         (None, _) => Err(LinkError::BadRange),
                         (Some(_), Some(_)) => Err(LinkError::BadBatch {
                             reason: "an import is already open on this connection",
@@ -337,6 +400,8 @@ async fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                 Frame::Control(Control::CommitImport { move_id }) => {
                     let res = match import.take() {
                         Some(i) if i.move_id == move_id => {
+                            // The backup is known before the first write is served here.
+                            shared.repl.set_target(&i.range, i.backup_addr.as_deref());
                             shared.linklet.commit_import(i.range).map(|_| ())
                         }
                         other => {
@@ -382,25 +447,40 @@ fn ack(move_id: u64, res: Result<(), LinkError>) -> Frame {
     })
 }
 
+/// Run the handler; also returns the sequence number of its last write in the Linklet's dirty
+/// log (0: it wrote nothing that must be replicated).
 fn handle_request<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     shared: &Shared<K, V>,
     key: &[u8],
     body: &[u8],
-) -> Reply {
+) -> (Reply, u64) {
     let slot = key_slot(key);
     if shared.fenced() {
-        return Reply::NotOwner {
-            slot,
-            hint: shared.hint(slot),
-        };
+        return (
+            Reply::NotOwner {
+                slot,
+                hint: shared.hint(slot),
+            },
+            0,
+        );
     }
     let Some(k) = K::from_key_bytes(key) else {
-        return Reply::Failed("key does not decode".into());
+        return (Reply::Failed("key does not decode".into()), 0);
     };
     shared.unit_ops[usize::from(slot / shared.slots_per_unit)].fetch_add(1, Ordering::Relaxed);
-    match shared.handler.handle(&shared.linklet, k, body) {
+    // The handler is synchronous, so it runs on this thread from start to end.
+    Linklet::<K, V>::take_thread_write_seq();
+    let reply = reply_of(shared, shared.handler.handle(&shared.linklet, k, body));
+    (reply, Linklet::<K, V>::take_thread_write_seq())
+}
+
+fn reply_of<K, V>(shared: &Shared<K, V>, res: Result<Vec<u8>, HandleError>) -> Reply {
+    match res {
         Ok(b) => Reply::Ok(b),
-        Err(HandleError::Link(LinkError::Moving { slot })) => Reply::Moving { slot },
+        // A full replication backlog is retried like a move: the backup catches up.
+        Err(HandleError::Link(LinkError::Moving { slot } | LinkError::Backlog { slot })) => {
+            Reply::Moving { slot }
+        }
         Err(HandleError::Link(LinkError::NotOwner { slot })) => Reply::NotOwner {
             slot,
             hint: shared.hint(slot),
@@ -413,7 +493,8 @@ fn handle_request<K: LinkKey, V: Marshal + Send + Sync + 'static>(
 struct Session {
     lease_ms: u64,
     heartbeat_ms: u64,
-    move_tx: mpsc::Sender<(u64, SlotRange, String)>,
+    move_tx: mpsc::Sender<MoveOrder>,
+    seed_tx: mpsc::Sender<SeedOrder>,
     up_rx: mpsc::Receiver<Control>,
     done_tx: watch::Sender<Option<String>>,
 }
@@ -476,9 +557,34 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                         }
                     }
                     Control::Adopt { range } => adopt(&shared, range),
-                    Control::MoveOut { move_id, range, to_addr, .. } => {
+                    Control::Seed { seed_id, range, to_addr, .. } => {
+                        let refused = s.seed_tx.try_send(SeedOrder { seed_id, range, to_addr }).is_err();
+                        if refused {
+                            let done = Control::SeedDone { seed_id, ok: false };
+                            if write_frame(&mut w, &Frame::Control(done), &mut scratch).await.is_err() {
+                                break "coordinator write failed".into();
+                            }
+                        }
+                    }
+                    Control::Unbackup { range } => {
+                        if let Some(r) = range.to_range() {
+                            shared.repl.set_target(&r, None);
+                        }
+                    }
+                    Control::DropBackup { range } => {
+                        if let Some(r) = range.to_range() {
+                            let mut backing = shared.repl.backing.lock().expect("backing lock");
+                            shared.repl.drop_backing(&mut backing, &shared.linklet, &r);
+                        }
+                    }
+                    Control::Promote { range } => {
+                        if let Some(r) = range.to_range() {
+                            shared.repl.promote(&shared.linklet, &r);
+                        }
+                    }
+                    Control::MoveOut { move_id, range, to_addr, backup_addr, .. } => {
                         // A full queue refuses the move at once (the sharder picks again later).
-                        let refused = s.move_tx.try_send((move_id, range, to_addr)).is_err();
+                        let refused = s.move_tx.try_send((move_id, range, to_addr, backup_addr)).is_err();
                         if refused {
                             let done = Control::MoveDone { move_id, outcome: MoveOutcome::Aborted };
                             if write_frame(&mut w, &Frame::Control(done), &mut scratch).await.is_err() {
@@ -518,6 +624,9 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     let _ = s.done_tx.send(Some(why));
 }
 
+/// A move the session hands to the mover: id, range, target address, the unit's backup.
+type MoveOrder = (u64, SlotRange, String, Option<String>);
+
 /// Serve `range` from now on, starting empty. A range already served (an ambiguous move that
 /// did commit here) is left as it is. A range still `Importing` here (a move into this member
 /// whose source just died: its connection's close is about to abort the import) is retried
@@ -527,6 +636,13 @@ fn adopt<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     range: SlotRange,
 ) {
     let Some(r) = range.to_range() else { return };
+    {
+        // A staged backup copy of an adopted unit is stale (its seed had not finished): drop
+        // it; the unit starts empty, as the coordinator reported.
+        let mut backing = shared.repl.backing.lock().expect("backing lock");
+        shared.repl.drop_backing(&mut backing, &shared.linklet, &r);
+    }
+    shared.repl.set_target(&r, None);
     let try_adopt = move |l: &Linklet<K, V>| -> bool {
         if l.begin_import(r.clone()).is_ok() {
             let _ = l.commit_import(r.clone());
@@ -619,12 +735,12 @@ fn cpu_ticks() -> u64 {
 /// Runs the export side of the moves this member is told to make, one at a time.
 async fn mover<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     shared: Arc<Shared<K, V>>,
-    mut rx: mpsc::Receiver<(u64, SlotRange, String)>,
+    mut rx: mpsc::Receiver<MoveOrder>,
     up: mpsc::Sender<Control>,
 ) {
-    while let Some((move_id, range, to_addr)) = rx.recv().await {
+    while let Some((move_id, range, to_addr, backup_addr)) = rx.recv().await {
         let outcome = match range.to_range() {
-            Some(r) => move_out(&shared, move_id, r, &to_addr).await,
+            Some(r) => move_out(&shared, move_id, r, &to_addr, backup_addr).await,
             None => MoveOutcome::Aborted,
         };
         eprintln!("linked member: move {move_id} {range:?} -> {to_addr}: {outcome:?}");
@@ -678,6 +794,7 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     move_id: u64,
     range: RangeInclusive<Slot>,
     to_addr: &str,
+    backup_addr: Option<String>,
 ) -> MoveOutcome {
     let Ok(stream) = step(async { Ok(TcpStream::connect(to_addr).await?) }).await else {
         return MoveOutcome::Aborted;
@@ -692,6 +809,7 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
             first: *range.start(),
             last: *range.end(),
         },
+        backup_addr,
     });
     if !matches!(
         call(&mut conn, &begin, move_id, &mut buf, &mut scratch).await,
@@ -705,6 +823,15 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
         // Closing the connection makes the target drop its (empty) import.
         return MoveOutcome::Aborted;
     };
+    // No write lands on the range from here on; let every earlier one reach the backup before
+    // the target takes over, so the backup's copy equals what the batches carry and no late
+    // item of this member can overwrite what the target replicates after the commit.
+    if shared.repl.on() && !shared.repl.wait(shared.linklet.write_seq()).await {
+        drop(export);
+        abort("the backup did not catch up");
+        let _ = shared.linklet.abort_export(range);
+        return MoveOutcome::Aborted;
+    }
     let mut ok = true;
     for batch in export {
         let Ok(batch) = batch else {
@@ -730,7 +857,8 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     let commit = Frame::Control(Control::CommitImport { move_id });
     match call(&mut conn, &commit, move_id, &mut buf, &mut scratch).await {
         Ok(true) => {
-            let _ = shared.linklet.finish_export(range);
+            let _ = shared.linklet.finish_export(range.clone());
+            shared.repl.set_target(&range, None);
             MoveOutcome::Committed
         }
         Ok(false) => {
@@ -739,7 +867,8 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
         }
         Err(_) => {
             // The target may have committed: never serve the range here again.
-            let _ = shared.linklet.finish_export(range);
+            let _ = shared.linklet.finish_export(range.clone());
+            shared.repl.set_target(&range, None);
             MoveOutcome::Ambiguous
         }
     }
