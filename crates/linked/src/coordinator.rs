@@ -100,6 +100,7 @@ impl Service {
                     to_addr,
                     range,
                     backup_addr,
+                    handover,
                 } => {
                     if let Some(tx) = self.members.get(&from) {
                         send(
@@ -110,6 +111,7 @@ impl Service {
                                 to,
                                 to_addr,
                                 backup_addr,
+                                handover,
                             }),
                         );
                     }
@@ -121,6 +123,7 @@ impl Service {
                     to_addr,
                     range,
                 } => {
+                    eprintln!("linked coordinator: seed {seed_id} of {range:?}: {from} -> {to}");
                     if let Some(tx) = self.members.get(&from) {
                         send(
                             tx,
@@ -134,6 +137,7 @@ impl Service {
                     }
                 }
                 Action::Unbackup { member, range } => {
+                    eprintln!("linked coordinator: {range:?} unbacked at {member}");
                     if let Some(tx) = self.members.get(&member) {
                         send(tx, Frame::Control(Control::Unbackup { range }));
                     }
@@ -358,6 +362,7 @@ async fn member_session(
                 svc.apply(actions);
             }
             Frame::Control(Control::SeedDone { seed_id, ok }) => {
+                eprintln!("linked coordinator: seed {seed_id} done: {ok}");
                 let actions = svc.sharder.seed_done(seed_id, ok);
                 svc.apply(actions);
             }

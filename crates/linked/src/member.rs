@@ -349,6 +349,13 @@ async fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                         .map_err(|_| WireError::Bad("replica items refused"))?;
                     Frame::ReplAck { round, ignored }
                 }
+                Frame::Control(Control::Handover { move_id, range }) => {
+                    let res = match range.to_range() {
+                        Some(r) => shared.repl.handover(&shared.linklet, r),
+                        None => Err(LinkError::BadRange),
+                    };
+                    ack(move_id, res)
+                }
                 Frame::Control(Control::BeginBackup { seed_id, range }) => {
                     let res = match range.to_range() {
                         Some(r) => shared.repl.begin_backup(&shared.linklet, r),
@@ -582,9 +589,10 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                             shared.repl.promote(&shared.linklet, &r);
                         }
                     }
-                    Control::MoveOut { move_id, range, to_addr, backup_addr, .. } => {
+                    Control::MoveOut { move_id, range, to_addr, backup_addr, handover, .. } => {
                         // A full queue refuses the move at once (the sharder picks again later).
-                        let refused = s.move_tx.try_send((move_id, range, to_addr, backup_addr)).is_err();
+                        let order = MoveOrder { move_id, range, to_addr, backup_addr, handover };
+                        let refused = s.move_tx.try_send(order).is_err();
                         if refused {
                             let done = Control::MoveDone { move_id, outcome: MoveOutcome::Aborted };
                             if write_frame(&mut w, &Frame::Control(done), &mut scratch).await.is_err() {
@@ -624,8 +632,16 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     let _ = s.done_tx.send(Some(why));
 }
 
-/// A move the session hands to the mover: id, range, target address, the unit's backup.
-type MoveOrder = (u64, SlotRange, String, Option<String>);
+/// A move the session hands to the mover.
+struct MoveOrder {
+    move_id: u64,
+    range: SlotRange,
+    to_addr: String,
+    /// The unit's backup, for the target to replicate to.
+    backup_addr: Option<String>,
+    /// The target is the unit's backup: hand over instead of copying.
+    handover: bool,
+}
 
 /// Serve `range` from now on, starting empty. A range already served (an ambiguous move that
 /// did commit here) is left as it is. A range still `Importing` here (a move into this member
@@ -738,12 +754,14 @@ async fn mover<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     mut rx: mpsc::Receiver<MoveOrder>,
     up: mpsc::Sender<Control>,
 ) {
-    while let Some((move_id, range, to_addr, backup_addr)) = rx.recv().await {
+    while let Some(o) = rx.recv().await {
+        let (move_id, range, to_addr) = (o.move_id, o.range, o.to_addr.clone());
+        let kind = if o.handover { "handover" } else { "move" };
         let outcome = match range.to_range() {
-            Some(r) => move_out(&shared, move_id, r, &to_addr, backup_addr).await,
+            Some(r) => move_out(&shared, r, o).await,
             None => MoveOutcome::Aborted,
         };
-        eprintln!("linked member: move {move_id} {range:?} -> {to_addr}: {outcome:?}");
+        eprintln!("linked member: {kind} {move_id} {range:?} -> {to_addr}: {outcome:?}");
         if up
             .send(Control::MoveDone { move_id, outcome })
             .await
@@ -791,11 +809,17 @@ async fn call(
 /// The export side of the move protocol (see `ringlet_linklet::moving`) over one connection.
 async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     shared: &Shared<K, V>,
-    move_id: u64,
     range: RangeInclusive<Slot>,
-    to_addr: &str,
-    backup_addr: Option<String>,
+    order: MoveOrder,
 ) -> MoveOutcome {
+    let MoveOrder {
+        move_id,
+        to_addr,
+        backup_addr,
+        handover,
+        ..
+    } = order;
+    let to_addr = to_addr.as_str();
     let Ok(stream) = step(async { Ok(TcpStream::connect(to_addr).await?) }).await else {
         return MoveOutcome::Aborted;
     };
@@ -811,10 +835,13 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
         },
         backup_addr,
     });
-    if !matches!(
-        call(&mut conn, &begin, move_id, &mut buf, &mut scratch).await,
-        Ok(true)
-    ) {
+    // A handover has nothing to stage: the target already holds the unit as its backup.
+    if !handover
+        && !matches!(
+            call(&mut conn, &begin, move_id, &mut buf, &mut scratch).await,
+            Ok(true)
+        )
+    {
         return MoveOutcome::Aborted;
     }
     let abort = |why: &str| eprintln!("linked member: move {move_id} aborted: {why}");
@@ -831,6 +858,18 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
         abort("the backup did not catch up");
         let _ = shared.linklet.abort_export(range);
         return MoveOutcome::Aborted;
+    }
+    if handover {
+        drop(export);
+        let f = Frame::Control(Control::Handover {
+            move_id,
+            range: SlotRange {
+                first: *range.start(),
+                last: *range.end(),
+            },
+        });
+        let res = call(&mut conn, &f, move_id, &mut buf, &mut scratch).await;
+        return commit_outcome(shared, range, res);
     }
     let mut ok = true;
     for batch in export {
@@ -855,7 +894,17 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
         return MoveOutcome::Aborted;
     }
     let commit = Frame::Control(Control::CommitImport { move_id });
-    match call(&mut conn, &commit, move_id, &mut buf, &mut scratch).await {
+    let res = call(&mut conn, &commit, move_id, &mut buf, &mut scratch).await;
+    commit_outcome(shared, range, res)
+}
+
+/// The source's side of a commit's answer.
+fn commit_outcome<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Shared<K, V>,
+    range: RangeInclusive<Slot>,
+    res: Result<bool, WireError>,
+) -> MoveOutcome {
+    match res {
         Ok(true) => {
             let _ = shared.linklet.finish_export(range.clone());
             shared.repl.set_target(&range, None);

@@ -165,6 +165,27 @@ impl Repl {
         Ok(u32::try_from(other.len() as u64 + out.ignored).unwrap_or(u32::MAX))
     }
 
+    /// Backup side of a handover: serve the staged copy of `range` if every unit of it is
+    /// backed here.
+    pub(crate) fn handover<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+        &self,
+        linklet: &Linklet<K, V>,
+        range: RangeInclusive<Slot>,
+    ) -> Result<(), ringlet_linklet::Error> {
+        let mut backing = self.backing.lock().expect("backing lock");
+        let units = self.units_of(&range);
+        if !units.clone().all(|u| backing.get(u).copied() == Some(true)) {
+            return Err(ringlet_linklet::Error::BadRange);
+        }
+        linklet.commit_import(range.clone())?;
+        for u in units {
+            backing[u] = false;
+        }
+        drop(backing);
+        self.set_target(&range, None);
+        Ok(())
+    }
+
     /// Backup side: the owner of `range` died; serve the staged copy.
     pub(crate) fn promote<K: LinkKey, V: Marshal + Send + Sync + 'static>(
         &self,
@@ -338,7 +359,10 @@ pub(crate) async fn replicator<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                     }
                 }
                 Err(e) => {
-                    eprintln!("linked member: replication to {addr} failed: {e}");
+                    // Once per streak: a dead backup fails every round until it is replaced.
+                    if failures == 0 {
+                        eprintln!("linked member: replication to {addr} failed: {e}");
+                    }
                     conns.remove(&addr);
                     ok = false;
                     // Put the keys back: their current values go out again next round.

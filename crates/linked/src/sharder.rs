@@ -46,9 +46,11 @@
 //! nothing is reported lost; only a unit whose owner and backup both died (or whose backup was
 //! not ready yet) is reported in `StateLost`. A dead backup is replaced: the owner is told to
 //! stop replicating there ([`Action::Unbackup`]) and a new seed follows. A unit moving keeps its
-//! backup (the target replicates to it after the commit), except a move *to* its backup, which
-//! drops the backup first. No seed starts on a unit that is moving, and no move on a unit that
-//! is seeding.
+//! backup (the target replicates to it after the commit). A move *to* its backup is a
+//! *handover*: no batches, the source marks the unit moving, lets replication catch up and
+//! tells the backup to serve its copy; until that commit the backup stays ready (a crash of
+//! the source mid-move promotes it), after it the unit gets a new backup. No seed starts on a
+//! unit that is moving, and no move on a unit that is seeding.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -179,6 +181,8 @@ pub enum Action {
         range: SlotRange,
         /// The unit's ready backup, which the target replicates to after the commit.
         backup_addr: Option<String>,
+        /// The target is the unit's ready backup: hand over (it serves its own copy).
+        handover: bool,
     },
     /// Tell `from` (the owner) to seed a backup of `range` at `to`.
     Seed {
@@ -271,6 +275,8 @@ struct Move {
     to: MemberId,
     /// The backup the target was told to replicate to.
     backup: Option<MemberId>,
+    /// The target is the unit's backup (see the module documentation).
+    handover: bool,
 }
 
 /// One service's sharder. See the module documentation.
@@ -664,15 +670,17 @@ impl Sharder {
         now_ms: u64,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
-        if self.units[unit].backup == Some(to) {
-            // The target becomes the owner: it cannot also be the backup. Its staged copy is
-            // replaced by the move's batches; a new backup is seeded after the move.
+        let x = &self.units[unit];
+        let handover = x.backup == Some(to) && x.backup_ready;
+        if x.backup == Some(to) && !handover {
+            // Not reachable (no move of a seeding unit), but a half-seeded target must not
+            // keep its partial copy as a backup: the move's batches replace it.
             self.clear_backup(unit, &mut actions);
             actions.retain(|a| !matches!(a, Action::DropBackup { .. }));
         }
         let backup = self.units[unit]
             .backup
-            .filter(|_| self.units[unit].backup_ready);
+            .filter(|&b| self.units[unit].backup_ready && b != to);
         let move_id = self.next_move;
         self.next_move += 1;
         self.units[unit].in_move = Some(move_id);
@@ -683,6 +691,7 @@ impl Sharder {
                 from,
                 to,
                 backup,
+                handover,
             },
         );
         self.move_starts.push_back(now_ms);
@@ -694,6 +703,7 @@ impl Sharder {
             to_addr: self.members[&to].addr.clone(),
             range: self.unit_range(unit),
             backup_addr: backup.map(|b| self.addr(b)),
+            handover,
         });
         actions
     }
@@ -719,6 +729,25 @@ impl Sharder {
         let mut actions = Vec::new();
         match outcome {
             MoveOutcome::Aborted => self.stats.moves_aborted += 1,
+            MoveOutcome::Committed | MoveOutcome::Ambiguous
+                if mv.handover && self.members.contains_key(&mv.to) =>
+            {
+                // The backup serves its copy now (Ambiguous: it may not have heard the commit;
+                // `Promote` makes sure, and is a no-op if it did). A new backup is seeded next.
+                self.stats.moves_committed += 1;
+                let unit = &mut self.units[mv.unit];
+                unit.owner = Some(mv.to);
+                unit.backup = None;
+                unit.backup_ready = false;
+                if outcome == MoveOutcome::Ambiguous {
+                    actions.push(Action::Promote {
+                        member: mv.to,
+                        range: self.unit_range(mv.unit),
+                    });
+                }
+                self.epoch += 1;
+                actions.push(Action::MapChanged);
+            }
             MoveOutcome::Committed if self.members.contains_key(&mv.to) => {
                 self.stats.moves_committed += 1;
                 self.units[mv.unit].owner = Some(mv.to);
@@ -1584,7 +1613,7 @@ mod tests {
     }
 
     #[test]
-    fn a_move_carries_the_backup_and_a_move_to_the_backup_drops_it_first() {
+    fn a_move_carries_the_backup_and_a_move_to_the_backup_is_a_handover() {
         let mut c = replicated();
         c.imbalance_threshold = 0.25;
         c.unit_cooldown_ms = 0;
@@ -1593,7 +1622,7 @@ mod tests {
         let (b, _) = s.join("b".into(), 0).unwrap();
         let mut now = 0;
         // At rest, balancing moves units a -> b while b is seeded as their backup.
-        let mut dropped_for_move = false;
+        let mut handed_over = false;
         let mut run = |s: &mut Sharder, members: &[MemberId], now: &mut u64| {
             let mut carried = false;
             for _ in 0..200 {
@@ -1605,28 +1634,30 @@ mod tests {
                 for x in &acts {
                     if let Action::MoveOut {
                         move_id,
-                        from,
                         to,
                         range,
                         backup_addr,
+                        handover,
                         ..
                     } = x
                     {
                         let u = usize::from(range.first / s.slots_per_unit());
                         // Never told to replicate to itself.
                         assert_ne!(backup_addr.as_deref(), Some(s.addr(*to).as_str()));
-                        if acts.contains(&Action::Unbackup {
-                            member: *from,
-                            range: *range,
-                        }) {
-                            assert!(s.units[u].backup.is_none());
-                            dropped_for_move = true;
-                        }
-                        if let Some(bk) = s.units[u].backup {
+                        if *handover {
+                            // The backup stays (ready) until the commit, then the unit has none.
+                            assert_eq!(s.units[u].backup, Some(*to));
+                            assert!(s.units[u].backup_ready);
+                            handed_over = true;
+                        } else if let Some(bk) = s.units[u].backup {
                             assert_eq!(backup_addr.as_deref(), Some(s.addr(bk).as_str()));
                             carried = true;
                         }
                         s.move_done(*move_id, MoveOutcome::Committed, *now);
+                        if *handover {
+                            assert_eq!(s.units[u].owner, Some(*to));
+                            assert_eq!(s.units[u].backup, None);
+                        }
                     }
                 }
                 for (id, _, _, _) in seeds(&acts) {
@@ -1645,7 +1676,7 @@ mod tests {
         // A third member: units move to it and keep their (ready) backups.
         let (c3, _) = s.join("c3".into(), now).unwrap();
         let carried = run(&mut s, &[a, b, c3], &mut now);
-        assert!(dropped_for_move);
+        assert!(handed_over);
         assert!(carried);
     }
 }

@@ -193,6 +193,10 @@ pub enum Control {
         /// The unit's seeded backup, which the target replicates to once it serves the unit.
         #[serde(default)]
         backup_addr: Option<String>,
+        /// The target is the unit's ready backup: no batches; after the `Moving` mark and a
+        /// replication flush, `Handover` makes it serve its staged copy.
+        #[serde(default)]
+        handover: bool,
     },
     /// source member → coordinator: how move `move_id` ended.
     MoveDone {
@@ -257,6 +261,15 @@ pub enum Control {
     },
     /// coordinator → backup: the owner of `range` died; serve the staged copy from now on.
     Promote {
+        /// The range.
+        range: SlotRange,
+    },
+    /// source → target (its backup), instead of `BeginImport`/batches/`CommitImport`: serve
+    /// your staged copy of `range` (every write is in it: the source flushed after marking
+    /// the range moving). Acked like a commit.
+    Handover {
+        /// Move id.
+        move_id: u64,
         /// The range.
         range: SlotRange,
     },
