@@ -4,7 +4,8 @@
 //! [`ringlet_linked::Router`]. The `linked+router` variant of `bench/linked_mode.py`.
 //!
 //! ```text
-//! linked_bench member --coordinator ADDR [--threads N]          # prints `member ID ADDR`
+//! linked_bench member --coordinator ADDR [--threads N] [--stats-port P]
+//!                                           # prints `member ID ADDR` (then `stats ADDR`)
 //! linked_bench front  --coordinator ADDR --port 0 [--threads N]  # prints `listening ADDR`
 //! ```
 //!
@@ -14,7 +15,9 @@
 //! `u:<user>` through the router, and answers with the member's summary. `GET /__stats` gives
 //! `{"requests", "bytes", "units": [units per member], "epoch"}`; `bytes` counts both hops:
 //! the HTTP bytes load↔front and the frame bytes front↔member (request and response frames of
-//! the successful attempt; retries not counted).
+//! the successful attempt; retries not counted); `backups_ready` counts units whose backup is
+//! seeded (services with replicas). A member given `--stats-port` answers `GET /__stats` there
+//! with `{"bytes"}`: its replication bytes (frames to its backups and their acks).
 
 // The shared service code has parts only its own `main` uses.
 #[allow(dead_code)]
@@ -101,7 +104,26 @@ fn main() {
             };
             let mut m = Member::start(cfg, Arc::new(l), handle).await.expect("join");
             println!("member {} {}", m.id(), m.addr());
+            let m_stats = Arc::new(std::sync::Mutex::new(0u64));
+            if let Some(port) = arg("--stats-port") {
+                let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}"))
+                    .await
+                    .expect("bind stats");
+                println!("stats {}", listener.local_addr().expect("addr"));
+                let cell = Arc::clone(&m_stats);
+                tokio::spawn(async move { stats_server(listener, cell).await });
+            }
             std::io::stdout().flush().expect("stdout");
+            // The member's counter, published for the stats server every 50 ms (the server
+            // cannot borrow the member, which `closed()` below holds).
+            let cell = Arc::clone(&m_stats);
+            let bytes = m.replication_bytes_handle();
+            tokio::spawn(async move {
+                loop {
+                    *cell.lock().expect("stats") = bytes();
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            });
             eprintln!("linked_bench member: {}", m.closed().await);
         }),
         "front" => {
@@ -126,6 +148,30 @@ fn main() {
             });
         }
         m => panic!("mode must be member or front, not {m:?}"),
+    }
+}
+
+/// `GET /__stats` → `{"bytes": replication bytes}` on every request of every connection.
+async fn stats_server(listener: tokio::net::TcpListener, cell: Arc<std::sync::Mutex<u64>>) {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let cell = Arc::clone(&cell);
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut reader = tokio::io::BufReader::new(r);
+            let (mut req, mut resp) = (Vec::new(), Vec::new());
+            while let Ok(true) = read_message(&mut reader, &mut req).await {
+                resp.clear();
+                let n = *cell.lock().expect("stats");
+                http::write_response(&mut resp, "200 OK", format!("{{\"bytes\":{n}}}").as_bytes());
+                if w.write_all(&resp).await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 }
 
@@ -187,12 +233,14 @@ async fn front_conn(
             for o in map.owners.iter().flatten() {
                 *units.entry(o.member).or_default() += 1;
             }
+            let ready = map.backups.iter().flatten().filter(|b| b.ready).count();
             let body = format!(
-                "{{\"requests\":{},\"bytes\":{},\"units\":{:?},\"epoch\":{}}}",
+                "{{\"requests\":{},\"bytes\":{},\"units\":{:?},\"epoch\":{},\"backups_ready\":{}}}",
                 stats.0.load(Ordering::Relaxed),
                 stats.1.load(Ordering::Relaxed),
                 units.values().collect::<Vec<_>>(),
-                map.epoch
+                map.epoch,
+                ready
             );
             http::write_response(&mut resp, "200 OK", body.as_bytes());
             writer.write_all(&resp).await?;

@@ -262,6 +262,18 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
         self.up.send(Control::Leave).await.is_ok()
     }
 
+    /// Bytes this member sent to its units' backups and received back (replication frames,
+    /// snapshot batches and acks) since it started: the network cost of replication.
+    pub fn replication_bytes(&self) -> u64 {
+        self.shared.repl.bytes.load(Ordering::Relaxed)
+    }
+
+    /// [`Member::replication_bytes`] as a function that does not borrow the member.
+    pub fn replication_bytes_handle(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
+        let repl = Arc::clone(&self.shared.repl);
+        move || repl.bytes.load(Ordering::Relaxed)
+    }
+
     /// The last map received.
     pub fn map(&self) -> ServiceMap {
         self.shared.map.read().expect("map lock").clone()

@@ -29,6 +29,7 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -55,6 +56,8 @@ pub(crate) struct Repl {
     pub(crate) acked: watch::Sender<u64>,
     /// Wakes the replicator (a request wrote).
     pub(crate) kick: Notify,
+    /// Bytes this member sent to backups and got back (frames and acks), for benchmarks.
+    pub(crate) bytes: AtomicU64,
 }
 
 /// Seeds the session hands to the replicator.
@@ -73,6 +76,7 @@ impl Repl {
             backing: Mutex::new(vec![false; usize::from(units)]),
             acked: watch::channel(0).0,
             kick: Notify::new(),
+            bytes: AtomicU64::new(0),
         }
     }
 
@@ -352,8 +356,11 @@ pub(crate) async fn replicator<K: LinkKey, V: Marshal + Send + Sync + 'static>(
         let mut ok = true;
         for (addr, o) in out {
             let res = ship(&mut conns, &addr, &o.frames, round, &mut buf, &mut scratch).await;
+            if let Ok(n) = &res {
+                repl.bytes.fetch_add(*n, Ordering::Relaxed);
+            }
             match res {
-                Ok(()) => {
+                Ok(_) => {
                     for seed_id in o.seeds_done {
                         let _ = up.send(Control::SeedDone { seed_id, ok: true }).await;
                     }
@@ -432,13 +439,14 @@ async fn ship(
     round: u64,
     buf: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
-) -> Result<(), WireError> {
+) -> Result<u64, WireError> {
     if !conns.contains_key(addr) {
         let c = connect(addr).await?;
         conns.insert(addr.to_owned(), c);
     }
     let conn = conns.get_mut(addr).expect("inserted above");
     tokio::time::timeout(Duration::from_millis(limits::MOVE_STEP_TIMEOUT_MS), async {
+        let mut bytes = 0u64;
         // Frames are not flushed one by one: the last write flushes them all.
         for items in frames {
             let f = Frame::Repl {
@@ -446,17 +454,19 @@ async fn ship(
                 items: items.clone(),
             };
             f.encode(scratch);
+            bytes += scratch.len() as u64;
             tokio::io::AsyncWriteExt::write_all(&mut conn.1, scratch).await?;
         }
         tokio::io::AsyncWriteExt::flush(&mut conn.1).await?;
         for _ in frames {
             match read_frame(&mut conn.0, buf).await? {
-                Some(Frame::ReplAck { round: r, .. }) if r == round => {}
+                // Header (5) + round and count (12).
+                Some(Frame::ReplAck { round: r, .. }) if r == round => bytes += 17,
                 Some(_) => return Err(WireError::Bad("unexpected answer to a repl frame")),
                 None => return Err(WireError::Bad("backup closed the connection")),
             }
         }
-        Ok(())
+        Ok(bytes)
     })
     .await
     .map_err(|_| WireError::Timeout)?
