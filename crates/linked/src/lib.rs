@@ -35,5 +35,5 @@ pub mod wire;
 
 pub use error::{MemberError, RouteError, WireError};
 pub use member::{HandleError, Handler, Member, MemberConfig};
-pub use router::Router;
+pub use router::{BlockingRouter, Router};
 pub use sharder::{Sharder, SharderConfig};

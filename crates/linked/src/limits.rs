@@ -80,6 +80,11 @@ pub const NOTIFY_RETRY_ROUNDS_MAX: u32 = 1000;
 /// Interval between retry rounds of the PostgreSQL source (milliseconds).
 pub const NOTIFY_RETRY_INTERVAL_MS: u64 = 10;
 
+/// Connections one member serves at once (routers and peers), one thread each. A router
+/// keeps at most `ROUTER_CONNS_PER_MEMBER` per runtime, a blocking router one per frontend
+/// thread; past this bound new connections are closed at once (the router retries).
+pub const MEMBER_CONN_THREADS_MAX: usize = 512;
+
 /// Time a replicated write waits for its backup's ack before the request fails (the write
 /// stays at the owner and is still shipped; the caller is told its durability is unknown).
 pub const REPL_WAIT_TIMEOUT_MS: u64 = 10_000;

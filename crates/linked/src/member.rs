@@ -19,7 +19,7 @@
 
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -33,8 +33,8 @@ use crate::error::{MemberError, WireError};
 use crate::limits;
 use crate::replicate::{self, Repl, SeedOrder};
 use crate::wire::{
-    read_frame, write_frame, Control, Frame, MemberLoad, MoveOutcome, Reply, ServiceMap, SlotRange,
-    UnitLoad,
+    read_frame, read_frame_sync, write_frame, write_frame_sync, Control, Frame, MemberLoad,
+    MoveOutcome, Reply, ServiceMap, SlotRange, UnitLoad,
 };
 
 /// Heartbeats per load report (a report costs a pass over the Linklet's slot tables).
@@ -56,7 +56,7 @@ impl From<LinkError> for HandleError {
 }
 
 /// The application: turns one request (routing key + body) into a response, using the
-/// member's Linklet. Runs on the connection's task, so it should not block for long.
+/// member's Linklet. Runs on the connection's own thread (one per router or peer connection).
 pub trait Handler<K, V>: Send + Sync + 'static {
     /// Handle one request.
     ///
@@ -99,6 +99,8 @@ struct Shared<K, V> {
     map: RwLock<ServiceMap>,
     self_addr: String,
     repl: Arc<Repl>,
+    /// Connection threads running (bounded by `MEMBER_CONN_THREADS_MAX`).
+    conn_threads: AtomicUsize,
 }
 
 impl<K, V> Shared<K, V> {
@@ -202,6 +204,7 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
             map: RwLock::new(ServiceMap::default()),
             self_addr: advertise,
             repl: Arc::clone(&repl),
+            conn_threads: AtomicUsize::new(0),
         });
         let (done_tx, done) = watch::channel(None);
         let (move_tx, move_rx) = mpsc::channel(limits::MOVES_QUEUED_MAX);
@@ -303,10 +306,30 @@ async fn accept_loop<K: LinkKey, V: Marshal + Send + Sync + 'static>(
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let _ = serve_conn(shared, stream).await;
-        });
+        // One blocking thread per connection (bounded): a request then costs one `recv` and
+        // one `send`, with no readiness wait or runtime wake-up in between (see `Router`'s
+        // documentation for why that matters at a paced load).
+        if shared.conn_threads.load(Ordering::Acquire) >= limits::MEMBER_CONN_THREADS_MAX {
+            drop(stream);
+            continue;
+        }
+        let Ok(std_stream) = stream.into_std() else {
+            continue;
+        };
+        if std_stream.set_nonblocking(false).is_err() {
+            continue;
+        }
+        shared.conn_threads.fetch_add(1, Ordering::AcqRel);
+        let (sh, rt) = (Arc::clone(&shared), tokio::runtime::Handle::current());
+        let spawned = std::thread::Builder::new()
+            .name("linked-conn".into())
+            .spawn(move || {
+                let _ = serve_conn(&sh, std_stream, &rt);
+                sh.conn_threads.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            shared.conn_threads.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -318,25 +341,28 @@ struct Import {
     backup_addr: Option<String>,
 }
 
-async fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
-    shared: Arc<Shared<K, V>>,
-    stream: TcpStream,
+/// Serve one connection from a router or a peer, on its own thread. `rt` runs the member's
+/// tasks; a replicated write waits for its backup's ack on it.
+fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Arc<Shared<K, V>>,
+    stream: std::net::TcpStream,
+    rt: &tokio::runtime::Handle,
 ) -> Result<(), WireError> {
     stream.set_nodelay(true)?;
-    let (r, w) = stream.into_split();
-    let mut r = BufReader::new(r);
-    let mut w = BufWriter::new(w);
+    let mut r = std::io::BufReader::new(stream.try_clone()?);
+    // Unbuffered: each frame is one `write_all` of its encoding, one syscall.
+    let mut w = stream;
     let mut buf = Vec::new();
     let mut scratch = Vec::new();
     let mut import: Option<Import> = None;
-    let res = async {
-        while let Some(f) = read_frame(&mut r, &mut buf).await? {
+    let res = (|| {
+        while let Some(f) = read_frame_sync(&mut r, &mut buf)? {
             let out = match f {
                 Frame::Request { id, key, body } => {
-                    let (mut reply, seq) = handle_request(&shared, &key, &body);
+                    let (mut reply, seq) = handle_request(shared, &key, &body);
                     // A write is answered only once its backup applied it.
                     if seq > 0 && shared.repl.on() {
-                        if !shared.repl.wait(seq).await {
+                        if !rt.block_on(shared.repl.wait(seq)) {
                             reply = Reply::Failed(
                                 "the backup did not acknowledge the write in time; it may \
                                  not survive a crash of this member"
@@ -444,11 +470,10 @@ async fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                 }
                 _ => return Err(WireError::Bad("unexpected frame at a member")),
             };
-            write_frame(&mut w, &out, &mut scratch).await?;
+            write_frame_sync(&mut w, &out, &mut scratch)?;
         }
         Ok(())
-    }
-    .await;
+    })();
     // The source went away before committing: nothing staged here may be served.
     if let Some(i) = import {
         let _ = shared.linklet.abort_import(i.range);

@@ -387,10 +387,7 @@ impl Frame {
                 serde_json::to_writer(&mut *out, c).expect("control frames serialize");
             }
             Frame::Request { id, key, body } => {
-                out.push(KIND_REQUEST);
-                out.extend_from_slice(&id.to_be_bytes());
-                put_bytes(out, key);
-                put_bytes(out, body);
+                encode_request_body(out, *id, key, body);
             }
             Frame::Response { id, reply } => {
                 out.push(KIND_RESPONSE);
@@ -566,6 +563,23 @@ impl Frame {
     }
 }
 
+/// Encode a request frame from borrowed key and body (no `Frame` to build: the router's
+/// hot path). `out` is cleared first.
+pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &[u8], body: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&[0; 4]);
+    encode_request_body(out, id, key, body);
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+}
+
+fn encode_request_body(out: &mut Vec<u8>, id: u64, key: &[u8], body: &[u8]) {
+    out.push(KIND_REQUEST);
+    out.extend_from_slice(&id.to_be_bytes());
+    put_bytes(out, key);
+    put_bytes(out, body);
+}
+
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_be_bytes());
     out.extend_from_slice(b);
@@ -659,6 +673,55 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     frame.encode(scratch);
     w.write_all(scratch).await?;
     w.flush().await?;
+    Ok(())
+}
+
+/// [`read_frame`] for a blocking reader (thread-per-connection code: members' request
+/// connections, the blocking router). Same checks, same bounds.
+///
+/// # Errors
+/// As [`read_frame`].
+pub fn read_frame_sync<R: std::io::Read>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<Option<Frame>, WireError> {
+    let mut head = [0u8; 5];
+    // Bounded: each round reads at least one byte or ends.
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = u32::from_be_bytes(head[..4].try_into().expect("4"));
+    let kind = head[4];
+    let max = kind_limit(kind).ok_or(WireError::Bad("frame kind"))?;
+    if len == 0 || len > max {
+        return Err(WireError::Bad("frame length over the kind's limit"));
+    }
+    buf.clear();
+    buf.resize(len as usize - 1, 0);
+    r.read_exact(buf)?;
+    Frame::decode(kind, buf).map(Some)
+}
+
+/// [`write_frame`] for a blocking writer: one `write_all` of the encoded frame (unbuffered
+/// writers: one syscall).
+///
+/// # Errors
+/// [`WireError::Io`].
+pub fn write_frame_sync<W: std::io::Write>(
+    w: &mut W,
+    frame: &Frame,
+    scratch: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    frame.encode(scratch);
+    w.write_all(scratch)?;
+    w.flush()?;
     Ok(())
 }
 
