@@ -52,6 +52,10 @@ pub enum LinkedCmd {
         /// Per-service override, `SERVICE=N` (repeatable).
         #[arg(long = "replicas-for", value_parser = parse_replicas_for)]
         replicas_for: Vec<(String, u8)>,
+        /// After a start, rebuild the map from rejoining members for this long before giving
+        /// unclaimed units away (default: lease + heartbeat; 0: none, a fresh start).
+        #[arg(long)]
+        recovery_ms: Option<u64>,
     },
     /// Run a member of the demo `accounts` service.
     Member {
@@ -112,6 +116,7 @@ async fn run_async(cmd: LinkedCmd) -> Result<(), String> {
             tick_ms,
             replicas,
             replicas_for,
+            recovery_ms,
         } => {
             let cfg = CoordinatorConfig {
                 sharder: SharderConfig {
@@ -122,6 +127,7 @@ async fn run_async(cmd: LinkedCmd) -> Result<(), String> {
                     unit_cooldown_ms,
                     imbalance_threshold,
                     replicas,
+                    recovery_ms: recovery_ms.unwrap_or(lease_ms + heartbeat_ms),
                     ..SharderConfig::default()
                 },
                 tick_ms,

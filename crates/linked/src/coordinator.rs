@@ -147,6 +147,12 @@ impl Service {
                         send(tx, Frame::Control(Control::DropBackup { range }));
                     }
                 }
+                Action::Disown { member, range } => {
+                    eprintln!("linked coordinator: member {member} disowns {range:?}");
+                    if let Some(tx) = self.members.get(&member) {
+                        send(tx, Frame::Control(Control::Disown { range }));
+                    }
+                }
                 Action::Promote { member, range } => {
                     eprintln!("linked coordinator: member {member} promoted for {range:?}");
                     if let Some(tx) = self.members.get(&member) {
@@ -257,7 +263,17 @@ async fn connection(
     });
     let res = match first {
         Frame::Control(Control::Join { service, addr }) => {
-            member_session(&hub, &tx, &mut r, &mut buf, service, addr).await
+            member_session(&hub, &tx, &mut r, &mut buf, service, addr, None).await
+        }
+        Frame::Control(Control::Rejoin {
+            service,
+            addr,
+            member,
+            owned,
+            epoch,
+        }) => {
+            let rejoin = Some((member, owned, epoch));
+            member_session(&hub, &tx, &mut r, &mut buf, service, addr, rejoin).await
         }
         Frame::Control(Control::Watch { service }) => {
             watch_session(&hub, &tx, &mut r, &mut buf, service).await
@@ -278,6 +294,9 @@ fn refuse(tx: &Tx, reason: &str) {
     );
 }
 
+/// A member's old id, the ranges it serves and the last epoch it saw (a `Rejoin`).
+type RejoinClaim = (u64, Vec<crate::wire::SlotRange>, u64);
+
 async fn member_session(
     hub: &Arc<Mutex<Hub>>,
     tx: &Tx,
@@ -285,7 +304,15 @@ async fn member_session(
     buf: &mut Vec<u8>,
     service: String,
     addr: String,
+    rejoin: Option<RejoinClaim>,
 ) -> Result<(), crate::error::WireError> {
+    if rejoin
+        .as_ref()
+        .is_some_and(|(_, owned, _)| owned.len() > usize::from(limits::UNITS_MAX))
+    {
+        refuse(tx, "too many ranges");
+        return Ok(());
+    }
     if !text_ok(&service) || !text_ok(&addr) {
         refuse(tx, "service or address too long");
         return Ok(());
@@ -299,7 +326,7 @@ async fn member_session(
                 refuse(tx, "too many services");
                 return Ok(());
             }
-            let sharder = match Sharder::new(hub.cfg.sharder_for(&service)) {
+            let sharder = match Sharder::new_at(hub.cfg.sharder_for(&service), now) {
                 Ok(s) => s,
                 Err(e) => {
                     refuse(tx, &e.to_string());
@@ -316,8 +343,20 @@ async fn member_session(
             );
         }
         let svc = hub.services.get_mut(&service).expect("inserted above");
-        let (member, actions) = match svc.sharder.join(addr.clone(), now) {
-            Ok(x) => x,
+        let joined = match rejoin {
+            None => svc.sharder.join(addr.clone(), now).map(Some),
+            Some((member, owned, epoch)) => svc
+                .sharder
+                .rejoin(member, addr.clone(), &owned, epoch, now)
+                .map(|a| a.map(|a| (member, a))),
+        };
+        let (member, actions) = match joined {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                // Not known here and not recovering: it was expired (its units are gone).
+                send(tx, Frame::Control(Control::Expired));
+                return Ok(());
+            }
             Err(e) => {
                 refuse(tx, &e.to_string());
                 return Ok(());
@@ -401,7 +440,8 @@ async fn watch_session(
                     refuse(tx, "unknown service");
                     return Ok(());
                 }
-                let Ok(sharder) = Sharder::new(hub.cfg.sharder_for(&service)) else {
+                let now = hub.now_ms();
+                let Ok(sharder) = Sharder::new_at(hub.cfg.sharder_for(&service), now) else {
                     refuse(tx, "invalid replicas for this service");
                     return Ok(());
                 };

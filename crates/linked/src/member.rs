@@ -190,7 +190,13 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
         if units == 0 || units > limits::UNITS_MAX || SLOT_COUNT % units != 0 {
             return Err(WireError::Bad("unit count").into());
         }
-        let repl = Arc::new(Repl::new(replicas, units, SLOT_COUNT / units));
+        let (up_tx, up_rx) = mpsc::channel(limits::SESSION_QUEUE_MAX);
+        let repl = Arc::new(Repl::new(
+            replicas,
+            units,
+            SLOT_COUNT / units,
+            up_tx.clone(),
+        ));
         // Only a replicated service pays for the dirty log.
         linklet.set_dirty_tracking(repl.on());
         let shared = Arc::new(Shared {
@@ -208,17 +214,17 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
         });
         let (done_tx, done) = watch::channel(None);
         let (move_tx, move_rx) = mpsc::channel(limits::MOVES_QUEUED_MAX);
-        let (up_tx, up_rx) = mpsc::channel(limits::SESSION_QUEUE_MAX);
-        let (seed_tx, seed_rx) = mpsc::channel(limits::SEEDS_QUEUED_MAX);
+        let (seed_tx, seed_rx) = std::sync::mpsc::sync_channel(limits::SEEDS_QUEUED_MAX);
+        {
+            // Ends when the session (the only sender) is gone.
+            let (repl, linklet) = (Arc::clone(&repl), Arc::clone(&shared.linklet));
+            std::thread::Builder::new()
+                .name("linked-seeder".into())
+                .spawn(move || replicate::seeder(repl, linklet, seed_rx))?;
+        }
         let tasks = vec![
             tokio::spawn(accept_loop(Arc::clone(&shared), listener)),
             tokio::spawn(mover(Arc::clone(&shared), move_rx, up_tx.clone())),
-            tokio::spawn(replicate::replicator(
-                repl,
-                Arc::clone(&shared.linklet),
-                seed_rx,
-                up_tx.clone(),
-            )),
             tokio::spawn(session(
                 Arc::clone(&shared),
                 r,
@@ -230,6 +236,13 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
                     seed_tx,
                     up_rx,
                     done_tx,
+                },
+                Reconnect {
+                    coordinator: cfg.coordinator.clone(),
+                    service: cfg.service.clone(),
+                    addr: shared.self_addr.clone(),
+                    member: id,
+                    units,
                 },
             )),
         ];
@@ -320,11 +333,11 @@ async fn accept_loop<K: LinkKey, V: Marshal + Send + Sync + 'static>(
             continue;
         }
         shared.conn_threads.fetch_add(1, Ordering::AcqRel);
-        let (sh, rt) = (Arc::clone(&shared), tokio::runtime::Handle::current());
+        let sh = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name("linked-conn".into())
             .spawn(move || {
-                let _ = serve_conn(&sh, std_stream, &rt);
+                let _ = serve_conn(&sh, std_stream);
                 sh.conn_threads.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
@@ -341,12 +354,11 @@ struct Import {
     backup_addr: Option<String>,
 }
 
-/// Serve one connection from a router or a peer, on its own thread. `rt` runs the member's
-/// tasks; a replicated write waits for its backup's ack on it.
+/// Serve one connection from a router or a peer, on its own thread (a replicated write is
+/// shipped to its backup from this thread too, see `replicate`).
 fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     shared: &Arc<Shared<K, V>>,
     stream: std::net::TcpStream,
-    rt: &tokio::runtime::Handle,
 ) -> Result<(), WireError> {
     stream.set_nodelay(true)?;
     let mut r = std::io::BufReader::new(stream.try_clone()?);
@@ -362,7 +374,7 @@ fn serve_conn<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                     let (mut reply, seq) = handle_request(shared, &key, &body);
                     // A write is answered only once its backup applied it.
                     if seq > 0 && shared.repl.on() {
-                        if !rt.block_on(shared.repl.wait(seq)) {
+                        if !shared.repl.ship_until(&shared.linklet, seq) {
                             reply = Reply::Failed(
                                 "the backup did not acknowledge the write in time; it may \
                                  not survive a crash of this member"
@@ -538,17 +550,132 @@ struct Session {
     lease_ms: u64,
     heartbeat_ms: u64,
     move_tx: mpsc::Sender<MoveOrder>,
-    seed_tx: mpsc::Sender<SeedOrder>,
+    seed_tx: std::sync::mpsc::SyncSender<SeedOrder>,
     up_rx: mpsc::Receiver<Control>,
     done_tx: watch::Sender<Option<String>>,
 }
 
+/// Where and as whom a member reconnects after its coordinator session broke.
+struct Reconnect {
+    coordinator: String,
+    service: String,
+    addr: String,
+    member: u64,
+    units: u16,
+}
+
+type CoordReader = BufReader<tokio::net::tcp::OwnedReadHalf>;
+type CoordWriter = BufWriter<tokio::net::tcp::OwnedWriteHalf>;
+
+/// The coordinator session, for the member's life: when it breaks (connection lost, the
+/// coordinator restarted) the member keeps its Linklet and reconnects with `Rejoin` (bounded:
+/// `REJOIN_ATTEMPTS_MAX`). It ends for good on `Expired`, `Drained` or when rejoining fails.
 async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     shared: Arc<Shared<K, V>>,
-    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    mut w: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    r: CoordReader,
+    w: CoordWriter,
     mut s: Session,
+    rc: Reconnect,
 ) {
+    let (mut r, mut w) = (r, w);
+    let why = loop {
+        let (why, broken) = session_once(&shared, r, w, &mut s).await;
+        if !broken {
+            break why;
+        }
+        eprintln!("linked member {}: {why}; rejoining", rc.member);
+        match rejoin(&shared, &rc).await {
+            Ok((r2, w2)) => (r, w) = (r2, w2),
+            Err(e) => break format!("{why}; could not rejoin: {e}"),
+        }
+    };
+    let _ = s.done_tx.send(Some(why));
+}
+
+/// The units this member serves (or is moving out), as ranges.
+fn owned_ranges<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Shared<K, V>,
+    units: u16,
+) -> Vec<SlotRange> {
+    let spu = shared.slots_per_unit;
+    (0..units)
+        .map(|u| u * spu)
+        .filter(|&first| {
+            matches!(
+                shared.linklet.slot_state(first),
+                SlotState::Serving | SlotState::Moving
+            )
+        })
+        .map(|first| SlotRange {
+            first,
+            last: first + spu - 1,
+        })
+        .collect()
+}
+
+async fn rejoin<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Arc<Shared<K, V>>,
+    rc: &Reconnect,
+) -> Result<(CoordReader, CoordWriter), String> {
+    let join_timeout = Duration::from_millis(limits::JOIN_TIMEOUT_MS);
+    let mut backoff = limits::REJOIN_BACKOFF_MIN_MS;
+    for _ in 0..limits::REJOIN_ATTEMPTS_MAX {
+        tokio::time::sleep(Duration::from_millis(backoff)).await;
+        backoff = (backoff * 2).min(limits::REJOIN_BACKOFF_MAX_MS);
+        let Ok(Ok(stream)) =
+            tokio::time::timeout(join_timeout, TcpStream::connect(&rc.coordinator)).await
+        else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (r, w) = stream.into_split();
+        let (mut r, mut w) = (BufReader::new(r), BufWriter::new(w));
+        let (mut buf, mut scratch) = (Vec::new(), Vec::new());
+        let epoch = shared.map.read().expect("map lock").epoch;
+        let f = Frame::Control(Control::Rejoin {
+            service: rc.service.clone(),
+            addr: rc.addr.clone(),
+            member: rc.member,
+            owned: owned_ranges(shared, rc.units),
+            epoch,
+        });
+        if write_frame(&mut w, &f, &mut scratch).await.is_err() {
+            continue;
+        }
+        match tokio::time::timeout(join_timeout, read_frame(&mut r, &mut buf)).await {
+            Ok(Ok(Some(Frame::Control(Control::Welcome { member, units, .. }))))
+                if member == rc.member && units == rc.units =>
+            {
+                // Backups are not carried over (a staged copy cannot tell whether its seed
+                // finished): drop them; the coordinator seeds new ones.
+                let all = 0..=SLOT_COUNT - 1;
+                shared.repl.set_target(&all, None);
+                let mut backing = shared.repl.backing.lock().expect("backing lock");
+                shared
+                    .repl
+                    .drop_backing(&mut backing, &shared.linklet, &all);
+                return Ok((r, w));
+            }
+            Ok(Ok(Some(Frame::Control(Control::Expired)))) => {
+                shared.fence_ms.store(0, Ordering::Release);
+                return Err("the coordinator does not know this member (expired)".into());
+            }
+            Ok(Ok(Some(Frame::Control(Control::Refused { reason })))) => return Err(reason),
+            _ => continue,
+        }
+    }
+    Err("coordinator unreachable".into())
+}
+
+/// One coordinator session; returns why it ended and whether it broke (rejoin) rather than
+/// ended for good.
+async fn session_once<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    shared: &Arc<Shared<K, V>>,
+    r: CoordReader,
+    mut w: CoordWriter,
+    s: &mut Session,
+) -> (String, bool) {
+    let shared = Arc::clone(shared);
     // Frames are read on their own task: a read is not cancel-safe inside `select!`.
     let (in_tx, mut in_rx) = mpsc::channel(limits::SESSION_QUEUE_MAX);
     let reader = tokio::spawn(async move {
@@ -568,6 +695,7 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     let mut iv = tokio::time::interval(Duration::from_millis(s.heartbeat_ms));
     iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut load = LoadMeter::new(&shared);
+    let mut broken = true;
     let why: String = loop {
         let out = tokio::select! {
             _ = iv.tick() => {
@@ -581,7 +709,10 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
             }
             up = s.up_rx.recv() => match up {
                 Some(c) => c,
-                None => break "mover stopped".into(),
+                None => {
+                    broken = false;
+                    break "mover stopped".into();
+                }
             },
             f = in_rx.recv() => {
                 let c = match f {
@@ -647,11 +778,23 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                     }
                     Control::Expired => {
                         shared.fence_ms.store(0, Ordering::Release);
+                        broken = false;
                         break "lease expired: replaced by the coordinator".into();
                     }
                     Control::Drained => {
                         shared.fence_ms.store(0, Ordering::Release);
+                        broken = false;
                         break "drained: every unit was moved to other members".into();
+                    }
+                    Control::Disown { range } => {
+                        // Another member owns it (a conflict after a coordinator restart):
+                        // stop serving and drop it, without a loss event (it lives there).
+                        if let Some(r) = range.to_range() {
+                            if shared.linklet.export_range(r.clone()).is_ok() {
+                                let _ = shared.linklet.finish_export(r.clone());
+                            }
+                            shared.repl.set_target(&r, None);
+                        }
                     }
                     _ => {}
                 }
@@ -666,7 +809,7 @@ async fn session<K: LinkKey, V: Marshal + Send + Sync + 'static>(
         }
     };
     reader.abort();
-    let _ = s.done_tx.send(Some(why));
+    (why, broken)
 }
 
 /// A move the session hands to the mover.
@@ -890,7 +1033,15 @@ async fn move_out<K: LinkKey, V: Marshal + Send + Sync + 'static>(
     // No write lands on the range from here on; let every earlier one reach the backup before
     // the target takes over, so the backup's copy equals what the batches carry and no late
     // item of this member can overwrite what the target replicates after the commit.
-    if shared.repl.on() && !shared.repl.wait(shared.linklet.write_seq()).await {
+    let flushed = if shared.repl.on() {
+        let (repl, l) = (Arc::clone(&shared.repl), Arc::clone(&shared.linklet));
+        tokio::task::spawn_blocking(move || repl.flush(&l))
+            .await
+            .unwrap_or(false)
+    } else {
+        true
+    };
+    if !flushed {
         drop(export);
         abort("the backup did not catch up");
         let _ = shared.linklet.abort_export(range);

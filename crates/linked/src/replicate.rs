@@ -2,22 +2,28 @@
 //! member protocol. The Linklet side (dirty log, snapshots, applying) is
 //! `ringlet_linklet::replica`; this is who talks to whom, and when a request may be answered.
 //!
-//! **Owner.** One replicator task per member. Each round it pulls one snapshot batch of every
-//! seed in progress, then drains the Linklet's dirty log, groups the items by the backup of
-//! their unit (`Repl::targets`, per unit) and sends each backup its items on one connection per
-//! backup, snapshot batches first (the order they were marshalled in: see the Linklet's
-//! `replica` module for why that order is all the interleaving needs). When every backup acked
-//! the round, `acked` moves to the drain's `upto`. A request whose handler wrote (the Linklet's
-//! per-thread write sequence is non-zero) is answered only when `acked` reaches that sequence:
-//! synchronous replication, group-committed (one round covers every request that wrote before
-//! it). A unit without a backup (none assigned yet, or it died) is not replicated: its items
-//! are dropped and the round acks at once.
+//! **Owner.** Rounds run under one lock (the *shipper*: the connections to the backups and the
+//! seeds in progress). A round takes one step of every seed in progress (a snapshot of the
+//! next few slots), then drains the Linklet's dirty log, groups the items by the backup of
+//! their unit (`Repl::targets`, per unit) and sends each backup its items on one blocking
+//! connection, snapshot items first (the order they were marshalled in: see the Linklet's
+//! `replica` module for why that order is all the interleaving needs), then reads the acks.
+//! When every backup acked, `acked` moves to the drain's `upto`. A request whose handler wrote
+//! (the Linklet's per-thread write sequence is non-zero) is answered only when `acked` reaches
+//! that sequence: synchronous replication. The request's own connection thread runs the round
+//! (leader/follower group commit): it takes the lock; if a round run meanwhile by another
+//! thread already covered its write it is done, else it runs one, covering every write made so
+//! far. So a write costs one round trip to the backup from the thread that answers it, with no
+//! hand-off to another thread. A seeder thread steps the seeds when no request does. A unit
+//! without a backup (none assigned yet, or it died) is not replicated: its items are dropped
+//! and the round acks at once.
 //!
 //! **Failure of a backup.** Its items are put back in the dirty log and the round is not
-//! acked: requests that wrote wait, rounds retry (with a backoff), until the backup answers
-//! again or the coordinator removes it (`Unbackup`, after its lease: ≤ lease + one tick). A
-//! backup that is merely slow therefore slows its owners' writes; that is the price of
-//! answering only what survives one crash.
+//! acked: requests that wrote wait, rounds retry (with a backoff, bounded by
+//! `REPL_WAIT_TIMEOUT_MS` per request), until the backup answers again or the coordinator
+//! removes it (`Unbackup`, after its lease: ≤ lease + one tick). A backup that is merely slow
+//! therefore slows its owners' writes; that is the price of answering only what survives one
+//! crash.
 //!
 //! **Backup.** Staged copies live in the backup's Linklet as `Importing` slots (not served).
 //! `backing[unit]` says which units this member backs; its mutex also orders applying items
@@ -28,20 +34,19 @@
 //! answering (see `member::serve_conn`).
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ringlet_linklet::{LinkKey, Linklet, Marshal, ReplItem};
 use ringlet_types::Slot;
-use tokio::io::{BufReader, BufWriter};
-use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::mpsc;
 
 use crate::error::WireError;
 use crate::limits;
-use crate::wire::{read_frame, write_frame, Control, Frame, SlotRange};
+use crate::wire::{read_frame_sync, write_frame_sync, Control, Frame, SlotRange};
 
 /// Replication state shared by a member's tasks.
 pub(crate) struct Repl {
@@ -53,11 +58,21 @@ pub(crate) struct Repl {
     /// Per unit: this member holds a staged backup copy of it.
     pub(crate) backing: Mutex<Vec<bool>>,
     /// Every write numbered `<=` this is at the backups.
-    pub(crate) acked: watch::Sender<u64>,
-    /// Wakes the replicator (a request wrote).
-    pub(crate) kick: Notify,
+    acked: AtomicU64,
+    /// Connections to the backups and seeds in progress; held for a whole round.
+    shipper: parking_lot::Mutex<Shipper>,
+    /// `SeedDone` reports to the coordinator session.
+    up: mpsc::Sender<Control>,
     /// Bytes this member sent to backups and got back (frames and acks), for benchmarks.
     pub(crate) bytes: AtomicU64,
+}
+
+#[derive(Default)]
+struct Shipper {
+    conns: HashMap<String, ReplConn>,
+    seeds: Vec<SeedJob>,
+    round: u64,
+    scratch: Vec<u8>,
 }
 
 /// Seeds the session hands to the replicator.
@@ -68,14 +83,20 @@ pub(crate) struct SeedOrder {
 }
 
 impl Repl {
-    pub(crate) fn new(replicas: u8, units: u16, slots_per_unit: u16) -> Self {
+    pub(crate) fn new(
+        replicas: u8,
+        units: u16,
+        slots_per_unit: u16,
+        up: mpsc::Sender<Control>,
+    ) -> Self {
         Repl {
             replicas,
             slots_per_unit,
             targets: RwLock::new(vec![None; usize::from(units)]),
             backing: Mutex::new(vec![false; usize::from(units)]),
-            acked: watch::channel(0).0,
-            kick: Notify::new(),
+            acked: AtomicU64::new(0),
+            shipper: parking_lot::Mutex::new(Shipper::default()),
+            up,
             bytes: AtomicU64::new(0),
         }
     }
@@ -108,18 +129,47 @@ impl Repl {
         }
     }
 
-    /// Wait until every write numbered `<= seq` is at the backups (bounded by
-    /// `REPL_WAIT_TIMEOUT_MS`). Returns whether it is.
-    pub(crate) async fn wait(&self, seq: u64) -> bool {
-        if seq == 0 || *self.acked.borrow() >= seq {
-            return true;
+    /// Until every write numbered `<= seq` is at the backups, run replication rounds on this
+    /// thread (or find that another thread's round covered it); bounded by
+    /// `REPL_WAIT_TIMEOUT_MS`. Returns whether it is covered. Blocking: call it from a
+    /// connection thread or `spawn_blocking`.
+    pub(crate) fn ship_until<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+        &self,
+        linklet: &Linklet<K, V>,
+        seq: u64,
+    ) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(limits::REPL_WAIT_TIMEOUT_MS);
+        let mut backoff = limits::REPL_RETRY_MIN_MS;
+        // Bounded by the deadline: every round either covers `seq` or sleeps a backoff.
+        loop {
+            if self.acked.load(Ordering::Acquire) >= seq {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let Some(mut sh) = self.shipper.try_lock_for(left) else {
+                return false;
+            };
+            if self.acked.load(Ordering::Acquire) >= seq {
+                return true;
+            }
+            if !self.round(&mut sh, linklet) {
+                drop(sh);
+                std::thread::sleep(Duration::from_millis(backoff));
+                backoff = (backoff * 2).min(limits::REPL_RETRY_MAX_MS);
+            }
         }
-        let mut rx = self.acked.subscribe();
-        self.kick.notify_one();
-        let wait = async { rx.wait_for(|&a| a >= seq).await.is_ok() };
-        tokio::time::timeout(Duration::from_millis(limits::REPL_WAIT_TIMEOUT_MS), wait)
-            .await
-            .unwrap_or(false)
+    }
+
+    /// Every write made so far is at the backups (the source of a move calls it after the
+    /// `Moving` mark).
+    pub(crate) fn flush<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+        &self,
+        linklet: &Linklet<K, V>,
+    ) -> bool {
+        self.ship_until(linklet, linklet.write_seq())
     }
 
     /// Stop backing the units of `range` here: drop their staged copies (no state-loss event:
@@ -213,27 +263,40 @@ impl Repl {
     }
 }
 
-type Conn = (
-    BufReader<tokio::net::tcp::OwnedReadHalf>,
-    BufWriter<tokio::net::tcp::OwnedWriteHalf>,
-);
+/// One blocking connection to a backup.
+struct ReplConn {
+    r: std::io::BufReader<std::net::TcpStream>,
+    w: std::net::TcpStream,
+    buf: Vec<u8>,
+}
 
-async fn connect(addr: &str) -> Result<Conn, WireError> {
-    let stream = tokio::time::timeout(
-        Duration::from_millis(limits::MOVE_STEP_TIMEOUT_MS),
-        TcpStream::connect(addr),
-    )
-    .await
-    .map_err(|_| WireError::Timeout)??;
-    stream.set_nodelay(true)?;
-    let (r, w) = stream.into_split();
-    Ok((BufReader::new(r), BufWriter::new(w)))
+impl ReplConn {
+    fn open(addr: &str) -> Result<ReplConn, WireError> {
+        use std::net::ToSocketAddrs;
+        let t = Duration::from_millis(limits::MOVE_STEP_TIMEOUT_MS);
+        let sa = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or(WireError::Bad("backup address does not resolve"))?;
+        let s = std::net::TcpStream::connect_timeout(&sa, t)?;
+        s.set_nodelay(true)?;
+        // Bounds every step (a backup that stops answering fails the round).
+        s.set_read_timeout(Some(t))?;
+        s.set_write_timeout(Some(t))?;
+        Ok(ReplConn {
+            r: std::io::BufReader::new(s.try_clone()?),
+            w: s,
+            buf: Vec::new(),
+        })
+    }
 }
 
 struct SeedJob {
     seed_id: u64,
     unit: usize,
     range: RangeInclusive<Slot>,
+    /// Next slot of the range to snapshot.
+    next: u32,
     to_addr: String,
 }
 
@@ -241,136 +304,99 @@ struct SeedJob {
 #[derive(Default)]
 struct Outbox {
     frames: Vec<Vec<ReplItem>>,
-    /// Seeds whose last snapshot batch is in `frames`.
+    /// Seeds whose last snapshot step is in `frames`.
     seeds_done: Vec<u64>,
 }
 
-/// The owner side: runs for the member's life. `seeds` come from the coordinator session;
-/// `up` carries `SeedDone` back to it.
-pub(crate) async fn replicator<K: LinkKey, V: Marshal + Send + Sync + 'static>(
-    repl: Arc<Repl>,
-    linklet: Arc<Linklet<K, V>>,
-    mut seeds: mpsc::Receiver<SeedOrder>,
-    up: mpsc::Sender<Control>,
-) {
-    let mut conns: HashMap<String, Conn> = HashMap::new();
-    let mut jobs: Vec<SeedJob> = Vec::new();
-    // Exports of the seeds in `jobs` (same index), pulled one batch per round.
-    let mut exports = Vec::new();
-    let mut round = 0u64;
-    let mut failures = 0u32;
-    let (mut buf, mut scratch) = (Vec::new(), Vec::new());
-    loop {
-        // Sleep until there is work: a kick, a seed order, or seeds in progress / a retry.
-        if jobs.is_empty() && failures == 0 {
-            tokio::select! {
-                _ = repl.kick.notified() => {}
-                s = seeds.recv() => match s {
-                    Some(s) => start_seed(&repl, &linklet, &mut conns, s, &mut jobs, &mut exports, &up, &mut buf, &mut scratch).await,
-                    None => return,
-                },
-            }
-        } else if failures > 0 {
-            let backoff = limits::REPL_RETRY_MIN_MS << failures.min(5);
-            tokio::time::sleep(Duration::from_millis(
-                backoff.min(limits::REPL_RETRY_MAX_MS),
-            ))
-            .await;
-        }
-        while let Ok(s) = seeds.try_recv() {
-            start_seed(
-                &repl,
-                &linklet,
-                &mut conns,
-                s,
-                &mut jobs,
-                &mut exports,
-                &up,
-                &mut buf,
-                &mut scratch,
-            )
-            .await;
-        }
-        round += 1;
+impl Repl {
+    fn seed_done(&self, seed_id: u64, ok: bool) {
+        // A full session queue drops the report; the coordinator's seed timeout retries.
+        let _ = self.up.try_send(Control::SeedDone { seed_id, ok });
+    }
+
+    /// One round (see the module documentation). Returns whether every backup acked.
+    fn round<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+        &self,
+        sh: &mut Shipper,
+        linklet: &Linklet<K, V>,
+    ) -> bool {
+        sh.round += 1;
+        let round = sh.round;
+        let targets = self.targets.read().expect("targets lock").clone();
         let mut out: HashMap<String, Outbox> = HashMap::new();
-        // Snapshot batches first: they were marshalled before this round's drain.
-        let targets = repl.targets.read().expect("targets lock").clone();
+        // Seed steps first: they are marshalled before this round's drain.
         let mut i = 0;
-        while i < jobs.len() {
-            let j = &jobs[i];
-            let cancelled = targets.get(j.unit).cloned().flatten().as_deref() != Some(&j.to_addr);
-            let next = if cancelled { None } else { exports[i].next() };
-            match next {
-                Some(Ok(b)) => {
+        while i < sh.seeds.len() {
+            let j = &mut sh.seeds[i];
+            let cancelled =
+                targets.get(j.unit).cloned().flatten().as_deref() != Some(j.to_addr.as_str());
+            let end = u32::from(*j.range.end());
+            let step_end = (j.next + limits::SEED_SLOTS_PER_STEP - 1).min(end);
+            let step = (!cancelled)
+                .then(|| {
+                    linklet
+                        .snapshot_range(j.next as Slot..=step_end as Slot)
+                        .ok()
+                })
+                .flatten()
+                .and_then(|export| export.collect::<Result<Vec<_>, _>>().ok());
+            match step {
+                Some(batches) => {
                     let o = out.entry(j.to_addr.clone()).or_default();
-                    let done = b.done;
-                    o.frames
-                        .push(b.items.into_iter().map(ReplItem::Put).collect());
-                    if done {
+                    for b in batches {
+                        o.frames
+                            .push(b.items.into_iter().map(ReplItem::Put).collect());
+                    }
+                    j.next = step_end + 1;
+                    if j.next > end {
                         o.seeds_done.push(j.seed_id);
+                        sh.seeds.remove(i);
                     } else {
                         i += 1;
-                        continue;
                     }
                 }
-                Some(Err(_)) | None => {
-                    let ok = false;
+                None => {
+                    // Cancelled (Unbackup) or the unit stopped being served here mid-seed.
                     if !cancelled {
-                        // The unit stopped being served here mid-seed: the seed failed.
-                        repl.set_target(&j.range, None);
+                        self.set_target(&j.range, None);
                     }
-                    let _ = up
-                        .send(Control::SeedDone {
-                            seed_id: j.seed_id,
-                            ok,
-                        })
-                        .await;
+                    self.seed_done(j.seed_id, false);
+                    sh.seeds.remove(i);
                 }
             }
-            jobs.remove(i);
-            exports.remove(i);
         }
         // Then the dirty log.
         let drained = match linklet.take_dirty() {
             Ok(d) => d,
             Err(e) => {
                 eprintln!("linked member: replication drain failed: {e}");
-                failures = failures.saturating_add(1);
-                continue;
+                return false;
             }
         };
         let mut per_target: HashMap<String, Vec<ReplItem>> = HashMap::new();
         for it in drained.items {
-            let u = usize::from(it.slot() / repl.slots_per_unit);
+            let u = usize::from(it.slot() / self.slots_per_unit);
             if let Some(Some(addr)) = targets.get(u) {
                 per_target.entry(addr.clone()).or_default().push(it);
             }
         }
         for (addr, items) in per_target {
             let o = out.entry(addr).or_default();
-            for chunk in split(items) {
-                o.frames.push(chunk);
-            }
+            o.frames.extend(split(items));
         }
-        // Send every frame, then read every ack: one round trip per backup per round.
+        // Every backup's frames in one write, then its acks.
         let mut ok = true;
         for (addr, o) in out {
-            let res = ship(&mut conns, &addr, &o.frames, round, &mut buf, &mut scratch).await;
-            if let Ok(n) = &res {
-                repl.bytes.fetch_add(*n, Ordering::Relaxed);
-            }
-            match res {
-                Ok(_) => {
+            match ship(sh, &addr, &o.frames, round) {
+                Ok(n) => {
+                    self.bytes.fetch_add(n, Ordering::Relaxed);
                     for seed_id in o.seeds_done {
-                        let _ = up.send(Control::SeedDone { seed_id, ok: true }).await;
+                        self.seed_done(seed_id, true);
                     }
                 }
                 Err(e) => {
-                    // Once per streak: a dead backup fails every round until it is replaced.
-                    if failures == 0 {
-                        eprintln!("linked member: replication to {addr} failed: {e}");
-                    }
-                    conns.remove(&addr);
+                    eprintln!("linked member: replication to {addr} failed: {e}");
+                    sh.conns.remove(&addr);
                     ok = false;
                     // Put the keys back: their current values go out again next round.
                     let keys: Vec<(Slot, K)> = o
@@ -387,24 +413,96 @@ pub(crate) async fn replicator<K: LinkKey, V: Marshal + Send + Sync + 'static>(
                         .collect();
                     linklet.mark_dirty(&keys);
                     for seed_id in o.seeds_done {
-                        let _ = up.send(Control::SeedDone { seed_id, ok: false }).await;
+                        self.seed_done(seed_id, false);
                     }
                 }
             }
         }
         if ok {
-            failures = 0;
-            repl.acked.send_if_modified(|a| {
-                let moved = drained.upto > *a;
-                *a = (*a).max(drained.upto);
-                moved
-            });
-        } else {
-            failures = failures.saturating_add(1);
+            self.acked.fetch_max(drained.upto, Ordering::AcqRel);
         }
-        // More work arrived during the round: go again without waiting for a kick.
-        if linklet.write_seq() > *repl.acked.borrow() {
-            repl.kick.notify_one();
+        ok
+    }
+
+    /// Start a seed: stage the range at the backup, register it as the unit's target (every
+    /// write from now on goes there; the snapshot, which reads after this, covers the earlier
+    /// ones), and queue the snapshot.
+    fn start_seed(&self, sh: &mut Shipper, s: SeedOrder) {
+        let Some(range) = s.range.to_range() else {
+            self.seed_done(s.seed_id, false);
+            return;
+        };
+        let f = Frame::Control(Control::BeginBackup {
+            seed_id: s.seed_id,
+            range: s.range,
+        });
+        let begun = (|| -> Result<(), WireError> {
+            if !sh.conns.contains_key(&s.to_addr) {
+                let c = ReplConn::open(&s.to_addr)?;
+                sh.conns.insert(s.to_addr.clone(), c);
+            }
+            let conn = sh.conns.get_mut(&s.to_addr).expect("inserted above");
+            write_frame_sync(&mut conn.w, &f, &mut sh.scratch)?;
+            match read_frame_sync(&mut conn.r, &mut conn.buf)? {
+                Some(Frame::Control(Control::Ack { move_id })) if move_id == s.seed_id => Ok(()),
+                Some(Frame::Control(Control::Nack { reason, .. })) => {
+                    eprintln!("linked member: seed {} refused: {reason}", s.seed_id);
+                    Err(WireError::Bad("seed refused by the backup"))
+                }
+                _ => Err(WireError::Bad("unexpected answer to BeginBackup")),
+            }
+        })();
+        if begun.is_err() {
+            sh.conns.remove(&s.to_addr);
+            self.set_target(&range, None);
+            self.seed_done(s.seed_id, false);
+            return;
+        }
+        self.set_target(&range, Some(&s.to_addr));
+        sh.seeds.push(SeedJob {
+            seed_id: s.seed_id,
+            unit: self.unit_of(*range.start()),
+            next: u32::from(*range.start()),
+            range,
+            to_addr: s.to_addr,
+        });
+    }
+}
+
+/// The seeder: starts the seeds the coordinator orders and steps them (a round per step)
+/// while no request runs rounds; ends when the session drops its sender.
+pub(crate) fn seeder<K: LinkKey, V: Marshal + Send + Sync + 'static>(
+    repl: Arc<Repl>,
+    linklet: Arc<Linklet<K, V>>,
+    orders: std::sync::mpsc::Receiver<SeedOrder>,
+) {
+    let mut failures = 0u32;
+    loop {
+        let busy = !repl.shipper.lock().seeds.is_empty() || failures > 0;
+        let order = if busy {
+            let pause =
+                (limits::REPL_RETRY_MIN_MS << failures.min(5)).min(limits::REPL_RETRY_MAX_MS);
+            match orders.recv_timeout(Duration::from_millis(if failures > 0 { pause } else { 1 })) {
+                Ok(o) => Some(o),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        } else {
+            match orders.recv() {
+                Ok(o) => Some(o),
+                Err(_) => return,
+            }
+        };
+        let mut sh = repl.shipper.lock();
+        if let Some(o) = order {
+            repl.start_seed(&mut sh, o);
+        }
+        if !sh.seeds.is_empty() || failures > 0 {
+            failures = if repl.round(&mut sh, &linklet) {
+                0
+            } else {
+                failures.saturating_add(1)
+            };
         }
     }
 }
@@ -432,119 +530,39 @@ fn split(items: Vec<ReplItem>) -> Vec<Vec<ReplItem>> {
     out
 }
 
-async fn ship(
-    conns: &mut HashMap<String, Conn>,
+/// Send `frames` to the backup at `addr` in one write and read their acks; returns the bytes
+/// both ways.
+fn ship(
+    sh: &mut Shipper,
     addr: &str,
     frames: &[Vec<ReplItem>],
     round: u64,
-    buf: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
 ) -> Result<u64, WireError> {
-    if !conns.contains_key(addr) {
-        let c = connect(addr).await?;
-        conns.insert(addr.to_owned(), c);
+    if !sh.conns.contains_key(addr) {
+        let c = ReplConn::open(addr)?;
+        sh.conns.insert(addr.to_owned(), c);
     }
-    let conn = conns.get_mut(addr).expect("inserted above");
-    tokio::time::timeout(Duration::from_millis(limits::MOVE_STEP_TIMEOUT_MS), async {
-        let mut bytes = 0u64;
-        // Frames are not flushed one by one: the last write flushes them all.
-        for items in frames {
-            let f = Frame::Repl {
-                round,
-                items: items.clone(),
-            };
-            f.encode(scratch);
-            bytes += scratch.len() as u64;
-            tokio::io::AsyncWriteExt::write_all(&mut conn.1, scratch).await?;
+    let conn = sh.conns.get_mut(addr).expect("inserted above");
+    let out = &mut sh.scratch;
+    out.clear();
+    let mut one = Vec::new();
+    for items in frames {
+        Frame::Repl {
+            round,
+            items: items.clone(),
         }
-        tokio::io::AsyncWriteExt::flush(&mut conn.1).await?;
-        for _ in frames {
-            match read_frame(&mut conn.0, buf).await? {
-                // Header (5) + round and count (12).
-                Some(Frame::ReplAck { round: r, .. }) if r == round => bytes += 17,
-                Some(_) => return Err(WireError::Bad("unexpected answer to a repl frame")),
-                None => return Err(WireError::Bad("backup closed the connection")),
-            }
-        }
-        Ok(bytes)
-    })
-    .await
-    .map_err(|_| WireError::Timeout)?
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn start_seed<'a, K: LinkKey, V: Marshal + Send + Sync + 'static>(
-    repl: &Repl,
-    linklet: &'a Linklet<K, V>,
-    conns: &mut HashMap<String, Conn>,
-    s: SeedOrder,
-    jobs: &mut Vec<SeedJob>,
-    exports: &mut Vec<ringlet_linklet::Export<'a, K, V>>,
-    up: &mpsc::Sender<Control>,
-    buf: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
-) {
-    let Some(range) = s.range.to_range() else {
-        let _ = up
-            .send(Control::SeedDone {
-                seed_id: s.seed_id,
-                ok: false,
-            })
-            .await;
-        return;
-    };
-    let begun = async {
-        if !conns.contains_key(&s.to_addr) {
-            let c = connect(&s.to_addr).await?;
-            conns.insert(s.to_addr.clone(), c);
-        }
-        let conn = conns.get_mut(&s.to_addr).expect("inserted above");
-        let f = Frame::Control(Control::BeginBackup {
-            seed_id: s.seed_id,
-            range: s.range,
-        });
-        tokio::time::timeout(Duration::from_millis(limits::MOVE_STEP_TIMEOUT_MS), async {
-            write_frame(&mut conn.1, &f, scratch).await?;
-            match read_frame(&mut conn.0, buf).await? {
-                Some(Frame::Control(Control::Ack { move_id })) if move_id == s.seed_id => Ok(()),
-                Some(Frame::Control(Control::Nack { reason, .. })) => {
-                    eprintln!("linked member: seed {} refused: {reason}", s.seed_id);
-                    Err(WireError::Bad("seed refused by the backup"))
-                }
-                _ => Err(WireError::Bad("unexpected answer to BeginBackup")),
-            }
-        })
-        .await
-        .map_err(|_| WireError::Timeout)?
+        .encode(&mut one);
+        out.extend_from_slice(&one);
     }
-    .await;
-    if begun.is_err() {
-        conns.remove(&s.to_addr);
-    }
-    // Register the target before the snapshot starts: every write from now on is shipped
-    // there, and the snapshot (which reads after this) covers the writes before.
-    let snapshot = match begun {
-        Ok(()) => {
-            repl.set_target(&range, Some(&s.to_addr));
-            linklet.snapshot_range(range.clone()).ok()
+    conn.w.write_all(out)?;
+    let mut bytes = out.len() as u64;
+    for _ in frames {
+        match read_frame_sync(&mut conn.r, &mut conn.buf)? {
+            // Header (5) + round and count (12).
+            Some(Frame::ReplAck { round: r, .. }) if r == round => bytes += 17,
+            Some(_) => return Err(WireError::Bad("unexpected answer to a repl frame")),
+            None => return Err(WireError::Bad("backup closed the connection")),
         }
-        Err(_) => None,
-    };
-    let Some(export) = snapshot else {
-        repl.set_target(&range, None);
-        let _ = up
-            .send(Control::SeedDone {
-                seed_id: s.seed_id,
-                ok: false,
-            })
-            .await;
-        return;
-    };
-    jobs.push(SeedJob {
-        seed_id: s.seed_id,
-        unit: repl.unit_of(*range.start()),
-        range,
-        to_addr: s.to_addr,
-    });
-    exports.push(export);
+    }
+    Ok(bytes)
 }

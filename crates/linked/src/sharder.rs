@@ -36,6 +36,19 @@
 //! A move whose target died after committing is lost the same way; a move whose source died is
 //! covered by the source's units being lost.
 //!
+//! # Recovery after a coordinator restart
+//!
+//! The map lives only here, so a restarted coordinator rebuilds it from the members: a member
+//! whose coordinator session broke keeps its Linklet (it stops serving once its lease runs out,
+//! but drops nothing) and reconnects with [`Sharder::rejoin`]: its old id, the ranges it serves
+//! and the last map epoch it saw. A sharder created while its coordinator is younger than
+//! `recovery_ms` is *recovering* until then: rejoins restore ownership, nothing is adopted,
+//! moved or seeded. `recovery_ms` is at least a lease, so a member that does not come back has
+//! fenced itself by the time the window closes; its units are then given to the others and
+//! reported lost (only if anyone rejoined: a fresh service has nothing to lose). Backups are
+//! not recovered (a staged copy cannot tell whether its seed finished): they are dropped on
+//! rejoin and seeded again.
+//!
 //! # Replication (`replicas: 2`)
 //!
 //! Each owned unit gets a backup member (the live, non-draining member with the fewest backups,
@@ -90,6 +103,9 @@ pub struct SharderConfig {
     /// A seed not reported done after this long is given up (its backup is dropped and a new
     /// seed starts later), so a lost report cannot block a unit's replication forever.
     pub seed_timeout_ms: u64,
+    /// Recovery window of a sharder created this soon after its coordinator started (see the
+    /// module documentation); 0: none. At least `lease_ms` when set.
+    pub recovery_ms: u64,
 }
 
 impl Default for SharderConfig {
@@ -112,6 +128,8 @@ impl Default for SharderConfig {
             replicas: 1,
             seeds_in_flight_max: 4,
             seed_timeout_ms: 60_000,
+            // A lease and a heartbeat: every member that is still alive has reconnected.
+            recovery_ms: 2250,
         }
     }
 }
@@ -152,6 +170,9 @@ impl SharderConfig {
         }
         if self.seeds_in_flight_max == 0 {
             return Err(SharderError::Config("seeds_in_flight_max must be >= 1"));
+        }
+        if self.recovery_ms != 0 && self.recovery_ms < self.lease_ms {
+            return Err(SharderError::Config("recovery_ms must be 0 or >= lease_ms"));
         }
         Ok(())
     }
@@ -207,6 +228,14 @@ pub enum Action {
     /// Tell `member` (a backup) to drop its staged copy of `range`.
     DropBackup {
         /// The backup.
+        member: MemberId,
+        /// The range.
+        range: SlotRange,
+    },
+    /// Tell `member` to stop serving `range` and drop it (a rejoining member claimed a unit
+    /// another one had already claimed; never expected with working fences).
+    Disown {
+        /// The member.
         member: MemberId,
         /// The range.
         range: SlotRange,
@@ -292,6 +321,10 @@ pub struct Sharder {
     next_move: u64,
     next_seed: u64,
     epoch: u64,
+    /// Recovering until this time (see the module documentation); `None`: not recovering.
+    recover_until_ms: Option<u64>,
+    /// A member rejoined during recovery (so units nobody claimed had owners before).
+    rejoined: bool,
     /// Moves committed and units lost since start (for tests and metrics).
     pub stats: SharderStats,
 }
@@ -341,8 +374,136 @@ impl Sharder {
             next_move: 1,
             next_seed: 1,
             epoch: 1,
+            recover_until_ms: None,
+            rejoined: false,
             stats: SharderStats::default(),
         })
+    }
+
+    /// A sharder whose coordinator started `coordinator_age_ms` ago: recovering until
+    /// `recovery_ms` after that start if it is younger than that.
+    ///
+    /// # Errors
+    /// [`SharderError::Config`].
+    pub fn new_at(cfg: SharderConfig, coordinator_age_ms: u64) -> Result<Self, SharderError> {
+        let window = cfg.recovery_ms;
+        let mut s = Sharder::new(cfg)?;
+        if coordinator_age_ms < window {
+            s.recover_until_ms = Some(window);
+        }
+        Ok(s)
+    }
+
+    /// Whether the sharder is still rebuilding its map from rejoining members.
+    pub fn recovering(&self) -> bool {
+        self.recover_until_ms.is_some()
+    }
+
+    /// A member that served under an earlier coordinator (or lost its session to this one)
+    /// comes back: its old id, where it is, the ranges it serves and the last map epoch it saw.
+    /// Returns the id it keeps and what to do. A live member resumes as it was. While
+    /// recovering, it gets back the units it claims that nobody else claimed first (the others
+    /// with [`Action::Disown`]). Otherwise it is unknown here (it was expired, or this is not
+    /// the coordinator it knew): `None`, and the host tells it it expired.
+    ///
+    /// # Errors
+    /// [`SharderError::TooManyMembers`].
+    pub fn rejoin(
+        &mut self,
+        member: MemberId,
+        addr: String,
+        owned: &[SlotRange],
+        epoch: u64,
+        now_ms: u64,
+    ) -> Result<Option<Vec<Action>>, SharderError> {
+        if let Some(m) = self.members.get_mut(&member) {
+            m.last_heartbeat_ms = m.last_heartbeat_ms.max(now_ms);
+            // A rejoining member drops its backup state (it cannot tell which seeds finished):
+            // forget every backup it held or had, to be seeded again.
+            let mut actions = Vec::new();
+            for u in 0..self.units.len() {
+                let x = &self.units[u];
+                if x.owner == Some(member) || x.backup == Some(member) {
+                    self.clear_backup(u, &mut actions);
+                }
+            }
+            self.epoch += 1;
+            actions.push(Action::MapChanged);
+            return Ok(Some(actions));
+        }
+        if self.recover_until_ms.is_none() || member == 0 {
+            return Ok(None);
+        }
+        if self.members.len() >= limits::MEMBERS_MAX {
+            return Err(SharderError::TooManyMembers);
+        }
+        self.rejoined = true;
+        self.next_member = self.next_member.max(member + 1);
+        self.epoch = self.epoch.max(epoch);
+        self.members.insert(
+            member,
+            Member {
+                addr,
+                last_heartbeat_ms: now_ms,
+                cpu_cores: 0.0,
+                reports_since_move: 0,
+                draining: false,
+            },
+        );
+        let spu = self.slots_per_unit();
+        let mut conflicts = Vec::new();
+        for r in owned {
+            let Some(range) = r.to_range() else { continue };
+            let first = usize::from(*range.start() / spu);
+            let last = usize::from(*range.end() / spu).min(self.units.len() - 1);
+            for u in first..=last {
+                match self.units[u].owner {
+                    None => self.units[u].owner = Some(member),
+                    Some(o) if o == member => {}
+                    Some(_) => conflicts.push(u),
+                }
+            }
+        }
+        let mut actions: Vec<Action> = self
+            .ranges_of(conflicts)
+            .into_iter()
+            .map(|range| Action::Disown { member, range })
+            .collect();
+        self.epoch += 1;
+        actions.push(Action::MapChanged);
+        Ok(Some(actions))
+    }
+
+    /// The recovery window closed: units nobody claimed go to the members.
+    fn end_recovery(&mut self, actions: &mut Vec<Action>) {
+        self.recover_until_ms = None;
+        let orphans: Vec<usize> = (0..self.units.len())
+            .filter(|&u| self.units[u].owner.is_none())
+            .collect();
+        if orphans.is_empty() || self.members.is_empty() {
+            self.epoch += 1;
+            actions.push(Action::MapChanged);
+            return;
+        }
+        if self.rejoined {
+            // Their owners did not come back (member 0: not known to this coordinator).
+            self.lose(0, orphans, None, actions);
+        } else {
+            let to = *self
+                .unit_counts()
+                .iter()
+                .min_by_key(|(&m, &c)| (c, m))
+                .expect("members is not empty")
+                .0;
+            for &u in &orphans {
+                self.units[u].owner = Some(to);
+            }
+            for range in self.ranges_of(orphans) {
+                actions.push(Action::Adopt { member: to, range });
+            }
+            self.epoch += 1;
+            actions.push(Action::MapChanged);
+        }
     }
 
     /// The config.
@@ -566,8 +727,9 @@ impl Sharder {
                 draining: false,
             },
         );
+        // While recovering, unclaimed units may still be claimed by members rejoining.
         let orphans: Vec<usize> = (0..self.units.len())
-            .filter(|&u| self.units[u].owner.is_none())
+            .filter(|&u| self.units[u].owner.is_none() && self.recover_until_ms.is_none())
             .collect();
         let mut actions = Vec::new();
         if !orphans.is_empty() {
@@ -811,6 +973,12 @@ impl Sharder {
         }
         for id in dead {
             self.expire(id, &mut actions);
+        }
+        if let Some(until) = self.recover_until_ms {
+            if now_ms < until {
+                return actions;
+            }
+            self.end_recovery(&mut actions);
         }
         if let Some(a) = self.plan_move(now_ms) {
             actions.extend(a);

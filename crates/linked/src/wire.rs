@@ -151,6 +151,26 @@ pub enum Control {
         #[serde(default = "one")]
         replicas: u8,
     },
+    /// member → coordinator, first frame of a new session after a broken one (or to a
+    /// restarted coordinator): I was `member`, I serve `owned`, the last map I saw was `epoch`.
+    /// Answered with `Welcome` (same id) or `Expired`.
+    Rejoin {
+        /// Linked service name.
+        service: String,
+        /// Address routers and peers use.
+        addr: String,
+        /// The id it had.
+        member: u64,
+        /// The ranges it serves.
+        owned: Vec<SlotRange>,
+        /// The last map epoch it saw.
+        epoch: u64,
+    },
+    /// coordinator → member: stop serving `range` and drop it (another member owns it).
+    Disown {
+        /// The range.
+        range: SlotRange,
+    },
     /// coordinator → member: the join was refused.
     Refused {
         /// Why.
