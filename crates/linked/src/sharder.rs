@@ -1847,4 +1847,84 @@ mod tests {
         assert!(handed_over);
         assert!(carried);
     }
+
+    #[test]
+    fn a_young_coordinator_recovers_ownership_from_rejoining_members() {
+        let mut c = cfg();
+        c.recovery_ms = 1500;
+        let mut s = Sharder::new_at(c.clone(), 0).unwrap();
+        assert!(s.recovering());
+        let r = |u: u16| SlotRange {
+            first: u * 2048,
+            last: u * 2048 + 2047,
+        };
+        // Member 7 claims units 0-2, member 9 claims 2 (taken: disowned) and 3-4.
+        let acts = s
+            .rejoin(7, "a".into(), &[r(0), r(1), r(2)], 40, 100)
+            .unwrap()
+            .unwrap();
+        assert!(!acts.iter().any(|a| matches!(a, Action::Disown { .. })));
+        let acts = s
+            .rejoin(9, "b".into(), &[r(2), r(3), r(4)], 41, 100)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            acts[0],
+            Action::Disown {
+                member: 9,
+                range: r(2)
+            }
+        );
+        assert!(s.map().epoch > 41, "epochs continue above what members saw");
+        // A new member gets an id above the recovered ones and nothing yet.
+        let (n, acts) = s.join("c".into(), 200).unwrap();
+        assert!(n > 9);
+        assert!(!acts.iter().any(|a| matches!(a, Action::Adopt { .. })));
+        // During the window nothing else happens.
+        for m in [7, 9, n] {
+            s.heartbeat(m, None, 1000);
+        }
+        assert!(!s
+            .tick(1000)
+            .iter()
+            .any(|a| matches!(a, Action::Adopt { .. } | Action::StateLost { .. })));
+        // The window closes: units 5-7 had an owner who never came back: lost, re-homed.
+        for m in [7, 9, n] {
+            s.heartbeat(m, None, 1600);
+        }
+        let acts = s.tick(1600);
+        assert!(!s.recovering());
+        let lost: Vec<SlotRange> = acts
+            .iter()
+            .filter_map(|a| match a {
+                Action::StateLost { ranges, .. } => Some(ranges.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(
+            lost,
+            vec![SlotRange {
+                first: 5 * 2048,
+                last: 16383
+            }]
+        );
+        let map = s.map();
+        assert_eq!(map.owners[0].as_ref().unwrap().member, 7);
+        assert_eq!(map.owners[2].as_ref().unwrap().member, 7);
+        assert_eq!(map.owners[4].as_ref().unwrap().member, 9);
+        assert!(map.owners.iter().all(Option::is_some));
+        // An unknown member after the window is told it expired.
+        assert_eq!(s.rejoin(42, "z".into(), &[r(0)], 1, 1700).unwrap(), None);
+
+        // A fresh start (nobody rejoins): units are given out silently when the window ends.
+        let mut s = Sharder::new_at(c.clone(), 0).unwrap();
+        let (a, _) = s.join("a".into(), 0).unwrap();
+        s.heartbeat(a, None, 1600);
+        let acts = s.tick(1600);
+        assert!(!acts.iter().any(|x| matches!(x, Action::StateLost { .. })));
+        assert_eq!(s.unit_counts()[&a], 8);
+        // An old coordinator's sharder (created after the window) does not recover.
+        assert!(!Sharder::new_at(c, 5000).unwrap().recovering());
+    }
 }
