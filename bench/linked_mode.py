@@ -14,6 +14,11 @@ same run, on the same machine, with the same load generator (linked_load.rs) and
                      linked_bench.rs). The load starts once every member owns units and the
                      map has been stable for 1 s; the coordinator counts as router CPU. Its
                      bytes: load<->front HTTP + front<->member frames, counted by the front.
+  linked+router+rep  linked+router with `--replicas 2`: every unit has a backup member, and a
+                     request that writes is answered once its backup applied the change
+                     (crates/linked/src/replicate.rs). The load starts once every backup is
+                     seeded. Bytes add the members' replication traffic (frames to backups
+                     and acks, counted by the owner: `--stats-port` of linked_bench member).
 
 Measured over the window of each run (after a preload of every user and a warm-up):
   CPU per request   utime+stime (/proc/<pid>/stat) of router + apps + cache, / requests.
@@ -63,7 +68,8 @@ RINGLET = os.path.join(ROOT, "target", "release", "ringlet")
 LINKED = os.path.join(ROOT, "target", "release", "ringlet-linked")
 LINKED_BENCH = os.path.join(EXAMPLES, "linked_bench")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-VARIANTS = ["stateless+redis", "stateless+ringlet", "linked", "linked+router"]
+VARIANTS = ["stateless+redis", "stateless+ringlet", "linked", "linked+router",
+            "linked+router+rep"]
 # LInK Table 1 (HotOS '19): reductions of the stateful servers vs S+RInK. Goals: at least these.
 GOALS = {"cpu": 0.57, "network": 0.50, "p50": 0.71}
 
@@ -127,8 +133,9 @@ def front_stats(addr):
     return json.loads(body)
 
 
-def wait_balanced(front, members, timeout_s=60.0):
-    """Until every member owns units and the map did not change for 1 s."""
+def wait_balanced(front, members, backups=0, timeout_s=60.0):
+    """Until every member owns units, `backups` units have a ready backup, and the map did not
+    change for 1 s."""
     deadline = time.time() + timeout_s
     last, since = None, time.time()
     while time.time() < deadline:
@@ -136,7 +143,8 @@ def wait_balanced(front, members, timeout_s=60.0):
         key = (st["epoch"], tuple(st["units"]))
         if key != last:
             last, since = key, time.time()
-        elif len(st["units"]) == members and time.time() - since >= 1.0:
+        elif (len(st["units"]) == members and st.get("backups_ready", 0) >= backups
+              and time.time() - since >= 1.0):
             return st
         time.sleep(0.1)
     sys.exit(f"linked+router: map not balanced within {timeout_s} s: {last}")
@@ -149,19 +157,28 @@ def run_one(variant, shape, a):
         cache_addr = None
         apps = []
         router = None
-        if variant == "linked+router":
+        extra_stats = []
+        if variant.startswith("linked+router"):
+            rep = variant.endswith("+rep")
             p = g.start([LINKED, "coordinator", "--listen", "127.0.0.1:0", "--units", "64",
-                         "--moves-per-minute", "600", "--tick-ms", "50"], "coordinator")
+                         "--moves-per-minute", "600", "--tick-ms", "50",
+                         "--replicas", "2" if rep else "1"], "coordinator")
             line = p.stdout.readline().split()
             if len(line) != 2 or line[0] != "coordinator":
                 sys.exit(f"coordinator: expected 'coordinator ADDR', got {line}")
             coord = line[1]
             roles[p.pid] = "router"
             for i in range(a.apps):
-                p = g.start([LINKED_BENCH, "member", "--coordinator", coord], f"member {i}")
+                p = g.start([LINKED_BENCH, "member", "--coordinator", coord]
+                            + (["--stats-port", "0"] if rep else []), f"member {i}")
                 line = p.stdout.readline().split()
                 if len(line) != 3 or line[0] != "member":
                     sys.exit(f"member {i}: expected 'member ID ADDR', got {line}")
+                if rep:
+                    line = p.stdout.readline().split()
+                    if len(line) != 2 or line[0] != "stats":
+                        sys.exit(f"member {i}: expected 'stats ADDR', got {line}")
+                    extra_stats.append(line[1])
                 roles[p.pid] = "apps"
             p = g.start([LINKED_BENCH, "front", "--coordinator", coord, "--port", "0"], "front")
             line = p.stdout.readline().split()
@@ -169,9 +186,9 @@ def run_one(variant, shape, a):
                 sys.exit(f"front: expected 'listening ADDR', got {line}")
             router = line[1]
             roles[p.pid] = "router"
-            st = wait_balanced(router, a.apps)
-            print(f"    linked+router: units per member {st['units']}, map epoch {st['epoch']}",
-                  flush=True)
+            st = wait_balanced(router, a.apps, 64 if rep else 0)
+            print(f"    {variant}: units per member {st['units']}, map epoch {st['epoch']}, "
+                  f"backups ready {st.get('backups_ready', 0)}", flush=True)
         elif variant.startswith("stateless"):
             kind = variant.split("+")[1]
             port = free_port()
@@ -208,14 +225,16 @@ def run_one(variant, shape, a):
                 "--pids", ",".join(str(pid) for pid in roles)]
         if cache_addr:
             argv += ["--cache-addr", cache_addr]
+        if extra_stats:
+            argv += ["--extra-stats", ",".join(extra_stats)]
         out = subprocess.run(argv, capture_output=True, text=True,
                              timeout=a.warmup + a.duration + 120)
         if out.returncode != 0:
             sys.exit(f"linked_load failed ({variant}): {out.stderr.strip()}")
         r = json.loads(out.stdout)
-        if variant == "linked+router":
+        if variant.startswith("linked+router"):
             r["epoch_after"] = front_stats(router)["epoch"]
-            print(f"    linked+router: map epoch {r['epoch_after']} after the run "
+            print(f"    {variant}: map epoch {r['epoch_after']} after the run "
                   f"(moves during the run change it)", flush=True)
     finally:
         g.stop()
@@ -234,7 +253,7 @@ def run_one(variant, shape, a):
         "cpu_router_us": cpu["router"] / n * 1e6,
         # The verbatim-forwarding router counts one hop of two identical ones; the linked
         # front counts both of its hops itself.
-        "bytes": ((1 if variant == "linked+router" else 2) * r["router_bytes"]
+        "bytes": ((1 if variant.startswith("linked+router") else 2) * r["router_bytes"]
                   + (r["cache_bytes"] or 0)) / n,
         "cache_bytes": (r["cache_bytes"] or 0) / n,
         # Headline latency: from the send. From the scheduled send time (paced) as well.
@@ -272,7 +291,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="comma-separated subset to run (stateless+redis is always run: the "
+                         "ratios are against it)")
     a = ap.parse_args()
+    variants = [v for v in VARIANTS if v in a.variants.split(",") or v == "stateless+redis"]
     if a.quick:
         a.reps, a.duration = 1, 12.0
     if a.apps < 2:
@@ -298,9 +321,9 @@ def main():
     shapes = ["paced"] if a.quick else ["paced", "saturated"]
     results = {}
     for shape in shapes:
-        runs = {v: [] for v in VARIANTS}
+        runs = {v: [] for v in variants}
         for rep in range(a.reps):
-            order = VARIANTS[rep % len(VARIANTS):] + VARIANTS[:rep % len(VARIANTS)]
+            order = variants[rep % len(variants):] + variants[:rep % len(variants)]
             for v in order:
                 r = run_one(v, shape, a)
                 runs[v].append(r)
@@ -318,14 +341,14 @@ def main():
         print("| variant | req/s | CPU µs/req (cache + apps + router) | bytes/req (app↔cache) "
               "| p50 µs | p99 µs | from schedule p50 / p99 / p99.9 µs | late % | errors |")
         print("|---|---|---|---|---|---|---|---|---|")
-        for v in VARIANTS:
+        for v in variants:
             r = m[v]
             print(f"| {v} | {r['rps']:,.0f} | {r['cpu_us']:.1f} ({r['cpu_cache_us']:.1f} + "
                   f"{r['cpu_apps_us']:.1f} + {r['cpu_router_us']:.1f}) | {r['bytes']:,.0f} "
                   f"({r['cache_bytes']:,.0f}) | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
                   f"{r['sched_p50_us']:.0f} / {r['sched_p99_us']:.0f} / "
                   f"{r['sched_p999_us']:.0f} | {r['late_pct']:.1f} | {r['errors']:.0f} |")
-        if shape == "paced" and any(m[v]["late_pct"] > 1.0 for v in VARIANTS):
+        if shape == "paced" and any(m[v]["late_pct"] > 1.0 for v in variants):
             print("\nWARNING: over 1% of paced requests went out > 1 ms after their scheduled "
                   "time. If linked is late too (it needs a small fraction of a core at this rate), "
                   "the load generator's wake-ups were delayed by other work on the machine and the "
@@ -334,8 +357,8 @@ def main():
         print()
         print("| ÷ | CPU/req | bytes/req | p50 | p99 | req/s |")
         print("|---|---|---|---|---|---|")
-        for lv in ["linked", "linked+router"]:
-            for base in ["stateless+redis", "stateless+ringlet"]:
+        for lv in [v for v in variants if v.startswith("linked")]:
+            for base in [v for v in ["stateless+redis", "stateless+ringlet"] if v in m]:
                 b, l = m[base], m[lv]
                 print(f"| {lv} ÷ {base} | {l['cpu_us'] / b['cpu_us']:.2f} | "
                       f"{l['bytes'] / b['bytes']:.3f} | {l['p50_us'] / b['p50_us']:.2f} | "
@@ -343,21 +366,22 @@ def main():
         print()
 
     m = results["paced"]
-    b, l = m["stateless+redis"], m["linked"]
-    ratios = {
-        "cpu_ratio": round(l["cpu_us"] / b["cpu_us"], 4),
-        "network_ratio": round(l["bytes"] / b["bytes"], 4),
-        "p50_ratio": round(l["p50_us"] / b["p50_us"], 4),
-        "p99_ratio": round(l["p99_us"] / b["p99_us"], 4),
-    }
-    lr = m["linked+router"]
-    for key, field in [("cpu", "cpu_us"), ("network", "bytes"), ("p50", "p50_us"),
-                       ("p99", "p99_us")]:
-        ratios[f"router_{key}_ratio"] = round(lr[field] / b[field], 4)
-    for key, goal in [("cpu_ratio", GOALS["cpu"]), ("network_ratio", GOALS["network"]),
-                      ("p50_ratio", GOALS["p50"]), ("router_cpu_ratio", GOALS["cpu"]),
-                      ("router_network_ratio", GOALS["network"]),
-                      ("router_p50_ratio", GOALS["p50"])]:
+    b = m["stateless+redis"]
+    ratios = {}
+    fields = [("cpu", "cpu_us"), ("network", "bytes"), ("p50", "p50_us"), ("p99", "p99_us")]
+    for prefix, v in [("", "linked"), ("router_", "linked+router"),
+                      ("rep_", "linked+router+rep")]:
+        if v in m:
+            for key, field in fields:
+                ratios[f"{prefix}{key}_ratio"] = round(m[v][field] / b[field], 4)
+    if "linked+router" in m and "linked+router+rep" in m:
+        lr, rr = m["linked+router"], m["linked+router+rep"]
+        print(f"replication cost (paced, linked+router+rep vs linked+router): CPU "
+              f"{rr['cpu_us'] - lr['cpu_us']:+.1f} us/req ({rr['cpu_us'] / lr['cpu_us']:.2f}x), "
+              f"bytes {rr['bytes'] - lr['bytes']:+.0f} B/req, p50 "
+              f"{rr['p50_us'] - lr['p50_us']:+.0f} us, p99 {rr['p99_us'] - lr['p99_us']:+.0f} us")
+    for key in [k for k in ratios if not k.endswith("p99_ratio")]:
+        goal = GOALS[key.split("_")[-2]]
         verdict = "met" if ratios[key] <= goal else "NOT met"
         print(f"goal {key} <= {goal} (LInK Table 1 / §3.1, vs stateless+redis, paced): "
               f"{ratios[key]:.3f} {verdict}")

@@ -4,17 +4,24 @@
 //! [`ringlet_linked::Router`]. The `linked+router` variant of `bench/linked_mode.py`.
 //!
 //! ```text
-//! linked_bench member --coordinator ADDR [--threads N]          # prints `member ID ADDR`
-//! linked_bench front  --coordinator ADDR --port 0 [--threads N]  # prints `listening ADDR`
+//! linked_bench member --coordinator ADDR [--threads N] [--stats-port P]
+//!                                           # prints `member ID ADDR` (then `stats ADDR`)
+//! linked_bench front  --coordinator ADDR --port 0 [--async]      # prints `listening ADDR`
 //! ```
 //!
-//! The front reads the load generator's HTTP/1.1 requests (one tokio task per connection on
-//! the router's runtime: a blocking thread that `block_on`s each call hands every request
-//! between two threads, which measured ~2x the front's CPU), sends `v <user>` or `a <user> <item>` to the owner of
-//! `u:<user>` through the router, and answers with the member's summary. `GET /__stats` gives
+//! The front reads the load generator's HTTP/1.1 requests on one thread per connection, sends
+//! `v <user>` or `a <user> <item>` to the owner of `u:<user>` through a
+//! [`ringlet_linked::BlockingRouter`] of that thread, and answers with the member's summary:
+//! per request one `recv` and one `send` on each hop, like the static router of the other
+//! variants. `--async` runs the earlier front instead (one tokio task per connection on a
+//! one-thread runtime, the async [`Router`]): every hop then adds an `epoll_wait` and runtime
+//! wake-ups (measured: BENCHMARKS.md, linked mode). Earlier still, blocking threads that
+//! `block_on` each async call handed every request between two threads (~2x the CPU). `GET /__stats` gives
 //! `{"requests", "bytes", "units": [units per member], "epoch"}`; `bytes` counts both hops:
 //! the HTTP bytes load↔front and the frame bytes front↔member (request and response frames of
-//! the successful attempt; retries not counted).
+//! the successful attempt; retries not counted); `backups_ready` counts units whose backup is
+//! seeded (services with replicas). A member given `--stats-port` answers `GET /__stats` there
+//! with `{"bytes"}`: its replication bytes (frames to its backups and their acks).
 
 // The shared service code has parts only its own `main` uses.
 #[allow(dead_code)]
@@ -101,9 +108,46 @@ fn main() {
             };
             let mut m = Member::start(cfg, Arc::new(l), handle).await.expect("join");
             println!("member {} {}", m.id(), m.addr());
+            let m_stats = Arc::new(std::sync::Mutex::new(0u64));
+            if let Some(port) = arg("--stats-port") {
+                let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}"))
+                    .await
+                    .expect("bind stats");
+                println!("stats {}", listener.local_addr().expect("addr"));
+                let cell = Arc::clone(&m_stats);
+                tokio::spawn(async move { stats_server(listener, cell).await });
+            }
             std::io::stdout().flush().expect("stdout");
+            // The member's counter, published for the stats server every 50 ms (the server
+            // cannot borrow the member, which `closed()` below holds).
+            let cell = Arc::clone(&m_stats);
+            let bytes = m.replication_bytes_handle();
+            tokio::spawn(async move {
+                loop {
+                    *cell.lock().expect("stats") = bytes();
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            });
             eprintln!("linked_bench member: {}", m.closed().await);
         }),
+        "front" if !std::env::args().any(|a| a == "--async") => {
+            // The router's map watch runs on the runtime, on a thread of its own; the
+            // connections are served by blocking threads.
+            let router = rt
+                .block_on(Router::connect(&coordinator, "bench"))
+                .expect("router");
+            std::thread::spawn(move || rt.block_on(std::future::pending::<()>()));
+            let port = arg("--port").unwrap_or_else(|| "0".into());
+            let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).expect("bind");
+            println!("listening {}", listener.local_addr().expect("addr"));
+            std::io::stdout().flush().expect("stdout");
+            let stats = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (router, stats) = (router.blocking(), Arc::clone(&stats));
+                std::thread::spawn(move || front_conn_blocking(stream, router, &stats));
+            }
+        }
         "front" => {
             rt.block_on(async {
                 let router = Router::connect(&coordinator, "bench")
@@ -126,6 +170,101 @@ fn main() {
             });
         }
         m => panic!("mode must be member or front, not {m:?}"),
+    }
+}
+
+fn stats_body(map: &ringlet_linked::wire::ServiceMap, stats: &(AtomicU64, AtomicU64)) -> String {
+    let mut units = std::collections::BTreeMap::<u64, usize>::new();
+    for o in map.owners.iter().flatten() {
+        *units.entry(o.member).or_default() += 1;
+    }
+    let ready = map.backups.iter().flatten().filter(|b| b.ready).count();
+    format!(
+        "{{\"requests\":{},\"bytes\":{},\"units\":{:?},\"epoch\":{},\"backups_ready\":{}}}",
+        stats.0.load(Ordering::Relaxed),
+        stats.1.load(Ordering::Relaxed),
+        units.values().collect::<Vec<_>>(),
+        map.epoch,
+        ready
+    )
+}
+
+/// Frame bytes of one routed call: the request frame (len, kind, id, two length-prefixed
+/// fields) and the response frame (len, kind, id, tag, one length-prefixed field).
+fn frame_bytes(key: &str, body: &str, out: &[u8]) -> usize {
+    (4 + 1 + 8 + 4 + key.len() + 4 + body.len()) + (4 + 1 + 8 + 1 + 4 + out.len())
+}
+
+/// One front connection on its own thread, with its own blocking router handle.
+fn front_conn_blocking(
+    stream: std::net::TcpStream,
+    mut router: ringlet_linked::BlockingRouter,
+    stats: &(AtomicU64, AtomicU64),
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut reader = std::io::BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    let (mut req, mut resp) = (Vec::new(), Vec::new());
+    while http::read_message(&mut reader, &mut req)? {
+        resp.clear();
+        if http::request_path(&req) == Some("/__stats") {
+            let body = stats_body(&router.map(), stats);
+            http::write_response(&mut resp, "200 OK", body.as_bytes());
+            writer.write_all(&resp)?;
+            continue;
+        }
+        let (key, body) = match svc::parse_op(&req) {
+            Some(svc::Op::View(id)) => (svc::user_key(id), format!("v {id}")),
+            Some(svc::Op::Act(id, item)) => (svc::user_key(id), format!("a {id} {item}")),
+            None => {
+                http::write_response(&mut resp, "404 Not Found", b"{}");
+                writer.write_all(&resp)?;
+                continue;
+            }
+        };
+        let out = router.call(key.as_bytes(), body.as_bytes());
+        let fb = match &out {
+            Ok(b) => frame_bytes(&key, &body, b),
+            Err(_) => 0,
+        };
+        match out {
+            Ok(b) => http::write_response(&mut resp, "200 OK", &b),
+            Err(e) => http::write_response(
+                &mut resp,
+                "503 Service Unavailable",
+                e.to_string().as_bytes(),
+            ),
+        }
+        writer.write_all(&resp)?;
+        stats.0.fetch_add(1, Ordering::Relaxed);
+        stats
+            .1
+            .fetch_add((req.len() + resp.len() + fb) as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// `GET /__stats` → `{"bytes": replication bytes}` on every request of every connection.
+async fn stats_server(listener: tokio::net::TcpListener, cell: Arc<std::sync::Mutex<u64>>) {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let cell = Arc::clone(&cell);
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut reader = tokio::io::BufReader::new(r);
+            let (mut req, mut resp) = (Vec::new(), Vec::new());
+            while let Ok(true) = read_message(&mut reader, &mut req).await {
+                resp.clear();
+                let n = *cell.lock().expect("stats");
+                http::write_response(&mut resp, "200 OK", format!("{{\"bytes\":{n}}}").as_bytes());
+                if w.write_all(&resp).await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 }
 
@@ -182,18 +321,7 @@ async fn front_conn(
     while read_message(&mut reader, &mut req).await? {
         resp.clear();
         if http::request_path(&req) == Some("/__stats") {
-            let map = router.map();
-            let mut units = std::collections::BTreeMap::<u64, usize>::new();
-            for o in map.owners.iter().flatten() {
-                *units.entry(o.member).or_default() += 1;
-            }
-            let body = format!(
-                "{{\"requests\":{},\"bytes\":{},\"units\":{:?},\"epoch\":{}}}",
-                stats.0.load(Ordering::Relaxed),
-                stats.1.load(Ordering::Relaxed),
-                units.values().collect::<Vec<_>>(),
-                map.epoch
-            );
+            let body = stats_body(&router.map(), stats);
             http::write_response(&mut resp, "200 OK", body.as_bytes());
             writer.write_all(&resp).await?;
             continue;
@@ -209,9 +337,7 @@ async fn front_conn(
         };
         let out = router.call(key.as_bytes(), body.as_bytes()).await;
         let frame_bytes = match &out {
-            // Request frame: len, kind, id, two length-prefixed fields; response: len, kind,
-            // id, tag, one length-prefixed field.
-            Ok(b) => (4 + 1 + 8 + 4 + key.len() + 4 + body.len()) + (4 + 1 + 8 + 1 + 4 + b.len()),
+            Ok(b) => frame_bytes(&key, &body, b),
             Err(_) => 0,
         };
         match out {

@@ -45,6 +45,17 @@ pub enum LinkedCmd {
         imbalance_threshold: f64,
         #[arg(long, default_value_t = 100)]
         tick_ms: u64,
+        /// Copies of each unit for every service: 1 (no replication, the default) or 2 (a
+        /// backup member per unit; writes answered once the backup has them).
+        #[arg(long, default_value_t = 1)]
+        replicas: u8,
+        /// Per-service override, `SERVICE=N` (repeatable).
+        #[arg(long = "replicas-for", value_parser = parse_replicas_for)]
+        replicas_for: Vec<(String, u8)>,
+        /// After a start, rebuild the map from rejoining members for this long before giving
+        /// unclaimed units away (default: lease + heartbeat; 0: none, a fresh start).
+        #[arg(long)]
+        recovery_ms: Option<u64>,
     },
     /// Run a member of the demo `accounts` service.
     Member {
@@ -64,6 +75,12 @@ pub enum LinkedCmd {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
     },
+}
+
+fn parse_replicas_for(s: &str) -> Result<(String, u8), String> {
+    let (name, n) = s.split_once('=').ok_or("expected SERVICE=N")?;
+    let n: u8 = n.parse().map_err(|_| "N: 1 or 2")?;
+    Ok((name.to_owned(), n))
 }
 
 fn say(line: &str) {
@@ -97,6 +114,9 @@ async fn run_async(cmd: LinkedCmd) -> Result<(), String> {
             unit_cooldown_ms,
             imbalance_threshold,
             tick_ms,
+            replicas,
+            replicas_for,
+            recovery_ms,
         } => {
             let cfg = CoordinatorConfig {
                 sharder: SharderConfig {
@@ -106,9 +126,12 @@ async fn run_async(cmd: LinkedCmd) -> Result<(), String> {
                     moves_per_minute,
                     unit_cooldown_ms,
                     imbalance_threshold,
+                    replicas,
+                    recovery_ms: recovery_ms.unwrap_or(lease_ms + heartbeat_ms),
                     ..SharderConfig::default()
                 },
                 tick_ms,
+                replicas_for: replicas_for.into_iter().collect(),
             };
             match coordinator::spawn(listen, cfg).await {
                 Ok((addr, task)) => {

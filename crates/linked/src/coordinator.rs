@@ -27,6 +27,19 @@ pub struct CoordinatorConfig {
     pub sharder: SharderConfig,
     /// Interval of [`Sharder::tick`].
     pub tick_ms: u64,
+    /// Per-service replicas (1 or 2), overriding `sharder.replicas` for the named services.
+    pub replicas_for: HashMap<String, u8>,
+}
+
+impl CoordinatorConfig {
+    /// The sharder config of `service`.
+    fn sharder_for(&self, service: &str) -> SharderConfig {
+        let mut c = self.sharder.clone();
+        if let Some(&r) = self.replicas_for.get(service) {
+            c.replicas = r;
+        }
+        c
+    }
 }
 
 impl Default for CoordinatorConfig {
@@ -34,6 +47,7 @@ impl Default for CoordinatorConfig {
         CoordinatorConfig {
             sharder: SharderConfig::default(),
             tick_ms: 100,
+            replicas_for: HashMap::new(),
         }
     }
 }
@@ -85,6 +99,8 @@ impl Service {
                     to,
                     to_addr,
                     range,
+                    backup_addr,
+                    handover,
                 } => {
                     if let Some(tx) = self.members.get(&from) {
                         send(
@@ -94,8 +110,53 @@ impl Service {
                                 range,
                                 to,
                                 to_addr,
+                                backup_addr,
+                                handover,
                             }),
                         );
+                    }
+                }
+                Action::Seed {
+                    seed_id,
+                    from,
+                    to,
+                    to_addr,
+                    range,
+                } => {
+                    eprintln!("linked coordinator: seed {seed_id} of {range:?}: {from} -> {to}");
+                    if let Some(tx) = self.members.get(&from) {
+                        send(
+                            tx,
+                            Frame::Control(Control::Seed {
+                                seed_id,
+                                range,
+                                to,
+                                to_addr,
+                            }),
+                        );
+                    }
+                }
+                Action::Unbackup { member, range } => {
+                    eprintln!("linked coordinator: {range:?} unbacked at {member}");
+                    if let Some(tx) = self.members.get(&member) {
+                        send(tx, Frame::Control(Control::Unbackup { range }));
+                    }
+                }
+                Action::DropBackup { member, range } => {
+                    if let Some(tx) = self.members.get(&member) {
+                        send(tx, Frame::Control(Control::DropBackup { range }));
+                    }
+                }
+                Action::Disown { member, range } => {
+                    eprintln!("linked coordinator: member {member} disowns {range:?}");
+                    if let Some(tx) = self.members.get(&member) {
+                        send(tx, Frame::Control(Control::Disown { range }));
+                    }
+                }
+                Action::Promote { member, range } => {
+                    eprintln!("linked coordinator: member {member} promoted for {range:?}");
+                    if let Some(tx) = self.members.get(&member) {
+                        send(tx, Frame::Control(Control::Promote { range }));
                     }
                 }
                 Action::StateLost { member, ranges } => {
@@ -129,9 +190,12 @@ impl Service {
 /// # Errors
 /// Only a failing `accept` loop's fatal error.
 pub async fn serve(listener: TcpListener, cfg: CoordinatorConfig) -> std::io::Result<()> {
-    cfg.sharder
-        .validate()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    for c in std::iter::once(cfg.sharder.clone())
+        .chain(cfg.replicas_for.keys().map(|s| cfg.sharder_for(s)))
+    {
+        c.validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    }
     let tick = Duration::from_millis(cfg.tick_ms.max(1));
     let hub = Arc::new(Mutex::new(Hub {
         cfg,
@@ -199,7 +263,17 @@ async fn connection(
     });
     let res = match first {
         Frame::Control(Control::Join { service, addr }) => {
-            member_session(&hub, &tx, &mut r, &mut buf, service, addr).await
+            member_session(&hub, &tx, &mut r, &mut buf, service, addr, None).await
+        }
+        Frame::Control(Control::Rejoin {
+            service,
+            addr,
+            member,
+            owned,
+            epoch,
+        }) => {
+            let rejoin = Some((member, owned, epoch));
+            member_session(&hub, &tx, &mut r, &mut buf, service, addr, rejoin).await
         }
         Frame::Control(Control::Watch { service }) => {
             watch_session(&hub, &tx, &mut r, &mut buf, service).await
@@ -220,6 +294,9 @@ fn refuse(tx: &Tx, reason: &str) {
     );
 }
 
+/// A member's old id, the ranges it serves and the last epoch it saw (a `Rejoin`).
+type RejoinClaim = (u64, Vec<crate::wire::SlotRange>, u64);
+
 async fn member_session(
     hub: &Arc<Mutex<Hub>>,
     tx: &Tx,
@@ -227,7 +304,15 @@ async fn member_session(
     buf: &mut Vec<u8>,
     service: String,
     addr: String,
+    rejoin: Option<RejoinClaim>,
 ) -> Result<(), crate::error::WireError> {
+    if rejoin
+        .as_ref()
+        .is_some_and(|(_, owned, _)| owned.len() > usize::from(limits::UNITS_MAX))
+    {
+        refuse(tx, "too many ranges");
+        return Ok(());
+    }
     if !text_ok(&service) || !text_ok(&addr) {
         refuse(tx, "service or address too long");
         return Ok(());
@@ -241,7 +326,7 @@ async fn member_session(
                 refuse(tx, "too many services");
                 return Ok(());
             }
-            let sharder = match Sharder::new(hub.cfg.sharder.clone()) {
+            let sharder = match Sharder::new_at(hub.cfg.sharder_for(&service), now) {
                 Ok(s) => s,
                 Err(e) => {
                     refuse(tx, &e.to_string());
@@ -258,8 +343,20 @@ async fn member_session(
             );
         }
         let svc = hub.services.get_mut(&service).expect("inserted above");
-        let (member, actions) = match svc.sharder.join(addr.clone(), now) {
-            Ok(x) => x,
+        let joined = match rejoin {
+            None => svc.sharder.join(addr.clone(), now).map(Some),
+            Some((member, owned, epoch)) => svc
+                .sharder
+                .rejoin(member, addr.clone(), &owned, epoch, now)
+                .map(|a| a.map(|a| (member, a))),
+        };
+        let (member, actions) = match joined {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                // Not known here and not recovering: it was expired (its units are gone).
+                send(tx, Frame::Control(Control::Expired));
+                return Ok(());
+            }
             Err(e) => {
                 refuse(tx, &e.to_string());
                 return Ok(());
@@ -273,6 +370,7 @@ async fn member_session(
                 lease_ms: cfg.lease_ms,
                 heartbeat_ms: cfg.heartbeat_ms,
                 units: cfg.units,
+                replicas: cfg.replicas,
             }),
         );
         svc.members.insert(member, tx.clone());
@@ -300,6 +398,11 @@ async fn member_session(
             }
             Frame::Control(Control::MoveDone { move_id, outcome }) => {
                 let actions = svc.sharder.move_done(move_id, outcome, now);
+                svc.apply(actions);
+            }
+            Frame::Control(Control::SeedDone { seed_id, ok }) => {
+                eprintln!("linked coordinator: seed {seed_id} done: {ok}");
+                let actions = svc.sharder.seed_done(seed_id, ok);
                 svc.apply(actions);
             }
             Frame::Control(Control::Leave) => {
@@ -337,8 +440,11 @@ async fn watch_session(
                     refuse(tx, "unknown service");
                     return Ok(());
                 }
-                let sharder = Sharder::new(hub.cfg.sharder.clone())
-                    .expect("validated when the coordinator started");
+                let now = hub.now_ms();
+                let Ok(sharder) = Sharder::new_at(hub.cfg.sharder_for(&service), now) else {
+                    refuse(tx, "invalid replicas for this service");
+                    return Ok(());
+                };
                 send(tx, Frame::Control(Control::Map(sharder.map())));
                 hub.services.insert(
                     service,

@@ -11,6 +11,9 @@
 //! - [`coordinator`]: the TCP host of the sharders (`ringlet-linked coordinator`);
 //! - [`router`]: the frontend library — watches the map, routes by slot, retries on `Moving`,
 //!   follows `NotOwner` hints, all bounded;
+//! - `replicate` (private): a backup member per unit for services with `replicas: 2` — dirty
+//!   keys shipped to the backup and acked before a write is answered, backups seeded by
+//!   snapshot, promoted when their owner dies;
 //! - [`pg`]: freshness from PostgreSQL LISTEN/NOTIFY into `Linklet::invalidate_if_older`;
 //! - [`wire`]: the frames; [`limits`]; [`error`].
 //!
@@ -25,11 +28,12 @@ pub mod error;
 pub mod limits;
 pub mod member;
 pub mod pg;
+mod replicate;
 pub mod router;
 pub mod sharder;
 pub mod wire;
 
 pub use error::{MemberError, RouteError, WireError};
 pub use member::{HandleError, Handler, Member, MemberConfig};
-pub use router::Router;
+pub use router::{BlockingRouter, Router};
 pub use sharder::{Sharder, SharderConfig};

@@ -80,5 +80,39 @@ pub const NOTIFY_RETRY_ROUNDS_MAX: u32 = 1000;
 /// Interval between retry rounds of the PostgreSQL source (milliseconds).
 pub const NOTIFY_RETRY_INTERVAL_MS: u64 = 10;
 
+/// Connections one member serves at once (routers and peers), one thread each. A router
+/// keeps at most `ROUTER_CONNS_PER_MEMBER` per runtime, a blocking router one per frontend
+/// thread; past this bound new connections are closed at once (the router retries).
+pub const MEMBER_CONN_THREADS_MAX: usize = 512;
+
+/// Reconnection attempts of a member whose coordinator session broke (a coordinator restart),
+/// with a backoff from `REJOIN_BACKOFF_MIN_MS` doubling to `REJOIN_BACKOFF_MAX_MS` (about two
+/// minutes in all); then the member gives up and ends.
+pub const REJOIN_ATTEMPTS_MAX: u32 = 120;
+/// First backoff before a rejoin attempt (milliseconds).
+pub const REJOIN_BACKOFF_MIN_MS: u64 = 50;
+/// Largest backoff between rejoin attempts (milliseconds).
+pub const REJOIN_BACKOFF_MAX_MS: u64 = 1000;
+
+/// Time a replicated write waits for its backup's ack before the request fails (the write
+/// stays at the owner and is still shipped; the caller is told its durability is unknown).
+pub const REPL_WAIT_TIMEOUT_MS: u64 = 10_000;
+
+/// First and largest backoff between replication rounds after a backup failed (milliseconds).
+pub const REPL_RETRY_MIN_MS: u64 = 5;
+/// Largest backoff between replication rounds after a backup failed (milliseconds).
+pub const REPL_RETRY_MAX_MS: u64 = 100;
+
+/// Target payload of one replication frame (a round's items for one backup are split).
+pub const REPL_FRAME_BYTES: usize = 256 * 1024;
+const _: () = assert!(REPL_FRAME_BYTES < BATCH_FRAME_BYTES_MAX as usize);
+
+/// Slots of a seed's snapshot taken per replication round: a unit of 256 slots is seeded in 16
+/// rounds, so a round (which writes wait behind) carries a bounded share of a unit's values.
+pub const SEED_SLOTS_PER_STEP: u32 = 16;
+
+/// Seed orders a member queues for its replicator; more are refused (reported failed).
+pub const SEEDS_QUEUED_MAX: usize = 64;
+
 /// HTTP front example: largest request head.
 pub const HTTP_HEAD_BYTES_MAX: usize = 8192;

@@ -13,6 +13,14 @@
 //! A request is only ever *re*-sent after an answer that says it was not executed (`Moving`,
 //! `NotOwner`) or after a connection failure; in the latter case it may have executed once
 //! already, so calls that are not idempotent should carry their own request id.
+//!
+//! Two ways to call: [`Router::call`] (async; a few pooled connections per member shared by
+//! the tasks of a runtime) and [`BlockingRouter::call`] (from [`Router::blocking`]: one
+//! handle per thread of a thread-per-connection frontend, with its own blocking connection
+//! per member). The blocking handle makes exactly one `send` and one `recv` per routed
+//! request and no readiness wait: at a paced load each hop of an async runtime adds an
+//! `epoll_wait` and runtime wake-ups, which on a loaded 2-core host cost more CPU than the
+//! request itself (measured in BENCHMARKS.md, linked mode).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -27,7 +35,10 @@ use tokio::sync::{broadcast, watch};
 
 use crate::error::{RouteError, WireError};
 use crate::limits;
-use crate::wire::{read_frame, write_frame, Control, Frame, Reply, ServiceMap, SlotRange};
+use crate::wire::{
+    encode_request, read_frame, read_frame_sync, write_frame, Control, Frame, Reply, ServiceMap,
+    SlotRange,
+};
 
 struct Conn {
     r: BufReader<OwnedReadHalf>,
@@ -258,6 +269,17 @@ impl Router {
         p
     }
 
+    /// A blocking handle for one thread (see [`BlockingRouter`]). It shares this router's map
+    /// and counters; its connections are its own.
+    pub fn blocking(&self) -> BlockingRouter {
+        BlockingRouter {
+            inner: Arc::clone(&self.inner),
+            map: self.map.clone(),
+            conns: HashMap::new(),
+            _watcher: Arc::clone(&self._watcher),
+        }
+    }
+
     /// Send `body` to the member owning `key` and return its answer.
     ///
     /// # Errors
@@ -320,6 +342,142 @@ impl Router {
             if attempt == limits::ROUTER_ATTEMPTS_MAX {
                 break;
             }
+        }
+        Err(RouteError::Unavailable {
+            attempts: limits::ROUTER_ATTEMPTS_MAX,
+        })
+    }
+}
+
+/// One blocking connection to a member.
+struct SyncConn {
+    r: std::io::BufReader<std::net::TcpStream>,
+    w: std::net::TcpStream,
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+    next_id: u64,
+}
+
+impl SyncConn {
+    fn open(addr: &str) -> Result<SyncConn, WireError> {
+        use std::net::ToSocketAddrs;
+        let t = Duration::from_millis(limits::ROUTER_REQUEST_TIMEOUT_MS);
+        let sa = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or(WireError::Bad("member address does not resolve"))?;
+        let s = std::net::TcpStream::connect_timeout(&sa, t)?;
+        s.set_nodelay(true)?;
+        // Bounds every wait of a call (the async router's per-call timeout).
+        s.set_read_timeout(Some(t))?;
+        s.set_write_timeout(Some(t))?;
+        Ok(SyncConn {
+            r: std::io::BufReader::new(s.try_clone()?),
+            w: s,
+            buf: Vec::new(),
+            scratch: Vec::new(),
+            next_id: 1,
+        })
+    }
+
+    fn call(&mut self, key: &[u8], body: &[u8]) -> Result<Reply, WireError> {
+        use std::io::Write;
+        let id = self.next_id;
+        self.next_id += 1;
+        encode_request(&mut self.scratch, id, key, body);
+        self.w.write_all(&self.scratch)?;
+        match read_frame_sync(&mut self.r, &mut self.buf)? {
+            Some(Frame::Response { id: got, reply }) if got == id => Ok(reply),
+            Some(_) => Err(WireError::Bad("unexpected frame from a member")),
+            None => Err(WireError::Bad("member closed the connection")),
+        }
+    }
+}
+
+/// A router handle for blocking code: one per thread of a thread-per-connection frontend
+/// (from [`Router::blocking`]). Same routing, retry policy and bounds as [`Router::call`]; it
+/// keeps one blocking connection per member it talked to (at most `MEMBERS_MAX`), and waits
+/// out backoffs with `sleep` (a new map is picked up at the next attempt). The [`Router`] it
+/// came from must keep its runtime running: that is where the map is watched.
+pub struct BlockingRouter {
+    inner: Arc<Inner>,
+    map: watch::Receiver<Arc<ServiceMap>>,
+    conns: HashMap<String, SyncConn>,
+    _watcher: Arc<WatchTask>,
+}
+
+impl BlockingRouter {
+    /// The current map.
+    pub fn map(&self) -> Arc<ServiceMap> {
+        Arc::clone(&self.map.borrow())
+    }
+
+    fn send(&mut self, addr: &str, key: &[u8], body: &[u8]) -> Result<Reply, WireError> {
+        if !self.conns.contains_key(addr) {
+            if self.conns.len() >= limits::MEMBERS_MAX {
+                self.conns.clear();
+            }
+            self.conns.insert(addr.to_owned(), SyncConn::open(addr)?);
+        }
+        let conn = self.conns.get_mut(addr).expect("inserted above");
+        let res = conn.call(key, body);
+        if res.is_err() {
+            // Unknown state after an error (a late response could arrive): never reuse it.
+            self.conns.remove(addr);
+        }
+        res
+    }
+
+    /// [`Router::call`], blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Router::call`].
+    pub fn call(&mut self, key: &[u8], body: &[u8]) -> Result<Vec<u8>, RouteError> {
+        let slot = key_slot(key);
+        let mut backoff = limits::ROUTER_BACKOFF_MIN_MS;
+        let mut hint: Option<String> = None;
+        let mut redirects = 0;
+        let mut addr = String::new();
+        for _ in 0..limits::ROUTER_ATTEMPTS_MAX {
+            addr.clear();
+            match hint.take() {
+                Some(a) => addr.push_str(&a),
+                None => {
+                    if let Some(o) = self.map.borrow().owner_of(slot) {
+                        addr.push_str(&o.addr);
+                    }
+                }
+            }
+            if !addr.is_empty() {
+                match self.send(&addr, key, body) {
+                    Ok(Reply::Ok(b)) => {
+                        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+                        return Ok(b);
+                    }
+                    Ok(Reply::Failed(m)) => {
+                        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+                        return Err(RouteError::App(m));
+                    }
+                    Ok(Reply::Moving { .. }) => {
+                        self.inner.moving_retries.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Reply::NotOwner { hint: h, .. }) => {
+                        self.inner.redirects.fetch_add(1, Ordering::Relaxed);
+                        redirects += 1;
+                        if let Some(h) = h {
+                            if redirects <= limits::ROUTER_REDIRECTS_MAX && h != addr {
+                                hint = Some(h);
+                                continue;
+                            }
+                        }
+                    }
+                    Err(_) => {
+                        self.inner.reconnects.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(backoff));
+            backoff = (backoff * 2).min(limits::ROUTER_BACKOFF_MAX_MS);
         }
         Err(RouteError::Unavailable {
             attempts: limits::ROUTER_ATTEMPTS_MAX,

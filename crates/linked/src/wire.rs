@@ -7,6 +7,9 @@
 //!   kind 2 Response  body = id u64 | tag u8 | fields of [`Reply`]
 //!   kind 3 Batch     body = move_id u64 | first u16 | last u16 | seq u64 | done u8 |
 //!                           n u32 | n × (slot u16 | key bytes | version u64 | age u64 | value bytes)
+//!   kind 4 Repl      body = round u64 | n u32 | n × (slot u16 | key bytes | tag u8 |
+//!                           tag 0 (put): version u64 | age u64 | value bytes; tag 1: delete)
+//!   kind 5 ReplAck   body = round u64 | ignored u32
 //!   bytes = len u32 BE | that many bytes
 //! ```
 //!
@@ -15,7 +18,7 @@
 //! encoding. Every length is checked against the frame kind's limit ([`crate::limits`]) before
 //! anything is allocated, and every nested length against what is left of the frame.
 
-use ringlet_linklet::{Batch, BatchItem};
+use ringlet_linklet::{Batch, BatchItem, ReplItem};
 use ringlet_types::{Slot, SLOT_COUNT};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -27,6 +30,8 @@ const KIND_CONTROL: u8 = 0;
 const KIND_REQUEST: u8 = 1;
 const KIND_RESPONSE: u8 = 2;
 const KIND_BATCH: u8 = 3;
+const KIND_REPL: u8 = 4;
+const KIND_REPL_ACK: u8 = 5;
 
 /// An inclusive slot range, as it travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -82,6 +87,18 @@ pub struct ServiceMap {
     pub slots_per_unit: u16,
     /// Owner of each unit (`None`: nobody yet, or its owner crashed and nobody survived).
     pub owners: Vec<Option<Owner>>,
+    /// Backup of each unit, for services with replicas (empty otherwise); routers ignore it.
+    #[serde(default)]
+    pub backups: Vec<Option<Backup>>,
+}
+
+/// A unit's backup member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backup {
+    /// Member id.
+    pub member: u64,
+    /// Seeded: it holds every acknowledged write of the unit and would be promoted.
+    pub ready: bool,
 }
 
 impl ServiceMap {
@@ -130,6 +147,29 @@ pub enum Control {
         heartbeat_ms: u64,
         /// Units of the service.
         units: u16,
+        /// Copies of each unit (1: none; 2: one backup member per unit).
+        #[serde(default = "one")]
+        replicas: u8,
+    },
+    /// member → coordinator, first frame of a new session after a broken one (or to a
+    /// restarted coordinator): I was `member`, I serve `owned`, the last map I saw was `epoch`.
+    /// Answered with `Welcome` (same id) or `Expired`.
+    Rejoin {
+        /// Linked service name.
+        service: String,
+        /// Address routers and peers use.
+        addr: String,
+        /// The id it had.
+        member: u64,
+        /// The ranges it serves.
+        owned: Vec<SlotRange>,
+        /// The last map epoch it saw.
+        epoch: u64,
+    },
+    /// coordinator → member: stop serving `range` and drop it (another member owns it).
+    Disown {
+        /// The range.
+        range: SlotRange,
     },
     /// coordinator → member: the join was refused.
     Refused {
@@ -170,6 +210,13 @@ pub enum Control {
         to: u64,
         /// Target address.
         to_addr: String,
+        /// The unit's seeded backup, which the target replicates to once it serves the unit.
+        #[serde(default)]
+        backup_addr: Option<String>,
+        /// The target is the unit's ready backup: no batches; after the `Moving` mark and a
+        /// replication flush, `Handover` makes it serve its staged copy.
+        #[serde(default)]
+        handover: bool,
     },
     /// source member → coordinator: how move `move_id` ended.
     MoveDone {
@@ -196,6 +243,61 @@ pub enum Control {
     BeginImport {
         /// Move id.
         move_id: u64,
+        /// The range.
+        range: SlotRange,
+        /// Where the target replicates `range` to once it serves it (the unit's backup).
+        #[serde(default)]
+        backup_addr: Option<String>,
+    },
+    /// coordinator → owner: seed a backup of `range` at member `to` (`to_addr`): snapshot
+    /// plus dirty keys, then replicate every write there before answering it.
+    Seed {
+        /// Seed id, echoed by `SeedDone`.
+        seed_id: u64,
+        /// The unit's range.
+        range: SlotRange,
+        /// The backup member.
+        to: u64,
+        /// Its address.
+        to_addr: String,
+    },
+    /// owner → coordinator: the snapshot of seed `seed_id` is applied at the backup (`ok`),
+    /// or the seed failed.
+    SeedDone {
+        /// The seed.
+        seed_id: u64,
+        /// Whether the backup now holds every acknowledged write.
+        ok: bool,
+    },
+    /// coordinator → owner: stop replicating `range` (its backup died or is being dropped).
+    Unbackup {
+        /// The range.
+        range: SlotRange,
+    },
+    /// coordinator → backup: drop the staged copy of `range` (no state-loss event).
+    DropBackup {
+        /// The range.
+        range: SlotRange,
+    },
+    /// coordinator → backup: the owner of `range` died; serve the staged copy from now on.
+    Promote {
+        /// The range.
+        range: SlotRange,
+    },
+    /// source → target (its backup), instead of `BeginImport`/batches/`CommitImport`: serve
+    /// your staged copy of `range` (every write is in it: the source flushed after marking
+    /// the range moving). Acked like a commit.
+    Handover {
+        /// Move id.
+        move_id: u64,
+        /// The range.
+        range: SlotRange,
+    },
+    /// owner → backup (replication connection): stage `range` as a backup, replacing any
+    /// staged copy; acked with `Ack { move_id: seed_id }`.
+    BeginBackup {
+        /// Seed id.
+        seed_id: u64,
         /// The range.
         range: SlotRange,
     },
@@ -272,6 +374,25 @@ pub enum Frame {
         /// The batch.
         batch: Batch,
     },
+    /// Kind 4: replicated changes (snapshot puts, or a dirty-log drain), owner → backup.
+    Repl {
+        /// Round number, echoed by the ack.
+        round: u64,
+        /// The changes, applied in order.
+        items: Vec<ReplItem>,
+    },
+    /// Kind 5: the backup applied round `round`; `ignored` items were for ranges it does not
+    /// back (dropped or promoted meanwhile).
+    ReplAck {
+        /// The round.
+        round: u64,
+        /// Items not applied.
+        ignored: u32,
+    },
+}
+
+fn one() -> u8 {
+    1
 }
 
 impl Frame {
@@ -286,10 +407,7 @@ impl Frame {
                 serde_json::to_writer(&mut *out, c).expect("control frames serialize");
             }
             Frame::Request { id, key, body } => {
-                out.push(KIND_REQUEST);
-                out.extend_from_slice(&id.to_be_bytes());
-                put_bytes(out, key);
-                put_bytes(out, body);
+                encode_request_body(out, *id, key, body);
             }
             Frame::Response { id, reply } => {
                 out.push(KIND_RESPONSE);
@@ -329,6 +447,33 @@ impl Frame {
                     out.extend_from_slice(&it.age_ms.to_be_bytes());
                     put_bytes(out, &it.value);
                 }
+            }
+            Frame::Repl { round, items } => {
+                out.push(KIND_REPL);
+                out.extend_from_slice(&round.to_be_bytes());
+                out.extend_from_slice(&(items.len() as u32).to_be_bytes());
+                for it in items {
+                    match it {
+                        ReplItem::Put(b) => {
+                            out.extend_from_slice(&b.slot.to_be_bytes());
+                            put_bytes(out, &b.key);
+                            out.push(0);
+                            out.extend_from_slice(&b.source_version.to_be_bytes());
+                            out.extend_from_slice(&b.age_ms.to_be_bytes());
+                            put_bytes(out, &b.value);
+                        }
+                        ReplItem::Del { slot, key } => {
+                            out.extend_from_slice(&slot.to_be_bytes());
+                            put_bytes(out, key);
+                            out.push(1);
+                        }
+                    }
+                }
+            }
+            Frame::ReplAck { round, ignored } => {
+                out.push(KIND_REPL_ACK);
+                out.extend_from_slice(&round.to_be_bytes());
+                out.extend_from_slice(&ignored.to_be_bytes());
             }
         }
         let len = (out.len() - 4) as u32;
@@ -400,6 +545,35 @@ impl Frame {
                     },
                 }
             }
+            KIND_REPL => {
+                let round = d.u64()?;
+                let n = d.u32()? as usize;
+                // Each item takes at least 7 bytes (slot, key length, tag).
+                if n > ringlet_linklet::limits::IMPORT_BATCH_ITEMS_MAX || n > d.b.len() / 7 {
+                    return Err(WireError::Bad("repl item count"));
+                }
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let slot = d.u16()?;
+                    let key = d.bytes()?.to_vec();
+                    items.push(match d.u8()? {
+                        0 => ReplItem::Put(BatchItem {
+                            slot,
+                            key,
+                            source_version: d.u64()?,
+                            age_ms: d.u64()?,
+                            value: d.bytes()?.to_vec(),
+                        }),
+                        1 => ReplItem::Del { slot, key },
+                        _ => return Err(WireError::Bad("repl item tag")),
+                    });
+                }
+                Frame::Repl { round, items }
+            }
+            KIND_REPL_ACK => Frame::ReplAck {
+                round: d.u64()?,
+                ignored: d.u32()?,
+            },
             _ => return Err(WireError::Bad("frame kind")),
         };
         if !d.b.is_empty() && kind != KIND_CONTROL {
@@ -407,6 +581,23 @@ impl Frame {
         }
         Ok(f)
     }
+}
+
+/// Encode a request frame from borrowed key and body (no `Frame` to build: the router's
+/// hot path). `out` is cleared first.
+pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &[u8], body: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&[0; 4]);
+    encode_request_body(out, id, key, body);
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+}
+
+fn encode_request_body(out: &mut Vec<u8>, id: u64, key: &[u8], body: &[u8]) {
+    out.push(KIND_REQUEST);
+    out.extend_from_slice(&id.to_be_bytes());
+    put_bytes(out, key);
+    put_bytes(out, body);
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -458,7 +649,8 @@ fn kind_limit(kind: u8) -> Option<u32> {
     match kind {
         KIND_CONTROL => Some(limits::CONTROL_FRAME_BYTES_MAX),
         KIND_REQUEST | KIND_RESPONSE => Some(limits::REQUEST_FRAME_BYTES_MAX),
-        KIND_BATCH => Some(limits::BATCH_FRAME_BYTES_MAX),
+        KIND_BATCH | KIND_REPL => Some(limits::BATCH_FRAME_BYTES_MAX),
+        KIND_REPL_ACK => Some(16),
         _ => None,
     }
 }
@@ -501,6 +693,55 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     frame.encode(scratch);
     w.write_all(scratch).await?;
     w.flush().await?;
+    Ok(())
+}
+
+/// [`read_frame`] for a blocking reader (thread-per-connection code: members' request
+/// connections, the blocking router). Same checks, same bounds.
+///
+/// # Errors
+/// As [`read_frame`].
+pub fn read_frame_sync<R: std::io::Read>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<Option<Frame>, WireError> {
+    let mut head = [0u8; 5];
+    // Bounded: each round reads at least one byte or ends.
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = u32::from_be_bytes(head[..4].try_into().expect("4"));
+    let kind = head[4];
+    let max = kind_limit(kind).ok_or(WireError::Bad("frame kind"))?;
+    if len == 0 || len > max {
+        return Err(WireError::Bad("frame length over the kind's limit"));
+    }
+    buf.clear();
+    buf.resize(len as usize - 1, 0);
+    r.read_exact(buf)?;
+    Frame::decode(kind, buf).map(Some)
+}
+
+/// [`write_frame`] for a blocking writer: one `write_all` of the encoded frame (unbuffered
+/// writers: one syscall).
+///
+/// # Errors
+/// [`WireError::Io`].
+pub fn write_frame_sync<W: std::io::Write>(
+    w: &mut W,
+    frame: &Frame,
+    scratch: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    frame.encode(scratch);
+    w.write_all(scratch)?;
+    w.flush()?;
     Ok(())
 }
 
@@ -570,6 +811,46 @@ mod tests {
                 }],
             },
         });
+    }
+
+    #[test]
+    fn repl_frames_roundtrip() {
+        roundtrip(Frame::Repl {
+            round: 3,
+            items: vec![
+                ReplItem::Put(BatchItem {
+                    slot: 12,
+                    key: b"key".to_vec(),
+                    source_version: 5,
+                    age_ms: 6,
+                    value: b"[1]".to_vec(),
+                }),
+                ReplItem::Del {
+                    slot: 13,
+                    key: b"k2".to_vec(),
+                },
+            ],
+        });
+        roundtrip(Frame::ReplAck {
+            round: 3,
+            ignored: 1,
+        });
+        roundtrip(Frame::Control(Control::Seed {
+            seed_id: 1,
+            range: SlotRange { first: 0, last: 9 },
+            to: 2,
+            to_addr: "a".into(),
+        }));
+        // A repl frame claiming more items than its bytes can hold.
+        let mut b = vec![0u8; 8];
+        b.extend_from_slice(&1000u32.to_be_bytes());
+        assert!(Frame::decode(KIND_REPL, &b).is_err());
+        // An old peer's Welcome (no replicas field) reads as 1.
+        let w: Control = serde_json::from_str(
+            r#"{"Welcome":{"member":1,"lease_ms":2000,"heartbeat_ms":250,"units":64}}"#,
+        )
+        .unwrap();
+        assert!(matches!(w, Control::Welcome { replicas: 1, .. }));
     }
 
     #[tokio::test]

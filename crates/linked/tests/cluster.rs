@@ -408,6 +408,24 @@ async fn a_member_given_sigterm_hands_its_units_over_and_nothing_is_lost() {
     for (i, e) in expected.iter().enumerate() {
         assert_eq!(get(&router, &key(i)).await, e.to_string(), "{}", key(i));
     }
+    // The blocking handle (thread-per-connection frontends) sees the same state, from a
+    // plain thread, through its own connections.
+    let mut br = router.blocking();
+    let want = expected.clone();
+    tokio::task::spawn_blocking(move || {
+        for (i, e) in want.iter().enumerate() {
+            let got = br.call(key(i).as_bytes(), b"get").unwrap();
+            assert_eq!(String::from_utf8(got).unwrap(), e.to_string(), "{}", key(i));
+        }
+        let got = br.call(key(0).as_bytes(), b"add 1").unwrap();
+        assert_eq!(String::from_utf8(got).unwrap(), (want[0] + 1).to_string());
+        assert!(matches!(
+            br.call(key(0).as_bytes(), b"bogus"),
+            Err(ringlet_linked::RouteError::App(_))
+        ));
+    })
+    .await
+    .unwrap();
     assert!(
         lost.try_recv().is_err(),
         "a graceful leave reported lost state"

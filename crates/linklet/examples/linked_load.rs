@@ -16,7 +16,8 @@
 //!    the CPU ticks (utime + stime, `/proc/<pid>/stat`) of every `--pids` process, the
 //!    router's forwarded bytes (`GET /__stats`) and, with `--cache-addr`, the cache's
 //!    `total_net_input_bytes + total_net_output_bytes` (`INFO stats`; Redis and Ringlet both
-//!    keep them).
+//!    keep them), and, with `--extra-stats A,B`, the `bytes` of each `GET /__stats` at those
+//!    addresses added to the router's (linked members' replication traffic).
 //!
 //! Prints one JSON object on stdout; the script turns ticks and bytes into per-request
 //! figures.
@@ -47,6 +48,8 @@ struct Args {
     seed: u64,
     /// Requests per second over all connections; 0: back to back.
     rate: f64,
+    /// More `/__stats` endpoints whose `bytes` count as forwarded bytes.
+    extra_stats: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -62,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
         cache_addr: None,
         seed: 1,
         rate: 0.0,
+        extra_stats: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -87,6 +91,13 @@ fn parse_args() -> Result<Args, String> {
             "--cache-addr" => a.cache_addr = Some(v.clone()),
             "--seed" => a.seed = v.parse().map_err(bad)?,
             "--rate" => a.rate = v.parse().map_err(|_| format!("bad --rate {v}"))?,
+            "--extra-stats" => {
+                a.extra_stats = v
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }
             f => return Err(format!("unknown flag {f}")),
         }
     }
@@ -280,9 +291,20 @@ fn cache_bytes(con: &mut redis::Connection) -> io::Result<u64> {
     }
 }
 
+fn stats_json(stats: &mut Conn) -> io::Result<serde_json::Value> {
+    stats.call("GET", "/__stats")?;
+    let body_at = stats
+        .resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(0, |i| i + 4);
+    serde_json::from_slice(&stats.resp[body_at..]).map_err(io::Error::other)
+}
+
 fn snapshot(
     args: &Args,
     stats: &mut Conn,
+    extra: &mut [Conn],
     cache: &mut Option<redis::Connection>,
 ) -> io::Result<Snapshot> {
     let ticks = args
@@ -290,21 +312,18 @@ fn snapshot(
         .iter()
         .map(|&p| cpu_ticks(p))
         .collect::<io::Result<_>>()?;
-    stats.call("GET", "/__stats")?;
-    let body_at = stats
-        .resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(0, |i| i + 4);
-    let v: serde_json::Value =
-        serde_json::from_slice(&stats.resp[body_at..]).map_err(io::Error::other)?;
+    let v = stats_json(stats)?;
+    let mut extra_bytes = 0;
+    for c in extra {
+        extra_bytes += stats_json(c)?["bytes"].as_u64().unwrap_or(0);
+    }
     let cache_bytes = match cache {
         Some(con) => Some(cache_bytes(con)?),
         None => None,
     };
     Ok(Snapshot {
         ticks,
-        router_bytes: v["bytes"].as_u64().unwrap_or(0),
+        router_bytes: v["bytes"].as_u64().unwrap_or(0) + extra_bytes,
         router_requests: v["requests"].as_u64().unwrap_or(0),
         cache_bytes,
     })
@@ -369,13 +388,18 @@ fn main() -> io::Result<()> {
         None => None,
     };
     std::thread::sleep(Duration::from_secs_f64(args.warmup_s));
-    let before = snapshot(&args, &mut stats, &mut cache)?;
+    let mut extra = args
+        .extra_stats
+        .iter()
+        .map(|a| Conn::open(a))
+        .collect::<io::Result<Vec<_>>>()?;
+    let before = snapshot(&args, &mut stats, &mut extra, &mut cache)?;
     let t0 = Instant::now();
     phase.store(MEASURE, Ordering::Relaxed);
     std::thread::sleep(Duration::from_secs_f64(args.duration_s));
     phase.store(STOP, Ordering::Relaxed);
     let secs = t0.elapsed().as_secs_f64();
-    let after = snapshot(&args, &mut stats, &mut cache)?;
+    let after = snapshot(&args, &mut stats, &mut extra, &mut cache)?;
 
     let (mut all, mut service) = (Vec::new(), Vec::new());
     let (mut errors, mut late) = (0, 0);

@@ -50,6 +50,13 @@ pub enum Error {
         /// The key's slot.
         slot: Slot,
     },
+    /// Replication's dirty log of `slot`'s shard is full (the backup is behind): the write
+    /// was not made. Retry after a short backoff, like `Moving`.
+    #[error("slot {slot}: replication backlog full")]
+    Backlog {
+        /// The key's slot.
+        slot: Slot,
+    },
     /// A slot range with `first > last` or `last >= 16384`.
     #[error("invalid slot range")]
     BadRange,

@@ -17,7 +17,7 @@
 //!
 //! Non-goals (here; see `docs/design/linklet.md`): any I/O. Linked members over the network,
 //! the auto-sharder, the router and the PostgreSQL change feed are in `ringlet-linked`
-//! (`crates/linked`); replication and persistence are not built.
+//! (`crates/linked`), which also drives [`replica`]; persistence is not built.
 //!
 //! # Why a guard and not an `Arc<V>` snapshot
 //!
@@ -31,6 +31,7 @@
 //! - [`map`]: the map — shards, slot states, per-entry locks, CLOCK eviction, freshness;
 //! - [`moving`]: export / import of slot ranges in batches ([`Batch`], [`Export`]);
 //! - [`notify`]: [`StateLoss`] events, callbacks and the [`StateLossReceiver`] stream;
+//! - [`replica`]: the dirty log, snapshots and replica application for a backup copy;
 //! - [`marshal`]: [`LinkKey`], [`Marshal`] (serde blanket impl, JSON), [`Sizer`];
 //! - [`clock`]: the time source for freshness ([`ManualClock`] in tests);
 //! - [`calendar`]: the custom in-memory store example (domain + RESP server);
@@ -44,6 +45,7 @@ pub mod map;
 pub mod marshal;
 pub mod moving;
 pub mod notify;
+pub mod replica;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::Error;
@@ -51,4 +53,5 @@ pub use map::{Config, Linklet, Ref, SlotState, Stats};
 pub use marshal::{InlineSizer, LinkKey, Marshal, MarshalError, Sizer};
 pub use moving::{Batch, BatchItem, Export, ImportOutcome};
 pub use notify::{LossReason, RecvError, StateLoss, StateLossReceiver};
+pub use replica::{ApplyOutcome, Dirty, ReplItem};
 pub use ringlet_types::Slot;

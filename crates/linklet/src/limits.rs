@@ -72,3 +72,9 @@ pub const CALENDAR_TEXT_BYTES_MAX: usize = 256;
 /// the oldest is forgotten first, after which a racing stale load is bounded by `get_fresh`
 /// only. Each costs one key and a version.
 pub const RECENT_INVALIDATIONS_PER_SHARD: usize = 1024;
+
+/// Keys waiting in one shard's replication dirty log (64 shards). A replicated owner answers a
+/// write only after its backup applied it, so the log holds the keys of the writes in flight;
+/// it fills only when the backup stalls, and then inserts and updates are refused
+/// (`Error::Backlog`) instead of the log growing without bound.
+pub const DIRTY_KEYS_PER_SHARD_MAX: usize = 4096;

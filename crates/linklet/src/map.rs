@@ -327,7 +327,7 @@ impl<K: LinkKey, V> Shard<K, V> {
 
     /// Advance this shard's CLOCK hand by at most `budget` positions until one entry is evicted.
     /// Returns (positions examined, the victim's slot and bytes).
-    fn evict_one(&mut self, budget: u32) -> (u32, Option<(Slot, u64)>) {
+    fn evict_one(&mut self, budget: u32) -> (u32, Option<(Slot, K, u64)>) {
         let mut examined = 0;
         while examined < budget {
             let Some((slot, key, gen)) = self.ring.pop_front() else {
@@ -347,7 +347,7 @@ impl<K: LinkKey, V> Shard<K, V> {
                 continue;
             }
             let bytes = self.take(slot, &key);
-            return (examined, bytes.map(|b| (slot, b)));
+            return (examined, bytes.map(|b| (slot, key, b)));
         }
         (examined, None)
     }
@@ -401,6 +401,9 @@ pub struct Linklet<K, V> {
     sizer: Box<dyn Sizer<V>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) notifier: Notifier,
+    /// Replication's change log (see [`crate::replica`]): off unless a replicated service
+    /// turned it on, so an unreplicated Linklet pays one relaxed load per write.
+    pub(crate) dirty: crate::replica::DirtyLog<K>,
 }
 
 /// Check a slot range.
@@ -460,6 +463,7 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
             sizer: Box::new(InlineSizer),
             clock: Arc::new(MonotonicClock::default()),
             notifier: Notifier::new(),
+            dirty: crate::replica::DirtyLog::new(),
         })
     }
 
@@ -607,6 +611,9 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
             // Check the state before evicting for a write that will be refused anyway.
             let shard = self.shard(slot).read();
             writable(slot, shard.state(slot), states)?;
+            if shard.state(slot) == SlotState::Serving {
+                self.dirty.check_room(slot)?;
+            }
             if let Some(e) = shard.entry(slot, &key) {
                 if !keep(e.meta.source_version()) {
                     return Ok((false, None));
@@ -632,6 +639,10 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
                 }
                 None => None,
             };
+            if shard.state(slot) == SlotState::Serving {
+                // Under the shard lock, so a move's `Moving` mark comes after the record.
+                self.dirty.record(slot, &key);
+            }
             match shard.install(slot, key, item, size) {
                 Some(old_bytes) => self.sub_bytes(old_bytes),
                 None => {
@@ -700,6 +711,7 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
             let Some(e) = shard.entry(slot, key) else {
                 return Ok(None);
             };
+            self.dirty.check_room(slot)?;
             let Some(mut value) = e.cell.try_write() else {
                 let cell = Arc::clone(&e.cell);
                 drop(shard);
@@ -721,6 +733,10 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
             } else {
                 self.sub_bytes(old - size);
             }
+            // After the change and still under the shard lock: a replication drain that sees
+            // the record reads the changed value, and a move's mark comes after the record.
+            drop(value);
+            self.dirty.record(slot, key);
             break (out, size > old);
         };
         if grew && self.bytes.load(Ordering::Relaxed) > self.config.bytes_max {
@@ -751,6 +767,7 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
             self.sub_bytes(b);
             self.entries.fetch_sub(1, Ordering::Relaxed);
         }
+        self.dirty.record(slot, key);
         Ok(true)
     }
 
@@ -812,6 +829,9 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
                     if let Some(b) = shard.take(slot, key) {
                         self.sub_bytes(b);
                         self.entries.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    if shard.state(slot) == SlotState::Serving {
+                        self.dirty.record(slot, key);
                     }
                     true
                 }
@@ -975,9 +995,13 @@ impl<K: LinkKey, V: Send + Sync + 'static> Linklet<K, V> {
             // An empty shard still costs one unit, so the loop ends even if nothing is held.
             let ring_len = u32::try_from(shard.ring.len()).unwrap_or(u32::MAX);
             let (examined, victim) = shard.evict_one(budget.min(ring_len.saturating_mul(2)));
+            if let Some((slot, key, _)) = &victim {
+                // A replicated owner's backup drops it too (eviction only takes serving slots).
+                self.dirty.record(*slot, key);
+            }
             drop(shard);
             budget = budget.saturating_sub(examined.max(1));
-            if let Some((slot, bytes)) = victim {
+            if let Some((slot, _, bytes)) = victim {
                 self.sub_bytes(bytes);
                 self.entries.fetch_sub(1, Ordering::Relaxed);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
