@@ -200,6 +200,8 @@ async fn front(coordinator: &str, service: &str, listen: SocketAddr) -> Result<(
     let router = Router::connect(coordinator, service)
         .await
         .map_err(|e| e.to_string())?;
+    // The demo front has no authentication either.
+    crate::coordinator::loopback_only(listen).map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| e.to_string())?;

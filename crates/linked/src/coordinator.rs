@@ -230,11 +230,12 @@ pub async fn serve(listener: TcpListener, cfg: CoordinatorConfig) -> std::io::Re
 /// Bind `addr` and serve; returns the bound address and the serving future's handle.
 ///
 /// # Errors
-/// The bind error.
+/// The bind error, or `InvalidInput` for an address off loopback ([`loopback_only`]).
 pub async fn spawn(
     addr: SocketAddr,
     cfg: CoordinatorConfig,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    loopback_only(addr)?;
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     Ok((local, tokio::spawn(serve(listener, cfg))))
@@ -460,4 +461,41 @@ async fn watch_session(
     // Watchers send nothing; wait for the hang-up.
     while read_frame(r, buf).await?.is_some() {}
     Ok(())
+}
+
+/// The linked protocol (coordinator, member and router connections) has neither
+/// authentication nor TLS yet, so its ports listen on loopback only: anyone who could reach
+/// them could move, read or drop a service's objects. Refused rather than served open, as
+/// the store's own internal ports were before they gained a secret and TLS.
+///
+/// # Errors
+/// `InvalidInput` naming the address, for anything but a loopback address.
+pub fn loopback_only(addr: SocketAddr) -> std::io::Result<()> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "{addr}: the linked protocol has no authentication or TLS yet; listen on \
+                 loopback (127.0.0.1 or ::1) and put the services of one machine together"
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod loopback_tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_addresses_are_served() {
+        assert!(loopback_only("127.0.0.1:7400".parse().unwrap()).is_ok());
+        assert!(loopback_only("[::1]:7400".parse().unwrap()).is_ok());
+        for open in ["0.0.0.0:7400", "10.1.2.3:7400", "[::]:7400"] {
+            let e = loopback_only(open.parse().unwrap()).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+            assert!(e.to_string().contains("no authentication"), "{e}");
+        }
+    }
 }

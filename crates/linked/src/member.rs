@@ -148,6 +148,7 @@ impl<K: LinkKey, V: Marshal + Send + Sync + 'static> Member<K, V> {
         linklet: Arc<Linklet<K, V>>,
         handler: impl Handler<K, V>,
     ) -> Result<Self, MemberError> {
+        crate::coordinator::loopback_only(cfg.listen)?;
         let listener = TcpListener::bind(cfg.listen).await?;
         let addr = listener.local_addr()?;
         let advertise = cfg.advertise.clone().unwrap_or_else(|| addr.to_string());
