@@ -5,8 +5,10 @@ For each `--ringlet` binary (e.g. builds before and after a change), on a fresh
 `ringlet up --nodes 3 --spares 0 --default-memgest rep:3`: load `--keys` keys of
 `--value-size` B, then `ringlet-cluster-bench` runs closed-loop GETs with coordinator reads
 (`--concurrency` tasks, one GET each at a time, the smart Rust client over the native
-protocol, uniform keys). Redis 7 (`redis-server`, same machine, same run) gets the same loop
-from the same tool. Repetitions interleave the targets; medians are printed with the ratios
+protocol, uniform keys), and the tool's raw-RESP loop sends the same GETs to each key's
+coordinator (`--target cluster-resp`). Redis 7 (`redis-server`, same machine, same run) gets the
+raw loop from the same tool, and so does a 3-master Redis Cluster (the same process layout as
+Ringlet's 3 nodes). Repetitions interleave the targets; medians are printed with the ratios
 to Redis. INFO `fast_reads` / `fast_read_fallbacks` of the nodes are printed after each
 Ringlet run when the binary has them.
 
@@ -27,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import free_base, wait_port  # noqa: E402
+from benchlib import free_base, start_redis_cluster, wait_port  # noqa: E402
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,6 +86,9 @@ def main():
         results[exe] = []
         results[exe + " (raw RESP, coordinator)"] = []
     results["redis"] = []
+    # A 3-master Redis Cluster measured by the same raw-RESP loop, GETs to each key's master:
+    # the same process layout as Ringlet's 3 nodes (each process idle 2/3 of the time).
+    results["redis cluster, 3 masters (raw RESP, coordinator)"] = []
     load_start = open("/proc/loadavg").read().split()[:3]
     for rep in range(a.reps):
         for exe in a.ringlet:
@@ -140,18 +145,33 @@ def main():
             print(f"rep {rep + 1} redis: p50 {r['p50_us']} p99 {r['p99_us']} us", file=sys.stderr)
         finally:
             rs.kill()
+        rbase, rprocs = start_redis_cluster(3, 3)
+        try:
+            addr = f"127.0.0.1:{rbase}"
+            run(["--target", "cluster-resp", "--addr", addr, "--load"], 0.2, 0)
+            r = run(["--target", "cluster-resp", "--addr", addr, "--seed", str(rep + 1)],
+                    a.duration, a.warmup)
+            results["redis cluster, 3 masters (raw RESP, coordinator)"].append(r)
+            print(f"rep {rep + 1} redis cluster: p50 {r['p50_us']} p99 {r['p99_us']} us",
+                  file=sys.stderr)
+        finally:
+            for p in rprocs:
+                p.kill()
     load_end = open("/proc/loadavg").read().split()[:3]
     med = lambda rs, k: statistics.median(x[k] for x in rs)
     rp50, rp99 = med(results["redis"], "p50_us"), med(results["redis"], "p99_us")
     print(f"\nClosed-loop GET, {a.concurrency} client(s), {a.keys} keys of {a.value_size} B, "
           f"medians of {a.reps} runs of {a.duration:g} s (load average {' '.join(load_start)} "
           f"at start, {' '.join(load_end)} at end):\n")
-    print("| target | p50 µs | p99 µs | GET/s | p50 / Redis | p99 / Redis |")
-    print("|---|---:|---:|---:|---:|---:|")
+    rc = results["redis cluster, 3 masters (raw RESP, coordinator)"]
+    cp50, cp99 = med(rc, "p50_us"), med(rc, "p99_us")
+    print("| target | p50 µs | p99 µs | GET/s | p50 / Redis | p99 / Redis | p50 / Redis Cluster "
+          "| p99 / Redis Cluster |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, rs in results.items():
         p50, p99 = med(rs, "p50_us"), med(rs, "p99_us")
         print(f"| {name} | {p50:.0f} | {p99:.0f} | {med(rs, 'ops_per_s'):.0f} | "
-              f"{p50 / rp50:.2f} | {p99 / rp99:.2f} |")
+              f"{p50 / rp50:.2f} | {p99 / rp99:.2f} | {p50 / cp50:.2f} | {p99 / cp99:.2f} |")
 
 
 if __name__ == "__main__":
