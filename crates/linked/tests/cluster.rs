@@ -10,79 +10,15 @@
 //!   the ranges it owned, the router gets the same `StateLost`, its keys come back empty on
 //!   their new owners, and every other key keeps its value.
 
+mod common;
+
+use common::{member, Proc, WAIT};
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ringlet_linked::Router;
 use ringlet_types::key_slot;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringlet-linked");
-/// Upper bound of every wait: long enough for a loaded CI host, only there to fail a stuck run.
-const WAIT: Duration = Duration::from_secs(60);
-
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Proc {
-    fn start(args: &[&str]) -> Proc {
-        let verbose = std::env::var_os("RINGLET_TEST_VERBOSE").is_some();
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(if verbose {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
-            .spawn()
-            .expect("spawn ringlet-linked");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Proc { child, lines }
-    }
-
-    /// The next line starting with `prefix` (others are skipped).
-    fn line(&self, prefix: &str) -> String {
-        let end = Instant::now() + WAIT;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let l = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no `{prefix}` line"));
-            if l.starts_with(prefix) {
-                return l;
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn member(coord: &str) -> (Proc, u64) {
-    let p = Proc::start(&["member", "--coordinator", coord, "--service", "accounts"]);
-    let l = p.line("member ");
-    let id = l.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (p, id)
-}
 
 const UNITS: u16 = 16;
 const SLOTS_PER_UNIT: u16 = 16384 / UNITS;

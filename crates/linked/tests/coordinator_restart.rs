@@ -11,71 +11,16 @@
 //!   router, which re-watches the new coordinator by itself);
 //! - a member joining the new coordinator afterwards is balanced in (the sharder works on).
 
+mod common;
+
+use common::{member, Proc, WAIT};
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ringlet_linked::Router;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringlet-linked");
-const WAIT: Duration = Duration::from_secs(60);
 const UNITS: u16 = 16;
 const KEYS: usize = 200;
-
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Proc {
-    fn start(args: &[&str]) -> Proc {
-        let verbose = std::env::var_os("RINGLET_TEST_VERBOSE").is_some();
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(if verbose {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
-            .spawn()
-            .expect("spawn ringlet-linked");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Proc { child, lines }
-    }
-
-    fn line(&self, prefix: &str) -> String {
-        let end = Instant::now() + WAIT;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let l = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no `{prefix}` line"));
-            if l.starts_with(prefix) {
-                return l;
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn coordinator(listen: &str) -> (Proc, String) {
     let p = Proc::start(&[
@@ -97,13 +42,6 @@ fn coordinator(listen: &str) -> (Proc, String) {
     ]);
     let addr = p.line("coordinator ")[12..].to_owned();
     (p, addr)
-}
-
-fn member(coord: &str) -> (Proc, u64) {
-    let p = Proc::start(&["member", "--coordinator", coord, "--service", "accounts"]);
-    let l = p.line("member ");
-    let id = l.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (p, id)
 }
 
 fn key(i: usize) -> String {
