@@ -91,10 +91,16 @@ def rmat_edges(n_vertices, n_edges, seed):
 
 
 def load(r, graph, n_vertices, linked):
+    """Two passes, as `ringlet load` does: every vertex first, then the links, so each link
+    is written after its target exists and gets its location hint."""
     pipe = r.pipeline(transaction=False)
     for v in range(n_vertices):
+        pipe.hset(f"v:{v}", "name", f"n{v}")
+        if v % 500 == 499:
+            pipe.execute()
+    pipe.execute()
+    for v in range(n_vertices):
         key = f"v:{v}"
-        pipe.hset(key, "name", f"n{v}")
         nbrs = [f"v:{t}" for t in graph.get(v, [])]
         if nbrs:
             if linked:
