@@ -16,7 +16,8 @@ visited vertex's `name`:
              space-joined targets, so the code is identical);
   - ringlet-chase: one `CHASE v:<root> follows DEPTH d LIMIT 100000 FIELDS name follows`.
 Every run checks that all three visit exactly the same set of vertices and names (a
-benchmark that cannot agree is not reported). Times are medians over --repeat rounds of all
+benchmark that cannot agree is not reported). The systems are interleaved root by root (each
+BFS on every system in turn), so load from elsewhere on the machine hits them alike. Times are medians over --repeat rounds of all
 roots; ratios are Redis's time over Ringlet's (> 1: Ringlet faster).
 
 Usage: bench/keli_bfs.py [--vertices 20000] [--edges 200000] [--roots 20] [--depth 2]
@@ -200,24 +201,27 @@ def main():
             "ringlet (server-side CHASE)": lambda root: bfs_chase(rin, root, a.depth),
         }
         times = {name: [] for name in systems}
+        names = list(systems)
         visited = 0
         for _ in range(a.repeat):
-            for name, fn in systems.items():
-                total = 0.0
-                results = []
-                for root in roots:
-                    t, out = timed(fn, root)
-                    total += t
-                    results.append(out)
-                times[name].append(total)
-                if name.startswith("redis"):
-                    reference = results
-                    visited = sum(len(x) for x in results)
-                else:
-                    for root, want, got in zip(roots, reference, results):
-                        if want != got:
-                            raise SystemExit(f"{name} disagrees with Redis on the BFS from {root}: "
-                                             f"{len(got)} vs {len(want)} vertices")
+            # Interleaved: each root's BFS runs on every system in turn (the first one
+            # rotating), so a burst of load from elsewhere on the machine hits all alike.
+            total = {name: 0.0 for name in systems}
+            visited = 0
+            for i, root in enumerate(roots):
+                results = {}
+                for j in range(len(names)):
+                    name = names[(i + j) % len(names)]
+                    t, results[name] = timed(systems[name], root)
+                    total[name] += t
+                want = results["redis (client-side BFS)"]
+                visited += len(want)
+                for name, got in results.items():
+                    if got != want:
+                        raise SystemExit(f"{name} disagrees with Redis on the BFS from {root}: "
+                                         f"{len(got)} vs {len(want)} vertices")
+            for name in systems:
+                times[name].append(total[name])
         med = {k: statistics.median(v) for k, v in times.items()}
         base = med["redis (client-side BFS)"]
         print(f"graph: {a.vertices} vertices, {n_edges} edges (R-MAT, seed {a.seed}); "
