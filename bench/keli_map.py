@@ -325,11 +325,21 @@ CHASE_FIELDS = ["segments", "e0", "e1", "street", "DEPTH", 2, "LIMIT", 10000, "F
                 "e0", "e1", "street", "lat", "lon", "name"]
 
 
+CHASE_TRIES = 3
+CHASE_RETRIES = [0]
+
+
 def match_chase(r, radius_m, cell_m, lat, lon):
     """Server-side: one CHASE from the cell, depth 2 (segments, then nodes and streets)."""
     px, py = to_xy(float(lat), float(lon))
     cx, cy = int(math.floor(px / cell_m)), int(math.floor(py / cell_m))
-    *entries, stop = r.execute_command("CHASE", f"cl:{cx}:{cy}", *CHASE_FIELDS)
+    # A node answers `time` after 100 ms (its CHASE bound): only when it was descheduled for
+    # that long on a loaded machine. Asked again then, at most CHASE_TRIES times (counted).
+    for _ in range(CHASE_TRIES):
+        *entries, stop = r.execute_command("CHASE", f"cl:{cx}:{cy}", *CHASE_FIELDS)
+        if stop != b"time":
+            break
+        CHASE_RETRIES[0] += 1
     if stop != b"complete":
         raise RuntimeError(f"CHASE stopped early: {stop!r}")
     if not entries:
@@ -487,6 +497,9 @@ def main():
             print(f"{k:36} {m[k]:10.1f} {base / m[k]:11.2f} {q[k]:9.1f} {qbase / q[k]:11.2f}")
         if stats:
             print(f"one-sided reader: {stats}")
+        if CHASE_RETRIES[0]:
+            print(f"CHASE answered `time` (the node descheduled for 100 ms) and was asked "
+                  f"again {CHASE_RETRIES[0]} times")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"args": vars(a), "items": c.items(), "median_us": med, "p95_us": p95,
