@@ -163,8 +163,11 @@ pub struct Chase {
     wanted_follow: Vec<Vec<u8>>,
     reply_bytes_max: usize,
 
-    /// Every key ever put in a level: (its depth, its position in that level).
-    visited: HashMap<Vec<u8>, (u32, u32)>,
+    /// Every key ever put in a level: (its depth, its position in that level). foldhash
+    /// with a per-map random seed: SipHash was 5% of a deep CHASE's server time, and the map
+    /// is bounded by LIMIT and the walk by its time bound, so a crafted key set cannot make
+    /// it cost more than that bound.
+    visited: HashMap<Vec<u8>, (u32, u32), foldhash::fast::RandomState>,
     /// Keys of the level being fetched (or about to be), in BFS order, unique. A settled
     /// key's bytes are moved into its entry (the slot says so).
     frontier: Vec<Vec<u8>>,
@@ -303,7 +306,11 @@ impl Chase {
         Ok(Chase {
             wanted_leaf,
             wanted_follow,
-            visited: HashMap::from([(root.clone(), (0, 0))]),
+            visited: {
+                let mut v = HashMap::with_hasher(foldhash::fast::RandomState::default());
+                v.insert(root.clone(), (0, 0));
+                v
+            },
             frontier: vec![root.clone()],
             hints: vec![None],
             slots: Vec::new(),

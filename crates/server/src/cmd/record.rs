@@ -356,23 +356,21 @@ pub fn encode_chase_native<S: ringlet_codec::Sink + ?Sized>(
 /// the stop status (`complete`, `limit`, `bytes`, `time`) as a bulk string. Shared with the
 /// cluster front through [`chase_reply_parts`].
 pub fn chase_reply(r: chase::ChaseReply) -> Reply {
-    let (entries, stop) = chase_reply_parts(r);
-    let mut items: Vec<Reply> = entries
-        .into_iter()
-        .map(|(key, depth, attrs)| {
-            Reply::Array(vec![
-                Reply::Bulk(Bytes::from(key)),
-                Reply::Int(depth),
-                Reply::Array(
-                    attrs
-                        .into_iter()
-                        .map(|v| Reply::Bulk(Bytes::from(v)))
-                        .collect(),
-                ),
-            ])
-        })
-        .collect();
-    items.push(Reply::Bulk(Bytes::from_static(stop.as_bytes())));
+    let mut items: Vec<Reply> = Vec::with_capacity(r.entries.len() + 1);
+    // Built straight from the entries (no intermediate flat list per entry).
+    for e in r.entries {
+        let mut attrs = Vec::with_capacity(e.attrs.len() * 2);
+        for (k, v) in e.attrs {
+            attrs.push(Reply::Bulk(Bytes::from(k)));
+            attrs.push(Reply::Bulk(Bytes::from(v)));
+        }
+        items.push(Reply::Array(vec![
+            Reply::Bulk(Bytes::from(e.key)),
+            Reply::Int(i64::from(e.depth)),
+            Reply::Array(attrs),
+        ]));
+    }
+    items.push(Reply::Bulk(Bytes::from_static(r.stop.as_str().as_bytes())));
     Reply::Array(items)
 }
 
