@@ -573,7 +573,7 @@ impl ClusterClient {
         let links: Vec<Vec<u8>> = links.iter().map(|l| l.as_ref().to_vec()).collect();
         let walk = ringlet_record::chase::Chase::new(
             key.to_vec(),
-            links.clone(),
+            links,
             opts.depth,
             opts.limit,
             opts.fields.clone(),
@@ -583,7 +583,6 @@ impl ClusterClient {
         let c = &self.inner.counters;
         let reply = ringlet_shm::chase::drive(
             walk,
-            &links,
             ringlet_shm::chase::ONE_SIDED_CHASE_TIME_MAX,
             |k, hint, out| -> Result<bool, Option<ShmFallback>> {
                 let node = routing.map.coordinator(key_slot(k)).ok_or(None)?;

@@ -53,10 +53,10 @@
 //! redis-py: `*entries, stop = r.execute_command("CHASE", "user:1", "follows", "DEPTH", 2)`,
 //! then `for key, depth, attrs in entries: fields = dict(zip(attrs[::2], attrs[1::2]))`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::HashMap;
 
 use crate::number::parse_i64;
-use crate::record::{Field, Record};
+use crate::record::{Field, FieldRef, Hint, Record};
 use crate::{CHASE_DEPTH_MAX, CHASE_LIMIT_DEFAULT, CHASE_LIMIT_MAX, CHASE_REPLY_BYTES_MAX};
 
 /// RESP framing bytes counted per element (a `$len\r\n…\r\n` header and trailer, or an array
@@ -122,14 +122,33 @@ pub struct ChaseReply {
     pub stop: Stop,
 }
 
-/// What a fed key contributes: its entry's attributes and the targets of its links.
+/// What a key fed out of order contributes, kept until the keys before it are settled: its
+/// entry's attributes and the link targets not yet visited when it was fed (with hints).
 #[derive(Debug)]
 struct Fed {
     attrs: Vec<(Vec<u8>, Vec<u8>)>,
-    targets: Vec<Vec<u8>>,
+    targets: Vec<(Vec<u8>, Option<Hint>)>,
+}
+
+/// The state of one key of the level being fetched.
+#[derive(Debug)]
+enum Slot {
+    /// Not fed yet.
+    Pending,
+    /// Fed `None` (missing, not a record).
+    Missing,
+    /// Fed ahead of a key before it that is still pending.
+    Fed(Fed),
+    /// Turned into an entry (or skipped) in level order.
+    Settled,
 }
 
 /// A CHASE in progress. See the module docs for the driving loop.
+///
+/// Keys are settled (made entries, their links added to the next level) in level order as
+/// they are fed: a key fed in order is walked straight from its bytes, only keys fed ahead of
+/// a pending one are buffered. Membership is one hash lookup (`visited` maps every key ever
+/// put in a level to that level and its position), so feeding by key needs no per-level set.
 #[derive(Debug)]
 pub struct Chase {
     root: Vec<u8>,
@@ -138,21 +157,33 @@ pub struct Chase {
     limit: usize,
     /// None: all fields.
     attrs: Option<Vec<Vec<u8>>>,
+    /// With FIELDS, the distinct field names a record is read for: its attributes at the
+    /// last depth, its attributes and the link fields before (`scan_wanted` stops there).
+    wanted_leaf: Vec<Vec<u8>>,
+    wanted_follow: Vec<Vec<u8>>,
     reply_bytes_max: usize,
 
-    /// Every key ever put in a frontier.
-    visited: BTreeSet<Vec<u8>>,
-    /// Keys of the level being fetched (or about to be), in BFS order, unique.
+    /// Every key ever put in a level: (its depth, its position in that level). foldhash
+    /// with a per-map random seed: SipHash was 5% of a deep CHASE's server time, and the map
+    /// is bounded by LIMIT and the walk by its time bound, so a crafted key set cannot make
+    /// it cost more than that bound.
+    visited: HashMap<Vec<u8>, (u32, u32), foldhash::fast::RandomState>,
+    /// Keys of the level being fetched (or about to be), in BFS order, unique. A settled
+    /// key's bytes are moved into its entry (the slot says so).
     frontier: Vec<Vec<u8>>,
-    /// The same keys as a set, while they are being fed: `feed` checks membership in
-    /// O(log n) (a scan of `frontier` made a level of n keys cost O(n²)).
-    batch: BTreeSet<Vec<u8>>,
+    /// The hint of each `frontier` key: the location hint of the first link that led to it.
+    hints: Vec<Option<Hint>>,
+    /// The state of each `frontier` key while the level is fetched.
+    slots: Vec<Slot>,
+    /// Positions before this one are settled.
+    settled: usize,
+    /// The level after `frontier`, built as it settles, and its hints.
+    next: Vec<Vec<u8>>,
+    next_hints: Vec<Option<Hint>>,
     /// Depth of `frontier`.
     depth: u32,
-    /// `frontier` was handed out by `next_batch` and its results are being fed.
+    /// `frontier` was handed out (`next_batch` / `advance`) and its results are being fed.
     fetching: bool,
-    /// Results fed for the current level.
-    fed: BTreeMap<Vec<u8>, Option<Fed>>,
     entries: Vec<Entry>,
     reply_bytes: usize,
     /// Some link targets were left out of a frontier because of LIMIT.
@@ -260,10 +291,32 @@ impl Chase {
         if !(1..=CHASE_LIMIT_MAX).contains(&limit) {
             return Err(format!("ERR LIMIT must be between 1 and {CHASE_LIMIT_MAX}"));
         }
+        let mut wanted_leaf: Vec<Vec<u8>> = Vec::new();
+        for a in attrs.iter().flatten() {
+            if !wanted_leaf.contains(a) {
+                wanted_leaf.push(a.clone());
+            }
+        }
+        let mut wanted_follow = wanted_leaf.clone();
+        for l in &link_fields {
+            if !wanted_follow.contains(l) {
+                wanted_follow.push(l.clone());
+            }
+        }
         Ok(Chase {
-            visited: BTreeSet::from([root.clone()]),
+            wanted_leaf,
+            wanted_follow,
+            visited: {
+                let mut v = HashMap::with_hasher(foldhash::fast::RandomState::default());
+                v.insert(root.clone(), (0, 0));
+                v
+            },
             frontier: vec![root.clone()],
-            batch: BTreeSet::new(),
+            hints: vec![None],
+            slots: Vec::new(),
+            settled: 0,
+            next: Vec::new(),
+            next_hints: Vec::new(),
             root,
             link_fields,
             depth_max,
@@ -272,7 +325,6 @@ impl Chase {
             reply_bytes_max: CHASE_REPLY_BYTES_MAX,
             depth: 0,
             fetching: false,
-            fed: BTreeMap::new(),
             entries: Vec::new(),
             reply_bytes: 0,
             truncated: false,
@@ -282,6 +334,7 @@ impl Chase {
     }
 
     /// The key the chase starts from (for routing the first fetch).
+    /// The key the chase starts from (for routing the first fetch).
     pub fn root(&self) -> &[u8] {
         &self.root
     }
@@ -290,87 +343,241 @@ impl Chase {
     /// Calling it again first takes in what was fed for the previous level. Empty when the
     /// chase is over (then call [`Chase::finish`]).
     pub fn next_batch(&mut self) -> Vec<Vec<u8>> {
+        if self.advance() {
+            self.frontier.clone()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// [`Chase::next_batch`] without copying the keys: `true` if a level is to be fetched,
+    /// its keys then being [`Chase::level`] (feed them by position with
+    /// [`Chase::feed_encoded_at`], or by key).
+    pub fn advance(&mut self) -> bool {
         if self.stop.is_some() {
-            return Vec::new();
+            return false;
         }
         if self.fetching {
             self.settle();
         }
         if self.stop.is_some() {
-            return Vec::new();
+            return false;
         }
         if self.frontier.is_empty() {
             self.stop = Some(self.end_reason());
-            return Vec::new();
+            return false;
         }
         self.fetching = true;
-        self.batch = self.frontier.iter().cloned().collect();
-        self.frontier.clone()
+        self.settled = 0;
+        self.slots.clear();
+        self.slots
+            .extend(std::iter::repeat_with(|| Slot::Pending).take(self.frontier.len()));
+        true
+    }
+
+    /// The keys of the level being fetched, in BFS order. A key already fed in order may read
+    /// as empty (its bytes moved to its entry): read a key before feeding it.
+    pub fn level(&self) -> &[Vec<u8>] {
+        &self.frontier
+    }
+
+    /// The location hint of the level's key at `i`: the hint of the first link (in BFS
+    /// order) that led to it, if that link had one. A guess to validate, never trusted.
+    pub fn level_hint(&self, i: usize) -> Option<Hint> {
+        self.hints.get(i).copied().flatten()
+    }
+
+    /// The position of `key` in the level being fetched, if it is there and not fed yet.
+    fn pending(&self, key: &[u8]) -> Option<usize> {
+        if !self.fetching || self.stop.is_some() {
+            return None;
+        }
+        match self.visited.get(key) {
+            Some(&(d, i)) if d == self.depth => {
+                let i = i as usize;
+                matches!(self.slots.get(i), Some(Slot::Pending)).then_some(i)
+            }
+            _ => None,
+        }
     }
 
     /// Hands in a fetched key's record: `None` if the key is missing or is not a record (it
     /// is then skipped). Keys not in the current batch, and repeats, are ignored.
     pub fn feed(&mut self, key: &[u8], rec: Option<&Record>) {
-        if !self.fetching || self.fed.contains_key(key) || !self.batch.contains(key) {
-            return;
-        }
-        let fed = rec.map(|r| Fed {
-            attrs: match &self.attrs {
-                None => r.iter().map(|(n, f)| (n.to_vec(), f.display())).collect(),
-                Some(want) => want
-                    .iter()
-                    .filter_map(|a| r.get(a).map(|f| (a.clone(), f.display())))
-                    .collect(),
-            },
-            targets: if self.depth < self.depth_max {
-                self.link_fields
-                    .iter()
-                    .filter_map(|n| r.get(n))
-                    .flat_map(Field::targets)
-                    .map(<[u8]>::to_vec)
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        });
-        self.fed.insert(key.to_vec(), fed);
+        let Some(i) = self.pending(key) else { return };
+        let slot = match rec {
+            None => Slot::Missing,
+            Some(r) => Slot::Fed(Fed {
+                attrs: match &self.attrs {
+                    None => r.iter().map(|(n, f)| (n.to_vec(), f.display())).collect(),
+                    Some(want) => want
+                        .iter()
+                        .filter_map(|a| r.get(a).map(|f| (a.clone(), f.display())))
+                        .collect(),
+                },
+                targets: if self.depth < self.depth_max {
+                    self.link_fields
+                        .iter()
+                        .filter_map(|n| r.get(n))
+                        .flat_map(field_links)
+                        .map(|(t, h)| (t.to_vec(), h))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+            }),
+        };
+        self.slots[i] = slot;
+        self.drain();
     }
 
     /// [`Chase::feed`] with the key's encoded record (`None`: missing or not a record),
     /// walked in place by [`crate::record::scan`]: no [`Record`] is built, so a visited item
-    /// costs its attributes and link targets, not one allocation per link it holds. Bytes
-    /// that do not decode count as a missing key.
+    /// costs its attributes and link targets, not one allocation per link it holds; with
+    /// FIELDS only up to the last field used ([`crate::record::scan_wanted`]). Bytes that do
+    /// not decode (in the part walked) count as a missing key.
     pub fn feed_encoded(&mut self, key: &[u8], encoded: Option<&[u8]>) {
-        if !self.fetching || self.fed.contains_key(key) || !self.batch.contains(key) {
+        if let Some(i) = self.pending(key) {
+            self.feed_encoded_at(i, encoded);
+        }
+    }
+
+    /// [`Chase::feed_encoded`] by position in [`Chase::level`] (no lookup of the key).
+    /// Positions outside the level, positions already fed, and feeds outside a fetch are
+    /// ignored.
+    pub fn feed_encoded_at(&mut self, i: usize, encoded: Option<&[u8]>) {
+        if !self.fetching
+            || self.stop.is_some()
+            || !matches!(self.slots.get(i), Some(Slot::Pending))
+        {
             return;
         }
-        let fields = encoded.and_then(|b| crate::record::scan(b).ok());
-        let fed = fields.map(|fields| Fed {
-            attrs: match &self.attrs {
-                None => fields
-                    .iter()
-                    .map(|(n, f)| (n.to_vec(), f.display()))
-                    .collect(),
-                Some(want) => want
-                    .iter()
-                    .filter_map(|a| {
-                        let f = fields.iter().find(|(n, _)| n == a)?;
-                        Some((a.clone(), f.1.display()))
-                    })
-                    .collect(),
-            },
-            targets: if self.depth < self.depth_max {
-                self.link_fields
-                    .iter()
-                    .filter_map(|n| fields.iter().find(|(f, _)| f == n))
-                    .flat_map(|(_, f)| f.targets())
-                    .map(<[u8]>::to_vec)
-                    .collect()
-            } else {
-                Vec::new()
-            },
+        let follow = self.depth < self.depth_max;
+        // With FIELDS, only the fields used are walked (a leaf's name, not its link list).
+        let fields = encoded.and_then(|b| match &self.attrs {
+            None => crate::record::scan(b).ok(),
+            Some(_) if follow => crate::record::scan_wanted(b, &self.wanted_follow).ok(),
+            Some(_) => crate::record::scan_wanted(b, &self.wanted_leaf).ok(),
         });
-        self.fed.insert(key.to_vec(), fed);
+        let Some(fields) = fields else {
+            self.slots[i] = Slot::Missing;
+            self.drain();
+            return;
+        };
+        let attrs = self.attrs_of(&fields);
+        if i == self.settled {
+            // In order: settle straight from the record's bytes, no copy of its links.
+            self.slots[i] = Slot::Settled;
+            self.settled += 1;
+            let link_fields = std::mem::take(&mut self.link_fields);
+            let targets = link_fields
+                .iter()
+                .filter(|_| follow)
+                .filter_map(|n| fields.iter().find(|(f, _)| f == n))
+                .flat_map(|(_, f)| f.links());
+            self.settle_one(i, attrs, targets);
+            self.link_fields = link_fields;
+            self.drain();
+            return;
+        }
+        let targets = if follow {
+            self.link_fields
+                .iter()
+                .filter_map(|n| fields.iter().find(|(f, _)| f == n))
+                .flat_map(|(_, f)| f.links())
+                // Visited only grows: a target visited now will be skipped when settled.
+                .filter(|(t, _)| !self.visited.contains_key(*t))
+                .map(|(t, h)| (t.to_vec(), h))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.slots[i] = Slot::Fed(Fed { attrs, targets });
+    }
+
+    /// The attributes an entry shows, from a scanned record.
+    fn attrs_of(&self, fields: &[(&[u8], FieldRef<'_>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        match &self.attrs {
+            None => fields
+                .iter()
+                .map(|(n, f)| (n.to_vec(), f.display()))
+                .collect(),
+            Some(want) => want
+                .iter()
+                .filter_map(|a| {
+                    let f = fields.iter().find(|(n, _)| n == a)?;
+                    Some((a.clone(), f.1.display()))
+                })
+                .collect(),
+        }
+    }
+
+    /// Settle the fed keys that are next in level order (stops at the first pending one).
+    fn drain(&mut self) {
+        // Each pass settles one position; bounded by the level's length.
+        while self.stop.is_none() && self.settled < self.slots.len() {
+            let i = self.settled;
+            match std::mem::replace(&mut self.slots[i], Slot::Settled) {
+                Slot::Pending => {
+                    self.slots[i] = Slot::Pending;
+                    return;
+                }
+                Slot::Missing | Slot::Settled => {}
+                Slot::Fed(f) => {
+                    let targets = f.targets;
+                    self.settled += 1;
+                    self.settle_one(i, f.attrs, targets.iter().map(|(t, h)| (t.as_slice(), *h)));
+                    continue;
+                }
+            }
+            self.settled += 1;
+        }
+    }
+
+    /// Key `i` of the level becomes an entry; its targets not yet visited join the next
+    /// level (in order), within LIMIT.
+    fn settle_one<'t>(
+        &mut self,
+        i: usize,
+        attrs: Vec<(Vec<u8>, Vec<u8>)>,
+        targets: impl Iterator<Item = (&'t [u8], Option<Hint>)>,
+    ) {
+        if self.stop.is_some() {
+            return;
+        }
+        if self.entries.len() >= self.limit {
+            self.stop = Some(Stop::Limit);
+            return;
+        }
+        let entry = Entry {
+            key: std::mem::take(&mut self.frontier[i]),
+            depth: self.depth,
+            attrs,
+        };
+        let bytes = entry.reply_bytes();
+        if !self.entries.is_empty() && self.reply_bytes.saturating_add(bytes) > self.reply_bytes_max
+        {
+            self.stop = Some(Stop::Bytes);
+            return;
+        }
+        self.reply_bytes = self.reply_bytes.saturating_add(bytes);
+        self.entries.push(entry);
+        // Keys after this one in the level count against LIMIT too, so the next batch is
+        // never larger than what LIMIT could still take.
+        let rest = self.frontier.len() - i - 1;
+        for (t, h) in targets {
+            if self.visited.contains_key(t) {
+                continue;
+            }
+            if self.entries.len() + self.next.len() + rest >= self.limit {
+                self.truncated = true;
+                continue;
+            }
+            let pos = u32::try_from(self.next.len()).unwrap_or(u32::MAX);
+            self.visited.insert(t.to_vec(), (self.depth + 1, pos));
+            self.next.push(t.to_vec());
+            self.next_hints.push(h);
+        }
     }
 
     /// The caller's time bound is hit: what was fed so far for the current level is kept,
@@ -409,64 +616,45 @@ impl Chase {
         }
     }
 
-    /// Turns the fed results of the current level into entries, in frontier order, and builds
-    /// the next level from their links.
+    /// Ends the level being fetched: the keys fed out of order are settled in level order
+    /// (keys never fed are skipped and remembered as `unfed`), and the next level becomes
+    /// the frontier.
     fn settle(&mut self) {
         self.fetching = false;
-        self.batch.clear();
         self.unfed = false;
-        let frontier = std::mem::take(&mut self.frontier);
-        let mut fed = std::mem::take(&mut self.fed);
-        let mut next = Vec::new();
-        let mut rest = frontier.len();
-        for key in frontier {
-            rest -= 1;
-            let f = match fed.remove(&key) {
-                Some(Some(f)) => f,
-                Some(None) => continue,
-                None => {
-                    self.unfed = true;
-                    continue;
-                }
-            };
-            if self.entries.len() >= self.limit {
-                self.stop = Some(Stop::Limit);
-                return;
+        // Bounded by the level's length: each pass settles or skips one position.
+        while self.stop.is_none() && self.settled < self.slots.len() {
+            if matches!(self.slots[self.settled], Slot::Pending) {
+                self.unfed = true;
+                self.slots[self.settled] = Slot::Settled;
+                self.settled += 1;
+                continue;
             }
-            let entry = Entry {
-                key,
-                depth: self.depth,
-                attrs: f.attrs,
-            };
-            let bytes = entry.reply_bytes();
-            if !self.entries.is_empty()
-                && self.reply_bytes.saturating_add(bytes) > self.reply_bytes_max
-            {
-                self.stop = Some(Stop::Bytes);
-                return;
-            }
-            self.reply_bytes = self.reply_bytes.saturating_add(bytes);
-            self.entries.push(entry);
-            for t in f.targets {
-                if self.visited.contains(&t) {
-                    continue;
-                }
-                // Keys this level may still add count against LIMIT too, so the next batch
-                // is never larger than what LIMIT could still take.
-                if self.entries.len() + next.len() + rest >= self.limit {
-                    self.truncated = true;
-                    continue;
-                }
-                self.visited.insert(t.clone());
-                next.push(t);
-            }
+            self.drain();
         }
-        self.frontier = next;
+        if self.stop.is_some() {
+            self.frontier.clear();
+            self.next.clear();
+            return;
+        }
+        self.frontier = std::mem::take(&mut self.next);
+        self.hints = std::mem::take(&mut self.next_hints);
+        self.slots.clear();
         self.depth += 1;
         if self.entries.len() >= self.limit && (!self.frontier.is_empty() || self.truncated) {
             self.stop = Some(Stop::Limit);
         }
     }
+}
+
+/// A decoded field's links with their hints (none for plain bytes).
+fn field_links(f: &Field) -> impl Iterator<Item = (&[u8], Option<Hint>)> {
+    let links: &[crate::record::Link] = match f {
+        Field::Bytes(_) => &[],
+        Field::Link(l) => std::slice::from_ref(l),
+        Field::Links(ls) => ls,
+    };
+    links.iter().map(|l| (l.target.as_slice(), l.hint))
 }
 
 #[cfg(test)]
@@ -476,6 +664,7 @@ mod tests {
     //! front would, feeding every batch from the graph.
     use super::*;
     use crate::record::Link;
+    use std::collections::BTreeMap;
 
     fn graph() -> BTreeMap<Vec<u8>, Record> {
         let mut g = BTreeMap::new();
@@ -741,5 +930,136 @@ mod tests {
             Err("ERR LIMIT must be between 1 and 100000".into())
         );
         assert_eq!(chase("chase k x").root(), b"k");
+    }
+
+    /// A plain breadth-first walk: the specification the streaming settle must meet.
+    fn reference(
+        g: &BTreeMap<Vec<u8>, Record>,
+        root: &[u8],
+        depth_max: u32,
+        limit: usize,
+    ) -> (Vec<(Vec<u8>, u32)>, Stop) {
+        let mut visited = std::collections::BTreeSet::from([root.to_vec()]);
+        let mut frontier = vec![root.to_vec()];
+        let mut out: Vec<(Vec<u8>, u32)> = Vec::new();
+        let mut truncated = false;
+        for depth in 0..=depth_max {
+            let mut next = Vec::new();
+            for (i, k) in frontier.iter().enumerate() {
+                let Some(r) = g.get(k) else { continue };
+                if out.len() >= limit {
+                    return (out, Stop::Limit);
+                }
+                out.push((k.clone(), depth));
+                if depth == depth_max {
+                    continue;
+                }
+                let rest = frontier.len() - i - 1;
+                for t in r.get(b"next").into_iter().flat_map(Field::targets) {
+                    if visited.contains(t) {
+                        continue;
+                    }
+                    if out.len() + next.len() + rest >= limit {
+                        truncated = true;
+                        continue;
+                    }
+                    visited.insert(t.to_vec());
+                    next.push(t.to_vec());
+                }
+            }
+            frontier = next;
+            if frontier.is_empty() {
+                break;
+            }
+            if out.len() >= limit {
+                return (out, Stop::Limit);
+            }
+        }
+        (
+            out,
+            if truncated {
+                Stop::Limit
+            } else {
+                Stop::Complete
+            },
+        )
+    }
+
+    #[test]
+    fn any_feed_order_gives_the_reference_walk() {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move |n: u64| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s % n.max(1)
+        };
+        for _ in 0..200 {
+            let n = 2 + rnd(30);
+            let mut g = BTreeMap::new();
+            for v in 0..n {
+                if rnd(8) == 0 {
+                    continue; // a missing vertex
+                }
+                let mut r = Record::new();
+                r.insert(b"name".to_vec(), Field::Bytes(vec![b'a'; v as usize]));
+                let links: Vec<Link> = (0..rnd(6))
+                    .map(|_| Link::to(format!("v{}", rnd(n + 2))))
+                    .collect();
+                if !links.is_empty() {
+                    r.insert(b"next".to_vec(), Field::Links(links));
+                }
+                g.insert(format!("v{v}").into_bytes(), r);
+            }
+            let depth = rnd(4) as u32;
+            let limit = 1 + rnd(25) as u32;
+            let root = b"v0".to_vec();
+            let want = reference(&g, &root, depth, limit as usize);
+            // With FIELDS the records are walked only up to the fields used.
+            let attrs = match rnd(3) {
+                0 => None,
+                1 => Some(vec![b"name".to_vec()]),
+                _ => Some(vec![b"next".to_vec(), b"name".to_vec(), b"next".to_vec()]),
+            };
+            let new = || {
+                let links = vec![b"next".to_vec()];
+                Chase::new(root.clone(), links, depth, limit, attrs.clone()).unwrap()
+            };
+            let got = |r: ChaseReply| -> (Vec<(Vec<u8>, u32)>, Stop) {
+                (
+                    r.entries.into_iter().map(|e| (e.key, e.depth)).collect(),
+                    r.stop,
+                )
+            };
+            // In order by position, encoded (the node's path).
+            let mut c = new();
+            while c.advance() {
+                for i in 0..c.level().len() {
+                    let enc = g.get(&c.level()[i]).map(Record::encode);
+                    c.feed_encoded_at(i, enc.as_deref());
+                }
+            }
+            assert_eq!(got(c.finish()), want);
+            // Shuffled, by key, encoded and decoded mixed, each key fed twice.
+            let mut c = new();
+            for _ in 0..=depth + 1 {
+                let mut batch = c.next_batch();
+                if batch.is_empty() {
+                    break;
+                }
+                for i in (1..batch.len()).rev() {
+                    batch.swap(i, rnd(i as u64 + 1) as usize);
+                }
+                for k in batch.iter().chain(batch.iter()) {
+                    if rnd(2) == 0 {
+                        c.feed(k, g.get(k));
+                    } else {
+                        let enc = g.get(k).map(Record::encode);
+                        c.feed_encoded(k, enc.as_deref());
+                    }
+                }
+            }
+            assert_eq!(got(c.finish()), want);
+        }
     }
 }

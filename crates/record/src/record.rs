@@ -484,6 +484,13 @@ impl<'a> Reader<'a> {
 
     /// LEB128, at most 10 bytes, shortest form only (so every record has one encoding).
     fn varint(&mut self) -> Result<u64, RecordError> {
+        // Most varints are one byte (lengths under 128): no loop for them.
+        if let Some((&byte, rest)) = self.b.split_first() {
+            if byte & 0x80 == 0 {
+                self.b = rest;
+                return Ok(u64::from(byte));
+            }
+        }
         let mut v: u64 = 0;
         let mut shift: u32 = 0;
         for i in 0..10u32 {
@@ -788,34 +795,43 @@ pub fn scan(b: &[u8]) -> Result<Vec<(&[u8], FieldRef<'_>)>, RecordError> {
     let (mut r, count) = Reader::header(b)?;
     let mut fields = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     for _ in 0..count {
-        let name = r.bytes(FIELD_NAME_BYTES_MAX, "field name")?;
-        let f = match r.byte()? {
-            TAG_BYTES => FieldRef::Bytes(r.bytes(VALUE_BYTES_MAX as usize, "record")?),
-            TAG_LINK => {
-                let (t, h) = r.link_ref()?;
-                FieldRef::Link(t, h)
-            }
-            TAG_LINKS => {
-                let n = r.varint()?;
-                if n > LINKS_PER_FIELD_MAX as u64 {
-                    return Err(RecordError::TooLarge { what: "link list" });
-                }
-                if n > (r.b.len() / LINK_BYTES_MIN) as u64 {
-                    return Err(RecordError::Truncated);
-                }
-                let start = r.b;
-                for _ in 0..n {
-                    r.link_target()?;
-                }
-                let used = start
-                    .len()
-                    .checked_sub(r.b.len())
-                    .ok_or(RecordError::Truncated)?;
-                FieldRef::Links(start.get(..used).ok_or(RecordError::Truncated)?, n)
-            }
-            tag => return Err(RecordError::BadTag { tag }),
-        };
-        fields.push((name, f));
+        fields.push(r.field_ref()?);
+    }
+    if !r.b.is_empty() {
+        return Err(RecordError::TrailingBytes);
+    }
+    Ok(fields)
+}
+
+/// The fields named `wanted` (distinct names) of an encoded record, in record order,
+/// walking it only until all of them were met: the fields after the last one wanted are
+/// neither returned nor validated. What CHASE uses when it needs a few fields of a record
+/// whose other fields may be large (a leaf's name before its 4,096-link list). Every byte
+/// it does read is checked as [`scan`] checks it; a fault after the wanted fields goes
+/// unnoticed (nothing from there is used).
+///
+/// # Errors
+/// As [`scan`], for the part walked.
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+pub fn scan_wanted<'b>(
+    b: &'b [u8],
+    wanted: &[Vec<u8>],
+) -> Result<Vec<(&'b [u8], FieldRef<'b>)>, RecordError> {
+    let (mut r, count) = Reader::header(b)?;
+    let mut fields = Vec::with_capacity(wanted.len());
+    for _ in 0..count {
+        if fields.len() == wanted.len() {
+            return Ok(fields);
+        }
+        let (name, f) = r.field_ref()?;
+        if wanted.iter().any(|w| w.as_slice() == name) {
+            fields.push((name, f));
+        }
     }
     if !r.b.is_empty() {
         return Err(RecordError::TrailingBytes);
@@ -830,6 +846,38 @@ pub fn scan(b: &[u8]) -> Result<Vec<(&[u8], FieldRef<'_>)>, RecordError> {
     clippy::arithmetic_side_effects
 )]
 impl<'a> Reader<'a> {
+    /// One field: its name and its value, links walked and validated in place.
+    fn field_ref(&mut self) -> Result<(&'a [u8], FieldRef<'a>), RecordError> {
+        let name = self.bytes(FIELD_NAME_BYTES_MAX, "field name")?;
+        let f = match self.byte()? {
+            TAG_BYTES => FieldRef::Bytes(self.bytes(VALUE_BYTES_MAX as usize, "record")?),
+            TAG_LINK => {
+                let (t, h) = self.link_ref()?;
+                FieldRef::Link(t, h)
+            }
+            TAG_LINKS => {
+                let n = self.varint()?;
+                if n > LINKS_PER_FIELD_MAX as u64 {
+                    return Err(RecordError::TooLarge { what: "link list" });
+                }
+                if n > (self.b.len() / LINK_BYTES_MIN) as u64 {
+                    return Err(RecordError::Truncated);
+                }
+                let start = self.b;
+                for _ in 0..n {
+                    self.link_target()?;
+                }
+                let used = start
+                    .len()
+                    .checked_sub(self.b.len())
+                    .ok_or(RecordError::Truncated)?;
+                FieldRef::Links(start.get(..used).ok_or(RecordError::Truncated)?, n)
+            }
+            tag => return Err(RecordError::BadTag { tag }),
+        };
+        Ok((name, f))
+    }
+
     /// A link's target and hint.
     fn link_ref(&mut self) -> Result<(&'a [u8], Option<Hint>), RecordError> {
         let target = self.bytes(KEY_BYTES_MAX as usize, "link target")?;

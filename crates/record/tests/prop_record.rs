@@ -186,5 +186,17 @@ proptest! {
             prop_assert_eq!(t, rt);
         }
         let _ = ringlet_record::record::scan(&noise);
+        // `scan_wanted` returns the named fields `scan` sees, in record order, whichever
+        // and however many are asked (names absent from the record included).
+        let mut wanted: Vec<Vec<u8>> = r.iter().map(|(n, _)| n.to_vec()).step_by(2).collect();
+        wanted.push(b"absent-field".to_vec());
+        let some = ringlet_record::record::scan_wanted(&b, &wanted).unwrap();
+        let want: Vec<_> = fields.iter().filter(|(n, _)| wanted.iter().any(|w| w == n)).collect();
+        prop_assert_eq!(some.len(), want.len());
+        for ((n, f), (wn, wf)) in some.iter().zip(want) {
+            prop_assert_eq!(n, wn);
+            prop_assert_eq!(f.display(), wf.display());
+        }
+        let _ = ringlet_record::record::scan_wanted(&noise, &wanted);
     }
 }

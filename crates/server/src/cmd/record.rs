@@ -225,34 +225,79 @@ pub fn chase_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     }
 }
 
-/// Drive a CHASE over this node's engine: one lock hold per BFS level, bounded by
-/// [`CHASE_TIME_MAX`]. Shared by RESP CHASE and the native CHASE frame.
+/// Drive a CHASE over this node's engine, bounded by [`CHASE_TIME_MAX`]. Shared by RESP
+/// CHASE and the native CHASE frame.
+///
+/// Items are read by the lock-free reader, not under the engine lock (a deep walk no longer
+/// stalls every writer): each hop is first one validated read at the location hint of the
+/// link that led to it (`read_entry_at`: same table, checksum, index re-check, full key, so
+/// a stale hint never yields another item), then a lookup by key; a read the reader cannot
+/// validate (torn by a concurrent write) is done under the lock. Each item is read whole at
+/// one instant, as a client-side walk would read it; a level is not one snapshot.
 pub fn walk_local(
     shared: &crate::shared::Shared,
     mut walk: chase::Chase,
     now: u64,
 ) -> chase::ChaseReply {
     let deadline = Instant::now() + CHASE_TIME_MAX;
-    // Bounded by DEPTH + 1 levels (each next_batch settles one level).
-    loop {
-        let batch = walk.next_batch();
-        if batch.is_empty() {
-            break;
-        }
+    let reader = shared.db.reader();
+    let mut buf = Vec::new();
+    // Bounded by DEPTH + 1 levels (each advance settles one level).
+    while walk.advance() {
         if Instant::now() >= deadline {
             walk.timed_out();
             break;
         }
-        let engine = shared.db.lock();
-        for k in &batch {
-            // A missing key, a string or a record that does not decode is not an entry.
-            match engine.get(k, now) {
-                Some(e) if e.kind == ValueKind::Record => walk.feed_encoded(k, Some(&e.value)),
-                _ => walk.feed_encoded(k, None),
-            }
+        for i in 0..walk.level().len() {
+            let hint = walk.level_hint(i);
+            let found = read_record(shared, &reader, &walk.level()[i], hint, now, &mut buf);
+            walk.feed_encoded_at(i, found.then_some(buf.as_slice()));
         }
     }
     walk.finish()
+}
+
+/// Read `key` into `buf` for a CHASE hop; `true` if it holds a record. See [`walk_local`].
+fn read_record(
+    shared: &crate::shared::Shared,
+    reader: &ringlet_engine::Reader,
+    key: &[u8],
+    hint: Option<ringlet_record::Hint>,
+    now: u64,
+    buf: &mut Vec<u8>,
+) -> bool {
+    use ringlet_engine::ReadOutcome;
+    if key.len() > ringlet_types::limits::KEY_BYTES_MAX as usize {
+        return false;
+    }
+    let is_record =
+        |r: ReadOutcome| matches!(r, ReadOutcome::Hit { kind, .. } if kind == ValueKind::Record);
+    if let Some(h) = hint {
+        let pos = ringlet_engine::read::Position {
+            layout: h.table,
+            entry: h.entry,
+        };
+        let hash = ringlet_engine::hash::key_hash(key);
+        // Err: stale (the table changed, the entry moved or is another key's): look it up.
+        if let Ok(r) =
+            ringlet_engine::read::read_entry_at(&reader.view(), key, hash, pos, now, None, buf)
+        {
+            if !matches!(r, ReadOutcome::Retry) {
+                return is_record(r);
+            }
+        }
+    }
+    match reader.get(key, now, buf) {
+        ReadOutcome::Retry => match shared.db.lock().get(key, now) {
+            Some(e) if e.kind == ValueKind::Record => {
+                buf.clear();
+                buf.extend_from_slice(&e.value);
+                true
+            }
+            _ => false,
+        },
+        r => is_record(r),
+    }
 }
 
 /// A [`chase::Chase`] from a native CHASE frame (`Err`: RESP CHASE's error text for the
@@ -310,23 +355,21 @@ pub fn encode_chase_native<S: ringlet_codec::Sink + ?Sized>(
 /// the stop status (`complete`, `limit`, `bytes`, `time`) as a bulk string. Shared with the
 /// cluster front through [`chase_reply_parts`].
 pub fn chase_reply(r: chase::ChaseReply) -> Reply {
-    let (entries, stop) = chase_reply_parts(r);
-    let mut items: Vec<Reply> = entries
-        .into_iter()
-        .map(|(key, depth, attrs)| {
-            Reply::Array(vec![
-                Reply::Bulk(Bytes::from(key)),
-                Reply::Int(depth),
-                Reply::Array(
-                    attrs
-                        .into_iter()
-                        .map(|v| Reply::Bulk(Bytes::from(v)))
-                        .collect(),
-                ),
-            ])
-        })
-        .collect();
-    items.push(Reply::Bulk(Bytes::from_static(stop.as_bytes())));
+    let mut items: Vec<Reply> = Vec::with_capacity(r.entries.len() + 1);
+    // Built straight from the entries (no intermediate flat list per entry).
+    for e in r.entries {
+        let mut attrs = Vec::with_capacity(e.attrs.len() * 2);
+        for (k, v) in e.attrs {
+            attrs.push(Reply::Bulk(Bytes::from(k)));
+            attrs.push(Reply::Bulk(Bytes::from(v)));
+        }
+        items.push(Reply::Array(vec![
+            Reply::Bulk(Bytes::from(e.key)),
+            Reply::Int(i64::from(e.depth)),
+            Reply::Array(attrs),
+        ]));
+    }
+    items.push(Reply::Bulk(Bytes::from_static(r.stop.as_str().as_bytes())));
     Reply::Array(items)
 }
 

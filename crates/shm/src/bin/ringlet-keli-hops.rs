@@ -199,5 +199,60 @@ fn main() {
         med[1].1 / med[0].1,
         med[3].1 / med[2].1
     );
+    // Where a hop's time goes: the same operations on one record over and over (cache-hot,
+    // no miss), so walk minus hot is what the walk's cache misses cost.
+    let reps = hops.min(1_000_000);
+    let k0 = start.clone();
+    let h0 = key_hash(&k0);
+    let p0 = start_hint.map(|h| pos(&h)).expect("start hint");
+    let mut out = Vec::new();
+    let hot = |f: &mut dyn FnMut(&mut Vec<u8>)| -> f64 {
+        let mut out = Vec::new();
+        let mut v = Vec::new();
+        for _ in 0..rounds {
+            let t = Instant::now();
+            for _ in 0..reps {
+                f(&mut out);
+            }
+            v.push(t.elapsed().as_nanos() as f64 / reps as f64);
+        }
+        median(v)
+    };
+    let hash = hot(&mut |_| {
+        std::hint::black_box(key_hash(std::hint::black_box(&k0)));
+    });
+    let scan_next = {
+        assert!(matches!(
+            read_entry_with(&view, &k0, h0, 1, None, &mut out).0,
+            ReadOutcome::Hit { .. }
+        ));
+        let rec = out.clone();
+        hot(&mut |_| {
+            std::hint::black_box(next_of(std::hint::black_box(&rec)));
+        })
+    };
+    let e_lookup = hot(&mut |o| {
+        std::hint::black_box(read_entry_with(&view, &k0, key_hash(&k0), 1, None, o).0);
+    });
+    let e_chase = hot(&mut |o| {
+        let _ = std::hint::black_box(read_entry_at(&view, &k0, key_hash(&k0), p0, 1, None, o));
+    });
+    let s_lookup = hot(&mut |o| {
+        let _ = std::hint::black_box(shm.get_into(&k0, o));
+    });
+    let s_chase = hot(&mut |o| {
+        let _ = std::hint::black_box(shm.get_hinted(&k0, Some(p0), o));
+    });
+    println!("cache-hot, one record again and again (ns): key hash {hash:.1}, scan for next {scan_next:.1}");
+    println!(
+        "  engine lookup {e_lookup:.1}, engine chase {e_chase:.1}; shm lookup {s_lookup:.1}, shm chase {s_chase:.1}"
+    );
+    println!(
+        "walk minus hot = the misses (ns/hop): engine lookup {:.1}, engine chase {:.1}; shm lookup {:.1}, shm chase {:.1}",
+        med[0].1 - e_lookup - scan_next,
+        med[1].1 - e_chase - scan_next,
+        med[2].1 - s_lookup - scan_next,
+        med[3].1 - s_chase - scan_next
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
