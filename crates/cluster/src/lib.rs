@@ -40,7 +40,9 @@ pub mod native;
 pub mod node;
 pub mod resolve;
 pub mod resp;
-pub mod store;
+/// The replica core's store over the node's engine (it lives in `ringlet-replica` so the
+/// simulator runs the same store as a node).
+pub use ringlet_replica::engine_store as store;
 pub mod tls;
 pub mod transport;
 pub mod wire;

@@ -24,11 +24,13 @@
 //! for front ends that read the store without the core). Protocol and reasons:
 //! `docs/design/cluster-replication.md`.
 
+pub mod engine_store;
 pub mod inflight;
 pub mod msg;
 pub mod node;
 pub mod store;
 
+pub use engine_store::{EngineStore, StoreStats};
 pub use inflight::InflightKeys;
 pub use msg::*;
 pub use node::{Input, Output, Replica, ReplicaConfig, ReplicaStats};

@@ -29,5 +29,6 @@
 
 pub mod rng;
 pub mod sim;
+pub mod store;
 
 pub use sim::{run_seed, RunStats, SimOptions};

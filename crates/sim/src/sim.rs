@@ -1,13 +1,14 @@
 //! The simulated world. See the crate docs for the picture.
 
 use crate::rng::Rng;
+use crate::store::SimStore;
 use ringlet_control::{
     Action, ClusterMap, ControlConfig, ControlPlane, Input as CpInput, NodeState,
 };
 use ringlet_linearize::{check_history, Op, OpKind, DEFAULT_BUDGET};
 use ringlet_replica::{
-    ClientOp, ClientReply, ClientRequest, Input, MemStore, Output, PeerMsg, Replica, ReplicaConfig,
-    ReplicaStore, Reply, ReqId,
+    ClientOp, ClientReply, ClientRequest, EngineStore, Input, MemStore, Output, PeerMsg, Replica,
+    ReplicaConfig, ReplicaStore, Reply, ReqId,
 };
 use ringlet_types::{key_slot, Epoch, MemgestId, MemgestKind, NodeId, Version};
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +36,10 @@ pub struct SimOptions {
     pub store_value_bytes_max: Option<u64>,
     /// Force resharding faults on (slot moves and spares added as data nodes).
     pub moves: bool,
+    /// Run every node on [`EngineStore`], the store a real node runs over its engine,
+    /// instead of the reference `MemStore` (ignored with `store_value_bytes_max`, whose
+    /// value-byte capacity only the reference store has).
+    pub engine_store: bool,
 }
 
 impl Default for SimOptions {
@@ -47,6 +52,7 @@ impl Default for SimOptions {
             ec_double: false,
             store_value_bytes_max: None,
             moves: false,
+            engine_store: false,
         }
     }
 }
@@ -154,7 +160,7 @@ enum InputKind {
 }
 
 struct NodeSlot {
-    replica: Option<Replica<MemStore>>,
+    replica: Option<Replica<SimStore>>,
     incarnation: u64,
     last_epoch: Epoch,
 }
@@ -356,8 +362,21 @@ impl World {
             ..ReplicaConfig::default()
         };
         let store = match self.opts.store_value_bytes_max {
-            Some(b) => MemStore::with_capacity(b),
-            None => MemStore::new(),
+            Some(b) => SimStore::Mem(MemStore::with_capacity(b)),
+            // The store a real node runs (64 MiB of engine memory, far above a run's data).
+            None if self.opts.engine_store => {
+                let cfg = ringlet_engine::EngineConfig {
+                    memory_bytes_max: 64 << 20,
+                    index_buckets_initial: 1 << 8,
+                    origin: id.0,
+                    ..Default::default()
+                };
+                match EngineStore::new(cfg) {
+                    Ok(s) => SimStore::Engine(Box::new(s)),
+                    Err(e) => panic!("SEED={} engine store: {e}", self.seed),
+                }
+            }
+            None => SimStore::Mem(MemStore::new()),
         };
         slot.replica = Some(Replica::new(id, slot.incarnation, cfg, store));
         slot.last_epoch = Epoch(0);

@@ -65,6 +65,21 @@ fn swarm_moves_60_seeds() {
     );
 }
 
+/// The same faults and checkers with every node on the engine store a real node runs
+/// (`EngineStore`), not the reference store: bugs in the engine's bookkeeping (tombstone
+/// floors, purges of moved spans) are in scope. Moves included.
+#[test]
+fn swarm_on_the_engine_store_60_seeds() {
+    run_all(
+        seeds(2000..2060),
+        &SimOptions {
+            engine_store: true,
+            moves: true,
+            ..SimOptions::default()
+        },
+    );
+}
+
 #[test]
 fn swarm_200_seeds() {
     run_all(seeds(0..200), &SimOptions::default());

@@ -9,23 +9,23 @@
 //!
 //! ```text
 //!   meta:    BTreeMap<(slot, key), Meta { version, memgest, tombstone }>   key order per slot
-//!   digests: ringlet_replica::SlotDigests (xor of entry_digest + count per (slot, memgest)), O(1) per change
+//!   digests: crate::SlotDigests (xor of entry_digest + count per (slot, memgest)), O(1) per change
 //!   engine:  key -> value (published, versioned, checksummed)              the data
 //! ```
 //!
 //! The metadata costs the key bytes again plus ~48 bytes per key; the alternative — sorting a
 //! slot's keys out of the engine's hash index on every page — costs O(n log n) per page and
 //! would still need a tombstone-memgest table. Digests are kept in the same
-//! `ringlet_replica::SlotDigests` as [`ringlet_replica::MemStore`]'s, so two nodes compare
+//! `crate::SlotDigests` as [`crate::MemStore`]'s, so two nodes compare
 //! equal iff their metadata agree.
 //!
 //! Time: the trait is timeless, so every engine call here passes `now_ms = 0`, which never
 //! expires anything; entries carry their expiry (in the metadata, and in the engine's header
 //! for the fronts' fast path) and the core expires them through `ReplicaStore::expired`.
 
+use crate::{ApplyOutcome, Entry, ReplicaStore, SlotDigests};
 use parking_lot::Mutex;
 use ringlet_engine::{Engine, EngineConfig, SetOptions, SetOutcome};
-use ringlet_replica::{ApplyOutcome, Entry, ReplicaStore, SlotDigests};
 use ringlet_types::{key_slot, limits, MemgestId, Slot, ValueKind, Version};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -661,8 +661,8 @@ impl ReplicaStore for EngineStore {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+    use crate::MemStore;
     use proptest::prelude::*;
-    use ringlet_replica::MemStore;
 
     fn cfg() -> EngineConfig {
         EngineConfig {
