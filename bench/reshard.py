@@ -133,8 +133,18 @@ def ringlet_run(binary, keys, size):
         admin = ["--control", control, "--cluster-secret-file", secret]
 
         def grow():
-            subprocess.run([binary, "node", "add", "4"] + admin, check=True,
-                           stdout=subprocess.DEVNULL)
+            # The spare may not have joined yet on a loaded machine (`ringlet up` reports
+            # ready once the data nodes serve): retry "not a spare" for up to 10 s.
+            for _ in range(50):
+                r = subprocess.run([binary, "node", "add", "4"] + admin,
+                                   capture_output=True, text=True)
+                if r.returncode == 0:
+                    break
+                if "not a spare" not in r.stderr:
+                    raise SystemExit("ringlet node add failed:\n" + r.stderr)
+                time.sleep(0.2)
+            else:
+                raise SystemExit("node 4 never joined as a spare")
             subprocess.run([binary, "node", "rebalance"] + admin, check=True,
                            stdout=subprocess.DEVNULL)
         r = measure(base, keys, size, grow)
