@@ -174,10 +174,6 @@ impl<S: ReplicaStore> Replica<S> {
     pub(super) fn drive_copy(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         let Some(map) = self.map.clone() else { return };
         let (retry, hb) = (self.cfg.pull_retry_ms, self.cfg.heartbeat_interval_ms);
-        let have = match &self.copy {
-            Some(c) if c.pass == 1 => Some(self.slot_digests(c.first, c.last)),
-            _ => None,
-        };
         let Some(c) = self.copy.as_mut() else { return };
         if c.pass >= 2 {
             let copying = map
@@ -204,6 +200,10 @@ impl<S: ReplicaStore> Replica<S> {
         if c.req_id != 0 && now_ms.saturating_sub(c.sent_ms) < retry {
             return;
         }
+        // The catch-up pass sends this node's digests (computed only when a request goes).
+        let (first, last, pass) = (c.first, c.last, c.pass);
+        let have = (pass == 1).then(|| self.slot_digests(first, last));
+        let Some(c) = self.copy.as_mut() else { return };
         self.next_id = self.next_id.wrapping_add(1);
         c.req_id = self.next_id;
         c.sent_ms = now_ms;
