@@ -145,8 +145,8 @@ def ringlet_run(binary, keys, size, tail=0):
 
         def grow():
             # The spare may not have joined yet on a loaded machine (`ringlet up` reports
-            # ready once the data nodes serve): retry "not a spare" for up to 10 s.
-            for _ in range(50):
+            # ready once the data nodes serve): retry "not a spare" for up to 30 s.
+            for _ in range(150):
                 r = subprocess.run([binary, "node", "add", "4"] + admin,
                                    capture_output=True, text=True)
                 if r.returncode == 0:
@@ -155,7 +155,7 @@ def ringlet_run(binary, keys, size, tail=0):
                     raise SystemExit("ringlet node add failed:\n" + r.stderr)
                 time.sleep(0.2)
             else:
-                raise SystemExit("node 4 never joined as a spare")
+                raise SystemExit("node 4 never joined as a spare: " + r.stderr)
             p = subprocess.Popen([binary, "node", "rebalance"] + admin,
                                  stdout=subprocess.PIPE, text=True)
             marks = [(time.perf_counter(), line.rstrip()) for line in p.stdout]
