@@ -414,6 +414,11 @@ const REPAIR_BUSY_SLOT_MS: u64 = 10_000;
 /// node's in-flight budget allows in one repair window.
 const BUSY_REPAIRS_MAX: usize = 65_536;
 
+/// How soon a delta pull asks the old coordinator again after a "not ready" (it had not
+/// seen the switch): one map broadcast away, so a short wait; at most one request per
+/// interval, so a source that stays behind costs 50 small requests a second.
+const DELTA_RETRY_MS: u64 = 20;
+
 /// How often a coordinator repeats an unanswered request to mark a memgest written.
 const MARK_WRITTEN_RETRY_MS: u64 = 100;
 
@@ -2354,6 +2359,15 @@ impl<S: ReplicaStore> Replica<S> {
                 s.after = None;
                 s.req_id = u64::MAX; // not 0: wait for the retry timer
                 s.sent_ms = now_ms;
+                if p.delta && p.prior.first() == Some(&from) {
+                    // The old coordinator of a copied span has not seen the switch yet (its
+                    // range is not split): it will within a map broadcast, and this node's
+                    // reads wait on its answer, so ask again after DELTA_RETRY_MS rather
+                    // than a whole retry interval (bench/reshard.py saw GETs wait ~1 s).
+                    s.sent_ms = now_ms
+                        .saturating_sub(self.cfg.pull_retry_ms)
+                        .saturating_add(DELTA_RETRY_MS);
+                }
                 return;
             }
             apply = entries;
