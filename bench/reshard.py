@@ -15,7 +15,11 @@ its new replicas). The keys are loaded through redis-py cluster pipelines, sprea
 slots by name; the reader GETs those same keys (hits).
 
   python3 bench/reshard.py [--ringlet target/release/ringlet] [--keys 200000] [--size 1024]
-                           [--reps 3] [--json]
+                           [--reps 3] [--json] [--tail N]
+
+--tail N prints, for each Ringlet round, the N slowest GETs of the rebalance window with
+their start (ms after the rebalance started) beside the CLI's per-move lines, stamped the
+same way: where the tail comes from (a switch, a copy, a purge).
 """
 import argparse
 import json
@@ -87,14 +91,15 @@ def slot_owners(port):
     return owners
 
 
-def measure(port, keys, size, grow):
-    """Start a reader, 3 s steady, then `grow()`; returns the figures."""
+def measure(port, keys, size, grow, tail=0):
+    """Start a reader, 3 s steady, then `grow()`; returns the figures. `grow` may return
+    [(perf_counter, line)] to print beside the `tail` slowest GETs."""
     reader = Reader(port, keys)
     reader.start()
     time.sleep(3.0)
     before = slot_owners(port)
     t0 = time.perf_counter()
-    grow()
+    marks = grow() or []
     t1 = time.perf_counter()
     time.sleep(0.5)
     reader.stop = True
@@ -103,6 +108,12 @@ def measure(port, keys, size, grow):
     moved = sum(1 for s in range(16384) if before.get(s) != after.get(s))
     steady = reader.window(t0 - 3.0, t0)
     during = reader.window(t0, t1)
+    if tail:
+        slow = sorted(((d, t - t0) for t, d in reader.samples if t0 <= t < t1), reverse=True)
+        events = [(at - t0, "  " + line) for at, line in marks]
+        events += [(at, "  GET %7.0f us" % (d * 1e6)) for d, at in slow[:tail]]
+        for at, text in sorted(events):
+            print("%9.1f ms%s" % (at * 1e3, text), file=sys.stderr)
     # Exactly the loaded keys whose slot changed owner (values only, each counted once).
     rc = RedisCluster(host="127.0.0.1", port=port)
     moved_keys = sum(1 for i in range(keys)
@@ -115,7 +126,7 @@ def measure(port, keys, size, grow):
             "reader_errors": reader.errors}
 
 
-def ringlet_run(binary, keys, size):
+def ringlet_run(binary, keys, size, tail=0):
     base = free_base(4)
     up = subprocess.Popen([binary, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
                            "--default-memgest", "rep:3", "--memory-mb", "4096"],
@@ -133,11 +144,25 @@ def ringlet_run(binary, keys, size):
         admin = ["--control", control, "--cluster-secret-file", secret]
 
         def grow():
-            subprocess.run([binary, "node", "add", "4"] + admin, check=True,
-                           stdout=subprocess.DEVNULL)
-            subprocess.run([binary, "node", "rebalance"] + admin, check=True,
-                           stdout=subprocess.DEVNULL)
-        r = measure(base, keys, size, grow)
+            # The spare may not have joined yet on a loaded machine (`ringlet up` reports
+            # ready once the data nodes serve): retry "not a spare" for up to 30 s.
+            for _ in range(150):
+                r = subprocess.run([binary, "node", "add", "4"] + admin,
+                                   capture_output=True, text=True)
+                if r.returncode == 0:
+                    break
+                if "not a spare" not in r.stderr:
+                    raise SystemExit("ringlet node add failed:\n" + r.stderr)
+                time.sleep(0.2)
+            else:
+                raise SystemExit("node 4 never joined as a spare: " + r.stderr)
+            p = subprocess.Popen([binary, "node", "rebalance"] + admin,
+                                 stdout=subprocess.PIPE, text=True)
+            marks = [(time.perf_counter(), line.rstrip()) for line in p.stdout]
+            if p.wait() != 0:
+                raise SystemExit("ringlet node rebalance failed")
+            return marks
+        r = measure(base, keys, size, grow, tail)
         # Copy throughput of one moving range: what the new coordinators received over the
         # time their handoff rebuilds took (moves run one after another), from INFO.
         got = {"reshard_bytes_pulled": 0, "reshard_moves_ms": 0}
@@ -193,10 +218,11 @@ def main():
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--tail", type=int, default=0)
     a = ap.parse_args()
     runs = {"ringlet": [], "redis": []}
     for i in range(a.reps):
-        for name, run in (("ringlet", lambda: ringlet_run(a.ringlet, a.keys, a.size)),
+        for name, run in (("ringlet", lambda: ringlet_run(a.ringlet, a.keys, a.size, a.tail)),
                           ("redis", lambda: redis_run(a.keys, a.size))):
             r = run()
             runs[name].append(r)

@@ -1030,6 +1030,10 @@ async fn wait_moved(
 ) -> Result<u32> {
     use ringlet_cluster::control::{request, FromControl, ToControl};
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_s);
+    // Whether a map showed this move (listed, or switched): a later map showing neither
+    // means the control plane called it off (its source or target failed while it
+    // copied; the old owner kept the slots).
+    let mut seen = false;
     loop {
         if let FromControl::Map(now) = request(control, &ToControl::Watch).await? {
             let at = now
@@ -1037,11 +1041,21 @@ async fn wait_moved(
                 .as_ref()
                 .and_then(|p| p.range_of(first))
                 .is_some_and(|r| (r.pg, r.data_index) == to && r.last >= last);
+            let listed = now.moving.is_some_and(|m| {
+                (m.first, m.last, m.pg, m.data_index) == (first, last, to.0, to.1)
+            });
             if at && now.handoff(first, last).is_none() {
                 if let Some(c) = now.coordinator(first) {
                     return Ok(c.0);
                 }
             }
+            if seen && !at && !listed {
+                anyhow::bail!(
+                    "move {first}-{last} was called off (its source or target failed, or it \
+                     copied for too long): the slots stay with their owner; run it again"
+                );
+            }
+            seen |= at || listed;
         }
         if std::time::Instant::now() >= deadline {
             anyhow::bail!(

@@ -111,6 +111,15 @@ pub enum ToControl {
         first: u16,
         last: u16,
     },
+    /// A move's target copied its span before the switch (resharding phase 0; the move
+    /// that started at `epoch` turns into phase 1).
+    MoveCopied {
+        node: u32,
+        incarnation: u64,
+        first: u16,
+        last: u16,
+        epoch: u64,
+    },
     CreateMemgest {
         name: String,
         kind: String,
@@ -683,6 +692,22 @@ impl ControlService {
                     incarnation,
                     first,
                     last,
+                });
+                self.carry_out(a, None)
+            }
+            ToControl::MoveCopied {
+                node,
+                incarnation,
+                first,
+                last,
+                epoch,
+            } => {
+                let a = self.backend.step(Input::MoveCopied {
+                    node: NodeId(node),
+                    incarnation,
+                    first,
+                    last,
+                    epoch,
                 });
                 self.carry_out(a, None)
             }

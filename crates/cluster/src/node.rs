@@ -1012,8 +1012,21 @@ impl Driver {
                             first,
                             last,
                         },
-                        // The core only emits Join, Heartbeat, Quiesced, MarkWritten and
-                        // HandoffDone.
+                        ControlInput::MoveCopied {
+                            node,
+                            incarnation,
+                            first,
+                            last,
+                            epoch,
+                        } => ToControl::MoveCopied {
+                            node: node.0,
+                            incarnation,
+                            first,
+                            last,
+                            epoch,
+                        },
+                        // The core only emits Join, Heartbeat, Quiesced, MarkWritten,
+                        // HandoffDone and MoveCopied.
                         _ => continue,
                     };
                     let _ = self.control.send(m);

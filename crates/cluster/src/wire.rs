@@ -320,20 +320,31 @@ pub fn encode_peer(m: &PeerMsg) -> Vec<u8> {
                 first,
                 last,
                 after,
+                delta,
+                have,
             } => {
                 e.u8(3);
                 e.u64(*id);
                 e.u8(match purpose {
                     PullPurpose::Rebuild => 0,
                     PullPurpose::Sync => 1,
+                    PullPurpose::Copy => 2,
                 });
                 e.u16(*first);
                 e.u16(*last);
                 e.cursor(after);
+                // Delta pulls (resharding): appended after the original fields.
+                e.u8(u8::from(*delta));
+                e.u32(have.len() as u32);
+                for (s, d) in have {
+                    e.u16(*s);
+                    e.u64(*d);
+                }
             }
             PeerBody::PullResp {
                 id,
                 ready,
+                resets,
                 entries,
                 next,
             } => {
@@ -342,6 +353,10 @@ pub fn encode_peer(m: &PeerMsg) -> Vec<u8> {
                 e.u8(u8::from(*ready));
                 e.entries(entries);
                 e.cursor(next);
+                e.u32(resets.len() as u32);
+                for s in resets {
+                    e.u16(*s);
+                }
             }
             PeerBody::Probe {
                 first,
@@ -827,6 +842,7 @@ pub fn decode_body(body: &[u8]) -> Result<Frame, WireError> {
                     purpose: match d.u8()? {
                         0 => PullPurpose::Rebuild,
                         1 => PullPurpose::Sync,
+                        2 => PullPurpose::Copy,
                         tag => {
                             return Err(WireError::BadTag {
                                 what: "pull purpose",
@@ -837,13 +853,35 @@ pub fn decode_body(body: &[u8]) -> Result<Frame, WireError> {
                     first: d.slot()?,
                     last: d.slot()?,
                     after: d.cursor()?,
+                    delta: d.bool("delta")?,
+                    have: {
+                        let n = d.count("have", 10)?;
+                        let mut have = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            let s = d.slot()?;
+                            have.push((s, d.u64()?));
+                        }
+                        have
+                    },
                 },
-                4 => PeerBody::PullResp {
-                    id: d.u64()?,
-                    ready: d.bool("ready")?,
-                    entries: d.entries()?,
-                    next: d.cursor()?,
-                },
+                4 => {
+                    let id = d.u64()?;
+                    let ready = d.bool("ready")?;
+                    let entries = d.entries()?;
+                    let next = d.cursor()?;
+                    let n = d.count("resets", 2)?;
+                    let mut resets = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        resets.push(d.slot()?);
+                    }
+                    PeerBody::PullResp {
+                        id,
+                        ready,
+                        resets,
+                        entries,
+                        next,
+                    }
+                }
                 5 => {
                     let first = d.slot()?;
                     let last = d.slot()?;
@@ -1105,27 +1143,44 @@ mod tests {
                     ok,
                 }
             }),
-            (any::<u64>(), any::<bool>(), slot(), slot(), cursor()).prop_map(
-                |(id, r, first, last, after)| PeerBody::PullReq {
-                    id,
-                    purpose: if r {
-                        PullPurpose::Rebuild
-                    } else {
-                        PullPurpose::Sync
-                    },
-                    first,
-                    last,
-                    after
-                }
-            ),
-            (any::<u64>(), any::<bool>(), entries(), cursor()).prop_map(
-                |(id, ready, entries, next)| PeerBody::PullResp {
+            (
+                any::<u64>(),
+                0u8..3,
+                slot(),
+                slot(),
+                cursor(),
+                any::<bool>(),
+                proptest::collection::vec((slot(), any::<u64>()), 0..4)
+            )
+                .prop_map(|(id, r, first, last, after, delta, have)| {
+                    PeerBody::PullReq {
+                        id,
+                        purpose: match r {
+                            0 => PullPurpose::Rebuild,
+                            1 => PullPurpose::Sync,
+                            _ => PullPurpose::Copy,
+                        },
+                        first,
+                        last,
+                        after,
+                        delta,
+                        have,
+                    }
+                }),
+            (
+                any::<u64>(),
+                any::<bool>(),
+                proptest::collection::vec(slot(), 0..4),
+                entries(),
+                cursor()
+            )
+                .prop_map(|(id, ready, resets, entries, next)| PeerBody::PullResp {
                     id,
                     ready,
+                    resets,
                     entries,
                     next
-                }
-            ),
+                }),
             (
                 slot(),
                 slot(),

@@ -80,6 +80,12 @@ pub enum EventKind {
         pg: u32,
         data_index: u8,
     },
+    /// The move's target copied the span (phase 0 done); its old coordinator now
+    /// finishes the writes in flight before the switch.
+    SlotsCopied {
+        first: Slot,
+        last: Slot,
+    },
     /// The span changed coordinator (`from` -> `to`); the new cohort rebuilds it.
     SlotsMoved {
         first: Slot,
@@ -162,6 +168,7 @@ impl EventKind {
             EventKind::DrainFinished { .. } => "drain_finished",
             EventKind::DrainCancelled { .. } => "drain_cancelled",
             EventKind::SlotsMoving { .. } => "slots_moving",
+            EventKind::SlotsCopied { .. } => "slots_copied",
             EventKind::SlotsMoved { .. } => "slots_moved",
             EventKind::MoveCancelled { .. } => "move_cancelled",
             EventKind::HandoffDone { .. } => "handoff_done",
@@ -237,6 +244,9 @@ impl std::fmt::Display for EventKind {
                 opt(from),
                 opt(to)
             ),
+            EventKind::SlotsCopied { first, last } => {
+                write!(f, "slots {first}-{last} copied to their target; switching")
+            }
             EventKind::MoveCancelled { first, last } => {
                 write!(f, "move of slots {first}-{last} called off")
             }
@@ -453,6 +463,10 @@ pub fn diff(old: &ClusterMap, new: &ClusterMap) -> Vec<EventKind> {
         _ => {}
     }
     match (old.moving, new.moving) {
+        (Some(a), Some(b)) if a.copying && !b.copying => out.push(EventKind::SlotsCopied {
+            first: b.first,
+            last: b.last,
+        }),
         (None, Some(m)) => out.push(EventKind::SlotsMoving {
             first: m.first,
             last: m.last,

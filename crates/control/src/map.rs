@@ -120,6 +120,21 @@ pub struct SlotMove {
     /// span's [`Handoff`]: the new coordinator paces its rebuild pulls by it.
     #[serde(default)]
     pub rate_kib_s: u32,
+    /// Phase 0 (copy before the switch): the old coordinator keeps serving reads and writes
+    /// of the span while the target pair's coordinator copies it (snapshot, then one
+    /// catch-up pass); the target reports it (`plane::Input::MoveCopied`), and the move
+    /// turns into phase 1 (`copying = false`, the quiesce). A map from before
+    /// phase 0 existed decodes as phase 1.
+    #[serde(default)]
+    pub copying: bool,
+    /// The span's coordinator and the target pair's coordinator when the move started
+    /// (node ids; 0 in maps from before phase 0): a copying move whose source or target is
+    /// no longer that node, or no longer Active, is called off (the old owner never stopped
+    /// serving, and the target purges its partial copy).
+    #[serde(default)]
+    pub source: u32,
+    #[serde(default)]
+    pub target: u32,
 }
 
 /// A span that moved at `epoch` from (`from_pg`, `from_data_index`).
@@ -174,10 +189,21 @@ impl ClusterMap {
         self.coordinator(self.moving?.first)
     }
 
-    /// Whether `slot` is in the span being moved.
+    /// Whether `slot` is in the span being moved and past its copy (phase 1: its
+    /// coordinator refuses new writes to it and quiesces).
     pub fn is_moving(&self, slot: Slot) -> bool {
         self.moving
-            .is_some_and(|m| m.first <= slot && slot <= m.last)
+            .is_some_and(|m| !m.copying && m.first <= slot && slot <= m.last)
+    }
+
+    /// The coordinator of the pair a move goes to (the node that copies it in phase 0).
+    pub fn move_target(&self, m: &SlotMove) -> Option<NodeId> {
+        let p = self.placement.as_ref()?;
+        let group = p.group(m.pg)?;
+        if group.is_empty() {
+            return None;
+        }
+        group.get(usize::from(m.data_index) % group.len()).copied()
     }
 
     /// The handoff that gave exactly `first..=last` its current owner, if any.

@@ -35,6 +35,13 @@ pub const DROP_SETTLE_MS: u64 = 500;
 /// drains had two phases.
 pub const DRAIN_QUIESCE_MS_MAX: u64 = 3_000;
 
+/// Longest phase 0 of a move (the target copying the span while the old coordinator still
+/// serves it) before the move is called off. The copy runs at the node's pace or at the
+/// move's `--rate`: 10 minutes is ~60 GB unlimited, or 600 MB at 1 MB/s; a move that needs
+/// longer is split (a rebalance moves one span per coordinator pair anyway). Calling off is
+/// safe at any time in phase 0: the old owner never stopped serving.
+pub const MOVE_COPY_MS_MAX: u64 = 600_000;
+
 /// Keys and bytes of one memgest on one node (a node's engine counts every copy it holds:
 /// a `rep:3` key is counted on three nodes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,6 +182,16 @@ pub enum Input {
         incarnation: u64,
         first: Slot,
         last: Slot,
+    },
+    /// Resharding phase 0: the target coordinator of the move that started at `epoch`
+    /// holds a copy of `first..=last` (snapshot and catch-up): the move turns into phase 1
+    /// (the quiesce). Stale or foreign reports (another span, target or move) do nothing.
+    MoveCopied {
+        node: NodeId,
+        incarnation: u64,
+        first: Slot,
+        last: Slot,
+        epoch: u64,
     },
     /// Turn a spare into a data node: it joins the placement groups a rotation over the
     /// active nodes and it would form. It holds no slots until moves give it some.
@@ -462,7 +479,7 @@ impl ControlPlane {
                 }
                 let moving = self.map.moving;
                 if same
-                    && moving.is_some_and(|m| epoch.0 >= m.epoch)
+                    && moving.is_some_and(|m| !m.copying && epoch.0 >= m.epoch)
                     && self.map.moving_source() == Some(node)
                 {
                     self.finish_move(&mut out);
@@ -499,6 +516,28 @@ impl ControlPlane {
                     next.handoffs
                         .retain(|h| !(h.first == first && h.last == last));
                     self.commit(next, &mut out);
+                }
+            }
+            Input::MoveCopied {
+                node,
+                incarnation,
+                first,
+                last,
+                epoch,
+            } => {
+                let same = self
+                    .map
+                    .nodes
+                    .get(&node)
+                    .is_some_and(|n| n.incarnation == incarnation);
+                let copied = self.map.moving.filter(|m| {
+                    m.copying
+                        && m.epoch == epoch
+                        && (m.first, m.last) == (first, last)
+                        && self.map.move_target(m) == Some(node)
+                });
+                if same && copied.is_some() {
+                    self.fence_move(now_ms, &mut out);
                 }
             }
             Input::AddNode { node } => {
@@ -773,6 +812,23 @@ impl ControlPlane {
                 self.finish_drain(n, out);
             }
         }
+        // A copying move whose source or target failed, was replaced or left, or that
+        // copies for too long, is called off: the old owner never stopped serving.
+        if let Some(m) = self.map.moving.filter(|m| m.copying) {
+            let active = |n: u32| self.map.node_state(NodeId(n)) == Some(NodeState::Active);
+            let stale = !active(m.source)
+                || !active(m.target)
+                || self.map.moving_source() != Some(NodeId(m.source))
+                || self.map.move_target(&m) != Some(NodeId(m.target));
+            let since = *self.moving_since.get_or_insert(now_ms);
+            if stale || now_ms.saturating_sub(since) >= MOVE_COPY_MS_MAX {
+                self.moving_since = None;
+                let mut next = (*self.map).clone();
+                next.moving = None;
+                self.commit(next, out);
+            }
+            return;
+        }
         // A move whose coordinator did not report quiesced in time switches anyway (its
         // writes still in flight then end Ambiguous, as a drain's do).
         match (self.map.moving, self.moving_since) {
@@ -861,17 +917,38 @@ impl ControlPlane {
         }
         self.refuse_resharding_with_ec()?;
         let mut next = (*self.map).clone();
-        next.moving = Some(crate::map::SlotMove {
+        let mut m = crate::map::SlotMove {
             first,
             last,
             pg,
             data_index,
             epoch: self.next_epoch().0,
             rate_kib_s,
-        });
+            copying: false,
+            source: self.map.coordinator(first).map_or(0, |n| n.0),
+            target: 0,
+        };
+        m.target = self.map.move_target(&m).map_or(0, |n| n.0);
+        // Phase 0 unless the span stays with its coordinator (another pair of the same
+        // node: it holds everything already).
+        m.copying = m.source != m.target;
+        next.moving = Some(m);
         self.moving_since = Some(now_ms);
         self.commit(next, out);
         Ok(())
+    }
+
+    /// Resharding phase 0 → 1: the target holds a copy of the span; its coordinator now
+    /// refuses new writes to it, finishes those in flight and reports `Quiesced` (the
+    /// short fence before the switch), counted from now.
+    fn fence_move(&mut self, now_ms: u64, out: &mut Vec<Action>) {
+        let Some(mut m) = self.map.moving else { return };
+        let mut next = (*self.map).clone();
+        m.copying = false;
+        m.epoch = self.next_epoch().0;
+        next.moving = Some(m);
+        self.moving_since = Some(now_ms);
+        self.commit(next, out);
     }
 
     /// Resharding phase 2: reassign the moving span and record where it came from.
@@ -1551,6 +1628,39 @@ mod tests {
         .unwrap();
         assert_eq!(m.moving.unwrap().first, first);
         assert_eq!(m.moving_source(), Some(source));
+        // Phase 0: the target copies while the owner keeps serving (writes included).
+        let mv = m.moving.unwrap();
+        assert!(mv.copying && !m.is_moving(first));
+        assert_eq!((mv.source, mv.target), (source.0, 4));
+        assert_eq!(m.move_target(&mv), Some(NodeId(4)));
+        let inc = |cp: &ControlPlane, n: NodeId| cp.map().nodes[&n].incarnation;
+        let copied = |node, incarnation, epoch| Input::MoveCopied {
+            node,
+            incarnation,
+            first,
+            last,
+            epoch,
+        };
+        // Only the target's report of exactly this move ends phase 0; a quiesce report
+        // from the source is too early, and a handoff report is something else.
+        let e = mv.epoch;
+        assert!(published(&cp.step(10, copied(source, inc(&cp, source), e))).is_none());
+        assert!(published(&cp.step(10, copied(NodeId(4), inc(&cp, NodeId(4)), e - 1))).is_none());
+        let handoff_done = Input::HandoffDone {
+            node: NodeId(4),
+            incarnation: inc(&cp, NodeId(4)),
+            first,
+            last,
+        };
+        assert!(published(&cp.step(10, handoff_done)).is_none());
+        let early = Input::Quiesced {
+            node: source,
+            incarnation: inc(&cp, source),
+            epoch: m.epoch,
+        };
+        assert!(published(&cp.step(10, early)).is_none());
+        let m = published(&cp.step(10, copied(NodeId(4), inc(&cp, NodeId(4)), e))).unwrap();
+        assert!(!m.moving.unwrap().copying && m.moving.unwrap().epoch == m.epoch.0);
         assert!(m.is_moving(first) && !m.is_moving(last + 1));
         // Phase 1 keeps the owner; a second move is refused meanwhile.
         assert_eq!(m.coordinator(first), Some(source));
@@ -1569,7 +1679,6 @@ mod tests {
             [Action::Rejected(ControlError::MoveInProgress { .. })]
         ));
         // A quiesce report from another node, or too old, does nothing.
-        let inc = |cp: &ControlPlane, n: NodeId| cp.map().nodes[&n].incarnation;
         let other = if source == NodeId(1) {
             NodeId(2)
         } else {
@@ -1703,6 +1812,19 @@ mod tests {
             },
         ))
         .unwrap();
+        let mv = cp.map().moving.unwrap();
+        if mv.copying {
+            let node = NodeId(mv.target);
+            let incarnation = cp.map().nodes[&node].incarnation;
+            let copied = Input::MoveCopied {
+                node,
+                incarnation,
+                first: 0,
+                last: 9,
+                epoch: mv.epoch,
+            };
+            published(&cp.step(50, copied)).unwrap();
+        }
         for t in (100..=DRAIN_QUIESCE_MS_MAX + 200).step_by(100) {
             for n in 1..=4 {
                 beat(&mut cp, t, n);
@@ -1716,6 +1838,63 @@ mod tests {
             target
         );
         assert!(m.handoff(0, 9).is_some());
+    }
+
+    /// Phase 0 is called off, with the old owner untouched, when the target fails, when
+    /// the source fails, and when the copy outlasts [`MOVE_COPY_MS_MAX`].
+    #[test]
+    fn a_copying_move_is_called_off_when_its_source_or_target_fails_or_it_takes_too_long() {
+        for case in ["target", "source", "slow"] {
+            let mut cp = cluster(5, 4);
+            let p = cp.map().placement.clone().unwrap();
+            let r0 = p.ranges[0];
+            let source = p.range_coordinator(&r0).unwrap();
+            // A pair whose coordinator is another node.
+            let (pg, g) = (0u32..)
+                .zip(p.groups.iter())
+                .find(|(_, g)| g[0] != source && !g.is_empty())
+                .unwrap();
+            let target = g[0];
+            let mv = Input::MoveSlots {
+                first: r0.first,
+                last: r0.first + 5,
+                pg,
+                data_index: 0,
+                rate_kib_s: 0,
+            };
+            let m = published(&cp.step(0, mv)).unwrap();
+            assert!(m.moving.unwrap().copying, "{case}");
+            let (alive, horizon) = match case {
+                "target" => (vec![target], 3_000),
+                "source" => (vec![source], 3_000),
+                _ => (vec![], MOVE_COPY_MS_MAX + 500),
+            };
+            let mut t = 100;
+            while t <= horizon {
+                for n in 1..=5 {
+                    if !alive.contains(&NodeId(n)) {
+                        beat(&mut cp, t, n);
+                    }
+                }
+                cp.step(t, Input::Tick);
+                t += 100;
+            }
+            let m = cp.map();
+            assert!(m.moving.is_none(), "{case}: the move is called off");
+            assert!(m.handoffs.is_empty(), "{case}: nothing switched");
+            let r = *m.placement.as_ref().unwrap().range_of(r0.first).unwrap();
+            assert_eq!((r.pg, r.data_index), (r0.pg, r0.data_index), "{case}");
+            let events: Vec<String> = cp
+                .events()
+                .after(0, usize::MAX)
+                .iter()
+                .map(|e| e.kind.name().to_string())
+                .collect();
+            assert!(
+                events.iter().any(|e| e == "move_cancelled"),
+                "{case}: {events:?}"
+            );
+        }
     }
 
     #[test]
@@ -2111,6 +2290,19 @@ mod tests {
             },
         );
         assert!(published(&out).is_some(), "{out:?}");
+        // Phase 0 ends with the target's copy report.
+        let inc4 = cp.map().nodes[&NodeId(4)].incarnation;
+        let epoch0 = cp.map().moving.unwrap().epoch;
+        cp.step(
+            25,
+            Input::MoveCopied {
+                node: NodeId(4),
+                incarnation: inc4,
+                first: 0,
+                last: 9,
+                epoch: epoch0,
+            },
+        );
         let epoch = cp.map().moving.unwrap().epoch;
         let src = cp.map().moving_source().unwrap();
         let inc = cp.map().nodes[&src].incarnation;
@@ -2142,6 +2334,7 @@ mod tests {
                     pg,
                     data_index: 0
                 },
+                K::SlotsCopied { first: 0, last: 9 },
                 K::SlotsMoved {
                     first: 0,
                     last: 9,

@@ -210,6 +210,19 @@ mod tests {
                 !out.iter().any(|a| matches!(a, crate::Action::Rejected(_))),
                 "{out:?}"
             );
+            // Phase 0: the target reports the span copied.
+            let epoch = cp.map().moving.unwrap().epoch;
+            cp.step(
+                now,
+                Input::MoveCopied {
+                    node: m.to,
+                    incarnation: 1,
+                    first: m.first,
+                    last: m.last,
+                    epoch,
+                },
+            );
+            assert!(!cp.map().moving.unwrap().copying);
             let src = cp.map().moving_source().unwrap();
             let inc = cp.map().nodes[&src].incarnation;
             let e = cp.map().epoch;
@@ -269,6 +282,17 @@ mod tests {
                         pg: m.pg,
                         data_index: m.data_index,
                         rate_kib_s: 0,
+                    },
+                );
+                let epoch = cp.map().moving.unwrap().epoch;
+                cp.step(
+                    200,
+                    Input::MoveCopied {
+                        node: m.to,
+                        incarnation: 1,
+                        first: m.first,
+                        last: m.last,
+                        epoch,
                     },
                 );
                 let src = cp.map().moving_source().unwrap();

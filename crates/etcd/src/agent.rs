@@ -284,6 +284,22 @@ impl ControlBackend for EtcdBackend {
                     last,
                 });
             }
+            // A move's copy before the switch: the leader starts its phase 1.
+            Input::MoveCopied {
+                node,
+                incarnation,
+                first,
+                last,
+                epoch,
+            } => {
+                let _ = self.usage_tx.try_send(ToControl::MoveCopied {
+                    node: node.0,
+                    incarnation,
+                    first,
+                    last,
+                    epoch,
+                });
+            }
             // The written mark is the leader's to publish: forward like usage reports (the
             // core repeats an unanswered request).
             Input::MarkWritten { memgest } => {

@@ -710,6 +710,26 @@ async fn answer(
             }
             return None;
         }
+        // A move's target copied its span, forwarded by its agent.
+        ToControl::MoveCopied {
+            node,
+            incarnation,
+            first,
+            last,
+            epoch,
+        } => {
+            if status.is_leader() {
+                let input = Input::MoveCopied {
+                    node: NodeId(node),
+                    incarnation,
+                    first,
+                    last,
+                    epoch,
+                };
+                let _ = commands.try_send(Command::Step { input, reply: None });
+            }
+            return None;
+        }
         // A coordinator's request to mark a memgest written, forwarded by its agent.
         ToControl::MarkWritten { memgest } => {
             if status.is_leader() {

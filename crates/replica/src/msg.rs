@@ -158,6 +158,11 @@ pub enum PullPurpose {
     Rebuild,
     /// A new replica copies from its coordinator.
     Sync,
+    /// Resharding phase 0 (docs/design/cluster-resharding.md): the target coordinator of a
+    /// span still served by its old coordinator copies it ahead of the switch. The source
+    /// answers from its committed store without fencing or abandoning anything; the range
+    /// may be any span inside one of the source's coordinated ranges.
+    Copy,
 }
 
 /// Peer-to-peer messages. Every one travels in a [`PeerMsg`] envelope.
@@ -188,12 +193,23 @@ pub enum PeerBody {
         first: Slot,
         last: Slot,
         after: Option<(Slot, Vec<u8>)>,
+        /// Delta pull (a span copied ahead of its move): the puller's digest of every
+        /// non-empty slot it holds in the range (all memgests). Empty = a plain pull. When
+        /// `delta` is set the source skips every slot whose digest equals the puller's and
+        /// sends each other slot whole, listed in the page's `resets` (at most
+        /// `SLOT_COUNT` pairs: one per slot).
+        delta: bool,
+        have: Vec<(Slot, u64)>,
     },
     /// A page; `next = None` means done. `ready = false`: the sender cannot vote/serve this
     /// range yet (it is itself new to it); retry later.
     PullResp {
         id: u64,
         ready: bool,
+        /// Delta pulls only: slots sent whole from their start in this page (possibly with
+        /// no entry: the source holds nothing there). The puller forgets what it holds in
+        /// them from the earlier copy before applying `entries`.
+        resets: Vec<Slot>,
         entries: Vec<(Vec<u8>, Entry)>,
         next: Option<(Slot, Vec<u8>)>,
     },

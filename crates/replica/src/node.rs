@@ -34,6 +34,7 @@ use ringlet_types::{
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+mod copy;
 mod ec;
 pub use ec::{ec_bounds, EC_PTR_BYTES};
 
@@ -196,6 +197,18 @@ struct Pull {
     pulled_keys: u64,
     /// When the last page arrived.
     progress_ms: u64,
+    /// A handed-off range this node copied ahead of the switch (resharding phase 0,
+    /// `node/copy.rs`): the old coordinator is asked for a delta (only the slots whose
+    /// digest differs from this node's copy, each sent whole). Cleared, with the copy
+    /// wiped, if the old coordinator fails: the rebuild then starts from nothing, as any.
+    delta: bool,
+    /// Keys received by this pull (delta pulls only): a slot the old coordinator resends
+    /// whole drops this node's earlier copy of it, never what this pull brought (the old
+    /// coordinator's writes in flight at the fence arrive in its first page). At most the
+    /// keys of the range.
+    fresh: BTreeSet<Vec<u8>>,
+    /// Bytes, entries and ms of the copy before the switch (reported with the handoff).
+    copied: (u64, u64, u64),
 }
 
 #[derive(Clone, Debug)]
@@ -329,6 +342,8 @@ pub struct Replica<S: ReplicaStore> {
     ec_reqs: BTreeMap<u64, ec::EcReq>,
     /// `now_ms` of the latest step (for work started outside a timed path).
     last_now_ms: u64,
+    /// Resharding phase 0: the span this node copies as a move's target (`node/copy.rs`).
+    copy: Option<copy::Copy>,
     /// Counters for tests and metrics.
     pub stats: ReplicaStats,
 }
@@ -385,6 +400,12 @@ pub struct ReplicaStats {
     /// Sum of the completed handoff rebuilds' durations (copy throughput over all moves:
     /// `handoff_bytes_pulled / handoff_ms`).
     pub handoff_ms: u64,
+    /// Resharding phase 0 at a move's target: copies finished (snapshot and catch-up), and
+    /// copies dropped because the move was called off (the partial copy purged).
+    pub move_copies_completed: u64,
+    pub move_copies_aborted: u64,
+    /// Entries the old coordinator resent at the switch (the delta after a copy).
+    pub move_delta_keys: u64,
 }
 
 /// A slot with writes in flight to a replica is key-list repaired with it at most this often.
@@ -392,6 +413,11 @@ const REPAIR_BUSY_SLOT_MS: u64 = 10_000;
 /// Entries of `busy_repairs`: slots × replicas being written to at once, far above what a
 /// node's in-flight budget allows in one repair window.
 const BUSY_REPAIRS_MAX: usize = 65_536;
+
+/// How soon a delta pull asks the old coordinator again after a "not ready" (it had not
+/// seen the switch): one map broadcast away, so a short wait; at most one request per
+/// interval, so a source that stays behind costs 50 small requests a second.
+const DELTA_RETRY_MS: u64 = 20;
 
 /// How often a coordinator repeats an unanswered request to mark a memgest written.
 const MARK_WRITTEN_RETRY_MS: u64 = 100;
@@ -453,6 +479,7 @@ impl<S: ReplicaStore> Replica<S> {
             ec_jobs: BTreeMap::new(),
             ec_reqs: BTreeMap::new(),
             last_now_ms: 0,
+            copy: None,
             stats: ReplicaStats::default(),
         }
     }
@@ -476,6 +503,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// No pull in progress, no write in flight: the node has settled.
     pub fn is_settled(&self) -> bool {
         self.pending.is_empty()
+            && self.copy.is_none()
             && !self.ec_busy()
             && self
                 .ranges
@@ -505,6 +533,9 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         parts.extend(self.ec_debug());
+        if let Some(c) = &self.copy {
+            parts.push(c.describe());
+        }
         for (v, p) in &self.pending {
             parts.push(format!(
                 "pending {v} slot {} targets {:?} acked {:?} committed {}",
@@ -1439,6 +1470,7 @@ impl<S: ReplicaStore> Replica<S> {
         self.ec_parity.clear();
         self.ec_jobs.clear();
         self.ec_reqs.clear();
+        self.copy = None;
         self.lease_until_ms = 0;
         self.last_heartbeat_ms = Some(now_ms);
         out.push(Output::Control(ControlInput::Join {
@@ -1525,7 +1557,10 @@ impl<S: ReplicaStore> Replica<S> {
                         p.prior = prior.clone();
                         p.rate_kib_s = handoff.map_or(0, |h| h.rate_kib_s);
                         let want: Vec<NodeId> = match p.purpose {
-                            PullPurpose::Sync => cohort.first().copied().into_iter().collect(),
+                            // (A range's pull is never a Copy: that one is `node/copy.rs`'s.)
+                            PullPurpose::Sync | PullPurpose::Copy => {
+                                cohort.first().copied().into_iter().collect()
+                            }
                             PullPurpose::Rebuild => cohort
                                 .iter()
                                 .skip(1)
@@ -1637,6 +1672,9 @@ impl<S: ReplicaStore> Replica<S> {
                                 pulled_bytes: 0,
                                 pulled_keys: 0,
                                 progress_ms: now_ms,
+                                delta: false,
+                                fresh: BTreeSet::new(),
+                                copied: (0, 0, 0),
                             })
                         }
                     }
@@ -1704,6 +1742,7 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
+        self.copy_on_map(now_ms, &map);
         self.ec_on_map(old_map.as_deref(), placed_at_bootstrap, out);
         self.retarget_pending(out);
         self.drive_ec(now_ms, out);
@@ -1792,6 +1831,7 @@ impl<S: ReplicaStore> Replica<S> {
         let retry = self.cfg.pull_retry_ms;
         let mut sends = Vec::new();
         let mut finished = Vec::new();
+        let mut wipes = Vec::new();
         let map = self.map.clone();
         for ri in 0..self.ranges.len() {
             let Some(r) = self.ranges.get_mut(ri) else {
@@ -1817,6 +1857,26 @@ impl<S: ReplicaStore> Replica<S> {
             }
             if now_ms < p.paced_until_ms {
                 continue;
+            }
+            let old = p.prior.first().copied();
+            let old_active = old.is_some_and(|o| {
+                map.as_ref()
+                    .is_some_and(|m| m.node_state(o) == Some(NodeState::Active))
+            });
+            if p.delta && !old_active {
+                // The old coordinator failed: the copy taken from it cannot be completed by
+                // a delta. Start over as a plain rebuild from its replicas' majority.
+                wipes.push((first, last));
+                p.delta = false;
+                p.fresh.clear();
+                for s in p.sources.values_mut() {
+                    *s = Source {
+                        req_id: 0,
+                        after: None,
+                        sent_ms: 0,
+                        done: false,
+                    };
+                }
             }
             // A handed-off range whose old coordinator is alive completes on its answer
             // alone (`pull_complete`, `unconfirmed_memgests`): asking the other sources too
@@ -1849,9 +1909,26 @@ impl<S: ReplicaStore> Replica<S> {
                             first,
                             last,
                             after: s.after.clone(),
+                            delta: p.delta && old == Some(*node),
+                            have: Vec::new(), // filled below (needs the store)
                         },
                     ));
                 }
+            }
+        }
+        for (f, l) in wipes {
+            self.wipe_range(f, l);
+        }
+        for (_, _, body) in sends.iter_mut() {
+            if let PeerBody::PullReq {
+                first,
+                last,
+                delta: true,
+                have,
+                ..
+            } = body
+            {
+                *have = self.slot_digests(*first, *last);
             }
         }
         for (node, id, body) in sends {
@@ -1915,7 +1992,7 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(map) = &self.map else { return false };
         let done = |n: &NodeId| p.sources.get(n).is_some_and(|s| s.done);
         match p.purpose {
-            PullPurpose::Sync => r.cohort.first().is_some_and(done),
+            PullPurpose::Sync | PullPurpose::Copy => r.cohort.first().is_some_and(done),
             PullPurpose::Rebuild => {
                 if let Some(pred) = p.pred {
                     if map.node_state(pred) == Some(NodeState::Draining) && !done(&pred) {
@@ -2005,6 +2082,7 @@ impl<S: ReplicaStore> Replica<S> {
         };
         let purpose = p.purpose;
         let (pulled_bytes, pulled_keys, started_ms) = (p.pulled_bytes, p.pulled_keys, p.started_ms);
+        let (copied_bytes, copied_keys, copied_ms) = p.copied;
         let (first, last) = (r.first, r.last);
         // Named before the status changes (the votes are the pull's).
         let unconfirmed = if timed_out {
@@ -2029,16 +2107,18 @@ impl<S: ReplicaStore> Replica<S> {
                     .as_ref()
                     .is_some_and(|m| m.handoff(first, last).is_some())
                 {
+                    // A copy before the switch counts with its handoff: bytes and time of
+                    // both pulls (not the wait between them for the fence).
                     self.stats.handoffs_completed += 1;
-                    self.stats.handoff_bytes_pulled += pulled_bytes;
-                    self.stats.handoff_keys_pulled += pulled_keys;
-                    self.stats.last_handoff_bytes = pulled_bytes;
-                    self.stats.last_handoff_ms = now_ms.saturating_sub(started_ms);
+                    self.stats.handoff_bytes_pulled += pulled_bytes + copied_bytes;
+                    self.stats.handoff_keys_pulled += pulled_keys + copied_keys;
+                    self.stats.last_handoff_bytes = pulled_bytes + copied_bytes;
+                    self.stats.last_handoff_ms = now_ms.saturating_sub(started_ms) + copied_ms;
                     self.stats.handoff_ms += self.stats.last_handoff_ms;
                     self.last_handoff_report_ms = None; // report at the next tick
                 }
             }
-            PullPurpose::Sync => self.stats.syncs_completed += 1,
+            PullPurpose::Sync | PullPurpose::Copy => self.stats.syncs_completed += 1,
         }
         // One report per memgest that really may have lost writes: the others in the range
         // were confirmed by a majority (or never written) and lost nothing.
@@ -2060,14 +2140,15 @@ impl<S: ReplicaStore> Replica<S> {
         msg: &PeerMsg,
         id: u64,
         purpose: PullPurpose,
-        first: Slot,
-        last: Slot,
+        (first, last): (Slot, Slot),
         after: Option<(Slot, Vec<u8>)>,
+        have: Option<BTreeMap<Slot, u64>>,
         out: &mut Vec<Output>,
     ) {
         let not_ready = PeerBody::PullResp {
             id,
             ready: false,
+            resets: Vec::new(),
             entries: Vec::new(),
             next: None,
         };
@@ -2080,7 +2161,10 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(r) = self.ranges.get(ri).cloned() else {
             return;
         };
-        if r.first != first || r.last != last {
+        // A copy (resharding phase 0) may ask for any span inside a coordinated range;
+        // everything else names a range exactly.
+        let inside = purpose == PullPurpose::Copy && r.first <= first && last <= r.last;
+        if (r.first != first || r.last != last) && !inside {
             return self.send(out, from, not_ready);
         }
         let Some(map) = self.map.clone() else {
@@ -2123,6 +2207,14 @@ impl<S: ReplicaStore> Replica<S> {
                 }
                 Box::new(|_| true)
             }
+            PullPurpose::Copy => {
+                // Committed entries only (the store holds nothing else), nothing fenced or
+                // abandoned: this node keeps serving the span until the move's phase 1.
+                if !matches!(r.status, Status::Ready) || r.role != Role::Coordinator {
+                    return self.send(out, from, not_ready);
+                }
+                Box::new(|_| true)
+            }
             PullPurpose::Sync => {
                 let ready = matches!(r.status, Status::Ready) && r.role == Role::Coordinator;
                 let their = r.cohort.iter().position(|n| *n == from);
@@ -2135,7 +2227,7 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         };
-        let (entries, next) = self.page(first, last, after, &*filter);
+        let (entries, next, resets) = self.page(first, last, after, &*filter, have.as_ref());
         let mut entries = entries;
         entries.extend(extra);
         self.send(
@@ -2144,6 +2236,7 @@ impl<S: ReplicaStore> Replica<S> {
             PeerBody::PullResp {
                 id,
                 ready: true,
+                resets,
                 entries,
                 next,
             },
@@ -2151,6 +2244,11 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     /// One page of a range scan from `after`, bounded by entries and bytes.
+    ///
+    /// `have` (a delta pull): the puller's digest per non-empty slot. A slot the scan
+    /// starts (not the one the cursor is inside) whose digest here equals the puller's is
+    /// skipped; any other is listed in the returned resets and sent whole, including a
+    /// slot empty here that the puller holds something in.
     #[allow(clippy::type_complexity)]
     fn page(
         &self,
@@ -2158,7 +2256,8 @@ impl<S: ReplicaStore> Replica<S> {
         last: Slot,
         after: Option<(Slot, Vec<u8>)>,
         filter: &dyn Fn(MemgestId) -> bool,
-    ) -> (Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>) {
+        have: Option<&BTreeMap<Slot, u64>>,
+    ) -> (Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>, Vec<Slot>) {
         let start = after.as_ref().map_or(first, |(s, _)| *s).max(first);
         let is_ec = |m: MemgestId| {
             self.map
@@ -2166,12 +2265,26 @@ impl<S: ReplicaStore> Replica<S> {
                 .is_some_and(|map| matches!(map.memgest_kind(m), MemgestKind::Ec { .. }))
         };
         let mut entries = Vec::new();
+        let mut resets = Vec::new();
         let mut bytes: u64 = 0;
-        for slot in self.store.nonempty_slots(start, last) {
+        let mut slots = self.store.nonempty_slots(start, last);
+        if let Some(have) = have {
+            slots.extend(have.range(start..=last).map(|(s, _)| *s));
+            slots.sort_unstable();
+            slots.dedup();
+        }
+        for slot in slots {
             let mut cursor: Option<Vec<u8>> = match &after {
                 Some((s, k)) if *s == slot => Some(k.clone()),
                 _ => None,
             };
+            if let (Some(have), None) = (have, &cursor) {
+                let theirs = have.get(&slot).copied().unwrap_or(0);
+                if self.store.slot_digest(slot, filter) == theirs {
+                    continue;
+                }
+                resets.push(slot);
+            }
             loop {
                 let chunk =
                     self.store
@@ -2189,7 +2302,7 @@ impl<S: ReplicaStore> Replica<S> {
                     if entries.len() >= PULL_ENTRIES_PER_PAGE_MAX
                         || bytes >= PULL_BYTES_PER_PAGE_MAX
                     {
-                        return (entries, Some((slot, k)));
+                        return (entries, Some((slot, k)), resets);
                     }
                 }
                 if n < PULL_ENTRIES_PER_PAGE_MAX {
@@ -2197,7 +2310,7 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
-        (entries, None)
+        (entries, None, resets)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2207,10 +2320,14 @@ impl<S: ReplicaStore> Replica<S> {
         from: NodeId,
         id: u64,
         ready: bool,
+        resets: Vec<Slot>,
         entries: Vec<(Vec<u8>, Entry)>,
         next: Option<(Slot, Vec<u8>)>,
         out: &mut Vec<Output>,
     ) {
+        if self.copy.as_ref().is_some_and(|c| c.req_id == id) {
+            return self.on_copy_resp(now_ms, from, ready, resets, entries, next, out);
+        }
         let Some((first, node)) = self.pull_index.remove(&id) else {
             return;
         };
@@ -2222,6 +2339,7 @@ impl<S: ReplicaStore> Replica<S> {
         };
         let apply;
         let mut resend = None;
+        let mut fresh = None;
         {
             let Some(r) = self.ranges.get_mut(ri) else {
                 return;
@@ -2241,9 +2359,21 @@ impl<S: ReplicaStore> Replica<S> {
                 s.after = None;
                 s.req_id = u64::MAX; // not 0: wait for the retry timer
                 s.sent_ms = now_ms;
+                if p.delta && p.prior.first() == Some(&from) {
+                    // The old coordinator of a copied span has not seen the switch yet (its
+                    // range is not split): it will within a map broadcast, and this node's
+                    // reads wait on its answer, so ask again after DELTA_RETRY_MS rather
+                    // than a whole retry interval (bench/reshard.py saw GETs wait ~1 s).
+                    s.sent_ms = now_ms
+                        .saturating_sub(self.cfg.pull_retry_ms)
+                        .saturating_add(DELTA_RETRY_MS);
+                }
                 return;
             }
             apply = entries;
+            if p.delta {
+                fresh = Some(std::mem::take(&mut p.fresh));
+            }
             let page_bytes: u64 = apply
                 .iter()
                 .map(|(k, e)| (k.len() + e.value.as_ref().map_or(0, Vec::len)) as u64)
@@ -2277,10 +2407,27 @@ impl<S: ReplicaStore> Replica<S> {
                             first: rf,
                             last: rl,
                             after: Some(n),
+                            delta: p.delta && p.prior.first() == Some(&from),
+                            have: Vec::new(),
                         },
                     ));
                 }
                 None => s.done = true,
+            }
+        }
+        if let Some(fresh) = &mut fresh {
+            // A delta page from the copy's source: slots it resends whole replace this
+            // node's earlier copy of them (keys deleted since are gone from the source);
+            // what this pull itself brought stays.
+            for slot in resets {
+                self.forget_slot_except(slot, fresh);
+            }
+            self.stats.move_delta_keys += apply.len() as u64;
+            fresh.extend(apply.iter().map(|(k, _)| k.clone()));
+        }
+        if let Some(fresh) = fresh {
+            if let Some(Status::Pulling(p)) = self.ranges.get_mut(ri).map(|r| &mut r.status) {
+                p.fresh = fresh;
             }
         }
         let mut refused = BTreeSet::new();
@@ -2308,7 +2455,17 @@ impl<S: ReplicaStore> Replica<S> {
             }
             resend = None;
         }
-        if let Some((nid, body)) = resend {
+        if let Some((nid, mut body)) = resend {
+            if let PeerBody::PullReq {
+                first,
+                last,
+                delta: true,
+                have,
+                ..
+            } = &mut body
+            {
+                *have = self.slot_digests(*first, *last);
+            }
             self.pull_index.insert(nid, (first, from));
             self.send(out, from, body);
         }
@@ -2355,13 +2512,19 @@ impl<S: ReplicaStore> Replica<S> {
                 first,
                 last,
                 after,
-            } => self.on_pull_req(from, &msg, id, purpose, first, last, after, out),
+                delta,
+                have,
+            } => {
+                let have = delta.then(|| have.into_iter().collect::<BTreeMap<Slot, u64>>());
+                self.on_pull_req(from, &msg, id, purpose, (first, last), after, have, out)
+            }
             PeerBody::PullResp {
                 id,
                 ready,
+                resets,
                 entries,
                 next,
-            } => self.on_pull_resp(now_ms, from, id, ready, entries, next, out),
+            } => self.on_pull_resp(now_ms, from, id, ready, resets, entries, next, out),
             PeerBody::Probe {
                 first,
                 last,
@@ -2703,7 +2866,7 @@ impl<S: ReplicaStore> Replica<S> {
         // (resharding phase 1, docs/design/cluster-resharding.md).
         let asked = map.leaving.get(&self.id).copied().or_else(|| {
             map.moving
-                .filter(|_| map.moving_source() == Some(self.id))
+                .filter(|m| !m.copying && map.moving_source() == Some(self.id))
                 .map(|m| Epoch(m.epoch))
         });
         let Some(asked) = asked else {
@@ -2865,6 +3028,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         self.report_quiesced(now_ms, out);
         self.report_handoffs(now_ms, out);
+        self.drive_copy(now_ms, out);
         self.purge_released();
         // Retransmit unacknowledged replication (bounded by the in-flight limits).
         let retransmit = self.cfg.retransmit_ms;

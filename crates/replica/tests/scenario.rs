@@ -619,6 +619,10 @@ fn a_rate_limited_move_paces_its_pulls_and_loses_nothing() {
         eprintln!("rate {rate_kib_s} KiB/s: move took {took} ms of virtual time");
         let stats = net.nodes[&m.to].stats.clone();
         assert_eq!(stats.handoffs_completed, 1);
+        // Copied before the switch (phase 0); nothing was written meanwhile, so the delta
+        // at the switch carried no entry.
+        assert_eq!(stats.move_copies_completed, 1);
+        assert_eq!(stats.move_delta_keys, 0);
         // Only the old coordinator was asked (it is alive): each key arrived once.
         assert_eq!(stats.handoff_keys_pulled, keys.len() as u64);
         if rate_kib_s > 0 {
@@ -647,6 +651,234 @@ fn a_rate_limited_move_paces_its_pulls_and_loses_nothing() {
                 panic!("read {k} at its new coordinator")
             };
             assert_eq!(v.as_deref(), Some(value.as_bytes()), "{k} after the move");
+        }
+    }
+}
+
+/// Copy before the switch (docs/design/cluster-resharding.md "Copy before the switch"):
+/// while the target copies a span (paced, so the copy spans many ticks), its old
+/// coordinator keeps answering reads and writes of it; writes and deletes made during the
+/// copy reach the target (catch-up pass or the delta at the switch), and the new
+/// coordinator serves the moment the switch is published (no NotReady while it copies).
+#[test]
+fn a_move_copies_first_while_the_old_owner_serves_and_the_delta_brings_the_rest() {
+    let mut net = Net::new(4, 3);
+    let r3 = net.r3();
+    let a = net.cp.step(net.now, CpInput::AddNode { node: NodeId(4) });
+    net.cp_actions(a);
+    net.advance(300);
+    let plan = ringlet_control::plan_rebalance(&net.cp.map().clone());
+    let m = plan.first().copied().expect("the added node gets a share");
+    let keys: Vec<String> = (0..100_000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| (m.first..=m.last).contains(&key_slot(k.as_bytes())))
+        .take(200)
+        .collect();
+    let big = "v".repeat(64 * 1024);
+    let mut seq = 0u64;
+    let mut expect: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for k in &keys {
+        seq += 1;
+        net.request(m.from, seq, set(k, &big, r3));
+        net.settle();
+        assert!(matches!(
+            net.take_reply(seq),
+            Some(ClientReply::Written { .. })
+        ));
+        expect.insert(k.clone(), Some(big.clone()));
+    }
+    let a = net.cp.step(
+        net.now,
+        CpInput::MoveSlots {
+            first: m.first,
+            last: m.last,
+            pg: m.pg,
+            data_index: m.data_index,
+            rate_kib_s: 1024,
+        },
+    );
+    net.cp_actions(a);
+    net.settle();
+    assert!(net.cp.map().moving.unwrap().copying);
+    // While copying: every tick, rewrite one key, delete another, read a third at the old
+    // owner; all are answered (never Busy, never NotReady).
+    let mut i = 0usize;
+    let mut during = 0;
+    let switched = loop {
+        net.advance(10);
+        let map = net.cp.map().clone();
+        if map.coordinator(m.first) == Some(m.to) {
+            break true;
+        }
+        if !map.moving.is_some_and(|x| x.copying) || i >= 3_000 {
+            // Phase 1 (a few ms) or a stuck copy: stop writing.
+            if i >= 3_000 {
+                break false;
+            }
+            continue;
+        }
+        let (w, d, r) = (
+            &keys[i % 200],
+            &keys[(i + 70) % 200],
+            &keys[(i + 140) % 200],
+        );
+        let value = format!("w{i}");
+        for (op, key, want) in [
+            (set(w, &value, r3), w, Some(value.clone())),
+            (
+                ClientOp::Delete {
+                    key: d.as_str().into(),
+                },
+                d,
+                None,
+            ),
+        ] {
+            seq += 1;
+            net.request(m.from, seq, op);
+            net.settle();
+            let reply = net.take_reply(seq);
+            assert!(
+                matches!(reply, Some(ClientReply::Written { .. })),
+                "write while copying: {reply:?}"
+            );
+            expect.insert(key.clone(), want);
+        }
+        seq += 1;
+        net.request(
+            m.from,
+            seq,
+            ClientOp::Get {
+                key: r.as_str().into(),
+            },
+        );
+        net.settle();
+        let Some(ClientReply::Value { value: v, .. }) = net.take_reply(seq) else {
+            panic!("read while copying")
+        };
+        assert_eq!(v.map(|v| String::from_utf8(v).unwrap()), expect[r], "{r}");
+        i += 1;
+        during += 1;
+    };
+    assert!(switched, "the move switched");
+    assert!(
+        during > 10,
+        "the copy took many ticks ({during}): the test is paced"
+    );
+    // Served at once: every key reads back at the new coordinator as last written, with
+    // no NotReady (its copy plus the old owner's delta completed within the switch).
+    for (k, want) in &expect {
+        seq += 1;
+        net.request(
+            m.to,
+            seq,
+            ClientOp::Get {
+                key: k.as_str().into(),
+            },
+        );
+        net.settle();
+        let reply = net.take_reply(seq);
+        let Some(ClientReply::Value { value: v, .. }) = reply else {
+            panic!("read {k} at the new coordinator right after the switch: {reply:?}")
+        };
+        assert_eq!(v.map(|v| String::from_utf8(v).unwrap()), *want, "{k}");
+    }
+    let stats = net.nodes[&m.to].stats.clone();
+    assert_eq!(stats.move_copies_completed, 1);
+    assert_eq!(stats.handoffs_completed, 1);
+    // The delta resent only what changed after the catch-up pass: a few slots, not the
+    // span (200 keys).
+    assert!(stats.move_delta_keys < 50, "{stats:?}");
+    net.advance(1_000);
+    assert!(net.cp.map().handoffs.is_empty());
+}
+
+/// A move called off while its target copies: (a) the target fails — the old owner never
+/// stopped serving and keeps every key, the target comes back empty; (b) the source fails
+/// — the target drops its partial copy, and the span's keys survive at the replacement
+/// the ordinary failover rebuilds.
+#[test]
+fn a_move_called_off_while_copying_leaves_the_old_owner_authoritative_and_purges_the_copy() {
+    for fail_target in [true, false] {
+        let mut net = Net::new(5, 3);
+        let r3 = net.r3();
+        let a = net.cp.step(net.now, CpInput::AddNode { node: NodeId(4) });
+        net.cp_actions(a);
+        net.advance(300);
+        let plan = ringlet_control::plan_rebalance(&net.cp.map().clone());
+        let m = plan.first().copied().expect("the added node gets a share");
+        let keys: Vec<String> = (0..100_000)
+            .map(|i| format!("k{i}"))
+            .filter(|k| (m.first..=m.last).contains(&key_slot(k.as_bytes())))
+            .take(200)
+            .collect();
+        let big = "v".repeat(64 * 1024);
+        for (i, k) in keys.iter().enumerate() {
+            net.request(m.from, i as u64 + 1, set(k, &big, r3));
+            net.settle();
+            assert!(matches!(
+                net.take_reply(i as u64 + 1),
+                Some(ClientReply::Written { .. })
+            ));
+        }
+        let a = net.cp.step(
+            net.now,
+            CpInput::MoveSlots {
+                first: m.first,
+                last: m.last,
+                pg: m.pg,
+                data_index: m.data_index,
+                rate_kib_s: 1024,
+            },
+        );
+        net.cp_actions(a);
+        net.advance(500);
+        assert!(net.cp.map().moving.unwrap().copying);
+        assert!(
+            net.nodes[&m.to].store().len() > 0,
+            "the target holds part of the span"
+        );
+        let victim = if fail_target { m.to } else { m.from };
+        net.cut.insert(victim);
+        net.advance(2_500);
+        assert!(net.cp.map().moving.is_none(), "called off");
+        assert!(net.cp.map().handoffs.is_empty());
+        let owner = net.cp.map().coordinator(m.first).unwrap();
+        assert_ne!(owner, m.to, "the span never switched");
+        if fail_target {
+            assert_eq!(owner, m.from, "the old owner keeps the span");
+        }
+        net.cut.remove(&victim);
+        net.advance(3_000);
+        // Every key reads back from the span's owner.
+        let owner = net.cp.map().coordinator(m.first).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            let seq = 10_000 + i as u64;
+            net.request(
+                owner,
+                seq,
+                ClientOp::Get {
+                    key: k.as_str().into(),
+                },
+            );
+            net.settle();
+            let reply = net.take_reply(seq);
+            let Some(ClientReply::Value { value: v, .. }) = reply else {
+                panic!("read {k} at {owner} ({fail_target}): {reply:?}")
+            };
+            assert_eq!(v.as_deref(), Some(big.as_bytes()));
+        }
+        net.request(owner, 20_000, set(&keys[0], "after", r3));
+        net.settle();
+        assert!(matches!(
+            net.take_reply(20_000),
+            Some(ClientReply::Written { .. })
+        ));
+        // The target holds nothing of the span: purged (source failed) or wiped with
+        // its fenced incarnation (target failed).
+        let t = &net.nodes[&m.to];
+        assert!(keys.iter().all(|k| t.store().get(k.as_bytes()).is_none()));
+        if !fail_target {
+            assert_eq!(t.stats.move_copies_aborted, 1);
         }
     }
 }

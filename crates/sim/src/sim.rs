@@ -73,6 +73,8 @@ pub struct RunStats {
     pub moves: u64,
     pub nodes_added: u64,
     pub nodes_removed: u64,
+    /// Crashes or partitions of a move's source or target while the move copies or fences.
+    pub move_faults: u64,
     pub failovers_epochs: u64,
     pub messages: u64,
     pub dropped: u64,
@@ -152,6 +154,14 @@ enum Event {
     /// The next step of a resharding plan (a removal in progress): one move, or the removal's
     /// final call once nothing is left, as `ringlet node remove` drives it.
     ReshardStep,
+    /// Crash or partition the source or the target of the move issued at `issued_ms`, some
+    /// ms after it started, while it copies or fences (the map still lists it), unless
+    /// another fault happened since (one failure at a time).
+    MoveFault {
+        source: NodeId,
+        target: NodeId,
+        issued_ms: u64,
+    },
 }
 
 enum InputKind {
@@ -233,6 +243,9 @@ struct World {
     active: usize,
     cp_touched: bool,
     quiet_until: u64,
+    /// When the last crash, partition or drain was started (a move fault scheduled before
+    /// it is skipped).
+    last_fault_ms: u64,
 }
 
 fn fail(seed: u64, what: impl std::fmt::Display) -> String {
@@ -330,6 +343,7 @@ impl World {
             active,
             cp_touched: false,
             quiet_until: 0,
+            last_fault_ms: 0,
         };
         let ids: Vec<NodeId> = w.nodes.keys().copied().collect();
         for id in ids {
@@ -558,6 +572,11 @@ impl World {
                 self.isolated.remove(&id);
                 self.quiet_until = self.now + LEASE_MS + 500;
             }
+            Event::MoveFault {
+                source,
+                target,
+                issued_ms,
+            } => self.move_fault(source, target, issued_ms),
             Event::ReshardStep => {
                 let map = self.cp.map().clone();
                 if let Some(node) = map.removing {
@@ -610,11 +629,35 @@ impl World {
                             .iter()
                             .map(|(id, n)| format!("{id}:{:?}#{}", n.state, n.incarnation))
                             .collect();
+                        let moves: Vec<String> = m
+                            .moving
+                            .iter()
+                            .map(|x| {
+                                format!(
+                                    "moving {}-{} to {}/{} copying={} {}->{}",
+                                    x.first,
+                                    x.last,
+                                    x.pg,
+                                    x.data_index,
+                                    x.copying,
+                                    x.source,
+                                    x.target
+                                )
+                            })
+                            .chain(m.handoffs.iter().map(|h| {
+                                format!(
+                                    "handoff {}-{} from {}/{}",
+                                    h.first, h.last, h.from_pg, h.from_data_index
+                                )
+                            }))
+                            .collect();
                         eprintln!(
-                            "t={} publish epoch {} {}",
+                            "t={} publish epoch {} {} {} removing={:?}",
                             self.now,
                             m.epoch,
-                            states.join(" ")
+                            states.join(" "),
+                            moves.join(", "),
+                            m.removing
                         );
                     }
                     let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
@@ -858,6 +901,7 @@ impl World {
                 }
             }
             0 => {
+                self.last_fault_ms = self.now;
                 self.stats.crashes += 1;
                 self.disruptive_seen = true;
                 if let Some(s) = self.nodes.get_mut(&victim) {
@@ -867,6 +911,7 @@ impl World {
                 self.schedule(down, Event::Restart(victim));
             }
             1 => {
+                self.last_fault_ms = self.now;
                 self.stats.partitions += 1;
                 self.disruptive_seen = true;
                 self.isolated.insert(victim);
@@ -874,6 +919,7 @@ impl World {
                 self.schedule(dur, Event::Heal(victim));
             }
             2 => {
+                self.last_fault_ms = self.now;
                 self.stats.drains += 1;
                 let a = self.cp.step(self.now, CpInput::Drain { node: victim });
                 self.cp_actions(a);
@@ -936,6 +982,26 @@ impl World {
                     },
                 );
                 self.cp_actions(a);
+                // Accepted moves lose their source or target part-way (when crashes or
+                // partitions are on): within 120 ms the move usually still copies or fences.
+                let started = self
+                    .cp
+                    .map()
+                    .moving
+                    .filter(|m| m.first == lo && m.last == hi);
+                if let Some(m) = started {
+                    if self.faults.crash || self.faults.partition {
+                        let after = self.rng.range(0, 120);
+                        self.schedule(
+                            after,
+                            Event::MoveFault {
+                                source: NodeId(m.source),
+                                target: NodeId(m.target),
+                                issued_ms: self.now,
+                            },
+                        );
+                    }
+                }
             }
             _ => {
                 let Some(spare) = map
@@ -950,6 +1016,57 @@ impl World {
                 let a = self.cp.step(self.now, CpInput::AddNode { node: spare });
                 self.cp_actions(a);
             }
+        }
+    }
+
+    /// [`Event::MoveFault`]: crash or cut off the move's source or target (whichever phase
+    /// the move is in now), as the one failure of its time.
+    fn move_fault(&mut self, source: NodeId, target: NodeId, issued_ms: u64) {
+        if !self.faults_on || self.last_fault_ms >= issued_ms || self.now < self.quiet_until {
+            return;
+        }
+        let map = self.cp.map().clone();
+        let Some(p) = &map.placement else { return };
+        let whole = p
+            .members()
+            .iter()
+            .all(|m| map.node_state(*m) == Some(NodeState::Active));
+        let up = self
+            .nodes
+            .iter()
+            .all(|(id, s)| s.replica.is_some() && !self.isolated.contains(id));
+        // Only while the move is listed (its copy or its fence): after the switch the new
+        // coordinator serves before its new replicas have synced, and losing it then is
+        // beyond one failure at a time (docs/design/cluster-resharding.md, "Not built").
+        let listed = map
+            .moving
+            .is_some_and(|m| NodeId(m.source) == source && NodeId(m.target) == target);
+        if !whole || !up || !listed {
+            return;
+        }
+        let victim = if self.rng.chance(0.5) { source } else { target };
+        if !self.nodes.contains_key(&victim) {
+            return;
+        }
+        self.last_fault_ms = self.now;
+        self.stats.move_faults += 1;
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!("t={} move fault on node {victim}", self.now);
+        }
+        self.disruptive_seen = true;
+        let crash = self.faults.crash && (!self.faults.partition || self.rng.chance(0.5));
+        if crash {
+            self.stats.crashes += 1;
+            if let Some(s) = self.nodes.get_mut(&victim) {
+                s.replica = None;
+            }
+            let down = self.rng.range(0, 2500);
+            self.schedule(down, Event::Restart(victim));
+        } else {
+            self.stats.partitions += 1;
+            self.isolated.insert(victim);
+            let dur = self.rng.range(300, 4000);
+            self.schedule(dur, Event::Heal(victim));
         }
     }
 
@@ -1218,6 +1335,12 @@ impl World {
         let Some(op) = cl.op.as_mut() else { return };
         if r.id != op.req {
             return;
+        }
+        if std::env::var_os("SIM_TRACE_KEY").is_some_and(|k| k == op.key.as_str()) {
+            eprintln!(
+                "t={} reply to client {c} from {} epoch {} {:?}",
+                self.now, r.from, r.epoch, r.body
+            );
         }
         match (&op.kind, op.fallback, r.body) {
             (

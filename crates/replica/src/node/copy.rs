@@ -1,0 +1,285 @@
+//! Resharding phase 0 at a move's target: copy the span before the switch
+//! (docs/design/cluster-resharding.md "Copy before the switch").
+//!
+//! ```text
+//!  map.moving{copying}   old coordinator S serves reads AND writes of the span
+//!      target T ──PullReq(Copy)──▶ S    pass 0: snapshot, pages from S's committed store
+//!      T ──PullReq(Copy, delta, have = T's slot digests)──▶ S
+//!                                         pass 1: catch-up, only slots that changed, whole
+//!      T ──MoveCopied(span, epoch)──▶ control   the move turns into phase 1
+//!  map.moving{!copying}  S refuses new writes to the span, finishes those in flight,
+//!                        reports Quiesced (the short fence)
+//!  switch (handoff)      T's rebuild asks S for a delta again (fenced): S is final now,
+//!                        so T's copy plus that delta is exactly S's span; T serves
+//!  called off            (source/target failed or replaced, copy too long) T forgets the
+//!                        span; S never stopped serving
+//! ```
+//!
+//! Why a digest delta and not "versions above a watermark": a watermark misses keys S
+//! deleted whose tombstones it has since folded into a summary, and entries S adopted from
+//! repair with older versions. Comparing per-slot digests (the same incremental
+//! `(key, version, memgest, tombstone)` XOR repair uses) and resending a differing slot
+//! whole makes the result depend only on S's state at the time of the delta, whatever
+//! happened to the copy before.
+//!
+//! Where the copy lives: in this node's store, in slots where it has no role (a copy is
+//! taken only when the span's range here is `Role::None` and `Idle`). Nothing reads those
+//! slots here: fronts and quorum reads answer only for ranges this node serves, and repair
+//! only runs over them. If this node cannot take a copy (it already holds the range as a
+//! replica of the old cohort, or still holds a given-away copy of it) it reports "copied"
+//! at once and the switch rebuilds the span in full, as before phase 0 existed.
+
+use super::*;
+
+/// The copy of one moving span (at most one: the control plane moves one span at a time).
+#[derive(Clone, Debug)]
+pub(super) struct Copy {
+    pub(super) first: Slot,
+    pub(super) last: Slot,
+    /// The span's coordinator when the move started (it answers the copy).
+    source: NodeId,
+    /// False when this node takes no copy (see the module doc): reported at once.
+    pulling: bool,
+    /// 0: snapshot; 1: catch-up (delta); 2: done.
+    pass: u8,
+    pub(super) req_id: u64,
+    after: Option<(Slot, Vec<u8>)>,
+    sent_ms: u64,
+    rate_kib_s: u32,
+    paced_until_ms: u64,
+    bytes: u64,
+    keys: u64,
+    started_ms: u64,
+    /// Pull time of the copy (its two passes), for the handoff's throughput figures.
+    took_ms: u64,
+    last_report_ms: Option<u64>,
+}
+
+impl Copy {
+    pub(super) fn describe(&self) -> String {
+        format!(
+            "copy {}..={} from {} pass {} pulling {}",
+            self.first, self.last, self.source, self.pass, self.pulling
+        )
+    }
+}
+
+impl<S: ReplicaStore> Replica<S> {
+    /// Digest of every non-empty slot of `first..=last` in this node's store (all
+    /// memgests): what a delta pull sends as `have`. At most one pair per slot.
+    pub(super) fn slot_digests(&self, first: Slot, last: Slot) -> Vec<(Slot, u64)> {
+        self.store
+            .nonempty_slots(first, last)
+            .into_iter()
+            .map(|s| (s, self.store.slot_digest(s, &|_| true)))
+            .collect()
+    }
+
+    /// Forget every key of `slot` not in `keep` (a delta pull resends the slot whole).
+    /// Bounded by the slot's keys.
+    pub(super) fn forget_slot_except(&mut self, slot: Slot, keep: &BTreeSet<Vec<u8>>) {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let chunk =
+                self.store
+                    .scan_slot_heads(slot, after.as_deref(), PULL_ENTRIES_PER_PAGE_MAX);
+            let n = chunk.len();
+            for (k, _, _) in chunk {
+                if !keep.contains(&k) {
+                    self.store.forget(&k);
+                }
+                after = Some(k);
+            }
+            if n < PULL_ENTRIES_PER_PAGE_MAX {
+                break;
+            }
+        }
+    }
+
+    /// Start, keep, hand over or drop the copy after a map change.
+    pub(super) fn copy_on_map(&mut self, now_ms: u64, map: &ClusterMap) {
+        let mv = map
+            .moving
+            .filter(|m| map.move_target(m) == Some(self.id) && m.source != self.id.0);
+        if let Some(c) = self.copy.as_mut() {
+            let same = mv.is_some_and(|m| {
+                m.first == c.first && m.last == c.last && NodeId(m.source) == c.source
+            });
+            if same {
+                c.req_id = 0; // resend under the new epoch
+                c.rate_kib_s = mv.map_or(0, |m| m.rate_kib_s);
+                return;
+            }
+        }
+        if let Some(c) = self.copy.take() {
+            let rebuild = self
+                .ranges
+                .iter_mut()
+                .find(|r| r.first == c.first && r.last == c.last && r.role == Role::Coordinator);
+            match rebuild.map(|r| &mut r.status) {
+                // The switch: the rebuild asks the old coordinator for a delta only.
+                Some(Status::Pulling(p))
+                    if c.pulling
+                        && p.purpose == PullPurpose::Rebuild
+                        && p.prior.first() == Some(&c.source)
+                        && map.handoff(c.first, c.last).is_some() =>
+                {
+                    p.delta = true;
+                    p.copied = (c.bytes, c.keys, c.took_ms);
+                }
+                _ if c.pulling => {
+                    // Called off (or overtaken by another change): the old owner keeps the
+                    // span; the partial copy goes. Any role this node got there in the
+                    // same map is new (it had none when the copy started) and pulls from
+                    // scratch, so the wipe takes nothing it needs.
+                    self.wipe_range(c.first, c.last);
+                    self.stats.move_copies_aborted += 1;
+                }
+                _ => {}
+            }
+        }
+        let Some(m) = mv.filter(|m| m.copying) else {
+            return;
+        };
+        let free = self.range(m.first).is_some_and(|r| {
+            r.role == Role::None && matches!(r.status, Status::Idle) && !r.held && r.last >= m.last
+        });
+        if free {
+            // An Idle range holds nothing, but leftovers of an interrupted purge would
+            // only make the catch-up resend their slots: drop them now.
+            self.wipe_range(m.first, m.last);
+        }
+        self.copy = Some(Copy {
+            first: m.first,
+            last: m.last,
+            source: NodeId(m.source),
+            pulling: free,
+            pass: if free { 0 } else { 2 },
+            req_id: 0,
+            after: None,
+            sent_ms: 0,
+            rate_kib_s: m.rate_kib_s,
+            paced_until_ms: 0,
+            bytes: 0,
+            keys: 0,
+            started_ms: now_ms,
+            took_ms: 0,
+            last_report_ms: None,
+        });
+    }
+
+    /// Send the copy's next page request (paced by the move's rate; repeated after the
+    /// pull retry interval if unanswered), or, once copied, tell the control plane (every
+    /// heartbeat interval while the map still shows the move copying).
+    pub(super) fn drive_copy(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let Some(map) = self.map.clone() else { return };
+        let (retry, hb) = (self.cfg.pull_retry_ms, self.cfg.heartbeat_interval_ms);
+        let Some(c) = self.copy.as_mut() else { return };
+        if c.pass >= 2 {
+            let copying = map
+                .moving
+                .filter(|m| m.copying && m.first == c.first && m.last == c.last);
+            let due = c
+                .last_report_ms
+                .is_none_or(|t| now_ms.saturating_sub(t) >= hb);
+            if let (Some(m), true) = (copying, due) {
+                c.last_report_ms = Some(now_ms);
+                out.push(Output::Control(ControlInput::MoveCopied {
+                    node: self.id,
+                    incarnation: self.incarnation,
+                    first: c.first,
+                    last: c.last,
+                    epoch: m.epoch,
+                }));
+            }
+            return;
+        }
+        if now_ms < c.paced_until_ms {
+            return;
+        }
+        if c.req_id != 0 && now_ms.saturating_sub(c.sent_ms) < retry {
+            return;
+        }
+        // The catch-up pass sends this node's digests (computed only when a request goes).
+        let (first, last, pass) = (c.first, c.last, c.pass);
+        let have = (pass == 1).then(|| self.slot_digests(first, last));
+        let Some(c) = self.copy.as_mut() else { return };
+        self.next_id = self.next_id.wrapping_add(1);
+        c.req_id = self.next_id;
+        c.sent_ms = now_ms;
+        let body = PeerBody::PullReq {
+            id: c.req_id,
+            purpose: PullPurpose::Copy,
+            first: c.first,
+            last: c.last,
+            after: c.after.clone(),
+            delta: have.is_some(),
+            have: have.unwrap_or_default(),
+        };
+        let to = c.source;
+        self.send(out, to, body);
+    }
+
+    /// A page of the copy: apply it (a catch-up page first forgets the slots it resends
+    /// whole), pace, and ask for the next one or move to the next pass.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_copy_resp(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        ready: bool,
+        resets: Vec<Slot>,
+        entries: Vec<(Vec<u8>, Entry)>,
+        next: Option<(Slot, Vec<u8>)>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(c) = self.copy.as_mut() else { return };
+        if from != c.source || c.pass >= 2 {
+            return;
+        }
+        if !ready {
+            // The source is between maps: ask again after the retry interval, same cursor.
+            c.req_id = u64::MAX;
+            c.sent_ms = now_ms;
+            return;
+        }
+        let (first, last, pass) = (c.first, c.last, c.pass);
+        let page_bytes: u64 = entries
+            .iter()
+            .map(|(k, e)| (k.len() + e.value.as_ref().map_or(0, Vec::len)) as u64)
+            .sum();
+        c.bytes += page_bytes;
+        c.keys += entries.len() as u64;
+        if c.rate_kib_s > 0 {
+            let cost_ms = page_bytes.saturating_mul(1000) / (u64::from(c.rate_kib_s) * 1024);
+            c.paced_until_ms = c.paced_until_ms.max(now_ms).saturating_add(cost_ms);
+        }
+        c.req_id = 0; // due (drive_copy sends it once the pace allows)
+        match next {
+            Some(n) => c.after = Some(n),
+            None => {
+                c.after = None;
+                c.pass += 1;
+                if c.pass >= 2 {
+                    c.took_ms = now_ms.saturating_sub(c.started_ms);
+                    self.stats.move_copies_completed += 1;
+                }
+            }
+        }
+        if pass == 1 {
+            let none = BTreeSet::new();
+            for slot in resets.into_iter().filter(|s| (first..=last).contains(s)) {
+                self.forget_slot_except(slot, &none);
+            }
+        }
+        for (k, e) in entries {
+            // Only the span's keys (a source never sends others; the check keeps a
+            // confused one from writing outside the copy). A refused entry (no room) is
+            // left to the delta at the switch: its slot's digest differs.
+            if (first..=last).contains(&key_slot(&k)) {
+                let _ = self.apply_local(&k, e);
+            }
+        }
+        self.drive_copy(now_ms, out);
+    }
+}
