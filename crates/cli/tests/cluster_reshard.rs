@@ -133,6 +133,10 @@ fn grow_three_to_five_under_redis_py_load() {
     );
     eprintln!("handoffs copied {keys} keys, {bytes} bytes");
     assert!(keys > 0 && bytes > 0, "the moves copied nothing");
+    // Copy before the switch ran end to end: spans were copied while their old owner served.
+    let copied = pulled("reshard_copies_completed");
+    eprintln!("spans copied before their switch: {copied}");
+    assert!(copied > 0, "no span was copied ahead of its switch");
     assert_eq!(info(base, "reshard_moving"), "-");
     assert_eq!(info(base, "reshard_handoffs_pending"), "0");
     let grown = ringlet_control::ClusterMap::from_json(admin(&["node", "map"]).trim()).unwrap();

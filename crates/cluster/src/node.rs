@@ -153,6 +153,11 @@ pub struct NodeStats {
     pub last_handoff_bytes: AtomicU64,
     pub last_handoff_ms: AtomicU64,
     pub handoff_ms: AtomicU64,
+    /// Copy before the switch: spans copied ahead of their switch, copies called off, and
+    /// keys the switch's delta pull applied (INFO `reshard_copies_*`, `reshard_delta_keys`).
+    pub move_copies_completed: AtomicU64,
+    pub move_copies_aborted: AtomicU64,
+    pub move_delta_keys: AtomicU64,
 }
 
 struct Shared {
@@ -942,6 +947,12 @@ impl Driver {
         st.last_handoff_ms
             .store(rs.last_handoff_ms, Ordering::Relaxed);
         st.handoff_ms.store(rs.handoff_ms, Ordering::Relaxed);
+        st.move_copies_completed
+            .store(rs.move_copies_completed, Ordering::Relaxed);
+        st.move_copies_aborted
+            .store(rs.move_copies_aborted, Ordering::Relaxed);
+        st.move_delta_keys
+            .store(rs.move_delta_keys, Ordering::Relaxed);
         if let Some(m) = self.replica.map() {
             let mut cur = self.shared.map.write();
             if cur.as_ref().is_none_or(|c| c.epoch < m.epoch) {

@@ -1557,7 +1557,7 @@ impl Front {
             self.node.id(),
         );
         let cluster = format!(
-            "# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\n",
+            "# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\nreshard_copies_completed:{}\r\nreshard_copies_aborted:{}\r\nreshard_delta_keys:{}\r\n",
             map.as_ref().map_or(0, |m| m.epoch.0),
             st.maps_applied.load(Relaxed),
             st.fenced.load(Relaxed),
@@ -1585,6 +1585,9 @@ impl Front {
             st.last_handoff_bytes.load(Relaxed),
             st.last_handoff_ms.load(Relaxed),
             st.handoff_ms.load(Relaxed),
+            st.move_copies_completed.load(Relaxed),
+            st.move_copies_aborted.load(Relaxed),
+            st.move_delta_keys.load(Relaxed),
         );
         let keyspace = format!("# Keyspace\r\ndb0:keys={own},expires=0,avg_ttl=0\r\n");
         (server, cluster, keyspace)
