@@ -63,6 +63,9 @@ def main():
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--keys", type=int, default=10000)
     ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--op", choices=["get", "set"], default="get",
+                    help="the raw-RESP rows' requests: GETs, or SETs (acknowledged after the "
+                         "memgest's commit rule: rep:3 = a majority of 3 copies)")
     a = ap.parse_args()
     if not os.path.exists(a.bench):
         raise SystemExit(f"missing {a.bench}: cargo build --release -p ringlet-bench --bins")
@@ -71,6 +74,7 @@ def main():
         raise SystemExit("redis-server not found (scripts/setup.sh installs it)")
     common = ["--keys", str(a.keys), "--value-size", str(a.value_size),
               "--concurrency", str(a.concurrency), "--json"]
+    op = ["--op", a.op]
 
     def run(extra, duration, warmup):
         cmd = [a.bench] + common + ["--duration", str(duration), "--warmup", str(warmup)] + extra
@@ -106,20 +110,22 @@ def main():
                         break
                 seeds = ",".join(f"127.0.0.1:{base + i}" for i in range(3))
                 run(["--target", "cluster", "--addr", seeds, "--load"], 0.2, 0)
-                r = run(["--target", "cluster", "--addr", seeds, "--read-mode", "coordinator",
-                         "--seed", str(rep + 1)], a.duration, a.warmup)
-                if r["errors"]:
-                    raise SystemExit(f"{exe}: {r['errors']} errors")
-                fast = [info_fields(base + i, {"fast_reads", "fast_read_fallbacks"})
-                        for i in range(3)]
-                r["fast_reads"] = sum(f.get("fast_reads", 0) for f in fast)
-                r["fast_read_fallbacks"] = sum(f.get("fast_read_fallbacks", 0) for f in fast)
-                results[exe].append(r)
-                print(f"rep {rep + 1} {exe}: p50 {r['p50_us']} p99 {r['p99_us']} us, "
-                      f"{r['ops_per_s']:.0f}/s, fast reads {r['fast_reads']} "
-                      f"fallbacks {r['fast_read_fallbacks']}", file=sys.stderr)
+                if a.op == "get":  # the smart client's row measures GETs only
+                    r = run(["--target", "cluster", "--addr", seeds, "--read-mode",
+                             "coordinator", "--seed", str(rep + 1)], a.duration, a.warmup)
+                    if r["errors"]:
+                        raise SystemExit(f"{exe}: {r['errors']} errors")
+                    fast = [info_fields(base + i, {"fast_reads", "fast_read_fallbacks"})
+                            for i in range(3)]
+                    r["fast_reads"] = sum(f.get("fast_reads", 0) for f in fast)
+                    r["fast_read_fallbacks"] = sum(f.get("fast_read_fallbacks", 0)
+                                                   for f in fast)
+                    results[exe].append(r)
+                    print(f"rep {rep + 1} {exe}: p50 {r['p50_us']} p99 {r['p99_us']} us, "
+                          f"{r['ops_per_s']:.0f}/s, fast reads {r['fast_reads']} "
+                          f"fallbacks {r['fast_read_fallbacks']}", file=sys.stderr)
                 r = run(["--target", "cluster-resp", "--addr", seeds[:seeds.index(",")],
-                         "--seed", str(rep + 1)], a.duration, a.warmup)
+                         "--seed", str(rep + 1)] + op, a.duration, a.warmup)
                 if r["errors"] or r["misses"]:
                     raise SystemExit(f"{exe} raw RESP: {r['errors']} errors {r['misses']} misses")
                 results[exe + " (raw RESP, coordinator)"].append(r)
@@ -139,7 +145,7 @@ def main():
             wait_port(port)
             addr = f"127.0.0.1:{port}"
             run(["--target", "redis", "--addr", addr, "--load"], 0.2, 0)
-            r = run(["--target", "redis", "--addr", addr, "--seed", str(rep + 1)],
+            r = run(["--target", "redis", "--addr", addr, "--seed", str(rep + 1)] + op,
                     a.duration, a.warmup)
             results["redis"].append(r)
             print(f"rep {rep + 1} redis: p50 {r['p50_us']} p99 {r['p99_us']} us", file=sys.stderr)
@@ -149,7 +155,7 @@ def main():
         try:
             addr = f"127.0.0.1:{rbase}"
             run(["--target", "cluster-resp", "--addr", addr, "--load"], 0.2, 0)
-            r = run(["--target", "cluster-resp", "--addr", addr, "--seed", str(rep + 1)],
+            r = run(["--target", "cluster-resp", "--addr", addr, "--seed", str(rep + 1)] + op,
                     a.duration, a.warmup)
             results["redis cluster, 3 masters (raw RESP, coordinator)"].append(r)
             print(f"rep {rep + 1} redis cluster: p50 {r['p50_us']} p99 {r['p99_us']} us",
@@ -160,15 +166,17 @@ def main():
     load_end = open("/proc/loadavg").read().split()[:3]
     med = lambda rs, k: statistics.median(x[k] for x in rs)
     rp50, rp99 = med(results["redis"], "p50_us"), med(results["redis"], "p99_us")
-    print(f"\nClosed-loop GET, {a.concurrency} client(s), {a.keys} keys of {a.value_size} B, "
+    print(f"\nClosed-loop {a.op.upper()}, {a.concurrency} client(s), {a.keys} keys of {a.value_size} B, "
           f"medians of {a.reps} runs of {a.duration:g} s (load average {' '.join(load_start)} "
           f"at start, {' '.join(load_end)} at end):\n")
     rc = results["redis cluster, 3 masters (raw RESP, coordinator)"]
     cp50, cp99 = med(rc, "p50_us"), med(rc, "p99_us")
-    print("| target | p50 µs | p99 µs | GET/s | p50 / Redis | p99 / Redis | p50 / Redis Cluster "
+    print("| target | p50 µs | p99 µs | ops/s | p50 / Redis | p99 / Redis | p50 / Redis Cluster "
           "| p99 / Redis Cluster |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, rs in results.items():
+        if not rs:
+            continue
         p50, p99 = med(rs, "p50_us"), med(rs, "p99_us")
         print(f"| {name} | {p50:.0f} | {p99:.0f} | {med(rs, 'ops_per_s'):.0f} | "
               f"{p50 / rp50:.2f} | {p99 / rp99:.2f} | {p50 / cp50:.2f} | {p99 / cp99:.2f} |")

@@ -39,6 +39,12 @@ enum Target {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum MeasuredOp {
+    Get,
+    Set,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
     Coordinator,
     Quorum,
@@ -80,6 +86,10 @@ struct Cli {
     /// Write every key first.
     #[arg(long)]
     load: bool,
+    /// The measured requests of the raw-RESP loops (`redis`, `cluster-resp`): GETs, or SETs of
+    /// `--value-size` bytes (a cluster SET is acknowledged after its memgest's commit rule).
+    #[arg(long, value_enum, default_value_t = MeasuredOp::Get)]
+    op: MeasuredOp,
     /// Concurrent closed-loop tasks.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
@@ -413,6 +423,7 @@ async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<
         let route = route.clone();
         let slots = slots.clone();
         let keys = cli.keys;
+        let (set, value_size) = (cli.op == MeasuredOp::Set, cli.value_size);
         let seed = cli.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         tasks.push(tokio::spawn(async move {
             let mut conns = Conns(Default::default());
@@ -425,24 +436,31 @@ async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<
                 misses: 0,
                 errors: 0,
             };
+            let value = vec![b'w'; value_size];
             loop {
                 let k = key(rng.below(keys));
                 req.clear();
-                ringlet_codec::resp::encode_request(&mut req, &[b"GET", &k]);
+                let op = if set {
+                    ringlet_codec::resp::encode_request(&mut req, &[b"SET", &k, &value]);
+                    Op::Set
+                } else {
+                    ringlet_codec::resp::encode_request(&mut req, &[b"GET", &k]);
+                    Op::Get
+                };
                 let t0 = Instant::now();
                 if t0 >= end {
                     break;
                 }
                 let a = route(&slots, &k);
                 let s = conns.get(&a).await?;
-                let r = resp_call(s, &req, Op::Get, &mut buf).await?;
+                let r = resp_call(s, &req, op, &mut buf).await?;
                 let lat = t0.elapsed();
                 if t0 < warm_end {
                     continue;
                 }
                 run.gets += 1;
                 match r {
-                    Outcome::Hit => {}
+                    Outcome::Hit | Outcome::Written => {}
                     Outcome::Miss => run.misses += 1,
                     _ => run.errors += 1,
                 }
@@ -458,10 +476,11 @@ async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<
     }
     report(
         cli,
-        if slots.is_some() {
-            "cluster-resp GET"
-        } else {
-            "redis GET"
+        match (slots.is_some(), cli.op) {
+            (true, MeasuredOp::Get) => "cluster-resp GET",
+            (true, MeasuredOp::Set) => "cluster-resp SET",
+            (false, MeasuredOp::Get) => "redis GET",
+            (false, MeasuredOp::Set) => "redis SET",
         },
         runs,
         Duration::from_secs_f64(cli.duration),
