@@ -893,10 +893,7 @@ impl Front {
             }
             "client" => clients::client(&self.clients, conn, argv),
             "config" => self.config(argv, conn),
-            "function" => {
-                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                Ok(convert(&ringlet_server::cmd::server::function_reply(&args)))
-            }
+            "function" => Ok(convert(&ringlet_server::cmd::server::function_reply(args))),
             "command" => Ok(convert(&ringlet_command::introspect::command(
                 args,
                 Mode::Cluster,
@@ -1124,7 +1121,6 @@ impl Front {
             }
             "getbit" | "bitcount" | "bitpos" => {
                 use ringlet_server::cmd::bits;
-                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
                 match name {
                     "getbit" => {
                         let offset = bits::parse_offset(a(2)).map_err(err)?;
@@ -1133,13 +1129,13 @@ impl Front {
                     }
                     "bitcount" => {
                         let v = self.get(a(1)).await?;
-                        bits::bitcount(v.as_deref(), &args)
+                        bits::bitcount(v.as_deref(), args)
                             .map(Reply::Integer)
                             .map_err(err)
                     }
                     _ => {
                         let v = self.get(a(1)).await?;
-                        bits::bitpos(v.as_deref(), &args)
+                        bits::bitpos(v.as_deref(), args)
                             .map(Reply::Integer)
                             .map_err(err)
                     }
@@ -1150,7 +1146,7 @@ impl Front {
             )),
             "setex" | "psetex" | "expire" | "pexpire" | "expireat" | "pexpireat" | "ttl"
             | "pttl" | "expiretime" | "pexpiretime" | "persist" | "getex" => {
-                self.ttl_command(name, argv).await
+                self.ttl_command(name, args, argv).await
             }
             _ => match self.keyspace_command(name, argv).await {
                 Some(r) => r,
@@ -1601,15 +1597,9 @@ impl Front {
     fn config(&self, argv: &[Vec<u8>], conn: &clients::Conn) -> Result<Reply, Reply> {
         use ringlet_server::cmd::server::{config_get_from, config_set_check};
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        let sub = argv
-            .get(1)
-            .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
-            .unwrap_or_default();
-        let wrong = |s: &str| {
-            err(format!(
-                "ERR wrong number of arguments for 'config|{s}' command"
-            ))
-        };
+        // The command table resolved the subcommand and checked its arity (config|get -3,
+        // config|set -4).
+        let sub = String::from_utf8_lossy(&argv[1]).to_ascii_lowercase();
         let laddr = conn.laddr();
         let memory = self.node.engine().lock().stats().memory_bytes_max;
         let params: Vec<(&'static str, String)> = vec![
@@ -1638,9 +1628,8 @@ impl Front {
         .chain(self.hash_encoding.params())
         .collect();
         match sub.as_str() {
-            "get" if argv.len() >= 3 => Ok(convert(&config_get_from(&params, &args))),
-            "get" => Err(wrong("get")),
-            "set" if argv.len() >= 4 => {
+            "get" => Ok(convert(&config_get_from(&params, &args))),
+            "set" => {
                 let known: Vec<&str> = params.iter().map(|(n, _)| *n).collect();
                 let settable: Vec<&str> =
                     ringlet_server::cmd::keyspace::HashEncodingMax::names().collect();
@@ -1651,25 +1640,17 @@ impl Front {
                     Err(e) => Err(convert(&e)),
                 }
             }
-            "set" => Err(wrong("set")),
-            "help" => Ok(Reply::Array(
-                [
-                    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "help" => Ok(convert(&ringlet_command::introspect::help(
+                "CONFIG",
+                &[
                     "GET <pattern>",
                     "    Return parameters matching the glob-like <pattern> and their values.",
                     "SET <directive> <value>",
                     "    Only hash-max-listpack-* can be set at run time in cluster mode.",
-                    "HELP",
-                    "    Prints this help.",
-                ]
-                .iter()
-                .map(|l| Reply::Simple(l.as_bytes().to_vec()))
-                .collect(),
-            )),
-            "" => Err(err("ERR wrong number of arguments for 'config' command")),
-            _ => Err(err(format!(
-                "ERR unknown subcommand '{}'. Try CONFIG HELP.",
-                String::from_utf8_lossy(&argv[1])
+                ],
+            ))),
+            other => Err(err(format!(
+                "ERR 'config|{other}' has no handler on a cluster node"
             ))),
         }
     }
@@ -1680,10 +1661,8 @@ impl Front {
             .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
             .unwrap_or_default();
         if sub == "keyslot" {
-            let k = argv.get(2).ok_or_else(|| {
-                err("ERR wrong number of arguments for 'cluster|keyslot' command")
-            })?;
-            return Ok(Reply::Integer(i64::from(key_slot(k))));
+            // Arity 3, checked by the command table.
+            return Ok(Reply::Integer(i64::from(key_slot(&argv[2]))));
         }
         if sub == "help" {
             return Ok(convert(&ringlet_command::introspect::help(
@@ -2098,7 +2077,12 @@ impl Front {
     /// SETEX PSETEX EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME
     /// PERSIST GETEX, with Redis 7's replies. A TTL change is a new version of the value
     /// (replicated like any write); an expiry already in the past deletes the key.
-    async fn ttl_command(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+    async fn ttl_command(
+        &self,
+        name: &str,
+        args: &[&[u8]],
+        argv: &[Vec<u8>],
+    ) -> Result<Reply, Reply> {
         let key = &argv[1][..];
         if let Some(m) = self.moved(key_slot(key)) {
             return Err(m);
@@ -2147,8 +2131,7 @@ impl Front {
                 // Syntax first; the expire value is checked only once the key exists (a
                 // missing key answers nil even with `EX 0`, as Redis 7 does).
                 use ringlet_command::args::{getex_args, GetExExpiry};
-                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                let opts = getex_args(&args).map_err(|e| convert(&e))?;
+                let opts = getex_args(args).map_err(|e| convert(&e))?;
                 let _g = self.lock(key).await?;
                 let Some((v, old)) = self.get_full(key).await? else {
                     return Ok(Reply::Null);
@@ -2169,11 +2152,10 @@ impl Front {
                 // EXPIRE PEXPIRE EXPIREAT PEXPIREAT key n [NX|XX|GT|LT], parsed as Redis
                 // does (options, then the time; ringlet-command, shared with the single node).
                 let now_i = i64::try_from(now).map_err(|_| invalid_expire(name))?;
-                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
                 let relative = matches!(name, "expire" | "pexpire");
                 let seconds = matches!(name, "expire" | "expireat");
                 let e = ringlet_command::args::expire_args(
-                    &args,
+                    args,
                     if relative { now_i } else { 0 },
                     seconds,
                     name,
