@@ -9,6 +9,7 @@
 mod common;
 
 use common::call;
+use ringlet_testkit::pg::{postgres_bin, Pg};
 
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -441,119 +442,6 @@ fn sqlite_query() {
     );
     check_graph(node.1, &out, "");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The bin directory of Debian's PostgreSQL (`/usr/lib/postgresql/<v>/bin`), if installed.
-fn postgres_bin() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|b| b.join("initdb").exists() && b.join("pg_ctl").exists())
-        .collect();
-    dirs.sort();
-    dirs.pop()
-}
-
-/// A throwaway PostgreSQL cluster in a temp dir (initdb + pg_ctl, trust auth on loopback),
-/// run as the `postgres` user when the test runs as root (initdb refuses root).
-struct Pg {
-    bin: PathBuf,
-    data: PathBuf,
-    port: u16,
-    user: Option<&'static str>,
-}
-
-impl Pg {
-    fn cmd(&self, prog: &str) -> Command {
-        let exe = self.bin.join(prog);
-        match self.user {
-            Some(u) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", u, "--"]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        }
-    }
-
-    fn start(bin: PathBuf, dir: &Path) -> Pg {
-        let root = running_as_root();
-        let data = dir.join("pgdata");
-        let user = root.then_some("postgres");
-        if root {
-            // The data dir's parents must be reachable by the postgres user.
-            let _ = Command::new("chmod").arg("755").arg(dir).status();
-            let _ = Command::new("chown").args(["postgres"]).arg(dir).status();
-        }
-        let port = common::free_base(1);
-        let pg = Pg {
-            bin,
-            data,
-            port,
-            user,
-        };
-        let st = pg
-            .cmd("initdb")
-            .args([
-                "-D",
-                pg.data.to_str().unwrap(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-            ])
-            .stdout(Stdio::null())
-            .status()
-            .expect("initdb");
-        assert!(st.success(), "initdb failed");
-        let opts = format!(
-            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={}",
-            dir.display()
-        );
-        let st = pg
-            .cmd("pg_ctl")
-            .args(["-D", pg.data.to_str().unwrap(), "-w", "-o", &opts])
-            .args(["-l", dir.join("pg.log").to_str().unwrap(), "start"])
-            .stdout(Stdio::null())
-            .status()
-            .expect("pg_ctl start");
-        assert!(st.success(), "pg_ctl start failed");
-        pg
-    }
-
-    fn psql(&self, sql: &str) {
-        let st = self
-            .cmd("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-            ])
-            .args(["-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
-            .stdout(Stdio::null())
-            .status()
-            .expect("psql");
-        assert!(st.success(), "psql failed: {sql}");
-    }
-}
-
-impl Drop for Pg {
-    fn drop(&mut self) {
-        let _ = self
-            .cmd("pg_ctl")
-            .args(["-D", self.data.to_str().unwrap(), "-m", "immediate", "stop"])
-            .stdout(Stdio::null())
-            .status();
-    }
-}
-
-fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 #[test]

@@ -1,120 +1,15 @@
 //! The PostgreSQL LISTEN/NOTIFY freshness source against a real PostgreSQL (Debian's
-//! packages, started in a temp dir with initdb + pg_ctl as in crates/cli/tests/load.rs).
+//! packages, started in a temp dir by `ringlet_testkit::pg`, as the loader's test does).
 //! Skipped when PostgreSQL is not installed, unless RINGLET_REQUIRE_POSTGRES is set.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringlet_linked::pg;
 use ringlet_linklet::{Config, Error, Linklet};
+use ringlet_testkit::pg::{postgres_bin, Pg};
 use ringlet_types::key_slot;
-
-fn postgres_bin() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|b| b.join("initdb").exists() && b.join("pg_ctl").exists())
-        .collect();
-    dirs.sort();
-    dirs.pop()
-}
-
-fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-struct Pg {
-    bin: PathBuf,
-    dir: PathBuf,
-    port: u16,
-    user: Option<&'static str>,
-}
-
-impl Pg {
-    fn cmd(&self, prog: &str) -> Command {
-        let exe = self.bin.join(prog);
-        match self.user {
-            Some(u) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", u, "--"]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        }
-    }
-
-    fn start(bin: PathBuf, dir: &Path) -> Pg {
-        let root = running_as_root();
-        if root {
-            // initdb refuses root; the data dir must belong to the postgres user.
-            let _ = Command::new("chmod").arg("755").arg(dir).status();
-            let _ = Command::new("chown").arg("postgres").arg(dir).status();
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let pg = Pg {
-            bin,
-            dir: dir.to_owned(),
-            port,
-            user: root.then_some("postgres"),
-        };
-        let data = dir.join("pgdata");
-        let st = pg
-            .cmd("initdb")
-            .args([
-                "-D",
-                data.to_str().unwrap(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-            ])
-            .stdout(Stdio::null())
-            .status()
-            .expect("initdb");
-        assert!(st.success(), "initdb failed");
-        let opts = format!(
-            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={}",
-            dir.display()
-        );
-        let st = pg
-            .cmd("pg_ctl")
-            .args(["-D", data.to_str().unwrap(), "-w", "-o", &opts])
-            .args(["-l", dir.join("pg.log").to_str().unwrap(), "start"])
-            .stdout(Stdio::null())
-            .status()
-            .expect("pg_ctl start");
-        assert!(st.success(), "pg_ctl start failed");
-        pg
-    }
-
-    fn conninfo(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            self.port
-        )
-    }
-}
-
-impl Drop for Pg {
-    fn drop(&mut self) {
-        let data = self.dir.join("pgdata");
-        let _ = self
-            .cmd("pg_ctl")
-            .args(["-D", data.to_str().unwrap(), "-m", "immediate", "stop"])
-            .stdout(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Wait (bounded, to fail rather than hang) until `cond` holds.
 async fn until(what: &str, cond: impl Fn() -> bool) {
@@ -249,4 +144,6 @@ async fn notifications_invalidate_older_values_and_refuse_racing_stale_loads() {
     assert_eq!(st.malformed.load(Ordering::Relaxed), 0);
     assert_eq!(st.gave_up.load(Ordering::Relaxed), 0);
     drop(src);
+    drop(pg);
+    let _ = std::fs::remove_dir_all(&dir);
 }
