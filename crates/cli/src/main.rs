@@ -234,6 +234,78 @@ struct UpArgs {
     default_memgest: Option<String>,
     #[command(flatten)]
     pg: memgest::PgShape,
+    /// Cluster: run the load balancer beside the control plane: it measures ops/s per slot
+    /// on every node and moves hot spans from the busiest node to the idlest
+    /// (docs/design/cluster-balancer.md).
+    #[arg(long = "auto-balance")]
+    auto_balance: bool,
+    #[command(flatten)]
+    balance: BalanceArgs,
+}
+
+/// The load balancer's knobs (`up --auto-balance`, `node rebalance --by load`). Options, so
+/// a knob given without the balancer it tunes is refused rather than ignored.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+struct BalanceArgs {
+    /// Move only when the busiest node carries more than the mean by this share [default: 0.25].
+    #[arg(long = "balance-trigger", value_parser = parse_share)]
+    trigger: Option<f64>,
+    /// Move only when the cluster carries at least this many ops/s in all [default: 1000].
+    #[arg(long = "balance-min-ops")]
+    min_ops: Option<f64>,
+    /// Seconds of one load measurement window [default: 10].
+    #[arg(long = "balance-window")]
+    window: Option<u64>,
+    /// At most this many moves in any minute (`up --auto-balance`) [default: 2].
+    #[arg(long = "balance-moves-per-min")]
+    moves_per_min: Option<u32>,
+}
+
+impl BalanceArgs {
+    fn given(&self) -> Option<&'static str> {
+        if self.trigger.is_some() {
+            Some("--balance-trigger")
+        } else if self.min_ops.is_some() {
+            Some("--balance-min-ops")
+        } else if self.window.is_some() {
+            Some("--balance-window")
+        } else if self.moves_per_min.is_some() {
+            Some("--balance-moves-per-min")
+        } else {
+            None
+        }
+    }
+
+    fn config(&self) -> ringlet_control::BalanceConfig {
+        let d = ringlet_control::BalanceConfig::default();
+        ringlet_control::BalanceConfig {
+            trigger: self.trigger.unwrap_or(d.trigger),
+            min_ops: self.min_ops.unwrap_or(d.min_ops),
+            ..d
+        }
+    }
+
+    fn window(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.window.unwrap_or(10).clamp(1, 3_600))
+    }
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s} is not a number"))?;
+    if !(0.01..=10.0).contains(&v) {
+        return Err(format!("{s} is out of range (0.01 to 10)"));
+    }
+    Ok(v)
+}
+
+/// What `node rebalance` evens out.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum RebalanceBy {
+    /// Coordinated slots per data node.
+    #[default]
+    Slots,
+    /// Measured operations per second (CLUSTER RINGLET-LOAD SLOTS on every node).
+    Load,
 }
 
 #[derive(Args)]
@@ -342,6 +414,18 @@ enum NodeAction {
         /// Print the plan only.
         #[arg(long)]
         dry_run: bool,
+        /// Even out slot counts (default) or measured load: `load` measures one window, moves
+        /// at most one hot span, and repeats up to --max-moves times.
+        #[arg(long, value_enum, default_value_t = RebalanceBy::Slots)]
+        by: RebalanceBy,
+        /// `--by load`: most moves to make.
+        #[arg(long = "max-moves")]
+        max_moves: Option<u32>,
+        /// `--by load`: the nodes' client password (their load is asked on the client ports).
+        #[arg(long, env = "RINGLET_PASSWORD")]
+        password: Option<String>,
+        #[command(flatten)]
+        balance: BalanceArgs,
         /// Longest wait for one move's handoff, in seconds.
         #[arg(long, default_value_t = 60)]
         move_timeout: u64,
@@ -467,6 +551,12 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Up(a) => {
             init_logs();
             refuse_single_node_tls(&a.node.tls)?;
+            if a.auto_balance || a.balance.given().is_some() {
+                anyhow::bail!(
+                    "--auto-balance moves slots between the nodes of a cluster: start one with \
+                     --nodes N (N > 1)"
+                );
+            }
             let mut cfg = a.node.config();
             if let Some(d) = &a.shm_dir {
                 if cfg.shm_socket.is_none() {
@@ -713,6 +803,9 @@ fn serve_cluster(a: &NodeArgs, control: &str, id: u32) -> Result<()> {
 /// `ringlet up --nodes N --spares S --port BASE [--default-memgest rep:3] [--pg-data s
 /// --pg-redundant d]`.
 fn up_cluster(a: &UpArgs) -> Result<()> {
+    if let (false, Some(flag)) = (a.auto_balance, a.balance.given()) {
+        anyhow::bail!("{flag} tunes the load balancer: add --auto-balance");
+    }
     if a.node.port == 0 {
         anyhow::bail!("ringlet up --nodes needs a base --port (nodes use consecutive ports)");
     }
@@ -765,6 +858,15 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         admin_offset: (!a.no_admin).then_some(10_000),
         shm_dir: a.shm_dir.clone(),
         status_port: a.status_port,
+        auto_balance: a
+            .auto_balance
+            .then(|| ringlet_cluster::launch::BalanceOpts {
+                cfg: a.balance.config(),
+                window: a.balance.window(),
+                moves_per_minute: a.balance.moves_per_min.unwrap_or(2).clamp(1, 60),
+                rate_kib_s: 0,
+                move_timeout: std::time::Duration::from_secs(60),
+            }),
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
     eprintln!("ringlet: stopped");
@@ -774,6 +876,26 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
 /// `ringlet node drain|map --control ADDR`.
 fn node_admin(action: NodeAction) -> Result<()> {
     use ringlet_cluster::control::{request, FromControl, ToControl};
+    // Knobs of the other mode are refused before anything is asked.
+    if let NodeAction::Rebalance {
+        by,
+        max_moves,
+        balance,
+        ..
+    } = &action
+    {
+        if *by == RebalanceBy::Slots {
+            // (--password is not checked: it may come from RINGLET_PASSWORD.)
+            let flag = balance.given().or(max_moves.map(|_| "--max-moves"));
+            if let Some(flag) = flag {
+                anyhow::bail!("{flag} applies to --by load");
+            }
+        } else if balance.moves_per_min.is_some() {
+            anyhow::bail!(
+                "--balance-moves-per-min paces `up --auto-balance`; here --max-moves bounds the run"
+            );
+        }
+    }
     let (conn, req) = match &action {
         NodeAction::Drain { id, conn, .. } => (conn, ToControl::Drain { node: *id }),
         NodeAction::Map { conn } | NodeAction::Rebalance { conn, .. } => (conn, ToControl::Watch),
@@ -829,13 +951,35 @@ fn node_admin(action: NodeAction) -> Result<()> {
         dry_run,
         move_timeout,
         rate,
-        ..
+        by,
+        max_moves,
+        password,
+        balance,
+        conn,
     } = &action
     {
         let FromControl::Map(map) = reply else {
             anyhow::bail!("unexpected reply from the control plane: {reply:?}");
         };
-        return rt.block_on(rebalance(control, map, *dry_run, *move_timeout, *rate));
+        if *by == RebalanceBy::Slots {
+            return rt.block_on(rebalance(control, map, *dry_run, *move_timeout, *rate));
+        }
+        let access = ringlet_cluster::balancer::NodeAccess {
+            password: password.clone(),
+            tls: match tls_files(&conn.tls)? {
+                Some(f) => Some(f.connector().map_err(|e| anyhow::anyhow!("TLS: {e}"))?),
+                None => None,
+            },
+        };
+        return rt.block_on(rebalance_by_load(
+            control,
+            &access,
+            balance,
+            max_moves.unwrap_or(4),
+            *dry_run,
+            *move_timeout,
+            *rate,
+        ));
     }
     if let NodeAction::MoveSlots {
         first,
@@ -1028,43 +1172,99 @@ async fn wait_moved(
     to: (u32, u8),
     timeout_s: u64,
 ) -> Result<u32> {
-    use ringlet_cluster::control::{request, FromControl, ToControl};
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_s);
-    // Whether a map showed this move (listed, or switched): a later map showing neither
-    // means the control plane called it off (its source or target failed while it
-    // copied; the old owner kept the slots).
-    let mut seen = false;
-    loop {
-        if let FromControl::Map(now) = request(control, &ToControl::Watch).await? {
-            let at = now
-                .placement
-                .as_ref()
-                .and_then(|p| p.range_of(first))
-                .is_some_and(|r| (r.pg, r.data_index) == to && r.last >= last);
-            let listed = now.moving.is_some_and(|m| {
-                (m.first, m.last, m.pg, m.data_index) == (first, last, to.0, to.1)
-            });
-            if at && now.handoff(first, last).is_none() {
-                if let Some(c) = now.coordinator(first) {
-                    return Ok(c.0);
-                }
-            }
-            if seen && !at && !listed {
-                anyhow::bail!(
-                    "move {first}-{last} was called off (its source or target failed, or it \
-                     copied for too long): the slots stay with their owner; run it again"
+    ringlet_cluster::balancer::wait_moved(
+        control,
+        first,
+        last,
+        to,
+        std::time::Duration::from_secs(timeout_s),
+    )
+    .await
+    .map_err(anyhow::Error::msg)
+}
+
+/// `ringlet node rebalance --by load`: up to `max_moves` rounds of one measured window and at
+/// most one move (crate docs of `ringlet_cluster::balancer`); stops early once balanced.
+async fn rebalance_by_load(
+    control: &str,
+    access: &ringlet_cluster::balancer::NodeAccess,
+    balance: &BalanceArgs,
+    max_moves: u32,
+    dry_run: bool,
+    move_timeout_s: u64,
+    rate: RateArg,
+) -> Result<()> {
+    use ringlet_cluster::balancer::{measure_and_plan, move_and_wait};
+    use ringlet_control::Verdict;
+    let cfg = balance.config();
+    let window = balance.window();
+    for round in 1..=max_moves.max(1) {
+        eprintln!("measuring load for {} s ...", window.as_secs());
+        let v = measure_and_plan(control, access, window, &cfg)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let (m, span_ops, hot, cold) = match v {
+            Verdict::Move {
+                planned,
+                span_ops,
+                busiest_ops,
+                idlest_ops,
+            } => (planned, span_ops, busiest_ops, idlest_ops),
+            Verdict::Balanced {
+                busiest_ops,
+                mean_ops,
+            } => {
+                println!(
+                    "balanced: the busiest node carries {busiest_ops:.0} ops/s, the mean is \
+                     {mean_ops:.0} (trigger {:.0}%)",
+                    cfg.trigger * 100.0
                 );
+                return Ok(());
             }
-            seen |= at || listed;
+            Verdict::Quiet { total_ops } => {
+                println!(
+                    "quiet: {total_ops:.0} ops/s in all, below --balance-min-ops {:.0}",
+                    cfg.min_ops
+                );
+                return Ok(());
+            }
+            Verdict::NotPlaced => anyhow::bail!("fewer than two data nodes: nothing to balance"),
+            Verdict::Stuck { busiest, reason } => {
+                println!("node {busiest} is the busiest, but {reason}");
+                return Ok(());
+            }
+        };
+        println!(
+            "move slots {}-{} ({} slots, {span_ops:.0} ops/s) from node {} ({hot:.0} ops/s) to \
+             node {} ({cold:.0} ops/s) (group {} index {})",
+            m.first,
+            m.last,
+            u32::from(m.last) - u32::from(m.first) + 1,
+            m.from,
+            m.to,
+            m.pg,
+            m.data_index
+        );
+        if dry_run {
+            return Ok(());
         }
-        if std::time::Instant::now() >= deadline {
-            anyhow::bail!(
-                "move {first}-{last} not finished after {timeout_s} s (the map shows where it \
-                 stands: `ringlet node map`)"
-            );
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let t0 = std::time::Instant::now();
+        let to = move_and_wait(
+            control,
+            &m,
+            rate.kib_s(),
+            std::time::Duration::from_secs(move_timeout_s),
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
+        println!(
+            "[{round}] slots {}-{} now at node {to} ({} ms)",
+            m.first,
+            m.last,
+            t0.elapsed().as_millis()
+        );
     }
+    Ok(())
 }
 
 fn print_ready(addr: std::net::SocketAddr, admin: Option<std::net::SocketAddr>) -> Result<()> {

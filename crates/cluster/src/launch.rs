@@ -238,6 +238,20 @@ pub struct UpOpts {
     /// The control plane's HTTP status port (crate::control_http): `/metrics`, `/api/events`
     /// and a page linking the nodes' pages. None: not served.
     pub status_port: Option<u16>,
+    /// Run the load balancer (crate::balancer) beside the control plane once the cluster is
+    /// ready. None: slots move only when an operator asks.
+    pub auto_balance: Option<BalanceOpts>,
+}
+
+/// `up --auto-balance` settings (crate::balancer::AutoBalance without the addresses).
+#[derive(Clone, Debug)]
+pub struct BalanceOpts {
+    pub cfg: ringlet_control::BalanceConfig,
+    pub window: Duration,
+    pub moves_per_minute: u32,
+    /// KiB/s per move's copy; 0: unlimited.
+    pub rate_kib_s: u32,
+    pub move_timeout: Duration,
 }
 
 /// The shared-memory socket `up --shm-dir DIR` gives the node on `port`.
@@ -573,7 +587,29 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
                 );
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
+                let balancer = o.auto_balance.as_ref().map(|b| {
+                    println!(
+                        "load balancer on: windows of {} s, at most {} moves a minute",
+                        b.window.as_secs_f64(),
+                        b.moves_per_minute
+                    );
+                    tokio::spawn(crate::balancer::run(crate::balancer::AutoBalance {
+                        control: caddr.to_string(),
+                        access: crate::balancer::NodeAccess {
+                            password: o.requirepass.clone(),
+                            tls: tls.clone(),
+                        },
+                        cfg: b.cfg,
+                        window: b.window,
+                        moves_per_minute: b.moves_per_minute,
+                        rate_kib_s: b.rate_kib_s,
+                        move_timeout: b.move_timeout,
+                    }))
+                });
                 let _ = (&mut stop).await;
+                if let Some(b) = balancer {
+                    b.abort();
+                }
             }
             None => {
                 outcome = Err(std::io::Error::other(format!(

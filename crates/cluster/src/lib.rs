@@ -32,6 +32,7 @@
 //! Design notes and measured figures: `docs/design/cluster-runtime.md`.
 
 pub mod auth;
+pub mod balancer;
 pub mod control;
 pub mod control_http;
 pub mod launch;

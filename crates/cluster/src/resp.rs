@@ -32,6 +32,7 @@
 mod admin;
 mod clients;
 mod conditional;
+pub(crate) use admin::SlotLoadReport;
 pub(crate) use conditional::CondOutcome;
 mod keyspace;
 mod records;
@@ -1682,8 +1683,8 @@ impl Front {
                     "SLOTS",
                     "    Return information about slots range mappings. Each range is made of:",
                     "    start, end, master and replicas IP addresses, ports and ids",
-                    "RINGLET-LOAD",
-                    "    Return this node's load per slot range as JSON (Ringlet).",
+                    "RINGLET-LOAD [SLOTS]",
+                    "    Return this node's load per slot range (or per slot) as JSON (Ringlet).",
                 ],
             )));
         }
@@ -1692,10 +1693,19 @@ impl Front {
         }
         if sub == "ringlet-load" {
             // This node's load report as JSON (resp/admin.rs): the status pages of other
-            // nodes ask for it to draw the cluster's heat map.
-            return Ok(Reply::Bulk(
-                serde_json::to_vec(&self.load_report()).unwrap_or_default(),
-            ));
+            // nodes ask for it to draw the cluster's heat map; with SLOTS, the cumulative
+            // per-slot counts the load balancer diffs (docs/design/cluster-balancer.md).
+            return match argv.get(2).map(|a| a.to_ascii_lowercase()) {
+                None => Ok(Reply::Bulk(
+                    serde_json::to_vec(&self.load_report()).unwrap_or_default(),
+                )),
+                Some(a) if a == b"slots" && argv.len() == 3 => Ok(Reply::Bulk(
+                    serde_json::to_vec(&self.slot_load_report()).unwrap_or_default(),
+                )),
+                Some(_) => Err(err(
+                    "ERR syntax error: CLUSTER RINGLET-LOAD takes no argument or SLOTS",
+                )),
+            };
         }
         let map = self.node.map();
         match sub.as_str() {
@@ -1804,7 +1814,7 @@ async fn remote_get(
 
 /// One command to another node's client port (AUTH first if the cluster has a password, TLS
 /// if its ports use it); `None` if it fails or its reply passes `reply_bytes_max`.
-async fn remote_call(
+pub(crate) async fn remote_call(
     addr: std::net::SocketAddr,
     argv: &[&[u8]],
     password: Option<&[u8]>,

@@ -214,8 +214,11 @@ pub fn subcommands() -> Vec<(&'static str, Reply, Reply)> {
     vec![
         (
             "cluster",
-            entry("cluster|ringlet-load", 2, false, 0, "@slow"),
-            docs("This node's load per slot range, as JSON", "cluster"),
+            entry("cluster|ringlet-load", -2, false, 0, "@slow"),
+            docs(
+                "This node's load per slot range, or with SLOTS per slot, as JSON",
+                "cluster",
+            ),
         ),
         (
             "client",

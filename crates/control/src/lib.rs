@@ -34,12 +34,14 @@
 //! Modules: [`map`] (the cluster map), [`plane`] (the state machine), [`report`] (memgest
 //! reports), [`events`] (the bounded event log derived from every map change).
 
+pub mod balance;
 pub mod events;
 pub mod map;
 pub mod plane;
 pub mod rebalance;
 pub mod report;
 
+pub use balance::{plan_by_load, slot_rates, BalanceConfig, Verdict};
 pub use events::{Event, EventKind, EventLog, StampedEvent};
 pub use map::{ClusterMap, Handoff, MapError, MemgestInfo, NodeInfo, NodeState, SlotMove};
 pub use plane::{

@@ -114,6 +114,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 admin_offset: None,
                 shm_dir: a.get("shm-dir")?,
                 status_port: a.get("status-port")?,
+                auto_balance: None,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }

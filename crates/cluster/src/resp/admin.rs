@@ -91,6 +91,16 @@ pub(crate) struct LoadReport {
     ranges: Vec<RangeLoad>,
 }
 
+/// A node's cumulative per-slot counts: `CLUSTER RINGLET-LOAD SLOTS` (JSON). At most one
+/// entry per slot (16,384 × ~16 bytes of JSON at most).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SlotLoadReport {
+    pub node: u32,
+    pub epoch: u64,
+    /// (slot, reads + writes served since the node started), slots with none left out.
+    pub slots: Vec<(u16, u64)>,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct RangeLoad {
     first: u16,
@@ -443,6 +453,35 @@ impl Front {
             epoch: map.as_ref().map_or(0, |m| m.epoch.0),
             window: load.history().pop(),
             ranges,
+        }
+    }
+
+    /// This node's cumulative per-slot counts (`CLUSTER RINGLET-LOAD SLOTS`): every slot it
+    /// coordinates in its map with at least one served read or write since it started. The
+    /// load balancer asks every node twice, a window apart, and diffs.
+    pub(crate) fn slot_load_report(&self) -> SlotLoadReport {
+        let map = self.node.map();
+        let me = self.node.id();
+        let load = self.load();
+        let mut slots = Vec::new();
+        if let Some(p) = map.as_ref().and_then(|m| m.placement.as_ref()) {
+            for r in p
+                .ranges
+                .iter()
+                .filter(|r| p.range_coordinator(r) == Some(me))
+            {
+                for s in r.first..=r.last {
+                    let (reads, writes) = load.slot_totals(s, s);
+                    if reads + writes > 0 {
+                        slots.push((s, reads + writes));
+                    }
+                }
+            }
+        }
+        SlotLoadReport {
+            node: me.0,
+            epoch: map.as_ref().map_or(0, |m| m.epoch.0),
+            slots,
         }
     }
 
