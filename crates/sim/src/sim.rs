@@ -40,6 +40,12 @@ pub struct SimOptions {
     /// instead of the reference `MemStore` (ignored with `store_value_bytes_max`, whose
     /// value-byte capacity only the reference store has).
     pub engine_store: bool,
+    /// Control-plane failovers: the control plane goes silent for 50-1000 ms (every message
+    /// to it lost, no ticks), then a new leader resumes from the last published map
+    /// ([`ControlPlane::resume`], what an etcd leader change does), losing the old one's
+    /// in-memory state (move and drain timers, usage reports). Happens as a disruption of its
+    /// own and, with `moves`, in place of some move faults (while a move copies or fences).
+    pub cp_failover: bool,
 }
 
 impl Default for SimOptions {
@@ -53,6 +59,7 @@ impl Default for SimOptions {
             store_value_bytes_max: None,
             moves: false,
             engine_store: false,
+            cp_failover: false,
         }
     }
 }
@@ -75,6 +82,9 @@ pub struct RunStats {
     pub nodes_removed: u64,
     /// Crashes or partitions of a move's source or target while the move copies or fences.
     pub move_faults: u64,
+    /// Control-plane failovers ([`SimOptions::cp_failover`]), and how many hit a listed move.
+    pub cp_failovers: u64,
+    pub cp_failovers_during_moves: u64,
     pub failovers_epochs: u64,
     pub messages: u64,
     pub dropped: u64,
@@ -110,6 +120,9 @@ struct Faults {
     moves: bool,
     /// Mean gap between disruptive faults.
     gap_ms: u64,
+    /// [`SimOptions::cp_failover`] (never drawn from the seed, so that other runs replay as
+    /// before).
+    cp_failover: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -150,6 +163,8 @@ enum Event {
     Disrupt,
     Restart(NodeId),
     Heal(NodeId),
+    /// A new control-plane leader resumes from the last published map.
+    CpResume,
     Bootstrap,
     /// The next step of a resharding plan (a removal in progress): one move, or the removal's
     /// final call once nothing is left, as `ringlet node remove` drives it.
@@ -243,6 +258,8 @@ struct World {
     active: usize,
     cp_touched: bool,
     quiet_until: u64,
+    /// The control plane is down (failing over) until this time; 0: up.
+    cp_down_until: u64,
     /// When the last crash, partition or drain was started (a move fault scheduled before
     /// it is skipped).
     last_fault_ms: u64,
@@ -290,6 +307,7 @@ impl World {
             // the refused memgests as possibly lost: docs/design/cluster-resharding.md).
             moves: opts.store_value_bytes_max.is_none() && (all || opts.moves || rng.chance(0.4)),
             gap_ms: rng.range(1500, 4000),
+            cp_failover: opts.cp_failover,
         };
         let cfg = ControlConfig {
             s,
@@ -343,6 +361,7 @@ impl World {
             active,
             cp_touched: false,
             quiet_until: 0,
+            cp_down_until: 0,
             last_fault_ms: 0,
         };
         let ids: Vec<NodeId> = w.nodes.keys().copied().collect();
@@ -535,9 +554,22 @@ impl World {
                 self.schedule(NODE_TICK_MS, Event::NodeTick(id));
             }
             Event::CpTick => {
-                let a = self.cp.step(self.now, CpInput::Tick);
-                self.cp_actions(a);
+                if !self.cp_down() {
+                    let a = self.cp.step(self.now, CpInput::Tick);
+                    self.cp_actions(a);
+                }
                 self.schedule(CP_TICK_MS, Event::CpTick);
+            }
+            Event::CpResume => {
+                let cfg = self.cp.config().clone();
+                let map = ClusterMap::clone(self.cp.map());
+                self.cp = ControlPlane::resume(cfg, map, self.now)
+                    .map_err(|e| fail(self.seed, format!("control plane resume: {e}")))?;
+                self.cp_down_until = 0;
+                self.cp_touched = true;
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("t={} control plane resumed", self.now);
+                }
             }
             Event::Deliver { to, msg } => self.deliver(to, msg)?,
             Event::ClientNext(c) => self.client_next(c),
@@ -577,6 +609,7 @@ impl World {
                 target,
                 issued_ms,
             } => self.move_fault(source, target, issued_ms),
+            Event::ReshardStep if self.cp_down() => self.schedule(250, Event::ReshardStep),
             Event::ReshardStep => {
                 let map = self.cp.map().clone();
                 if let Some(node) = map.removing {
@@ -690,6 +723,10 @@ impl World {
     fn deliver(&mut self, to: Addr, msg: Msg) -> Result<(), String> {
         match to {
             Addr::Cp => {
+                if self.cp_down() {
+                    self.stats.dropped += 1;
+                    return Ok(());
+                }
                 if let Msg::ToCp { input, .. } = msg {
                     let a = self.cp.step(self.now, input);
                     self.cp_actions(a);
@@ -841,7 +878,7 @@ impl World {
     fn disrupt(&mut self) {
         // After a partition heals (or a node restarts), its old lease may still lapse a little
         // later; wait a lease before the next disruption so failures never overlap.
-        if !self.faults_on || self.now < self.quiet_until {
+        if !self.faults_on || self.now < self.quiet_until || self.cp_down() {
             return;
         }
         if let Err(why) = self.healthy(false) {
@@ -870,6 +907,9 @@ impl World {
             if spare_exists {
                 kinds.push(4);
             }
+        }
+        if self.faults.cp_failover {
+            kinds.push(6);
         }
         let Some(kind) = self.rng.pick(&kinds).copied() else {
             return;
@@ -990,7 +1030,7 @@ impl World {
                     .moving
                     .filter(|m| m.first == lo && m.last == hi);
                 if let Some(m) = started {
-                    if self.faults.crash || self.faults.partition {
+                    if self.faults.crash || self.faults.partition || self.faults.cp_failover {
                         let after = self.rng.range(0, 120);
                         self.schedule(
                             after,
@@ -1003,6 +1043,7 @@ impl World {
                     }
                 }
             }
+            6 => self.cp_failover(map.moving.is_some()),
             _ => {
                 let Some(spare) = map
                     .nodes
@@ -1017,6 +1058,29 @@ impl World {
                 self.cp_actions(a);
             }
         }
+    }
+
+    /// Whether the control plane is failing over (silent).
+    fn cp_down(&self) -> bool {
+        self.now < self.cp_down_until
+    }
+
+    /// Take the control plane down for 50-1000 ms; [`Event::CpResume`] brings a new leader
+    /// up from the last published map ([`SimOptions::cp_failover`]).
+    fn cp_failover(&mut self, during_move: bool) {
+        let dur = self.rng.range(50, 1000);
+        self.last_fault_ms = self.now;
+        self.stats.cp_failovers += 1;
+        if during_move {
+            self.stats.cp_failovers_during_moves += 1;
+        }
+        self.disruptive_seen = true;
+        self.cp_down_until = self.now + dur;
+        self.quiet_until = self.now + dur + LEASE_MS + 500;
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!("t={} control plane down for {dur} ms", self.now);
+        }
+        self.schedule(dur, Event::CpResume);
     }
 
     /// [`Event::MoveFault`]: crash or cut off the move's source or target (whichever phase
@@ -1042,6 +1106,12 @@ impl World {
             .moving
             .is_some_and(|m| NodeId(m.source) == source && NodeId(m.target) == target);
         if !whole || !up || !listed {
+            return;
+        }
+        if self.faults.cp_failover
+            && (!(self.faults.crash || self.faults.partition) || self.rng.chance(0.4))
+        {
+            self.cp_failover(true);
             return;
         }
         let victim = if self.rng.chance(0.5) { source } else { target };

@@ -65,6 +65,30 @@ fn swarm_moves_60_seeds() {
     );
 }
 
+/// Control-plane failovers (an etcd leader change: silence, then a new leader resumed from
+/// the last published map) as disruptions of their own and in the middle of moves (while a
+/// span copies or fences), beside the seed's crashes, partitions and drains; nodes run on the
+/// engine store. Checks that failovers really happened, some of them during a move.
+#[test]
+fn swarm_control_plane_failover_40_seeds() {
+    let opts = SimOptions {
+        engine_store: true,
+        moves: true,
+        cp_failover: true,
+        ..SimOptions::default()
+    };
+    let (mut failovers, mut during_moves) = (0, 0);
+    for seed in seeds(5000..5040) {
+        if let Ok(s) = run_seed(seed, &opts) {
+            failovers += s.cp_failovers;
+            during_moves += s.cp_failovers_during_moves;
+        }
+    }
+    eprintln!("control-plane failovers: {failovers}, {during_moves} during a move");
+    assert!(failovers > 0 && during_moves > 0, "no failover happened");
+    run_all(seeds(5000..5040), &opts);
+}
+
 /// The same faults and checkers with every node on the engine store a real node runs
 /// (`EngineStore`), not the reference store: bugs in the engine's bookkeeping (tombstone
 /// floors, purges of moved spans) are in scope. Moves included.
