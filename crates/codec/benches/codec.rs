@@ -1,5 +1,5 @@
 //! Codec micro-benchmarks: parse RESP GET/SET, encode a bulk reply, native GET round trip.
-//! Run: `CARGO_TARGET_DIR=/work/targets/codec cargo bench -p ringlet-codec`.
+//! Run: `cargo bench -p ringlet-codec`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use ringlet_codec::native;

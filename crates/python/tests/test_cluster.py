@@ -1,7 +1,7 @@
 """The `ringlet` Python package against a real local cluster.
 
 One `ringlet up --nodes 3 --spares 1 --default-memgest rep:3` per test session (binary from
-RINGLET_BIN, default /work/main/target/debug/ringlet) on free ports; the tests wait for its
+RINGLET_BIN, default target/debug/ringlet of this checkout) on free ports; the tests wait for its
 "ringlet cluster ready" line, then check real values through `ringlet.Cluster`: SET/GET of
 many keys over many slots, cross-slot MGET/MSET, DEL, memgests (create, SET in, MOVE, KEY,
 LIST, INFO), quorum reads, concurrent threads, and which exception each failure raises. The
@@ -23,7 +23,10 @@ import pytest
 
 import ringlet
 
-RINGLET_BIN = os.environ.get("RINGLET_BIN", "/work/main/target/debug/ringlet")
+RINGLET_BIN = os.environ.get(
+    "RINGLET_BIN",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "target", "debug", "ringlet"),
+)
 READY_TIMEOUT_S = 60
 NODES, SPARES = 3, 1
 

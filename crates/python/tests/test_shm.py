@@ -20,7 +20,10 @@ import redis
 
 import ringlet
 
-RINGLET_BIN = os.environ.get("RINGLET_BIN", "/work/main/target/debug/ringlet")
+RINGLET_BIN = os.environ.get(
+    "RINGLET_BIN",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "target", "debug", "ringlet"),
+)
 
 
 class Node:
