@@ -768,7 +768,9 @@ impl Chase {
     }
 
     fn end_reason(&self) -> Stop {
-        if self.truncated {
+        if self.unfed {
+            Stop::Time
+        } else if self.truncated {
             Stop::Limit
         } else {
             Stop::Complete
@@ -780,7 +782,8 @@ impl Chase {
     /// the frontier.
     fn settle(&mut self) {
         self.fetching = false;
-        self.unfed = false;
+        // `unfed` stays set once a level had a key never fed: whatever was reachable only
+        // through it is missing from every later level too, so the walk is never complete.
         // Bounded by the level's length: each pass settles or skips one position.
         while self.stop.is_none() && self.settled < self.slots.len() {
             if matches!(self.slots[self.settled], Slot::Pending) {
@@ -1034,6 +1037,35 @@ mod tests {
         c.feed(b"a", g.get(&b"a"[..]));
         c.timed_out();
         assert_eq!(c.finish().stop, Stop::Complete);
+    }
+
+    #[test]
+    fn a_key_never_fed_is_never_complete() {
+        // From c: level 1 is a, d. d is skipped (a fetch that failed); a is fed and the
+        // walk goes on to depth 2 (b, missing, string) and ends: still `time`, as d's
+        // links were never followed.
+        let g = graph();
+        let mut c = chase("chase c next friends depth 2");
+        let root = c.next_batch();
+        c.feed(&root[0], g.get(&root[0]));
+        let level = c.next_batch();
+        assert_eq!(level, vec![b"a".to_vec(), b"d".to_vec()]);
+        c.feed(b"a", g.get(&b"a"[..]));
+        let l2 = c.next_batch();
+        assert_eq!(l2.len(), 3);
+        for k in &l2 {
+            c.feed(k, g.get(k));
+        }
+        for _ in 0..10 {
+            let batch = c.next_batch();
+            if batch.is_empty() {
+                break;
+            }
+            for k in &batch {
+                c.feed(k, g.get(k));
+            }
+        }
+        assert_eq!(c.finish().stop, Stop::Time);
     }
 
     #[test]
