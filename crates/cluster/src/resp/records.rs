@@ -185,10 +185,11 @@ impl Front {
     /// Shared by RESP CHASE and the native CHASE frame (crates/cluster/src/native.rs).
     ///
     /// One connection per other node for the whole walk (without TLS): a CHUNKED walk makes
-    /// one call per chunk of the longest chain, and a connection per call left thousands of
-    /// sockets in TIME_WAIT, until connects failed. A call that fails (no connection, an
-    /// error reply, a timeout) ends the walk with `time`, never `complete`: its keys were
-    /// not read, so what follows from them is unknown (the client may ask again).
+    /// one call per chunk of the longest chain, hundreds for a level that meets a hub, and a
+    /// connection per call paid a connect and left a socket in TIME_WAIT for each. A call
+    /// that fails (no connection, an error reply, a timeout) ends the walk with `time`,
+    /// never `complete`: its keys were not read, so what follows from them is unknown (the
+    /// client may ask again).
     pub(crate) async fn chase_walk(
         &self,
         mut walk: chase::Chase,
