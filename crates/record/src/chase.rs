@@ -1,15 +1,31 @@
 //! `CHASE`: follow links breadth-first from one key and return the items in one round trip.
 //!
 //! ```text
-//! CHASE key field [field ...] [DEPTH n] [LIMIT n] [FIELDS attr [attr ...]]
+//! CHASE key field [field ...] [DEPTH n] [LIMIT n] [CHUNKED] [FIELDS attr [attr ...]]
 //! ```
 //!
 //! Follows the named link fields (a single link or a link list; plain-bytes fields are
 //! ignored) breadth-first from `key` up to DEPTH hops (default 1, at most
 //! [`CHASE_DEPTH_MAX`]; 0 returns just `key`). Each key is visited at most once, so cycles
 //! and diamonds are safe. Options may come in any order after the link fields; the words
-//! DEPTH, LIMIT and FIELDS (any case) are always options, so they cannot be used as link
-//! field or attribute names here.
+//! DEPTH, LIMIT, CHUNKED and FIELDS (any case) are always options, so they cannot be used as
+//! link field or attribute names here.
+//!
+//! # Chunked link lists (KELI)
+//!
+//! With CHUNKED, each link field `f` is a list chunked as `ringlet load` writes it: the item
+//! holds the first targets in `f` and a link `f.next` ([`crate::CHUNK_NEXT_SUFFIX`]) to a
+//! continuation item holding the next targets in its own `f` (and `f.next`), and so on.
+//! A continuation item is read as part of the hop of the item whose list it continues: it
+//! is not an entry, does not count against LIMIT or DEPTH, and its targets join the same
+//! next level. Continuation items are appended to the level being fetched (after the
+//! level's own keys, in the order they are found), so a caller fetching by batches gets
+//! them as further batches of the same level ([`Chase::advance`] again, from
+//! [`Chase::level_start`]); a chain of k chunks costs k such batches. The next level's key
+//! order is that order: every item's first-chunk targets, then the second chunks' …
+//! Without CHUNKED a `f.next` is just another field (name it as a link field to walk the
+//! chunks as ordinary items, one level of depth per chunk). At most
+//! [`crate::CHASE_CHUNK_ITEMS_MAX`] continuation items per CHASE (then the stop is `limit`).
 //!
 //! # How it works
 //!
@@ -57,7 +73,10 @@ use std::collections::HashMap;
 
 use crate::number::parse_i64;
 use crate::record::{Field, FieldRef, Hint, Record};
-use crate::{CHASE_DEPTH_MAX, CHASE_LIMIT_DEFAULT, CHASE_LIMIT_MAX, CHASE_REPLY_BYTES_MAX};
+use crate::{
+    CHASE_CHUNK_ITEMS_MAX, CHASE_DEPTH_MAX, CHASE_LIMIT_DEFAULT, CHASE_LIMIT_MAX,
+    CHASE_REPLY_BYTES_MAX, CHUNK_NEXT_SUFFIX,
+};
 
 /// RESP framing bytes counted per element (a `$len\r\n…\r\n` header and trailer, or an array
 /// or integer line), an overestimate for lengths under 10^11.
@@ -128,6 +147,8 @@ pub struct ChaseReply {
 struct Fed {
     attrs: Vec<(Vec<u8>, Vec<u8>)>,
     targets: Vec<(Vec<u8>, Option<Hint>)>,
+    /// With CHUNKED: the continuation items it links (`f.next`).
+    chunks: Vec<(Vec<u8>, Option<Hint>)>,
 }
 
 /// The state of one key of the level being fetched.
@@ -153,6 +174,8 @@ enum Slot {
 pub struct Chase {
     root: Vec<u8>,
     link_fields: Vec<Vec<u8>>,
+    /// With CHUNKED, `f.next` for each link field `f`; empty otherwise.
+    chunk_fields: Vec<Vec<u8>>,
     depth_max: u32,
     limit: usize,
     /// None: all fields.
@@ -169,8 +192,18 @@ pub struct Chase {
     /// it cost more than that bound.
     visited: HashMap<Vec<u8>, (u32, u32), foldhash::fast::RandomState>,
     /// Keys of the level being fetched (or about to be), in BFS order, unique. A settled
-    /// key's bytes are moved into its entry (the slot says so).
+    /// key's bytes are moved into its entry (the slot says so). With CHUNKED, the
+    /// continuation items found while the level is fetched are appended after its keys.
     frontier: Vec<Vec<u8>>,
+    /// How many of `frontier` are the level's own keys (positions after are continuation
+    /// items: no entries).
+    level_keys: usize,
+    /// Positions before this one were handed to the caller (by `advance`/`next_batch`);
+    /// `level_start` is where the batch handed out last begins.
+    handed_out: usize,
+    level_start: usize,
+    /// Continuation items put in a level so far (bounded by CHASE_CHUNK_ITEMS_MAX).
+    chunk_items: usize,
     /// The hint of each `frontier` key: the location hint of the first link that led to it.
     hints: Vec<Option<Hint>>,
     /// The state of each `frontier` key while the level is fetched.
@@ -197,6 +230,7 @@ fn is_keyword(arg: &[u8]) -> bool {
     arg.eq_ignore_ascii_case(b"depth")
         || arg.eq_ignore_ascii_case(b"limit")
         || arg.eq_ignore_ascii_case(b"fields")
+        || arg.eq_ignore_ascii_case(b"chunked")
 }
 
 const ERR_SYNTAX: &str = "ERR syntax error";
@@ -232,8 +266,14 @@ impl Chase {
         let mut depth_max = 1;
         let mut limit = CHASE_LIMIT_DEFAULT;
         let mut attrs: Option<Vec<Vec<u8>>> = None;
+        let mut chunked = false;
         // Each pass consumes at least one argument, so this ends within argv.len() passes.
         while let Some(opt) = argv.get(i) {
+            if opt.eq_ignore_ascii_case(b"chunked") {
+                chunked = true;
+                i += 1;
+                continue;
+            }
             if opt.eq_ignore_ascii_case(b"fields") {
                 i += 1;
                 let list = attrs.get_or_insert_with(Vec::new);
@@ -266,7 +306,31 @@ impl Chase {
             }
             i += 2;
         }
-        Chase::new(root, link_fields, depth_max, limit, attrs)
+        let walk = Chase::new(root, link_fields, depth_max, limit, attrs)?;
+        Ok(if chunked { walk.chunked() } else { walk })
+    }
+
+    /// The same walk with CHUNKED: each link field `f` continues in the item its `f.next`
+    /// links (module docs, "Chunked link lists").
+    pub fn chunked(mut self) -> Chase {
+        if self.chunk_fields.is_empty() {
+            self.chunk_fields = self
+                .link_fields
+                .iter()
+                .map(|f| [f.as_slice(), CHUNK_NEXT_SUFFIX].concat())
+                .collect();
+            for c in &self.chunk_fields {
+                if !self.wanted_follow.contains(c) {
+                    self.wanted_follow.push(c.clone());
+                }
+            }
+        }
+        self
+    }
+
+    /// Whether the walk follows chunked link lists (CHUNKED).
+    pub fn is_chunked(&self) -> bool {
+        !self.chunk_fields.is_empty()
     }
 
     /// A CHASE from typed arguments (the native CHASE frame): the same bounds and error
@@ -319,6 +383,11 @@ impl Chase {
             next_hints: Vec::new(),
             root,
             link_fields,
+            chunk_fields: Vec::new(),
+            level_keys: 0,
+            handed_out: 0,
+            level_start: 0,
+            chunk_items: 0,
             depth_max,
             limit: limit as usize,
             attrs,
@@ -334,30 +403,38 @@ impl Chase {
     }
 
     /// The key the chase starts from (for routing the first fetch).
-    /// The key the chase starts from (for routing the first fetch).
     pub fn root(&self) -> &[u8] {
         &self.root
     }
 
-    /// The keys to fetch now: the whole next BFS level, deduplicated, at most LIMIT keys.
-    /// Calling it again first takes in what was fed for the previous level. Empty when the
+    /// The keys to fetch now: the whole next BFS level, deduplicated, at most LIMIT keys
+    /// (with CHUNKED, or the continuation items found since the last batch of the level).
+    /// Calling it again first takes in what was fed for the previous batch. Empty when the
     /// chase is over (then call [`Chase::finish`]).
     pub fn next_batch(&mut self) -> Vec<Vec<u8>> {
         if self.advance() {
-            self.frontier.clone()
+            self.frontier[self.level_start..].to_vec()
         } else {
             Vec::new()
         }
     }
 
-    /// [`Chase::next_batch`] without copying the keys: `true` if a level is to be fetched,
-    /// its keys then being [`Chase::level`] (feed them by position with
-    /// [`Chase::feed_encoded_at`], or by key).
+    /// [`Chase::next_batch`] without copying the keys: `true` if a batch is to be fetched,
+    /// its keys then being [`Chase::level`] from [`Chase::level_start`] on (feed them by
+    /// position with [`Chase::feed_encoded_at`], or by key). Positions before
+    /// `level_start` were handed out before; feeding them again is ignored.
     pub fn advance(&mut self) -> bool {
         if self.stop.is_some() {
             return false;
         }
         if self.fetching {
+            if self.handed_out < self.frontier.len() {
+                // Continuation items found while the last batch was fed: the same level
+                // goes on with them.
+                self.level_start = self.handed_out;
+                self.handed_out = self.frontier.len();
+                return true;
+            }
             self.settle();
         }
         if self.stop.is_some() {
@@ -369,6 +446,9 @@ impl Chase {
         }
         self.fetching = true;
         self.settled = 0;
+        self.level_keys = self.frontier.len();
+        self.level_start = 0;
+        self.handed_out = self.frontier.len();
         self.slots.clear();
         self.slots
             .extend(std::iter::repeat_with(|| Slot::Pending).take(self.frontier.len()));
@@ -379,6 +459,13 @@ impl Chase {
     /// as empty (its bytes moved to its entry): read a key before feeding it.
     pub fn level(&self) -> &[Vec<u8>] {
         &self.frontier
+    }
+
+    /// Where the batch handed out by the last [`Chase::advance`] begins in
+    /// [`Chase::level`] (0 for a level's first batch; later batches of a level are its
+    /// continuation items, with CHUNKED).
+    pub fn level_start(&self) -> usize {
+        self.level_start
     }
 
     /// The location hint of the level's key at `i`: the hint of the first link (in BFS
@@ -417,6 +504,16 @@ impl Chase {
                 },
                 targets: if self.depth < self.depth_max {
                     self.link_fields
+                        .iter()
+                        .filter_map(|n| r.get(n))
+                        .flat_map(field_links)
+                        .map(|(t, h)| (t.to_vec(), h))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                chunks: if self.depth < self.depth_max {
+                    self.chunk_fields
                         .iter()
                         .filter_map(|n| r.get(n))
                         .flat_map(field_links)
@@ -464,35 +561,60 @@ impl Chase {
             self.drain();
             return;
         };
-        let attrs = self.attrs_of(&fields);
+        // A continuation item is no entry: its attributes are not shown.
+        let attrs = if i < self.level_keys {
+            self.attrs_of(&fields)
+        } else {
+            Vec::new()
+        };
         if i == self.settled {
             // In order: settle straight from the record's bytes, no copy of its links.
             self.slots[i] = Slot::Settled;
             self.settled += 1;
             let link_fields = std::mem::take(&mut self.link_fields);
+            let chunk_fields = std::mem::take(&mut self.chunk_fields);
+            let links_of = |names: &[Vec<u8>]| {
+                names
+                    .iter()
+                    .filter(|_| follow)
+                    .filter_map(|n| fields.iter().find(|(f, _)| f == n))
+                    .flat_map(|(_, f)| f.links())
+                    .collect::<Vec<_>>()
+            };
+            // Continuation links are few (one per link field); targets stay an iterator.
+            let chunks = links_of(&chunk_fields);
             let targets = link_fields
                 .iter()
                 .filter(|_| follow)
                 .filter_map(|n| fields.iter().find(|(f, _)| f == n))
                 .flat_map(|(_, f)| f.links());
-            self.settle_one(i, attrs, targets);
+            self.settle_one(i, attrs, targets, chunks.into_iter());
             self.link_fields = link_fields;
+            self.chunk_fields = chunk_fields;
             self.drain();
             return;
         }
-        let targets = if follow {
-            self.link_fields
-                .iter()
-                .filter_map(|n| fields.iter().find(|(f, _)| f == n))
-                .flat_map(|(_, f)| f.links())
-                // Visited only grows: a target visited now will be skipped when settled.
-                .filter(|(t, _)| !self.visited.contains_key(*t))
-                .map(|(t, h)| (t.to_vec(), h))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        self.slots[i] = Slot::Fed(Fed { attrs, targets });
+        let owned =
+            |names: &[Vec<u8>], visited: &HashMap<_, _, _>| -> Vec<(Vec<u8>, Option<Hint>)> {
+                if !follow {
+                    return Vec::new();
+                }
+                names
+                    .iter()
+                    .filter_map(|n| fields.iter().find(|(f, _)| f == n))
+                    .flat_map(|(_, f)| f.links())
+                    // Visited only grows: a target visited now will be skipped when settled.
+                    .filter(|(t, _)| !visited.contains_key(*t))
+                    .map(|(t, h)| (t.to_vec(), h))
+                    .collect()
+            };
+        let targets = owned(&self.link_fields, &self.visited);
+        let chunks = owned(&self.chunk_fields, &self.visited);
+        self.slots[i] = Slot::Fed(Fed {
+            attrs,
+            targets,
+            chunks,
+        });
     }
 
     /// The attributes an entry shows, from a scanned record.
@@ -524,9 +646,14 @@ impl Chase {
                 }
                 Slot::Missing | Slot::Settled => {}
                 Slot::Fed(f) => {
-                    let targets = f.targets;
+                    let (targets, chunks) = (f.targets, f.chunks);
                     self.settled += 1;
-                    self.settle_one(i, f.attrs, targets.iter().map(|(t, h)| (t.as_slice(), *h)));
+                    self.settle_one(
+                        i,
+                        f.attrs,
+                        targets.iter().map(|(t, h)| (t.as_slice(), *h)),
+                        chunks.iter().map(|(t, h)| (t.as_slice(), *h)),
+                    );
                     continue;
                 }
             }
@@ -534,15 +661,38 @@ impl Chase {
         }
     }
 
-    /// Key `i` of the level becomes an entry; its targets not yet visited join the next
-    /// level (in order), within LIMIT.
-    fn settle_one<'t>(
+    /// Key `i` of the level becomes an entry (a continuation item does not); its targets
+    /// not yet visited join the next level (in order), within LIMIT, and its continuation
+    /// items not yet visited join this level.
+    fn settle_one<'t, 'c>(
         &mut self,
         i: usize,
         attrs: Vec<(Vec<u8>, Vec<u8>)>,
         targets: impl Iterator<Item = (&'t [u8], Option<Hint>)>,
+        chunks: impl Iterator<Item = (&'c [u8], Option<Hint>)>,
     ) {
         if self.stop.is_some() {
+            return;
+        }
+        for (t, h) in chunks {
+            if self.visited.contains_key(t) {
+                continue;
+            }
+            if self.chunk_items >= CHASE_CHUNK_ITEMS_MAX {
+                self.truncated = true;
+                continue;
+            }
+            self.chunk_items += 1;
+            let pos = u32::try_from(self.frontier.len()).unwrap_or(u32::MAX);
+            self.visited.insert(t.to_vec(), (self.depth, pos));
+            self.frontier.push(t.to_vec());
+            self.hints.push(h);
+            self.slots.push(Slot::Pending);
+        }
+        if i >= self.level_keys {
+            // A continuation item: after every key of the level, so nothing after it
+            // counts against LIMIT but the next level.
+            self.add_targets(targets, 0);
             return;
         }
         if self.entries.len() >= self.limit {
@@ -564,7 +714,16 @@ impl Chase {
         self.entries.push(entry);
         // Keys after this one in the level count against LIMIT too, so the next batch is
         // never larger than what LIMIT could still take.
-        let rest = self.frontier.len() - i - 1;
+        self.add_targets(targets, self.level_keys - i - 1);
+    }
+
+    /// Targets not yet visited join the next level, while the entries, the next level and
+    /// the `rest` keys of this level still pending fit in LIMIT.
+    fn add_targets<'t>(
+        &mut self,
+        targets: impl Iterator<Item = (&'t [u8], Option<Hint>)>,
+        rest: usize,
+    ) {
         for (t, h) in targets {
             if self.visited.contains_key(t) {
                 continue;
@@ -609,7 +768,9 @@ impl Chase {
     }
 
     fn end_reason(&self) -> Stop {
-        if self.truncated {
+        if self.unfed {
+            Stop::Time
+        } else if self.truncated {
             Stop::Limit
         } else {
             Stop::Complete
@@ -621,7 +782,8 @@ impl Chase {
     /// the frontier.
     fn settle(&mut self) {
         self.fetching = false;
-        self.unfed = false;
+        // `unfed` stays set once a level had a key never fed: whatever was reachable only
+        // through it is missing from every later level too, so the walk is never complete.
         // Bounded by the level's length: each pass settles or skips one position.
         while self.stop.is_none() && self.settled < self.slots.len() {
             if matches!(self.slots[self.settled], Slot::Pending) {
@@ -878,6 +1040,35 @@ mod tests {
     }
 
     #[test]
+    fn a_key_never_fed_is_never_complete() {
+        // From c: level 1 is a, d. d is skipped (a fetch that failed); a is fed and the
+        // walk goes on to depth 2 (b, missing, string) and ends: still `time`, as d's
+        // links were never followed.
+        let g = graph();
+        let mut c = chase("chase c next friends depth 2");
+        let root = c.next_batch();
+        c.feed(&root[0], g.get(&root[0]));
+        let level = c.next_batch();
+        assert_eq!(level, vec![b"a".to_vec(), b"d".to_vec()]);
+        c.feed(b"a", g.get(&b"a"[..]));
+        let l2 = c.next_batch();
+        assert_eq!(l2.len(), 3);
+        for k in &l2 {
+            c.feed(k, g.get(k));
+        }
+        for _ in 0..10 {
+            let batch = c.next_batch();
+            if batch.is_empty() {
+                break;
+            }
+            for k in &batch {
+                c.feed(k, g.get(k));
+            }
+        }
+        assert_eq!(c.finish().stop, Stop::Time);
+    }
+
+    #[test]
     fn feeds_outside_the_batch_are_ignored() {
         let g = graph();
         let mut c = chase("chase a next");
@@ -983,6 +1174,259 @@ mod tests {
                 Stop::Complete
             },
         )
+    }
+
+    /// `g`'s `next` lists chunked as `ringlet load` writes them: the first `chunk` targets
+    /// in the vertex, the rest in items `v#next#k` linked by `next.next`.
+    fn chunk_graph(g: &BTreeMap<Vec<u8>, Record>, chunk: usize) -> BTreeMap<Vec<u8>, Record> {
+        let mut out = BTreeMap::new();
+        for (k, r) in g {
+            let targets: Vec<Link> = r
+                .get(b"next")
+                .into_iter()
+                .flat_map(Field::targets)
+                .map(Link::to)
+                .collect();
+            let mut head = r.clone();
+            head.remove(b"next");
+            let name = |j: usize| {
+                let mut n = k.clone();
+                if j > 0 {
+                    n.extend_from_slice(format!("#next#{j}").as_bytes());
+                }
+                n
+            };
+            for (j, part) in targets.chunks(chunk).enumerate() {
+                let mut item = if j == 0 { head.clone() } else { Record::new() };
+                item.insert(b"next".to_vec(), Field::Links(part.to_vec()));
+                if (j + 1) * chunk < targets.len() {
+                    item.insert(b"next.next".to_vec(), Field::Link(Link::to(name(j + 1))));
+                }
+                out.insert(name(j), item);
+            }
+            out.entry(k.clone()).or_insert(head);
+        }
+        out
+    }
+
+    /// CHUNKED's order, written plainly: a level's keys, then the continuation items in the
+    /// order they are found, each adding its targets to the next level.
+    fn reference_chunked(
+        g: &BTreeMap<Vec<u8>, Record>,
+        root: &[u8],
+        depth_max: u32,
+        limit: usize,
+    ) -> (Vec<(Vec<u8>, u32)>, Stop) {
+        let mut visited = std::collections::BTreeSet::from([root.to_vec()]);
+        let mut frontier = vec![root.to_vec()];
+        let mut out: Vec<(Vec<u8>, u32)> = Vec::new();
+        let mut truncated = false;
+        for depth in 0..=depth_max {
+            let keys = frontier.len();
+            let mut next = Vec::new();
+            let mut i = 0;
+            while i < frontier.len() {
+                let k = frontier[i].clone();
+                i += 1;
+                let Some(r) = g.get(&k) else { continue };
+                let follow = depth < depth_max;
+                if follow {
+                    for t in r.get(b"next.next").into_iter().flat_map(Field::targets) {
+                        if visited.insert(t.to_vec()) {
+                            frontier.push(t.to_vec());
+                        }
+                    }
+                }
+                if i <= keys {
+                    if out.len() >= limit {
+                        return (out, Stop::Limit);
+                    }
+                    out.push((k.clone(), depth));
+                }
+                if !follow {
+                    continue;
+                }
+                let rest = keys.saturating_sub(i);
+                for t in r.get(b"next").into_iter().flat_map(Field::targets) {
+                    if visited.contains(t) {
+                        continue;
+                    }
+                    if out.len() + next.len() + rest >= limit {
+                        truncated = true;
+                        continue;
+                    }
+                    visited.insert(t.to_vec());
+                    next.push(t.to_vec());
+                }
+            }
+            frontier = next;
+            if frontier.is_empty() {
+                break;
+            }
+            if out.len() >= limit {
+                return (out, Stop::Limit);
+            }
+        }
+        let stop = if truncated {
+            Stop::Limit
+        } else {
+            Stop::Complete
+        };
+        (out, stop)
+    }
+
+    #[test]
+    fn chunked_lists_are_one_hop() {
+        // a's list b c d missing string, chunked 1 a piece: a, a#next#1 … a#next#4.
+        let mut base = graph();
+        let mut a = base[&b"a"[..]].clone();
+        let list = ["b", "c", "d", "missing", "string"].map(Link::to).to_vec();
+        a.insert(b"next".to_vec(), Field::Links(list));
+        base.insert(b"a".to_vec(), a);
+        let g = chunk_graph(&base, 1);
+        assert!(g.contains_key(&b"a#next#4"[..]));
+        let drive_g = |mut c: Chase, by_key: bool| {
+            let mut batches = 0;
+            while c.advance() {
+                batches += 1;
+                let (start, end) = (c.level_start(), c.level().len());
+                for i in start..end {
+                    let enc = g.get(&c.level()[i]).map(Record::encode);
+                    if by_key {
+                        let k = c.level()[i].clone();
+                        c.feed_encoded(&k, enc.as_deref());
+                    } else {
+                        c.feed_encoded_at(i, enc.as_deref());
+                    }
+                }
+            }
+            (c.finish(), batches)
+        };
+        let (r, batches) = drive_g(chase("chase a next CHUNKED depth 1 fields name"), false);
+        assert_eq!(keys(&r), kd(&[("a", 0), ("b", 1), ("c", 1), ("d", 1)]));
+        assert_eq!(r.stop, Stop::Complete);
+        // The level of a: a, then a#next#1 … #4 one batch each (a chain); then b c d
+        // missing string.
+        assert_eq!(batches, 6);
+        assert_eq!(r.entries[1].attrs, vec![(b"name".to_vec(), b"B".to_vec())]);
+        let (r2, _) = drive_g(chase("chase a next CHUNKED depth 1 fields name"), true);
+        assert_eq!(r, r2);
+        // Without CHUNKED the chunks are items a level deeper each.
+        let (r, _) = drive_g(chase("chase a next next.next depth 1 fields name"), false);
+        assert_eq!(keys(&r), kd(&[("a", 0), ("b", 1), ("a#next#1", 1)]));
+        // At the last depth no chunk is read.
+        let (r, batches) = drive_g(chase("chase a next CHUNKED depth 0"), false);
+        assert_eq!((keys(&r), batches), (kd(&[("a", 0)]), 1));
+        // next_batch hands out only the new keys of a level.
+        let mut c = chase("chase a next chunked");
+        assert_eq!(c.next_batch(), vec![b"a".to_vec()]);
+        let enc = g.get(&b"a"[..]).map(Record::encode);
+        c.feed_encoded(b"a", enc.as_deref());
+        assert_eq!(c.next_batch(), vec![b"a#next#1".to_vec()]);
+        assert!(c.is_chunked());
+        // LIMIT counts entries only.
+        let (r, _) = drive_g(chase("chase a next CHUNKED limit 3"), false);
+        assert_eq!(keys(&r), kd(&[("a", 0), ("b", 1), ("c", 1)]));
+        assert_eq!(r.stop, Stop::Limit);
+    }
+
+    #[test]
+    fn chunked_walk_matches_the_unchunked_graph() {
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = move |n: u64| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s % n.max(1)
+        };
+        for _ in 0..200 {
+            let n = 2 + rnd(30);
+            let mut g = BTreeMap::new();
+            for v in 0..n {
+                if rnd(8) == 0 {
+                    continue;
+                }
+                let mut r = Record::new();
+                r.insert(b"name".to_vec(), Field::Bytes(vec![b'a'; v as usize]));
+                let mut links: Vec<Link> = Vec::new();
+                for _ in 0..rnd(9) {
+                    let l = Link::to(format!("v{}", rnd(n + 2)));
+                    if !links.contains(&l) {
+                        links.push(l);
+                    }
+                }
+                if !links.is_empty() {
+                    r.insert(b"next".to_vec(), Field::Links(links));
+                }
+                g.insert(format!("v{v}").into_bytes(), r);
+            }
+            let chunk = 1 + rnd(3) as usize;
+            let cg = chunk_graph(&g, chunk);
+            let depth = rnd(4) as u32;
+            let limit = 1 + rnd(25) as u32;
+            let root = b"v0".to_vec();
+            let attrs = match rnd(2) {
+                0 => None,
+                _ => Some(vec![b"name".to_vec()]),
+            };
+            let new = || {
+                Chase::new(
+                    root.clone(),
+                    vec![b"next".to_vec()],
+                    depth,
+                    limit,
+                    attrs.clone(),
+                )
+                .unwrap()
+                .chunked()
+            };
+            let got = |r: ChaseReply| -> (Vec<(Vec<u8>, u32)>, Stop) {
+                (
+                    r.entries.into_iter().map(|e| (e.key, e.depth)).collect(),
+                    r.stop,
+                )
+            };
+            let want = reference_chunked(&cg, &root, depth, limit as usize);
+            // By position in order (the node's loop).
+            let mut c = new();
+            while c.advance() {
+                for i in c.level_start()..c.level().len() {
+                    let enc = cg.get(&c.level()[i]).map(Record::encode);
+                    c.feed_encoded_at(i, enc.as_deref());
+                }
+            }
+            let by_pos = got(c.finish());
+            assert_eq!(by_pos, want);
+            // By batches, shuffled, by key, decoded and encoded (the cluster's loop).
+            let mut c = new();
+            for _ in 0..1000 {
+                let mut batch = c.next_batch();
+                if batch.is_empty() {
+                    break;
+                }
+                for i in (1..batch.len()).rev() {
+                    batch.swap(i, rnd(i as u64 + 1) as usize);
+                }
+                for k in &batch {
+                    if rnd(2) == 0 {
+                        c.feed(k, cg.get(k));
+                    } else {
+                        let enc = cg.get(k).map(Record::encode);
+                        c.feed_encoded(k, enc.as_deref());
+                    }
+                }
+            }
+            assert_eq!(got(c.finish()), want);
+            // A complete walk visits exactly the unchunked graph's BFS, at the same depths.
+            let plain = reference(&g, &root, depth, CHASE_LIMIT_MAX as usize);
+            if want.1 == Stop::Complete {
+                let mut a = want.0.clone();
+                let mut b = plain.0.clone();
+                a.sort();
+                b.sort();
+                assert_eq!(a, b);
+            }
+        }
     }
 
     #[test]

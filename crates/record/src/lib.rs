@@ -103,6 +103,16 @@ pub const CHASE_LIMIT_MAX: u32 = 100_000;
 /// size (a CHASE never returns less than HGETALL of its key would).
 pub const CHASE_REPLY_BYTES_MAX: usize = 64 * 1024 * 1024;
 
+/// Most continuation items (chunks of link lists, `CHASE ... CHUNKED`) one CHASE reads. A
+/// chunk is not an entry, so LIMIT does not bound them; at `ringlet load`'s default of 100
+/// links a chunk this is 100 M links, far beyond what the time bound lets one CHASE read,
+/// and it bounds the level's key list against a crafted chain.
+pub const CHASE_CHUNK_ITEMS_MAX: usize = 1_000_000;
+
+/// The suffix of the link field that continues a chunked link list in the next item
+/// (`follows` → `follows.next`), as `ringlet load` writes it and `CHASE ... CHUNKED` reads it.
+pub const CHUNK_NEXT_SUFFIX: &[u8] = b".next";
+
 const _: () = assert!(FIELD_NAME_BYTES_MAX <= VALUE_BYTES_MAX as usize);
 const _: () = assert!(CHASE_LIMIT_DEFAULT <= CHASE_LIMIT_MAX);
 const _: () =

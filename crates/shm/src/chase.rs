@@ -43,7 +43,7 @@ pub fn drive<E>(
     let mut buf = Vec::new();
     // Bounded by DEPTH + 1 levels, each of at most LIMIT keys.
     while walk.advance() {
-        for i in 0..walk.level().len() {
+        for i in walk.level_start()..walk.level().len() {
             if Instant::now() >= deadline {
                 walk.timed_out();
                 return Ok(walk.finish());

@@ -180,14 +180,25 @@ impl Front {
     }
 
     /// Drive a parsed CHASE from this node (the root's coordinator; the caller checked):
-    /// local reads through the core, one `RECORDS` call per other node and level. Shared by
-    /// RESP CHASE and the native CHASE frame (crates/cluster/src/native.rs).
+    /// local reads through the core, one `RECORDS` call per other node and batch (a level,
+    /// or with CHUNKED the continuation items of a level found by the batch before).
+    /// Shared by RESP CHASE and the native CHASE frame (crates/cluster/src/native.rs).
+    ///
+    /// One connection per other node for the whole walk (without TLS): a CHUNKED walk makes
+    /// one call per chunk of the longest chain, hundreds for a level that meets a hub, and a
+    /// connection per call paid a connect and left a socket in TIME_WAIT for each. A call
+    /// that fails (no connection, an error reply, a timeout) ends the walk with `time`,
+    /// never `complete`: its keys were not read, so what follows from them is unknown (the
+    /// client may ask again).
     pub(crate) async fn chase_walk(
         &self,
         mut walk: chase::Chase,
     ) -> Result<chase::ChaseReply, Reply> {
         let deadline = Instant::now() + CHASE_TIME_MAX;
-        loop {
+        let mut conns: BTreeMap<NodeId, tokio::net::TcpStream> = BTreeMap::new();
+        // Bounded by DEPTH + 1 levels and CHASE_CHUNK_ITEMS_MAX continuation batches, and by
+        // the deadline.
+        'walk: loop {
             let batch = walk.next_batch();
             if batch.is_empty() {
                 break;
@@ -199,7 +210,7 @@ impl Front {
             let Some(map) = self.map() else {
                 return Err(err("CLUSTERDOWN the cluster is not bootstrapped"));
             };
-            // Group the frontier by coordinator: local reads, one call per other node.
+            // Group the batch by coordinator: local reads, one call per other node.
             let mut by_node: BTreeMap<NodeId, Vec<Vec<u8>>> = BTreeMap::new();
             for k in batch {
                 if let Some(c) = map.coordinator(key_slot(&k)) {
@@ -223,7 +234,8 @@ impl Front {
                     .get(&node)
                     .and_then(|n| crate::node::client_addr(&n.addr))
                 else {
-                    continue;
+                    walk.timed_out();
+                    break 'walk;
                 };
                 for chunk in keys.chunks(RECORDS_BATCH_MAX) {
                     let mut call: Vec<&[u8]> = vec![b"RECORDS"];
@@ -231,22 +243,18 @@ impl Front {
                     let left = deadline.saturating_duration_since(Instant::now());
                     let reply = tokio::time::timeout(
                         left,
-                        super::remote_call(
-                            addr,
-                            &call,
-                            self.requirepass.as_deref(),
-                            self.tls_connector.as_ref(),
-                            ringlet_record::CHASE_REPLY_BYTES_MAX,
-                        ),
+                        self.records_call(&mut conns, node, addr, &call),
                     )
                     .await
                     .ok()
                     .flatten();
                     let items = match reply {
                         Some(Reply::Array(items)) if items.len() == chunk.len() => items,
-                        // Unreachable node or a timeout: its keys are skipped (the time
-                        // bound reports `time` if that is why).
-                        _ => continue,
+                        _ => {
+                            conns.remove(&node);
+                            walk.timed_out();
+                            break 'walk;
+                        }
                     };
                     for (k, item) in chunk.iter().zip(items) {
                         match item {
@@ -258,5 +266,38 @@ impl Front {
             }
         }
         Ok(walk.finish())
+    }
+
+    /// One `RECORDS` call to `node`: on the walk's connection to it (opened on first use,
+    /// authenticated once), or on a connection of its own with TLS.
+    async fn records_call(
+        &self,
+        conns: &mut BTreeMap<NodeId, tokio::net::TcpStream>,
+        node: NodeId,
+        addr: std::net::SocketAddr,
+        call: &[&[u8]],
+    ) -> Option<Reply> {
+        let max = ringlet_record::CHASE_REPLY_BYTES_MAX;
+        if self.tls_connector.is_some() {
+            return super::remote_call(
+                addr,
+                call,
+                self.requirepass.as_deref(),
+                self.tls_connector.as_ref(),
+                max,
+            )
+            .await;
+        }
+        let fresh = !conns.contains_key(&node);
+        if fresh {
+            conns.insert(node, tokio::net::TcpStream::connect(addr).await.ok()?);
+        }
+        let s = conns.get_mut(&node)?;
+        let password = if fresh {
+            self.requirepass.as_deref()
+        } else {
+            None
+        };
+        super::remote_call_on(s, call, password, max).await
     }
 }

@@ -248,7 +248,9 @@ pub fn walk_local(
             walk.timed_out();
             break;
         }
-        for i in 0..walk.level().len() {
+        // A level's first batch is its keys; with CHUNKED, later batches of the same level
+        // are the continuation items the batch before linked.
+        for i in walk.level_start()..walk.level().len() {
             let hint = walk.level_hint(i);
             let found = read_record(shared, &reader, &walk.level()[i], hint, now, &mut buf);
             walk.feed_encoded_at(i, found.then_some(buf.as_slice()));
