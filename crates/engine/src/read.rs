@@ -247,6 +247,72 @@ pub fn locate_entry(
     read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out)
 }
 
+/// Where `key`'s index entry is, without copying its entry: the probe of [`locate_entry`],
+/// comparing only the stored key (no checksum, no value copied). For writing location hints
+/// (`LINK SET/ADD`, the bulk loader): a hint is validated in full by [`read_entry_at`] when it
+/// is followed, so a position found during a concurrent rewrite can only be stale, never
+/// wrong, and a target of any size costs a key comparison instead of a copy of its entry
+/// (hint filling copied every target's record, about half of a chunked KELI load's time).
+pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Position> {
+    let tag = tag_of(hash);
+    let lw = view.iword(HDR_LAYOUT as u64 * 8)?;
+    let layout_word = lw.load(Ordering::Acquire);
+    let layout = Layout::unpack(layout_word);
+    if layout.buckets == 0 || layout.table_offset() + layout.table_bytes() > view.index_len as u64 {
+        return None;
+    }
+    let data_word = |off: u64| -> Option<u64> {
+        if off & 7 != 0 || off.checked_add(8)? > view.data_len as u64 {
+            return None;
+        }
+        // SAFETY: `off + 8 <= data_len` and `off` is 8-aligned (checked above); `new`'s
+        // contract keeps the range mapped; the word is only loaded atomically.
+        let w = unsafe { &*(view.data.add(off as usize) as *const AtomicU64) };
+        Some(w.load(Ordering::Relaxed))
+    };
+    let home = layout.home(hash);
+    let mut reach = 0u64;
+    let mut k = 0u64;
+    while k <= reach {
+        let b = layout.after(home, k);
+        let boff = layout.bucket_offset(b);
+        for i in 0..BUCKET_ENTRIES {
+            let ie_off = boff + entry_word(i) as u64 * 8;
+            let w0 = view.iword(ie_off)?.load(Ordering::Acquire);
+            if w0 == 0 || ie_tag(w0) != tag {
+                continue;
+            }
+            let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
+            let Some(w2) = data_word(loc + 16) else {
+                continue;
+            };
+            if de_key_len(w2) as usize != key.len() {
+                continue;
+            }
+            let start = loc + de_header_bytes(w2) as u64;
+            let same = key.chunks(8).enumerate().all(|(j, chunk)| {
+                data_word(start + 8 * j as u64)
+                    .is_some_and(|w| w.to_le_bytes()[..chunk.len()] == *chunk)
+            });
+            if same {
+                return Some(Position {
+                    layout: layout_word,
+                    entry: ie_off,
+                });
+            }
+        }
+        if k == 0 {
+            let (off, shift) = layout.overflow_word(home);
+            let ov = view
+                .iword(off)
+                .map_or(0, |w| (w.load(Ordering::Acquire) >> shift) & 0xffff);
+            reach = overflow_reach(ov).min(layout.buckets() - 1);
+        }
+        k += 1;
+    }
+    None
+}
+
 /// Why [`read_entry_at`] could not answer from the position (the caller looks the key up).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Stale {

@@ -17,7 +17,7 @@
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use ringlet_engine::hash::key_hash;
-use ringlet_engine::read::{locate_entry, read_entry_at, Position};
+use ringlet_engine::read::{locate_entry, locate_position, read_entry_at, Position};
 use ringlet_engine::{
     Engine, EngineConfig, EvictionPolicy, Expiry, MemgestId, ReadOutcome, SetOptions, ValueKind,
 };
@@ -155,6 +155,8 @@ proptest! {
                     let view = e.reader().view();
                     let (r, pos) = locate_entry(&view, &k, key_hash(&k), now, None, &mut out);
                     if let (ReadOutcome::Hit { .. }, Some(pos)) = (r, pos) {
+                        // The writers' position (no copy, no checksum) is the reader's.
+                        prop_assert_eq!(locate_position(&view, &k, key_hash(&k)), Some(pos));
                         // A fresh hint is answered by the direct read.
                         prop_assert!(check_at(&e, &k, pos, now)?, "fresh hint refused");
                         hints.push((k, pos));

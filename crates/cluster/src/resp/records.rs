@@ -95,8 +95,7 @@ impl Front {
             if map.coordinator(key_slot(t)) != Some(me) {
                 return None;
             }
-            // now 0: cluster engines never expire on read (expiry is checked by the fronts).
-            local_hint(&reader, t, 0, me.0, epoch)
+            local_hint(&reader, t, me.0, epoch)
         });
     }
 

@@ -109,7 +109,7 @@ fn run(
     };
     let mut applied = apply(argv, rec.as_ref());
     if let (Some(field), Write::Store(r)) = (link_write_field(argv), &mut applied.write) {
-        r.fill_hints(field, |t| local_hint(ctx.reader, t, now, 0, 0));
+        r.fill_hints(field, |t| local_hint(ctx.reader, t, 0, 0));
     }
     match applied.write {
         Write::None => {}
@@ -148,23 +148,21 @@ pub fn link_write_field<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
 pub fn local_hint(
     reader: &ringlet_engine::Reader,
     target: &[u8],
-    now: u64,
     node: u32,
     epoch: u64,
 ) -> Option<ringlet_record::Hint> {
-    let mut scratch = Vec::new();
+    // The position only (locate_position: no copy of the target's entry, which for a chunked
+    // list is a whole record); it is validated in full when a chase follows it, and an
+    // expired target's hint reads as a miss there, as its key would.
     let hash = ringlet_engine::hash::key_hash(target);
-    let (r, pos) =
-        ringlet_engine::read::locate_entry(&reader.view(), target, hash, now, None, &mut scratch);
-    match (r, pos) {
-        (ringlet_engine::ReadOutcome::Hit { .. }, Some(p)) => Some(ringlet_record::Hint {
+    ringlet_engine::read::locate_position(&reader.view(), target, hash).map(|p| {
+        ringlet_record::Hint {
             node,
             epoch,
             table: p.layout,
             entry: p.entry,
-        }),
-        _ => None,
-    }
+        }
+    })
 }
 
 /// HSET HSETNX HMSET HGET HMGET HGETALL HDEL HLEN HEXISTS HKEYS HVALS HINCRBY HINCRBYFLOAT
