@@ -13,7 +13,8 @@
 //!   engine:  key -> value (published, versioned, checksummed)              the data
 //! ```
 //!
-//! The metadata costs the key bytes again plus ~48 bytes per key; the alternative — sorting a
+//! The metadata costs ~80 bytes per key in the B-tree slot (keys up to 22 bytes inline,
+//! longer ones again on the heap), ~115 B per key with the nodes' slack; the alternative — sorting a
 //! slot's keys out of the engine's hash index on every page — costs O(n log n) per page and
 //! would still need a tombstone-memgest table. Digests are kept in the same
 //! `crate::SlotDigests` as [`crate::MemStore`]'s, so two nodes compare
