@@ -18,6 +18,30 @@ use std::time::Duration;
 /// 1 s produced false failovers on a 2-core machine at load average 16 (debug builds).
 pub const DEFAULT_LEASE_MS: u64 = 1500;
 
+/// Retry-dedup entries a cluster node keeps ([`ReplicaConfig::dedup_clients_max`]): its
+/// front never reuses a client id, so the table only has to outlive nothing; a small bound
+/// keeps a late lookup harmless and the memory flat (~0.2 MiB instead of ~12 MiB).
+pub const CLUSTER_DEDUP_CLIENTS: usize = 1024;
+
+/// glibc malloc's mmap threshold, fixed (docs/design/cluster-memory.md). Left dynamic,
+/// glibc raises it to the size of the largest mmapped block ever freed (up to 32 MiB): after
+/// the first large connection buffer or pull page is freed, multi-MiB buffers (ec arenas
+/// growing by doubling, pages) are carved from the heap, where each growth copies and leaves
+/// the old block behind as resident free space. Fixed at glibc's initial 128 KiB, large
+/// blocks stay mmapped: growth is an `mremap` (untouched capacity is not resident) and a
+/// free is an `munmap`.
+const MALLOC_MMAP_THRESHOLD_BYTES: i32 = 128 * 1024;
+
+/// Fix the allocator's tunables for a node process (see [`MALLOC_MMAP_THRESHOLD_BYTES`]).
+/// Idempotent; process-wide (every node of an in-process test shares it).
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt takes two integers and changes only malloc's parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES);
+    }
+}
+
 /// Control service options.
 #[derive(Clone, Debug)]
 pub struct ControlOpts {
@@ -103,6 +127,7 @@ pub async fn run_node_shm(
     o: &NodeOpts,
     shm_socket: Option<std::path::PathBuf>,
 ) -> std::io::Result<(ClusterNode, SocketAddr)> {
+    tune_allocator();
     // The TLS files encrypt the member links too (before any link opens).
     if let Some(f) = &o.tls {
         crate::tls::set_link_tls(f).map_err(std::io::Error::other)?;
@@ -146,6 +171,10 @@ pub async fn run_node_shm(
             // too, so a full node refuses ec writes with OOM instead of growing its arenas
             // past --memory-mb.
             ec_data_bytes_max: o.memory_bytes,
+            // The front stamps a fresh client id per request and retries under a new one,
+            // so no dedup entry is ever looked up again: keep only a few (each ~190 B; the
+            // default 65,536 held ~12 MiB per node, docs/design/cluster-memory.md).
+            dedup_clients_max: CLUSTER_DEDUP_CLIENTS,
             ..ReplicaConfig::default()
         },
         tick_ms: 10,

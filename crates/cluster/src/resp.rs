@@ -1373,14 +1373,16 @@ impl Front {
                     }
                     None => reps.iter().collect(),
                 };
-                Ok(Reply::Bulk(
-                    chosen
-                        .iter()
-                        .map(|r| memgest_info_text(r))
-                        .collect::<Vec<_>>()
-                        .join("\r\n")
-                        .into_bytes(),
-                ))
+                let mut text = chosen
+                    .iter()
+                    .map(|r| memgest_info_text(r))
+                    .collect::<Vec<_>>()
+                    .join("\r\n");
+                // RSS beside the accounting (issue 16 item 3): the answering node's, since
+                // nodes report only engine counters to the control plane.
+                text.push_str("\r\n# Node\r\n");
+                text.push_str(&self.node_memory_lines());
+                Ok(Reply::Bulk(text.into_bytes()))
             }
             "move" => {
                 if argv.len() != 4 {
@@ -1489,12 +1491,13 @@ impl Front {
             section(format!(
                 "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\n\
                  used_memory_rss_human:{}\r\nused_memory_dataset:{}\r\nmaxmemory:{}\r\n\
-                 maxmemory_human:{}\r\n",
+                 maxmemory_human:{}\r\n{}",
                 human(used),
                 human(rss),
                 e.used_bytes,
                 e.memory_bytes_max,
                 human(e.memory_bytes_max),
+                allocator_lines(),
             ));
         }
         if want("stats", true) {
@@ -1533,6 +1536,18 @@ impl Front {
     }
 
     /// The Server text, the Cluster and Ringlet sections, and the Keyspace text.
+    /// This node's memory, accounted and resident, as `field:value` lines (MEMGEST INFO's
+    /// `# Node` section): engine bytes (data pages + index), RSS, and the allocator's view.
+    fn node_memory_lines(&self) -> String {
+        let e = self.node.engine().lock().stats();
+        format!(
+            "node_used_memory:{}\r\nnode_used_memory_rss:{}\r\n{}",
+            e.committed_bytes + e.index_bytes,
+            ringlet_server::info::rss_bytes(),
+            allocator_lines(),
+        )
+    }
+
     fn info_core(&self) -> (String, String, String) {
         use std::sync::atomic::Ordering::Relaxed;
         let map = self.map();
@@ -1747,6 +1762,27 @@ fn parse_descriptor(args: &[Vec<u8>]) -> Result<MemgestKind, Reply> {
 
 fn opt_num(x: Option<f64>) -> String {
     x.map_or_else(|| "-".to_string(), |v| format!("{v}"))
+}
+
+/// The heap allocator's view (glibc `mallinfo2`): bytes handed out (`allocated`: engine
+/// regions are not in it, they are memfd pages), free bytes it still holds (`free`: resident
+/// once touched, the fragmentation RSS shows beyond the accounting), and what it maps.
+/// Empty where the allocator is not glibc's.
+pub fn allocator_lines() -> String {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
+        let m = unsafe { libc::mallinfo2() };
+        format!(
+            "allocator:glibc\r\nallocator_allocated:{}\r\nallocator_free:{}\r\n\
+             allocator_mapped:{}\r\n",
+            m.uordblks + m.hblkhd,
+            m.fordblks,
+            m.arena + m.hblkhd,
+        )
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    String::new()
 }
 
 /// `MEMGEST INFO`'s text for one memgest: `field:value` lines, like Redis INFO.

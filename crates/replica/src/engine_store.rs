@@ -13,7 +13,8 @@
 //!   engine:  key -> value (published, versioned, checksummed)              the data
 //! ```
 //!
-//! The metadata costs the key bytes again plus ~48 bytes per key; the alternative — sorting a
+//! The metadata costs ~80 bytes per key in the B-tree slot (keys up to 22 bytes inline,
+//! longer ones again on the heap), ~115 B per key with the nodes' slack; the alternative — sorting a
 //! slot's keys out of the engine's hash index on every page — costs O(n log n) per page and
 //! would still need a tombstone-memgest table. Digests are kept in the same
 //! `crate::SlotDigests` as [`crate::MemStore`]'s, so two nodes compare
@@ -50,6 +51,75 @@ struct Meta {
     kind: ValueKind,
 }
 
+/// A key in the metadata index, stored inline when it is at most [`INLINE_KEY_BYTES`]
+/// long. A `Vec<u8>` costs the same 24 bytes in the B-tree *plus* a heap block (32 B for any
+/// key up to 24 bytes): one per copy of every key, ~0.03 bytes of RSS per payload byte of
+/// 1 KiB values per copy (docs/design/cluster-memory.md). Ordered by its bytes, exactly as
+/// the `Vec<u8>` was, so pages and key lists keep their order.
+#[derive(Clone)]
+enum SmallKey {
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_KEY_BYTES],
+    },
+    Heap(Box<[u8]>),
+}
+
+/// Longest key kept inline: what fits beside the tag and the length in 24 bytes.
+const INLINE_KEY_BYTES: usize = 22;
+const _: () = assert!(std::mem::size_of::<SmallKey>() == 24);
+
+impl SmallKey {
+    fn new(key: &[u8]) -> SmallKey {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY_BYTES => {
+                let mut bytes = [0u8; INLINE_KEY_BYTES];
+                if let Some(dst) = bytes.get_mut(..key.len()) {
+                    dst.copy_from_slice(key);
+                }
+                SmallKey::Inline { len, bytes }
+            }
+            _ => SmallKey::Heap(key.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            SmallKey::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(&[]),
+            SmallKey::Heap(b) => b,
+        }
+    }
+}
+
+impl std::ops::Deref for SmallKey {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl PartialEq for SmallKey {
+    fn eq(&self, other: &SmallKey) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for SmallKey {}
+impl PartialOrd for SmallKey {
+    fn partial_cmp(&self, other: &SmallKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for SmallKey {
+    fn cmp(&self, other: &SmallKey) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+impl std::fmt::Debug for SmallKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
 /// Counters of what the engine refused (exported as metrics; a non-zero `apply_errors`
 /// means the node ran out of memory for data it may not evict and refused writes).
 #[derive(Debug, Default)]
@@ -67,7 +137,7 @@ pub struct StoreStats {
 pub struct EngineStore {
     engine: Arc<Mutex<Engine>>,
     cfg: EngineConfig,
-    meta: BTreeMap<(Slot, Vec<u8>), Meta>,
+    meta: BTreeMap<(Slot, SmallKey), Meta>,
     digests: SlotDigests,
     /// Tombstones in the order written, to fold the oldest past the bound.
     tombstone_order: std::collections::VecDeque<(Vec<u8>, Version)>,
@@ -79,7 +149,7 @@ pub struct EngineStore {
     /// The engine's eviction count when the metadata was last pruned.
     seen_evictions: u64,
     /// Where the next prune pass resumes (round robin over the metadata index).
-    prune_cursor: Option<(Slot, Vec<u8>)>,
+    prune_cursor: Option<(Slot, SmallKey)>,
     /// Live entries with an expiry, soonest first (active expiry: [`ReplicaStore::expired`]).
     by_expiry: std::collections::BTreeSet<(u64, Slot, Vec<u8>)>,
     /// How many times [`ReplicaStore::clear`] replaced the engine behind the shared handle.
@@ -173,7 +243,7 @@ impl EngineStore {
     }
 
     fn set_meta(&mut self, slot: Slot, key: &[u8], m: Option<Meta>) {
-        let k = (slot, key.to_vec());
+        let k = (slot, SmallKey::new(key));
         if let Some(old) = self.meta.remove(&k) {
             if let Some(x) = old.expiry_ms {
                 self.by_expiry.remove(&(x, slot, key.to_vec()));
@@ -207,7 +277,7 @@ impl EngineStore {
                 break;
             };
             let slot = key_slot(&k);
-            let kk = (slot, k.clone());
+            let kk = (slot, SmallKey::new(&k));
             if let Some(m) = self.meta.get(&kk).copied() {
                 if m.tombstone && m.version == v {
                     self.meta.remove(&kk);
@@ -256,7 +326,7 @@ impl EngineStore {
             });
             let first = after.map_or_else(
                 || self.meta.range(..),
-                |r| self.meta.range::<(Slot, Vec<u8>), _>(r),
+                |r| self.meta.range::<(Slot, SmallKey), _>(r),
             );
             // Wrap around once: the pass continues from the start of the index.
             for (k, m) in first.chain(self.meta.range(..)).take(budget as usize) {
@@ -275,7 +345,7 @@ impl EngineStore {
         for ((slot, key), m) in gone {
             if self.meta.remove(&(slot, key.clone())).is_some() {
                 if let Some(x) = m.expiry_ms {
-                    self.by_expiry.remove(&(x, slot, key.clone()));
+                    self.by_expiry.remove(&(x, slot, key.to_vec()));
                 }
                 self.digest_toggle(slot, &key, &m, false);
                 self.stats.evicted_pruned.fetch_add(1, Ordering::Relaxed);
@@ -341,12 +411,12 @@ fn meta_entry(m: &Meta) -> Entry {
 
 impl ReplicaStore for EngineStore {
     fn head(&self, key: &[u8]) -> Option<(Version, MemgestId, bool)> {
-        let m = self.meta.get(&(key_slot(key), key.to_vec()))?;
+        let m = self.meta.get(&(key_slot(key), SmallKey::new(key)))?;
         Some((m.version, m.memgest, !m.tombstone))
     }
 
     fn get(&self, key: &[u8]) -> Option<Entry> {
-        let m = *self.meta.get(&(key_slot(key), key.to_vec()))?;
+        let m = *self.meta.get(&(key_slot(key), SmallKey::new(key)))?;
         if m.tombstone {
             return Some(Entry {
                 version: m.version,
@@ -369,7 +439,10 @@ impl ReplicaStore for EngineStore {
     fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome {
         self.touch(key);
         let slot = key_slot(key);
-        let held = self.meta.get(&(slot, key.to_vec())).map(|m| m.version);
+        let held = self
+            .meta
+            .get(&(slot, SmallKey::new(key)))
+            .map(|m| m.version);
         if let Some(v) = held {
             if v >= entry.version {
                 return ApplyOutcome::Superseded { current: v };
@@ -473,7 +546,7 @@ impl ReplicaStore for EngineStore {
             .range(..=(wall_ms, Slot::MAX, Vec::new()))
             .take_while(|(x, _, _)| *x <= wall_ms)
             .filter_map(|(_, slot, key)| {
-                let m = self.meta.get(&(*slot, key.clone()))?;
+                let m = self.meta.get(&(*slot, SmallKey::new(key)))?;
                 (!m.tombstone).then(|| (key.clone(), m.version))
             })
             .take(limit)
@@ -495,7 +568,7 @@ impl ReplicaStore for EngineStore {
         }
         // A memgest that stops being a cache (rare: its flag is fixed at creation) must not
         // keep metadata of entries evicted meanwhile: one full pass over its entries.
-        let gone: Vec<((Slot, Vec<u8>), Meta)> = if pinned_now.is_empty() {
+        let gone: Vec<((Slot, SmallKey), Meta)> = if pinned_now.is_empty() {
             Vec::new()
         } else {
             self.meta
@@ -512,7 +585,7 @@ impl ReplicaStore for EngineStore {
         for ((slot, key), m) in gone {
             if self.meta.remove(&(slot, key.clone())).is_some() {
                 if let Some(x) = m.expiry_ms {
-                    self.by_expiry.remove(&(x, slot, key.clone()));
+                    self.by_expiry.remove(&(x, slot, key.to_vec()));
                 }
                 self.digest_toggle(slot, &key, &m, false);
                 self.stats.evicted_pruned.fetch_add(1, Ordering::Relaxed);
@@ -527,7 +600,7 @@ impl ReplicaStore for EngineStore {
 
     fn retire(&mut self, key: &[u8], version: Version) -> bool {
         let slot = key_slot(key);
-        let Some(m) = self.meta.get(&(slot, key.to_vec())).copied() else {
+        let Some(m) = self.meta.get(&(slot, SmallKey::new(key))).copied() else {
             return false;
         };
         if m.version > version {
@@ -552,8 +625,8 @@ impl ReplicaStore for EngineStore {
     ) -> Vec<(Vec<u8>, Version, MemgestId)> {
         use std::ops::Bound;
         let lo = match after {
-            Some(a) => Bound::Excluded((slot, a.to_vec())),
-            None => Bound::Included((slot, Vec::new())),
+            Some(a) => Bound::Excluded((slot, SmallKey::new(a))),
+            None => Bound::Included((slot, SmallKey::new(&[]))),
         };
         // From the metadata alone: no engine lookup, no value copy (repair's key lists
         // compared every value-carrying entry of a slot, ~70% of a loaded driver's time).
@@ -561,13 +634,13 @@ impl ReplicaStore for EngineStore {
             .range((lo, Bound::Unbounded))
             .take_while(|((s, _), _)| *s == slot)
             .take(limit)
-            .map(|((_, k), m)| (k.clone(), m.version, m.memgest))
+            .map(|((_, k), m)| (k.to_vec(), m.version, m.memgest))
             .collect()
     }
 
     fn forget(&mut self, key: &[u8]) {
         let slot = key_slot(key);
-        if self.meta.contains_key(&(slot, key.to_vec())) {
+        if self.meta.contains_key(&(slot, SmallKey::new(key))) {
             self.engine.lock().forget(key);
             self.set_meta(slot, key, None);
         }
@@ -580,8 +653,8 @@ impl ReplicaStore for EngineStore {
     fn scan_slot(&self, slot: Slot, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Entry)> {
         use std::ops::Bound;
         let lo = match after {
-            Some(a) => Bound::Excluded((slot, a.to_vec())),
-            None => Bound::Included((slot, Vec::new())),
+            Some(a) => Bound::Excluded((slot, SmallKey::new(a))),
+            None => Bound::Included((slot, SmallKey::new(&[]))),
         };
         let engine = self.engine.lock();
         let mut out = Vec::new();
@@ -600,7 +673,7 @@ impl ReplicaStore for EngineStore {
                 }
             };
             out.push((
-                k.clone(),
+                k.to_vec(),
                 Entry {
                     version: m.version,
                     memgest: m.memgest,
@@ -705,6 +778,44 @@ mod tests {
         assert!(s.expired(1000, 10).is_empty());
         assert_eq!(s.get(b"a").unwrap().expiry_ms, None);
         s.check_invariants().unwrap();
+    }
+
+    /// The inline key orders exactly like its bytes across the inline/heap boundary (scan
+    /// pages resume from a key, so the index order is part of the protocol), and costs no
+    /// more than the `Vec<u8>` it replaced.
+    #[test]
+    fn small_keys_order_by_bytes_across_inline_and_heap() {
+        let keys: Vec<Vec<u8>> = vec![
+            vec![],
+            b"a".to_vec(),
+            vec![b'a'; INLINE_KEY_BYTES],
+            vec![b'a'; INLINE_KEY_BYTES + 1],
+            b"ab".to_vec(),
+            vec![b'b'; 40],
+            vec![0xff; 3],
+        ];
+        for x in &keys {
+            assert_eq!(SmallKey::new(x).as_bytes(), &x[..]);
+            for y in &keys {
+                assert_eq!(
+                    SmallKey::new(x).cmp(&SmallKey::new(y)),
+                    x.cmp(y),
+                    "{x:?} {y:?}"
+                );
+            }
+        }
+        assert!(matches!(
+            SmallKey::new(&[7; INLINE_KEY_BYTES]),
+            SmallKey::Inline { .. }
+        ));
+        assert!(matches!(
+            SmallKey::new(&[7; INLINE_KEY_BYTES + 1]),
+            SmallKey::Heap(_)
+        ));
+        assert_eq!(
+            std::mem::size_of::<SmallKey>(),
+            std::mem::size_of::<Vec<u8>>()
+        );
     }
 
     #[test]
