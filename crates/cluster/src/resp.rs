@@ -1535,7 +1535,6 @@ impl Front {
         out
     }
 
-    /// The Server text, the Cluster and Ringlet sections, and the Keyspace text.
     /// This node's memory, accounted and resident, as `field:value` lines (MEMGEST INFO's
     /// `# Node` section): engine bytes (data pages + index), RSS, and the allocator's view.
     fn node_memory_lines(&self) -> String {
@@ -1548,6 +1547,7 @@ impl Front {
         )
     }
 
+    /// The Server text, the Cluster and Ringlet sections, and the Keyspace text.
     fn info_core(&self) -> (String, String, String) {
         use std::sync::atomic::Ordering::Relaxed;
         let map = self.map();
