@@ -17,6 +17,7 @@ fn text(r: &Reply) -> String {
     match r {
         Reply::Simple(s) | Reply::Error(s) | Reply::Bulk(s) => String::from_utf8_lossy(s).into(),
         Reply::Integer(i) => i.to_string(),
+        Reply::Array(items) => items.iter().map(text).collect::<Vec<_>>().join("\n"),
         other => format!("{other:?}"),
     }
 }
@@ -40,8 +41,11 @@ fn session(addr: SocketAddr, cmds: &[&[&str]]) -> Vec<String> {
 fn wait_users(addr: SocketAddr, want: &str, present: bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let r = node_call(addr, &[b"ACL", b"USERS"]);
-        let has = matches!(&r, Reply::Array(v) if v.iter().any(|u| text(u) == want));
+        // A restarting node may accept and drop connections until it serves: retried.
+        let r = Conn::open(addr)
+            .and_then(|mut c| c.pipeline(&[cmd(&["ACL", "USERS"])]))
+            .map(|mut v| v.remove(0));
+        let has = matches!(&r, Some(Reply::Array(v)) if v.iter().any(|u| text(u) == want));
         if has == present {
             return;
         }
