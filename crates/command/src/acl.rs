@@ -1117,11 +1117,14 @@ pub struct AclTable {
     /// [`AclTable::default_open`], kept beside the table: asked on every request of an
     /// unauthenticated connection, it must not take the lock.
     default_open: AtomicBool,
+    /// [`AclTable::default_free`], likewise.
+    default_free: AtomicBool,
 }
 
 impl AclTable {
     pub fn new(users: Users) -> AclTable {
         AclTable {
+            default_free: AtomicBool::new(free(users.default_user())),
             default_open: AtomicBool::new(users.default_user().open()),
             users: RwLock::new(Arc::new(users)),
             generation: AtomicU64::new(1),
@@ -1148,6 +1151,8 @@ impl AclTable {
         let r = f(&mut next)?;
         self.default_open
             .store(next.default_user().open(), Ordering::Release);
+        self.default_free
+            .store(free(next.default_user()), Ordering::Release);
         *guard = Arc::new(next);
         self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(r)
@@ -1158,6 +1163,8 @@ impl AclTable {
         let mut guard = self.users.write().unwrap_or_else(|e| e.into_inner());
         self.default_open
             .store(users.default_user().open(), Ordering::Release);
+        self.default_free
+            .store(free(users.default_user()), Ordering::Release);
         *guard = Arc::new(users);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -1167,6 +1174,17 @@ impl AclTable {
     pub fn default_open(&self) -> bool {
         self.default_open.load(Ordering::Acquire)
     }
+
+    /// Whether the default user is open and may run anything on any key: the native
+    /// protocol, which has no AUTH and runs as the default user without an ACL check,
+    /// serves only then (docs/design/acl.md).
+    pub fn default_free(&self) -> bool {
+        self.default_free.load(Ordering::Acquire)
+    }
+}
+
+fn free(u: &User) -> bool {
+    u.open() && u.unrestricted()
 }
 
 /// The user one connection runs as (Redis's `c->user`): the default user until AUTH.
