@@ -1793,6 +1793,62 @@ mod tests {
         cp.check_invariants();
     }
 
+    /// ACL users (docs/design/acl.md): SETUSER applies rules to the map's user as it is
+    /// (two changes from different nodes both hold), publishes a new epoch with a new
+    /// `users_version`, refuses bad rules and the `default` user with the reason, and the
+    /// users survive the map's JSON but never reach a client's copy.
+    #[test]
+    fn acl_users_travel_in_the_map() {
+        let mut cp = cluster(3, 3);
+        let e0 = cp.map().epoch;
+        let set = |name: &str, rules: &[&str]| Input::SetUser {
+            name: name.into(),
+            rules: rules.iter().map(|r| r.to_string()).collect(),
+        };
+        let hash = format!("#{}", "ab".repeat(32));
+        let m = published(&cp.step(1, set("alice", &["on", &hash, "~k*", "+get"]))).unwrap();
+        assert!(m.epoch > e0);
+        assert_eq!(m.users_version, 1);
+        assert_eq!(
+            m.users["alice"],
+            format!("on {hash} ~k* resetchannels -@all +get")
+        );
+        // A second change from another node keeps the first one's rules.
+        let m = published(&cp.step(2, set("alice", &["+set"]))).unwrap();
+        assert_eq!(
+            m.users["alice"],
+            format!("on {hash} ~k* resetchannels -@all +get +set")
+        );
+        assert_eq!(m.users_version, 2);
+        // Bad rules and the default user are refused with the reason; nothing published.
+        let out = cp.step(3, set("alice", &["+nosuch"]));
+        assert!(published(&out).is_none());
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Rejected(ControlError::Acl(e))] if e.contains("Unknown command")
+        ));
+        let out = cp.step(3, set("default", &["off"]));
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Rejected(ControlError::Acl(e))] if e.contains("--requirepass")
+        ));
+        // An unchanged user publishes nothing.
+        assert!(published(&cp.step(4, set("alice", &["+set"]))).is_none());
+        let back = ClusterMap::from_json(&cp.map().to_json().unwrap()).unwrap();
+        assert_eq!(back, *cp.map().as_ref());
+        assert!(cp.map().for_client().users.is_empty());
+        let m = published(&cp.step(
+            5,
+            Input::DelUsers {
+                names: vec!["alice".into(), "nobody".into()],
+            },
+        ))
+        .unwrap();
+        assert!(m.users.is_empty());
+        assert_eq!(m.users_version, 3);
+        cp.check_invariants();
+    }
+
     #[test]
     fn moves_are_refused_clearly() {
         let mut cp = cluster(4, 3);
