@@ -905,7 +905,14 @@ pub fn apply_setuser(
     name: &str,
     rules: &[String],
 ) -> Result<BTreeMap<String, String>, String> {
-    let (mut users, _) = Users::from_descriptions(Arc::new(User::default_user(None)), described);
+    let (mut users, bad) = Users::from_descriptions(Arc::new(User::default_user(None)), described);
+    if !bad.is_empty() {
+        // Dropping them here would delete users another version of Ringlet wrote.
+        return Err(format!(
+            "ERR the cluster's user table holds users this control plane cannot read: {}",
+            bad.join(" ")
+        ));
+    }
     let rules: Vec<&[u8]> = rules.iter().map(|r| r.as_bytes()).collect();
     users.setuser(name.as_bytes(), &rules).map_err(reply_text)?;
     let out = users.describe_all();
