@@ -88,6 +88,13 @@ fn users_reach_every_node_through_the_control_plane() {
     }
     // A node restarted afterwards (new incarnation, empty) gets them with its first map.
     cluster.kill9(4);
+    // SIGKILL is asynchronous: restarting before the old process is gone races it for the
+    // port (the new one then fails to bind).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Conn::open(addrs[3]).is_some() {
+        assert!(Instant::now() < deadline, "node 4 did not die");
+        std::thread::sleep(Duration::from_millis(50)); // poll interval
+    }
     let _n4 = cluster.restart(4);
     let deadline = Instant::now() + Duration::from_secs(20);
     while Conn::open(addrs[3]).is_none() {
