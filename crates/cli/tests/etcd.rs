@@ -482,6 +482,52 @@ fn etcd_cluster_serves_elects_and_fails_over() {
         keys.len()
     );
 
+    // 1b. ACL users through the etcd backend (docs/design/acl.md): SETUSER on one node goes
+    //     to the leader, the map in etcd carries the user (hashed), every node serves it.
+    {
+        let mut c = redis::Client::open(format!("redis://{}/", nodes[0].addr))
+            .expect("client")
+            .get_connection()
+            .expect("connect");
+        let ok: String = redis::cmd("ACL")
+            .arg(
+                &[
+                    "SETUSER",
+                    "etcd-user",
+                    "on",
+                    ">etcd-pw",
+                    "~*",
+                    "+@all",
+                    "-flushall",
+                ][..],
+            )
+            .query(&mut c)
+            .expect("ACL SETUSER");
+        assert_eq!(ok, "OK");
+        let m = wait_for("the user in etcd's map", 30, || {
+            view.map().filter(|m| m.users.contains_key("etcd-user"))
+        });
+        assert!(!m.users["etcd-user"].contains("etcd-pw"), "{:?}", m.users);
+        for n in &nodes {
+            wait_for("the user on every node", 30, || {
+                let mut c = redis::Client::open(format!("redis://{}/", n.addr))
+                    .ok()?
+                    .get_connection()
+                    .ok()?;
+                let ok: String = redis::cmd("AUTH")
+                    .arg(&["etcd-user", "etcd-pw"][..])
+                    .query(&mut c)
+                    .ok()?;
+                let refused = redis::cmd("FLUSHALL").query::<String>(&mut c).err()?;
+                (ok == "OK" && refused.to_string().contains("NOPERM")).then_some(())
+            });
+        }
+        eprintln!(
+            "ACL user created on node {} served by every node",
+            nodes[0].id
+        );
+    }
+
     // 2. The leader key vanishes under the leader (as if an operator deleted it): a leader
     //    is elected again (the old one steps down on its watch) and serving goes on — node
     //    liveness does not depend on the leader.

@@ -127,6 +127,16 @@ pub enum ToControl {
     SetDefault {
         name: String,
     },
+    /// `ACL SETUSER` from a node: its rules with passwords already hashed
+    /// (`ringlet_command::acl::hash_rules`; plaintext never leaves the node).
+    SetUser {
+        name: String,
+        rules: Vec<String>,
+    },
+    /// `ACL DELUSER`.
+    DelUsers {
+        names: Vec<String>,
+    },
     /// Drop a memgest; refused while any node holds keys of it (answered once decided, up
     /// to [`DROP_WAIT_MS`] later).
     DropMemgest {
@@ -158,6 +168,9 @@ pub enum ToControl {
 
 /// Messages from the control plane.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+// Maps are most of what the control plane sends, and each is decoded into its own value
+// anyway: boxing the variant would add an allocation per map for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum FromControl {
     Map(ClusterMap),
     HeartbeatAck {
@@ -581,6 +594,8 @@ impl ControlService {
                     | ToControl::RemoveNode { .. }
                     | ToControl::CreateMemgest { .. }
                     | ToControl::SetDefault { .. }
+                    | ToControl::SetUser { .. }
+                    | ToControl::DelUsers { .. }
                     | ToControl::DropMemgest { .. }
                     | ToControl::Memgests { .. }
                     | ToControl::Events { .. }
@@ -746,6 +761,14 @@ impl ControlService {
             },
             ToControl::SetDefault { name } => {
                 let a = self.backend.step(Input::SetDefault { name });
+                self.carry_out(a, Some(conn))
+            }
+            ToControl::SetUser { name, rules } => {
+                let a = self.backend.step(Input::SetUser { name, rules });
+                self.carry_out(a, Some(conn))
+            }
+            ToControl::DelUsers { names } => {
+                let a = self.backend.step(Input::DelUsers { names });
                 self.carry_out(a, Some(conn))
             }
             ToControl::DropMemgest { .. } => {

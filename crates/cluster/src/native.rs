@@ -432,7 +432,9 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                     .map()
                     .filter(|m| m.placement.is_some())
                     .ok_or_else(|| fail(Status::TRY_AGAIN, "no bootstrapped cluster map yet"))?;
+                // Without the ACL users: their password hashes are for the nodes.
                 let json = map
+                    .for_client()
                     .to_json()
                     .map_err(|e| fail(Status::INTERNAL, format!("map to JSON: {e}")))?;
                 if json.len() > limits::VALUE_BYTES_MAX as usize {

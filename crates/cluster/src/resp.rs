@@ -121,6 +121,11 @@ pub struct Front {
     /// Requests served per slot and latency per command (crate::load): the status page's
     /// heat map and charts, INFO commandstats/latencystats, the per-range `/metrics`.
     load: Arc<crate::load::Load>,
+    /// ACL users (docs/design/acl.md): this node's `default` user (from `requirepass`) and
+    /// the cluster map's users, rebuilt when the map's `users_version` moves.
+    acl: ringlet_command::acl::AclTable,
+    /// `users_version` of the map `acl` was built from (`u64::MAX`: none yet).
+    acl_version: std::sync::atomic::AtomicU64,
 }
 
 /// TLS of the client port: the server side, and the client side for calls to other nodes.
@@ -141,13 +146,17 @@ pub async fn serve(
     let front = Arc::new(Front {
         node,
         locks: Mutex::new(HashMap::new()),
-        requirepass: requirepass.map(String::into_bytes),
+        requirepass: requirepass.clone().map(String::into_bytes),
         tls_connector: tls.as_ref().map(|t| t.connector.clone()),
         clients: clients::Clients::default(),
         recorder: metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
         exec: tokio::sync::RwLock::new(()),
         hash_encoding: Default::default(),
         load: Arc::new(crate::load::Load::default()),
+        acl: ringlet_command::acl::AclTable::new(ringlet_command::acl::Users::new(
+            requirepass.as_deref().map(str::as_bytes),
+        )),
+        acl_version: std::sync::atomic::AtomicU64::new(u64::MAX),
     });
     tokio::spawn(crate::load::sample_forever(Arc::downgrade(&front.load)));
     if let Some((l, token)) = admin {
@@ -321,7 +330,10 @@ impl Front {
         addr: std::net::SocketAddr,
         laddr: std::net::SocketAddr,
     ) -> std::io::Result<()> {
-        let registered = self.clients.register(addr, laddr);
+        self.sync_users();
+        let registered =
+            self.clients
+                .register(addr, laddr, ringlet_command::acl::ConnUser::new(&self.acl));
         let conn = registered.conn.clone();
         // Both buffers start empty and grow with the bytes that actually arrive (`read_some`
         // reserves room only once a read filled its small array), and large ones are given
@@ -335,6 +347,8 @@ impl Front {
         // The commands queued since MULTI (`None` outside a transaction).
         let mut multi: Option<ringlet_server::cmd::transaction::Queue> = None;
         loop {
+            // Users changed through the control plane apply from the next batch on.
+            self.sync_users();
             // Decode every whole request in the buffer (pipelining), run them, then flush.
             let mut used = 0;
             let mut batch: Vec<Vec<Vec<u8>>> = Vec::new();
@@ -365,7 +379,7 @@ impl Front {
                 // Inside MULTI, GETs are queued like any command.
                 let run = batch[i..]
                     .iter()
-                    .take(if authed && multi.is_none() {
+                    .take(if authed && multi.is_none() && self.unrestricted(&conn) {
                         GET_RUN_MAX
                     } else {
                         0
@@ -394,7 +408,7 @@ impl Front {
                 }
                 let argv = &batch[i];
                 i += 1;
-                let quit = argv[0].eq_ignore_ascii_case(b"quit");
+                let mut quit = argv[0].eq_ignore_ascii_case(b"quit");
                 let reply = match self
                     .transaction_step(&mut multi, argv, &mut proto, &mut authed, &conn)
                     .await
@@ -411,6 +425,8 @@ impl Front {
                         self.command(argv, &mut proto, &mut authed, &conn).await
                     }
                 };
+                // A connection whose user was deleted is closed, as Redis does.
+                quit |= matches!(&reply, Reply::Error(e) if e == ringlet_command::acl::USER_GONE.as_bytes());
                 reply.encode(proto, &mut out);
                 drop(reply);
                 flush_if_large(&mut stream, &mut out).await?;
@@ -743,12 +759,16 @@ impl Front {
             Err(e) => return convert(&e),
         };
         conn.touch(spec.name);
-        let result = match spec.check(argv.len(), !*authed, Mode::Cluster) {
+        let result = match spec
+            .check(argv.len(), !*authed, Mode::Cluster)
+            .map_err(|e| convert(&e))
+            .and_then(|()| self.acl_check(conn, &args))
+        {
             Ok(()) => {
                 self.command_inner(spec.top_name(), &args, argv, proto, authed, conn)
                     .await
             }
-            Err(e) => Err(convert(&e)),
+            Err(e) => Err(e),
         };
         let (reply, ok) = match result {
             Ok(r) => {
@@ -768,14 +788,131 @@ impl Front {
         &self.load
     }
 
-    /// Whether `user`/`password` are the `default` user's (compared in constant time, so
-    /// the reply's timing does not leak a matching prefix).
-    fn password_ok(&self, user: &[u8], password: &[u8]) -> bool {
-        use subtle::ConstantTimeEq;
-        match &self.requirepass {
-            None => user == b"default",
-            Some(p) => user == b"default" && bool::from(p.as_slice().ct_eq(password)),
+    /// The user `user`/`password` authenticate (on, and `nopass` or a matching SHA-256,
+    /// compared in constant time: ringlet_command::acl).
+    fn authenticate(
+        &self,
+        user: &[u8],
+        password: &[u8],
+    ) -> Option<Arc<ringlet_command::acl::User>> {
+        self.sync_users();
+        self.acl.snapshot().authenticate(user, password)
+    }
+
+    /// Rebuild the user table if the map's users changed since the last build: this node's
+    /// `default` user and the map's others.
+    pub(crate) fn sync_users(&self) {
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        let Some(map) = self.node.map() else { return };
+        if self.acl_version.load(Acquire) == map.users_version {
+            return;
         }
+        let default = ringlet_command::acl::Users::new(self.requirepass.as_deref())
+            .default_user()
+            .clone();
+        let (users, bad) = ringlet_command::acl::Users::from_descriptions(default, &map.users);
+        if !bad.is_empty() {
+            // Only a node running another command table can get here (a rolling upgrade).
+            eprintln!(
+                "ringlet: ACL users of the cluster map this node cannot parse, left out: {bad:?}"
+            );
+        }
+        self.acl.replace(users);
+        self.acl_version.store(map.users_version, Release);
+    }
+
+    /// The ACL check of a resolved request on `conn` (after arity and NOAUTH).
+    fn acl_check(&self, conn: &clients::Conn, args: &[&[u8]]) -> Result<(), Reply> {
+        let Ok(idx) = ringlet_command::lookup(args) else {
+            return Ok(()); // resolved by the caller already
+        };
+        match conn.user.lock().check(&self.acl, idx, args) {
+            Ok(()) => Ok(()),
+            Err(ringlet_command::acl::CheckError::Denied(r)) => Err(convert(&r)),
+            Err(ringlet_command::acl::CheckError::UserGone) => {
+                Err(err(ringlet_command::acl::USER_GONE))
+            }
+        }
+    }
+
+    /// Whether `conn`'s user may run anything on any key (pipelined GET runs then skip the
+    /// per-request ACL check).
+    fn unrestricted(&self, conn: &clients::Conn) -> bool {
+        let u = conn.user.lock();
+        u.generation_is(self.acl.generation()) && u.unrestricted()
+    }
+
+    /// `ACL ...`: read-only subcommands from this node's table; SETUSER and DELUSER go to
+    /// the control plane, which publishes the new users with the map (every node, and a node
+    /// that joins later, gets them); the reply waits until this node's map has them, so the
+    /// next command on this connection sees the change.
+    async fn acl_command(&self, args: &[&[u8]], conn: &clients::Conn) -> Result<Reply, Reply> {
+        use ringlet_command::acl::{self, AclAction};
+        self.sync_users();
+        let users = self.acl.snapshot();
+        let whoami = conn.user.lock().name().to_owned();
+        match acl::acl_command(&users, &whoami, args) {
+            AclAction::Reply(r) => Ok(convert(&r)),
+            AclAction::SetUser { name, rules } => {
+                let name_s = acl::check_username(name)
+                    .map_err(|e| convert(&e))?
+                    .to_owned();
+                if name_s == "default" {
+                    return Err(err(ringlet_control::DEFAULT_USER_LOCAL));
+                }
+                // Checked here first: Redis's error at once, no control round trip for a typo.
+                let mut probe = (*users).clone();
+                probe.setuser(name, rules).map_err(|e| convert(&e))?;
+                let expected = probe.get(name).map(|u| u.describe());
+                let before = self.node.map().map_or(0, |m| m.users_version);
+                self.control(ToControl::SetUser {
+                    name: name_s.clone(),
+                    rules: acl::hash_rules(rules),
+                })
+                .await?;
+                self.await_map(|m| {
+                    m.users_version > before || m.users.get(&name_s) == expected.as_ref()
+                })
+                .await;
+                self.sync_users();
+                Ok(Reply::ok())
+            }
+            AclAction::DelUser { names } => {
+                if names.iter().any(|n| *n == b"default") {
+                    return Err(err("ERR The 'default' user cannot be removed"));
+                }
+                let names: Vec<String> = names
+                    .iter()
+                    .filter_map(|n| std::str::from_utf8(n).ok().map(str::to_owned))
+                    .collect();
+                let map = self.node.map();
+                let existing = names
+                    .iter()
+                    .filter(|n| map.as_ref().is_some_and(|m| m.users.contains_key(*n)))
+                    .count();
+                if existing > 0 {
+                    self.control(ToControl::DelUsers {
+                        names: names.clone(),
+                    })
+                    .await?;
+                    self.await_map(|m| names.iter().all(|n| !m.users.contains_key(n)))
+                        .await;
+                    self.sync_users();
+                }
+                Ok(Reply::Integer(existing as i64))
+            }
+            AclAction::GenPass { bits } => {
+                let mut random = vec![0u8; (bits as usize).div_ceil(8)];
+                getrandom::fill(&mut random)
+                    .map_err(|e| err(format!("ERR no randomness for ACL GENPASS: {e}")))?;
+                Ok(convert(&acl::genpass(bits, &random)))
+            }
+        }
+    }
+
+    /// Run as `user` from now on.
+    fn log_in(&self, conn: &clients::Conn, user: Arc<ringlet_command::acl::User>) {
+        conn.user.lock().set(user, &self.acl);
     }
 
     async fn command_inner(
@@ -803,6 +940,8 @@ impl Front {
                 conn.resp.store(2, std::sync::atomic::Ordering::Relaxed);
                 conn.set_name(b"")?;
                 *authed = self.requirepass.is_none();
+                let default = self.acl.snapshot().default_user().clone();
+                self.log_in(conn, default);
                 Ok(Reply::Simple(b"RESET".to_vec()))
             }
             "select" => match a(1) {
@@ -820,9 +959,10 @@ impl Front {
                         3 => (a(1), a(2)),
                         _ => return Err(err("ERR syntax error")),
                     };
-                if !self.password_ok(user, password) {
+                let Some(u) = self.authenticate(user, password) else {
                     return Err(err(WRONGPASS));
-                }
+                };
+                self.log_in(conn, u);
                 *authed = true;
                 Ok(Reply::ok())
             }
@@ -845,9 +985,10 @@ impl Front {
                 while j < argv.len() {
                     let opt = a(j).to_ascii_lowercase();
                     if opt == b"auth" && j + 2 < argv.len() {
-                        if !self.password_ok(a(j + 1), a(j + 2)) {
+                        let Some(u) = self.authenticate(a(j + 1), a(j + 2)) else {
                             return Err(err(WRONGPASS));
-                        }
+                        };
+                        self.log_in(conn, u);
                         *authed = true;
                         j += 3;
                     } else if opt == b"setname" && j + 1 < argv.len() {
@@ -893,6 +1034,7 @@ impl Front {
                 ]))
             }
             "client" => clients::client(&self.clients, conn, argv),
+            "acl" => self.acl_command(args, conn).await,
             "config" => self.config(argv, conn),
             "function" => Ok(convert(&ringlet_server::cmd::server::function_reply(args))),
             "command" => Ok(convert(&ringlet_command::introspect::command(

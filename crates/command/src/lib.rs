@@ -6,13 +6,16 @@
 //!   [`table::Spec::check`], which resolve a request with Redis's exact errors;
 //! - [`introspect`]: COMMAND and its subcommands answered from the table;
 //! - [`args`]: typed arguments of the commands whose options both fronts parse (SET, GETEX);
-//! - [`reply`]: the protocol-neutral reply value; [`glob`]: Redis's `stringmatchlen`.
+//! - [`reply`]: the protocol-neutral reply value; [`glob`]: Redis's `stringmatchlen`;
+//! - [`acl`]: ACL users, the rule parser and the permission check every front and the
+//!   control plane share (docs/design/acl.md).
 //!
 //! A front (the single node's `crates/server`, a cluster node's `crates/cluster`) resolves a
 //! request here and runs its own handler for the spec: the handlers differ (the engine under
 //! a lock, or the replica core), the names, arity, errors, key positions and option parsing
 //! do not. No I/O here.
 
+pub mod acl;
 pub mod args;
 pub mod glob;
 pub mod introspect;

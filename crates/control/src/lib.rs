@@ -46,6 +46,7 @@ pub use events::{Event, EventKind, EventLog, StampedEvent};
 pub use map::{ClusterMap, Handoff, MapError, MemgestInfo, NodeInfo, NodeState, SlotMove};
 pub use plane::{
     Action, ControlConfig, ControlError, ControlPlane, EcUsage, Input, MemgestUsage, UsageReport,
+    DEFAULT_USER_LOCAL,
 };
 pub use rebalance::{plan_rebalance, PlannedMove};
 pub use report::{memgest_reports, MemgestReport, ModelRates};

@@ -101,6 +101,14 @@ pub struct ClusterMap {
     /// move may target a group holding it, and once no slot range or handoff uses such a
     /// group it becomes a spare and those groups are retired.
     pub removing: Option<NodeId>,
+    /// ACL users other than `default` (each node's own, from its `--requirepass`): name →
+    /// rules as `ACL LIST` describes them, passwords as SHA-256 only
+    /// (`ringlet_command::acl::User::describe`). Changed by `ACL SETUSER`/`DELUSER` on any
+    /// node through the control plane, so every node — one that joins later too — serves
+    /// the same users (docs/design/acl.md). Never sent to clients ([`ClusterMap::for_client`]).
+    pub users: BTreeMap<String, String>,
+    /// Bumped by every change of `users`: a node rebuilds its user table only when it moves.
+    pub users_version: u64,
 }
 
 /// Handoff records kept in a map: far more than the moves a rebalance makes at once (one per
@@ -174,11 +182,21 @@ impl Default for ClusterMap {
             moving: None,
             handoffs: Vec::new(),
             removing: None,
+            users: BTreeMap::new(),
+            users_version: 0,
         }
     }
 }
 
 impl ClusterMap {
+    /// This map as a client may see it: without the ACL users (their password hashes are
+    /// for the nodes that check them).
+    pub fn for_client(&self) -> ClusterMap {
+        let mut m = self.clone();
+        m.users.clear();
+        m
+    }
+
     /// Coordinator of `slot`, if placed.
     pub fn coordinator(&self, slot: Slot) -> Option<NodeId> {
         self.placement.as_ref()?.coordinator(slot)
@@ -361,6 +379,12 @@ impl ClusterMap {
         if self.handoffs.len() > HANDOFFS_MAX {
             return Err(MapError::Malformed("too many handoffs"));
         }
+        let acl_bytes: usize = self.users.iter().map(|(n, r)| n.len() + r.len()).sum();
+        if self.users.len() > ringlet_types::limits::ACL_USERS_MAX as usize
+            || acl_bytes > ringlet_types::limits::ACL_TABLE_BYTES_MAX as usize
+        {
+            return Err(MapError::Malformed("ACL user table over its bounds"));
+        }
         if let Some(m) = &self.moving {
             let p = self
                 .placement
@@ -451,6 +475,15 @@ struct ClusterMapWire {
     handoffs: Vec<Handoff>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     removing: Option<u32>,
+    /// ACL users (absent in maps from before users existed, and while there are none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    users: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    users_version: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl From<ClusterMap> for ClusterMapWire {
@@ -487,6 +520,8 @@ impl From<ClusterMap> for ClusterMapWire {
             moving: m.moving,
             handoffs: m.handoffs,
             removing: m.removing.map(|n| n.0),
+            users: m.users,
+            users_version: m.users_version,
         }
     }
 }
@@ -554,6 +589,8 @@ impl TryFrom<ClusterMapWire> for ClusterMap {
             moving: w.moving,
             handoffs: w.handoffs,
             removing: w.removing.map(NodeId),
+            users: w.users,
+            users_version: w.users_version,
         };
         m.validate()?;
         Ok(m)

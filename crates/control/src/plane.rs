@@ -28,6 +28,9 @@ use thiserror::Error;
 /// report intervals (nodes report every 100 ms) leave room for a slow node.
 pub const DROP_SETTLE_MS: u64 = 500;
 
+/// Why a cluster refuses to change the `default` user through the control plane.
+pub const DEFAULT_USER_LOCAL: &str = "ERR the 'default' user of a cluster node is set by --requirepass (the same on every node, which nodes also use to reach each other); create named users instead";
+
 /// Longest a draining node may take to finish its in-flight writes before its roles move
 /// anyway (drain phase 2). Writes normally finish within a replication round trip; a node
 /// that cannot report (overloaded, its report lost, an etcd leader change) must not stall
@@ -163,6 +166,17 @@ pub enum Input {
         kind: MemgestKind,
         evictable: Option<bool>,
     },
+    /// `ACL SETUSER name rules...` from any node, its passwords already hashed
+    /// (`ringlet_command::acl::hash_rules`): applied to the map's user as it is now, so two
+    /// nodes changing one user do not lose each other's rules.
+    SetUser {
+        name: String,
+        rules: Vec<String>,
+    },
+    /// `ACL DELUSER names...`.
+    DelUsers {
+        names: Vec<String>,
+    },
     /// Resharding (docs/design/cluster-resharding.md): move slots `first..=last` (inside one
     /// slot range) to the pair (`pg`, `data_index`). Phase 1 lists the span in
     /// [`ClusterMap::moving`]; phase 2 reassigns it on [`Input::Quiesced`] from its
@@ -277,6 +291,9 @@ pub enum ControlError {
     NoSpare,
     #[error("memgest {0} already exists")]
     MemgestExists(String),
+    /// A refused `ACL SETUSER`/`DELUSER`: Redis's error text, `ERR ` included.
+    #[error("{}", .0.strip_prefix("ERR ").unwrap_or(.0))]
+    Acl(String),
     #[error("no memgest named {0}")]
     NoSuchMemgest(String),
     #[error("memgest {0} is the default and cannot be dropped")]
@@ -568,6 +585,25 @@ impl ControlPlane {
                     out.push(Action::Rejected(e));
                 }
             }
+            Input::SetUser { name, rules } => {
+                if name == "default" {
+                    out.push(Action::Rejected(ControlError::Acl(
+                        DEFAULT_USER_LOCAL.into(),
+                    )));
+                } else {
+                    match ringlet_command::acl::apply_setuser(&self.map.users, &name, &rules) {
+                        Ok(users) => self.set_users(users, &mut out),
+                        Err(e) => out.push(Action::Rejected(ControlError::Acl(e))),
+                    }
+                }
+            }
+            Input::DelUsers { names } => {
+                match ringlet_command::acl::apply_deluser(&self.map.users, &names) {
+                    Ok((users, n)) if n > 0 => self.set_users(users, &mut out),
+                    Ok(_) => {}
+                    Err(e) => out.push(Action::Rejected(ControlError::Acl(e))),
+                }
+            }
             Input::DropMemgest { name } => {
                 if let Err(e) = self.drop_memgest(now_ms, &name, &mut out) {
                     out.push(Action::Rejected(e));
@@ -592,6 +628,17 @@ impl ControlPlane {
             }
         }
         out
+    }
+
+    /// Publish a new user table (a new epoch, like any map change).
+    fn set_users(&mut self, users: BTreeMap<String, String>, out: &mut Vec<Action>) {
+        if users == self.map.users {
+            return;
+        }
+        let mut next = (*self.map).clone();
+        next.users = users;
+        next.users_version = next.users_version.saturating_add(1);
+        self.commit(next, out);
     }
 
     fn next_epoch(&self) -> Epoch {
@@ -1743,6 +1790,62 @@ mod tests {
             },
         ))
         .unwrap();
+        cp.check_invariants();
+    }
+
+    /// ACL users (docs/design/acl.md): SETUSER applies rules to the map's user as it is
+    /// (two changes from different nodes both hold), publishes a new epoch with a new
+    /// `users_version`, refuses bad rules and the `default` user with the reason, and the
+    /// users survive the map's JSON but never reach a client's copy.
+    #[test]
+    fn acl_users_travel_in_the_map() {
+        let mut cp = cluster(3, 3);
+        let e0 = cp.map().epoch;
+        let set = |name: &str, rules: &[&str]| Input::SetUser {
+            name: name.into(),
+            rules: rules.iter().map(|r| r.to_string()).collect(),
+        };
+        let hash = format!("#{}", "ab".repeat(32));
+        let m = published(&cp.step(1, set("alice", &["on", &hash, "~k*", "+get"]))).unwrap();
+        assert!(m.epoch > e0);
+        assert_eq!(m.users_version, 1);
+        assert_eq!(
+            m.users["alice"],
+            format!("on {hash} ~k* resetchannels -@all +get")
+        );
+        // A second change from another node keeps the first one's rules.
+        let m = published(&cp.step(2, set("alice", &["+set"]))).unwrap();
+        assert_eq!(
+            m.users["alice"],
+            format!("on {hash} ~k* resetchannels -@all +get +set")
+        );
+        assert_eq!(m.users_version, 2);
+        // Bad rules and the default user are refused with the reason; nothing published.
+        let out = cp.step(3, set("alice", &["+nosuch"]));
+        assert!(published(&out).is_none());
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Rejected(ControlError::Acl(e))] if e.contains("Unknown command")
+        ));
+        let out = cp.step(3, set("default", &["off"]));
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Rejected(ControlError::Acl(e))] if e.contains("--requirepass")
+        ));
+        // An unchanged user publishes nothing.
+        assert!(published(&cp.step(4, set("alice", &["+set"]))).is_none());
+        let back = ClusterMap::from_json(&cp.map().to_json().unwrap()).unwrap();
+        assert_eq!(back, *cp.map().as_ref());
+        assert!(cp.map().for_client().users.is_empty());
+        let m = published(&cp.step(
+            5,
+            Input::DelUsers {
+                names: vec!["alice".into(), "nobody".into()],
+            },
+        ))
+        .unwrap();
+        assert!(m.users.is_empty());
+        assert_eq!(m.users_version, 3);
         cp.check_invariants();
     }
 

@@ -811,6 +811,8 @@ async fn answer(
             Err(e) => return Some(FromControl::Error(e.to_string())),
         },
         ToControl::SetDefault { name } => Input::SetDefault { name },
+        ToControl::SetUser { name, rules } => Input::SetUser { name, rules },
+        ToControl::DelUsers { names } => Input::DelUsers { names },
         other => {
             return Some(FromControl::Error(format!(
                 "not served on the etcd command port: {other:?}"

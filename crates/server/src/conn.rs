@@ -108,6 +108,7 @@ pub async fn serve(
         quit: false,
         multi: None,
         state,
+        user: ringlet_command::acl::ConnUser::new(&shared.acl),
     };
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut wbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);

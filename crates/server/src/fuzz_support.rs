@@ -58,6 +58,7 @@ impl Harness {
             quit: false,
             multi: None,
             state,
+            user: ringlet_command::acl::ConnUser::new(&shared.acl),
         };
         Harness {
             shared,

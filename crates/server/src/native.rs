@@ -42,20 +42,23 @@ pub async fn serve(
     worker: &crate::conn::Worker,
     session: &mut Session,
 ) -> std::io::Result<()> {
-    if !session.authenticated && shared.auth_required() {
-        encode_error_response(
-            wbuf,
-            0,
-            Opcode::Ping,
-            Status::BAD_REQUEST,
-            EPOCH,
-            "authentication required: the native protocol has no AUTH yet; use RESP",
-        );
-        return flush(stream, wbuf, shared).await;
-    }
     let mut scratch = Vec::new();
     // The event loop of one connection: ends on EOF or a malformed frame.
     loop {
+        // No AUTH frame yet: native requests run as the default user without an ACL check,
+        // so only while that user needs no password and may do anything (checked per read,
+        // so an ACL change applies to open connections too).
+        if !shared.acl.default_free() {
+            encode_error_response(
+                wbuf,
+                0,
+                Opcode::Ping,
+                Status::BAD_REQUEST,
+                EPOCH,
+                "authentication required: the native protocol has no AUTH yet; use RESP",
+            );
+            return flush(stream, wbuf, shared).await;
+        }
         let now = now_ms();
         let mut pos = 0usize;
         let mut close = false;

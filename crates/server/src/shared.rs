@@ -88,12 +88,19 @@ pub struct Shared {
     pub exec: RwLock<()>,
     /// CONFIG `hash-max-listpack-*`: only what OBJECT ENCODING names a record.
     pub hash_encoding: crate::cmd::keyspace::HashEncodingMax,
+    /// ACL users (`ringlet_command::acl`, docs/design/acl.md); the `default` user's password
+    /// is `requirepass`.
+    pub acl: ringlet_command::acl::AclTable,
 }
 
 impl Shared {
     pub fn new(config: Config, db: Db, port: u16) -> Shared {
         let requirepass = config.requirepass.clone().map(String::into_bytes);
+        let acl = ringlet_command::acl::AclTable::new(ringlet_command::acl::Users::new(
+            requirepass.as_deref(),
+        ));
         Shared {
+            acl,
             config,
             db,
             stats: Stats::default(),
@@ -108,9 +115,10 @@ impl Shared {
         }
     }
 
-    /// Whether a new connection must AUTH before other commands.
+    /// Whether a new connection must AUTH before other commands: the `default` user is
+    /// not `on` + `nopass` (a `requirepass`, or ACL SETUSER default).
     pub fn auth_required(&self) -> bool {
-        self.requirepass.read().is_some()
+        !self.acl.default_open()
     }
 
     /// A fresh pseudo-random u64 (splitmix64 over a shared counter).

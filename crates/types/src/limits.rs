@@ -157,3 +157,18 @@ pub const LOAD_BATCHES_INFLIGHT_MAX: u32 = 16;
 
 const _: () = assert!(LOAD_BATCH_COMMANDS_MAX <= BATCH_KEYS_MAX);
 const _: () = assert!(LOAD_LIST_OWNERS_MAX <= LOAD_RECORDS_MAX);
+
+/// Most ACL users (`ACL SETUSER`). In a cluster the user table travels in every map
+/// (etcd values are limited to ~1.5 MiB): 1,024 users of a few hundred bytes each stay far
+/// below that, and no deployment we know of has more distinct service identities per store.
+pub const ACL_USERS_MAX: u32 = 1_024;
+/// Most passwords, key patterns or channel patterns one ACL user holds (Redis has no bound;
+/// one keeps `ACL SETUSER` from growing a user, and so every map, without limit).
+pub const ACL_USER_ITEMS_MAX: u32 = 256;
+/// Longest user name or key/channel pattern in an ACL rule.
+pub const ACL_NAME_BYTES_MAX: u32 = 1_024;
+/// Most bytes of every user's described rules together (the cluster map's user table).
+pub const ACL_TABLE_BYTES_MAX: u32 = 512 * 1024;
+const _: () = assert!(
+    (ACL_USER_ITEMS_MAX as u64) * (ACL_NAME_BYTES_MAX as u64) <= ACL_TABLE_BYTES_MAX as u64
+);

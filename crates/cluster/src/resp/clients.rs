@@ -32,6 +32,9 @@ pub(super) struct Conn {
     pub resp: AtomicU8,
     /// Buffer figures for CLIENT LIST, stored by the connection's loop.
     pub buffers: ringlet_server::cmd::connection::ConnBuffers,
+    /// The ACL user this connection runs as (the default user until AUTH). A lock only
+    /// this connection's task takes (so never contended).
+    pub user: Mutex<ringlet_command::acl::ConnUser>,
 }
 
 impl Conn {
@@ -108,7 +111,12 @@ impl Clients {
 
     /// Register a connection (bounded by the connection limit: the accept loop refuses past
     /// `limits::CONNECTIONS_MAX`).
-    pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> Registered<'_> {
+    pub fn register(
+        &self,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        user: ringlet_command::acl::ConnUser,
+    ) -> Registered<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let conn = Arc::new(Conn {
             id,
@@ -120,6 +128,7 @@ impl Clients {
             name: Mutex::new(Vec::new()),
             resp: AtomicU8::new(2),
             buffers: Default::default(),
+            user: Mutex::new(user),
         });
         self.map.lock().insert(id, conn.clone());
         Registered {

@@ -30,7 +30,8 @@ use ringlet_types::key_slot;
 
 /// Ringlet's own commands refused inside a transaction: MEMGEST waits for the control plane,
 /// RECORDS is another node's CHASE hop.
-const NOT_IN_MULTI: &[&str] = &["memgest", "records"];
+/// ACL likewise (SETUSER and DELUSER wait for the control plane).
+const NOT_IN_MULTI: &[&str] = &["memgest", "records", "acl"];
 
 impl Front {
     /// MULTI/EXEC/DISCARD, or queue `argv` inside a transaction. `None`: run it normally.
@@ -53,7 +54,7 @@ impl Front {
             if tx::runs_at_once(name) {
                 return None; // QUIT
             }
-            return Some(self.queue(q, argv, *authed));
+            return Some(self.queue(q, argv, *authed, conn));
         }
         if !*authed {
             return None; // the normal path answers NOAUTH
@@ -86,7 +87,7 @@ impl Front {
     }
 
     /// Check `argv` as Redis does before queueing it, then queue it (`+QUEUED`).
-    fn queue(&self, q: &mut Queue, argv: &[Vec<u8>], authed: bool) -> Reply {
+    fn queue(&self, q: &mut Queue, argv: &[Vec<u8>], authed: bool, conn: &clients::Conn) -> Reply {
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let refuse = |q: &mut Queue, r: Reply| {
             q.mark_dirty();
@@ -100,6 +101,11 @@ impl Front {
         };
         if let Err(e) = spec.check(args.len(), !authed, ringlet_command::Mode::Cluster) {
             return refuse(q, super::convert(&e));
+        }
+        // ACL before queueing, as Redis (and again at EXEC: each command runs through
+        // `Front::command`).
+        if let Err(e) = self.acl_check(conn, &args) {
+            return refuse(q, e);
         }
         if NOT_IN_MULTI.contains(&spec.top_name()) {
             return refuse(q, err("ERR Command not allowed inside a transaction"));

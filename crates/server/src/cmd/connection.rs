@@ -39,9 +39,11 @@ pub fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
         .resp
         .store(2, std::sync::atomic::Ordering::Relaxed);
     ctx.session.state.name.lock().clear();
-    if ctx.shared.auth_required() {
-        ctx.session.authenticated = false;
-    }
+    // Back to the default user, authenticated only if that needs no password (Redis's
+    // `clearClientConnectionState`).
+    let default = ctx.shared.acl.snapshot().default_user().clone();
+    ctx.session.user.set(default, &ctx.shared.acl);
+    ctx.session.authenticated = !ctx.shared.auth_required();
     Reply::simple("RESET")
 }
 
@@ -63,16 +65,14 @@ pub fn select(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     }
 }
 
-/// Check `user`/`password` against the default user (the only user). With no password
-/// configured, the default user is `nopass` and any password is accepted (as in Redis).
-fn authenticate(ctx: &Ctx<'_>, user: &[u8], password: &[u8]) -> bool {
-    if user != b"default" {
-        return false;
-    }
-    match &*ctx.shared.requirepass.read() {
-        None => true,
-        Some(p) => constant_time_eq(p, password),
-    }
+/// The user `user`/`password` authenticate (Redis `ACLCheckUserCredentials`: the user
+/// exists, is on, and is `nopass` or has that password; hashes compared in constant time).
+fn authenticate(
+    ctx: &Ctx<'_>,
+    user: &[u8],
+    password: &[u8],
+) -> Option<std::sync::Arc<ringlet_command::acl::User>> {
+    ctx.shared.acl.snapshot().authenticate(user, password)
 }
 
 /// Compare without an early exit, so response time does not leak the matching prefix.
@@ -83,12 +83,19 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Run as `user` from now on.
+fn log_in(ctx: &mut Ctx<'_>, user: std::sync::Arc<ringlet_command::acl::User>) {
+    ctx.session.user.set(user, &ctx.shared.acl);
+    ctx.session.authenticated = true;
+}
+
 pub fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     if argv.len() > 3 {
         return Reply::err(errors::SYNTAX);
     }
     let (user, password): (&[u8], &[u8]) = if argv.len() == 2 {
-        if !ctx.shared.auth_required() {
+        // Redis: AUTH <password> with a `nopass` default user is a configuration mistake.
+        if ctx.shared.acl.snapshot().default_user().nopass {
             return Reply::err(
                 "ERR AUTH <password> called without any password configured for the default user. \
                  Are you sure your configuration is correct?",
@@ -98,11 +105,12 @@ pub fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     } else {
         (argv[1], argv[2])
     };
-    if authenticate(ctx, user, password) {
-        ctx.session.authenticated = true;
-        Reply::ok()
-    } else {
-        Reply::err(errors::WRONGPASS)
+    match authenticate(ctx, user, password) {
+        Some(u) => {
+            log_in(ctx, u);
+            Reply::ok()
+        }
+        None => Reply::err(errors::WRONGPASS),
     }
 }
 
@@ -135,10 +143,10 @@ pub fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         }
     }
     if let Some((user, password)) = creds {
-        if !authenticate(ctx, user, password) {
-            return Reply::err(errors::WRONGPASS);
+        match authenticate(ctx, user, password) {
+            Some(u) => log_in(ctx, u),
+            None => return Reply::err(errors::WRONGPASS),
         }
-        ctx.session.authenticated = true;
     }
     if !ctx.session.authenticated && ctx.shared.auth_required() {
         return Reply::err(

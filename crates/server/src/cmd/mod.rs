@@ -19,6 +19,7 @@
 //! [`keyspace`] (DEL EXISTS TYPE EXPIRE TTL KEYS SCAN RANDOMKEY ...), [`transaction`]
 //! (MULTI EXEC DISCARD).
 
+pub mod acl;
 pub mod bits;
 pub mod connection;
 pub mod keyspace;
@@ -45,6 +46,8 @@ pub struct Session {
     /// The commands queued since MULTI; `None` outside a transaction.
     pub multi: Option<transaction::Queue>,
     pub state: Arc<ClientState>,
+    /// The ACL user this connection runs as (the default user until AUTH).
+    pub user: ringlet_command::acl::ConnUser,
 }
 
 /// What a handler gets: shared state, its worker's reader and scratch buffer, its session,
@@ -71,6 +74,9 @@ fn handler_for(name: &str) -> Option<Handler> {
         "auth" => connection::auth,
         "quit" => connection::quit,
         "reset" => connection::reset,
+        "acl|cat" | "acl|deluser" | "acl|dryrun" | "acl|genpass" | "acl|getuser" | "acl|list"
+        | "acl|load" | "acl|log" | "acl|save" | "acl|setuser" | "acl|users" | "acl|whoami"
+        | "acl|help" => acl::acl,
         "select" => connection::select,
         "client|setname" => connection::client_setname,
         "client|getname" => connection::client_getname,
@@ -185,6 +191,16 @@ pub fn dispatch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let needs_auth = !ctx.session.authenticated && ctx.shared.auth_required();
     if let Err(e) = cmd.check(argv.len(), needs_auth, Mode::Single) {
         return transaction::refuse(ctx, cmd.name, e);
+    }
+    // ACL (ringlet_command::acl): one atomic load and a branch for an unrestricted user.
+    if let Err(e) = ctx.session.user.check(&ctx.shared.acl, idx, argv) {
+        return match e {
+            ringlet_command::acl::CheckError::Denied(r) => transaction::refuse(ctx, cmd.name, r),
+            ringlet_command::acl::CheckError::UserGone => {
+                ctx.session.quit = true;
+                Reply::err(ringlet_command::acl::USER_GONE)
+            }
+        };
     }
     if let Some(q) = ctx.session.multi.as_mut() {
         if !transaction::runs_at_once(cmd.name.as_bytes()) {

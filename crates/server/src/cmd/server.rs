@@ -120,7 +120,13 @@ pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     if let Some(p) = new_pass {
         // An empty password removes authentication, as in Redis; refused above on a node
         // that listens beyond loopback (it was allowed to start only because one was set).
-        *ctx.shared.requirepass.write() = if p.is_empty() { None } else { Some(p.to_vec()) };
+        let pass = if p.is_empty() { None } else { Some(p.to_vec()) };
+        // The default user's password (Redis: `requirepass` is the default user's).
+        let _ = ctx.shared.acl.update(|u| {
+            u.set_default_password(pass.as_deref());
+            Ok(())
+        });
+        *ctx.shared.requirepass.write() = pass;
     }
     Reply::ok()
 }
