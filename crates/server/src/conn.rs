@@ -159,28 +159,12 @@ pub async fn read_more(
     if rbuf.capacity() - rbuf.len() < READ_CHUNK_BYTES / 4 {
         rbuf.reserve(READ_CHUNK_BYTES);
     }
-    let room = rbuf.capacity() - rbuf.len();
+    // No `recv` that fails with EAGAIN follows a short read: tokio (1.54,
+    // `PollEvented::poll_read`) clears the socket's readiness itself when a read returns
+    // fewer bytes than asked for, so the next read waits for epoll's edge.
     let n = stream.read_buf(rbuf).await?;
-    if n > 0 && n < room {
-        forget_readable(stream);
-    }
     Stats::add(&shared.stats.net_input_bytes, n as u64);
     Ok(n)
-}
-
-/// After a short read (fewer bytes than asked for) the socket's receive queue was empty when
-/// `recv` returned. Tell tokio the socket is not readable, without a syscall, so the next
-/// read waits for epoll instead of first trying a `recv` that fails with `EAGAIN`: one
-/// syscall fewer per request at pipeline 1, per batch when pipelining.
-///
-/// Safe with edge-triggered epoll (mio's mode): bytes that arrive after that `recv` raise a
-/// new edge, which tokio's driver turns into readiness again when this thread next polls it
-/// (the driver runs on this thread, so nothing sets readiness in between; tokio clears only
-/// the readiness it observed, by its tick). A closed peer raises an edge too.
-fn forget_readable(stream: &TcpStream) {
-    let _ = stream.try_io(tokio::io::Interest::READABLE, || {
-        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-    });
 }
 
 /// Write and clear `wbuf`.
