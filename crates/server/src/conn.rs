@@ -222,6 +222,9 @@ pub struct RespProcessor {
     /// Table indexes of GET and SET, for CLIENT LIST's `cmd=`.
     get_idx: u64,
     set_idx: u64,
+    /// Off only in tests: every request then takes `cmd::dispatch`, the oracle the batched
+    /// path is compared with (`tests/batch.rs`).
+    batching: bool,
 }
 
 /// Operations in one batch. Bounds the engine lock's hold time (32 SETs of 100 B are a few
@@ -276,7 +279,13 @@ impl RespProcessor {
             ops: Vec::with_capacity(BATCH_OPS_MAX),
             get_idx: t.index("get").map_or(u64::MAX, |i| i as u64),
             set_idx: t.index("set").map_or(u64::MAX, |i| i as u64),
+            batching: true,
         }
+    }
+
+    /// Turn batching off (tests: the one-by-one path as an oracle) or back on.
+    pub fn set_batching(&mut self, on: bool) {
+        self.batching = on;
     }
 
     /// The just-decoded request (`self.req`, `used` bytes at `base` of `buf`) as a batch
@@ -292,7 +301,7 @@ impl RespProcessor {
         session: &Session,
         shared: &Shared,
     ) -> Option<FastOp> {
-        if self.req.is_inline() || session.multi.is_some() {
+        if !self.batching || self.req.is_inline() || session.multi.is_some() {
             return None;
         }
         let rest = &buf[base..];

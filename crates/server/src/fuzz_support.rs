@@ -115,6 +115,11 @@ impl Harness {
 }
 
 impl Harness {
+    /// Turn the batched GET/SET path off (every request through `cmd::dispatch`) or on.
+    pub fn set_batching(&mut self, on: bool) {
+        self.processor.set_batching(on);
+    }
+
     /// Run `input` (complete requests) through the processor in one buffer, as one pipelined
     /// read, and return the replies and the largest write buffer any `process` call left
     /// (what the connection would hold before a flush).

@@ -4,9 +4,10 @@
 //!
 //! How: the same random request sequence is run twice on fresh nodes without sockets
 //! (`fuzz_support::Harness`): once as a single pipelined buffer (batches of up to 32 form,
-//! broken by every other command) and once with each request in its own `process` call
-//! (batches of one). The reply bytes must be equal, and so must the counters INFO reports
-//! (commands processed, hits, misses). The alphabet mixes batchable forms with forms that
+//! broken by every other command) and once with batching turned off, each request in its own
+//! `process` call through `cmd::dispatch` and the GET/SET handlers (the oracle). The reply
+//! bytes must be equal, and so must the counters INFO reports (commands processed, hits,
+//! misses). The alphabet mixes batchable forms with forms that
 //! must not be batched (options, wrong arity, inline, MULTI queueing, AUTH, records) and
 //! commands that read what a batched SET wrote.
 
@@ -99,6 +100,7 @@ proptest! {
         let (out_batched, _) = batched.feed(&whole, whole.len());
 
         let mut single = Harness::new(None);
+        single.set_batching(false);
         let mut out_single = Vec::new();
         for e in &encoded {
             out_single.extend(single.feed(e, e.len()).0);
@@ -163,4 +165,31 @@ fn batch_respects_the_write_buffer_bound() {
         expected.extend_from_slice(b"\r\n");
     }
     assert!(out == expected, "replies differ from the expected sequence");
+}
+
+/// The counters a batch adds to, with exact values: two SETs, a hit, a miss, and the INFO
+/// call itself (counted before it renders).
+#[test]
+fn batch_counts_commands_hits_and_misses() {
+    let reqs: Vec<Vec<Vec<u8>>> = vec![
+        vec![b"SET".to_vec(), b"a".to_vec(), b"1".to_vec()],
+        vec![b"SET".to_vec(), b"b".to_vec(), b"2".to_vec()],
+        vec![b"GET".to_vec(), b"a".to_vec()],
+        vec![b"GET".to_vec(), b"zz".to_vec()],
+    ];
+    let whole = encode_all(&reqs).concat();
+    let mut h = Harness::new(None);
+    let (out, _) = h.feed(&whole, whole.len());
+    assert_eq!(out, b"+OK\r\n+OK\r\n$1\r\n1\r\n$-1\r\n");
+    let c = counters(&mut h);
+    assert!(
+        c.iter()
+            .any(|l| l.trim_end() == "total_commands_processed:5"),
+        "{c:?}"
+    );
+    assert!(c.iter().any(|l| l.trim_end() == "keyspace_hits:1"), "{c:?}");
+    assert!(
+        c.iter().any(|l| l.trim_end() == "keyspace_misses:1"),
+        "{c:?}"
+    );
 }
