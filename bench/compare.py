@@ -10,6 +10,11 @@ redis-benchmark in the same run.
 
 Usage: bench/compare.py [--duration 10] [--keys 1000000] [--repeat 1] [--json out.json]
        [--quick]   (a 2-second, 10k-key smoke run of the same matrix)
+       [--matrix mixed|setget]  mixed (default): SET:GET 1:10 and 1:1 at 100 B and 1 KiB;
+                   setget: SET only and GET only at 100 B, P1 and P16 (issue 16's request-path
+                   goals), with redis-benchmark's SET and GET against Redis and Ringlet in the
+                   same run as a second generator
+       [--servers redis,memcached,ringlet/resp,ringlet/native]
 Requires: redis-server, memcached, redis-benchmark (scripts/setup.sh) and a release build of
 `ringlet` (built here if missing).
 """
@@ -96,20 +101,24 @@ def loadgen(proto, port, args, ratio, value_size, pipeline, load, duration):
 REDIS_BENCHMARK_N = 400_000
 
 
-def redis_benchmark(port, value_size, pipeline, keys):
-    """GET ops/s and redis-benchmark's own CPU µs per request (the generator comparison)."""
+def redis_benchmark(port, value_size, pipeline, keys, test="get", server_pid=None):
+    """ops/s of redis-benchmark's `test` (get or set), its own CPU µs per request (the
+    generator comparison) and, given the server's pid, the server's CPU-s per Mop."""
     g0 = children_cpu()
+    c0 = cpu_seconds(server_pid) if server_pid else None
     out = subprocess.run(
         ["taskset", "-c", "1", "redis-benchmark", "-p", str(port), "-c", "50", "-n",
          str(REDIS_BENCHMARK_N),
-         "-P", str(pipeline), "-d", str(value_size), "-r", str(keys), "-t", "get", "-q"],
+         "-P", str(pipeline), "-d", str(value_size), "-r", str(keys), "-t", test, "-q"],
         check=True, capture_output=True, text=True).stdout
     gen = (children_cpu() - g0) / REDIS_BENCHMARK_N * 1e6
-    m = re.search(r"GET: ([0-9.]+) requests per second", out.replace("\r", "\n"))
-    return (float(m.group(1)) if m else None), gen
+    cpu = ((cpu_seconds(server_pid) - c0) / (REDIS_BENCHMARK_N / 1e6)) if server_pid else None
+    m = re.search(test.upper() + r": ([0-9.]+) requests per second", out.replace("\r", "\n"))
+    return (float(m.group(1)) if m else None), gen, cpu
 
 
 def main():
+    global RINGLET
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--keys", type=int, default=1_000_000)
@@ -117,19 +126,34 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="server threads (Ringlet, memcached)")
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--matrix", choices=("mixed", "setget"), default="mixed")
+    ap.add_argument("--ringlet-bin", default=RINGLET,
+                    help="the ringlet binary to serve and generate load with (a before/after "
+                         "comparison runs the script once per binary)")
+    ap.add_argument("--servers", default="redis,memcached,ringlet/resp,ringlet/native",
+                    help="comma-separated subset; redis is always run (ratios are to it)")
     args = ap.parse_args()
     if args.quick:
         args.duration, args.keys = 2, 10_000
+    RINGLET = args.ringlet_bin
     if not os.path.exists(RINGLET):
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringlet-cli"], cwd=ROOT,
                        check=True)
 
-    servers = [("redis", "resp"), ("memcached", "memcache"), ("ringlet", "resp"),
-               ("ringlet", "native")]
-    workloads = [(ratio, vs, pl) for vs in (100, 1024) for ratio in ("1:10", "1:1")
-                 for pl in (1, 16)]
+    every = {"redis": ("redis", "resp"), "memcached": ("memcached", "memcache"),
+             "ringlet/resp": ("ringlet", "resp"), "ringlet/native": ("ringlet", "native")}
+    wanted = ["redis"] + [s for s in args.servers.split(",") if s and s != "redis"]
+    servers = [every[s] for s in wanted]
+    if args.matrix == "setget":
+        sizes = (100,)
+        workloads = [(ratio, 100, pl) for ratio in ("1:0", "0:1") for pl in (1, 16)]
+    else:
+        sizes = (100, 1024)
+        workloads = [(ratio, vs, pl) for vs in sizes for ratio in ("1:10", "1:1")
+                     for pl in (1, 16)]
+    rbench = []  # redis-benchmark rows (setget matrix): server, test, pipeline, medians
     rows = []
-    for vs in (100, 1024):
+    for vs in sizes:
         for name, proto in servers:
             port = free_port()
             proc = start(name, port, args.threads)
@@ -153,11 +177,22 @@ def main():
                            "p999_us": med("p999_us"), "cpu_s_per_mop": med("cpu_s_per_mop"),
                            "gen_us_per_op": med("gen_us_per_op")}
                     if name == "redis" and ratio == "1:10":
-                        ops, gen = redis_benchmark(port, vs, pl, args.keys)
+                        ops, gen, _ = redis_benchmark(port, vs, pl, args.keys)
                         row["redis_benchmark_get_ops"] = ops
                         row["redis_benchmark_us_per_op"] = gen
                     rows.append(row)
                     print(json.dumps(row), file=sys.stderr)
+                if args.matrix == "setget" and proto == "resp":
+                    # The second generator, same keyspace, value size and connections.
+                    for test in ("set", "get"):
+                        for pl in (1, 16):
+                            got = [redis_benchmark(port, vs, pl, args.keys, test, proc.pid)
+                                   for _ in range(args.repeat)]
+                            rb = {"server": name, "test": test, "pipeline": pl,
+                                  "ops_per_sec": statistics.median(g[0] for g in got if g[0]),
+                                  "cpu_s_per_mop": statistics.median(g[2] for g in got)}
+                            rbench.append(rb)
+                            print(json.dumps(rb), file=sys.stderr)
             finally:
                 proc.terminate()
                 proc.wait()
@@ -167,7 +202,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         b = base[(r["ratio"], r["value"], r["pipeline"])]
-        wl = f"SET:GET {r['ratio']} {r['value']}B P{r['pipeline']}"
+        wl = {"1:0": "SET only", "0:1": "GET only"}.get(r["ratio"], f"SET:GET {r['ratio']}")
+        wl = f"{wl} {r['value']}B P{r['pipeline']}"
         cpu_ratio = (r["cpu_s_per_mop"] / b["cpu_s_per_mop"]) if b["cpu_s_per_mop"] else float("nan")
         print(f"| {wl} | {r['server']}/{r['protocol']} | {r['ops_per_sec']:,.0f} | "
               f"{r['ops_per_sec'] / b['ops_per_sec']:.2f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
@@ -179,9 +215,21 @@ def main():
                   f"{r['ops_per_sec']:,.0f}); generator CPU per request: redis-benchmark "
                   f"{r['redis_benchmark_us_per_op']:.1f} µs, ringlet bench "
                   f"{r['gen_us_per_op']:.1f} µs")
+    if rbench:
+        print()
+        print("redis-benchmark -c 50 -d 100 -r KEYS -n 400000 (medians):")
+        print("| test | server | ops/s | ×Redis | CPU-s/Mop | ×Redis CPU |")
+        print("|---|---|---|---|---|---|")
+        rb_base = {(r["test"], r["pipeline"]): r for r in rbench if r["server"] == "redis"}
+        for r in rbench:
+            b = rb_base[(r["test"], r["pipeline"])]
+            print(f"| {r['test'].upper()} P{r['pipeline']} | {r['server']} | "
+                  f"{r['ops_per_sec']:,.0f} | {r['ops_per_sec'] / b['ops_per_sec']:.2f} | "
+                  f"{r['cpu_s_per_mop']:.2f} | {r['cpu_s_per_mop'] / b['cpu_s_per_mop']:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"rows": rows, "redis_benchmark": rbench} if rbench else rows, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

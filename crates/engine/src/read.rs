@@ -527,3 +527,87 @@ fn read_entry_impl(
     out.clear();
     (ReadOutcome::Retry, None)
 }
+
+// ----- batched lookups: prefetch hints ---------------------------------------------------
+//
+// A batch of requests (a pipelined read from one connection) looks up keys whose buckets and
+// entries are almost never in cache at a million keys: each lookup costs one miss on the
+// index bucket and one on the data entry, taken one after the other. MICA and CliqueMap
+// overlap them: first touch every key's bucket, then every candidate entry, then do the
+// lookups, which now hit the cache. These functions are the two touches. They are hints: they
+// only compute addresses (bounds-checked against the views) and issue prefetch instructions,
+// which never fault and change nothing a reader or the writer observes, so a stale layout or
+// a torn index word costs at most a useless prefetch.
+
+/// Start loading the two cache lines of `hash`'s home bucket in the current table.
+#[inline]
+pub fn prefetch_bucket(view: &RegionsView, hash: u64) {
+    let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
+        return;
+    };
+    let layout = Layout::unpack(lw.load(Ordering::Relaxed));
+    if layout.buckets == 0 {
+        return;
+    }
+    let off = layout.bucket_offset(layout.home(hash));
+    if off.saturating_add(BUCKET_BYTES) > view.index_len as u64 {
+        return;
+    }
+    prefetch(view.index.wrapping_add(off as usize));
+    prefetch(view.index.wrapping_add(off as usize + 64));
+}
+
+/// Start loading the data entries that index entries of `hash`'s home bucket with its tag
+/// point at (their first [`PREFETCH_ENTRY_LINES_MAX`] lines: header, key and a short value).
+/// Call it after [`prefetch_bucket`] had time to land, or it waits for the bucket itself.
+#[inline]
+pub fn prefetch_entry(view: &RegionsView, hash: u64) {
+    let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
+        return;
+    };
+    let layout = Layout::unpack(lw.load(Ordering::Relaxed));
+    if layout.buckets == 0 {
+        return;
+    }
+    let boff = layout.bucket_offset(layout.home(hash));
+    let tag = tag_of(hash);
+    for i in 0..BUCKET_ENTRIES {
+        let ie_off = boff + entry_word(i) as u64 * 8;
+        let (Some(a0), Some(a1)) = (view.iword(ie_off), view.iword(ie_off + 8)) else {
+            return;
+        };
+        let w0 = a0.load(Ordering::Relaxed);
+        if w0 == 0 || ie_tag(w0) != tag {
+            continue;
+        }
+        let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
+        let size = u64::from(ie_size_units(a1.load(Ordering::Relaxed))) * UNIT_BYTES;
+        let end = loc.saturating_add(size).min(view.data_len as u64);
+        // Line-aligned starts of the lines the entry covers, at most a few.
+        let mut line = loc & !63;
+        for _ in 0..PREFETCH_ENTRY_LINES_MAX {
+            if line >= end {
+                break;
+            }
+            prefetch(view.data.wrapping_add(line as usize));
+            line += 64;
+        }
+    }
+}
+
+/// Cache lines of one data entry [`prefetch_entry`] asks for: a 16-byte key and a 100-byte
+/// value with the 24-byte header span three lines; larger values are streamed by the copy
+/// itself (the hardware prefetcher follows a sequential copy).
+const PREFETCH_ENTRY_LINES_MAX: u32 = 3;
+
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it never faults, whatever the address, and reads nothing
+    // the program observes. SSE is part of the x86-64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

@@ -100,11 +100,18 @@ pub struct Reader {
 impl Reader {
     /// Read `key` into `out`. `Retry` only after bounded internal retries.
     pub fn get(&self, key: &[u8], now_ms: u64, out: &mut Vec<u8>) -> ReadOutcome {
+        self.get_hashed(key, key_hash(key), now_ms, out)
+    }
+
+    /// [`Reader::get`] with the key's hash already computed (`hash::key_hash(key)`), for a
+    /// batch that hashed its keys to prefetch them.
+    pub fn get_hashed(&self, key: &[u8], hash: u64, now_ms: u64, out: &mut Vec<u8>) -> ReadOutcome {
         if key.len() > ringlet_types::limits::KEY_BYTES_MAX as usize {
             out.clear();
             return ReadOutcome::Miss;
         }
-        let (r, ie) = read_entry_with(&self.view, key, key_hash(key), now_ms, None, out);
+        debug_assert_eq!(hash, key_hash(key));
+        let (r, ie) = read_entry_with(&self.view, key, hash, now_ms, None, out);
         if let Some(ie) = ie {
             // Record the access in the policy byte (in-process readers map the index writable).
             // Racing the writer's store of word 1 is benign: either order leaves a valid word.
@@ -120,6 +127,21 @@ impl Reader {
             }
         }
         r
+    }
+
+    /// First touch of a batched lookup: start loading the home bucket of `hash`
+    /// ([`crate::read::prefetch_bucket`]). A hint: no effect on what any read returns.
+    #[inline]
+    pub fn prefetch_bucket(&self, hash: u64) {
+        crate::read::prefetch_bucket(&self.view, hash)
+    }
+
+    /// Second touch: start loading the data entries the home bucket's matching index entries
+    /// point at ([`crate::read::prefetch_entry`]). Serves the writer too: a SET's lookup of the
+    /// key it replaces reads the same bucket and entry.
+    #[inline]
+    pub fn prefetch_entry(&self, hash: u64) {
+        crate::read::prefetch_entry(&self.view, hash)
     }
 
     /// The read-only view this reader uses (for tests and diagnostics).
@@ -660,6 +682,43 @@ impl Store {
         }
     }
 
+    /// [`Store::account`] of `old` (removed) then `new` (added) for one key rewritten in
+    /// place: the same sums, with the key's slot (a CRC16 of the key) computed once and the
+    /// slot's and memgest's counters touched once. Each triple is (index word 0, word 1,
+    /// version).
+    fn account_replace(
+        &mut self,
+        key: &[u8],
+        h: u64,
+        old: (u64, u64, Version),
+        new: (u64, u64, Version),
+    ) {
+        let old_bytes = self.slabs.footprint(u64::from(ie_size_units(old.1)));
+        let new_bytes = self.slabs.footprint(u64::from(ie_size_units(new.1)));
+        let slot = usize::from(key_slot(key));
+        let (old_m, new_m) = (MemgestId(ie_memgest(old.0)), MemgestId(ie_memgest(new.0)));
+        if old_m == new_m {
+            let m = self.per_memgest.entry(old_m).or_default();
+            m.bytes = m.bytes - old_bytes + new_bytes;
+        } else {
+            let m = self.per_memgest.entry(old_m).or_default();
+            m.keys -= 1;
+            m.bytes -= old_bytes;
+            let m = self.per_memgest.entry(new_m).or_default();
+            m.keys += 1;
+            m.bytes += new_bytes;
+        }
+        let s = &mut self.per_slot[slot];
+        s.bytes = s.bytes - old_bytes + new_bytes;
+        let d = &mut self.digests[slot];
+        *d = d
+            .wrapping_sub(digest_term(h, old.2))
+            .wrapping_add(digest_term(h, new.2));
+        self.used_bytes = self.used_bytes - old_bytes + new_bytes;
+        self.ttl_count = self.ttl_count - u64::from(old.1 & POLICY_TTL != 0)
+            + u64::from(new.1 & POLICY_TTL != 0);
+    }
+
     // ----- public operations --------------------------------------------------------------
 
     pub fn reader(&self) -> Reader {
@@ -790,8 +849,7 @@ impl Store {
             if self.mirrored(f.bucket) {
                 self.mirror_update(key, h, handle.w0, w1);
             }
-            self.account(key, h, f.w0, f.w1, old.version, false);
-            self.account(key, h, handle.w0, w1, version, true);
+            self.account_replace(key, h, (f.w0, f.w1, old.version), (handle.w0, w1, version));
             self.slabs.free(ie_location(f.w0), &self.data);
             self.s3_admit(h, handle.loc, w1);
         } else {

@@ -18,13 +18,13 @@
 
 use crate::cmd::{self, Ctx, Session};
 use crate::native;
-use crate::reply::Reply;
+use crate::reply::{errors, Reply};
 use crate::shared::{now_ms, ClientState, Shared, Stats};
 use bytes::{Buf, BytesMut};
 use parking_lot::Mutex;
 use ringlet_codec::resp::{self as resp, Proto};
-use ringlet_engine::Reader;
-use ringlet_types::limits;
+use ringlet_engine::{ReadOutcome, Reader};
+use ringlet_types::{limits, ValueKind};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -160,6 +160,9 @@ pub async fn read_more(
     if rbuf.capacity() - rbuf.len() < READ_CHUNK_BYTES / 4 {
         rbuf.reserve(READ_CHUNK_BYTES);
     }
+    // No `recv` that fails with EAGAIN follows a short read: tokio (1.54,
+    // `PollEvented::poll_read`) clears the socket's readiness itself when a read returns
+    // fewer bytes than asked for, so the next read waits for epoll's edge.
     let n = stream.read_buf(rbuf).await?;
     Stats::add(&shared.stats.net_input_bytes, n as u64);
     Ok(n)
@@ -186,11 +189,70 @@ const READ_BUFFER_ERROR: &[u8] =
 /// The sans-I/O half of a RESP connection: decodes and executes the requests in a buffer,
 /// encoding replies into the write buffer. The async loop below only moves bytes; tests and
 /// the fuzz entry point (`fuzz_support`) drive this directly.
+///
+/// # Batches (the pipelined fast path)
+///
+/// `GET key` and `SET key value` (no options), from an authenticated connection outside
+/// MULTI, are not dispatched one by one: they are decoded ahead into a batch of at most
+/// [`BATCH_OPS_MAX`] operations, and the batch runs when a request of another kind, the end
+/// of the buffer or the batch bound is reached, in request order, before that other request.
+///
+/// ```text
+/// decode GET a, SET b, GET c ...   hash each key, prefetch its index bucket     (touch 1)
+/// run:  prefetch the entries the buckets point at                               (touch 2)
+///       Shared::exec read guard once; engine lock taken at the first SET, kept to the end
+///       GET: lock-free reader -> bulk encoded straight from the reader's copy into wbuf
+///       SET: Engine::set_discarding_old (no copy of the replaced value)  -> +OK
+///       counters added once per batch
+/// ```
+///
+/// At a million keys every lookup misses the cache twice (bucket, entry); touching all the
+/// batch's buckets, then all its entries, before the first lookup overlaps those misses
+/// (MICA's and CliqueMap's batched lookups). One lock acquisition per batch instead of one
+/// per SET, one `exec` guard instead of one per command, and no `Reply` value (an allocation
+/// and a copy per GET) are the rest of the saving; `docs/design/request-path.md` has the
+/// profile. Replies, counters (`commands_processed`, hits, misses, `cmd=` of CLIENT LIST) and
+/// the order of effects are those of the one-by-one path, which every other request takes.
 pub struct RespProcessor {
     decoder: resp::RequestDecoder,
     req: resp::Request,
     scratch: Vec<u8>,
     argv: Vec<&'static [u8]>,
+    /// The pending batch (positions in the buffer of the current `process` call).
+    ops: Vec<FastOp>,
+    /// Table indexes of GET and SET, for CLIENT LIST's `cmd=`.
+    get_idx: u64,
+    set_idx: u64,
+    /// Off only in tests: every request then takes `cmd::dispatch`, the oracle the batched
+    /// path is compared with (`tests/batch.rs`).
+    batching: bool,
+}
+
+/// Operations in one batch. Bounds the engine lock's hold time (32 SETs of 100 B are a few
+/// microseconds) and the replies produced before the write-buffer bound is checked again
+/// (it is checked after every operation anyway).
+pub const BATCH_OPS_MAX: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FastKind {
+    Get,
+    Set,
+}
+
+/// One batched request: where its key and value are in the buffer, where it ends, and the
+/// key's hash (computed once for the prefetch and the lookup).
+#[derive(Clone, Copy, Debug)]
+struct FastOp {
+    kind: FastKind,
+    key: (usize, usize),
+    value: (usize, usize),
+    end: usize,
+    hash: u64,
+}
+
+/// Offset of `arg` (a slice of `within`) in `within`.
+fn offset_in(within: &[u8], arg: &[u8]) -> usize {
+    arg.as_ptr() as usize - within.as_ptr() as usize
 }
 
 /// What one [`RespProcessor::process`] call did.
@@ -209,12 +271,162 @@ impl Default for RespProcessor {
 
 impl RespProcessor {
     pub fn new() -> RespProcessor {
+        let t = cmd::table();
         RespProcessor {
             decoder: resp::RequestDecoder::new(),
             req: resp::Request::new(),
             scratch: Vec::new(),
             argv: Vec::new(),
+            ops: Vec::with_capacity(BATCH_OPS_MAX),
+            get_idx: t.index("get").map_or(u64::MAX, |i| i as u64),
+            set_idx: t.index("set").map_or(u64::MAX, |i| i as u64),
+            batching: true,
         }
+    }
+
+    /// Turn batching off (tests: the one-by-one path as an oracle) or back on.
+    pub fn set_batching(&mut self, on: bool) {
+        self.batching = on;
+    }
+
+    /// The just-decoded request (`self.req`, `used` bytes at `base` of `buf`) as a batch
+    /// operation, if it is one: GET with one key or SET without options, multibulk, from a
+    /// connection that may run commands now (authenticated, not queueing a MULTI). Exactly
+    /// the requests whose lookup, arity and auth checks in `cmd::dispatch` cannot fail and
+    /// whose handler is `string::get` or `string::set` with default options.
+    fn fast_op(
+        &self,
+        buf: &[u8],
+        base: usize,
+        used: usize,
+        session: &Session,
+        shared: &Shared,
+    ) -> Option<FastOp> {
+        if !self.batching || self.req.is_inline() || session.multi.is_some() {
+            return None;
+        }
+        let rest = &buf[base..];
+        let name = self.req.arg(rest, 0)?;
+        let kind = match (self.req.argc(), name.len()) {
+            (2, 3) if name.eq_ignore_ascii_case(b"get") => FastKind::Get,
+            (3, 3) if name.eq_ignore_ascii_case(b"set") => FastKind::Set,
+            _ => return None,
+        };
+        if !session.authenticated && shared.auth_required() {
+            return None;
+        }
+        let key = self.req.arg(rest, 1)?;
+        let value = match kind {
+            FastKind::Set => self.req.arg(rest, 2)?,
+            FastKind::Get => &[][..],
+        };
+        Some(FastOp {
+            kind,
+            key: (base + offset_in(rest, key), key.len()),
+            value: match kind {
+                FastKind::Set => (base + offset_in(rest, value), value.len()),
+                FastKind::Get => (0, 0),
+            },
+            end: base + used,
+            hash: ringlet_engine::hash::key_hash(key),
+        })
+    }
+
+    /// Run the pending batch (see the type's documentation). Returns where to resume if the
+    /// write buffer reached [`WRITE_FLUSH_BYTES`]: the end of the last operation run (the
+    /// rest of the batch is decoded again after the flush); `None` if every operation ran and
+    /// the buffer is below the bound.
+    fn run_batch(
+        &mut self,
+        buf: &[u8],
+        shared: &Shared,
+        reader: &Reader,
+        session: &Session,
+        now: u64,
+        wbuf: &mut BytesMut,
+    ) -> Option<usize> {
+        if self.ops.is_empty() {
+            return None;
+        }
+        // Touch 2: the buckets were prefetched while the batch was decoded.
+        for op in &self.ops {
+            reader.prefetch_entry(op.hash);
+        }
+        // Not inside another client's EXEC (see `Shared::exec`); one guard for the batch.
+        let _exec = shared.exec.read();
+        let mut engine = None;
+        let (mut hits, mut misses, mut retries, mut ran) = (0u64, 0u64, 0u64, 0usize);
+        let mut stop = None;
+        for op in &self.ops {
+            let key = &buf[op.key.0..op.key.0 + op.key.1];
+            match op.kind {
+                FastKind::Get => {
+                    self.scratch.clear();
+                    let kind = match reader.get_hashed(key, op.hash, now, &mut self.scratch) {
+                        ReadOutcome::Hit { kind, .. } => Some(kind),
+                        ReadOutcome::Miss => None,
+                        ReadOutcome::Retry => {
+                            retries += 1;
+                            let e = engine.get_or_insert_with(|| shared.db.lock());
+                            e.get(key, now).map(|e| {
+                                self.scratch.clear();
+                                self.scratch.extend_from_slice(&e.value);
+                                e.kind
+                            })
+                        }
+                    };
+                    match kind {
+                        Some(ValueKind::String) => {
+                            hits += 1;
+                            resp::encode_bulk(wbuf, &self.scratch);
+                        }
+                        Some(ValueKind::Record) => {
+                            hits += 1;
+                            encode(&Reply::err(errors::WRONGTYPE), session.proto, wbuf);
+                        }
+                        None => {
+                            misses += 1;
+                            resp::encode_null(wbuf, session.proto);
+                        }
+                    }
+                }
+                FastKind::Set => {
+                    let value = &buf[op.value.0..op.value.0 + op.value.1];
+                    let e = engine.get_or_insert_with(|| shared.db.lock());
+                    match cmd::string::set_plain(e, key, value, now) {
+                        Ok(()) => resp::encode_simple(wbuf, b"OK"),
+                        Err(reply) => encode(&reply, session.proto, wbuf),
+                    }
+                }
+            }
+            ran += 1;
+            if wbuf.len() >= WRITE_FLUSH_BYTES {
+                stop = Some(op.end);
+                break;
+            }
+        }
+        drop(engine);
+        let st = &shared.stats;
+        Stats::add(&st.commands_processed, ran as u64);
+        if hits > 0 {
+            Stats::add(&st.keyspace_hits, hits);
+        }
+        if misses > 0 {
+            Stats::add(&st.keyspace_misses, misses);
+        }
+        if retries > 0 {
+            Stats::add(&st.reader_retries, retries);
+        }
+        if let Some(last) = ran.checked_sub(1).and_then(|i| self.ops.get(i)) {
+            let idx = match last.kind {
+                FastKind::Get => self.get_idx,
+                FastKind::Set => self.set_idx,
+            };
+            session.state.last_cmd.store(idx, Ordering::Relaxed);
+            session.state.last_cmd_at_ms.store(now, Ordering::Relaxed);
+        }
+        self.ops.clear();
+        stop
     }
 
     /// Execute every complete request at the start of `buf`, stopping early once `wbuf`
@@ -230,6 +442,7 @@ impl RespProcessor {
         wbuf: &mut BytesMut,
     ) -> Progress {
         let mut pos = 0usize;
+        self.ops.clear();
         // Bounded by buf.len(): every successful decode consumes at least one byte.
         loop {
             let rest = &buf[pos..];
@@ -240,6 +453,31 @@ impl RespProcessor {
             match self.decoder.decode(rest, &mut self.req) {
                 Ok(Some(used)) => {
                     if self.req.argc() > 0 {
+                        if let Some(op) = self.fast_op(buf, pos, used, session, shared) {
+                            // Touch 1 of the batched lookup.
+                            reader.prefetch_bucket(op.hash);
+                            self.ops.push(op);
+                            pos += used;
+                            if self.ops.len() >= BATCH_OPS_MAX {
+                                if let Some(stop) =
+                                    self.run_batch(buf, shared, reader, session, now, wbuf)
+                                {
+                                    return Progress {
+                                        consumed: stop,
+                                        close: false,
+                                    };
+                                }
+                            }
+                            continue;
+                        }
+                        // Any other request runs after the batch decoded before it.
+                        if let Some(stop) = self.run_batch(buf, shared, reader, session, now, wbuf)
+                        {
+                            return Progress {
+                                consumed: stop,
+                                close: false,
+                            };
+                        }
                         // `argv` is reused across requests; its borrow of `rest` ends here,
                         // which `recycle` makes explicit.
                         let mut args = recycle(std::mem::take(&mut self.argv));
@@ -272,12 +510,20 @@ impl RespProcessor {
                     }
                 }
                 Ok(None) => {
+                    let stop = self.run_batch(buf, shared, reader, session, now, wbuf);
                     return Progress {
-                        consumed: pos,
+                        consumed: stop.unwrap_or(pos),
                         close: false,
-                    }
+                    };
                 }
                 Err(e) => {
+                    // The requests before the malformed one are answered first.
+                    if let Some(stop) = self.run_batch(buf, shared, reader, session, now, wbuf) {
+                        return Progress {
+                            consumed: stop,
+                            close: false,
+                        };
+                    }
                     Stats::add(&shared.stats.protocol_errors, 1);
                     tracing::debug!(id = session.id, error = %e, "protocol error");
                     resp::encode_error(wbuf, format!("ERR {e}").as_bytes());

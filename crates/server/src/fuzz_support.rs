@@ -115,6 +115,41 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// Turn the batched GET/SET path off (every request through `cmd::dispatch`) or on.
+    pub fn set_batching(&mut self, on: bool) {
+        self.processor.set_batching(on);
+    }
+
+    /// Run `input` (complete requests) through the processor in one buffer, as one pipelined
+    /// read, and return the replies and the largest write buffer any `process` call left
+    /// (what the connection would hold before a flush).
+    pub fn feed_measured(&mut self, input: &[u8]) -> (Vec<u8>, usize) {
+        let mut rbuf = BytesMut::from(input);
+        let mut wbuf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut largest = 0;
+        // Bounded: each round consumes bytes or stops.
+        loop {
+            let p = self.processor.process(
+                &rbuf,
+                &self.shared,
+                &self.reader,
+                &mut self.session,
+                self.now_ms,
+                &mut wbuf,
+            );
+            bytes::Buf::advance(&mut rbuf, p.consumed);
+            largest = largest.max(wbuf.len());
+            out.extend_from_slice(&wbuf);
+            wbuf.clear();
+            if p.close || p.consumed == 0 {
+                return (out, largest);
+            }
+        }
+    }
+}
+
 /// Run `input` through a fresh node in one chunk; returns the reply bytes. Never panics on
 /// any input (that is what fuzzing checks).
 pub fn run_resp_bytes(input: &[u8]) -> Vec<u8> {

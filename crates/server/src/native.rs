@@ -172,10 +172,11 @@ fn handle(
                 );
             }
             let mut engine = shared.db.lock();
-            let current = engine.get(s.key, now);
+            // A SET without a memgest keeps the key's (only its memgest is needed: no copy
+            // of the value).
             let memgest = s
                 .memgest
-                .unwrap_or_else(|| current.as_ref().map_or(MemgestId::NONE, |e| e.memgest));
+                .unwrap_or_else(|| engine.live_memgest(s.key, now).unwrap_or(MemgestId::NONE));
             let condition = match (s.cas, s.cond) {
                 (Some(v), _) if v == Version::ZERO => Condition::IfAbsent,
                 (Some(v), _) => Condition::IfVersion(v),
@@ -195,7 +196,7 @@ fn handle(
                 staged: false,
                 kind: ValueKind::String,
             };
-            match engine.set(s.key, s.value, &opts, now) {
+            match engine.set_discarding_old(s.key, s.value, &opts, now) {
                 Ok(SetOutcome::Applied { version, .. }) => {
                     encode_status_response(out, id, Opcode::Set, Status::OK, EPOCH, version)
                 }

@@ -196,13 +196,31 @@ fn set_generic(
         expiry,
         ..SetOptions::default()
     };
-    if let Err(e) = engine.set(key, value, &opts, now) {
+    // The replaced value, when wanted, was read above: the engine need not copy it again.
+    if let Err(e) = engine.set_discarding_old(key, value, &opts, now) {
         return engine_error(e);
     }
     if args.get {
         old_reply(old)
     } else {
         ok_reply
+    }
+}
+
+/// `SET key value` without options, under an engine lock the caller already holds (the
+/// batched request path in `conn.rs` holds one across a run of pipelined SETs): exactly what
+/// [`set_generic`] does for that form, with the reply left to the caller (`+OK` on success).
+///
+/// # Errors
+/// The Redis error reply for an engine error (size limits, OOM).
+pub fn set_plain(engine: &mut Engine, key: &[u8], value: &[u8], now: u64) -> Result<(), Reply> {
+    let opts = SetOptions {
+        expiry: Expiry::Persist,
+        ..SetOptions::default()
+    };
+    match engine.set_discarding_old(key, value, &opts, now) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(engine_error(e)),
     }
 }
 

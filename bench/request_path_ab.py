@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Server CPU per operation, interleaved A/B: Redis 7, a Ringlet binary "before" and one
+"after", each in turn in every round (redis, before, after, redis, before, after, ...), so a
+noisy shared machine perturbs all three alike. Throughput on a loaded 2-core machine swings
+by 5x between runs; the server's CPU-seconds per million operations (utime + stime from
+/proc/<pid>/stat over the measured phase) is the figure that survives it, and its ratio to
+Redis in the same round is what this prints (medians over rounds).
+
+Each server is pinned to CPU 0 (Ringlet `--threads 1`), redis-benchmark to CPU 1. Per round
+and server: fill with 1M SETs at pipeline 16 over a 1M-key space, then SET and GET at
+pipeline 16 and 1 (`-c 50 -d 100 -r 1000000`).
+
+Usage: bench/request_path_ab.py --before OLD_BIN --after NEW_BIN [--rounds 3]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import cpu_seconds, free_port, wait_port  # noqa: E402
+
+TESTS = [("set", 16, 1_000_000), ("get", 16, 1_000_000), ("set", 1, 100_000),
+         ("get", 1, 100_000)]
+
+
+def start(kind, binary, port):
+    if kind == "redis":
+        cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+    else:
+        cmd = [binary, "server", "--port", str(port), "--memory-mb", "4096", "--threads", "1"]
+    p = subprocess.Popen(["taskset", "-c", "0"] + cmd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return p
+
+
+def rb(port, test, pipeline, n):
+    out = subprocess.run(
+        ["taskset", "-c", "1", "redis-benchmark", "-p", str(port), "-c", "50", "-n", str(n),
+         "-P", str(pipeline), "-d", "100", "-r", "1000000", "-t", test, "-q"],
+        check=True, capture_output=True, text=True).stdout
+    m = re.search(test.upper() + r": ([0-9.]+) requests per second", out.replace("\r", "\n"))
+    return float(m.group(1)) if m else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--before", required=True)
+    ap.add_argument("--after", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    servers = [("redis", None), ("before", args.before), ("after", args.after)]
+    res = {}  # (server, test, pipeline) -> list of (ops/s, cpu s/Mop)
+    for rnd in range(args.rounds):
+        for name, binary in servers:
+            port = free_port()
+            p = start("redis" if name == "redis" else "ringlet", binary, port)
+            try:
+                rb(port, "set", 16, 1_000_000)
+                for test, pl, n in TESTS:
+                    c0 = cpu_seconds(p.pid)
+                    ops = rb(port, test, pl, n)
+                    cpu = (cpu_seconds(p.pid) - c0) / (n / 1e6)
+                    res.setdefault((name, test, pl), []).append((ops, cpu))
+                    print(f"round {rnd} {name} {test} P{pl}: {ops:,.0f} ops/s, "
+                          f"{cpu:.2f} CPU-s/Mop, load {os.getloadavg()[0]:.1f}",
+                          file=sys.stderr)
+            finally:
+                p.terminate()
+                p.wait()
+            time.sleep(0.5)
+    print("| test | server | ops/s | ×Redis | CPU-s/Mop | ×Redis CPU |")
+    print("|---|---|---|---|---|---|")
+    for test, pl, _ in TESTS:
+        base = res[("redis", test, pl)]
+        b_ops = statistics.median(x[0] for x in base)
+        b_cpu = statistics.median(x[1] for x in base)
+        for name, _ in servers:
+            v = res[(name, test, pl)]
+            ops = statistics.median(x[0] for x in v)
+            cpu = statistics.median(x[1] for x in v)
+            print(f"| {test.upper()} P{pl} | {name} | {ops:,.0f} | {ops / b_ops:.2f} | "
+                  f"{cpu:.2f} | {cpu / b_cpu:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
