@@ -291,7 +291,8 @@ impl RespProcessor {
 
     /// The just-decoded request (`self.req`, `used` bytes at `base` of `buf`) as a batch
     /// operation, if it is one: GET with one key or SET without options, multibulk, from a
-    /// connection that may run commands now (authenticated, not queueing a MULTI). Exactly
+    /// connection that may run commands now (authenticated, not queueing a MULTI, its ACL
+    /// user unrestricted). Exactly
     /// the requests whose lookup, arity and auth checks in `cmd::dispatch` cannot fail and
     /// whose handler is `string::get` or `string::set` with default options.
     fn fast_op(
@@ -313,6 +314,12 @@ impl RespProcessor {
             _ => return None,
         };
         if !session.authenticated && shared.auth_required() {
+            return None;
+        }
+        // ACL: only a user allowed everything, as last looked up with the table unchanged
+        // since; any other user (or an ACL change, which may restrict or delete this one)
+        // takes `cmd::dispatch`, where the check runs and the user is looked up again.
+        if !session.user.unrestricted() || !session.user.generation_is(shared.acl.generation()) {
             return None;
         }
         let key = self.req.arg(rest, 1)?;
