@@ -143,6 +143,12 @@ fn users_reach_every_node_through_the_control_plane() {
         .pipeline(&[cmd(&["AUTH", "alice", "apw"]), cmd(&["ACL", "WHOAMI"])])
         .unwrap();
     assert_eq!(text(&before[1]), "alice");
+    // CLIENT LIST names each connection's user.
+    let list = text(&node_call(addrs[2], &[b"CLIENT", b"LIST"]));
+    assert!(
+        list.contains("user=alice") && list.contains("user=default"),
+        "{list}"
+    );
     assert_eq!(
         session(addrs[1], &[&["ACL", "SETUSER", "alice", "+strlen"]]),
         vec!["OK"]

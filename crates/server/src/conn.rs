@@ -98,6 +98,7 @@ pub async fn serve(
         resp: AtomicU8::new(2),
         name: Mutex::new(Vec::new()),
         buffers: Default::default(),
+        user: Mutex::new("default".to_string()),
     });
     shared.clients.lock().insert(id, state.clone());
     tracing::debug!(id, %peer, "connection opened");

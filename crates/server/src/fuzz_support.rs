@@ -50,6 +50,7 @@ impl Harness {
             resp: AtomicU8::new(2),
             name: Mutex::new(Vec::new()),
             buffers: Default::default(),
+            user: Mutex::new("default".to_string()),
         });
         let session = Session {
             id: 1,

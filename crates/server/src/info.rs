@@ -22,6 +22,7 @@ pub fn client_line(c: &ClientState, now_ms: u64) -> String {
         i => table().specs.get(i as usize).map_or("NULL", |c| c.name),
     };
     let name = c.name.lock();
+    let user = c.user.lock().clone();
     crate::cmd::connection::client_line_text(
         c.id,
         c.addr,
@@ -32,6 +33,7 @@ pub fn client_line(c: &ClientState, now_ms: u64) -> String {
         cmd,
         c.resp.load(Ordering::Relaxed),
         &c.buffers,
+        &user,
     )
 }
 

@@ -63,6 +63,8 @@ pub struct ClientState {
     pub name: Mutex<Vec<u8>>,
     /// Buffer figures for CLIENT LIST, stored by the connection's loop.
     pub buffers: crate::cmd::connection::ConnBuffers,
+    /// The ACL user's name (CLIENT LIST's `user=`), set by AUTH, HELLO AUTH and RESET.
+    pub user: Mutex<String>,
 }
 
 /// Shared node state.

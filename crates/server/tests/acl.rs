@@ -23,6 +23,12 @@ fn changes_apply_to_open_connections_and_deleted_users_are_disconnected() {
     );
     let mut alice = Raw::connect(port);
     assert_eq!(alice.call(&[b"AUTH", b"alice", b"apw"]), b"+OK\r\n");
+    // CLIENT LIST names each connection's user.
+    let list = String::from_utf8_lossy(&admin.call(&[b"CLIENT", b"LIST"])).into_owned();
+    assert!(
+        list.contains("user=alice") && list.contains("user=default"),
+        "{list}"
+    );
     assert_eq!(alice.call(&[b"SET", b"k1", b"v"]), b"+OK\r\n");
     assert_eq!(alice.call(&[b"GET", b"k1"]), b"$1\r\nv\r\n");
     assert_eq!(

@@ -65,6 +65,7 @@ impl Conn {
         let age = self.created.elapsed();
         let idle_ms = (age.as_millis() as u64).saturating_sub(self.last_ms.load(Ordering::Relaxed));
         let cmd = *self.last_cmd.lock();
+        let user = self.user.lock().name().to_string();
         client_line_text(
             self.id,
             self.addr,
@@ -75,6 +76,7 @@ impl Conn {
             if cmd.is_empty() { "NULL" } else { cmd },
             self.resp.load(Ordering::Relaxed),
             &self.buffers,
+            &user,
         )
     }
 }

@@ -43,6 +43,7 @@ pub fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
     // `clearClientConnectionState`).
     let default = ctx.shared.acl.snapshot().default_user().clone();
     ctx.session.user.set(default, &ctx.shared.acl);
+    *ctx.session.state.user.lock() = ctx.session.user.name().to_string();
     ctx.session.authenticated = !ctx.shared.auth_required();
     Reply::simple("RESET")
 }
@@ -86,6 +87,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Run as `user` from now on.
 fn log_in(ctx: &mut Ctx<'_>, user: std::sync::Arc<ringlet_command::acl::User>) {
     ctx.session.user.set(user, &ctx.shared.acl);
+    *ctx.session.state.user.lock() = ctx.session.user.name().to_string();
     ctx.session.authenticated = true;
 }
 
@@ -204,6 +206,7 @@ pub fn client_line_text(
     cmd: &str,
     resp: u8,
     buffers: &ConnBuffers,
+    user: &str,
 ) -> String {
     use std::sync::atomic::Ordering::Relaxed;
     let (qbuf, qcap) = (buffers.qbuf.load(Relaxed), buffers.qbuf_cap.load(Relaxed));
@@ -213,7 +216,7 @@ pub fn client_line_text(
         "id={id} addr={addr} laddr={laddr} fd=0 name={} age={age_s} idle={idle_s} flags=N db=0 \
          sub=0 psub=0 ssub=0 multi={multi} qbuf={qbuf} qbuf-free={} argv-mem=0 \
          multi-mem={multi_mem} rbs={qcap} rbp={qcap} obl={obuf} oll=0 omem=0 tot-mem={} \
-         events=r cmd={cmd} user=default redir=-1 resp={resp}",
+         events=r cmd={cmd} user={user} redir=-1 resp={resp}",
         String::from_utf8_lossy(name),
         qcap.saturating_sub(qbuf),
         qcap + ocap + multi_mem,
