@@ -109,7 +109,7 @@ fn run(
     };
     let mut applied = apply(argv, rec.as_ref());
     if let (Some(field), Write::Store(r)) = (link_write_field(argv), &mut applied.write) {
-        r.fill_hints(field, |t| local_hint(ctx.reader, t, 0, 0));
+        fill_local_hints(ctx.reader, r, field);
     }
     match applied.write {
         Write::None => {}
@@ -140,6 +140,31 @@ pub fn link_write_field<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
     let writes = argv[0].eq_ignore_ascii_case(b"link")
         && (sub.eq_ignore_ascii_case(b"set") || sub.eq_ignore_ascii_case(b"add"));
     writes.then(|| argv.get(3).copied()).flatten()
+}
+
+/// Location hints for the links of `field` without one (a single node: node 0, epoch 0), in
+/// three passes over the targets so that their cache misses overlap, as the batched GET path
+/// does (`crate::conn`): prefetch every target's home bucket, then the entries those buckets
+/// point at, then locate each. A `LINK ADD` of 100 targets, or a loader's chunk, otherwise
+/// pays two dependent misses per target one after another (27% of a chunked load's node time).
+fn fill_local_hints(reader: &ringlet_engine::Reader, r: &mut Record, field: &[u8]) {
+    use ringlet_engine::read::{prefetch_bucket, prefetch_entry};
+    let view = reader.view();
+    let hashes: Vec<u64> = match r.get(field) {
+        Some(ringlet_record::Field::Links(ls)) => ls
+            .iter()
+            .filter(|l| l.hint.is_none())
+            .map(|l| ringlet_engine::hash::key_hash(&l.target))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for h in &hashes {
+        prefetch_bucket(&view, *h);
+    }
+    for h in &hashes {
+        prefetch_entry(&view, *h);
+    }
+    r.fill_hints(field, |t| local_hint(reader, t, 0, 0));
 }
 
 /// A location hint for `target` in this node's engine (docs/design/records.md, "Location
