@@ -1075,16 +1075,7 @@ async fn rebalance(
         return Ok(());
     }
     for m in &plan {
-        println!(
-            "move slots {}-{} ({} slots) from node {} to node {} (group {} index {})",
-            m.first,
-            m.last,
-            u32::from(m.last) - u32::from(m.first) + 1,
-            m.from,
-            m.to,
-            m.pg,
-            m.data_index
-        );
+        println!("{}", move_line(m, None));
     }
     if dry_run {
         return Ok(());
@@ -1183,6 +1174,24 @@ async fn wait_moved(
     .map_err(anyhow::Error::msg)
 }
 
+/// A planned move as `node rebalance` prints it; with `load` (the span's, the giver's and the
+/// receiver's ops/s) as `--by load` measured it.
+fn move_line(m: &ringlet_control::PlannedMove, load: Option<(f64, f64, f64)>) -> String {
+    let slots = u32::from(m.last) - u32::from(m.first) + 1;
+    let (span, from, to) = match load {
+        None => (String::new(), String::new(), String::new()),
+        Some((s, f, t)) => (
+            format!(", {s:.0} ops/s"),
+            format!(" ({f:.0} ops/s)"),
+            format!(" ({t:.0} ops/s)"),
+        ),
+    };
+    format!(
+        "move slots {}-{} ({slots} slots{span}) from node {}{from} to node {}{to} (group {} index {})",
+        m.first, m.last, m.from, m.to, m.pg, m.data_index
+    )
+}
+
 /// `ringlet node rebalance --by load`: up to `max_moves` rounds of one measured window and at
 /// most one move (crate docs of `ringlet_cluster::balancer`); stops early once balanced.
 async fn rebalance_by_load(
@@ -1234,17 +1243,7 @@ async fn rebalance_by_load(
                 return Ok(());
             }
         };
-        println!(
-            "move slots {}-{} ({} slots, {span_ops:.0} ops/s) from node {} ({hot:.0} ops/s) to \
-             node {} ({cold:.0} ops/s) (group {} index {})",
-            m.first,
-            m.last,
-            u32::from(m.last) - u32::from(m.first) + 1,
-            m.from,
-            m.to,
-            m.pg,
-            m.data_index
-        );
+        println!("{}", move_line(&m, Some((span_ops, hot, cold))));
         if dry_run {
             return Ok(());
         }

@@ -52,12 +52,7 @@ with open(out, "w") as f:
         f.write(str(l) + "\n")
 "#;
 
-fn ringlet(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ringlet"))
-        .args(args)
-        .output()
-        .expect("run ringlet")
-}
+use common::ringlet;
 
 #[test]
 fn the_balancer_moves_a_hot_span_off_the_busy_node_under_redis_py_load() {

@@ -43,10 +43,7 @@ with open(out, "w") as f:
 "#;
 
 fn ringlet(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
-        .args(args)
-        .output()
-        .expect("run ringlet");
+    let out = common::ringlet(args);
     assert!(
         out.status.success(),
         "ringlet {args:?} failed: {}{}",

@@ -247,6 +247,24 @@ pub fn locate_entry(
     read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out)
 }
 
+/// The readers' table now: its layout word and layout, if it names a table inside the index
+/// region (a torn or empty header gives None).
+fn current_layout(view: &RegionsView, order: Ordering) -> Option<(u64, Layout)> {
+    let word = view.iword(HDR_LAYOUT as u64 * 8)?.load(order);
+    let layout = Layout::unpack(word);
+    (layout.buckets != 0 && layout.table_offset() + layout.table_bytes() <= view.index_len as u64)
+        .then_some((word, layout))
+}
+
+/// How many buckets past `home` a probe must look: the home bucket's overflow count.
+fn probe_reach(view: &RegionsView, layout: Layout, home: u64) -> u64 {
+    let (off, shift) = layout.overflow_word(home);
+    let ov = view
+        .iword(off)
+        .map_or(0, |w| (w.load(Ordering::Acquire) >> shift) & 0xffff);
+    overflow_reach(ov).min(layout.buckets() - 1)
+}
+
 /// Where `key`'s index entry is, without copying its entry: the probe of [`locate_entry`],
 /// comparing only the stored key (no checksum, no value copied). For writing location hints
 /// (`LINK SET/ADD`, the bulk loader): a hint is validated in full by [`read_entry_at`] when it
@@ -255,12 +273,7 @@ pub fn locate_entry(
 /// (hint filling copied every target's record, about half of a chunked KELI load's time).
 pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Position> {
     let tag = tag_of(hash);
-    let lw = view.iword(HDR_LAYOUT as u64 * 8)?;
-    let layout_word = lw.load(Ordering::Acquire);
-    let layout = Layout::unpack(layout_word);
-    if layout.buckets == 0 || layout.table_offset() + layout.table_bytes() > view.index_len as u64 {
-        return None;
-    }
+    let (layout_word, layout) = current_layout(view, Ordering::Acquire)?;
     let data_word = |off: u64| -> Option<u64> {
         if off & 7 != 0 || off.checked_add(8)? > view.data_len as u64 {
             return None;
@@ -302,11 +315,7 @@ pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Posi
             }
         }
         if k == 0 {
-            let (off, shift) = layout.overflow_word(home);
-            let ov = view
-                .iword(off)
-                .map_or(0, |w| (w.load(Ordering::Acquire) >> shift) & 0xffff);
-            reach = overflow_reach(ov).min(layout.buckets() - 1);
+            reach = probe_reach(view, layout, home);
         }
         k += 1;
     }
@@ -486,11 +495,7 @@ fn read_entry_impl(
                 }
             }
             if k == 0 {
-                let (off, shift) = layout.overflow_word(home);
-                let ov = view
-                    .iword(off)
-                    .map_or(0, |w| (w.load(Ordering::Acquire) >> shift) & 0xffff);
-                reach = overflow_reach(ov).min(layout.buckets() - 1);
+                reach = probe_reach(view, layout, home);
             }
             k += 1;
         }
@@ -542,13 +547,9 @@ fn read_entry_impl(
 /// Start loading the two cache lines of `hash`'s home bucket in the current table.
 #[inline]
 pub fn prefetch_bucket(view: &RegionsView, hash: u64) {
-    let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
+    let Some((_, layout)) = current_layout(view, Ordering::Relaxed) else {
         return;
     };
-    let layout = Layout::unpack(lw.load(Ordering::Relaxed));
-    if layout.buckets == 0 {
-        return;
-    }
     let off = layout.bucket_offset(layout.home(hash));
     if off.saturating_add(BUCKET_BYTES) > view.index_len as u64 {
         return;
@@ -562,13 +563,9 @@ pub fn prefetch_bucket(view: &RegionsView, hash: u64) {
 /// Call it after [`prefetch_bucket`] had time to land, or it waits for the bucket itself.
 #[inline]
 pub fn prefetch_entry(view: &RegionsView, hash: u64) {
-    let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
+    let Some((_, layout)) = current_layout(view, Ordering::Relaxed) else {
         return;
     };
-    let layout = Layout::unpack(lw.load(Ordering::Relaxed));
-    if layout.buckets == 0 {
-        return;
-    }
     let boff = layout.bucket_offset(layout.home(hash));
     let tag = tag_of(hash);
     for i in 0..BUCKET_ENTRIES {

@@ -46,6 +46,14 @@ pub fn free_base(n: u16) -> u16 {
     panic!("no {n} free ports (and admin ports) in {BASE_FIRST}..{BASE_LAST}");
 }
 
+/// Run `ringlet <args>` to completion (admin commands such as `node map`).
+pub fn ringlet(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ringlet"))
+        .args(args)
+        .output()
+        .expect("run ringlet")
+}
+
 /// A running `ringlet up`; SIGTERM on drop makes it stop its nodes (SIGKILL would leave
 /// them running).
 pub struct Up(pub std::process::Child);

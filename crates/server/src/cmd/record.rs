@@ -164,7 +164,7 @@ fn fill_local_hints(reader: &ringlet_engine::Reader, r: &mut Record, field: &[u8
     for h in &hashes {
         prefetch_entry(&view, *h);
     }
-    r.fill_hints(field, |t| local_hint(reader, t, 0, 0));
+    r.fill_hints(field, |t| hint_in(&view, t, 0, 0));
 }
 
 /// A location hint for `target` in this node's engine (docs/design/records.md, "Location
@@ -176,17 +176,25 @@ pub fn local_hint(
     node: u32,
     epoch: u64,
 ) -> Option<ringlet_record::Hint> {
+    hint_in(&reader.view(), target, node, epoch)
+}
+
+/// [`local_hint`] over a view the caller already holds (one per `LINK` command).
+fn hint_in(
+    view: &ringlet_engine::read::RegionsView,
+    target: &[u8],
+    node: u32,
+    epoch: u64,
+) -> Option<ringlet_record::Hint> {
     // The position only (locate_position: no copy of the target's entry, which for a chunked
     // list is a whole record); it is validated in full when a chase follows it, and an
     // expired target's hint reads as a miss there, as its key would.
     let hash = ringlet_engine::hash::key_hash(target);
-    ringlet_engine::read::locate_position(&reader.view(), target, hash).map(|p| {
-        ringlet_record::Hint {
-            node,
-            epoch,
-            table: p.layout,
-            entry: p.entry,
-        }
+    ringlet_engine::read::locate_position(view, target, hash).map(|p| ringlet_record::Hint {
+        node,
+        epoch,
+        table: p.layout,
+        entry: p.entry,
     })
 }
 
