@@ -14,7 +14,7 @@ Ringlet run when the binary has them.
 
 Usage: bench/cluster_get.py [--ringlet target/release/ringlet ...] [--reps 5]
                             [--duration 4] [--concurrency 1] [--keys 10000] [--value-size 100]
-Requires: `cargo build --release -p ringlet-cli --bin ringlet -p ringlet-bench --bins`,
+Requires: `cargo build --release -p ringlet-cli --bin ringlet -p ringlet-tools --bins`,
 redis-server 7 (scripts/setup.sh).
 """
 import argparse
@@ -68,7 +68,7 @@ def main():
                          "memgest's commit rule: rep:3 = a majority of 3 copies)")
     a = ap.parse_args()
     if not os.path.exists(a.bench):
-        raise SystemExit(f"missing {a.bench}: cargo build --release -p ringlet-bench --bins")
+        raise SystemExit(f"missing {a.bench}: cargo build --release -p ringlet-tools --bins")
     redis = shutil.which("redis-server")
     if not redis:
         raise SystemExit("redis-server not found (scripts/setup.sh installs it)")

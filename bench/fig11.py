@@ -21,7 +21,7 @@ the ratio of each p99 to the unslowed coordinator-read p99 and to the unslowed q
 (both computed here), with the runs' errors, misses (every GET is of a loaded key, so a miss is
 a lost value) and quorum fallbacks summed.
 
-Usage (after `cargo build --release -p ringlet-cluster-tests -p ringlet-bench --bins`):
+Usage (after `cargo build --release -p ringlet-cluster-tests -p ringlet-tools --bins`):
   python3 bench/fig11.py [--bin-dir target/release] [--reps 3] [--duration 5] [--delay fixed:1]
 """
 
@@ -85,7 +85,7 @@ def main():
     bench_bin = os.path.join(a.bin_dir, "ringlet-cluster-bench")
     for b in (cluster_bin, proxy_bin, bench_bin):
         if not os.path.exists(b):
-            raise SystemExit(f"missing {b}: cargo build --release -p ringlet-cluster-tests -p ringlet-bench --bins")
+            raise SystemExit(f"missing {b}: cargo build --release -p ringlet-cluster-tests -p ringlet-tools --bins")
     redis = shutil.which("redis-server")
 
     base = free_base(4)

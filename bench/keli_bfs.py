@@ -381,7 +381,7 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-p", "ringlet-cli", "--bin", "ringlet"],
                        cwd=ROOT, check=True)
     if a.one_sided and not os.access(KELI_BFS, os.X_OK):
-        subprocess.run(["cargo", "build", "--release", "-p", "ringlet-shm", "--bin",
+        subprocess.run(["cargo", "build", "--release", "-p", "ringlet-tools", "--bin",
                         "ringlet-keli-bfs"], cwd=ROOT, check=True)
     pin(os.getpid(), 1)
     memory_mb = a.memory_mb or max(1024, 256 + a.edges * 96 // (1 << 20))

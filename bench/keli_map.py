@@ -410,7 +410,7 @@ def main():
                        cwd=ROOT, check=True)
     mapper = os.path.join(ROOT, "target", "release", "ringlet-keli-map")
     if a.one_sided and not os.access(mapper, os.X_OK):
-        subprocess.run(["cargo", "build", "--release", "-p", "ringlet-shm", "--bin",
+        subprocess.run(["cargo", "build", "--release", "-p", "ringlet-tools", "--bin",
                         "ringlet-keli-map"], cwd=ROOT, check=True)
     pin(os.getpid(), 1)
     t0 = time.perf_counter()

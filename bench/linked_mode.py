@@ -305,7 +305,7 @@ def main():
     if not a.no_build:
         subprocess.run(["cargo", "build", "-q", "-p", "ringlet-linklet", "--release", "--examples"],
                        cwd=ROOT, check=True)
-        subprocess.run(["cargo", "build", "-q", "-p", "ringlet-linked", "--release", "--bin",
+        subprocess.run(["cargo", "build", "-q", "-p", "ringlet-tools", "-p", "ringlet-linked", "--release", "--bin",
                         "ringlet-linked", "--example", "linked_bench"], cwd=ROOT, check=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()

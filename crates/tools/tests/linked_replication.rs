@@ -13,6 +13,7 @@
 //!
 //! No timing assertions: waits are bounded only so a stuck run fails instead of hanging.
 
+#[path = "linked_common/mod.rs"]
 mod common;
 
 use common::{member, Proc, WAIT};

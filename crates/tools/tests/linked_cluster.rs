@@ -10,6 +10,7 @@
 //!   the ranges it owned, the router gets the same `StateLost`, its keys come back empty on
 //!   their new owners, and every other key keeps its value.
 
+#[path = "linked_common/mod.rs"]
 mod common;
 
 use common::{member, Proc, WAIT};

@@ -11,6 +11,7 @@
 //!   router, which re-watches the new coordinator by itself);
 //! - a member joining the new coordinator afterwards is balanced in (the sharder works on).
 
+#[path = "linked_common/mod.rs"]
 mod common;
 
 use common::{member, Proc, WAIT};
