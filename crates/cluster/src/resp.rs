@@ -36,6 +36,7 @@ pub(crate) use admin::SlotLoadReport;
 pub(crate) use conditional::CondOutcome;
 mod keyspace;
 mod records;
+mod reshard;
 mod transaction;
 
 use crate::control::{FromControl, ToControl};
@@ -126,6 +127,9 @@ pub struct Front {
     acl: ringlet_command::acl::AclTable,
     /// `users_version` of the map `acl` was built from (`u64::MAX`: none yet).
     acl_version: std::sync::atomic::AtomicU64,
+    /// Slots marked `CLUSTER SETSLOT s MIGRATING id` on this node, with their target
+    /// (resp/reshard.rs): MIGRATE moves only slots marked to its destination.
+    migrating: Mutex<HashMap<Slot, NodeId>>,
 }
 
 /// TLS of the client port: the server side, and the client side for calls to other nodes.
@@ -157,6 +161,7 @@ pub async fn serve(
             requirepass.as_deref().map(str::as_bytes),
         )),
         acl_version: std::sync::atomic::AtomicU64::new(u64::MAX),
+        migrating: Mutex::new(HashMap::new()),
     });
     tokio::spawn(crate::load::sample_forever(Arc::downgrade(&front.load)));
     if let Some((l, token)) = admin {
@@ -1048,7 +1053,11 @@ impl Front {
                     .collect();
                 Ok(Reply::Bulk(self.info(&sections).into_bytes()))
             }
-            "cluster" => self.cluster(argv),
+            "cluster" => match self.cluster_reshard(argv).await {
+                Some(r) => r,
+                None => self.cluster(argv),
+            },
+            "migrate" => self.migrate(argv).await,
             "memgest" => self.memgest(argv).await,
             n if ringlet_record::hash::is_hash_command(n) => {
                 let write = ringlet_record::hash::is_write(n);
@@ -1826,6 +1835,10 @@ impl Front {
             return Ok(convert(&ringlet_command::introspect::help(
                 "CLUSTER",
                 &[
+                    "COUNTKEYSINSLOT <slot>",
+                    "    Return the number of keys in <slot> (0 unless this node serves it).",
+                    "GETKEYSINSLOT <slot> <count>",
+                    "    Return key names stored by current node in a slot.",
                     "INFO",
                     "    Return information about the cluster.",
                     "KEYSLOT <key>",
@@ -1835,6 +1848,9 @@ impl Front {
                     "NODES",
                     "    Return cluster configuration seen by node. Output format:",
                     "    <id> <ip:port@bus-port> <flags> <master> <pings> <pongs> <epoch> <link> <slot> ...",
+                    "SETSLOT <slot> (IMPORTING <node-id>|MIGRATING <node-id>|STABLE|NODE <node-id>)",
+                    "    Resharding as redis-cli --cluster reshard drives it: NODE moves the whole",
+                    "    slot to <node-id>; MIGRATE then moves a MIGRATING slot's keys (Ringlet).",
                     "SHARDS",
                     "    Return information about slot range mappings and the nodes associated with them.",
                     "SLOTS",

@@ -24,7 +24,7 @@ pub enum Mode {
 /// Commands only a cluster node serves; a single node refuses them with
 /// [`cluster_only_error`]. CLUSTER, READONLY and READWRITE are *not* here: a Redis without
 /// cluster support answers them with an error of its own, and so does the single node.
-const CLUSTER_ONLY: &[&str] = &["memgest", "records"];
+const CLUSTER_ONLY: &[&str] = &["memgest", "records", "migrate"];
 
 /// One entry of the table.
 #[derive(Debug)]

@@ -46,7 +46,11 @@ COMMANDS = {
     "hscan": None, "hrandfield": None,
     # Redis Cluster's commands, served in cluster mode (the single node refuses them as a
     # Redis without cluster support does).
-    "cluster": ["slots", "shards", "nodes", "keyslot", "info", "myid", "help"],
+    "cluster": ["slots", "shards", "nodes", "keyslot", "info", "myid", "help",
+                "setslot", "getkeysinslot", "countkeysinslot"],
+    # Redis Cluster resharding (redis-cli --cluster reshard): a whole-slot move inside the
+    # cluster (docs/design/cluster-resharding.md); cluster mode only.
+    "migrate": None,
     "readonly": None, "readwrite": None,
     "reset": None,
     # ACL users (docs/design/acl.md). LOAD, LOG and SAVE are in the table so that they are

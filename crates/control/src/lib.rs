@@ -48,5 +48,5 @@ pub use plane::{
     Action, ControlConfig, ControlError, ControlPlane, EcUsage, Input, MemgestUsage, UsageReport,
     DEFAULT_USER_LOCAL,
 };
-pub use rebalance::{plan_rebalance, PlannedMove};
+pub use rebalance::{pair_for, plan_rebalance, PairError, PlannedMove};
 pub use report::{memgest_reports, MemgestReport, ModelRates};

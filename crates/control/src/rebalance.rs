@@ -158,6 +158,65 @@ pub fn plan_rebalance(map: &ClusterMap) -> Vec<PlannedMove> {
     moves
 }
 
+/// Why a slot cannot be given to a node ([`pair_for`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PairError {
+    #[error("the cluster has no placement yet")]
+    NotPlaced,
+    #[error("slot {0} is out of range")]
+    BadSlot(Slot),
+    #[error("node {0} is not an active data node of any placement group (add it first: `ringlet node add`)")]
+    NotADataNode(u32),
+}
+
+/// The placement pair (`pg`, `data_index`) to move `slot` to so that `to` coordinates it:
+/// the slot's own group if `to` is one of its data nodes (its replicas then stay put),
+/// otherwise the lowest-numbered usable group where `to` is a data node, preferring one that
+/// also holds the slot's current coordinator (fewer copies change hands). `Ok(None)`: `to`
+/// coordinates the slot already. Used by the Redis Cluster resharding commands (`CLUSTER
+/// SETSLOT … NODE`, `MIGRATE`), which name a node where Ringlet moves name a pair.
+///
+/// # Errors
+/// No placement, a slot out of range, or `to` not an active data node of any group.
+pub fn pair_for(map: &ClusterMap, slot: Slot, to: NodeId) -> Result<Option<(u32, u8)>, PairError> {
+    let p = map.placement.as_ref().ok_or(PairError::NotPlaced)?;
+    let r = p.range_of(slot).ok_or(PairError::BadSlot(slot))?;
+    let from = p.range_coordinator(r);
+    if from == Some(to) {
+        return Ok(None);
+    }
+    if map
+        .nodes
+        .get(&to)
+        .is_none_or(|n| n.state != NodeState::Active)
+        || map.removing == Some(to)
+    {
+        return Err(PairError::NotADataNode(to.0));
+    }
+    let data_index = |g: &[NodeId]| {
+        g.iter()
+            .take(usize::from(p.s))
+            .position(|x| *x == to)
+            .map(|j| j as u8)
+    };
+    if let Some(j) = p.group(r.pg).and_then(data_index) {
+        return Ok(Some((r.pg, j)));
+    }
+    let mut best: Option<(u32, u8, bool)> = None;
+    for (gi, g) in (0u32..).zip(p.groups.iter()) {
+        if g.is_empty() || map.removing.is_some_and(|n| g.contains(&n)) {
+            continue;
+        }
+        let Some(j) = data_index(g) else { continue };
+        let holds_from = from.is_some_and(|f| g.contains(&f));
+        if best.is_none_or(|b| holds_from && !b.2) {
+            best = Some((gi, j, holds_from));
+        }
+    }
+    best.map(|(pg, j, _)| Some((pg, j)))
+        .ok_or(PairError::NotADataNode(to.0))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
@@ -339,6 +398,38 @@ mod tests {
         assert!(
             !out.iter().any(|a| matches!(a, crate::Action::Rejected(_))),
             "{out:?}"
+        );
+    }
+
+    #[test]
+    fn pair_for_names_a_pair_whose_coordinator_is_the_target() {
+        let mut cp = cluster(5, 3);
+        for (t, n) in [(1, 4), (2, 5)] {
+            cp.step(t, Input::AddNode { node: NodeId(n) });
+        }
+        let map = cp.map().clone();
+        let p = map.placement.clone().unwrap();
+        for slot in [0u16, 5000, 16383] {
+            let owner = p.coordinator(slot).unwrap();
+            assert_eq!(pair_for(&map, slot, owner), Ok(None));
+            for to in (1..=5).map(NodeId).filter(|n| *n != owner) {
+                let (pg, j) = pair_for(&map, slot, to).unwrap().unwrap();
+                assert_eq!(
+                    p.group(pg).unwrap()[usize::from(j)],
+                    to,
+                    "slot {slot} to {to:?}"
+                );
+            }
+        }
+        assert_eq!(
+            pair_for(&map, 0, NodeId(9)),
+            Err(PairError::NotADataNode(9))
+        );
+        // A spare (joined, never added) is not a data node.
+        let map = cluster(4, 3).map().clone();
+        assert_eq!(
+            pair_for(&map, 0, NodeId(4)),
+            Err(PairError::NotADataNode(4))
         );
     }
 }

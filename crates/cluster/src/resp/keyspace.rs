@@ -91,7 +91,7 @@ impl Front {
 
     /// Keep the candidates that are live keys (committed, not expired) at their coordinator
     /// (this node; a key whose slot moved meanwhile is dropped).
-    async fn confirm(&self, keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    pub(super) async fn confirm(&self, keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         let mut live = Vec::with_capacity(keys.len());
         for k in keys {
             if self.moved(key_slot(&k)).is_none() && matches!(self.get_any(&k).await, Ok(Some(_))) {
