@@ -306,7 +306,13 @@ enum RebalanceBy {
     Slots,
     /// Measured operations per second (CLUSTER RINGLET-LOAD SLOTS on every node).
     Load,
+    /// Stored bytes of the slots each node coordinates (the engines' per-slot accounting).
+    Bytes,
 }
+
+/// `node rebalance --by bytes` does nothing while the data nodes hold less than this in all:
+/// evening out a nearly empty cluster only moves slots back and forth.
+const BALANCE_BYTES_MIN: f64 = (1 << 20) as f64;
 
 #[derive(Args)]
 struct NodeCmd {
@@ -414,14 +420,16 @@ enum NodeAction {
         /// Print the plan only.
         #[arg(long)]
         dry_run: bool,
-        /// Even out slot counts (default) or measured load: `load` measures one window, moves
-        /// at most one hot span, and repeats up to --max-moves times.
+        /// Even out slot counts (default), measured load or stored bytes: `load` measures one
+        /// window, moves at most one hot span, and repeats up to --max-moves times; `bytes`
+        /// does the same with each slot's stored bytes (no window).
         #[arg(long, value_enum, default_value_t = RebalanceBy::Slots)]
         by: RebalanceBy,
-        /// `--by load`: most moves to make.
+        /// `--by load|bytes`: most moves to make.
         #[arg(long = "max-moves")]
         max_moves: Option<u32>,
-        /// `--by load`: the nodes' client password (their load is asked on the client ports).
+        /// `--by load|bytes`: the nodes' client password (their load is asked on the client
+        /// ports).
         #[arg(long, env = "RINGLET_PASSWORD")]
         password: Option<String>,
         #[command(flatten)]
@@ -888,12 +896,21 @@ fn node_admin(action: NodeAction) -> Result<()> {
             // (--password is not checked: it may come from RINGLET_PASSWORD.)
             let flag = balance.given().or(max_moves.map(|_| "--max-moves"));
             if let Some(flag) = flag {
-                anyhow::bail!("{flag} applies to --by load");
+                anyhow::bail!("{flag} applies to --by load or --by bytes");
             }
         } else if balance.moves_per_min.is_some() {
             anyhow::bail!(
                 "--balance-moves-per-min paces `up --auto-balance`; here --max-moves bounds the run"
             );
+        } else if *by == RebalanceBy::Bytes {
+            // Bytes are a level read once, not a rate over a window.
+            if let Some(flag) = balance
+                .window
+                .map(|_| "--balance-window")
+                .or(balance.min_ops.map(|_| "--balance-min-ops"))
+            {
+                anyhow::bail!("{flag} applies to --by load");
+            }
         }
     }
     let (conn, req) = match &action {
@@ -974,7 +991,7 @@ fn node_admin(action: NodeAction) -> Result<()> {
         return rt.block_on(rebalance_by_load(
             control,
             &access,
-            balance,
+            (*by, balance),
             max_moves.unwrap_or(4),
             *dry_run,
             *move_timeout,
@@ -1176,14 +1193,14 @@ async fn wait_moved(
 
 /// A planned move as `node rebalance` prints it; with `load` (the span's, the giver's and the
 /// receiver's ops/s) as `--by load` measured it.
-fn move_line(m: &ringlet_control::PlannedMove, load: Option<(f64, f64, f64)>) -> String {
+fn move_line(m: &ringlet_control::PlannedMove, load: Option<(f64, f64, f64, &str)>) -> String {
     let slots = u32::from(m.last) - u32::from(m.first) + 1;
     let (span, from, to) = match load {
         None => (String::new(), String::new(), String::new()),
-        Some((s, f, t)) => (
-            format!(", {s:.0} ops/s"),
-            format!(" ({f:.0} ops/s)"),
-            format!(" ({t:.0} ops/s)"),
+        Some((s, f, t, unit)) => (
+            format!(", {s:.0} {unit}"),
+            format!(" ({f:.0} {unit})"),
+            format!(" ({t:.0} {unit})"),
         ),
     };
     format!(
@@ -1192,26 +1209,35 @@ fn move_line(m: &ringlet_control::PlannedMove, load: Option<(f64, f64, f64)>) ->
     )
 }
 
-/// `ringlet node rebalance --by load`: up to `max_moves` rounds of one measured window and at
-/// most one move (crate docs of `ringlet_cluster::balancer`); stops early once balanced.
+/// `ringlet node rebalance --by load|bytes`: up to `max_moves` rounds of one measured window
+/// (load) or one sample (bytes) and at most one move (crate docs of
+/// `ringlet_cluster::balancer`); stops early once balanced.
 async fn rebalance_by_load(
     control: &str,
     access: &ringlet_cluster::balancer::NodeAccess,
-    balance: &BalanceArgs,
+    (by, balance): (RebalanceBy, &BalanceArgs),
     max_moves: u32,
     dry_run: bool,
     move_timeout_s: u64,
     rate: RateArg,
 ) -> Result<()> {
-    use ringlet_cluster::balancer::{measure_and_plan, move_and_wait};
+    use ringlet_cluster::balancer::{measure_and_plan, move_and_wait, plan_by_bytes};
     use ringlet_control::Verdict;
-    let cfg = balance.config();
+    let mut cfg = balance.config();
     let window = balance.window();
+    let bytes = by == RebalanceBy::Bytes;
+    if bytes {
+        cfg.min_ops = BALANCE_BYTES_MIN;
+    }
+    let unit = if bytes { "bytes" } else { "ops/s" };
     for round in 1..=max_moves.max(1) {
-        eprintln!("measuring load for {} s ...", window.as_secs());
-        let v = measure_and_plan(control, access, window, &cfg)
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let v = if bytes {
+            plan_by_bytes(control, access, &cfg).await
+        } else {
+            eprintln!("measuring load for {} s ...", window.as_secs());
+            measure_and_plan(control, access, window, &cfg).await
+        }
+        .map_err(anyhow::Error::msg)?;
         let (m, span_ops, hot, cold) = match v {
             Verdict::Move {
                 planned,
@@ -1224,10 +1250,14 @@ async fn rebalance_by_load(
                 mean_ops,
             } => {
                 println!(
-                    "balanced: the busiest node carries {busiest_ops:.0} ops/s, the mean is \
+                    "balanced: the busiest node carries {busiest_ops:.0} {unit}, the mean is \
                      {mean_ops:.0} (trigger {:.0}%)",
                     cfg.trigger * 100.0
                 );
+                return Ok(());
+            }
+            Verdict::Quiet { total_ops } if bytes => {
+                println!("nearly empty: {total_ops:.0} bytes in all, below {BALANCE_BYTES_MIN:.0}");
                 return Ok(());
             }
             Verdict::Quiet { total_ops } => {
@@ -1243,7 +1273,7 @@ async fn rebalance_by_load(
                 return Ok(());
             }
         };
-        println!("{}", move_line(&m, Some((span_ops, hot, cold))));
+        println!("{}", move_line(&m, Some((span_ops, hot, cold, unit))));
         if dry_run {
             return Ok(());
         }

@@ -163,3 +163,115 @@ fn balancer_knobs_without_the_balancer_are_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--max-moves applies to --by load"), "{err}");
 }
+
+/// `GET key` from whichever node serves it (one MOVED followed).
+fn get_anywhere(port: u16, key: &[u8]) -> ringlet_codec::resp::Reply {
+    use ringlet_codec::resp::Reply;
+    match common::call(port, &[b"GET", key]) {
+        Reply::Error(e) if e.starts_with(b"MOVED") => {
+            let e = String::from_utf8_lossy(&e).into_owned();
+            let addr = e.split_whitespace().nth(2).expect("MOVED address");
+            let p: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+            common::call(p, &[b"GET", key])
+        }
+        r => r,
+    }
+}
+
+/// `node rebalance --by bytes`: 6 MB of values all on one node of three; the rebalance must
+/// move spans of them away (planned from the engines' per-slot bytes), leave the node that
+/// held them with less, and lose nothing. A window flag is refused with --by bytes.
+#[test]
+fn rebalance_by_bytes_moves_stored_bytes_off_the_fullest_node() {
+    use ringlet_codec::resp::Reply;
+    let base = common::free_base(4);
+    let b = base.to_string();
+    let (up, control, secret) = common::up_admin(&[
+        "up",
+        "--nodes",
+        "3",
+        "--port",
+        &b,
+        "--default-memgest",
+        "rep:3",
+        "--memory-mb",
+        "128",
+    ]);
+    let value = vec![b'x'; 10_000];
+    let mut mine = Vec::new();
+    let mut i = 0;
+    while mine.len() < 600 {
+        let k = format!("bytes:{i}");
+        i += 1;
+        match common::call(base, &[b"SET", k.as_bytes(), &value]) {
+            Reply::Simple(s) if s == b"OK" => mine.push(k),
+            Reply::Error(e) if e.starts_with(b"MOVED") => {}
+            other => panic!("SET {k}: {other:?}"),
+        }
+    }
+    let node_bytes = |port: u16| -> u64 {
+        let Reply::Bulk(j) = common::call(port, &[b"CLUSTER", b"RINGLET-LOAD", b"SLOTS"]) else {
+            panic!("load report")
+        };
+        let v: serde_json::Value = serde_json::from_slice(&j).unwrap();
+        v["bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[1].as_u64().unwrap())
+            .sum()
+    };
+    let before = node_bytes(base);
+    assert!(before >= 6_000_000, "{before}");
+    let refused = ringlet(&[
+        "node",
+        "rebalance",
+        "--by",
+        "bytes",
+        "--balance-window",
+        "2",
+        "--control",
+        &control,
+        "--cluster-secret-file",
+        &secret,
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--balance-window applies to --by load"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let o = ringlet(&[
+        "node",
+        "rebalance",
+        "--by",
+        "bytes",
+        "--max-moves",
+        "4",
+        "--control",
+        &control,
+        "--cluster-secret-file",
+        &secret,
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("now at node"), "no move made: {out}");
+    assert!(out.contains(" bytes"), "{out}");
+    let after = node_bytes(base);
+    assert!(
+        after < before * 3 / 4,
+        "still {after} of {before} bytes on the full node: {out}"
+    );
+    for k in &mine {
+        assert_eq!(
+            get_anywhere(base, k.as_bytes()),
+            Reply::Bulk(value.clone()),
+            "{k}"
+        );
+    }
+    drop(up);
+}

@@ -40,11 +40,11 @@ pub struct NodeAccess {
 /// One sample: for each slot, the node that answered for it and its cumulative count.
 pub type Sample = BTreeMap<u16, (u32, u64)>;
 
-/// Ask every active data node of `map` for its per-slot counts.
+/// Every active data node's `CLUSTER RINGLET-LOAD SLOTS` report.
 ///
 /// # Errors
 /// A node that does not answer (or answers garbage) within [`SAMPLE_WAIT`]: its name and why.
-pub async fn sample(map: &ClusterMap, access: &NodeAccess) -> Result<Sample, String> {
+pub async fn reports(map: &ClusterMap, access: &NodeAccess) -> Result<Vec<SlotLoadReport>, String> {
     let mut tasks = tokio::task::JoinSet::new();
     for (id, n) in &map.nodes {
         if n.state != NodeState::Active {
@@ -63,7 +63,7 @@ pub async fn sample(map: &ClusterMap, access: &NodeAccess) -> Result<Sample, Str
                 access.tls.as_ref(),
                 SAMPLE_BYTES_MAX,
             );
-            let r = match tokio::time::timeout(SAMPLE_WAIT, asked).await {
+            match tokio::time::timeout(SAMPLE_WAIT, asked).await {
                 Err(_) => Err(format!("node {id} did not answer a load sample in time")),
                 Ok(None) => Err(format!("node {id} unreachable for a load sample")),
                 Ok(Some(ringlet_codec::resp::Reply::Bulk(b))) => {
@@ -71,21 +71,68 @@ pub async fn sample(map: &ClusterMap, access: &NodeAccess) -> Result<Sample, Str
                         .map_err(|e| format!("node {id}: bad load report: {e}"))
                 }
                 Ok(Some(other)) => Err(format!("node {id}: load sample refused: {other:?}")),
-            };
-            (id, r)
+            }
         });
     }
-    let mut out = Sample::new();
+    let mut out = Vec::new();
     while let Some(joined) = tasks.join_next().await {
-        let (id, r) = joined.map_err(|e| e.to_string())?;
-        let rep = r?;
+        out.push(joined.map_err(|e| e.to_string())??);
+    }
+    Ok(out)
+}
+
+/// Ask every active data node of `map` for its per-slot counts.
+///
+/// # Errors
+/// As [`reports`].
+pub async fn sample(map: &ClusterMap, access: &NodeAccess) -> Result<Sample, String> {
+    let mut out = Sample::new();
+    for rep in reports(map, access).await? {
         for (slot, n) in rep.slots {
             if slot < SLOT_COUNT {
-                out.insert(slot, (id, n));
+                out.insert(slot, (rep.node, n));
             }
         }
     }
     Ok(out)
+}
+
+/// Bytes stored per slot, as each slot's coordinator accounts them (the engine's per-slot
+/// usage: entries and their slab footprint, replica copies of other nodes' slots left out).
+pub fn slot_bytes(reports: &[SlotLoadReport]) -> Vec<f64> {
+    let mut out = vec![0.0; usize::from(SLOT_COUNT)];
+    for rep in reports {
+        for (slot, b) in &rep.bytes {
+            if let Some(o) = out.get_mut(usize::from(*slot)) {
+                *o = *b as f64;
+            }
+        }
+    }
+    out
+}
+
+/// Plan at most one move that evens out stored bytes over the data nodes (`ringlet node
+/// rebalance --by bytes`): [`plan_by_load`] over bytes per slot instead of ops/s, so the
+/// same hysteresis, no-overshoot and shortest-span rules hold; `cfg.min_ops` is then the
+/// smallest total of bytes worth balancing. One sample suffices (bytes are a level, not a
+/// rate); a map that changed while the nodes answered is not trusted.
+///
+/// # Errors
+/// As [`reports`] and [`current_map`].
+pub async fn plan_by_bytes(
+    control: &str,
+    access: &NodeAccess,
+    cfg: &BalanceConfig,
+) -> Result<Verdict, String> {
+    let map = current_map(control).await?;
+    let reps = reports(&map, access).await?;
+    if reps.iter().any(|r| r.epoch != map.epoch.0) {
+        return Err(format!(
+            "a node answered for another epoch than the map's ({}): retry",
+            map.epoch.0
+        ));
+    }
+    Ok(plan_by_load(&map, &slot_bytes(&reps), cfg))
 }
 
 /// Operations per second per slot between two samples taken `secs` apart: only slots served

@@ -736,6 +736,12 @@ impl Engine {
         self.store.scan(cursor, count, Some(slot), None, out)
     }
 
+    /// Bytes stored for `slot` (its entries' slab footprint, as the per-memgest usage counts
+    /// them; expired ones until reaped): O(1).
+    pub fn slot_bytes(&self, slot: u16) -> u64 {
+        self.store.slot_bytes(slot)
+    }
+
     /// Keys stored in `slot` (expired ones until reaped): O(1).
     pub fn slot_len(&self, slot: u16) -> u64 {
         self.store.slot_key_count(slot)

@@ -1385,6 +1385,10 @@ impl Store {
         self.per_slot.get(usize::from(slot)).map_or(0, |u| u.keys)
     }
 
+    pub fn slot_bytes(&self, slot: u16) -> u64 {
+        self.per_slot.get(usize::from(slot)).map_or(0, |u| u.bytes)
+    }
+
     pub fn slot_digest(&self, slot: u16) -> u64 {
         self.digests.get(usize::from(slot)).copied().unwrap_or(0)
     }

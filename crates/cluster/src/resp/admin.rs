@@ -99,6 +99,10 @@ pub struct SlotLoadReport {
     pub epoch: u64,
     /// (slot, reads + writes served since the node started), slots with none left out.
     pub slots: Vec<(u16, u64)>,
+    /// (slot, bytes stored in the engine for it), slots with none left out (`ringlet node
+    /// rebalance --by bytes`). Absent from an older node's report.
+    #[serde(default)]
+    pub bytes: Vec<(u16, u64)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -464,6 +468,7 @@ impl Front {
         let me = self.node.id();
         let load = self.load();
         let mut slots = Vec::new();
+        let mut bytes = Vec::new();
         if let Some(p) = map.as_ref().and_then(|m| m.placement.as_ref()) {
             for r in p
                 .ranges
@@ -477,11 +482,24 @@ impl Front {
                     }
                 }
             }
+            let engine = self.node().engine().lock();
+            for r in p
+                .ranges
+                .iter()
+                .filter(|r| p.range_coordinator(r) == Some(me))
+            {
+                bytes.extend(
+                    (r.first..=r.last)
+                        .map(|s| (s, engine.slot_bytes(s)))
+                        .filter(|(_, b)| *b > 0),
+                );
+            }
         }
         SlotLoadReport {
             node: me.0,
             epoch: map.as_ref().map_or(0, |m| m.epoch.0),
             slots,
+            bytes,
         }
     }
 
