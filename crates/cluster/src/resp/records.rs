@@ -4,8 +4,8 @@
 //! * **Hash commands and LINK** run on the key's coordinator: read the record through the
 //!   replica core, apply the pure function, write the new record (kind `Record`, the key's
 //!   memgest and TTL kept) under the per-key lock, so every replica holds a record and a
-//!   failover serves it. A string key is WRONGTYPE; ec memgests refuse records (their parity
-//!   metadata has no kind yet), as they refuse TTLs.
+//!   failover serves it. A string key is WRONGTYPE. ec memgests hold records too (the kind
+//!   is in the key metadata every parity holder keeps: docs/design/records.md).
 //! * **CHASE** runs on the root key's coordinator and walks breadth-first. Each depth's keys
 //!   are grouped by coordinator: this node's are read through its core, the others are asked
 //!   for in one `RECORDS` call per node (one round trip per node and depth, none for the
