@@ -21,16 +21,16 @@
 use anyhow::Result;
 use clap::Args;
 
-/// `<prefix>` default (ringlet_etcd::run::DEFAULT_PREFIX; checked equal below).
+/// `<prefix>` default (ringlet_cluster::etcd::run::DEFAULT_PREFIX; checked equal below).
 const DEFAULT_PREFIX: &str = "/ringlet";
-/// Lease TTL default (ringlet_etcd::run::DEFAULT_LEASE_TTL_S; checked equal below).
+/// Lease TTL default (ringlet_cluster::etcd::run::DEFAULT_LEASE_TTL_S; checked equal below).
 const DEFAULT_LEASE_TTL_S: u64 = 2;
 #[cfg(feature = "etcd")]
 const _: () = {
-    assert!(DEFAULT_LEASE_TTL_S == ringlet_etcd::run::DEFAULT_LEASE_TTL_S);
+    assert!(DEFAULT_LEASE_TTL_S == ringlet_cluster::etcd::run::DEFAULT_LEASE_TTL_S);
     let (a, b) = (
         DEFAULT_PREFIX.as_bytes(),
-        ringlet_etcd::run::DEFAULT_PREFIX.as_bytes(),
+        ringlet_cluster::etcd::run::DEFAULT_PREFIX.as_bytes(),
     );
     assert!(a.len() == b.len());
     let mut i = 0;
@@ -93,14 +93,14 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
         );
     }
     let e = &a.etcd;
-    let config = e.nodes.map(|n| ringlet_etcd::ClusterConfig {
+    let config = e.nodes.map(|n| ringlet_cluster::etcd::ClusterConfig {
         expect_nodes: n + e.spares,
         active: n,
         default_memgest: e.default_memgest.clone(),
         s: 2,
         d: 1,
     });
-    let o = ringlet_etcd::EtcdNodeOpts {
+    let o = ringlet_cluster::etcd::EtcdNodeOpts {
         endpoints: e.endpoints.clone(),
         prefix: e.prefix.clone(),
         node_id: id,
@@ -109,7 +109,7 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
         lease_ttl_s: e.lease_s,
         memory_bytes: a.memory_mb.saturating_mul(1 << 20),
         config,
-        connect_timeout: ringlet_etcd::run::DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: ringlet_cluster::etcd::run::DEFAULT_CONNECT_TIMEOUT,
         requirepass: a.requirepass.clone(),
         tls: super::tls_files(&a.tls)?,
         admin_port: a.admin_port,
@@ -117,7 +117,7 @@ pub fn serve(a: &crate::NodeArgs) -> Result<()> {
     };
     let rt = super::cluster_runtime_threads(a.threads)?;
     rt.block_on(async {
-        let n = ringlet_etcd::run_node_etcd(&o)
+        let n = ringlet_cluster::etcd::run_node_etcd(&o)
             .await
             .context("cannot start the etcd-mode node")?;
         eprintln!(

@@ -24,8 +24,8 @@
 //! Run: `cargo test -p ringlet-cli --test etcd -- --nocapture`
 
 use ringlet_cluster::control::{FromControl, ToControl};
+use ringlet_cluster::etcd::keys::{decode_map, decode_record, Keys, LeaderRecord};
 use ringlet_control::{ClusterMap, NodeState};
-use ringlet_etcd::keys::{decode_map, decode_record, Keys, LeaderRecord};
 use ringlet_types::{key_slot, NodeId};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -112,7 +112,7 @@ fn start_etcd() -> Etcd {
         url: curl,
     };
     let deadline = Instant::now() + Duration::from_secs(20);
-    while block_on(ringlet_etcd::connect(
+    while block_on(ringlet_cluster::etcd::connect(
         std::slice::from_ref(&e.url),
         Duration::from_secs(1),
     ))
@@ -143,10 +143,12 @@ struct EtcdView {
 impl EtcdView {
     fn get(&self, key: String) -> Option<Vec<u8>> {
         block_on(async {
-            let mut c =
-                ringlet_etcd::connect(std::slice::from_ref(&self.url), Duration::from_secs(2))
-                    .await
-                    .ok()?;
+            let mut c = ringlet_cluster::etcd::connect(
+                std::slice::from_ref(&self.url),
+                Duration::from_secs(2),
+            )
+            .await
+            .ok()?;
             let r = c.get(key, None).await.ok()?;
             r.kvs().first().map(|kv| kv.value().to_vec())
         })
@@ -166,10 +168,12 @@ impl EtcdView {
     }
     fn delete(&self, key: String) {
         block_on(async {
-            let mut c =
-                ringlet_etcd::connect(std::slice::from_ref(&self.url), Duration::from_secs(2))
-                    .await
-                    .expect("connect");
+            let mut c = ringlet_cluster::etcd::connect(
+                std::slice::from_ref(&self.url),
+                Duration::from_secs(2),
+            )
+            .await
+            .expect("connect");
             c.delete(key, None).await.expect("delete");
         })
     }

@@ -31,9 +31,11 @@
 //!
 //! Design notes and measured figures: `docs/design/cluster-runtime.md`.
 
-pub mod auth;
+/// The cluster secret's challenge on every link (crates/link).
+pub use ringlet_link::auth;
 pub mod balancer;
-pub mod control;
+/// The control plane as a service, its client and both backends' seam (crates/control-service).
+pub use ringlet_control_service as control;
 pub mod control_http;
 pub mod launch;
 pub mod load;
@@ -41,23 +43,19 @@ pub mod native;
 pub mod node;
 pub mod resolve;
 pub mod resp;
+/// TLS on links and client ports (crates/link).
+pub use ringlet_link::tls;
 /// The replica core's store over the node's engine (it lives in `ringlet-replica` so the
 /// simulator runs the same store as a node).
 pub use ringlet_replica::engine_store as store;
-pub mod tls;
+#[cfg(feature = "etcd")]
+pub mod etcd_node;
 pub mod transport;
 pub mod wire;
 
 pub use store::EngineStore;
 
-/// Monotonic milliseconds since the first call in this process: the `now_ms` of the
-/// replica core and the control plane (leases need a clock that never jumps).
-pub fn mono_ms() -> u64 {
-    use std::sync::OnceLock;
-    use std::time::Instant;
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
+pub use ringlet_link::{listen, mono_ms, wall_ms};
 
 /// Raise this process's open-file limit so that [`limits::CONNECTIONS_MAX`] clients plus
 /// [`limits::FDS_RESERVED`] of the node's own fit, as Redis does for `maxclients`: Debian's
@@ -92,31 +90,20 @@ pub fn raise_fd_limit() -> (u64, u64) {
     (r.rlim_cur, want)
 }
 
-/// Bind a listening TCP socket with [`ringlet_types::limits::LISTEN_BACKLOG`] (the default
-/// bind gave 128) and `SO_REUSEADDR` (a restarted node rebinds over TIME_WAIT).
-///
-/// # Errors
-/// Socket, bind or listen failures.
-pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let sock = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    sock.set_reuseaddr(true)?;
-    sock.bind(addr)?;
-    sock.listen(ringlet_types::limits::LISTEN_BACKLOG)
-}
-
 /// Whether a value with this expiry (unix ms) has expired by the wall clock. Only fronts of
 /// the coordinator ask (see `ringlet_replica::Entry::expiry_ms`).
 pub fn expired(expiry_ms: Option<u64>) -> bool {
     expiry_ms.is_some_and(|x| x <= wall_ms())
 }
 
-/// Wall-clock unix milliseconds (for logs that are compared across processes).
-pub fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+/// The etcd control-plane backend (`ringlet server --etcd`): the backend itself lives with
+/// the control service (crates/control-service, feature `etcd`); running a node on it is here.
+#[cfg(feature = "etcd")]
+pub mod etcd {
+    pub use crate::etcd_node::{run_node_etcd, EtcdNode, EtcdNodeOpts};
+    pub use ringlet_control_service::etcd::*;
+    /// `run_node_etcd` and its defaults.
+    pub mod run {
+        pub use crate::etcd_node::*;
+    }
 }

@@ -17,18 +17,18 @@
 //! fails a node that is still registered. A new leader that finds several nodes missing at
 //! once waits [`TERM_GRACE_MS`] for them (see [`Grace`]: an etcd outage, not a mass crash).
 
-use crate::keys::{decode_map, decode_record, ClusterConfig, Keys, LeaderRecord, NodeRecord};
-use crate::lease::NodeLease;
-use crate::{call, Backoff, EtcdError, RateLog};
+use super::keys::{decode_map, decode_record, ClusterConfig, Keys, LeaderRecord, NodeRecord};
+use super::lease::NodeLease;
+use super::{call, Backoff, EtcdError, RateLog};
+use crate::{encode, read_frame, FromControl, ToControl};
 use etcd_client::{
     Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
 };
-use ringlet_cluster::control::{encode, read_frame, FromControl, ToControl};
-use ringlet_cluster::mono_ms;
 use ringlet_control::{
     memgest_reports, Action, ClusterMap, ControlConfig, ControlError, ControlPlane, Input,
     MemgestReport, MemgestUsage, ModelRates, NodeState, StampedEvent,
 };
+use ringlet_link::mono_ms;
 use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,7 +53,7 @@ pub const COMMAND_QUEUE_MAX: usize = 256;
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Command connections at once: every node's agent holds one for its usage reports, plus
 /// operators' commands (the embedded service's bound).
-pub const COMMAND_CONNECTIONS_MAX: usize = ringlet_cluster::control::CONTROL_CONNECTIONS_MAX;
+pub const COMMAND_CONNECTIONS_MAX: usize = crate::CONTROL_CONNECTIONS_MAX;
 
 /// Work for the leader loop.
 pub enum Command {
@@ -333,7 +333,7 @@ impl Campaign {
                         let _ = reply.send(memgest_reports(cp.map(), cp.usage(), rates));
                     }
                     Some(Command::Events { after, reply }) => {
-                        let (now, unix) = (mono_ms(), ringlet_cluster::wall_ms());
+                        let (now, unix) = (mono_ms(), ringlet_link::wall_ms());
                         let _ = reply.send(
                             cp.events()
                                 .after(after, ringlet_control::events::EVENTS_ANSWER_MAX)
@@ -852,12 +852,11 @@ async fn step(
     }
 }
 
-/// The embedded service's drop protocol (ringlet_cluster::control, `drop_memgest`): close,
+/// The embedded service's drop protocol (the embedded service, `drop_memgest`): close,
 /// then repeat until the plane stops answering `DropPending` (every node reported at the
 /// closing epoch), or cancel after `DROP_WAIT_MS`.
 async fn drop_memgest(commands: &mpsc::Sender<Command>, name: String) -> FromControl {
-    let deadline =
-        std::time::Instant::now() + Duration::from_millis(ringlet_cluster::control::DROP_WAIT_MS);
+    let deadline = std::time::Instant::now() + Duration::from_millis(crate::DROP_WAIT_MS);
     loop {
         let (acts, map) = match step(commands, Input::DropMemgest { name: name.clone() }).await {
             Ok(r) => r,

@@ -1,3 +1,6 @@
+//! `ringlet-control-service`: the control plane as a service, with both its backends — the
+//! embedded one here and etcd in [`etcd`] (feature `etcd`).
+//!
 //! The control plane as a service: [`ControlBackend`] (the seam for etcd later),
 //! [`EmbeddedBackend`] (the sans-I/O `ControlPlane` with a real clock), [`ControlService`]
 //! (TCP, JSON frames) and [`ControlClient`] (a node's link to it).
@@ -22,12 +25,15 @@
 //! A heartbeat carrying an older epoch also gets the map back, so a lost push heals within
 //! one heartbeat.
 
-use crate::mono_ms;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+
 use parking_lot::Mutex;
 use ringlet_control::{
     memgest_reports, Action, ClusterMap, ControlConfig, ControlError, ControlPlane, EcUsage, Input,
     MemgestReport, MemgestUsage, ModelRates, StampedEvent, UsageReport,
 };
+use ringlet_link::mono_ms;
 use ringlet_types::{Epoch, MemgestId, MemgestKind, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -50,7 +56,7 @@ pub const CONTROL_CONNECTIONS_MAX: usize = ringlet_control::map::NODES_MAX * 2;
 pub const CONTROL_TICK_MS: u64 = 50;
 /// Longest a `DropMemgest` request waits for every node's usage report after closing the
 /// memgest; past it the drop is cancelled (the memgest reopens) and refused. Reports come
-/// every [`crate::node::USAGE_REPORT_MS`], the settle time is `ringlet_control::plane::
+/// every `ringlet_cluster::node::USAGE_REPORT_MS`, the settle time is `ringlet_control::plane::
 /// DROP_SETTLE_MS`.
 pub const DROP_WAIT_MS: u64 = 3_000;
 
@@ -337,7 +343,7 @@ impl ControlBackend for EmbeddedBackend {
         self.cp.lock().usage().clone()
     }
     fn events(&self, after: u64) -> Vec<StampedEvent> {
-        let (now, unix) = (mono_ms(), crate::wall_ms());
+        let (now, unix) = (mono_ms(), ringlet_link::wall_ms());
         self.cp
             .lock()
             .events()
@@ -405,7 +411,7 @@ impl ControlService {
         backend: Arc<dyn ControlBackend>,
         plan: Option<BootstrapPlan>,
     ) -> std::io::Result<(Arc<ControlService>, SocketAddr)> {
-        let listener = crate::listen(addr)?;
+        let listener = ringlet_link::listen(addr)?;
         let local = listener.local_addr()?;
         let svc = Arc::new(ControlService {
             backend,
@@ -431,7 +437,7 @@ impl ControlService {
                 tokio::spawn(async move {
                     // With link TLS, only holders of a certificate from the cluster's CA
                     // get past the handshake.
-                    let mut stream = match crate::tls::link_accept(stream).await {
+                    let mut stream = match ringlet_link::tls::link_accept(stream).await {
                         Ok(s) => s,
                         Err(e) => {
                             CONTROL_AUTH_FAILURES.fetch_add(1, Ordering::Relaxed);
@@ -440,10 +446,13 @@ impl ControlService {
                         }
                     };
                     // Members only: without the proof, nothing (no map, no command) is served.
-                    if let Some(secret) = crate::auth::process_secret() {
-                        if let Err(e) =
-                            crate::auth::accept(&mut stream, secret, crate::auth::CONTROL_ROLE)
-                                .await
+                    if let Some(secret) = ringlet_link::auth::process_secret() {
+                        if let Err(e) = ringlet_link::auth::accept(
+                            &mut stream,
+                            secret,
+                            ringlet_link::auth::CONTROL_ROLE,
+                        )
+                        .await
                         {
                             CONTROL_AUTH_FAILURES.fetch_add(1, Ordering::Relaxed);
                             eprintln!("ringlet control: connection refused: {e}");
@@ -572,7 +581,7 @@ impl ControlService {
         reply_to.map(|_| verdict.unwrap_or(FromControl::Ok))
     }
 
-    async fn serve(self: Arc<Self>, stream: crate::tls::LinkStream) {
+    async fn serve(self: Arc<Self>, stream: ringlet_link::tls::LinkStream) {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(CONTROL_QUEUE_FRAMES_MAX);
         self.state.lock().conns.insert(id, Conn { tx });
@@ -852,9 +861,9 @@ pub static CONTROL_AUTH_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// The connector's half of the membership proof on a control connection (no-op without a
 /// secret).
-async fn prove(s: &mut crate::tls::LinkStream) -> Result<(), ControlWireError> {
-    if let Some(secret) = crate::auth::process_secret() {
-        crate::auth::connect(s, secret, crate::auth::CONTROL_ROLE, b"")
+async fn prove(s: &mut ringlet_link::tls::LinkStream) -> Result<(), ControlWireError> {
+    if let Some(secret) = ringlet_link::auth::process_secret() {
+        ringlet_link::auth::connect(s, secret, ringlet_link::auth::CONTROL_ROLE, b"")
             .await
             .map_err(|e| ControlWireError::Auth(e.to_string()))?;
     }
@@ -906,7 +915,7 @@ async fn control_link(
 ) {
     let mut backoff = CONTROL_BACKOFF_MIN;
     loop {
-        let connected = match crate::tls::link_connect(&addr).await {
+        let connected = match ringlet_link::tls::link_connect(&addr).await {
             Ok(mut s) => match prove(&mut s).await {
                 Ok(()) => Some(s),
                 Err(e) => {
@@ -954,8 +963,8 @@ async fn control_link(
 ///
 /// # Errors
 /// Connection, handshake or proof failures.
-pub async fn connect_member(addr: &str) -> Result<crate::tls::LinkStream, ControlWireError> {
-    let mut s = crate::tls::link_connect(addr).await?;
+pub async fn connect_member(addr: &str) -> Result<ringlet_link::tls::LinkStream, ControlWireError> {
+    let mut s = ringlet_link::tls::link_connect(addr).await?;
     prove(&mut s).await?;
     Ok(s)
 }

@@ -1,5 +1,5 @@
 //! [`EtcdBackend`]: the `ControlBackend` a node talks to in etcd mode. Each process runs an
-//! unchanged [`ControlService`](ringlet_cluster::control::ControlService) on loopback with
+//! unchanged [`ControlService`](crate::ControlService) on loopback with
 //! this backend, and its `ClusterNode` connects there, so the node code is the same in both
 //! modes. The backend does not decide anything about the cluster (the leader's
 //! `ControlPlane` does); it bridges the node to etcd:
@@ -12,13 +12,13 @@
 //! | `Usage` (every 100 ms) | forwarded to the leader's command port ([`forward_usage`]), which decides memgest drops from every node's report |
 //! | commands (drain, `MEMGEST ...`) | forwarded by the service to the leader's command port, followed from `<prefix>/leader` ([`follow_leader`], `ControlBackend::command_forward`); refused while no leader is known |
 
-use crate::keys::{decode_map, decode_record, Keys, LeaderRecord, NodeRecord};
-use crate::lease::NodeLease;
-use crate::{call, Backoff, EtcdError, RateLog};
+use super::keys::{decode_map, decode_record, Keys, LeaderRecord, NodeRecord};
+use super::lease::NodeLease;
+use super::{call, Backoff, EtcdError, RateLog};
+use crate::ControlBackend;
+use crate::{encode, ToControl};
 use etcd_client::{EventType, PutOptions, WatchOptions};
 use parking_lot::Mutex;
-use ringlet_cluster::control::ControlBackend;
-use ringlet_cluster::control::{encode, ToControl};
 use ringlet_control::{Action, ClusterMap, ControlError, Input, NodeState};
 use ringlet_types::{Epoch, NodeId};
 use std::sync::Arc;
@@ -378,7 +378,7 @@ pub async fn forward_usage(backend: Arc<EtcdBackend>) {
     let Some(mut rx) = backend.usage_rx.lock().take() else {
         return;
     };
-    let mut conn: Option<(String, ringlet_cluster::tls::LinkStream)> = None;
+    let mut conn: Option<(String, ringlet_link::tls::LinkStream)> = None;
     while let Some(m) = rx.recv().await {
         let Some(leader) = backend.leader_control() else {
             conn = None;
@@ -389,7 +389,7 @@ pub async fn forward_usage(backend: Arc<EtcdBackend>) {
                 Duration::from_millis(500),
                 // A member connection: with a cluster secret (and link TLS) a bare TCP
                 // connection is refused by the leader, and the reports were lost.
-                ringlet_cluster::control::connect_member(&leader),
+                crate::connect_member(&leader),
             )
             .await
             {

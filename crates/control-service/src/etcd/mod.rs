@@ -1,4 +1,4 @@
-//! `ringlet-etcd`: the cluster's control plane kept in etcd (v3 API, tested with etcd 3.4).
+//! The etcd backend: the cluster's control plane kept in etcd (v3 API, tested with etcd 3.4).
 //! Several `ringlet server --etcd URL` processes, on one machine or many, form one cluster
 //! with no embedded control process: node liveness is an etcd lease per process, one
 //! process is elected leader and runs the sans-I/O `ControlPlane`, and the cluster map lives
@@ -23,7 +23,7 @@
 //!
 //! Goals:
 //! - the same `ControlPlane` decides in both modes; the node talks to the same
-//!   [`ControlService`](ringlet_cluster::control::ControlService) protocol, here served by a
+//!   [`ControlService`](crate::ControlService) protocol, here served by a
 //!   per-process [`agent::EtcdBackend`] (an implementation of `ControlBackend`);
 //! - a node serves only while its etcd lease is provably alive: heartbeat acks carry the send
 //!   time of the last answered etcd keepalive, so the node's own lease ends before etcd can
@@ -43,17 +43,17 @@
 //!
 //! Modules: [`keys`] (what is stored where), [`lease`] (the process's etcd lease),
 //! [`agent`] (the node-facing `ControlBackend`), [`leader`] (election, the leader loop and
-//! its command port), [`run`] (`run_node_etcd`: everything for one process).
+//! its command port); running a node on it (`run_node_etcd`) is `ringlet_cluster::etcd_node`.
 //! Design notes and figures: `docs/design/control-etcd.md`.
 
 pub mod agent;
 pub mod keys;
 pub mod leader;
 pub mod lease;
-pub mod run;
 
+/// The etcd client, for the code that runs a node on this backend (`ringlet_cluster::etcd_node`).
+pub use etcd_client;
 pub use keys::{ClusterConfig, Keys, LeaderRecord, NodeRecord};
-pub use run::{run_node_etcd, EtcdNode, EtcdNodeOpts};
 
 use std::future::Future;
 use std::time::Duration;
@@ -180,7 +180,7 @@ pub(crate) struct RateLog {
 
 impl RateLog {
     pub(crate) fn log(&mut self, every_ms: u64, msg: impl FnOnce() -> String) {
-        let now = ringlet_cluster::mono_ms();
+        let now = ringlet_link::mono_ms();
         if self
             .last_ms
             .is_none_or(|l| now >= l.saturating_add(every_ms))

@@ -12,7 +12,7 @@
 //! Every value read from etcd is length-checked before it is parsed and validated after
 //! (the map by `ClusterMap`'s own decoder).
 
-use crate::EtcdError;
+use super::EtcdError;
 use ringlet_control::ClusterMap;
 use ringlet_types::{MemgestKind, NodeId};
 use serde::{Deserialize, Serialize};
@@ -24,7 +24,7 @@ pub const RECORD_BYTES_MAX: usize = 4096;
 /// Largest stored map: the control service's frame limit (a map of `NODES_MAX` nodes and
 /// 16,384 ranges is ~2 MiB; etcd's own default request limit is 1.5 MiB, which is the
 /// practical ceiling — see docs/design/control-etcd.md).
-pub const MAP_BYTES_MAX: usize = ringlet_cluster::control::CONTROL_FRAME_BYTES_MAX as usize;
+pub const MAP_BYTES_MAX: usize = crate::CONTROL_FRAME_BYTES_MAX as usize;
 
 /// Key names under one prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]

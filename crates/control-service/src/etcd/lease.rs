@@ -13,9 +13,9 @@
 //! itself when it sees that map; if no leader noticed, nobody took the node's roles, and the
 //! node (which stopped serving when its own lease ran out) may simply go on.
 
-use crate::{call, Backoff, EtcdError, RateLog};
+use super::{call, Backoff, EtcdError, RateLog};
 use parking_lot::Mutex;
-use ringlet_cluster::mono_ms;
+use ringlet_link::mono_ms;
 use std::sync::Arc;
 use std::time::Duration;
 

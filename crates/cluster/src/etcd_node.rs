@@ -1,15 +1,20 @@
 //! [`run_node_etcd`]: one `ringlet server --etcd URL` process — lease, agent, campaign,
 //! command port and the cluster node, wired together.
 
-use crate::agent::{follow_leader, follow_map, forward_usage, register_loop, EtcdBackend};
-use crate::keys::{decode_record, ClusterConfig, Keys};
-use crate::leader::{campaign, serve_commands, Campaign, LeaderStatus, COMMAND_QUEUE_MAX};
-use crate::lease::NodeLease;
-use crate::{call, connect, EtcdError};
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use ringlet_cluster::control::ControlService;
-use ringlet_cluster::launch::{run_node, NodeOpts};
-use ringlet_cluster::node::ClusterNode;
+use crate::control::ControlService;
+use crate::launch::{run_node, NodeOpts};
+use crate::node::ClusterNode;
+use ringlet_control_service::etcd::agent::{
+    follow_leader, follow_map, forward_usage, register_loop, EtcdBackend,
+};
+use ringlet_control_service::etcd::etcd_client;
+use ringlet_control_service::etcd::etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use ringlet_control_service::etcd::keys::{decode_record, ClusterConfig, Keys};
+use ringlet_control_service::etcd::leader::{
+    campaign, serve_commands, Campaign, LeaderStatus, COMMAND_QUEUE_MAX,
+};
+use ringlet_control_service::etcd::lease::NodeLease;
+use ringlet_control_service::etcd::{call, connect, EtcdError};
 use ringlet_types::NodeId;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,7 +50,7 @@ pub struct EtcdNodeOpts {
     /// The `default` user's password on the client port (the same on every node).
     pub requirepass: Option<String>,
     /// TLS on the client port (docs/design/cluster-tls.md).
-    pub tls: Option<ringlet_cluster::tls::TlsFiles>,
+    pub tls: Option<crate::tls::TlsFiles>,
     /// Admin HTTP port (`/metrics`); None: none.
     pub admin_port: Option<u16>,
     /// Bearer token the admin pages require.
@@ -96,7 +101,7 @@ pub async fn run_node_etcd(o: &EtcdNodeOpts) -> Result<EtcdNode, EtcdError> {
     // The TLS files encrypt this process's member links (its control service, the leader's,
     // peers) before any opens.
     if let Some(f) = &o.tls {
-        ringlet_cluster::tls::set_link_tls(f).map_err(|e| EtcdError::BadConfig(e.to_string()))?;
+        crate::tls::set_link_tls(f).map_err(|e| EtcdError::BadConfig(e.to_string()))?;
     }
     let mut client = connect(&o.endpoints, o.connect_timeout).await?;
     let config = ensure_config(&mut client, &keys, o.config.as_ref()).await?;
