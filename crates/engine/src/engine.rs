@@ -118,6 +118,12 @@ impl Engine {
         self.store.export()
     }
 
+    /// The pages the index and data regions got (huge pages are best effort: see
+    /// [`crate::HugePages`]).
+    pub fn page_backing(&self) -> (crate::PageBacking, crate::PageBacking) {
+        self.store.page_backing()
+    }
+
     /// Set the config id in the index header: one-sided readers that pinned another id get
     /// `Retry` (the node's role or the cluster epoch changed under them).
     pub fn set_config_id(&mut self, id: u64) {

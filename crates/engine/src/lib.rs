@@ -42,7 +42,8 @@
 //! - [`read`]: the lock-free reader over read-only views (`RegionsView`), with the
 //!   memory-ordering argument;
 //! - [`layout`]: byte layouts and constants shared with other processes;
-//! - `region`: memfd reservations, atomic word access, hole punching;
+//! - `region`: memfd reservations (huge pages where the kernel allows), atomic word access,
+//!   hole punching;
 //! - `slab`: size-class slabs and page runs in the data region;
 //! - [`strings`]: Redis integer/float/range helpers;
 //! - [`hash`]: key hashing and digest terms;
@@ -65,5 +66,6 @@ pub use api::{
 };
 pub use engine::Engine;
 pub use read::{read_entry, read_entry_bounded, read_entry_with, RegionsView};
+pub use region::{huge_pages, set_huge_pages, shmem_thp_honoured, HugePages, PageBacking};
 pub use ringlet_types::{MemgestId, ValueKind, Version};
 pub use store::{ExportInfo, Reader};

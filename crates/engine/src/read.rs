@@ -144,7 +144,8 @@ fn try_entry(
         // Too small to hold our key: a different key (or torn).
         return Probe::WrongKey;
     }
-    out.clear();
+    // Every byte is overwritten by the copy below: only the part beyond the current length
+    // needs filling (a clear first would zero all of it, a measurable share of a small GET).
     out.resize(size as usize, 0);
     if loc & 7 != 0 {
         return Probe::Torn;

@@ -748,6 +748,10 @@ impl Store {
         }
     }
 
+    pub fn page_backing(&self) -> (crate::PageBacking, crate::PageBacking) {
+        (self.index.backing(), self.data.backing())
+    }
+
     pub fn set_config_id(&mut self, id: u64) {
         self.index
             .word(HDR_CONFIG as u64 * 8)

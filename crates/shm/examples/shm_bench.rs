@@ -57,13 +57,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             map.insert(k, v);
         }
         let s = e.stats();
+        let (ib, db) = e.page_backing();
         eprintln!(
-            "loaded {} keys: data {} MiB committed, index {} MiB, {} buckets, load {:.2}",
+            "loaded {} keys: data {} MiB committed, index {} MiB, {} buckets, load {:.2}, pages: index {}, data {}",
             s.keys,
             s.committed_bytes >> 20,
             s.index_bytes >> 20,
             s.index_buckets,
-            s.index_load_factor
+            s.index_load_factor,
+            ib.name(),
+            db.name()
         );
     }
     let dir = std::env::temp_dir().join(format!("ringlet-shm-bench-{}", std::process::id()));

@@ -28,10 +28,9 @@ use ringlet_codec::native::{
     ResponseBody, SetRequest, Status,
 };
 use ringlet_engine::hash::key_hash;
-use ringlet_engine::layout::{
-    entry_word, ie_location, ie_size_units, tag_of, Layout, BUCKET_ENTRIES, HDR_LAYOUT, UNIT_BYTES,
+use ringlet_engine::read::{
+    locate_entry, prefetch_bucket, prefetch_entry, read_entry_at, read_entry_with, Position, Stale,
 };
-use ringlet_engine::read::{locate_entry, read_entry_at, read_entry_with, Position, Stale};
 use ringlet_engine::{ReadOutcome, RegionsView};
 use ringlet_types::limits::{self, ACCESS_RECORD_BATCH_MAX, KEY_BYTES_MAX};
 use ringlet_types::{Epoch, MemgestId, ValueKind, Version};
@@ -39,7 +38,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,16 +116,7 @@ impl Map {
             return Err(ShmError::Handshake("region smaller than announced"));
         }
         // SAFETY: mapping a descriptor we own, read-only; the result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len as usize,
-                libc::PROT_READ,
-                libc::MAP_SHARED | libc::MAP_NORESERVE,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
+        let ptr = unsafe { map_ro_aligned(fd.as_raw_fd(), len as usize) };
         if ptr == libc::MAP_FAILED {
             return Err(ShmError::Io(io::Error::last_os_error()));
         }
@@ -136,6 +126,58 @@ impl Map {
             fd,
         })
     }
+}
+
+/// Huge page size the read-only mappings are aligned to.
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// Map `len` bytes of `fd` read-only and shared at an address aligned to 2 MiB. The node backs
+/// its regions with huge pages where the kernel allows (`ringlet_engine::HugePages`); the
+/// kernel maps a huge page of a shared file with one page-table entry only where the virtual
+/// address is aligned like the file offset, which it arranges by itself only when shmem THP
+/// is on globally. Unaligned, the client would take a 4 KiB TLB entry (and, in a VM, a
+/// two-dimensional page walk) per page it touches even though the node has huge pages.
+/// Returns `MAP_FAILED` on failure.
+///
+/// # Safety
+/// `fd` must be a readable descriptor of at least `len` bytes.
+unsafe fn map_ro_aligned(fd: i32, len: usize) -> *mut libc::c_void {
+    let flags = libc::MAP_SHARED | libc::MAP_NORESERVE;
+    let Some(span) = len.checked_add(HUGE_PAGE_BYTES) else {
+        return libc::MAP_FAILED;
+    };
+    let r = libc::mmap(
+        std::ptr::null_mut(),
+        span,
+        libc::PROT_NONE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+        -1,
+        0,
+    );
+    if r == libc::MAP_FAILED {
+        return libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, flags, fd, 0);
+    }
+    let (r, a) = (r as usize, (r as usize).next_multiple_of(HUGE_PAGE_BYTES));
+    let p = libc::mmap(
+        a as *mut libc::c_void,
+        len,
+        libc::PROT_READ,
+        flags | libc::MAP_FIXED,
+        fd,
+        0,
+    );
+    if p == libc::MAP_FAILED {
+        libc::munmap(r as *mut libc::c_void, span);
+        return p;
+    }
+    if a > r {
+        libc::munmap(r as *mut libc::c_void, a - r);
+    }
+    let tail = a + len.next_multiple_of(4096);
+    if r + span > tail {
+        libc::munmap(tail as *mut libc::c_void, r + span - tail);
+    }
+    p
 }
 
 impl Drop for Map {
@@ -205,8 +247,21 @@ pub type MgetItem<'a> = Option<(Version, &'a [u8])>;
 /// Slots of the access-record repeat filter (a power of two; 8 KiB).
 const ACCESS_FILTER_SLOTS: usize = 1024;
 
-/// Keys whose memory accesses one MGET step overlaps (prefetch distance).
-pub const MGET_PREFETCH_KEYS: usize = 32;
+/// How many keys ahead of the one being validated [`ShmReader::mget_with`] prefetches the
+/// home bucket. A validated read of a small value costs ~100-200 ns of CPU and a DRAM miss
+/// about as much (more in a VM, where a TLB miss is a two-dimensional walk), so eight keys
+/// between the bucket's prefetch and the scan of that bucket for the entry's address hide
+/// it, and eight more between the entry's prefetch and its validation hide the second miss.
+pub const MGET_BUCKET_AHEAD: usize = 16;
+
+/// How many keys ahead [`ShmReader::mget_with`] prefetches the data entries that the key's
+/// home bucket points at (with its tag). The bucket was prefetched
+/// `MGET_BUCKET_AHEAD - MGET_ENTRY_AHEAD` keys earlier.
+pub const MGET_ENTRY_AHEAD: usize = 8;
+
+/// Slots of the hash ring of the pipeline: a power of two above [`MGET_BUCKET_AHEAD`].
+const MGET_HASH_RING: usize = 32;
+const _: () = assert!(MGET_ENTRY_AHEAD < MGET_BUCKET_AHEAD && MGET_BUCKET_AHEAD < MGET_HASH_RING);
 
 /// A one-sided reader of a same-host node. Not `Sync`: one per thread (each has its own
 /// connection for writes and fallbacks).
@@ -278,17 +333,6 @@ struct Resp {
     value: Vec<u8>,
     int: i64,
 }
-
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    // SAFETY: prefetch never faults, whatever the address.
-    unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast()) }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn prefetch(_p: *const u8) {}
 
 impl ShmReader {
     /// Connect to `path` with default settings.
@@ -865,11 +909,15 @@ impl ShmReader {
         Ok(false)
     }
 
-    /// MGET over shared memory with overlapped memory accesses: for each step of
-    /// [`MGET_PREFETCH_KEYS`] keys, hash all and prefetch their home buckets, then prefetch
-    /// the data entries their tag matches point at, then validate each key with the full
-    /// read. `f(i, item)` gets key `i`'s outcome, in order; the slice is only valid during
-    /// the call.
+    /// MGET over shared memory, the fast path for many keys: a software pipeline that hashes
+    /// key `i + MGET_BUCKET_AHEAD` and prefetches its home bucket, prefetches the data
+    /// entries key `i + MGET_ENTRY_AHEAD`'s bucket points at, then validates key `i` with
+    /// the full read (the same `read_entry_with` as [`ShmReader::get_into`]: checksum, index
+    /// re-check, full key, layout and epoch), so the two dependent cache misses of every key
+    /// overlap with the work on earlier ones. Prefetches are hints over atomics and
+    /// bounds-checked; nothing they see is trusted. `f(i, item)` gets key `i`'s outcome, in
+    /// order; the slice is only valid during the call. A key whose read must be retried
+    /// takes [`ShmReader::get_into`]'s slow path (refresh, then the socket) alone.
     ///
     /// # Errors
     /// As [`ShmReader::get_into`]; keys before the failing one have been reported.
@@ -897,38 +945,66 @@ impl ShmReader {
         f: &mut impl FnMut(usize, MgetItem<'_>),
     ) -> Result<(), ShmError> {
         self.ensure()?;
+        // One clock read per call: a key read later in the batch may be returned although it
+        // expired after the call began, which is still a value live during the call (the
+        // read's interval), as an MGET promises; a fallback refreshes its own clock.
         let now = coarse_now_ms(self.clock_res_ms);
-        let mut hashes = [0u64; MGET_PREFETCH_KEYS];
-        for (c, chunk) in keys.chunks(MGET_PREFETCH_KEYS).enumerate() {
-            let base_i = c * MGET_PREFETCH_KEYS;
+        let n = keys.len();
+        // Ring of hashes for keys i .. i + MGET_BUCKET_AHEAD (a power of two above it).
+        let mut hashes = [0u64; MGET_HASH_RING];
+        let mut view = match self.session.as_ref() {
+            Some(s) => s.view,
+            None => return Err(ShmError::Disconnected),
+        };
+        // Prologue: buckets of the first keys, then entries of the first few of those.
+        for (i, k) in keys.iter().enumerate().take(MGET_BUCKET_AHEAD) {
+            let h = key_hash(k.as_ref());
+            hashes[i % MGET_HASH_RING] = h;
+            prefetch_bucket(&view, h);
+        }
+        for i in 0..n.min(MGET_ENTRY_AHEAD) {
+            prefetch_entry(&view, hashes[i % MGET_HASH_RING]);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            // Steady state: while key i is validated, key i + MGET_ENTRY_AHEAD's entry and
+            // key i + MGET_BUCKET_AHEAD's bucket are on their way.
+            if let Some(ka) = keys.get(i + MGET_BUCKET_AHEAD) {
+                let h = key_hash(ka.as_ref());
+                hashes[(i + MGET_BUCKET_AHEAD) % MGET_HASH_RING] = h;
+                prefetch_bucket(&view, h);
+            }
+            if i + MGET_ENTRY_AHEAD < n {
+                prefetch_entry(&view, hashes[(i + MGET_ENTRY_AHEAD) % MGET_HASH_RING]);
+            }
+            let hash = hashes[i % MGET_HASH_RING];
+            let key = k.as_ref();
             let Some(s) = self.session.as_ref() else {
                 return Err(ShmError::Disconnected);
             };
-            for (h, k) in hashes.iter_mut().zip(chunk) {
-                *h = key_hash(k.as_ref());
+            if s.one_sided_off {
+                // As in `get_into`: the socket until the header matches the session again.
+                let v = self.get_into(key, out)?;
+                f(i, v.map(|v| (v, out.as_slice())));
+                continue;
             }
-            prefetch_batch(s, &hashes[..chunk.len()]);
-            for (j, k) in chunk.iter().enumerate() {
-                let key = k.as_ref();
-                // Re-fetched per key: a fallback earlier in this step may have re-handshaken.
-                let Some(s) = self.session.as_ref() else {
-                    return Err(ShmError::Disconnected);
-                };
-                let epoch = s.hello.epoch.0;
-                let (r, _) = read_entry_with(&s.view, key, hashes[j], now, Some(epoch), out);
-                match r {
-                    ReadOutcome::Hit { version, .. } => {
-                        self.stats.shm_hits += 1;
-                        self.record(hashes[j]);
-                        f(base_i + j, Some((version, out.as_slice())));
-                    }
-                    ReadOutcome::Miss => {
-                        self.stats.shm_misses += 1;
-                        f(base_i + j, None);
-                    }
-                    ReadOutcome::Retry => {
-                        let v = self.slow_get(key, hashes[j], out)?;
-                        f(base_i + j, v.map(|v| (v, out.as_slice())));
+            let (r, _) = read_entry_with(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
+            match r {
+                ReadOutcome::Hit { version, .. } => {
+                    self.stats.shm_hits += 1;
+                    self.record(hash);
+                    f(i, Some((version, out.as_slice())));
+                }
+                ReadOutcome::Miss => {
+                    self.stats.shm_misses += 1;
+                    f(i, None);
+                }
+                ReadOutcome::Retry => {
+                    let v = self.slow_get(key, hash, out)?;
+                    f(i, v.map(|v| (v, out.as_slice())));
+                    // A re-handshake maps the regions elsewhere: prefetch into the new view
+                    // (the validation never used the old one: it reads the session's).
+                    if let Some(s) = self.session.as_ref() {
+                        view = s.view;
                     }
                 }
             }
@@ -1185,52 +1261,5 @@ const _: fn() = || {
 impl Drop for ShmReader {
     fn drop(&mut self) {
         self.flush_access();
-    }
-}
-
-/// Overlap the cache misses of a batch: prefetch every home bucket (two lines), then, for
-/// every index entry in those buckets whose tag matches, the first lines of its data entry.
-/// Pure hints: nothing read here is trusted (the full read validates everything).
-fn prefetch_batch(s: &Session, hashes: &[u64]) {
-    let hdr = s.index.ptr as usize + HDR_LAYOUT * 8;
-    // SAFETY: the header word is inside the mapping, aligned; loaded atomically.
-    let lw = unsafe { (*(hdr as *const AtomicU64)).load(Ordering::Acquire) };
-    let layout = Layout::unpack(lw);
-    if layout.buckets() == 0 || layout.table_offset() + layout.table_bytes() > s.index.len as u64 {
-        return;
-    }
-    for &h in hashes {
-        let b = s.index.ptr as usize + layout.bucket_offset(layout.home(h)) as usize;
-        prefetch(b as *const u8);
-        prefetch((b + 64) as *const u8);
-    }
-    for &h in hashes {
-        let tag = tag_of(h);
-        let b = s.index.ptr as usize + layout.bucket_offset(layout.home(h)) as usize;
-        for i in 0..BUCKET_ENTRIES {
-            let w = b + entry_word(i) * 8;
-            // SAFETY: inside the table, which is inside the mapping (checked above); aligned.
-            let (w0, w1) = unsafe {
-                (
-                    (*(w as *const AtomicU64)).load(Ordering::Relaxed),
-                    (*((w + 8) as *const AtomicU64)).load(Ordering::Relaxed),
-                )
-            };
-            if w0 == 0 || ringlet_engine::layout::ie_tag(w0) != tag {
-                continue;
-            }
-            let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
-            let size = u64::from(ie_size_units(w1)) * UNIT_BYTES;
-            if loc + size > s.data.len as u64 {
-                continue;
-            }
-            let d = s.data.ptr as usize + loc as usize;
-            let mut off = 0;
-            // At most four lines: enough for small values, where latency dominates.
-            while off < size && off < 256 {
-                prefetch((d + off as usize) as *const u8);
-                off += 64;
-            }
-        }
     }
 }

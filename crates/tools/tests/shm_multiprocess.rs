@@ -168,7 +168,7 @@ fn churn(name: &str, eviction: &str) {
             ]))
         })
         .collect();
-    let readers: Vec<Child> = [1usize, 16]
+    let readers: Vec<Child> = [1usize, 16, 48]
         .iter()
         .enumerate()
         .map(|(i, b)| {
@@ -249,7 +249,7 @@ fn readers_follow_epoch_change_and_node_restart() {
         "--seed",
         "5",
     ]));
-    let readers: Vec<Child> = [1usize, 8]
+    let readers: Vec<Child> = [1usize, 8, 40]
         .iter()
         .enumerate()
         .map(|(i, b)| {
