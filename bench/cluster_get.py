@@ -218,8 +218,11 @@ def redis_replication_ok(port):
 
 def run_redis_with_replica(redis, run, rep, duration, warmup):
     """Redis 7 primary + one replica on this host; the loop sends SET + WAIT 1 0."""
+    import tempfile
     base = free_base(2)
-    common = ["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
+    # The replica writes the initial sync's RDB to its directory: a temporary one, not ours.
+    d = tempfile.mkdtemp(prefix="bench-redis-replica-")
+    common = ["--save", "", "--appendonly", "no", "--bind", "127.0.0.1", "--dir", d]
     primary = subprocess.Popen([redis, "--port", str(base)] + common,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     replica = None
@@ -245,6 +248,8 @@ def run_redis_with_replica(redis, run, rep, duration, warmup):
         primary.kill()
         if replica:
             replica.kill()
+            replica.wait()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
