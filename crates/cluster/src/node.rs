@@ -55,6 +55,12 @@ use tokio::sync::oneshot;
 pub const DRIVER_QUEUE_MAX: usize = limits::QUEUE_CAPACITY as usize;
 /// Client requests awaiting a reply from the core (bounded like the queue).
 pub const WAITING_MAX: usize = limits::QUEUE_CAPACITY as usize;
+/// Longest a thread waits for the core's lock to step an event inline before it queues the
+/// event instead. Inline steps are short (a small value: a few µs), so a brief wait beats the
+/// driver thread's wake-up; the bound keeps an I/O worker from waiting out a long step of the
+/// driver's (a pull page, a repair round), and once anything is queued, events queue until
+/// the driver has caught up (see `Shared::offer`), so a collision used to cost several hops.
+pub const INLINE_LOCK_WAIT: Duration = Duration::from_micros(50);
 /// Largest value (or ec delta) a front worker or a peer reader steps through the core on its
 /// own thread. Larger ones go to the driver thread: a step copies, checksums and encodes the
 /// value once per replica, milliseconds for a large one, and an I/O worker busy that long
@@ -658,9 +664,9 @@ struct Driver {
 
 impl Shared {
     /// Hand `ev` to the core. A small client operation or replication message is stepped
-    /// right here when the core is free and nothing is queued (no thread hop: the reply or
-    /// the messages it produces leave from this thread); anything else goes to the driver
-    /// thread's channel.
+    /// right here when the core is free (or frees within [`INLINE_LOCK_WAIT`]) and nothing
+    /// is queued (no thread hop: the reply or the messages it produces leave from this
+    /// thread); anything else goes to the driver thread's channel.
     ///
     /// # Errors
     /// `Overloaded`: the channel is full (the event is dropped: nothing happened);
@@ -668,7 +674,7 @@ impl Shared {
     fn offer(&self, ev: Event) -> Result<(), SubmitError> {
         if steps_inline(&ev) && self.queued.load(Ordering::Acquire) == 0 {
             if let Some(core) = self.core.get().and_then(Weak::upgrade) {
-                if let Some(mut d) = core.try_lock() {
+                if let Some(mut d) = core.try_lock_for(INLINE_LOCK_WAIT) {
                     // Checked again under the lock: the driver thread decrements only after
                     // it stepped an event, holding the lock, so 0 here means every event
                     // queued before this one has been stepped.
