@@ -1289,6 +1289,75 @@ pub fn peer_addr(addr: &str) -> Option<SocketAddr> {
 mod tests {
     use super::*;
 
+    fn set(len: usize) -> Event {
+        Event::Client {
+            req: ClientRequest {
+                id: ReqId { client: 1, seq: 1 },
+                epoch: Epoch(1),
+                op: ClientOp::Set {
+                    key: b"k".to_vec(),
+                    value: vec![0; len],
+                    memgest: None,
+                    expiry_ms: None,
+                    kind: ValueKind::String,
+                },
+            },
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn peer(body: ringlet_replica::PeerBody) -> Event {
+        Event::Peer {
+            from: NodeId(2),
+            msg: PeerMsg {
+                epoch: Epoch(1),
+                incarnation: 1,
+                body,
+            },
+        }
+    }
+
+    /// The replication hot path is stepped where it arrives; large values, background work
+    /// (pulls, repair) and control stay on the driver thread.
+    #[test]
+    fn what_is_stepped_inline() {
+        use ringlet_replica::PeerBody as B;
+        assert!(steps_inline(&set(100)));
+        assert!(steps_inline(&set(INLINE_STEP_BYTES_MAX)));
+        assert!(!steps_inline(&set(INLINE_STEP_BYTES_MAX + 1)));
+        let entry = |len: usize| ringlet_replica::Entry {
+            version: Version(1),
+            memgest: MemgestId(0),
+            value: Some(vec![0; len]),
+            expiry_ms: None,
+            kind: ValueKind::String,
+        };
+        assert!(steps_inline(&peer(B::Replicate {
+            key: b"k".to_vec(),
+            entry: entry(100),
+        })));
+        assert!(!steps_inline(&peer(B::Replicate {
+            key: b"k".to_vec(),
+            entry: entry(INLINE_STEP_BYTES_MAX + 1),
+        })));
+        assert!(steps_inline(&peer(B::ReplicateAck {
+            key: b"k".to_vec(),
+            version: Version(1),
+            ok: true,
+        })));
+        assert!(!steps_inline(&peer(B::PullResp {
+            id: 1,
+            ready: true,
+            resets: Vec::new(),
+            entries: Vec::new(),
+            next: None,
+        })));
+        assert!(!steps_inline(&peer(B::ProbeResp {
+            mismatched: Vec::new()
+        })));
+        assert!(!steps_inline(&Event::Wake));
+    }
+
     #[test]
     fn addr_forms() {
         assert_eq!(
