@@ -12,8 +12,14 @@ Ringlet's 3 nodes). Repetitions interleave the targets; medians are printed with
 to Redis. INFO `fast_reads` / `fast_read_fallbacks` of the nodes are printed after each
 Ringlet run when the binary has them.
 
+With `--op set` the raw-RESP rows send SETs instead, and one more baseline runs: Redis 7 with
+one replica (`--replicaof`), each SET followed by `WAIT 1 0` in the same write — a write
+acknowledged by a second copy, what a rep:3 SET (acknowledged by a majority: two copies)
+promises. Ratios are printed against plain Redis and against that baseline.
+
 Usage: bench/cluster_get.py [--ringlet target/release/ringlet ...] [--reps 5]
                             [--duration 4] [--concurrency 1] [--keys 10000] [--value-size 100]
+                            [--op get|set]
 Requires: `cargo build --release -p ringlet-cli --bin ringlet -p ringlet-tools --bins`,
 redis-server 7 (scripts/setup.sh).
 """
@@ -93,6 +99,9 @@ def main():
     # A 3-master Redis Cluster measured by the same raw-RESP loop, GETs to each key's master:
     # the same process layout as Ringlet's 3 nodes (each process idle 2/3 of the time).
     results["redis cluster, 3 masters (raw RESP, coordinator)"] = []
+    WAITED = "redis + 1 replica, SET + WAIT 1 0"
+    if a.op == "set":
+        results[WAITED] = []
     load_start = open("/proc/loadavg").read().split()[:3]
     for rep in range(a.reps):
         for exe in a.ringlet:
@@ -151,6 +160,11 @@ def main():
             print(f"rep {rep + 1} redis: p50 {r['p50_us']} p99 {r['p99_us']} us", file=sys.stderr)
         finally:
             rs.kill()
+        if a.op == "set":
+            r = run_redis_with_replica(redis, run, rep, a.duration, a.warmup)
+            results[WAITED].append(r)
+            print(f"rep {rep + 1} redis + replica, SET + WAIT: p50 {r['p50_us']} "
+                  f"p99 {r['p99_us']} us", file=sys.stderr)
         rbase, rprocs = start_redis_cluster(3, 3)
         try:
             addr = f"127.0.0.1:{rbase}"
@@ -169,10 +183,14 @@ def main():
     print(f"\nClosed-loop {a.op.upper()}, {a.concurrency} client(s), {a.keys} keys of {a.value_size} B, "
           f"medians of {a.reps} runs of {a.duration:g} s (load average {' '.join(load_start)} "
           f"at start, {' '.join(load_end)} at end):\n")
-    rc = results["redis cluster, 3 masters (raw RESP, coordinator)"]
+    # The second baseline: Redis Cluster for GETs (same process layout), Redis with a replica
+    # and WAIT for SETs (same durability: a second copy before the answer).
+    other = WAITED if a.op == "set" else "redis cluster, 3 masters (raw RESP, coordinator)"
+    other_name = "Redis+replica WAIT" if a.op == "set" else "Redis Cluster"
+    rc = results[other]
     cp50, cp99 = med(rc, "p50_us"), med(rc, "p99_us")
-    print("| target | p50 µs | p99 µs | ops/s | p50 / Redis | p99 / Redis | p50 / Redis Cluster "
-          "| p99 / Redis Cluster |")
+    print(f"| target | p50 µs | p99 µs | ops/s | p50 / Redis | p99 / Redis | p50 / {other_name} "
+          f"| p99 / {other_name} |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, rs in results.items():
         if not rs:
@@ -180,6 +198,58 @@ def main():
         p50, p99 = med(rs, "p50_us"), med(rs, "p99_us")
         print(f"| {name} | {p50:.0f} | {p99:.0f} | {med(rs, 'ops_per_s'):.0f} | "
               f"{p50 / rp50:.2f} | {p99 / rp99:.2f} | {p50 / cp50:.2f} | {p99 / cp99:.2f} |")
+    print("\nper run (p50 µs): " + "; ".join(
+        f"{name}: {' '.join(str(x['p50_us']) for x in rs)}" for name, rs in results.items() if rs))
+
+
+def redis_replication_ok(port):
+    """Whether the primary on `port` has one replica online (INFO replication)."""
+    s = socket.create_connection(("127.0.0.1", port), 5)
+    s.sendall(b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")
+    buf = b""
+    while b"repl_backlog_histlen" not in buf:  # the section's last field
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    s.close()
+    return b"connected_slaves:1" in buf and b"state=online" in buf
+
+
+def run_redis_with_replica(redis, run, rep, duration, warmup):
+    """Redis 7 primary + one replica on this host; the loop sends SET + WAIT 1 0."""
+    import tempfile
+    base = free_base(2)
+    # The replica writes the initial sync's RDB to its directory: a temporary one, not ours.
+    d = tempfile.mkdtemp(prefix="bench-redis-replica-")
+    common = ["--save", "", "--appendonly", "no", "--bind", "127.0.0.1", "--dir", d]
+    primary = subprocess.Popen([redis, "--port", str(base)] + common,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    replica = None
+    try:
+        wait_port(base)
+        replica = subprocess.Popen([redis, "--port", str(base + 1), "--replicaof", "127.0.0.1",
+                                    str(base)] + common,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(base + 1)
+        deadline = time.time() + 30
+        while not redis_replication_ok(base):
+            if time.time() > deadline:
+                raise SystemExit("redis replica did not come online")
+            time.sleep(0.1)
+        addr = f"127.0.0.1:{base}"
+        run(["--target", "redis", "--addr", addr, "--load"], 0.2, 0)
+        r = run(["--target", "redis", "--addr", addr, "--seed", str(rep + 1),
+                 "--op", "set-wait"], duration, warmup)
+        if r["errors"]:
+            raise SystemExit(f"redis SET + WAIT: {r['errors']} errors (WAIT answered 0?)")
+        return r
+    finally:
+        primary.kill()
+        if replica:
+            replica.kill()
+            replica.wait()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -3,16 +3,26 @@
 //! ```text
 //!  front ends --submit(op)--+                 peer transport --Peer--+
 //!                           v                                        v
-//!            bounded event channel (DRIVER_QUEUE_MAX) <--Map/HbAck/Fenced-- control client
-//!                           |
-//!                 driver thread: recv_timeout(tick) -> Replica::step(mono_ms(), input)
-//!                           |
+//!                     Shared::offer(event): core free and nothing queued?
+//!                      | yes: step it here (front worker /         | no
+//!                      |      peer reader thread, no hop)          v
+//!                      |                  bounded event channel (DRIVER_QUEUE_MAX)
+//!                      |                  <--Map/HbAck/Fenced-- control client
+//!                      v                                           |
+//!          Mutex<Driver>: Replica::step(mono_ms(), input) <-- driver thread: ticks,
+//!                      |                                     queued events, control
 //!     Send -> transport.send (never blocks) · Reply -> the waiting oneshot
 //!     Control -> control client · PossibleLoss -> counter + log
 //! ```
 //!
-//! The replica core is stepped only by the driver thread, so it needs no lock; the engine it
-//! writes through ([`EngineStore`]) is shared (behind its mutex) with whoever serves INFO.
+//! The replica core is stepped by one thread at a time (the driver mutex). A small client
+//! operation or replication message is stepped on the thread that received it when the core
+//! is free and no event is queued (docs/design/cluster-replication.md, "A SET's path"): a
+//! rep:3 SET then costs no thread hop on the coordinator or the replicas beyond the sockets'
+//! own. Everything else (ticks, pulls, repair, large values, control) is stepped by the
+//! driver thread, and once anything is queued every event queues behind it, so the events
+//! of one source are stepped in arrival order whichever thread steps them. The engine the
+//! core writes through ([`EngineStore`]) is shared (behind its mutex) with whoever serves INFO.
 //! A full event channel refuses: a client gets `Busy` (nothing happened), a peer frame is
 //! dropped (the sender retransmits).
 
@@ -35,9 +45,9 @@ use ringlet_types::{
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -45,6 +55,17 @@ use tokio::sync::oneshot;
 pub const DRIVER_QUEUE_MAX: usize = limits::QUEUE_CAPACITY as usize;
 /// Client requests awaiting a reply from the core (bounded like the queue).
 pub const WAITING_MAX: usize = limits::QUEUE_CAPACITY as usize;
+/// Longest a thread waits for the core's lock to step an event inline before it queues the
+/// event instead. Inline steps are short (a small value: a few µs), so a brief wait beats the
+/// driver thread's wake-up; the bound keeps an I/O worker from waiting out a long step of the
+/// driver's (a pull page, a repair round), and once anything is queued, events queue until
+/// the driver has caught up (see `Shared::offer`), so a collision used to cost several hops.
+pub const INLINE_LOCK_WAIT: Duration = Duration::from_micros(50);
+/// Largest value (or ec delta) a front worker or a peer reader steps through the core on its
+/// own thread. Larger ones go to the driver thread: a step copies, checksums and encodes the
+/// value once per replica, milliseconds for a large one, and an I/O worker busy that long
+/// would stall every other connection it serves.
+pub const INLINE_STEP_BYTES_MAX: usize = 64 * 1024;
 
 /// How a node runs.
 #[derive(Clone, Debug)]
@@ -158,11 +179,22 @@ pub struct NodeStats {
     pub move_copies_completed: AtomicU64,
     pub move_copies_aborted: AtomicU64,
     pub move_delta_keys: AtomicU64,
+    /// Client operations and peer messages stepped on the thread that received them, and
+    /// those queued to the driver thread instead (core busy, something already queued, or
+    /// a large or background message); INFO `core_steps_inline` / `core_steps_queued`.
+    pub steps_inline: AtomicU64,
+    pub steps_queued: AtomicU64,
 }
 
 struct Shared {
     id: NodeId,
     tx: SyncSender<Event>,
+    /// Events sent to `tx` and not yet handled by the driver thread. An event is stepped
+    /// inline only while this is 0, so it never overtakes an earlier event of its source.
+    queued: AtomicUsize,
+    /// The core, for the threads that step it inline ([`Shared::offer`]); the driver thread
+    /// holds the only strong reference, so the core goes away with it.
+    core: OnceLock<Weak<Mutex<Driver>>>,
     map: RwLock<Option<Arc<ClusterMap>>>,
     /// The core's epoch after its last step (what a request must carry).
     epoch: AtomicU64,
@@ -296,6 +328,8 @@ impl ClusterNode {
         let shared = Arc::new(Shared {
             id: cfg.id,
             tx: tx.clone(),
+            queued: AtomicUsize::new(0),
+            core: OnceLock::new(),
             map: RwLock::new(None),
             epoch: AtomicU64::new(0),
             next_client: AtomicU64::new(1),
@@ -334,7 +368,7 @@ impl ClusterNode {
             .store(mono_ms(), Ordering::Relaxed);
         let s2 = shared.clone();
         let inbound: Inbound = Arc::new(move |from, msg| {
-            if s2.tx.try_send(Event::Peer { from, msg }).is_err() {
+            if s2.offer(Event::Peer { from, msg }).is_err() {
                 s2.stats.events_refused.fetch_add(1, Ordering::Relaxed);
             }
         });
@@ -370,7 +404,7 @@ impl ClusterNode {
                     }
                     q.push_back(m);
                 }
-                let _ = s3.tx.try_send(Event::Wake);
+                let _ = s3.enqueue(Event::Wake);
             }),
             &control_handle,
         ));
@@ -385,7 +419,6 @@ impl ClusterNode {
             transport: transport.clone(),
             control: control.clone(),
             waiting: HashMap::new(),
-            tick_ms: cfg.tick_ms.max(1),
             trace: std::env::var_os("RINGLET_TRACE").is_some(),
             was_pulling: false,
             pulls_done: 0,
@@ -399,9 +432,12 @@ impl ClusterNode {
             shm_held: HashMap::new(),
             shm_touched: Vec::new(),
         };
+        let core = Arc::new(Mutex::new(d));
+        let _ = shared.core.set(Arc::downgrade(&core));
+        let (s5, tick_ms) = (shared.clone(), cfg.tick_ms.max(1));
         let handle = std::thread::Builder::new()
             .name(format!("ringlet-node-{}", cfg.id))
-            .spawn(move || d.run(rx))?;
+            .spawn(move || run_driver(&core, &s5, &rx, tick_ms))?;
         let (s4, c4) = (shared.clone(), control.clone());
         std::thread::Builder::new()
             .name(format!("ringlet-hb-{}", cfg.id))
@@ -566,16 +602,16 @@ impl ClusterNode {
             op,
         };
         let (tx, rx) = oneshot::channel();
-        match self.shared.tx.try_send(Event::Client { req, reply: tx }) {
+        match self.shared.offer(Event::Client { req, reply: tx }) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
+            Err(SubmitError::Overloaded) => {
                 self.shared
                     .stats
                     .events_refused
                     .fetch_add(1, Ordering::Relaxed);
                 return Err(SubmitError::Overloaded);
             }
-            Err(TrySendError::Disconnected(_)) => return Err(SubmitError::Stopped),
+            Err(SubmitError::Stopped) => return Err(SubmitError::Stopped),
         }
         rx.await.map_err(|_| SubmitError::Stopped)
     }
@@ -587,6 +623,7 @@ impl ClusterNode {
             *x.exporter.lock() = None;
         }
         self.shared.hb.stopped.store(true, Ordering::Release);
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
         let _ = self.shared.tx.send(Event::Stop);
         if let Some(h) = self.driver.lock().take() {
             let _ = h.join();
@@ -603,7 +640,6 @@ struct Driver {
     transport: Arc<Transport>,
     control: Arc<ControlClient>,
     waiting: HashMap<u64, oneshot::Sender<Reply>>,
-    tick_ms: u64,
     /// `RINGLET_TRACE` set: log epoch changes and rebuild/sync progress to stderr.
     trace: bool,
     was_pulling: bool,
@@ -626,41 +662,157 @@ struct Driver {
     shm_touched: Vec<Vec<u8>>,
 }
 
-impl Driver {
-    fn run(mut self, rx: std::sync::mpsc::Receiver<Event>) {
-        let mut next_tick = mono_ms();
-        loop {
+impl Shared {
+    /// Hand `ev` to the core. A small client operation or replication message is stepped
+    /// right here when the core is free (or frees within [`INLINE_LOCK_WAIT`]) and nothing
+    /// is queued (no thread hop: the reply or the messages it produces leave from this
+    /// thread); anything else goes to the driver thread's channel.
+    ///
+    /// # Errors
+    /// `Overloaded`: the channel is full (the event is dropped: nothing happened);
+    /// `Stopped`: the driver thread is gone.
+    fn offer(&self, ev: Event) -> Result<(), SubmitError> {
+        if steps_inline(&ev) && self.queued.load(Ordering::Acquire) == 0 {
+            if let Some(core) = self.core.get().and_then(Weak::upgrade) {
+                if let Some(mut d) = core.try_lock_for(INLINE_LOCK_WAIT) {
+                    // Checked again under the lock: the driver thread decrements only after
+                    // it stepped an event, holding the lock, so 0 here means every event
+                    // queued before this one has been stepped.
+                    if self.queued.load(Ordering::Acquire) == 0
+                        && !self.hb.stopped.load(Ordering::Acquire)
+                    {
+                        d.drain_control();
+                        d.handle(ev);
+                        self.stats.steps_inline.fetch_add(1, Ordering::Relaxed);
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        if matches!(ev, Event::Client { .. } | Event::Peer { .. }) {
+            self.stats.steps_queued.fetch_add(1, Ordering::Relaxed);
+        }
+        self.enqueue(ev)
+    }
+
+    /// Queue `ev` for the driver thread (counted in `queued` until it has been stepped).
+    ///
+    /// # Errors
+    /// As [`Shared::offer`].
+    fn enqueue(&self, ev: Event) -> Result<(), SubmitError> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        self.tx.try_send(ev).map_err(|e| {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            match e {
+                TrySendError::Full(_) => SubmitError::Overloaded,
+                TrySendError::Disconnected(_) => SubmitError::Stopped,
+            }
+        })
+    }
+}
+
+/// Whether `ev` may be stepped on the thread that received it: client operations and the
+/// messages of the replication hot path (Replicate and its answers, ec updates and acks,
+/// retires), with at most [`INLINE_STEP_BYTES_MAX`] bytes of value. Pulls, repair and probes
+/// are background work whose steps scan the store: the driver thread runs them.
+fn steps_inline(ev: &Event) -> bool {
+    use ringlet_replica::PeerBody as B;
+    let small = |v: Option<&Vec<u8>>| v.is_none_or(|v| v.len() <= INLINE_STEP_BYTES_MAX);
+    match ev {
+        Event::Client { req, .. } => match &req.op {
+            ClientOp::Set { value, .. } => small(Some(value)),
+            ClientOp::SetIf { value, .. } => small(value.as_ref()),
+            ClientOp::Get { .. }
+            | ClientOp::ReadReplica { .. }
+            | ClientOp::Delete { .. }
+            | ClientOp::Expire { .. } => true,
+        },
+        Event::Peer { msg, .. } => match &msg.body {
+            B::Replicate { entry, .. } => small(entry.value.as_ref()),
+            B::EcUpdate { delta, .. } => small(Some(delta)),
+            B::ReplicateAck { .. } | B::ReplicateRefused { .. } | B::EcAck { .. } => true,
+            B::Retire { .. } => true,
+            _ => false,
+        },
+        Event::Control(_) | Event::Wake | Event::Stop => false,
+    }
+}
+
+/// The driver thread: ticks (every `tick_ms`), control messages, and the events queued to
+/// it; it takes the core's lock for each, so inline steps interleave between them. The one
+/// loop without a trip bound: it runs until `Stop` or the channel closes.
+fn run_driver(
+    core: &Arc<Mutex<Driver>>,
+    shared: &Shared,
+    rx: &std::sync::mpsc::Receiver<Event>,
+    tick_ms: u64,
+) {
+    let mut next_tick = mono_ms();
+    loop {
+        {
+            let mut d = core.lock();
             let now = mono_ms();
-            self.shared.hb.driver_alive_ms.store(now, Ordering::Relaxed);
+            shared.hb.driver_alive_ms.store(now, Ordering::Relaxed);
             if now >= next_tick {
-                self.step(Input::Tick);
-                next_tick = now + self.tick_ms;
-                // Replies whose requester gave up: forget them (bounds `waiting`).
-                self.waiting.retain(|_, tx| !tx.is_closed());
-                if now >= self.next_usage_ms {
-                    self.next_usage_ms = now + USAGE_REPORT_MS;
-                    self.report_usage();
-                }
-                if now >= self.next_expiry_ms {
-                    self.next_expiry_ms = now + EXPIRY_SCAN_MS;
-                    self.expire_keys();
-                }
+                d.tick(now);
+                next_tick = now + tick_ms;
             }
-            let pending: Vec<FromControl> = self.shared.control.lock().drain(..).collect();
-            for m in pending {
-                self.handle(Event::Control(m));
+            d.drain_control();
+            d.apply_deferred();
+        }
+        let wait = Duration::from_millis(next_tick.saturating_sub(mono_ms()));
+        match rx.recv_timeout(wait) {
+            Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(ev) => {
+                let mut d = core.lock();
+                d.drain_control();
+                d.handle(ev);
+                // Under the lock: see `Shared::offer`.
+                shared.queued.fetch_sub(1, Ordering::AcqRel);
             }
-            if let Some((map, until)) = self.deferred.clone() {
-                if self.replica.is_settled() || mono_ms() >= until {
-                    self.deferred = None;
-                    self.step(Input::Map(map));
-                }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+impl Driver {
+    /// The periodic work: the core's tick, forgetting abandoned requests, usage reports and
+    /// active expiry.
+    fn tick(&mut self, now: u64) {
+        self.step(Input::Tick);
+        // Replies whose requester gave up: forget them (bounds `waiting`).
+        self.waiting.retain(|_, tx| !tx.is_closed());
+        if now >= self.next_usage_ms {
+            self.next_usage_ms = now + USAGE_REPORT_MS;
+            self.report_usage();
+        }
+        if now >= self.next_expiry_ms {
+            self.next_expiry_ms = now + EXPIRY_SCAN_MS;
+            self.expire_keys();
+        }
+    }
+
+    /// Step every control message waiting in the priority lane (maps, acks, fences): they go
+    /// before any client or peer event, whichever thread steps it.
+    fn drain_control(&mut self) {
+        let pending: Vec<FromControl> = {
+            let mut q = self.shared.control.lock();
+            if q.is_empty() {
+                return;
             }
-            let wait = Duration::from_millis(next_tick.saturating_sub(mono_ms()));
-            match rx.recv_timeout(wait) {
-                Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-                Ok(ev) => self.handle(ev),
-                Err(RecvTimeoutError::Timeout) => {}
+            q.drain(..).collect()
+        };
+        for m in pending {
+            self.handle(Event::Control(m));
+        }
+    }
+
+    /// Apply a map held back for a drain hand-over once the core settled or the hold ran out.
+    fn apply_deferred(&mut self) {
+        if let Some((map, until)) = self.deferred.clone() {
+            if self.replica.is_settled() || mono_ms() >= until {
+                self.deferred = None;
+                self.step(Input::Map(map));
             }
         }
     }
@@ -1136,6 +1288,75 @@ pub fn peer_addr(addr: &str) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn set(len: usize) -> Event {
+        Event::Client {
+            req: ClientRequest {
+                id: ReqId { client: 1, seq: 1 },
+                epoch: Epoch(1),
+                op: ClientOp::Set {
+                    key: b"k".to_vec(),
+                    value: vec![0; len],
+                    memgest: None,
+                    expiry_ms: None,
+                    kind: ValueKind::String,
+                },
+            },
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn peer(body: ringlet_replica::PeerBody) -> Event {
+        Event::Peer {
+            from: NodeId(2),
+            msg: PeerMsg {
+                epoch: Epoch(1),
+                incarnation: 1,
+                body,
+            },
+        }
+    }
+
+    /// The replication hot path is stepped where it arrives; large values, background work
+    /// (pulls, repair) and control stay on the driver thread.
+    #[test]
+    fn what_is_stepped_inline() {
+        use ringlet_replica::PeerBody as B;
+        assert!(steps_inline(&set(100)));
+        assert!(steps_inline(&set(INLINE_STEP_BYTES_MAX)));
+        assert!(!steps_inline(&set(INLINE_STEP_BYTES_MAX + 1)));
+        let entry = |len: usize| ringlet_replica::Entry {
+            version: Version(1),
+            memgest: MemgestId(0),
+            value: Some(vec![0; len]),
+            expiry_ms: None,
+            kind: ValueKind::String,
+        };
+        assert!(steps_inline(&peer(B::Replicate {
+            key: b"k".to_vec(),
+            entry: entry(100),
+        })));
+        assert!(!steps_inline(&peer(B::Replicate {
+            key: b"k".to_vec(),
+            entry: entry(INLINE_STEP_BYTES_MAX + 1),
+        })));
+        assert!(steps_inline(&peer(B::ReplicateAck {
+            key: b"k".to_vec(),
+            version: Version(1),
+            ok: true,
+        })));
+        assert!(!steps_inline(&peer(B::PullResp {
+            id: 1,
+            ready: true,
+            resets: Vec::new(),
+            entries: Vec::new(),
+            next: None,
+        })));
+        assert!(!steps_inline(&peer(B::ProbeResp {
+            mismatched: Vec::new()
+        })));
+        assert!(!steps_inline(&Event::Wake));
+    }
 
     #[test]
     fn addr_forms() {

@@ -1720,7 +1720,7 @@ impl Front {
             self.node.id(),
         );
         let cluster = format!(
-            "# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\nreshard_copies_completed:{}\r\nreshard_copies_aborted:{}\r\nreshard_delta_keys:{}\r\n",
+            "# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\ncore_steps_inline:{}\r\ncore_steps_queued:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\nreshard_copies_completed:{}\r\nreshard_copies_aborted:{}\r\nreshard_delta_keys:{}\r\n",
             map.as_ref().map_or(0, |m| m.epoch.0),
             st.maps_applied.load(Relaxed),
             st.fenced.load(Relaxed),
@@ -1732,6 +1732,8 @@ impl Front {
             stored,
             st.fast_reads.load(Relaxed),
             st.fast_read_fallbacks.load(Relaxed),
+            st.steps_inline.load(Relaxed),
+            st.steps_queued.load(Relaxed),
             shm.connections_open,
             shm.access_hashes,
             st.shm_keys_in_flight.load(Relaxed),

@@ -404,6 +404,8 @@ async fn read_frame(
 
 /// Buffer capacity a peer link keeps between frames (larger ones are freed after use).
 const FRAME_BUFFER_KEEP_BYTES: usize = 1 << 20;
+/// Read buffer of an inbound peer link (the write side batches into 64 KiB too).
+const LINK_READ_BUFFER_BYTES: usize = 64 * 1024;
 
 async fn read_link(
     stream: TcpStream,
@@ -428,6 +430,10 @@ async fn read_link(
         }
         None => None,
     };
+    // Buffered from here on (after the handshake, so no handshake byte is held back): a
+    // frame's header and body, and the frames that arrived with it, come in one read
+    // syscall instead of two or more per frame.
+    let mut stream = tokio::io::BufReader::with_capacity(LINK_READ_BUFFER_BYTES, stream);
     let mut buf = Vec::new();
     let from = match read_frame(&mut stream, &mut buf).await? {
         Some(Frame::Hello(h)) => h.from,

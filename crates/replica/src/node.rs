@@ -2490,11 +2490,20 @@ impl<S: ReplicaStore> Replica<S> {
 
     // ------------------------------------------------------------------ peers
 
-    fn on_peer(&mut self, now_ms: u64, from: NodeId, msg: PeerMsg, out: &mut Vec<Output>) {
+    fn on_peer(&mut self, now_ms: u64, from: NodeId, mut msg: PeerMsg, out: &mut Vec<Output>) {
         if self.map.is_none() {
             return; // not joined yet: nothing to serve, nothing to vote
         }
-        match msg.body.clone() {
+        // The body is moved out, not cloned: a clone copied every replicated value (and every
+        // 4 MiB pull page) once more on each receiver. What is left in `msg` is the envelope,
+        // and the handlers below read only its epoch and incarnation.
+        let body = std::mem::replace(
+            &mut msg.body,
+            PeerBody::ProbeResp {
+                mismatched: Vec::new(),
+            },
+        );
+        match body {
             PeerBody::Replicate { key, entry } => {
                 let slot = key_slot(&key);
                 let version = entry.version;

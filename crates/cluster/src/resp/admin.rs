@@ -619,6 +619,10 @@ impl ringlet_server::admin::AdminPages for Front {
             metrics::counter!("ringlet_fast_reads_total").absolute(st.fast_reads.load(Relaxed));
             metrics::counter!("ringlet_fast_read_fallbacks_total")
                 .absolute(st.fast_read_fallbacks.load(Relaxed));
+            metrics::counter!("ringlet_core_steps_inline_total")
+                .absolute(st.steps_inline.load(Relaxed));
+            metrics::counter!("ringlet_core_steps_queued_total")
+                .absolute(st.steps_queued.load(Relaxed));
             if let Some(x) = self.node.shm_stats() {
                 metrics::gauge!("ringlet_shm_clients").set(x.connections_open as f64);
                 metrics::counter!("ringlet_shm_access_hashes_total").absolute(x.access_hashes);

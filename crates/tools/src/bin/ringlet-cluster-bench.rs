@@ -42,6 +42,10 @@ enum Target {
 enum MeasuredOp {
     Get,
     Set,
+    /// `SET` and `WAIT 1 0` in one write, timed until both replies are in: a Redis write
+    /// acknowledged by a second copy (one replica), the like-for-like baseline of a rep:3
+    /// SET (acknowledged by a majority: two copies). A `WAIT` answering 0 counts as an error.
+    SetWait,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -87,7 +91,8 @@ struct Cli {
     #[arg(long)]
     load: bool,
     /// The measured requests of the raw-RESP loops (`redis`, `cluster-resp`): GETs, or SETs of
-    /// `--value-size` bytes (a cluster SET is acknowledged after its memgest's commit rule).
+    /// `--value-size` bytes (a cluster SET is acknowledged after its memgest's commit rule),
+    /// or SET + `WAIT 1 0` (Redis with a replica).
     #[arg(long, value_enum, default_value_t = MeasuredOp::Get)]
     op: MeasuredOp,
     /// Concurrent closed-loop tasks.
@@ -311,18 +316,40 @@ async fn cluster(cli: &Cli) -> Result<()> {
     )
 }
 
-/// One RESP request/reply on `s`.
+/// One RESP request/reply on `s` (the reply's bytes are taken out of `buf`; any bytes after
+/// it stay).
 async fn resp_call(s: &mut TcpStream, req: &[u8], op: Op, buf: &mut Vec<u8>) -> Result<Outcome> {
     s.write_all(req).await?;
     buf.clear();
     let mut chunk = [0u8; 16 * 1024];
     // Bounded: a reply is at most one value plus framing.
     loop {
-        if let Some((outcome, _, _)) = parse_reply(Protocol::Resp, op, buf)? {
+        if let Some((outcome, used, _)) = parse_reply(Protocol::Resp, op, buf)? {
+            // What follows (a pipelined request's reply) stays for the caller.
+            buf.drain(..used);
             return Ok(outcome);
         }
         if buf.len() > ringlet_types::limits::RESP_BULK_BYTES_MAX as usize + 64 {
             bail!("reply too large");
+        }
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("connection closed");
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The reply to the `WAIT 1 0` that followed a SET ([`resp_call`] consumed the SET's reply
+/// and left what came after it in `buf`): whether at least one replica acknowledged.
+async fn wait_acked(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<bool> {
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some((reply, _)) = ringlet_codec::resp::decode_reply(buf)? {
+            return Ok(matches!(reply, ringlet_codec::resp::Reply::Integer(n) if n >= 1));
+        }
+        if buf.len() > 1024 {
+            bail!("WAIT reply too large");
         }
         let n = s.read(&mut chunk).await?;
         if n == 0 {
@@ -423,7 +450,7 @@ async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<
         let route = route.clone();
         let slots = slots.clone();
         let keys = cli.keys;
-        let (set, value_size) = (cli.op == MeasuredOp::Set, cli.value_size);
+        let (op_kind, value_size) = (cli.op, cli.value_size);
         let seed = cli.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         tasks.push(tokio::spawn(async move {
             let mut conns = Conns(Default::default());
@@ -440,12 +467,18 @@ async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<
             loop {
                 let k = key(rng.below(keys));
                 req.clear();
-                let op = if set {
-                    ringlet_codec::resp::encode_request(&mut req, &[b"SET", &k, &value]);
-                    Op::Set
-                } else {
-                    ringlet_codec::resp::encode_request(&mut req, &[b"GET", &k]);
-                    Op::Get
+                let op = match op_kind {
+                    MeasuredOp::Set | MeasuredOp::SetWait => {
+                        ringlet_codec::resp::encode_request(&mut req, &[b"SET", &k, &value]);
+                        if op_kind == MeasuredOp::SetWait {
+                            ringlet_codec::resp::encode_request(&mut req, &[b"WAIT", b"1", b"0"]);
+                        }
+                        Op::Set
+                    }
+                    MeasuredOp::Get => {
+                        ringlet_codec::resp::encode_request(&mut req, &[b"GET", &k]);
+                        Op::Get
+                    }
                 };
                 let t0 = Instant::now();
                 if t0 >= end {
@@ -453,7 +486,10 @@ async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<
                 }
                 let a = route(&slots, &k);
                 let s = conns.get(&a).await?;
-                let r = resp_call(s, &req, op, &mut buf).await?;
+                let mut r = resp_call(s, &req, op, &mut buf).await?;
+                if op_kind == MeasuredOp::SetWait && !wait_acked(s, &mut buf).await? {
+                    r = Outcome::Error;
+                }
                 let lat = t0.elapsed();
                 if t0 < warm_end {
                     continue;
@@ -479,6 +515,8 @@ async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<
         match (slots.is_some(), cli.op) {
             (true, MeasuredOp::Get) => "cluster-resp GET",
             (true, MeasuredOp::Set) => "cluster-resp SET",
+            (true, MeasuredOp::SetWait) => "cluster-resp SET+WAIT",
+            (false, MeasuredOp::SetWait) => "redis SET+WAIT 1 0",
             (false, MeasuredOp::Get) => "redis GET",
             (false, MeasuredOp::Set) => "redis SET",
         },
