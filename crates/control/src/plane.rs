@@ -330,8 +330,9 @@ pub enum ControlError {
     #[error("bad move: {0}")]
     BadMove(String),
     #[error(
-        "memgest {0} is erasure-coded: resharding (slot moves, added nodes) with ec:K+M \
-         memgests is not supported yet (move its keys to a replicated memgest and drop it)"
+        "memgest {0} is erasure-coded: a span cannot move to another placement pair of its own \
+         coordinator (its ec values would stay in the old group's arena); pick a pair \
+         coordinated by another node"
     )]
     EcMove(String),
     #[error("node {0} is not a spare")]
@@ -962,7 +963,6 @@ impl ControlPlane {
         if self.map.handoffs.len() >= crate::map::HANDOFFS_MAX {
             return Err(ControlError::HandoffPending { first, last });
         }
-        self.refuse_resharding_with_ec()?;
         let mut next = (*self.map).clone();
         let mut m = crate::map::SlotMove {
             first,
@@ -976,6 +976,9 @@ impl ControlPlane {
             target: 0,
         };
         m.target = self.map.move_target(&m).map_or(0, |n| n.0);
+        if m.source == m.target {
+            self.refuse_same_node_move_with_ec()?;
+        }
         // Phase 0 unless the span stays with its coordinator (another pair of the same
         // node: it holds everything already).
         m.copying = m.source != m.target;
@@ -1039,11 +1042,14 @@ impl ControlPlane {
         }
     }
 
-    /// Resharding (moves, added or removed nodes) is refused while an ec memgest exists:
-    /// new groups give ec memgests new arenas whose recovery paths assume a group that
-    /// existed since bootstrap, and moved spans would need their arenas re-encoded (the
-    /// simulator found wrong ec reads when this was allowed).
-    fn refuse_resharding_with_ec(&self) -> Result<(), ControlError> {
+    /// A move to another pair of the span's own coordinator is refused while an ec memgest
+    /// exists. Every other move re-encodes the span's ec values: the new coordinator pulls
+    /// them decoded from the old one and writes them through its own ec path into its
+    /// group's arena (docs/design/cluster-resharding.md, "Moving ec:K+M values"). A
+    /// same-node move has no pull (the node holds the span already), so its values would
+    /// stay in the old group's arena, which a later removal retires: refused rather than
+    /// lost. The planner never proposes one while an ec memgest exists.
+    fn refuse_same_node_move_with_ec(&self) -> Result<(), ControlError> {
         match self
             .map
             .memgests
@@ -1121,7 +1127,6 @@ impl ControlPlane {
         if !self.map.leaving.is_empty() {
             return Err(ControlError::DrainInProgress);
         }
-        self.refuse_resharding_with_ec()?;
         let others: Vec<NodeId> = self
             .map
             .nodes
@@ -1153,7 +1158,6 @@ impl ControlPlane {
             Some(NodeState::Spare) => {}
             Some(_) => return Err(ControlError::NotSpare(node)),
         }
-        self.refuse_resharding_with_ec()?;
         let mut nodes: Vec<NodeId> = self
             .map
             .nodes
@@ -1882,7 +1886,8 @@ mod tests {
             rej(cp.step(1, mv(0, 0, 1, 9))),
             ControlError::BadMove(_)
         ));
-        // A written ec memgest cannot move yet.
+        // With an ec memgest, a span moves to another node's pair (its values are
+        // re-encoded there) but not to another pair of its own coordinator.
         cp.step(
             1,
             Input::CreateMemgest {
@@ -1893,10 +1898,24 @@ mod tests {
         );
         let id = cp.map().memgest_by_name("cold").unwrap();
         cp.step(1, Input::MarkWritten { memgest: id });
+        let p = cp.map().placement.clone().unwrap();
+        let coord = p.range_coordinator(&r0).unwrap();
+        let pair = |same: bool| {
+            (0u32..).zip(p.groups.iter()).find_map(|(gi, g)| {
+                g.iter()
+                    .take(usize::from(p.s))
+                    .position(|n| (*n == coord) == same)
+                    .filter(|_| gi != r0.pg)
+                    .map(|j| (gi, j as u8))
+            })
+        };
+        let (gi, j) = pair(true).unwrap();
         assert!(matches!(
-            rej(cp.step(1, mv(r0.first, r0.first, (r0.pg + 1) % 3, 0))),
+            rej(cp.step(1, mv(r0.first, r0.first, gi, j))),
             ControlError::EcMove(_)
         ));
+        let (gi, j) = pair(false).unwrap();
+        published(&cp.step(1, mv(r0.first, r0.first, gi, j))).unwrap();
     }
 
     #[test]

@@ -217,6 +217,10 @@ struct Pull {
     fresh: BTreeSet<Vec<u8>>,
     /// Bytes, entries and ms of the copy before the switch (reported with the handoff).
     copied: (u64, u64, u64),
+    /// ec values of a handed-off span being re-encoded into this node's arena (version →
+    /// key): the pull completes only once each committed under this group's parity
+    /// (`node/ec.rs` `reencode_ec`). At most the span's ec keys.
+    ec_reencoding: BTreeMap<Version, Vec<u8>>,
 }
 
 #[derive(Clone, Debug)]
@@ -348,6 +352,11 @@ pub struct Replica<S: ReplicaStore> {
     ec_jobs: BTreeMap<u64, ec::Job>,
     /// ec: request id → what it belongs to.
     ec_reqs: BTreeMap<u64, ec::EcReq>,
+    /// ec entries this store forgot (a purged or wiped span) whose arena metadata must be
+    /// retired too (`node/ec.rs` `retire_ec_leftovers`), so no parity holder keeps them for
+    /// a later takeover to restore. Drained by every `drive_pulls`; at most a purge step's
+    /// keys or one wiped span's.
+    ec_leftovers: Vec<(Vec<u8>, Entry)>,
     /// `now_ms` of the latest step (for work started outside a timed path).
     last_now_ms: u64,
     /// Resharding phase 0: the span this node copies as a move's target (`node/copy.rs`).
@@ -414,6 +423,10 @@ pub struct ReplicaStats {
     pub move_copies_aborted: u64,
     /// Entries the old coordinator resent at the switch (the delta after a copy).
     pub move_delta_keys: u64,
+    /// ec values of handed-off spans re-encoded into this node's group (new coordinator),
+    /// and ec arena entries of given-away spans retired here (old coordinator).
+    pub move_ec_reencoded: u64,
+    pub move_ec_retired: u64,
 }
 
 /// A slot with writes in flight to a replica is key-list repaired with it at most this often.
@@ -486,6 +499,7 @@ impl<S: ReplicaStore> Replica<S> {
             ec_parity: BTreeMap::new(),
             ec_jobs: BTreeMap::new(),
             ec_reqs: BTreeMap::new(),
+            ec_leftovers: Vec::new(),
             last_now_ms: 0,
             copy: None,
             stats: ReplicaStats::default(),
@@ -1689,6 +1703,7 @@ impl<S: ReplicaStore> Replica<S> {
                                 delta: false,
                                 fresh: BTreeSet::new(),
                                 copied: (0, 0, 0),
+                                ec_reencoding: BTreeMap::new(),
                             })
                         }
                     }
@@ -1842,6 +1857,7 @@ impl<S: ReplicaStore> Replica<S> {
     // ------------------------------------------------------------------ pulls
 
     fn drive_pulls(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        self.settle_reencodes(now_ms);
         let retry = self.cfg.pull_retry_ms;
         let mut sends = Vec::new();
         let mut finished = Vec::new();
@@ -1960,6 +1976,7 @@ impl<S: ReplicaStore> Replica<S> {
                 self.finish_pull(now_ms, ri, false, out);
             }
         }
+        self.retire_ec_leftovers(out);
     }
 
     /// A write of `key` at `version` is in flight (before its first Replicate goes out).
@@ -2023,7 +2040,9 @@ impl<S: ReplicaStore> Replica<S> {
                         return false;
                     }
                 }
-                self.ec_loaded(r.pg) && self.unconfirmed_memgests(ri).is_empty()
+                self.ec_loaded(r.pg)
+                    && self.unconfirmed_memgests(ri).is_empty()
+                    && p.ec_reencoding.is_empty()
             }
         }
     }
@@ -2169,6 +2188,14 @@ impl<S: ReplicaStore> Replica<S> {
         if msg.epoch < self.epoch {
             return self.send(out, from, not_ready);
         }
+        // A rebuild from a newer map: this node may not have seen the switch yet (a whole
+        // range moved looks the same before it), and what it sends depends on it (a
+        // handed-off span's ec values go decoded). It will within a map broadcast; the
+        // puller asks again (after DELTA_RETRY_MS for a handoff's old coordinator). The
+        // simulator found a whole-range move whose ec values never reached the target.
+        if purpose == PullPurpose::Rebuild && msg.epoch > self.epoch {
+            return self.send(out, from, not_ready);
+        }
         let Some(ri) = self.range_index(first) else {
             return self.send(out, from, not_ready);
         };
@@ -2241,7 +2268,14 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         };
-        let (entries, next, resets) = self.page(first, last, after, &*filter, have.as_ref());
+        // A handed-off span (this node was its old coordinator, in another group): its ec
+        // values go decoded, for the new coordinator to re-encode in its own group.
+        let ec_values = purpose == PullPurpose::Rebuild && map.handoff(first, last).is_some();
+        let Some((entries, next, resets)) =
+            self.page(first, last, after, &*filter, have.as_ref(), ec_values)
+        else {
+            return self.send(out, from, not_ready);
+        };
         let mut entries = entries;
         entries.extend(extra);
         self.send(
@@ -2271,7 +2305,8 @@ impl<S: ReplicaStore> Replica<S> {
         after: Option<(Slot, Vec<u8>)>,
         filter: &dyn Fn(MemgestId) -> bool,
         have: Option<&BTreeMap<Slot, u64>>,
-    ) -> (Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>, Vec<Slot>) {
+        ec_values: bool,
+    ) -> Option<(Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>, Vec<Slot>)> {
         let start = after.as_ref().map_or(first, |(s, _)| *s).max(first);
         let is_ec = |m: MemgestId| {
             self.map
@@ -2304,19 +2339,33 @@ impl<S: ReplicaStore> Replica<S> {
                     self.store
                         .scan_slot(slot, cursor.as_deref(), PULL_ENTRIES_PER_PAGE_MAX);
                 let n = chunk.len();
-                for (k, e) in chunk {
+                for (k, mut e) in chunk {
                     cursor = Some(k.clone());
-                    // ec entries are pointers into this node's arena: a successor rebuilds
-                    // them from the parity holders instead.
-                    if !filter(e.memgest) || is_ec(e.memgest) {
+                    if !filter(e.memgest) {
                         continue;
+                    }
+                    if is_ec(e.memgest) {
+                        // ec entries are pointers into this node's arena. A takeover's
+                        // successor rebuilds them from the parity holders; a handed-off
+                        // span's new coordinator (another group) gets them decoded and
+                        // re-encodes them (`ec_values`). Tombstones go as they are.
+                        if !ec_values {
+                            continue;
+                        }
+                        if e.value.is_some() {
+                            match self.ec_value(&k, &e) {
+                                Ok(v) => e.value = Some(v),
+                                // Bytes not here yet (this arena recovers): not ready.
+                                Err(_) => return None,
+                            }
+                        }
                     }
                     bytes = bytes.saturating_add(e.wire_bytes(&k));
                     entries.push((k.clone(), e));
                     if entries.len() >= PULL_ENTRIES_PER_PAGE_MAX
                         || bytes >= PULL_BYTES_PER_PAGE_MAX
                     {
-                        return (entries, Some((slot, k)), resets);
+                        return Some((entries, Some((slot, k)), resets));
                     }
                 }
                 if n < PULL_ENTRIES_PER_PAGE_MAX {
@@ -2324,7 +2373,7 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
-        (entries, None, resets)
+        Some((entries, None, resets))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2445,15 +2494,48 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         let mut refused = BTreeSet::new();
+        let mut ec_retry = false;
+        let handed_off = self.ranges.get(ri).and_then(|r| {
+            let m = self.map.as_ref()?;
+            m.handoff(r.first, r.last).map(|_| r.pg)
+        });
         for (k, e) in apply {
             let ec = self
                 .map
                 .as_ref()
                 .is_some_and(|m| matches!(m.memgest_kind(e.memgest), MemgestKind::Ec { .. }));
             let memgest = e.memgest;
-            if !ec && matches!(self.apply_local(&k, e), ApplyOutcome::Refused) {
+            if ec {
+                // Only a handed-off span's old coordinator sends ec entries (decoded).
+                let Some(pg) = handed_off else { continue };
+                match self.reencode_ec(now_ms, pg, k.clone(), e, out) {
+                    Ok(Some(v)) => {
+                        if let Some(Status::Pulling(p)) =
+                            self.ranges.get_mut(ri).map(|r| &mut r.status)
+                        {
+                            p.ec_reencoding.insert(v, k);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(()) => ec_retry = true,
+                }
+            } else if matches!(self.apply_local(&k, e), ApplyOutcome::Refused) {
                 refused.insert(memgest);
             }
+        }
+        if ec_retry && refused.is_empty() {
+            // This node's arena could not take an ec value now (recovering, or busy):
+            // ask this source again from the start after the retry interval (what was
+            // re-encoded already is skipped then).
+            if let Some(Status::Pulling(p)) = self.ranges.get_mut(ri).map(|r| &mut r.status) {
+                if let Some(s) = p.sources.get_mut(&from) {
+                    s.done = false;
+                    s.after = None;
+                    s.req_id = u64::MAX;
+                    s.sent_ms = now_ms;
+                }
+            }
+            resend = None;
         }
         if !refused.is_empty() {
             // A full store: this source is not done (it is asked again from the start after
@@ -2996,7 +3078,10 @@ impl<S: ReplicaStore> Replica<S> {
                 }
                 let chunk = self.store.scan_slot(slot, after.as_deref(), want);
                 let n = chunk.len();
-                for (k, _) in chunk {
+                for (k, e) in chunk {
+                    if self.is_ec_value(&e) {
+                        self.ec_leftovers.push((k.clone(), e));
+                    }
                     // No tombstone: the keys of a given-away range leave no trace here, so
                     // older versions pulled back later are taken (a retire's tombstone one
                     // step above lost them: the reshard test found keys moved away and back
@@ -3147,8 +3232,11 @@ impl<S: ReplicaStore> Replica<S> {
                 "pending above HLC"
             );
             let r = self.range(p.slot);
+            // Background ec updates also retire a given-away span's arena metadata
+            // (`retire_ec_leftovers`), in slots this node no longer coordinates.
             assert!(
-                r.is_some_and(|r| r.role == Role::Coordinator),
+                r.is_some_and(|r| r.role == Role::Coordinator)
+                    || p.ec.as_ref().is_some_and(|e| e.bg),
                 "pending write for a slot we do not coordinate"
             );
             for t in &p.targets {
