@@ -497,7 +497,8 @@ impl ControlPlane {
                 }
                 let moving = self.map.moving;
                 if same
-                    && moving.is_some_and(|m| !m.copying && epoch.0 >= m.epoch)
+                    && moving
+                        .is_some_and(|m| !m.copying && epoch.0 >= m.epoch && m.source == node.0)
                     && self.map.moving_source() == Some(node)
                 {
                     self.finish_move(&mut out);
@@ -877,6 +878,26 @@ impl ControlPlane {
             }
             return;
         }
+        // A fencing move (phase 1) whose source or target failed, was replaced or left is
+        // called off too, before the switch: the old pair stays authoritative and a spare
+        // takes the failed node's roles there as in any takeover (rep keys from a
+        // majority, ec values decoded from the old group's parity). Switching instead
+        // would leave the span's ec values in the failed node's old arena, which the new
+        // coordinator cannot pull (docs/design/cluster-resharding.md, "Moving ec values").
+        if let Some(m) = self.map.moving {
+            let active = |n: u32| self.map.node_state(NodeId(n)) == Some(NodeState::Active);
+            let stale = !active(m.source)
+                || !active(m.target)
+                || self.map.moving_source() != Some(NodeId(m.source))
+                || self.map.move_target(&m) != Some(NodeId(m.target));
+            if stale {
+                self.moving_since = None;
+                let mut next = (*self.map).clone();
+                next.moving = None;
+                self.commit(next, out);
+                return;
+            }
+        }
         // A move whose coordinator did not report quiesced in time switches anyway (its
         // writes still in flight then end Ambiguous, as a drain's do).
         match (self.map.moving, self.moving_since) {
@@ -1030,6 +1051,12 @@ impl ControlPlane {
                     from_data_index: from.data_index,
                     epoch,
                     rate_kib_s: m.rate_kib_s,
+                    source: m.source,
+                    source_incarnation: self
+                        .map
+                        .nodes
+                        .get(&NodeId(m.source))
+                        .map_or(0, |n| n.incarnation),
                 });
                 self.commit(next, out);
             }

@@ -427,6 +427,9 @@ pub struct ReplicaStats {
     /// and ec arena entries of given-away spans retired here (old coordinator).
     pub move_ec_reencoded: u64,
     pub move_ec_retired: u64,
+    /// Pages of a handed-off span's ec values this node answered as the replacement of
+    /// its failed old coordinator (decoded from the old group's parity).
+    pub move_ec_replacement_pages: u64,
 }
 
 /// A slot with writes in flight to a replica is key-list repaired with it at most this often.
@@ -1889,9 +1892,12 @@ impl<S: ReplicaStore> Replica<S> {
                 continue;
             }
             let old = p.prior.first().copied();
+            // A replacement of the old coordinator holds only the span's ec values: a
+            // delta against it would reset every slot.
             let old_active = old.is_some_and(|o| {
-                map.as_ref()
-                    .is_some_and(|m| m.node_state(o) == Some(NodeState::Active))
+                map.as_ref().is_some_and(|m| {
+                    m.node_state(o) == Some(NodeState::Active) && !replaced_in(m, first, last)
+                })
             });
             if p.delta && !old_active {
                 // The old coordinator failed: the copy taken from it cannot be completed by
@@ -2047,6 +2053,75 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// Whether the node now at a handed-off span's old pair is not the coordinator that
+    /// handed it off (it failed and a spare replaced it).
+    fn old_coordinator_replaced(&self, first: Slot, last: Slot) -> bool {
+        self.map
+            .as_ref()
+            .is_some_and(|m| replaced_in(m, first, last))
+    }
+
+    /// This node replaced the old coordinator of handed-off span `first..=last`.
+    fn replacing_old_coordinator(&self, map: &ClusterMap, first: Slot, last: Slot) -> bool {
+        map.handoff(first, last).is_some_and(|h| {
+            map.prior_cohort(h).first() == Some(&self.id)
+                && replaced_in(map, first, last)
+                && map
+                    .nodes
+                    .get(&self.id)
+                    .is_some_and(|n| n.incarnation == self.incarnation)
+        })
+    }
+
+    /// Answer a rebuild pull of a handed-off span with its ec values only (see
+    /// `replacing_old_coordinator`): not ready until every ec arena of the old group here
+    /// is whole (loaded and recovered).
+    fn answer_ec_only(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        (first, last): (Slot, Slot),
+        after: Option<(Slot, Vec<u8>)>,
+        map: &ClusterMap,
+        out: &mut Vec<Output>,
+    ) {
+        let not_ready = PeerBody::PullResp {
+            id,
+            ready: false,
+            resets: Vec::new(),
+            entries: Vec::new(),
+            next: None,
+        };
+        let Some(h) = map.handoff(first, last) else {
+            return self.send(out, from, not_ready);
+        };
+        let whole = self
+            .ec_data
+            .iter()
+            .filter(|((pg, _), _)| *pg == h.from_pg)
+            .all(|(_, d)| matches!(d.state, ec::DataState::Ready));
+        if !whole {
+            return self.send(out, from, not_ready);
+        }
+        let m = map.clone();
+        let filter = move |g: MemgestId| matches!(m.memgest_kind(g), MemgestKind::Ec { .. });
+        let Some((entries, next, _)) = self.page(first, last, after, &filter, None, true) else {
+            return self.send(out, from, not_ready);
+        };
+        self.stats.move_ec_replacement_pages += 1;
+        self.send(
+            out,
+            from,
+            PeerBody::PullResp {
+                id,
+                ready: true,
+                resets: Vec::new(),
+                entries,
+                next,
+            },
+        );
+    }
+
     /// The replicated memgests of a rebuilding range that a majority of their old replicas
     /// has not yet confirmed (delivered everything they hold): the ones whose acknowledged
     /// writes may be missing if the rebuild gives up now.
@@ -2061,13 +2136,18 @@ impl<S: ReplicaStore> Replica<S> {
         // coordinates both of, or a replica of the old cohort now in the new one).
         let done =
             |n: &NodeId| (*n == self.id && r.held) || p.sources.get(n).is_some_and(|s| s.done);
+        // A replacement of the old coordinator answers with the span's ec values only: its
+        // answer confirms the ec memgests, never a replicated one.
+        let replaced = self.old_coordinator_replaced(r.first, r.last);
+        let old_done = p.prior.first().is_some_and(&done);
         // A handed-off range whose old coordinator answered has everything: it applied every
         // write it acknowledged and quiesced before the switch (its own copies came from a
         // confirmed rebuild). Its replicas may still be syncing from it, so no majority of
         // them is needed (the simulator found a back-to-back move waiting for one).
-        if p.prior.first().is_some_and(&done) {
+        if old_done && !replaced {
             return p.refused.iter().copied().collect();
         }
+        let done = |n: &NodeId| done(n) && !(replaced && p.prior.first() == Some(n));
         let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
         map.memgests
             .iter()
@@ -2079,6 +2159,12 @@ impl<S: ReplicaStore> Replica<S> {
                 // waits for the mark before its first one), so nothing can be missing.
                 if !m.written {
                     return false;
+                }
+                if matches!(m.kind, MemgestKind::Ec { .. }) && !p.prior.is_empty() {
+                    // A handed-off span's ec values come only from the old pair's data
+                    // node (the old coordinator, or the spare that replaced it and decoded
+                    // them from the old group's parity), decoded, re-encoded here.
+                    return !old_done;
                 }
                 let copies = match m.kind {
                     MemgestKind::Rep { r } => usize::from(r),
@@ -2244,6 +2330,14 @@ impl<S: ReplicaStore> Replica<S> {
                     _ => r.held,
                 };
                 if !ok {
+                    // The spare that replaced a handed-off span's old coordinator holds the
+                    // span's ec values (its arena of the old group decoded them from the
+                    // parity) and nothing else: it answers with those once that arena is
+                    // whole. The new coordinator counts its answer for ec memgests only.
+                    if self.replacing_old_coordinator(&map, first, last) {
+                        let m = map.clone();
+                        return self.answer_ec_only(from, id, (first, last), after, &m, out);
+                    }
                     return self.send(out, from, not_ready);
                 }
                 Box::new(|_| true)
@@ -3276,4 +3370,24 @@ impl<S: ReplicaStore> Replica<S> {
         assert!(self.dedup.len() <= self.cfg.dedup_clients_max.clamp(1, DEDUP_CLIENTS_MAX));
         self.ec_check_invariants();
     }
+}
+
+/// Whether the node now at handed-off span `first..=last`'s old pair is not the
+/// coordinator recorded at the switch (node and incarnation): a spare replaced it. Maps
+/// without the record (`source == 0`) say no.
+fn replaced_in(map: &ClusterMap, first: Slot, last: Slot) -> bool {
+    let Some(h) = map.handoff(first, last) else {
+        return false;
+    };
+    if h.source == 0 {
+        return false;
+    }
+    let Some(now) = map.prior_cohort(h).first().copied() else {
+        return false;
+    };
+    now != NodeId(h.source)
+        || map
+            .nodes
+            .get(&now)
+            .is_some_and(|n| n.incarnation != h.source_incarnation)
 }

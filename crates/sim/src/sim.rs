@@ -102,6 +102,9 @@ pub struct RunStats {
     pub ec_holder_syncs: u64,
     /// ec values re-encoded by new coordinators of moved spans (live nodes at the end).
     pub ec_reencoded: u64,
+    /// Pages of ec values answered by the replacement of a moved span's failed old
+    /// coordinator.
+    pub ec_replacement_pages: u64,
 }
 
 const LEASE_MS: u64 = 1500;
@@ -1539,6 +1542,7 @@ impl World {
                 self.stats.ec_decodes_on_demand += r.stats.ec_decodes_on_demand;
                 self.stats.ec_holder_syncs += r.stats.ec_holder_syncs;
                 self.stats.ec_reencoded += r.stats.move_ec_reencoded;
+                self.stats.ec_replacement_pages += r.stats.move_ec_replacement_pages;
             }
         }
         if std::env::var_os("SIM_TRACE").is_some() {

@@ -18,6 +18,7 @@ fn seeds(default: std::ops::Range<u64>) -> Vec<u64> {
 }
 
 fn run_all(seeds: Vec<u64>, opts: &SimOptions) {
+    let mut ec_moved = (0u64, 0u64);
     let mut failures = Vec::new();
     let mut totals = (0u64, 0u64, 0u64, 0u64, 0u64);
     for seed in seeds {
@@ -31,6 +32,8 @@ fn run_all(seeds: Vec<u64>, opts: &SimOptions) {
                 totals.2 += s.writes_acked;
                 totals.3 += s.ops_unknown;
                 totals.4 += s.history_ops as u64;
+                ec_moved.0 += s.ec_reencoded;
+                ec_moved.1 += s.ec_replacement_pages;
             }
             Err(e) => {
                 eprintln!("{e}");
@@ -39,8 +42,8 @@ fn run_all(seeds: Vec<u64>, opts: &SimOptions) {
         }
     }
     eprintln!(
-        "ops_ok={} disruptions={} writes_acked={} unknown={} checked_ops={}",
-        totals.0, totals.1, totals.2, totals.3, totals.4
+        "ops_ok={} disruptions={} writes_acked={} unknown={} checked_ops={} ec_reencoded={} ec_replacement_pages={}",
+        totals.0, totals.1, totals.2, totals.3, totals.4, ec_moved.0, ec_moved.1
     );
     assert!(
         failures.is_empty(),
