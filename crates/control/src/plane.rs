@@ -2046,6 +2046,72 @@ mod tests {
         }
     }
 
+    /// Phase 1 (the fence) is called off too when the source or the target fails: the old
+    /// pair stays authoritative (a spare takes the failed node's roles there), and a quiesce
+    /// report from the spare that replaced the source does not switch the span.
+    #[test]
+    fn a_fencing_move_is_called_off_when_its_source_or_target_fails() {
+        for case in ["target", "source"] {
+            let mut cp = cluster(5, 4);
+            let p = cp.map().placement.clone().unwrap();
+            let r0 = p.ranges[0];
+            let source = p.range_coordinator(&r0).unwrap();
+            let (pg, g) = (0u32..)
+                .zip(p.groups.iter())
+                .find(|(_, g)| g[0] != source && !g.is_empty())
+                .unwrap();
+            let target = g[0];
+            let mv = Input::MoveSlots {
+                first: r0.first,
+                last: r0.first + 5,
+                pg,
+                data_index: 0,
+                rate_kib_s: 0,
+            };
+            let m = published(&cp.step(0, mv)).unwrap();
+            let moving = m.moving.unwrap();
+            let copied = Input::MoveCopied {
+                node: target,
+                incarnation: m.nodes[&target].incarnation,
+                first: r0.first,
+                last: r0.first + 5,
+                epoch: moving.epoch,
+            };
+            let m = published(&cp.step(50, copied)).unwrap();
+            assert!(!m.moving.unwrap().copying, "{case}: fencing");
+            let dead = if case == "target" { target } else { source };
+            // Past the quiesce limit, after which a live fence switches anyway.
+            let mut t = 100;
+            while t <= DRAIN_QUIESCE_MS_MAX + 2_000 {
+                for n in 1..=5 {
+                    if NodeId(n) != dead {
+                        beat(&mut cp, t, n);
+                    }
+                }
+                // The node now coordinating the span reports quiesced every step: only
+                // the move's own source may end the fence.
+                let now = cp.map().clone();
+                if let Some(c) = now.coordinator(r0.first).filter(|c| *c != source) {
+                    cp.step(
+                        t,
+                        Input::Quiesced {
+                            node: c,
+                            incarnation: now.nodes[&c].incarnation,
+                            epoch: now.epoch,
+                        },
+                    );
+                }
+                cp.step(t, Input::Tick);
+                t += 100;
+            }
+            let m = cp.map();
+            assert!(m.moving.is_none(), "{case}: the move is called off");
+            assert!(m.handoffs.is_empty(), "{case}: nothing switched");
+            let r = *m.placement.as_ref().unwrap().range_of(r0.first).unwrap();
+            assert_eq!((r.pg, r.data_index), (r0.pg, r0.data_index), "{case}");
+        }
+    }
+
     #[test]
     fn drain_moves_roles_once_the_node_is_quiesced() {
         let mut cp = cluster(4, 3);
