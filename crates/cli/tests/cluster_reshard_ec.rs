@@ -12,6 +12,7 @@
 
 mod common;
 
+use ringlet_codec::resp::Reply;
 use std::process::Command;
 
 const LOAD: &str = r#"
@@ -24,7 +25,7 @@ def value(i):
     n = 1 + (i * 7919) % 3000
     return ("%d:" % i + "".join(chr(33 + (i * 31 + j * 7) % 90) for j in range(n)))[:max(n, 8)]
 acked, ops, failed, i = {}, 0, [], 0
-while not os.path.exists(stop_file) or i < 1500:
+while not os.path.exists(stop_file) or i < 3000:
     k = "ec:%d" % (i % 1500)
     v = value(i)
     try:
@@ -109,6 +110,23 @@ fn grow_and_shrink_with_ec_values_under_redis_py_load() {
         assert!(log.contains("rebalanced:"), "{log}");
         eprintln!("{log}");
     }
+    // The moves carried keys, and every key here is ec: values were re-encoded.
+    let pulled: u64 = (0..5)
+        .map(|i| {
+            let Reply::Bulk(b) = common::call(base + i, &[b"INFO"]) else {
+                panic!("INFO")
+            };
+            String::from_utf8(b)
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("reshard_keys_pulled:").map(str::to_string))
+                .expect("reshard_keys_pulled in INFO")
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    eprintln!("keys pulled by the grows' handoffs: {pulled}");
+    assert!(pulled > 0, "the moves carried no ec value");
     let grown = ringlet_control::ClusterMap::from_json(admin(&["node", "map"]).trim()).unwrap();
     let per = grown.placement.as_ref().unwrap().slots_per_coordinator();
     assert_eq!(per.len(), 5, "{per:?}");

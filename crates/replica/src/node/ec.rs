@@ -2384,7 +2384,7 @@ impl<S: ReplicaStore> Replica<S> {
                     continue;
                 }
                 ended.push(*v);
-                if !self.store.get(key).is_some_and(|c| c.version >= *v) {
+                if self.store.get(key).is_none_or(|c| c.version < *v) {
                     lost = true;
                 }
             }
