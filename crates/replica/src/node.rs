@@ -1888,7 +1888,9 @@ impl<S: ReplicaStore> Replica<S> {
                 finished.push((ri, true));
                 continue;
             }
-            if now_ms < p.paced_until_ms {
+            if now_ms < p.paced_until_ms
+                || p.ec_reencoding.len() >= ec_bounds::EC_REENCODES_IN_FLIGHT_MAX
+            {
                 continue;
             }
             let old = p.prior.first().copied();
@@ -2545,8 +2547,12 @@ impl<S: ReplicaStore> Replica<S> {
                 p.paced_until_ms = p.paced_until_ms.max(now_ms).saturating_add(cost_ms);
             }
             match next {
-                Some(n) if paced && p.paced_until_ms > now_ms => {
-                    // Sent by drive_pulls once the pace allows (req_id 0 = due).
+                Some(n)
+                    if (paced && p.paced_until_ms > now_ms)
+                        || p.ec_reencoding.len() >= ec_bounds::EC_REENCODES_IN_FLIGHT_MAX =>
+                {
+                    // Sent by drive_pulls once the pace (and the re-encodes in flight)
+                    // allow (req_id 0 = due).
                     s.after = Some(n);
                     s.req_id = 0;
                     s.sent_ms = now_ms;

@@ -44,6 +44,10 @@ pub mod ec_bounds {
     pub const EC_READ_RANGES_MAX: usize = 16 * 1024;
     /// Snapshots a data node keeps for resynchronising holders (one per holder, M ≤ 4).
     pub const EC_SNAPSHOTS_MAX: usize = 8;
+    /// Re-encodes of a handed-off span's ec values in flight at its new coordinator: past
+    /// it the pull asks for no next page until some committed, so a large span never
+    /// holds more than this plus one page of values (and their parity deltas) in memory.
+    pub const EC_REENCODES_IN_FLIGHT_MAX: usize = 1024;
 }
 use ec_bounds::*;
 
