@@ -3071,9 +3071,19 @@ impl<S: ReplicaStore> Replica<S> {
         let quiet = if map.leaving.contains_key(&self.id) {
             self.pending.values().all(|p| p.committed)
         } else {
-            self.pending
-                .values()
-                .all(|p| p.committed || !map.is_moving(p.slot))
+            // A move's source also waits until it holds the span whole (its range Ready):
+            // a spare that just took the range over may still be rebuilding it, and a
+            // switch then would leave it with nothing to hand over (simulator seed 7369:
+            // the span's ec values were lost).
+            let whole = map
+                .moving
+                .and_then(|m| self.range(m.first))
+                .is_some_and(|r| matches!(r.status, Status::Ready));
+            whole
+                && self
+                    .pending
+                    .values()
+                    .all(|p| p.committed || !map.is_moving(p.slot))
         };
         let due = self
             .last_quiesced_ms
