@@ -15,7 +15,10 @@ its new replicas). The keys are loaded through redis-py cluster pipelines, sprea
 slots by name; the reader GETs those same keys (hits).
 
   python3 bench/reshard.py [--ringlet target/release/ringlet] [--keys 200000] [--size 1024]
-                           [--reps 3] [--json] [--tail N]
+                           [--reps 3] [--json] [--tail N] [--memgest rep:3|ec:2+1]
+
+--memgest sets Ringlet's default memgest (every loaded key); with ec:2+1 each move re-encodes
+the span's values in the new coordinator's group (docs/design/cluster-resharding.md).
 
 --tail N prints, for each Ringlet round, the N slowest GETs of the rebalance window with
 their start (ms after the rebalance started) beside the CLI's per-move lines, stamped the
@@ -126,10 +129,10 @@ def measure(port, keys, size, grow, tail=0):
             "reader_errors": reader.errors}
 
 
-def ringlet_run(binary, keys, size, tail=0):
+def ringlet_run(binary, keys, size, tail=0, memgest="rep:3"):
     base = free_base(4)
     up = subprocess.Popen([binary, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
-                           "--default-memgest", "rep:3", "--memory-mb", "4096"],
+                           "--default-memgest", memgest, "--memory-mb", "4096"],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     control = secret = None
     for line in up.stdout:
@@ -219,10 +222,13 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--tail", type=int, default=0)
+    # Ringlet's default memgest (every loaded key): rep:3 as before, or e.g. ec:2+1 to
+    # measure moves that re-encode erasure-coded values in the target group.
+    ap.add_argument("--memgest", default="rep:3")
     a = ap.parse_args()
     runs = {"ringlet": [], "redis": []}
     for i in range(a.reps):
-        for name, run in (("ringlet", lambda: ringlet_run(a.ringlet, a.keys, a.size, a.tail)),
+        for name, run in (("ringlet", lambda: ringlet_run(a.ringlet, a.keys, a.size, a.tail, a.memgest)),
                           ("redis", lambda: redis_run(a.keys, a.size))):
             r = run()
             runs[name].append(r)

@@ -156,6 +156,14 @@ pub struct Handoff {
     /// Rebuild pull rate limit in KiB/s, 0 = unlimited (from the move's [`SlotMove`]).
     #[serde(default)]
     pub rate_kib_s: u32,
+    /// The span's coordinator at the switch and its incarnation (0: not recorded, maps
+    /// from before ec moves). A node at the old pair that is not this one replaced it:
+    /// it holds the span's ec values (decoded from the old group's parity) and nothing
+    /// else, and the new coordinator asks it for those only.
+    #[serde(default)]
+    pub source: u32,
+    #[serde(default)]
+    pub source_incarnation: u64,
 }
 
 impl Default for ClusterMap {

@@ -330,8 +330,9 @@ pub enum ControlError {
     #[error("bad move: {0}")]
     BadMove(String),
     #[error(
-        "memgest {0} is erasure-coded: resharding (slot moves, added nodes) with ec:K+M \
-         memgests is not supported yet (move its keys to a replicated memgest and drop it)"
+        "memgest {0} is erasure-coded: a span cannot move to another placement pair of its own \
+         coordinator (its ec values would stay in the old group's arena); pick a pair \
+         coordinated by another node"
     )]
     EcMove(String),
     #[error("node {0} is not a spare")]
@@ -496,7 +497,8 @@ impl ControlPlane {
                 }
                 let moving = self.map.moving;
                 if same
-                    && moving.is_some_and(|m| !m.copying && epoch.0 >= m.epoch)
+                    && moving
+                        .is_some_and(|m| !m.copying && epoch.0 >= m.epoch && m.source == node.0)
                     && self.map.moving_source() == Some(node)
                 {
                     self.finish_move(&mut out);
@@ -876,6 +878,26 @@ impl ControlPlane {
             }
             return;
         }
+        // A fencing move (phase 1) whose source or target failed, was replaced or left is
+        // called off too, before the switch: the old pair stays authoritative and a spare
+        // takes the failed node's roles there as in any takeover (rep keys from a
+        // majority, ec values decoded from the old group's parity). Switching instead
+        // would leave the span's ec values in the failed node's old arena, which the new
+        // coordinator cannot pull (docs/design/cluster-resharding.md, "Moving ec values").
+        if let Some(m) = self.map.moving {
+            let active = |n: u32| self.map.node_state(NodeId(n)) == Some(NodeState::Active);
+            let stale = !active(m.source)
+                || !active(m.target)
+                || self.map.moving_source() != Some(NodeId(m.source))
+                || self.map.move_target(&m) != Some(NodeId(m.target));
+            if stale {
+                self.moving_since = None;
+                let mut next = (*self.map).clone();
+                next.moving = None;
+                self.commit(next, out);
+                return;
+            }
+        }
         // A move whose coordinator did not report quiesced in time switches anyway (its
         // writes still in flight then end Ambiguous, as a drain's do).
         match (self.map.moving, self.moving_since) {
@@ -962,7 +984,6 @@ impl ControlPlane {
         if self.map.handoffs.len() >= crate::map::HANDOFFS_MAX {
             return Err(ControlError::HandoffPending { first, last });
         }
-        self.refuse_resharding_with_ec()?;
         let mut next = (*self.map).clone();
         let mut m = crate::map::SlotMove {
             first,
@@ -976,6 +997,9 @@ impl ControlPlane {
             target: 0,
         };
         m.target = self.map.move_target(&m).map_or(0, |n| n.0);
+        if m.source == m.target {
+            self.refuse_same_node_move_with_ec()?;
+        }
         // Phase 0 unless the span stays with its coordinator (another pair of the same
         // node: it holds everything already).
         m.copying = m.source != m.target;
@@ -1027,6 +1051,12 @@ impl ControlPlane {
                     from_data_index: from.data_index,
                     epoch,
                     rate_kib_s: m.rate_kib_s,
+                    source: m.source,
+                    source_incarnation: self
+                        .map
+                        .nodes
+                        .get(&NodeId(m.source))
+                        .map_or(0, |n| n.incarnation),
                 });
                 self.commit(next, out);
             }
@@ -1039,11 +1069,14 @@ impl ControlPlane {
         }
     }
 
-    /// Resharding (moves, added or removed nodes) is refused while an ec memgest exists:
-    /// new groups give ec memgests new arenas whose recovery paths assume a group that
-    /// existed since bootstrap, and moved spans would need their arenas re-encoded (the
-    /// simulator found wrong ec reads when this was allowed).
-    fn refuse_resharding_with_ec(&self) -> Result<(), ControlError> {
+    /// A move to another pair of the span's own coordinator is refused while an ec memgest
+    /// exists. Every other move re-encodes the span's ec values: the new coordinator pulls
+    /// them decoded from the old one and writes them through its own ec path into its
+    /// group's arena (docs/design/cluster-resharding.md, "Moving ec:K+M values"). A
+    /// same-node move has no pull (the node holds the span already), so its values would
+    /// stay in the old group's arena, which a later removal retires: refused rather than
+    /// lost. The planner never proposes one while an ec memgest exists.
+    fn refuse_same_node_move_with_ec(&self) -> Result<(), ControlError> {
         match self
             .map
             .memgests
@@ -1121,7 +1154,6 @@ impl ControlPlane {
         if !self.map.leaving.is_empty() {
             return Err(ControlError::DrainInProgress);
         }
-        self.refuse_resharding_with_ec()?;
         let others: Vec<NodeId> = self
             .map
             .nodes
@@ -1153,7 +1185,6 @@ impl ControlPlane {
             Some(NodeState::Spare) => {}
             Some(_) => return Err(ControlError::NotSpare(node)),
         }
-        self.refuse_resharding_with_ec()?;
         let mut nodes: Vec<NodeId> = self
             .map
             .nodes
@@ -1882,7 +1913,8 @@ mod tests {
             rej(cp.step(1, mv(0, 0, 1, 9))),
             ControlError::BadMove(_)
         ));
-        // A written ec memgest cannot move yet.
+        // With an ec memgest, a span moves to another node's pair (its values are
+        // re-encoded there) but not to another pair of its own coordinator.
         cp.step(
             1,
             Input::CreateMemgest {
@@ -1893,10 +1925,24 @@ mod tests {
         );
         let id = cp.map().memgest_by_name("cold").unwrap();
         cp.step(1, Input::MarkWritten { memgest: id });
+        let p = cp.map().placement.clone().unwrap();
+        let coord = p.range_coordinator(&r0).unwrap();
+        let pair = |same: bool| {
+            (0u32..).zip(p.groups.iter()).find_map(|(gi, g)| {
+                g.iter()
+                    .take(usize::from(p.s))
+                    .position(|n| (*n == coord) == same)
+                    .filter(|_| gi != r0.pg)
+                    .map(|j| (gi, j as u8))
+            })
+        };
+        let (gi, j) = pair(true).unwrap();
         assert!(matches!(
-            rej(cp.step(1, mv(r0.first, r0.first, (r0.pg + 1) % 3, 0))),
+            rej(cp.step(1, mv(r0.first, r0.first, gi, j))),
             ControlError::EcMove(_)
         ));
+        let (gi, j) = pair(false).unwrap();
+        published(&cp.step(1, mv(r0.first, r0.first, gi, j))).unwrap();
     }
 
     #[test]
@@ -1997,6 +2043,72 @@ mod tests {
                 events.iter().any(|e| e == "move_cancelled"),
                 "{case}: {events:?}"
             );
+        }
+    }
+
+    /// Phase 1 (the fence) is called off too when the source or the target fails: the old
+    /// pair stays authoritative (a spare takes the failed node's roles there), and a quiesce
+    /// report from the spare that replaced the source does not switch the span.
+    #[test]
+    fn a_fencing_move_is_called_off_when_its_source_or_target_fails() {
+        for case in ["target", "source"] {
+            let mut cp = cluster(5, 4);
+            let p = cp.map().placement.clone().unwrap();
+            let r0 = p.ranges[0];
+            let source = p.range_coordinator(&r0).unwrap();
+            let (pg, g) = (0u32..)
+                .zip(p.groups.iter())
+                .find(|(_, g)| g[0] != source && !g.is_empty())
+                .unwrap();
+            let target = g[0];
+            let mv = Input::MoveSlots {
+                first: r0.first,
+                last: r0.first + 5,
+                pg,
+                data_index: 0,
+                rate_kib_s: 0,
+            };
+            let m = published(&cp.step(0, mv)).unwrap();
+            let moving = m.moving.unwrap();
+            let copied = Input::MoveCopied {
+                node: target,
+                incarnation: m.nodes[&target].incarnation,
+                first: r0.first,
+                last: r0.first + 5,
+                epoch: moving.epoch,
+            };
+            let m = published(&cp.step(50, copied)).unwrap();
+            assert!(!m.moving.unwrap().copying, "{case}: fencing");
+            let dead = if case == "target" { target } else { source };
+            // Past the quiesce limit, after which a live fence switches anyway.
+            let mut t = 100;
+            while t <= DRAIN_QUIESCE_MS_MAX + 2_000 {
+                for n in 1..=5 {
+                    if NodeId(n) != dead {
+                        beat(&mut cp, t, n);
+                    }
+                }
+                // The node now coordinating the span reports quiesced every step: only
+                // the move's own source may end the fence.
+                let now = cp.map().clone();
+                if let Some(c) = now.coordinator(r0.first).filter(|c| *c != source) {
+                    cp.step(
+                        t,
+                        Input::Quiesced {
+                            node: c,
+                            incarnation: now.nodes[&c].incarnation,
+                            epoch: now.epoch,
+                        },
+                    );
+                }
+                cp.step(t, Input::Tick);
+                t += 100;
+            }
+            let m = cp.map();
+            assert!(m.moving.is_none(), "{case}: the move is called off");
+            assert!(m.handoffs.is_empty(), "{case}: nothing switched");
+            let r = *m.placement.as_ref().unwrap().range_of(r0.first).unwrap();
+            assert_eq!((r.pg, r.data_index), (r0.pg, r0.data_index), "{case}");
         }
     }
 

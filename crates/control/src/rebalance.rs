@@ -42,6 +42,10 @@ pub fn plan_rebalance(map: &ClusterMap) -> Vec<PlannedMove> {
         .filter(|(id, n)| n.state == NodeState::Active && map.removing != Some(**id))
         .map(|(id, _)| *id)
         .collect();
+    let ec = map
+        .memgests
+        .values()
+        .any(|m| matches!(m.kind, ringlet_types::MemgestKind::Ec { .. }));
     let usable = |g: &Vec<NodeId>| !g.is_empty() && map.removing.is_none_or(|n| !g.contains(&n));
     if active.is_empty() {
         return Vec::new();
@@ -73,6 +77,11 @@ pub fn plan_rebalance(map: &ClusterMap) -> Vec<PlannedMove> {
                     continue;
                 }
                 for (j, n) in g.iter().take(usize::from(p.s)).enumerate() {
+                    // With an ec memgest the span must change coordinator: a move to
+                    // another pair of the same node is refused (plane.rs).
+                    if ec && p.range_coordinator(&r) == Some(*n) {
+                        continue;
+                    }
                     let c = *have.get(n).unwrap_or(&u32::MAX);
                     if best.is_none_or(|b| c < b.3) {
                         best = Some((gi, j as u8, *n, c));

@@ -217,6 +217,10 @@ struct Pull {
     fresh: BTreeSet<Vec<u8>>,
     /// Bytes, entries and ms of the copy before the switch (reported with the handoff).
     copied: (u64, u64, u64),
+    /// ec values of a handed-off span being re-encoded into this node's arena (version →
+    /// key): the pull completes only once each committed under this group's parity
+    /// (`node/ec.rs` `reencode_ec`). At most the span's ec keys.
+    ec_reencoding: BTreeMap<Version, Vec<u8>>,
 }
 
 #[derive(Clone, Debug)]
@@ -348,6 +352,11 @@ pub struct Replica<S: ReplicaStore> {
     ec_jobs: BTreeMap<u64, ec::Job>,
     /// ec: request id → what it belongs to.
     ec_reqs: BTreeMap<u64, ec::EcReq>,
+    /// ec entries this store forgot (a purged or wiped span) whose arena metadata must be
+    /// retired too (`node/ec.rs` `retire_ec_leftovers`), so no parity holder keeps them for
+    /// a later takeover to restore. Drained by every `drive_pulls`; at most a purge step's
+    /// keys or one wiped span's.
+    ec_leftovers: Vec<(Vec<u8>, Entry)>,
     /// `now_ms` of the latest step (for work started outside a timed path).
     last_now_ms: u64,
     /// Resharding phase 0: the span this node copies as a move's target (`node/copy.rs`).
@@ -414,6 +423,13 @@ pub struct ReplicaStats {
     pub move_copies_aborted: u64,
     /// Entries the old coordinator resent at the switch (the delta after a copy).
     pub move_delta_keys: u64,
+    /// ec values of handed-off spans re-encoded into this node's group (new coordinator),
+    /// and ec arena entries of given-away spans retired here (old coordinator).
+    pub move_ec_reencoded: u64,
+    pub move_ec_retired: u64,
+    /// Pages of a handed-off span's ec values this node answered as the replacement of
+    /// its failed old coordinator (decoded from the old group's parity).
+    pub move_ec_replacement_pages: u64,
 }
 
 /// A slot with writes in flight to a replica is key-list repaired with it at most this often.
@@ -486,6 +502,7 @@ impl<S: ReplicaStore> Replica<S> {
             ec_parity: BTreeMap::new(),
             ec_jobs: BTreeMap::new(),
             ec_reqs: BTreeMap::new(),
+            ec_leftovers: Vec::new(),
             last_now_ms: 0,
             copy: None,
             stats: ReplicaStats::default(),
@@ -1689,6 +1706,7 @@ impl<S: ReplicaStore> Replica<S> {
                                 delta: false,
                                 fresh: BTreeSet::new(),
                                 copied: (0, 0, 0),
+                                ec_reencoding: BTreeMap::new(),
                             })
                         }
                     }
@@ -1842,6 +1860,7 @@ impl<S: ReplicaStore> Replica<S> {
     // ------------------------------------------------------------------ pulls
 
     fn drive_pulls(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        self.settle_reencodes(now_ms);
         let retry = self.cfg.pull_retry_ms;
         let mut sends = Vec::new();
         let mut finished = Vec::new();
@@ -1869,13 +1888,18 @@ impl<S: ReplicaStore> Replica<S> {
                 finished.push((ri, true));
                 continue;
             }
-            if now_ms < p.paced_until_ms {
+            if now_ms < p.paced_until_ms
+                || p.ec_reencoding.len() >= ec_bounds::EC_REENCODES_IN_FLIGHT_MAX
+            {
                 continue;
             }
             let old = p.prior.first().copied();
+            // A replacement of the old coordinator holds only the span's ec values: a
+            // delta against it would reset every slot.
             let old_active = old.is_some_and(|o| {
-                map.as_ref()
-                    .is_some_and(|m| m.node_state(o) == Some(NodeState::Active))
+                map.as_ref().is_some_and(|m| {
+                    m.node_state(o) == Some(NodeState::Active) && !replaced_in(m, first, last)
+                })
             });
             if p.delta && !old_active {
                 // The old coordinator failed: the copy taken from it cannot be completed by
@@ -1960,6 +1984,7 @@ impl<S: ReplicaStore> Replica<S> {
                 self.finish_pull(now_ms, ri, false, out);
             }
         }
+        self.retire_ec_leftovers(out);
     }
 
     /// A write of `key` at `version` is in flight (before its first Replicate goes out).
@@ -2023,9 +2048,80 @@ impl<S: ReplicaStore> Replica<S> {
                         return false;
                     }
                 }
-                self.ec_loaded(r.pg) && self.unconfirmed_memgests(ri).is_empty()
+                self.ec_loaded(r.pg)
+                    && self.unconfirmed_memgests(ri).is_empty()
+                    && p.ec_reencoding.is_empty()
             }
         }
+    }
+
+    /// Whether the node now at a handed-off span's old pair is not the coordinator that
+    /// handed it off (it failed and a spare replaced it).
+    fn old_coordinator_replaced(&self, first: Slot, last: Slot) -> bool {
+        self.map
+            .as_ref()
+            .is_some_and(|m| replaced_in(m, first, last))
+    }
+
+    /// This node replaced the old coordinator of handed-off span `first..=last`.
+    fn replacing_old_coordinator(&self, map: &ClusterMap, first: Slot, last: Slot) -> bool {
+        map.handoff(first, last).is_some_and(|h| {
+            map.prior_cohort(h).first() == Some(&self.id)
+                && replaced_in(map, first, last)
+                && map
+                    .nodes
+                    .get(&self.id)
+                    .is_some_and(|n| n.incarnation == self.incarnation)
+        })
+    }
+
+    /// Answer a rebuild pull of a handed-off span with its ec values only (see
+    /// `replacing_old_coordinator`): not ready until every ec arena of the old group here
+    /// is whole (loaded and recovered).
+    fn answer_ec_only(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        (first, last): (Slot, Slot),
+        after: Option<(Slot, Vec<u8>)>,
+        map: &ClusterMap,
+        out: &mut Vec<Output>,
+    ) {
+        let not_ready = PeerBody::PullResp {
+            id,
+            ready: false,
+            resets: Vec::new(),
+            entries: Vec::new(),
+            next: None,
+        };
+        let Some(h) = map.handoff(first, last) else {
+            return self.send(out, from, not_ready);
+        };
+        let whole = self
+            .ec_data
+            .iter()
+            .filter(|((pg, _), _)| *pg == h.from_pg)
+            .all(|(_, d)| matches!(d.state, ec::DataState::Ready));
+        if !whole {
+            return self.send(out, from, not_ready);
+        }
+        let m = map.clone();
+        let filter = move |g: MemgestId| matches!(m.memgest_kind(g), MemgestKind::Ec { .. });
+        let Some((entries, next, _)) = self.page(first, last, after, &filter, None, true) else {
+            return self.send(out, from, not_ready);
+        };
+        self.stats.move_ec_replacement_pages += 1;
+        self.send(
+            out,
+            from,
+            PeerBody::PullResp {
+                id,
+                ready: true,
+                resets: Vec::new(),
+                entries,
+                next,
+            },
+        );
     }
 
     /// The replicated memgests of a rebuilding range that a majority of their old replicas
@@ -2042,13 +2138,18 @@ impl<S: ReplicaStore> Replica<S> {
         // coordinates both of, or a replica of the old cohort now in the new one).
         let done =
             |n: &NodeId| (*n == self.id && r.held) || p.sources.get(n).is_some_and(|s| s.done);
+        // A replacement of the old coordinator answers with the span's ec values only: its
+        // answer confirms the ec memgests, never a replicated one.
+        let replaced = self.old_coordinator_replaced(r.first, r.last);
+        let old_done = p.prior.first().is_some_and(&done);
         // A handed-off range whose old coordinator answered has everything: it applied every
         // write it acknowledged and quiesced before the switch (its own copies came from a
         // confirmed rebuild). Its replicas may still be syncing from it, so no majority of
         // them is needed (the simulator found a back-to-back move waiting for one).
-        if p.prior.first().is_some_and(&done) {
+        if old_done && !replaced {
             return p.refused.iter().copied().collect();
         }
+        let done = |n: &NodeId| done(n) && !(replaced && p.prior.first() == Some(n));
         let pred_vote = usize::from(p.pred.is_some_and(|n| done(&n)));
         map.memgests
             .iter()
@@ -2060,6 +2161,12 @@ impl<S: ReplicaStore> Replica<S> {
                 // waits for the mark before its first one), so nothing can be missing.
                 if !m.written {
                     return false;
+                }
+                if matches!(m.kind, MemgestKind::Ec { .. }) && !p.prior.is_empty() {
+                    // A handed-off span's ec values come only from the old pair's data
+                    // node (the old coordinator, or the spare that replaced it and decoded
+                    // them from the old group's parity), decoded, re-encoded here.
+                    return !old_done;
                 }
                 let copies = match m.kind {
                     MemgestKind::Rep { r } => usize::from(r),
@@ -2169,6 +2276,14 @@ impl<S: ReplicaStore> Replica<S> {
         if msg.epoch < self.epoch {
             return self.send(out, from, not_ready);
         }
+        // A rebuild from a newer map: this node may not have seen the switch yet (a whole
+        // range moved looks the same before it), and what it sends depends on it (a
+        // handed-off span's ec values go decoded). It will within a map broadcast; the
+        // puller asks again (after DELTA_RETRY_MS for a handoff's old coordinator). The
+        // simulator found a whole-range move whose ec values never reached the target.
+        if purpose == PullPurpose::Rebuild && msg.epoch > self.epoch {
+            return self.send(out, from, not_ready);
+        }
         let Some(ri) = self.range_index(first) else {
             return self.send(out, from, not_ready);
         };
@@ -2217,6 +2332,14 @@ impl<S: ReplicaStore> Replica<S> {
                     _ => r.held,
                 };
                 if !ok {
+                    // The spare that replaced a handed-off span's old coordinator holds the
+                    // span's ec values (its arena of the old group decoded them from the
+                    // parity) and nothing else: it answers with those once that arena is
+                    // whole. The new coordinator counts its answer for ec memgests only.
+                    if self.replacing_old_coordinator(&map, first, last) {
+                        let m = map.clone();
+                        return self.answer_ec_only(from, id, (first, last), after, &m, out);
+                    }
                     return self.send(out, from, not_ready);
                 }
                 Box::new(|_| true)
@@ -2241,7 +2364,14 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         };
-        let (entries, next, resets) = self.page(first, last, after, &*filter, have.as_ref());
+        // A handed-off span (this node was its old coordinator, in another group): its ec
+        // values go decoded, for the new coordinator to re-encode in its own group.
+        let ec_values = purpose == PullPurpose::Rebuild && map.handoff(first, last).is_some();
+        let Some((entries, next, resets)) =
+            self.page(first, last, after, &*filter, have.as_ref(), ec_values)
+        else {
+            return self.send(out, from, not_ready);
+        };
         let mut entries = entries;
         entries.extend(extra);
         self.send(
@@ -2271,7 +2401,8 @@ impl<S: ReplicaStore> Replica<S> {
         after: Option<(Slot, Vec<u8>)>,
         filter: &dyn Fn(MemgestId) -> bool,
         have: Option<&BTreeMap<Slot, u64>>,
-    ) -> (Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>, Vec<Slot>) {
+        ec_values: bool,
+    ) -> Option<(Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>, Vec<Slot>)> {
         let start = after.as_ref().map_or(first, |(s, _)| *s).max(first);
         let is_ec = |m: MemgestId| {
             self.map
@@ -2304,19 +2435,33 @@ impl<S: ReplicaStore> Replica<S> {
                     self.store
                         .scan_slot(slot, cursor.as_deref(), PULL_ENTRIES_PER_PAGE_MAX);
                 let n = chunk.len();
-                for (k, e) in chunk {
+                for (k, mut e) in chunk {
                     cursor = Some(k.clone());
-                    // ec entries are pointers into this node's arena: a successor rebuilds
-                    // them from the parity holders instead.
-                    if !filter(e.memgest) || is_ec(e.memgest) {
+                    if !filter(e.memgest) {
                         continue;
+                    }
+                    if is_ec(e.memgest) {
+                        // ec entries are pointers into this node's arena. A takeover's
+                        // successor rebuilds them from the parity holders; a handed-off
+                        // span's new coordinator (another group) gets them decoded and
+                        // re-encodes them (`ec_values`). Tombstones go as they are.
+                        if !ec_values {
+                            continue;
+                        }
+                        if e.value.is_some() {
+                            match self.ec_value(&k, &e) {
+                                Ok(v) => e.value = Some(v),
+                                // Bytes not here yet (this arena recovers): not ready.
+                                Err(_) => return None,
+                            }
+                        }
                     }
                     bytes = bytes.saturating_add(e.wire_bytes(&k));
                     entries.push((k.clone(), e));
                     if entries.len() >= PULL_ENTRIES_PER_PAGE_MAX
                         || bytes >= PULL_BYTES_PER_PAGE_MAX
                     {
-                        return (entries, Some((slot, k)), resets);
+                        return Some((entries, Some((slot, k)), resets));
                     }
                 }
                 if n < PULL_ENTRIES_PER_PAGE_MAX {
@@ -2324,7 +2469,7 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
-        (entries, None, resets)
+        Some((entries, None, resets))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2402,8 +2547,12 @@ impl<S: ReplicaStore> Replica<S> {
                 p.paced_until_ms = p.paced_until_ms.max(now_ms).saturating_add(cost_ms);
             }
             match next {
-                Some(n) if paced && p.paced_until_ms > now_ms => {
-                    // Sent by drive_pulls once the pace allows (req_id 0 = due).
+                Some(n)
+                    if (paced && p.paced_until_ms > now_ms)
+                        || p.ec_reencoding.len() >= ec_bounds::EC_REENCODES_IN_FLIGHT_MAX =>
+                {
+                    // Sent by drive_pulls once the pace (and the re-encodes in flight)
+                    // allow (req_id 0 = due).
                     s.after = Some(n);
                     s.req_id = 0;
                     s.sent_ms = now_ms;
@@ -2445,15 +2594,48 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         let mut refused = BTreeSet::new();
+        let mut ec_retry = false;
+        let handed_off = self.ranges.get(ri).and_then(|r| {
+            let m = self.map.as_ref()?;
+            m.handoff(r.first, r.last).map(|_| r.pg)
+        });
         for (k, e) in apply {
             let ec = self
                 .map
                 .as_ref()
                 .is_some_and(|m| matches!(m.memgest_kind(e.memgest), MemgestKind::Ec { .. }));
             let memgest = e.memgest;
-            if !ec && matches!(self.apply_local(&k, e), ApplyOutcome::Refused) {
+            if ec {
+                // Only a handed-off span's old coordinator sends ec entries (decoded).
+                let Some(pg) = handed_off else { continue };
+                match self.reencode_ec(now_ms, pg, k.clone(), e, out) {
+                    Ok(Some(v)) => {
+                        if let Some(Status::Pulling(p)) =
+                            self.ranges.get_mut(ri).map(|r| &mut r.status)
+                        {
+                            p.ec_reencoding.insert(v, k);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(()) => ec_retry = true,
+                }
+            } else if matches!(self.apply_local(&k, e), ApplyOutcome::Refused) {
                 refused.insert(memgest);
             }
+        }
+        if ec_retry && refused.is_empty() {
+            // This node's arena could not take an ec value now (recovering, or busy):
+            // ask this source again from the start after the retry interval (what was
+            // re-encoded already is skipped then).
+            if let Some(Status::Pulling(p)) = self.ranges.get_mut(ri).map(|r| &mut r.status) {
+                if let Some(s) = p.sources.get_mut(&from) {
+                    s.done = false;
+                    s.after = None;
+                    s.req_id = u64::MAX;
+                    s.sent_ms = now_ms;
+                }
+            }
+            resend = None;
         }
         if !refused.is_empty() {
             // A full store: this source is not done (it is asked again from the start after
@@ -2898,9 +3080,19 @@ impl<S: ReplicaStore> Replica<S> {
         let quiet = if map.leaving.contains_key(&self.id) {
             self.pending.values().all(|p| p.committed)
         } else {
-            self.pending
-                .values()
-                .all(|p| p.committed || !map.is_moving(p.slot))
+            // A move's source also waits until it holds the span whole (its range Ready):
+            // a spare that just took the range over may still be rebuilding it, and a
+            // switch then would leave it with nothing to hand over (simulator seed 7369:
+            // the span's ec values were lost).
+            let whole = map
+                .moving
+                .and_then(|m| self.range(m.first))
+                .is_some_and(|r| matches!(r.status, Status::Ready));
+            whole
+                && self
+                    .pending
+                    .values()
+                    .all(|p| p.committed || !map.is_moving(p.slot))
         };
         let due = self
             .last_quiesced_ms
@@ -3005,7 +3197,10 @@ impl<S: ReplicaStore> Replica<S> {
                 }
                 let chunk = self.store.scan_slot(slot, after.as_deref(), want);
                 let n = chunk.len();
-                for (k, _) in chunk {
+                for (k, e) in chunk {
+                    if self.is_ec_value(&e) {
+                        self.ec_leftovers.push((k.clone(), e));
+                    }
                     // No tombstone: the keys of a given-away range leave no trace here, so
                     // older versions pulled back later are taken (a retire's tombstone one
                     // step above lost them: the reshard test found keys moved away and back
@@ -3156,8 +3351,11 @@ impl<S: ReplicaStore> Replica<S> {
                 "pending above HLC"
             );
             let r = self.range(p.slot);
+            // Background ec updates also retire a given-away span's arena metadata
+            // (`retire_ec_leftovers`), in slots this node no longer coordinates.
             assert!(
-                r.is_some_and(|r| r.role == Role::Coordinator),
+                r.is_some_and(|r| r.role == Role::Coordinator)
+                    || p.ec.as_ref().is_some_and(|e| e.bg),
                 "pending write for a slot we do not coordinate"
             );
             for t in &p.targets {
@@ -3197,4 +3395,24 @@ impl<S: ReplicaStore> Replica<S> {
         assert!(self.dedup.len() <= self.cfg.dedup_clients_max.clamp(1, DEDUP_CLIENTS_MAX));
         self.ec_check_invariants();
     }
+}
+
+/// Whether the node now at handed-off span `first..=last`'s old pair is not the
+/// coordinator recorded at the switch (node and incarnation): a spare replaced it. Maps
+/// without the record (`source == 0`) say no.
+fn replaced_in(map: &ClusterMap, first: Slot, last: Slot) -> bool {
+    let Some(h) = map.handoff(first, last) else {
+        return false;
+    };
+    if h.source == 0 {
+        return false;
+    }
+    let Some(now) = map.prior_cohort(h).first().copied() else {
+        return false;
+    };
+    now != NodeId(h.source)
+        || map
+            .nodes
+            .get(&now)
+            .is_some_and(|n| n.incarnation != h.source_incarnation)
 }

@@ -100,6 +100,11 @@ pub struct RunStats {
     pub ec_takeovers: u64,
     pub ec_decodes_on_demand: u64,
     pub ec_holder_syncs: u64,
+    /// ec values re-encoded by new coordinators of moved spans (live nodes at the end).
+    pub ec_reencoded: u64,
+    /// Pages of ec values answered by the replacement of a moved span's failed old
+    /// coordinator.
+    pub ec_replacement_pages: u64,
 }
 
 const LEASE_MS: u64 = 1500;
@@ -992,7 +997,18 @@ impl World {
             3 => {
                 // Move a span around a workload key's slot to another (PG, data index), so
                 // the keys the checkers watch are the ones that move.
-                let Some(key) = self.rng.pick(&self.keys).map(|k| k.name.clone()) else {
+                // ec runs move the ec keys' spans most of the time (their values are
+                // re-encoded in the target's group).
+                let pool: Vec<String> = if self.opts.ec && self.rng.chance(0.7) {
+                    self.keys
+                        .iter()
+                        .filter(|k| self.ec_memgests.contains(&k.memgest))
+                        .map(|k| k.name.clone())
+                        .collect()
+                } else {
+                    self.keys.iter().map(|k| k.name.clone()).collect()
+                };
+                let Some(key) = self.rng.pick(&pool).cloned() else {
                     return;
                 };
                 let slot = ringlet_types::key_slot(key.as_bytes());
@@ -1003,8 +1019,19 @@ impl World {
                 let hi = slot
                     .saturating_add(self.rng.range(0, 50) as u16)
                     .min(r.last);
-                let pg = self.rng.range(0, p.groups.len() as u64 - 1) as u32;
-                let di = self.rng.range(0, u64::from(p.s) - 1) as u8;
+                let mut pg = self.rng.range(0, p.groups.len() as u64 - 1) as u32;
+                let mut di = self.rng.range(0, u64::from(p.s) - 1) as u8;
+                // With ec memgests a move must change coordinator (refused otherwise):
+                // a few more draws to find such a pair.
+                let coord = p.range_coordinator(r);
+                for _ in 0..8 {
+                    let to = p.group(pg).and_then(|g| g.get(usize::from(di)).copied());
+                    if !self.opts.ec || to != coord {
+                        break;
+                    }
+                    pg = self.rng.range(0, p.groups.len() as u64 - 1) as u32;
+                    di = self.rng.range(0, u64::from(p.s) - 1) as u8;
+                }
                 // Half the moves rate-limited (`--rate`): paced pulls under the same faults.
                 let rate_kib_s = match self.rng.range(0, 1) {
                     0 => 0,
@@ -1408,8 +1435,8 @@ impl World {
         }
         if std::env::var_os("SIM_TRACE_KEY").is_some_and(|k| k == op.key.as_str()) {
             eprintln!(
-                "t={} reply to client {c} from {} epoch {} {:?}",
-                self.now, r.from, r.epoch, r.body
+                "t={} reply to client {c} from {} epoch {} {:?} for {:?}",
+                self.now, r.from, r.epoch, r.body, op.kind
             );
         }
         match (&op.kind, op.fallback, r.body) {
@@ -1514,6 +1541,8 @@ impl World {
                 self.stats.ec_takeovers += r.stats.ec_takeovers;
                 self.stats.ec_decodes_on_demand += r.stats.ec_decodes_on_demand;
                 self.stats.ec_holder_syncs += r.stats.ec_holder_syncs;
+                self.stats.ec_reencoded += r.stats.move_ec_reencoded;
+                self.stats.ec_replacement_pages += r.stats.move_ec_replacement_pages;
             }
         }
         if std::env::var_os("SIM_TRACE").is_some() {

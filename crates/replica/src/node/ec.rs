@@ -44,6 +44,10 @@ pub mod ec_bounds {
     pub const EC_READ_RANGES_MAX: usize = 16 * 1024;
     /// Snapshots a data node keeps for resynchronising holders (one per holder, M ≤ 4).
     pub const EC_SNAPSHOTS_MAX: usize = 8;
+    /// Re-encodes of a handed-off span's ec values in flight at its new coordinator: past
+    /// it the pull asks for no next page until some committed, so a large span never
+    /// holds more than this plus one page of values (and their parity deltas) in memory.
+    pub const EC_REENCODES_IN_FLIGHT_MAX: usize = 1024;
 }
 use ec_bounds::*;
 
@@ -2247,7 +2251,7 @@ impl<S: ReplicaStore> Replica<S> {
         let Some((offset, len)) = e.value.as_deref().and_then(parse_ptr) else {
             return Ok(Vec::new());
         };
-        let Some(pg) = self.range(key_slot(key)).map(|r| r.pg) else {
+        let Some(pg) = self.ec_pg_for(key_slot(key)) else {
             return Err(false);
         };
         let Some(d) = self.ec_data.get(&(pg, e.memgest)) else {
@@ -2262,6 +2266,226 @@ impl<S: ReplicaStore> Replica<S> {
             return Err(true);
         }
         d.arena.read(offset, len).map_err(|_| false)
+    }
+
+    /// The group whose arena holds this node's committed ec values of `slot`: the range's
+    /// group while this node coordinates it; for a span it handed off (the map still
+    /// lists the handoff), the group it coordinated the span in before the move. The
+    /// range's current group would be wrong there: the simulator found ec pointers of a
+    /// moved span resolved against another arena of the old coordinator (wrong bytes).
+    pub(super) fn ec_pg_for(&self, slot: Slot) -> Option<u32> {
+        let r = self.range(slot)?;
+        if r.role == Role::Coordinator {
+            return Some(r.pg);
+        }
+        let handed = self.map.as_ref().and_then(|m| {
+            m.handoffs
+                .iter()
+                .rev()
+                .find(|h| h.first <= slot && slot <= h.last)
+                .map(|h| h.from_pg)
+        });
+        Some(handed.unwrap_or(r.pg))
+    }
+
+    // ------------------------------------------------------------------ moves
+
+    /// A pulled ec entry of a handed-off span (its old coordinator sent it decoded):
+    /// re-encode it in this node's arena of `pg`, the span's new group, keeping its
+    /// version, as a write without a client: it commits (store pointer, reads) once this
+    /// group's M parity holders acknowledged it, like any ec write.
+    ///
+    /// `Ok(Some(version))`: in flight (the pull waits for it); `Ok(None)`: nothing to do
+    /// (this node holds that version or a newer one, or a tombstone of a key no arena here
+    /// names, applied at once); `Err(())`: the arena cannot take it now (recovering, full,
+    /// or it names a newer uncommitted version): ask the source again later.
+    pub(super) fn reencode_ec(
+        &mut self,
+        now_ms: u64,
+        pg: u32,
+        key: Vec<u8>,
+        e: Entry,
+        out: &mut Vec<Output>,
+    ) -> Result<Option<Version>, ()> {
+        if self.pending.get(&e.version).is_some_and(|p| !p.committed) {
+            return Ok(Some(e.version));
+        }
+        if self
+            .latest_entry(&key)
+            .is_some_and(|c| c.version >= e.version)
+        {
+            return Ok(None);
+        }
+        let slot = key_slot(&key);
+        let Some(d) = self.ec_data.get_mut(&(pg, e.memgest)) else {
+            return Err(());
+        };
+        if !matches!(d.state, DataState::Ready) {
+            return Err(());
+        }
+        let staged = match &e.value {
+            Some(v) => d.arena.put_deferred(&key, e.version, v, e.kind),
+            None if d.arena.meta(&key).is_some() => d.arena.remove_deferred(&key, e.version, false),
+            None => {
+                // A tombstone of a key this group never held: the store keeps it (late
+                // older writes are refused); the parity holders have nothing to drop.
+                let _ = self.apply_local(&key, e);
+                return Ok(None);
+            }
+        };
+        let Ok((up, free)) = staged else {
+            return Err(());
+        };
+        let stored = match (&e.value, &up.meta) {
+            (Some(_), Some(MetaChange::Put { meta, .. })) => Some(ec_ptr(meta.offset, meta.len)),
+            _ => None,
+        };
+        let ec = EcPend {
+            pg,
+            memgest: e.memgest,
+            seq: up.seq,
+            owner: d.owner,
+            offset: up.offset,
+            meta: to_wire_meta(&up.meta),
+            delta: up.delta,
+            base: d.base,
+            free,
+            bg: false,
+        };
+        let targets = d.holders.clone();
+        let entry = Entry {
+            version: e.version,
+            memgest: e.memgest,
+            expiry_ms: e.expiry_ms,
+            kind: if stored.is_some() {
+                e.kind
+            } else {
+                ValueKind::String
+            },
+            value: stored,
+        };
+        self.hlc.observe(e.version);
+        self.stats.move_ec_reencoded += 1;
+        self.push_ec_pending(now_ms, key, slot, entry, None, targets, ec, None, out);
+        Ok(Some(e.version))
+    }
+
+    /// Drop re-encodes that ended from their pulls' waiting lists. One that ended without
+    /// its value in the store (abandoned: a fence or a map change took it) makes the pull
+    /// ask its sources again from the start (what arrived since is skipped then).
+    pub(super) fn settle_reencodes(&mut self, now_ms: u64) {
+        for ri in 0..self.ranges.len() {
+            let Some(Status::Pulling(p)) = self.ranges.get(ri).map(|r| &r.status) else {
+                continue;
+            };
+            if p.ec_reencoding.is_empty() {
+                continue;
+            }
+            let mut ended = Vec::new();
+            let mut lost = false;
+            for (v, key) in &p.ec_reencoding {
+                if self.pending.get(v).is_some_and(|x| !x.committed) {
+                    continue;
+                }
+                ended.push(*v);
+                if self.store.get(key).is_none_or(|c| c.version < *v) {
+                    lost = true;
+                }
+            }
+            let Some(Status::Pulling(p)) = self.ranges.get_mut(ri).map(|r| &mut r.status) else {
+                continue;
+            };
+            for v in ended {
+                p.ec_reencoding.remove(&v);
+            }
+            if lost {
+                for s in p.sources.values_mut() {
+                    s.done = false;
+                    s.after = None;
+                    s.req_id = u64::MAX;
+                    s.sent_ms = now_ms;
+                }
+            }
+        }
+    }
+
+    /// Retire the arena metadata of ec entries the store forgot (a given-away span purged,
+    /// a copy or rebuild wiped): freed here once the parity holders dropped it, so no
+    /// takeover of this arena restores them later. An arena of a group in which this node
+    /// coordinates the key's slot is left alone unless its metadata is not newer than the
+    /// forgotten entry (a newer one belongs to a write of this node). Keys with a write in
+    /// flight here are left to it; arenas not Ready accept no update (a leak, not a wrong
+    /// value: cluster-resharding.md).
+    pub(super) fn retire_ec_leftovers(&mut self, out: &mut Vec<Output>) {
+        let items = std::mem::take(&mut self.ec_leftovers);
+        for (key, e) in items {
+            if self.uncommitted.contains_key(&key) || self.store.get(&key).is_some() {
+                continue;
+            }
+            let slot = key_slot(&key);
+            let mine = self
+                .range(slot)
+                .filter(|r| r.role == Role::Coordinator)
+                .map(|r| r.pg);
+            let arenas: Vec<u32> = self
+                .ec_data
+                .iter()
+                .filter(|((pg, m), d)| {
+                    *m == e.memgest
+                        && matches!(d.state, DataState::Ready)
+                        && d.arena
+                            .meta(&key)
+                            .is_some_and(|km| Some(*pg) != mine || km.version <= e.version)
+                })
+                .map(|((pg, _), _)| *pg)
+                .collect();
+            for pg in arenas {
+                let Some(d) = self.ec_data.get_mut(&(pg, e.memgest)) else {
+                    continue;
+                };
+                let Some(ver) = d.arena.meta(&key).map(|km| km.version) else {
+                    continue;
+                };
+                let Ok((up, free)) = d.arena.remove_deferred(&key, ver, true) else {
+                    continue;
+                };
+                let ec = EcPend {
+                    pg,
+                    memgest: e.memgest,
+                    seq: up.seq,
+                    owner: d.owner,
+                    offset: up.offset,
+                    meta: to_wire_meta(&up.meta),
+                    delta: up.delta,
+                    base: d.base,
+                    free,
+                    bg: true,
+                };
+                let targets = d.holders.clone();
+                // A fresh version only names the pending entry (never stored).
+                let v = self.hlc.next(0);
+                let marker = Entry {
+                    version: v,
+                    memgest: e.memgest,
+                    value: None,
+                    expiry_ms: None,
+                    kind: ValueKind::String,
+                };
+                let last = self.last_now_ms;
+                self.stats.move_ec_retired += 1;
+                self.push_ec_pending(
+                    last,
+                    key.clone(),
+                    slot,
+                    marker,
+                    None,
+                    targets,
+                    ec,
+                    None,
+                    out,
+                );
+            }
+        }
     }
 
     /// Answer a read of an ec entry whose bytes must be decoded: join or start a job.
