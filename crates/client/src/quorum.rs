@@ -92,6 +92,7 @@ mod tests {
             s: 1,
             d: 2,
             lease_ms: 1500,
+            ..ControlConfig::default()
         })
         .unwrap();
         for i in 1..=3 {

@@ -43,6 +43,8 @@ async fn start_with(total: u32, active: usize) -> (InProcess, SocketAddr) {
         s: 2,
         d: 1,
         lease_ms: 1500,
+        // Test harness: ec resharding is exercised here.
+        ec_moves: true,
     })
     .await
     .unwrap();

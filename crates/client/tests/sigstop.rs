@@ -88,6 +88,8 @@ async fn quorum_reads_survive_a_stopped_replica() {
         s: 2,
         d: 1,
         lease_ms: 1500,
+        // Test harness: ec resharding is exercised here.
+        ec_moves: true,
     })
     .await
     .unwrap();

@@ -71,6 +71,8 @@ async fn cluster_client_speaks_native_frames_over_tls() {
         s: 2,
         d: 1,
         lease_ms: 1500,
+        // Test harness: ec resharding is exercised here.
+        ec_moves: true,
     })
     .await
     .unwrap();

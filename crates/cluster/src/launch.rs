@@ -53,6 +53,8 @@ pub struct ControlOpts {
     pub s: u8,
     pub d: u8,
     pub lease_ms: u64,
+    /// Allow resharding while an ec memgest exists (`--allow-ec-moves`, ControlConfig::ec_moves).
+    pub ec_moves: bool,
 }
 
 /// Start the embedded control plane service in the current runtime.
@@ -64,6 +66,7 @@ pub async fn run_control(o: &ControlOpts) -> std::io::Result<(Arc<ControlService
         s: o.s,
         d: o.d,
         lease_ms: o.lease_ms,
+        ec_moves: o.ec_moves,
     })
     .map_err(|e| std::io::Error::other(e.to_string()))?;
     let plan = (o.expect_nodes > 0).then_some(BootstrapPlan {
@@ -241,6 +244,8 @@ pub struct UpOpts {
     pub control_port: Option<u16>,
     pub default_memgest: Option<MemgestKind>,
     pub lease_ms: u64,
+    /// Allow resharding while an ec memgest exists (`--allow-ec-moves`).
+    pub ec_moves: bool,
     pub memory_bytes: u64,
     /// The binary that runs a node (normally this executable).
     pub exe: std::path::PathBuf,
@@ -471,6 +476,7 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         s,
         d,
         lease_ms: o.lease_ms,
+        ec_moves: o.ec_moves,
     })
     .await?;
     if let Some(port) = o.status_port {

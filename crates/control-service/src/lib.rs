@@ -1037,6 +1037,7 @@ mod tests {
                 s: 2,
                 d: 1,
                 lease_ms: 1000,
+                ..ControlConfig::default()
             })
             .unwrap(),
         );

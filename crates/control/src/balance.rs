@@ -254,6 +254,7 @@ mod tests {
             s: 2,
             d: 1,
             lease_ms: 1000,
+            ..ControlConfig::default()
         })
         .unwrap();
         for i in 1..=n {

@@ -96,6 +96,12 @@ pub struct ControlConfig {
     pub d: u8,
     /// A node whose heartbeat has not arrived for this long is fenced.
     pub lease_ms: u64,
+    /// Resharding (moves, node add and remove) while an `ec:K+M` memgest exists. Off by
+    /// default: the simulator still finds rare histories that go wrong under faults during
+    /// such a move (docs/design/cluster-resharding.md, "Moving ec:K+M values"), so an
+    /// operator opts in (`--allow-ec-moves`) knowing that; without it these requests are
+    /// refused with the flag named, as before ec moves existed.
+    pub ec_moves: bool,
 }
 
 impl Default for ControlConfig {
@@ -104,6 +110,7 @@ impl Default for ControlConfig {
             s: 2,
             d: 1,
             lease_ms: 1500,
+            ec_moves: false,
         }
     }
 }
@@ -335,6 +342,12 @@ pub enum ControlError {
          coordinated by another node"
     )]
     EcMove(String),
+    #[error(
+        "memgest {0} is erasure-coded and resharding with ec memgests is off: start the control \
+         plane with --allow-ec-moves to allow it (known limits: docs/design/cluster-resharding.md, \
+         \"Moving ec:K+M values\")"
+    )]
+    EcMovesOff(String),
     #[error("node {0} is not a spare")]
     NotSpare(NodeId),
     #[error("a drain is in progress; retry when it has finished")]
@@ -984,6 +997,7 @@ impl ControlPlane {
         if self.map.handoffs.len() >= crate::map::HANDOFFS_MAX {
             return Err(ControlError::HandoffPending { first, last });
         }
+        self.refuse_ec_moves_unless_allowed()?;
         let mut next = (*self.map).clone();
         let mut m = crate::map::SlotMove {
             first,
@@ -1076,6 +1090,22 @@ impl ControlPlane {
     /// same-node move has no pull (the node holds the span already), so its values would
     /// stay in the old group's arena, which a later removal retires: refused rather than
     /// lost. The planner never proposes one while an ec memgest exists.
+    fn refuse_ec_moves_unless_allowed(&self) -> Result<(), ControlError> {
+        if self.cfg.ec_moves {
+            return Ok(());
+        }
+        match self
+            .map
+            .memgests
+            .values()
+            .find(|m| matches!(m.kind, MemgestKind::Ec { .. }))
+        {
+            Some(m) => Err(ControlError::EcMovesOff(m.name.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuse a move to another pair of the same coordinator while an ec memgest exists.
     fn refuse_same_node_move_with_ec(&self) -> Result<(), ControlError> {
         match self
             .map
@@ -1154,6 +1184,7 @@ impl ControlPlane {
         if !self.map.leaving.is_empty() {
             return Err(ControlError::DrainInProgress);
         }
+        self.refuse_ec_moves_unless_allowed()?;
         let others: Vec<NodeId> = self
             .map
             .nodes
@@ -1185,6 +1216,7 @@ impl ControlPlane {
             Some(NodeState::Spare) => {}
             Some(_) => return Err(ControlError::NotSpare(node)),
         }
+        self.refuse_ec_moves_unless_allowed()?;
         let mut nodes: Vec<NodeId> = self
             .map
             .nodes
@@ -1936,6 +1968,12 @@ mod tests {
                     .map(|j| (gi, j as u8))
             })
         };
+        // Off by default (ControlConfig::ec_moves): refused with the flag named.
+        let (gi, j) = pair(false).unwrap();
+        let e = rej(cp.step(1, mv(r0.first, r0.first, gi, j)));
+        assert!(matches!(e, ControlError::EcMovesOff(_)), "{e:?}");
+        assert!(e.to_string().contains("--allow-ec-moves"), "{e}");
+        cp.cfg.ec_moves = true;
         let (gi, j) = pair(true).unwrap();
         assert!(matches!(
             rej(cp.step(1, mv(r0.first, r0.first, gi, j))),

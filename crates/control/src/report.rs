@@ -200,6 +200,7 @@ mod tests {
             s: 3,
             d: 2,
             lease_ms: 1000,
+            ..ControlConfig::default()
         })
         .unwrap();
         for i in 1..=5 {

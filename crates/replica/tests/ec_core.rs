@@ -34,6 +34,7 @@ impl World {
             s: 3,
             d: 2,
             lease_ms: 1500,
+            ..ControlConfig::default()
         })
         .unwrap();
         let mut nodes = BTreeMap::new();

@@ -46,6 +46,7 @@ impl Net {
             s: 1,
             d: 2,
             lease_ms: 1500,
+            ..ControlConfig::default()
         };
         let mut net = Net {
             now: 1000,

@@ -318,6 +318,8 @@ impl World {
             s,
             d,
             lease_ms: LEASE_MS,
+            // The simulator is where ec moves are tested, faults and all.
+            ec_moves: true,
         };
         let cp = ControlPlane::new(cfg).map_err(|e| fail(seed, e))?;
         let mut nodes = BTreeMap::new();
@@ -1730,6 +1732,7 @@ mod tests {
             s: 1,
             d: 2,
             lease_ms: 1500,
+            ec_moves: true,
         })
         .unwrap();
         for i in 1..=3 {

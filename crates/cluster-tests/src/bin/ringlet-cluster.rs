@@ -104,6 +104,8 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 control_port: a.get("control-port")?,
                 default_memgest: a.memgest()?,
                 lease_ms,
+                // Test harness: ec resharding is exercised here.
+                ec_moves: true,
                 memory_bytes,
                 exe: std::env::current_exe().map_err(|e| e.to_string())?,
                 node_args: launch::ringlet_cluster_node_args,
@@ -132,6 +134,8 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 s: a.get("pg-data")?.unwrap_or(s0),
                 d: a.get("pg-redundant")?.unwrap_or(d0),
                 lease_ms,
+                // Test harness: ec resharding is exercised here.
+                ec_moves: true,
             };
             rt.block_on(async {
                 let (_svc, addr) = launch::run_control(&o).await.map_err(|e| e.to_string())?;

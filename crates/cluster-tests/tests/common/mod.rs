@@ -665,6 +665,8 @@ pub fn in_process(n: u32, s: u8, d: u8, lease_ms: u64) -> InProcess {
             s,
             d,
             lease_ms,
+            // Test harness: ec resharding is exercised here.
+            ec_moves: true,
         }))
         .unwrap();
     let mut nodes = Vec::new();

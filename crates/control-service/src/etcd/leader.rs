@@ -220,6 +220,8 @@ impl Campaign {
             s,
             d,
             lease_ms: PLANE_LEASE_MS,
+            // Not offered with etcd yet: resharding with ec memgests stays refused.
+            ec_moves: false,
         };
         // The map: continue from it.
         let mkey = self.keys.map();
@@ -906,6 +908,8 @@ mod tests {
             s: 2,
             d: 1,
             lease_ms: PLANE_LEASE_MS,
+            // Not offered with etcd yet: resharding with ec memgests stays refused.
+            ec_moves: false,
         };
         let config = ClusterConfig {
             expect_nodes: 4,
