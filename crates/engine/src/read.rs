@@ -82,6 +82,15 @@ impl RegionsView {
         Some(unsafe { &*(self.index.add(off as usize) as *const AtomicU64) })
     }
 
+    #[inline]
+    fn dword(&self, off: u64) -> Option<&AtomicU64> {
+        if off & 7 != 0 || off.checked_add(8)? > self.data_len as u64 {
+            return None;
+        }
+        // SAFETY: in bounds and aligned per `new`'s contract; only loaded atomically.
+        Some(unsafe { &*(self.data.add(off as usize) as *const AtomicU64) })
+    }
+
     /// The header's layout word (diagnostics and clients that cache the table shape).
     pub fn layout(&self) -> Option<Layout> {
         Some(Layout::unpack(
@@ -111,6 +120,7 @@ enum Probe {
         expire_at_ms: Option<u64>,
         kind: ValueKind,
         ie_off: u64,
+        direct: Direct,
     },
     WrongKey,
     Torn,
@@ -198,6 +208,7 @@ fn try_entry(
         expire_at_ms,
         kind: de_kind(w2),
         ie_off,
+        direct: Direct::of(w0, w1),
     }
 }
 
@@ -233,6 +244,32 @@ pub struct Position {
     pub layout: u64,
     /// Byte offset of the index entry in the index region.
     pub entry: u64,
+    /// The data entry itself, for a read that skips the index ([`read_entry_direct`]).
+    pub data: Option<Direct>,
+}
+
+/// A data entry's place and its index words' checksum at the time a hint was taken: enough
+/// for [`read_entry_direct`] to read the entry without touching the index (one cache miss
+/// instead of the bucket's and the entry's) and to know the bytes it copied are exactly the
+/// image the index then published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Direct {
+    /// Index word 0's location (data offset / 8).
+    pub location: u32,
+    /// Index word 1's CRC-32C of the entry (over the image, word 0 and the size).
+    pub crc: u32,
+    /// Index word 0's memgest (part of the checksummed word 0).
+    pub memgest: u16,
+}
+
+impl Direct {
+    fn of(w0: u64, w1: u64) -> Direct {
+        Direct {
+            location: ie_location(w0),
+            crc: ie_crc(w1),
+            memgest: ie_memgest(w0),
+        }
+    }
 }
 
 /// [`read_entry_with`] that returns where a hit was found ([`Position`]).
@@ -308,9 +345,11 @@ pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Posi
                     .is_some_and(|w| w.to_le_bytes()[..chunk.len()] == *chunk)
             });
             if same {
+                let w1 = view.iword(ie_off + 8)?.load(Ordering::Acquire);
                 return Some(Position {
                     layout: layout_word,
                     entry: ie_off,
+                    data: Some(Direct::of(w0, w1)),
                 });
             }
         }
@@ -334,14 +373,134 @@ pub enum Stale {
     Config,
 }
 
-/// One direct read of `key` at a remembered [`Position`], validated as a probe validates a
-/// candidate: the table must still be the one named (layout word equal before and after the
-/// copy), the index entry's tag must match, and the copied data entry must pass the checksum
-/// over its bytes and the index words, the index re-check and the full key comparison. A key
+/// One read of `key` at a remembered [`Position`]: first straight at the data entry if the
+/// position names it ([`read_entry_direct`], no index access), then at the index entry
+/// ([`read_entry_at_index`]). `Stale` only if neither validates; nothing is ever returned from
+/// a read that did not.
+pub fn read_entry_at(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    pos: Position,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    out: &mut Vec<u8>,
+) -> Result<ReadOutcome, Stale> {
+    if let Some(d) = pos.data {
+        match read_entry_direct(view, key, hash, d, now_ms, expected_config, out) {
+            Err(Stale::Entry) => {}
+            r => return r,
+        }
+    }
+    read_entry_at_index(view, key, hash, pos, now_ms, expected_config, out)
+}
+
+/// One read of `key` straight at a data entry a hint names, touching no index line (the
+/// key's bucket is one of the two cache misses a lookup and an index-position read take).
+///
+/// Accepted only if (1) the entry's word 2 has the live bit (layout.rs: set only while the
+/// readers' index publishes the entry, cleared before it stops) when loaded (Acquire) before
+/// the copy and unchanged when re-loaded after it (Acquire fence between: the writer fences
+/// before it writes a reused slot, so a copy that saw any of a reuse's stores sees word 2
+/// changed — a seqlock whose sequence is word 2), (2) the copy's CRC-32C, with the index
+/// word 0 and size the hint recorded, equals the hint's: the bytes are exactly the image the
+/// index published when the hint was taken (not a torn mix, not another version or key),
+/// and (3) it holds `key`. Then that image was the key's published entry at the first load
+/// of word 2, which is the read's linearization point. `Stale::Entry` otherwise (the target
+/// was rewritten, moved, deleted, evicted or flushed, or the hint is garbage: every access is
+/// bounds-checked and nothing is allocated before the entry's length is checked).
+pub fn read_entry_direct(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    d: Direct,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    out: &mut Vec<u8>,
+) -> Result<ReadOutcome, Stale> {
+    out.clear();
+    if let Some(c) = expected_config {
+        if view.config_id() != Some(c) {
+            return Err(Stale::Config);
+        }
+    }
+    let base = u64::from(d.location) * UNIT_BYTES;
+    let Some(a2) = view.dword(base + 16) else {
+        return Err(Stale::Entry);
+    };
+    let s1 = a2.load(Ordering::Acquire);
+    if !de_live(s1) || de_key_len(s1) as usize != key.len() {
+        return Err(Stale::Entry);
+    }
+    let units = entry_units(key.len(), de_value_len(s1) as usize, de_has_ttl(s1));
+    let size = units * UNIT_BYTES;
+    if size > ringlet_types::limits::ENTRY_BYTES_MAX as u64
+        || base
+            .checked_add(size)
+            .is_none_or(|e| e > view.data_len as u64)
+    {
+        return Err(Stale::Entry);
+    }
+    // SAFETY: `base + size <= data_len` (checked above), `base` is 8-aligned (units of 8),
+    // and `new`'s contract keeps the range mapped; the words are only loaded atomically.
+    let words = unsafe {
+        std::slice::from_raw_parts(
+            view.data.add(base as usize) as *const AtomicU64,
+            size as usize / 8,
+        )
+    };
+    out.reserve(size as usize);
+    for w in words {
+        out.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    fence(Ordering::Acquire);
+    if a2.load(Ordering::Relaxed) != s1
+        || checksum(
+            out,
+            ie_w0(d.location, tag_of(hash), d.memgest),
+            units as u32,
+        ) != d.crc
+    {
+        out.clear();
+        return Err(Stale::Entry);
+    }
+    let hdr = de_header_bytes(s1);
+    let vl = de_value_len(s1) as usize;
+    if out[hdr..hdr + key.len()] != *key {
+        out.clear();
+        return Err(Stale::Entry);
+    }
+    let word = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&out[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(b)
+    };
+    let version = Version((u128::from(word(0)) << 64) | u128::from(word(1)));
+    let expire_at_ms = de_has_ttl(s1).then(|| word(3));
+    if matches!(expire_at_ms, Some(t) if t <= now_ms) {
+        out.clear();
+        return Ok(ReadOutcome::Miss);
+    }
+    let start = hdr + key.len();
+    out.copy_within(start..start + vl, 0);
+    out.truncate(vl);
+    Ok(ReadOutcome::Hit {
+        version,
+        memgest: MemgestId(d.memgest),
+        expire_at_ms,
+        kind: de_kind(s1),
+    })
+}
+
+/// One direct read of `key` at a remembered [`Position`]'s index entry, validated as a probe
+/// validates a candidate: the table must still be the one named (layout word equal before
+/// and after the copy), the index entry's tag must match, and the copied data entry must pass
+/// the checksum over its bytes and the index words, the index re-check and the full key
+/// comparison. A key
 /// has at most one index entry in a table (updates rewrite it in place), so a validated hit
 /// there is what a lookup would have returned; anything else is [`Stale`] and nothing is
 /// returned from it. Expiry is applied as in [`read_entry`] (an expired hit is `Miss`).
-pub fn read_entry_at(
+pub fn read_entry_at_index(
     view: &RegionsView,
     key: &[u8],
     hash: u64,
@@ -482,8 +641,9 @@ fn read_entry_impl(
                         expire_at_ms,
                         kind,
                         ie_off,
+                        direct,
                     } => {
-                        hit = Some((version, memgest, expire_at_ms, kind, ie_off));
+                        hit = Some((version, memgest, expire_at_ms, kind, ie_off, direct));
                         break 'probe;
                     }
                     Probe::WrongKey => {}
@@ -504,7 +664,7 @@ fn read_entry_impl(
             continue;
         }
         match hit {
-            Some((version, memgest, expire_at_ms, kind, ie_off)) => {
+            Some((version, memgest, expire_at_ms, kind, ie_off, direct)) => {
                 if matches!(expire_at_ms, Some(t) if t <= now_ms) {
                     out.clear();
                     return (ReadOutcome::Miss, None);
@@ -519,6 +679,7 @@ fn read_entry_impl(
                     Some(Position {
                         layout: layout_word,
                         entry: ie_off,
+                        data: Some(direct),
                     }),
                 );
             }

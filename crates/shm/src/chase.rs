@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use ringlet_engine::read::Position;
+use ringlet_engine::read::{Direct, Position};
 use ringlet_record::chase::{Chase, ChaseReply};
 use ringlet_record::Hint;
 use ringlet_types::ValueKind;
@@ -25,6 +25,26 @@ pub fn position(h: &Hint) -> Position {
     Position {
         layout: h.table,
         entry: h.entry,
+        data: h.data.map(|d| Direct {
+            location: d.location,
+            crc: d.crc,
+            memgest: d.memgest,
+        }),
+    }
+}
+
+/// The hint naming engine position `p` on `node` (0 on a single node) in `epoch`.
+pub fn hint_at(p: Position, node: u32, epoch: u64) -> Hint {
+    Hint {
+        node,
+        epoch,
+        table: p.layout,
+        entry: p.entry,
+        data: p.data.map(|d| ringlet_record::DataHint {
+            location: d.location,
+            crc: d.crc,
+            memgest: d.memgest,
+        }),
     }
 }
 

@@ -195,6 +195,11 @@ fn hint_in(
         epoch,
         table: p.layout,
         entry: p.entry,
+        data: p.data.map(|d| ringlet_record::DataHint {
+            location: d.location,
+            crc: d.crc,
+            memgest: d.memgest,
+        }),
     })
 }
 
@@ -309,6 +314,11 @@ fn read_record(
         let pos = ringlet_engine::read::Position {
             layout: h.table,
             entry: h.entry,
+            data: h.data.map(|d| ringlet_engine::read::Direct {
+                location: d.location,
+                crc: d.crc,
+                memgest: d.memgest,
+            }),
         };
         let hash = ringlet_engine::hash::key_hash(key);
         // Err: stale (the table changed, the entry moved or is another key's): look it up.
