@@ -1378,6 +1378,9 @@ fn load_once(
     };
     load.pass1(&mut snap)?;
     load.bar.finish_and_clear();
+    if !map.lists.is_empty() || map.records.iter().any(|r| !r.links.is_empty()) {
+        reserve_index(&load.w.topo, pw, load.stats.records);
+    }
     load.bar = bar("pass 2/2 links");
     load.pass2(&mut snap)?;
     load.bar.finish_and_clear();
@@ -1405,6 +1408,33 @@ fn load_once(
     }
     std::io::stdout().flush()?;
     Ok(s)
+}
+
+/// Before pass 2 (which writes every link and fills its location hint): ask each node to
+/// size its index for its keys now plus as many again as this load wrote (`CONFIG SET
+/// index-keys`), so that the chunk items pass 2 adds do not grow the index in the middle of
+/// it. A hint names the target's data entry and its index entry; the data part goes stale
+/// when the target is rewritten (its own links are added later in pass 2), the index part
+/// when the index grows, and a hint with both stale costs a lookup (docs/design/loader.md,
+/// "Index pre-sizing"). Best effort: a node that refuses (a cluster node, an older server)
+/// is named once on stderr and the load goes on.
+fn reserve_index(topo: &Topology, password: Option<&str>, records: u64) {
+    let share = records.div_ceil(topo.nodes.len().max(1) as u64);
+    for n in &topo.nodes {
+        let r = connect(n, password).and_then(|mut s| {
+            let Reply::Integer(keys) = call(&mut s, &[b"DBSIZE"])? else {
+                bail!("DBSIZE: not an integer");
+            };
+            let want = (keys.max(0) as u64).saturating_add(share).to_string();
+            match call(&mut s, &[b"CONFIG", b"SET", b"index-keys", want.as_bytes()])? {
+                Reply::Error(e) => bail!("{}", String::from_utf8_lossy(&e)),
+                _ => Ok(()),
+            }
+        });
+        if let Err(e) = r {
+            eprintln!("ringlet load: {n} did not pre-size its index ({e}); hints may go stale");
+        }
+    }
 }
 
 /// The prefix of generation `gen` of `alias`.

@@ -587,6 +587,21 @@ impl Store {
         }
     }
 
+    /// See [`crate::Engine::reserve_index`].
+    pub fn reserve_index(&mut self, keys: u64) -> u64 {
+        self.finish_migration();
+        let want = buckets_for(keys).min(self.buckets_max);
+        if want > self.table.buckets && self.start_upsize(want) {
+            self.finish_migration();
+        }
+        self.index_capacity()
+    }
+
+    /// Keys the readers' table holds before it grows.
+    pub fn index_capacity(&self) -> u64 {
+        (self.table.buckets() as f64 * BUCKET_ENTRIES as f64 * LOAD_FACTOR_MAX) as u64
+    }
+
     fn maybe_upsize(&mut self) {
         let cap = self.table.buckets() as f64 * BUCKET_ENTRIES as f64;
         if self.migration.is_none() && self.count as f64 > LOAD_FACTOR_MAX * cap {
