@@ -122,6 +122,10 @@ pub struct LoadArgs {
     /// in order on one connection).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     connections: u16,
+    /// Do not ask the nodes to pre-size their index before pass 2 (`CONFIG SET index-keys`):
+    /// location hints taken before the index grows then lose their index-entry part.
+    #[arg(long = "no-index-reserve")]
+    no_index_reserve: bool,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1256,10 +1260,20 @@ impl Load<'_> {
             let k = pos / l.chunk;
             let take = (l.chunk - pos % l.chunk).min(run.pending.len() - i);
             item_key(&run.owner, &l.field, k, &mut item);
-            if k >= 1 && pos.is_multiple_of(l.chunk) {
-                if !self.fresh {
-                    self.w.pipe(&item, 2).arg(b"DEL").arg(&item).end()?;
-                }
+            let new_item = k >= 1 && pos.is_multiple_of(l.chunk);
+            if new_item && !self.fresh {
+                self.w.pipe(&item, 2).arg(b"DEL").arg(&item).end()?;
+            }
+            let p = self.w.pipe(&item, 4 + take);
+            p.arg(b"LINK").arg(b"ADD").arg(&item).arg(&l.field);
+            for t in &run.pending[i..i + take] {
+                p.arg(t);
+            }
+            p.end()?;
+            if new_item {
+                // After the item exists, so that the node fills this link's location hint
+                // (a link to a key not written yet gets none, and every chunk hop of a walk
+                // was a lookup); a reader also never finds the chain leading to an empty item.
                 item_key(&run.owner, &l.field, k - 1, &mut prev);
                 self.w
                     .pipe(&prev, 5)
@@ -1270,12 +1284,6 @@ impl Load<'_> {
                     .arg(&item)
                     .end()?;
             }
-            let p = self.w.pipe(&item, 4 + take);
-            p.arg(b"LINK").arg(b"ADD").arg(&item).arg(&l.field);
-            for t in &run.pending[i..i + take] {
-                p.arg(t);
-            }
-            p.end()?;
             pos += take;
             i += take;
         }
@@ -1378,7 +1386,9 @@ fn load_once(
     };
     load.pass1(&mut snap)?;
     load.bar.finish_and_clear();
-    if !map.lists.is_empty() || map.records.iter().any(|r| !r.links.is_empty()) {
+    if !a.no_index_reserve
+        && (!map.lists.is_empty() || map.records.iter().any(|r| !r.links.is_empty()))
+    {
         reserve_index(&load.w.topo, pw, load.stats.records);
     }
     load.bar = bar("pass 2/2 links");

@@ -435,6 +435,8 @@ fn one_sided_chase_follows_hints_and_survives_stale_ones() {
     let s = r.stats();
     // Every hop had a fresh hint: 50 reviews and 10 authors read directly (the root has
     // no link, so it is one missing hint and one lookup).
+    // ... each straight at the target's data entry (the hints are fresh).
+    assert_eq!(s.hint_direct_hits, 60, "{s:?}");
     assert_eq!(
         (s.hint_hits, s.hint_missing, s.hint_lookups),
         (60, 1, 1),
@@ -479,6 +481,11 @@ fn one_sided_chase_follows_hints_and_survives_stale_ones() {
     assert!(
         s.hint_hits >= before.hint_hits + 25,
         "untouched targets read at their data hints: {s:?}"
+    );
+    assert_eq!(
+        s.hint_direct_hits - before.hint_direct_hits,
+        s.hint_hits + s.hint_cache_hits - before.hint_hits - before.hint_cache_hits,
+        "after the growth only the data part can answer: {s:?}"
     );
     // The lookups were remembered: the next walk reads at those positions (the root and the
     // 25 rewritten reviews; the two deleted authors are looked up again, and missed).
