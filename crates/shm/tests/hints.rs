@@ -18,8 +18,8 @@ use parking_lot::Mutex;
 use proptest::prelude::*;
 use ringlet_engine::hash::key_hash;
 use ringlet_engine::read::{
-    locate_entry, locate_position, read_entry_at, read_entry_at_index, read_entry_direct, Direct,
-    Position, Stale,
+    locate_entry, locate_position, locate_position_by_tag, read_entry_at, read_entry_at_index,
+    read_entry_direct, Direct, Position, Stale,
 };
 use ringlet_engine::{
     Engine, EngineConfig, EvictionPolicy, Expiry, MemgestId, ReadOutcome, SetOptions, ValueKind,
@@ -281,6 +281,12 @@ proptest! {
                     if let (ReadOutcome::Hit { .. }, Some(pos)) = (r, pos) {
                         // The writers' position (no copy, no checksum) is the reader's.
                         prop_assert_eq!(locate_position(&view, &k, key_hash(&k)), Some(pos));
+                        // The bulk filler's (the tag alone): right, or another key's entry
+                        // with the same tag, which every read refuses (checked, never wrong).
+                        let by_tag = locate_position_by_tag(&view, key_hash(&k))
+                            .ok_or_else(|| TestCaseError::fail("present key, no tag match"))?;
+                        let answered = check_at(&e, &k, by_tag, now)?;
+                        prop_assert!(answered || by_tag != pos, "the key's own entry refused");
                         // A fresh hint is answered by the direct read, straight at the data
                         // entry too.
                         prop_assert!(check_at(&e, &k, pos, now)?, "fresh hint refused");
