@@ -11,7 +11,7 @@ node is recorded by `perf record -g` during its load of the last round (perf.dat
 current directory) and the node's and loader's CPU seconds are printed for every round.
 
 Usage: bench/keli_load.py [--vertices 200000] [--edges 4400000] [--chunk 100] [--rounds 3]
-       [--perf] [--extra-load-arg ARG ...]
+       [--perf] [--extra-load-arg ARG ...] [--ringlet PATH]
 """
 import argparse
 import os
@@ -42,7 +42,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--perf", action="store_true")
     ap.add_argument("--extra-load-arg", action="append", default=[])
+    ap.add_argument("--ringlet", help="the ringlet binary (default target/release/ringlet)")
     a = ap.parse_args()
+    if a.ringlet:
+        kb.RINGLET = a.ringlet
     kb.pin(os.getpid(), 1)
     memory_mb = max(1024, 256 + a.edges * 96 // (1 << 20))
     indptr, dst = kb.rmat(a.vertices, a.edges, a.seed)

@@ -234,6 +234,12 @@ impl Record {
         self.fields.get(i).map(|(_, f)| f)
     }
 
+    /// The field named `name`, to change in place.
+    pub fn get_mut(&mut self, name: &[u8]) -> Option<&mut Field> {
+        let i = *self.index.get(name)?;
+        self.fields.get_mut(i).map(|(_, f)| f)
+    }
+
     /// Give every link of field `name` that has no hint the one `resolve` finds for its
     /// target (None: leave it without). Links that have a hint keep it: hints are refreshed
     /// lazily, by readers that find them stale. Returns how many were filled.

@@ -107,7 +107,13 @@ fn run(
         Ok(r) => r,
         Err(e) => return e,
     };
-    let mut applied = apply(argv, rec.as_ref());
+    // LINK edits the decoded record in place (it is not used again); the hash commands'
+    // `apply` reads it by reference.
+    let mut applied = if argv[0].eq_ignore_ascii_case(b"link") {
+        ringlet_record::link::apply_owned(argv, rec)
+    } else {
+        apply(argv, rec.as_ref())
+    };
     if let (Some(field), Write::Store(r)) = (link_write_field(argv), &mut applied.write) {
         fill_local_hints(ctx.reader, r, field);
     }
