@@ -122,6 +122,10 @@ pub struct LoadArgs {
     /// in order on one connection).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     connections: u16,
+    /// Do not ask the nodes to pre-size their index before pass 2 (`CONFIG SET index-keys`):
+    /// location hints taken before the index grows then lose their index-entry part.
+    #[arg(long = "no-index-reserve")]
+    no_index_reserve: bool,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1256,10 +1260,20 @@ impl Load<'_> {
             let k = pos / l.chunk;
             let take = (l.chunk - pos % l.chunk).min(run.pending.len() - i);
             item_key(&run.owner, &l.field, k, &mut item);
-            if k >= 1 && pos.is_multiple_of(l.chunk) {
-                if !self.fresh {
-                    self.w.pipe(&item, 2).arg(b"DEL").arg(&item).end()?;
-                }
+            let new_item = k >= 1 && pos.is_multiple_of(l.chunk);
+            if new_item && !self.fresh {
+                self.w.pipe(&item, 2).arg(b"DEL").arg(&item).end()?;
+            }
+            let p = self.w.pipe(&item, 4 + take);
+            p.arg(b"LINK").arg(b"ADD").arg(&item).arg(&l.field);
+            for t in &run.pending[i..i + take] {
+                p.arg(t);
+            }
+            p.end()?;
+            if new_item {
+                // After the item exists, so that the node fills this link's location hint
+                // (a link to a key not written yet gets none, and every chunk hop of a walk
+                // was a lookup); a reader also never finds the chain leading to an empty item.
                 item_key(&run.owner, &l.field, k - 1, &mut prev);
                 self.w
                     .pipe(&prev, 5)
@@ -1270,12 +1284,6 @@ impl Load<'_> {
                     .arg(&item)
                     .end()?;
             }
-            let p = self.w.pipe(&item, 4 + take);
-            p.arg(b"LINK").arg(b"ADD").arg(&item).arg(&l.field);
-            for t in &run.pending[i..i + take] {
-                p.arg(t);
-            }
-            p.end()?;
             pos += take;
             i += take;
         }
@@ -1378,6 +1386,11 @@ fn load_once(
     };
     load.pass1(&mut snap)?;
     load.bar.finish_and_clear();
+    if !a.no_index_reserve
+        && (!map.lists.is_empty() || map.records.iter().any(|r| !r.links.is_empty()))
+    {
+        reserve_index(&load.w.topo, pw, load.stats.records);
+    }
     load.bar = bar("pass 2/2 links");
     load.pass2(&mut snap)?;
     load.bar.finish_and_clear();
@@ -1405,6 +1418,33 @@ fn load_once(
     }
     std::io::stdout().flush()?;
     Ok(s)
+}
+
+/// Before pass 2 (which writes every link and fills its location hint): ask each node to
+/// size its index for its keys now plus as many again as this load wrote (`CONFIG SET
+/// index-keys`), so that the chunk items pass 2 adds do not grow the index in the middle of
+/// it. A hint names the target's data entry and its index entry; the data part goes stale
+/// when the target is rewritten (its own links are added later in pass 2), the index part
+/// when the index grows, and a hint with both stale costs a lookup (docs/design/loader.md,
+/// "Index pre-sizing"). Best effort: a node that refuses (a cluster node, an older server)
+/// is named once on stderr and the load goes on.
+fn reserve_index(topo: &Topology, password: Option<&str>, records: u64) {
+    let share = records.div_ceil(topo.nodes.len().max(1) as u64);
+    for n in &topo.nodes {
+        let r = connect(n, password).and_then(|mut s| {
+            let Reply::Integer(keys) = call(&mut s, &[b"DBSIZE"])? else {
+                bail!("DBSIZE: not an integer");
+            };
+            let want = (keys.max(0) as u64).saturating_add(share).to_string();
+            match call(&mut s, &[b"CONFIG", b"SET", b"index-keys", want.as_bytes()])? {
+                Reply::Error(e) => bail!("{}", String::from_utf8_lossy(&e)),
+                _ => Ok(()),
+            }
+        });
+        if let Err(e) = r {
+            eprintln!("ringlet load: {n} did not pre-size its index ({e}); hints may go stale");
+        }
+    }
 }
 
 /// The prefix of generation `gen` of `alias`.

@@ -116,6 +116,11 @@ struct NodeArgs {
     /// Memory budget of the data region, MiB.
     #[arg(long = "memory-mb", default_value_t = 1024)]
     memory_mb: u64,
+    /// Size the index for this many keys at start (single node; `CONFIG SET index-keys N`
+    /// grows it later). Default: small, grown 1.5× at a time; each growth stales the
+    /// index-entry part of location hints taken before it (docs/design/loader.md).
+    #[arg(long = "index-keys")]
+    index_keys: Option<u64>,
     /// Worker threads (default: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -206,6 +211,7 @@ impl NodeArgs {
             admin_port: self.admin_port,
             admin_token: self.admin_token.clone(),
             shm_socket: self.shm_socket.clone(),
+            index_keys: self.index_keys,
             ..Config::default()
         }
     }

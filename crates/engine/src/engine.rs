@@ -107,6 +107,22 @@ impl Engine {
         crate::store::buckets_for(keys)
     }
 
+    /// Grow the index now, if needed, so that it holds `keys` keys without another upsize
+    /// (never shrinks it; capped at the engine's largest table). For a bulk load that knows
+    /// its size: location hints name index entries of the table they were taken in, and an
+    /// upsize in the middle of a load stales every hint taken before it (`ringlet load`,
+    /// docs/design/loader.md). The migration runs to its end here (readers keep the old table
+    /// until the switch); on a nearly empty index it is nothing. Returns the keys the index
+    /// now holds at the load limit.
+    pub fn reserve_index(&mut self, keys: u64) -> u64 {
+        self.store.reserve_index(keys)
+    }
+
+    /// Keys the current index holds before it grows (at the 0.85 load factor).
+    pub fn index_capacity(&self) -> u64 {
+        self.store.index_capacity()
+    }
+
     /// A lock-free reader over this engine's regions, for any thread.
     pub fn reader(&self) -> Reader {
         self.store.reader()

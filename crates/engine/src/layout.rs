@@ -57,7 +57,7 @@
 //!
 //!  data entry (8-byte aligned, length rounded up to 8)
 //!  +----------------+----------------+----------------------------------------------+
-//!  | version hi 8 B | version lo 8 B | key_len 17 | value_len 27 | has_ttl 1 | record 1 | 0 18 |
+//!  | version hi 8 B | version lo 8 B | key_len 17 | value_len 27 | has_ttl 1 | record 1 | live 1 | 0 17 |
 //!  +----------------+----------------+----------------------------------------------+
 //!  | expire_at_ms 8 B (only if has_ttl) | key | value | padding to 8                 |
 //!  +------------------------------------+-----+-------+------------------------------+
@@ -69,12 +69,21 @@
 //! clients; `ringlet_types::ValueKind`): inside the checksummed image, so a reader never
 //! mistakes a record for a string, and free, since the word had spare bits.
 //!
-//! The checksum is CRC-32C over the entry image followed by index word 0 and the size field.
+//! `live` (format 3) is set by the writer only while an index entry of the readers' table
+//! points at the entry: set *after* the index entry that publishes it is stored, cleared
+//! *before* the index stops pointing at it (replaced, deleted, evicted, moved by compaction;
+//! a flush punches the data before it switches the table). A reader following a location
+//! hint straight to the data entry (no index access: `read::read_entry_direct`) thereby
+//! knows the entry is still the key's current one. It is not part of the checksum (the
+//! writer flips it after checksumming), so the checksum masks it.
+//!
+//! The checksum is CRC-32C over the entry image (word 2's `live` bit taken as 0) followed by
+//! index word 0 and the size field.
 
 /// "RINGLIDX", little-endian.
 pub const INDEX_MAGIC: u64 = u64::from_le_bytes(*b"RINGLIDX");
 /// Bumped when any layout below changes.
-pub const FORMAT_VERSION: u64 = 2;
+pub const FORMAT_VERSION: u64 = 3;
 /// Bytes reserved for the index header (tables start 64 KiB-aligned).
 pub const INDEX_HEADER_BYTES: u64 = 64 * 1024;
 /// Word offsets in the index header.
@@ -257,6 +266,13 @@ pub fn de_w2(key_len: u32, value_len: u32, has_ttl: bool) -> u64 {
 }
 /// Word 2's record bit (format 2).
 pub const DE_RECORD_BIT: u64 = 1 << 45;
+/// Word 2's live bit (format 3): set while the readers' index publishes the entry (module
+/// docs). Not covered by the checksum.
+pub const DE_LIVE_BIT: u64 = 1 << 46;
+/// Whether word 2 says the entry is published (see [`DE_LIVE_BIT`]).
+pub fn de_live(w2: u64) -> bool {
+    w2 & DE_LIVE_BIT != 0
+}
 /// Word 2's bits for `kind` (to OR into [`de_w2`]).
 pub fn de_kind_bits(kind: ringlet_types::ValueKind) -> u64 {
     match kind {
@@ -300,9 +316,20 @@ pub fn entry_units(key_len: usize, value_len: usize, has_ttl: bool) -> u64 {
     (h as u64 + key_len as u64 + value_len as u64).div_ceil(UNIT_BYTES)
 }
 
-/// Checksum of an entry image and the index fields that point at it (word 0, size).
+/// Checksum of an entry image and the index fields that point at it (word 0, size). Word 2's
+/// [`DE_LIVE_BIT`] is taken as 0, whatever the image holds (the writer sets it after
+/// checksumming).
 pub fn checksum(image: &[u8], w0: u64, size_units: u32) -> u32 {
-    let c = crc32c::crc32c(image);
+    let c = if image.len() >= 24 && image[16 + 5] & 0x40 != 0 {
+        let mut w2 = [0u8; 8];
+        w2.copy_from_slice(&image[16..24]);
+        let w2 = u64::from_le_bytes(w2) & !DE_LIVE_BIT;
+        let c = crc32c::crc32c(&image[..16]);
+        let c = crc32c::crc32c_append(c, &w2.to_le_bytes());
+        crc32c::crc32c_append(c, &image[24..])
+    } else {
+        crc32c::crc32c(image)
+    };
     let mut idx = [0u8; 12];
     idx[..8].copy_from_slice(&w0.to_le_bytes());
     idx[8..].copy_from_slice(&size_units.to_le_bytes());
@@ -334,6 +361,25 @@ mod tests {
         assert!(de_has_ttl(w2));
         assert!(!de_has_ttl(de_w2(1, 1, false)));
         assert_eq!(tag_of(0), 1);
+    }
+
+    #[test]
+    fn checksum_ignores_only_the_live_bit() {
+        let mut img = vec![0u8; 48];
+        img[..8].copy_from_slice(&7u64.to_le_bytes());
+        img[16..24].copy_from_slice(&(de_w2(3, 10, false) | DE_RECORD_BIT).to_le_bytes());
+        img[24..27].copy_from_slice(b"key");
+        let c = checksum(&img, 42, 6);
+        let w2 = de_w2(3, 10, false) | DE_RECORD_BIT | DE_LIVE_BIT;
+        img[16..24].copy_from_slice(&w2.to_le_bytes());
+        assert!(de_live(w2));
+        assert_eq!(checksum(&img, 42, 6), c);
+        // Every other bit of word 2 (and the rest of the image) still counts.
+        for bit in (0..64).filter(|&b| b != 46) {
+            let mut other = img.clone();
+            other[16 + bit / 8] ^= 1 << (bit % 8);
+            assert_ne!(checksum(&other, 42, 6), c, "bit {bit}");
+        }
     }
 
     #[test]

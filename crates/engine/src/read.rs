@@ -82,6 +82,15 @@ impl RegionsView {
         Some(unsafe { &*(self.index.add(off as usize) as *const AtomicU64) })
     }
 
+    #[inline]
+    fn dword(&self, off: u64) -> Option<&AtomicU64> {
+        if off & 7 != 0 || off.checked_add(8)? > self.data_len as u64 {
+            return None;
+        }
+        // SAFETY: in bounds and aligned per `new`'s contract; only loaded atomically.
+        Some(unsafe { &*(self.data.add(off as usize) as *const AtomicU64) })
+    }
+
     /// The header's layout word (diagnostics and clients that cache the table shape).
     pub fn layout(&self) -> Option<Layout> {
         Some(Layout::unpack(
@@ -111,6 +120,7 @@ enum Probe {
         expire_at_ms: Option<u64>,
         kind: ValueKind,
         ie_off: u64,
+        direct: Direct,
     },
     WrongKey,
     Torn,
@@ -199,6 +209,7 @@ fn try_entry(
         expire_at_ms,
         kind: de_kind(w2),
         ie_off,
+        direct: Direct::of(w0, w1),
     }
 }
 
@@ -234,6 +245,32 @@ pub struct Position {
     pub layout: u64,
     /// Byte offset of the index entry in the index region.
     pub entry: u64,
+    /// The data entry itself, for a read that skips the index ([`read_entry_direct`]).
+    pub data: Option<Direct>,
+}
+
+/// A data entry's place and its index words' checksum at the time a hint was taken: enough
+/// for [`read_entry_direct`] to read the entry without touching the index (one cache miss
+/// instead of the bucket's and the entry's) and to know the bytes it copied are exactly the
+/// image the index then published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Direct {
+    /// Index word 0's location (data offset / 8).
+    pub location: u32,
+    /// Index word 1's CRC-32C of the entry (over the image, word 0 and the size).
+    pub crc: u32,
+    /// Index word 0's memgest (part of the checksummed word 0).
+    pub memgest: u16,
+}
+
+impl Direct {
+    fn of(w0: u64, w1: u64) -> Direct {
+        Direct {
+            location: ie_location(w0),
+            crc: ie_crc(w1),
+            memgest: ie_memgest(w0),
+        }
+    }
 }
 
 /// [`read_entry_with`] that returns where a hit was found ([`Position`]).
@@ -309,9 +346,46 @@ pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Posi
                     .is_some_and(|w| w.to_le_bytes()[..chunk.len()] == *chunk)
             });
             if same {
+                let w1 = view.iword(ie_off + 8)?.load(Ordering::Acquire);
                 return Some(Position {
                     layout: layout_word,
                     entry: ie_off,
+                    data: Some(Direct::of(w0, w1)),
+                });
+            }
+        }
+        if k == 0 {
+            reach = probe_reach(view, layout, home);
+        }
+        k += 1;
+    }
+    None
+}
+
+/// Where an index entry with `hash`'s tag is (the first in probe order), from the index
+/// alone: no data entry is read, so finding it costs the bucket's miss only, where
+/// [`locate_position`] also takes the data entry's to compare the key. For filling location
+/// hints in bulk (`LINK ADD` of a loader's 100-target chunk): a hint is never trusted — it is
+/// validated in full when followed — so the rare entry of another key with the same 16-bit
+/// tag in the probed buckets (~8 in 65,536 per target at full buckets) only makes a stale
+/// hint, costing that reader a lookup.
+pub fn locate_position_by_tag(view: &RegionsView, hash: u64) -> Option<Position> {
+    let tag = tag_of(hash);
+    let (layout_word, layout) = current_layout(view, Ordering::Acquire)?;
+    let home = layout.home(hash);
+    let mut reach = 0u64;
+    let mut k = 0u64;
+    while k <= reach {
+        let boff = layout.bucket_offset(layout.after(home, k));
+        for i in 0..BUCKET_ENTRIES {
+            let ie_off = boff + entry_word(i) as u64 * 8;
+            let w0 = view.iword(ie_off)?.load(Ordering::Acquire);
+            if w0 != 0 && ie_tag(w0) == tag {
+                let w1 = view.iword(ie_off + 8)?.load(Ordering::Acquire);
+                return Some(Position {
+                    layout: layout_word,
+                    entry: ie_off,
+                    data: Some(Direct::of(w0, w1)),
                 });
             }
         }
@@ -335,14 +409,170 @@ pub enum Stale {
     Config,
 }
 
-/// One direct read of `key` at a remembered [`Position`], validated as a probe validates a
-/// candidate: the table must still be the one named (layout word equal before and after the
-/// copy), the index entry's tag must match, and the copied data entry must pass the checksum
-/// over its bytes and the index words, the index re-check and the full key comparison. A key
+/// One read of `key` at a remembered [`Position`]: first straight at the data entry if the
+/// position names it ([`read_entry_direct`], no index access), then at the index entry
+/// ([`read_entry_at_index`]). `Stale` only if neither validates; nothing is ever returned from
+/// a read that did not.
+pub fn read_entry_at(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    pos: Position,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    out: &mut Vec<u8>,
+) -> Result<ReadOutcome, Stale> {
+    if let Some(d) = pos.data {
+        // Both places at once: a stale data part (the target was rewritten since) then costs
+        // the index entry's miss overlapped with the dead entry's, not after it.
+        prefetch_position(view, pos);
+        match read_entry_direct(view, key, hash, d, now_ms, expected_config, out) {
+            Err(Stale::Entry) => {}
+            r => return r,
+        }
+    }
+    read_entry_at_index(view, key, hash, pos, now_ms, expected_config, out)
+}
+
+/// One read of `key` straight at a data entry a hint names, touching no index line (the
+/// key's bucket is one of the two cache misses a lookup and an index-position read take).
+///
+/// Accepted only if (1) the entry's word 2 has the live bit (layout.rs: set only while the
+/// readers' index publishes the entry, cleared before it stops) when loaded (Acquire) before
+/// the copy and unchanged when re-loaded after it (Acquire fence between: the writer fences
+/// before it writes a reused slot, so a copy that saw any of a reuse's stores sees word 2
+/// changed — a seqlock whose sequence is word 2), (2) the copy's CRC-32C, with the index
+/// word 0 and size the hint recorded, equals the hint's: the bytes are exactly the image the
+/// index published when the hint was taken (not a torn mix, not another version or key),
+/// and (3) it holds `key`. Then that image was the key's published entry at the first load
+/// of word 2, which is the read's linearization point. `Stale::Entry` otherwise (the target
+/// was rewritten, moved, deleted, evicted or flushed, or the hint is garbage: every access is
+/// bounds-checked and nothing is allocated before the entry's length is checked).
+pub fn read_entry_direct(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    d: Direct,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    out: &mut Vec<u8>,
+) -> Result<ReadOutcome, Stale> {
+    out.clear();
+    if let Some(c) = expected_config {
+        if view.config_id() != Some(c) {
+            return Err(Stale::Config);
+        }
+    }
+    let base = u64::from(d.location) * UNIT_BYTES;
+    let Some(a2) = view.dword(base + 16) else {
+        return Err(Stale::Entry);
+    };
+    let s1 = a2.load(Ordering::Acquire);
+    if !de_live(s1) || de_key_len(s1) as usize != key.len() {
+        return Err(Stale::Entry);
+    }
+    let units = entry_units(key.len(), de_value_len(s1) as usize, de_has_ttl(s1));
+    let size = units * UNIT_BYTES;
+    if size > ringlet_types::limits::ENTRY_BYTES_MAX as u64
+        || base
+            .checked_add(size)
+            .is_none_or(|e| e > view.data_len as u64)
+    {
+        return Err(Stale::Entry);
+    }
+    // SAFETY: `base + size <= data_len` (checked above), `base` is 8-aligned (units of 8),
+    // and `new`'s contract keeps the range mapped; the words are only loaded atomically.
+    let words = unsafe {
+        std::slice::from_raw_parts(
+            view.data.add(base as usize) as *const AtomicU64,
+            size as usize / 8,
+        )
+    };
+    out.reserve(size as usize);
+    let w0 = ie_w0(d.location, tag_of(hash), d.memgest);
+    // One pass: each word is copied and checksummed as it is loaded.
+    let crc = copy_and_checksum(words, out, w0, units as u32);
+    fence(Ordering::Acquire);
+    if a2.load(Ordering::Relaxed) != s1 || crc != d.crc {
+        out.clear();
+        return Err(Stale::Entry);
+    }
+    let hdr = de_header_bytes(s1);
+    let vl = de_value_len(s1) as usize;
+    if out[hdr..hdr + key.len()] != *key {
+        out.clear();
+        return Err(Stale::Entry);
+    }
+    let word = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&out[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(b)
+    };
+    let version = Version((u128::from(word(0)) << 64) | u128::from(word(1)));
+    let expire_at_ms = de_has_ttl(s1).then(|| word(3));
+    if matches!(expire_at_ms, Some(t) if t <= now_ms) {
+        out.clear();
+        return Ok(ReadOutcome::Miss);
+    }
+    let start = hdr + key.len();
+    out.copy_within(start..start + vl, 0);
+    out.truncate(vl);
+    Ok(ReadOutcome::Hit {
+        version,
+        memgest: MemgestId(d.memgest),
+        expire_at_ms,
+        kind: de_kind(s1),
+    })
+}
+
+/// Append `words` (an entry image, loaded atomically) to `out` and return
+/// [`checksum`]`(image, w0, size_units)`, computed word by word as they are copied (with
+/// SSE 4.2's CRC-32C instruction where there is one, else over the copy afterwards).
+fn copy_and_checksum(words: &[AtomicU64], out: &mut Vec<u8>, w0: u64, size_units: u32) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE 4.2 (checked just above).
+        return unsafe { copy_and_checksum_sse42(words, out, w0, size_units) };
+    }
+    for w in words {
+        out.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    checksum(out, w0, size_units)
+}
+
+/// [`copy_and_checksum`] with the CRC-32C instruction (the `crc32c` crate's convention:
+/// the state starts inverted and is inverted at the end; bytes in order, so each
+/// little-endian word is one `crc32 r64`). Word 2's live bit is left out, as [`checksum`]
+/// does.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn copy_and_checksum_sse42(
+    words: &[AtomicU64],
+    out: &mut Vec<u8>,
+    w0: u64,
+    size_units: u32,
+) -> u32 {
+    use core::arch::x86_64::{_mm_crc32_u32, _mm_crc32_u64};
+    let mut state = u64::from(!0u32);
+    for (i, w) in words.iter().enumerate() {
+        let v = w.load(Ordering::Relaxed);
+        out.extend_from_slice(&v.to_le_bytes());
+        let c = if i == 2 { v & !DE_LIVE_BIT } else { v };
+        state = _mm_crc32_u64(state, c);
+    }
+    state = _mm_crc32_u64(state, w0);
+    !_mm_crc32_u32(state as u32, size_units)
+}
+
+/// One direct read of `key` at a remembered [`Position`]'s index entry, validated as a probe
+/// validates a candidate: the table must still be the one named (layout word equal before
+/// and after the copy), the index entry's tag must match, and the copied data entry must pass
+/// the checksum over its bytes and the index words, the index re-check and the full key
+/// comparison. A key
 /// has at most one index entry in a table (updates rewrite it in place), so a validated hit
 /// there is what a lookup would have returned; anything else is [`Stale`] and nothing is
 /// returned from it. Expiry is applied as in [`read_entry`] (an expired hit is `Miss`).
-pub fn read_entry_at(
+pub fn read_entry_at_index(
     view: &RegionsView,
     key: &[u8],
     hash: u64,
@@ -483,8 +713,9 @@ fn read_entry_impl(
                         expire_at_ms,
                         kind,
                         ie_off,
+                        direct,
                     } => {
-                        hit = Some((version, memgest, expire_at_ms, kind, ie_off));
+                        hit = Some((version, memgest, expire_at_ms, kind, ie_off, direct));
                         break 'probe;
                     }
                     Probe::WrongKey => {}
@@ -505,7 +736,7 @@ fn read_entry_impl(
             continue;
         }
         match hit {
-            Some((version, memgest, expire_at_ms, kind, ie_off)) => {
+            Some((version, memgest, expire_at_ms, kind, ie_off, direct)) => {
                 if matches!(expire_at_ms, Some(t) if t <= now_ms) {
                     out.clear();
                     return (ReadOutcome::Miss, None);
@@ -520,6 +751,7 @@ fn read_entry_impl(
                     Some(Position {
                         layout: layout_word,
                         entry: ie_off,
+                        data: Some(direct),
                     }),
                 );
             }
@@ -544,6 +776,22 @@ fn read_entry_impl(
 // only compute addresses (bounds-checked against the views) and issue prefetch instructions,
 // which never fault and change nothing a reader or the writer observes, so a stale layout or
 // a torn index word costs at most a useless prefetch.
+
+/// Start loading the lines a read at `pos` needs: the data entry's first line (if the
+/// position names it) and the index entry's. For a walk that knows its next hops' hints
+/// (prefetch a few ahead, so their misses overlap) and for [`read_entry_at`] itself.
+#[inline]
+pub fn prefetch_position(view: &RegionsView, pos: Position) {
+    if let Some(d) = pos.data {
+        let off = u64::from(d.location) * UNIT_BYTES;
+        if off < view.data_len as u64 {
+            prefetch(view.data.wrapping_add(off as usize));
+        }
+    }
+    if pos.entry < view.index_len as u64 {
+        prefetch(view.index.wrapping_add(pos.entry as usize));
+    }
+}
 
 /// Start loading the two cache lines of `hash`'s home bucket in the current table.
 #[inline]
@@ -608,4 +856,35 @@ fn prefetch(p: *const u8) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass checksum equals `layout::checksum` over the copy, live bit or not.
+    #[test]
+    fn copy_and_checksum_matches_checksum() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 3..40usize {
+            let img: Vec<u64> = (0..len)
+                .map(|i| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    if i == 2 && len % 2 == 0 {
+                        seed | DE_LIVE_BIT
+                    } else {
+                        seed
+                    }
+                })
+                .collect();
+            let words: Vec<AtomicU64> = img.iter().map(|&w| AtomicU64::new(w)).collect();
+            let mut out = Vec::new();
+            let c = copy_and_checksum(&words, &mut out, seed, len as u32);
+            let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert_eq!(out, bytes);
+            assert_eq!(c, checksum(&bytes, seed, len as u32), "len {len}");
+        }
+    }
 }

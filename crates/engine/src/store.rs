@@ -43,7 +43,7 @@ use ringlet_types::limits::{
 use ringlet_types::{key_slot, MemgestId, ValueKind, Version, SLOT_COUNT};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::os::fd::RawFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 /// Metadata of a stored entry.
@@ -587,6 +587,21 @@ impl Store {
         }
     }
 
+    /// See [`crate::Engine::reserve_index`].
+    pub fn reserve_index(&mut self, keys: u64) -> u64 {
+        self.finish_migration();
+        let want = buckets_for(keys).min(self.buckets_max);
+        if want > self.table.buckets && self.start_upsize(want) {
+            self.finish_migration();
+        }
+        self.index_capacity()
+    }
+
+    /// Keys the readers' table holds before it grows.
+    pub fn index_capacity(&self) -> u64 {
+        (self.table.buckets() as f64 * BUCKET_ENTRIES as f64 * LOAD_FACTOR_MAX) as u64
+    }
+
     fn maybe_upsize(&mut self) {
         let cap = self.table.buckets() as f64 * BUCKET_ENTRIES as f64;
         if self.migration.is_none() && self.count as f64 > LOAD_FACTOR_MAX * cap {
@@ -613,6 +628,10 @@ impl Store {
         img.extend_from_slice(value);
         img.resize((units * UNIT_BYTES) as usize, 0);
         let c = checksum(img, w0, units as u32);
+        // The slot may be a freed entry's that a direct reader is copying: order the kill
+        // (mark_dead) before these stores, so a reader whose copy saw any of them sees the
+        // kill when it re-loads word 2 (the seqlock of read::read_entry_direct).
+        fence(Ordering::Release);
         self.data.write_bytes(u64::from(loc) * UNIT_BYTES, img);
         c
     }
@@ -636,6 +655,24 @@ impl Store {
             de_value_len(w2),
             de_has_ttl(w2).then(|| self.data.load(base + 24)),
         )
+    }
+
+    /// Mark the entry at `loc` published (word 2's live bit, layout.rs). Call it *after* the
+    /// index entry that points at it is stored: a direct reader that sees the bit then sees
+    /// the publication too (Release).
+    fn mark_live(&self, loc: u32) {
+        self.data
+            .word(u64::from(loc) * UNIT_BYTES + 16)
+            .fetch_or(DE_LIVE_BIT, Ordering::Release);
+    }
+
+    /// Clear the live bit of the entry at `loc`. Call it *before* the index stops pointing at
+    /// it (replace, unlink, move): a direct reader that still sees the bit reads at an instant
+    /// when the entry was the key's current one.
+    fn mark_dead(&self, loc: u32) {
+        self.data
+            .word(u64::from(loc) * UNIT_BYTES + 16)
+            .fetch_and(!DE_LIVE_BIT, Ordering::Release);
     }
 
     fn meta_of(&self, f: &Found) -> Meta {
@@ -787,6 +824,7 @@ impl Store {
     /// Unlink a found entry from the index (both tables), free its data, update accounting.
     fn unlink(&mut self, key: &[u8], h: u64, f: &Found) -> Meta {
         let meta = self.meta_of(f);
+        self.mark_dead(ie_location(f.w0));
         self.clear_entry(self.table, f, h);
         if self.mirrored(f.bucket) {
             self.mirror_remove(key, h);
@@ -846,6 +884,7 @@ impl Store {
             let old = self.meta_of(&f);
             // Keep the access bits of the key across versions.
             let w1 = handle.w1 | (f.w1 & POLICY_FREQ_MASK);
+            self.mark_dead(ie_location(f.w0));
             self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
             self.index
                 .word(f.ie_off)
@@ -853,6 +892,7 @@ impl Store {
             if self.mirrored(f.bucket) {
                 self.mirror_update(key, h, handle.w0, w1);
             }
+            self.mark_live(handle.loc);
             self.account_replace(key, h, (f.w0, f.w1, old.version), (handle.w0, w1, version));
             self.slabs.free(ie_location(f.w0), &self.data);
             self.s3_admit(h, handle.loc, w1);
@@ -883,6 +923,7 @@ impl Store {
                     }
                 }
             }
+            self.mark_live(handle.loc);
             self.account(key, h, handle.w0, handle.w1, version, true);
             self.s3_admit(h, handle.loc, handle.w1);
             self.maybe_upsize();
@@ -1244,6 +1285,10 @@ impl Store {
     }
 
     pub fn clear(&mut self) {
+        // Data first: a direct reader at a hint must not find a live entry once the empty
+        // table is published (punched pages read as zeros, live bit clear). Lookups in the old
+        // table meanwhile fail their checksum and retry (then take the writer's path).
+        self.slabs.reset(&self.data);
         if let Some(m) = self.migration.take() {
             self.free_table(m.to);
         }
@@ -1261,7 +1306,6 @@ impl Store {
             };
             self.switch_to(t);
         }
-        self.slabs.reset(&self.data);
         self.count = 0;
         self.ttl_count = 0;
         self.used_bytes = 0;
@@ -1483,16 +1527,21 @@ impl Store {
                 return;
             };
             let units = ie_size_units(f.w1);
-            let img = self.load_entry(loc, units);
+            let mut img = self.load_entry(loc, units);
+            // The copy is unpublished until the index points at it.
+            img[21] &= !((DE_LIVE_BIT >> 40) as u8);
             let w0 = ie_w0(new_loc, ie_tag(f.w0), ie_memgest(f.w0));
             let c = checksum(&img, w0, units);
             let w1 = ie_w1(c, units) | (self.index.load(f.ie_off + 8) & !IE_W1_CHECKED_MASK);
+            fence(Ordering::Release); // as in write_entry: the slot may be a freed one
             self.data.write_bytes(u64::from(new_loc) * UNIT_BYTES, &img);
+            self.mark_dead(loc);
             self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
             self.index.word(f.ie_off).store(w0, Ordering::Release);
             if self.mirrored(f.bucket) {
                 self.mirror_update(&key, h, w0, w1);
             }
+            self.mark_live(new_loc);
             self.slabs.free(loc, &self.data);
             if self.policy == EvictionPolicy::S3Fifo {
                 self.s3[usize::from(class)].main.push_back(new_loc);
@@ -1526,6 +1575,11 @@ impl Store {
                 let img = self.load_entry(loc, ie_size_units(w1));
                 if checksum(&img, w0, ie_size_units(w1)) != ie_crc(w1) {
                     return Err(format!("bucket {b} entry {i}: bad checksum at {loc}"));
+                }
+                if !de_live(self.data.load(u64::from(loc) * UNIT_BYTES + 16)) {
+                    return Err(format!(
+                        "bucket {b} entry {i}: published entry at {loc} not live"
+                    ));
                 }
                 let key = self.read_key(loc).ok_or("unreadable key")?;
                 let h = key_hash(&key);

@@ -39,6 +39,8 @@
 //! link    = | varint target_len | target bytes | hint_flag u8 | [hint] |
 //!   hint_flag 0: no hint
 //!   hint_flag 1: | node u32 LE | epoch u64 LE | table u64 LE | entry u64 LE |   (28 bytes)
+//!   hint_flag 2: the 28 bytes of flag 1 | location u32 LE | crc u32 LE | memgest u16 LE |
+//!                (38 bytes: the target's data entry too, read without the index)
 //!
 //! e.g. {f: "vv"}      = 01 01 | 01 'f' 00 02 'v' 'v'
 //!      {f: link "k"}  = 01 01 | 01 'f' 01 01 'k' 00
@@ -72,7 +74,7 @@ mod number;
 pub mod record;
 
 pub use number::parse_i64;
-pub use record::{Field, Hint, Link, Record, RecordError, FORMAT_VERSION};
+pub use record::{DataHint, Field, Hint, Link, Record, RecordError, FORMAT_VERSION};
 
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 

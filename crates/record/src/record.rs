@@ -27,9 +27,13 @@ const TAG_LINKS: u8 = 2;
 
 const HINT_NONE: u8 = 0;
 const HINT_SOME: u8 = 1;
+/// A hint that also names the data entry ([`Hint::data`]).
+const HINT_DATA: u8 = 2;
 
 /// Encoded size of a hint after its flag byte: node u32 + epoch u64 + table u64 + entry u64.
 const HINT_BYTES: usize = 4 + 8 + 8 + 8;
+/// Encoded size of a [`HINT_DATA`] hint: the above + location u32 + crc u32 + memgest u16.
+const HINT_DATA_BYTES: usize = HINT_BYTES + 4 + 4 + 2;
 
 /// Fewest bytes one encoded link can take: target length (1) + hint flag (1).
 const LINK_BYTES_MIN: usize = 2;
@@ -53,6 +57,23 @@ pub struct Hint {
     pub table: u64,
     /// Byte offset of the target's index entry in that node's index region.
     pub entry: u64,
+    /// The target's data entry, for a read that skips the index
+    /// (`ringlet_engine::read::read_entry_direct`); None in hints written before format 3 of
+    /// the engine's regions.
+    pub data: Option<DataHint>,
+}
+
+/// Where a link target's data entry was and which image it held
+/// (`ringlet_engine::read::Direct`): the reader checks the entry there is still published
+/// (its live bit) and is that image (this checksum), so it needs no index access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DataHint {
+    /// Data offset / 8.
+    pub location: u32,
+    /// CRC-32C the index held for the entry.
+    pub crc: u32,
+    /// The entry's memgest (checksummed with the location).
+    pub memgest: u16,
 }
 
 /// A link to another item, by key, with an optional location hint.
@@ -211,6 +232,12 @@ impl Record {
     pub fn get(&self, name: &[u8]) -> Option<&Field> {
         let i = *self.index.get(name)?;
         self.fields.get(i).map(|(_, f)| f)
+    }
+
+    /// The field named `name`, to change in place.
+    pub fn get_mut(&mut self, name: &[u8]) -> Option<&mut Field> {
+        let i = *self.index.get(name)?;
+        self.fields.get_mut(i).map(|(_, f)| f)
     }
 
     /// Give every link of field `name` that has no hint the one `resolve` finds for its
@@ -527,13 +554,14 @@ impl<'a> Reader<'a> {
         let hint = match self.byte()? {
             HINT_NONE => None,
             HINT_SOME => Some(hint_from(self.take(HINT_BYTES)?)?),
+            HINT_DATA => Some(hint_from(self.take(HINT_DATA_BYTES)?)?),
             tag => return Err(RecordError::BadTag { tag }),
         };
         Ok(Link { target, hint })
     }
 }
 
-/// A hint from its [`HINT_BYTES`] bytes.
+/// A hint from its [`HINT_BYTES`] or [`HINT_DATA_BYTES`] bytes.
 fn hint_from(h: &[u8]) -> Result<Hint, RecordError> {
     let word = |at: usize, n: usize| -> Result<u64, RecordError> {
         let b = h.get(at..at + n).ok_or(RecordError::Truncated)?;
@@ -548,6 +576,15 @@ fn hint_from(h: &[u8]) -> Result<Hint, RecordError> {
         epoch: word(4, 8)?,
         table: word(12, 8)?,
         entry: word(20, 8)?,
+        data: if h.len() == HINT_DATA_BYTES {
+            Some(DataHint {
+                location: word(28, 4)? as u32,
+                crc: word(32, 4)? as u32,
+                memgest: word(36, 2)? as u16,
+            })
+        } else {
+            None
+        },
     })
 }
 
@@ -572,7 +609,11 @@ fn link_encoded_len(l: &Link) -> usize {
     varint_len(l.target.len() as u64)
         + l.target.len()
         + 1
-        + if l.hint.is_some() { HINT_BYTES } else { 0 }
+        + match &l.hint {
+            None => 0,
+            Some(Hint { data: None, .. }) => HINT_BYTES,
+            Some(_) => HINT_DATA_BYTES,
+        }
 }
 
 fn put_link(out: &mut Vec<u8>, l: &Link) {
@@ -581,11 +622,20 @@ fn put_link(out: &mut Vec<u8>, l: &Link) {
     match &l.hint {
         None => out.push(HINT_NONE),
         Some(h) => {
-            out.push(HINT_SOME);
+            out.push(if h.data.is_some() {
+                HINT_DATA
+            } else {
+                HINT_SOME
+            });
             out.extend_from_slice(&h.node.to_le_bytes());
             out.extend_from_slice(&h.epoch.to_le_bytes());
             out.extend_from_slice(&h.table.to_le_bytes());
             out.extend_from_slice(&h.entry.to_le_bytes());
+            if let Some(d) = h.data {
+                out.extend_from_slice(&d.location.to_le_bytes());
+                out.extend_from_slice(&d.crc.to_le_bytes());
+                out.extend_from_slice(&d.memgest.to_le_bytes());
+            }
         }
     }
 }
@@ -607,6 +657,7 @@ mod tests {
                     epoch: 3,
                     table: u64::MAX - 1,
                     entry: 4096,
+                    data: None,
                 }),
             }),
         );
@@ -679,9 +730,14 @@ mod tests {
             Record::decode(&[1, 1, 0, 7, 0]),
             Err(RecordError::BadTag { tag: 7 })
         );
+        // Hint flag 2 (a data hint) needs its 38 bytes; 3 is unknown.
         assert_eq!(
             Record::decode(&[1, 1, 0, 1, 0, 2]),
-            Err(RecordError::BadTag { tag: 2 })
+            Err(RecordError::Truncated)
+        );
+        assert_eq!(
+            Record::decode(&[1, 1, 0, 1, 0, 3]),
+            Err(RecordError::BadTag { tag: 3 })
         );
         assert_eq!(
             Record::decode(&[1, 2, 1, b'a', 0, 0, 1, b'a', 0, 0]),
@@ -884,6 +940,7 @@ impl<'a> Reader<'a> {
         match self.byte()? {
             HINT_NONE => Ok((target, None)),
             HINT_SOME => Ok((target, Some(hint_from(self.take(HINT_BYTES)?)?))),
+            HINT_DATA => Ok((target, Some(hint_from(self.take(HINT_DATA_BYTES)?)?))),
             tag => Err(RecordError::BadTag { tag }),
         }
     }
@@ -895,6 +952,9 @@ impl<'a> Reader<'a> {
             HINT_NONE => {}
             HINT_SOME => {
                 self.take(HINT_BYTES)?;
+            }
+            HINT_DATA => {
+                self.take(HINT_DATA_BYTES)?;
             }
             tag => return Err(RecordError::BadTag { tag }),
         }

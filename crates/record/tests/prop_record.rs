@@ -3,7 +3,7 @@
 //! bytes or mutated valid encodings never panics.
 
 use proptest::prelude::*;
-use ringlet_record::{Field, Hint, Link, Record};
+use ringlet_record::{DataHint, Field, Hint, Link, Record};
 
 fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..max)
@@ -13,14 +13,20 @@ fn link() -> impl Strategy<Value = Link> {
     (
         bytes(12),
         prop::option::of((any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>())),
+        prop::option::of((any::<u32>(), any::<u32>(), any::<u16>())),
     )
-        .prop_map(|(target, h)| Link {
+        .prop_map(|(target, h, d)| Link {
             target,
             hint: h.map(|(node, epoch, table, entry)| Hint {
                 node,
                 epoch,
                 table,
                 entry,
+                data: d.map(|(location, crc, memgest)| DataHint {
+                    location,
+                    crc,
+                    memgest,
+                }),
             }),
         })
 }

@@ -29,6 +29,9 @@ pub struct Config {
     /// Unix socket through which same-host clients map the engine's regions read-only and
     /// read one-sided (`ringlet_shm::Exporter`; docs/design/shm-reads.md). `None` = off.
     pub shm_socket: Option<std::path::PathBuf>,
+    /// Keys the index is sized for at startup (`--index-keys`; `CONFIG SET index-keys` grows
+    /// it later). `None`: the engine's default, grown 1.5× at a time as keys arrive.
+    pub index_keys: Option<u64>,
 }
 
 impl Default for Config {
@@ -44,6 +47,7 @@ impl Default for Config {
             admin_token: None,
             tick_interval_ms: 100,
             shm_socket: None,
+            index_keys: None,
         }
     }
 }

@@ -17,10 +17,25 @@ impl Db {
     /// # Errors
     /// The engine's error (bad size, OS refused the reservation).
     pub fn new(memory_bytes_max: u64) -> Result<Db, ringlet_engine::Error> {
-        let cfg = EngineConfig {
+        Db::with_index(memory_bytes_max, None)
+    }
+
+    /// [`Db::new`] with the index sized for `index_keys` keys from the start (no upsize
+    /// until then: location hints taken meanwhile stay in the readers' table).
+    ///
+    /// # Errors
+    /// As [`Db::new`].
+    pub fn with_index(
+        memory_bytes_max: u64,
+        index_keys: Option<u64>,
+    ) -> Result<Db, ringlet_engine::Error> {
+        let mut cfg = EngineConfig {
             memory_bytes_max,
             ..EngineConfig::default()
         };
+        if let Some(k) = index_keys {
+            cfg.index_buckets_initial = cfg.index_buckets_initial.max(Engine::index_buckets_for(k));
+        }
         let engine = Engine::new(cfg)?;
         let reader = engine.reader();
         Ok(Db {

@@ -81,7 +81,7 @@ impl Server {
         };
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
-        let db = Db::new(config.memory_mb << 20)?;
+        let db = Db::with_index(config.memory_mb << 20, config.index_keys)?;
         let threads = config.threads_effective();
         let shared = Arc::new(Shared::new(config, db, local_addr.port()));
         let (tx, rx) = watch::channel(false);

@@ -353,3 +353,47 @@ fn link_hints_filled_by_the_node_are_followed_one_sided() {
     assert_eq!(st.hint_hits, visited - 2, "{st:?}");
     assert_eq!((st.hint_missing, st.hint_lookups), (2, 2), "{st:?}");
 }
+
+/// `--index-keys` (Config::index_keys) sizes the index at start and `CONFIG SET index-keys`
+/// grows it at run time, never shrinks it; CONFIG GET reports what the index holds before it
+/// grows. A location hint taken after the growth still names the readers' table after
+/// writing up to that many keys (`ringlet load` asks for this before its pass 2).
+#[test]
+fn config_set_index_keys_presizes_the_index() {
+    let index_keys = |r: &mut Raw| -> u64 {
+        let reply = r.call(&[b"CONFIG", b"GET", b"index-keys"]);
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        let last = text.trim_end().rsplit("\r\n").next().unwrap().to_string();
+        last.parse()
+            .unwrap_or_else(|_| panic!("CONFIG GET index-keys: {text:?}"))
+    };
+    let cfg = ringlet_server::config::Config {
+        port: 0,
+        threads: 1,
+        memory_mb: 64,
+        index_keys: Some(50_000),
+        ..ringlet_server::config::Config::default()
+    };
+    let node = ringlet_server::server::Server::start(cfg).expect("start");
+    let mut r = Raw::connect(node.local_addr().port());
+    let start = index_keys(&mut r);
+    assert!(start >= 50_000, "--index-keys 50000 gave {start}");
+    assert_eq!(
+        r.call(&[b"CONFIG", b"SET", b"index-keys", b"200000"]),
+        b"+OK\r\n"
+    );
+    let grown = index_keys(&mut r);
+    assert!(grown >= 200_000, "{grown}");
+    assert_eq!(
+        r.call(&[b"CONFIG", b"SET", b"index-keys", b"10"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(index_keys(&mut r), grown, "never shrinks");
+    let bad = r.call(&[b"CONFIG", b"SET", b"index-keys", b"-1"]);
+    assert!(
+        bad.starts_with(b"-ERR CONFIG SET failed (possibly related to argument 'index-keys')"),
+        "{}",
+        String::from_utf8_lossy(&bad)
+    );
+    assert_eq!(index_keys(&mut r), grown);
+}

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use ringlet_engine::read::Position;
+use ringlet_engine::read::{Direct, Position};
 use ringlet_record::chase::{Chase, ChaseReply};
 use ringlet_record::Hint;
 use ringlet_types::ValueKind;
@@ -25,6 +25,26 @@ pub fn position(h: &Hint) -> Position {
     Position {
         layout: h.table,
         entry: h.entry,
+        data: h.data.map(|d| Direct {
+            location: d.location,
+            crc: d.crc,
+            memgest: d.memgest,
+        }),
+    }
+}
+
+/// The hint naming engine position `p` on `node` (0 on a single node) in `epoch`.
+pub fn hint_at(p: Position, node: u32, epoch: u64) -> Hint {
+    Hint {
+        node,
+        epoch,
+        table: p.layout,
+        entry: p.entry,
+        data: p.data.map(|d| ringlet_record::DataHint {
+            location: d.location,
+            crc: d.crc,
+            memgest: d.memgest,
+        }),
     }
 }
 
@@ -35,18 +55,48 @@ pub fn position(h: &Hint) -> Position {
 /// # Errors
 /// The first error `fetch` returns.
 pub fn drive<E>(
+    walk: Chase,
+    time_max: Duration,
+    fetch: impl FnMut(&[u8], Option<Hint>, &mut Vec<u8>) -> Result<bool, E>,
+) -> Result<ChaseReply, E> {
+    drive_prefetching(walk, time_max, |_| {}, fetch)
+}
+
+/// Hops whose hinted lines [`drive_prefetching`] requests ahead of the one it reads.
+const PREFETCH_HOPS_AHEAD: usize = 8;
+
+/// [`drive`] that calls `prefetch(hint)` for the hop [`PREFETCH_HOPS_AHEAD`] places ahead of
+/// each one it reads (the lines a hinted read will touch: `prefetch_position`), so a level's
+/// cache misses overlap instead of being taken one hop at a time. A prefetch is only a hint:
+/// it changes nothing the walk reads or returns.
+///
+/// # Errors
+/// The first error `fetch` returns.
+pub fn drive_prefetching<E>(
     mut walk: Chase,
     time_max: Duration,
+    mut prefetch: impl FnMut(&Hint),
     mut fetch: impl FnMut(&[u8], Option<Hint>, &mut Vec<u8>) -> Result<bool, E>,
 ) -> Result<ChaseReply, E> {
     let deadline = Instant::now() + time_max;
     let mut buf = Vec::new();
     // Bounded by DEPTH + 1 levels, each of at most LIMIT keys.
     while walk.advance() {
-        for i in walk.level_start()..walk.level().len() {
+        let (start, end) = (walk.level_start(), walk.level().len());
+        for i in start..end.min(start + PREFETCH_HOPS_AHEAD) {
+            if let Some(h) = walk.level_hint(i) {
+                prefetch(&h);
+            }
+        }
+        for i in start..end {
             if Instant::now() >= deadline {
                 walk.timed_out();
                 return Ok(walk.finish());
+            }
+            if i + PREFETCH_HOPS_AHEAD < end {
+                if let Some(h) = walk.level_hint(i + PREFETCH_HOPS_AHEAD) {
+                    prefetch(&h);
+                }
             }
             // The hint of the first link (in BFS order) that led to this key.
             let hint = walk.level_hint(i);
@@ -81,9 +131,17 @@ impl ShmReader {
         time_max: Duration,
     ) -> Result<ChaseReply, ShmError> {
         let _ = links; // the walk knows the link fields it follows
-        drive(walk, time_max, |key, hint, out| {
-            let got = self.get_hinted(key, hint.as_ref().map(position), out)?;
-            Ok(matches!(got, Some((_, ValueKind::Record))))
-        })
+                       // The regions as mapped now; a remap during the walk only makes some prefetches
+                       // useless (a prefetch never faults).
+        let view = self.prefetch_view()?;
+        drive_prefetching(
+            walk,
+            time_max,
+            |h| ringlet_engine::read::prefetch_position(&view, position(h)),
+            |key, hint, out| {
+                let got = self.get_hinted(key, hint.as_ref().map(position), out)?;
+                Ok(matches!(got, Some((_, ValueKind::Record))))
+            },
+        )
     }
 }

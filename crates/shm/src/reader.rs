@@ -29,7 +29,8 @@ use ringlet_codec::native::{
 };
 use ringlet_engine::hash::key_hash;
 use ringlet_engine::read::{
-    locate_entry, prefetch_bucket, prefetch_entry, read_entry_at, read_entry_with, Position, Stale,
+    locate_entry, prefetch_bucket, prefetch_entry, prefetch_position, read_entry_at_index,
+    read_entry_direct, read_entry_with, Position, Stale,
 };
 use ringlet_engine::{ReadOutcome, RegionsView};
 use ringlet_types::limits::{self, ACCESS_RECORD_BATCH_MAX, KEY_BYTES_MAX};
@@ -86,6 +87,9 @@ pub struct ReaderStats {
     pub hint_hits: u64,
     /// ... at a position this reader remembered after a stale hint (lazy refresh).
     pub hint_cache_hits: u64,
+    /// Of those two, the hops read straight at the target's data entry (the hint's data
+    /// part: no index access); the others were read at the hint's index entry.
+    pub hint_direct_hits: u64,
     /// Hints (or remembered positions) found stale: the table changed (grown, flushed).
     pub hint_stale_table: u64,
     /// ... the entry there is gone, another key's, or was rewritten elsewhere.
@@ -448,6 +452,21 @@ impl ShmReader {
     }
 
     #[inline]
+    /// The current session's view of the regions (connecting first if needed), for a walk
+    /// that prefetches its next hops' lines (`ringlet_engine::read::prefetch_position`).
+    /// Use it for prefetches only: after a remap it may name unmapped memory, which a
+    /// prefetch never faults on; reads go through the reader's own calls.
+    ///
+    /// # Errors
+    /// As a reconnect.
+    pub fn prefetch_view(&mut self) -> Result<RegionsView, ShmError> {
+        self.ensure()?;
+        self.session
+            .as_ref()
+            .map(|s| s.view)
+            .ok_or(ShmError::Disconnected)
+    }
+
     fn ensure(&mut self) -> Result<(), ShmError> {
         match &self.session {
             Some(s) if !s.stale.load(Ordering::Relaxed) => Ok(()),
@@ -712,7 +731,12 @@ impl ShmReader {
         now: u64,
         out: &mut Vec<u8>,
     ) -> Option<Option<(Version, ValueKind, MemgestId)>> {
-        let cached = self.hint_cache.get(key).copied();
+        // (An empty cache, the common case with fresh hints, costs no hashing of the key.)
+        let cached = if self.hint_cache.is_empty() {
+            None
+        } else {
+            self.hint_cache.get(key).copied()
+        };
         if hint.is_none() && cached.is_none() {
             self.stats.hint_missing += 1;
         }
@@ -721,7 +745,27 @@ impl ShmReader {
         let tries = [(cached, true), (hint.filter(|h| Some(*h) != cached), false)];
         for (pos, from_cache) in tries {
             let Some(pos) = pos else { continue };
-            match read_entry_at(&s.view, key, hash, pos, now, Some(epoch), out) {
+            // Straight at the data entry first (one miss), then at the index entry (its line
+            // requested now, so a stale data part does not add a miss after the first).
+            if pos.data.is_some() {
+                prefetch_position(&s.view, pos);
+            }
+            let direct = pos
+                .data
+                .map(|d| read_entry_direct(&s.view, key, hash, d, now, Some(epoch), out));
+            let got = match direct {
+                Some(Ok(r)) => {
+                    if matches!(r, ReadOutcome::Hit { .. }) {
+                        self.stats.hint_direct_hits += 1;
+                    }
+                    Ok(r)
+                }
+                Some(Err(Stale::Config)) => Err(Stale::Config),
+                Some(Err(_)) | None => {
+                    read_entry_at_index(&s.view, key, hash, pos, now, Some(epoch), out)
+                }
+            };
+            match got {
                 Ok(ReadOutcome::Hit {
                     version,
                     kind,

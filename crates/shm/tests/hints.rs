@@ -17,7 +17,10 @@
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use ringlet_engine::hash::key_hash;
-use ringlet_engine::read::{locate_entry, locate_position, read_entry_at, Position};
+use ringlet_engine::read::{
+    locate_entry, locate_position, locate_position_by_tag, read_entry_at, read_entry_at_index,
+    read_entry_direct, Direct, Position, Stale,
+};
 use ringlet_engine::{
     Engine, EngineConfig, EvictionPolicy, Expiry, MemgestId, ReadOutcome, SetOptions, ValueKind,
 };
@@ -76,6 +79,7 @@ enum Op {
     Garbage {
         layout: u64,
         entry: u64,
+        data: Option<(u32, u32, u16)>,
         k: u8,
     },
 }
@@ -89,8 +93,13 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..60).prop_map(|ms| Op::Tick { ms }),
         1 => Just(Op::Flush),
         6 => (any::<u16>(), 0u8..40).prop_map(|(h, k)| Op::Read { h, k }),
-        1 => (any::<u64>(), any::<u64>(), 0u8..40)
-            .prop_map(|(layout, entry, k)| Op::Garbage { layout, entry, k }),
+        1 => (
+            any::<u64>(),
+            any::<u64>(),
+            prop::option::of((any::<u32>(), any::<u32>(), any::<u16>())),
+            0u8..40
+        )
+            .prop_map(|(layout, entry, data, k)| Op::Garbage { layout, entry, data, k }),
     ]
 }
 
@@ -98,11 +107,43 @@ fn key(k: u8) -> Vec<u8> {
     format!("key:{k}").into_bytes()
 }
 
-/// `read_entry_at(key, pos)` agrees with the engine's locked read, or is stale.
+/// `read_entry_at(key, pos)` agrees with the engine's locked read, or is stale; and so do
+/// its two halves: the read straight at the data entry (`read_entry_direct`, if the position
+/// names one) and the read at the index entry (`read_entry_at_index`). True if `read_entry_at`
+/// answered.
 fn check_at(e: &Engine, k: &[u8], pos: Position, now: u64) -> Result<bool, TestCaseError> {
     let view = e.reader().view();
+    let hash = key_hash(k);
+    if let Some(d) = pos.data {
+        check_read(e, k, now, |out| {
+            read_entry_direct(&view, k, hash, d, now, None, out)
+        })?;
+    }
+    check_read(e, k, now, |out| {
+        read_entry_at_index(&view, k, hash, pos, now, None, out)
+    })?;
+    check_read(e, k, now, |out| {
+        read_entry_at(&view, k, hash, pos, now, None, out)
+    })
+}
+
+/// Whether `read_direct` answers and is right (see [`check_at`]).
+fn check_direct(e: &Engine, k: &[u8], d: Direct, now: u64) -> Result<bool, TestCaseError> {
+    let view = e.reader().view();
+    check_read(e, k, now, |out| {
+        read_entry_direct(&view, k, key_hash(k), d, now, None, out)
+    })
+}
+
+/// One read's answer against the engine's locked read: equal, or stale.
+fn check_read(
+    e: &Engine,
+    k: &[u8],
+    now: u64,
+    read: impl FnOnce(&mut Vec<u8>) -> Result<ReadOutcome, Stale>,
+) -> Result<bool, TestCaseError> {
     let mut out = Vec::new();
-    let got = read_entry_at(&view, k, key_hash(k), pos, now, None, &mut out);
+    let got = read(&mut out);
     let truth = e.get(k, now);
     match got {
         Err(_) => Ok(false),
@@ -118,8 +159,91 @@ fn check_at(e: &Engine, k: &[u8], pos: Position, now: u64) -> Result<bool, TestC
             prop_assert!(truth.is_none(), "hint said expired, engine has {:?}", k);
             Ok(true)
         }
-        Ok(ReadOutcome::Retry) => Err(TestCaseError::fail("read_entry_at never retries")),
+        Ok(ReadOutcome::Retry) => Err(TestCaseError::fail("a hinted read never retries")),
     }
+}
+
+fn set(e: &mut Engine, k: &[u8], v: &[u8], now: u64) {
+    let opts = SetOptions {
+        memgest: EVICTABLE,
+        ..SetOptions::default()
+    };
+    e.set(k, v, &opts, now).expect("set");
+}
+
+fn position_of(e: &Engine, k: &[u8]) -> Position {
+    let mut out = Vec::new();
+    let (_, pos) = locate_entry(&e.reader().view(), k, key_hash(k), 0, None, &mut out);
+    pos.expect("present")
+}
+
+/// The case the live bit exists for: after a rewrite the old image is still intact at its
+/// old place (freed, not yet reused), so its checksum still matches the hint; the read
+/// straight at it must still say stale, never return the superseded value. Same after a
+/// delete, and after a flush. (Remove `mark_dead` from the engine and this fails.)
+#[test]
+fn a_superseded_image_is_never_read_at_its_data_hint() {
+    let mut e = engine(8 << 20, 64);
+    let k = b"target".to_vec();
+    let d = |e: &Engine, k: &[u8]| position_of(e, k).data.expect("data part");
+    let direct = |e: &Engine, k: &[u8], d: Direct| {
+        let mut out = Vec::new();
+        let r = read_entry_direct(&e.reader().view(), k, key_hash(k), d, 0, None, &mut out);
+        (r, out)
+    };
+    set(&mut e, &k, &make_value(&k, 1, 100), 0);
+    let d1 = d(&e, &k);
+    assert!(matches!(direct(&e, &k, d1).0, Ok(ReadOutcome::Hit { .. })));
+    // Rewritten at another size (another slot): the old image's bytes are unchanged but
+    // for the live bit.
+    set(&mut e, &k, &make_value(&k, 2, 3000), 0);
+    assert_eq!(direct(&e, &k, d1).0, Err(Stale::Entry));
+    let d2 = d(&e, &k);
+    assert_ne!(d1.location, d2.location);
+    let (r, out) = direct(&e, &k, d2);
+    assert!(matches!(r, Ok(ReadOutcome::Hit { .. })));
+    assert_eq!(out, e.get(&k, 0).unwrap().value);
+    // Rewritten at the same size: a new slot too (staged before the old is freed).
+    set(&mut e, &k, &make_value(&k, 3, 3000), 0);
+    assert_eq!(direct(&e, &k, d2).0, Err(Stale::Entry));
+    let d3 = d(&e, &k);
+    e.delete(&k, None, 0).expect("delete");
+    assert_eq!(direct(&e, &k, d3).0, Err(Stale::Entry));
+    set(&mut e, &k, &make_value(&k, 4, 100), 0);
+    let d4 = d(&e, &k);
+    e.flush_all(0);
+    assert_eq!(direct(&e, &k, d4).0, Err(Stale::Entry));
+    e.check_invariants().unwrap();
+}
+
+/// A data hint names the entry, not the index: it survives the index growing (which stales
+/// every index-position hint), the loader's case (45% of a chunked load's hints went stale).
+#[test]
+fn data_hints_survive_index_growth() {
+    let mut e = engine(64 << 20, 1);
+    let k = b"first".to_vec();
+    set(&mut e, &k, &make_value(&k, 1, 64), 0);
+    let p = position_of(&e, &k);
+    for i in 0..20_000u32 {
+        let o = format!("other:{i}").into_bytes();
+        set(&mut e, &o, &make_value(&o, 1, 32), 0);
+    }
+    e.tick(1);
+    let view = e.reader().view();
+    let mut out = Vec::new();
+    let h = key_hash(&k);
+    assert_eq!(
+        read_entry_at_index(&view, &k, h, p, 0, None, &mut out),
+        Err(Stale::Table)
+    );
+    let r = read_entry_direct(&view, &k, h, p.data.unwrap(), 0, None, &mut out);
+    assert!(matches!(r, Ok(ReadOutcome::Hit { .. })), "{r:?}");
+    assert_eq!(out, e.get(&k, 0).unwrap().value);
+    assert!(matches!(
+        read_entry_at(&view, &k, h, p, 0, None, &mut out),
+        Ok(ReadOutcome::Hit { .. })
+    ));
+    e.check_invariants().unwrap();
 }
 
 proptest! {
@@ -157,8 +281,17 @@ proptest! {
                     if let (ReadOutcome::Hit { .. }, Some(pos)) = (r, pos) {
                         // The writers' position (no copy, no checksum) is the reader's.
                         prop_assert_eq!(locate_position(&view, &k, key_hash(&k)), Some(pos));
-                        // A fresh hint is answered by the direct read.
+                        // The bulk filler's (the tag alone): right, or another key's entry
+                        // with the same tag, which every read refuses (checked, never wrong).
+                        let by_tag = locate_position_by_tag(&view, key_hash(&k))
+                            .ok_or_else(|| TestCaseError::fail("present key, no tag match"))?;
+                        let answered = check_at(&e, &k, by_tag, now)?;
+                        prop_assert!(answered || by_tag != pos, "the key's own entry refused");
+                        // A fresh hint is answered by the direct read, straight at the data
+                        // entry too.
                         prop_assert!(check_at(&e, &k, pos, now)?, "fresh hint refused");
+                        let d = pos.data.ok_or_else(|| TestCaseError::fail("no data part"))?;
+                        prop_assert!(check_direct(&e, &k, d, now)?, "fresh data hint refused");
                         hints.push((k, pos));
                     }
                 }
@@ -176,12 +309,26 @@ proptest! {
                     check_at(&e, &hk, pos, now)?;
                     check_at(&e, &key(k), pos, now)?;
                 }
-                Op::Garbage { layout, entry, k } => {
-                    check_at(&e, &key(k), Position { layout, entry }, now)?;
-                    // A real table word with an arbitrary entry offset.
+                Op::Garbage { layout, entry, data, k } => {
+                    let data = data.map(|(location, crc, memgest)| Direct { location, crc, memgest });
+                    check_at(&e, &key(k), Position { layout, entry, data }, now)?;
+                    // A real table word with an arbitrary entry offset, and a data location
+                    // near the data actually written (entries start in the second 64 KiB
+                    // page) with an arbitrary or a real checksum.
                     if let Some((_, p)) = hints.last() {
-                        let pos = Position { layout: p.layout, entry: entry % (1 << 24) };
+                        let near = data.map(|d| Direct {
+                            location: 8192 + d.location % 65536,
+                            ..p.data.unwrap_or(d)
+                        });
+                        let pos = Position {
+                            layout: p.layout,
+                            entry: entry % (1 << 24),
+                            data: near,
+                        };
                         check_at(&e, &key(k), pos, now)?;
+                        if let (Some(n), Some(d)) = (near, data) {
+                            check_direct(&e, &key(k), Direct { crc: d.crc, ..n }, now)?;
+                        }
                     }
                 }
             }
@@ -208,12 +355,7 @@ fn hint_of(e: &Engine, k: &[u8]) -> Option<Hint> {
     let mut out = Vec::new();
     let (r, pos) = locate_entry(&e.reader().view(), k, key_hash(k), 0, None, &mut out);
     match (r, pos) {
-        (ReadOutcome::Hit { .. }, Some(p)) => Some(Hint {
-            node: 0,
-            epoch: 0,
-            table: p.layout,
-            entry: p.entry,
-        }),
+        (ReadOutcome::Hit { .. }, Some(p)) => Some(ringlet_shm::chase::hint_at(p, 0, 0)),
         _ => None,
     }
 }
@@ -299,6 +441,8 @@ fn one_sided_chase_follows_hints_and_survives_stale_ones() {
     let s = r.stats();
     // Every hop had a fresh hint: 50 reviews and 10 authors read directly (the root has
     // no link, so it is one missing hint and one lookup).
+    // ... each straight at the target's data entry (the hints are fresh).
+    assert_eq!(s.hint_direct_hits, 60, "{s:?}");
     assert_eq!(
         (s.hint_hits, s.hint_missing, s.hint_lookups),
         (60, 1, 1),
@@ -338,14 +482,24 @@ fn one_sided_chase_follows_hints_and_survives_stale_ones() {
     assert_eq!(got.entries.len(), 1 + 50 + 8);
     let s = r.stats();
     assert!(s.hint_stale_table > before.hint_stale_table, "{s:?}");
-    assert_eq!(
-        s.hint_hits, before.hint_hits,
-        "no hint into the old table may hit"
+    // The 25 reviews not rewritten still hit: their hints name the data entry too, which
+    // the index growing does not move (the rewritten ones are stale both ways).
+    assert!(
+        s.hint_hits >= before.hint_hits + 25,
+        "untouched targets read at their data hints: {s:?}"
     );
-    // The lookups were remembered: the next walk reads at those positions.
+    assert_eq!(
+        s.hint_direct_hits - before.hint_direct_hits,
+        s.hint_hits + s.hint_cache_hits - before.hint_hits - before.hint_cache_hits,
+        "after the growth only the data part can answer: {s:?}"
+    );
+    // The lookups were remembered: the next walk reads at those positions (the root and the
+    // 25 rewritten reviews; the two deleted authors are looked up again, and missed).
     let got = r.chase_within(walk(), &links, LONG).unwrap();
     assert_eq!(got, node_chase(&e.lock(), &links, 2));
-    assert!(r.stats().hint_cache_hits >= 50, "{:?}", r.stats());
+    let s2 = r.stats();
+    assert!(s2.hint_cache_hits >= s.hint_cache_hits + 26, "{s2:?}");
+    assert!(s2.hint_lookups <= s.hint_lookups + 2, "{s2:?}");
 }
 
 #[test]
@@ -363,10 +517,7 @@ fn racing_writer_never_shows_a_hinted_reader_another_keys_value() {
         .iter()
         .map(|k| {
             let h = hint_of(&e.lock(), k).unwrap();
-            Position {
-                layout: h.table,
-                entry: h.entry,
-            }
+            ringlet_shm::chase::position(&h)
         })
         .collect();
     let stop = Arc::new(AtomicBool::new(false));

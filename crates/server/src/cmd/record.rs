@@ -107,7 +107,13 @@ fn run(
         Ok(r) => r,
         Err(e) => return e,
     };
-    let mut applied = apply(argv, rec.as_ref());
+    // LINK edits the decoded record in place (it is not used again); the hash commands'
+    // `apply` reads it by reference.
+    let mut applied = if argv[0].eq_ignore_ascii_case(b"link") {
+        ringlet_record::link::apply_owned(argv, rec)
+    } else {
+        apply(argv, rec.as_ref())
+    };
     if let (Some(field), Write::Store(r)) = (link_write_field(argv), &mut applied.write) {
         fill_local_hints(ctx.reader, r, field);
     }
@@ -143,12 +149,15 @@ pub fn link_write_field<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
 }
 
 /// Location hints for the links of `field` without one (a single node: node 0, epoch 0), in
-/// three passes over the targets so that their cache misses overlap, as the batched GET path
-/// does (`crate::conn`): prefetch every target's home bucket, then the entries those buckets
-/// point at, then locate each. A `LINK ADD` of 100 targets, or a loader's chunk, otherwise
-/// pays two dependent misses per target one after another (27% of a chunked load's node time).
+/// two passes over the targets so that their cache misses overlap, as the batched GET path
+/// does (`crate::conn`): prefetch every target's home bucket, then locate each by its tag
+/// (`locate_position_by_tag`: the bucket holds all a hint needs, and no data entry is read
+/// to check the key — a hint is validated when followed, so a tag collision only makes one
+/// stale). A `LINK ADD` of 100 targets, or a loader's chunk, paid two misses per target
+/// (bucket, then the target's entry for the key), the largest part of a chunked load's node
+/// time (BENCHMARKS.md, "Data hints and index pre-sizing").
 fn fill_local_hints(reader: &ringlet_engine::Reader, r: &mut Record, field: &[u8]) {
-    use ringlet_engine::read::{prefetch_bucket, prefetch_entry};
+    use ringlet_engine::read::prefetch_bucket;
     let view = reader.view();
     let hashes: Vec<u64> = match r.get(field) {
         Some(ringlet_record::Field::Links(ls)) => ls
@@ -161,10 +170,25 @@ fn fill_local_hints(reader: &ringlet_engine::Reader, r: &mut Record, field: &[u8
     for h in &hashes {
         prefetch_bucket(&view, *h);
     }
-    for h in &hashes {
-        prefetch_entry(&view, *h);
+    r.fill_hints(field, |t| {
+        let hash = ringlet_engine::hash::key_hash(t);
+        ringlet_engine::read::locate_position_by_tag(&view, hash).map(|p| hint_of(p, 0, 0))
+    });
+}
+
+/// The record hint naming engine position `p` on `node` in `epoch`.
+fn hint_of(p: ringlet_engine::read::Position, node: u32, epoch: u64) -> ringlet_record::Hint {
+    ringlet_record::Hint {
+        node,
+        epoch,
+        table: p.layout,
+        entry: p.entry,
+        data: p.data.map(|d| ringlet_record::DataHint {
+            location: d.location,
+            crc: d.crc,
+            memgest: d.memgest,
+        }),
     }
-    r.fill_hints(field, |t| hint_in(&view, t, 0, 0));
 }
 
 /// A location hint for `target` in this node's engine (docs/design/records.md, "Location
@@ -195,6 +219,11 @@ fn hint_in(
         epoch,
         table: p.layout,
         entry: p.entry,
+        data: p.data.map(|d| ringlet_record::DataHint {
+            location: d.location,
+            crc: d.crc,
+            memgest: d.memgest,
+        }),
     })
 }
 
@@ -309,6 +338,11 @@ fn read_record(
         let pos = ringlet_engine::read::Position {
             layout: h.table,
             entry: h.entry,
+            data: h.data.map(|d| ringlet_engine::read::Direct {
+                location: d.location,
+                crc: d.crc,
+                memgest: d.memgest,
+            }),
         };
         let hash = ringlet_engine::hash::key_hash(key);
         // Err: stale (the table changed, the entry moved or is another key's): look it up.

@@ -66,6 +66,11 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("appendonly", "no".to_string()),
         ("io-threads", c.threads_effective().to_string()),
         ("cluster-enabled", "no".to_string()),
+        // Ringlet's: keys the index holds before it grows (CONFIG SET grows it now).
+        (
+            "index-keys",
+            ctx.shared.db.lock().index_capacity().to_string(),
+        ),
     ]
     .into_iter()
     .chain(ctx.shared.hash_encoding.params())
@@ -97,13 +102,32 @@ pub fn config_get_from(params: &[(&'static str, String)], argv: &[&[u8]]) -> Rep
 /// others are fixed at startup.
 pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let known: Vec<&str> = config_params(ctx).iter().map(|(n, _)| *n).collect();
-    let settable: Vec<&str> = std::iter::once("requirepass")
+    let settable: Vec<&str> = ["requirepass", "index-keys"]
+        .into_iter()
         .chain(super::keyspace::HashEncodingMax::names())
         .collect();
     let pairs = match config_set_check(&known, &settable, argv) {
         Ok(p) => p,
         Err(e) => return e,
     };
+    // index-keys: parsed before anything is applied (all or nothing, as Redis).
+    let mut index_keys = None;
+    for (n, v) in &pairs {
+        if n == "index-keys" {
+            match std::str::from_utf8(v)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+            {
+                Some(k) => index_keys = Some(k),
+                None => {
+                    return Reply::err(
+                        "ERR CONFIG SET failed (possibly related to argument 'index-keys') - \
+                         argument couldn't be parsed into an integer",
+                    )
+                }
+            }
+        }
+    }
     let new_pass = pairs
         .iter()
         .find(|(n, _)| n == "requirepass")
@@ -114,8 +138,13 @@ pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
              a node bound to a non-loopback address must keep a password",
         );
     }
+    // (It skips names not its own, index-keys included.)
     if let Err(e) = ctx.shared.hash_encoding.set(&pairs) {
         return e;
+    }
+    if let Some(k) = index_keys {
+        // Grows the index now (a bulk load about to write k keys in all); never shrinks.
+        ctx.shared.db.lock().reserve_index(k);
     }
     if let Some(p) = new_pass {
         // An empty password removes authentication, as in Redis; refused above on a node

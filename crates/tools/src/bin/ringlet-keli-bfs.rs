@@ -3,12 +3,16 @@
 //! `CHASE v:<root> follows CHUNKED DEPTH d LIMIT 100000 FIELDS name` (each hop one validated
 //! read at the link's location hint, continuation chunks included; no round trip to the node).
 //!
-//! Usage: ringlet-keli-bfs --socket PATH --roots FILE [--depth 2] [--rounds 3].
+//! Usage: ringlet-keli-bfs --socket PATH --roots FILE [--depth 2] [--rounds 3]
+//! [--index-only-hints] (ignore the hints' data part: hops read at the index entry only, as
+//! before data hints existed; for measuring what each part of a hint is worth).
 //! FILE: one root key a line. Prints `round <µs per root ...>` per round, then one
 //! `visit <count> <digest>` per root (last round): the number of vertices visited and the
 //! wrapping sum over them of FNV-1a-64(`key` `=` `name`), an order-free digest the script
 //! compares with Redis's BFS; then `stats <reader counters>`.
 
+use ringlet_engine::read::Position;
+use ringlet_engine::ValueKind;
 use ringlet_record::chase::{Chase, Stop};
 use ringlet_shm::ShmReader;
 use std::time::{Duration, Instant};
@@ -44,6 +48,7 @@ fn main() {
         .filter(|l| !l.is_empty())
         .map(|l| l.as_bytes().to_vec())
         .collect();
+    let index_only = std::env::args().any(|a| a == "--index-only-hints");
     let mut shm = ShmReader::connect(&sock).expect("shm reader");
     let links = vec![b"follows".to_vec()];
     let mut visits = Vec::new();
@@ -63,9 +68,27 @@ fn main() {
             .chunked();
             // The walk runs in this process (it stalls no node), so it gets a longer time
             // bound than the node's 100 ms: a 2-hop BFS at KELI's scale reads ~10^4 items.
-            let reply = shm
-                .chase_within(walk, &links, Duration::from_secs(10))
-                .expect("one-sided chase");
+            let reply = if index_only {
+                // The same walk and the same look-ahead prefetching as `chase_within`, with
+                // the hints' data part dropped.
+                let strip = |h: &ringlet_record::Hint| Position {
+                    data: None,
+                    ..ringlet_shm::chase::position(h)
+                };
+                let view = shm.prefetch_view().expect("shm session");
+                ringlet_shm::chase::drive_prefetching(
+                    walk,
+                    Duration::from_secs(10),
+                    |h| ringlet_engine::read::prefetch_position(&view, strip(h)),
+                    |k, h, out| {
+                        shm.get_hinted(k, h.as_ref().map(strip), out)
+                            .map(|r| matches!(r, Some((_, ValueKind::Record))))
+                    },
+                )
+            } else {
+                shm.chase_within(walk, &links, Duration::from_secs(10))
+            }
+            .expect("one-sided chase");
             us.push(t.elapsed().as_nanos() as f64 / 1e3);
             assert_eq!(reply.stop, Stop::Complete, "one-sided chase stopped early");
             let digest = reply.entries.iter().fold(0u64, |acc, e| {
@@ -86,13 +109,16 @@ fn main() {
     }
     let st = shm.stats();
     println!(
-        "stats hops at a hint {}, hints stale (table {}, entry {}, node {}), no hint {}, \
-         lookups by key {} (the roots included)",
+        "stats hops at a hint {} ({} straight at the data entry), hints stale (table {}, \
+         entry {}, node {}), no hint {}, lookups by key {} (the roots included), at a \
+         remembered position {}",
         st.hint_hits,
+        st.hint_direct_hits,
         st.hint_stale_table,
         st.hint_stale_entry,
         st.hint_stale_node,
         st.hint_missing,
-        st.hint_lookups
+        st.hint_lookups,
+        st.hint_cache_hits
     );
 }

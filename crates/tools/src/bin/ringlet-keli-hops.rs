@@ -6,7 +6,10 @@
 //! record, cold in cache as in KELI's random walks), each link with a fresh hint. A walk of
 //! `--hops` hops reads a record, scans it for `next` and reads the target:
 //!   - engine, lookup:  `read_entry_with` (hash, probe, validate) on an in-process view;
-//!   - engine, chase:   `read_entry_at` at the link's hint (validate only);
+//!   - engine, chase:   `read_entry_at` at the link's hint: straight at the data entry
+//!     (`read_entry_direct`), the index entry if that is stale;
+//!   - engine, chase at the index entry only (`read_entry_at_index`: the hint before
+//!     engine format 3, one bucket miss more);
 //!   - shm, lookup:     `ShmReader::get_into` over the node's regions mapped read-only;
 //!   - shm, chase:      `ShmReader::get_hinted` with the link's hint.
 //!
@@ -15,7 +18,9 @@
 
 use parking_lot::Mutex;
 use ringlet_engine::hash::key_hash;
-use ringlet_engine::read::{locate_entry, read_entry_at, read_entry_with, Position};
+use ringlet_engine::read::{
+    locate_entry, read_entry_at, read_entry_at_index, read_entry_direct, read_entry_with, Position,
+};
 use ringlet_engine::{Engine, EngineConfig, ReadOutcome, SetOptions, ValueKind};
 use ringlet_record::record::scan;
 use ringlet_record::{Field, Hint, Link, Record};
@@ -40,11 +45,12 @@ fn next_of(value: &[u8]) -> Option<(Vec<u8>, Option<Hint>)> {
     Some((t.to_vec(), h))
 }
 
+fn hint_at(p: Position) -> Hint {
+    ringlet_shm::chase::hint_at(p, 0, 0)
+}
+
 fn pos(h: &Hint) -> Position {
-    Position {
-        layout: h.table,
-        entry: h.entry,
-    }
+    ringlet_shm::chase::position(h)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -98,24 +104,22 @@ fn main() {
     {
         let mut e = engine.lock();
         // Pass 1: every record without hints; pass 2: the links with their targets' hints
-        // (a rewrite in place keeps every index entry where it is).
+        // (a rewrite keeps every index entry where it is, and moves the data entry). Pass 2
+        // goes backwards along the cycle, so every target is rewritten before the hint to it
+        // is taken and every hint names its target's final data entry (but the one to
+        // order[0], rewritten last: one stale data hint, read at its index entry).
         for w in 0..n {
             let (a, b) = (order[w], order[(w + 1) % n]);
             e.set(&key(a), &record(a, b, None), &opts, 1).expect("set");
         }
         let view = e.reader().view();
         let mut out = Vec::new();
-        for w in 0..n {
+        for w in (0..n).rev() {
             let (a, b) = (order[w], order[(w + 1) % n]);
             let kb = key(b);
             let (r, p) = locate_entry(&view, &kb, key_hash(&kb), 1, None, &mut out);
             let hint = match (r, p) {
-                (ReadOutcome::Hit { .. }, Some(p)) => Some(Hint {
-                    node: 0,
-                    epoch: 0,
-                    table: p.layout,
-                    entry: p.entry,
-                }),
+                (ReadOutcome::Hit { .. }, Some(p)) => Some(hint_at(p)),
                 _ => None,
             };
             e.set(&key(a), &record(a, b, hint), &opts, 1).expect("set");
@@ -133,12 +137,7 @@ fn main() {
     let start_hint = {
         let mut out = Vec::new();
         let (_, p) = locate_entry(&view, &start, key_hash(&start), 1, None, &mut out);
-        p.map(|p| Hint {
-            node: 0,
-            epoch: 0,
-            table: p.layout,
-            entry: p.entry,
-        })
+        p.map(hint_at)
     };
     type Step<'a> = dyn FnMut(&[u8], Option<Hint>, &mut Vec<u8>) -> bool + 'a;
     let walk = |step: &mut Step<'_>| -> f64 {
@@ -154,11 +153,32 @@ fn main() {
         }
         t.elapsed().as_nanos() as f64 / hops as f64
     };
+    // How many hops' data hints are valid (the rest read at the index entry).
+    let direct_ok = {
+        let mut k = start.clone();
+        let mut hint = start_hint;
+        let mut out = Vec::new();
+        let mut ok = 0u64;
+        for _ in 0..n {
+            let h = hint.expect("hint");
+            let d = pos(&h).data.expect("data hint");
+            if read_entry_direct(&view, &k, key_hash(&k), d, 1, None, &mut out).is_ok() {
+                ok += 1;
+            } else {
+                assert!(read_entry_at(&view, &k, key_hash(&k), pos(&h), 1, None, &mut out).is_ok());
+            }
+            let (nk, nh) = next_of(&out).expect("next link");
+            k = nk;
+            hint = nh;
+        }
+        ok
+    };
     let mut res: Vec<(&str, Vec<f64>)> = vec![
         ("engine lookup", vec![]),
         ("engine chase", vec![]),
         ("shm lookup", vec![]),
         ("shm chase", vec![]),
+        ("engine at index", vec![]),
     ];
     for _ in 0..rounds {
         res[0].1.push(walk(&mut |k, _, out| {
@@ -180,6 +200,13 @@ fn main() {
         res[3].1.push(walk(&mut |k, h, out| {
             matches!(shm.get_hinted(k, h.as_ref().map(pos), out), Ok(Some(_)))
         }));
+        res[4].1.push(walk(&mut |k, h, out| {
+            let Some(h) = h else { return false };
+            matches!(
+                read_entry_at_index(&view, k, key_hash(k), pos(&h), 1, None, out),
+                Ok(ReadOutcome::Hit { .. })
+            )
+        }));
     }
     let st = shm.stats();
     assert_eq!(
@@ -190,14 +217,16 @@ fn main() {
     println!(
         "{n} records, {hops} hops per walk, {value_bytes}-byte names, median of {rounds} rounds"
     );
+    println!("data hints valid: {direct_ok} of {n} (the others read at the index entry)");
     let med: Vec<(&str, f64)> = res.into_iter().map(|(k, v)| (k, median(v))).collect();
     for (k, v) in &med {
         println!("{k:16} {v:8.1} ns/hop");
     }
     println!(
-        "chase/lookup: engine {:.2}, shm {:.2}",
+        "chase/lookup: engine {:.2}, shm {:.2}; at the index entry only: engine {:.2}",
         med[1].1 / med[0].1,
-        med[3].1 / med[2].1
+        med[3].1 / med[2].1,
+        med[4].1 / med[0].1
     );
     // Where a hop's time goes: the same operations on one record over and over (cache-hot,
     // no miss), so walk minus hot is what the walk's cache misses cost.
@@ -237,6 +266,17 @@ fn main() {
     let e_chase = hot(&mut |o| {
         let _ = std::hint::black_box(read_entry_at(&view, &k0, key_hash(&k0), p0, 1, None, o));
     });
+    let e_index = hot(&mut |o| {
+        let _ = std::hint::black_box(read_entry_at_index(
+            &view,
+            &k0,
+            key_hash(&k0),
+            p0,
+            1,
+            None,
+            o,
+        ));
+    });
     let s_lookup = hot(&mut |o| {
         let _ = std::hint::black_box(shm.get_into(&k0, o));
     });
@@ -245,12 +285,13 @@ fn main() {
     });
     println!("cache-hot, one record again and again (ns): key hash {hash:.1}, scan for next {scan_next:.1}");
     println!(
-        "  engine lookup {e_lookup:.1}, engine chase {e_chase:.1}; shm lookup {s_lookup:.1}, shm chase {s_chase:.1}"
+        "  engine lookup {e_lookup:.1}, engine chase {e_chase:.1} (at the index entry {e_index:.1}); shm lookup {s_lookup:.1}, shm chase {s_chase:.1}"
     );
     println!(
-        "walk minus hot = the misses (ns/hop): engine lookup {:.1}, engine chase {:.1}; shm lookup {:.1}, shm chase {:.1}",
+        "walk minus hot = the misses (ns/hop): engine lookup {:.1}, engine chase {:.1} (at the index entry {:.1}); shm lookup {:.1}, shm chase {:.1}",
         med[0].1 - e_lookup - scan_next,
         med[1].1 - e_chase - scan_next,
+        med[4].1 - e_index - scan_next,
         med[2].1 - s_lookup - scan_next,
         med[3].1 - s_chase - scan_next
     );

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Loading KELI's chunked graph: `ringlet load` against Redis's own mass insertion
+(`redis-cli --pipe`), same graph, same machine, fresh servers every round, interleaved.
+
+The graph and both encodings are bench/keli_bfs.py's: a seeded R-MAT graph; Ringlet gets
+CSV sources and a mapping with the follower lists chunked at --chunk links per item (every
+link with a location hint), Redis one HSET per vertex with every neighbour key in one
+field. Each round starts a fresh `redis-server` and a fresh `ringlet server --threads 1`
+(both on CPU 0; the loaders on CPU 1) and times each load's whole process. With --perf, the
+node is recorded by `perf record -g` during its load of the last round (perf.data in the
+current directory) and the node's and loader's CPU seconds are printed for every round.
+
+Usage: bench/keli_load.py [--vertices 200000] [--edges 4400000] [--chunk 100] [--rounds 3]
+       [--perf] [--extra-load-arg ARG ...] [--ringlet PATH]
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import keli_bfs as kb  # noqa: E402
+
+
+def cpu_seconds(pid):
+    """utime + stime of a live process, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vertices", type=int, default=200000)
+    ap.add_argument("--edges", type=int, default=4400000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--chunk", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--perf", action="store_true")
+    ap.add_argument("--extra-load-arg", action="append", default=[])
+    ap.add_argument("--ringlet", help="the ringlet binary (default target/release/ringlet)")
+    a = ap.parse_args()
+    if a.ringlet:
+        kb.RINGLET = a.ringlet
+    kb.pin(os.getpid(), 1)
+    memory_mb = max(1024, 256 + a.edges * 96 // (1 << 20))
+    indptr, dst = kb.rmat(a.vertices, a.edges, a.seed)
+    tmp = tempfile.mkdtemp(prefix="keli-load-")
+    try:
+        resp, vcsv, ecsv, mapping = kb.write_data(tmp, indptr, dst, a.chunk)
+        print(f"{a.vertices} vertices, {len(dst)} edges, chunks of {a.chunk}; load average "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+        times = {"redis-cli --pipe": [], "ringlet load": []}
+        for rnd in range(a.rounds):
+            order = list(times) if rnd % 2 == 0 else list(reversed(times))
+            for name in order:
+                port = kb.free_port()
+                if name == "redis-cli --pipe":
+                    srv = subprocess.Popen(["redis-server", "--port", str(port), "--save", "",
+                                            "--appendonly", "no", "--dir", tmp],
+                                           stdout=subprocess.DEVNULL)
+                else:
+                    srv = subprocess.Popen([kb.RINGLET, "server", "--port", str(port),
+                                            "--threads", "1", "--memory-mb", str(memory_mb)],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                perf = None
+                try:
+                    kb.pin(srv.pid, 0)
+                    kb.wait_ping(port)
+                    if a.perf and name == "ringlet load" and rnd == a.rounds - 1:
+                        perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o",
+                                                 "perf.data", "-p", str(srv.pid)],
+                                                stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL)
+                        time.sleep(1.0)
+                    c0 = cpu_seconds(srv.pid)
+                    t0 = time.perf_counter()
+                    if name == "redis-cli --pipe":
+                        with open(resp, "rb") as f:
+                            p = subprocess.run(["redis-cli", "-p", str(port), "--pipe"],
+                                               stdin=f, capture_output=True, text=True)
+                        summary = p.stdout.strip().splitlines()[-1:]
+                    else:
+                        p = subprocess.run([kb.RINGLET, "load", "--port", str(port),
+                                            "--mapping", mapping, "--csv", f"vertices={vcsv}",
+                                            "--csv", f"edges={ecsv}", *a.extra_load_arg],
+                                           capture_output=True, text=True)
+                        summary = p.stdout.strip().splitlines()[-1:]
+                    el = time.perf_counter() - t0
+                    usage = os.times()
+                    if p.returncode != 0:
+                        raise SystemExit(f"{name} failed: {p.stdout[-1000:]} {p.stderr[-1000:]}")
+                    server_cpu = cpu_seconds(srv.pid) - c0
+                    times[name].append(el)
+                    print(f"round {rnd + 1} {name}: {el:.2f} s, server CPU {server_cpu:.2f} s, "
+                          f"loaders' CPU so far {usage.children_user + usage.children_system:.2f}"
+                          f" s; load average {os.getloadavg()[0]:.1f}; {' '.join(summary)}",
+                          flush=True)
+                finally:
+                    if perf:
+                        perf.send_signal(2)
+                        perf.wait()
+                    srv.terminate()
+                    srv.wait()
+        med = {k: statistics.median(v) for k, v in times.items()}
+        n = a.vertices
+        for k, v in med.items():
+            print(f"median {k}: {v:.2f} s ({n / v:,.0f} vertices/s)")
+        print(f"ringlet load / redis-cli --pipe: {med['ringlet load'] / med['redis-cli --pipe']:.2f}"
+              f"x the time")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
