@@ -95,6 +95,9 @@ fn handler_for(name: &str) -> Option<Handler> {
         | "cluster|info"
         | "cluster|myid"
         | "cluster|help"
+        | "cluster|setslot"
+        | "cluster|getkeysinslot"
+        | "cluster|countkeysinslot"
         | "cluster|ringlet-load"
         | "readonly"
         | "readwrite" => server::cluster_disabled,
