@@ -124,16 +124,26 @@ pub async fn plan_by_bytes(
     access: &NodeAccess,
     cfg: &BalanceConfig,
 ) -> Result<Verdict, String> {
-    let map = current_map(control).await?;
-    let reps = reports(&map, access).await?;
-    if reps.iter().any(|r| r.epoch != map.epoch.0) {
-        return Err(format!(
-            "a node answered for another epoch than the map's ({}): retry",
-            map.epoch.0
-        ));
+    // Right after a move the nodes may not all have the new map yet: sample again (bounded)
+    // until every node answers for the control plane's epoch.
+    let mut last = 0;
+    for _ in 0..EPOCH_SETTLE_TRIES {
+        let map = current_map(control).await?;
+        let reps = reports(&map, access).await?;
+        if reps.iter().all(|r| r.epoch == map.epoch.0) {
+            return Ok(plan_by_load(&map, &slot_bytes(&reps), cfg));
+        }
+        last = map.epoch.0;
+        tokio::time::sleep(MOVE_POLL).await;
     }
-    Ok(plan_by_load(&map, &slot_bytes(&reps), cfg))
+    Err(format!(
+        "the nodes did not all reach the map's epoch {last} within {} ms: retry",
+        u64::from(EPOCH_SETTLE_TRIES) * MOVE_POLL.as_millis() as u64
+    ))
 }
+
+/// Samples [`plan_by_bytes`] takes while waiting for every node to reach the map's epoch.
+const EPOCH_SETTLE_TRIES: u32 = 100;
 
 /// Operations per second per slot between two samples taken `secs` apart: only slots served
 /// by the same node in both, whose count did not go down.
