@@ -822,7 +822,10 @@ impl ClusterClient {
             }
             let redirected =
                 matches!(&err, Error::Server { status, .. } if *status == Status::MOVED);
-            if !redirected {
+            // A first MOVED is followed at once; a MOVED after a retry means the nodes' maps
+            // are still settling (a move's switch): back off like any other retry, or a few
+            // quick redirects between two nodes would use up every retry in microseconds.
+            if !redirected || attempt > 0 {
                 let pause = self
                     .inner
                     .jitter
