@@ -164,20 +164,6 @@ fn balancer_knobs_without_the_balancer_are_refused() {
     assert!(err.contains("--max-moves applies to --by load"), "{err}");
 }
 
-/// `GET key` from whichever node serves it (one MOVED followed).
-fn get_anywhere(port: u16, key: &[u8]) -> ringlet_codec::resp::Reply {
-    use ringlet_codec::resp::Reply;
-    match common::call(port, &[b"GET", key]) {
-        Reply::Error(e) if e.starts_with(b"MOVED") => {
-            let e = String::from_utf8_lossy(&e).into_owned();
-            let addr = e.split_whitespace().nth(2).expect("MOVED address");
-            let p: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
-            common::call(p, &[b"GET", key])
-        }
-        r => r,
-    }
-}
-
 /// `node rebalance --by bytes`: 6 MB of values all on one node of three; the rebalance must
 /// move spans of them away (planned from the engines' per-slot bytes), leave the node that
 /// held them with less, and lose nothing. A window flag is refused with --by bytes.
@@ -268,7 +254,7 @@ fn rebalance_by_bytes_moves_stored_bytes_off_the_fullest_node() {
     );
     for k in &mine {
         assert_eq!(
-            get_anywhere(base, k.as_bytes()),
+            common::get_following_moved(base, k.as_bytes()),
             Reply::Bulk(value.clone()),
             "{k}"
         );

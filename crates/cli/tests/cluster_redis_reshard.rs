@@ -234,7 +234,7 @@ fn redis_cli_reshard_moves_slots_with_their_keys() {
         let key = format!("rk:{i}");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let r = get_following_moved(base, key.as_bytes());
+            let r = common::get_following_moved(base, key.as_bytes());
             if r == Reply::Bulk(want.clone().into_bytes()) {
                 break;
             }
@@ -244,21 +244,5 @@ fn redis_cli_reshard_moves_slots_with_their_keys() {
             );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-    }
-}
-
-/// `GET key` at `port`, following one MOVED.
-fn get_following_moved(port: u16, key: &[u8]) -> Reply {
-    match call(port, &[b"GET", key]) {
-        Reply::Error(e) if e.starts_with(b"MOVED") => {
-            let e = String::from_utf8_lossy(&e).into_owned();
-            let p: u16 = e
-                .rsplit(':')
-                .next()
-                .and_then(|p| p.trim().parse().ok())
-                .expect("MOVED port");
-            call(p, &[b"GET", key])
-        }
-        r => r,
     }
 }

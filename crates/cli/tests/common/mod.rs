@@ -182,3 +182,19 @@ pub fn server(extra: &[&std::ffi::OsStr]) -> (Child, u16) {
         .unwrap_or_else(|| panic!("bad readiness line {line:?}"));
     (child, port)
 }
+
+/// `GET key` at `port`, following one MOVED to the node that serves it.
+pub fn get_following_moved(port: u16, key: &[u8]) -> Reply {
+    match call(port, &[b"GET", key]) {
+        Reply::Error(e) if e.starts_with(b"MOVED") => {
+            let e = String::from_utf8_lossy(&e).into_owned();
+            let p: u16 = e
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.trim().parse().ok())
+                .expect("MOVED port");
+            call(p, &[b"GET", key])
+        }
+        r => r,
+    }
+}
