@@ -853,12 +853,6 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
              10000 (/metrics); --no-admin turns them off"
         );
     }
-    if a.node.threads != 0 {
-        anyhow::bail!(
-            "--threads: ringlet up --nodes starts its nodes with 2 worker threads each; \
-             start nodes with `ringlet server --cluster ... --threads N` to choose"
-        );
-    }
     let default_memgest = match &a.default_memgest {
         Some(s) => Some(ringlet_types::MemgestKind::parse(s).map_err(|e| anyhow::anyhow!("{e}"))?),
         None => None,
@@ -880,6 +874,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         tls: tls_files(&a.node.tls)?,
         // As the single node's `up`: admin HTTP on port + 10000 unless --no-admin.
         admin_offset: (!a.no_admin).then_some(10_000),
+        node_threads: a.node.threads,
         shm_dir: a.shm_dir.clone(),
         status_port: a.status_port,
         auto_balance: a

@@ -158,7 +158,6 @@ fn flags_a_cluster_node_cannot_honour_are_refused() {
             [&up[..], &["--admin-port", "9999"]].concat(),
             "--admin-port",
         ),
-        ([&up[..], &["--threads", "4"]].concat(), "--threads"),
         (
             [&up[..], &["--bind", "0.0.0.0", "--requirepass", "x"]].concat(),
             "--bind",

@@ -114,3 +114,45 @@ fn up_cluster_serves_moved_and_drains() {
     }
     drop(up);
 }
+
+/// `up --threads N` is passed to every node it starts (it was refused before): each node's
+/// runtime runs exactly N worker threads, counted in /proc from the pid the node reports.
+#[test]
+fn up_threads_sets_each_nodes_workers() {
+    let base = common::free_base(3);
+    let up = common::up(&[
+        "up",
+        "--nodes",
+        "2",
+        "--spares",
+        "0",
+        "--port",
+        &base.to_string(),
+        "--threads",
+        "3",
+        "--memory-mb",
+        "64",
+    ]);
+    for port in [base, base + 1] {
+        let Reply::Bulk(info) = call(port, &[b"INFO", b"server"]) else {
+            panic!("INFO server");
+        };
+        let info = String::from_utf8_lossy(&info).to_string();
+        let pid: u32 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .expect("process_id")
+            .trim()
+            .parse()
+            .unwrap();
+        let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter(|t| {
+                let comm = t.as_ref().unwrap().path().join("comm");
+                std::fs::read_to_string(comm).unwrap_or_default().trim() == "tokio-rt-worker"
+            })
+            .count();
+        assert_eq!(workers, 3, "node on port {port} (pid {pid})");
+    }
+    drop(up);
+}

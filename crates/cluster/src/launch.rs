@@ -265,6 +265,10 @@ pub struct UpOpts {
     /// appended to its arguments: only for binaries whose node command takes it, i.e.
     /// `ringlet server`); None: no admin ports.
     pub admin_offset: Option<u16>,
+    /// Worker threads of each node's runtime (`--threads N` appended to its arguments: only
+    /// for binaries whose node command takes it, i.e. `ringlet server`); 0: the node's
+    /// default (2).
+    pub node_threads: usize,
     /// Node i exports its engine for one-sided reads on `DIR/node-<client port>.sock`
     /// (`--shm-socket` is appended to its arguments; both `ringlet server` and
     /// `ringlet-cluster node` take it); None: no export.
@@ -412,14 +416,16 @@ where
 /// Placement-group shape (s data nodes, d redundant nodes) `up` bootstraps with for a
 /// default memgest on `nodes` active nodes: `ec:K+M` gets Ring's SRS(K, M, K) shape (s = K,
 /// d = M; e.g. ec:3+2 → 3 + 2, the PG of Ring's evaluation), so the default memgest fits and
-/// keeps its full M-failure tolerance; otherwise 3 + 2 from five nodes on, else 2 + 1
-/// (rep:3 = the whole PG).
+/// keeps its full M-failure tolerance; otherwise 3 + 2 from five nodes on, 2 + 1 on three or
+/// four (rep:3 = the whole PG), and 1 + 1 on two (rep:2, ec:1+1), so that `up --nodes 2`
+/// starts without flags.
 pub fn pg_shape(nodes: usize, default_memgest: Option<MemgestKind>) -> (u8, u8) {
     match default_memgest {
         Some(MemgestKind::Ec { k, m }) if usize::from(k) + usize::from(m) <= nodes => (k, m),
         // Five nodes or more: Ring's evaluation shape, so `MEMGEST CREATE cold ec 3 2` (any
         // ec:K+M with M <= 2) and rep:R up to 5 fit without flags.
         _ if nodes >= 5 => (3, 2),
+        _ if nodes == 2 => (1, 1),
         _ => (2, 1),
     }
 }
@@ -529,6 +535,10 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         if let Some(off) = o.admin_offset {
             args.push("--admin-port".into());
             args.push(port.saturating_add(off).to_string());
+        }
+        if o.node_threads != 0 {
+            args.push("--threads".into());
+            args.push(o.node_threads.to_string());
         }
         let shm = o.shm_dir.as_deref().map(|d| shm_socket_path(d, port));
         if let Some(p) = &shm {
@@ -661,4 +671,27 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
     }
     let _ = std::fs::remove_file(&secret_file);
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pg_shape_fits_every_node_count_up_accepts() {
+        for nodes in 2..=9 {
+            let (s, d) = pg_shape(nodes, None);
+            assert!(
+                s >= 1 && usize::from(s) + usize::from(d) <= nodes,
+                "{nodes}: {s}+{d}"
+            );
+        }
+        assert_eq!(pg_shape(2, None), (1, 1));
+        assert_eq!(pg_shape(3, None), (2, 1));
+        assert_eq!(pg_shape(5, None), (3, 2));
+        assert_eq!(pg_shape(6, Some(MemgestKind::Ec { k: 4, m: 2 })), (4, 2));
+        // An ec default that does not fit falls back to the node count's shape (and the
+        // memgest is refused by name later, not here).
+        assert_eq!(pg_shape(3, Some(MemgestKind::Ec { k: 3, m: 2 })), (2, 1));
+    }
 }

@@ -114,6 +114,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 pg: None,
                 tls: None,
                 admin_offset: None,
+                node_threads: 0,
                 shm_dir: a.get("shm-dir")?,
                 status_port: a.get("status-port")?,
                 auto_balance: None,
