@@ -156,3 +156,118 @@ fn up_threads_sets_each_nodes_workers() {
     }
     drop(up);
 }
+
+/// Send `reqs` on one connection and read one reply per request (WAIT is about the
+/// connection's own writes, so every step below stays on one socket).
+fn on_one_conn(s: &mut std::net::TcpStream, req: &[&[u8]]) -> Reply {
+    use std::io::{Read, Write};
+    let mut out = Vec::new();
+    ringlet_codec::resp::encode_request(&mut out, req);
+    s.write_all(&out).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok(Some((r, _))) = ringlet_codec::resp::decode_reply(&buf) {
+            return r;
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn node_pid(port: u16) -> i32 {
+    let Reply::Bulk(info) = call(port, &[b"INFO", b"server"]) else {
+        panic!("INFO server");
+    };
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .expect("process_id")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// WAIT counts the copies besides the coordinator's that hold the connection's last write:
+/// rep:3 gives 2; with one replica stopped (SIGSTOP) the write still commits on a majority
+/// and WAIT 2 answers 1 after its timeout, then 2 once the replica runs again; a `none`
+/// memgest can never give a copy, so WAIT answers 0 at once; arguments are checked.
+#[test]
+fn wait_counts_the_copies_of_the_connections_last_write() {
+    let base = common::free_base(4);
+    let up = common::up(&[
+        "up",
+        "--nodes",
+        "3",
+        "--spares",
+        "0",
+        "--port",
+        &base.to_string(),
+        "--default-memgest",
+        "rep:3",
+        "--memory-mb",
+        "64",
+    ]);
+    // A key node 1 coordinates.
+    let key = (0..1000)
+        .map(|i| format!("w{i}"))
+        .find(|k| !matches!(call(base, &[b"GET", k.as_bytes()]), Reply::Error(e) if e.starts_with(b"MOVED")))
+        .expect("a key of node 1");
+    let k = key.as_bytes();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", base)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(on_one_conn(&mut s, &[b"SET", k, b"v1"]), Reply::ok());
+    assert_eq!(
+        on_one_conn(&mut s, &[b"WAIT", b"2", b"5000"]),
+        Reply::Integer(2)
+    );
+    // More than rep:3 can give: the count at once, not a hang.
+    let t = Instant::now();
+    assert_eq!(
+        on_one_conn(&mut s, &[b"WAIT", b"3", b"0"]),
+        Reply::Integer(2)
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(
+        matches!(on_one_conn(&mut s, &[b"WAIT", b"1", b"-1"]), Reply::Error(e) if e == b"ERR timeout is negative")
+    );
+    assert!(
+        matches!(on_one_conn(&mut s, &[b"WAIT", b"x", b"0"]), Reply::Error(e) if e.starts_with(b"ERR value is not an integer"))
+    );
+
+    // One replica stopped: the write commits (coordinator + the other replica), and WAIT 2
+    // gives 1 once its timeout passed.
+    let stopped = node_pid(base + 2);
+    assert_eq!(unsafe { libc::kill(stopped, libc::SIGSTOP) }, 0);
+    let r = on_one_conn(&mut s, &[b"SET", k, b"v2"]);
+    let t = Instant::now();
+    let w = on_one_conn(&mut s, &[b"WAIT", b"2", b"300"]);
+    let waited = t.elapsed();
+    assert_eq!(unsafe { libc::kill(stopped, libc::SIGCONT) }, 0);
+    assert_eq!(r, Reply::ok());
+    assert_eq!(w, Reply::Integer(1));
+    assert!(waited >= Duration::from_millis(290), "{waited:?}");
+    // Running again, the replica gets the retransmitted write and acknowledges it.
+    assert_eq!(
+        on_one_conn(&mut s, &[b"WAIT", b"2", b"10000"]),
+        Reply::Integer(2)
+    );
+
+    // A memgest of one copy: nothing beyond the coordinator, ever.
+    assert_eq!(
+        on_one_conn(&mut s, &[b"MEMGEST", b"CREATE", b"solo", b"none"]),
+        Reply::ok()
+    );
+    assert_eq!(
+        on_one_conn(&mut s, &[b"SET", k, b"v3", b"MEMGEST", b"solo"]),
+        Reply::ok()
+    );
+    let t = Instant::now();
+    assert_eq!(
+        on_one_conn(&mut s, &[b"WAIT", b"1", b"0"]),
+        Reply::Integer(0)
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    drop(up);
+}

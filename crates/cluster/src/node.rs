@@ -616,6 +616,15 @@ impl ClusterNode {
         rx.await.map_err(|_| SubmitError::Stopped)
     }
 
+    /// WAIT: `(acked, possible)` for this node's write `version` of `key`
+    /// ([`ringlet_replica::Replica::write_acks`]); `None` if the core is gone. Takes the
+    /// core's lock for a lookup.
+    pub fn write_acks(&self, key: &[u8], version: Version) -> Option<(usize, usize)> {
+        let core = self.shared.core.get().and_then(Weak::upgrade)?;
+        let d = core.lock();
+        Some(d.replica.write_acks(key, version))
+    }
+
     /// Stop the driver thread (the process is going away).
     pub fn stop(&self) {
         if let Some(x) = &self.shared.shm {

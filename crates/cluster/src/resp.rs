@@ -71,6 +71,20 @@ const OUT_FLUSH_BYTES: usize = 1 << 20;
 const GET_RUN_MAX: usize = 16;
 /// The reply a connection past [`limits::CONNECTIONS_MAX`] gets before it is closed (Redis's).
 const MAX_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
+
+tokio::task_local! {
+    /// Per connection (scoped around each connection's task): its newest acknowledged
+    /// write, which WAIT waits on, and whether it is running an EXEC (WAIT inside a
+    /// transaction answers at once, as in Redis).
+    static CONN_WRITES: ConnWrites;
+}
+
+/// See [`CONN_WRITES`].
+#[derive(Default)]
+struct ConnWrites {
+    last: std::cell::RefCell<Option<(Vec<u8>, ringlet_types::Version)>>,
+    in_exec: std::cell::Cell<bool>,
+}
 /// Keys with an RMW lock held at once: bounded by connections (one command each).
 const KEY_LOCKS_MAX: usize = limits::CONNECTIONS_MAX as usize;
 
@@ -190,7 +204,7 @@ pub async fn serve(
         let open = open.clone();
         let closed = closed.clone();
         let acceptor = acceptor.clone();
-        tokio::spawn(async move {
+        tokio::spawn(CONN_WRITES.scope(ConnWrites::default(), async move {
             match acceptor {
                 None => {
                     let _ = f.connection(stream).await;
@@ -226,7 +240,7 @@ pub async fn serve(
             }
             open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        });
+        }));
     }
 }
 
@@ -425,6 +439,11 @@ impl Front {
                     None if argv[0].eq_ignore_ascii_case(b"records") => {
                         self.command(argv, &mut proto, &mut authed, &conn).await
                     }
+                    // WAIT blocks this connection only: it must not hold off other clients'
+                    // EXEC (which takes the exec lock's write side) while it waits.
+                    None if argv[0].eq_ignore_ascii_case(b"wait") => {
+                        self.command(argv, &mut proto, &mut authed, &conn).await
+                    }
                     None => {
                         let _exec = self.exec.read().await;
                         self.command(argv, &mut proto, &mut authed, &conn).await
@@ -535,6 +554,9 @@ impl Front {
                             && crate::resolve::took_effect(&self.node, op.key(), version).await
                         {
                             self.node.count_ambiguous_resolved();
+                            let _ = CONN_WRITES.try_with(|w| {
+                                *w.last.borrow_mut() = Some((op.key().to_vec(), version));
+                            });
                             return Ok(ClientReply::Written { version });
                         }
                         return Err(err(AMBIGUOUS));
@@ -552,7 +574,14 @@ impl Front {
                             "ERR this memgest's scheme is not supported by the node yet (nothing was written)",
                         ))
                     }
-                    body => return Ok(body),
+                    body => {
+                        if let ClientReply::Written { version } = &body {
+                            let _ = CONN_WRITES.try_with(|w| {
+                                *w.last.borrow_mut() = Some((op.key().to_vec(), *version));
+                            });
+                        }
+                        return Ok(body);
+                    }
                 },
             };
             debug_assert!(retry);
@@ -937,6 +966,7 @@ impl Front {
                 _ => Err(err("ERR wrong number of arguments for 'ping' command")),
             },
             "echo" => Ok(Reply::Bulk(a(1).to_vec())),
+            "wait" => self.wait(argv).await,
             "quit" | "readonly" | "readwrite" => Ok(Reply::ok()),
             "reset" => {
                 // As a new connection: RESP2, no name, and not authenticated when a password
@@ -2279,6 +2309,59 @@ fn invalid_expire(cmd: &str) -> Reply {
 
 /// Absolute expiry (unix ms) of SET/GETEX/SETEX's `EX|PX|EXAT|PXAT n`, Redis's checks:
 /// an integer, positive, and no overflow.
+impl Front {
+    /// `WAIT numreplicas timeout` (docs/design/cluster-keyspace.md, "WAIT"): how many nodes
+    /// besides this coordinator hold the connection's newest acknowledged write, answered
+    /// once at least `numreplicas` do or `timeout` ms passed (0: Redis's "no timeout",
+    /// bounded here by [`limits::WAIT_BLOCK_MS_MAX`]). It answers at once when the write's
+    /// memgest can never give `numreplicas` copies (rep:R gives R - 1, ec:K+M its M parity
+    /// holders, none 0) and inside EXEC. Without a write on the connection: the copies the
+    /// default memgest keeps beyond the coordinator's (Redis counts every replica then).
+    async fn wait(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let int = |v: &[u8]| {
+            ringlet_codec::resp::int::string2ll(v)
+                .ok_or_else(|| err("ERR value is not an integer or out of range"))
+        };
+        let want = int(&argv[1])?;
+        let timeout = int(&argv[2])?;
+        if timeout < 0 {
+            return Err(err("ERR timeout is negative"));
+        }
+        let last = CONN_WRITES
+            .try_with(|w| w.last.borrow().clone())
+            .ok()
+            .flatten();
+        let in_exec = CONN_WRITES.try_with(|w| w.in_exec.get()).unwrap_or(false);
+        let Some((key, version)) = last else {
+            let copies = self
+                .map()
+                .map_or(0, |m| match m.memgest_kind(m.default_memgest) {
+                    MemgestKind::None => 0,
+                    MemgestKind::Rep { r } => i64::from(r) - 1,
+                    MemgestKind::Ec { m, .. } => i64::from(m),
+                });
+            return Ok(Reply::Integer(copies));
+        };
+        let ms = if timeout == 0 {
+            limits::WAIT_BLOCK_MS_MAX
+        } else {
+            (timeout as u64).min(limits::WAIT_BLOCK_MS_MAX)
+        };
+        let deadline = Instant::now() + Duration::from_millis(ms);
+        let mut nap = Duration::from_micros(100);
+        // Bounded by the deadline; each round is one lookup under the core's lock.
+        loop {
+            let (acked, possible) = self.node.write_acks(&key, version).unwrap_or((0, 0));
+            let now = Instant::now();
+            if acked as i64 >= want || want > possible as i64 || in_exec || now >= deadline {
+                return Ok(Reply::Integer(acked as i64));
+            }
+            tokio::time::sleep(nap.min(deadline - now)).await;
+            nap = (nap * 2).min(Duration::from_millis(10));
+        }
+    }
+}
+
 impl Front {
     /// SETEX PSETEX EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME
     /// PERSIST GETEX, with Redis 7's replies. A TTL change is a new version of the value

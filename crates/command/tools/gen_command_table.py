@@ -31,6 +31,8 @@ COMMANDS = {
     "append": None, "strlen": None, "getrange": None, "setrange": None,
     "keys": None, "scan": None, "randomkey": None,
     "touch": None, "rename": None, "renamenx": None, "copy": None, "time": None,
+    # WAIT: the copies that hold the connection's last write (cluster mode); 0 on a single node.
+    "wait": None,
     "substr": None, "object": ["encoding", "refcount", "help"],
     "setbit": None, "getbit": None, "bitcount": None, "bitpos": None,
     "expiretime": None, "pexpiretime": None, "lcs": None,

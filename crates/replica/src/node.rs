@@ -638,6 +638,29 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// WAIT: how many nodes besides this coordinator hold `key`'s write `version`, and how
+    /// many its memgest can ever give (`(acked, possible)`). While the write is pending,
+    /// the targets that acknowledged it so far (replicas for rep:R, parity holders for
+    /// ec:K+M); once it is not (every target answered, so nothing is tracked any more), the
+    /// copies its memgest keeps beyond the coordinator's: R - 1, M, or 0 for `none`. A
+    /// target that refused the write for lack of memory is not counted while pending; after
+    /// the write completed that is no longer known (docs/design/cluster-keyspace.md, WAIT).
+    pub fn write_acks(&self, key: &[u8], version: Version) -> (usize, usize) {
+        let Some(map) = &self.map else { return (0, 0) };
+        let beyond = |m: MemgestId| match map.memgest_kind(m) {
+            MemgestKind::None => 0,
+            MemgestKind::Rep { r } => usize::from(r).saturating_sub(1),
+            MemgestKind::Ec { m, .. } => usize::from(m),
+        };
+        if let Some(p) = self.pending.get(&version).filter(|p| p.key == key) {
+            return (p.acked.len(), beyond(p.entry.memgest).max(p.targets.len()));
+        }
+        let m = self
+            .latest_entry(key)
+            .map_or(map.default_memgest, |e| e.memgest);
+        (beyond(m), beyond(m))
+    }
+
     /// Digest of `slot` as a holder at `offset` should see it (test/sim convergence checks).
     pub fn slot_digest_at(&self, slot: Slot, offset: usize) -> u64 {
         let Some(map) = &self.map else { return 0 };

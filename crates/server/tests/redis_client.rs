@@ -78,6 +78,11 @@ fn redis_crate_sees_identical_results() {
         v(&[b"TYPE", b"k"]),
         v(&[b"SET", b"k"]),
         v(&[b"ECHO", b"\x00\xff"]),
+        // No replicas on either side: 0 copies (Redis after the 10 ms, Ringlet at once).
+        v(&[b"WAIT", b"0", b"0"]),
+        v(&[b"WAIT", b"1", b"10"]),
+        v(&[b"WAIT", b"1", b"-1"]),
+        v(&[b"WAIT", b"x", b"0"]),
     ];
     run_both(&cmds, &mut a, &mut b);
 

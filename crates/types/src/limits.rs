@@ -172,3 +172,9 @@ pub const ACL_TABLE_BYTES_MAX: u32 = 512 * 1024;
 const _: () = assert!(
     (ACL_USER_ITEMS_MAX as u64) * (ACL_NAME_BYTES_MAX as u64) <= ACL_TABLE_BYTES_MAX as u64
 );
+
+/// Longest a `WAIT numreplicas 0` blocks its connection (Redis: forever). The copies a
+/// cluster write waits for arrive within the replication retransmit and failover times, so
+/// a WAIT still short after this is waiting on a node that is gone; the connection gets the
+/// count then instead of hanging.
+pub const WAIT_BLOCK_MS_MAX: u64 = 300_000;

@@ -141,9 +141,11 @@ impl Front {
             return m;
         }
         let mut replies = Vec::with_capacity(commands.len());
+        let _ = super::CONN_WRITES.try_with(|w| w.in_exec.set(true));
         for argv in &commands {
             replies.push(self.command(argv, proto, authed, conn).await);
         }
+        let _ = super::CONN_WRITES.try_with(|w| w.in_exec.set(false));
         Reply::Array(replies)
     }
 }

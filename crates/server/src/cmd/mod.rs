@@ -160,6 +160,7 @@ fn handler_for(name: &str) -> Option<Handler> {
         "exec" => transaction::exec,
         "discard" => transaction::discard,
         "time" => server::time,
+        "wait" => server::wait,
         "substr" => string::getrange,
         "function|flush" => server::function_flush,
         "function|list" => server::function_list,

@@ -205,6 +205,19 @@ pub fn config_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
     )
 }
 
+/// WAIT numreplicas timeout: a single node keeps no replicas, so no write is ever held by
+/// another copy: 0, at once (Redis without replicas answers 0 too, after the timeout when
+/// numreplicas > 0; nothing can change meanwhile, so Ringlet does not hold the connection).
+/// Arguments are checked as Redis does.
+pub fn wait(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    let int = |v: &[u8]| ringlet_codec::resp::int::string2ll(v);
+    match (int(argv[1]), int(argv[2])) {
+        (Some(_), Some(t)) if t < 0 => Reply::err("ERR timeout is negative"),
+        (Some(_), Some(_)) => Reply::Int(0),
+        _ => Reply::err(errors::NOT_INTEGER),
+    }
+}
+
 /// TIME: [unix seconds, microseconds], as bulk strings.
 pub fn time(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
     let now = std::time::SystemTime::now()
