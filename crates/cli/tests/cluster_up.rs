@@ -244,7 +244,26 @@ fn wait_counts_the_copies_of_the_connections_last_write() {
     let t = Instant::now();
     let w = on_one_conn(&mut s, &[b"WAIT", b"2", b"300"]);
     let waited = t.elapsed();
+    // INFO replication shows the write the stopped node has not acknowledged.
+    let Reply::Bulk(repl) = on_one_conn(&mut s, &[b"INFO", b"replication"]) else {
+        panic!("INFO replication");
+    };
     assert_eq!(unsafe { libc::kill(stopped, libc::SIGCONT) }, 0);
+    let repl = String::from_utf8_lossy(&repl).to_string();
+    assert!(
+        repl.starts_with("# Replication\r\nrole:master\r\nconnected_slaves:2\r\n"),
+        "{repl}"
+    );
+    let port3 = format!("port={},", base + 2);
+    let line = repl
+        .lines()
+        .find(|l| l.starts_with("slave") && l.contains(&port3))
+        .unwrap_or_else(|| panic!("no line for the stopped node: {repl}"));
+    assert!(!line.contains("unacked_writes=0,"), "{line}");
+    assert!(
+        repl.contains("kind=rep:3,copies=3,acks_to_commit=1\r\n"),
+        "{repl}"
+    );
     assert_eq!(r, Reply::ok());
     assert_eq!(w, Reply::Integer(1));
     assert!(waited >= Duration::from_millis(290), "{waited:?}");

@@ -616,6 +616,19 @@ impl ClusterNode {
         rx.await.map_err(|_| SubmitError::Stopped)
     }
 
+    /// INFO replication: the core's counters, the writes it still tracks, and per peer the
+    /// writes and bytes sent and not yet acknowledged; `None` if the core is gone.
+    pub fn replication_info(&self) -> Option<ReplicationInfo> {
+        let core = self.shared.core.get().and_then(Weak::upgrade)?;
+        let d = core.lock();
+        let (pending, per_peer) = d.replica.replication_backlog();
+        Some(ReplicationInfo {
+            stats: d.replica.stats.clone(),
+            pending,
+            per_peer,
+        })
+    }
+
     /// WAIT: `(acked, possible)` for this node's write `version` of `key`
     /// ([`ringlet_replica::Replica::write_acks`]); `None` if the core is gone. Takes the
     /// core's lock for a lookup.
@@ -641,6 +654,14 @@ impl ClusterNode {
             let _ = tx.send(());
         }
     }
+}
+
+/// See [`ClusterNode::replication_info`].
+#[derive(Clone, Debug, Default)]
+pub struct ReplicationInfo {
+    pub stats: ringlet_replica::ReplicaStats,
+    pub pending: usize,
+    pub per_peer: Vec<(NodeId, u32, u64)>,
 }
 
 struct Driver {

@@ -1695,6 +1695,9 @@ impl Front {
                 e.evictions,
             ));
         }
+        if want("replication", true) {
+            section(self.replication_section());
+        }
         if want("cpu", true) {
             let mut t = String::new();
             ringlet_server::info::cpu(&mut t);
@@ -2310,6 +2313,77 @@ fn invalid_expire(cmd: &str) -> Reply {
 /// Absolute expiry (unix ms) of SET/GETEX/SETEX's `EX|PX|EXAT|PXAT n`, Redis's checks:
 /// an integer, positive, and no overflow.
 impl Front {
+    /// INFO's Replication section for a Ringlet node (docs/design/cluster-keyspace.md, INFO).
+    /// Every data node is a master of the slots it coordinates and holds copies for others,
+    /// so Redis's fields are kept where they mean the same (`role:master`,
+    /// `connected_slaves`: the other data nodes this node's writes go to, one `slaveN` line
+    /// each with what is sent to it and not acknowledged yet), then Ringlet's: the writes
+    /// the core still tracks and its replication and repair counters, and one line per
+    /// memgest with the copies a write of it waits for and keeps.
+    fn replication_section(&self) -> String {
+        use std::fmt::Write as _;
+        let info = self.node.replication_info().unwrap_or_default();
+        let map = self.map();
+        let me = self.node.id();
+        let mut t = String::from("# Replication\r\nrole:master\r\n");
+        let peers: Vec<(NodeId, String)> = map.as_ref().map_or(Vec::new(), |m| {
+            m.nodes
+                .iter()
+                .filter(|(id, n)| **id != me && n.state == NodeState::Active)
+                .map(|(id, n)| (*id, n.addr.clone()))
+                .collect()
+        });
+        let _ = write!(t, "connected_slaves:{}\r\n", peers.len());
+        for (i, (id, addr)) in peers.iter().enumerate() {
+            let (ip, port) =
+                client_addr(addr).map_or((String::new(), 0), |a| (a.ip().to_string(), a.port()));
+            let (w, b) = info
+                .per_peer
+                .iter()
+                .find(|(n, _, _)| n == id)
+                .map_or((0, 0), |(_, w, b)| (*w, *b));
+            let _ = write!(
+                t,
+                "slave{i}:ip={ip},port={port},ringlet_node={id},unacked_writes={w},unacked_bytes={b}\r\n"
+            );
+        }
+        let s = &info.stats;
+        let _ = write!(
+            t,
+            "ringlet_writes_tracked:{}\r\nringlet_writes_committed:{}\r\n\
+             ringlet_replicate_refused:{}\r\nringlet_store_refused:{}\r\n\
+             ringlet_repair_pushed:{}\r\nringlet_repair_fetched:{}\r\nringlet_repair_retired:{}\r\n\
+             ringlet_rebuilds_completed:{}\r\nringlet_syncs_completed:{}\r\n\
+             ringlet_ec_takeovers:{}\r\nringlet_ec_decodes_on_demand:{}\r\n",
+            info.pending,
+            s.writes_committed,
+            s.replicate_refused,
+            s.store_refused,
+            s.repair_pushed,
+            s.repair_fetched,
+            s.repair_retired,
+            s.rebuilds_completed,
+            s.syncs_completed,
+            s.ec_takeovers,
+            s.ec_decodes_on_demand,
+        );
+        if let Some(m) = &map {
+            for g in m.memgests.values() {
+                let (copies, acks) = match g.kind {
+                    MemgestKind::None => (1, 0),
+                    MemgestKind::Rep { r } => (usize::from(r), usize::from(r) / 2),
+                    MemgestKind::Ec { m, .. } => (1, usize::from(m)),
+                };
+                let _ = write!(
+                    t,
+                    "memgest_{}:kind={},copies={copies},acks_to_commit={acks}\r\n",
+                    g.name, g.kind
+                );
+            }
+        }
+        t
+    }
+
     /// `WAIT numreplicas timeout` (docs/design/cluster-keyspace.md, "WAIT"): how many nodes
     /// besides this coordinator hold the connection's newest acknowledged write, answered
     /// once at least `numreplicas` do or `timeout` ms passed (0: Redis's "no timeout",

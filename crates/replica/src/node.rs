@@ -638,6 +638,17 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// INFO replication: writes this coordinator still tracks (committed or not, until every
+    /// target answered), and per target the writes and bytes sent to it not yet acknowledged.
+    pub fn replication_backlog(&self) -> (usize, Vec<(NodeId, u32, u64)>) {
+        let per = self
+            .inflight
+            .iter()
+            .map(|(n, (w, b))| (*n, *w, *b))
+            .collect();
+        (self.pending.len(), per)
+    }
+
     /// WAIT: how many nodes besides this coordinator hold `key`'s write `version`, and how
     /// many its memgest can ever give (`(acked, possible)`). While the write is pending,
     /// the targets that acknowledged it so far (replicas for rep:R, parity holders for
