@@ -273,6 +273,15 @@ fn wait_counts_the_copies_of_the_connections_last_write() {
         Reply::Integer(2)
     );
 
+    // rep:3 is not evictable: a full node refuses writes, Redis's noeviction.
+    assert_eq!(
+        on_one_conn(&mut s, &[b"CONFIG", b"GET", b"maxmemory-policy"]),
+        Reply::Array(vec![
+            Reply::Bulk(b"maxmemory-policy".to_vec()),
+            Reply::Bulk(b"noeviction".to_vec())
+        ])
+    );
+
     // A memgest of one copy: nothing beyond the coordinator, ever.
     assert_eq!(
         on_one_conn(&mut s, &[b"MEMGEST", b"CREATE", b"solo", b"none"]),

@@ -1672,12 +1672,13 @@ impl Front {
             section(format!(
                 "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\n\
                  used_memory_rss_human:{}\r\nused_memory_dataset:{}\r\nmaxmemory:{}\r\n\
-                 maxmemory_human:{}\r\n{}",
+                 maxmemory_human:{}\r\nmaxmemory_policy:{}\r\n{}",
                 human(used),
                 human(rss),
                 e.used_bytes,
                 e.memory_bytes_max,
                 human(e.memory_bytes_max),
+                self.maxmemory_policy(),
                 allocator_lines(),
             ));
         }
@@ -1808,6 +1809,10 @@ impl Front {
             ("bind", laddr.ip().to_string()),
             ("port", laddr.port().to_string()),
             ("maxmemory", memory.to_string()),
+            // Per memgest in Ringlet: the default memgest's rule is what a client that
+            // names none gets (an evictable memgest drops its least recently used keys
+            // when full, any other refuses writes with Redis's OOM error).
+            ("maxmemory-policy", self.maxmemory_policy().to_string()),
             ("maxclients", limits::CONNECTIONS_MAX.to_string()),
             (
                 "requirepass",
@@ -2313,6 +2318,21 @@ fn invalid_expire(cmd: &str) -> Reply {
 /// Absolute expiry (unix ms) of SET/GETEX/SETEX's `EX|PX|EXAT|PXAT n`, Redis's checks:
 /// an integer, positive, and no overflow.
 impl Front {
+    /// Redis's name for the default memgest's rule when memory is full (CONFIG GET
+    /// maxmemory-policy, INFO memory): clients such as job queues check it.
+    fn maxmemory_policy(&self) -> &'static str {
+        let evictable = self.map().is_some_and(|m| {
+            m.memgests
+                .get(&m.default_memgest)
+                .is_some_and(|g| g.evictable)
+        });
+        if evictable {
+            "allkeys-lru"
+        } else {
+            "noeviction"
+        }
+    }
+
     /// INFO's Replication section for a Ringlet node (docs/design/cluster-keyspace.md, INFO).
     /// Every data node is a master of the slots it coordinates and holds copies for others,
     /// so Redis's fields are kept where they mean the same (`role:master`,

@@ -46,6 +46,9 @@ fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("bind", c.bind.to_string()),
         ("port", ctx.shared.port.to_string()),
         ("maxmemory", (c.memory_mb << 20).to_string()),
+        // What INFO memory says: the single node evicts the least recently used entries
+        // when full (a cache: engine eviction by access time).
+        ("maxmemory-policy", "allkeys-lru".to_string()),
         (
             "maxclients",
             ringlet_types::limits::CONNECTIONS_MAX.to_string(),
