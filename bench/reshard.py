@@ -132,9 +132,7 @@ def measure(port, keys, size, grow, tail=0):
 def ringlet_run(binary, keys, size, tail=0, memgest="rep:3"):
     base = free_base(4)
     up = subprocess.Popen([binary, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
-                           "--default-memgest", memgest, "--memory-mb", "4096"]
-                          # Resharding with ec memgests is opt-in (cluster-resharding.md).
-                          + (["--allow-ec-moves"] if memgest.startswith("ec") else []),
+                           "--default-memgest", memgest, "--memory-mb", "4096"],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     control = secret = None
     for line in up.stdout:

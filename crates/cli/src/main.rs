@@ -93,10 +93,11 @@ struct ControlArgs {
     /// Node lease: a node silent this long is failed over.
     #[arg(long = "lease-ms", default_value_t = ringlet_cluster::launch::DEFAULT_LEASE_MS)]
     lease_ms: u64,
-    /// Allow slot moves, node add and node remove while an ec:K+M memgest exists (off by
-    /// default: known limits in docs/design/cluster-resharding.md, "Moving ec:K+M values").
-    #[arg(long = "allow-ec-moves")]
-    allow_ec_moves: bool,
+    /// Refuse slot moves, node add and node remove while an ec:K+M memgest exists (they
+    /// are allowed by default: the span's ec values are re-encoded in the target group,
+    /// docs/design/cluster-resharding.md, "Moving ec:K+M values").
+    #[arg(long = "no-ec-moves")]
+    no_ec_moves: bool,
     /// The cluster secret (64 hex digits), also given to every node; else
     /// `RINGLET_CLUSTER_SECRET`.
     #[arg(long = "cluster-secret-file")]
@@ -221,10 +222,11 @@ impl NodeArgs {
 struct UpArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// Allow slot moves, node add and node remove while an ec:K+M memgest exists (off by
-    /// default: known limits in docs/design/cluster-resharding.md, "Moving ec:K+M values").
-    #[arg(long = "allow-ec-moves")]
-    allow_ec_moves: bool,
+    /// Refuse slot moves, node add and node remove while an ec:K+M memgest exists (they
+    /// are allowed by default: the span's ec values are re-encoded in the target group,
+    /// docs/design/cluster-resharding.md, "Moving ec:K+M values").
+    #[arg(long = "no-ec-moves")]
+    no_ec_moves: bool,
     /// Do not start the admin HTTP listener (default: on at port + 10000).
     #[arg(long = "no-admin")]
     no_admin: bool,
@@ -766,7 +768,7 @@ fn serve_control(a: &ControlArgs) -> Result<()> {
         s: a.pg.pg_data.unwrap_or(s0),
         d: a.pg.pg_redundant.unwrap_or(d0),
         lease_ms: a.lease_ms,
-        ec_moves: a.allow_ec_moves,
+        ec_moves: !a.no_ec_moves,
     };
     cluster_runtime()?.block_on(async {
         let (_svc, addr) = ringlet_cluster::launch::run_control(&o)
@@ -864,7 +866,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
         control_port: None,
         default_memgest,
         lease_ms: a.node.lease_ms,
-        ec_moves: a.allow_ec_moves,
+        ec_moves: !a.no_ec_moves,
         memory_bytes: a.node.memory_mb.saturating_mul(1 << 20),
         exe: std::env::current_exe()?,
         node_args: ringlet_cluster::launch::ringlet_server_node_args,

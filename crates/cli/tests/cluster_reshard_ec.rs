@@ -80,7 +80,6 @@ fn grow_and_shrink_with_ec_values_under_redis_py_load() {
         "ec:2+1",
         "--memory-mb",
         "64",
-        "--allow-ec-moves",
     ]);
     let dir = std::env::temp_dir().join(format!("ringlet-reshard-ec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -53,7 +53,8 @@ pub struct ControlOpts {
     pub s: u8,
     pub d: u8,
     pub lease_ms: u64,
-    /// Allow resharding while an ec memgest exists (`--allow-ec-moves`, ControlConfig::ec_moves).
+    /// Allow resharding while an ec memgest exists (default; `--no-ec-moves` turns it off,
+    /// ControlConfig::ec_moves).
     pub ec_moves: bool,
 }
 
@@ -244,7 +245,7 @@ pub struct UpOpts {
     pub control_port: Option<u16>,
     pub default_memgest: Option<MemgestKind>,
     pub lease_ms: u64,
-    /// Allow resharding while an ec memgest exists (`--allow-ec-moves`).
+    /// Allow resharding while an ec memgest exists (default; off with `--no-ec-moves`).
     pub ec_moves: bool,
     pub memory_bytes: u64,
     /// The binary that runs a node (normally this executable).

@@ -96,11 +96,11 @@ pub struct ControlConfig {
     pub d: u8,
     /// A node whose heartbeat has not arrived for this long is fenced.
     pub lease_ms: u64,
-    /// Resharding (moves, node add and remove) while an `ec:K+M` memgest exists. Off by
-    /// default: the simulator still finds rare histories that go wrong under faults during
-    /// such a move (docs/design/cluster-resharding.md, "Moving ec:K+M values"), so an
-    /// operator opts in (`--allow-ec-moves`) knowing that; without it these requests are
-    /// refused with the flag named, as before ec moves existed.
+    /// Resharding (moves, node add and remove) while an `ec:K+M` memgest exists. On by
+    /// default since session 13 (the all-faults simulator sweeps pass:
+    /// docs/design/cluster-resharding.md, "Moving ec:K+M values"). An operator who wants
+    /// the layout of erasure-coded data frozen turns it off (`--no-ec-moves`); these
+    /// requests are then refused with the flag named.
     pub ec_moves: bool,
 }
 
@@ -110,7 +110,7 @@ impl Default for ControlConfig {
             s: 2,
             d: 1,
             lease_ms: 1500,
-            ec_moves: false,
+            ec_moves: true,
         }
     }
 }
@@ -343,9 +343,9 @@ pub enum ControlError {
     )]
     EcMove(String),
     #[error(
-        "memgest {0} is erasure-coded and resharding with ec memgests is off: start the control \
-         plane with --allow-ec-moves to allow it (known limits: docs/design/cluster-resharding.md, \
-         \"Moving ec:K+M values\")"
+        "memgest {0} is erasure-coded and this control plane was started with --no-ec-moves: \
+         slot moves, node add and node remove are refused while an ec memgest exists (restart \
+         the control plane without the flag to allow them)"
     )]
     EcMovesOff(String),
     #[error("node {0} is not a spare")]
@@ -1968,11 +1968,17 @@ mod tests {
                     .map(|j| (gi, j as u8))
             })
         };
-        // Off by default (ControlConfig::ec_moves): refused with the flag named.
+        // On by default (ControlConfig::ec_moves); turned off (--no-ec-moves) the move is
+        // refused with the flag named, and nothing is published.
+        assert!(ControlConfig::default().ec_moves);
+        cp.cfg.ec_moves = false;
+        let epoch = cp.map().epoch;
         let (gi, j) = pair(false).unwrap();
         let e = rej(cp.step(1, mv(r0.first, r0.first, gi, j)));
         assert!(matches!(e, ControlError::EcMovesOff(_)), "{e:?}");
-        assert!(e.to_string().contains("--allow-ec-moves"), "{e}");
+        assert!(e.to_string().contains("--no-ec-moves"), "{e}");
+        assert_eq!(cp.map().epoch, epoch);
+        assert!(cp.map().moving.is_none());
         cp.cfg.ec_moves = true;
         let (gi, j) = pair(true).unwrap();
         assert!(matches!(

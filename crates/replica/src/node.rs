@@ -357,6 +357,14 @@ pub struct Replica<S: ReplicaStore> {
     /// a later takeover to restore. Drained by every `drive_pulls`; at most a purge step's
     /// keys or one wiped span's.
     ec_leftovers: Vec<(Vec<u8>, Entry)>,
+    /// Replica side of a memgest move (`PeerBody::Retire`): key → the version that retired
+    /// this node's copy. The store drops the copy without a tombstone, so a late Replicate
+    /// of an older version (a retransmit, or a duplicate the network delayed) would apply
+    /// again and, with another replica not yet retired, form a majority for the old value
+    /// in quorum reads. Replicates below the floor are acknowledged and not applied.
+    /// Bounded by `limits::RETIRED_FLOORS_MAX`, oldest forgotten first (`retired_order`).
+    retired_floors: BTreeMap<Vec<u8>, Version>,
+    retired_order: VecDeque<Vec<u8>>,
     /// `now_ms` of the latest step (for work started outside a timed path).
     last_now_ms: u64,
     /// Resharding phase 0: the span this node copies as a move's target (`node/copy.rs`).
@@ -503,6 +511,8 @@ impl<S: ReplicaStore> Replica<S> {
             ec_jobs: BTreeMap::new(),
             ec_reqs: BTreeMap::new(),
             ec_leftovers: Vec::new(),
+            retired_floors: BTreeMap::new(),
+            retired_order: VecDeque::new(),
             last_now_ms: 0,
             copy: None,
             stats: ReplicaStats::default(),
@@ -1235,6 +1245,23 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// Remember that a memgest move retired this replica's copy of `key` at `version`
+    /// (see `retired_floors`).
+    fn note_retired(&mut self, key: &[u8], version: Version) {
+        match self.retired_floors.get_mut(key) {
+            Some(v) => *v = (*v).max(version),
+            None => {
+                while self.retired_order.len() >= limits::RETIRED_FLOORS_MAX as usize {
+                    if let Some(old) = self.retired_order.pop_front() {
+                        self.retired_floors.remove(&old);
+                    }
+                }
+                self.retired_floors.insert(key.to_vec(), version);
+                self.retired_order.push_back(key.to_vec());
+            }
+        }
+    }
+
     /// Old replicas a write of `key` under `new` must retire before it commits (a move to a
     /// memgest with fewer copies), or `None`.
     fn move_retire(&self, key: &[u8], slot: Slot, new: MemgestId) -> Option<MoveRetire> {
@@ -1820,6 +1847,7 @@ impl<S: ReplicaStore> Replica<S> {
     fn retarget_pending(&mut self, out: &mut Vec<Output>) {
         let Some(map) = self.map.clone() else { return };
         let versions: Vec<Version> = self.pending.keys().copied().collect();
+        let mut orphaned = Vec::new();
         for v in versions {
             let Some(p) = self.pending.get(&v) else {
                 continue;
@@ -1865,6 +1893,9 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
             if targets == p.targets {
+                if targets.is_empty() && p.ec.as_ref().is_some_and(|e| e.bg) {
+                    orphaned.push(v);
+                }
                 continue;
             }
             for t in &p.targets {
@@ -1887,7 +1918,22 @@ impl<S: ReplicaStore> Replica<S> {
             }
             p.targets = targets;
             p.last_send_ms = 0; // resend now
+            if p.targets.is_empty() && p.ec.as_ref().is_some_and(|e| e.bg) {
+                orphaned.push(v);
+            }
             let _ = &out;
+        }
+        // A background ec update (retiring a given-away span's metadata) whose group lost
+        // its parity holders (the group was retired with a removed node, or the arena is
+        // gone): no holder is left to keep consistent, so it completes here; with no
+        // targets no ack would ever commit it (sim seed 7371: a removed node's purge of
+        // its last span, its group retired a moment later, never settled).
+        for v in orphaned {
+            if let Some(p) = self.pending.remove(&v) {
+                if let Some(ec) = &p.ec {
+                    self.ec_commit(ec);
+                }
+            }
         }
     }
 
@@ -2736,6 +2782,17 @@ impl<S: ReplicaStore> Replica<S> {
                             },
                         );
                     }
+                    if self
+                        .retired_floors
+                        .get(&key)
+                        .is_some_and(|floor| version < *floor)
+                    {
+                        // A late copy (retransmit, duplicate) of a write older than a
+                        // memgest move that retired this replica's copy: applying it would
+                        // bring the old value back where quorum reads look (sim seed 7391).
+                        // Acknowledged: the coordinator needs nothing more from us for it.
+                        return self.send(out, from, PeerBody::ReplicateAck { key, version, ok });
+                    }
                     if self.apply_local(&key, entry) == ApplyOutcome::Refused {
                         self.stats.store_refused += 1;
                         return self.send(out, from, PeerBody::ReplicateRefused { key, version });
@@ -2865,6 +2922,7 @@ impl<S: ReplicaStore> Replica<S> {
                 let ok = self.accept_from_coordinator(from, &msg, key_slot(&key));
                 if ok {
                     self.store.retire(&key, version);
+                    self.note_retired(&key, version);
                 }
                 // Acknowledged like a Replicate: a move's second phase waits for it.
                 self.send(out, from, PeerBody::ReplicateAck { key, version, ok });

@@ -243,6 +243,27 @@ fn ec_moves_24_seeds() {
     }
 }
 
+/// All faults with ec moves (the `ec_moves_many_seeds` options): the seeds that failed in
+/// session 12's sweep, each for its own cause (docs/design/cluster-resharding.md, "What the
+/// all-faults sweep found"): 7365 a span moved back to its old coordinator, which kept its
+/// old ec pointer as a replica and skipped the re-encode; 7391 a late Replicate of an older
+/// rep:3 version undoing a memgest move's retire on a replica; 7371 a background arena
+/// retire whose group lost its holders never settling.
+#[test]
+fn ec_moves_all_faults_regression_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        moves: true,
+        all_faults: true,
+        ..SimOptions::default()
+    };
+    let list = match std::env::var("SEED") {
+        Ok(_) => seeds(0..0),
+        Err(_) => vec![7365, 7371, 7391],
+    };
+    run_all(list, &opts);
+}
+
 #[test]
 #[ignore]
 fn ec_moves_many_seeds() {

@@ -76,6 +76,10 @@ pub const EVICTION_SCAN_PER_WRITE_MAX: u32 = 4_096;
 /// Tombstones kept per node before the oldest are folded into the summary version.
 pub const TOMBSTONES_MAX: u32 = 1 << 20;
 
+/// Keys a replica remembers the retiring version of after a memgest move took its copy
+/// away (a late older Replicate is then not applied): ~64 bytes each, ~4 MiB at most.
+pub const RETIRED_FLOORS_MAX: u32 = 65_536;
+
 /// Key hashes in one access-record batch from a one-sided reader (CliqueMap §4.2).
 pub const ACCESS_RECORD_BATCH_MAX: u32 = 4_096;
 

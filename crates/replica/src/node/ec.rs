@@ -2310,11 +2310,29 @@ impl<S: ReplicaStore> Replica<S> {
         if self.pending.get(&e.version).is_some_and(|p| !p.committed) {
             return Ok(Some(e.version));
         }
-        if self
-            .latest_entry(&key)
-            .is_some_and(|c| c.version >= e.version)
-        {
-            return Ok(None);
+        if let Some(c) = self.latest_entry(&key).filter(|c| c.version >= e.version) {
+            // An ec pointer at that version is ours only if it points into THIS group's
+            // arena. A node that coordinated the span before, gave it away and stayed in
+            // the new cohort as a replica never purged it (only given-away ranges with no
+            // role are): its store still holds the old pointer, at the same version, aimed
+            // at the old group's arena. Taking the span back, it would resolve that pointer
+            // in the new group's arena and serve other bytes (sim seed 7365: zeros).
+            let stale = !self.uncommitted.contains_key(&key)
+                && self.is_ec_value(&c)
+                && self
+                    .ec_data
+                    .get(&(pg, c.memgest))
+                    .and_then(|d| d.arena.meta(&key))
+                    .is_none_or(|m| m.version != c.version);
+            if !stale {
+                return Ok(None);
+            }
+            // Forget it (no tombstone, so the same version applies again) and retire it
+            // from whichever old arena still names it, now: once the re-encode below is in
+            // flight or committed, `retire_ec_leftovers` leaves the key alone.
+            self.store.forget(&key);
+            self.ec_leftovers.push((key.clone(), c));
+            self.retire_ec_leftovers(out);
         }
         let slot = key_slot(&key);
         let Some(d) = self.ec_data.get_mut(&(pg, e.memgest)) else {
