@@ -25,6 +25,7 @@ use crate::layout::Layout;
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use ringlet_types::{ValueKind, Version};
 use std::collections::BTreeMap;
+use std::num::NonZeroU64;
 
 /// Key metadata replicated to every parity holder with each put: where the value is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +45,15 @@ pub struct KeyMeta {
     /// every parity holder keeps, so a coordinator rebuilt from a holder's copy (takeover,
     /// resync) expires the key at the same instant. Only the coordinator acts on it
     /// (`docs/design/cluster-ttl.md`); the arena and the holders just carry it.
-    pub expiry_ms: Option<u64>,
+    /// `NonZeroU64` so the record stays 48 bytes (an `Option<u64>` would make it 64, kept
+    /// once per key by the arena and by each of the M holders); 0 (1970) is never a live
+    /// expiry, fronts delete a key whose expiry is not in the future.
+    pub expiry_ms: Option<NonZeroU64>,
 }
+
+// One record per key on the data node and on each of the M holders: adding the expiry kept
+// it at 48 bytes (see `expiry_ms`).
+const _: () = assert!(std::mem::size_of::<KeyMeta>() <= 48);
 
 /// A change of key metadata carried by a parity update.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -388,7 +396,7 @@ impl Arena {
         version: Version,
         value: &[u8],
         kind: ValueKind,
-        expiry_ms: Option<u64>,
+        expiry_ms: Option<NonZeroU64>,
     ) -> Result<ParityUpdate, Error> {
         check_key(key)?;
         if let Some(old) = self.keys.get(key) {
@@ -495,7 +503,7 @@ impl Arena {
         &mut self,
         key: &[u8],
         version: Version,
-        expiry_ms: Option<u64>,
+        expiry_ms: Option<NonZeroU64>,
     ) -> Result<ParityUpdate, Error> {
         let m = self
             .keys
@@ -532,7 +540,7 @@ impl Arena {
         version: Version,
         value: &[u8],
         kind: ValueKind,
-        expiry_ms: Option<u64>,
+        expiry_ms: Option<NonZeroU64>,
     ) -> Result<(ParityUpdate, Option<(u64, u64)>), Error> {
         let old = self.keys.get(key).copied();
         if let Some(o) = old {
@@ -865,22 +873,28 @@ mod tests {
         let mut a = arena();
         let v1 = Version::new(1, 0, 1, 1);
         let u = a
-            .put_with(b"t", v1, b"hello", ValueKind::String, Some(5_000))
+            .put_with(
+                b"t",
+                v1,
+                b"hello",
+                ValueKind::String,
+                NonZeroU64::new(5_000),
+            )
             .unwrap();
         let Some(MetaChange::Put { meta, .. }) = &u.meta else {
             panic!("a put carries its metadata");
         };
-        assert_eq!(meta.expiry_ms, Some(5_000));
+        assert_eq!(meta.expiry_ms, NonZeroU64::new(5_000));
         let at = a.meta(b"t").copied().unwrap();
         let seq = a.last_seq();
         // EXPIRE: same bytes, same place, new version and expiry; no delta.
         let v2 = Version::new(2, 0, 1, 1);
-        let t = a.touch(b"t", v2, Some(9_000)).unwrap();
+        let t = a.touch(b"t", v2, NonZeroU64::new(9_000)).unwrap();
         assert!(t.delta.is_empty());
         assert_eq!(t.seq, seq + 1);
         let m = a.meta(b"t").copied().unwrap();
         assert_eq!((m.offset, m.len, m.version), (at.offset, at.len, v2));
-        assert_eq!(m.expiry_ms, Some(9_000));
+        assert_eq!(m.expiry_ms, NonZeroU64::new(9_000));
         assert_eq!(
             t.meta,
             Some(MetaChange::Put {
@@ -893,7 +907,7 @@ mod tests {
         assert_eq!(a.meta(b"t").unwrap().expiry_ms, None);
         assert_eq!(a.get(b"t").unwrap(), b"hello");
         // Stale or absent: refused, nothing changes.
-        assert_eq!(a.touch(b"t", v2, Some(1)), Err(Error::Stale));
+        assert_eq!(a.touch(b"t", v2, NonZeroU64::new(1)), Err(Error::Stale));
         assert!(a.touch(b"nope", Version::new(9, 0, 1, 1), None).is_err());
         assert_eq!(a.meta(b"t").unwrap().expiry_ms, None);
         assert_eq!(a.accounting().payload_bytes, 5);
@@ -905,10 +919,12 @@ mod tests {
                 Version::new(4, 0, 1, 1),
                 b"x",
                 ValueKind::Record,
-                Some(7),
+                NonZeroU64::new(7),
             )
             .unwrap();
-        assert!(matches!(&u.meta, Some(MetaChange::Put { meta, .. }) if meta.expiry_ms == Some(7)));
+        assert!(
+            matches!(&u.meta, Some(MetaChange::Put { meta, .. }) if meta.expiry_ms == NonZeroU64::new(7))
+        );
         assert_eq!(a.meta(b"t").unwrap().kind, ValueKind::Record);
     }
 

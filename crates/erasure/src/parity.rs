@@ -594,6 +594,7 @@ mod tests {
     use super::*;
     use crate::arena::Arena;
     use ringlet_types::{ValueKind, Version};
+    use std::num::NonZeroU64;
 
     #[test]
     fn duplicates_are_noops_and_gaps_are_errors() {
@@ -663,18 +664,27 @@ mod tests {
         let mut p = ParityStore::new(layout, 0).unwrap();
         let v1 = Version::new(1, 0, 0, 1);
         let u1 = a
-            .put_with(b"k", v1, &[5; 150], ValueKind::String, Some(1_000))
+            .put_with(
+                b"k",
+                v1,
+                &[5; 150],
+                ValueKind::String,
+                NonZeroU64::new(1_000),
+            )
             .unwrap();
         p.apply(&u1).unwrap();
-        assert_eq!(p.meta(b"k").unwrap().expiry_ms, Some(1_000));
+        assert_eq!(p.meta(b"k").unwrap().expiry_ms, NonZeroU64::new(1_000));
         let parity: Vec<Vec<u8>> = (0..4)
             .filter_map(|i| p.chunk(i).map(<[u8]>::to_vec))
             .collect();
         let v2 = Version::new(2, 0, 0, 1);
-        let u2 = a.touch(b"k", v2, Some(2_000)).unwrap();
+        let u2 = a.touch(b"k", v2, NonZeroU64::new(2_000)).unwrap();
         assert_eq!(p.apply(&u2), Ok(Applied::Applied));
         let m = *p.meta(b"k").unwrap();
-        assert_eq!((m.version, m.expiry_ms, m.len), (v2, Some(2_000), 150));
+        assert_eq!(
+            (m.version, m.expiry_ms, m.len),
+            (v2, NonZeroU64::new(2_000), 150)
+        );
         assert_eq!(m.offset, u1_offset(&u1));
         let after: Vec<Vec<u8>> = (0..4)
             .filter_map(|i| p.chunk(i).map(<[u8]>::to_vec))
@@ -709,7 +719,7 @@ mod tests {
             len: 10,
             version: Version::new(7, 0, 0, 1),
             kind: ValueKind::Record,
-            expiry_ms: Some(123_456),
+            expiry_ms: NonZeroU64::new(123_456),
         };
         p.restore_meta(b"r", 1, Some(m), m.version).unwrap();
         assert_eq!(p.meta(b"r").copied(), Some(m));

@@ -26,6 +26,9 @@ struct World {
     replies: Vec<(u64, ClientReply)>,
     seq: u64,
     possible_loss: u64,
+    /// ec updates sent to parity holders, and the delta bytes they carried.
+    ec_updates: u64,
+    ec_delta_bytes: u64,
 }
 
 impl World {
@@ -57,6 +60,8 @@ impl World {
             replies: Vec::new(),
             seq: 0,
             possible_loss: 0,
+            ec_updates: 0,
+            ec_delta_bytes: 0,
         };
         w.run(300);
         let a = w.cp.step(w.now, CpInput::Bootstrap { active: 5 });
@@ -126,6 +131,10 @@ impl World {
             for o in outs {
                 match o {
                     Output::Send { to: t, msg } => {
+                        if let ringlet_replica::PeerBody::EcUpdate { delta, .. } = &msg.body {
+                            self.ec_updates += 1;
+                            self.ec_delta_bytes += delta.len() as u64;
+                        }
                         self.queue.push_back((t, Input::Peer { from: to, msg }))
                     }
                     Output::Reply { client, reply } => self.replies.push((client, reply.body)),
@@ -713,6 +722,41 @@ fn ec_ttls_survive_a_holder_resync_then_a_takeover() {
             (Some(val(i, 10 + i * 13)), x),
             "{} after resync + takeover",
             key(i)
+        );
+    }
+}
+
+/// What an EXPIRE costs on an ec:3+2 key (printed; the assertions only pin the shape):
+/// metadata-only, it sends each of the M = 2 holders one update with an empty delta and
+/// allocates nothing; a rewrite of a new value of the same size sends a delta of the value's
+/// size to each holder. `cargo test -p ringlet-replica --test ec_core ec_expire_cost --
+/// --nocapture`.
+#[test]
+fn ec_expire_cost_is_metadata_only() {
+    let mut w = World::new();
+    let e32 = w.memgest("e32");
+    for len in [1024usize, 16 * 1024] {
+        let key = format!("{{c}}{len}");
+        w.set_ttl(&key, &val(1, len), Some(e32), Some(1_000_000));
+        let before = (w.ec_updates, w.ec_delta_bytes, w.ec_totals());
+        w.set_ttl(&key, &val(1, len), None, Some(2_000_000)); // EXPIRE
+        let expire = (w.ec_updates - before.0, w.ec_delta_bytes - before.1);
+        let after = w.ec_totals();
+        assert_eq!(expire.1, 0, "an EXPIRE sends no delta");
+        assert_eq!(
+            after.data_bytes, before.2.data_bytes,
+            "and allocates no range"
+        );
+        let b = (w.ec_updates, w.ec_delta_bytes);
+        w.set_ttl(&key, &val(2, len), None, Some(3_000_000)); // a new value
+        let rewrite = (w.ec_updates - b.0, w.ec_delta_bytes - b.1);
+        assert!(
+            rewrite.1 >= 2 * len as u64,
+            "a rewrite sends the value-sized delta"
+        );
+        eprintln!(
+            "ec:3+2 {len} B value: EXPIRE = {} updates, {} delta bytes; rewrite = {} updates, {} delta bytes",
+            expire.0, expire.1, rewrite.0, rewrite.1
         );
     }
 }

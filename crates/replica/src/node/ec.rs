@@ -54,6 +54,12 @@ use ec_bounds::*;
 /// Bytes of the pointer stored in the replica store for an ec value: offset u64 BE, len u64 BE.
 pub const EC_PTR_BYTES: usize = 16;
 
+/// An expiry as the arena keeps it (`KeyMeta::expiry_ms` is a `NonZeroU64`: 0, 1970, is
+/// never a live expiry — fronts delete a key whose expiry is not in the future).
+fn nz(x: Option<u64>) -> Option<std::num::NonZeroU64> {
+    x.and_then(std::num::NonZeroU64::new)
+}
+
 pub(super) fn ec_ptr(offset: u64, len: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(EC_PTR_BYTES);
     v.extend_from_slice(&offset.to_be_bytes());
@@ -76,7 +82,7 @@ fn to_wire_meta(m: &Option<MetaChange>) -> EcMeta {
             offset: meta.offset,
             len: meta.len,
             kind: meta.kind,
-            expiry_ms: meta.expiry_ms,
+            expiry_ms: meta.expiry_ms.map(std::num::NonZeroU64::get),
         },
         Some(MetaChange::Delete { key, version }) => EcMeta::Delete {
             key: key.clone(),
@@ -107,7 +113,7 @@ fn from_wire(owner: u32, seq: u64, offset: u64, delta: Vec<u8>, meta: EcMeta) ->
                 len,
                 version,
                 kind,
-                expiry_ms,
+                expiry_ms: nz(expiry_ms),
             },
         }),
         EcMeta::Delete { key, version } => Some(MetaChange::Delete { key, version }),
@@ -649,8 +655,11 @@ impl<S: ReplicaStore> Replica<S> {
             return;
         };
         let staged = match &value {
-            Some(_) if same => d.arena.touch(&key, version, expiry_ms).map(|u| (u, None)),
-            Some(v) => d.arena.put_deferred(&key, version, v, kind, expiry_ms),
+            Some(_) if same => d
+                .arena
+                .touch(&key, version, nz(expiry_ms))
+                .map(|u| (u, None)),
+            Some(v) => d.arena.put_deferred(&key, version, v, kind, nz(expiry_ms)),
             None if d.arena.meta(&key).is_some() => d.arena.remove_deferred(&key, version, false),
             None => Ok((
                 d.arena.meta_update(MetaChange::Delete {
@@ -1067,7 +1076,7 @@ impl<S: ReplicaStore> Replica<S> {
                 len: m.len,
                 tombstone: false,
                 kind: m.kind,
-                expiry_ms: m.expiry_ms,
+                expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
             });
         let tombs = h
             .store
@@ -1289,7 +1298,7 @@ impl<S: ReplicaStore> Replica<S> {
                     len: m.len,
                     tombstone: false,
                     kind: m.kind,
-                    expiry_ms: m.expiry_ms,
+                    expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
                 })
                 .collect();
             let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
@@ -1394,7 +1403,7 @@ impl<S: ReplicaStore> Replica<S> {
                 len: k.len,
                 version: k.version,
                 kind: k.kind,
-                expiry_ms: k.expiry_ms,
+                expiry_ms: nz(k.expiry_ms),
             };
             let _ = h
                 .store
@@ -1754,7 +1763,7 @@ impl<S: ReplicaStore> Replica<S> {
                         len: k.len,
                         version: k.version,
                         kind: k.kind,
-                        expiry_ms: k.expiry_ms,
+                        expiry_ms: nz(k.expiry_ms),
                     };
                     if d.arena.restore_key(&k.key, meta).is_err() {
                         self.stats.ec_restore_conflicts += 1;
@@ -2360,7 +2369,7 @@ impl<S: ReplicaStore> Replica<S> {
         let staged = match &e.value {
             Some(v) => d
                 .arena
-                .put_deferred(&key, e.version, v, e.kind, e.expiry_ms),
+                .put_deferred(&key, e.version, v, e.kind, nz(e.expiry_ms)),
             None if d.arena.meta(&key).is_some() => d.arena.remove_deferred(&key, e.version, false),
             None => {
                 // A tombstone of a key this group never held: the store keeps it (late
