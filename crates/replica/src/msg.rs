@@ -110,8 +110,8 @@ pub enum ClientReply {
     /// Key or value beyond `ringlet_types::limits`.
     TooLarge,
     NoSuchMemgest,
-    /// The memgest's scheme is not implemented here yet (`ec:K+M` until crates/erasure is
-    /// wired in).
+    /// The memgest cannot serve this write here (an `ec:K+M` memgest with no arena on
+    /// this PG: its K does not fit the PG's data nodes). Nothing was written.
     Unsupported,
     /// The coordinator lost its role with this write in flight: it may or may not commit.
     /// `version` is the one the write was given: versions are unique, so a front can ask the
