@@ -1067,7 +1067,8 @@ impl<S: ReplicaStore> Replica<S> {
             MemgestKind::Ec { .. } => {
                 // Records and TTLs are fine: kind and expiry are in the key metadata every
                 // parity holder keeps, so a takeover rebuilds them too (cluster-ec.md).
-                let expiry_ms = value.as_ref().and(expiry_ms);
+                // (An expiry of 0 is kept as 1, as the arena's metadata keeps it: `nz`.)
+                let expiry_ms = value.as_ref().and(expiry_ms).map(|x| x.max(1));
                 return self.write_ec(
                     now_ms, client, id, key, value, memgest, expiry_ms, kind, out,
                 );

@@ -54,10 +54,11 @@ use ec_bounds::*;
 /// Bytes of the pointer stored in the replica store for an ec value: offset u64 BE, len u64 BE.
 pub const EC_PTR_BYTES: usize = 16;
 
-/// An expiry as the arena keeps it (`KeyMeta::expiry_ms` is a `NonZeroU64`: 0, 1970, is
-/// never a live expiry — fronts delete a key whose expiry is not in the future).
+/// An expiry as the arena keeps it (`KeyMeta::expiry_ms` is a `NonZeroU64`). 0 (1970) never
+/// reaches here from a front (an expiry not in the future deletes the key), and would be
+/// kept as 1: as expired, never as "no expiry" (`write` stores the same 1).
 fn nz(x: Option<u64>) -> Option<std::num::NonZeroU64> {
-    x.and_then(std::num::NonZeroU64::new)
+    x.and_then(|x| std::num::NonZeroU64::new(x.max(1)))
 }
 
 pub(super) fn ec_ptr(offset: u64, len: u64) -> Vec<u8> {
