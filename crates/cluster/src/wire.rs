@@ -18,9 +18,12 @@
 //!  cursor = has u8 | [slot u16 | key bytes]
 //!  ec tags 13..=20 (EcUpdate, EcAck, EcMetaReq, EcMetaResp, EcReadReq, EcReadResp,
 //!  EcSyncReq, EcSyncResp), with
-//!  ecmeta  = tag u8 (0 none | 1 put | 2 delete | 3 retire) | [key bytes | version u128
-//!            | (put: offset u64 | len u64)]
-//!  keymeta = key bytes | version u128 | offset u64 | len u64 | tombstone u8
+//!  ecmeta  = tag u8 (0 none | 1 put | 2 delete | 3 retire | 4 record put | 5 put with
+//!            expiry | 6 record put with expiry) | [key bytes | version u128
+//!            | (put: offset u64 | len u64 | (5, 6: expiry u64))]
+//!  keymeta = key bytes | version u128 | offset u64 | len u64 | flag u8 (0 string | 1
+//!            tombstone | 2 record | 3 string with expiry | 4 record with expiry)
+//!            | (3, 4: expiry u64)
 //!  range   = parity u8 | index u64 | offset u64 | len u32
 //!  (every delta, piece and snapshot page is checked against VALUE_BYTES_MAX, every list
 //!  against its bound and the bytes left)
@@ -42,8 +45,9 @@ pub const PEER_FRAME_BYTES_MAX: u32 = limits::ENTRY_BYTES_MAX + 8 * 1024 * 1024;
 /// core at a few thousand; anything beyond this is malformed.
 pub const PEER_LIST_ITEMS_MAX: u32 = 1 << 20;
 /// Protocol version in HELLO. 2: entries may carry an expiry (value flag 2). 3: records
-/// (value flags 3 and 4). 4: CHUNK frames.
-pub const PEER_PROTOCOL_VERSION: u16 = 4;
+/// (value flags 3 and 4). 4: CHUNK frames. 5: ec key metadata may carry an expiry (ecmeta
+/// tags 5 and 6, keymeta flags 3 and 4).
+pub const PEER_PROTOCOL_VERSION: u16 = 5;
 const MAGIC: &[u8; 4] = b"RGLP";
 
 pub const KIND_HELLO: u8 = 1;
@@ -151,13 +155,24 @@ impl Enc {
                 offset,
                 len,
                 kind,
+                expiry_ms,
             } => {
-                // 1: a string's location, 4: a record's (protocol 3).
-                self.u8(if *kind == ValueKind::Record { 4 } else { 1 });
+                // 1: a string's location, 4: a record's (protocol 3); 5 and 6: the same with
+                // an expiry after them (protocol 5). Values without a TTL keep tags 1 and 4.
+                let record = *kind == ValueKind::Record;
+                self.u8(match (record, expiry_ms.is_some()) {
+                    (false, false) => 1,
+                    (true, false) => 4,
+                    (false, true) => 5,
+                    (true, true) => 6,
+                });
                 self.bytes(key);
                 self.version(version);
                 self.u64(*offset);
                 self.u64(*len);
+                if let Some(x) = expiry_ms {
+                    self.u64(*x);
+                }
             }
             EcMeta::Delete { key, version } => {
                 self.u8(2);
@@ -178,12 +193,19 @@ impl Enc {
             self.version(&k.version);
             self.u64(k.offset);
             self.u64(k.len);
-            // 0 live string, 1 tombstone, 2 live record (protocol 3).
-            self.u8(match (k.tombstone, k.kind) {
-                (true, _) => 1,
-                (false, ValueKind::String) => 0,
-                (false, ValueKind::Record) => 2,
+            // 0 live string, 1 tombstone, 2 live record (protocol 3); 3 and 4: a live
+            // string / record with an expiry after the flag (protocol 5).
+            let expiry = k.expiry_ms.filter(|_| !k.tombstone);
+            self.u8(match (k.tombstone, k.kind, expiry.is_some()) {
+                (true, _, _) => 1,
+                (false, ValueKind::String, false) => 0,
+                (false, ValueKind::Record, false) => 2,
+                (false, ValueKind::String, true) => 3,
+                (false, ValueKind::Record, true) => 4,
             });
+            if let Some(x) = expiry {
+                self.u64(x);
+            }
         }
     }
     fn cursor(&mut self, c: &Option<(Slot, Vec<u8>)>) {
@@ -703,15 +725,20 @@ impl<'a> Dec<'a> {
     fn ec_meta(&mut self) -> Result<EcMeta, WireError> {
         Ok(match self.u8()? {
             0 => EcMeta::None,
-            tag @ (1 | 4) => EcMeta::Put {
+            tag @ (1 | 4 | 5 | 6) => EcMeta::Put {
                 key: self.key()?,
                 version: self.version()?,
                 offset: self.u64()?,
                 len: self.u64()?,
-                kind: if tag == 4 {
+                kind: if matches!(tag, 4 | 6) {
                     ValueKind::Record
                 } else {
                     ValueKind::String
+                },
+                expiry_ms: if matches!(tag, 5 | 6) {
+                    Some(self.u64()?)
+                } else {
+                    None
                 },
             },
             2 => EcMeta::Delete {
@@ -737,10 +764,12 @@ impl<'a> Dec<'a> {
         for _ in 0..n {
             let (key, version, offset, len) =
                 (self.key()?, self.version()?, self.u64()?, self.u64()?);
-            let (tombstone, kind) = match self.u8()? {
-                0 => (false, ValueKind::String),
-                1 => (true, ValueKind::String),
-                2 => (false, ValueKind::Record),
+            let (tombstone, kind, expiry) = match self.u8()? {
+                0 => (false, ValueKind::String, false),
+                1 => (true, ValueKind::String, false),
+                2 => (false, ValueKind::Record, false),
+                3 => (false, ValueKind::String, true),
+                4 => (false, ValueKind::Record, true),
                 tag => {
                     return Err(WireError::BadTag {
                         what: "key meta flag",
@@ -748,6 +777,7 @@ impl<'a> Dec<'a> {
                     })
                 }
             };
+            let expiry_ms = if expiry { Some(self.u64()?) } else { None };
             v.push(EcKeyMeta {
                 key,
                 version,
@@ -755,6 +785,7 @@ impl<'a> Dec<'a> {
                 len,
                 tombstone,
                 kind,
+                expiry_ms,
             });
         }
         Ok(v)
@@ -1230,9 +1261,10 @@ mod tests {
                 any::<u128>(),
                 any::<u64>(),
                 any::<u64>(),
-                any::<bool>()
+                any::<bool>(),
+                proptest::option::of(any::<u64>()),
             )
-                .prop_map(|(key, v, offset, len, record)| EcMeta::Put {
+                .prop_map(|(key, v, offset, len, record, expiry_ms)| EcMeta::Put {
                     key,
                     version: Version(v),
                     offset,
@@ -1242,6 +1274,7 @@ mod tests {
                     } else {
                         ValueKind::String
                     },
+                    expiry_ms,
                 }),
             (key(), any::<u128>()).prop_map(|(key, v)| EcMeta::Delete {
                 key,
@@ -1262,8 +1295,9 @@ mod tests {
                 any::<u64>(),
                 any::<bool>(),
                 any::<bool>(),
+                proptest::option::of(any::<u64>()),
             )
-                .prop_map(|(key, v, offset, len, tombstone, record)| EcKeyMeta {
+                .prop_map(|(key, v, offset, len, tombstone, record, x)| EcKeyMeta {
                     key,
                     version: Version(v),
                     offset,
@@ -1274,6 +1308,8 @@ mod tests {
                     } else {
                         ValueKind::String
                     },
+                    // A tombstone has no expiry.
+                    expiry_ms: x.filter(|_| !tombstone),
                 }),
             0..4,
         )

@@ -25,6 +25,7 @@ use crate::layout::Layout;
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use ringlet_types::{ValueKind, Version};
 use std::collections::BTreeMap;
+use std::num::NonZeroU64;
 
 /// Key metadata replicated to every parity holder with each put: where the value is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,7 +41,19 @@ pub struct KeyMeta {
     /// A byte string or a record (`ringlet-record`): in the metadata every parity holder
     /// keeps, so a takeover rebuilds a record as a record.
     pub kind: ValueKind,
+    /// Expiry, unix wall-clock ms (`None`: the value does not expire). Part of the metadata
+    /// every parity holder keeps, so a coordinator rebuilt from a holder's copy (takeover,
+    /// resync) expires the key at the same instant. Only the coordinator acts on it
+    /// (`docs/design/cluster-ttl.md`); the arena and the holders just carry it.
+    /// `NonZeroU64` so the record stays 48 bytes (an `Option<u64>` would make it 64, kept
+    /// once per key by the arena and by each of the M holders); 0 (1970) is never a live
+    /// expiry, fronts delete a key whose expiry is not in the future.
+    pub expiry_ms: Option<NonZeroU64>,
 }
+
+// One record per key on the data node and on each of the M holders: adding the expiry kept
+// it at 48 bytes (see `expiry_ms`).
+const _: () = assert!(std::mem::size_of::<KeyMeta>() <= 48);
 
 /// A change of key metadata carried by a parity update.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -316,6 +329,32 @@ impl Arena {
         self.read(m.offset, m.len).ok()
     }
 
+    /// Whether `key` is live here with exactly `value` of `kind` (compared in place, no
+    /// copy): a write of the same bytes may then be a metadata-only [`Arena::touch`].
+    pub fn holds_value(&self, key: &[u8], value: &[u8], kind: ValueKind) -> bool {
+        let Some(m) = self.keys.get(key) else {
+            return false;
+        };
+        if m.kind != kind || m.len != value.len() as u64 {
+            return false;
+        }
+        let (Ok(start), Ok(end)) = (
+            usize::try_from(m.offset),
+            usize::try_from(m.offset.saturating_add(m.len)),
+        ) else {
+            return false;
+        };
+        // Bytes past the materialised end read as zero (see the module comment).
+        let have = self
+            .bytes
+            .get(start.min(self.bytes.len())..end.min(self.bytes.len()));
+        let Some(have) = have else {
+            return false;
+        };
+        let (head, tail) = value.split_at(have.len().min(value.len()));
+        head == have && tail.iter().all(|b| *b == 0)
+    }
+
     /// Stores `value` for `key` at `version`: allocates a fresh range, writes it, frees the
     /// previous value's range. Returns the parity update with the metadata.
     ///
@@ -342,6 +381,22 @@ impl Arena {
         version: Version,
         value: &[u8],
         kind: ValueKind,
+    ) -> Result<ParityUpdate, Error> {
+        self.put_with(key, version, value, kind, None)
+    }
+
+    /// [`Arena::put`] of a value of `kind` that expires at `expiry_ms` (both recorded in the
+    /// key's metadata, so they reach every parity holder with the update).
+    ///
+    /// # Errors
+    /// As [`Arena::put`].
+    pub fn put_with(
+        &mut self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+        kind: ValueKind,
+        expiry_ms: Option<NonZeroU64>,
     ) -> Result<ParityUpdate, Error> {
         check_key(key)?;
         if let Some(old) = self.keys.get(key) {
@@ -378,6 +433,7 @@ impl Arena {
             len,
             version,
             kind,
+            expiry_ms,
         };
         if let Some(old) = self.keys.insert(key.to_vec(), meta) {
             // Cannot fail while the invariants hold (the key pointed at its allocation), and
@@ -433,6 +489,45 @@ impl Arena {
         })
     }
 
+    /// Metadata-only change of a live key: `key` keeps its bytes and their location and
+    /// takes `version` and `expiry_ms` (EXPIRE, PERSIST, GETEX on an unchanged value). No
+    /// arena byte changes, so the update carries no delta: the parity holders only replace
+    /// the key's metadata (a [`MetaChange::Put`] at the same location, applied by version
+    /// like any put). Cost: one metadata record to each holder instead of a fresh range and
+    /// a value-sized delta.
+    ///
+    /// # Errors
+    /// [`Error::NotAllocated`] if the key is absent, [`Error::Stale`] if `version` is not
+    /// above the stored one. Nothing changes then.
+    pub fn touch(
+        &mut self,
+        key: &[u8],
+        version: Version,
+        expiry_ms: Option<NonZeroU64>,
+    ) -> Result<ParityUpdate, Error> {
+        let m = self
+            .keys
+            .get_mut(key)
+            .ok_or(Error::NotAllocated { offset: 0, len: 0 })?;
+        if version <= m.version {
+            return Err(Error::Stale);
+        }
+        m.version = version;
+        m.expiry_ms = expiry_ms;
+        let meta = *m;
+        self.seq = self.seq.saturating_add(1);
+        Ok(ParityUpdate {
+            owner: self.node,
+            seq: self.seq,
+            offset: meta.offset,
+            delta: Vec::new(),
+            meta: Some(MetaChange::Put {
+                key: key.to_vec(),
+                meta,
+            }),
+        })
+    }
+
     /// Like [`Arena::put`], but the previous value's range is *not* freed: it is returned so
     /// the caller can keep serving the previous (committed) value until the new one commits,
     /// then free it with [`Arena::free`]. The key's metadata points at the new range at once.
@@ -445,6 +540,7 @@ impl Arena {
         version: Version,
         value: &[u8],
         kind: ValueKind,
+        expiry_ms: Option<NonZeroU64>,
     ) -> Result<(ParityUpdate, Option<(u64, u64)>), Error> {
         let old = self.keys.get(key).copied();
         if let Some(o) = old {
@@ -457,7 +553,7 @@ impl Arena {
                 m.len = 0;
             }
         }
-        match self.put_kind(key, version, value, kind) {
+        match self.put_with(key, version, value, kind, expiry_ms) {
             Ok(up) => Ok((up, old.filter(|o| o.len > 0).map(|o| (o.offset, o.len)))),
             Err(e) => {
                 if let (Some(o), Some(m)) = (old, self.keys.get_mut(key)) {
@@ -770,5 +866,79 @@ mod tests {
         assert!(a.write(o + 5, &[1; 5]).is_ok());
         assert!(a.write(100, &[1]).is_err());
         assert!(a.write(u64::MAX, &[1]).is_err());
+    }
+
+    #[test]
+    fn expiry_travels_with_the_metadata_and_touch_changes_only_metadata() {
+        let mut a = arena();
+        let v1 = Version::new(1, 0, 1, 1);
+        let u = a
+            .put_with(
+                b"t",
+                v1,
+                b"hello",
+                ValueKind::String,
+                NonZeroU64::new(5_000),
+            )
+            .unwrap();
+        let Some(MetaChange::Put { meta, .. }) = &u.meta else {
+            panic!("a put carries its metadata");
+        };
+        assert_eq!(meta.expiry_ms, NonZeroU64::new(5_000));
+        let at = a.meta(b"t").copied().unwrap();
+        let seq = a.last_seq();
+        // EXPIRE: same bytes, same place, new version and expiry; no delta.
+        let v2 = Version::new(2, 0, 1, 1);
+        let t = a.touch(b"t", v2, NonZeroU64::new(9_000)).unwrap();
+        assert!(t.delta.is_empty());
+        assert_eq!(t.seq, seq + 1);
+        let m = a.meta(b"t").copied().unwrap();
+        assert_eq!((m.offset, m.len, m.version), (at.offset, at.len, v2));
+        assert_eq!(m.expiry_ms, NonZeroU64::new(9_000));
+        assert_eq!(
+            t.meta,
+            Some(MetaChange::Put {
+                key: b"t".to_vec(),
+                meta: m
+            })
+        );
+        // PERSIST.
+        a.touch(b"t", Version::new(3, 0, 1, 1), None).unwrap();
+        assert_eq!(a.meta(b"t").unwrap().expiry_ms, None);
+        assert_eq!(a.get(b"t").unwrap(), b"hello");
+        // Stale or absent: refused, nothing changes.
+        assert_eq!(a.touch(b"t", v2, NonZeroU64::new(1)), Err(Error::Stale));
+        assert!(a.touch(b"nope", Version::new(9, 0, 1, 1), None).is_err());
+        assert_eq!(a.meta(b"t").unwrap().expiry_ms, None);
+        assert_eq!(a.accounting().payload_bytes, 5);
+        a.check_invariants();
+        // A deferred put keeps the expiry it is given, a plain put clears it.
+        let (u, _) = a
+            .put_deferred(
+                b"t",
+                Version::new(4, 0, 1, 1),
+                b"x",
+                ValueKind::Record,
+                NonZeroU64::new(7),
+            )
+            .unwrap();
+        assert!(
+            matches!(&u.meta, Some(MetaChange::Put { meta, .. }) if meta.expiry_ms == NonZeroU64::new(7))
+        );
+        assert_eq!(a.meta(b"t").unwrap().kind, ValueKind::Record);
+    }
+
+    #[test]
+    fn holds_value_compares_bytes_and_kind() {
+        let mut a = arena();
+        a.put(b"k", Version::new(1, 0, 1, 1), b"abc").unwrap();
+        assert!(a.holds_value(b"k", b"abc", ValueKind::String));
+        assert!(!a.holds_value(b"k", b"abd", ValueKind::String));
+        assert!(!a.holds_value(b"k", b"abcd", ValueKind::String));
+        assert!(!a.holds_value(b"k", b"abc", ValueKind::Record));
+        assert!(!a.holds_value(b"other", b"abc", ValueKind::String));
+        a.put(b"e", Version::new(2, 0, 1, 1), b"").unwrap();
+        assert!(a.holds_value(b"e", b"", ValueKind::String));
+        assert!(!a.holds_value(b"e", b"x", ValueKind::String));
     }
 }

@@ -593,7 +593,8 @@ fn check_key(key: &[u8]) -> Result<(), Error> {
 mod tests {
     use super::*;
     use crate::arena::Arena;
-    use ringlet_types::Version;
+    use ringlet_types::{ValueKind, Version};
+    use std::num::NonZeroU64;
 
     #[test]
     fn duplicates_are_noops_and_gaps_are_errors() {
@@ -651,5 +652,76 @@ mod tests {
         };
         assert_eq!(small.apply(&near), Ok(Applied::Applied));
         assert!(ParityStore::new(layout, 1).is_err());
+    }
+
+    /// A metadata-only update (EXPIRE/PERSIST on an ec key: `Arena::touch`) replaces the
+    /// holder's metadata (version, expiry) and leaves the parity bytes alone; a late older
+    /// put cannot bring the old expiry back.
+    #[test]
+    fn touch_replaces_metadata_and_keeps_parity() {
+        let layout = Layout::new(2, 1, 2, 64).unwrap();
+        let mut a = Arena::new(layout, 1, 1 << 16).unwrap();
+        let mut p = ParityStore::new(layout, 0).unwrap();
+        let v1 = Version::new(1, 0, 0, 1);
+        let u1 = a
+            .put_with(
+                b"k",
+                v1,
+                &[5; 150],
+                ValueKind::String,
+                NonZeroU64::new(1_000),
+            )
+            .unwrap();
+        p.apply(&u1).unwrap();
+        assert_eq!(p.meta(b"k").unwrap().expiry_ms, NonZeroU64::new(1_000));
+        let parity: Vec<Vec<u8>> = (0..4)
+            .filter_map(|i| p.chunk(i).map(<[u8]>::to_vec))
+            .collect();
+        let v2 = Version::new(2, 0, 0, 1);
+        let u2 = a.touch(b"k", v2, NonZeroU64::new(2_000)).unwrap();
+        assert_eq!(p.apply(&u2), Ok(Applied::Applied));
+        let m = *p.meta(b"k").unwrap();
+        assert_eq!(
+            (m.version, m.expiry_ms, m.len),
+            (v2, NonZeroU64::new(2_000), 150)
+        );
+        assert_eq!(m.offset, u1_offset(&u1));
+        let after: Vec<Vec<u8>> = (0..4)
+            .filter_map(|i| p.chunk(i).map(<[u8]>::to_vec))
+            .collect();
+        assert_eq!(parity, after, "a touch changes no parity byte");
+        assert_eq!(p.described_payload_bytes(), 150);
+        // PERSIST then a delete: the tombstone wins, the expiry goes with the metadata.
+        p.apply(&a.touch(b"k", Version::new(3, 0, 0, 1), None).unwrap())
+            .unwrap();
+        assert_eq!(p.meta(b"k").unwrap().expiry_ms, None);
+        p.apply(&a.delete(b"k", Version::new(4, 0, 0, 1)).unwrap())
+            .unwrap();
+        assert!(p.meta(b"k").is_none());
+        p.check_invariants();
+    }
+
+    fn u1_offset(u: &ParityUpdate) -> u64 {
+        match &u.meta {
+            Some(MetaChange::Put { meta, .. }) => meta.offset,
+            _ => u64::MAX,
+        }
+    }
+
+    /// A resync snapshot carries the expiry (restore_meta keeps the whole KeyMeta).
+    #[test]
+    fn restore_meta_keeps_the_expiry() {
+        let layout = Layout::new(2, 1, 2, 64).unwrap();
+        let mut p = ParityStore::new(layout, 0).unwrap();
+        let m = KeyMeta {
+            owner: 1,
+            offset: 64,
+            len: 10,
+            version: Version::new(7, 0, 0, 1),
+            kind: ValueKind::Record,
+            expiry_ms: NonZeroU64::new(123_456),
+        };
+        p.restore_meta(b"r", 1, Some(m), m.version).unwrap();
+        assert_eq!(p.meta(b"r").copied(), Some(m));
     }
 }

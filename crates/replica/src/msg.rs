@@ -110,8 +110,8 @@ pub enum ClientReply {
     /// Key or value beyond `ringlet_types::limits`.
     TooLarge,
     NoSuchMemgest,
-    /// The memgest's scheme is not implemented here yet (`ec:K+M` until crates/erasure is
-    /// wired in).
+    /// The memgest cannot serve this write here (an `ec:K+M` memgest with no arena on
+    /// this PG: its K does not fit the PG's data nodes). Nothing was written.
     Unsupported,
     /// The coordinator lost its role with this write in flight: it may or may not commit.
     /// `version` is the one the write was given: versions are unique, so a front can ask the
@@ -342,13 +342,17 @@ pub enum PeerBody {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EcMeta {
     None,
-    /// `key` is now `len` bytes at `offset` of the owner's arena, at `version`.
+    /// `key` is now `len` bytes at `offset` of the owner's arena, at `version`. Also a
+    /// metadata-only TTL change (EXPIRE, PERSIST, GETEX: same location, new version and
+    /// expiry, empty delta).
     Put {
         key: Vec<u8>,
         version: Version,
         offset: u64,
         len: u64,
         kind: ValueKind,
+        /// Expiry, unix wall-clock ms (`None`: none); the coordinator alone acts on it.
+        expiry_ms: Option<u64>,
     },
     /// `key` deleted at `version` (holders keep a tombstone).
     Delete {
@@ -373,6 +377,9 @@ pub struct EcKeyMeta {
     pub tombstone: bool,
     /// String or record (a tombstone is a `String`).
     pub kind: ValueKind,
+    /// Expiry, unix wall-clock ms (`None` for a tombstone or a value without one): a
+    /// coordinator rebuilt from this metadata expires the key at the same instant.
+    pub expiry_ms: Option<u64>,
 }
 
 /// A byte range of a data arena or a parity chunk (see [`PeerBody::EcReadReq`]).

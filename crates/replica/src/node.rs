@@ -409,6 +409,9 @@ pub struct ReplicaStats {
     pub ec_holder_resyncs: u64,
     /// ec: metadata entries that could not be restored into the arena (overlap).
     pub ec_restore_conflicts: u64,
+    /// ec: writes of the bytes the key already holds (EXPIRE, PERSIST, GETEX, a SET of the
+    /// same value) sent as metadata-only updates: no fresh range, no delta.
+    pub ec_meta_only_writes: u64,
     /// Resharding: handed-off ranges this node finished rebuilding as their new coordinator.
     pub handoffs_completed: u64,
     /// Resharding: keys dropped from ranges this node gave away, once released.
@@ -1106,13 +1109,13 @@ impl<S: ReplicaStore> Replica<S> {
             // An ec:K+M write applies locally and sends the parity delta (plus key metadata)
             // to the PG's first M redundant nodes; it commits when all M acked (write_ec).
             MemgestKind::Ec { .. } => {
-                // ec metadata (index entries rebuilt from parity holders) has no expiry yet:
-                // refuse rather than silently drop the TTL.
-                if expiry_ms.is_some() {
-                    return self.reply(out, client, id, ClientReply::Unsupported);
-                }
-                // Records are fine: the kind is in the parity holders' key metadata too.
-                return self.write_ec(now_ms, client, id, key, value, memgest, kind, out);
+                // Records and TTLs are fine: kind and expiry are in the key metadata every
+                // parity holder keeps, so a takeover rebuilds them too (cluster-ec.md).
+                // (An expiry of 0 is kept as 1, as the arena's metadata keeps it: `nz`.)
+                let expiry_ms = value.as_ref().and(expiry_ms).map(|x| x.max(1));
+                return self.write_ec(
+                    now_ms, client, id, key, value, memgest, expiry_ms, kind, out,
+                );
             }
         };
         if copies >= 2 && !info.written {

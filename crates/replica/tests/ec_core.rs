@@ -26,6 +26,9 @@ struct World {
     replies: Vec<(u64, ClientReply)>,
     seq: u64,
     possible_loss: u64,
+    /// ec updates sent to parity holders, and the delta bytes they carried.
+    ec_updates: u64,
+    ec_delta_bytes: u64,
 }
 
 impl World {
@@ -57,6 +60,8 @@ impl World {
             replies: Vec::new(),
             seq: 0,
             possible_loss: 0,
+            ec_updates: 0,
+            ec_delta_bytes: 0,
         };
         w.run(300);
         let a = w.cp.step(w.now, CpInput::Bootstrap { active: 5 });
@@ -126,6 +131,10 @@ impl World {
             for o in outs {
                 match o {
                     Output::Send { to: t, msg } => {
+                        if let ringlet_replica::PeerBody::EcUpdate { delta, .. } = &msg.body {
+                            self.ec_updates += 1;
+                            self.ec_delta_bytes += delta.len() as u64;
+                        }
                         self.queue.push_back((t, Input::Peer { from: to, msg }))
                     }
                     Output::Reply { client, reply } => self.replies.push((client, reply.body)),
@@ -532,4 +541,222 @@ fn two_data_nodes_of_a_pg_fail_at_once() {
     }
     let decoded: u64 = w.nodes.values().map(|r| r.stats.ec_decoded_bytes).sum();
     assert!(decoded > 0, "values were decoded");
+}
+
+// ---------------------------------------------------------------------- TTLs on ec values
+
+impl World {
+    fn set_ttl(&mut self, key: &str, value: &[u8], memgest: Option<MemgestId>, x: Option<u64>) {
+        let r = self.op(ClientOp::Set {
+            kind: ringlet_types::ValueKind::String,
+            expiry_ms: x,
+            key: key.as_bytes().to_vec(),
+            value: value.to_vec(),
+            memgest,
+        });
+        assert!(matches!(r, ClientReply::Written { .. }), "set {key}: {r:?}");
+    }
+
+    /// Value, expiry and version as the coordinator answers a Get.
+    fn get_full(&mut self, key: &str) -> (Option<Vec<u8>>, Option<u64>, ringlet_types::Version) {
+        match self.op(ClientOp::Get {
+            key: key.as_bytes().to_vec(),
+        }) {
+            ClientReply::Value {
+                value,
+                expiry_ms,
+                version,
+                ..
+            } => (value, expiry_ms, version),
+            r => panic!("get {key}: {r:?}"),
+        }
+    }
+
+    fn crash_coordinator_of(&mut self, key: &str) -> NodeId {
+        let slot = key_slot(key.as_bytes());
+        let victim = self.cp.map().coordinator(slot).unwrap();
+        self.nodes.remove(&victim);
+        self.run(4000);
+        let coord = self.cp.map().coordinator(slot).unwrap();
+        assert_ne!(coord, victim, "a spare took over");
+        coord
+    }
+
+    fn meta_only_writes(&self) -> u64 {
+        self.nodes
+            .values()
+            .map(|r| r.stats.ec_meta_only_writes)
+            .sum()
+    }
+}
+
+/// TTLs on ec values (docs/design/cluster-ec.md "TTLs"): a Set with an expiry commits under
+/// both ec memgests, the expiry travels in the key metadata of every parity holder, and a
+/// coordinator rebuilt by a spare from that metadata (takeover) answers the same expiry for
+/// every key — including the ones whose TTL was changed (EXPIRE) or removed (PERSIST) by a
+/// metadata-only update, and a key moved into ec with its TTL (MEMGEST MOVE). The active
+/// expiry's `Expire` then deletes a due ec key through the ec delete path (parity metadata
+/// dropped), and leaves a renewed one alone.
+#[test]
+fn ec_ttls_are_metadata_and_survive_a_takeover() {
+    let mut w = World::new();
+    let (e32, e21, r3) = (w.memgest("e32"), w.memgest("e21"), w.memgest("r3"));
+    // One slot (hash tag): one coordinator, one arena per memgest.
+    let key = |s: &str| format!("{{x}}{s}");
+    let x0 = 10_000_000u64; // far in the virtual future: nothing expires by itself here
+    w.set_ttl(&key("a"), &val(1, 700), Some(e32), Some(x0 + 1));
+    w.set_ttl(&key("b"), &val(2, 90), Some(e21), Some(x0 + 2));
+    w.set_ttl(&key("c"), &val(3, 300), Some(e32), None);
+    w.set_ttl(&key("d"), &val(4, 40), Some(e32), Some(x0 + 4));
+    // A rep:3 key with a TTL moved into ec:3+2 (what MEMGEST MOVE sends): TTL kept.
+    w.set_ttl(&key("m"), &val(5, 120), Some(r3), Some(x0 + 5));
+    let (v, _, _) = w.get_full(&key("m"));
+    w.set_ttl(&key("m"), &v.unwrap(), Some(e32), Some(x0 + 5));
+    assert_eq!(w.copies_elsewhere(&key("m")), 0, "rep copies retired");
+    let before = w.ec_totals();
+    let meta_only = w.meta_only_writes();
+    // EXPIRE (same bytes, new expiry) and PERSIST (same bytes, no expiry): the front
+    // rewrites the value it read; the core sends them as metadata-only updates.
+    let (va, xa, ver_a) = w.get_full(&key("a"));
+    assert_eq!(xa, Some(x0 + 1));
+    w.set_ttl(&key("a"), va.as_ref().unwrap(), None, Some(x0 + 100));
+    let (vd, _, _) = w.get_full(&key("d"));
+    w.set_ttl(&key("d"), vd.as_ref().unwrap(), None, None);
+    assert_eq!(
+        w.meta_only_writes(),
+        meta_only + 2,
+        "EXPIRE/PERSIST were metadata-only"
+    );
+    let after = w.ec_totals();
+    assert_eq!(
+        (after.payload_bytes, after.data_bytes, after.parity_bytes),
+        (before.payload_bytes, before.data_bytes, before.parity_bytes),
+        "a metadata-only update allocates no range and changes no parity"
+    );
+    let (va2, xa2, ver_a2) = w.get_full(&key("a"));
+    assert_eq!((va2, xa2), (va, Some(x0 + 100)));
+    assert!(ver_a2 > ver_a, "a TTL change is a new version");
+    // A different value is a rewrite (fresh range), still with its TTL.
+    w.set_ttl(&key("c"), &val(6, 300), None, Some(x0 + 3));
+    assert_eq!(w.meta_only_writes(), meta_only + 2);
+    let want: Vec<(String, Vec<u8>, Option<u64>)> = vec![
+        (key("a"), val(1, 700), Some(x0 + 100)),
+        (key("b"), val(2, 90), Some(x0 + 2)),
+        (key("c"), val(6, 300), Some(x0 + 3)),
+        (key("d"), val(4, 40), None),
+        (key("m"), val(5, 120), Some(x0 + 5)),
+    ];
+    for (k, v, x) in &want {
+        let (gv, gx, _) = w.get_full(k);
+        assert_eq!((gv.as_ref(), gx), (Some(v), *x), "{k} before the failure");
+    }
+    // The coordinator fails; a spare rebuilds the index from the parity holders' metadata.
+    let coord = w.crash_coordinator_of(&key("a"));
+    assert!(w.nodes[&coord].stats.ec_takeovers > 0);
+    for (k, v, x) in &want {
+        let (gv, gx, _) = w.get_full(k);
+        assert_eq!((gv.as_ref(), gx), (Some(v), *x), "{k} after the takeover");
+    }
+    assert_eq!(w.possible_loss, 0);
+    // Active expiry on the new coordinator: `Expire` at the current version deletes the ec
+    // key (an ec delete: tombstone at the holders); at an older version it does nothing.
+    let (_, _, ver_b) = w.get_full(&key("b"));
+    let r = w.op(ClientOp::Expire {
+        key: key("b").into_bytes(),
+        version: ver_b,
+    });
+    assert!(matches!(r, ClientReply::Written { .. }), "{r:?}");
+    assert_eq!(w.get_full(&key("b")).0, None);
+    let r = w.op(ClientOp::Expire {
+        key: key("a").into_bytes(),
+        version: ver_a,
+    });
+    assert_eq!(r, ClientReply::Unchanged, "a renewed key is not expired");
+    assert!(w.get_full(&key("a")).0.is_some());
+    let payload: u64 = w
+        .nodes
+        .values()
+        .map(|r| r.ec_described_payload_bytes())
+        .sum();
+    assert!(payload > 0);
+    // EXPIRE on the new coordinator (after a takeover, once the arena recovered) is
+    // metadata-only as well, and a second takeover keeps it.
+    w.run(3000);
+    let before = w.meta_only_writes();
+    w.set_ttl(&key("c"), &val(6, 300), None, Some(x0 + 33));
+    assert_eq!(w.meta_only_writes(), before + 1);
+    assert_eq!(w.get_full(&key("c")).1, Some(x0 + 33));
+}
+
+/// A parity holder replaced by a spare resyncs from the data nodes' snapshots; the expiry
+/// must come with the snapshot's key metadata, or a later takeover that reads that holder
+/// (ec:2+1 has only one) would rebuild keys that never expire.
+#[test]
+fn ec_ttls_survive_a_holder_resync_then_a_takeover() {
+    let mut w = World::new();
+    let e21 = w.memgest("e21");
+    let key = |i: usize| format!("{{y}}{i}");
+    let x0 = 20_000_000u64;
+    for i in 0..40 {
+        let x = (i % 3 != 0).then_some(x0 + i as u64);
+        w.set_ttl(&key(i), &val(i, 10 + i * 13), Some(e21), x);
+    }
+    let slot = key_slot(key(0).as_bytes());
+    let holder = {
+        let m = w.cp.map().clone();
+        let p = m.placement.as_ref().unwrap();
+        let r = p.range_of(slot).unwrap();
+        p.parity(r.pg, 1)[0]
+    };
+    w.nodes.remove(&holder);
+    w.run(4000);
+    let syncs: u64 = w.nodes.values().map(|r| r.stats.ec_holder_syncs).sum();
+    assert!(syncs > 0, "the replacement holder resynced");
+    let coord = w.crash_coordinator_of(&key(0));
+    assert!(w.nodes[&coord].stats.ec_takeovers > 0);
+    for i in 0..40 {
+        let x = (i % 3 != 0).then_some(x0 + i as u64);
+        let (v, gx, _) = w.get_full(&key(i));
+        assert_eq!(
+            (v, gx),
+            (Some(val(i, 10 + i * 13)), x),
+            "{} after resync + takeover",
+            key(i)
+        );
+    }
+}
+
+/// What an EXPIRE costs on an ec:3+2 key (printed; the assertions only pin the shape):
+/// metadata-only, it sends each of the M = 2 holders one update with an empty delta and
+/// allocates nothing; a rewrite of a new value of the same size sends a delta of the value's
+/// size to each holder. `cargo test -p ringlet-replica --test ec_core ec_expire_cost --
+/// --nocapture`.
+#[test]
+fn ec_expire_cost_is_metadata_only() {
+    let mut w = World::new();
+    let e32 = w.memgest("e32");
+    for len in [1024usize, 16 * 1024] {
+        let key = format!("{{c}}{len}");
+        w.set_ttl(&key, &val(1, len), Some(e32), Some(1_000_000));
+        let before = (w.ec_updates, w.ec_delta_bytes, w.ec_totals());
+        w.set_ttl(&key, &val(1, len), None, Some(2_000_000)); // EXPIRE
+        let expire = (w.ec_updates - before.0, w.ec_delta_bytes - before.1);
+        let after = w.ec_totals();
+        assert_eq!(expire.1, 0, "an EXPIRE sends no delta");
+        assert_eq!(
+            after.data_bytes, before.2.data_bytes,
+            "and allocates no range"
+        );
+        let b = (w.ec_updates, w.ec_delta_bytes);
+        w.set_ttl(&key, &val(2, len), None, Some(3_000_000)); // a new value
+        let rewrite = (w.ec_updates - b.0, w.ec_delta_bytes - b.1);
+        assert!(
+            rewrite.1 >= 2 * len as u64,
+            "a rewrite sends the value-sized delta"
+        );
+        eprintln!(
+            "ec:3+2 {len} B value: EXPIRE = {} updates, {} delta bytes; rewrite = {} updates, {} delta bytes",
+            expire.0, expire.1, rewrite.0, rewrite.1
+        );
+    }
 }

@@ -23,7 +23,9 @@
 //! Non-goals: performance modelling; clock skew (leases assume bounded drift, documented in
 //! docs/design/cluster-replication.md). `SimOptions::ec` runs the erasure-coded scenario
 //! (5 + 2 nodes, s = 3, d = 2, `ec:3+2` / `ec:2+1` keys and keys moving between memgests);
-//! `SimOptions::ec_double` adds crashes of two members of one PG at once (ec:3+2 only).
+//! `SimOptions::ec_double` adds crashes of two members of one PG at once (ec:3+2 only);
+//! `SimOptions::ttl` adds TTL keys in the ec memgests, the nodes' active expiry and a TTL
+//! model checker (expiries survive takeovers; nothing expired is served, nothing live lost).
 //!
 //! Modules: [`rng`] (SplitMix64), [`sim`] (the world, clients, checkers).
 

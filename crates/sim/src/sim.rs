@@ -46,6 +46,17 @@ pub struct SimOptions {
     /// in-memory state (move and drain timers, usage reports). Happens as a disruption of its
     /// own and, with `moves`, in place of some move faults (while a move copies or fences).
     pub cp_failover: bool,
+    /// With `ec`: TTL keys in every ec memgest, each owned by one client that writes them
+    /// with expiries (virtual ms), changes their TTL by rewriting the same value (EXPIRE,
+    /// PERSIST: metadata-only ec updates) and reads them; the nodes run the active expiry
+    /// (`ClientOp::Expire` for due keys, as the cluster driver does every 100 ms), and
+    /// crashes favour the TTL keys' coordinators (takeovers rebuild the expiry from parity
+    /// metadata). Checked by a TTL model instead of the register linearizability check: a
+    /// read returns only a (value, expiry) pair that was written and not superseded by an
+    /// acknowledged write (so an expired value is never served as live and an expiry is
+    /// never lost or changed), a key is absent only once an expiry it may hold has passed,
+    /// and at the end every due key is deleted and every other acknowledged one is present.
+    pub ttl: bool,
 }
 
 impl Default for SimOptions {
@@ -60,6 +71,7 @@ impl Default for SimOptions {
             moves: false,
             engine_store: false,
             cp_failover: false,
+            ttl: false,
         }
     }
 }
@@ -105,6 +117,14 @@ pub struct RunStats {
     /// Pages of ec values answered by the replacement of a moved span's failed old
     /// coordinator.
     pub ec_replacement_pages: u64,
+    /// TTL scenario: reads checked against the TTL model, of which answered absent because
+    /// an expiry had passed; keys deleted by the active expiry; TTL keys checked at the end;
+    /// ec writes sent as metadata-only updates (EXPIRE/PERSIST of an unchanged value).
+    pub ttl_reads_checked: u64,
+    pub ttl_reads_expired: u64,
+    pub ttl_active_expiries: u64,
+    pub ttl_final_checked: u64,
+    pub ec_meta_only_writes: u64,
 }
 
 const LEASE_MS: u64 = 1500;
@@ -112,6 +132,11 @@ const NODE_TICK_MS: u64 = 20;
 const CP_TICK_MS: u64 = 50;
 const CLIENT_TIMEOUT_MS: u64 = 400;
 const CLIENT_ATTEMPTS_MAX: u32 = 12;
+/// Client id of the nodes' active expiry (its replies go to no one).
+const EXPIRY_CLIENT: u64 = u64::MAX - 1;
+/// Active expiry pass period and work bound (the cluster driver's: 100 ms, bounded keys).
+const EXPIRY_PERIOD_MS: u64 = 100;
+const EXPIRY_KEYS_PER_PASS: usize = 64;
 
 #[derive(Clone, Debug)]
 struct Faults {
@@ -197,8 +222,14 @@ struct NodeSlot {
 
 #[derive(Clone, Debug)]
 enum Pending {
-    Get { quorum: bool },
-    Set { value: String },
+    Get {
+        quorum: bool,
+    },
+    Set {
+        value: String,
+        /// TTL keys: absolute expiry (virtual ms); always `None` elsewhere.
+        expiry: Option<u64>,
+    },
     Delete,
 }
 
@@ -217,6 +248,8 @@ struct InFlight {
     replies: Vec<(NodeId, Version, MemgestId, Option<Vec<u8>>)>,
     quorum_nodes: Vec<NodeId>,
     fallback: bool,
+    /// TTL keys: index of this write in the key's TTL model.
+    ttl_write: Option<usize>,
 }
 
 struct Client {
@@ -232,6 +265,18 @@ struct KeySpec {
     rep: bool,
     /// Survives two simultaneous failures (ec:3+2).
     two_failures: bool,
+    /// A TTL key ([`SimOptions::ttl`]): only client `owner` operates on it.
+    ttl: Option<usize>,
+}
+
+/// One write of a TTL key, in its owner's order.
+#[derive(Clone, Debug)]
+struct TtlWrite {
+    value: String,
+    expiry: Option<u64>,
+    acked: bool,
+    /// Refused by every attempt: it never took effect.
+    never: bool,
 }
 
 struct World {
@@ -268,6 +313,13 @@ struct World {
     /// When the last crash, partition or drain was started (a move fault scheduled before
     /// it is skipped).
     last_fault_ms: u64,
+    /// TTL keys: every write in the owner's order, and the index of the last acknowledged.
+    ttl_writes: BTreeMap<String, Vec<TtlWrite>>,
+    ttl_acked: BTreeMap<String, usize>,
+    /// The first TTL-model violation (reported after the event that found it).
+    ttl_failure: Option<String>,
+    expiry_seq: u64,
+    next_expiry_ms: BTreeMap<NodeId, u64>,
 }
 
 fn fail(seed: u64, what: impl std::fmt::Display) -> String {
@@ -370,6 +422,11 @@ impl World {
             quiet_until: 0,
             cp_down_until: 0,
             last_fault_ms: 0,
+            ttl_writes: BTreeMap::new(),
+            ttl_acked: BTreeMap::new(),
+            ttl_failure: None,
+            expiry_seq: 0,
+            next_expiry_ms: BTreeMap::new(),
         };
         let ids: Vec<NodeId> = w.nodes.keys().copied().collect();
         for id in ids {
@@ -558,6 +615,9 @@ impl World {
             }
             Event::NodeTick(id) => {
                 self.step_node(id, Input::Tick)?;
+                if self.opts.ttl {
+                    self.active_expiry(id)?;
+                }
                 self.schedule(NODE_TICK_MS, Event::NodeTick(id));
             }
             Event::CpTick => {
@@ -642,6 +702,9 @@ impl World {
         if self.cp_touched {
             self.cp_touched = false;
             self.check_cp()?;
+        }
+        if let Some(e) = self.ttl_failure.take() {
+            return Err(fail(self.seed, format!("{e} [{}]", self.stats.faults)));
         }
         Ok(())
     }
@@ -921,9 +984,24 @@ impl World {
         let Some(kind) = self.rng.pick(&kinds).copied() else {
             return;
         };
-        let Some(victim) = self.rng.pick(&members).copied() else {
+        let Some(mut victim) = self.rng.pick(&members).copied() else {
             return;
         };
+        // TTL scenario: half the faults hit a TTL key's coordinator, so takeovers rebuild
+        // expiries from the parity holders' metadata.
+        if self.opts.ttl && self.rng.chance(0.5) {
+            let ttl_keys: Vec<String> = self
+                .keys
+                .iter()
+                .filter(|k| k.ttl.is_some())
+                .map(|k| k.name.clone())
+                .collect();
+            if let Some(k) = self.rng.pick(&ttl_keys) {
+                if let Some(c) = map.coordinator(key_slot(k.as_bytes())) {
+                    victim = c;
+                }
+            }
+        }
         match kind {
             // ec scenario: sometimes two members of one PG at once (ec:3+2 tolerates it;
             // keys of weaker memgests are then exempt from the checks, like `none` keys).
@@ -1180,6 +1258,7 @@ impl World {
                 memgest: self.r3,
                 rep: true,
                 two_failures: false,
+                ttl: None,
             });
         }
         for i in 0..2 {
@@ -1188,6 +1267,7 @@ impl World {
                 memgest: MemgestId::NONE,
                 rep: false,
                 two_failures: false,
+                ttl: None,
             });
         }
         // ec keys count as reliable ("rep" here means: must survive tolerated failures).
@@ -1200,6 +1280,7 @@ impl World {
                     memgest: *m,
                     rep: true,
                     two_failures: j == 0,
+                    ttl: None,
                 });
             }
         }
@@ -1212,7 +1293,24 @@ impl World {
                     memgest: self.r3,
                     rep: true,
                     two_failures: false,
+                    ttl: None,
                 });
+            }
+        }
+        if self.opts.ttl {
+            // Three TTL keys per ec memgest, owned round-robin by the clients.
+            let mut owner = 0usize;
+            for (j, m) in ec.iter().enumerate() {
+                for i in 0..3 {
+                    self.keys.push(KeySpec {
+                        name: format!("t{j}k{i}"),
+                        memgest: *m,
+                        rep: true,
+                        two_failures: j == 0,
+                        ttl: Some(owner % n_clients),
+                    });
+                    owner += 1;
+                }
             }
         }
         for c in 0..n_clients {
@@ -1237,8 +1335,22 @@ impl World {
         if cl.op.is_some() {
             return;
         }
-        let key_i = (self.rng.next_u64() % self.keys.len() as u64) as usize;
+        let mut key_i = (self.rng.next_u64() % self.keys.len() as u64) as usize;
+        // A TTL key is operated on by its owner only (its model is one client's sequence):
+        // other clients take the next key that is not someone else's.
+        for _ in 0..self.keys.len() {
+            match self.keys[key_i].ttl {
+                Some(o) if o != c => key_i = (key_i + 1) % self.keys.len(),
+                _ => break,
+            }
+        }
+        if self.keys[key_i].ttl.is_some_and(|o| o != c) {
+            return;
+        }
         let key = self.keys[key_i].name.clone();
+        if self.keys[key_i].ttl.is_some() {
+            return self.ttl_next(c, key);
+        }
         let roll = self.rng.range(0, 99);
         let cl = &mut self.clients[c];
         cl.seq += 1;
@@ -1257,7 +1369,13 @@ impl World {
                         pad,
                     ));
                 }
-                (Pending::Set { value: v.clone() }, OpKind::Set { value: v })
+                (
+                    Pending::Set {
+                        value: v.clone(),
+                        expiry: None,
+                    },
+                    OpKind::Set { value: v },
+                )
             }
             _ => (Pending::Delete, OpKind::Delete),
         };
@@ -1285,8 +1403,192 @@ impl World {
             replies: Vec::new(),
             quorum_nodes: Vec::new(),
             fallback: false,
+            ttl_write: None,
         });
         self.client_attempt(c);
+    }
+
+    /// The owner's next operation on TTL key `key`: a read (40%), a new value with an expiry
+    /// 150..2500 ms ahead or none (35%), or a TTL change of the last acknowledged value —
+    /// the same bytes again with a new expiry or none (EXPIRE / PERSIST).
+    fn ttl_next(&mut self, c: usize, key: String) {
+        let roll = self.rng.range(0, 99);
+        let cl = &mut self.clients[c];
+        cl.seq += 1;
+        let seq = cl.seq;
+        let client_id = cl.id;
+        let last = self
+            .ttl_acked
+            .get(&key)
+            .and_then(|i| self.ttl_writes.get(&key).and_then(|w| w.get(*i)))
+            .map(|w| w.value.clone());
+        let ahead = self.rng.range(150, 2500);
+        let persist = self.rng.chance(0.2);
+        let expiry = (!persist).then_some(self.now + ahead);
+        let kind = match (roll, last) {
+            (0..=39, _) => Pending::Get { quorum: false },
+            (75..=99, Some(v)) => Pending::Set { value: v, expiry },
+            _ => {
+                let mut v = format!("c{client_id}-{seq}");
+                let pad = self.rng.range(0, 300) as usize;
+                v.extend(std::iter::repeat_n('t', pad));
+                Pending::Set { value: v, expiry }
+            }
+        };
+        let ttl_write = match &kind {
+            Pending::Set { value, expiry } => {
+                let w = self.ttl_writes.entry(key.clone()).or_default();
+                w.push(TtlWrite {
+                    value: value.clone(),
+                    expiry: *expiry,
+                    acked: false,
+                    never: false,
+                });
+                Some(w.len() - 1)
+            }
+            _ => None,
+        };
+        // The register history does not model expiry: TTL keys keep a placeholder entry
+        // (filtered out before the linearizability check) and their own model.
+        self.seq += 1;
+        let hist = self.history.len();
+        self.history.push(Op {
+            client: client_id,
+            key: key.clone(),
+            invoke: self.seq,
+            complete: None,
+            kind: OpKind::Get { result: None },
+        });
+        self.clients[c].op = Some(InFlight {
+            key,
+            kind,
+            hist,
+            req: ReqId {
+                client: client_id,
+                seq,
+            },
+            attempt: 0,
+            attempts: 0,
+            ambiguous: false,
+            target: None,
+            replies: Vec::new(),
+            quorum_nodes: Vec::new(),
+            fallback: false,
+            ttl_write,
+        });
+        self.client_attempt(c);
+    }
+
+    /// The (value, expiry) pairs `key` may hold now: the last acknowledged write and every
+    /// write whose outcome is unknown (timed out: it may take effect at any point after its
+    /// invocation, as in a linearizable history). Acknowledged writes before the last one
+    /// are superseded, refused ones never happened. `None`: nothing acknowledged yet.
+    fn ttl_candidates(&self, key: &str) -> (Option<usize>, Vec<TtlWrite>) {
+        let Some(ws) = self.ttl_writes.get(key) else {
+            return (None, Vec::new());
+        };
+        let last = self.ttl_acked.get(key).copied();
+        let c = ws
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| Some(*i) == last || (!w.acked && !w.never))
+            .map(|(_, w)| w.clone())
+            .collect();
+        (last, c)
+    }
+
+    /// Check a coordinator read of TTL key `key` (answered `value`, `expiry`) at `now`
+    /// against the model; returns what a front shows (absent once the expiry passed).
+    fn ttl_check_read(
+        &mut self,
+        key: &str,
+        value: Option<Vec<u8>>,
+        expiry: Option<u64>,
+    ) -> Result<Option<Vec<u8>>, String> {
+        let now = self.now;
+        let (acked, cands) = self.ttl_candidates(key);
+        self.stats.ttl_reads_checked += 1;
+        match &value {
+            Some(v) => {
+                let v = String::from_utf8_lossy(v);
+                if !cands.iter().any(|w| w.value == v && w.expiry == expiry) {
+                    return Err(format!(
+                        "TTL key {key}: read ({} bytes, expiry {expiry:?}) at {now} is no \
+                         write that may be current (last acked #{acked:?}; candidates {:?})",
+                        v.len(),
+                        cands
+                            .iter()
+                            .map(|w| (w.value.len(), w.expiry, w.acked))
+                            .collect::<Vec<_>>()
+                    ));
+                }
+            }
+            None => {
+                let may_be_gone =
+                    acked.is_none() || cands.iter().any(|w| w.expiry.is_some_and(|x| x <= now));
+                if !may_be_gone {
+                    return Err(format!(
+                        "TTL key {key}: absent at {now} before any expiry it may hold (last \
+                         acked #{acked:?}; candidates {:?})",
+                        cands
+                            .iter()
+                            .map(|w| (w.value.len(), w.expiry, w.acked))
+                            .collect::<Vec<_>>()
+                    ));
+                }
+            }
+        }
+        // The front hides a value whose expiry passed (the coordinator's clock decides).
+        if value.is_some() && expiry.is_some_and(|x| x <= now) {
+            self.stats.ttl_reads_expired += 1;
+            return Ok(None);
+        }
+        if value.is_none() {
+            self.stats.ttl_reads_expired += 1;
+        }
+        Ok(value)
+    }
+
+    /// The node's active expiry pass (what the cluster driver runs every 100 ms): delete the
+    /// due keys it coordinates through the core, each only if not renewed meanwhile.
+    fn active_expiry(&mut self, id: NodeId) -> Result<(), String> {
+        let now = self.now;
+        let next = self.next_expiry_ms.entry(id).or_insert(0);
+        if now < *next {
+            return Ok(());
+        }
+        *next = now + EXPIRY_PERIOD_MS;
+        let Some(r) = self.nodes.get(&id).and_then(|s| s.replica.as_ref()) else {
+            return Ok(());
+        };
+        let Some(map) = r.map().cloned() else {
+            return Ok(());
+        };
+        let epoch = r.epoch();
+        let due = r.store().expired(now, EXPIRY_KEYS_PER_PASS);
+        for (key, version) in due {
+            if map.coordinator(key_slot(&key)) != Some(id) {
+                continue;
+            }
+            self.expiry_seq += 1;
+            self.stats.ttl_active_expiries += 1;
+            let req = ClientRequest {
+                id: ReqId {
+                    client: EXPIRY_CLIENT,
+                    seq: self.expiry_seq,
+                },
+                epoch,
+                op: ClientOp::Expire { key, version },
+            };
+            self.step_node(
+                id,
+                Input::Client {
+                    client: EXPIRY_CLIENT,
+                    req,
+                },
+            )?;
+        }
+        Ok(())
     }
 
     fn client_attempt(&mut self, c: usize) {
@@ -1345,9 +1647,9 @@ impl World {
                 let inc = map.nodes.get(&coord).map_or(0, |n| n.incarnation);
                 let o = match k {
                     Pending::Get { .. } => ClientOp::Get { key },
-                    Pending::Set { value } => ClientOp::Set {
+                    Pending::Set { value, expiry } => ClientOp::Set {
                         key,
-                        expiry_ms: None,
+                        expiry_ms: *expiry,
                         kind: ringlet_types::ValueKind::String,
                         value: value.clone().into_bytes(),
                         // "Mover" keys change memgest from write to write (what MEMGEST MOVE
@@ -1464,7 +1766,27 @@ impl World {
                 }
             }
             (Pending::Get { quorum: true }, false, _) => {}
-            (Pending::Get { .. }, _, ClientReply::Value { value, .. }) => {
+            (
+                Pending::Get { .. },
+                _,
+                ClientReply::Value {
+                    value, expiry_ms, ..
+                },
+            ) => {
+                let key = op.key.clone();
+                let value = if self.ttl_writes.contains_key(&key)
+                    || self.keys.iter().any(|k| k.name == key && k.ttl.is_some())
+                {
+                    match self.ttl_check_read(&key, value, expiry_ms) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            self.ttl_failure = Some(e);
+                            None
+                        }
+                    }
+                } else {
+                    value
+                };
                 self.client_finish(c, Some(value), false);
             }
             (Pending::Set { .. } | Pending::Delete, _, ClientReply::Written { version }) => {
@@ -1474,6 +1796,13 @@ impl World {
                 // read-back and the linearizability check.
                 if matches!(op.kind, Pending::Set { .. }) {
                     let key = op.key.clone();
+                    if let Some(i) = op.ttl_write {
+                        if let Some(w) = self.ttl_writes.get_mut(&key).and_then(|w| w.get_mut(i)) {
+                            w.acked = true;
+                        }
+                        let a = self.ttl_acked.entry(key.clone()).or_insert(i);
+                        *a = (*a).max(i);
+                    }
                     let e = self.acked.entry(key).or_insert(Version::ZERO);
                     *e = (*e).max(version);
                 }
@@ -1519,6 +1848,12 @@ impl World {
                 if op.ambiguous {
                     self.stats.ops_unknown += 1; // complete stays None
                 } else if gave_up {
+                    if let Some(i) = op.ttl_write {
+                        if let Some(w) = self.ttl_writes.get_mut(&op.key).and_then(|w| w.get_mut(i))
+                        {
+                            w.never = true;
+                        }
+                    }
                     // Every attempt was refused: it never executed; drop it from the history
                     // (an unknown-outcome read carries no information).
                     h.kind = OpKind::Get { result: None };
@@ -1545,8 +1880,11 @@ impl World {
                 self.stats.ec_holder_syncs += r.stats.ec_holder_syncs;
                 self.stats.ec_reencoded += r.stats.move_ec_reencoded;
                 self.stats.ec_replacement_pages += r.stats.move_ec_replacement_pages;
+                self.stats.ec_meta_only_writes += r.stats.ec_meta_only_writes;
             }
         }
+        let map = self.cp.map().clone();
+        self.ttl_final_checks(&map)?;
         if std::env::var_os("SIM_TRACE").is_some() {
             for (id, s) in &self.nodes {
                 if let Some(r) = &s.replica {
@@ -1597,7 +1935,7 @@ impl World {
         // linearizability check below proves it byte-identical to the last write that took
         // effect.
         for k in &self.keys {
-            if !k.rep || (self.double_seen && !k.two_failures) {
+            if !k.rep || (self.double_seen && !k.two_failures) || k.ttl.is_some() {
                 continue;
             }
             let slot = key_slot(k.name.as_bytes());
@@ -1637,6 +1975,7 @@ impl World {
             .filter(|o| {
                 self.keys.iter().any(|k| {
                     k.name == o.key
+                        && k.ttl.is_none()
                         && (k.rep || !self.disruptive_seen)
                         && (k.two_failures || !self.double_seen)
                 })
@@ -1671,6 +2010,53 @@ impl World {
                     lines.join("\n")
                 ),
             ));
+        }
+        Ok(())
+    }
+}
+
+impl World {
+    /// End of a TTL run (healed, converged): each TTL key's coordinator holds a candidate
+    /// (value, expiry) of the model, or nothing only if an expiry it may hold has passed;
+    /// a key whose expiry passed more than a second ago is deleted (active expiry, engine
+    /// store only: the reference store keeps no expiry index).
+    fn ttl_final_checks(&mut self, map: &ClusterMap) -> Result<(), String> {
+        let seed = self.seed;
+        let now = self.now;
+        let names: Vec<(String, bool)> = self
+            .keys
+            .iter()
+            .filter(|k| k.ttl.is_some())
+            .map(|k| (k.name.clone(), k.two_failures))
+            .collect();
+        for (name, two) in names {
+            if self.double_seen && !two {
+                continue;
+            }
+            let Some(coord) = map.coordinator(key_slot(name.as_bytes())) else {
+                continue;
+            };
+            let Some(r) = self.nodes.get(&coord).and_then(|s| s.replica.as_ref()) else {
+                continue;
+            };
+            let entry = r.store().get(name.as_bytes());
+            let Some(value) = r.committed_value(name.as_bytes()) else {
+                return Err(fail(seed, format!("TTL key {name}: value not recovered")));
+            };
+            let expiry = entry.as_ref().and_then(|e| e.expiry_ms);
+            if value.is_some()
+                && self.opts.engine_store
+                && expiry.is_some_and(|x| x.saturating_add(1000) < now)
+            {
+                return Err(fail(
+                    seed,
+                    format!("TTL key {name}: expired at {expiry:?}, still stored at {now}"),
+                ));
+            }
+            // A read at `now`, the model decides (it counts in ttl_reads_checked).
+            self.ttl_check_read(&name, value, expiry)
+                .map_err(|e| fail(seed, format!("final: {e} [{}]", self.stats.faults)))?;
+            self.stats.ttl_final_checked += 1;
         }
         Ok(())
     }

@@ -275,3 +275,39 @@ fn ec_moves_many_seeds() {
     };
     run_all(seeds(7200..7600), &opts);
 }
+
+/// TTLs on ec values under faults (SimOptions::ttl): TTL keys in ec:3+2 and ec:2+1, written
+/// with expiries, their TTL changed by metadata-only updates, read, expired by the nodes'
+/// active expiry, while crashes favour their coordinators (takeovers rebuild the expiry from
+/// the parity holders' metadata). The TTL model checks every read and the end state; the run
+/// must have seen takeovers, metadata-only writes, expired reads and active expiries.
+#[test]
+fn ec_ttl_16_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        ttl: true,
+        engine_store: true,
+        all_faults: true,
+        ..SimOptions::default()
+    };
+    let mut t = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    for seed in seeds(7200..7216) {
+        match run_seed(seed, &opts) {
+            Ok(s) => {
+                t.0 += s.ttl_reads_checked;
+                t.1 += s.ttl_reads_expired;
+                t.2 += s.ttl_active_expiries;
+                t.3 += s.ec_takeovers;
+                t.4 += s.ec_meta_only_writes;
+                t.5 += s.ttl_final_checked;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    eprintln!(
+        "ttl reads checked {} (absent by expiry {}), active expiries {}, ec takeovers {}, \
+         metadata-only writes {}, keys checked at the end {}",
+        t.0, t.1, t.2, t.3, t.4, t.5
+    );
+    assert!(t.0 > 0 && t.1 > 0 && t.2 > 0 && t.3 > 0 && t.4 > 0 && t.5 > 0);
+}

@@ -54,6 +54,13 @@ use ec_bounds::*;
 /// Bytes of the pointer stored in the replica store for an ec value: offset u64 BE, len u64 BE.
 pub const EC_PTR_BYTES: usize = 16;
 
+/// An expiry as the arena keeps it (`KeyMeta::expiry_ms` is a `NonZeroU64`). 0 (1970) never
+/// reaches here from a front (an expiry not in the future deletes the key), and would be
+/// kept as 1: as expired, never as "no expiry" (`write` stores the same 1).
+fn nz(x: Option<u64>) -> Option<std::num::NonZeroU64> {
+    x.and_then(|x| std::num::NonZeroU64::new(x.max(1)))
+}
+
 pub(super) fn ec_ptr(offset: u64, len: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(EC_PTR_BYTES);
     v.extend_from_slice(&offset.to_be_bytes());
@@ -76,6 +83,7 @@ fn to_wire_meta(m: &Option<MetaChange>) -> EcMeta {
             offset: meta.offset,
             len: meta.len,
             kind: meta.kind,
+            expiry_ms: meta.expiry_ms.map(std::num::NonZeroU64::get),
         },
         Some(MetaChange::Delete { key, version }) => EcMeta::Delete {
             key: key.clone(),
@@ -97,6 +105,7 @@ fn from_wire(owner: u32, seq: u64, offset: u64, delta: Vec<u8>, meta: EcMeta) ->
             offset,
             len,
             kind,
+            expiry_ms,
         } => Some(MetaChange::Put {
             key,
             meta: KeyMeta {
@@ -105,6 +114,7 @@ fn from_wire(owner: u32, seq: u64, offset: u64, delta: Vec<u8>, meta: EcMeta) ->
                 len,
                 version,
                 kind,
+                expiry_ms: nz(expiry_ms),
             },
         }),
         EcMeta::Delete { key, version } => Some(MetaChange::Delete { key, version }),
@@ -270,8 +280,13 @@ pub(super) struct Job {
     sent_ms: u64,
     failed: bool,
     attempt: usize,
-    readers: Vec<(u64, ReqId, bool, Version, MemgestId, ValueKind)>,
+    /// Waiting reads: (client, request, quorum leg?, version, memgest, kind, expiry).
+    readers: Vec<Reader>,
 }
+
+/// A read waiting for a decode job: (client, request, quorum leg?, version, memgest, kind,
+/// expiry ms).
+type Reader = (u64, ReqId, bool, Version, MemgestId, ValueKind, Option<u64>);
 
 #[derive(Clone, Copy, Debug)]
 pub(super) enum EcReq {
@@ -472,7 +487,7 @@ impl<S: ReplicaStore> Replica<S> {
         // resend; readers waiting for a decode are told to retry).
         self.ec_reqs.clear();
         for (_, j) in std::mem::take(&mut self.ec_jobs) {
-            for (client, id, _, _, _, _) in j.readers {
+            for (client, id, ..) in j.readers {
                 self.reply(out, client, id, ClientReply::NotReady);
             }
         }
@@ -579,6 +594,7 @@ impl<S: ReplicaStore> Replica<S> {
         key: Vec<u8>,
         value: Option<Vec<u8>>,
         memgest: MemgestId,
+        expiry_ms: Option<u64>,
         kind: ValueKind,
         out: &mut Vec<Output>,
     ) {
@@ -593,9 +609,23 @@ impl<S: ReplicaStore> Replica<S> {
         if !matches!(d.state, DataState::Ready) {
             return self.reply(out, client, id, ClientReply::NotReady);
         }
+        // The bytes the key already holds (its newest write, committed or not) with another
+        // TTL or none — EXPIRE, PERSIST, GETEX rewrite the value they read — or simply the
+        // same value again: a metadata-only update. The key keeps its range; the holders get
+        // the new version and expiry and no delta (Arena::touch). Comparing costs one
+        // memcmp of the value; a rewrite would cost a fresh range and a value-sized delta
+        // to each of the M holders.
+        let same = value
+            .as_ref()
+            .is_some_and(|v| d.arena.holds_value(&key, v, kind));
         let targets = d.holders.clone();
         let bytes = (key.len() as u64)
-            .saturating_add(value.as_ref().map_or(0, |v| v.len() as u64))
+            .saturating_add(
+                value
+                    .as_ref()
+                    .filter(|_| !same)
+                    .map_or(0, |v| v.len() as u64),
+            )
             .saturating_add(64);
         for t in &targets {
             let (n, b) = self.inflight.get(t).copied().unwrap_or((0, 0));
@@ -605,7 +635,7 @@ impl<S: ReplicaStore> Replica<S> {
                 return self.reply(out, client, id, ClientReply::Busy);
             }
         }
-        if let Some(v) = &value {
+        if let Some(v) = value.as_ref().filter(|_| !same) {
             // The node's budget for ec values, over all its arenas (a sum over the few
             // (PG, memgest) arenas this node owns data in).
             let held: u64 = self
@@ -626,7 +656,11 @@ impl<S: ReplicaStore> Replica<S> {
             return;
         };
         let staged = match &value {
-            Some(v) => d.arena.put_deferred(&key, version, v, kind),
+            Some(_) if same => d
+                .arena
+                .touch(&key, version, nz(expiry_ms))
+                .map(|u| (u, None)),
+            Some(v) => d.arena.put_deferred(&key, version, v, kind, nz(expiry_ms)),
             None if d.arena.meta(&key).is_some() => d.arena.remove_deferred(&key, version, false),
             None => Ok((
                 d.arena.meta_update(MetaChange::Delete {
@@ -647,6 +681,9 @@ impl<S: ReplicaStore> Replica<S> {
             // Anything else is a bug or a race with a takeover: nothing was sent.
             Err(_) => return self.reply(out, client, id, ClientReply::Busy),
         };
+        if same {
+            self.stats.ec_meta_only_writes += 1;
+        }
         let stored = match (&value, &up.meta) {
             (Some(_), Some(MetaChange::Put { meta, .. })) => Some(ec_ptr(meta.offset, meta.len)),
             _ => None,
@@ -666,7 +703,7 @@ impl<S: ReplicaStore> Replica<S> {
         let entry = Entry {
             version,
             memgest,
-            expiry_ms: None, // ec writes with a TTL are refused in `write`
+            expiry_ms: stored.as_ref().and(expiry_ms),
             kind: if stored.is_some() {
                 kind
             } else {
@@ -1040,6 +1077,7 @@ impl<S: ReplicaStore> Replica<S> {
                 len: m.len,
                 tombstone: false,
                 kind: m.kind,
+                expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
             });
         let tombs = h
             .store
@@ -1052,6 +1090,7 @@ impl<S: ReplicaStore> Replica<S> {
                 len: 0,
                 tombstone: true,
                 kind: ValueKind::String,
+                expiry_ms: None,
             });
         let mut keys: Vec<EcKeyMeta> = puts.chain(tombs).collect();
         keys.sort_by(|a, b| a.key.cmp(&b.key));
@@ -1260,6 +1299,7 @@ impl<S: ReplicaStore> Replica<S> {
                     len: m.len,
                     tombstone: false,
                     kind: m.kind,
+                    expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
                 })
                 .collect();
             let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
@@ -1364,6 +1404,7 @@ impl<S: ReplicaStore> Replica<S> {
                 len: k.len,
                 version: k.version,
                 kind: k.kind,
+                expiry_ms: nz(k.expiry_ms),
             };
             let _ = h
                 .store
@@ -1576,7 +1617,7 @@ impl<S: ReplicaStore> Replica<S> {
             if let Some(j) = self.ec_jobs.remove(&id) {
                 self.ec_reqs
                     .retain(|_, r| !matches!(r, EcReq::Job { job } if *job == id));
-                for (client, rid, _, _, _, _) in j.readers {
+                for (client, rid, ..) in j.readers {
                     self.reply(out, client, rid, ClientReply::NotReady);
                 }
             }
@@ -1709,7 +1750,9 @@ impl<S: ReplicaStore> Replica<S> {
                 version: k.version,
                 memgest: mid,
                 value: (!k.tombstone).then(|| ec_ptr(k.offset, k.len)),
-                expiry_ms: None,
+                // The expiry the parity holders kept: the key expires when it would have
+                // on the failed coordinator (a tombstone has none).
+                expiry_ms: k.expiry_ms.filter(|_| !k.tombstone),
                 kind: k.kind,
             };
             let outcome = self.apply_local(&k.key, entry);
@@ -1721,6 +1764,7 @@ impl<S: ReplicaStore> Replica<S> {
                         len: k.len,
                         version: k.version,
                         kind: k.kind,
+                        expiry_ms: nz(k.expiry_ms),
                     };
                     if d.arena.restore_key(&k.key, meta).is_err() {
                         self.stats.ec_restore_conflicts += 1;
@@ -2071,20 +2115,20 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
-        for (client, id, replica, version, memgest, kind) in j.readers {
+        for (client, id, replica, version, memgest, kind, expiry_ms) in j.readers {
             let body = if replica {
                 ClientReply::Replica {
                     version,
                     memgest,
                     value: Some(bytes.clone()),
-                    expiry_ms: None, // ec values carry no expiry (refused at write)
+                    expiry_ms,
                     kind,
                 }
             } else {
                 ClientReply::Value {
                     version,
                     value: Some(bytes.clone()),
-                    expiry_ms: None,
+                    expiry_ms,
                     kind,
                 }
             };
@@ -2114,7 +2158,7 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
             None => {
-                for (client, id, _, _, _, _) in j.readers {
+                for (client, id, ..) in j.readers {
                     self.reply(out, client, id, ClientReply::NotReady);
                 }
             }
@@ -2342,7 +2386,9 @@ impl<S: ReplicaStore> Replica<S> {
             return Err(());
         }
         let staged = match &e.value {
-            Some(v) => d.arena.put_deferred(&key, e.version, v, e.kind),
+            Some(v) => d
+                .arena
+                .put_deferred(&key, e.version, v, e.kind, nz(e.expiry_ms)),
             None if d.arena.meta(&key).is_some() => d.arena.remove_deferred(&key, e.version, false),
             None => {
                 // A tombstone of a key this group never held: the store keeps it (late
@@ -2524,7 +2570,15 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(pg) = self.range(key_slot(key)).map(|r| r.pg) else {
             return self.reply(out, client, id, ClientReply::NotReady);
         };
-        let reader = (client, id, replica, e.version, e.memgest, e.kind);
+        let reader = (
+            client,
+            id,
+            replica,
+            e.version,
+            e.memgest,
+            e.kind,
+            e.expiry_ms,
+        );
         if let Some(j) = self.ec_jobs.values_mut().find(|j| {
             !j.background
                 && j.pg == pg
