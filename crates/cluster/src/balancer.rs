@@ -86,15 +86,20 @@ pub async fn reports(map: &ClusterMap, access: &NodeAccess) -> Result<Vec<SlotLo
 /// # Errors
 /// As [`reports`].
 pub async fn sample(map: &ClusterMap, access: &NodeAccess) -> Result<Sample, String> {
+    Ok(to_sample(reports(map, access).await?))
+}
+
+/// For each slot, the node that reported it and its cumulative count.
+fn to_sample(reports: Vec<SlotLoadReport>) -> Sample {
     let mut out = Sample::new();
-    for rep in reports(map, access).await? {
+    for rep in reports {
         for (slot, n) in rep.slots {
             if slot < SLOT_COUNT {
                 out.insert(slot, (rep.node, n));
             }
         }
     }
-    Ok(out)
+    out
 }
 
 /// Bytes stored per slot, as each slot's coordinator accounts them (the engine's per-slot
@@ -124,14 +129,27 @@ pub async fn plan_by_bytes(
     access: &NodeAccess,
     cfg: &BalanceConfig,
 ) -> Result<Verdict, String> {
-    // Right after a move the nodes may not all have the new map yet: sample again (bounded)
-    // until every node answers for the control plane's epoch.
+    let (map, reps) = settled_reports(control, access).await?;
+    Ok(plan_by_load(&map, &slot_bytes(&reps), cfg))
+}
+
+/// The control plane's map and every active data node's report, once every node answers
+/// for that map's epoch: right after a move the nodes may not all have the new map yet, and
+/// a report from a node still on the previous epoch counts slots it no longer serves (or
+/// misses those it gained). Sampled again, bounded by [`EPOCH_SETTLE_TRIES`].
+///
+/// # Errors
+/// As [`reports`] and [`current_map`], or the nodes did not settle in time.
+async fn settled_reports(
+    control: &str,
+    access: &NodeAccess,
+) -> Result<(ClusterMap, Vec<SlotLoadReport>), String> {
     let mut last = 0;
     for _ in 0..EPOCH_SETTLE_TRIES {
         let map = current_map(control).await?;
         let reps = reports(&map, access).await?;
         if reps.iter().all(|r| r.epoch == map.epoch.0) {
-            return Ok(plan_by_load(&map, &slot_bytes(&reps), cfg));
+            return Ok((map, reps));
         }
         last = map.epoch.0;
         tokio::time::sleep(MOVE_POLL).await;
@@ -190,9 +208,11 @@ pub async fn measure_and_plan(
     window: Duration,
     cfg: &BalanceConfig,
 ) -> Result<Verdict, String> {
-    let map = current_map(control).await?;
+    // The first sample waits for every node to reach the map's epoch (a round right after
+    // its own move would otherwise start from counts of the previous owners).
+    let (map, first) = settled_reports(control, access).await?;
     let t0 = Instant::now();
-    let a = sample(&map, access).await?;
+    let a = to_sample(first);
     tokio::time::sleep(window).await;
     let b = sample(&map, access).await?;
     let secs = t0.elapsed().as_secs_f64();
