@@ -1569,6 +1569,7 @@ fn load_once(
 /// is named once on stderr and the load goes on.
 fn reserve_index(topo: &Topology, password: Option<&str>, records: u64) {
     let share = records.div_ceil(topo.nodes.len().max(1) as u64);
+    let mut refused: Vec<(&str, anyhow::Error)> = Vec::new();
     for n in &topo.nodes {
         let r = connect(n, password).and_then(|mut s| {
             let Reply::Integer(keys) = call(&mut s, &[b"DBSIZE"])? else {
@@ -1581,8 +1582,23 @@ fn reserve_index(topo: &Topology, password: Option<&str>, records: u64) {
             }
         });
         if let Err(e) = r {
-            eprintln!("ringlet load: {n} did not pre-size its index ({e}); hints may go stale");
+            refused.push((n, e));
         }
+    }
+    // A cluster's nodes have no `index-keys` today (the cluster front's CONFIG): say so
+    // once, plainly, instead of one error per node; the load goes on (hints are a speed-up,
+    // a stale one costs a lookup, never a wrong item).
+    if topo.slot_node.is_some() && !refused.is_empty() && refused.len() == topo.nodes.len() {
+        eprintln!(
+            "ringlet load: index pre-sizing is not available on this cluster's nodes (CONFIG SET \
+             index-keys: {}); loading without it: a link whose target's node grows its index \
+             during pass 2 keeps a stale hint, followed by a lookup",
+            refused[0].1
+        );
+        return;
+    }
+    for (n, e) in refused {
+        eprintln!("ringlet load: {n} did not pre-size its index ({e}); hints may go stale");
     }
 }
 
