@@ -1061,8 +1061,95 @@ impl Hasher for Prehashed {
     }
 }
 
-type HashedSet = HashSet<u64, BuildHasherDefault<Prehashed>>;
 type HashedMap = HashMap<u64, u32, BuildHasherDefault<Prehashed>>;
+
+/// The 64-bit hashes of the keys this load wrote, for pass 2's dangling-link check: an
+/// open-addressing table (linear probing, at most half full, 8 bytes a slot) rather than a
+/// `HashSet`, so that pass 2 can request the slots of a chunk's targets before it checks
+/// them. The set outgrows the caches (a few MB at 200,000 keys) and a link's target is a
+/// random key: checked one by one, each link was a cache miss in series, half the loader's
+/// CPU on KELI's graph (BENCHMARKS.md, "Loader and reader chase").
+struct KeySet {
+    /// 0 = empty; a hash of 0 is stored as 1 (one more collision class, ~2^-64).
+    slots: Vec<u64>,
+    len: usize,
+}
+
+impl KeySet {
+    fn new() -> KeySet {
+        KeySet {
+            slots: vec![0; 1024],
+            len: 0,
+        }
+    }
+
+    fn fix(h: u64) -> u64 {
+        h.max(1)
+    }
+
+    fn home(&self, h: u64) -> usize {
+        // SipHash's low bits are as good as any; the table size is a power of two.
+        (h as usize) & (self.slots.len() - 1)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn insert(&mut self, h: u64) {
+        if (self.len + 1) * 2 > self.slots.len() {
+            let doubled = vec![0; self.slots.len() * 2];
+            let old = std::mem::replace(&mut self.slots, doubled);
+            self.len = 0;
+            for h in old.into_iter().filter(|&h| h != 0) {
+                self.insert(h);
+            }
+        }
+        let h = Self::fix(h);
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(h);
+        // Bounded: the table is at most half full, so an empty slot comes within its size.
+        for _ in 0..self.slots.len() {
+            match self.slots[i] {
+                0 => {
+                    self.slots[i] = h;
+                    self.len += 1;
+                    return;
+                }
+                x if x == h => return,
+                _ => i = (i + 1) & mask,
+            }
+        }
+        unreachable!("a half-full table has an empty slot");
+    }
+
+    fn contains(&self, h: u64) -> bool {
+        let h = Self::fix(h);
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(h);
+        for _ in 0..self.slots.len() {
+            match self.slots[i] {
+                0 => return false,
+                x if x == h => return true,
+                _ => i = (i + 1) & mask,
+            }
+        }
+        false
+    }
+
+    /// Start loading `h`'s home slot (a hint: no effect on any answer).
+    fn prefetch(&self, h: u64) {
+        let p = self.slots.as_ptr().wrapping_add(self.home(Self::fix(h)));
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch never faults and reads nothing the program observes; the
+        // address is inside the table anyway.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+}
 
 #[derive(Default, Debug)]
 struct Stats {
@@ -1080,7 +1167,7 @@ struct Load<'m> {
     prefix: Vec<u8>,
     fresh: bool,
     w: Writer,
-    keys: HashedSet,
+    keys: KeySet,
     counts: HashedMap,
     stats: Stats,
     bar: ProgressBar,
@@ -1156,7 +1243,7 @@ impl Load<'_> {
     }
 
     fn exists(&self, key: &[u8]) -> bool {
-        self.keys.contains(&hash_key(key))
+        self.keys.contains(hash_key(key))
     }
 
     fn pass2(&mut self, snap: &mut Snapshot) -> Result<()> {
@@ -1205,16 +1292,18 @@ impl Load<'_> {
                     self.skip(|| format!("a row of [[lists]] has no owner or target (row {rows})"));
                     return Ok(());
                 }
-                if !self.exists(&key) || (!l.external && !self.exists(&target)) {
+                // The owner is checked per row (a sorted source repeats it: a cached slot),
+                // the target when its run is flushed, with the others of its chunk.
+                if !self.exists(&key) {
                     self.stats.dangling += 1;
                     return Ok(());
                 }
-                if run.owner != key || run.pending.len() >= l.chunk {
+                if run.owner != key || run.len() >= l.chunk {
                     self.flush_run(l, &mut run)?;
                     run.owner.clear();
                     run.owner.extend_from_slice(&key);
                 }
-                run.pending.push(target.clone());
+                run.push(&target);
                 Ok(())
             })?;
             self.flush_run(l, &mut run)?;
@@ -1226,7 +1315,17 @@ impl Load<'_> {
     /// target number `i` of the list goes to item `i / chunk` (0: the owner itself, k ≥ 1:
     /// `owner#field#k`); a new item is linked from the one before by `field.next`.
     fn flush_run(&mut self, l: &List, run: &mut ListRun) -> Result<()> {
-        if run.pending.is_empty() {
+        if !l.external {
+            // Every target's slot requested first, then checked: the misses overlap.
+            for i in 0..run.len() {
+                self.keys.prefetch(hash_key(run.target(i)));
+            }
+            let before = run.len();
+            run.retain(|t| self.keys.contains(hash_key(t)));
+            self.stats.dangling += (before - run.len()) as u64;
+        }
+        if run.len() == 0 {
+            run.clear();
             return Ok(());
         }
         let id = hash_key(&run.owner) ^ hash_key(&l.field).rotate_left(1);
@@ -1256,9 +1355,9 @@ impl Load<'_> {
         let mut item = Vec::new();
         let mut prev = Vec::new();
         let mut i = 0;
-        while i < run.pending.len() {
+        while i < run.len() {
             let k = pos / l.chunk;
-            let take = (l.chunk - pos % l.chunk).min(run.pending.len() - i);
+            let take = (l.chunk - pos % l.chunk).min(run.len() - i);
             item_key(&run.owner, &l.field, k, &mut item);
             let new_item = k >= 1 && pos.is_multiple_of(l.chunk);
             if new_item && !self.fresh {
@@ -1266,8 +1365,8 @@ impl Load<'_> {
             }
             let p = self.w.pipe(&item, 4 + take);
             p.arg(b"LINK").arg(b"ADD").arg(&item).arg(&l.field);
-            for t in &run.pending[i..i + take] {
-                p.arg(t);
+            for j in i..i + take {
+                p.arg(run.target(j));
             }
             p.end()?;
             if new_item {
@@ -1287,12 +1386,12 @@ impl Load<'_> {
             pos += take;
             i += take;
         }
-        self.stats.links += run.pending.len() as u64;
+        self.stats.links += run.len() as u64;
         let Ok(pos) = u32::try_from(pos) else {
             bail!("a link list of more than {} targets", u32::MAX);
         };
         *self.counts.get_mut(&id).expect("inserted above") = pos;
-        run.pending.clear();
+        run.clear();
         Ok(())
     }
 }
@@ -1301,7 +1400,47 @@ impl Load<'_> {
 #[derive(Default)]
 struct ListRun {
     owner: Vec<u8>,
-    pending: Vec<Vec<u8>>,
+    /// The targets back to back (no allocation per link), each ending at `ends[i]`.
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl ListRun {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn target(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    fn push(&mut self, t: &[u8]) {
+        self.bytes.extend_from_slice(t);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// Keep the targets `keep` accepts, in order.
+    fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
+        let (mut w, mut kept, mut start) = (0usize, 0usize, 0usize);
+        for i in 0..self.ends.len() {
+            let end = self.ends[i];
+            if keep(&self.bytes[start..end]) {
+                self.bytes.copy_within(start..end, w);
+                w += end - start;
+                self.ends[kept] = w;
+                kept += 1;
+            }
+            start = end;
+        }
+        self.bytes.truncate(w);
+        self.ends.truncate(kept);
+    }
 }
 
 /// Item `k` of `owner`'s list `field`: the owner itself, then `owner#field#k`.
@@ -1379,7 +1518,7 @@ fn load_once(
         prefix,
         fresh,
         w,
-        keys: HashedSet::default(),
+        keys: KeySet::new(),
         counts: HashedMap::default(),
         stats: Stats::default(),
         bar: bar("pass 1/2 records"),
@@ -1430,6 +1569,7 @@ fn load_once(
 /// is named once on stderr and the load goes on.
 fn reserve_index(topo: &Topology, password: Option<&str>, records: u64) {
     let share = records.div_ceil(topo.nodes.len().max(1) as u64);
+    let mut refused: Vec<(&str, anyhow::Error)> = Vec::new();
     for n in &topo.nodes {
         let r = connect(n, password).and_then(|mut s| {
             let Reply::Integer(keys) = call(&mut s, &[b"DBSIZE"])? else {
@@ -1442,8 +1582,23 @@ fn reserve_index(topo: &Topology, password: Option<&str>, records: u64) {
             }
         });
         if let Err(e) = r {
-            eprintln!("ringlet load: {n} did not pre-size its index ({e}); hints may go stale");
+            refused.push((n, e));
         }
+    }
+    // A cluster's nodes have no `index-keys` today (the cluster front's CONFIG): say so
+    // once, plainly, instead of one error per node; the load goes on (hints are a speed-up,
+    // a stale one costs a lookup, never a wrong item).
+    if topo.slot_node.is_some() && !refused.is_empty() && refused.len() == topo.nodes.len() {
+        eprintln!(
+            "ringlet load: index pre-sizing is not available on this cluster's nodes (CONFIG SET \
+             index-keys: {}); loading without it: a link whose target's node grows its index \
+             during pass 2 keeps a stale hint, followed by a lookup",
+            refused[0].1
+        );
+        return;
+    }
+    for (n, e) in refused {
+        eprintln!("ringlet load: {n} did not pre-size its index ({e}); hints may go stale");
     }
 }
 
@@ -1625,6 +1780,29 @@ mod tests {
         assert_eq!(gen_of(b"cat@12user", "cat"), None);
         assert_eq!(gen_of(b"catalog@1:u", "cat"), None);
         assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
+    }
+
+    #[test]
+    fn key_sets_and_list_runs() {
+        let mut k = KeySet::new();
+        for i in 0..5000u64 {
+            k.insert(hash_key(format!("v:{i}").as_bytes()));
+        }
+        k.insert(0);
+        k.insert(hash_key(b"v:7"));
+        assert_eq!(k.len(), 5001);
+        assert!((0..5000u64).all(|i| k.contains(hash_key(format!("v:{i}").as_bytes()))));
+        assert!(!(5000..6000u64).any(|i| k.contains(hash_key(format!("v:{i}").as_bytes()))));
+        assert!(k.contains(0) && k.contains(1));
+        let mut r = ListRun::default();
+        for t in ["a", "bb", "", "ccc", "d"] {
+            r.push(t.as_bytes());
+        }
+        r.retain(|t| t != b"bb" && t != b"d");
+        let got: Vec<&[u8]> = (0..r.len()).map(|i| r.target(i)).collect();
+        assert_eq!(got, [&b"a"[..], b"", b"ccc"]);
+        r.clear();
+        assert_eq!(r.len(), 0);
     }
 
     #[test]

@@ -186,6 +186,11 @@ fn write_jsonl(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// Run `ringlet load --port P ARGS` to completion; its stdout.
 fn load(port: u16, args: &[&str]) -> String {
+    load_with_stderr(port, args).0
+}
+
+/// [`load`], with what the loader said on stderr.
+fn load_with_stderr(port: u16, args: &[&str]) -> (String, String) {
     let out = Command::new(BIN)
         .args(["load", "--port", &port.to_string()])
         .args(args)
@@ -198,7 +203,7 @@ fn load(port: u16, args: &[&str]) -> String {
         stdout,
         String::from_utf8_lossy(&out.stderr)
     );
-    stdout
+    (stdout, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// The graph above, as the loader must have written it (under `prefix`).
@@ -336,7 +341,7 @@ fn csv_and_jsonl_into_a_cluster() {
     let dir = tmpdir("cluster");
     let (u, f) = write_csv(&dir);
     let m = mapping(&dir, "users", "follows");
-    let out = load(
+    let (out, err) = load_with_stderr(
         base,
         &[
             "--mapping",
@@ -348,6 +353,14 @@ fn csv_and_jsonl_into_a_cluster() {
         ],
     );
     check_graph(base, &out, "");
+    // Index pre-sizing is a single node's setting: the cluster's refusal is said once,
+    // plainly, and the load goes on.
+    assert_eq!(
+        err.matches("index pre-sizing is not available on this cluster's nodes")
+            .count(),
+        1,
+        "{err}"
+    );
     // JSON Lines into generation 1 of an alias: every key under `g@1:`, the alias set.
     let (u, f) = write_jsonl(&dir);
     let out = load(

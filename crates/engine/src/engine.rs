@@ -796,7 +796,19 @@ impl Engine {
         let n = key_hashes
             .len()
             .min(ringlet_types::limits::ACCESS_RECORD_BATCH_MAX as usize);
-        for &h in key_hashes.iter().take(n) {
+        // Each touch is a bucket miss; a batch from a one-sided walk (distinct keys) paid them
+        // one after the other. Requesting the home buckets a few hashes ahead overlaps them
+        // (a prefetch is a hint: what is touched does not change).
+        const AHEAD: usize = 8;
+        let hashes = &key_hashes[..n];
+        let view = self.store.reader().view();
+        for &h in hashes.iter().take(AHEAD) {
+            crate::read::prefetch_bucket(&view, h);
+        }
+        for (i, &h) in hashes.iter().enumerate() {
+            if let Some(&next) = hashes.get(i + AHEAD) {
+                crate::read::prefetch_bucket(&view, next);
+            }
             self.store.touch(h);
         }
     }

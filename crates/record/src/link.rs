@@ -19,7 +19,7 @@
 //! targets in a list are kept (a list is a sequence, like KELI's follower lists).
 
 use crate::hash::{arity_error, Applied, Out};
-use crate::record::{Field, Link, Record};
+use crate::record::{splice_links, Field, Hint, Link, Record, Splice};
 use crate::LINKS_PER_FIELD_MAX;
 use ringlet_types::limits::KEY_BYTES_MAX;
 use std::borrow::Cow;
@@ -58,6 +58,28 @@ pub fn apply(argv: &[&[u8]], rec: Option<&Record>) -> Applied {
 /// chunked load's node time). Same replies and writes as [`apply`].
 pub fn apply_owned(argv: &[&[u8]], rec: Option<Record>) -> Applied {
     apply_cow(argv, Cow::Owned(rec.unwrap_or_default()))
+}
+
+/// `LINK SET|ADD` on the key's encoded record (`None`: the key is missing) without decoding
+/// it ([`crate::record::splice_links`]): the reply and the new encoding, each new link with
+/// the hint `hint` finds for its target. `None`: not a LINK SET/ADD this path takes (see
+/// `splice_links`); the caller decodes and runs [`apply_owned`], which gives the same result
+/// or the error.
+pub fn apply_encoded(
+    argv: &[&[u8]],
+    encoded: Option<&[u8]>,
+    hint: impl FnMut(&[u8]) -> Option<Hint>,
+) -> Option<(Out, Vec<u8>)> {
+    let sub = argv.get(1)?;
+    let op = if sub.eq_ignore_ascii_case(b"add") && argv.len() >= 5 {
+        Splice::Add
+    } else if sub.eq_ignore_ascii_case(b"set") && argv.len() == 5 {
+        Splice::Set
+    } else {
+        return None;
+    };
+    let (n, bytes) = splice_links(encoded, argv[3], op, &argv[4..], hint)?;
+    Some((Out::Int(n), bytes))
 }
 
 fn apply_cow(argv: &[&[u8]], cur: Cow<'_, Record>) -> Applied {

@@ -87,6 +87,13 @@ pub struct Link {
 }
 
 impl Link {
+    fn as_ref(&self) -> LinkRef<'_> {
+        LinkRef {
+            target: &self.target,
+            hint: self.hint,
+        }
+    }
+
     /// A link to `target` without a hint.
     pub fn to(target: impl Into<Vec<u8>>) -> Link {
         Link {
@@ -382,13 +389,13 @@ impl Record {
                 }
                 Field::Link(l) => {
                     out.push(TAG_LINK);
-                    put_link(&mut out, l);
+                    put_link(&mut out, &l.as_ref());
                 }
                 Field::Links(ls) => {
                     out.push(TAG_LINKS);
                     put_varint(&mut out, ls.len() as u64);
                     for l in ls {
-                        put_link(&mut out, l);
+                        put_link(&mut out, &l.as_ref());
                     }
                 }
             }
@@ -616,9 +623,15 @@ fn link_encoded_len(l: &Link) -> usize {
         }
 }
 
-fn put_link(out: &mut Vec<u8>, l: &Link) {
+/// A link by reference, for encoding without owning its target.
+struct LinkRef<'a> {
+    target: &'a [u8],
+    hint: Option<Hint>,
+}
+
+fn put_link(out: &mut Vec<u8>, l: &LinkRef<'_>) {
     put_varint(out, l.target.len() as u64);
-    out.extend_from_slice(&l.target);
+    out.extend_from_slice(l.target);
     match &l.hint {
         None => out.push(HINT_NONE),
         Some(h) => {
@@ -776,6 +789,133 @@ mod tests {
         );
         assert!(!r.within_bounds());
     }
+}
+
+/// What [`splice_links`] does to its field: LINK SET's or LINK ADD's edit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Splice {
+    /// Replace the field (or append it) with one link.
+    Set,
+    /// Append links to the field's list (or append the field as a list).
+    Add,
+}
+
+/// `LINK SET` / `LINK ADD` straight on an encoded record (`None`: the key is missing), without
+/// decoding it: the new encoding and the reply's integer (SET: 1 if the field is new, else 0;
+/// ADD: the list's new length). The bytes before and after the field are copied as they are,
+/// the new links are encoded with the hint `hint` gives each target (in order), so nothing is
+/// allocated per link and no old link is decoded or re-encoded.
+///
+/// Why: a bulk load writes each chunk item with a `LINK ADD` and each list owner with one
+/// more `LINK SET` of its `next` link; decoding a 100-link record into a `Record` (one
+/// allocation per link) and encoding it again was most of the node's time per command
+/// (BENCHMARKS.md, "Loader and reader chase").
+///
+/// `None` whenever the general path must decide (same writes, same replies, same errors, it
+/// is only slower): bytes that do not scan or name the field twice, a target or field name
+/// over its bound, LINK ADD onto plain bytes or a single link, a list that would exceed
+/// [`LINKS_PER_FIELD_MAX`], a list with links still without a hint (the general path fills
+/// them, [`Record::fill_hints`]), or a result over `VALUE_BYTES_MAX`. (Two *other* fields
+/// with one name, which Ringlet never writes, are copied as they are where the general path
+/// would refuse to decode them; reads scan such bytes without complaint too.)
+pub fn splice_links(
+    b: Option<&[u8]>,
+    field: &[u8],
+    op: Splice,
+    targets: &[&[u8]],
+    mut hint: impl FnMut(&[u8]) -> Option<Hint>,
+) -> Option<(i64, Vec<u8>)> {
+    if targets.is_empty()
+        || (op == Splice::Set && targets.len() != 1)
+        || field.len() > FIELD_NAME_BYTES_MAX
+        || targets.iter().any(|t| t.len() > KEY_BYTES_MAX as usize)
+    {
+        return None;
+    }
+    // Where the field is: (its first byte, one past its last, its value).
+    let mut count = 0u64;
+    let mut body_start = 0usize;
+    let mut found: Option<(usize, usize, FieldRef<'_>)> = None;
+    if let Some(b) = b {
+        let (mut r, n) = Reader::header(b).ok()?;
+        count = n;
+        body_start = b.len() - r.b.len();
+        for _ in 0..n {
+            let start = b.len() - r.b.len();
+            let (name, f) = r.field_ref().ok()?;
+            if name == field {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some((start, b.len() - r.b.len(), f));
+            }
+        }
+        if !r.b.is_empty() {
+            return None;
+        }
+    }
+    // The new field's encoding.
+    let (old_links, had) = match (op, found.map(|(_, _, f)| f)) {
+        (Splice::Add, Some(FieldRef::Links(raw, n))) => {
+            let all_hinted = FieldRef::Links(raw, n).links().all(|(_, h)| h.is_some());
+            if !all_hinted {
+                return None;
+            }
+            (raw, usize::try_from(n).ok()?)
+        }
+        (Splice::Add, Some(_)) => return None,
+        _ => (&[][..], 0),
+    };
+    if op == Splice::Add && had.saturating_add(targets.len()) > LINKS_PER_FIELD_MAX {
+        return None;
+    }
+    let mut f = Vec::with_capacity(
+        field.len() + 12 + old_links.len() + targets.iter().map(|t| t.len() + 41).sum::<usize>(),
+    );
+    put_varint(&mut f, field.len() as u64);
+    f.extend_from_slice(field);
+    match op {
+        Splice::Set => f.push(TAG_LINK),
+        Splice::Add => {
+            f.push(TAG_LINKS);
+            put_varint(&mut f, (had + targets.len()) as u64);
+            f.extend_from_slice(old_links);
+        }
+    }
+    for t in targets {
+        put_link(
+            &mut f,
+            &LinkRef {
+                target: t,
+                hint: hint(t),
+            },
+        );
+    }
+    let mut out;
+    match (b, found) {
+        (Some(b), Some((start, end, _))) => {
+            out = Vec::with_capacity(b.len() - (end - start) + f.len());
+            out.extend_from_slice(&b[..start]);
+            out.extend_from_slice(&f);
+            out.extend_from_slice(&b[end..]);
+        }
+        _ => {
+            let rest = b.map_or(&[][..], |b| &b[body_start..]);
+            out = Vec::with_capacity(11 + rest.len() + f.len());
+            out.push(FORMAT_VERSION);
+            put_varint(&mut out, count.checked_add(1)?);
+            out.extend_from_slice(rest);
+            out.extend_from_slice(&f);
+        }
+    }
+    if out.len() > VALUE_BYTES_MAX as usize {
+        return None;
+    }
+    let reply = match op {
+        Splice::Set => i64::from(found.is_none()),
+        Splice::Add => (had + targets.len()) as i64,
+    };
+    Some((reply, out))
 }
 
 /// A field of an encoded record, borrowed from its bytes (see [`scan`]).

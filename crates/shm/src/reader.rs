@@ -687,6 +687,25 @@ impl ShmReader {
         self.ensure()?;
         let hash = key_hash(key);
         let now = coarse_now_ms(self.clock_res_ms);
+        // The common case first, flat: no remembered positions and a data hint that
+        // validates (the same `read_entry_direct`, so the same guarantee). Anything else —
+        // a stale or expired target, a remembered position — goes through
+        // `read_at_hints`, which reads again and counts it.
+        if let (true, Some(pos), Some(s)) = (self.hint_cache.is_empty(), hint, &self.session) {
+            if let Some(d) = pos.data {
+                prefetch_position(&s.view, pos);
+                let epoch = Some(s.hello.epoch.0);
+                if let Ok(ReadOutcome::Hit { version, kind, .. }) =
+                    read_entry_direct(&s.view, key, hash, d, now, epoch, out)
+                {
+                    self.stats.hint_direct_hits += 1;
+                    self.stats.hint_hits += 1;
+                    self.stats.shm_hits += 1;
+                    self.record(hash);
+                    return Ok(Some((version, kind)));
+                }
+            }
+        }
         if let Some(r) = self.read_at_hints(key, hash, hint, now, out) {
             return Ok(r.map(|(v, k, _)| (v, k)));
         }

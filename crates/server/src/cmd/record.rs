@@ -103,13 +103,44 @@ fn run(
             return out_reply(name, out);
         }
     }
+    // LINK SET/ADD straight on the encoded record (no decode, no allocation per link): what
+    // a bulk load's pass 2 is made of. Declined cases (errors, hint-less old links, ...) take
+    // the general path below, which gives the same result.
+    let is_link = argv[0].eq_ignore_ascii_case(b"link");
+    let encoded = match cur.as_ref() {
+        None => Some(None),
+        Some(e) if e.kind == ValueKind::Record => Some(Some(&e.value[..])),
+        Some(_) => None,
+    };
+    if let (true, Some(encoded), Some(_)) = (is_link, encoded, link_write_field(argv)) {
+        let view = ctx.reader.view();
+        for t in argv.get(4..).unwrap_or_default() {
+            ringlet_engine::read::prefetch_bucket(&view, ringlet_engine::hash::key_hash(t));
+        }
+        let spliced = ringlet_record::link::apply_encoded(argv, encoded, |t| {
+            let hash = ringlet_engine::hash::key_hash(t);
+            ringlet_engine::read::locate_position_by_tag(&view, hash).map(|p| hint_of(p, 0, 0))
+        });
+        if let Some((out, bytes)) = spliced {
+            let opts = SetOptions {
+                memgest: cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
+                expiry: Expiry::Keep,
+                kind: ValueKind::Record,
+                ..SetOptions::default()
+            };
+            if let Err(e) = engine.set(key, &bytes, &opts, now) {
+                return super::string::engine_error(e);
+            }
+            return out_reply(name, out);
+        }
+    }
     let rec = match record_of(cur.as_ref()) {
         Ok(r) => r,
         Err(e) => return e,
     };
     // LINK edits the decoded record in place (it is not used again); the hash commands'
     // `apply` reads it by reference.
-    let mut applied = if argv[0].eq_ignore_ascii_case(b"link") {
+    let mut applied = if is_link {
         ringlet_record::link::apply_owned(argv, rec)
     } else {
         apply(argv, rec.as_ref())
