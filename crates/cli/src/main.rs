@@ -696,6 +696,14 @@ fn refuse_single_node_tls(t: &TlsArgs) -> Result<()> {
 /// address to peers and clients in the map.
 fn check_cluster_flags(a: &NodeArgs, how: &str) -> Result<()> {
     a.config().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if a.index_keys.is_some() {
+        // A cluster node's engine sizes its index itself (replica copies and handoffs land
+        // in it too); taking the flag and not acting on it would mislead a loader's user.
+        anyhow::bail!(
+            "--index-keys: a cluster node ({how}) sizes its index itself and grows it as keys \
+             arrive; the flag is for the single node (`ringlet server`)"
+        );
+    }
     if a.bind.is_unspecified() {
         anyhow::bail!(
             "--bind {}: a cluster node announces its bind address to peers and clients              ({how}); give this host's address",

@@ -166,6 +166,16 @@ fn flags_a_cluster_node_cannot_honour_are_refused() {
             [&up[..], &["--requirepass", "has space"]].concat(),
             "requirepass",
         ),
+        // The index of a cluster node is sized by the node (the flag was accepted and
+        // ignored before session 13).
+        (
+            [&up[..], &["--index-keys", "100000"]].concat(),
+            "--index-keys",
+        ),
+        (
+            [&server[..], &["--index-keys", "100000"]].concat(),
+            "--index-keys",
+        ),
         // `server --cluster --shm-socket` is honoured (docs/design/cluster-shm-reads.md);
         // with `up --nodes` one path cannot serve several nodes (--shm-dir does).
         (
