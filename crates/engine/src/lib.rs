@@ -61,8 +61,8 @@ mod store;
 pub mod strings;
 
 pub use api::{
-    Condition, ConfigError, EngineConfig, EngineStats, Entry, Error, EvictionPolicy, Expiry,
-    ReadOutcome, SetOptions, SetOutcome, TickReport, Usage,
+    Condition, ConfigError, EngineConfig, EngineStats, Entry, EntryHead, Error, EvictionPolicy,
+    Expiry, ReadOutcome, SetOptions, SetOutcome, TickReport, Usage,
 };
 pub use engine::Engine;
 pub use read::{read_entry, read_entry_bounded, read_entry_with, RegionsView};
