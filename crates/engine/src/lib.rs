@@ -38,7 +38,9 @@
 //! - [`api`]: config, options, outcomes, errors, stats;
 //! - `engine`: the writer's rules (versions, tombstones, TTL, conditions, string helpers);
 //! - `store`: index tables (lookup, insert, upsize), data entries, eviction, expiry, scan,
-//!   accounting — the writer's side of the regions;
+//!   accounting — the writer's side of the regions; `store/slot_index.rs`: the opt-in
+//!   per-slot index (scan order, per-(slot, memgest) digests) a cluster node's replica core
+//!   pages slots with;
 //! - [`read`]: the lock-free reader over read-only views (`RegionsView`), with the
 //!   memory-ordering argument;
 //! - [`layout`]: byte layouts and constants shared with other processes;
