@@ -59,6 +59,19 @@ def rss_bytes(pid):
     return 0
 
 
+def rss_kinds(pid):
+    """(RssAnon, RssShmem) of a process in bytes: heap and stacks vs the engine's memfd
+    regions (index and data), which are shared memory."""
+    anon = shmem = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                anon = int(line.split()[1]) * 1024
+            elif line.startswith("RssShmem:"):
+                shmem = int(line.split()[1]) * 1024
+    return anon, shmem
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -120,6 +133,10 @@ class Cluster:
 
     def rss(self):
         return sum(rss_bytes(p) for p in self.pids.values())
+
+    def rss_kinds(self):
+        parts = [rss_kinds(p) for p in self.pids.values()]
+        return sum(a for a, _ in parts), sum(s for _, s in parts)
 
     def info(self, name):
         text = self.any.execute_command("MEMGEST", "INFO", name)
@@ -209,9 +226,15 @@ def bench_memgest(c, name, desc, run_id, value):
     info0 = int(i0["stored_bytes"])
     ec0 = sum(int(i0.get(f, 0)) for f in EC_FIELDS)
     rss0 = c.rss()
+    anon0, shmem0 = c.rss_kinds()
     row["put_ops_s"] = load(c, keys, value, ["MEMGEST", name])
     time.sleep(1.5)  # replicas catch up, usage reports (every 100 ms) arrive
     row["rss_per_payload"] = (c.rss() - rss0) / payload
+    anon1, shmem1 = c.rss_kinds()
+    # The growth split by kind: heap (side indexes, ec arenas and parity, buffers) and the
+    # engine's shared-memory regions (entries, index).
+    row["rss_anon_per_payload"] = (anon1 - anon0) / payload
+    row["rss_shmem_per_payload"] = (shmem1 - shmem0) / payload
     i1 = c.info(name)
     # ec: values, arena, parity and metadata live outside the engine's per-memgest counters;
     # the cluster-wide ec accounting grows only with this memgest's load (one at a time).
@@ -348,15 +371,17 @@ def table(rows):
 def breakdown(rows):
     """Where each memgest's bytes per payload byte go (the BENCHMARKS.md breakdown)."""
     lines = ["| memgest | engine (index records, values of rep/none) | ec arena data | ec parity "
-             "| ec key metadata | total (MEMGEST INFO) | RSS growth |",
-             "|---|---|---|---|---|---|---|"]
+             "| ec key metadata | total (MEMGEST INFO) | RSS growth | of which heap (RssAnon) "
+             "| of which engine regions (RssShmem) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "unavailable" in r or "engine_per_payload" not in r:
             continue
         f = lambda k: f"{r[k]:.2f}" if k in r else "—"
         lines.append(f"| {r['memgest']} | {f('engine_per_payload')} | {f('ec_data_per_payload')} "
                      f"| {f('ec_parity_per_payload')} | {f('ec_meta_per_payload')} "
-                     f"| {f('info_per_payload')} | {f('rss_per_payload')} |")
+                     f"| {f('info_per_payload')} | {f('rss_per_payload')} "
+                     f"| {f('rss_anon_per_payload')} | {f('rss_shmem_per_payload')} |")
     return "\n".join(lines)
 
 

@@ -93,6 +93,18 @@ pub struct Entry {
     pub kind: ValueKind,
 }
 
+/// A stored entry's metadata without its value ([`crate::Engine::head`],
+/// [`crate::Engine::slot_scan_heads`]): what a caller that compares versions needs, read
+/// from the index entry and the data entry's header, with no copy of the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryHead {
+    pub version: Version,
+    pub memgest: MemgestId,
+    /// Absolute unix milliseconds after which the key reads as absent; `None`: no TTL.
+    pub expire_at_ms: Option<u64>,
+    pub kind: ValueKind,
+}
+
 /// What a write does to the key's TTL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {

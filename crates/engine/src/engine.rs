@@ -747,15 +747,82 @@ impl Engine {
     }
 
     /// Keys of one slot (expired ones included: migration moves them with their TTL), with
-    /// SCAN's cursor guarantees.
+    /// SCAN's cursor guarantees (a key present for the whole walk is returned; with the
+    /// per-slot index, exactly once).
     ///
-    /// Cost: the index has no per-slot structure (it would cost 8 B/key), so enumerating a
-    /// slot walks the whole table, reading each key; a slot with no keys returns at once.
+    /// Cost: with the per-slot index ([`Engine::enable_slot_index`], cluster nodes) the keys
+    /// of the page only; without it the index has no per-slot structure, so enumerating a
+    /// slot walks the whole table, reading each key. A slot with no keys returns at once.
     pub fn slot_keys(&self, slot: u16, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> u64 {
         if self.store.slot_key_count(slot) == 0 {
             return 0;
         }
+        if self.store.slot_index_enabled() {
+            return self.store.slot_index_keys(slot, cursor, count, out);
+        }
         self.store.scan(cursor, count, Some(slot), None, out)
+    }
+
+    /// Keep a per-slot index from now on (built from what is stored): per-slot scans in
+    /// scan order ([`Engine::slot_scan`]) that cost the page, not the table, and per-(slot,
+    /// memgest) digests of the published entries ([`Engine::slot_memgest_digest`]). About 12
+    /// bytes per key (`store/slot_index.rs`); for a cluster node's replica core, which lists
+    /// slots for pulls, repair and resharding. Idempotent.
+    pub fn enable_slot_index(&mut self) {
+        self.store.enable_slot_index();
+    }
+
+    /// The published entry of `key` without its value (expired or not: no clock here).
+    pub fn head(&self, key: &[u8]) -> Option<crate::EntryHead> {
+        if key.len() > KEY_BYTES_MAX as usize {
+            return None;
+        }
+        let m = self.store.get_meta(key, key_hash(key))?;
+        Some(crate::EntryHead {
+            version: m.version,
+            memgest: m.memgest,
+            expire_at_ms: m.expire_at_ms,
+            kind: m.kind,
+        })
+    }
+
+    /// Up to `limit` published entries of `slot` (expired ones included), in scan order
+    /// ([`crate::hash::scan_order`]), strictly after the key `after` in that order (which
+    /// need not exist any more), appended to `out` with their values. Pages resumed from
+    /// the last key returned see every key present throughout exactly once, whatever was
+    /// written or the index did between pages (`store/slot_index.rs`). Without
+    /// [`Engine::enable_slot_index`] each call walks the whole table.
+    pub fn slot_scan(
+        &self,
+        slot: u16,
+        after: Option<&[u8]>,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Entry)>,
+    ) {
+        self.store.slot_scan(slot, after, limit, out);
+    }
+
+    /// [`Engine::slot_scan`] without copying values.
+    pub fn slot_scan_heads(
+        &self,
+        slot: u16,
+        after: Option<&[u8]>,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, crate::EntryHead)>,
+    ) {
+        self.store.slot_scan_heads(slot, after, limit, out);
+    }
+
+    /// XOR of [`crate::hash::entry_digest`] (live) over the published entries of `slot` whose
+    /// memgest passes `filter`: O(memgests of the slot). 0 without the per-slot index.
+    pub fn slot_memgest_digest(&self, slot: u16, filter: &dyn Fn(MemgestId) -> bool) -> u64 {
+        self.store.slot_index_digest(slot, filter)
+    }
+
+    /// Slots of `first..=last` holding a published entry, ascending (from the per-slot
+    /// index; empty without it).
+    pub fn nonempty_slots(&self, first: u16, last: u16) -> Vec<u16> {
+        self.store.slot_index_nonempty(first, last)
     }
 
     /// Bytes stored for `slot` (its entries' slab footprint, as the per-memgest usage counts

@@ -38,7 +38,9 @@
 //! - [`api`]: config, options, outcomes, errors, stats;
 //! - `engine`: the writer's rules (versions, tombstones, TTL, conditions, string helpers);
 //! - `store`: index tables (lookup, insert, upsize), data entries, eviction, expiry, scan,
-//!   accounting — the writer's side of the regions;
+//!   accounting — the writer's side of the regions; `store/slot_index.rs`: the opt-in
+//!   per-slot index (scan order, per-(slot, memgest) digests) a cluster node's replica core
+//!   pages slots with;
 //! - [`read`]: the lock-free reader over read-only views (`RegionsView`), with the
 //!   memory-ordering argument;
 //! - [`layout`]: byte layouts and constants shared with other processes;
@@ -61,8 +63,8 @@ mod store;
 pub mod strings;
 
 pub use api::{
-    Condition, ConfigError, EngineConfig, EngineStats, Entry, Error, EvictionPolicy, Expiry,
-    ReadOutcome, SetOptions, SetOutcome, TickReport, Usage,
+    Condition, ConfigError, EngineConfig, EngineStats, Entry, EntryHead, Error, EvictionPolicy,
+    Expiry, ReadOutcome, SetOptions, SetOutcome, TickReport, Usage,
 };
 pub use engine::Engine;
 pub use read::{read_entry, read_entry_bounded, read_entry_with, RegionsView};

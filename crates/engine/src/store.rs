@@ -46,6 +46,8 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+mod slot_index;
+
 /// Metadata of a stored entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meta {
@@ -206,6 +208,9 @@ pub struct Store {
     ghost_set: HashSet<u64>,
     expire_cursor: u64,
     scratch: Vec<u8>,
+    /// Per-slot scan order and per-(slot, memgest) digests, for cluster nodes only
+    /// (`slot_index.rs`; `None` until [`Store::enable_slot_index`]).
+    slot_index: Option<slot_index::SlotIndex>,
 }
 
 /// The next table size: 1.5× (at least one more bucket), capped.
@@ -275,6 +280,7 @@ impl Store {
             ghost_set: HashSet::new(),
             expire_cursor: 0,
             scratch: Vec::new(),
+            slot_index: None,
         };
         let nclass = usize::from(
             s.slabs
@@ -717,6 +723,7 @@ impl Store {
             self.count -= 1;
             self.ttl_count -= u64::from(f_w1 & POLICY_TTL != 0);
         }
+        self.slot_index_account(key, ie_memgest(f_w0), version, add);
     }
 
     /// [`Store::account`] of `old` (removed) then `new` (added) for one key rewritten in
@@ -754,6 +761,7 @@ impl Store {
         self.used_bytes = self.used_bytes - old_bytes + new_bytes;
         self.ttl_count = self.ttl_count - u64::from(old.1 & POLICY_TTL != 0)
             + u64::from(new.1 & POLICY_TTL != 0);
+        self.slot_index_replace(key, (old_m.0, old.2), (new_m.0, new.2));
     }
 
     // ----- public operations --------------------------------------------------------------
@@ -1306,6 +1314,7 @@ impl Store {
             };
             self.switch_to(t);
         }
+        self.slot_index_clear();
         self.count = 0;
         self.ttl_count = 0;
         self.used_bytes = 0;
@@ -1648,7 +1657,7 @@ impl Store {
         if self.slabs.committed() > self.slabs.budget() {
             return Err("committed bytes over budget".into());
         }
-        Ok(())
+        self.check_slot_index()
     }
 
     pub fn touch(&mut self, h: u64) {

@@ -34,4 +34,6 @@ pub use engine_store::{EngineStore, StoreStats};
 pub use inflight::InflightKeys;
 pub use msg::*;
 pub use node::{Input, Output, Replica, ReplicaConfig, ReplicaStats};
-pub use store::{ApplyOutcome, Entry, MemStore, ReplicaStore, SlotDigests};
+pub use store::{
+    scan_order, slot_order_code, ApplyOutcome, Entry, MemStore, ReplicaStore, SlotDigests,
+};

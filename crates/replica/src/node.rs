@@ -3082,7 +3082,11 @@ impl<S: ReplicaStore> Replica<S> {
                 .scan_slot_heads(slot, cursor.as_deref(), KEYLIST_KEYS_MAX);
             let n = chunk.len();
             for (k, version, memgest) in chunk {
-                if end.as_ref().is_some_and(|end| k > *end) {
+                // The window is in scan order, the order both ends page in.
+                if end
+                    .as_ref()
+                    .is_some_and(|end| crate::scan_order(&k, end).is_gt())
+                {
                     break 'scan;
                 }
                 cursor = Some(k.clone());

@@ -1,11 +1,20 @@
 //! Per-node key state as the replication core sees it: [`ReplicaStore`], and [`MemStore`], the
 //! `BTreeMap` implementation the simulator uses.
 //!
-//! The server will implement [`ReplicaStore`] over `ringlet-engine` (staged writes published on
-//! commit, tombstone cache + summary version, per-slot accounting). The trait is deliberately
-//! small — get, apply-if-newer, retire, scan a slot, digest a slot — so the engine can answer
-//! each call from its index without the replica core knowing its layout.
+//! The server implements [`ReplicaStore`] over `ringlet-engine` ([`crate::EngineStore`]:
+//! staged writes published on commit, tombstone cache + summary version, the engine's per-slot
+//! index). The trait is deliberately small — get, apply-if-newer, retire, scan a slot, digest
+//! a slot — so the engine can answer each call from its index without the replica core knowing
+//! its layout.
+//!
+//! **Scan order.** Slot scans, pull pages and repair key lists run in [`scan_order`]:
+//! `(slot_order_code(key), key bytes)`, where the code is `[slot 14][low 50 bits of the
+//! engine's key hash]` — the order the engine's per-slot index keeps, a total order every node
+//! computes alike from the key, so a cursor "after key K" names the same window on every node
+//! and survives any change of the engine's table. Every store and every comparison of cursors
+//! in the core uses it (not the keys' byte order).
 
+pub use ringlet_engine::hash::{scan_order, slot_order_code};
 use ringlet_types::{key_slot, MemgestId, Slot, ValueKind, Version};
 use std::collections::BTreeMap;
 
@@ -97,7 +106,8 @@ pub trait ReplicaStore {
     }
     /// Forget any summary floor kept for `slot` (after every key of it was forgotten).
     fn forget_floor(&mut self, _slot: Slot) {}
-    /// Entries of `slot` in key order, strictly after `after`, at most `limit` of them.
+    /// Entries of `slot` in [`scan_order`], strictly after `after` in that order (a key that
+    /// need not exist any more), at most `limit` of them.
     fn scan_slot(&self, slot: Slot, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Entry)>;
     /// Like [`ReplicaStore::scan_slot`] but only `(key, version, memgest)`: repair compares
     /// versions for whole slots and needs values only for the keys it pushes. A store that
@@ -127,29 +137,11 @@ pub trait ReplicaStore {
     }
 }
 
-/// Digest contribution of one entry. FNV-1a over the fields, finished with a splitmix64 mix so
-/// XOR-combining many entries does not cancel structured patterns. Not cryptographic: it only
-/// has to make accidental equality of different slot contents unlikely (2^-64 per compare).
+/// Digest contribution of one entry: [`ringlet_engine::hash::entry_digest`] over (key,
+/// version, memgest, live). The engine keeps the live entries' part of it in its per-slot
+/// index, so [`crate::EngineStore`] digests a slot without a key list of its own.
 pub fn entry_digest(key: &[u8], e: &Entry) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |b: u8| {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    };
-    for b in key {
-        eat(*b);
-    }
-    for b in e.version.to_be_bytes() {
-        eat(b);
-    }
-    for b in e.memgest.0.to_be_bytes() {
-        eat(b);
-    }
-    eat(u8::from(e.value.is_some()));
-    let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    ringlet_engine::hash::entry_digest(key, e.version, e.memgest.0, e.value.is_some())
 }
 
 /// Per-(slot, memgest) XOR of [`entry_digest`] and key count, maintained incrementally by a
@@ -202,14 +194,36 @@ impl SlotDigests {
     }
 }
 
-/// In-memory [`ReplicaStore`]: a `BTreeMap` ordered by (slot, key), plus per-(slot, memgest)
+/// One end of a range of a map keyed `(slot_order_code(key), key)`.
+pub type ScanBound = std::ops::Bound<(u64, Vec<u8>)>;
+
+/// The part of a map in scan order (keyed `(slot_order_code(key), key)`) that holds `slot`'s
+/// entries strictly after `after` (in scan order; a cursor of another slot is clamped to
+/// this slot's bounds).
+pub fn slot_range(slot: Slot, after: Option<&[u8]>) -> (ScanBound, ScanBound) {
+    use std::ops::Bound;
+    let bits = ringlet_engine::hash::SLOT_ORDER_HASH_BITS;
+    let first = u64::from(slot) << bits;
+    let next = (u64::from(slot) + 1) << bits;
+    let hi = Bound::Excluded((next, Vec::new()));
+    let lo = match after.map(|a| (slot_order_code(a), a)) {
+        Some((c, a)) if c >= first && c < next => Bound::Excluded((c, a.to_vec())),
+        // Past this slot: an empty range.
+        Some((c, _)) if c >= next => return (Bound::Included((next, Vec::new())), hi),
+        _ => Bound::Included((first, Vec::new())),
+    };
+    (lo, hi)
+}
+
+/// In-memory [`ReplicaStore`]: a `BTreeMap` in scan order (`(slot_order_code(key), key)`;
+/// the code starts with the slot), plus per-(slot, memgest)
 /// XOR digests maintained incrementally so a digest costs one lookup per memgest.
 ///
 /// Tombstones are kept until overwritten (no cache bound, no summary): fine for the simulator's
 /// small key sets; the engine bounds them.
 #[derive(Clone, Debug, Default)]
 pub struct MemStore {
-    entries: BTreeMap<(Slot, Vec<u8>), Entry>,
+    entries: BTreeMap<(u64, Vec<u8>), Entry>,
     digests: SlotDigests,
     /// Capacity in value bytes (`None`: unbounded), so the simulator can fill a node.
     value_bytes_max: Option<u64>,
@@ -258,9 +272,13 @@ impl MemStore {
     /// Recompute every digest from scratch and compare (costly; for tests and invariants).
     pub fn check_invariants(&self) {
         let mut want = SlotDigests::default();
-        for ((slot, key), e) in &self.entries {
-            assert_eq!(*slot, key_slot(key), "entry filed under the wrong slot");
-            want.toggle(*slot, key, e, true);
+        for ((code, key), e) in &self.entries {
+            assert_eq!(
+                *code,
+                slot_order_code(key),
+                "entry filed under the wrong code"
+            );
+            want.toggle(key_slot(key), key, e, true);
         }
         assert_eq!(want, self.digests, "incremental digests drifted");
     }
@@ -268,18 +286,20 @@ impl MemStore {
 
 impl ReplicaStore for MemStore {
     fn get(&self, key: &[u8]) -> Option<Entry> {
-        self.entries.get(&(key_slot(key), key.to_vec())).cloned()
+        self.entries
+            .get(&(slot_order_code(key), key.to_vec()))
+            .cloned()
     }
 
     fn head(&self, key: &[u8]) -> Option<(Version, MemgestId, bool)> {
         self.entries
-            .get(&(key_slot(key), key.to_vec()))
+            .get(&(slot_order_code(key), key.to_vec()))
             .map(|e| (e.version, e.memgest, e.value.is_some()))
     }
 
     fn apply(&mut self, key: &[u8], entry: Entry) -> ApplyOutcome {
         let slot = key_slot(key);
-        let k = (slot, key.to_vec());
+        let k = (slot_order_code(key), key.to_vec());
         let old = self.entries.get(&k).cloned();
         if let Some(old) = &old {
             if old.version >= entry.version {
@@ -328,7 +348,7 @@ impl ReplicaStore for MemStore {
 
     fn retire(&mut self, key: &[u8], version: Version) -> bool {
         let slot = key_slot(key);
-        let k = (slot, key.to_vec());
+        let k = (slot_order_code(key), key.to_vec());
         match self.entries.get(&k) {
             Some(e) if e.version <= version => {
                 let e = e.clone();
@@ -343,14 +363,8 @@ impl ReplicaStore for MemStore {
     }
 
     fn scan_slot(&self, slot: Slot, after: Option<&[u8]>, limit: usize) -> Vec<(Vec<u8>, Entry)> {
-        use std::ops::Bound;
-        let lo = match after {
-            Some(a) => Bound::Excluded((slot, a.to_vec())),
-            None => Bound::Included((slot, Vec::new())),
-        };
         self.entries
-            .range((lo, Bound::Unbounded))
-            .take_while(|((s, _), _)| *s == slot)
+            .range(slot_range(slot, after))
             .take(limit)
             .map(|((_, k), e)| (k.clone(), e.clone()))
             .collect()
@@ -422,17 +436,28 @@ mod tests {
     }
 
     #[test]
-    fn scan_pages_in_key_order() {
+    fn scan_pages_in_scan_order() {
         let mut s = MemStore::new();
-        for k in ["{t}a", "{t}b", "{t}c"] {
-            s.apply(k.as_bytes(), e(1, Some("x")));
+        let mut keys: Vec<Vec<u8>> = ["{t}a", "{t}b", "{t}c"]
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        for k in &keys {
+            s.apply(k, e(1, Some("x")));
         }
+        // A key of another slot is never in this slot's pages.
+        s.apply(b"{u}a", e(1, Some("x")));
+        keys.sort_by(|a, b| scan_order(a, b));
         let slot = key_slot(b"{t}a");
         let p1 = s.scan_slot(slot, None, 2);
         assert_eq!(p1.len(), 2);
+        assert_eq!((&p1[0].0, &p1[1].0), (&keys[0], &keys[1]));
         let p2 = s.scan_slot(slot, Some(&p1[1].0), 2);
         assert_eq!(p2.len(), 1);
-        assert_eq!(p2[0].0, b"{t}c".to_vec());
+        assert_eq!(p2[0].0, keys[2]);
+        // A cursor key that is gone still resumes after its place in the order.
+        assert!(s.retire(&keys[1], Version(1)));
+        assert_eq!(s.scan_slot(slot, Some(&keys[1]), 5), p2);
         assert_eq!(s.nonempty_slots(slot, slot), vec![slot]);
     }
 }
