@@ -264,6 +264,29 @@ fn ec_moves_all_faults_regression_seeds() {
     run_all(list, &opts);
 }
 
+/// ec moves across control-plane failovers (what an etcd leader change does: silence, then
+/// a new leader resumed from the last published map), during copies and fences too: the
+/// etcd backend runs the same plane, so this is what allowing ec moves there rests on.
+#[test]
+fn ec_moves_control_plane_failover_16_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        moves: true,
+        cp_failover: true,
+        ..SimOptions::default()
+    };
+    let mut during_moves = 0;
+    for seed in seeds(9000..9016) {
+        if let Ok(s) = run_seed(seed, &opts) {
+            during_moves += s.cp_failovers_during_moves;
+        }
+    }
+    if std::env::var_os("SEED").is_none() && std::env::var_os("SEEDS").is_none() {
+        assert!(during_moves > 0, "no failover during a move");
+    }
+    run_all(seeds(9000..9016), &opts);
+}
+
 #[test]
 #[ignore]
 fn ec_moves_many_seeds() {
