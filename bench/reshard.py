@@ -22,7 +22,9 @@ the span's values in the new coordinator's group (docs/design/cluster-resharding
 
 --tail N prints, for each Ringlet round, the N slowest GETs of the rebalance window with
 their start (ms after the rebalance started) beside the CLI's per-move lines, stamped the
-same way: where the tail comes from (a switch, a copy, a purge).
+same way: where the tail comes from (a switch, a copy, a purge). Each GET that followed a
+MOVED says so (and the time redis-py spent reloading its slot map, which it does every 5th
+MOVED); every round also reports the p99 of the GETs that followed no MOVED.
 """
 import argparse
 import json
@@ -66,23 +68,55 @@ class Reader(threading.Thread):
         super().__init__(daemon=True)
         self.rc = RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
         self.keys, self.samples, self.errors, self.stop = keys, [], 0, False
+        # Where a slow GET's time went on the client side: redis-py follows a MOVED by
+        # patching its slot table (`move_slot`) and, every `reinitialize_steps` (5) MOVEDs,
+        # by reloading the whole map (`initialize`: CLUSTER SLOTS plus a Python loop over
+        # every slot). Counted per GET, and the reload's own time.
+        self.redirects = self.reloads = 0
+        self.reload_s = 0.0
+        nm = self.rc.nodes_manager
+        move_slot, initialize = nm.move_slot, nm.initialize
+
+        def counted_move_slot(e):
+            self.redirects += 1
+            return move_slot(e)
+
+        def counted_initialize(*a, **k):
+            self.reloads += 1
+            t = time.perf_counter()
+            try:
+                return initialize(*a, **k)
+            finally:
+                self.reload_s += time.perf_counter() - t
+        nm.move_slot, nm.initialize = counted_move_slot, counted_initialize
 
     def run(self):
         while not self.stop:
             k = "key:%012d" % random.randrange(self.keys)
+            m0, r0, s0 = self.redirects, self.reloads, self.reload_s
             t = time.perf_counter()
             try:
                 self.rc.get(k)
             except Exception:  # noqa: BLE001 - counted and reported, never hidden
                 self.errors += 1
-            self.samples.append((t, time.perf_counter() - t))
+            # (start, duration, MOVEDs followed, map reloads, seconds in reloads)
+            self.samples.append((t, time.perf_counter() - t, self.redirects - m0,
+                                 self.reloads - r0, self.reload_s - s0))
 
     def window(self, a, b):
-        lat = sorted(d for t, d in self.samples if a <= t < b)
+        w = [x for x in self.samples if a <= x[0] < b]
+        lat = sorted(x[1] for x in w)
         if not lat:
             return None
+        # The same percentile over the GETs that followed no MOVED: what is left when the
+        # client's redirect handling is taken out (attribution, not a figure to quote alone).
+        direct = sorted(x[1] for x in w if x[2] == 0 and x[3] == 0)
         return {"n": len(lat), "p50_us": lat[len(lat) // 2] * 1e6,
-                "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6}
+                "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
+                "redirected": sum(1 for x in w if x[2] or x[3]),
+                "reload_ms": sum(x[4] for x in w) * 1e3,
+                "p99_direct_us": (direct[min(len(direct) - 1, int(len(direct) * 0.99))] * 1e6
+                                  if direct else 0.0)}
 
 
 def slot_owners(port):
@@ -112,9 +146,12 @@ def measure(port, keys, size, grow, tail=0):
     steady = reader.window(t0 - 3.0, t0)
     during = reader.window(t0, t1)
     if tail:
-        slow = sorted(((d, t - t0) for t, d in reader.samples if t0 <= t < t1), reverse=True)
+        slow = sorted(((d, t - t0, m, r, rs) for t, d, m, r, rs in reader.samples
+                       if t0 <= t < t1), reverse=True)
         events = [(at - t0, "  " + line) for at, line in marks]
-        events += [(at, "  GET %7.0f us" % (d * 1e6)) for d, at in slow[:tail]]
+        events += [(at, "  GET %7.0f us%s" % (
+            d * 1e6, (" (MOVED x%d%s)" % (m, ", map reload %.1f ms" % (rs * 1e3) if r else ""))
+            if m or r else "")) for d, at, m, r, rs in slow[:tail]]
         for at, text in sorted(events):
             print("%9.1f ms%s" % (at * 1e3, text), file=sys.stderr)
     # Exactly the loaded keys whose slot changed owner (values only, each counted once).
@@ -234,7 +271,10 @@ def main():
             runs[name].append(r)
             print(f"round {i + 1} {name}: {r['seconds']:.2f} s, {r['slots_moved']} slots, "
                   f"{r['mb_per_s']:.1f} MB/s, GET p99 steady {r['steady']['p99_us']:.0f} us "
-                  f"during {r['during']['p99_us']:.0f} us ({r['during']['n']} GETs), "
+                  f"during {r['during']['p99_us']:.0f} us ({r['during']['n']} GETs, "
+                  f"{r['during']['redirected']} followed a MOVED, map reloads "
+                  f"{r['during']['reload_ms']:.1f} ms, p99 of the others "
+                  f"{r['during']['p99_direct_us']:.0f} us), "
                   f"errors {r['reader_errors']}"
                   + (f", copy {r['copy_mb']:.1f} MB at {r['copy_mb_per_s']:.1f} MB/s per range"
                      if "copy_mb" in r else ""), file=sys.stderr, flush=True)
@@ -247,7 +287,8 @@ def main():
               f"{med(lambda r: r['mb_moved']):6.1f} MB moved, "
               f"{med(lambda r: r['mb_per_s']):6.1f} MB/s; GET p50/p99 steady "
               f"{med(lambda r: r['steady']['p50_us']):5.0f}/{med(lambda r: r['steady']['p99_us']):6.0f} us, "
-              f"during {med(lambda r: r['during']['p50_us']):5.0f}/{med(lambda r: r['during']['p99_us']):6.0f} us, "
+              f"during {med(lambda r: r['during']['p50_us']):5.0f}/{med(lambda r: r['during']['p99_us']):6.0f} us "
+              f"(p99 of GETs that followed no MOVED {med(lambda r: r['during']['p99_direct_us']):6.0f} us), "
               f"reader errors {sum(r['reader_errors'] for r in rs)}"
               + (f"; handoff copy {med(lambda r: r['copy_mb_per_s']):6.1f} MB/s per range"
                  if all("copy_mb" in r for r in rs) else ""))

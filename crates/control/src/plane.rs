@@ -912,11 +912,23 @@ impl ControlPlane {
             }
         }
         // A move whose coordinator did not report quiesced in time switches anyway (its
-        // writes still in flight then end Ambiguous, as a drain's do).
+        // writes still in flight then end Ambiguous, as a drain's do) — unless an ec
+        // memgest exists: then it is called off. A source that does not report may not
+        // hold the span whole (it reports only once its range is Ready), and after a
+        // switch it would answer the new coordinator's pulls "not ready": the span's ec
+        // values live only in its arena, so they would be lost, where rep keys still have
+        // their old replicas' majority. Calling off keeps the old pair authoritative.
         match (self.map.moving, self.moving_since) {
             (Some(_), None) => self.moving_since = Some(now_ms),
             (Some(_), Some(since)) if now_ms.saturating_sub(since) >= DRAIN_QUIESCE_MS_MAX => {
-                self.finish_move(out)
+                if self.has_ec_memgest() {
+                    self.moving_since = None;
+                    let mut next = (*self.map).clone();
+                    next.moving = None;
+                    self.commit(next, out);
+                } else {
+                    self.finish_move(out)
+                }
             }
             (None, Some(_)) => self.moving_since = None,
             _ => {}
@@ -1090,6 +1102,13 @@ impl ControlPlane {
     /// same-node move has no pull (the node holds the span already), so its values would
     /// stay in the old group's arena, which a later removal retires: refused rather than
     /// lost. The planner never proposes one while an ec memgest exists.
+    fn has_ec_memgest(&self) -> bool {
+        self.map
+            .memgests
+            .values()
+            .any(|m| matches!(m.kind, MemgestKind::Ec { .. }))
+    }
+
     fn refuse_ec_moves_unless_allowed(&self) -> Result<(), ControlError> {
         if self.cfg.ec_moves {
             return Ok(());
@@ -2031,6 +2050,69 @@ mod tests {
             target
         );
         assert!(m.handoff(0, 9).is_some());
+    }
+
+    /// With an ec memgest, a fence whose source never reports quiesced is called off at
+    /// the limit instead of switching (the source may not hold the span's ec values whole).
+    #[test]
+    fn with_an_ec_memgest_an_unreported_fence_is_called_off_at_the_quiesce_limit() {
+        let mut cp = cluster(4, 3);
+        cp.step(
+            0,
+            Input::CreateMemgest {
+                name: "cold".into(),
+                kind: MemgestKind::Ec { k: 2, m: 1 },
+                evictable: None,
+            },
+        );
+        let p = cp.map().placement.clone().unwrap();
+        let r0 = p.ranges[0];
+        let source = p.range_coordinator(&r0).unwrap();
+        let (pg, di) = (0u32..)
+            .zip(p.groups.iter())
+            .find_map(|(gi, g)| {
+                g.iter()
+                    .take(usize::from(p.s))
+                    .position(|n| *n != source)
+                    .map(|j| (gi, j as u8))
+            })
+            .unwrap();
+        published(&cp.step(
+            0,
+            Input::MoveSlots {
+                first: r0.first,
+                last: r0.first,
+                pg,
+                data_index: di,
+                rate_kib_s: 0,
+            },
+        ))
+        .unwrap();
+        let mv = cp.map().moving.unwrap();
+        if mv.copying {
+            let node = NodeId(mv.target);
+            let incarnation = cp.map().nodes[&node].incarnation;
+            let copied = Input::MoveCopied {
+                node,
+                incarnation,
+                first: mv.first,
+                last: mv.last,
+                epoch: mv.epoch,
+            };
+            published(&cp.step(50, copied)).unwrap();
+        }
+        assert!(!cp.map().moving.unwrap().copying);
+        for t in (100..=DRAIN_QUIESCE_MS_MAX + 200).step_by(100) {
+            for n in 1..=4 {
+                beat(&mut cp, t, n);
+            }
+            cp.step(t, Input::Tick);
+        }
+        let m = cp.map();
+        assert!(m.moving.is_none());
+        let r = *m.placement.as_ref().unwrap().range_of(r0.first).unwrap();
+        assert_eq!((r.pg, r.data_index), (r0.pg, r0.data_index));
+        assert!(m.handoff(r0.first, r0.first).is_none());
     }
 
     /// Phase 0 is called off, with the old owner untouched, when the target fails, when

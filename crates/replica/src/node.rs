@@ -2702,6 +2702,16 @@ impl<S: ReplicaStore> Replica<S> {
                     Ok(None) => {}
                     Err(()) => ec_retry = true,
                 }
+            } else if self
+                .retired_floors
+                .get(&k)
+                .is_some_and(|floor| e.version < *floor)
+            {
+                // A pulled copy older than a memgest move that retired this node's copy:
+                // the page was read before the move's retire arrived here (sim seed 7100 of
+                // `ec_swarm_many_seeds`: a replica's sync brought a rep:3 tombstone back
+                // after the key moved to ec, and a quorum read found a majority for it).
+                continue;
             } else if matches!(self.apply_local(&k, e), ApplyOutcome::Refused) {
                 refused.insert(memgest);
             }

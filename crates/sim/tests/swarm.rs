@@ -248,7 +248,7 @@ fn ec_moves_24_seeds() {
 /// all-faults sweep found"): 7365 a span moved back to its old coordinator, which kept its
 /// old ec pointer as a replica and skipped the re-encode; 7391 a late Replicate of an older
 /// rep:3 version undoing a memgest move's retire on a replica; 7371 a background arena
-/// retire whose group lost its holders never settling.
+/// retire whose group lost its holders never settling; and 7100 of `ec_swarm_many_seeds`.
 #[test]
 fn ec_moves_all_faults_regression_seeds() {
     let opts = SimOptions {
@@ -262,6 +262,39 @@ fn ec_moves_all_faults_regression_seeds() {
         Err(_) => vec![7365, 7371, 7391],
     };
     run_all(list, &opts);
+    // `ec_swarm_many_seeds`'s options: 7100, a replica's sync page carrying a rep:3
+    // tombstone applied after a memgest move had retired that copy.
+    let long = SimOptions {
+        ec: true,
+        duration_ms: 30_000,
+        ..SimOptions::default()
+    };
+    if std::env::var_os("SEED").is_none() {
+        run_all(vec![7100], &long);
+    }
+}
+
+/// ec moves across control-plane failovers (what an etcd leader change does: silence, then
+/// a new leader resumed from the last published map), during copies and fences too: the
+/// etcd backend runs the same plane, so this is what allowing ec moves there rests on.
+#[test]
+fn ec_moves_control_plane_failover_16_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        moves: true,
+        cp_failover: true,
+        ..SimOptions::default()
+    };
+    let mut during_moves = 0;
+    for seed in seeds(9000..9016) {
+        if let Ok(s) = run_seed(seed, &opts) {
+            during_moves += s.cp_failovers_during_moves;
+        }
+    }
+    if std::env::var_os("SEED").is_none() && std::env::var_os("SEEDS").is_none() {
+        assert!(during_moves > 0, "no failover during a move");
+    }
+    run_all(seeds(9000..9016), &opts);
 }
 
 #[test]

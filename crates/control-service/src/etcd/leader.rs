@@ -220,8 +220,11 @@ impl Campaign {
             s,
             d,
             lease_ms: PLANE_LEASE_MS,
-            // Not offered with etcd yet: resharding with ec memgests stays refused.
-            ec_moves: false,
+            // Resharding with ec memgests, as on the embedded plane: the leader runs the same
+            // ControlPlane and the agents forward MoveCopied/Quiesced/HandoffDone, and a
+            // leader change is a resume from the stored map (simulated with ec moves by
+            // crates/sim `ec_moves_control_plane_failover_16_seeds`). No opt-out flag here.
+            ec_moves: true,
         };
         // The map: continue from it.
         let mkey = self.keys.map();
