@@ -273,6 +273,30 @@ fn wait_counts_the_copies_of_the_connections_last_write() {
         Reply::Integer(2)
     );
 
+    // ROLE names the same two peers as INFO replication.
+    let Reply::Array(role) = on_one_conn(&mut s, &[b"ROLE"]) else {
+        panic!("ROLE");
+    };
+    assert_eq!(role[0], Reply::Bulk(b"master".to_vec()));
+    let Reply::Array(peers) = &role[2] else {
+        panic!("ROLE peers: {role:?}");
+    };
+    let mut ports: Vec<Reply> = peers
+        .iter()
+        .map(|p| match p {
+            Reply::Array(f) => f[1].clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    ports.sort_by_key(|p| format!("{p:?}"));
+    assert_eq!(
+        ports,
+        vec![
+            Reply::Bulk((base + 1).to_string().into_bytes()),
+            Reply::Bulk((base + 2).to_string().into_bytes())
+        ]
+    );
+
     // rep:3 is not evictable: a full node refuses writes, Redis's noeviction.
     assert_eq!(
         on_one_conn(&mut s, &[b"CONFIG", b"GET", b"maxmemory-policy"]),

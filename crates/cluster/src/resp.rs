@@ -967,6 +967,7 @@ impl Front {
             },
             "echo" => Ok(Reply::Bulk(a(1).to_vec())),
             "wait" => self.wait(argv).await,
+            "role" => Ok(self.role()),
             "quit" | "readonly" | "readwrite" => Ok(Reply::ok()),
             "reset" => {
                 // As a new connection: RESP2, no name, and not authenticated when a password
@@ -2318,6 +2319,33 @@ fn invalid_expire(cmd: &str) -> Reply {
 /// Absolute expiry (unix ms) of SET/GETEX/SETEX's `EX|PX|EXAT|PXAT n`, Redis's checks:
 /// an integer, positive, and no overflow.
 impl Front {
+    /// ROLE: every data node is the master of the slots it coordinates, and the other
+    /// active data nodes hold its copies: ["master", 0, [[ip, port, "0"], ...]], the same
+    /// nodes as INFO replication's `slaveN` lines. Offsets are 0: there is no replication
+    /// stream to count in (writes are acknowledged one by one; WAIT reports them).
+    fn role(&self) -> Reply {
+        let me = self.node.id();
+        let peers = self.map().map_or(Vec::new(), |m| {
+            m.nodes
+                .iter()
+                .filter(|(id, n)| **id != me && n.state == NodeState::Active)
+                .filter_map(|(_, n)| client_addr(&n.addr))
+                .map(|a| {
+                    Reply::Array(vec![
+                        Reply::Bulk(a.ip().to_string().into_bytes()),
+                        Reply::Bulk(a.port().to_string().into_bytes()),
+                        Reply::Bulk(b"0".to_vec()),
+                    ])
+                })
+                .collect()
+        });
+        Reply::Array(vec![
+            Reply::Bulk(b"master".to_vec()),
+            Reply::Integer(0),
+            Reply::Array(peers),
+        ])
+    }
+
     /// Redis's name for the default memgest's rule when memory is full (CONFIG GET
     /// maxmemory-policy, INFO memory): clients such as job queues check it.
     fn maxmemory_policy(&self) -> &'static str {

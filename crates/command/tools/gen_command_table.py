@@ -33,6 +33,8 @@ COMMANDS = {
     "touch": None, "rename": None, "renamenx": None, "copy": None, "time": None,
     # WAIT: the copies that hold the connection's last write (cluster mode); 0 on a single node.
     "wait": None,
+    # ROLE: every Ringlet node is the master of what it coordinates (cluster: its peers as replicas).
+    "role": None,
     "substr": None, "object": ["encoding", "refcount", "help"],
     "setbit": None, "getbit": None, "bitcount": None, "bitpos": None,
     "expiretime": None, "pexpiretime": None, "lcs": None,

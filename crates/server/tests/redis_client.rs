@@ -83,6 +83,8 @@ fn redis_crate_sees_identical_results() {
         v(&[b"WAIT", b"1", b"10"]),
         v(&[b"WAIT", b"1", b"-1"]),
         v(&[b"WAIT", b"x", b"0"]),
+        v(&[b"ROLE"]),
+        v(&[b"ROLE", b"x"]),
     ];
     run_both(&cmds, &mut a, &mut b);
 

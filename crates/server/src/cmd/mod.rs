@@ -161,6 +161,7 @@ fn handler_for(name: &str) -> Option<Handler> {
         "discard" => transaction::discard,
         "time" => server::time,
         "wait" => server::wait,
+        "role" => server::role,
         "substr" => string::getrange,
         "function|flush" => server::function_flush,
         "function|list" => server::function_list,

@@ -221,6 +221,16 @@ pub fn wait(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     }
 }
 
+/// ROLE: a single node is a master without replicas and without a replication stream:
+/// ["master", 0, []], what Redis answers with no replica attached.
+pub fn role(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    Reply::Array(vec![
+        Reply::bulk(b"master"),
+        Reply::Int(0),
+        Reply::Array(Vec::new()),
+    ])
+}
+
 /// TIME: [unix seconds, microseconds], as bulk strings.
 pub fn time(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
     let now = std::time::SystemTime::now()
