@@ -134,17 +134,7 @@ fn up_threads_sets_each_nodes_workers() {
         "64",
     ]);
     for port in [base, base + 1] {
-        let Reply::Bulk(info) = call(port, &[b"INFO", b"server"]) else {
-            panic!("INFO server");
-        };
-        let info = String::from_utf8_lossy(&info).to_string();
-        let pid: u32 = info
-            .lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .expect("process_id")
-            .trim()
-            .parse()
-            .unwrap();
+        let pid = node_pid(port);
         let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
             .filter(|t| {

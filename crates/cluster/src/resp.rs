@@ -79,6 +79,12 @@ tokio::task_local! {
     static CONN_WRITES: ConnWrites;
 }
 
+/// Remember `key`'s acknowledged write `version` as the connection's newest (for WAIT); a
+/// no-op outside a connection's task.
+fn note_write(key: &[u8], version: ringlet_types::Version) {
+    let _ = CONN_WRITES.try_with(|w| *w.last.borrow_mut() = Some((key.to_vec(), version)));
+}
+
 /// See [`CONN_WRITES`].
 #[derive(Default)]
 struct ConnWrites {
@@ -554,9 +560,7 @@ impl Front {
                             && crate::resolve::took_effect(&self.node, op.key(), version).await
                         {
                             self.node.count_ambiguous_resolved();
-                            let _ = CONN_WRITES.try_with(|w| {
-                                *w.last.borrow_mut() = Some((op.key().to_vec(), version));
-                            });
+                            note_write(op.key(), version);
                             return Ok(ClientReply::Written { version });
                         }
                         return Err(err(AMBIGUOUS));
@@ -576,9 +580,7 @@ impl Front {
                     }
                     body => {
                         if let ClientReply::Written { version } = &body {
-                            let _ = CONN_WRITES.try_with(|w| {
-                                *w.last.borrow_mut() = Some((op.key().to_vec(), *version));
-                            });
+                            note_write(op.key(), *version);
                         }
                         return Ok(body);
                     }
@@ -2316,29 +2318,36 @@ fn invalid_expire(cmd: &str) -> Reply {
     err(format!("ERR invalid expire time in '{cmd}' command"))
 }
 
-/// Absolute expiry (unix ms) of SET/GETEX/SETEX's `EX|PX|EXAT|PXAT n`, Redis's checks:
-/// an integer, positive, and no overflow.
 impl Front {
+    /// The other active data nodes, which hold copies of what this node coordinates (ROLE
+    /// and INFO replication list the same ones), with their client addresses.
+    fn peer_data_nodes(&self) -> Vec<(NodeId, std::net::SocketAddr)> {
+        let me = self.node.id();
+        self.map().map_or(Vec::new(), |m| {
+            m.nodes
+                .iter()
+                .filter(|(id, n)| **id != me && n.state == NodeState::Active)
+                .filter_map(|(id, n)| Some((*id, client_addr(&n.addr)?)))
+                .collect()
+        })
+    }
+
     /// ROLE: every data node is the master of the slots it coordinates, and the other
     /// active data nodes hold its copies: ["master", 0, [[ip, port, "0"], ...]], the same
     /// nodes as INFO replication's `slaveN` lines. Offsets are 0: there is no replication
     /// stream to count in (writes are acknowledged one by one; WAIT reports them).
     fn role(&self) -> Reply {
-        let me = self.node.id();
-        let peers = self.map().map_or(Vec::new(), |m| {
-            m.nodes
-                .iter()
-                .filter(|(id, n)| **id != me && n.state == NodeState::Active)
-                .filter_map(|(_, n)| client_addr(&n.addr))
-                .map(|a| {
-                    Reply::Array(vec![
-                        Reply::Bulk(a.ip().to_string().into_bytes()),
-                        Reply::Bulk(a.port().to_string().into_bytes()),
-                        Reply::Bulk(b"0".to_vec()),
-                    ])
-                })
-                .collect()
-        });
+        let peers = self
+            .peer_data_nodes()
+            .into_iter()
+            .map(|(_, a)| {
+                Reply::Array(vec![
+                    Reply::Bulk(a.ip().to_string().into_bytes()),
+                    Reply::Bulk(a.port().to_string().into_bytes()),
+                    Reply::Bulk(b"0".to_vec()),
+                ])
+            })
+            .collect();
         Reply::Array(vec![
             Reply::Bulk(b"master".to_vec()),
             Reply::Integer(0),
@@ -2372,19 +2381,11 @@ impl Front {
         use std::fmt::Write as _;
         let info = self.node.replication_info().unwrap_or_default();
         let map = self.map();
-        let me = self.node.id();
         let mut t = String::from("# Replication\r\nrole:master\r\n");
-        let peers: Vec<(NodeId, String)> = map.as_ref().map_or(Vec::new(), |m| {
-            m.nodes
-                .iter()
-                .filter(|(id, n)| **id != me && n.state == NodeState::Active)
-                .map(|(id, n)| (*id, n.addr.clone()))
-                .collect()
-        });
+        let peers = self.peer_data_nodes();
         let _ = write!(t, "connected_slaves:{}\r\n", peers.len());
         for (i, (id, addr)) in peers.iter().enumerate() {
-            let (ip, port) =
-                client_addr(addr).map_or((String::new(), 0), |a| (a.ip().to_string(), a.port()));
+            let (ip, port) = (addr.ip(), addr.port());
             let (w, b) = info
                 .per_peer
                 .iter()
@@ -2440,15 +2441,8 @@ impl Front {
     /// holders, none 0) and inside EXEC. Without a write on the connection: the copies the
     /// default memgest keeps beyond the coordinator's (Redis counts every replica then).
     async fn wait(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        let int = |v: &[u8]| {
-            ringlet_codec::resp::int::string2ll(v)
-                .ok_or_else(|| err("ERR value is not an integer or out of range"))
-        };
-        let want = int(&argv[1])?;
-        let timeout = int(&argv[2])?;
-        if timeout < 0 {
-            return Err(err("ERR timeout is negative"));
-        }
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let (want, timeout) = ringlet_server::cmd::server::wait_args(&args).map_err(err)?;
         let last = CONN_WRITES
             .try_with(|w| w.last.borrow().clone())
             .ok()
@@ -2457,17 +2451,13 @@ impl Front {
         let Some((key, version)) = last else {
             let copies = self
                 .map()
-                .map_or(0, |m| match m.memgest_kind(m.default_memgest) {
-                    MemgestKind::None => 0,
-                    MemgestKind::Rep { r } => i64::from(r) - 1,
-                    MemgestKind::Ec { m, .. } => i64::from(m),
-                });
-            return Ok(Reply::Integer(copies));
+                .map_or(0, |m| m.memgest_kind(m.default_memgest).other_holders());
+            return Ok(Reply::Integer(copies as i64));
         };
         let ms = if timeout == 0 {
             limits::WAIT_BLOCK_MS_MAX
         } else {
-            (timeout as u64).min(limits::WAIT_BLOCK_MS_MAX)
+            timeout.min(limits::WAIT_BLOCK_MS_MAX)
         };
         let deadline = Instant::now() + Duration::from_millis(ms);
         let mut nap = Duration::from_micros(100);

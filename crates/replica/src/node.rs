@@ -671,11 +671,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// the write completed that is no longer known (docs/design/cluster-keyspace.md, WAIT).
     pub fn write_acks(&self, key: &[u8], version: Version) -> (usize, usize) {
         let Some(map) = &self.map else { return (0, 0) };
-        let beyond = |m: MemgestId| match map.memgest_kind(m) {
-            MemgestKind::None => 0,
-            MemgestKind::Rep { r } => usize::from(r).saturating_sub(1),
-            MemgestKind::Ec { m, .. } => usize::from(m),
-        };
+        let beyond = |m: MemgestId| map.memgest_kind(m).other_holders();
         if let Some(p) = self.pending.get(&version).filter(|p| p.key == key) {
             return (p.acked.len(), beyond(p.entry.memgest).max(p.targets.len()));
         }

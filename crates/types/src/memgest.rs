@@ -57,6 +57,16 @@ impl MemgestKind {
         }
     }
 
+    /// Nodes besides the coordinator that hold a completed write of this memgest: its R - 1
+    /// replicas, its M parity holders, or none (WAIT, INFO replication).
+    pub fn other_holders(self) -> usize {
+        match self {
+            MemgestKind::None => 0,
+            MemgestKind::Rep { r } => usize::from(r).saturating_sub(1),
+            MemgestKind::Ec { m, .. } => usize::from(m),
+        }
+    }
+
     /// Whether a full node may evict keys of this memgest (a cache) or must refuse writes
     /// instead (a store). Only `none` is evictable by default: a reliable memgest exists to
     /// keep data.

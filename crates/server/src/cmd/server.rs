@@ -213,12 +213,23 @@ pub fn config_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
 /// numreplicas > 0; nothing can change meanwhile, so Ringlet does not hold the connection).
 /// Arguments are checked as Redis does.
 pub fn wait(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let int = |v: &[u8]| ringlet_codec::resp::int::string2ll(v);
-    match (int(argv[1]), int(argv[2])) {
-        (Some(_), Some(t)) if t < 0 => Reply::err("ERR timeout is negative"),
-        (Some(_), Some(_)) => Reply::Int(0),
-        _ => Reply::err(errors::NOT_INTEGER),
+    match wait_args(argv) {
+        Ok(_) => Reply::Int(0),
+        Err(e) => Reply::err(e),
     }
+}
+
+/// WAIT's arguments as Redis checks them, for both fronts: `(numreplicas, timeout ms)`, or
+/// Redis's error text.
+///
+/// # Errors
+/// Not integers, or a negative timeout.
+pub fn wait_args(argv: &[&[u8]]) -> Result<(i64, u64), &'static str> {
+    let int = |v: &[u8]| ringlet_codec::resp::int::string2ll(v).ok_or(errors::NOT_INTEGER);
+    let want = int(argv[1])?;
+    let timeout = int(argv[2])?;
+    let timeout = u64::try_from(timeout).map_err(|_| "ERR timeout is negative")?;
+    Ok((want, timeout))
 }
 
 /// ROLE: a single node is a master without replicas and without a replication stream:
