@@ -189,16 +189,7 @@ fn users_reach_every_node_through_the_control_plane() {
     wait_users(addrs[2], "carol", false);
 
     // redis-py RedisCluster as a named user.
-    let have = std::process::Command::new("python3")
-        .args(["-c", "import redis.cluster"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        assert!(
-            std::env::var_os("RINGLET_REQUIRE_REDIS").is_none(),
-            "python3 with the redis package is not installed and RINGLET_REQUIRE_REDIS is set"
-        );
-        eprintln!("SKIPPED (redis-py part): python3 with the redis package is not installed");
+    if !common::have_redis_py() {
         return;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/acl_cluster.py");

@@ -31,16 +31,7 @@ fn python(phase: &str, port: u16, state: &std::path::Path) {
 
 #[test]
 fn ec_ttls_survive_a_coordinator_sigkill_through_redis_py() {
-    let have = std::process::Command::new("python3")
-        .args(["-c", "import redis.cluster"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        assert!(
-            std::env::var_os("RINGLET_REQUIRE_REDIS").is_none(),
-            "python3 with the redis package is not installed and RINGLET_REQUIRE_REDIS is set"
-        );
-        eprintln!("SKIPPED: python3 with the redis package is not installed");
+    if !common::have_redis_py() {
         return;
     }
     let mut cluster = common::start(5, 2, &["--default-memgest", "ec:3+2"]);

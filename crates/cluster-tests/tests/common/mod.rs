@@ -60,6 +60,24 @@ fn ports_free(base: u16, n: usize) -> bool {
     (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i as u16)).is_ok())
 }
 
+/// Whether python3 with redis-py is installed; with `RINGLET_REQUIRE_REDIS` set (CI), its
+/// absence fails the test instead of skipping its redis-py part.
+#[allow(dead_code)] // not every test binary that includes this module runs redis-py
+pub fn have_redis_py() -> bool {
+    let have = std::process::Command::new("python3")
+        .args(["-c", "import redis.cluster"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        assert!(
+            std::env::var_os("RINGLET_REQUIRE_REDIS").is_none(),
+            "python3 with the redis package is not installed and RINGLET_REQUIRE_REDIS is set"
+        );
+        eprintln!("SKIPPED redis-py part: python3 with the redis package is not installed");
+    }
+    have
+}
+
 /// Start `up` with `nodes` + `spares` on free ports; returns once it printed "ready".
 pub fn start(nodes: usize, spares: usize, extra: &[&str]) -> Cluster {
     let total = nodes + spares;
