@@ -24,6 +24,28 @@ fn cluster_call(c: &mut Client, cmd: &[&[u8]]) -> Reply {
     }
 }
 
+/// Every key one node's SCAN returns from cursor 0 to the end, with `opts` (e.g. TYPE t).
+fn scan_all(a: std::net::SocketAddr, opts: &[&[u8]]) -> BTreeSet<Vec<u8>> {
+    let mut out = BTreeSet::new();
+    let mut cursor = b"0".to_vec();
+    for _ in 0..100_000 {
+        let mut cmd: Vec<&[u8]> = vec![b"SCAN", &cursor, b"COUNT", b"50"];
+        cmd.extend_from_slice(opts);
+        let Reply::Array(r) = node_call(a, &cmd) else {
+            panic!()
+        };
+        let [Reply::Bulk(next), keys] = &r[..] else {
+            panic!("{r:?}")
+        };
+        out.extend(keys_of(keys.clone()));
+        cursor = next.clone();
+        if cursor == b"0" {
+            return out;
+        }
+    }
+    panic!("SCAN did not finish on {a}")
+}
+
 fn keys_of(r: Reply) -> BTreeSet<Vec<u8>> {
     match r {
         Reply::Array(a) => a
@@ -352,12 +374,21 @@ fn keys_scan_dbsize_flushall_are_per_node() {
     for k in &written {
         assert_eq!(cluster_call(&mut c, &[b"SET", k, b"v"]), Reply::ok());
     }
+    // Records (hashes to any client) beside the strings, for SCAN's TYPE filter.
+    let records: BTreeSet<Vec<u8>> = (0..40).map(|i| format!("rec:{i}").into_bytes()).collect();
+    for k in &records {
+        assert_eq!(
+            cluster_call(&mut c, &[b"HSET", k, b"f", b"v"]),
+            Reply::Integer(1)
+        );
+    }
     let mut union = BTreeSet::new();
+    let mut hashes_seen = BTreeSet::new();
     let mut total = 0;
     for &a in &addrs {
         let mine = keys_of(node_call(a, &[b"KEYS", b"*"]));
         // Each is coordinated here: a GET on this node answers without MOVED.
-        for k in &mine {
+        for k in mine.iter().filter(|k| !records.contains(*k)) {
             assert_eq!(node_call(a, &[b"GET", k]), Reply::Bulk(b"v".to_vec()));
         }
         let Reply::Integer(n) = node_call(a, &[b"DBSIZE"]) else {
@@ -390,11 +421,25 @@ fn keys_scan_dbsize_flushall_are_per_node() {
             .cloned()
             .collect();
         assert_eq!(ones, want);
-        let Reply::Array(r) = node_call(a, &[b"SCAN", b"0", b"COUNT", b"1000", b"TYPE", b"hash"])
-        else {
-            panic!()
-        };
-        assert_eq!(r[1], Reply::Array(vec![]));
+        // TYPE: this node's records are its hashes, the rest its strings; `list` nothing.
+        let my_records: BTreeSet<_> = mine.intersection(&records).cloned().collect();
+        let my_strings: BTreeSet<_> = mine.difference(&records).cloned().collect();
+        assert_eq!(
+            scan_all(a, &[b"TYPE", b"hash"]),
+            my_records,
+            "TYPE hash on {a}"
+        );
+        assert_eq!(
+            scan_all(a, &[b"TYPE", b"string"]),
+            my_strings,
+            "TYPE string on {a}"
+        );
+        assert_eq!(
+            scan_all(a, &[b"TYPE", b"list"]),
+            BTreeSet::new(),
+            "TYPE list on {a}"
+        );
+        hashes_seen.extend(my_records);
         match node_call(a, &[b"RANDOMKEY"]) {
             Reply::Bulk(k) => assert!(mine.contains(&k), "RANDOMKEY gave another node's key"),
             Reply::Null => assert!(mine.is_empty()),
@@ -402,8 +447,10 @@ fn keys_scan_dbsize_flushall_are_per_node() {
         }
         union.extend(mine);
     }
-    assert_eq!(total, written.len(), "a key was listed by two nodes");
-    assert_eq!(union, written);
+    assert_eq!(hashes_seen, records);
+    let all: BTreeSet<_> = written.union(&records).cloned().collect();
+    assert_eq!(total, all.len(), "a key was listed by two nodes");
+    assert_eq!(union, all);
     // FLUSHALL on every node: nothing left anywhere.
     for &a in &addrs {
         assert_eq!(node_call(a, &[b"FLUSHALL"]), Reply::ok());

@@ -92,10 +92,20 @@ impl Front {
     /// Keep the candidates that are live keys (committed, not expired) at their coordinator
     /// (this node; a key whose slot moved meanwhile is dropped).
     pub(super) async fn confirm(&self, keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        self.confirm_typed(keys, None).await
+    }
+
+    /// [`Self::confirm`] keeping only keys whose kind TYPE would name `type_name`.
+    async fn confirm_typed(&self, keys: Vec<Vec<u8>>, type_name: Option<&[u8]>) -> Vec<Vec<u8>> {
         let mut live = Vec::with_capacity(keys.len());
         for k in keys {
-            if self.moved(key_slot(&k)).is_none() && matches!(self.get_any(&k).await, Ok(Some(_))) {
-                live.push(k);
+            if self.moved(key_slot(&k)).is_some() {
+                continue;
+            }
+            if let Ok(Some(g)) = self.get_any(&k).await {
+                if type_name.is_none_or(|t| t.eq_ignore_ascii_case(g.kind.type_name().as_bytes())) {
+                    live.push(k);
+                }
             }
         }
         live
@@ -163,7 +173,7 @@ impl Front {
             .ok_or_else(|| err("ERR invalid cursor"))?;
         let mut count = 10usize;
         let mut pattern: Option<&[u8]> = None;
-        let mut only_strings = true;
+        let mut type_filter: Option<&[u8]> = None;
         let mut i = 2;
         while i < argv.len() {
             let opt = argv[i].to_ascii_lowercase();
@@ -179,8 +189,9 @@ impl Front {
                     }
                 }
                 b"match" => pattern = Some(v),
-                // Every value is a string: TYPE string matches all, any other type nothing.
-                b"type" => only_strings = v.eq_ignore_ascii_case(b"string"),
+                // TYPE compares with the key's kind as TYPE names it (a record is a `hash`);
+                // an unknown name matches nothing, as in Redis 7.0.
+                b"type" => type_filter = Some(v),
                 _ => return Err(err("ERR syntax error")),
             }
             i += 2;
@@ -188,11 +199,7 @@ impl Front {
         let own = self.own_slots();
         let mut cands = Vec::new();
         let next = self.scan_page(cursor, count, &own, pattern, &mut cands);
-        let keys = if only_strings {
-            self.confirm(cands).await
-        } else {
-            Vec::new()
-        };
+        let keys = self.confirm_typed(cands, type_filter).await;
         Ok(Reply::Array(vec![
             Reply::Bulk(next.to_string().into_bytes()),
             Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),

@@ -264,12 +264,20 @@ pub fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         .db
         .lock()
         .scan_reaping(cursor, count, ctx.now_ms, &mut keys);
-    let only_strings = type_filter.is_none_or(|t| is(super::cstr(t), "string"));
-    let items = keys
-        .into_iter()
-        .filter(|k| only_strings && pattern.is_none_or(|p| string_match(p, k, false)))
-        .map(|k| Reply::Bulk(Bytes::from(k)))
-        .collect();
+    // TYPE compares with the key's own kind (a record is a `hash`, as TYPE answers); an
+    // unknown type name matches nothing, as in Redis 7.0.
+    let mut items = Vec::with_capacity(keys.len());
+    for k in keys {
+        if !pattern.is_none_or(|p| string_match(p, &k, false)) {
+            continue;
+        }
+        if let Some(t) = type_filter {
+            if !read_kind(ctx, &k).is_some_and(|kind| is(super::cstr(t), kind.type_name())) {
+                continue;
+            }
+        }
+        items.push(Reply::Bulk(Bytes::from(k)));
+    }
     Reply::Array(vec![
         Reply::bulk(next.to_string().as_bytes()),
         Reply::Array(items),

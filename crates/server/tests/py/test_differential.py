@@ -132,9 +132,15 @@ def test_redis_py_keys_and_scan(servers):
         for i in range(300):
             c.set(f"user:{i}", i)
             c.set(f"item:{i}", i)
+        for i in range(40):
+            c.hset(f"rec:{i}", mapping={"a": i, "b": "x"})
         keys = sorted(c.keys("user:1*"))
         scanned = sorted(set(c.scan_iter(match="item:2?", count=50)))
-        out.append((keys, scanned, c.dbsize(), c.randomkey() is not None))
+        # SCAN's TYPE filter: records are hashes, the rest strings, an unknown name nothing.
+        hashes = sorted(set(c.scan_iter(count=50, _type="hash")))
+        strings = len(set(c.scan_iter(count=50, _type="string")))
+        lists = sorted(set(c.scan_iter(count=50, _type="list")))
+        out.append((keys, scanned, hashes, strings, lists, c.dbsize(), c.randomkey() is not None))
     assert out[0] == out[1]
 
 
