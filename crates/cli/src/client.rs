@@ -8,7 +8,11 @@
 
 use crate::Conn;
 use anyhow::{bail, Context, Result};
-use ringlet_client::{BlockingClient, ClientConfig, DelOutcome, SetOptions};
+use ringlet_client::{
+    BlockingClient, BlockingClusterClient, ClientConfig, ClusterConfig, DelOutcome, SetOptions,
+    Status,
+};
+
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -196,9 +200,30 @@ pub fn incr(c: &Conn, key: &str, by: i64) -> Result<()> {
 pub fn mget(c: &Conn, keys: &[String]) -> Result<()> {
     if let Some(n) = native(c)? {
         let ks: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-        for v in n.mget(&ks)?.value {
+        let values: Vec<Option<_>> = match n.mget(&ks) {
+            Ok(v) => v.value.into_iter().map(|v| v.value).collect(),
+            // A cluster node coordinates only some of the keys: the node-level client sends
+            // one batch and follows MOVED per key only for single-key calls, so read through
+            // the cluster client, which splits the keys by coordinator (MGET only reads, so
+            // asking again is safe).
+            Err(ringlet_client::Error::Server { status, .. }) if status == Status::MOVED => {
+                let addr = format!("{}:{}", c.host, c.port);
+                let cfg = ClusterConfig {
+                    client: ClientConfig {
+                        timeout: Duration::from_secs(30),
+                        ..ClientConfig::default()
+                    },
+                    ..ClusterConfig::default()
+                };
+                let cluster = BlockingClusterClient::connect(&[addr.as_str()], cfg)
+                    .with_context(|| format!("cannot reach the cluster through {addr}"))?;
+                cluster.mget(&ks)?.into_iter().map(|v| v.value).collect()
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for v in values {
             // redis-cli prints an empty line for a missing key inside an array.
-            match v.value {
+            match v {
                 Some(b) => print_value(Some(&b))?,
                 None => println!(),
             }

@@ -55,6 +55,36 @@ fn up_cluster_serves_moved_and_drains() {
         matches!(call(base, &[b"GET", format!("k{i}").as_bytes()]), Reply::Error(e) if e.starts_with(b"MOVED"))
     });
     assert!(moved);
+    // The CLI's client commands reach keys of every node through any one of them: MGET
+    // splits by coordinator, DEL and GET follow MOVED (a missing key prints an empty line
+    // inside MGET's answer, as redis-cli does).
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
+            .args(args)
+            .args(["--port", &base.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ringlet {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    let mut mget = vec!["mget"];
+    mget.extend(keys.iter().map(String::as_str));
+    mget.push("nokey");
+    assert_eq!(cli(&mget), format!("{}\n", "v\n".repeat(20)));
+    assert_eq!(cli(&["del", "k0", "k1", "k2", "nokey"]), "3\n");
+    assert_eq!(cli(&["get", "k1"]), "(nil)\n");
+    for i in 0..3 {
+        let k = format!("k{i}");
+        assert_eq!(
+            cluster_call(base, &[b"SET", k.as_bytes(), b"v"]),
+            Reply::ok()
+        );
+    }
     // Without the cluster secret the control plane gives nothing and drains nothing.
     let out = Command::new(env!("CARGO_BIN_EXE_ringlet"))
         .args(["node", "drain", "2", "--control", &control])

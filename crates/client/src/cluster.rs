@@ -49,8 +49,8 @@ use std::path::PathBuf;
 use tokio::time::Instant;
 
 use crate::client::{
-    check_key, join_all, set_outcome, set_request, unexpected, MgetValue, Pool, SetOptions,
-    SetOutcome, Versioned,
+    check_key, join_all, set_outcome, set_request, unexpected, DelOutcome, MgetValue, Pool,
+    SetOptions, SetOutcome, Versioned,
 };
 use crate::config::ClientConfig;
 use crate::conn::{Body, Response};
@@ -1099,26 +1099,29 @@ impl ClusterClient {
         self.routing().map.memgest_by_name(name)
     }
 
-    /// DEL: writes a tombstone; the version is the tombstone's. (Cluster mode does not say
-    /// whether the key existed.)
+    /// DEL: [`DelOutcome::Deleted`] with the tombstone's version, or
+    /// [`DelOutcome::NotFound`] (version 0) when the key did not exist (a node older than
+    /// session 14 answers `Deleted` either way).
     ///
     /// # Errors
     /// See [`Error`].
-    pub async fn del(&self, key: &[u8]) -> Result<Versioned<()>, Error> {
+    pub async fn del(&self, key: &[u8]) -> Result<Versioned<DelOutcome>, Error> {
         Self::check_key(key)?;
         let r = self
             .coord_call(key, Idem::Yes, |out, id| {
                 native::encode_del(out, id, key, None)
             })
             .await?;
-        match r.status {
-            Status::OK => Ok(Versioned {
-                value: (),
-                version: r.version,
-                epoch: r.epoch,
-            }),
-            s => Err(unexpected("DEL", s, &r.body)),
-        }
+        let value = match r.status {
+            Status::OK => DelOutcome::Deleted,
+            Status::NOT_FOUND => DelOutcome::NotFound,
+            s => return Err(unexpected("DEL", s, &r.body)),
+        };
+        Ok(Versioned {
+            value,
+            version: r.version,
+            epoch: r.epoch,
+        })
     }
 
     /// MGET across any slots: one result per key, in order.
@@ -1518,7 +1521,7 @@ impl BlockingClusterClient {
     ///
     /// # Errors
     /// See [`Error`].
-    pub fn del(&self, key: &[u8]) -> Result<Versioned<()>, Error> {
+    pub fn del(&self, key: &[u8]) -> Result<Versioned<DelOutcome>, Error> {
         self.rt.block_on(self.client.del(key))
     }
 

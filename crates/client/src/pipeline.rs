@@ -35,7 +35,7 @@ use bytes::Bytes;
 use ringlet_types::limits;
 use tokio::task::JoinSet;
 
-use crate::client::{check_key, SetOptions, SetOutcome};
+use crate::client::{check_key, DelOutcome, SetOptions, SetOutcome};
 use crate::cluster::ClusterClient;
 use crate::error::Error;
 
@@ -71,8 +71,8 @@ pub enum PipelineReply {
     Values(Vec<Option<Bytes>>),
     /// SET's outcome.
     Set(SetOutcome),
-    /// DEL done (cluster mode does not say whether the key existed).
-    Deleted,
+    /// DEL's outcome: whether the key existed.
+    Del(DelOutcome),
     /// INCRBY's new value.
     Int(i64),
 }
@@ -233,7 +233,7 @@ async fn run_write(client: &ClusterClient, op: PipelineOp) -> Result<PipelineRep
             .set(&key, &value, opts)
             .await
             .map(|v| PipelineReply::Set(v.value)),
-        PipelineOp::Del(key) => client.del(&key).await.map(|_| PipelineReply::Deleted),
+        PipelineOp::Del(key) => client.del(&key).await.map(|r| PipelineReply::Del(r.value)),
         PipelineOp::IncrBy { key, delta } => client
             .incr_by(&key, delta)
             .await

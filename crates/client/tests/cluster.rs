@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ringlet_client::{ClusterClient, ClusterConfig, ReadMode, SetOptions, SetOutcome};
+use ringlet_client::{ClusterClient, ClusterConfig, DelOutcome, ReadMode, SetOptions, SetOutcome};
 use ringlet_cluster::launch::{run_control, run_node, ControlOpts, NodeOpts};
 use ringlet_cluster::node::ClusterNode;
 use ringlet_types::{key_slot, MemgestKind};
@@ -583,6 +583,7 @@ async fn pipeline_results_in_order_with_per_command_errors() {
         },
         PipelineOp::Del(b"pipe:o".to_vec()),
         PipelineOp::Get(b"pipe:o".to_vec()),
+        PipelineOp::Del(b"pipe:o".to_vec()),
     ];
     let got = ringlet_client::pipeline::execute(&client, ops).await;
     assert_eq!(got[0], Ok(PipelineReply::Set(SetOutcome::Stored)));
@@ -593,8 +594,10 @@ async fn pipeline_results_in_order_with_per_command_errors() {
     assert!(matches!(got[2], Err(Error::Server { .. })), "{:?}", got[2]);
     assert_eq!(got[3], Ok(PipelineReply::Int(2)));
     assert_eq!(got[4], Ok(PipelineReply::Int(5)));
-    assert_eq!(got[5], Ok(PipelineReply::Deleted));
+    assert_eq!(got[5], Ok(PipelineReply::Del(DelOutcome::Deleted)));
     assert_eq!(got[6], Ok(PipelineReply::Value(None)));
+    // A DEL of a key that no longer exists says so (it said Deleted before session 14).
+    assert_eq!(got[7], Ok(PipelineReply::Del(DelOutcome::NotFound)));
 }
 
 /// Resharding under the smart client (issue 12): a spare is added, the plan's moves run one

@@ -54,6 +54,8 @@ const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(50);
 const MGET_CONCURRENCY_MAX: usize = 1024;
 /// Bytes read from the socket per read call.
 const READ_CHUNK: usize = 64 * 1024;
+/// DEL: conditional deletes tried before an unconditional one (`delete_existing`).
+const DEL_CAS_TRIES: usize = 8;
 
 /// Why a request failed: a status ≥ 0x10 and its message.
 struct Fail(Status, String);
@@ -417,12 +419,12 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 );
             }
             Req::Del(key) => {
-                let version = written(run(node, ClientOp::Delete { key }).await?)?;
+                let (status, version) = delete_existing(node, key).await?;
                 native::encode_status_response(
                     &mut out,
                     id,
                     Opcode::Del,
-                    Status::OK,
+                    status,
                     node.epoch(),
                     version,
                 );
@@ -659,6 +661,34 @@ fn submit_fail(e: SubmitError) -> Fail {
 
 fn unexpected(r: &ClientReply) -> Fail {
     fail(Status::INTERNAL, format!("unexpected reply {r:?}"))
+}
+
+/// DEL as the single node answers it: NOT_FOUND for a key that does not exist (so a caller
+/// can count deletions, as RESP's DEL does), else the delete's version. The delete is
+/// conditional on the version read, so two concurrent DELs of one key cannot both report
+/// it deleted; a delete that keeps losing to concurrent writes (bounded) is made
+/// unconditional, the key having existed throughout.
+async fn delete_existing(node: &ClusterNode, key: Vec<u8>) -> Result<(Status, Version), Fail> {
+    for _ in 0..DEL_CAS_TRIES {
+        let (current, value) = get(node, &key).await?;
+        if value.is_none() {
+            return Ok((Status::NOT_FOUND, Version::ZERO));
+        }
+        let op = ClientOp::SetIf {
+            key: key.clone(),
+            value: None,
+            memgest: None,
+            expiry_ms: None,
+            kind: ValueKind::String,
+            expect: current,
+        };
+        match run(node, op).await? {
+            ClientReply::Unchanged => continue,
+            other => return Ok((Status::OK, written(other)?)),
+        }
+    }
+    let version = written(run(node, ClientOp::Delete { key }).await?)?;
+    Ok((Status::OK, version))
 }
 
 fn written(r: ClientReply) -> Result<Version, Fail> {

@@ -73,7 +73,7 @@ fn reply_to_py<'py>(py: Python<'py>, r: PipelineReply) -> PyResult<Bound<'py, Py
             Some(b) => b.into_pyobject(py)?.to_owned().into_any(),
             None => py.None().into_bound(py),
         },
-        PipelineReply::Value(None) | PipelineReply::Deleted => py.None().into_bound(py),
+        PipelineReply::Value(None) | PipelineReply::Del(_) => py.None().into_bound(py),
         PipelineReply::Values(vs) => {
             let list = PyList::empty(py);
             for v in vs {
