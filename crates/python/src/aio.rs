@@ -199,11 +199,14 @@ impl AsyncCluster {
         })
     }
 
-    /// Awaitable: delete ``key`` (``None``).
+    /// Awaitable: delete ``key``; ``True`` if it existed.
     fn delete<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let key = bytes_of(key, "key")?;
         let c = self.client();
-        self.spawn(py, async move { c.del(&key).await.map(|_| ()) }, none)
+        self.spawn(py, async move { c.del(&key).await }, |py, r| {
+            let existed = r.value == ringlet_client::DelOutcome::Deleted;
+            Ok(existed.into_pyobject(py)?.to_owned().into_any())
+        })
     }
 
     /// Awaitable: the values of ``keys`` (any slots), in order.

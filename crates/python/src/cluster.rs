@@ -502,12 +502,11 @@ impl Cluster {
         Ok(self.run(py, self.client.incr_by(&key, amount))?.value)
     }
 
-    /// Delete ``key`` (writes a tombstone). Returns ``None``: cluster mode does not report
-    /// whether the key existed.
-    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Delete ``key`` (writes a tombstone). ``True`` if it existed.
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let key = bytes_of(key, "key")?;
-        self.run(py, self.client.del(&key))?;
-        Ok(())
+        let r = self.run(py, self.client.del(&key))?;
+        Ok(r.value == ringlet_client::DelOutcome::Deleted)
     }
 
     /// The values of ``keys`` (any slots), in order; ``None`` for a missing key.

@@ -73,7 +73,11 @@ fn reply_to_py<'py>(py: Python<'py>, r: PipelineReply) -> PyResult<Bound<'py, Py
             Some(b) => b.into_pyobject(py)?.to_owned().into_any(),
             None => py.None().into_bound(py),
         },
-        PipelineReply::Value(None) | PipelineReply::Del(_) => py.None().into_bound(py),
+        PipelineReply::Value(None) => py.None().into_bound(py),
+        PipelineReply::Del(o) => (o == ringlet_client::DelOutcome::Deleted)
+            .into_pyobject(py)?
+            .to_owned()
+            .into_any(),
         PipelineReply::Values(vs) => {
             let list = PyList::empty(py);
             for v in vs {
@@ -194,8 +198,7 @@ impl Pipeline {
         Self::push(slf, PipelineOp::Set { key, value, opts })
     }
 
-    /// Queue a DEL; its result is ``None`` (cluster mode does not say whether the key
-    /// existed).
+    /// Queue a DEL; its result is ``True`` if the key existed.
     fn delete<'py>(slf: &Bound<'py, Self>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let key = bytes_of(key, "key")?;
         Self::push(slf, PipelineOp::Del(key))

@@ -204,10 +204,11 @@ def test_incr_counts_and_refuses_non_integers(c):
 
 def test_delete(c):
     c.mset({"py:del:a": "1", "py:del:b": "2"})
-    assert c.delete("py:del:a") is None
+    assert c.delete("py:del:a") is True
     assert c.get("py:del:a") is None
     assert c.mget(["py:del:a", "py:del:b"]) == [None, b"2"]
-    c.delete("py:del:never-existed")  # no error: cluster DEL does not say whether it existed
+    assert c.delete("py:del:a") is False
+    assert c.delete("py:del:never-existed") is False
     c.set("py:del:a", "again")
     assert c.get("py:del:a") == b"again"
 
@@ -310,10 +311,10 @@ def test_pipeline_keeps_the_order_of_commands_on_one_key(c):
         .set("py:pipe:o", "1").get("py:pipe:o")
         .incr("py:pipe:n").incr("py:pipe:n", 5).get("py:pipe:n")
         .mget(["py:pipe:o", "py:pipe:n"])
-        .delete("py:pipe:o").get("py:pipe:o")
+        .delete("py:pipe:o").get("py:pipe:o").delete("py:pipe:o")
         .execute()
     )
-    assert got == [True, b"1", 1, 6, b"6", [b"1", b"6"], None, None]
+    assert got == [True, b"1", 1, 6, b"6", [b"1", b"6"], True, None, False]
 
 
 def test_pipeline_set_options(c):
@@ -382,8 +383,9 @@ def test_async_cluster_methods_are_awaitables(cluster_seeds):
         await ac.delete("py:aio:n")
         assert await ac.incr("py:aio:n") == 1
         assert await ac.incr("py:aio:n", 9) == 10
-        await ac.delete(keys[0])
+        assert await ac.delete(keys[0]) is True
         assert await ac.get(keys[0]) is None
+        assert await ac.delete(keys[0]) is False
         await ac.set("py:aio:ttl", "v", px=60_000)
         assert await ac.get("py:aio:ttl") == b"v"
         await ac.refresh_map()

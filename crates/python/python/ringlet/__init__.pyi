@@ -111,8 +111,8 @@ class Cluster:
     def incr(self, key: Key, amount: int = 1) -> int:
         """Add ``amount`` to the integer at ``key`` (a missing key is 0); the new value.
         Raises ``ServerError`` if the value is not an integer or the sum overflows."""
-    def delete(self, key: Key) -> None:
-        """Delete ``key``. Cluster mode does not report whether it existed."""
+    def delete(self, key: Key) -> bool:
+        """Delete ``key``; ``True`` if it existed."""
     def mget(self, keys: Iterable[Key]) -> List[Optional[bytes]]:
         """The values of ``keys`` (any slots), in order; ``None`` for a missing key."""
     def mset(self, mapping: Mapping[Key, Value]) -> None:
@@ -167,7 +167,7 @@ class AsyncCluster:
         xx: bool = False,
     ) -> Awaitable[Optional[bool]]: ...
     def incr(self, key: Key, amount: int = 1) -> Awaitable[int]: ...
-    def delete(self, key: Key) -> Awaitable[None]: ...
+    def delete(self, key: Key) -> Awaitable[bool]: ...
     def mget(self, keys: Iterable[Key]) -> Awaitable[List[Optional[bytes]]]: ...
     def mset(self, mapping: Mapping[Key, Value]) -> Awaitable[None]: ...
     def epoch(self) -> int:
@@ -209,7 +209,7 @@ class Pipeline:
     def incr(self, key: Key, amount: int = 1) -> "Pipeline": ...
     def execute(self, raise_on_error: bool = True) -> List[Any]:
         """Results in order: ``bytes``/``None`` (GET), a list (MGET), ``True``/``None`` (SET:
-        stored / prevented by ``nx``/``xx``), ``None`` (DEL),
+        stored / prevented by ``nx``/``xx``), ``True``/``False`` (DEL: the key existed or not),
         ``int`` (INCR). With ``raise_on_error`` the first failure is raised after all ran
         (``Command # N (OP) of pipeline caused error: ...``); otherwise exceptions are
         returned in place. The pipeline is empty after."""
