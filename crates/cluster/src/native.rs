@@ -15,7 +15,8 @@
 //!
 //! Served: PING, GET, MGET (per item: a value, NOT_FOUND, or MOVED for keys this node does
 //! not coordinate), plain SET (optionally with a memgest and a TTL: a blind write, the expiry
-//! made absolute on this coordinator's clock as RESP's SET PX does), plain DEL, CLUSTER_MAP,
+//! made absolute on this coordinator's clock as RESP's SET PX does), plain DEL (NOT_FOUND for a
+//! missing key: a read, then a delete conditional on the version read), CLUSTER_MAP,
 //! READ_REPLICA (one quorum-read leg) and MEMGEST (the RESP front's handler; MOVE/KEY routed
 //! by key), INCRBY (run by the RESP front's INCRBY, under its per-key lock), SET NX/XX (run
 //! under the same lock, resp/conditional.rs), CHASE (the RESP front's walk: one client round
