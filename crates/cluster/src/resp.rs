@@ -2439,35 +2439,18 @@ impl node::NodeContext for NodeView<'_> {
     fn config_params(&self) -> Vec<(&'static str, String)> {
         let f = self.front;
         let memory = f.node.engine().lock().stats().memory_bytes_max;
-        vec![
-            ("bind", self.laddr.ip().to_string()),
-            ("port", self.laddr.port().to_string()),
-            ("maxmemory", memory.to_string()),
-            // Per memgest in Ringlet: the default memgest's rule is what a client that
-            // names none gets (an evictable memgest drops its least recently used keys
-            // when full, any other refuses writes with Redis's OOM error).
-            ("maxmemory-policy", f.maxmemory_policy().to_string()),
-            ("maxclients", limits::CONNECTIONS_MAX.to_string()),
-            (
-                "requirepass",
-                f.requirepass
-                    .as_ref()
-                    .map(|p| String::from_utf8_lossy(p).into_owned())
-                    .unwrap_or_default(),
-            ),
-            ("databases", "1".to_string()),
-            (
-                "proto-max-bulk-len",
-                limits::RESP_BULK_BYTES_MAX.to_string(),
-            ),
-            ("timeout", "0".to_string()),
-            ("save", String::new()),
-            ("appendonly", "no".to_string()),
-            ("cluster-enabled", "yes".to_string()),
-        ]
-        .into_iter()
-        .chain(f.hash_encoding.params())
-        .collect()
+        // maxmemory-policy is per memgest in Ringlet: the default memgest's rule is what a
+        // client that names none gets (an evictable memgest drops its least recently used
+        // keys when full, any other refuses writes with Redis's OOM error).
+        let mut p = node::base_config_params(
+            self.laddr,
+            memory,
+            f.maxmemory_policy(),
+            f.requirepass.as_deref(),
+        );
+        p.push(("cluster-enabled", "yes".to_string()));
+        p.extend(f.hash_encoding.params());
+        p
     }
 
     /// Only `hash-max-listpack-*` (per node: it names an encoding, nothing else) and the
@@ -2493,12 +2476,7 @@ impl node::NodeContext for NodeView<'_> {
     /// engine never expires a replicated entry by itself: the coordinator decides, by the
     /// wall clock.
     fn key_footprint(&self, key: &[u8], now_ms: u64) -> Option<u64> {
-        let e = self.front.node.engine().lock();
-        let head = e.head(key)?;
-        if head.expire_at_ms.is_some_and(|t| t <= now_ms) {
-            return None;
-        }
-        e.footprint(key)
+        node::live_footprint(&self.front.node.engine().lock(), key, now_ms)
     }
 
     fn connected_clients(&self) -> u64 {

@@ -58,6 +58,49 @@ pub trait NodeContext {
     fn info_section(&self, name: &str) -> String;
 }
 
+/// The CONFIG parameters every front has, in the order CONFIG GET lists them: the front
+/// adds its own after these (the single node `io-threads`, `index-keys`; both
+/// `cluster-enabled`).
+pub fn base_config_params(
+    laddr: std::net::SocketAddr,
+    maxmemory: u64,
+    policy: &str,
+    requirepass: Option<&[u8]>,
+) -> Vec<(&'static str, String)> {
+    use ringlet_types::limits;
+    vec![
+        ("bind", laddr.ip().to_string()),
+        ("port", laddr.port().to_string()),
+        ("maxmemory", maxmemory.to_string()),
+        ("maxmemory-policy", policy.to_string()),
+        ("maxclients", limits::CONNECTIONS_MAX.to_string()),
+        (
+            "requirepass",
+            requirepass
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .unwrap_or_default(),
+        ),
+        ("databases", "1".to_string()),
+        (
+            "proto-max-bulk-len",
+            limits::RESP_BULK_BYTES_MAX.to_string(),
+        ),
+        ("timeout", "0".to_string()),
+        ("save", String::new()),
+        ("appendonly", "no".to_string()),
+    ]
+}
+
+/// MEMORY USAGE's figure from an engine: the published entry of `key`, unless expired at
+/// `now_ms` (both fronts decide expiry by the wall clock).
+pub fn live_footprint(engine: &ringlet_engine::Engine, key: &[u8], now_ms: u64) -> Option<u64> {
+    let head = engine.head(key)?;
+    if head.expire_at_ms.is_some_and(|t| t <= now_ms) {
+        return None;
+    }
+    engine.footprint(key)
+}
+
 /// PING [message].
 pub fn ping(argv: &[&[u8]]) -> Reply {
     match argv.len() {
@@ -208,7 +251,7 @@ pub enum ClientFilter {
 /// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id [id ...]].
 ///
 /// # Errors
-/// Redis's texts (unknown type, an id below 1, anything else a syntax error).
+/// Redis's texts (unknown type, a negative id, anything else a syntax error).
 pub fn client_list_filter(argv: &[&[u8]]) -> Result<Option<ClientFilter>, Reply> {
     if argv.len() == 4 && is(argv[2], "type") {
         let t = argv[3];
@@ -224,7 +267,8 @@ pub fn client_list_filter(argv: &[&[u8]]) -> Result<Option<ClientFilter>, Reply>
         let mut v = Vec::with_capacity((argv.len() - 3).min(1024));
         for a in &argv[3..] {
             match super::parse_i64(a) {
-                Some(n) if n > 0 => v.push(n as u64),
+                // Redis 7.0 accepts 0 (no connection has it: an empty list), not below.
+                Some(n) if n >= 0 => v.push(n as u64),
                 _ => return Err(Reply::err("ERR Invalid client ID")),
             }
         }

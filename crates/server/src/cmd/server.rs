@@ -234,40 +234,22 @@ impl super::node::NodeContext for Shared {
 
     fn config_params(&self) -> Vec<(&'static str, String)> {
         let c = &self.config;
-        let pass = self.requirepass.read();
-        vec![
-            ("bind", c.bind.to_string()),
-            ("port", self.port.to_string()),
-            ("maxmemory", (c.memory_mb << 20).to_string()),
-            // What INFO memory says: the single node evicts the least recently used entries
-            // when full (a cache: engine eviction by access time).
-            ("maxmemory-policy", "allkeys-lru".to_string()),
-            (
-                "maxclients",
-                ringlet_types::limits::CONNECTIONS_MAX.to_string(),
-            ),
-            (
-                "requirepass",
-                pass.as_ref()
-                    .map(|p| String::from_utf8_lossy(p).into_owned())
-                    .unwrap_or_default(),
-            ),
-            ("databases", "1".to_string()),
-            (
-                "proto-max-bulk-len",
-                ringlet_types::limits::RESP_BULK_BYTES_MAX.to_string(),
-            ),
-            ("timeout", "0".to_string()),
-            ("save", String::new()),
-            ("appendonly", "no".to_string()),
+        // What INFO memory says: the single node evicts the least recently used entries
+        // when full (a cache: engine eviction by access time).
+        let mut p = super::node::base_config_params(
+            std::net::SocketAddr::new(c.bind, self.port),
+            c.memory_mb << 20,
+            "allkeys-lru",
+            self.requirepass.read().as_deref(),
+        );
+        p.extend([
             ("io-threads", c.threads_effective().to_string()),
             ("cluster-enabled", "no".to_string()),
             // Ringlet's: keys the index holds before it grows (CONFIG SET grows it now).
             ("index-keys", self.db.lock().index_capacity().to_string()),
-        ]
-        .into_iter()
-        .chain(self.hash_encoding.params())
-        .collect()
+        ]);
+        p.extend(self.hash_encoding.params());
+        p
     }
 
     /// `requirepass`, `index-keys` and the `hash-max-listpack-*` pair can change at run
@@ -337,12 +319,7 @@ impl super::node::NodeContext for Shared {
     }
 
     fn key_footprint(&self, key: &[u8], now_ms: u64) -> Option<u64> {
-        let db = self.db.lock();
-        let head = db.head(key)?;
-        if head.expire_at_ms.is_some_and(|t| t <= now_ms) {
-            return None;
-        }
-        db.footprint(key)
+        super::node::live_footprint(&self.db.lock(), key, now_ms)
     }
 
     fn connected_clients(&self) -> u64 {
