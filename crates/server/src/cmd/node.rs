@@ -463,7 +463,7 @@ pub fn memory(ctx: &dyn NodeContext, argv: &[&[u8]], now_ms: u64) -> Reply {
             let s = ctx.engine_stats();
             let used = s.committed_bytes + s.index_bytes;
             let overhead = used.saturating_sub(s.used_bytes);
-            let per_key = if s.keys == 0 { 0 } else { used / s.keys };
+            let per_key = used.checked_div(s.keys).unwrap_or(0);
             let pct = if used == 0 {
                 0.0
             } else {
