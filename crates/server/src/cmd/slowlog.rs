@@ -21,6 +21,9 @@
 //! (`slowlog-log-slower-than 0`: batching is then off and each is timed). Redis's other latency
 //! events (fork, AOF, expire-cycle, eviction) do not exist here.
 //!
+//! Secrets never enter the log: AUTH's and HELLO AUTH's credentials, ACL SETUSER's rules,
+//! CONFIG SET requirepass's value and MIGRATE's AUTH are kept as `(redacted)`, as Redis does.
+//!
 //! Time comes in as arguments (`now_s`), so the ring itself is deterministic.
 
 use crate::reply::Reply;
@@ -355,12 +358,72 @@ impl Monitor {
     }
 }
 
-/// The arguments a slow-log entry keeps (Redis's `slowlogCreateEntry`).
+/// Which arguments of `argv` are secrets the slow log must not keep (Redis's
+/// `redactClientCommandArgument`): AUTH's, HELLO's after AUTH, ACL SETUSER's user and rules,
+/// CONFIG SET's value of `requirepass`/`masterauth`, MIGRATE's after AUTH/AUTH2.
+fn secret_args(argv: &[&[u8]]) -> Vec<bool> {
+    let mut secret = vec![false; argv.len()];
+    let name = argv
+        .first()
+        .map(|a| a.to_ascii_lowercase())
+        .unwrap_or_default();
+    let sub = argv
+        .get(1)
+        .map(|a| a.to_ascii_lowercase())
+        .unwrap_or_default();
+    // Options walked as their command parses them, so a name or key that happens to read
+    // "auth" does not shift what is hidden.
+    let walk = |secret: &mut Vec<bool>, mut j: usize, takes_value: &[&str]| {
+        while j < argv.len() {
+            let n = match argv[j].to_ascii_lowercase().as_slice() {
+                b"auth" => 1 + usize::from(name.as_slice() == b"hello"),
+                b"auth2" => 2,
+                o if takes_value.iter().any(|t| t.as_bytes() == o) => {
+                    j += 2;
+                    continue;
+                }
+                b"keys" => return, // MIGRATE: the rest are keys
+                _ => {
+                    j += 1;
+                    continue;
+                }
+            };
+            for s in secret.iter_mut().skip(j + 1).take(n) {
+                *s = true;
+            }
+            j += 1 + n;
+        }
+    };
+    match name.as_slice() {
+        b"auth" => secret.iter_mut().skip(1).for_each(|s| *s = true),
+        b"hello" => walk(&mut secret, 1, &["setname"]),
+        b"migrate" => walk(&mut secret, 6, &[]),
+        b"acl" if sub == b"setuser" => secret.iter_mut().skip(2).for_each(|s| *s = true),
+        b"config" if sub == b"set" => {
+            let mut j = 2;
+            while j + 1 < argv.len() {
+                let n = argv[j].to_ascii_lowercase();
+                if n == b"requirepass" || n == b"masterauth" {
+                    secret[j + 1] = true;
+                }
+                j += 2;
+            }
+        }
+        _ => {}
+    }
+    secret
+}
+
+/// The arguments a slow-log entry keeps (Redis's `slowlogCreateEntry`), secrets replaced by
+/// `(redacted)`.
 fn abbreviate(argv: &[&[u8]]) -> Vec<Vec<u8>> {
     let kept = argv.len().min(SLOWLOG_ARGS_MAX);
+    let secret = secret_args(argv);
     let mut out = Vec::with_capacity(kept);
     for (j, a) in argv.iter().take(kept).enumerate() {
-        if kept != argv.len() && j == kept - 1 {
+        if secret[j] {
+            out.push(b"(redacted)".to_vec());
+        } else if kept != argv.len() && j == kept - 1 {
             out.push(format!("... ({} more arguments)", argv.len() - kept + 1).into_bytes());
         } else if a.len() > SLOWLOG_ARG_BYTES_MAX {
             let mut v = a[..SLOWLOG_ARG_BYTES_MAX].to_vec();
@@ -417,6 +480,40 @@ mod tests {
         let b = abbreviate(&many);
         assert_eq!(b.len(), 32);
         assert_eq!(b[31], b"... (9 more arguments)".to_vec());
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let show = |argv: &[&[u8]]| {
+            abbreviate(argv)
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(show(&[b"AUTH", b"pw"]), "AUTH (redacted)");
+        assert_eq!(show(&[b"auth", b"u", b"pw"]), "auth (redacted) (redacted)");
+        assert_eq!(
+            show(&[b"HELLO", b"3", b"AUTH", b"u", b"pw", b"SETNAME", b"n"]),
+            "HELLO 3 AUTH (redacted) (redacted) SETNAME n"
+        );
+        assert_eq!(
+            show(&[b"acl", b"setuser", b"u", b">pw", b"+get"]),
+            "acl setuser (redacted) (redacted) (redacted)"
+        );
+        assert_eq!(
+            show(&[b"config", b"set", b"timeout", b"0", b"requirepass", b"pw"]),
+            "config set timeout 0 requirepass (redacted)"
+        );
+        assert_eq!(
+            show(&[b"migrate", b"h", b"1", b"k", b"9", b"5000", b"AUTH2", b"u", b"pw"]),
+            "migrate h 1 k 9 5000 AUTH2 (redacted) (redacted)"
+        );
+        assert_eq!(show(&[b"get", b"auth"]), "get auth");
+        assert_eq!(
+            show(&[b"HELLO", b"3", b"SETNAME", b"auth", b"AUTH", b"u", b"pw"]),
+            "HELLO 3 SETNAME auth AUTH (redacted) (redacted)"
+        );
     }
 
     #[test]
