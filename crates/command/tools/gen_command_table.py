@@ -66,7 +66,7 @@ COMMANDS = {
     # LATENCY over the same samples (event "command").
     "memory": ["usage", "stats", "doctor", "help"],
     "slowlog": ["get", "len", "reset", "help"],
-    "latency": ["latest", "history", "reset", "help"],
+    "latency": ["latest", "history", "reset", "doctor", "help"],
 }
 
 

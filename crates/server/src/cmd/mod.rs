@@ -109,7 +109,8 @@ fn handler_for(name: &str) -> Option<Handler> {
         "info" => server::info,
         "memory|usage" | "memory|stats" | "memory|doctor" | "memory|help" => server::memory,
         "slowlog|get" | "slowlog|len" | "slowlog|reset" | "slowlog|help" => server::slowlog,
-        "latency|latest" | "latency|history" | "latency|reset" | "latency|help" => server::latency,
+        "latency|latest" | "latency|history" | "latency|reset" | "latency|doctor"
+        | "latency|help" => server::latency,
         "dbsize" => server::dbsize,
         "flushall" => server::flushall,
         "flushdb" => server::flushall,

@@ -326,6 +326,34 @@ impl Monitor {
                         .collect(),
                 )
             }
+            b"doctor" => {
+                // Plain facts rather than Redis's advice text (whose advice is about fork,
+                // AOF and the like, which Ringlet does not have).
+                let st = self.state.lock();
+                let mut out = String::new();
+                if self.threshold_ms.load(Relaxed) == 0 && st.events.is_empty() {
+                    out.push_str(
+                        "Latency monitoring is disabled on this node: CONFIG SET \
+                         latency-monitor-threshold <milliseconds> enables it (events: command, \
+                         fast-command).\n",
+                    );
+                } else if st.events.is_empty() {
+                    out.push_str("No latency spike was observed on this node since the monitor was enabled or reset.\n");
+                }
+                for (name, e) in &st.events {
+                    let n = e.samples.len() as u64;
+                    let avg = e.samples.iter().map(|s| s.1).sum::<u64>() / n.max(1);
+                    let _ = std::fmt::Write::write_fmt(
+                        &mut out,
+                        format_args!(
+                            "{name}: {n} latency spikes (average {avg}ms) in the last {} seconds kept; worst all time {}ms.\n",
+                            e.samples.len(),
+                            e.max_ms
+                        ),
+                    );
+                }
+                Reply::Verbatim(bytes::Bytes::from(out))
+            }
             b"reset" => {
                 let mut st = self.state.lock();
                 if argv.len() == 2 {
@@ -348,6 +376,8 @@ impl Monitor {
                     "    Return time-latency samples for the <event> class.",
                     "LATEST",
                     "    Return the latest latency samples for all events.",
+                    "DOCTOR",
+                    "    Return a report of the latency events of this node.",
                     "RESET [<event> ...]",
                     "    Reset latency data of one or more <event> classes.",
                     "    (default: reset all data for all event classes)",
@@ -538,6 +568,11 @@ mod tests {
             panic!()
         };
         assert_eq!(latest.len(), 2);
+        let Reply::Verbatim(doc) = m.latency(&[b"latency", b"doctor"]) else {
+            panic!()
+        };
+        let doc = String::from_utf8_lossy(&doc).into_owned();
+        assert!(doc.contains("fast-command: 1 latency spikes"), "{doc}");
         assert_eq!(
             m.latency(&[b"latency", b"reset", b"command", b"nope"]),
             Reply::Int(1)
