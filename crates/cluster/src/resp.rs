@@ -2432,10 +2432,6 @@ struct NodeView<'a> {
 }
 
 impl node::NodeContext for NodeView<'_> {
-    fn mode(&self) -> Mode {
-        Mode::Cluster
-    }
-
     fn config_params(&self) -> Vec<(&'static str, String)> {
         let f = self.front;
         let memory = f.node.engine().lock().stats().memory_bytes_max;

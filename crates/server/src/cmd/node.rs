@@ -24,8 +24,6 @@ use std::fmt::Write as _;
 
 /// What a front supplies to the shared node-local commands.
 pub trait NodeContext {
-    /// Which front this is (HELLO's `mode`, SELECT's rule, COMMAND's listing).
-    fn mode(&self) -> Mode;
     /// This front's CONFIG parameters and their values; the slow log's and latency
     /// monitor's ([`Monitor::config_params`]) are added by [`config_get`].
     fn config_params(&self) -> Vec<(&'static str, String)>;

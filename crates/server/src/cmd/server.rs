@@ -228,10 +228,6 @@ pub fn function_help(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 
 /// The single node's side of the shared node-local commands (`cmd::node`).
 impl super::node::NodeContext for Shared {
-    fn mode(&self) -> super::Mode {
-        super::Mode::Single
-    }
-
     fn config_params(&self) -> Vec<(&'static str, String)> {
         let c = &self.config;
         // What INFO memory says: the single node evicts the least recently used entries
