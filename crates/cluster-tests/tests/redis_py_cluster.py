@@ -73,4 +73,34 @@ assert rc.get("{r}b") == b"1" and rc.exists("{r}a") == 0
 assert rc.copy("{r}b", "{r}c") is True and rc.get("{r}c") == b"1"
 assert rc.msetnx({"{r}m": "1", "{r}n": "2"}) is True
 assert rc.randomkey() is not None
+# Node-local introspection (docs/design/commands.md). MEMORY USAGE routes by its key (the
+# table's key spec for memory|usage) and answers the coordinator's accounting of the entry;
+# SLOWLOG, LATENCY and CONFIG are per node, asked of one node at a time here.
+assert rc.set("mem:k", "x" * 1000) is True
+u = rc.memory_usage("mem:k")
+assert isinstance(u, int) and 1000 < u <= 2048, u
+assert rc.memory_usage("mem:none") is None
+owner = rc.get_node_from_key("mem:k")
+for n in rc.get_primaries():
+    assert rc.execute_command("SLOWLOG", "RESET", target_nodes=n) in (True, b"OK", "OK")
+    assert rc.execute_command("CONFIG", "SET", "slowlog-log-slower-than", "0", target_nodes=n) in (True, b"OK", "OK")
+assert rc.get("mem:k") == b"x" * 1000
+log = rc.execute_command("SLOWLOG", "GET", "-1", target_nodes=owner)
+cmds = [e["command"] if isinstance(e, dict) else b" ".join(e[3]) for e in log]
+assert b"GET mem:k" in cmds, cmds
+assert rc.execute_command("SLOWLOG", "LEN", target_nodes=owner) >= 1
+stats = rc.execute_command("MEMORY", "STATS", target_nodes=owner)
+stats = stats if isinstance(stats, dict) else dict(zip(stats[::2], stats[1::2]))
+keys = {k.decode() if isinstance(k, bytes) else k for k in stats}
+assert {"total.allocated", "keys.count", "dataset.bytes"} <= keys, stats
+# LATENCY: off by default (as Redis); at 1 ms a command of 1 ms or more is an event.
+assert rc.execute_command("LATENCY", "LATEST", target_nodes=owner) in ([], None), "latency on by default"
+assert rc.execute_command("LATENCY", "RESET", target_nodes=owner) == 0
+try:
+    rc.execute_command("MEMORY", "DOCTOR", target_nodes=owner)
+    raise AssertionError("MEMORY DOCTOR answered")
+except ResponseError as e:
+    assert "not supported" in str(e), e
+for n in rc.get_primaries():
+    rc.execute_command("CONFIG", "SET", "slowlog-log-slower-than", "10000", target_nodes=n)
 print("redis-py RedisCluster OK against", len(nodes), "nodes")

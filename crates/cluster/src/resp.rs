@@ -46,6 +46,7 @@ use ringlet_codec::resp::{Proto, Reply, Request, RequestDecoder};
 use ringlet_command::Mode;
 use ringlet_control::{ClusterMap, MemgestReport, NodeState};
 use ringlet_replica::{ClientOp, ClientReply};
+use ringlet_server::cmd::node;
 use ringlet_types::{key_slot, limits, MemgestId, MemgestKind, NodeId, Slot, ValueKind};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -139,6 +140,9 @@ pub struct Front {
     /// CONFIG `hash-max-listpack-*` of this node: only what OBJECT ENCODING names a record
     /// (per node, as CONFIG SET on a Redis Cluster node).
     hash_encoding: ringlet_server::cmd::keyspace::HashEncodingMax,
+    /// SLOWLOG and LATENCY of this node (`ringlet_server::cmd::slowlog`, the single node's),
+    /// fed by [`Front::command`].
+    monitor: ringlet_server::cmd::slowlog::Monitor,
     /// Requests served per slot and latency per command (crate::load): the status page's
     /// heat map and charts, INFO commandstats/latencystats, the per-range `/metrics`.
     load: Arc<crate::load::Load>,
@@ -176,6 +180,7 @@ pub async fn serve(
         recorder: metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
         exec: tokio::sync::RwLock::new(()),
         hash_encoding: Default::default(),
+        monitor: Default::default(),
         load: Arc::new(crate::load::Load::default()),
         acl: ringlet_command::acl::AclTable::new(ringlet_command::acl::Users::new(
             requirepass.as_deref().map(str::as_bytes),
@@ -814,8 +819,19 @@ impl Front {
             Err(r) => (r, false),
         };
         let class = crate::load::class_of(spec);
+        let took = started.elapsed();
         self.load
-            .record(spec.name, class, &spec.keys(&args), started.elapsed(), ok);
+            .record(spec.name, class, &spec.keys(&args), took, ok);
+        // EXEC is not logged itself (Redis's `skip_slowlog`).
+        if spec.name != "exec" {
+            self.monitor.record(
+                &args,
+                spec.fast,
+                took.as_micros() as u64,
+                crate::wall_ms() / 1000,
+                || conn.slowlog_client(),
+            );
+        }
         reply
     }
 
@@ -962,12 +978,8 @@ impl Front {
     ) -> Result<Reply, Reply> {
         let a = |i: usize| -> &[u8] { argv.get(i).map(|v| &v[..]).unwrap_or(b"") };
         match name {
-            "ping" => match argv.len() {
-                1 => Ok(Reply::Simple(b"PONG".to_vec())),
-                2 => Ok(Reply::Bulk(a(1).to_vec())),
-                _ => Err(err("ERR wrong number of arguments for 'ping' command")),
-            },
-            "echo" => Ok(Reply::Bulk(a(1).to_vec())),
+            "ping" => Ok(convert(&node::ping(args))),
+            "echo" => Ok(convert(&node::echo(args))),
             "wait" => self.wait(argv).await,
             "role" => Ok(self.role()),
             "quit" | "readonly" | "readwrite" => Ok(Reply::ok()),
@@ -982,21 +994,10 @@ impl Front {
                 self.log_in(conn, default);
                 Ok(Reply::Simple(b"RESET".to_vec()))
             }
-            "select" => match a(1) {
-                b"0" => Ok(Reply::ok()),
-                _ => Err(err("ERR SELECT is not allowed in cluster mode")),
-            },
+            "select" => Ok(convert(&node::select(args, Mode::Cluster))),
             "auth" => {
-                let (user, password) =
-                    match argv.len() {
-                        2 if self.requirepass.is_none() => return Err(err(
-                            "ERR AUTH <password> called without any password configured for the \
-                             default user. Are you sure your configuration is correct?",
-                        )),
-                        2 => (&b"default"[..], a(1)),
-                        3 => (a(1), a(2)),
-                        _ => return Err(err("ERR syntax error")),
-                    };
+                let nopass = self.acl.snapshot().default_user().nopass;
+                let (user, password) = node::auth_args(args, nopass).map_err(|e| convert(&e))?;
                 let Some(u) = self.authenticate(user, password) else {
                     return Err(err(WRONGPASS));
                 };
@@ -1005,87 +1006,69 @@ impl Front {
                 Ok(Reply::ok())
             }
             "hello" => {
-                let next = match a(1) {
-                    b"" => 1,
-                    b"2" | b"3" => 2,
-                    v if v.iter().all(u8::is_ascii_digit) => {
-                        return Err(err("NOPROTO unsupported protocol version"))
-                    }
-                    _ => {
-                        return Err(err(
-                            "ERR Protocol version is not an integer or out of range",
-                        ))
-                    }
-                };
-                // HELLO [ver] [AUTH user pass] [SETNAME name]
-                let mut j = next;
-                let mut setname = None;
-                while j < argv.len() {
-                    let opt = a(j).to_ascii_lowercase();
-                    if opt == b"auth" && j + 2 < argv.len() {
-                        let Some(u) = self.authenticate(a(j + 1), a(j + 2)) else {
-                            return Err(err(WRONGPASS));
-                        };
-                        self.log_in(conn, u);
-                        *authed = true;
-                        j += 3;
-                    } else if opt == b"setname" && j + 1 < argv.len() {
-                        setname = Some(j + 1);
-                        j += 2;
-                    } else {
-                        return Err(err(format!(
-                            "ERR Syntax error in HELLO option '{}'",
-                            String::from_utf8_lossy(a(j))
-                        )));
-                    }
+                // Parsed whole before anything is applied (ringlet_server::cmd::node).
+                let h = node::hello_args(args).map_err(|e| convert(&e))?;
+                if let Some((user, password)) = h.auth {
+                    let Some(u) = self.authenticate(user, password) else {
+                        return Err(err(WRONGPASS));
+                    };
+                    self.log_in(conn, u);
+                    *authed = true;
                 }
                 if !*authed {
-                    return Err(err(
-                        "NOAUTH HELLO must be called with the client already authenticated, \
-                         otherwise the HELLO AUTH <user> <pass> option can be used to \
-                         authenticate the client and select the RESP protocol version at the \
-                         same time",
-                    ));
+                    return Err(err(node::HELLO_NOAUTH));
                 }
-                if let Some(i) = setname {
-                    conn.set_name(a(i))?;
+                if let Some(n) = h.setname {
+                    conn.set_name(n)?;
                 }
-                match a(1) {
-                    b"3" => *proto = Proto::Resp3,
-                    b"2" => *proto = Proto::Resp2,
-                    _ => {}
+                match h.proto {
+                    Some(3) => *proto = Proto::Resp3,
+                    Some(_) => *proto = Proto::Resp2,
+                    None => {}
                 }
                 let v = if *proto == Proto::Resp3 { 3 } else { 2 };
                 conn.resp.store(v, std::sync::atomic::Ordering::Relaxed);
-                // The single node's identity and fields (crates/server), in cluster mode.
-                Ok(Reply::Map(vec![
-                    (Reply::bulk("server"), Reply::bulk("ringlet")),
-                    (
-                        Reply::bulk("version"),
-                        Reply::bulk(ringlet_server::cmd::connection::REDIS_COMPAT_VERSION),
-                    ),
-                    (Reply::bulk("proto"), Reply::Integer(i64::from(v))),
-                    (Reply::bulk("id"), Reply::Integer(conn.id as i64)),
-                    (Reply::bulk("mode"), Reply::bulk("cluster")),
-                    (Reply::bulk("role"), Reply::bulk("master")),
-                    (Reply::bulk("modules"), Reply::Array(vec![])),
-                ]))
+                Ok(convert(&node::hello_reply(v, conn.id, Mode::Cluster)))
             }
             "client" => clients::client(&self.clients, conn, argv),
             "acl" => self.acl_command(args, conn).await,
-            "config" => self.config(argv, conn),
+            "config" => {
+                let view = NodeView {
+                    front: self,
+                    laddr: conn.laddr(),
+                };
+                Ok(convert(&match args[1].to_ascii_lowercase().as_slice() {
+                    b"get" => node::config_get(&view, args),
+                    b"set" => node::config_set(&view, args),
+                    _ => node::config_help(&view),
+                }))
+            }
+            "info" => {
+                let view = NodeView {
+                    front: self,
+                    laddr: conn.laddr(),
+                };
+                Ok(convert(&node::info(&view, args)))
+            }
+            "memory" => {
+                if args[1].eq_ignore_ascii_case(b"usage") {
+                    if let Some(m) = self.moved(key_slot(a(2))) {
+                        return Err(m);
+                    }
+                }
+                let view = NodeView {
+                    front: self,
+                    laddr: conn.laddr(),
+                };
+                Ok(convert(&node::memory(&view, args, crate::wall_ms())))
+            }
+            "slowlog" => Ok(convert(&self.monitor.slowlog(args))),
+            "latency" => Ok(convert(&self.monitor.latency(args))),
             "function" => Ok(convert(&ringlet_server::cmd::server::function_reply(args))),
             "command" => Ok(convert(&ringlet_command::introspect::command(
                 args,
                 Mode::Cluster,
             ))),
-            "info" => {
-                let sections: Vec<String> = argv[1..]
-                    .iter()
-                    .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
-                    .collect();
-                Ok(Reply::Bulk(self.info(&sections).into_bytes()))
-            }
             "cluster" => match self.cluster_reshard(argv).await {
                 Some(r) => r,
                 None => self.cluster(argv),
@@ -1640,87 +1623,11 @@ impl Front {
         }
     }
 
-    /// INFO [section ...] in Redis's section order: no argument or `default` gives every
-    /// section but commandstats and latencystats (as Redis), `all`/`everything` all of them.
+    /// INFO [section ...] of this node (the status page's text; `node::info_text`).
     fn info(&self, sections: &[String]) -> String {
-        let all = sections.iter().any(|s| s == "all" || s == "everything");
-        let want = |name: &str, default: bool| {
-            all || sections.iter().any(|s| s == name)
-                || (default && (sections.is_empty() || sections.iter().any(|s| s == "default")))
-        };
-        let mut out = String::new();
-        let mut section = |text: String| {
-            if !out.is_empty() {
-                out.push_str("\r\n");
-            }
-            out.push_str(&text);
-        };
-        let core = self.info_core();
-        let (server, cluster_ringlet, keyspace) = core;
-        if want("server", true) {
-            section(server);
-        }
-        if want("clients", true) {
-            section(format!(
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
-                self.clients.len(),
-                limits::CONNECTIONS_MAX
-            ));
-        }
-        if want("memory", true) {
-            let e = self.node.engine().lock().stats();
-            let used = e.committed_bytes + e.index_bytes;
-            let rss = ringlet_server::info::rss_bytes();
-            let human = ringlet_server::info::human;
-            section(format!(
-                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\n\
-                 used_memory_rss_human:{}\r\nused_memory_dataset:{}\r\nmaxmemory:{}\r\n\
-                 maxmemory_human:{}\r\nmaxmemory_policy:{}\r\n{}",
-                human(used),
-                human(rss),
-                e.used_bytes,
-                e.memory_bytes_max,
-                human(e.memory_bytes_max),
-                self.maxmemory_policy(),
-                allocator_lines(),
-            ));
-        }
-        if want("stats", true) {
-            let (calls, failed) = self.load.commands().iter().fold((0, 0), |(c, f), (_, s)| {
-                use std::sync::atomic::Ordering::Relaxed;
-                (c + s.calls.load(Relaxed), f + s.failed.load(Relaxed))
-            });
-            let e = self.node.engine().lock().stats();
-            section(format!(
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{calls}\r\n\
-                 total_error_replies:{failed}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\n",
-                self.clients.total_received(),
-                e.expirations,
-                e.evictions,
-            ));
-        }
-        if want("replication", true) {
-            section(self.replication_section());
-        }
-        if want("cpu", true) {
-            let mut t = String::new();
-            ringlet_server::info::cpu(&mut t);
-            section(t);
-        }
-        if want("cluster", true) || want("ringlet", true) {
-            section(cluster_ringlet);
-        }
-        if want("keyspace", true) {
-            section(keyspace);
-        }
-        let (cmds, lat) = self.load.info_sections();
-        if want("commandstats", false) {
-            section(cmds);
-        }
-        if want("latencystats", false) {
-            section(lat);
-        }
-        out
+        // INFO does not read the connection's address (only CONFIG does).
+        let laddr = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        node::info_text(&NodeView { front: self, laddr }, sections)
     }
 
     /// This node's memory, accounted and resident, as `field:value` lines (MEMGEST INFO's
@@ -1793,76 +1700,6 @@ impl Front {
         );
         let keyspace = format!("# Keyspace\r\ndb0:keys={own},expires=0,avg_ttl=0\r\n");
         (server, cluster, keyspace)
-    }
-
-    /// CONFIG GET / SET / HELP with the single node's parameter handling
-    /// (`ringlet_server::cmd::server`) over this node's values. Only the
-    /// `hash-max-listpack-*` pair is settable at run time in cluster mode, per node (it names
-    /// an encoding, nothing else): the password is the cluster's (every node must agree), the
-    /// rest is fixed at start, so CONFIG SET answers Redis's "can't set immutable config".
-    fn config(&self, argv: &[Vec<u8>], conn: &clients::Conn) -> Result<Reply, Reply> {
-        use ringlet_server::cmd::server::{config_get_from, config_set_check};
-        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        // The command table resolved the subcommand and checked its arity (config|get -3,
-        // config|set -4).
-        let sub = String::from_utf8_lossy(&argv[1]).to_ascii_lowercase();
-        let laddr = conn.laddr();
-        let memory = self.node.engine().lock().stats().memory_bytes_max;
-        let params: Vec<(&'static str, String)> = vec![
-            ("bind", laddr.ip().to_string()),
-            ("port", laddr.port().to_string()),
-            ("maxmemory", memory.to_string()),
-            // Per memgest in Ringlet: the default memgest's rule is what a client that
-            // names none gets (an evictable memgest drops its least recently used keys
-            // when full, any other refuses writes with Redis's OOM error).
-            ("maxmemory-policy", self.maxmemory_policy().to_string()),
-            ("maxclients", limits::CONNECTIONS_MAX.to_string()),
-            (
-                "requirepass",
-                self.requirepass
-                    .as_ref()
-                    .map(|p| String::from_utf8_lossy(p).into_owned())
-                    .unwrap_or_default(),
-            ),
-            ("databases", "1".to_string()),
-            (
-                "proto-max-bulk-len",
-                limits::RESP_BULK_BYTES_MAX.to_string(),
-            ),
-            ("timeout", "0".to_string()),
-            ("save", String::new()),
-            ("appendonly", "no".to_string()),
-            ("cluster-enabled", "yes".to_string()),
-        ]
-        .into_iter()
-        .chain(self.hash_encoding.params())
-        .collect();
-        match sub.as_str() {
-            "get" => Ok(convert(&config_get_from(&params, &args))),
-            "set" => {
-                let known: Vec<&str> = params.iter().map(|(n, _)| *n).collect();
-                let settable: Vec<&str> =
-                    ringlet_server::cmd::keyspace::HashEncodingMax::names().collect();
-                match config_set_check(&known, &settable, &args)
-                    .and_then(|pairs| self.hash_encoding.set(&pairs))
-                {
-                    Ok(()) => Ok(Reply::ok()),
-                    Err(e) => Err(convert(&e)),
-                }
-            }
-            "help" => Ok(convert(&ringlet_command::introspect::help(
-                "CONFIG",
-                &[
-                    "GET <pattern>",
-                    "    Return parameters matching the glob-like <pattern> and their values.",
-                    "SET <directive> <value>",
-                    "    Only hash-max-listpack-* can be set at run time in cluster mode.",
-                ],
-            ))),
-            other => Err(err(format!(
-                "ERR 'config|{other}' has no handler on a cluster node"
-            ))),
-        }
     }
 
     fn cluster(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
@@ -2583,6 +2420,112 @@ impl Front {
                 }
                 Ok(Reply::Integer(1))
             }
+        }
+    }
+}
+
+/// A cluster node as the shared node-local commands see it (`ringlet_server::cmd::node`),
+/// from one connection (CONFIG GET `bind`/`port` are the address it reached).
+struct NodeView<'a> {
+    front: &'a Front,
+    laddr: std::net::SocketAddr,
+}
+
+impl node::NodeContext for NodeView<'_> {
+    fn config_params(&self) -> Vec<(&'static str, String)> {
+        let f = self.front;
+        let memory = f.node.engine().lock().stats().memory_bytes_max;
+        // maxmemory-policy is per memgest in Ringlet: the default memgest's rule is what a
+        // client that names none gets (an evictable memgest drops its least recently used
+        // keys when full, any other refuses writes with Redis's OOM error).
+        let mut p = node::base_config_params(
+            self.laddr,
+            memory,
+            f.maxmemory_policy(),
+            f.requirepass.as_deref(),
+        );
+        p.push(("cluster-enabled", "yes".to_string()));
+        p.extend(f.hash_encoding.params());
+        p
+    }
+
+    /// Only `hash-max-listpack-*` (per node: it names an encoding, nothing else) and the
+    /// slow log's settings: the password is the cluster's (every node must agree), the rest
+    /// is fixed at start ("can't set immutable config").
+    fn config_settable(&self) -> Vec<&'static str> {
+        ringlet_server::cmd::keyspace::HashEncodingMax::names().collect()
+    }
+
+    fn config_apply(&self, pairs: &[(String, &[u8])]) -> Result<(), ringlet_command::reply::Reply> {
+        self.front.hash_encoding.set(pairs)
+    }
+
+    fn monitor(&self) -> &ringlet_server::cmd::slowlog::Monitor {
+        &self.front.monitor
+    }
+
+    fn engine_stats(&self) -> ringlet_engine::EngineStats {
+        self.front.node.engine().lock().stats()
+    }
+
+    /// The coordinator's entry (the caller answered MOVED for another node's key). The
+    /// engine never expires a replicated entry by itself: the coordinator decides, by the
+    /// wall clock.
+    fn key_footprint(&self, key: &[u8], now_ms: u64) -> Option<u64> {
+        node::live_footprint(&self.front.node.engine().lock(), key, now_ms)
+    }
+
+    fn connected_clients(&self) -> u64 {
+        self.front.clients.len() as u64
+    }
+
+    fn maxmemory_policy(&self) -> String {
+        self.front.maxmemory_policy().to_string()
+    }
+
+    fn memory_extra_lines(&self) -> String {
+        allocator_lines()
+    }
+
+    fn info_sections(&self) -> &'static [(&'static [&'static str], bool)] {
+        &[
+            (&["server"], true),
+            (&["clients"], true),
+            (&["memory"], true),
+            (&["stats"], true),
+            (&["replication"], true),
+            (&["cpu"], true),
+            (&["cluster", "ringlet"], true),
+            (&["keyspace"], true),
+            (&["commandstats"], false),
+            (&["latencystats"], false),
+        ]
+    }
+
+    fn info_section(&self, name: &str) -> String {
+        let f = self.front;
+        match name {
+            "server" => f.info_core().0,
+            "stats" => {
+                let (calls, failed) = f.load.commands().iter().fold((0, 0), |(c, fl), (_, s)| {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    (c + s.calls.load(Relaxed), fl + s.failed.load(Relaxed))
+                });
+                let e = f.node.engine().lock().stats();
+                format!(
+                    "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{calls}\r\n\
+                     total_error_replies:{failed}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\n",
+                    f.clients.total_received(),
+                    e.expirations,
+                    e.evictions,
+                )
+            }
+            "replication" => f.replication_section(),
+            "cluster" => f.info_core().1,
+            "keyspace" => f.info_core().2,
+            "commandstats" => f.load.info_sections().0,
+            "latencystats" => f.load.info_sections().1,
+            _ => String::new(),
         }
     }
 }

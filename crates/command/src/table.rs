@@ -37,6 +37,9 @@ pub struct Spec {
     pub no_auth: bool,
     /// Flagged `write` in COMMAND INFO.
     pub write: bool,
+    /// Flagged `fast` in COMMAND INFO (LATENCY files it under `fast-command`, others under
+    /// `command`, as Redis does).
+    pub fast: bool,
     /// Legacy key positions: first, last (negative counts from the end), step; 0 = no keys.
     pub first_key: i64,
     pub last_key: i64,
@@ -170,6 +173,7 @@ fn spec_of(info: Reply, docs: Reply) -> Spec {
         arity: int(&info, 1),
         no_auth: has_flag(&info, "no_auth"),
         write: has_flag(&info, "write"),
+        fast: has_flag(&info, "fast"),
         first_key: int(&info, 3),
         last_key: int(&info, 4),
         key_step: int(&info, 5),

@@ -61,6 +61,12 @@ COMMANDS = {
     # refused with Ringlet's reason instead of "unknown subcommand".
     "acl": ["cat", "deluser", "dryrun", "genpass", "getuser", "list", "load", "log", "save",
             "setuser", "users", "whoami", "help"],
+    # Introspection clients expect (docs/design/commands.md): MEMORY USAGE from the engine's
+    # accounting, MEMORY STATS a subset, DOCTOR refused; SLOWLOG a bounded ring per node;
+    # LATENCY over the same samples (event "command").
+    "memory": ["usage", "stats", "doctor", "help"],
+    "slowlog": ["get", "len", "reset", "help"],
+    "latency": ["latest", "history", "reset", "doctor", "help"],
 }
 
 

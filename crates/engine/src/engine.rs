@@ -772,6 +772,15 @@ impl Engine {
         self.store.enable_slot_index();
     }
 
+    /// Bytes the published entry of `key` occupies (expired or not): its data-region slot as
+    /// the memory accounting counts it plus its index entry (MEMORY USAGE).
+    pub fn footprint(&self, key: &[u8]) -> Option<u64> {
+        if key.len() > KEY_BYTES_MAX as usize {
+            return None;
+        }
+        self.store.footprint(key, key_hash(key))
+    }
+
     /// The published entry of `key` without its value (expired or not: no clock here).
     pub fn head(&self, key: &[u8]) -> Option<crate::EntryHead> {
         if key.len() > KEY_BYTES_MAX as usize {

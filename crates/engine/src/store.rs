@@ -824,6 +824,16 @@ impl Store {
         })
     }
 
+    /// Bytes `key`'s published entry is accounted for (`used_bytes`, per memgest and per
+    /// slot): its data-region slot (size class, or page-rounded run) plus one index entry.
+    pub fn footprint(&self, key: &[u8], h: u64) -> Option<u64> {
+        let f = self.find(key, h)?;
+        Some(
+            self.slabs.footprint(u64::from(ie_size_units(f.w1)))
+                + BUCKET_BYTES / BUCKET_ENTRIES as u64,
+        )
+    }
+
     pub fn get_meta(&self, key: &[u8], h: u64) -> Option<Meta> {
         let f = self.find(key, h)?;
         Some(self.meta_of(&f))

@@ -307,6 +307,10 @@ impl RespProcessor {
         if !self.batching || self.req.is_inline() || session.multi.is_some() {
             return None;
         }
+        // SLOWLOG set to log every command (`slowlog-log-slower-than 0`): one by one, timed.
+        if shared.monitor.logs_everything() {
+            return None;
+        }
         let rest = &buf[base..];
         let name = self.req.arg(rest, 0)?;
         let kind = match (self.req.argc(), name.len()) {

@@ -37,33 +37,20 @@ pub fn client_line(c: &ClientState, now_ms: u64) -> String {
     )
 }
 
-const SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "cpu", "keyspace"];
+/// INFO [section ...] of the single node (`cmd::node::info_text`: the section order and
+/// selection shared with a cluster node).
+pub fn render(shared: &Shared, sections: &[String], _now_ms: u64) -> String {
+    crate::cmd::node::info_text(shared, sections)
+}
 
-/// INFO [section ...]: `all`, `everything`, `default` or no argument give every section.
-pub fn render(shared: &Shared, sections: &[String], now_ms: u64) -> String {
-    let want = |s: &str| {
-        sections.is_empty()
-            || sections
-                .iter()
-                .any(|x| x == s || x == "all" || x == "everything" || x == "default")
-    };
+/// The single node's sections that `cmd::node` does not write itself.
+pub fn section(shared: &Shared, name: &str) -> String {
     let mut out = String::new();
-    for s in SECTIONS {
-        if !want(s) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str("\r\n");
-        }
-        match *s {
-            "server" => server(shared, &mut out),
-            "clients" => clients(shared, &mut out),
-            "memory" => memory(shared, &mut out),
-            "stats" => stats(shared, &mut out),
-            "cpu" => cpu(&mut out),
-            "keyspace" => keyspace(shared, &mut out, now_ms),
-            _ => {}
-        }
+    match name {
+        "server" => server(shared, &mut out),
+        "stats" => stats(shared, &mut out),
+        "keyspace" => keyspace(shared, &mut out),
+        _ => {}
     }
     out
 }
@@ -88,15 +75,6 @@ fn server(shared: &Shared, out: &mut String) {
     );
 }
 
-fn clients(shared: &Shared, out: &mut String) {
-    let _ = write!(
-        out,
-        "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
-        Stats::get(&shared.stats.connected),
-        ringlet_types::limits::CONNECTIONS_MAX,
-    );
-}
-
 /// Redis's `bytesToHuman`: `1.50M`.
 pub fn human(bytes: u64) -> String {
     const UNITS: &[&str] = &["B", "K", "M", "G", "T"];
@@ -111,25 +89,6 @@ pub fn human(bytes: u64) -> String {
     } else {
         format!("{v:.2}{}", UNITS[u])
     }
-}
-
-fn memory(shared: &Shared, out: &mut String) {
-    let s = shared.db.lock().stats();
-    let used = s.committed_bytes + s.index_bytes;
-    let rss = rss_bytes();
-    let _ = write!(
-        out,
-        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\n\
-         used_memory_rss_human:{}\r\nused_memory_dataset:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:allkeys-lru\r\n\
-         ringlet_used_memory_index:{}\r\nringlet_index_load_factor:{:.3}\r\n",
-        human(used),
-        human(rss),
-        s.used_bytes,
-        s.memory_bytes_max,
-        human(s.memory_bytes_max),
-        s.index_bytes,
-        s.index_load_factor,
-    );
 }
 
 /// The process's resident set (`/proc/self/statm`), 0 where it cannot be read.
@@ -185,7 +144,7 @@ fn stats(shared: &Shared, out: &mut String) {
     );
 }
 
-fn keyspace(shared: &Shared, out: &mut String, _now_ms: u64) {
+fn keyspace(shared: &Shared, out: &mut String) {
     out.push_str("# Keyspace\r\n");
     let (keys, expires) = {
         let engine = shared.db.lock();

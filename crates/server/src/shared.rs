@@ -93,6 +93,8 @@ pub struct Shared {
     /// ACL users (`ringlet_command::acl`, docs/design/acl.md); the `default` user's password
     /// is `requirepass`.
     pub acl: ringlet_command::acl::AclTable,
+    /// SLOWLOG and LATENCY (`cmd::slowlog`), fed by `cmd::run`.
+    pub monitor: crate::cmd::slowlog::Monitor,
 }
 
 impl Shared {
@@ -114,6 +116,7 @@ impl Shared {
             random_seed: AtomicU64::new(now_ms() ^ 0x9e37_79b9_7f4a_7c15),
             exec: RwLock::new(()),
             hash_encoding: Default::default(),
+            monitor: Default::default(),
         }
     }
 

@@ -101,3 +101,113 @@ fn redis_crate_sees_identical_results() {
     let got: redis::RedisResult<Vec<redis::Value>> = p.query(&mut b);
     assert_eq!(format!("{want:?}"), format!("{got:?}"));
 }
+
+/// The shape of a reply: its type at every level, with integers and bulk strings replaced
+/// by their kind (values such as timestamps and byte counts differ between the servers).
+fn shape(v: &redis::Value) -> String {
+    use redis::Value as V;
+    match v {
+        V::Nil => "nil".into(),
+        V::Int(_) => "int".into(),
+        V::BulkString(_) => "bulk".into(),
+        V::Array(items) => format!(
+            "[{}]",
+            items.iter().map(shape).collect::<Vec<_>>().join(",")
+        ),
+        V::SimpleString(s) => format!("+{s}"),
+        V::Okay => "OK".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// MEMORY, SLOWLOG and LATENCY (issue 11, docs/design/commands.md): the deterministic replies
+/// are equal to Redis 7's (errors, empty logs, nil for a missing key, CONFIG texts), the
+/// others have Redis's shape (a slow-log entry is six fields with the arguments as sent;
+/// MEMORY USAGE an integer).
+#[test]
+fn introspection_commands_match_redis() {
+    let Some(redis_proc) = start_redis(&[]) else {
+        return;
+    };
+    let node = start_ringlet(None);
+    let mut a = redis::Client::open(format!("redis://127.0.0.1:{}/", redis_proc.port))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut b = redis::Client::open(format!("redis://127.0.0.1:{}/", node.local_addr().port()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut shapes = Vec::new();
+    let cmds = vec![
+        v(&[b"FLUSHALL"]),
+        v(&[b"SET", b"k", b"v"]),
+        v(&[b"MEMORY", b"USAGE", b"nope"]),
+        v(&[b"MEMORY", b"USAGE", b"k", b"SAMPLES", b"x"]),
+        v(&[b"MEMORY", b"USAGE", b"k", b"SAMPLES"]),
+        v(&[b"MEMORY", b"USAGE", b"k", b"FOO", b"1"]),
+        v(&[b"MEMORY", b"USAGE"]),
+        v(&[b"MEMORY", b"NOPE"]),
+        v(&[b"SLOWLOG", b"RESET"]),
+        v(&[b"SLOWLOG", b"LEN"]),
+        v(&[b"SLOWLOG", b"GET"]),
+        v(&[b"SLOWLOG", b"GET", b"-2"]),
+        v(&[b"SLOWLOG", b"GET", b"x"]),
+        v(&[b"SLOWLOG", b"GET", b"1", b"2"]),
+        v(&[b"SLOWLOG", b"LEN", b"x"]),
+        v(&[b"CONFIG", b"GET", b"slowlog-max-len"]),
+        v(&[b"CONFIG", b"GET", b"slowlog-log-slower-than"]),
+        v(&[b"CONFIG", b"GET", b"latency-monitor-threshold"]),
+        v(&[b"CONFIG", b"SET", b"slowlog-max-len", b"-1"]),
+        v(&[b"CONFIG", b"SET", b"slowlog-log-slower-than", b"-2"]),
+        v(&[b"CONFIG", b"SET", b"slowlog-log-slower-than", b"abc"]),
+        v(&[b"LATENCY", b"LATEST"]),
+        v(&[b"LATENCY", b"HISTORY", b"command"]),
+        v(&[b"LATENCY", b"HISTORY"]),
+        v(&[b"LATENCY", b"RESET"]),
+        v(&[b"LATENCY", b"RESET", b"command", b"fast-command"]),
+    ];
+    run_both(&cmds, &mut a, &mut b);
+
+    // Every command logged from here; the newest entry is the SET, with its arguments as
+    // sent (SLOWLOG GET logs itself only after it answered).
+    for c in [&mut a, &mut b] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg("0")
+            .query(c)
+            .unwrap();
+        let _: () = redis::cmd("SLOWLOG").arg("RESET").query(c).unwrap();
+        let set: redis::Value = redis::cmd("SET").arg("k").arg("vv").query(c).unwrap();
+        assert_eq!(set, redis::Value::Okay);
+        let got: redis::Value = redis::cmd("SLOWLOG").arg("GET").arg("1").query(c).unwrap();
+        let redis::Value::Array(entries) = &got else {
+            panic!("{got:?}")
+        };
+        let redis::Value::Array(e) = &entries[0] else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            e[3],
+            redis::Value::Array(vec![
+                redis::Value::BulkString(b"SET".to_vec()),
+                redis::Value::BulkString(b"k".to_vec()),
+                redis::Value::BulkString(b"vv".to_vec()),
+            ]),
+            "{got:?}"
+        );
+        let len: i64 = redis::cmd("SLOWLOG").arg("LEN").query(c).unwrap();
+        assert!(len >= 2, "{len}");
+        let usage: redis::Value = redis::cmd("MEMORY").arg("USAGE").arg("k").query(c).unwrap();
+        shapes.push((shape(&got), shape(&usage)));
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg("10000")
+            .query(c)
+            .unwrap();
+    }
+    assert_eq!(shapes[0], shapes[1]);
+    assert_eq!(shapes[1].1, "int");
+}

@@ -182,3 +182,18 @@ const _: () = assert!(
 /// a WAIT still short after this is waiting on a node that is gone; the connection gets the
 /// count then instead of hanging.
 pub const WAIT_BLOCK_MS_MAX: u64 = 300_000;
+
+/// Most entries `SLOWLOG` keeps per node (`CONFIG SET slowlog-max-len` is capped here;
+/// Redis's default is 128 and it has no cap). Each entry holds at most
+/// [`SLOWLOG_ARGS_MAX`] arguments of at most [`SLOWLOG_ARG_BYTES_MAX`] bytes, so the ring
+/// stays under ~4.5 MiB whatever clients send.
+pub const SLOWLOG_LEN_MAX: u32 = 1_024;
+/// Arguments of a command a slow-log entry keeps (Redis's `SLOWLOG_ENTRY_MAX_ARGC`): the
+/// last one kept says how many more there were.
+pub const SLOWLOG_ARGS_MAX: usize = 32;
+/// Bytes of one argument a slow-log entry keeps (Redis's `SLOWLOG_ENTRY_MAX_STRING`).
+pub const SLOWLOG_ARG_BYTES_MAX: usize = 128;
+/// Samples `LATENCY HISTORY` keeps per event (Redis's `LATENCY_TS_LEN`).
+pub const LATENCY_SAMPLES_MAX: usize = 160;
+const _: () =
+    assert!(SLOWLOG_LEN_MAX as usize * SLOWLOG_ARGS_MAX * (SLOWLOG_ARG_BYTES_MAX + 32) < 8 << 20);

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use ringlet_codec::resp::Reply;
 use ringlet_command::args::client_name_ok;
 use ringlet_server::cmd::connection::client_line_text;
+use ringlet_server::cmd::node;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -59,6 +60,11 @@ impl Conn {
         }
         *self.name.lock() = name.to_vec();
         Ok(())
+    }
+
+    /// SLOWLOG's client fields: `ip:port` and the name.
+    pub fn slowlog_client(&self) -> (String, Vec<u8>) {
+        (self.addr.to_string(), self.name.lock().clone())
     }
 
     fn line(&self) -> String {
@@ -140,10 +146,6 @@ impl Clients {
     }
 }
 
-fn is(a: &[u8], s: &str) -> bool {
-    a.eq_ignore_ascii_case(s.as_bytes())
-}
-
 /// `CLIENT <subcommand> ...` for `conn`.
 pub(super) fn client(clients: &Clients, conn: &Conn, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
     // The command table (ringlet-command) resolved the subcommand and checked its arity.
@@ -178,71 +180,20 @@ pub(super) fn client(clients: &Clients, conn: &Conn, argv: &[Vec<u8>]) -> Result
             Ok(verbatim(line))
         }
         "list" => {
-            let mut ids: Option<Vec<u64>> = None;
-            let mut normal = true;
-            if argv.len() == 4 && is(&argv[2], "type") {
-                let t = &argv[3];
-                if is(t, "normal") {
-                    normal = true;
-                } else if is(t, "master") || is(t, "replica") || is(t, "slave") || is(t, "pubsub") {
-                    normal = false;
-                } else {
-                    return Err(err(format!(
-                        "ERR Unknown client type '{}'",
-                        String::from_utf8_lossy(t)
-                    )));
-                }
-            } else if argv.len() > 3 && is(&argv[2], "id") {
-                let mut v = Vec::with_capacity((argv.len() - 3).min(1024));
-                for a in &argv[3..] {
-                    match std::str::from_utf8(a)
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok())
-                    {
-                        Some(n) if n > 0 => v.push(n),
-                        _ => return Err(err("ERR Invalid client ID")),
-                    }
-                }
-                ids = Some(v);
-            } else if argv.len() != 2 {
-                return Err(err("ERR syntax error"));
-            }
+            let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            let filter = node::client_list_filter(&args).map_err(|e| super::convert(&e))?;
             let mut out = String::new();
-            if normal {
-                // Copy the list first: formatting a line locks that connection's fields.
-                let conns: Vec<Arc<Conn>> = clients.map.lock().values().cloned().collect();
-                for c in conns {
-                    if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) {
-                        continue;
-                    }
+            // Copy the list first: formatting a line locks that connection's fields.
+            let conns: Vec<Arc<Conn>> = clients.map.lock().values().cloned().collect();
+            for c in conns {
+                if node::ClientFilter::keeps(&filter, c.id) {
                     out.push_str(&c.line());
                     out.push('\n');
                 }
             }
             Ok(verbatim(out))
         }
-        "help" => Ok(Reply::Array(
-            [
-                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "GETNAME",
-                "    Return the name of the current connection.",
-                "ID",
-                "    Return the ID of the current connection.",
-                "INFO",
-                "    Return information about the current client connection.",
-                "LIST [TYPE <normal|master|replica|pubsub>] [ID <id> [<id> ...]]",
-                "    Return information about client connections of this node.",
-                "SETINFO <LIB-NAME|LIB-VER> <value>",
-                "    Accepted, as Redis 7.2 does (clients send it on connect).",
-                "SETNAME <name>",
-                "    Assign the name <name> to the current connection.",
-                "HELP",
-                "    Print this help.",
-            ]
-            .iter()
-            .map(|l| Reply::Simple(l.as_bytes().to_vec()))
-            .collect(),
-        )),
+        "help" => Ok(super::convert(&node::client_help())),
         // The table has the subcommand but this front has no arm for it: a bug that
         // `every_table_command_has_a_cluster_handler` catches.
         other => Err(err(format!(

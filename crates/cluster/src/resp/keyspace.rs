@@ -148,7 +148,7 @@ impl Front {
             "rename" | "renamenx" => self.rename(name, argv).await,
             "copy" => self.copy(argv).await,
             "object" => self.object(argv).await,
-            "time" => Ok(time_reply()),
+            "time" => Ok(super::convert(&ringlet_server::cmd::node::time())),
             "lcs" => self.lcs(argv).await,
             _ => return None,
         };
@@ -561,16 +561,6 @@ impl Front {
 }
 
 /// TIME: unix seconds and microseconds.
-fn time_reply() -> Reply {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Reply::Array(vec![
-        Reply::Bulk(d.as_secs().to_string().into_bytes()),
-        Reply::Bulk(d.subsec_micros().to_string().into_bytes()),
-    ])
-}
-
 #[cfg(test)]
 mod tests {
     use super::get_range;

@@ -1,7 +1,7 @@
 //! Connection commands: PING ECHO HELLO AUTH QUIT SELECT CLIENT (Redis `networking.c`,
 //! `acl.c`, `server.c` behaviour, error texts included).
 
-use super::{is, Ctx};
+use super::Ctx;
 use crate::info;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
@@ -13,15 +13,11 @@ use std::sync::atomic::Ordering;
 pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
 
 pub fn ping(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match argv.len() {
-        1 => Reply::simple("PONG"),
-        2 => Reply::bulk(argv[1]),
-        _ => super::arity_error("ping"),
-    }
+    super::node::ping(argv)
 }
 
 pub fn echo(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    Reply::bulk(argv[1])
+    super::node::echo(argv)
 }
 
 pub fn quit(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
@@ -50,20 +46,7 @@ pub fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
 
 /// Only database 0 exists (Ringlet is cluster-shaped, like Redis Cluster).
 pub fn select(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    // `getIntFromObjectOrReply`: not an integer, or an integer outside `int`, differ.
-    let Some(db) = super::parse_i64(argv[1]) else {
-        return Reply::err(errors::NOT_INTEGER);
-    };
-    if i32::try_from(db).is_err() {
-        return Reply::err(
-            "ERR value is out of range, value must between -2147483648 and 2147483647",
-        );
-    }
-    match db {
-        0 => Reply::ok(),
-        1..=15 => Reply::err("ERR SELECT is not allowed in cluster mode"),
-        _ => Reply::err("ERR DB index is out of range"),
-    }
+    super::node::select(argv, super::Mode::Single)
 }
 
 /// The user `user`/`password` authenticate (Redis `ACLCheckUserCredentials`: the user
@@ -92,20 +75,10 @@ fn log_in(ctx: &mut Ctx<'_>, user: std::sync::Arc<ringlet_command::acl::User>) {
 }
 
 pub fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    if argv.len() > 3 {
-        return Reply::err(errors::SYNTAX);
-    }
-    let (user, password): (&[u8], &[u8]) = if argv.len() == 2 {
-        // Redis: AUTH <password> with a `nopass` default user is a configuration mistake.
-        if ctx.shared.acl.snapshot().default_user().nopass {
-            return Reply::err(
-                "ERR AUTH <password> called without any password configured for the default user. \
-                 Are you sure your configuration is correct?",
-            );
-        }
-        (b"default", argv[1])
-    } else {
-        (argv[1], argv[2])
+    let nopass = ctx.shared.acl.snapshot().default_user().nopass;
+    let (user, password) = match super::node::auth_args(argv, nopass) {
+        Ok(p) => p,
+        Err(e) => return e,
     };
     match authenticate(ctx, user, password) {
         Some(u) => {
@@ -117,79 +90,36 @@ pub fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 }
 
 pub fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let mut ver = 0;
-    let mut next = 1;
-    if argv.len() >= 2 {
-        let Some(v) = super::parse_i64(argv[1]) else {
-            return Reply::err("ERR Protocol version is not an integer or out of range");
-        };
-        if !(2..=3).contains(&v) {
-            return Reply::err("NOPROTO unsupported protocol version");
-        }
-        ver = v;
-        next = 2;
-    }
-    let mut creds = None;
-    let mut name = None;
-    let mut j = next;
-    while j < argv.len() {
-        let more = argv.len() - 1 - j;
-        if is(argv[j], "auth") && more >= 2 {
-            creds = Some((argv[j + 1], argv[j + 2]));
-            j += 3;
-        } else if is(argv[j], "setname") && more >= 1 {
-            name = Some(argv[j + 1]);
-            j += 2;
-        } else {
-            return super::err_with_arg("ERR Syntax error in HELLO option '", argv[j], "'");
-        }
-    }
-    if let Some((user, password)) = creds {
+    let args = match super::node::hello_args(argv) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    if let Some((user, password)) = args.auth {
         match authenticate(ctx, user, password) {
             Some(u) => log_in(ctx, u),
             None => return Reply::err(errors::WRONGPASS),
         }
     }
     if !ctx.session.authenticated && ctx.shared.auth_required() {
-        return Reply::err(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
-             HELLO AUTH <user> <pass> option can be used to authenticate the client and \
-             select the RESP protocol version at the same time",
-        );
+        return Reply::err(super::node::HELLO_NOAUTH);
     }
-    if let Some(n) = name {
+    if let Some(n) = args.setname {
         if let Err(e) = set_name(ctx, n) {
             return e;
         }
     }
-    if ver == 3 {
-        ctx.session.proto = Proto::Resp3;
-    } else if ver == 2 {
-        ctx.session.proto = Proto::Resp2;
+    match args.proto {
+        Some(3) => ctx.session.proto = Proto::Resp3,
+        Some(_) => ctx.session.proto = Proto::Resp2,
+        None => {}
     }
-    ctx.session.state.resp.store(
-        if ctx.session.proto == Proto::Resp3 {
-            3
-        } else {
-            2
-        },
-        Ordering::Relaxed,
-    );
     let proto = if ctx.session.proto == Proto::Resp3 {
         3
     } else {
         2
     };
-    let b = |s: &'static str| Reply::Bulk(Bytes::from_static(s.as_bytes()));
-    Reply::Map(vec![
-        (b("server"), b("ringlet")),
-        (b("version"), b(REDIS_COMPAT_VERSION)),
-        (b("proto"), Reply::Int(proto)),
-        (b("id"), Reply::Int(ctx.session.id as i64)),
-        (b("mode"), b("standalone")),
-        (b("role"), b("master")),
-        (b("modules"), Reply::Array(vec![])),
-    ])
+    ctx.session.state.resp.store(proto, Ordering::Relaxed);
+    super::node::hello_reply(proto, ctx.session.id, super::Mode::Single)
 }
 
 /// One CLIENT LIST / CLIENT INFO line in Redis 7.0's field order; fields Ringlet has no
@@ -322,36 +252,14 @@ pub fn client_info(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
 
 /// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id [id ...]].
 pub fn client_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let mut ids: Option<Vec<u64>> = None;
-    let mut type_normal = true;
-    if argv.len() == 4 && is(argv[2], "type") {
-        let t = argv[3];
-        if is(t, "normal") {
-            type_normal = true;
-        } else if is(t, "master") || is(t, "replica") || is(t, "slave") || is(t, "pubsub") {
-            type_normal = false;
-        } else {
-            return super::err_with_arg("ERR Unknown client type '", t, "'");
-        }
-    } else if argv.len() > 3 && is(argv[2], "id") {
-        let mut v = Vec::with_capacity(argv.len().min(1024));
-        for a in &argv[3..] {
-            match super::parse_i64(a) {
-                Some(n) if n >= 0 => v.push(n as u64),
-                _ => return Reply::err("ERR Invalid client ID"),
-            }
-        }
-        ids = Some(v);
-    } else if argv.len() != 2 {
-        return Reply::err(errors::SYNTAX);
-    }
+    let filter = match super::node::client_list_filter(argv) {
+        Ok(f) => f,
+        Err(e) => return e,
+    };
     let mut out = String::new();
-    if type_normal {
-        let clients = ctx.shared.clients.lock();
-        for (id, c) in clients.iter() {
-            if ids.as_ref().is_some_and(|ids| !ids.contains(id)) {
-                continue;
-            }
+    let clients = ctx.shared.clients.lock();
+    for (id, c) in clients.iter() {
+        if super::node::ClientFilter::keeps(&filter, *id) {
             out.push_str(&info::client_line(c, ctx.now_ms));
             out.push('\n');
         }
@@ -360,25 +268,7 @@ pub fn client_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 }
 
 pub fn client_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    help(
-        "CLIENT",
-        &[
-            "GETNAME",
-            "    Return the name of the current connection.",
-            "ID",
-            "    Return the ID of the current connection.",
-            "INFO",
-            "    Return information about the current client connection.",
-            "LIST [options ...]",
-            "    Return information about client connections. Options:",
-            "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
-            "      Return clients of specified type.",
-            "    * ID <client-id> [<client-id> ...]",
-            "      Return clients of specified IDs only.",
-            "SETNAME <name>",
-            "    Assign the name <name> to the current connection.",
-        ],
-    )
+    super::node::client_help()
 }
 
 pub use ringlet_command::introspect::help;

@@ -24,8 +24,10 @@ pub mod bits;
 pub mod connection;
 pub mod keyspace;
 pub mod lcs;
+pub mod node;
 pub mod record;
 pub mod server;
+pub mod slowlog;
 pub mod string;
 pub mod transaction;
 
@@ -105,6 +107,10 @@ fn handler_for(name: &str) -> Option<Handler> {
         "config|set" => server::config_set,
         "config|help" => server::config_help,
         "info" => server::info,
+        "memory|usage" | "memory|stats" | "memory|doctor" | "memory|help" => server::memory,
+        "slowlog|get" | "slowlog|len" | "slowlog|reset" | "slowlog|help" => server::slowlog,
+        "latency|latest" | "latency|history" | "latency|reset" | "latency|doctor"
+        | "latency|help" => server::latency,
         "dbsize" => server::dbsize,
         "flushall" => server::flushall,
         "flushdb" => server::flushall,
@@ -234,12 +240,25 @@ fn run(ctx: &mut Ctx<'_>, idx: usize, argv: &[&[u8]]) -> Reply {
         .state
         .last_cmd_at_ms
         .store(ctx.now_ms, Ordering::Relaxed);
-    match handlers()[idx] {
+    let started = std::time::Instant::now();
+    let reply = match handlers()[idx] {
         Some(h) => h(ctx, argv),
         // A container without subcommand arguments fails arity above; one with a
         // subcommand resolves to it. Reaching here would be a table bug.
         None => arity_error(cmd.name),
+    };
+    // SLOWLOG / LATENCY (EXEC is not logged itself, its commands are: Redis's
+    // `skip_slowlog`).
+    if cmd.name != "exec" {
+        let us = started.elapsed().as_micros() as u64;
+        let state = &ctx.session.state;
+        ctx.shared
+            .monitor
+            .record(argv, cmd.fast, us, ctx.now_ms / 1000, || {
+                (state.addr.to_string(), state.name.lock().clone())
+            });
     }
+    reply
 }
 
 /// Parse a Redis integer argument (`string2ll`: no sign but `-`, no leading zeros or spaces).

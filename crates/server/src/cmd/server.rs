@@ -3,8 +3,8 @@
 
 use super::{connection::help, is, Ctx};
 use crate::glob::string_match;
-use crate::info;
 use crate::reply::{errors, Reply};
+use crate::shared::Shared;
 use bytes::Bytes;
 
 /// COMMAND and its subcommands, answered from the shared table for a single node.
@@ -18,11 +18,7 @@ pub fn cluster_disabled(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
 }
 
 pub fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let sections: Vec<String> = argv[1..]
-        .iter()
-        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
-        .collect();
-    Reply::Verbatim(Bytes::from(info::render(ctx.shared, &sections, ctx.now_ms)))
+    super::node::info(ctx.shared, argv)
 }
 
 pub fn dbsize(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
@@ -38,50 +34,8 @@ pub fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     Reply::ok()
 }
 
-/// Parameters CONFIG GET knows, with their current values.
-fn config_params(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
-    let c = &ctx.shared.config;
-    let pass = ctx.shared.requirepass.read();
-    vec![
-        ("bind", c.bind.to_string()),
-        ("port", ctx.shared.port.to_string()),
-        ("maxmemory", (c.memory_mb << 20).to_string()),
-        // What INFO memory says: the single node evicts the least recently used entries
-        // when full (a cache: engine eviction by access time).
-        ("maxmemory-policy", "allkeys-lru".to_string()),
-        (
-            "maxclients",
-            ringlet_types::limits::CONNECTIONS_MAX.to_string(),
-        ),
-        (
-            "requirepass",
-            pass.as_ref()
-                .map(|p| String::from_utf8_lossy(p).into_owned())
-                .unwrap_or_default(),
-        ),
-        ("databases", "1".to_string()),
-        (
-            "proto-max-bulk-len",
-            ringlet_types::limits::RESP_BULK_BYTES_MAX.to_string(),
-        ),
-        ("timeout", "0".to_string()),
-        ("save", String::new()),
-        ("appendonly", "no".to_string()),
-        ("io-threads", c.threads_effective().to_string()),
-        ("cluster-enabled", "no".to_string()),
-        // Ringlet's: keys the index holds before it grows (CONFIG SET grows it now).
-        (
-            "index-keys",
-            ctx.shared.db.lock().index_capacity().to_string(),
-        ),
-    ]
-    .into_iter()
-    .chain(ctx.shared.hash_encoding.params())
-    .collect()
-}
-
 pub fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    config_get_from(&config_params(ctx), argv)
+    super::node::config_get(ctx.shared, argv)
 }
 
 /// CONFIG GET pattern [pattern ...] over `params` (the cluster front passes its own).
@@ -101,66 +55,8 @@ pub fn config_get_from(params: &[(&'static str, String)], argv: &[&[u8]]) -> Rep
     Reply::Map(out)
 }
 
-/// CONFIG SET: `requirepass` and the `hash-max-listpack-*` pair can change at run time; the
-/// others are fixed at startup.
 pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let known: Vec<&str> = config_params(ctx).iter().map(|(n, _)| *n).collect();
-    let settable: Vec<&str> = ["requirepass", "index-keys"]
-        .into_iter()
-        .chain(super::keyspace::HashEncodingMax::names())
-        .collect();
-    let pairs = match config_set_check(&known, &settable, argv) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
-    // index-keys: parsed before anything is applied (all or nothing, as Redis).
-    let mut index_keys = None;
-    for (n, v) in &pairs {
-        if n == "index-keys" {
-            match std::str::from_utf8(v)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-            {
-                Some(k) => index_keys = Some(k),
-                None => {
-                    return Reply::err(
-                        "ERR CONFIG SET failed (possibly related to argument 'index-keys') - \
-                         argument couldn't be parsed into an integer",
-                    )
-                }
-            }
-        }
-    }
-    let new_pass = pairs
-        .iter()
-        .find(|(n, _)| n == "requirepass")
-        .map(|(_, v)| *v);
-    if new_pass.is_some_and(|p| p.is_empty()) && !ctx.shared.config.bind.is_loopback() {
-        return Reply::err(
-            "ERR CONFIG SET failed (possibly related to argument 'requirepass') - \
-             a node bound to a non-loopback address must keep a password",
-        );
-    }
-    // (It skips names not its own, index-keys included.)
-    if let Err(e) = ctx.shared.hash_encoding.set(&pairs) {
-        return e;
-    }
-    if let Some(k) = index_keys {
-        // Grows the index now (a bulk load about to write k keys in all); never shrinks.
-        ctx.shared.db.lock().reserve_index(k);
-    }
-    if let Some(p) = new_pass {
-        // An empty password removes authentication, as in Redis; refused above on a node
-        // that listens beyond loopback (it was allowed to start only because one was set).
-        let pass = if p.is_empty() { None } else { Some(p.to_vec()) };
-        // The default user's password (Redis: `requirepass` is the default user's).
-        let _ = ctx.shared.acl.update(|u| {
-            u.set_default_password(pass.as_deref());
-            Ok(())
-        });
-        *ctx.shared.requirepass.write() = pass;
-    }
-    Reply::ok()
+    super::node::config_set(ctx.shared, argv)
 }
 
 /// Check CONFIG SET's pairs against the known parameters: those in `settable` are returned
@@ -196,16 +92,20 @@ pub fn config_set_check<'a>(
     Ok(out)
 }
 
-pub fn config_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    help(
-        "CONFIG",
-        &[
-            "GET <pattern>",
-            "    Return parameters matching the glob-like <pattern> and their values.",
-            "SET <directive> <value>",
-            "    Set the configuration <directive> to <value>.",
-        ],
-    )
+pub fn config_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    super::node::config_help(ctx.shared)
+}
+
+pub fn memory(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    super::node::memory(ctx.shared, argv, ctx.now_ms)
+}
+
+pub fn slowlog(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    ctx.shared.monitor.slowlog(argv)
+}
+
+pub fn latency(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    ctx.shared.monitor.latency(argv)
 }
 
 /// WAIT numreplicas timeout: a single node keeps no replicas, so no write is ever held by
@@ -244,13 +144,7 @@ pub fn role(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
 
 /// TIME: [unix seconds, microseconds], as bulk strings.
 pub fn time(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Reply::Array(vec![
-        Reply::bulk(now.as_secs().to_string().as_bytes()),
-        Reply::bulk(now.subsec_micros().to_string().as_bytes()),
-    ])
+    super::node::time()
 }
 
 /// FUNCTION FLUSH [ASYNC|SYNC], LIST [WITHCODE] [LIBRARYNAME pattern], HELP, without a
@@ -330,4 +224,128 @@ pub fn function_list(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
 
 pub fn function_help(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     function_reply(argv)
+}
+
+/// The single node's side of the shared node-local commands (`cmd::node`).
+impl super::node::NodeContext for Shared {
+    fn config_params(&self) -> Vec<(&'static str, String)> {
+        let c = &self.config;
+        // What INFO memory says: the single node evicts the least recently used entries
+        // when full (a cache: engine eviction by access time).
+        let mut p = super::node::base_config_params(
+            std::net::SocketAddr::new(c.bind, self.port),
+            c.memory_mb << 20,
+            "allkeys-lru",
+            self.requirepass.read().as_deref(),
+        );
+        p.extend([
+            ("io-threads", c.threads_effective().to_string()),
+            ("cluster-enabled", "no".to_string()),
+            // Ringlet's: keys the index holds before it grows (CONFIG SET grows it now).
+            ("index-keys", self.db.lock().index_capacity().to_string()),
+        ]);
+        p.extend(self.hash_encoding.params());
+        p
+    }
+
+    /// `requirepass`, `index-keys` and the `hash-max-listpack-*` pair can change at run
+    /// time; the others are fixed at startup.
+    fn config_settable(&self) -> Vec<&'static str> {
+        ["requirepass", "index-keys"]
+            .into_iter()
+            .chain(super::keyspace::HashEncodingMax::names())
+            .collect()
+    }
+
+    fn config_apply(&self, pairs: &[(String, &[u8])]) -> Result<(), Reply> {
+        // index-keys: parsed before anything is applied (all or nothing, as Redis).
+        let mut index_keys = None;
+        for (n, v) in pairs {
+            if n == "index-keys" {
+                match std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok())
+                {
+                    Some(k) => index_keys = Some(k),
+                    None => {
+                        return Err(Reply::err(
+                            "ERR CONFIG SET failed (possibly related to argument 'index-keys') - \
+                             argument couldn't be parsed into an integer",
+                        ))
+                    }
+                }
+            }
+        }
+        let new_pass = pairs
+            .iter()
+            .find(|(n, _)| n == "requirepass")
+            .map(|(_, v)| *v);
+        if new_pass.is_some_and(|p| p.is_empty()) && !self.config.bind.is_loopback() {
+            return Err(Reply::err(
+                "ERR CONFIG SET failed (possibly related to argument 'requirepass') - \
+                 a node bound to a non-loopback address must keep a password",
+            ));
+        }
+        // (It skips names not its own, index-keys included.)
+        self.hash_encoding.set(pairs)?;
+        if let Some(k) = index_keys {
+            // Grows the index now (a bulk load about to write k keys in all); never shrinks.
+            self.db.lock().reserve_index(k);
+        }
+        if let Some(p) = new_pass {
+            // An empty password removes authentication, as in Redis; refused above on a node
+            // that listens beyond loopback (it was allowed to start only because one was set).
+            let pass = if p.is_empty() { None } else { Some(p.to_vec()) };
+            // The default user's password (Redis: `requirepass` is the default user's).
+            let _ = self.acl.update(|u| {
+                u.set_default_password(pass.as_deref());
+                Ok(())
+            });
+            *self.requirepass.write() = pass;
+        }
+        Ok(())
+    }
+
+    fn monitor(&self) -> &super::slowlog::Monitor {
+        &self.monitor
+    }
+
+    fn engine_stats(&self) -> ringlet_engine::EngineStats {
+        self.db.lock().stats()
+    }
+
+    fn key_footprint(&self, key: &[u8], now_ms: u64) -> Option<u64> {
+        super::node::live_footprint(&self.db.lock(), key, now_ms)
+    }
+
+    fn connected_clients(&self) -> u64 {
+        crate::shared::Stats::get(&self.stats.connected)
+    }
+
+    fn maxmemory_policy(&self) -> String {
+        "allkeys-lru".to_string()
+    }
+
+    fn memory_extra_lines(&self) -> String {
+        let s = self.db.lock().stats();
+        format!(
+            "ringlet_used_memory_index:{}\r\nringlet_index_load_factor:{:.3}\r\n",
+            s.index_bytes, s.index_load_factor
+        )
+    }
+
+    fn info_sections(&self) -> &'static [(&'static [&'static str], bool)] {
+        &[
+            (&["server"], true),
+            (&["clients"], true),
+            (&["memory"], true),
+            (&["stats"], true),
+            (&["cpu"], true),
+            (&["keyspace"], true),
+        ]
+    }
+
+    fn info_section(&self, name: &str) -> String {
+        crate::info::section(self, name)
+    }
 }

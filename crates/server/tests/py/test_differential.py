@@ -218,3 +218,34 @@ def test_info_keyspace_counts_keys_with_ttl_like_redis(servers):
         seen.append(counts)
     assert seen[1] == seen[0], f"ringlet {seen[1]} vs redis {seen[0]}"
     assert seen[0][-1] == 2  # t1 and t4: the test exercises something
+
+
+def test_redis_py_introspection_like_redis(servers):
+    """MEMORY USAGE, SLOWLOG and LATENCY through redis-py's own methods and reply parsers
+    (docs/design/commands.md): equal to Redis 7 where the reply is deterministic, the same
+    shape where it holds times and byte counts."""
+    rport, gport = servers
+    out = []
+    for port in (rport, gport):
+        c = redis.Redis(port=port)
+        c.set("mu", "x" * 100)
+        usage = c.memory_usage("mu")
+        missing = c.memory_usage("no-such-key")
+        c.config_set("slowlog-log-slower-than", 0)
+        c.slowlog_reset()
+        c.get("mu")
+        entry = c.slowlog_get(1)[0]
+        logged = c.slowlog_len()
+        c.config_set("slowlog-log-slower-than", 10000)
+        out.append((
+            isinstance(usage, int) and usage > 100,
+            missing,
+            sorted(entry.keys()),
+            entry["command"],
+            logged >= 2,
+            c.latency_latest(),
+            c.latency_history("command"),
+            c.latency_reset(),
+            c.config_get("slowlog-max-len"),
+        ))
+    assert out[0] == out[1], out
