@@ -1289,17 +1289,31 @@ impl<S: ReplicaStore> Replica<S> {
                 .to_vec();
             (b, Vec::new(), false)
         } else {
+            // Live keys and tombstones: a holder resynchronised from keys alone would miss
+            // every delete from before its resync and hand a later takeover no tombstone
+            // (seed 7334 of `ec_ttl`: an acknowledged delete lost).
             let mut keys: Vec<EcKeyMeta> = snap
-                .keys_after(after.as_deref(), EC_KEYS_PER_PAGE_MAX + 1)
+                .entries_after(after.as_deref(), EC_KEYS_PER_PAGE_MAX + 1)
                 .into_iter()
-                .map(|(k, m)| EcKeyMeta {
-                    key: k.to_vec(),
-                    version: m.version,
-                    offset: m.offset,
-                    len: m.len,
-                    tombstone: false,
-                    kind: m.kind,
-                    expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
+                .map(|(k, m)| match m {
+                    Ok(m) => EcKeyMeta {
+                        key: k.to_vec(),
+                        version: m.version,
+                        offset: m.offset,
+                        len: m.len,
+                        tombstone: false,
+                        kind: m.kind,
+                        expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
+                    },
+                    Err(version) => EcKeyMeta {
+                        key: k.to_vec(),
+                        version,
+                        offset: 0,
+                        len: 0,
+                        tombstone: true,
+                        kind: ValueKind::String,
+                        expiry_ms: None,
+                    },
                 })
                 .collect();
             let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
@@ -1590,6 +1604,9 @@ impl<S: ReplicaStore> Replica<S> {
                 lost.push((k.to_vec(), m.version));
             }
         }
+        for (k, v) in d.arena.tombstones() {
+            let _ = fresh.restore_tombstone(k, v);
+        }
         // Recovered bytes, copied in bounded pieces.
         let step = 1u64 << 20;
         let mut at = 0u64;
@@ -1756,6 +1773,12 @@ impl<S: ReplicaStore> Replica<S> {
                 kind: k.kind,
             };
             let outcome = self.apply_local(&k.key, entry);
+            if k.tombstone {
+                // The arena hands its tombstones on to a holder it resynchronises later.
+                if let Some(d) = self.ec_data.get_mut(&(pg, mid)) {
+                    let _ = d.arena.restore_tombstone(&k.key, k.version);
+                }
+            }
             if outcome == ApplyOutcome::Applied && !k.tombstone {
                 if let Some(d) = self.ec_data.get_mut(&(pg, mid)) {
                     let meta = KeyMeta {
