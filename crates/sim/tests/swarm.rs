@@ -251,7 +251,8 @@ fn ec_moves_24_seeds() {
 /// retire whose group lost its holders never settling; and 7100 of `ec_swarm_many_seeds`.
 /// Session 14: 8247 and 8723 here, 7330 of `ec_swarm_many_seeds` and 7334 of `ec_ttl`: an
 /// acknowledged ec delete lost because a parity holder resynchronised from a snapshot
-/// without tombstones, and a later takeover loaded its metadata.
+/// without tombstones, and a later takeover loaded its metadata; 8065 a takeover that adopted
+/// a rep:3 → ec move from the holders and served it before the old replicas were retired.
 #[test]
 fn ec_moves_all_faults_regression_seeds() {
     let opts = SimOptions {
@@ -262,7 +263,7 @@ fn ec_moves_all_faults_regression_seeds() {
     };
     let list = match std::env::var("SEED") {
         Ok(_) => seeds(0..0),
-        Err(_) => vec![7365, 7371, 7391, 8247, 8723],
+        Err(_) => vec![7365, 7371, 7391, 8247, 8723, 8065],
     };
     run_all(list, &opts);
     // `ec_swarm_many_seeds`'s options: 7100, a replica's sync page carrying a rep:3
