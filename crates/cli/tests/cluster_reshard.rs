@@ -29,6 +29,8 @@ while not os.path.exists(stop_file) or i < 2000:
     except Exception as e:
         failed.append("%s: %r" % (k, e))
     i += 1
+    if i == 100:
+        open(stop_file + ".started", "w").close()
 # Every acknowledged write reads back, from a fresh client (a fresh slot map).
 rc2 = RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
 lost = []
@@ -82,7 +84,20 @@ fn grow_three_to_five_under_redis_py_load() {
         .arg(&out)
         .spawn()
         .expect("python3");
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The moves start once the load has written (a fixed sleep raced redis-py's start on a
+    // loaded machine: the moves were over before the first write and copied nothing).
+    let started = dir.join("stop.started");
+    let t0 = std::time::Instant::now();
+    while !started.exists() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "the load never wrote 100 keys"
+        );
+        if let Ok(Some(s)) = load.try_wait() {
+            panic!("the load script exited early: {s}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let admin = |args: &[&str]| {
         let mut a = args.to_vec();
         a.extend(["--control", &control, "--cluster-secret-file", &secret]);

@@ -38,6 +38,8 @@ while not os.path.exists(stop_file) or i < 3000:
     except Exception as e:
         failed.append("%s: %r" % (k, e))
     i += 1
+    if i == 100:
+        open(stop_file + ".started", "w").close()
 rc2 = RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
 lost = []
 for k, v in acked.items():
@@ -90,7 +92,20 @@ fn grow_and_shrink_with_ec_values_under_redis_py_load() {
         .arg(&out)
         .spawn()
         .expect("python3");
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The moves start once the load has written (a fixed sleep raced redis-py's start on a
+    // loaded machine: the moves were over before the first write and copied nothing).
+    let started = dir.join("stop.started");
+    let t0 = std::time::Instant::now();
+    while !started.exists() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "the load never wrote 100 keys"
+        );
+        if let Ok(Some(s)) = load.try_wait() {
+            panic!("the load script exited early: {s}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let admin = |args: &[&str]| {
         let mut a = args.to_vec();
         a.extend(["--control", &control, "--cluster-secret-file", &secret]);

@@ -125,6 +125,9 @@ impl Accounting {
 /// Fixed per-key metadata cost counted by [`Accounting::meta_bytes`].
 pub const META_RECORD_BYTES: u64 = std::mem::size_of::<KeyMeta>() as u64;
 
+/// Fixed bytes of one tombstone record (its version) besides the key, for accounting.
+pub const TOMB_RECORD_BYTES: u64 = std::mem::size_of::<Version>() as u64;
+
 /// One data node's arena for one ec memgest.
 #[derive(Clone, Debug)]
 pub struct Arena {
@@ -138,6 +141,12 @@ pub struct Arena {
     /// Allocated ranges: offset → len.
     used: BTreeMap<u64, u64>,
     keys: BTreeMap<Vec<u8>, KeyMeta>,
+    /// Keys deleted here (not live now) with their delete version: the tombstones the
+    /// parity holders keep, so a holder resynchronised from this arena's snapshot gets
+    /// them too. Without them a resynced holder lacked every delete from before its
+    /// resync, and a coordinator taking over from it lost the tombstones (simulator seed
+    /// 7334 of `ec_ttl`). Unbounded like the holders' own tombstones (cluster-ec.md).
+    tombs: BTreeMap<Vec<u8>, Version>,
     payload_bytes: u64,
     meta_bytes: u64,
     seq: u64,
@@ -172,6 +181,7 @@ impl Arena {
             free,
             used: BTreeMap::new(),
             keys: BTreeMap::new(),
+            tombs: BTreeMap::new(),
             payload_bytes: 0,
             meta_bytes: 0,
             seq: 0,
@@ -435,6 +445,7 @@ impl Arena {
             kind,
             expiry_ms,
         };
+        self.drop_tomb(key);
         if let Some(old) = self.keys.insert(key.to_vec(), meta) {
             // Cannot fail while the invariants hold (the key pointed at its allocation), and
             // the update must go out regardless: its sequence number is already taken.
@@ -476,6 +487,7 @@ impl Arena {
             .meta_bytes
             .saturating_sub(key.len() as u64)
             .saturating_sub(META_RECORD_BYTES);
+        self.note_tomb(key, version);
         self.seq = self.seq.saturating_add(1);
         Ok(ParityUpdate {
             owner: self.node,
@@ -589,6 +601,11 @@ impl Arena {
             .meta_bytes
             .saturating_sub(key.len() as u64)
             .saturating_sub(META_RECORD_BYTES);
+        if retire {
+            self.retire_tomb(key, version);
+        } else {
+            self.note_tomb(key, version);
+        }
         self.seq = self.seq.saturating_add(1);
         let meta = if retire {
             MetaChange::Retire {
@@ -632,6 +649,7 @@ impl Arena {
             owner: self.node,
             ..meta
         };
+        self.drop_tomb(key);
         self.keys.insert(key.to_vec(), meta);
         self.meta_bytes = self
             .meta_bytes
@@ -703,6 +721,13 @@ impl Arena {
     /// A metadata-only update (no arena bytes change), e.g. a tombstone for a key this arena
     /// does not hold. Takes the next sequence number.
     pub fn meta_update(&mut self, meta: MetaChange) -> ParityUpdate {
+        match &meta {
+            MetaChange::Delete { key, version } if !self.keys.contains_key(key) => {
+                self.note_tomb(key, *version);
+            }
+            MetaChange::Retire { key, version } => self.retire_tomb(key, *version),
+            _ => {}
+        }
         self.seq = self.seq.saturating_add(1);
         ParityUpdate {
             owner: self.node,
@@ -732,6 +757,89 @@ impl Arena {
     /// Every key with its metadata, in key order.
     pub fn keys(&self) -> impl Iterator<Item = (&[u8], &KeyMeta)> {
         self.keys.iter().map(|(k, m)| (k.as_slice(), m))
+    }
+
+    /// Tombstones (keys deleted here, not live now) with their delete version, in key order.
+    pub fn tombstones(&self) -> impl Iterator<Item = (&[u8], Version)> {
+        self.tombs.iter().map(|(k, v)| (k.as_slice(), *v))
+    }
+
+    /// Takeover: records a tombstone a parity holder kept (`key` deleted at `version`), so a
+    /// later snapshot of this arena hands it on. Ignored while the key is live here or an
+    /// equal or newer tombstone is recorded.
+    ///
+    /// # Errors
+    /// [`Error::Range`] for an empty or oversized key.
+    pub fn restore_tombstone(&mut self, key: &[u8], version: Version) -> Result<(), Error> {
+        check_key(key)?;
+        if !self.keys.contains_key(key) {
+            self.note_tomb(key, version);
+        }
+        Ok(())
+    }
+
+    /// One snapshot page for a resynchronising parity holder: up to `limit` entries strictly
+    /// after `after`, live keys (`Ok`) and tombstones (`Err(version)`) merged in key order.
+    /// A key is never both (a put drops the tombstone, a delete the live entry).
+    pub fn entries_after(
+        &self,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Vec<(&[u8], Result<&KeyMeta, Version>)> {
+        use std::ops::Bound;
+        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut live = self
+            .keys
+            .range::<[u8], _>((lo, Bound::Unbounded))
+            .map(|(k, m)| (k.as_slice(), Ok(m)))
+            .peekable();
+        let mut dead = self
+            .tombs
+            .range::<[u8], _>((lo, Bound::Unbounded))
+            .map(|(k, v)| (k.as_slice(), Err(*v)))
+            .peekable();
+        let mut page = Vec::new();
+        while page.len() < limit {
+            let take_live = match (live.peek(), dead.peek()) {
+                (Some(a), Some(b)) => a.0 <= b.0,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let next = if take_live { live.next() } else { dead.next() };
+            page.extend(next);
+        }
+        page
+    }
+
+    /// Records `key` deleted at `version` unless a newer tombstone is there.
+    fn note_tomb(&mut self, key: &[u8], version: Version) {
+        match self.tombs.get_mut(key) {
+            Some(v) => *v = (*v).max(version),
+            None => {
+                self.tombs.insert(key.to_vec(), version);
+                self.meta_bytes = self
+                    .meta_bytes
+                    .saturating_add(key.len() as u64)
+                    .saturating_add(TOMB_RECORD_BYTES);
+            }
+        }
+    }
+
+    /// A retire at `version` drops a tombstone at or below it (as the holders do).
+    fn retire_tomb(&mut self, key: &[u8], version: Version) {
+        if self.tombs.get(key).is_some_and(|v| *v <= version) {
+            self.drop_tomb(key);
+        }
+    }
+
+    fn drop_tomb(&mut self, key: &[u8]) {
+        if self.tombs.remove(key).is_some() {
+            self.meta_bytes = self
+                .meta_bytes
+                .saturating_sub(key.len() as u64)
+                .saturating_sub(TOMB_RECORD_BYTES);
+        }
     }
 
     /// Memory accounting.
@@ -802,6 +910,64 @@ mod tests {
         Arena::new(Layout::new(2, 1, 3, 64).unwrap(), 1, 4096).unwrap()
     }
 
+    /// Tombstones follow the key's life (a delete records one, a put or a retire at or
+    /// above it drops it) and snapshot pages merge them with the live keys in key order.
+    #[test]
+    fn tombstones_are_kept_and_paged_with_live_keys() {
+        let mut a = arena();
+        let v = |n: u64| Version::new(n, 0, 1, 0);
+        a.put(b"a", v(1), b"x").unwrap();
+        a.put(b"b", v(2), b"yy").unwrap();
+        a.put(b"c", v(3), b"zzz").unwrap();
+        a.delete(b"b", v(4)).unwrap();
+        let _ = a.meta_update(MetaChange::Delete {
+            key: b"d".to_vec(),
+            version: v(5),
+        });
+        let (_, _) = a.remove_deferred(b"c", v(6), false).unwrap();
+        let page: Vec<(Vec<u8>, Option<Version>)> = a
+            .entries_after(None, 10)
+            .into_iter()
+            .map(|(k, m)| (k.to_vec(), m.err()))
+            .collect();
+        assert_eq!(
+            page,
+            vec![
+                (b"a".to_vec(), None),
+                (b"b".to_vec(), Some(v(4))),
+                (b"c".to_vec(), Some(v(6))),
+                (b"d".to_vec(), Some(v(5))),
+            ]
+        );
+        // Paging from a cursor, two at a time.
+        let keys = |p: Vec<(&[u8], Result<&KeyMeta, Version>)>| {
+            p.into_iter().map(|(k, _)| k.to_vec()).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            keys(a.entries_after(Some(b"a"), 2)),
+            vec![b"b".to_vec(), b"c".to_vec()]
+        );
+        assert_eq!(keys(a.entries_after(Some(b"c"), 2)), vec![b"d".to_vec()]);
+        // A put supersedes the tombstone; a retire at or above it drops it.
+        a.put(b"b", v(7), b"again").unwrap();
+        let _ = a.meta_update(MetaChange::Retire {
+            key: b"d".to_vec(),
+            version: v(5),
+        });
+        let _ = a.meta_update(MetaChange::Retire {
+            key: b"c".to_vec(),
+            version: v(5),
+        });
+        let left: Vec<(Vec<u8>, Version)> = a.tombstones().map(|(k, v)| (k.to_vec(), v)).collect();
+        assert_eq!(left, vec![(b"c".to_vec(), v(6))]);
+        // A takeover restores a holder's tombstone unless the key is live.
+        a.restore_tombstone(b"e", v(8)).unwrap();
+        a.restore_tombstone(b"a", v(9)).unwrap();
+        assert_eq!(a.tombstones().count(), 2);
+        assert!(a.meta(b"a").is_some());
+        a.check_invariants();
+    }
+
     #[test]
     fn allocate_free_coalesce() {
         let mut a = arena();
@@ -840,7 +1006,8 @@ mod tests {
         assert_eq!(d.seq, 3);
         assert!(a.get(b"k").is_none());
         assert_eq!(a.accounting().payload_bytes, 0);
-        assert_eq!(a.accounting().meta_bytes, 0);
+        // What is left is the tombstone (handed to a resynchronising holder).
+        assert_eq!(a.accounting().meta_bytes, 1 + TOMB_RECORD_BYTES);
         a.check_invariants();
     }
 

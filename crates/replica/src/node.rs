@@ -1299,6 +1299,11 @@ impl<S: ReplicaStore> Replica<S> {
         ok: bool,
         out: &mut Vec<Output>,
     ) {
+        if !self.pending.contains_key(&version)
+            && self.on_ec_takeover_retire_ack(from, &key, version, ok)
+        {
+            return;
+        }
         let Some(p) = self.pending.get_mut(&version) else {
             return;
         };
@@ -2678,6 +2683,11 @@ impl<S: ReplicaStore> Replica<S> {
             let m = self.map.as_ref()?;
             m.handoff(r.first, r.last).map(|_| r.pg)
         });
+        // A rebuild of a range this node now coordinates (a takeover or a handoff).
+        let takeover = self.ranges.get(ri).is_some_and(|r| {
+            r.role == Role::Coordinator
+                && matches!(&r.status, Status::Pulling(p) if p.purpose == PullPurpose::Rebuild)
+        });
         for (k, e) in apply {
             let ec = self
                 .map
@@ -2708,8 +2718,16 @@ impl<S: ReplicaStore> Replica<S> {
                 // `ec_swarm_many_seeds`: a replica's sync brought a rep:3 tombstone back
                 // after the key moved to ec, and a quorum read found a majority for it).
                 continue;
-            } else if matches!(self.apply_local(&k, e), ApplyOutcome::Refused) {
-                refused.insert(memgest);
+            } else {
+                let pulled = (takeover && self.store.get(&k).is_some()).then(|| e.clone());
+                if matches!(self.apply_local(&k, e), ApplyOutcome::Refused) {
+                    refused.insert(memgest);
+                }
+                if let Some(pulled) = pulled {
+                    // An older replicated copy under an ec entry adopted from the holders:
+                    // an unfinished memgest move of the failed coordinator (seed 8065).
+                    self.note_stale_replicated(&k, &pulled);
+                }
             }
         }
         if ec_retry && refused.is_empty() {

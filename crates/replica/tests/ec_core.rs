@@ -29,6 +29,8 @@ struct World {
     /// ec updates sent to parity holders, and the delta bytes they carried.
     ec_updates: u64,
     ec_delta_bytes: u64,
+    /// Drop every `Retire` this node sends (a move's second phase that never arrives).
+    drop_retires_from: Option<NodeId>,
 }
 
 impl World {
@@ -62,6 +64,7 @@ impl World {
             possible_loss: 0,
             ec_updates: 0,
             ec_delta_bytes: 0,
+            drop_retires_from: None,
         };
         w.run(300);
         let a = w.cp.step(w.now, CpInput::Bootstrap { active: 5 });
@@ -131,6 +134,11 @@ impl World {
             for o in outs {
                 match o {
                     Output::Send { to: t, msg } => {
+                        if self.drop_retires_from == Some(to)
+                            && matches!(msg.body, ringlet_replica::PeerBody::Retire { .. })
+                        {
+                            continue;
+                        }
                         if let ringlet_replica::PeerBody::EcUpdate { delta, .. } = &msg.body {
                             self.ec_updates += 1;
                             self.ec_delta_bytes += delta.len() as u64;
@@ -724,6 +732,135 @@ fn ec_ttls_survive_a_holder_resync_then_a_takeover() {
             key(i)
         );
     }
+}
+
+/// Deletes made before a parity holder's resync survive a takeover that reads that holder
+/// (ec:2+1 has only one): the data node's snapshot carries its tombstones, not only its live
+/// keys. Without them the new coordinator had no tombstone for a deleted key (simulator
+/// seeds 7330, 7334, 8247, 8723: "acknowledged write lost" for a delete), so an older copy of
+/// the key elsewhere could come back.
+#[test]
+fn ec_deletes_survive_a_holder_resync_then_a_takeover() {
+    let mut w = World::new();
+    let e21 = w.memgest("e21");
+    let key = |i: usize| format!("{{z}}{i}");
+    for i in 0..30 {
+        w.set(&key(i), &val(i, 20 + i * 7), Some(e21));
+    }
+    let mut deleted = Vec::new();
+    for i in (0..30).step_by(3) {
+        let r = w.op(ClientOp::Delete {
+            key: key(i).into_bytes(),
+        });
+        let ClientReply::Written { version } = r else {
+            panic!("delete {}: {r:?}", key(i));
+        };
+        deleted.push((i, version));
+    }
+    let slot = key_slot(key(0).as_bytes());
+    let holder = {
+        let m = w.cp.map().clone();
+        let p = m.placement.as_ref().unwrap();
+        let r = p.range_of(slot).unwrap();
+        p.parity(r.pg, 1)[0]
+    };
+    w.nodes.remove(&holder);
+    w.run(4000);
+    let syncs: u64 = w.nodes.values().map(|r| r.stats.ec_holder_syncs).sum();
+    assert!(syncs > 0, "the replacement holder resynced");
+    let coord = w.crash_coordinator_of(&key(0));
+    assert!(w.nodes[&coord].stats.ec_takeovers > 0);
+    for (i, v) in &deleted {
+        let e = w.nodes[&coord].store().get(key(*i).as_bytes());
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e.value.is_none() && e.version >= *v),
+            "{}: the tombstone of its delete after resync + takeover, got {e:?}",
+            key(*i)
+        );
+        assert_eq!(w.get(&key(*i)), None);
+    }
+    for i in (0..30).filter(|i| i % 3 != 0) {
+        assert_eq!(w.get(&key(i)), Some(val(i, 20 + i * 7)), "{}", key(i));
+    }
+}
+
+/// A Set moving a key from rep:3 to ec:2+1 reached the parity holder, but its coordinator
+/// died before the move's second phase (retiring the old replicas' copies) got anywhere. The
+/// spare taking over adopts the new version from the holder's metadata; it must retire the
+/// old copies before serving, or two old replicas still form a quorum-read majority for the
+/// previous version after the new one was read (simulator seed 8065).
+#[test]
+fn a_takeover_retires_old_replicas_of_an_adopted_move_before_serving() {
+    let mut w = World::new();
+    let (r3, e21) = (w.memgest("r3"), w.memgest("e21"));
+    let k = "{m}1";
+    w.set(k, b"old", Some(r3));
+    let old = w.coordinator(k).store().get(k.as_bytes()).unwrap().version;
+    let slot = key_slot(k.as_bytes());
+    let coord = w.cp.map().coordinator(slot).unwrap();
+    let with_old = |w: &World| {
+        w.nodes
+            .values()
+            .filter(|r| {
+                r.store()
+                    .get(k.as_bytes())
+                    .is_some_and(|e| e.version == old && e.memgest == r3)
+            })
+            .count()
+    };
+    assert_eq!(with_old(&w), 3);
+    // The move write: its retires are lost, so it never commits (no reply).
+    w.drop_retires_from = Some(coord);
+    w.seq += 1;
+    let map = w.cp.map().clone();
+    w.queue.push_back((
+        coord,
+        Input::Client {
+            client: 7,
+            req: ClientRequest {
+                id: ReqId {
+                    client: 7,
+                    seq: w.seq,
+                },
+                epoch: map.epoch,
+                op: ClientOp::Set {
+                    kind: ringlet_types::ValueKind::String,
+                    expiry_ms: None,
+                    key: k.as_bytes().to_vec(),
+                    value: b"new".to_vec(),
+                    memgest: Some(e21),
+                },
+            },
+        },
+    ));
+    w.run(100);
+    assert!(w.replies.is_empty(), "the move must not be acknowledged");
+    assert_eq!(with_old(&w), 3, "no old replica retired yet");
+    // The coordinator dies; step until its successor serves the range.
+    w.nodes.remove(&coord);
+    w.drop_retires_from = None;
+    let mut served = false;
+    for _ in 0..600 {
+        w.run(10);
+        let m = w.cp.map().clone();
+        let Some(c) = m.coordinator(slot).filter(|c| *c != coord) else {
+            continue;
+        };
+        if w.nodes[&c].ready_at(slot) == Some(0) {
+            served = true;
+            break;
+        }
+    }
+    assert!(served, "a spare took over and serves the range");
+    // Serving: the new version is what it answers...
+    assert_eq!(w.get(k), Some(b"new".to_vec()));
+    // ...so the old one must not be on a majority of the 3 rep positions any more.
+    assert!(
+        with_old(&w) <= 1,
+        "{} old replicas still hold the previous version",
+        with_old(&w)
+    );
 }
 
 /// What an EXPIRE costs on an ec:3+2 key (printed; the assertions only pin the shape):

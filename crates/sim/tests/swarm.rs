@@ -249,6 +249,10 @@ fn ec_moves_24_seeds() {
 /// old ec pointer as a replica and skipped the re-encode; 7391 a late Replicate of an older
 /// rep:3 version undoing a memgest move's retire on a replica; 7371 a background arena
 /// retire whose group lost its holders never settling; and 7100 of `ec_swarm_many_seeds`.
+/// Session 14: 8247 and 8723 here, 7330 of `ec_swarm_many_seeds` and 7334 of `ec_ttl`: an
+/// acknowledged ec delete lost because a parity holder resynchronised from a snapshot
+/// without tombstones, and a later takeover loaded its metadata; 8065 a takeover that adopted
+/// a rep:3 → ec move from the holders and served it before the old replicas were retired.
 #[test]
 fn ec_moves_all_faults_regression_seeds() {
     let opts = SimOptions {
@@ -259,7 +263,7 @@ fn ec_moves_all_faults_regression_seeds() {
     };
     let list = match std::env::var("SEED") {
         Ok(_) => seeds(0..0),
-        Err(_) => vec![7365, 7371, 7391],
+        Err(_) => vec![7365, 7371, 7391, 8247, 8723, 8065],
     };
     run_all(list, &opts);
     // `ec_swarm_many_seeds`'s options: 7100, a replica's sync page carrying a rep:3
@@ -270,7 +274,17 @@ fn ec_moves_all_faults_regression_seeds() {
         ..SimOptions::default()
     };
     if std::env::var_os("SEED").is_none() {
-        run_all(vec![7100], &long);
+        // 7330: an ec delete lost through a holder resync (no moves in that run).
+        run_all(vec![7100, 7330], &long);
+        // `ec_ttl_16_seeds`'s options: 7334, the same lost delete (an expiry's).
+        let ttl = SimOptions {
+            ec: true,
+            ttl: true,
+            engine_store: true,
+            all_faults: true,
+            ..SimOptions::default()
+        };
+        run_all(vec![7334], &ttl);
     }
 }
 

@@ -185,6 +185,11 @@ pub(super) struct EcData {
     pub(super) state: DataState,
     /// Snapshots served to resynchronising holders: holder → (seq, arena copy).
     snapshots: BTreeMap<NodeId, (u64, Arena)>,
+    /// Keys a takeover adopted, whose older copies under a memgest with more copies (a
+    /// `rep:R` the key moved from) must be retired before the range serves: key →
+    /// (adopted version, replicas that acknowledged the retire, last send ms). See
+    /// [`Replica::drive_ec_takeover_retires`].
+    pub(super) retiring: BTreeMap<Vec<u8>, (Version, BTreeSet<NodeId>, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -440,6 +445,7 @@ impl<S: ReplicaStore> Replica<S> {
                                 base: 0,
                                 state,
                                 snapshots: BTreeMap::new(),
+                                retiring: BTreeMap::new(),
                             },
                         );
                     } else if pos < s + m {
@@ -579,7 +585,7 @@ impl<S: ReplicaStore> Replica<S> {
         self.ec_data
             .iter()
             .filter(|((p, _), _)| *p == pg)
-            .all(|(_, d)| !matches!(d.state, DataState::Loading(_)))
+            .all(|(_, d)| !matches!(d.state, DataState::Loading(_)) && d.retiring.is_empty())
     }
 
     // ------------------------------------------------------------------ writes
@@ -1289,17 +1295,31 @@ impl<S: ReplicaStore> Replica<S> {
                 .to_vec();
             (b, Vec::new(), false)
         } else {
+            // Live keys and tombstones: a holder resynchronised from keys alone would miss
+            // every delete from before its resync and hand a later takeover no tombstone
+            // (seed 7334 of `ec_ttl`: an acknowledged delete lost).
             let mut keys: Vec<EcKeyMeta> = snap
-                .keys_after(after.as_deref(), EC_KEYS_PER_PAGE_MAX + 1)
+                .entries_after(after.as_deref(), EC_KEYS_PER_PAGE_MAX + 1)
                 .into_iter()
-                .map(|(k, m)| EcKeyMeta {
-                    key: k.to_vec(),
-                    version: m.version,
-                    offset: m.offset,
-                    len: m.len,
-                    tombstone: false,
-                    kind: m.kind,
-                    expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
+                .map(|(k, m)| match m {
+                    Ok(m) => EcKeyMeta {
+                        key: k.to_vec(),
+                        version: m.version,
+                        offset: m.offset,
+                        len: m.len,
+                        tombstone: false,
+                        kind: m.kind,
+                        expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
+                    },
+                    Err(version) => EcKeyMeta {
+                        key: k.to_vec(),
+                        version,
+                        offset: 0,
+                        len: 0,
+                        tombstone: true,
+                        kind: ValueKind::String,
+                        expiry_ms: None,
+                    },
                 })
                 .collect();
             let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
@@ -1590,6 +1610,9 @@ impl<S: ReplicaStore> Replica<S> {
                 lost.push((k.to_vec(), m.version));
             }
         }
+        for (k, v) in d.arena.tombstones() {
+            let _ = fresh.restore_tombstone(k, v);
+        }
         // Recovered bytes, copied in bounded pieces.
         let step = 1u64 << 20;
         let mut at = 0u64;
@@ -1745,7 +1768,23 @@ impl<S: ReplicaStore> Replica<S> {
             })
         };
         let owner = d.owner;
+        // A key the failed coordinator was moving from a memgest with more copies (rep:3 →
+        // ec) may be on the holders while its old replicas still hold the previous version:
+        // the move's second phase (retire them, then acknowledge) died with it. Adopting the
+        // new version and serving it while two old replicas can still form a quorum-read
+        // majority for the previous one makes a value visible and then lost (simulator seed
+        // 8065). So an adopted key that supersedes a replicated copy this takeover pulled
+        // (here, or in `note_stale_replicated` when the pull comes second) is retired on
+        // the old replicas' positions first, as the write would have done; the range turns
+        // Ready only once that is done.
+        let map = self.map.clone();
+        let copies = |m: MemgestId| map.as_ref().map_or(1, |map| map.copies(m));
+        let ec_copies = copies(mid).max(1);
         for k in keys {
+            let retire_older = self
+                .store
+                .head(&k.key)
+                .is_some_and(|(v, m, _)| v < k.version && copies(m) > ec_copies);
             let entry = Entry {
                 version: k.version,
                 memgest: mid,
@@ -1756,6 +1795,18 @@ impl<S: ReplicaStore> Replica<S> {
                 kind: k.kind,
             };
             let outcome = self.apply_local(&k.key, entry);
+            if outcome == ApplyOutcome::Applied && retire_older {
+                if let Some(d) = self.ec_data.get_mut(&(pg, mid)) {
+                    d.retiring
+                        .insert(k.key.clone(), (k.version, BTreeSet::new(), 0));
+                }
+            }
+            if k.tombstone {
+                // The arena hands its tombstones on to a holder it resynchronises later.
+                if let Some(d) = self.ec_data.get_mut(&(pg, mid)) {
+                    let _ = d.arena.restore_tombstone(&k.key, k.version);
+                }
+            }
             if outcome == ApplyOutcome::Applied && !k.tombstone {
                 if let Some(d) = self.ec_data.get_mut(&(pg, mid)) {
                     let meta = KeyMeta {
@@ -2167,7 +2218,126 @@ impl<S: ReplicaStore> Replica<S> {
 
     /// Background recovery and job timeouts, bounded: one background window in flight per
     /// arena, failed or timed-out jobs retried.
+    /// Sends the takeover retires (`EcData::retiring`): `Retire{key, adopted version}` to
+    /// the cohort positions beyond the ec memgest's one copy up to the deepest replicated
+    /// memgest's, resent every retransmit interval, at most `EC_KEYS_PER_PAGE_MAX` keys per
+    /// call. A key is done once `depth − 1 − ⌊depth/2⌋` of them acknowledged (the move
+    /// rule with `old = depth`, `new = 1`): the previous version can then never again form
+    /// a quorum-read majority.
+    fn drive_ec_takeover_retires(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let Some(map) = self.map.as_ref() else {
+            return;
+        };
+        let depth = map.replica_depth();
+        let every = self.cfg.retransmit_ms.max(1);
+        // (arena, key, adopted version, replicas that acknowledged already)
+        type Due = ((u32, MemgestId), Vec<u8>, Version, Vec<NodeId>);
+        let mut due: Vec<Due> = Vec::new();
+        for (dk, d) in &self.ec_data {
+            for (key, (version, acked, sent)) in &d.retiring {
+                if due.len() >= EC_KEYS_PER_PAGE_MAX {
+                    break;
+                }
+                if *sent == 0 || now_ms.saturating_sub(*sent) >= every {
+                    due.push((*dk, key.clone(), *version, acked.iter().copied().collect()));
+                }
+            }
+        }
+        let mut sends: Vec<(NodeId, Vec<u8>, Version)> = Vec::new();
+        for (dk, key, version, acked) in due {
+            let Some(r) = self.range(key_slot(&key)) else {
+                continue;
+            };
+            for t in r.cohort.iter().take(depth).skip(1) {
+                if !acked.contains(t) {
+                    sends.push((*t, key.clone(), version));
+                }
+            }
+            if let Some(e) = self
+                .ec_data
+                .get_mut(&dk)
+                .and_then(|d| d.retiring.get_mut(&key))
+            {
+                e.2 = now_ms.max(1);
+            }
+        }
+        for (t, key, version) in sends {
+            self.send(out, t, PeerBody::Retire { key, version });
+        }
+    }
+
+    /// A takeover's rebuild pulled a replicated copy of `key` older than the ec entry this
+    /// node adopted from the holders (see `finish_ec_load`): retire it on the old replicas
+    /// before the range serves.
+    pub(super) fn note_stale_replicated(&mut self, key: &[u8], pulled: &Entry) {
+        let Some(map) = self.map.as_ref() else {
+            return;
+        };
+        let Some(cur) = self.store.get(key) else {
+            return;
+        };
+        if cur.version <= pulled.version
+            || map.copies(pulled.memgest) <= map.copies(cur.memgest).max(1)
+            || !matches!(map.memgest_kind(cur.memgest), MemgestKind::Ec { .. })
+        {
+            return;
+        }
+        let Some(pg) = self.range(key_slot(key)).map(|r| r.pg) else {
+            return;
+        };
+        if let Some(d) = self.ec_data.get_mut(&(pg, cur.memgest)) {
+            d.retiring
+                .entry(key.to_vec())
+                .or_insert((cur.version, BTreeSet::new(), 0));
+        }
+    }
+
+    /// A replica's answer to a takeover retire; `true` if it was one.
+    pub(super) fn on_ec_takeover_retire_ack(
+        &mut self,
+        from: NodeId,
+        key: &[u8],
+        version: Version,
+        ok: bool,
+    ) -> bool {
+        let Some(map) = self.map.as_ref() else {
+            return false;
+        };
+        let depth = map.replica_depth();
+        let slot = key_slot(key);
+        let Some(r) = self.range(slot) else {
+            return false;
+        };
+        let targets: Vec<NodeId> = r.cohort.iter().take(depth).skip(1).copied().collect();
+        let needed = depth
+            .saturating_sub(1)
+            .saturating_sub(depth / 2)
+            .min(targets.len());
+        let pg = r.pg;
+        let mut hit = false;
+        for ((p, _), d) in self.ec_data.iter_mut() {
+            if *p != pg {
+                continue;
+            }
+            let Some((v, acked, _)) = d.retiring.get_mut(key) else {
+                continue;
+            };
+            if *v != version {
+                continue;
+            }
+            hit = true;
+            if ok && targets.contains(&from) {
+                acked.insert(from);
+            }
+            if acked.iter().filter(|n| targets.contains(n)).count() >= needed {
+                d.retiring.remove(key);
+            }
+        }
+        hit
+    }
+
     pub(super) fn drive_ec(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        self.drive_ec_takeover_retires(now_ms, out);
         self.drive_ec_loads(now_ms, out);
         self.drive_ec_syncs(now_ms, out);
         let timeout = self.cfg.pull_retry_ms.saturating_mul(2);
