@@ -312,6 +312,55 @@ impl Engine {
         self.set_impl(key, value, opts, now_ms, false)
     }
 
+    /// A plain Redis `SET key value` (no options: default memgest, no TTL, unconditional, an
+    /// HLC version) with `h = key_hash(key)` computed by the caller: exactly
+    /// [`Engine::set_discarding_old`] with [`SetOptions::default`], minus the work that form
+    /// does not need. The key is hashed once (the batched request path hashed it already, to
+    /// prefetch its bucket) and looked up once (the general path looks it up for the
+    /// condition, then again to publish). An expired entry found on the way takes the general
+    /// path, which reaps it (counted as an expiration, tombstoned) before writing.
+    ///
+    /// # Errors
+    /// As [`Engine::set`].
+    pub fn set_plain_hashed(
+        &mut self,
+        key: &[u8],
+        h: u64,
+        value: &[u8],
+        now_ms: u64,
+    ) -> Result<(), Error> {
+        check_key(key)?;
+        check_value(value.len())?;
+        debug_assert_eq!(h, key_hash(key));
+        let opts = SetOptions::default();
+        if !self.memgests.contains_key(&opts.memgest) {
+            return Err(Error::UnknownMemgest);
+        }
+        let lookup = self.store.look_up_for_put(key, h, now_ms);
+        if lookup.expired {
+            return self.set_impl(key, value, &opts, now_ms, false).map(|_| ());
+        }
+        let version = self.hlc.next(now_ms);
+        self.discard_staged_below(key, version);
+        let meta = Meta {
+            version,
+            memgest: opts.memgest,
+            expire_at_ms: None,
+            kind: opts.kind,
+        };
+        let Engine {
+            store, memgests, ..
+        } = self;
+        let evicted = store.put_looked_up(lookup, key, value, meta, &|m| {
+            memgests.get(&m).copied().unwrap_or(false)
+        })?;
+        for v in evicted {
+            // As in `Engine::put`.
+            self.tombstone_summary = self.tombstone_summary.max(v);
+        }
+        Ok(())
+    }
+
     /// The memgest of `key`'s live (published, unexpired) entry, without copying its value.
     pub fn live_memgest(&self, key: &[u8], now_ms: u64) -> Option<MemgestId> {
         if key.len() > KEY_BYTES_MAX as usize {

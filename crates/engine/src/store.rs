@@ -152,6 +152,16 @@ impl Reader {
     }
 }
 
+/// A writer's lookup of one key, handed from [`Store::look_up_for_put`] to
+/// [`Store::put_looked_up`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PutLookup {
+    found: Option<Found>,
+    h: u64,
+    /// The entry found is expired (the general path must reap it).
+    pub(crate) expired: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Found {
     ie_off: u64,
@@ -897,8 +907,23 @@ impl Store {
             let (v, _, _, _) = self.header(handle.loc);
             v
         };
+        let found = self.find(key, h);
+        self.publish_at(found, key, h, handle, version, evictable)
+    }
+
+    /// [`Store::publish`] with `key`'s lookup done by the caller: `found` must be what
+    /// `self.find(key, h)` returns now (no index change since), `version` the staged entry's.
+    fn publish_at(
+        &mut self,
+        found: Option<Found>,
+        key: &[u8],
+        h: u64,
+        handle: StagedHandle,
+        version: Version,
+        evictable: &dyn Fn(MemgestId) -> bool,
+    ) -> Result<Vec<Version>, Error> {
         let mut evicted = Vec::new();
-        if let Some(f) = self.find(key, h) {
+        if let Some(f) = found {
             let old = self.meta_of(&f);
             // Keep the access bits of the key across versions.
             let w1 = handle.w1 | (f.w1 & POLICY_FREQ_MASK);
@@ -965,6 +990,43 @@ impl Store {
     ) -> Result<Vec<Version>, Error> {
         let (handle, mut evicted) = self.stage(key, h, value, meta, evictable)?;
         evicted.extend(self.publish(key, h, handle, evictable)?);
+        Ok(evicted)
+    }
+
+    /// Look `key` up for a plain overwrite that follows at once ([`Store::put_looked_up`]),
+    /// so that a SET finds its key once, not twice. Also says whether the entry found is
+    /// expired at `now_ms` (the caller then takes the general path, which reaps it first); an
+    /// entry without a TTL (the policy bit of index word 1) is decided without reading its
+    /// header.
+    pub(crate) fn look_up_for_put(&self, key: &[u8], h: u64, now_ms: u64) -> PutLookup {
+        let found = self.find(key, h);
+        let expired = found.is_some_and(|f| {
+            f.w1 & POLICY_TTL != 0
+                && matches!(self.header(ie_location(f.w0)).3, Some(t) if t <= now_ms)
+        });
+        PutLookup { found, h, expired }
+    }
+
+    /// [`Store::put`] reusing `lookup`, which must come from [`Store::look_up_for_put`] of the
+    /// same key with no mutation since (the `&mut self` between them is the caller's to
+    /// keep): the same writes, one index probe fewer. If room had to be made first (an
+    /// eviction may have unlinked anything), the key is looked up again.
+    pub(crate) fn put_looked_up(
+        &mut self,
+        lookup: PutLookup,
+        key: &[u8],
+        value: &[u8],
+        meta: Meta,
+        evictable: &dyn Fn(MemgestId) -> bool,
+    ) -> Result<Vec<Version>, Error> {
+        let h = lookup.h;
+        let (handle, mut evicted) = self.stage(key, h, value, meta, evictable)?;
+        let found = if evicted.is_empty() {
+            lookup.found
+        } else {
+            self.find(key, h)
+        };
+        evicted.extend(self.publish_at(found, key, h, handle, meta.version, evictable)?);
         Ok(evicted)
     }
 

@@ -405,7 +405,7 @@ impl RespProcessor {
                 FastKind::Set => {
                     let value = &buf[op.value.0..op.value.0 + op.value.1];
                     let e = engine.get_or_insert_with(|| shared.db.lock());
-                    match cmd::string::set_plain(e, key, value, now) {
+                    match cmd::string::set_plain(e, key, op.hash, value, now) {
                         Ok(()) => resp::encode_simple(wbuf, b"OK"),
                         Err(reply) => encode(&reply, session.proto, wbuf),
                     }

@@ -213,15 +213,18 @@ fn set_generic(
 ///
 /// # Errors
 /// The Redis error reply for an engine error (size limits, OOM).
-pub fn set_plain(engine: &mut Engine, key: &[u8], value: &[u8], now: u64) -> Result<(), Reply> {
-    let opts = SetOptions {
-        expiry: Expiry::Persist,
-        ..SetOptions::default()
-    };
-    match engine.set_discarding_old(key, value, &opts, now) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(engine_error(e)),
-    }
+pub fn set_plain(
+    engine: &mut Engine,
+    key: &[u8],
+    hash: u64,
+    value: &[u8],
+    now: u64,
+) -> Result<(), Reply> {
+    // `hash` is the key's `key_hash`, computed once by the batch for its prefetch; the
+    // engine's plain-SET path looks the key up once (`Engine::set_plain_hashed`).
+    engine
+        .set_plain_hashed(key, hash, value, now)
+        .map_err(engine_error)
 }
 
 fn old_reply(old: Option<ringlet_engine::Entry>) -> Reply {
