@@ -774,14 +774,19 @@ mod tests {
             Record::decode(&[1, 1, 0, 7, 0]),
             Err(RecordError::BadTag { tag: 7 })
         );
-        // Hint flag 2 (a data hint) needs its 38 bytes; 3 is unknown.
+        // Hint flag 2 (a data hint) needs its 38 bytes, flag 3 (packed) its varints; 4 is
+        // unknown.
         assert_eq!(
             Record::decode(&[1, 1, 0, 1, 0, 2]),
             Err(RecordError::Truncated)
         );
         assert_eq!(
             Record::decode(&[1, 1, 0, 1, 0, 3]),
-            Err(RecordError::BadTag { tag: 3 })
+            Err(RecordError::Truncated)
+        );
+        assert_eq!(
+            Record::decode(&[1, 1, 0, 1, 0, 4]),
+            Err(RecordError::BadTag { tag: 4 })
         );
         assert_eq!(
             Record::decode(&[1, 2, 1, b'a', 0, 0, 1, b'a', 0, 0]),
