@@ -69,15 +69,13 @@ fn record() -> impl Strategy<Value = Option<Record>> {
 }
 
 /// One field spec: 0 ATTR, 1 LINK, 2 LINKS, with its value or targets.
-fn spec() -> impl Strategy<Value = (u8, Vec<u8>, Vec<Vec<u8>>)> {
+type Spec = (u8, Vec<u8>, Vec<Vec<u8>>);
+
+fn spec() -> impl Strategy<Value = Spec> {
     (0u8..3, bytes(20), prop::collection::vec(bytes(6), 0..5))
 }
 
-fn argv_of<'a>(
-    names: &'a [Vec<u8>],
-    specs: &'a [(u8, Vec<u8>, Vec<Vec<u8>>)],
-    counts: &'a [Vec<u8>],
-) -> Vec<&'a [u8]> {
+fn argv_of<'a>(names: &'a [Vec<u8>], specs: &'a [Spec], counts: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
     let mut argv: Vec<&[u8]> = vec![b"RECORD", b"set", b"k"];
     for ((n, (kind, v, ts)), c) in names.iter().zip(specs).zip(counts) {
         match kind {
