@@ -17,6 +17,7 @@ Servers are pinned to CPU 0 (ringlet server --threads 1), the loading clients to
 the machine has two.
 
 Usage: bench/load_vs_pipe.py [--records 200000] [--runs 3] [--connections 1] [--json out.json]
+       [--ringlet PATH]
 Requires redis-server and redis-cli (scripts/setup.sh) and target/release/ringlet (built here
 if missing: cargo build --release -p ringlet-cli).
 """
@@ -148,7 +149,11 @@ def main():
     ap.add_argument("--connections", type=int, default=1)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json")
+    ap.add_argument("--ringlet", help="the ringlet binary (default target/release/ringlet)")
     a = ap.parse_args()
+    if a.ringlet:
+        global RINGLET
+        RINGLET = a.ringlet
     if not os.access(RINGLET, os.X_OK):
         subprocess.run(["cargo", "build", "--release", "-p", "ringlet-cli", "--bin", "ringlet"],
                        cwd=ROOT, check=True)

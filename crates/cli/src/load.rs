@@ -13,18 +13,23 @@
 //!
 //! How it works:
 //!
-//! - **Pass 1** streams every `[[records]]` section's source and sends one `HSET key attr val
-//!   ...` per row. The loader keeps a 64-bit hash of every key it wrote (`Keys`).
-//! - A **barrier** waits for every reply, so all records exist before any link is written.
-//! - **Pass 2** streams the sources again: `LINK SET key field target` for each foreign key of
-//!   a `[[records]]` section, and for each `[[lists]]` row the target is appended to its
-//!   owner's list, chunked at `chunk` targets per item as KELI does (below). A link whose
-//!   target (or list owner) this load did not write is *dangling*: counted, reported, not
-//!   written (`external = true` on a link skips the check for targets outside the load).
+//! - **Pass 1** streams every `[[records]]` section's source and sends one `RECORD SET key
+//!   ATTR name value ...` per row (the node encodes it straight from the arguments). The
+//!   loader keeps a 64-bit hash of every key it wrote (`KeySet`).
+//! - A **barrier** waits for every reply, so all records exist before any link is written
+//!   (a link gets its target's location hint from the node when it is written).
+//! - **Pass 2** streams the sources again: one `RECORD SET key LINK field target ...` per row
+//!   of a `[[records]]` section with foreign keys, and for each `[[lists]]` source the rows
+//!   of one owner are gathered and its list is written whole (`Load::write_list`). A link
+//!   whose target (or list owner) this load did not write is *dangling*: counted, reported,
+//!   not written (`external = true` on a link skips the check for targets outside the load).
 //! - **Chunks**: the first `chunk` targets of list `field` go into the owner record itself,
 //!   the next ones into continuation items `owner#field#1`, `owner#field#2` …, each item
 //!   pointing at the next by its link field `field.next` (KELI's "list" and "next" links).
-//!   So `CHASE user:1 follows follows.next DEPTH d` walks the whole list.
+//!   So `CHASE user:1 follows follows.next DEPTH d` walks the whole list. Each item is
+//!   written once (`RECORD SET item LINKS field n t1 .. tn LINK field.next next`), the
+//!   last first, so each `next` link finds its target and gets a hint. A source not
+//!   grouped by owner still loads: a later run of an owner appends (`LINK ADD`).
 //! - **Generations** (`--alias`, `--every`): keys are written under the prefix
 //!   `ALIAS@GEN:`; once both passes are acknowledged, `SET ALIAS ALIAS@GEN:` publishes the
 //!   generation in one single-key write; after `--grace` the keys of every other generation
@@ -68,6 +73,14 @@ const PG_FETCH_ROWS: u32 = 10_000;
 /// Bytes of a batch after which it is flushed even below `LOAD_BATCH_COMMANDS_MAX` commands
 /// (rows with large values).
 const BATCH_BYTES_MAX: usize = 1 << 20;
+
+/// Longest run of one owner's list rows kept to be written whole (`Load::write_list`):
+/// 256 chunks of the longest list a field holds, ~1 M targets. A longer run is appended
+/// chunk by chunk as it comes, as an unsorted source's runs are.
+const LIST_RUN_TARGETS_MAX: usize = 256 * ringlet_record::LINKS_PER_FIELD_MAX;
+
+/// Bytes of target keys of one run kept (long keys reach this before the count above).
+const LIST_RUN_BYTES_MAX: usize = 64 << 20;
 
 /// SCAN pages read per node when deleting old generations: COUNT 1,000 per page, so this
 /// bounds the walk at ~10^9 buckets per node, far above any node's index.
@@ -1219,11 +1232,13 @@ impl Load<'_> {
                     .filter(|(_, c)| row.get(*c).is_some())
                     .count();
                 if n > 0 {
-                    let p = self.w.pipe(&key, 2 + 2 * n);
-                    p.arg(b"HSET").arg(&key);
+                    // `RECORD SET key ATTR name value ...` rather than HSET: the node encodes
+                    // the record straight from the arguments (no `Record` built per row).
+                    let p = self.w.pipe(&key, 3 + 3 * n);
+                    p.arg(b"RECORD").arg(b"SET").arg(&key);
                     for (name, c) in &r.attrs {
                         if let Some(v) = row.get(*c) {
-                            p.arg(name).arg(v);
+                            p.arg(b"ATTR").arg(name).arg(v);
                         }
                     }
                     p.end()?;
@@ -1249,6 +1264,7 @@ impl Load<'_> {
     fn pass2(&mut self, snap: &mut Snapshot) -> Result<()> {
         let map = self.map;
         let (mut key, mut target) = (Vec::new(), Vec::new());
+        let (mut links, mut fields) = (ListRun::default(), Vec::new());
         for r in map.records.iter().filter(|r| !r.links.is_empty()) {
             let mut rows = 0u64;
             snap.scan(r.source, &r.cols, &mut |row| {
@@ -1257,7 +1273,11 @@ impl Load<'_> {
                 if !r.key.render(row, &self.prefix, &mut key) {
                     return Ok(()); // counted in pass 1
                 }
-                for l in &r.links {
+                // All of the row's links in one write (`RECORD SET key LINK f t ...`), not
+                // one `LINK SET` (one rewrite of the record) per foreign key.
+                links.clear();
+                fields.clear();
+                for (i, l) in r.links.iter().enumerate() {
                     let prefix: &[u8] = if l.external { b"" } else { &self.prefix };
                     if !l.target.render(row, prefix, &mut target) {
                         continue; // a null foreign key: no link
@@ -1266,15 +1286,17 @@ impl Load<'_> {
                         self.stats.dangling += 1;
                         continue;
                     }
-                    self.w
-                        .pipe(&key, 5)
-                        .arg(b"LINK")
-                        .arg(b"SET")
-                        .arg(&key)
-                        .arg(&l.field)
-                        .arg(&target)
-                        .end()?;
-                    self.stats.links += 1;
+                    links.push(&target);
+                    fields.push(i);
+                }
+                if !fields.is_empty() {
+                    let p = self.w.pipe(&key, 3 + 3 * fields.len());
+                    p.arg(b"RECORD").arg(b"SET").arg(&key);
+                    for (j, &i) in fields.iter().enumerate() {
+                        p.arg(b"LINK").arg(&r.links[i].field).arg(links.target(j));
+                    }
+                    p.end()?;
+                    self.stats.links += fields.len() as u64;
                 }
                 Ok(())
             })?;
@@ -1298,23 +1320,33 @@ impl Load<'_> {
                     self.stats.dangling += 1;
                     return Ok(());
                 }
-                if run.owner != key || run.len() >= l.chunk {
-                    self.flush_run(l, &mut run)?;
+                if run.owner != key {
+                    self.flush_run(l, &mut run, true)?;
                     run.owner.clear();
                     run.owner.extend_from_slice(&key);
+                }
+                // A run too long to keep is appended chunk by chunk as it comes (an owner
+                // with millions of rows); a run that fits is written whole when it ends.
+                if run.len() >= LIST_RUN_TARGETS_MAX || run.bytes.len() >= LIST_RUN_BYTES_MAX {
+                    self.flush_run(l, &mut run, false)?;
                 }
                 run.push(&target);
                 Ok(())
             })?;
-            self.flush_run(l, &mut run)?;
+            self.flush_run(l, &mut run, true)?;
         }
         self.w.barrier()
     }
 
-    /// Append the pending targets of `run.owner` to its list, in chunks of `l.chunk`:
-    /// target number `i` of the list goes to item `i / chunk` (0: the owner itself, k ≥ 1:
-    /// `owner#field#k`); a new item is linked from the one before by `field.next`.
-    fn flush_run(&mut self, l: &List, run: &mut ListRun) -> Result<()> {
+    /// Write the pending targets of `run.owner`'s list, chunked at `l.chunk`: target number
+    /// `i` of the list goes to item `i / chunk` (0: the owner itself, k ≥ 1:
+    /// `owner#field#k`), each item linking the next by `field.next`.
+    ///
+    /// `complete`: the run is the owner's whole run of rows. If it is also the first run of
+    /// this list, the list is written whole (`write_list`): each item once, with its
+    /// targets and its `next` link. Otherwise (a source not grouped by owner, or a run too
+    /// long to keep) the targets are appended to what the list has (`append_run`).
+    fn flush_run(&mut self, l: &List, run: &mut ListRun, complete: bool) -> Result<()> {
         if !l.external {
             // Every target's slot requested first, then checked: the misses overlap.
             for i in 0..run.len() {
@@ -1337,6 +1369,72 @@ impl Load<'_> {
                 limits::LOAD_LIST_OWNERS_MAX
             );
         }
+        if complete && !self.counts.contains_key(&id) {
+            return self.write_list(l, run, id);
+        }
+        self.append_run(l, run, id)
+    }
+
+    /// The whole list of `run.owner` in one pass: the last item first, so that when an item
+    /// is written the item its `next` link names exists and the node gives that link a
+    /// location hint; then the owner. One `RECORD SET` per item, which replaces the item's
+    /// list field (a reload does not duplicate links) and keeps the owner's attributes.
+    /// Before, each item was written by a `LINK ADD` and rewritten whole by the `LINK SET`
+    /// of its `next` link (docs/design/loader.md, "Each item written once").
+    fn write_list(&mut self, l: &List, run: &mut ListRun, id: u64) -> Result<()> {
+        let n = run.len();
+        let last = (n - 1) / l.chunk;
+        let (mut item, mut next) = (Vec::new(), Vec::new());
+        for k in (0..=last).rev() {
+            item_key(&run.owner, &l.field, k, &mut item);
+            if k >= 1 && !self.fresh {
+                // Over an earlier load: an item's old fields (a `next` the new list no
+                // longer has) must not survive.
+                self.w.pipe(&item, 2).arg(b"DEL").arg(&item).end()?;
+            }
+            if k == 0 && last == 0 && !self.fresh {
+                self.w
+                    .pipe(&item, 4)
+                    .arg(b"LINK")
+                    .arg(b"DEL")
+                    .arg(&item)
+                    .arg(&l.next_field)
+                    .end()?;
+            }
+            let (lo, hi) = (k * l.chunk, ((k + 1) * l.chunk).min(n));
+            let has_next = k < last;
+            let count = itoa::Buffer::new().format(hi - lo).as_bytes().to_vec();
+            let p = self
+                .w
+                .pipe(&item, 6 + (hi - lo) + if has_next { 3 } else { 0 });
+            p.arg(b"RECORD")
+                .arg(b"SET")
+                .arg(&item)
+                .arg(b"LINKS")
+                .arg(&l.field)
+                .arg(&count);
+            for j in lo..hi {
+                p.arg(run.target(j));
+            }
+            if has_next {
+                p.arg(b"LINK").arg(&l.next_field).arg(&next);
+            }
+            p.end()?;
+            std::mem::swap(&mut item, &mut next);
+        }
+        self.stats.links += n as u64;
+        let Ok(n) = u32::try_from(n) else {
+            bail!("a link list of more than {} targets", u32::MAX);
+        };
+        self.counts.insert(id, n);
+        run.clear();
+        Ok(())
+    }
+
+    /// Append the pending targets of `run.owner` (already checked) to its list, after the
+    /// `counts[id]` targets it has: one `LINK ADD` per chunk, and a new item linked from the
+    /// one before by `LINK SET prev field.next item`.
+    fn append_run(&mut self, l: &List, run: &mut ListRun, id: u64) -> Result<()> {
         let count = self.counts.entry(id).or_insert(0);
         let mut pos = *count as usize;
         if pos == 0 && !self.fresh {
@@ -1396,7 +1494,9 @@ impl Load<'_> {
     }
 }
 
-/// The targets of one owner's list seen in a row, not yet sent (at most one chunk).
+/// The targets of one owner's list seen in a row, not yet sent (at most
+/// `LIST_RUN_TARGETS_MAX` of them and `LIST_RUN_BYTES_MAX` bytes); also a row's link
+/// targets in pass 2.
 #[derive(Default)]
 struct ListRun {
     owner: Vec<u8>,

@@ -1089,6 +1089,11 @@ impl Front {
                 self.record_command(argv, key, write, ringlet_record::link::apply)
                     .await
             }
+            "record" => {
+                let key = ringlet_record::put::key(args).unwrap_or_default();
+                let apply = ringlet_server::cmd::record::record_apply;
+                self.record_command(argv, key, true, apply).await
+            }
             "chase" => self.chase(argv).await,
             "records" => self.records(argv).await,
             "hscan" => self.hscan(argv).await,

@@ -1,5 +1,5 @@
 //! COMMAND INFO / DOCS entries of Ringlet's own commands, in Redis 7's format, added to the
-//! generated table (`table_data.rs`, read from a real Redis): LINK and CHASE (KELI records,
+//! generated table (`table_data.rs`, read from a real Redis): LINK, RECORD and CHASE (KELI records,
 //! docs/design/records.md), MEMGEST (per-key memgests, docs/design/memgest-commands.md),
 //! RECORDS (one node's CHASE hop asked by another) and CLUSTER RINGLET-LOAD (a node's load
 //! report for the status page).
@@ -139,6 +139,20 @@ pub fn commands() -> Vec<(&'static str, Reply, Reply)> {
             ("link|del", "Remove a link field"),
         ],
     );
+    let record = container(
+        "record",
+        -2,
+        "@hash",
+        vec![entry("record|set", -6, true, 2, "@hash")],
+    );
+    let record_docs = container_docs(
+        "Records (KELI): several fields, links and link lists in one write",
+        "hash",
+        vec![(
+            "record|set",
+            "Set fields: ATTR name value, LINK name target, LINKS name count target...",
+        )],
+    );
     let memgest = container(
         "memgest",
         -2,
@@ -173,6 +187,7 @@ pub fn commands() -> Vec<(&'static str, Reply, Reply)> {
     );
     vec![
         ("link", link, link_docs),
+        ("record", record, record_docs),
         (
             "chase",
             entry("chase", -3, false, 1, "@hash"),

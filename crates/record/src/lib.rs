@@ -41,6 +41,11 @@
 //!   hint_flag 1: | node u32 LE | epoch u64 LE | table u64 LE | entry u64 LE |   (28 bytes)
 //!   hint_flag 2: the 28 bytes of flag 1 | location u32 LE | crc u32 LE | memgest u16 LE |
 //!                (38 bytes: the target's data entry too, read without the index)
+//!   hint_flag 3: flag 2's fields packed: | varint node | varint epoch | varint table |
+//!                varint entry | varint location | crc u32 LE | varint memgest |
+//!                (~20-25 bytes on a single node; written since session 14 for a hint
+//!                with a data part whenever it is shorter than flag 2's 38 bytes; a flag-2
+//!                hint that would pack shorter is still read, and re-encoded packed)
 //!
 //! e.g. {f: "vv"}      = 01 01 | 01 'f' 00 02 'v' 'v'
 //!      {f: link "k"}  = 01 01 | 01 'f' 01 01 'k' 00
@@ -71,10 +76,11 @@ pub mod chase;
 pub mod hash;
 pub mod link;
 mod number;
+pub mod put;
 pub mod record;
 
 pub use number::parse_i64;
-pub use record::{DataHint, Field, Hint, Link, Record, RecordError, FORMAT_VERSION};
+pub use record::{DataHint, Field, Hint, Link, PutValue, Record, RecordError, FORMAT_VERSION};
 
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 

@@ -29,6 +29,11 @@ const HINT_NONE: u8 = 0;
 const HINT_SOME: u8 = 1;
 /// A hint that also names the data entry ([`Hint::data`]).
 const HINT_DATA: u8 = 2;
+/// [`HINT_DATA`]'s fields in varints (the crc as 4 bytes): what is written since session 14.
+/// A single node's hint is mostly zeros and small offsets; the fixed form's 38 bytes were
+/// most of a link (a target key of ~8 bytes), and the bytes a bulk load writes are what
+/// its node spends its time on (the kernel zeroing fresh pages, the copies).
+const HINT_PACKED: u8 = 3;
 
 /// Encoded size of a hint after its flag byte: node u32 + epoch u64 + table u64 + entry u64.
 const HINT_BYTES: usize = 4 + 8 + 8 + 8;
@@ -562,6 +567,7 @@ impl<'a> Reader<'a> {
             HINT_NONE => None,
             HINT_SOME => Some(hint_from(self.take(HINT_BYTES)?)?),
             HINT_DATA => Some(hint_from(self.take(HINT_DATA_BYTES)?)?),
+            HINT_PACKED => Some(self.packed_hint()?),
             tag => return Err(RecordError::BadTag { tag }),
         };
         Ok(Link { target, hint })
@@ -619,8 +625,21 @@ fn link_encoded_len(l: &Link) -> usize {
         + match &l.hint {
             None => 0,
             Some(Hint { data: None, .. }) => HINT_BYTES,
-            Some(_) => HINT_DATA_BYTES,
+            Some(h @ Hint { data: Some(d), .. }) => packed_len(h, d).min(HINT_DATA_BYTES),
         }
+}
+
+/// Bytes of `h`'s [`HINT_PACKED`] form after its flag. The encoder writes it when it is
+/// shorter than the fixed form (always, for a single node's hints), else the fixed form, so
+/// every hint still has one encoding.
+fn packed_len(h: &Hint, d: &DataHint) -> usize {
+    varint_len(u64::from(h.node))
+        + varint_len(h.epoch)
+        + varint_len(h.table)
+        + varint_len(h.entry)
+        + varint_len(u64::from(d.location))
+        + 4
+        + varint_len(u64::from(d.memgest))
 }
 
 /// A link by reference, for encoding without owning its target.
@@ -634,22 +653,34 @@ fn put_link(out: &mut Vec<u8>, l: &LinkRef<'_>) {
     out.extend_from_slice(l.target);
     match &l.hint {
         None => out.push(HINT_NONE),
-        Some(h) => {
-            out.push(if h.data.is_some() {
-                HINT_DATA
-            } else {
-                HINT_SOME
-            });
-            out.extend_from_slice(&h.node.to_le_bytes());
-            out.extend_from_slice(&h.epoch.to_le_bytes());
-            out.extend_from_slice(&h.table.to_le_bytes());
-            out.extend_from_slice(&h.entry.to_le_bytes());
-            if let Some(d) = h.data {
-                out.extend_from_slice(&d.location.to_le_bytes());
+        Some(h) => match h.data {
+            Some(d) if packed_len(h, &d) < HINT_DATA_BYTES => {
+                out.push(HINT_PACKED);
+                put_varint(out, u64::from(h.node));
+                put_varint(out, h.epoch);
+                put_varint(out, h.table);
+                put_varint(out, h.entry);
+                put_varint(out, u64::from(d.location));
                 out.extend_from_slice(&d.crc.to_le_bytes());
-                out.extend_from_slice(&d.memgest.to_le_bytes());
+                put_varint(out, u64::from(d.memgest));
             }
-        }
+            _ => {
+                out.push(if h.data.is_some() {
+                    HINT_DATA
+                } else {
+                    HINT_SOME
+                });
+                out.extend_from_slice(&h.node.to_le_bytes());
+                out.extend_from_slice(&h.epoch.to_le_bytes());
+                out.extend_from_slice(&h.table.to_le_bytes());
+                out.extend_from_slice(&h.entry.to_le_bytes());
+                if let Some(d) = h.data {
+                    out.extend_from_slice(&d.location.to_le_bytes());
+                    out.extend_from_slice(&d.crc.to_le_bytes());
+                    out.extend_from_slice(&d.memgest.to_le_bytes());
+                }
+            }
+        },
     }
 }
 
@@ -743,14 +774,19 @@ mod tests {
             Record::decode(&[1, 1, 0, 7, 0]),
             Err(RecordError::BadTag { tag: 7 })
         );
-        // Hint flag 2 (a data hint) needs its 38 bytes; 3 is unknown.
+        // Hint flag 2 (a data hint) needs its 38 bytes, flag 3 (packed) its varints; 4 is
+        // unknown.
         assert_eq!(
             Record::decode(&[1, 1, 0, 1, 0, 2]),
             Err(RecordError::Truncated)
         );
         assert_eq!(
             Record::decode(&[1, 1, 0, 1, 0, 3]),
-            Err(RecordError::BadTag { tag: 3 })
+            Err(RecordError::Truncated)
+        );
+        assert_eq!(
+            Record::decode(&[1, 1, 0, 1, 0, 4]),
+            Err(RecordError::BadTag { tag: 4 })
         );
         assert_eq!(
             Record::decode(&[1, 2, 1, b'a', 0, 0, 1, b'a', 0, 0]),
@@ -918,6 +954,166 @@ pub fn splice_links(
     Some((reply, out))
 }
 
+/// The value of one field a `RECORD SET` writes, borrowed from the command's arguments
+/// (`crate::put`).
+#[derive(Clone, Copy, Debug)]
+pub enum PutValue<'a> {
+    /// Plain bytes.
+    Bytes(&'a [u8]),
+    /// One link to this target.
+    Link(&'a [u8]),
+    /// A link list of these targets, in order.
+    Links(&'a [&'a [u8]]),
+}
+
+/// `RECORD SET` straight into the encoding: the record `b` (`None`: the key is missing) with
+/// each of `fields` set — a field that exists is replaced in its place, a new one appended
+/// in the order given — and every other field copied as its bytes. Each new link gets the
+/// hint `hint` finds for its target, in order. Returns how many fields are new, and the
+/// encoding. Nothing is allocated per link and no old field is decoded.
+///
+/// Why: a bulk load writes every item once, with all of its links, instead of one command
+/// per link field and a rewrite of the item for its `next` link (docs/design/loader.md).
+///
+/// The caller checked `fields` (distinct names, every length within its bound:
+/// `crate::put::parse`); they are checked again here so that no input makes bytes `decode`
+/// would refuse.
+///
+/// # Errors
+/// [`RecordError`] if `b` does not scan or names a field twice, a field is out of its bounds
+/// or named twice in `fields`, or the result is over `VALUE_BYTES_MAX`.
+pub fn put_fields(
+    b: Option<&[u8]>,
+    fields: &[(&[u8], PutValue<'_>)],
+    mut hint: impl FnMut(&[u8]) -> Option<Hint>,
+) -> Result<(i64, Vec<u8>), RecordError> {
+    use std::collections::BTreeMap;
+    // The new fields by name (and whether an old field of that name was met).
+    let mut new: BTreeMap<&[u8], (usize, bool)> = BTreeMap::new();
+    for (i, (name, v)) in fields.iter().enumerate() {
+        let ok = name.len() <= FIELD_NAME_BYTES_MAX
+            && match v {
+                PutValue::Bytes(_) => true,
+                PutValue::Link(t) => t.len() <= KEY_BYTES_MAX as usize,
+                PutValue::Links(ts) => {
+                    ts.len() <= LINKS_PER_FIELD_MAX
+                        && ts.iter().all(|t| t.len() <= KEY_BYTES_MAX as usize)
+                }
+            };
+        if !ok {
+            return Err(RecordError::TooLarge { what: "field" });
+        }
+        if new.insert(name, (i, false)).is_some() {
+            return Err(RecordError::DuplicateField);
+        }
+    }
+    // The old fields: where each starts and ends.
+    let mut old: Vec<(usize, usize, bool)> = Vec::new();
+    let mut body = &[][..];
+    if let Some(b) = b {
+        let (mut r, n) = Reader::header(b)?;
+        body = r.b;
+        let mut names = std::collections::BTreeSet::new();
+        for _ in 0..n {
+            let start = b.len() - r.b.len();
+            let (name, _) = r.field_ref()?;
+            if !names.insert(name) {
+                return Err(RecordError::DuplicateField);
+            }
+            let replaced = match new.get_mut(name) {
+                Some(e) => {
+                    e.1 = true;
+                    true
+                }
+                None => false,
+            };
+            old.push((start, b.len() - r.b.len(), replaced));
+        }
+        if !r.b.is_empty() {
+            return Err(RecordError::TrailingBytes);
+        }
+    }
+    let added: Vec<usize> = {
+        let mut v: Vec<usize> = new.values().filter(|e| !e.1).map(|e| e.0).collect();
+        v.sort_unstable();
+        v
+    };
+    let guess = body.len()
+        + 11
+        + fields
+            .iter()
+            .map(|(n, v)| {
+                n.len()
+                    + 12
+                    + match v {
+                        PutValue::Bytes(x) | PutValue::Link(x) => x.len() + HINT_DATA_BYTES,
+                        PutValue::Links(ts) => {
+                            ts.iter().map(|t| t.len() + 2 + HINT_DATA_BYTES).sum()
+                        }
+                    }
+            })
+            .sum::<usize>();
+    let mut out = Vec::with_capacity(guess.min(VALUE_BYTES_MAX as usize + 64));
+    out.push(FORMAT_VERSION);
+    put_varint(&mut out, (old.len() + added.len()) as u64);
+    let mut put = |out: &mut Vec<u8>, (name, v): &(&[u8], PutValue<'_>)| {
+        put_varint(out, name.len() as u64);
+        out.extend_from_slice(name);
+        match v {
+            PutValue::Bytes(x) => {
+                out.push(TAG_BYTES);
+                put_varint(out, x.len() as u64);
+                out.extend_from_slice(x);
+            }
+            PutValue::Link(t) => {
+                out.push(TAG_LINK);
+                put_link(
+                    out,
+                    &LinkRef {
+                        target: t,
+                        hint: hint(t),
+                    },
+                );
+            }
+            PutValue::Links(ts) => {
+                out.push(TAG_LINKS);
+                put_varint(out, ts.len() as u64);
+                for t in ts.iter() {
+                    put_link(
+                        out,
+                        &LinkRef {
+                            target: t,
+                            hint: hint(t),
+                        },
+                    );
+                }
+            }
+        }
+    };
+    if let Some(b) = b {
+        for &(start, end, replaced) in &old {
+            if replaced {
+                // `start..end` holds the name first: find the new field by it.
+                let (name, _) = Reader { b: &b[start..end] }.field_ref()?;
+                let i = new[name].0;
+                put(&mut out, &fields[i]);
+            } else {
+                out.extend_from_slice(&b[start..end]);
+            }
+            if out.len() > VALUE_BYTES_MAX as usize {
+                return Err(RecordError::TooLarge { what: "record" });
+            }
+        }
+    }
+    for &i in &added {
+        put(&mut out, &fields[i]);
+        if out.len() > VALUE_BYTES_MAX as usize {
+            return Err(RecordError::TooLarge { what: "record" });
+        }
+    }
+    Ok((added.len() as i64, out))
+}
+
 /// A field of an encoded record, borrowed from its bytes (see [`scan`]).
 #[derive(Clone, Copy, Debug)]
 pub enum FieldRef<'a> {
@@ -1081,6 +1277,7 @@ impl<'a> Reader<'a> {
             HINT_NONE => Ok((target, None)),
             HINT_SOME => Ok((target, Some(hint_from(self.take(HINT_BYTES)?)?))),
             HINT_DATA => Ok((target, Some(hint_from(self.take(HINT_DATA_BYTES)?)?))),
+            HINT_PACKED => Ok((target, Some(self.packed_hint()?))),
             tag => Err(RecordError::BadTag { tag }),
         }
     }
@@ -1096,8 +1293,44 @@ impl<'a> Reader<'a> {
             HINT_DATA => {
                 self.take(HINT_DATA_BYTES)?;
             }
+            HINT_PACKED => {
+                self.packed_hint()?;
+            }
             tag => return Err(RecordError::BadTag { tag }),
         }
         Ok(target)
+    }
+
+    /// A [`HINT_PACKED`] hint: each varint in its shortest form and within its field's
+    /// width (a node id and a location are u32, a memgest u16), so a hint has one encoding.
+    fn packed_hint(&mut self) -> Result<Hint, RecordError> {
+        let node = u32::try_from(self.varint()?).map_err(|_| RecordError::BadVarint)?;
+        let epoch = self.varint()?;
+        let table = self.varint()?;
+        let entry = self.varint()?;
+        let location = u32::try_from(self.varint()?).map_err(|_| RecordError::BadVarint)?;
+        let crc = <[u8; 4]>::try_from(self.take(4)?).map_err(|_| RecordError::Truncated)?;
+        let memgest = u16::try_from(self.varint()?).map_err(|_| RecordError::BadVarint)?;
+        let h = Hint {
+            node,
+            epoch,
+            table,
+            entry,
+            data: Some(DataHint {
+                location,
+                crc: u32::from_le_bytes(crc),
+                memgest,
+            }),
+        };
+        // Written only when shorter than the fixed form: anything else is not canonical.
+        let d = DataHint {
+            location,
+            crc: u32::from_le_bytes(crc),
+            memgest,
+        };
+        if packed_len(&h, &d) >= HINT_DATA_BYTES {
+            return Err(RecordError::BadVarint);
+        }
+        Ok(h)
     }
 }

@@ -199,7 +199,7 @@ const INFO_FIXED: &[&str] = &[
 ];
 
 /// Commands Ringlet has and Redis does not (allowed to be absent from Redis's table).
-const RINGLET_ONLY: &[&str] = &["memgest", "link", "chase"];
+const RINGLET_ONLY: &[&str] = &["memgest", "link", "record", "chase"];
 /// Subcommands Redis 7.0 lacks: CLUSTER RINGLET-LOAD (a node's load report) and Redis 7.2's
 /// CLIENT SETINFO.
 const RINGLET_ONLY_SUBCOMMANDS: &[&str] = &["cluster|ringlet-load", "client|setinfo"];

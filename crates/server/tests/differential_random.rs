@@ -237,7 +237,7 @@ fn same(args: &[Vec<u8>], want: &[u8], got: &[u8]) -> bool {
                 .iter()
                 .all(|(n, e)| match we.get(n) {
                     Some(r) => common::command_entry_mismatch(r, e).is_none(),
-                    None => matches!(n.as_str(), "memgest" | "link" | "chase"),
+                    None => matches!(n.as_str(), "memgest" | "link" | "record" | "chase"),
                 });
         }
         let (wi, gi) = (w.items(), g.items());
@@ -255,9 +255,9 @@ fn same(args: &[Vec<u8>], want: &[u8], got: &[u8]) -> bool {
         // the docs is differential.rs's `docs:` check), but for Ringlet's own.
         let names = |v: &Val| -> Vec<String> { v.pairs().iter().map(|p| p.0.text()).collect() };
         let (wn, gn) = (names(&Val::parse(want)), names(&Val::parse(got)));
-        return gn
-            .iter()
-            .all(|n| wn.contains(n) || matches!(n.as_str(), "memgest" | "link" | "chase"));
+        return gn.iter().all(|n| {
+            wn.contains(n) || matches!(n.as_str(), "memgest" | "link" | "record" | "chase")
+        });
     }
     if name == b"CONFIG" && sub == b"GET" {
         // Every parameter Ringlet reports is one Redis reports for the same patterns, but

@@ -177,6 +177,7 @@ fn handler_for(name: &str) -> Option<Handler> {
             record::hash_cmd
         }
         "link|set" | "link|add" | "link|get" | "link|del" => record::link_cmd,
+        "record|set" => record::record_set_cmd,
         "chase" => record::chase_cmd,
         "hscan" => record::hscan_cmd,
         "hrandfield" => record::hrandfield_cmd,

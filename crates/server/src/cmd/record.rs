@@ -307,6 +307,70 @@ pub fn link_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     run(ctx, key, argv, ringlet_record::link::apply)
 }
 
+/// `RECORD SET key ATTR|LINK|LINKS ...` (`ringlet_record::put`): several fields, links and
+/// link lists written in one command, straight into the encoding
+/// (`record::put_fields`: old fields copied as bytes, no `Record`, no allocation per link),
+/// every new link with its location hint. What `ringlet load` writes each item with.
+pub fn record_set_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+    use ringlet_engine::read::{locate_position_by_tag, prefetch_bucket};
+    use ringlet_record::PutValue;
+    let specs = match ringlet_record::put::parse(argv) {
+        Ok(s) => s,
+        Err(e) => return Reply::err_owned(e),
+    };
+    let key = argv[2];
+    // The targets' buckets requested before the lock: their misses overlap each other and
+    // the wait for it (locating by tag then reads lines already on their way).
+    let view = ctx.reader.view();
+    for (_, v) in &specs {
+        let ts: &[&[u8]] = match v {
+            PutValue::Bytes(_) => &[],
+            PutValue::Link(t) => std::slice::from_ref(t),
+            PutValue::Links(ts) => ts,
+        };
+        for t in ts {
+            prefetch_bucket(&view, ringlet_engine::hash::key_hash(t));
+        }
+    }
+    let now = ctx.now_ms;
+    let mut engine = ctx.shared.db.lock();
+    let cur = engine.get(key, now);
+    let encoded = match cur.as_ref() {
+        None => None,
+        Some(e) if e.kind == ValueKind::String => return Reply::err(errors::WRONGTYPE),
+        Some(e) => Some(&e.value[..]),
+    };
+    let put = ringlet_record::record::put_fields(encoded, &specs, |t| {
+        let hash = ringlet_engine::hash::key_hash(t);
+        locate_position_by_tag(&view, hash).map(|p| hint_of(p, 0, 0))
+    });
+    let (n, bytes) = match put {
+        Ok(x) => x,
+        Err(ringlet_record::RecordError::TooLarge { .. }) => {
+            return Reply::err("ERR record exceeds maximum allowed size")
+        }
+        Err(e) => {
+            return Reply::err_owned(format!("ERR stored record does not decode: {e}"));
+        }
+    };
+    let opts = SetOptions {
+        memgest: cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
+        expiry: Expiry::Keep,
+        kind: ValueKind::Record,
+        ..SetOptions::default()
+    };
+    if let Err(e) = engine.set(key, &bytes, &opts, now) {
+        return super::string::engine_error(e);
+    }
+    Reply::Int(n)
+}
+
+/// `RECORD SET`'s general path for the cluster front (`ringlet_record::put::apply`; the
+/// front fills hints of `LINK` fields only, so a cluster's RECORD SET links carry none).
+pub fn record_apply(argv: &[&[u8]], rec: Option<&Record>) -> ringlet_record::hash::Applied {
+    ringlet_record::put::apply(argv, rec)
+}
+
 /// CHASE key field [field ...] [DEPTH n] [LIMIT n] [FIELDS attr ...]: breadth-first over the
 /// named link fields, every hop a local lookup (one batch per depth under the lock).
 pub fn chase_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
