@@ -523,4 +523,37 @@ fn one_sided_chase_follows_hints_across_the_cluster() {
     assert_eq!(sc.chase(b"{g}p:0", &links, &opts).unwrap().value, want);
     let st = sc.async_client().stats();
     assert!(st.hints.stale_entry + st.hints.stale_table >= 1, "{st:?}");
+
+    // RECORD SET (the loader's one write per item) gets hints for its LINK and LINKS fields
+    // as LINK SET/ADD do: every review of this second page is read at its hint.
+    let mut cmd: Vec<String> = ["RECORD", "SET", "{g}p:1", "ATTR", "title", "two"]
+        .map(String::from)
+        .to_vec();
+    cmd.extend(["LINKS".into(), "reviews".into(), "30".into()]);
+    cmd.extend((0..30).map(|i| format!("{{g}}r:{i}")));
+    cmd.extend(["LINK".into(), "first".into(), "{g}r:0".into()]);
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    assert_eq!(call_ok(&mut c, &cmd), Reply::Integer(3));
+    let one_level = ChaseOptions::default().depth(1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (one, hits) = loop {
+        let before = sc.async_client().stats().hints.hits;
+        match sc
+            .async_client()
+            .chase_one_sided(b"{g}p:1", &["reviews", "first"], &one_level)
+        {
+            Some(r) if r.stop != ringlet_client::chase::Stop::Time => {
+                break (r, sc.async_client().stats().hints.hits - before)
+            }
+            _ => assert!(Instant::now() < deadline, "no whole one-sided walk"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let want = net
+        .chase(b"{g}p:1", &["reviews", "first"], &one_level)
+        .unwrap()
+        .value;
+    assert_eq!(one, want);
+    assert_eq!(want.entries.len(), 1 + 30);
+    assert_eq!(hits, 30, "RECORD SET's links carry no hints");
 }

@@ -66,8 +66,18 @@ impl Front {
             }
         };
         let mut applied = apply(&args, cur.as_ref());
-        if let (Some(field), Write::Store(r)) = (link_write_field(&args), &mut applied.write) {
-            self.fill_hints(r, field);
+        if let Write::Store(r) = &mut applied.write {
+            if let Some(field) = link_write_field(&args) {
+                self.fill_hints(r, field);
+            } else if name == "record" {
+                // RECORD SET's LINK / LINKS fields, as LINK SET/ADD's (the loader's writes:
+                // without this a loaded graph chased one-sided would look every hop up).
+                if let Ok(specs) = ringlet_record::put::parse(&args) {
+                    for field in ringlet_record::put::link_fields(&specs) {
+                        self.fill_hints(r, field);
+                    }
+                }
+            }
         }
         match applied.write {
             Write::None => {}
