@@ -94,18 +94,11 @@ fn grow_and_shrink_with_ec_values_under_redis_py_load() {
         .expect("python3");
     // The moves start once the load has written (a fixed sleep raced redis-py's start on a
     // loaded machine: the moves were over before the first write and copied nothing).
-    let started = dir.join("stop.started");
-    let t0 = std::time::Instant::now();
-    while !started.exists() {
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(120),
-            "the load never wrote 100 keys"
-        );
-        if let Ok(Some(s)) = load.try_wait() {
-            panic!("the load script exited early: {s}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_for_load(
+        &dir.join("stop.started"),
+        &mut load,
+        "the load never wrote 100 keys",
+    );
     let admin = |args: &[&str]| {
         let mut a = args.to_vec();
         a.extend(["--control", &control, "--cluster-secret-file", &secret]);

@@ -198,3 +198,16 @@ pub fn get_following_moved(port: u16, key: &[u8]) -> Reply {
         r => r,
     }
 }
+
+/// Wait (at most 120 s) until `path` exists, written by the running load script `child` to
+/// say it has started; panics with `what` on timeout, or if the script exits first.
+pub fn wait_for_load(path: &std::path::Path, child: &mut Child, what: &str) {
+    let t0 = Instant::now();
+    while !path.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "{what}");
+        if let Ok(Some(s)) = child.try_wait() {
+            panic!("the load script exited early: {s}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

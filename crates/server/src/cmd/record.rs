@@ -122,14 +122,8 @@ fn run(
             ringlet_engine::read::locate_position_by_tag(&view, hash).map(|p| hint_of(p, 0, 0))
         });
         if let Some((out, bytes)) = spliced {
-            let opts = SetOptions {
-                memgest: cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
-                expiry: Expiry::Keep,
-                kind: ValueKind::Record,
-                ..SetOptions::default()
-            };
-            if let Err(e) = engine.set(key, &bytes, &opts, now) {
-                return super::string::engine_error(e);
+            if let Err(e) = store_record(&mut engine, key, cur.as_ref(), &bytes, now) {
+                return e;
             }
             return out_reply(name, out);
         }
@@ -151,15 +145,8 @@ fn run(
     match applied.write {
         Write::None => {}
         Write::Store(r) => {
-            let memgest = cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest);
-            let opts = SetOptions {
-                memgest,
-                expiry: Expiry::Keep,
-                kind: ValueKind::Record,
-                ..SetOptions::default()
-            };
-            if let Err(e) = engine.set(key, &r.encode(), &opts, now) {
-                return super::string::engine_error(e);
+            if let Err(e) = store_record(&mut engine, key, cur.as_ref(), &r.encode(), now) {
+                return e;
             }
         }
         Write::Delete => {
@@ -353,16 +340,31 @@ pub fn record_set_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
             return Reply::err_owned(format!("ERR stored record does not decode: {e}"));
         }
     };
+    if let Err(e) = store_record(&mut engine, key, cur.as_ref(), &bytes, now) {
+        return e;
+    }
+    Reply::Int(n)
+}
+
+/// Write a record's new encoding over `cur` (the key's entry read under the same lock): the
+/// memgest and expiry it had are kept, a new key goes to the `none` memgest.
+fn store_record(
+    engine: &mut ringlet_engine::Engine,
+    key: &[u8],
+    cur: Option<&Entry>,
+    bytes: &[u8],
+    now: u64,
+) -> Result<(), Reply> {
     let opts = SetOptions {
-        memgest: cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest),
+        memgest: cur.map_or(MemgestId::NONE, |e| e.memgest),
         expiry: Expiry::Keep,
         kind: ValueKind::Record,
         ..SetOptions::default()
     };
-    if let Err(e) = engine.set(key, &bytes, &opts, now) {
-        return super::string::engine_error(e);
-    }
-    Reply::Int(n)
+    engine
+        .set(key, bytes, &opts, now)
+        .map(|_| ())
+        .map_err(super::string::engine_error)
 }
 
 /// `RECORD SET`'s general path for the cluster front (`ringlet_record::put::apply`; the
