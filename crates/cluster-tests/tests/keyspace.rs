@@ -382,11 +382,39 @@ fn keys_scan_dbsize_flushall_are_per_node() {
             Reply::Integer(1)
         );
     }
+    // A TTL on some strings and records, one of them removed again: INFO keyspace's
+    // `expires=` counts, per node, the keys it coordinates that carry one (replica copies
+    // on the node are not its keys).
+    let mut with_ttl: BTreeSet<Vec<u8>> = written.iter().step_by(7).cloned().collect();
+    with_ttl.extend(records.iter().step_by(5).cloned());
+    for k in &with_ttl {
+        assert_eq!(
+            cluster_call(&mut c, &[b"EXPIRE", k, b"1000"]),
+            Reply::Integer(1)
+        );
+    }
+    let persisted = with_ttl.pop_first().unwrap();
+    assert_eq!(
+        cluster_call(&mut c, &[b"PERSIST", &persisted]),
+        Reply::Integer(1)
+    );
     let mut union = BTreeSet::new();
     let mut hashes_seen = BTreeSet::new();
     let mut total = 0;
     for &a in &addrs {
         let mine = keys_of(node_call(a, &[b"KEYS", b"*"]));
+        let Reply::Bulk(info) = node_call(a, &[b"INFO", b"keyspace"]) else {
+            panic!()
+        };
+        let want = format!(
+            "db0:keys={},expires={},",
+            mine.len(),
+            mine.intersection(&with_ttl).count()
+        );
+        assert!(
+            String::from_utf8_lossy(&info).contains(&want),
+            "INFO keyspace on {a}: want {want}"
+        );
         // Each is coordinated here: a GET on this node answers without MOVED.
         for k in mine.iter().filter(|k| !records.contains(*k)) {
             assert_eq!(node_call(a, &[b"GET", k]), Reply::Bulk(b"v".to_vec()));

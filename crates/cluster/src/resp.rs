@@ -1655,7 +1655,7 @@ impl Front {
         // Each in its own statement: a guard inside format!'s arguments lives until the end
         // of the statement, and the engine lock is not reentrant.
         let stored = self.node.engine().lock().len();
-        let own = self.owned_key_count();
+        let (own, expires) = self.owned_key_counts();
         let shm = self.node.shm_stats().unwrap_or_default();
         let server = format!(
             "# Server\r\nredis_version:{}\r\nringlet_version:{}\r\nredis_mode:cluster\r\n\
@@ -1703,7 +1703,7 @@ impl Front {
             st.move_copies_aborted.load(Relaxed),
             st.move_delta_keys.load(Relaxed),
         );
-        let keyspace = format!("# Keyspace\r\ndb0:keys={own},expires=0,avg_ttl=0\r\n");
+        let keyspace = format!("# Keyspace\r\ndb0:keys={own},expires={expires},avg_ttl=0\r\n");
         (server, cluster, keyspace)
     }
 

@@ -889,6 +889,11 @@ impl Engine {
         self.store.slot_bytes(slot)
     }
 
+    /// Of [`Engine::slot_len`], the keys that carry an expiry: O(1).
+    pub fn slot_ttl_len(&self, slot: u16) -> u64 {
+        self.store.slot_ttl_count(slot)
+    }
+
     /// Keys stored in `slot` (expired ones until reaped): O(1).
     pub fn slot_len(&self, slot: u16) -> u64 {
         self.store.slot_key_count(slot)

@@ -203,6 +203,9 @@ pub struct Store {
     count: u64,
     /// Published entries that carry an expiry (INFO keyspace `expires=`), kept by `account`.
     ttl_count: u64,
+    /// `ttl_count` per slot: a cluster node's INFO keyspace counts the keys with a TTL in
+    /// the slots it coordinates (replica copies on it are other nodes' keys).
+    slot_ttl: Vec<u32>,
     used_bytes: u64,
     per_memgest: BTreeMap<MemgestId, Usage>,
     per_slot: Vec<Usage>,
@@ -275,6 +278,7 @@ impl Store {
             policy: cfg.eviction,
             count: 0,
             ttl_count: 0,
+            slot_ttl: vec![0; usize::from(SLOT_COUNT)],
             used_bytes: 0,
             per_memgest: BTreeMap::new(),
             per_slot: vec![Usage::default(); usize::from(SLOT_COUNT)],
@@ -723,6 +727,7 @@ impl Store {
             self.used_bytes += bytes;
             self.count += 1;
             self.ttl_count += u64::from(f_w1 & POLICY_TTL != 0);
+            self.slot_ttl[slot] += u32::from(f_w1 & POLICY_TTL != 0);
         } else {
             m.keys -= 1;
             m.bytes -= bytes;
@@ -732,6 +737,7 @@ impl Store {
             self.used_bytes -= bytes;
             self.count -= 1;
             self.ttl_count -= u64::from(f_w1 & POLICY_TTL != 0);
+            self.slot_ttl[slot] -= u32::from(f_w1 & POLICY_TTL != 0);
         }
         self.slot_index_account(key, ie_memgest(f_w0), version, add);
     }
@@ -771,6 +777,8 @@ impl Store {
         self.used_bytes = self.used_bytes - old_bytes + new_bytes;
         self.ttl_count = self.ttl_count - u64::from(old.1 & POLICY_TTL != 0)
             + u64::from(new.1 & POLICY_TTL != 0);
+        self.slot_ttl[slot] = self.slot_ttl[slot] - u32::from(old.1 & POLICY_TTL != 0)
+            + u32::from(new.1 & POLICY_TTL != 0);
         self.slot_index_replace(key, (old_m.0, old.2), (new_m.0, new.2));
     }
 
@@ -1389,6 +1397,7 @@ impl Store {
         self.slot_index_clear();
         self.count = 0;
         self.ttl_count = 0;
+        self.slot_ttl.iter_mut().for_each(|n| *n = 0);
         self.used_bytes = 0;
         self.per_memgest.clear();
         self.per_slot.iter_mut().for_each(|u| *u = Usage::default());
@@ -1512,6 +1521,12 @@ impl Store {
 
     pub fn slot_key_count(&self, slot: u16) -> u64 {
         self.per_slot.get(usize::from(slot)).map_or(0, |u| u.keys)
+    }
+
+    pub fn slot_ttl_count(&self, slot: u16) -> u64 {
+        self.slot_ttl
+            .get(usize::from(slot))
+            .map_or(0, |&n| u64::from(n))
     }
 
     pub fn slot_bytes(&self, slot: u16) -> u64 {
@@ -1644,6 +1659,7 @@ impl Store {
         let mut ttl_count = 0u64;
         let mut bytes = 0u64;
         let mut digests: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut slot_ttl: BTreeMap<u16, u32> = BTreeMap::new();
         for b in 0..n {
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
@@ -1688,6 +1704,7 @@ impl Store {
                 }
                 count += 1;
                 ttl_count += u64::from(exp.is_some());
+                *slot_ttl.entry(key_slot(&key)).or_insert(0) += u32::from(exp.is_some());
                 bytes += self.slabs.footprint(u64::from(ie_size_units(w1)));
                 let d = digests.entry(key_slot(&key)).or_insert(0);
                 *d = d.wrapping_add(digest_term(h, version));
@@ -1707,6 +1724,14 @@ impl Store {
                 "ttl_count {} but {ttl_count} entries with a TTL",
                 self.ttl_count
             ));
+        }
+        for (slot, &n) in self.slot_ttl.iter().enumerate() {
+            let counted = slot_ttl.get(&(slot as u16)).copied().unwrap_or(0);
+            if n != counted {
+                return Err(format!(
+                    "slot {slot}: {n} keys with a TTL but {counted} counted"
+                ));
+            }
         }
         if count != self.count {
             return Err(format!("count {} but {count} entries", self.count));

@@ -245,13 +245,23 @@ impl Front {
     /// Keys stored in the slots this node coordinates (O(slots); like Redis's DBSIZE it
     /// counts expired keys not yet deleted).
     pub(super) fn owned_key_count(&self) -> u64 {
+        self.owned_key_counts().0
+    }
+
+    /// [`Self::owned_key_count`] and, of those keys, the ones with a TTL (INFO keyspace's
+    /// `keys=` and `expires=`): both O(slots), from the engine's per-slot counters.
+    pub(super) fn owned_key_counts(&self) -> (u64, u64) {
         let own = self.own_slots();
         let engine = self.node.engine().lock();
         own.iter()
             .enumerate()
             .filter(|(_, o)| **o)
-            .map(|(s, _)| engine.slot_len(s as Slot))
-            .sum()
+            .fold((0, 0), |(keys, ttl), (s, _)| {
+                (
+                    keys + engine.slot_len(s as Slot),
+                    ttl + engine.slot_ttl_len(s as Slot),
+                )
+            })
     }
 
     fn dbsize(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
