@@ -329,7 +329,7 @@ pub async fn run(a: AutoBalance) {
     let mut last_kind = String::new();
     fn note(last_kind: &mut String, kind: &str, line: String) {
         if kind != last_kind {
-            eprintln!("ringlet balancer: {line}");
+            tracing::info!("ringlet balancer: {line}");
             *last_kind = kind.to_string();
         }
     }
@@ -356,19 +356,23 @@ pub async fn run(a: AutoBalance) {
                 busiest_ops,
                 idlest_ops,
             }) => {
-                eprintln!(
+                tracing::info!(
                     "ringlet balancer: moving slots {}-{} ({span_ops:.0} ops/s) from node {} \
                      ({busiest_ops:.0} ops/s) to node {} ({idlest_ops:.0} ops/s)",
-                    m.first, m.last, m.from, m.to
+                    m.first,
+                    m.last,
+                    m.from,
+                    m.to
                 );
                 last_kind.clear();
                 recent.push_back(Instant::now());
                 match move_and_wait(&a.control, &m, a.rate_kib_s, a.move_timeout).await {
-                    Ok(c) => eprintln!(
+                    Ok(c) => tracing::info!(
                         "ringlet balancer: slots {}-{} now at node {c}",
-                        m.first, m.last
+                        m.first,
+                        m.last
                     ),
-                    Err(e) => eprintln!("ringlet balancer: {e}"),
+                    Err(e) => tracing::warn!("ringlet balancer: {e}"),
                 }
             }
             Ok(Verdict::Balanced {

@@ -211,7 +211,7 @@ async fn ensure_config(
             let c: ClusterConfig = decode_record(&key, &v)?;
             c.validate()?;
             if offer.is_some_and(|o| *o != c) {
-                eprintln!(
+                tracing::warn!(
                     "ringlet-etcd: {key} already holds {c:?}; using it instead of this process's flags"
                 );
             }

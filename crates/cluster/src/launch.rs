@@ -138,7 +138,7 @@ pub async fn run_node_shm(
     }
     let (fds, want) = crate::raise_fd_limit();
     if fds < want {
-        eprintln!(
+        tracing::warn!(
             "ringlet node: open-file limit {fds} (hard) is below the {want} that {} clients need: clients past \
              about {} will wait in the listen backlog; raise `ulimit -Hn`",
             ringlet_types::limits::CONNECTIONS_MAX,
@@ -185,7 +185,7 @@ pub async fn run_node_shm(
         shm_socket: shm_socket.clone(),
     };
     if let Some(p) = &shm_socket {
-        eprintln!("ringlet node {}: shm socket {}", o.id, p.display());
+        tracing::info!("ringlet node {}: shm socket {}", o.id, p.display());
     }
     let tls = match &o.tls {
         None => None,
@@ -197,7 +197,7 @@ pub async fn run_node_shm(
     let admin = match o.admin_port {
         Some(p) => {
             let l = crate::listen(SocketAddr::new(o.bind.ip(), p))?;
-            eprintln!("ringlet node {}: admin http on {}", o.id, l.local_addr()?);
+            tracing::info!("ringlet node {}: admin http on {}", o.id, l.local_addr()?);
             if let Some(t) = &o.admin_token {
                 if !ringlet_server::config::admin_token_ok(t) {
                     return Err(std::io::Error::other(

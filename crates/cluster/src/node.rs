@@ -1022,7 +1022,7 @@ impl Driver {
                     if let Err(e) = x.respawn(&self.engine, &snap) {
                         // One-sided readers of this node fall back to the network until
                         // the next engine (they see another engine generation).
-                        eprintln!("ringlet node {}: shm export: {e}", self.shared.id);
+                        tracing::warn!("ringlet node {}: shm export: {e}", self.shared.id);
                     }
                 } else if let Some(g) = x.exporter.lock().as_ref().map(Exporter::generation) {
                     x.validity.publish(snap.epoch, g, &snap.ranges, &snap.ec);
@@ -1088,6 +1088,8 @@ impl Driver {
             if epoch != before || pulling != self.was_pulling || done != self.pulls_done {
                 self.pulls_done = done;
                 let t = self.transport.stats();
+                // A debugging trace (enabled by `trace`), printed whether or not the
+                // process installed a log subscriber (in-process tests do not).
                 eprintln!(
                     "[{} ms] node {}: epoch {} pulling {} stats {:?} peer sent {} recv {} dropped {} noroute {} connects {} connfail {}",
                     crate::wall_ms(),
@@ -1245,7 +1247,7 @@ impl Driver {
                                  records how many)"
                             .to_string(),
                     };
-                    eprintln!(
+                    tracing::warn!(
                         "ringlet node {}: memgest {name}, slots {first}-{last}: more copies failed than it tolerates: {what}",
                         self.shared.id
                     );

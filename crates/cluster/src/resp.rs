@@ -865,7 +865,7 @@ impl Front {
         let (users, bad) = ringlet_command::acl::Users::from_descriptions(default, &map.users);
         if !bad.is_empty() {
             // Only a node running another command table can get here (a rolling upgrade).
-            eprintln!(
+            tracing::warn!(
                 "ringlet: ACL users of the cluster map this node cannot parse, left out: {bad:?}"
             );
         }

@@ -220,7 +220,7 @@ async fn link_loop(
                     .await
             {
                 stats.auth_failures.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
+                tracing::warn!(
                     "ringlet node {}: peer link to {addr} refused: {e}",
                     hello.from
                 );

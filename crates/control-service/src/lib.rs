@@ -441,7 +441,7 @@ impl ControlService {
                         Ok(s) => s,
                         Err(e) => {
                             CONTROL_AUTH_FAILURES.fetch_add(1, Ordering::Relaxed);
-                            eprintln!("ringlet control: TLS handshake refused: {e}");
+                            tracing::warn!("ringlet control: TLS handshake refused: {e}");
                             return;
                         }
                     };
@@ -455,7 +455,7 @@ impl ControlService {
                         .await
                         {
                             CONTROL_AUTH_FAILURES.fetch_add(1, Ordering::Relaxed);
-                            eprintln!("ringlet control: connection refused: {e}");
+                            tracing::warn!("ringlet control: connection refused: {e}");
                             return;
                         }
                     }
@@ -921,7 +921,7 @@ async fn control_link(
                 Err(e) => {
                     // A wrong or missing secret: say so (a node that cannot join must not
                     // fail silently), and keep retrying with backoff.
-                    eprintln!("ringlet node: control plane at {addr} refused us: {e}");
+                    tracing::warn!("ringlet node: control plane at {addr} refused us: {e}");
                     None
                 }
             },

@@ -122,7 +122,7 @@ pub async fn campaign(mut c: Campaign) {
                 c.status.terms.fetch_add(1, Ordering::Relaxed);
                 let e = c.lead(&term).await;
                 c.status.leading.store(false, Ordering::Release);
-                eprintln!("ringlet-etcd: node {} stops leading: {e}", c.node);
+                tracing::warn!("ringlet-etcd: node {} stops leading: {e}", c.node);
                 backoff.wait().await;
             }
             Ok(None) => backoff.reset(),
@@ -256,7 +256,7 @@ impl Campaign {
             self.client.watch(self.keys.leader(), Some(lopts)),
         )
         .await?;
-        eprintln!(
+        tracing::info!(
             "ringlet-etcd: node {} leads (term revision {}), map epoch {}, {} nodes registered",
             self.node,
             term.rev,
@@ -373,7 +373,7 @@ impl Campaign {
                 Ok(rec) => {
                     regs.insert(id, rec);
                 }
-                Err(e) => eprintln!("ringlet-etcd: {e}"),
+                Err(e) => tracing::warn!("ringlet-etcd: {e}"),
             }
         }
         Ok((regs, rev))
@@ -433,7 +433,7 @@ impl Grace {
             .map(|(id, n)| (*id, n.incarnation))
             .collect();
         if nodes.len() >= 2 {
-            eprintln!(
+            tracing::warn!(
                 "ringlet-etcd: {} nodes of the map are unregistered at the start of this term ({:?}): waiting up to {TERM_GRACE_MS} ms for them to re-register before failing them",
                 nodes.len(),
                 nodes.keys().collect::<Vec<_>>()
@@ -526,9 +526,10 @@ fn log_failures(before: &ClusterMap, after: &ClusterMap, regs: &BTreeMap<NodeId,
             }
             Some(_) => "its key is present (unexpected)".to_string(),
         };
-        eprintln!(
+        tracing::warn!(
             "ringlet-etcd: leader: node {id} incarnation {} failed at epoch {}: {why}",
-            n.incarnation, after.epoch
+            n.incarnation,
+            after.epoch
         );
     }
 }

@@ -194,7 +194,7 @@ impl NodeLease {
                         };
                         old
                     };
-                    eprintln!(
+                    tracing::warn!(
                         "ringlet-etcd: lease {old:x} lost; new lease {:x} (the node record is put again under it)",
                         r.id()
                     );

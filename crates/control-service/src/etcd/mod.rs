@@ -186,7 +186,7 @@ impl RateLog {
             .is_none_or(|l| now >= l.saturating_add(every_ms))
         {
             self.last_ms = Some(now);
-            eprintln!("ringlet-etcd: {}", msg());
+            tracing::warn!("ringlet-etcd: {}", msg());
         }
     }
 }
