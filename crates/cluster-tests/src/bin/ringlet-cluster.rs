@@ -202,6 +202,15 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // The cluster crates log warnings through `tracing`: print them, as `ringlet` does.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let Some((cmd, rest)) = argv.split_first() else {
         return usage();
