@@ -101,6 +101,30 @@ fn every_node_serves_metrics_that_follow_the_cluster() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Replication and transport counters: the coordinators committed every write, and
+    // each active node sent its replicas frames.
+    let mut committed = 0.0;
+    for i in 0..3u16 {
+        let body = http_get(base + 10_000 + i, "/metrics").1;
+        committed += sample(&body, "ringlet_replica_writes_committed_total").unwrap();
+        assert!(
+            sample(&body, "ringlet_transport_frames_sent_total").unwrap() > 0.0,
+            "node {}: {body}",
+            i + 1
+        );
+        assert!(
+            body.contains("# HELP ringlet_transport_connects_total "),
+            "{body}"
+        );
+        assert_eq!(
+            sample(&body, "ringlet_transport_bad_frames_total"),
+            Some(0.0)
+        );
+    }
+    assert!(
+        committed >= KEYS as f64,
+        "{committed} writes committed for {KEYS}"
+    );
     drop(up);
 }
 

@@ -703,6 +703,7 @@ impl ringlet_server::admin::AdminPages for Front {
                 );
             }
         }
+        self.replication_metrics(&mut text);
         text
     }
 
@@ -742,6 +743,198 @@ impl ringlet_server::admin::AdminPages for Front {
                 _ => None,
             }
         })
+    }
+}
+
+impl Front {
+    /// The replica core's replication, repair and ec counters and the peer transport's
+    /// frame counters, in Prometheus text (written by hand: one HELP line each, and the
+    /// per-peer backlog labelled by peer). The core's counters are read under its lock,
+    /// once per scrape.
+    fn replication_metrics(&self, text: &mut String) {
+        fn metric(text: &mut String, name: &str, kind: &str, help: &str, v: u64) {
+            let _ = writeln!(
+                text,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        }
+        if let Some(r) = self.node.replication_info() {
+            let st = &r.stats;
+            for (name, v, help) in [
+                (
+                    "writes_committed",
+                    st.writes_committed,
+                    "Writes this node coordinated that met their memgest's commit rule.",
+                ),
+                (
+                    "rebuilds_completed",
+                    st.rebuilds_completed,
+                    "Slot ranges rebuilt here from peers (a new or returning replica).",
+                ),
+                (
+                    "syncs_completed",
+                    st.syncs_completed,
+                    "Catch-up syncs of a replica finished.",
+                ),
+                (
+                    "repair_pushed",
+                    st.repair_pushed,
+                    "Entries repair sent to a replica that lacked them.",
+                ),
+                (
+                    "repair_fetched",
+                    st.repair_fetched,
+                    "Entries repair fetched from a replica holding a newer version.",
+                ),
+                (
+                    "repair_retired",
+                    st.repair_retired,
+                    "Stale entries repair removed.",
+                ),
+                (
+                    "replicate_refused",
+                    st.replicate_refused,
+                    "Replication requests refused (stale epoch or not a replica of the key).",
+                ),
+                (
+                    "writes_out_of_memory",
+                    st.writes_out_of_memory,
+                    "Writes refused with OutOfMemory here or for lack of room on replicas.",
+                ),
+                (
+                    "store_refused",
+                    st.store_refused,
+                    "Replicated entries this node could not store for lack of room.",
+                ),
+                (
+                    "commit_apply_refused",
+                    st.commit_apply_refused,
+                    "Committed writes whose local apply failed (answered Ambiguous).",
+                ),
+                (
+                    "ec_takeovers",
+                    st.ec_takeovers,
+                    "ec coordinator takeovers whose metadata was rebuilt from parity holders.",
+                ),
+                (
+                    "ec_recoveries_completed",
+                    st.ec_recoveries_completed,
+                    "ec arenas fully decoded after a takeover.",
+                ),
+                (
+                    "ec_decodes_on_demand",
+                    st.ec_decodes_on_demand,
+                    "ec reads that decoded their value on demand.",
+                ),
+                (
+                    "ec_decoded_bytes",
+                    st.ec_decoded_bytes,
+                    "ec bytes decoded (on demand and in the background).",
+                ),
+                (
+                    "ec_holder_syncs",
+                    st.ec_holder_syncs,
+                    "ec parity holders that finished a (re)sync.",
+                ),
+                (
+                    "ec_holder_resyncs",
+                    st.ec_holder_resyncs,
+                    "ec parity holders that found their copy diverged and reset.",
+                ),
+                (
+                    "move_copies_completed",
+                    st.move_copies_completed,
+                    "Slot moves whose copy phase finished at this target.",
+                ),
+                (
+                    "move_copies_aborted",
+                    st.move_copies_aborted,
+                    "Slot move copies dropped because the move was called off.",
+                ),
+            ] {
+                metric(
+                    text,
+                    &format!("ringlet_replica_{name}_total"),
+                    "counter",
+                    help,
+                    v,
+                );
+            }
+            metric(
+                text,
+                "ringlet_replica_writes_pending",
+                "gauge",
+                "Writes this node coordinates that are not yet committed.",
+                r.pending as u64,
+            );
+            let _ = writeln!(
+                text,
+                "# HELP ringlet_replica_peer_unacked_writes Writes sent to a peer and not yet acknowledged.\n\
+                 # TYPE ringlet_replica_peer_unacked_writes gauge"
+            );
+            for (peer, writes, _) in &r.per_peer {
+                let _ = writeln!(
+                    text,
+                    "ringlet_replica_peer_unacked_writes{{peer=\"{}\"}} {writes}",
+                    peer.0
+                );
+            }
+            let _ = writeln!(
+                text,
+                "# HELP ringlet_replica_peer_unacked_bytes Bytes sent to a peer and not yet acknowledged.\n\
+                 # TYPE ringlet_replica_peer_unacked_bytes gauge"
+            );
+            for (peer, _, bytes) in &r.per_peer {
+                let _ = writeln!(
+                    text,
+                    "ringlet_replica_peer_unacked_bytes{{peer=\"{}\"}} {bytes}",
+                    peer.0
+                );
+            }
+        }
+        let t = self.node.transport().stats();
+        for (name, v, help) in [
+            ("frames_sent", &t.frames_sent, "Frames sent to peers."),
+            (
+                "frames_received",
+                &t.frames_received,
+                "Frames received from peers.",
+            ),
+            (
+                "frames_dropped_full",
+                &t.frames_dropped_full,
+                "Frames dropped because a peer link's queue was full.",
+            ),
+            (
+                "frames_no_route",
+                &t.frames_no_route,
+                "Frames for a peer with no known address.",
+            ),
+            ("connects", &t.connects, "Peer links established."),
+            (
+                "connect_failures",
+                &t.connect_failures,
+                "Peer connection attempts that failed.",
+            ),
+            (
+                "bad_frames",
+                &t.bad_frames,
+                "Malformed frames received (the link was closed).",
+            ),
+            (
+                "auth_failures",
+                &t.auth_failures,
+                "Peer links refused for a missing or wrong cluster-secret proof.",
+            ),
+        ] {
+            metric(
+                text,
+                &format!("ringlet_transport_{name}_total"),
+                "counter",
+                help,
+                v.load(Relaxed),
+            );
+        }
     }
 }
 
