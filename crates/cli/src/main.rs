@@ -257,6 +257,11 @@ struct UpArgs {
     auto_balance: bool,
     #[command(flatten)]
     balance: BalanceArgs,
+    /// Cluster: start a node again when its process exits (it rejoins empty, as a spare; at
+    /// most 3 times a minute per node). Without it an exit is reported and the node stays
+    /// down while the cluster fails it over.
+    #[arg(long)]
+    restart: bool,
 }
 
 /// The load balancer's knobs (`up --auto-balance`, `node rebalance --by load`). Options, so
@@ -577,6 +582,11 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Up(a) => {
             init_logs();
             refuse_single_node_tls(&a.node.tls)?;
+            if a.restart {
+                anyhow::bail!(
+                    "--restart restarts the nodes of a cluster: start one with --nodes N (N > 1)"
+                );
+            }
             if a.auto_balance || a.balance.given().is_some() {
                 anyhow::bail!(
                     "--auto-balance moves slots between the nodes of a cluster: start one with \
@@ -898,6 +908,7 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
                 rate_kib_s: 0,
                 move_timeout: std::time::Duration::from_secs(60),
             }),
+        restart_nodes: a.restart,
     };
     cluster_runtime()?.block_on(ringlet_cluster::launch::up(&o))?;
     eprintln!("ringlet: stopped");

@@ -280,6 +280,73 @@ pub struct UpOpts {
     /// Run the load balancer (crate::balancer) beside the control plane once the cluster is
     /// ready. None: slots move only when an operator asks.
     pub auto_balance: Option<BalanceOpts>,
+    /// Start a node process again when it exits after the cluster was ready (it rejoins
+    /// empty, as a spare with a new incarnation), at most [`UP_RESTARTS_PER_MINUTE`] times a
+    /// minute per node. Off: an exit is reported and the node stays down.
+    pub restart_nodes: bool,
+}
+
+/// At most this many restarts of one node within a minute (`up --restart`): a node that
+/// keeps exiting at start is left down rather than restarted in a loop.
+pub const UP_RESTARTS_PER_MINUTE: usize = 3;
+
+/// How often `up` looks for node processes that exited.
+const UP_CHILD_POLL: Duration = Duration::from_millis(250);
+
+/// The node processes `up` started: their commands (to start one again) and their last
+/// restart times.
+struct Children {
+    cmds: Vec<std::process::Command>,
+    procs: Vec<Option<std::process::Child>>,
+    ports: Vec<u16>,
+    restarts: Vec<std::collections::VecDeque<std::time::Instant>>,
+}
+
+impl Children {
+    /// Nodes whose process exited since the last call: (node id, pid, port, status). The
+    /// process is reaped and forgotten.
+    fn exited(&mut self) -> Vec<(usize, u32, u16, std::process::ExitStatus)> {
+        let mut out = Vec::new();
+        for (i, slot) in self.procs.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            if let Ok(Some(status)) = c.try_wait() {
+                out.push((i + 1, c.id(), self.ports[i], status));
+                *slot = None;
+            }
+        }
+        out
+    }
+
+    /// Start node `id` again unless it was restarted [`UP_RESTARTS_PER_MINUTE`] times in the
+    /// last minute; the new pid.
+    fn restart(&mut self, id: usize) -> Result<u32, String> {
+        let i = id - 1;
+        let now = std::time::Instant::now();
+        let recent = &mut self.restarts[i];
+        while recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60))
+        {
+            recent.pop_front();
+        }
+        if recent.len() >= UP_RESTARTS_PER_MINUTE {
+            return Err(format!(
+                "restarted {UP_RESTARTS_PER_MINUTE} times in the last minute; left down"
+            ));
+        }
+        recent.push_back(now);
+        let child = self.cmds[i].spawn().map_err(|e| e.to_string())?;
+        let pid = child.id();
+        self.procs[i] = Some(child);
+        Ok(pid)
+    }
+
+    fn kill_all(&mut self) {
+        for c in self.procs.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// `up --auto-balance` settings (crate::balancer::AutoBalance without the addresses).
@@ -522,7 +589,12 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         .write_file(&secret_file)
         .map_err(std::io::Error::other)?;
     println!("cluster secret file {}", secret_file.display());
-    let mut children = Vec::new();
+    let mut children = Children {
+        cmds: Vec::new(),
+        procs: Vec::new(),
+        ports: Vec::new(),
+        restarts: vec![Default::default(); total],
+    };
     for i in 0..total {
         let port = o.base_port.saturating_add(i as u16);
         let args = (o.node_args)(
@@ -578,7 +650,9 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
             ),
             None => println!("node {} pid {} port {port}", i + 1, child.id()),
         }
-        children.push(child);
+        children.cmds.push(cmd);
+        children.procs.push(Some(child));
+        children.ports.push(port);
     }
     let addrs: Vec<SocketAddr> = (0..total)
         .map(|i| SocketAddr::from(([127, 0, 0, 1], o.base_port.saturating_add(i as u16))))
@@ -600,7 +674,18 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
         let deadline = tokio::time::Instant::now() + UP_READY_TIMEOUT;
         loop {
             if tokio::time::Instant::now() > deadline {
-                return None;
+                return Err(format!(
+                    "the cluster did not become ready within {} s (see the nodes' logs above)",
+                    UP_READY_TIMEOUT.as_secs()
+                ));
+            }
+            // A node that exits while starting (a port in use, a bad flag) never gets
+            // ready: say which, now, rather than after the timeout.
+            if let Some((id, pid, port, status)) = children.exited().into_iter().next() {
+                return Err(format!(
+                    "node {id} (pid {pid}, port {port}) exited while the cluster was starting: \
+                     {status} (see its log above)"
+                ));
             }
             let map = svc.map();
             if map.placement.is_some() {
@@ -616,7 +701,7 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
                     }
                 }
                 if all {
-                    return Some(map.epoch);
+                    return Ok(map.epoch);
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -626,7 +711,7 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
     let mut outcome = Ok(());
     tokio::select! {
         r = ready => match r {
-            Some(e) => {
+            Ok(e) => {
                 println!(
                     "ringlet cluster ready: {} nodes + {} spares on 127.0.0.1:{}..{}, control {caddr}, epoch {e}, placement groups s={s} d={d}",
                     o.nodes, o.spares, o.base_port, o.base_port as usize + total - 1
@@ -652,26 +737,46 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
                         move_timeout: b.move_timeout,
                     }))
                 });
-                let _ = (&mut stop).await;
+                supervise(&mut children, o.restart_nodes, &mut stop).await;
                 if let Some(b) = balancer {
                     b.abort();
                 }
             }
-            None => {
-                outcome = Err(std::io::Error::other(format!(
-                    "the cluster did not become ready within {} s (see the nodes' logs above)",
-                    UP_READY_TIMEOUT.as_secs()
-                )));
-            }
+            Err(why) => outcome = Err(std::io::Error::other(why)),
         },
         _ = &mut stop => {}
     }
-    for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    children.kill_all();
     let _ = std::fs::remove_file(&secret_file);
     outcome
+}
+
+/// Until `stop` completes: report every node process that exits and, with `restart`, start
+/// it again (bounded by [`UP_RESTARTS_PER_MINUTE`]); the control plane fails the exited
+/// node over to a spare either way.
+async fn supervise(
+    children: &mut Children,
+    restart: bool,
+    stop: &mut (impl std::future::Future + Unpin),
+) {
+    loop {
+        tokio::select! {
+            _ = &mut *stop => return,
+            _ = tokio::time::sleep(UP_CHILD_POLL) => {}
+        }
+        for (id, pid, port, status) in children.exited() {
+            tracing::warn!("node {id} (pid {pid}, port {port}) exited: {status}");
+            if !restart {
+                continue;
+            }
+            match children.restart(id) {
+                Ok(pid) => tracing::warn!(
+                    "node {id} started again (pid {pid}, port {port}): it rejoins empty, as a spare"
+                ),
+                Err(why) => tracing::warn!("node {id} not started again: {why}"),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

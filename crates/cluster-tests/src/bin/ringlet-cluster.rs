@@ -118,6 +118,7 @@ fn run(cmd: &str, a: &Args) -> Result<(), String> {
                 shm_dir: a.get("shm-dir")?,
                 status_port: a.get("status-port")?,
                 auto_balance: None,
+                restart_nodes: false,
             };
             rt.block_on(launch::up(&o)).map_err(|e| e.to_string())
         }
