@@ -1,8 +1,8 @@
 //! Client subcommands (`ringlet get/set/del/incr/mget/ping/info`).
 //!
 //! GET, SET, DEL, INCR, MGET and PING speak the native protocol through `ringlet-client`.
-//! INFO, and every command when a password is given, speak RESP (through the codec's request
-//! encoder and reply decoder): the native protocol has no AUTH or INFO frame yet. Output
+//! A password is sent as the native AUTH frame. INFO speaks RESP (through the codec's request
+//! encoder and reply decoder): the native protocol has no INFO frame. Output
 //! follows redis-cli's plain (non-tty) style: one value per line, `(nil)` for a missing key,
 //! `(error) ...` with exit code 1.
 
@@ -111,16 +111,22 @@ fn run(c: &Conn, args: &[&[u8]]) -> Result<()> {
     print(&s.call(args)?)
 }
 
-/// A native client, unless a password forces RESP (`None`).
-fn native(c: &Conn) -> Result<Option<BlockingClient>> {
-    if c.password.is_some() {
-        return Ok(None);
-    }
-    let addr = format!("{}:{}", c.host, c.port);
-    let cfg = ClientConfig {
+/// The client settings of the CLI's native calls: a long deadline, and `--password` as AUTH.
+fn client_config(c: &Conn) -> ClientConfig {
+    ClientConfig {
         timeout: Duration::from_secs(30),
+        auth: c.password.as_ref().map(|p| ringlet_client::Credentials {
+            user: String::new(),
+            password: p.clone(),
+        }),
         ..ClientConfig::default()
-    };
+    }
+}
+
+/// A native client (`Option` for the callers' RESP fallback, which no mode needs now).
+fn native(c: &Conn) -> Result<Option<BlockingClient>> {
+    let addr = format!("{}:{}", c.host, c.port);
+    let cfg = client_config(c);
     let client =
         BlockingClient::connect(&addr, cfg).with_context(|| format!("cannot connect to {addr}"))?;
     Ok(Some(client))
@@ -209,10 +215,7 @@ pub fn mget(c: &Conn, keys: &[String]) -> Result<()> {
             Err(ringlet_client::Error::Server { status, .. }) if status == Status::MOVED => {
                 let addr = format!("{}:{}", c.host, c.port);
                 let cfg = ClusterConfig {
-                    client: ClientConfig {
-                        timeout: Duration::from_secs(30),
-                        ..ClientConfig::default()
-                    },
+                    client: client_config(c),
                     ..ClusterConfig::default()
                 };
                 let cluster = BlockingClusterClient::connect(&[addr.as_str()], cfg)

@@ -1,11 +1,13 @@
 //! A cluster started by `ringlet up --nodes 3 --requirepass PW` requires AUTH on every node
-//! (RESP commands before AUTH get NOAUTH, a wrong password WRONGPASS, native frames are
-//! refused), serves redis-py `RedisCluster(password=...)`, and flags a cluster node cannot
+//! (RESP commands before AUTH get NOAUTH, a wrong password WRONGPASS; the smart client's
+//! native connections log in with AUTH too), serves redis-py `RedisCluster(password=...)`
+//! and the smart client with the password, and flags a cluster node cannot
 //! honour are refused at start with an error naming the flag instead of being ignored.
 
 mod common;
 
 use common::{free_base, have_redis_py};
+use ringlet_client::{BlockingClusterClient, ClientConfig, ClusterConfig, Credentials, SetOptions};
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -97,15 +99,47 @@ fn up_with_requirepass_requires_auth_on_every_node() {
         );
         assert!(matches!(r[0], Reply::Map(_)), "{r:?}");
         assert_eq!(r[1], Reply::Simple(b"PONG".to_vec()));
-        // The native protocol has no AUTH frame: refused, with a reason, then closed.
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-        s.write_all(&[0xA5, 0, 0, 0]).unwrap();
-        let mut got = Vec::new();
-        let _ = s.read_to_end(&mut got);
-        assert!(
-            String::from_utf8_lossy(&got).contains("authentication required"),
-            "{got:?}"
+    }
+    // The smart client over the native protocol: without the password it is refused with
+    // NOAUTH (the map it asks for first included), with a wrong one WRONGPASS; with the
+    // password it writes and reads across every node.
+    let seed = format!("127.0.0.1:{base}");
+    let cfg = |password: Option<&str>| ClusterConfig {
+        client: ClientConfig {
+            timeout: Duration::from_secs(10),
+            retries_max: 1,
+            auth: password.map(|p| Credentials {
+                user: String::new(),
+                password: p.into(),
+            }),
+            ..ClientConfig::default()
+        },
+        ..ClusterConfig::default()
+    };
+    let refused = |password: Option<&str>| -> String {
+        match BlockingClusterClient::connect(&[seed.as_str()], cfg(password)) {
+            Ok(c) => c
+                .get(b"k")
+                .expect_err("served without the password")
+                .to_string(),
+            Err(e) => e.to_string(),
+        }
+    };
+    let e = refused(None);
+    assert!(e.contains("NOAUTH"), "{e}");
+    let e = refused(Some("wrong"));
+    assert!(e.contains("WRONGPASS"), "{e}");
+    let c = BlockingClusterClient::connect(&[seed.as_str()], cfg(Some(PW))).expect("connect");
+    for i in 0..200 {
+        let k = format!("n{i}");
+        c.set(k.as_bytes(), b"v", SetOptions::default())
+            .expect("SET");
+    }
+    for i in 0..200 {
+        let k = format!("n{i}");
+        assert_eq!(
+            c.get(k.as_bytes()).unwrap().value.as_deref(),
+            Some(&b"v"[..])
         );
     }
     // redis-py's RedisCluster with the password: writes and reads across all slots.

@@ -165,8 +165,44 @@ impl Pool {
             )
             .await?,
         );
+        if let Some(auth) = &cfg.auth {
+            login(&c, self.addr, auth, cfg.connect_timeout).await?;
+        }
         *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
         Ok(c)
+    }
+}
+
+/// AUTH on a new connection, before the pool hands it out: its requests all run as the
+/// user. A refusal (`DENIED`: wrong password or user disabled) is not retried.
+async fn login(
+    c: &Conn,
+    addr: SocketAddr,
+    auth: &crate::Credentials,
+    timeout: std::time::Duration,
+) -> Result<(), Error> {
+    let exchange = async {
+        c.send(|out, id| {
+            native::encode_auth(out, id, auth.user.as_bytes(), auth.password.as_bytes())
+        })
+        .await?
+        .wait()
+        .await
+    };
+    let r = match tokio::time::timeout(timeout, exchange).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Connection {
+                addr: addr.to_string(),
+                message: "AUTH timed out".into(),
+                maybe_executed: false,
+            })
+        }
+    };
+    match (r.status, r.body) {
+        (Status::OK, _) => Ok(()),
+        (status, Body::Message(message)) => Err(Error::Server { status, message }),
+        (s, b) => Err(unexpected("AUTH", s, &b)),
     }
 }
 

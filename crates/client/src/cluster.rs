@@ -701,6 +701,10 @@ impl ClusterClient {
                                     Error::ClusterMap(format!("bad map from {addr}: {e}"))
                                 })
                             }
+                            // A refusal (NOAUTH, NOPERM) says why: not a protocol error.
+                            (status, Body::Message(message)) if status.is_error() => {
+                                Err(Error::Server { status, message })
+                            }
                             (s, b) => Err(unexpected("CLUSTER_MAP", s, &b)),
                         }
                     });

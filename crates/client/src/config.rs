@@ -37,6 +37,27 @@ pub struct ClientConfig {
     pub seed: Option<u64>,
     /// Speak TLS to every server (a cluster started with `--tls-*` files); `None`: TCP.
     pub tls: Option<crate::ClientTls>,
+    /// Log every connection in as this user (`ringlet server --requirepass`, ACL users:
+    /// docs/design/acl.md) before its first request; `None`: run as the default user.
+    pub auth: Option<Credentials>,
+}
+
+/// A user and password for AUTH (RESP's `AUTH [user] password`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user; empty for `default` (a `--requirepass` password).
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    // The password stays out of logs and panic messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 impl Default for ClientConfig {
@@ -54,6 +75,7 @@ impl Default for ClientConfig {
             mget_batch_keys: 256,
             seed: None,
             tls: None,
+            auth: None,
         }
     }
 }
@@ -65,6 +87,12 @@ impl ClientConfig {
     /// [`Error::Config`].
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |m: &str| Err(Error::Config(m.to_string()));
+        if let Some(c) = &self.auth {
+            let max = limits::KEY_BYTES_MAX as usize;
+            if c.user.len() > max || c.password.len() > max {
+                return bad("auth: user and password must be at most KEY_BYTES_MAX bytes");
+            }
+        }
         if self.connections == 0 || self.connections > limits::CONNECTIONS_MAX as usize {
             return bad("connections must be 1..=CONNECTIONS_MAX");
         }

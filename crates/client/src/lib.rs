@@ -57,7 +57,7 @@ pub use cluster::{
     BlockingClusterClient, ClusterClient, ClusterConfig, ClusterStats, ReadMode, ShmFallback,
     ShmFallbacks, ShmHintStats,
 };
-pub use config::ClientConfig;
+pub use config::{ClientConfig, Credentials};
 pub use conn::MgetEntry;
 pub use error::Error;
 pub use pipeline::{Pipeline, PipelineOp, PipelineReply, PIPELINE_COMMANDS_MAX};

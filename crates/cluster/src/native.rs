@@ -177,6 +177,66 @@ fn own(r: &ClusterRequest<'_>) -> Req {
         ClusterRequest::Data(NativeRequest::Chase(c)) => {
             Req::Chase(ringlet_server::cmd::record::chase_from_frame(&c).map(Box::new))
         }
+        // Answered by `gate` in the connection's loop; never started.
+        ClusterRequest::Data(NativeRequest::Auth { .. }) => {
+            Req::Unsupported(Opcode::Auth, "AUTH is answered by the connection")
+        }
+    }
+}
+
+/// AUTH, NOAUTH and the ACL check of one request (as a RESP connection's, through the same
+/// users): `None` to run it; else the response frame already decided (AUTH's, or a
+/// `DENIED` refusal) and whether to close the connection after it (its user was deleted).
+fn gate(
+    front: &Front,
+    login: &mut crate::resp::NativeLogin,
+    id: u64,
+    r: &ClusterRequest<'_>,
+) -> Option<(Vec<u8>, bool)> {
+    let epoch = front.node().epoch();
+    let mut out = Vec::new();
+    if let ClusterRequest::Data(NativeRequest::Auth { user, password }) = *r {
+        if front.native_auth(login, user, password) {
+            native::encode_status_response(
+                &mut out,
+                id,
+                Opcode::Auth,
+                Status::OK,
+                epoch,
+                Version::ZERO,
+            );
+        } else {
+            let m = ringlet_server::native::WRONGPASS;
+            native::encode_error_response(&mut out, id, Opcode::Auth, Status::DENIED, epoch, m);
+        }
+        return Some((out, false));
+    }
+    let mut argv: Vec<&[u8]> = Vec::new();
+    let opcode = match *r {
+        ClusterRequest::Data(ref d) => {
+            ringlet_server::native::acl_argv(d, &mut argv);
+            d.opcode()
+        }
+        ClusterRequest::ClusterMap => {
+            argv.extend([&b"CLUSTER"[..], b"SLOTS"]);
+            Opcode::ClusterMap
+        }
+        ClusterRequest::ReadReplica { key, .. } => {
+            argv.extend([&b"GET"[..], key]);
+            Opcode::ReadReplica
+        }
+        ClusterRequest::Memgest { args } => {
+            argv.push(b"MEMGEST");
+            argv.extend(args.iter());
+            Opcode::Memgest
+        }
+    };
+    match front.native_gate(login, &argv) {
+        Ok(()) => None,
+        Err((message, close)) => {
+            native::encode_error_response(&mut out, id, opcode, Status::DENIED, epoch, &message);
+            Some((out, close))
+        }
     }
 }
 
@@ -185,24 +245,11 @@ fn own(r: &ClusterRequest<'_>) -> Req {
 ///
 /// # Errors
 /// Socket errors.
-pub async fn connection<S>(front: Arc<Front>, mut stream: S) -> std::io::Result<()>
+pub async fn connection<S>(front: Arc<Front>, stream: S) -> std::io::Result<()>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    if front.auth_required() {
-        let mut out = Vec::new();
-        native::encode_error_response(
-            &mut out,
-            0,
-            Opcode::Ping,
-            Status::BAD_REQUEST,
-            front.node().epoch(),
-            "authentication required: the native protocol has no AUTH yet; use RESP",
-        );
-        stream.write_all(&out).await?;
-        stream.flush().await?;
-        return Ok(());
-    }
+    let mut login = front.native_login();
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT_PER_CONN_MAX);
     let writer = tokio::spawn(async move {
@@ -231,6 +278,18 @@ where
             match native::decode_cluster_request_frame(&buf) {
                 Ok(Some((f, n))) => {
                     let id = f.request_id;
+                    // AUTH and the login/ACL check run here, in arrival order, before the
+                    // request is started: a request after an AUTH runs as its user.
+                    if let Some((frame, close)) = gate(&front, &mut login, id, &f.request) {
+                        let _ = buf.split_to(n);
+                        let _ = tx.send(frame).await;
+                        if close {
+                            drop(tx);
+                            let _ = writer.await;
+                            return Ok(());
+                        }
+                        continue;
+                    }
                     let req = own(&f.request);
                     let _ = buf.split_to(n);
                     let Ok(permit) = permits.clone().acquire_owned().await else {

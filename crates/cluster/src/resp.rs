@@ -33,6 +33,7 @@ mod admin;
 mod clients;
 mod conditional;
 pub(crate) use admin::SlotLoadReport;
+pub(crate) use clients::NativeLogin;
 pub(crate) use conditional::CondOutcome;
 mod keyspace;
 mod records;
@@ -1400,8 +1401,7 @@ impl Front {
 
     /// `MEMGEST CREATE|DROP|LIST|DEFAULT|INFO|MOVE|KEY` (module doc).
     /// The node this front serves.
-    /// Whether clients must AUTH (the native protocol has no AUTH frame: such a node
-    /// refuses native connections, as the single node does).
+    /// Whether clients must AUTH (RESP's AUTH or the native AUTH frame).
     /// INCRBY under the key's lock (RESP's INCR family and the native INCRBY opcode): the
     /// key's value as an integer plus `delta`, written back with its TTL kept, as Redis does.
     pub(crate) async fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64, Reply> {

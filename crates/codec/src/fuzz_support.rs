@@ -110,6 +110,10 @@ fn check_request(r: &NativeRequest<'_>) {
                 assert_eq!(list.iter().count(), list.len());
             }
         }
+        NativeRequest::Auth { user, password } => {
+            assert!(user.len() <= limits::KEY_BYTES_MAX as usize);
+            assert!(password.len() <= limits::KEY_BYTES_MAX as usize);
+        }
         NativeRequest::Ping => {}
     }
 }

@@ -118,15 +118,25 @@ fn none(py: Python<'_>, _: ()) -> PyResult<Bound<'_, PyAny>> {
 #[pymethods]
 impl AsyncCluster {
     #[new]
-    #[pyo3(signature = (seeds, quorum_reads = false, timeout = None, tls_ca_file = None))]
+    #[pyo3(signature = (seeds, quorum_reads = false, timeout = None, tls_ca_file = None, password = None, username = None))]
     fn new(
         py: Python<'_>,
         seeds: Vec<String>,
         quorum_reads: bool,
         timeout: Option<f64>,
         tls_ca_file: Option<std::path::PathBuf>,
+        password: Option<String>,
+        username: Option<String>,
     ) -> PyResult<AsyncCluster> {
-        let c = Cluster::new(py, seeds, quorum_reads, timeout, tls_ca_file)?;
+        let c = Cluster::new(
+            py,
+            seeds,
+            quorum_reads,
+            timeout,
+            tls_ca_file,
+            password,
+            username,
+        )?;
         Ok(AsyncCluster {
             cluster: Py::new(py, c)?,
         })

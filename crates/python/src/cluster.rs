@@ -40,6 +40,10 @@ use crate::error::{server_error, to_py, ConfigError, ProtocolError};
 ///     tls_ca_file: path of the CA (PEM) that issued the nodes' certificates, for a cluster
 ///         started with ``--tls-cert-file/--tls-key-file/--tls-ca-cert-file``: every
 ///         connection is then TLS, each node's certificate checked for its address.
+///     password: log every connection in with this password (``--requirepass``, or an ACL
+///         user's with ``username``), as redis-py's ``password=``; a wrong one raises
+///         ``ServerError`` (``WRONGPASS``) and the user's ACL limits hold (``NOPERM``).
+///     username: the ACL user ``password`` belongs to (default: ``default``).
 ///
 /// Raises:
 ///     ConfigError: no seeds, too many, or a timeout that is not positive.
@@ -294,13 +298,15 @@ impl Cluster {
 #[pymethods]
 impl Cluster {
     #[new]
-    #[pyo3(signature = (seeds, quorum_reads = false, timeout = None, tls_ca_file = None))]
+    #[pyo3(signature = (seeds, quorum_reads = false, timeout = None, tls_ca_file = None, password = None, username = None))]
     pub(crate) fn new(
         py: Python<'_>,
         seeds: Vec<String>,
         quorum_reads: bool,
         timeout: Option<f64>,
         tls_ca_file: Option<std::path::PathBuf>,
+        password: Option<String>,
+        username: Option<String>,
     ) -> PyResult<Cluster> {
         let mut cfg = ClusterConfig {
             read_mode: if quorum_reads {
@@ -316,6 +322,16 @@ impl Cluster {
                 .filter(|d| !d.is_zero())
                 .ok_or_else(|| ConfigError::new_err("timeout must be a positive number"))?;
         }
+        cfg.client.auth = match (password, username) {
+            (Some(password), user) => Some(ringlet_client::Credentials {
+                user: user.unwrap_or_default(),
+                password,
+            }),
+            (None, Some(_)) => {
+                return Err(ConfigError::new_err("username needs a password"));
+            }
+            (None, None) => None,
+        };
         if let Some(ca) = &tls_ca_file {
             cfg.client.tls =
                 Some(ringlet_client::ClientTls::from_ca_file(ca).map_err(|e| to_py(py, e))?);

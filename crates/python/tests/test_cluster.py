@@ -678,3 +678,56 @@ def test_chase_follows_links_written_over_resp(cluster_seeds, c):
     assert entries == [(b"{g}alice", 0, {b"name": b"Alice"}), (b"{g}bob", 1, {b"name": b"Bob"})]
     with pytest.raises(ringlet.ServerError):
         c.chase("{g}alice", ["friends"], depth=99)
+
+
+def test_password_cluster_needs_auth_and_acl_limits_hold():
+    """A cluster started with --requirepass: without the password (or with a wrong one) the
+    client is refused; with it, it reads and writes across every node. An ACL user made with
+    redis-py logs in with username= and is held to its key pattern and commands."""
+    import redis
+    pw = "py-s3cret"
+    with running_cluster(["--requirepass", pw]) as seeds:
+        with pytest.raises(ringlet.RingletError, match="NOAUTH"):
+            ringlet.Cluster(seeds, timeout=2.0).get("k")
+        with pytest.raises(ringlet.RingletError, match="WRONGPASS"):
+            ringlet.Cluster(seeds, timeout=2.0, password="wrong").get("k")
+        with pytest.raises(ringlet.ConfigError):
+            ringlet.Cluster(seeds, username="app")
+        c = ringlet.Cluster(seeds, password=pw)
+        for i in range(100):
+            c.set(f"py:auth:{i}", f"v{i}")
+        assert c.mget([f"py:auth:{i}" for i in range(100)]) == [
+            f"v{i}".encode() for i in range(100)]
+        host, port = seeds[0].split(":")
+        r = redis.Redis(host=host, port=int(port), password=pw)
+        # The smart client reads the cluster map (as redis-py's RedisCluster runs CLUSTER
+        # SLOTS): a user without that command is refused it, with the reason.
+        assert r.execute_command("ACL", "SETUSER", "app", "on", ">apw", "~py:auth:*", "+get",
+                                 "+mget") == b"OK"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                ringlet.Cluster(seeds, password="apw", username="app", timeout=2.0)
+                raise AssertionError("a user without cluster|slots got the map")
+            except ringlet.ServerError as e:
+                if "NOPERM" in str(e) and "cluster|slots" in str(e):
+                    break
+                assert "WRONGPASS" in str(e) and time.monotonic() < deadline, e
+                time.sleep(0.1)
+        assert r.execute_command("ACL", "SETUSER", "app", "+cluster|slots") == b"OK"
+        # The user reaches every node through the control plane: a node that has not
+        # applied it yet refuses the login (bounded wait).
+        app = ringlet.Cluster(seeds, password="apw", username="app", timeout=2.0)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert app.mget([f"py:auth:{i}" for i in range(100)])[3] == b"v3"
+                break
+            except ringlet.ServerError as e:
+                assert "WRONGPASS" in str(e) and time.monotonic() < deadline, e
+                time.sleep(0.1)
+        with pytest.raises(ringlet.ServerError, match="NOPERM"):
+            app.get("elsewhere")
+        with pytest.raises(ringlet.ServerError, match="NOPERM"):
+            app.set("py:auth:3", "x")
+        assert c.get("py:auth:3") == b"v3"

@@ -38,7 +38,7 @@ pub mod fuzz_support;
 pub use ringlet_command::glob;
 pub mod info;
 pub mod ldouble;
-mod native;
+pub mod native;
 pub use ringlet_command::reply;
 pub mod server;
 mod shared;

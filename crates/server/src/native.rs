@@ -5,9 +5,11 @@
 //! GET and MGET are answered from the worker's lock-free reader, like RESP GET. Every
 //! response carries the node's epoch (0 until the control plane assigns one).
 //!
-//! Authentication: the native protocol has no AUTH frame yet, so on a node with a password a
-//! native connection gets one `BAD_REQUEST` error response and is closed; it never bypasses
-//! `requirepass`.
+//! Authentication and ACLs as on RESP: an AUTH frame logs the connection in as a user
+//! (`default` when the frame names none); until then, on a node whose default user needs a
+//! password, every other request is answered `DENIED` (`NOAUTH ...`). Each request is checked
+//! against the connection's user as the RESP command it stands for ([`acl_argv`]), so a user
+//! limited to `~app:*` or without `+set` is held to it here too (`DENIED`, `NOPERM ...`).
 
 use crate::cmd::Session;
 use crate::conn::{flush, read_more};
@@ -45,20 +47,6 @@ pub async fn serve(
     let mut scratch = Vec::new();
     // The event loop of one connection: ends on EOF or a malformed frame.
     loop {
-        // No AUTH frame yet: native requests run as the default user without an ACL check,
-        // so only while that user needs no password and may do anything (checked per read,
-        // so an ACL change applies to open connections too).
-        if !shared.acl.default_free() {
-            encode_error_response(
-                wbuf,
-                0,
-                Opcode::Ping,
-                Status::BAD_REQUEST,
-                EPOCH,
-                "authentication required: the native protocol has no AUTH yet; use RESP",
-            );
-            return flush(stream, wbuf, shared).await;
-        }
         let now = now_ms();
         let mut pos = 0usize;
         let mut close = false;
@@ -67,12 +55,19 @@ pub async fn serve(
             match decode_request_frame(&rbuf[pos..]) {
                 Ok(Some((frame, used))) => {
                     Stats::add(&shared.stats.commands_processed, 1);
-                    {
-                        // Not inside another client's EXEC (see `Shared::exec`).
-                        let _exec = shared.exec.read();
-                        handle(&frame, shared, &worker.reader, &mut scratch, now, wbuf);
+                    match gate(&frame, shared, session, wbuf) {
+                        Gate::Run => {
+                            // Not inside another client's EXEC (see `Shared::exec`).
+                            let _exec = shared.exec.read();
+                            handle(&frame, shared, &worker.reader, &mut scratch, now, wbuf);
+                        }
+                        Gate::Answered => {}
+                        Gate::Close => close = true,
                     }
                     pos += used;
+                    if close {
+                        break;
+                    }
                     if wbuf.len() >= WRITE_FLUSH_BYTES {
                         flush(stream, wbuf, shared).await?;
                     }
@@ -106,6 +101,117 @@ pub async fn serve(
     }
 }
 
+/// What [`gate`] decided for one request.
+enum Gate {
+    /// Run it.
+    Run,
+    /// Its response is written (an AUTH, or a refusal).
+    Answered,
+    /// A refusal is written and the connection must close (its user was deleted).
+    Close,
+}
+
+/// AUTH, NOAUTH and the ACL check of one native request, as `cmd::dispatch` does for RESP.
+fn gate(
+    frame: &RequestFrame<'_>,
+    shared: &Shared,
+    session: &mut Session,
+    out: &mut BytesMut,
+) -> Gate {
+    let id = frame.request_id;
+    let op = frame.request.opcode();
+    if let NativeRequest::Auth { user, password } = frame.request {
+        let name: &[u8] = if user.is_empty() { b"default" } else { user };
+        match shared.acl.snapshot().authenticate(name, password) {
+            Some(u) => {
+                session.user.set(u, &shared.acl);
+                *session.state.user.lock() = session.user.name().to_string();
+                session.authenticated = true;
+                encode_status_response(out, id, op, Status::OK, EPOCH, Version::ZERO);
+            }
+            None => encode_error_response(out, id, op, Status::DENIED, EPOCH, WRONGPASS),
+        }
+        return Gate::Answered;
+    }
+    if !session.authenticated && shared.auth_required() {
+        encode_error_response(out, id, op, Status::DENIED, EPOCH, NOAUTH);
+        return Gate::Answered;
+    }
+    // One atomic load and a branch for an unrestricted user, as on RESP.
+    if session.user.generation_is(shared.acl.generation()) && session.user.unrestricted() {
+        return Gate::Run;
+    }
+    let mut argv = Vec::new();
+    acl_argv(&frame.request, &mut argv);
+    match acl_check(&mut session.user, &shared.acl, &argv) {
+        Ok(()) => Gate::Run,
+        Err((message, close)) => {
+            encode_error_response(out, id, op, Status::DENIED, EPOCH, &message);
+            if close {
+                Gate::Close
+            } else {
+                Gate::Answered
+            }
+        }
+    }
+}
+
+/// RESP's reply to a wrong AUTH, sent as a `DENIED` message.
+pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+/// RESP's reply to a request before AUTH, sent as a `DENIED` message.
+pub const NOAUTH: &str = "NOAUTH Authentication required.";
+
+/// The RESP command a native data request stands for, for the ACL check: the command's
+/// name, its keys where the command table says they are, and placeholders for the other
+/// arguments (the check reads the command and its keys).
+pub fn acl_argv<'a>(req: &NativeRequest<'a>, argv: &mut Vec<&'a [u8]>) {
+    match *req {
+        NativeRequest::Ping => argv.push(b"PING"),
+        NativeRequest::Auth { .. } => argv.extend([&b"AUTH"[..], b"-"]),
+        NativeRequest::Get { key } => argv.extend([&b"GET"[..], key]),
+        NativeRequest::Mget { keys } => {
+            argv.push(b"MGET");
+            argv.extend(keys.iter());
+        }
+        NativeRequest::Set(s) => argv.extend([&b"SET"[..], s.key, s.value]),
+        NativeRequest::Del { key, .. } => argv.extend([&b"DEL"[..], key]),
+        NativeRequest::IncrBy { key, .. } => argv.extend([&b"INCRBY"[..], key, b"0"]),
+        NativeRequest::Chase(c) => {
+            argv.extend([&b"CHASE"[..], c.key]);
+            argv.extend(c.links.iter());
+        }
+    }
+}
+
+/// Check `argv` (from [`acl_argv`]) against `user`: the refusal's message and whether the
+/// connection must close (its user was deleted, as RESP closes it).
+///
+/// # Errors
+/// `NOPERM ...` (the RESP reply's text), or the deleted-user error with `true`.
+pub fn acl_check(
+    user: &mut ringlet_command::acl::ConnUser,
+    table: &ringlet_command::acl::AclTable,
+    argv: &[&[u8]],
+) -> Result<(), (String, bool)> {
+    use ringlet_command::acl::CheckError;
+    let Ok(idx) = ringlet_command::lookup(argv) else {
+        return Err(("NOPERM unknown request".into(), false));
+    };
+    match user.check(table, idx, argv) {
+        Ok(()) => Ok(()),
+        Err(CheckError::Denied(r)) => Err((reply_text(&r), false)),
+        Err(CheckError::UserGone) => Err((ringlet_command::acl::USER_GONE.into(), true)),
+    }
+}
+
+/// The text of an error reply (its message without RESP framing).
+fn reply_text(r: &ringlet_command::reply::Reply) -> String {
+    match r {
+        ringlet_command::reply::Reply::Error(m) => String::from_utf8_lossy(m).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
 fn error_status(e: ringlet_engine::Error) -> (Status, String) {
     use ringlet_engine::Error as E;
     let s = match e {
@@ -132,6 +238,10 @@ fn handle(
     match frame.request {
         NativeRequest::Ping => {
             encode_status_response(out, id, Opcode::Ping, Status::OK, EPOCH, Version::ZERO)
+        }
+        // Answered by `gate` before any request runs.
+        NativeRequest::Auth { .. } => {
+            encode_status_response(out, id, Opcode::Auth, Status::OK, EPOCH, Version::ZERO)
         }
         NativeRequest::Get { key } => match read(shared, reader, key, now, scratch) {
             Some((v, ValueKind::String)) => encode_get_response(out, id, EPOCH, v, Some(scratch)),

@@ -1,13 +1,14 @@
 //! ACL users on a single node (docs/design/acl.md), over real sockets: a change to a user
 //! applies to its open connections at once, a deleted user's connections are closed, the
-//! native protocol (no AUTH frame) is refused as soon as the default user is restricted, and
+//! native protocol logs in with AUTH and is held to the same limits, and
 //! a node bound beyond loopback cannot lose its default password through ACL SETUSER. The
 //! replies themselves are compared with a real Redis 7 in tests/py/test_acl_differential.py.
 
 mod common;
 
 use common::{start_ringlet, Raw};
-use ringlet_client::{BlockingClient, ClientConfig};
+use ringlet_client::{BlockingClient, ClientConfig, Credentials, SetOptions};
+use ringlet_codec::native::Status;
 use ringlet_server::config::Config;
 use ringlet_server::server::Server;
 use std::time::Duration;
@@ -64,7 +65,7 @@ fn changes_apply_to_open_connections_and_deleted_users_are_disconnected() {
 }
 
 #[test]
-fn native_protocol_serves_only_an_unrestricted_open_default_user() {
+fn native_protocol_applies_the_default_users_limits() {
     let node = start_ringlet(None);
     let port = node.local_addr().port();
     let cfg = ClientConfig {
@@ -79,21 +80,95 @@ fn native_protocol_serves_only_an_unrestricted_open_default_user() {
         admin.call(&[b"ACL", b"SETUSER", b"default", b"resetkeys", b"~public:*"]),
         b"+OK\r\n"
     );
-    // The native protocol has no AUTH and no ACL check: it must stop serving (also on the
-    // connection already open) rather than bypass the key patterns.
-    assert!(
-        c.get(b"secret").is_err(),
-        "native GET must not bypass the default user's ACL"
-    );
-    if let Ok(c2) = BlockingClient::connect(&format!("127.0.0.1:{port}"), cfg) {
-        assert!(c2.get(b"secret").is_err());
-    }
-    // RESP applies the patterns.
+    // The native requests are checked as the RESP commands they stand for, on the
+    // connection already open too: the key patterns hold, never bypassed.
+    let denied = c
+        .get(b"secret")
+        .expect_err("native GET must not bypass the key patterns");
+    assert_eq!(status_of(&denied), Some(Status::DENIED), "{denied}");
+    assert!(denied.to_string().contains("NOPERM"), "{denied}");
+    assert!(c.get(b"public:1").expect("allowed key").value.is_none());
+    c.set(b"public:1", b"v", SetOptions::default())
+        .expect("allowed SET");
+    // RESP applies the same patterns.
     assert_eq!(
         admin.call(&[b"GET", b"secret"]),
         &b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"[..]
     );
-    assert_eq!(admin.call(&[b"GET", b"public:1"]), b"$-1\r\n");
+    assert_eq!(admin.call(&[b"GET", b"public:1"]), b"$1\r\nv\r\n");
+}
+
+fn status_of(e: &ringlet_client::Error) -> Option<Status> {
+    match e {
+        ringlet_client::Error::Server { status, .. } => Some(*status),
+        _ => None,
+    }
+}
+
+/// AUTH over the native protocol: before it, a node with a password answers `DENIED`
+/// (`NOAUTH`); a wrong password is refused (`WRONGPASS`); the right one logs the connection
+/// in, as the password's user or an ACL user, whose command and key limits then hold.
+#[test]
+fn native_auth_logs_in_as_a_user_and_its_limits_hold() {
+    let node = start_ringlet(Some("pw"));
+    let port = node.local_addr().port();
+    let addr = format!("127.0.0.1:{port}");
+    let cfg = |auth: Option<(&str, &str)>| ClientConfig {
+        timeout: Duration::from_secs(2),
+        retries_max: 0,
+        auth: auth.map(|(u, p)| Credentials {
+            user: u.into(),
+            password: p.into(),
+        }),
+        ..ClientConfig::default()
+    };
+    // No AUTH: refused, with RESP's NOAUTH text.
+    let anon = BlockingClient::connect(&addr, cfg(None)).expect("connect");
+    let e = anon.get(b"k").expect_err("no AUTH");
+    assert_eq!(status_of(&e), Some(Status::DENIED), "{e}");
+    assert!(e.to_string().contains("NOAUTH"), "{e}");
+    // A wrong password: the connection's AUTH is refused, nothing runs.
+    let wrong = BlockingClient::connect(&addr, cfg(Some(("", "nope"))));
+    let e = match wrong {
+        Ok(c) => c.get(b"k").expect_err("wrong password"),
+        Err(e) => e,
+    };
+    assert_eq!(status_of(&e), Some(Status::DENIED), "{e}");
+    assert!(e.to_string().contains("WRONGPASS"), "{e}");
+    // The password of the default user.
+    let ok = BlockingClient::connect(&addr, cfg(Some(("", "pw")))).expect("connect");
+    ok.set(b"app:1", b"v", SetOptions::default())
+        .expect("SET after AUTH");
+    ok.set(b"other", b"w", SetOptions::default())
+        .expect("SET after AUTH");
+    // An ACL user limited to app:* and to reads.
+    let mut admin = Raw::connect(port);
+    assert_eq!(admin.call(&[b"AUTH", b"pw"]), b"+OK\r\n");
+    assert_eq!(
+        admin.call(&[b"ACL", b"SETUSER", b"reader", b"on", b">rpw", b"~app:*", b"+get", b"+mget"]),
+        b"+OK\r\n"
+    );
+    let reader = BlockingClient::connect(&addr, cfg(Some(("reader", "rpw")))).expect("connect");
+    assert_eq!(
+        reader.get(b"app:1").expect("allowed").value.as_deref(),
+        Some(&b"v"[..])
+    );
+    let e = reader.get(b"other").expect_err("key outside ~app:*");
+    assert!(e.to_string().contains("NOPERM"), "{e}");
+    let e = reader
+        .set(b"app:2", b"x", SetOptions::default())
+        .expect_err("no +set");
+    assert_eq!(status_of(&e), Some(Status::DENIED), "{e}");
+    assert!(e.to_string().contains("NOPERM"), "{e}");
+    let e = reader
+        .mget(&[&b"app:1"[..], b"other"])
+        .expect_err("one key outside");
+    assert!(e.to_string().contains("NOPERM"), "{e}");
+    assert_eq!(
+        admin.call(&[b"GET", b"app:2"]),
+        b"$-1\r\n",
+        "the refused SET wrote"
+    );
 }
 
 #[test]

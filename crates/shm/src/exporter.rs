@@ -582,6 +582,17 @@ fn handle<H: EngineHost>(
             epoch,
             "CHASE is served on the node's client port",
         ),
+        // The socket's file permissions are its access control (docs/design/acl.md): there
+        // are no users to log in as here.
+        NativeRequest::Auth { .. } => encode_error_response(
+            out,
+            id,
+            Opcode::Auth,
+            Status::UNSUPPORTED,
+            epoch,
+            "AUTH is served on the node's client port; this socket is guarded by its file \
+             permissions",
+        ),
         NativeRequest::IncrBy { key, delta } => {
             let r = shared.host.with_engine(|engine| {
                 engine

@@ -201,3 +201,59 @@ pub(super) fn client(clients: &Clients, conn: &Conn, argv: &[Vec<u8>]) -> Result
         ))),
     }
 }
+
+/// A native-protocol connection's login (crate::native): the same users, AUTH and ACL checks
+/// as a RESP connection's, so the native front never bypasses `requirepass` or an ACL user's
+/// limits.
+pub(crate) struct NativeLogin {
+    user: ringlet_command::acl::ConnUser,
+    authenticated: bool,
+}
+
+impl super::Front {
+    /// A new native connection's login: the default user, logged in only if that needs no
+    /// password.
+    pub(crate) fn native_login(&self) -> NativeLogin {
+        self.sync_users();
+        NativeLogin {
+            user: ringlet_command::acl::ConnUser::new(&self.acl),
+            authenticated: !self.auth_required(),
+        }
+    }
+
+    /// AUTH on a native connection (an empty `user` is `default`): whether it logged in.
+    pub(crate) fn native_auth(
+        &self,
+        login: &mut NativeLogin,
+        user: &[u8],
+        password: &[u8],
+    ) -> bool {
+        let name: &[u8] = if user.is_empty() { b"default" } else { user };
+        match self.authenticate(name, password) {
+            Some(u) => {
+                login.user.set(u, &self.acl);
+                login.authenticated = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `login` may run the request `argv` stands for (ringlet_server::native::
+    /// acl_argv): `Err` is the refusal's message (`NOAUTH ...`, `NOPERM ...`) and whether the
+    /// connection must close (its user was deleted).
+    pub(crate) fn native_gate(
+        &self,
+        login: &mut NativeLogin,
+        argv: &[&[u8]],
+    ) -> Result<(), (String, bool)> {
+        self.sync_users();
+        if !login.authenticated && self.auth_required() {
+            return Err((ringlet_server::native::NOAUTH.into(), false));
+        }
+        if login.user.generation_is(self.acl.generation()) && login.user.unrestricted() {
+            return Ok(());
+        }
+        ringlet_server::native::acl_check(&mut login.user, &self.acl, argv)
+    }
+}

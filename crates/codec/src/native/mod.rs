@@ -35,7 +35,7 @@ pub use chase::{
     CHASE_PAYLOAD_BYTES_MAX,
 };
 pub use request::{
-    decode_cluster_request_frame, decode_request_frame, encode_cluster_map_request,
+    decode_cluster_request_frame, decode_request_frame, encode_auth, encode_cluster_map_request,
     encode_cluster_request_frame, encode_del, encode_get, encode_incr_by, encode_memgest,
     encode_mget, encode_ping, encode_read_replica, encode_request_frame, encode_set,
     ClusterRequest, ClusterRequestFrame, KeyList, NativeRequest, RequestFrame, SetCond, SetRequest,
@@ -88,6 +88,10 @@ pub enum Opcode {
     Memgest = 9,
     /// Follow links breadth-first from a key (RESP's CHASE; `chase` module).
     Chase = 10,
+    /// Authenticate the connection as a user (RESP's `AUTH [user] password`); until it
+    /// succeeds, a node whose default user needs a password answers every other request
+    /// with `DENIED`.
+    Auth = 11,
 }
 
 impl Opcode {
@@ -104,6 +108,7 @@ impl Opcode {
             8 => Opcode::ReadReplica,
             9 => Opcode::Memgest,
             10 => Opcode::Chase,
+            11 => Opcode::Auth,
             _ => return None,
         })
     }

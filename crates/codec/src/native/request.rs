@@ -14,6 +14,7 @@
 //! | READ_REPLICA | `epoch u64 \| key` (cluster mode only) |
 //! | MEMGEST | `count u32 \| arg * count` (cluster mode only; each arg ≤ `limits::KEY_BYTES_MAX`) |
 //! | CHASE  | `depth u8 \| flags u8 \| limit u32 \| key \| links \| attrs` ([`super::chase`]) |
+//! | AUTH   | `user \| password` (each `len u32 \| bytes` ≤ `limits::KEY_BYTES_MAX`; an empty user is `default`) |
 //!
 //! [`decode_request_frame`] (a single node) refuses the cluster-only opcodes as unknown;
 //! [`decode_cluster_request_frame`] (a cluster-mode node) accepts them.
@@ -156,6 +157,13 @@ pub enum NativeRequest<'a> {
     },
     /// CHASE key links [DEPTH] [LIMIT] [FIELDS].
     Chase(ChaseRequest<'a>),
+    /// AUTH: run as `user` (empty: `default`) from now on if `password` is its.
+    Auth {
+        /// The user's name; empty for `default`.
+        user: &'a [u8],
+        /// The password.
+        password: &'a [u8],
+    },
 }
 
 impl NativeRequest<'_> {
@@ -169,6 +177,7 @@ impl NativeRequest<'_> {
             NativeRequest::Del { .. } => Opcode::Del,
             NativeRequest::IncrBy { .. } => Opcode::IncrBy,
             NativeRequest::Chase(_) => Opcode::Chase,
+            NativeRequest::Auth { .. } => Opcode::Auth,
         }
     }
 }
@@ -317,6 +326,10 @@ pub fn decode_cluster_request_frame(
             args: KeyList::parse(&mut c)?,
         },
         Opcode::Chase => data(NativeRequest::Chase(ChaseRequest::decode(&mut c)?)),
+        Opcode::Auth => data(NativeRequest::Auth {
+            user: c.key()?,
+            password: c.key()?,
+        }),
     };
     c.finish()?;
     Ok(Some((
@@ -457,6 +470,7 @@ pub fn encode_request_frame<S: Sink + ?Sized>(
         NativeRequest::Del { key, cas } => encode_del(out, request_id, key, *cas),
         NativeRequest::IncrBy { key, delta } => encode_incr_by(out, request_id, key, *delta),
         NativeRequest::Chase(c) => c.encode(out, request_id),
+        NativeRequest::Auth { user, password } => encode_auth(out, request_id, user, password),
     }
 }
 
@@ -475,6 +489,22 @@ pub fn encode_get<S: Sink + ?Sized>(out: &mut S, request_id: u64, key: &[u8]) {
         4usize.saturating_add(key.len()),
     );
     put_bytes(out, key);
+}
+
+/// AUTH as `user` (empty: `default`) with `password`. The caller keeps both within
+/// `limits::KEY_BYTES_MAX` (the server refuses longer ones as a malformed frame).
+pub fn encode_auth<S: Sink + ?Sized>(out: &mut S, request_id: u64, user: &[u8], password: &[u8]) {
+    put_header(
+        out,
+        Opcode::Auth,
+        0,
+        request_id,
+        8usize
+            .saturating_add(user.len())
+            .saturating_add(password.len()),
+    );
+    put_bytes(out, user);
+    put_bytes(out, password);
 }
 
 /// MGET `keys`.
@@ -579,6 +609,14 @@ mod tests {
             key: b"n",
             delta: -3,
         });
+        round_trip(NativeRequest::Auth {
+            user: b"app",
+            password: b"s3cret",
+        });
+        round_trip(NativeRequest::Auth {
+            user: b"",
+            password: b"",
+        });
         round_trip(NativeRequest::Set(SetRequest {
             key: b"k",
             value: b"v",
@@ -596,6 +634,24 @@ mod tests {
         };
         assert_eq!(keys.iter().collect::<Vec<_>>(), vec![&b"a"[..], b"bb", b""]);
         round_trip(f.request);
+    }
+
+    #[test]
+    fn auth_lengths_are_checked_before_the_bytes_arrive() {
+        let mut out = Vec::new();
+        encode_auth(&mut out, 1, b"u", b"p");
+        // The password's length over the limit: refused from the length alone.
+        out[21..25].copy_from_slice(&(limits::KEY_BYTES_MAX + 1).to_be_bytes());
+        assert_eq!(
+            decode_request_frame(&out),
+            Err(DecodeError::KeyTooLarge(limits::KEY_BYTES_MAX + 1))
+        );
+        // A body one byte short of its lengths: truncated, not a panic.
+        let mut out = Vec::new();
+        encode_auth(&mut out, 1, b"u", b"p");
+        out[12..16].copy_from_slice(&9u32.to_be_bytes());
+        out.pop();
+        assert_eq!(decode_request_frame(&out), Err(DecodeError::Truncated));
     }
 
     #[test]

@@ -68,6 +68,10 @@ impl Status {
     pub const UNSUPPORTED: Status = Status(0x19);
     /// A string operation (GET, INCRBY, ...) on a key that holds a record (Redis's WRONGTYPE).
     pub const WRONG_TYPE: Status = Status(0x1A);
+    /// Not allowed: the connection has not authenticated (message `NOAUTH ...`), AUTH's
+    /// credentials are wrong (`WRONGPASS ...`), or its user may not run this request
+    /// (`NOPERM ...`), as RESP's errors of the same names. Not retried.
+    pub const DENIED: Status = Status(0x1B);
     /// A server bug or unexpected condition.
     pub const INTERNAL: Status = Status(0x1F);
 
@@ -111,6 +115,7 @@ impl std::fmt::Display for Status {
             Status::BUSY => "BUSY",
             Status::UNSUPPORTED => "UNSUPPORTED",
             Status::WRONG_TYPE => "WRONG_TYPE",
+            Status::DENIED => "DENIED",
             Status::INTERNAL => "INTERNAL",
             Status(other) => return write!(f, "STATUS_0x{other:02x}"),
         };
@@ -254,7 +259,7 @@ pub fn decode_response_frame(
                 super::chase::ChaseItems::parse(blob)?;
                 ResponseBody::Value(blob)
             }
-            Opcode::Ping | Opcode::Set | Opcode::Del => ResponseBody::Empty,
+            Opcode::Ping | Opcode::Set | Opcode::Del | Opcode::Auth => ResponseBody::Empty,
         }
     } else {
         ResponseBody::Empty

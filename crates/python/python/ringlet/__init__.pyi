@@ -66,6 +66,8 @@ class Cluster:
         quorum_reads: bool = False,
         timeout: Optional[float] = None,
         tls_ca_file: Optional[str] = None,
+        password: Optional[str] = None,
+        username: Optional[str] = None,
     ) -> None: ...
     def get(self, key: Key) -> Optional[bytes]:
         """The value of ``key``, or ``None`` if it does not exist."""
@@ -154,6 +156,8 @@ class AsyncCluster:
         quorum_reads: bool = False,
         timeout: Optional[float] = None,
         tls_ca_file: Optional[str] = None,
+        password: Optional[str] = None,
+        username: Optional[str] = None,
     ) -> None: ...
     def get(self, key: Key) -> Awaitable[Optional[bytes]]: ...
     def set(
