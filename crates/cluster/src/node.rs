@@ -39,7 +39,8 @@ use ringlet_replica::{
     ReqId,
 };
 use ringlet_replica::{InflightKeys, ReplicaStore};
-use ringlet_shm::{Exporter, ExporterConfig, ShmError, ValidityWriter};
+use ringlet_shm::{ShmError, ValidityWriter};
+use ringlet_shm_exporter::{Exporter, ExporterConfig};
 use ringlet_types::{
     key_slot, limits, Epoch, MemgestId, MemgestKind, NodeId, Slot, ValueKind, Version,
 };
@@ -227,7 +228,7 @@ impl ShmExport {
     /// validity region *before* the old exporter goes: sessions that mapped the old engine
     /// fail their next check (`Fallback::Engine`) even before their watcher sees the hang-up.
     fn respawn(&self, engine: &Arc<Mutex<Engine>>, snap: &FastSnapshot) -> Result<(), ShmError> {
-        let generation = ringlet_shm::exporter::random_generation();
+        let generation = ringlet_shm_exporter::random_generation();
         self.validity
             .publish(snap.epoch, generation, &snap.ranges, &snap.ec);
         let mut cur = self.exporter.lock();
@@ -491,7 +492,7 @@ impl ClusterNode {
 
     /// The shared-memory exporter's counters (clients, access records), if `--shm-socket`.
     /// One-sided reads themselves never reach the node: clients count them.
-    pub fn shm_stats(&self) -> Option<ringlet_shm::ExporterStats> {
+    pub fn shm_stats(&self) -> Option<ringlet_shm_exporter::ExporterStats> {
         let x = self.shared.shm.as_ref()?;
         x.exporter.lock().as_ref().map(Exporter::stats)
     }

@@ -16,7 +16,7 @@
 //!   never returns a superseded item.
 //!
 //! Like `loom_protocol.rs`, this checks the algorithm, not `read.rs` itself; the property
-//! tests in `crates/shm/tests/hints.rs` run the real code (a superseded image intact at its
+//! tests in `crates/shm-exporter/tests/hints.rs` run the real code (a superseded image intact at its
 //! old place, garbage hints, and a racing writer).
 
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};

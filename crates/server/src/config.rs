@@ -27,7 +27,7 @@ pub struct Config {
     /// Period of the engine tick (active expiry, incremental upsize), in ms.
     pub tick_interval_ms: u64,
     /// Unix socket through which same-host clients map the engine's regions read-only and
-    /// read one-sided (`ringlet_shm::Exporter`; docs/design/shm-reads.md). `None` = off.
+    /// read one-sided (`ringlet_shm_exporter::Exporter`; docs/design/shm-reads.md). `None` = off.
     pub shm_socket: Option<std::path::PathBuf>,
     /// Keys the index is sized for at startup (`--index-keys`; `CONFIG SET index-keys` grows
     /// it later). `None`: the engine's default, grown 1.5× at a time as keys arrive.

@@ -87,9 +87,9 @@ impl Server {
         let (tx, rx) = watch::channel(false);
         let shm = match &shared.config.shm_socket {
             Some(path) => Some(
-                ringlet_shm::Exporter::spawn(
+                ringlet_shm_exporter::Exporter::spawn(
                     shared.clone(),
-                    ringlet_shm::ExporterConfig::new(path),
+                    ringlet_shm_exporter::ExporterConfig::new(path),
                 )
                 .map_err(StartError::Shm)?,
             ),
@@ -138,7 +138,7 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
     /// One-sided read exporter (`--shm-socket`); dropped after the workers stop.
-    _shm: Option<ringlet_shm::Exporter>,
+    _shm: Option<ringlet_shm_exporter::Exporter>,
 }
 
 /// Stops one or several nodes from anywhere (a signal handler, another thread).

@@ -139,7 +139,7 @@ impl Shared {
 
 /// The shared-memory exporter serves mutations and access records through the same writer
 /// lock as every other command.
-impl ringlet_shm::EngineHost for Shared {
+impl ringlet_shm_exporter::EngineHost for Shared {
     fn with_engine<R>(&self, f: impl FnOnce(&mut ringlet_engine::Engine) -> R) -> R {
         f(&mut self.db.lock())
     }

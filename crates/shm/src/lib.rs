@@ -23,7 +23,8 @@
 //! Modules:
 //! - [`proto`]: HELLO (layout parameters, sizes, epoch, generation) and ACCESS messages;
 //! - [`fdpass`]: SCM_RIGHTS and read-only memfd descriptors;
-//! - [`exporter`]: the node side ([`Exporter`]);
+//! - the node side (`Exporter`) is the crate `ringlet-shm-exporter`, so a client does not
+//!   compile the node's code;
 //! - [`reader`]: the client side ([`ShmReader`]), including reads at a link's location hint;
 //! - [`chase`]: CHASE walked by the client over one-sided reads, hop by hop at the hints;
 //! - [`validity`]: a cluster node's validity region (slots served, lease deadline, writes
@@ -34,14 +35,12 @@
 
 pub mod benchkit;
 pub mod chase;
-pub mod exporter;
 pub mod fdpass;
 pub mod proto;
 pub mod reader;
 pub mod testkit;
 pub mod validity;
 
-pub use exporter::{EngineHost, Exporter, ExporterConfig, ExporterStats};
 pub use proto::{Hello, ProtoError};
 pub use reader::{ReaderStats, ShmReader, ShmReaderConfig};
 pub use validity::{Fallback, ValidityWriter};

@@ -24,7 +24,8 @@ use ringlet_engine::read::{
 use ringlet_engine::{Engine, EngineConfig, ReadOutcome, SetOptions, ValueKind};
 use ringlet_record::record::scan;
 use ringlet_record::{Field, Hint, Link, Record};
-use ringlet_shm::{Exporter, ExporterConfig, ShmReader};
+use ringlet_shm::ShmReader;
+use ringlet_shm_exporter::{Exporter, ExporterConfig};
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -1,5 +1,5 @@
 //! A minimal test node: the real engine, ticked every millisecond, exported by the real
-//! [`ringlet_shm::Exporter`]. Used by the multi-process tests and the benchmark until the
+//! [`ringlet_shm_exporter::Exporter`]. Used by the multi-process tests and the benchmark until the
 //! `ringlet server --shm-socket` flag exists. Commands on stdin, one per line:
 //! `epoch N` (move to epoch N), `stats` (print a JSON line), `quit`. EOF on stdin quits.
 //!
@@ -10,7 +10,7 @@
 
 use parking_lot::Mutex;
 use ringlet_engine::{Engine, EngineConfig, EvictionPolicy};
-use ringlet_shm::{Exporter, ExporterConfig};
+use ringlet_shm_exporter::{Exporter, ExporterConfig};
 use ringlet_types::Epoch;
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! key choices. Every value read is compared byte for byte with what was written.
 //!
 //! ```text
-//! cargo run --release -p ringlet-shm --example shm_bench -- \
+//! cargo run --release -p ringlet-shm-exporter --example shm_bench -- \
 //!     [--keys 1000000] [--value-size 100] [--duration 2] [--runs 5] [--batch 32] [--zipf 0.99]
 //! ```
 //! The node (engine + exporter) runs in this process on its own threads; the client maps the
@@ -16,7 +16,8 @@ use ringlet_shm::benchkit::{
     bench_key, bench_value, median, run_get, run_map, run_mget, Run, BENCH_KEY_BYTES,
 };
 use ringlet_shm::testkit::{uniform_indices, zipf_indices};
-use ringlet_shm::{Exporter, ExporterConfig, ShmReader};
+use ringlet_shm::ShmReader;
+use ringlet_shm_exporter::{Exporter, ExporterConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,7 +8,8 @@ use ringlet_engine::{
     set_huge_pages, shmem_thp_honoured, Engine, EngineConfig, HugePages, PageBacking,
 };
 use ringlet_shm::testkit::{check_value, make_value};
-use ringlet_shm::{Exporter, ExporterConfig, ShmReader};
+use ringlet_shm::ShmReader;
+use ringlet_shm_exporter::{Exporter, ExporterConfig};
 use std::sync::Arc;
 
 #[test]

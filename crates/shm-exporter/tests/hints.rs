@@ -27,7 +27,8 @@ use ringlet_engine::{
 use ringlet_record::chase::Chase;
 use ringlet_record::{Field, Hint, Link, Record};
 use ringlet_shm::testkit::{check_value, make_value};
-use ringlet_shm::{Exporter, ExporterConfig, ShmReader};
+use ringlet_shm::ShmReader;
+use ringlet_shm_exporter::{Exporter, ExporterConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

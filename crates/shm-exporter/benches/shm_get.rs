@@ -7,7 +7,8 @@ use parking_lot::Mutex;
 use ringlet_engine::{Engine, EngineConfig, SetOptions};
 use ringlet_shm::benchkit::{bench_key, bench_value, bench_value_ok, BENCH_KEY_BYTES};
 use ringlet_shm::testkit::uniform_indices;
-use ringlet_shm::{Exporter, ExporterConfig, ShmReader};
+use ringlet_shm::ShmReader;
+use ringlet_shm_exporter::{Exporter, ExporterConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
 

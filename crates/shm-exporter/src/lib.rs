@@ -1,3 +1,6 @@
+//! `ringlet-shm-exporter`: the node side of one-sided reads (the client side, its protocol
+//! and the validity region are `ringlet-shm`, which clients depend on without this crate).
+//!
 //! The node side: a Unix socket that hands the engine's regions to same-host clients and
 //! serves their mutations, fallback reads and access records.
 //!
@@ -16,15 +19,15 @@
 //! exporter.set_epoch(Epoch(7));
 //! ```
 
-use crate::fdpass::{reopen_read_only, send_with_fds};
-use crate::proto::{decode_client_message, ClientMessage, Hello, HELLO_FLAG_VALIDITY};
-use crate::ShmError;
 use parking_lot::Mutex;
 use ringlet_codec::native::{
     encode_error_response, encode_get_response, encode_int_response, encode_status_response,
     MgetResponseWriter, NativeRequest, Opcode, RequestFrame, SetCond, Status,
 };
 use ringlet_engine::{Condition, Engine, Expiry, ReadOutcome, Reader, SetOptions, SetOutcome};
+use ringlet_shm::fdpass::{reopen_read_only, send_with_fds};
+use ringlet_shm::proto::{decode_client_message, ClientMessage, Hello, HELLO_FLAG_VALIDITY};
+use ringlet_shm::ShmError;
 use ringlet_types::{limits, Epoch, MemgestId, ValueKind, Version};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -68,7 +71,7 @@ pub struct ExporterConfig {
     pub generation: u64,
     /// Most simultaneous client connections; more are closed at accept.
     pub connections_max: u32,
-    /// A cluster node's validity region (`crate::validity`), sent read-only as HELLO's third
+    /// A cluster node's validity region (`ringlet_shm::validity`), sent read-only as HELLO's third
     /// fd. Only read during [`Exporter::spawn`] (re-opened read-only there).
     pub validity_fd: Option<RawFd>,
     /// Serve native frames (writes and fallback reads) against the engine. A cluster node
