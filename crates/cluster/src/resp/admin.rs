@@ -867,29 +867,20 @@ impl Front {
                 "Writes this node coordinates that are not yet committed.",
                 r.pending as u64,
             );
-            let _ = writeln!(
-                text,
-                "# HELP ringlet_replica_peer_unacked_writes Writes sent to a peer and not yet acknowledged.\n\
-                 # TYPE ringlet_replica_peer_unacked_writes gauge"
-            );
-            for (peer, writes, _) in &r.per_peer {
+            for (what, help) in [("writes", "Writes"), ("bytes", "Bytes")] {
+                let name = format!("ringlet_replica_peer_unacked_{what}");
                 let _ = writeln!(
                     text,
-                    "ringlet_replica_peer_unacked_writes{{peer=\"{}\"}} {writes}",
-                    peer.0
+                    "# HELP {name} {help} sent to a peer and not yet acknowledged.\n# TYPE {name} gauge"
                 );
-            }
-            let _ = writeln!(
-                text,
-                "# HELP ringlet_replica_peer_unacked_bytes Bytes sent to a peer and not yet acknowledged.\n\
-                 # TYPE ringlet_replica_peer_unacked_bytes gauge"
-            );
-            for (peer, _, bytes) in &r.per_peer {
-                let _ = writeln!(
-                    text,
-                    "ringlet_replica_peer_unacked_bytes{{peer=\"{}\"}} {bytes}",
-                    peer.0
-                );
+                for &(peer, writes, bytes) in &r.per_peer {
+                    let v = if what == "writes" {
+                        u64::from(writes)
+                    } else {
+                        bytes
+                    };
+                    let _ = writeln!(text, "{name}{{peer=\"{}\"}} {v}", peer.0);
+                }
             }
         }
         let t = self.node.transport().stats();
