@@ -10,7 +10,7 @@
 //! `requirepass`.
 
 use crate::cmd::Session;
-use crate::conn::{flush, read_more};
+use crate::conn::{flush, read_more, Progress};
 use crate::shared::{now_ms, Shared, Stats};
 use bytes::{Buf, BytesMut};
 use ringlet_codec::native::{
@@ -45,63 +45,108 @@ pub async fn serve(
     let mut scratch = Vec::new();
     // The event loop of one connection: ends on EOF or a malformed frame.
     loop {
-        // No AUTH frame yet: native requests run as the default user without an ACL check,
-        // so only while that user needs no password and may do anything (checked per read,
-        // so an ACL change applies to open connections too).
-        if !shared.acl.default_free() {
-            encode_error_response(
-                wbuf,
-                0,
-                Opcode::Ping,
-                Status::BAD_REQUEST,
-                EPOCH,
-                "authentication required: the native protocol has no AUTH yet; use RESP",
-            );
-            return flush(stream, wbuf, shared).await;
-        }
         let now = now_ms();
-        let mut pos = 0usize;
-        let mut close = false;
-        // Bounded by rbuf.len(): every decoded frame consumes its header at least.
+        let mut close;
+        // Bounded: each round consumes frames or stops (flush threshold or need input).
         loop {
-            match decode_request_frame(&rbuf[pos..]) {
-                Ok(Some((frame, used))) => {
-                    Stats::add(&shared.stats.commands_processed, 1);
-                    {
-                        // Not inside another client's EXEC (see `Shared::exec`).
-                        let _exec = shared.exec.read();
-                        handle(&frame, shared, &worker.reader, &mut scratch, now, wbuf);
-                    }
-                    pos += used;
-                    if wbuf.len() >= WRITE_FLUSH_BYTES {
-                        flush(stream, wbuf, shared).await?;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    // No request id to answer to: the stream cannot be resynchronised.
-                    Stats::add(&shared.stats.protocol_errors, 1);
-                    tracing::debug!(id = session.id, error = %e, "native protocol error");
-                    encode_error_response(
-                        wbuf,
-                        0,
-                        Opcode::Ping,
-                        Status::BAD_REQUEST,
-                        EPOCH,
-                        &e.to_string(),
-                    );
-                    close = true;
-                    break;
-                }
+            let p = process(
+                rbuf,
+                shared,
+                &worker.reader,
+                &mut scratch,
+                session,
+                now,
+                wbuf,
+            );
+            rbuf.advance(p.consumed);
+            close = p.close;
+            if close || wbuf.len() < WRITE_FLUSH_BYTES {
+                break;
             }
+            flush(stream, wbuf, shared).await?;
         }
-        rbuf.advance(pos);
         if !close && rbuf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
             close = true;
         }
         flush(stream, wbuf, shared).await?;
         if close || read_more(stream, rbuf, shared).await? == 0 {
             return Ok(());
+        }
+    }
+}
+
+/// The sans-I/O half of a native connection (both worker loops drive it): run every
+/// complete frame at the start of `buf`, stopping early once `wbuf` holds
+/// `WRITE_FLUSH_BYTES` (the caller sends, drops `consumed` bytes and calls again). A
+/// malformed frame, or a node that needs AUTH, encodes one error response and asks to close.
+pub(crate) fn process(
+    buf: &[u8],
+    shared: &Shared,
+    reader: &ringlet_engine::Reader,
+    scratch: &mut Vec<u8>,
+    session: &Session,
+    now: u64,
+    wbuf: &mut BytesMut,
+) -> Progress {
+    // No AUTH frame yet: native requests run as the default user without an ACL check,
+    // so only while that user needs no password and may do anything (checked per read,
+    // so an ACL change applies to open connections too).
+    if !shared.acl.default_free() {
+        encode_error_response(
+            wbuf,
+            0,
+            Opcode::Ping,
+            Status::BAD_REQUEST,
+            EPOCH,
+            "authentication required: the native protocol has no AUTH yet; use RESP",
+        );
+        return Progress {
+            consumed: 0,
+            close: true,
+        };
+    }
+    let mut pos = 0usize;
+    // Bounded by buf.len(): every decoded frame consumes its header at least.
+    loop {
+        match decode_request_frame(&buf[pos..]) {
+            Ok(Some((frame, used))) => {
+                Stats::add(&shared.stats.commands_processed, 1);
+                {
+                    // Not inside another client's EXEC (see `Shared::exec`).
+                    let _exec = shared.exec.read();
+                    handle(&frame, shared, reader, scratch, now, wbuf);
+                }
+                pos += used;
+                if wbuf.len() >= WRITE_FLUSH_BYTES {
+                    return Progress {
+                        consumed: pos,
+                        close: false,
+                    };
+                }
+            }
+            Ok(None) => {
+                return Progress {
+                    consumed: pos,
+                    close: false,
+                }
+            }
+            Err(e) => {
+                // No request id to answer to: the stream cannot be resynchronised.
+                Stats::add(&shared.stats.protocol_errors, 1);
+                tracing::debug!(id = session.id, error = %e, "native protocol error");
+                encode_error_response(
+                    wbuf,
+                    0,
+                    Opcode::Ping,
+                    Status::BAD_REQUEST,
+                    EPOCH,
+                    &e.to_string(),
+                );
+                return Progress {
+                    consumed: pos,
+                    close: true,
+                };
+            }
         }
     }
 }
