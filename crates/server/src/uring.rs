@@ -120,14 +120,30 @@ fn build_ring() -> Result<IoUring, SetupError> {
         .map_err(setup_err("io_uring_setup"))
 }
 
-/// Check once at start, on the starting thread, that a ring and a provided-buffer ring can be
-/// set up (io_uring disabled by sysctl or seccomp, kernel < 5.19, locked-memory limits).
+/// Check once at start that a ring and a provided-buffer ring can be set up (io_uring
+/// disabled by sysctl or seccomp, kernel < 5.19, locked-memory limits).
+///
+/// On a thread of its own: tearing a ring down can queue task work to the thread that
+/// created it, which interrupts that thread's blocking socket calls that have a timeout
+/// (`SO_RCVTIMEO` turns the restart into `EINTR`). The caller's thread (an embedding
+/// application's, a test's) must not see that.
 pub fn probe() -> Result<(), SetupError> {
-    let ring = build_ring()?;
-    let bufs = BufRing::new(&ring)?;
-    drop(ring);
-    drop(bufs);
-    Ok(())
+    let t = std::thread::Builder::new()
+        .name("ringlet-uring-probe".into())
+        .spawn(|| {
+            let ring = build_ring()?;
+            let bufs = BufRing::new(&ring)?;
+            drop(ring);
+            drop(bufs);
+            Ok(())
+        })
+        .map_err(setup_err("probe thread"))?;
+    t.join().unwrap_or_else(|_| {
+        Err(SetupError {
+            what: "probe thread",
+            source: io::Error::other("panicked"),
+        })
+    })
 }
 
 /// The provided-buffer ring: `BUF_COUNT` entries the kernel picks receive buffers from,
