@@ -769,7 +769,7 @@ fn pump(c: &mut Conn, buf: &[u8], shared: &Arc<Shared>, reader: &Reader, now: u6
     if matches!(c.wire, Wire::Unknown) {
         match buf.first() {
             Some(&b) if native::is_native(b) => c.wire = Wire::Native(Vec::new()),
-            Some(_) => c.wire = Wire::Resp(Box::new(RespProcessor::new())),
+            Some(_) => c.wire = Wire::Resp(Box::default()),
             None => return 0,
         }
     }
