@@ -11,10 +11,12 @@ and server: fill with 1M SETs at pipeline 16 over a 1M-key space, then SET and G
 pipeline 16 and 1 (`-c 50 -d 100 -r 1000000`).
 
 Usage: bench/request_path_ab.py --before OLD_BIN --after NEW_BIN [--rounds 3]
+       [--before-args "--io epoll" --after-args "--io uring"]   # one binary, two loops
 """
 import argparse
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -27,11 +29,12 @@ TESTS = [("set", 16, 1_000_000), ("get", 16, 1_000_000), ("set", 1, 100_000),
          ("get", 1, 100_000)]
 
 
-def start(kind, binary, port):
+def start(kind, binary, port, extra=()):
     if kind == "redis":
         cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
     else:
         cmd = [binary, "server", "--port", str(port), "--memory-mb", "4096", "--threads", "1"]
+        cmd += list(extra)
     p = subprocess.Popen(["taskset", "-c", "0"] + cmd, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     wait_port(port)
@@ -52,13 +55,17 @@ def main():
     ap.add_argument("--before", required=True)
     ap.add_argument("--after", required=True)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--before-args", default="", help="extra flags for the before server")
+    ap.add_argument("--after-args", default="", help="extra flags for the after server")
     args = ap.parse_args()
     servers = [("redis", None), ("before", args.before), ("after", args.after)]
+    extra = {"before": shlex.split(args.before_args), "after": shlex.split(args.after_args)}
     res = {}  # (server, test, pipeline) -> list of (ops/s, cpu s/Mop)
     for rnd in range(args.rounds):
         for name, binary in servers:
             port = free_port()
-            p = start("redis" if name == "redis" else "ringlet", binary, port)
+            p = start("redis" if name == "redis" else "ringlet", binary, port,
+                      extra.get(name, ()))
             try:
                 rb(port, "set", 16, 1_000_000)
                 for test, pl, n in TESTS:

@@ -125,6 +125,12 @@ struct NodeArgs {
     /// Worker threads (default: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// How the single node's workers drive their sockets: `epoll` (a tokio runtime per
+    /// worker; the default) or `uring` (one io_uring per worker: multishot accept and
+    /// receive, replies sent in one submission per loop; Linux, refused at start where the
+    /// kernel does not offer it). Else `RINGLET_IO`.
+    #[arg(long = "io", env = "RINGLET_IO", default_value = "epoll", value_parser = parse_io)]
+    io: ringlet_server::IoMode,
     /// Password clients must AUTH with (the `default` user's); in a cluster, every node's.
     /// Else `RINGLET_REQUIREPASS` (how `ringlet up` gives it to the nodes it starts).
     #[arg(long, env = "RINGLET_REQUIREPASS", hide_env_values = true)]
@@ -213,6 +219,7 @@ impl NodeArgs {
             admin_token: self.admin_token.clone(),
             shm_socket: self.shm_socket.clone(),
             index_keys: self.index_keys,
+            io: self.io,
             ..Config::default()
         }
     }
@@ -685,6 +692,11 @@ fn cluster_runtime_threads(threads: usize) -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// `--io epoll|uring`.
+fn parse_io(s: &str) -> std::result::Result<ringlet_server::IoMode, String> {
+    ringlet_server::IoMode::parse(s).ok_or_else(|| format!("expected epoll or uring, got {s:?}"))
+}
+
 /// The single node has no TLS listener yet: refuse rather than serve plaintext to a user who
 /// asked for TLS.
 fn refuse_single_node_tls(t: &TlsArgs) -> Result<()> {
@@ -708,6 +720,13 @@ fn refuse_single_node_tls(t: &TlsArgs) -> Result<()> {
 /// address to peers and clients in the map.
 fn check_cluster_flags(a: &NodeArgs, how: &str) -> Result<()> {
     a.config().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if a.io != ringlet_server::IoMode::Epoll {
+        anyhow::bail!(
+            "--io uring: the io_uring loop serves the single node (`ringlet server`, `up` \
+             with one node); a cluster node ({how}) runs on its tokio runtime (unset RINGLET_IO \
+             or pass --io epoll)"
+        );
+    }
     if a.index_keys.is_some() {
         // A cluster node's engine sizes its index itself (replica copies and handoffs land
         // in it too); taking the flag and not acting on it would mislead a loader's user.

@@ -32,6 +32,32 @@ pub struct Config {
     /// Keys the index is sized for at startup (`--index-keys`; `CONFIG SET index-keys` grows
     /// it later). `None`: the engine's default, grown 1.5× at a time as keys arrive.
     pub index_keys: Option<u64>,
+    /// How the workers drive their sockets (`--io`): tokio's epoll loop, or one io_uring per
+    /// worker (`crate::uring`, Linux; docs/design/request-path.md "io_uring request loop").
+    pub io: IoMode,
+}
+
+/// The worker loop's I/O interface.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoMode {
+    /// tokio `current_thread` runtime per worker: readiness (epoll), then `read`/`write`.
+    #[default]
+    Epoll,
+    /// One io_uring per worker: multishot accept, multishot receive into a provided-buffer
+    /// ring, the replies of a loop iteration submitted together. Refused at start, with the
+    /// reason, where the kernel does not offer it.
+    Uring,
+}
+
+impl IoMode {
+    /// Parse `epoll` or `uring` (the `--io` flag, `RINGLET_IO`).
+    pub fn parse(s: &str) -> Option<IoMode> {
+        match s {
+            "epoll" => Some(IoMode::Epoll),
+            "uring" | "io_uring" => Some(IoMode::Uring),
+            _ => None,
+        }
+    }
 }
 
 impl Default for Config {
@@ -48,6 +74,7 @@ impl Default for Config {
             tick_interval_ms: 100,
             shm_socket: None,
             index_keys: None,
+            io: IoMode::Epoll,
         }
     }
 }

@@ -47,13 +47,14 @@ impl Worker {
 
 /// Replies buffered past this are written before decoding more requests, so a pipeline of
 /// large GETs holds at most this much (plus one reply) per connection.
-const WRITE_FLUSH_BYTES: usize = 256 * 1024;
+pub(crate) const WRITE_FLUSH_BYTES: usize = 256 * 1024;
 
 /// Read granularity: reserve this much spare room before each read.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
 
-/// Keeps the connection count and the client registry right however the task ends.
-struct Registration {
+/// Keeps the connection count and the client registry right however the connection ends
+/// (a task dropped at shutdown included; the io_uring loop drops it with the connection).
+pub(crate) struct Registration {
     shared: Arc<Shared>,
     id: u64,
 }
@@ -65,29 +66,28 @@ impl Drop for Registration {
     }
 }
 
-/// Serve one accepted connection until it closes.
-pub async fn serve(
-    mut stream: TcpStream,
+/// The reply a connection over [`limits::CONNECTIONS_MAX`] gets before it is closed.
+pub(crate) const TOO_MANY_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// Count and register an accepted connection (both worker loops). `Err` holds the
+/// registration of a connection over [`limits::CONNECTIONS_MAX`]: send it
+/// [`TOO_MANY_CLIENTS`], then close.
+pub(crate) fn open_session(
+    shared: &Arc<Shared>,
     peer: SocketAddr,
-    shared: Arc<Shared>,
-    worker: Rc<Worker>,
-) {
+    laddr: SocketAddr,
+) -> Result<(Registration, Session), Registration> {
     Stats::add(&shared.stats.connections_received, 1);
     let open = shared.stats.connected.fetch_add(1, Ordering::Relaxed) + 1;
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
-    let _reg = Registration {
+    let reg = Registration {
         shared: shared.clone(),
         id,
     };
     if open > u64::from(limits::CONNECTIONS_MAX) {
         Stats::add(&shared.stats.connections_rejected, 1);
-        let _ = stream
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
-        return;
+        return Err(reg);
     }
-    let _ = stream.set_nodelay(true);
-    let laddr = stream.local_addr().unwrap_or(peer);
     let state = Arc::new(ClientState {
         id,
         addr: peer,
@@ -102,7 +102,7 @@ pub async fn serve(
     });
     shared.clients.lock().insert(id, state.clone());
     tracing::debug!(id, %peer, "connection opened");
-    let mut session = Session {
+    let session = Session {
         id,
         proto: Proto::Resp2,
         authenticated: !shared.auth_required(),
@@ -111,6 +111,26 @@ pub async fn serve(
         state,
         user: ringlet_command::acl::ConnUser::new(&shared.acl),
     };
+    Ok((reg, session))
+}
+
+/// Serve one accepted connection until it closes.
+pub async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    worker: Rc<Worker>,
+) {
+    let laddr = stream.local_addr().unwrap_or(peer);
+    let (_reg, mut session) = match open_session(&shared, peer, laddr) {
+        Ok(s) => s,
+        Err(_reg) => {
+            let _ = stream.write_all(TOO_MANY_CLIENTS).await;
+            return;
+        }
+    };
+    let id = session.id;
+    let _ = stream.set_nodelay(true);
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut wbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let result = match first_byte(&mut stream, &mut rbuf, &shared).await {
@@ -184,7 +204,7 @@ pub async fn flush(
 }
 
 /// The reply sent before closing a connection whose buffered request passed the bound.
-const READ_BUFFER_ERROR: &[u8] =
+pub(crate) const READ_BUFFER_ERROR: &[u8] =
     b"Protocol error: request exceeds the connection read buffer limit";
 
 /// The sans-I/O half of a RESP connection: decodes and executes the requests in a buffer,
@@ -573,10 +593,7 @@ async fn serve_resp(
             flush(stream, wbuf, shared).await?;
         }
         if !close && rbuf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
-            Stats::add(&shared.stats.protocol_errors, 1);
-            let mut msg = b"ERR ".to_vec();
-            msg.extend_from_slice(READ_BUFFER_ERROR);
-            resp::encode_error(wbuf, &msg);
+            read_buffer_overflow(shared, wbuf);
             close = true;
         }
         // What CLIENT LIST shows for this connection while it waits: its unrun input and
@@ -594,6 +611,15 @@ async fn serve_resp(
             return Ok(());
         }
     }
+}
+
+/// A RESP connection's unparsed input passed [`limits::CONN_READ_BUFFER_BYTES_MAX`]: count it
+/// and encode the error it gets before being closed (both worker loops).
+pub(crate) fn read_buffer_overflow(shared: &Shared, wbuf: &mut BytesMut) {
+    Stats::add(&shared.stats.protocol_errors, 1);
+    let mut msg = b"ERR ".to_vec();
+    msg.extend_from_slice(READ_BUFFER_ERROR);
+    resp::encode_error(wbuf, &msg);
 }
 
 /// Empty a vector of borrowed slices so it can hold slices of another lifetime, keeping its

@@ -21,6 +21,7 @@
 //! - [`server`]: [`Server::start`] → [`ServerHandle`]: bind, worker threads, engine tick;
 //! - `conn`: one connection's lifecycle and RESP pipelining;
 //! - `native`: the native-protocol connection loop;
+//! - `uring`: the io_uring worker loop (`--io uring`, Linux), driving the same processors;
 //! - [`cmd`]: command table (generated from Redis 7) and one file per command family;
 //! - [`reply`]: the protocol-neutral reply value commands produce;
 //! - [`glob`]: Redis `stringmatchlen`;
@@ -42,6 +43,8 @@ pub mod native;
 pub use ringlet_command::reply;
 pub mod server;
 mod shared;
+#[cfg(target_os = "linux")]
+mod uring;
 
-pub use config::{Config, ConfigError, DEFAULT_PORT};
+pub use config::{Config, ConfigError, IoMode, DEFAULT_PORT};
 pub use server::{Server, ServerHandle, ShutdownTrigger, StartError};

@@ -12,7 +12,7 @@
 //! limited to `~app:*` or without `+set` is held to it here too (`DENIED`, `NOPERM ...`).
 
 use crate::cmd::Session;
-use crate::conn::{flush, read_more};
+use crate::conn::{flush, read_more, Progress};
 use crate::shared::{now_ms, Shared, Stats};
 use bytes::{Buf, BytesMut};
 use ringlet_codec::native::{
@@ -48,49 +48,25 @@ pub async fn serve(
     // The event loop of one connection: ends on EOF or a malformed frame.
     loop {
         let now = now_ms();
-        let mut pos = 0usize;
-        let mut close = false;
-        // Bounded by rbuf.len(): every decoded frame consumes its header at least.
+        let mut close;
+        // Bounded: each round consumes frames or stops (flush threshold or need input).
         loop {
-            match decode_request_frame(&rbuf[pos..]) {
-                Ok(Some((frame, used))) => {
-                    Stats::add(&shared.stats.commands_processed, 1);
-                    match gate(&frame, shared, session, wbuf) {
-                        Gate::Run => {
-                            // Not inside another client's EXEC (see `Shared::exec`).
-                            let _exec = shared.exec.read();
-                            handle(&frame, shared, &worker.reader, &mut scratch, now, wbuf);
-                        }
-                        Gate::Answered => {}
-                        Gate::Close => close = true,
-                    }
-                    pos += used;
-                    if close {
-                        break;
-                    }
-                    if wbuf.len() >= WRITE_FLUSH_BYTES {
-                        flush(stream, wbuf, shared).await?;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    // No request id to answer to: the stream cannot be resynchronised.
-                    Stats::add(&shared.stats.protocol_errors, 1);
-                    tracing::debug!(id = session.id, error = %e, "native protocol error");
-                    encode_error_response(
-                        wbuf,
-                        0,
-                        Opcode::Ping,
-                        Status::BAD_REQUEST,
-                        EPOCH,
-                        &e.to_string(),
-                    );
-                    close = true;
-                    break;
-                }
+            let p = process(
+                rbuf,
+                shared,
+                &worker.reader,
+                &mut scratch,
+                session,
+                now,
+                wbuf,
+            );
+            rbuf.advance(p.consumed);
+            close = p.close;
+            if close || wbuf.len() < WRITE_FLUSH_BYTES {
+                break;
             }
+            flush(stream, wbuf, shared).await?;
         }
-        rbuf.advance(pos);
         if !close && rbuf.len() > limits::CONN_READ_BUFFER_BYTES_MAX as usize {
             close = true;
         }
@@ -151,6 +127,75 @@ fn gate(
                 Gate::Close
             } else {
                 Gate::Answered
+            }
+        }
+    }
+}
+
+/// The sans-I/O half of a native connection (both worker loops drive it): run every
+/// complete frame at the start of `buf`, stopping early once `wbuf` holds
+/// `WRITE_FLUSH_BYTES` (the caller sends, drops `consumed` bytes and calls again). A
+/// malformed frame, or a request of a deleted user, encodes one error response and asks to
+/// close.
+pub(crate) fn process(
+    buf: &[u8],
+    shared: &Shared,
+    reader: &ringlet_engine::Reader,
+    scratch: &mut Vec<u8>,
+    session: &mut Session,
+    now: u64,
+    wbuf: &mut BytesMut,
+) -> Progress {
+    let mut pos = 0usize;
+    // Bounded by buf.len(): every decoded frame consumes its header at least.
+    loop {
+        match decode_request_frame(&buf[pos..]) {
+            Ok(Some((frame, used))) => {
+                Stats::add(&shared.stats.commands_processed, 1);
+                pos += used;
+                match gate(&frame, shared, session, wbuf) {
+                    Gate::Run => {
+                        // Not inside another client's EXEC (see `Shared::exec`).
+                        let _exec = shared.exec.read();
+                        handle(&frame, shared, reader, scratch, now, wbuf);
+                    }
+                    Gate::Answered => {}
+                    Gate::Close => {
+                        return Progress {
+                            consumed: pos,
+                            close: true,
+                        }
+                    }
+                }
+                if wbuf.len() >= WRITE_FLUSH_BYTES {
+                    return Progress {
+                        consumed: pos,
+                        close: false,
+                    };
+                }
+            }
+            Ok(None) => {
+                return Progress {
+                    consumed: pos,
+                    close: false,
+                }
+            }
+            Err(e) => {
+                // No request id to answer to: the stream cannot be resynchronised.
+                Stats::add(&shared.stats.protocol_errors, 1);
+                tracing::debug!(id = session.id, error = %e, "native protocol error");
+                encode_error_response(
+                    wbuf,
+                    0,
+                    Opcode::Ping,
+                    Status::BAD_REQUEST,
+                    EPOCH,
+                    &e.to_string(),
+                );
+                return Progress {
+                    consumed: pos,
+                    close: true,
+                };
             }
         }
     }

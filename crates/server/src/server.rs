@@ -16,9 +16,13 @@
 //!
 //! Every worker polls the same listening socket (each through its own dup'd fd in its own
 //! epoll); whichever wakes first accepts. See `docs/design/server-threading.md`.
+//!
+//! With `Config::io = IoMode::Uring` a worker runs `crate::uring::worker_main` instead of
+//! the tokio runtime: same listener, same processors, one io_uring per worker (worker 0
+//! still ticks the engine).
 
 use crate::admin;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, IoMode};
 use crate::conn::{self, Worker};
 use crate::db::Db;
 use crate::shared::{now_ms, Shared, Stats};
@@ -45,6 +49,9 @@ pub enum StartError {
     Thread(std::io::Error),
     #[error("shared-memory socket: {0}")]
     Shm(ringlet_shm::ShmError),
+    /// `--io uring` asked for, and this kernel or process cannot set up a ring.
+    #[error("--io uring: {0}")]
+    Uring(String),
 }
 
 /// Entry point of the node runtime.
@@ -81,6 +88,15 @@ impl Server {
         };
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
+        // An explicit `--io uring` that cannot work is refused here, before any worker starts,
+        // rather than served by a loop the operator did not ask for.
+        if config.io == IoMode::Uring {
+            #[cfg(target_os = "linux")]
+            crate::uring::probe().map_err(|e| StartError::Uring(e.to_string()))?;
+            #[cfg(not(target_os = "linux"))]
+            return Err(StartError::Uring("io_uring is Linux only".into()));
+        }
+        let io = config.io;
         let db = Db::with_index(config.memory_mb << 20, config.index_keys)?;
         let threads = config.threads_effective();
         let shared = Arc::new(Shared::new(config, db, local_addr.port()));
@@ -105,7 +121,11 @@ impl Server {
             let rx = rx.clone();
             let h = std::thread::Builder::new()
                 .name(format!("ringlet-worker-{idx}"))
-                .spawn(move || worker_main(idx, l, shared, rx))
+                .spawn(move || match io {
+                    #[cfg(target_os = "linux")]
+                    IoMode::Uring => crate::uring::worker_main(idx, l, shared, rx),
+                    _ => worker_main(idx, l, shared, rx),
+                })
                 .map_err(StartError::Thread)?;
             handles.push(h);
         }
@@ -118,7 +138,7 @@ impl Server {
                 .map_err(StartError::Thread)?;
             handles.push(h);
         }
-        tracing::info!(%local_addr, ?admin_addr, threads, "ringlet node listening");
+        tracing::info!(%local_addr, ?admin_addr, threads, ?io, "ringlet node listening");
         Ok(ServerHandle {
             local_addr,
             admin_addr,

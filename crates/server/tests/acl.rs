@@ -179,6 +179,7 @@ fn a_node_bound_beyond_loopback_keeps_its_default_password() {
         threads: 1,
         memory_mb: 16,
         requirepass: Some("pw".into()),
+        io: common::io_from_env(),
         ..Config::default()
     };
     let h = Server::start(cfg).expect("start");

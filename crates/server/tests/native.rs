@@ -302,6 +302,7 @@ fn link_hints_filled_by_the_node_are_followed_one_sided() {
         threads: 1,
         memory_mb: 64,
         shm_socket: Some(sock.clone()),
+        io: common::io_from_env(),
         ..ringlet_server::config::Config::default()
     };
     let node = ringlet_server::server::Server::start(cfg).expect("start");
@@ -372,6 +373,7 @@ fn config_set_index_keys_presizes_the_index() {
         threads: 1,
         memory_mb: 64,
         index_keys: Some(50_000),
+        io: common::io_from_env(),
         ..ringlet_server::config::Config::default()
     };
     let node = ringlet_server::server::Server::start(cfg).expect("start");

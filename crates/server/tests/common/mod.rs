@@ -101,6 +101,17 @@ pub fn start_redis(extra: &[&str]) -> Option<RedisProc> {
     panic!("redis-server did not become ready");
 }
 
+/// The worker loop the suites run on: `RINGLET_IO=uring` runs every suite that starts its
+/// node through this harness on the io_uring loop (scripts and CI run them once each way);
+/// unset or `epoll`, the default loop.
+pub fn io_from_env() -> ringlet_server::IoMode {
+    match std::env::var("RINGLET_IO") {
+        Ok(v) => ringlet_server::IoMode::parse(&v)
+            .unwrap_or_else(|| panic!("RINGLET_IO={v:?}: expected epoll or uring")),
+        Err(_) => ringlet_server::IoMode::Epoll,
+    }
+}
+
 /// Start an in-process Ringlet node on a free port.
 pub fn start_ringlet(requirepass: Option<&str>) -> ServerHandle {
     let cfg = Config {
@@ -108,6 +119,7 @@ pub fn start_ringlet(requirepass: Option<&str>) -> ServerHandle {
         threads: 2,
         memory_mb: 64,
         requirepass: requirepass.map(str::to_owned),
+        io: io_from_env(),
         ..Config::default()
     };
     let h = Server::start(cfg).expect("start ringlet");
