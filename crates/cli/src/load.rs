@@ -742,6 +742,10 @@ struct Pipe {
     tx: Option<SyncSender<Msg>>,
     reader: Option<JoinHandle<Result<()>>>,
     errors: Arc<Mutex<Errors>>,
+    /// Arguments the command begun last still owes its `*argc` header: a command sent with
+    /// fewer would make the node wait for the rest and the load hang, so `end` fails loudly
+    /// instead (a bug in this file, never an input's fault).
+    args_owed: usize,
 }
 
 impl Pipe {
@@ -764,20 +768,26 @@ impl Pipe {
             tx: Some(tx),
             reader: Some(reader),
             errors,
+            args_owed: 0,
         })
     }
 
     fn begin(&mut self, argc: usize) -> &mut Self {
         encode_len(&mut self.buf, b'*', argc);
+        self.args_owed = argc;
         self
     }
 
     fn arg(&mut self, a: &[u8]) -> &mut Self {
         encode_bulk(&mut self.buf, a);
+        self.args_owed = self.args_owed.wrapping_sub(1);
         self
     }
 
     fn end(&mut self) -> Result<()> {
+        if self.args_owed != 0 {
+            bail!("internal error: a command's argument count does not match its header");
+        }
         self.cmds += 1;
         if self.cmds >= limits::LOAD_BATCH_COMMANDS_MAX || self.buf.len() >= BATCH_BYTES_MAX {
             self.flush()?;
@@ -1408,7 +1418,7 @@ impl Load<'_> {
             // string instead of one per link (docs/design/loader.md, "Smaller links").
             packed.clear();
             ringlet_record::Packed::encode((lo..hi).map(|j| run.target(j)), &mut packed);
-            let p = self.w.pipe(&item, 5 + if has_next { 3 } else { 0 });
+            let p = self.w.pipe(&item, 6 + if has_next { 3 } else { 0 });
             p.arg(b"RECORD")
                 .arg(b"SET")
                 .arg(&item)
