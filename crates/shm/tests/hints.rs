@@ -359,7 +359,11 @@ fn stored(k: &[u8], pos: Position) -> Result<Position, TestCaseError> {
     let b = r.encode();
     // | version | count | name len | 'l' | tag | target len | target | hint flag |
     // (flag 3 keeps a hint with a memgest: the local form has none)
-    let want = if pos.data.is_some_and(|d| d.memgest == 0) { 4u8 } else { 3 };
+    let want = if pos.data.is_some_and(|d| d.memgest == 0) {
+        4u8
+    } else {
+        3
+    };
     prop_assert_eq!(b.get(6 + k.len()), Some(&want), "hint flag: {:?}", b);
     let back = Record::decode(&b).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let Some(Field::Link(Link { hint: Some(h), .. })) = back.get(b"l") else {
