@@ -1515,7 +1515,7 @@ impl<'a> Reader<'a> {
         let entry = self
             .varint()?
             .checked_mul(ENTRY_ALIGN)
-            .and_then(|rel| rel.checked_add(low * TABLE_UNIT_BYTES))
+            .and_then(|rel| rel.checked_add(low.checked_mul(TABLE_UNIT_BYTES)?))
             .ok_or(RecordError::BadVarint)?;
         let location = u32::try_from(self.varint()?).map_err(|_| RecordError::BadVarint)?;
         let crc = <[u8; 4]>::try_from(self.take(4)?).map_err(|_| RecordError::Truncated)?;
