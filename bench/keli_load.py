@@ -11,7 +11,7 @@ node is recorded by `perf record -g` during its load of the last round (perf.dat
 current directory) and the node's and loader's CPU seconds are printed for every round.
 
 Usage: bench/keli_load.py [--vertices 200000] [--edges 4400000] [--chunk 100] [--rounds 3]
-       [--perf] [--extra-load-arg ARG ...] [--ringlet PATH]
+       [--perf [--perf-out PATH]] [--extra-load-arg ARG ...] [--ringlet PATH]
 """
 import argparse
 import os
@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--perf", action="store_true")
+    ap.add_argument("--perf-out", default="perf.data", help="where --perf writes the node's profile")
     ap.add_argument("--extra-load-arg", action="append", default=[])
     ap.add_argument("--ringlet", help="the ringlet binary (default target/release/ringlet)")
     a = ap.parse_args()
@@ -55,6 +56,8 @@ def main():
         print(f"{a.vertices} vertices, {len(dst)} edges, chunks of {a.chunk}; load average "
               f"{os.getloadavg()[0]:.1f}", flush=True)
         times = {"redis-cli --pipe": [], "ringlet load": []}
+        server_cpus = {k: [] for k in times}
+        loader_cpus = {k: [] for k in times}
         for rnd in range(a.rounds):
             order = list(times) if rnd % 2 == 0 else list(reversed(times))
             for name in order:
@@ -73,11 +76,12 @@ def main():
                     kb.wait_ping(port)
                     if a.perf and name == "ringlet load" and rnd == a.rounds - 1:
                         perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o",
-                                                 "perf.data", "-p", str(srv.pid)],
+                                                 a.perf_out, "-p", str(srv.pid)],
                                                 stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)
                         time.sleep(1.0)
                     c0 = cpu_seconds(srv.pid)
+                    u0 = os.times()
                     t0 = time.perf_counter()
                     if name == "redis-cli --pipe":
                         with open(resp, "rb") as f:
@@ -95,11 +99,14 @@ def main():
                     if p.returncode != 0:
                         raise SystemExit(f"{name} failed: {p.stdout[-1000:]} {p.stderr[-1000:]}")
                     server_cpu = cpu_seconds(srv.pid) - c0
+                    loader_cpu = (usage.children_user + usage.children_system
+                                  - u0.children_user - u0.children_system)
                     times[name].append(el)
+                    server_cpus[name].append(server_cpu)
+                    loader_cpus[name].append(loader_cpu)
                     print(f"round {rnd + 1} {name}: {el:.2f} s, server CPU {server_cpu:.2f} s, "
-                          f"loaders' CPU so far {usage.children_user + usage.children_system:.2f}"
-                          f" s; load average {os.getloadavg()[0]:.1f}; {' '.join(summary)}",
-                          flush=True)
+                          f"loader CPU {loader_cpu:.2f} s; load average "
+                          f"{os.getloadavg()[0]:.1f}; {' '.join(summary)}", flush=True)
                 finally:
                     if perf:
                         perf.send_signal(2)
@@ -109,9 +116,13 @@ def main():
         med = {k: statistics.median(v) for k, v in times.items()}
         n = a.vertices
         for k, v in med.items():
-            print(f"median {k}: {v:.2f} s ({n / v:,.0f} vertices/s)")
+            print(f"median {k}: {v:.2f} s ({n / v:,.0f} vertices/s), server CPU "
+                  f"{statistics.median(server_cpus[k]):.2f} s, loader CPU "
+                  f"{statistics.median(loader_cpus[k]):.2f} s")
         print(f"ringlet load / redis-cli --pipe: {med['ringlet load'] / med['redis-cli --pipe']:.2f}"
-              f"x the time")
+              f"x the time, "
+              f"{statistics.median(server_cpus['ringlet load']) / statistics.median(server_cpus['redis-cli --pipe']):.2f}"
+              f"x the server CPU")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

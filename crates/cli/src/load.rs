@@ -27,7 +27,7 @@
 //!   the next ones into continuation items `owner#field#1`, `owner#field#2` …, each item
 //!   pointing at the next by its link field `field.next` (KELI's "list" and "next" links).
 //!   So `CHASE user:1 follows follows.next DEPTH d` walks the whole list. Each item is
-//!   written once (`RECORD SET item LINKS field n t1 .. tn LINK field.next next`), the
+//!   written once (`RECORD SET item LINKSPACKED field <t1 .. tn> LINK field.next next`), the
 //!   last first, so each `next` link finds its target and gets a hint. A source not
 //!   grouped by owner still loads: a later run of an owner appends (`LINK ADD`).
 //! - **Generations** (`--alias`, `--every`): keys are written under the prefix
@@ -742,6 +742,10 @@ struct Pipe {
     tx: Option<SyncSender<Msg>>,
     reader: Option<JoinHandle<Result<()>>>,
     errors: Arc<Mutex<Errors>>,
+    /// Arguments the command begun last still owes its `*argc` header: a command sent with
+    /// fewer would make the node wait for the rest and the load hang, so `end` fails loudly
+    /// instead (a bug in this file, never an input's fault).
+    args_owed: usize,
 }
 
 impl Pipe {
@@ -764,20 +768,26 @@ impl Pipe {
             tx: Some(tx),
             reader: Some(reader),
             errors,
+            args_owed: 0,
         })
     }
 
     fn begin(&mut self, argc: usize) -> &mut Self {
         encode_len(&mut self.buf, b'*', argc);
+        self.args_owed = argc;
         self
     }
 
     fn arg(&mut self, a: &[u8]) -> &mut Self {
         encode_bulk(&mut self.buf, a);
+        self.args_owed = self.args_owed.wrapping_sub(1);
         self
     }
 
     fn end(&mut self) -> Result<()> {
+        if self.args_owed != 0 {
+            bail!("internal error: a command's argument count does not match its header");
+        }
         self.cmds += 1;
         if self.cmds >= limits::LOAD_BATCH_COMMANDS_MAX || self.buf.len() >= BATCH_BYTES_MAX {
             self.flush()?;
@@ -1385,6 +1395,7 @@ impl Load<'_> {
         let n = run.len();
         let last = (n - 1) / l.chunk;
         let (mut item, mut next) = (Vec::new(), Vec::new());
+        let mut packed = Vec::new();
         for k in (0..=last).rev() {
             item_key(&run.owner, &l.field, k, &mut item);
             if k >= 1 && !self.fresh {
@@ -1403,19 +1414,17 @@ impl Load<'_> {
             }
             let (lo, hi) = (k * l.chunk, ((k + 1) * l.chunk).min(n));
             let has_next = k < last;
-            let count = itoa::Buffer::new().format(hi - lo).as_bytes().to_vec();
-            let p = self
-                .w
-                .pipe(&item, 6 + (hi - lo) + if has_next { 3 } else { 0 });
+            // The chunk's targets in one argument (`LINKSPACKED`): the node decodes one bulk
+            // string instead of one per link (docs/design/loader.md, "Smaller links").
+            packed.clear();
+            ringlet_record::Packed::encode((lo..hi).map(|j| run.target(j)), &mut packed);
+            let p = self.w.pipe(&item, 6 + if has_next { 3 } else { 0 });
             p.arg(b"RECORD")
                 .arg(b"SET")
                 .arg(&item)
-                .arg(b"LINKS")
+                .arg(b"LINKSPACKED")
                 .arg(&l.field)
-                .arg(&count);
-            for j in lo..hi {
-                p.arg(run.target(j));
-            }
+                .arg(&packed);
             if has_next {
                 p.arg(b"LINK").arg(&l.next_field).arg(&next);
             }

@@ -46,6 +46,13 @@
 //!                (~20-25 bytes on a single node; written since session 14 for a hint
 //!                with a data part whenever it is shorter than flag 2's 38 bytes; a flag-2
 //!                hint that would pack shorter is still read, and re-encoded packed)
+//!   hint_flag 4: a single node's data hint (node, epoch, memgest 0; the entry a word of
+//!                its table): | varint table>>48 | varint (table>>20) & 0xfff_ffff |
+//!                varint low = table & 0xf_ffff | varint (entry - low*65536)/8 |
+//!                varint location | crc u32 LE |
+//!                (~15-17 bytes; written since session 15 for every hint it can hold,
+//!                always shorter than flag 3; flag 2 and 3 hints are still read and
+//!                re-encoded in it)
 //!
 //! e.g. {f: "vv"}      = 01 01 | 01 'f' 00 02 'v' 'v'
 //!      {f: link "k"}  = 01 01 | 01 'f' 01 01 'k' 00
@@ -80,7 +87,9 @@ pub mod put;
 pub mod record;
 
 pub use number::parse_i64;
-pub use record::{DataHint, Field, Hint, Link, PutValue, Record, RecordError, FORMAT_VERSION};
+pub use record::{
+    DataHint, Field, Hint, Link, Packed, PutValue, Record, RecordError, FORMAT_VERSION,
+};
 
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 

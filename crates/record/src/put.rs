@@ -7,6 +7,9 @@
 //!              | LINK name target           one link (what LINK SET writes)
 //!              | LINKS name count t1 .. tn  a link list of `count` targets, in order
 //!                                           (replaces the field; LINK ADD appends)
+//!              | LINKSPACKED name blob      the same list in one argument: each target
+//!                                           `| varint len | bytes |`, back to back
+//!                                           (`record::Packed`; what `ringlet load` sends)
 //!   -> :n, how many of the fields are new (as HSET)
 //! ```
 //!
@@ -22,7 +25,7 @@
 //! (docs/design/loader.md, "Each item written once").
 
 use crate::hash::{arity_error, Applied, Out};
-use crate::record::{Field, Link, PutValue, Record};
+use crate::record::{Field, Link, Packed, PutValue, Record, RecordError};
 use crate::{FIELD_NAME_BYTES_MAX, LINKS_PER_FIELD_MAX};
 use ringlet_types::limits::KEY_BYTES_MAX;
 use std::collections::BTreeSet;
@@ -97,9 +100,23 @@ pub fn parse<'a>(argv: &'a [&'a [u8]]) -> Result<Vec<(&'a [u8], PutValue<'a>)>, 
             }
             i += 3 + n;
             PutValue::Links(ts)
+        } else if word.eq_ignore_ascii_case(b"linkspacked") {
+            let Some(blob) = argv.get(i + 2) else {
+                return Err("ERR syntax error".into());
+            };
+            i += 3;
+            PutValue::Packed(Packed::parse(blob).map_err(|e| match e {
+                RecordError::TooLarge { what: "link list" } => {
+                    format!("ERR LINKSPACKED holds more than {LINKS_PER_FIELD_MAX} targets")
+                }
+                RecordError::TooLarge { .. } => {
+                    "ERR link target exceeds maximum key size".to_string()
+                }
+                e => format!("ERR LINKSPACKED list does not parse: {e}"),
+            })?)
         } else {
             return Err(format!(
-                "ERR syntax error (expected ATTR, LINK or LINKS, got '{}')",
+                "ERR syntax error (expected ATTR, LINK, LINKS or LINKSPACKED, got '{}')",
                 String::from_utf8_lossy(word)
             ));
         };
@@ -137,6 +154,7 @@ pub fn apply(argv: &[&[u8]], rec: Option<&Record>) -> Applied {
             PutValue::Bytes(b) => Field::Bytes(b.to_vec()),
             PutValue::Link(t) => Field::Link(Link::to(t)),
             PutValue::Links(ts) => Field::Links(ts.iter().map(|t| Link::to(*t)).collect()),
+            PutValue::Packed(p) => Field::Links(p.iter().map(Link::to).collect()),
         };
         new += i64::from(r.insert(name.to_vec(), f));
     }

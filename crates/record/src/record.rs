@@ -34,6 +34,35 @@ const HINT_DATA: u8 = 2;
 /// most of a link (a target key of ~8 bytes), and the bytes a bulk load writes are what
 /// its node spends its time on (the kernel zeroing fresh pages, the copies).
 const HINT_PACKED: u8 = 3;
+/// A single node's data hint (node, epoch and memgest 0: what a single node writes), without
+/// those three zeros and with the table word and the entry offset in fewer bytes: written
+/// since session 15 for every hint it can hold (docs/design/loader.md, "Smaller links").
+/// The values are [`HINT_PACKED`]'s, so a reader validates it exactly as before.
+const HINT_LOCAL: u8 = 4;
+
+/// [`HINT_LOCAL`] splits the table word at these bits, each part a varint: the engine's
+/// layout word is `gen u16 << 48 | buckets << 20 | table offset units`, whose high bits make
+/// one varint of it 8 bytes where its parts take ~5. Any u64 splits (the parts' ranges are
+/// checked when decoded), so this is a size choice, not a dependency on the engine.
+const TABLE_HIGH_SHIFT: u32 = 48;
+const TABLE_MID_SHIFT: u32 = 20;
+const TABLE_MID_MASK: u64 = (1 << (TABLE_HIGH_SHIFT - TABLE_MID_SHIFT)) - 1;
+const TABLE_LOW_MASK: u64 = (1 << TABLE_MID_SHIFT) - 1;
+/// [`HINT_LOCAL`] writes the entry offset in words from the start of its table: an index
+/// entry is an 8-byte-aligned word inside the table, and the table starts at the table
+/// word's low part × 64 KiB (the engine's `layout::TABLE_ALIGN_BYTES`), so the offset
+/// takes ~3 bytes where the absolute one took ~4. A hint whose entry is not at such a
+/// place keeps flag 3: again a size choice, every value is written exactly.
+const ENTRY_ALIGN: u64 = 8;
+const TABLE_UNIT_BYTES: u64 = 64 * 1024;
+
+/// The word offset of `h.entry` from its table's start, if [`HINT_LOCAL`] can write it.
+fn local_entry(h: &Hint) -> Option<u64> {
+    let rel = h
+        .entry
+        .checked_sub((h.table & TABLE_LOW_MASK) * TABLE_UNIT_BYTES)?;
+    (rel % ENTRY_ALIGN == 0).then_some(rel / ENTRY_ALIGN)
+}
 
 /// Encoded size of a hint after its flag byte: node u32 + epoch u64 + table u64 + entry u64.
 const HINT_BYTES: usize = 4 + 8 + 8 + 8;
@@ -568,6 +597,7 @@ impl<'a> Reader<'a> {
             HINT_SOME => Some(hint_from(self.take(HINT_BYTES)?)?),
             HINT_DATA => Some(hint_from(self.take(HINT_DATA_BYTES)?)?),
             HINT_PACKED => Some(self.packed_hint()?),
+            HINT_LOCAL => Some(self.local_hint()?),
             tag => return Err(RecordError::BadTag { tag }),
         };
         Ok(Link { target, hint })
@@ -625,8 +655,32 @@ fn link_encoded_len(l: &Link) -> usize {
         + match &l.hint {
             None => 0,
             Some(Hint { data: None, .. }) => HINT_BYTES,
-            Some(h @ Hint { data: Some(d), .. }) => packed_len(h, d).min(HINT_DATA_BYTES),
+            Some(h @ Hint { data: Some(d), .. }) => data_hint_len(h, d),
         }
+}
+
+/// Bytes of a hint with a data part after its flag, in the form [`put_link`] writes.
+fn data_hint_len(h: &Hint, d: &DataHint) -> usize {
+    local_len(h, d).unwrap_or_else(|| packed_len(h, d).min(HINT_DATA_BYTES))
+}
+
+/// Bytes of `h`'s [`HINT_LOCAL`] form after its flag, if it has one (node, epoch and memgest
+/// 0, the entry a word of its table). It is always shorter than the packed form (three
+/// one-byte zeros dropped, at most two bytes more for the table's parts, the entry's words
+/// from the table's start shorter or equal), so a hint that has it is written in it.
+fn local_len(h: &Hint, d: &DataHint) -> Option<usize> {
+    if h.node != 0 || h.epoch != 0 || d.memgest != 0 {
+        return None;
+    }
+    let words = local_entry(h)?;
+    Some(
+        varint_len(h.table >> TABLE_HIGH_SHIFT)
+            + varint_len((h.table >> TABLE_MID_SHIFT) & TABLE_MID_MASK)
+            + varint_len(h.table & TABLE_LOW_MASK)
+            + varint_len(words)
+            + varint_len(u64::from(d.location))
+            + 4,
+    )
 }
 
 /// Bytes of `h`'s [`HINT_PACKED`] form after its flag. The encoder writes it when it is
@@ -654,6 +708,15 @@ fn put_link(out: &mut Vec<u8>, l: &LinkRef<'_>) {
     match &l.hint {
         None => out.push(HINT_NONE),
         Some(h) => match h.data {
+            Some(d) if local_len(h, &d).is_some() => {
+                out.push(HINT_LOCAL);
+                put_varint(out, h.table >> TABLE_HIGH_SHIFT);
+                put_varint(out, (h.table >> TABLE_MID_SHIFT) & TABLE_MID_MASK);
+                put_varint(out, h.table & TABLE_LOW_MASK);
+                put_varint(out, local_entry(h).unwrap_or_default());
+                put_varint(out, u64::from(d.location));
+                out.extend_from_slice(&d.crc.to_le_bytes());
+            }
             Some(d) if packed_len(h, &d) < HINT_DATA_BYTES => {
                 out.push(HINT_PACKED);
                 put_varint(out, u64::from(h.node));
@@ -774,8 +837,8 @@ mod tests {
             Record::decode(&[1, 1, 0, 7, 0]),
             Err(RecordError::BadTag { tag: 7 })
         );
-        // Hint flag 2 (a data hint) needs its 38 bytes, flag 3 (packed) its varints; 4 is
-        // unknown.
+        // Hint flag 2 (a data hint) needs its 38 bytes, flag 3 (packed) and 4 (local) their
+        // varints; 5 is unknown.
         assert_eq!(
             Record::decode(&[1, 1, 0, 1, 0, 2]),
             Err(RecordError::Truncated)
@@ -786,7 +849,11 @@ mod tests {
         );
         assert_eq!(
             Record::decode(&[1, 1, 0, 1, 0, 4]),
-            Err(RecordError::BadTag { tag: 4 })
+            Err(RecordError::Truncated)
+        );
+        assert_eq!(
+            Record::decode(&[1, 1, 0, 1, 0, 5]),
+            Err(RecordError::BadTag { tag: 5 })
         );
         assert_eq!(
             Record::decode(&[1, 2, 1, b'a', 0, 0, 1, b'a', 0, 0]),
@@ -964,6 +1031,87 @@ pub enum PutValue<'a> {
     Link(&'a [u8]),
     /// A link list of these targets, in order.
     Links(&'a [&'a [u8]]),
+    /// A link list packed in one argument (`LINKSPACKED`), checked.
+    Packed(Packed<'a>),
+}
+
+/// A link list packed in one argument (`RECORD SET key LINKSPACKED name blob`): the targets
+/// back to back, each `| varint len | bytes |` (the record format's own length: LEB128,
+/// shortest form). Why: a 100-link chunk is one RESP argument instead of 100, so the node
+/// decodes one bulk string per chunk (docs/design/loader.md, "Smaller links").
+///
+/// Only [`Packed::parse`] makes one, after checking every length against the bytes left
+/// and `KEY_BYTES_MAX`, and the count against [`LINKS_PER_FIELD_MAX`]: nothing is
+/// allocated for it, and its iterator cannot fail.
+#[derive(Clone, Copy, Debug)]
+pub struct Packed<'a> {
+    b: &'a [u8],
+    n: usize,
+}
+
+impl<'a> Packed<'a> {
+    /// Check `blob` and count its targets.
+    ///
+    /// # Errors
+    /// [`RecordError::Truncated`] (a length past the end), [`RecordError::BadVarint`],
+    /// [`RecordError::TooLarge`] (a target over `KEY_BYTES_MAX`, more than
+    /// [`LINKS_PER_FIELD_MAX`] targets).
+    pub fn parse(blob: &'a [u8]) -> Result<Packed<'a>, RecordError> {
+        let mut r = Reader { b: blob };
+        let mut n = 0;
+        // Every target takes at least its length byte, so this loop ends within the blob's
+        // length; the count bound stops it earlier.
+        while !r.b.is_empty() {
+            if n == LINKS_PER_FIELD_MAX {
+                return Err(RecordError::TooLarge { what: "link list" });
+            }
+            r.bytes(KEY_BYTES_MAX as usize, "link target")?;
+            n += 1;
+        }
+        Ok(Packed { b: blob, n })
+    }
+
+    /// Pack `targets` as [`Packed::parse`] reads them (what `ringlet load` sends).
+    pub fn encode<'t>(targets: impl IntoIterator<Item = &'t [u8]>, out: &mut Vec<u8>) {
+        for t in targets {
+            put_varint(out, t.len() as u64);
+            out.extend_from_slice(t);
+        }
+    }
+
+    /// How many targets.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// No target.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The packed bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.b
+    }
+
+    /// The targets, in order.
+    pub fn iter(&self) -> PackedIter<'a> {
+        PackedIter(Reader { b: self.b })
+    }
+}
+
+/// The targets of a [`Packed`] list.
+pub struct PackedIter<'a>(Reader<'a>);
+
+impl<'a> Iterator for PackedIter<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.0.b.is_empty() {
+            return None;
+        }
+        // Checked by `Packed::parse`: an error here cannot happen, and would end the list.
+        self.0.bytes(KEY_BYTES_MAX as usize, "link target").ok()
+    }
 }
 
 /// `RECORD SET` straight into the encoding: the record `b` (`None`: the key is missing) with
@@ -999,6 +1147,8 @@ pub fn put_fields(
                     ts.len() <= LINKS_PER_FIELD_MAX
                         && ts.iter().all(|t| t.len() <= KEY_BYTES_MAX as usize)
                 }
+                // Checked when it was made.
+                PutValue::Packed(_) => true,
             };
         if !ok {
             return Err(RecordError::TooLarge { what: "field" });
@@ -1050,6 +1200,7 @@ pub fn put_fields(
                         PutValue::Links(ts) => {
                             ts.iter().map(|t| t.len() + 2 + HINT_DATA_BYTES).sum()
                         }
+                        PutValue::Packed(p) => p.b.len() + p.n * (1 + HINT_DATA_BYTES),
                     }
             })
             .sum::<usize>();
@@ -1079,6 +1230,19 @@ pub fn put_fields(
                 out.push(TAG_LINKS);
                 put_varint(out, ts.len() as u64);
                 for t in ts.iter() {
+                    put_link(
+                        out,
+                        &LinkRef {
+                            target: t,
+                            hint: hint(t),
+                        },
+                    );
+                }
+            }
+            PutValue::Packed(p) => {
+                out.push(TAG_LINKS);
+                put_varint(out, p.n as u64);
+                for t in p.iter() {
                     put_link(
                         out,
                         &LinkRef {
@@ -1278,6 +1442,7 @@ impl<'a> Reader<'a> {
             HINT_SOME => Ok((target, Some(hint_from(self.take(HINT_BYTES)?)?))),
             HINT_DATA => Ok((target, Some(hint_from(self.take(HINT_DATA_BYTES)?)?))),
             HINT_PACKED => Ok((target, Some(self.packed_hint()?))),
+            HINT_LOCAL => Ok((target, Some(self.local_hint()?))),
             tag => Err(RecordError::BadTag { tag }),
         }
     }
@@ -1295,6 +1460,9 @@ impl<'a> Reader<'a> {
             }
             HINT_PACKED => {
                 self.packed_hint()?;
+            }
+            HINT_LOCAL => {
+                self.local_hint()?;
             }
             tag => return Err(RecordError::BadTag { tag }),
         }
@@ -1332,5 +1500,35 @@ impl<'a> Reader<'a> {
             return Err(RecordError::BadVarint);
         }
         Ok(h)
+    }
+
+    /// A [`HINT_LOCAL`] hint: node, epoch and memgest 0; the table word's parts each within
+    /// its bits, the entry (table start + words × 8) within u64, every varint shortest. Every hint it decodes
+    /// to is one the encoder writes in this form, the same bytes: one encoding per hint.
+    fn local_hint(&mut self) -> Result<Hint, RecordError> {
+        let high = self.varint()?;
+        let mid = self.varint()?;
+        let low = self.varint()?;
+        if high > u64::from(u16::MAX) || mid > TABLE_MID_MASK || low > TABLE_LOW_MASK {
+            return Err(RecordError::BadVarint);
+        }
+        let entry = self
+            .varint()?
+            .checked_mul(ENTRY_ALIGN)
+            .and_then(|rel| rel.checked_add(low.checked_mul(TABLE_UNIT_BYTES)?))
+            .ok_or(RecordError::BadVarint)?;
+        let location = u32::try_from(self.varint()?).map_err(|_| RecordError::BadVarint)?;
+        let crc = <[u8; 4]>::try_from(self.take(4)?).map_err(|_| RecordError::Truncated)?;
+        Ok(Hint {
+            node: 0,
+            epoch: 0,
+            table: (high << TABLE_HIGH_SHIFT) | (mid << TABLE_MID_SHIFT) | low,
+            entry,
+            data: Some(DataHint {
+                location,
+                crc: u32::from_le_bytes(crc),
+                memgest: 0,
+            }),
+        })
     }
 }

@@ -5,16 +5,28 @@
 
 use proptest::prelude::*;
 use ringlet_record::hash::{Out, Write};
-use ringlet_record::{put, record, DataHint, Field, Hint, Link, Record};
+use ringlet_record::{put, record, DataHint, Field, Hint, Link, Packed, PutValue, Record};
 
 mod common;
 use common::{bytes, record, resolve};
 
-/// One field spec: 0 ATTR, 1 LINK, 2 LINKS, with its value or targets.
+/// One field spec: 0 ATTR, 1 LINK, 2 LINKS, 3 LINKSPACKED, with its value or targets.
 type Spec = (u8, Vec<u8>, Vec<Vec<u8>>);
 
 fn spec() -> impl Strategy<Value = Spec> {
-    (0u8..3, bytes(20), prop::collection::vec(bytes(6), 0..5))
+    (0u8..4, bytes(20), prop::collection::vec(bytes(6), 0..5))
+}
+
+/// The argument after a list spec's name: the count for LINKS, the packed targets for
+/// LINKSPACKED.
+fn count_or_blob((kind, _, ts): &Spec) -> Vec<u8> {
+    if *kind == 3 {
+        let mut b = Vec::new();
+        Packed::encode(ts.iter().map(Vec::as_slice), &mut b);
+        b
+    } else {
+        ts.len().to_string().into_bytes()
+    }
 }
 
 fn argv_of<'a>(names: &'a [Vec<u8>], specs: &'a [Spec], counts: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
@@ -23,10 +35,11 @@ fn argv_of<'a>(names: &'a [Vec<u8>], specs: &'a [Spec], counts: &'a [Vec<u8>]) -
         match kind {
             0 => argv.extend([&b"ATTR"[..], n, v]),
             1 => argv.extend([&b"link"[..], n, ts.first().map_or(&b"t"[..], Vec::as_slice)]),
-            _ => {
+            2 => {
                 argv.extend([&b"LINKS"[..], n, c]);
                 argv.extend(ts.iter().map(Vec::as_slice));
             }
+            _ => argv.extend([&b"linksPacked"[..], n, c]),
         }
     }
     argv
@@ -55,7 +68,7 @@ proptest! {
             }
         }
         let specs = &specs[..names.len()];
-        let counts: Vec<Vec<u8>> = specs.iter().map(|s| s.2.len().to_string().into_bytes()).collect();
+        let counts: Vec<Vec<u8>> = specs.iter().map(count_or_blob).collect();
         let argv = argv_of(&names, specs, &counts);
         let parsed = put::parse(&argv).expect("valid specs parse");
         let enc = rec.as_ref().map(Record::encode);
@@ -85,6 +98,26 @@ fn record_set_refuses_bad_specs() {
         &[b"RECORD", b"SET", b"k", b"LINKS", b"a", b"x", b"t"],
         &[b"RECORD", b"GET", b"k", b"ATTR", b"a", b"1"],
         &[b"RECORD", b"SET", b"k", b"LINK", b"a", b"t", b"ATTR"],
+        // LINKSPACKED: no blob, a length past the end, a non-shortest length, an overlong
+        // length varint.
+        &[b"RECORD", b"SET", b"k", b"LINKSPACKED", b"a"],
+        &[
+            b"RECORD",
+            b"SET",
+            b"k",
+            b"LINKSPACKED",
+            b"a",
+            b"\x01t\x05ab",
+        ],
+        &[b"RECORD", b"SET", b"k", b"LINKSPACKED", b"a", b"\x81\x00t"],
+        &[
+            b"RECORD",
+            b"SET",
+            b"k",
+            b"LINKSPACKED",
+            b"a",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+        ],
     ];
     for argv in bad {
         assert!(put::parse(argv).is_err(), "{argv:?}");
@@ -94,6 +127,28 @@ fn record_set_refuses_bad_specs() {
     }
     let long = vec![b'k'; ringlet_types::limits::KEY_BYTES_MAX as usize + 1];
     assert!(put::parse(&[b"RECORD", b"SET", b"k", b"LINK", b"a", &long]).is_err());
+    // A packed target over the key bound, and more targets than a list may hold, are
+    // refused before anything is stored; the bound itself is accepted.
+    let mut blob = Vec::new();
+    Packed::encode([&long[..]], &mut blob);
+    let e = put::parse(&[b"RECORD", b"SET", b"k", b"LINKSPACKED", b"a", &blob]).unwrap_err();
+    assert!(e.contains("maximum key size"), "{e}");
+    let max = ringlet_record::LINKS_PER_FIELD_MAX;
+    let mut blob = Vec::new();
+    Packed::encode(std::iter::repeat_n(&b"t"[..], max), &mut blob);
+    let ok = [&b"RECORD"[..], b"SET", b"k", b"LINKSPACKED", b"a", &blob];
+    match put::parse(&ok).expect("the bound parses")[..] {
+        [(_, PutValue::Packed(p))] => assert_eq!(p.len(), max),
+        ref other => panic!("{other:?}"),
+    }
+    blob.extend_from_slice(b"\x01t");
+    let e = put::parse(&[b"RECORD", b"SET", b"k", b"LINKSPACKED", b"a", &blob]).unwrap_err();
+    assert!(e.contains("more than"), "{e}");
+    // An empty blob is an empty list, as `LINKS a 0`.
+    let p = put::parse(&[b"RECORD", b"SET", b"k", b"LINKSPACKED", b"a", b""]).expect("empty");
+    let (_, b) = record::put_fields(None, &p, |_| None).expect("encodes");
+    let got = Record::decode(&b).expect("decodes");
+    assert_eq!(got.get(b"a"), Some(&Field::Links(Vec::new())));
     // An empty list is a list; a field replaced keeps its place, a new one is appended.
     let mut r = Record::new();
     r.insert(b"x".to_vec(), Field::Bytes(b"1".to_vec()));
@@ -123,9 +178,10 @@ fn record_set_refuses_bad_specs() {
 /// hint and re-encodes packed.
 #[test]
 fn packed_hints_round_trip_and_fixed_hints_still_decode() {
+    // A cluster node's hint (node and epoch set): a single node's goes to flag 4, below.
     let h = Hint {
-        node: 0,
-        epoch: 0,
+        node: 2,
+        epoch: 5,
         table: (1 << 48) | (1 << 20) | 3,
         entry: 123_456,
         data: Some(DataHint {
@@ -187,4 +243,160 @@ fn packed_hints_round_trip_and_fixed_hints_still_decode() {
     }
     forged.extend_from_slice(&[0xef, 0xbe, 0xad, 0xde, 0]);
     assert!(Record::decode(&forged).is_err());
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// `{f: link "k" with h}` with the hint in flag 3's form, by hand.
+fn flag3(h: &Hint) -> Vec<u8> {
+    let d = h.data.expect("a data hint");
+    let mut b = vec![1, 1, 1, b'f', 1, 1, b'k', 3];
+    for v in [
+        u64::from(h.node),
+        h.epoch,
+        h.table,
+        h.entry,
+        u64::from(d.location),
+    ] {
+        varint(&mut b, v);
+    }
+    b.extend_from_slice(&d.crc.to_le_bytes());
+    varint(&mut b, u64::from(d.memgest));
+    b
+}
+
+fn one_link(h: Hint) -> Record {
+    let mut r = Record::new();
+    r.insert(
+        b"f".to_vec(),
+        Field::Link(Link {
+            target: b"k".to_vec(),
+            hint: Some(h),
+        }),
+    );
+    r
+}
+
+/// A single node's hints (node, epoch, memgest 0) are written in flag 4 (session 15): the
+/// same values in fewer bytes. Records written before (flag 3, flag 2) still decode to the
+/// same hint and re-encode in flag 4; forged flag-4 parts out of their range are refused.
+#[test]
+fn local_hints_are_shorter_and_older_forms_still_decode() {
+    // What the single node's loader writes: the table after one pre-size switch (gen 1),
+    // 2^18 buckets, an entry deep in the table, a data location ~100 MB in.
+    let h = Hint {
+        node: 0,
+        epoch: 0,
+        table: (1 << 48) | ((1 << 18) << 20) | 2,
+        entry: (2 << 16) + 2_000_000 * 8,
+        data: Some(DataHint {
+            location: 12_500_000,
+            crc: 0xdead_beef,
+            memgest: 0,
+        }),
+    };
+    let r = one_link(h);
+    let local = r.encode();
+    assert_eq!(local[7], 4, "flag 4: {local:?}");
+    let old = flag3(&h);
+    assert!(
+        local.len() + 6 <= old.len(),
+        "{} bytes against flag 3's {}",
+        local.len(),
+        old.len()
+    );
+    assert_eq!(Record::decode(&local).expect("decodes"), r);
+    assert_eq!(Record::decode(&old).expect("flag 3 still decodes"), r);
+    // Forged: the table's middle part over its 28 bits, the high part over 16, an entry
+    // whose byte offset overflows.
+    for parts in [
+        [1u64, 1 << 28, 2, 5, 9],
+        [1 << 16, 1, 2, 5, 9],
+        [1, 1, 1 << 20, 5, 9],
+        [1, 1, 2, u64::MAX / 4, 9],
+        [1, 1, 2, 5, 1 << 32],
+    ] {
+        let mut b = vec![1, 1, 1, b'f', 1, 1, b'k', 4];
+        for v in parts {
+            varint(&mut b, v);
+        }
+        b.extend_from_slice(&[0xef, 0xbe, 0xad, 0xde]);
+        assert!(Record::decode(&b).is_err(), "{parts:?}");
+    }
+    // A hint with a memgest, or an entry not a word of its table, keeps flag 3.
+    for h2 in [
+        Hint {
+            data: Some(DataHint {
+                memgest: 1,
+                ..h.data.expect("data")
+            }),
+            ..h
+        },
+        Hint { entry: 13, ..h },
+        Hint { entry: 8, ..h },
+    ] {
+        let b = one_link(h2).encode();
+        assert_eq!(b[7], 3, "{h2:?}");
+        assert_eq!(b, flag3(&h2));
+    }
+}
+
+fn any_hint() -> impl Strategy<Value = Hint> {
+    let small = prop_oneof![Just(0u64), 0u64..300, any::<u64>()];
+    (
+        prop_oneof![Just(0u32), any::<u32>()],
+        small.clone(),
+        small.clone(),
+        prop_oneof![small, (0u64..1 << 40).prop_map(|e| e * 8)],
+        any::<u32>(),
+        any::<u32>(),
+        prop_oneof![Just(0u16), any::<u16>()],
+    )
+        .prop_map(|(node, epoch, table, entry, location, crc, memgest)| Hint {
+            node,
+            epoch,
+            table,
+            entry,
+            data: Some(DataHint {
+                location,
+                crc,
+                memgest,
+            }),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+    /// Every data hint round-trips; one a single node writes is in flag 4 and shorter than
+    /// its flag-3 form, which still decodes to it; every other keeps its session-14 form.
+    #[test]
+    fn every_data_hint_round_trips_in_its_shortest_form(h in any_hint()) {
+        let r = one_link(h);
+        let b = r.encode();
+        prop_assert_eq!(&Record::decode(&b).expect("decodes"), &r);
+        let d = h.data.expect("data");
+        let base = (h.table & 0xf_ffff) * 65536;
+        let local = h.node == 0
+            && h.epoch == 0
+            && d.memgest == 0
+            && h.entry >= base
+            && (h.entry - base) % 8 == 0;
+        let old = flag3(&h);
+        if local {
+            prop_assert_eq!(b[7], 4);
+            prop_assert!(b.len() < old.len(), "{:?} vs {:?}", b, old);
+            prop_assert_eq!(&Record::decode(&old).expect("flag 3 decodes"), &r);
+        } else {
+            prop_assert!(b[7] == 3 || b[7] == 2, "{:?}", b);
+            if b[7] == 3 {
+                prop_assert_eq!(&b, &old);
+            }
+        }
+    }
 }

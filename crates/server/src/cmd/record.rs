@@ -294,7 +294,7 @@ pub fn link_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     run(ctx, key, argv, ringlet_record::link::apply)
 }
 
-/// `RECORD SET key ATTR|LINK|LINKS ...` (`ringlet_record::put`): several fields, links and
+/// `RECORD SET key ATTR|LINK|LINKS|LINKSPACKED ...` (`ringlet_record::put`): several fields, links and
 /// link lists written in one command, straight into the encoding
 /// (`record::put_fields`: old fields copied as bytes, no `Record`, no allocation per link),
 /// every new link with its location hint. What `ringlet load` writes each item with.
@@ -309,14 +309,13 @@ pub fn record_set_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     // The targets' buckets requested before the lock: their misses overlap each other and
     // the wait for it (locating by tag then reads lines already on their way).
     let view = ctx.reader.view();
+    let prefetch = |t: &[u8]| prefetch_bucket(&view, ringlet_engine::hash::key_hash(t));
     for (_, v) in &specs {
-        let ts: &[&[u8]] = match v {
-            PutValue::Bytes(_) => &[],
-            PutValue::Link(t) => std::slice::from_ref(t),
-            PutValue::Links(ts) => ts,
-        };
-        for t in ts {
-            prefetch_bucket(&view, ringlet_engine::hash::key_hash(t));
+        match v {
+            PutValue::Bytes(_) => {}
+            PutValue::Link(t) => prefetch(t),
+            PutValue::Links(ts) => ts.iter().for_each(|t| prefetch(t)),
+            PutValue::Packed(p) => p.iter().for_each(prefetch),
         }
     }
     let now = ctx.now_ms;
