@@ -46,17 +46,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Submission queue entries per worker ring (the completion queue is 4×). A loop iteration
-/// queues at most one send per connection plus a few accepts and cancels; when the queue is
-/// full it is submitted early ([`Loop::push`]), so this bounds batching, not connections.
-const RING_ENTRIES: u32 = 1024;
-
-/// Provided receive buffers per worker, and their size: 4 MiB per worker. A buffer holds one
-/// recv completion's bytes only until that completion is handled (the same iteration), so
-/// the ring runs dry only if this many completions are pending at once; a multishot recv
-/// that finds it dry ends with `ENOBUFS` and is re-armed after the iteration.
-const BUF_COUNT: u16 = 256;
-const BUF_SIZE: usize = 16 * 1024;
+/// Ring and provided-buffer sizes: `ringlet_types::limits` (`URING_*`), where they are
+/// explained.
+const RING_ENTRIES: u32 = ringlet_types::limits::URING_RING_ENTRIES;
+const BUF_COUNT: u16 = ringlet_types::limits::URING_RECV_BUFFERS;
+const BUF_SIZE: usize = ringlet_types::limits::URING_RECV_BUFFER_BYTES;
 /// Buffer group id of the provided-buffer ring (one group per ring).
 const BGID: u16 = 0;
 

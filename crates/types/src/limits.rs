@@ -197,3 +197,14 @@ pub const SLOWLOG_ARG_BYTES_MAX: usize = 128;
 pub const LATENCY_SAMPLES_MAX: usize = 160;
 const _: () =
     assert!(SLOWLOG_LEN_MAX as usize * SLOWLOG_ARGS_MAX * (SLOWLOG_ARG_BYTES_MAX + 32) < 8 << 20);
+
+/// Submission queue entries per io_uring worker ring (`ringlet server --io uring`; the
+/// completion queue is 4x). A loop iteration queues at most one send per connection plus a
+/// few accepts and cancels; a full queue is submitted early, so this bounds batching, not
+/// connections.
+pub const URING_RING_ENTRIES: u32 = 1024;
+/// Provided receive buffers per io_uring worker, and their size: 4 MiB per worker. A buffer
+/// holds one recv completion's bytes only until that completion is handled (the same
+/// iteration); a multishot recv that finds the ring dry ends with `ENOBUFS` and is re-armed.
+pub const URING_RECV_BUFFERS: u16 = 256;
+pub const URING_RECV_BUFFER_BYTES: usize = 16 * 1024;
