@@ -106,6 +106,13 @@ pub struct ReplicaConfig {
     /// up again and sets this low: measured as ~0.18 bytes of RSS per payload byte of
     /// 1 KiB values in cluster mode (docs/design/cluster-memory.md).
     pub dedup_clients_max: usize,
+    /// Copy a moving span's ec values ahead of the switch (re-encode them into the target
+    /// group during the move's copy phase, docs/design/cluster-resharding.md "Moving
+    /// ec:K+M values"). Off by default since the simulator found an acknowledged ec write
+    /// lost with it (seed 20923 of `ec_moves_many_seeds`, a copy called off when its
+    /// source failed; not diagnosed): off, ec values are re-encoded at the switch as
+    /// before session 15. Tests and `ec_moves_early_copy_faults_24_seeds` turn it on.
+    pub ec_copy_ahead: bool,
 }
 
 impl Default for ReplicaConfig {
@@ -123,6 +130,7 @@ impl Default for ReplicaConfig {
             ec_arena_bytes: 1 << 30,
             ec_data_bytes_max: u64::MAX,
             dedup_clients_max: DEDUP_CLIENTS_MAX,
+            ec_copy_ahead: false,
         }
     }
 }
@@ -2466,7 +2474,7 @@ impl<S: ReplicaStore> Replica<S> {
         // A copy before the switch takes them the same way (session 15): the target
         // re-encodes them into its arena of the new group ahead of the switch.
         let ec_values = (purpose == PullPurpose::Rebuild && map.handoff(first, last).is_some())
-            || purpose == PullPurpose::Copy;
+            || (purpose == PullPurpose::Copy && self.cfg.ec_copy_ahead);
         let skip_unready = purpose == PullPurpose::Copy;
         let Some((entries, next, resets)) = self.page(
             first,

@@ -1026,7 +1026,14 @@ impl Net {
 /// the value last written and no NotReady.
 #[test]
 fn an_ec_move_reencodes_ahead_of_the_switch_and_the_switch_only_what_changed() {
-    let mut net = Net::new(4, 3);
+    let mut net = Net::with_cfg(
+        4,
+        3,
+        ReplicaConfig {
+            ec_copy_ahead: true,
+            ..ReplicaConfig::default()
+        },
+    );
     let e12 = net.ec12();
     let a = net.cp.step(net.now, CpInput::AddNode { node: NodeId(4) });
     net.cp_actions(a);
@@ -1183,7 +1190,14 @@ fn an_ec_move_reencodes_ahead_of_the_switch_and_the_switch_only_what_changed() {
 /// owner (the failover's replacement, rebuilt from the parity holders).
 #[test]
 fn an_ec_copy_called_off_releases_the_targets_arena() {
-    let mut net = Net::new(5, 3);
+    let mut net = Net::with_cfg(
+        5,
+        3,
+        ReplicaConfig {
+            ec_copy_ahead: true,
+            ..ReplicaConfig::default()
+        },
+    );
     let e12 = net.ec12();
     let a = net.cp.step(net.now, CpInput::AddNode { node: NodeId(4) });
     net.cp_actions(a);

@@ -62,6 +62,9 @@ pub struct SimOptions {
     /// such node exists, so the copy phase and its ec re-encodes are what the move faults
     /// hit (session 15).
     pub ec_copy_focus: bool,
+    /// Run the nodes with `ReplicaConfig::ec_copy_ahead` (ec values copied ahead of a
+    /// move's switch; off by default, see there).
+    pub ec_copy_ahead: bool,
 }
 
 impl Default for SimOptions {
@@ -78,6 +81,7 @@ impl Default for SimOptions {
             cp_failover: false,
             ttl: false,
             ec_copy_focus: false,
+            ec_copy_ahead: false,
         }
     }
 }
@@ -472,6 +476,7 @@ impl World {
             // Small chunks so that values span chunks, stripes and codewords.
             ec_chunk_bytes: 64,
             ec_arena_bytes: 1 << 20,
+            ec_copy_ahead: self.opts.ec_copy_ahead,
             ..ReplicaConfig::default()
         };
         let store = match self.opts.store_value_bytes_max {

@@ -376,6 +376,7 @@ fn ec_moves_early_copy_faults_24_seeds() {
         all_faults: true,
         cp_failover: true,
         ec_copy_focus: true,
+        ec_copy_ahead: true,
         ..SimOptions::default()
     };
     let mut t = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);

@@ -404,6 +404,9 @@ impl<S: ReplicaStore> Replica<S> {
                 let _ = self.apply_local(&k, e);
                 continue;
             }
+            if !self.cfg.ec_copy_ahead {
+                continue; // left to the switch (ReplicaConfig::ec_copy_ahead)
+            }
             // Decoded by the source: re-encode into the target group's arena. Not taken
             // now (arena recovering or full): the delta at the switch resends it.
             if let Ok(Some(v)) = self.reencode_ec(now_ms, pg, k.clone(), e, out) {
