@@ -318,6 +318,8 @@ fn ec_moves_many_seeds() {
         ec: true,
         moves: true,
         all_faults: true,
+        // EC_COPY_AHEAD=1 sweeps with ec values copied ahead of the switch (off by default).
+        ec_copy_ahead: std::env::var_os("EC_COPY_AHEAD").is_some(),
         ..SimOptions::default()
     };
     run_all(seeds(7200..7600), &opts);

@@ -65,6 +65,12 @@ pub(super) struct Copy {
     last_report_ms: Option<u64>,
     /// The move's target group: ec values are re-encoded into this node's arena of it.
     pg: u32,
+    /// Whether the span's current group is another group than `pg`. Within one group the
+    /// parity holders keep ONE metadata record per key (`ParityStore`, whatever the owner
+    /// position): a re-encode at the same version would be ignored there and an abort's
+    /// retire would drop the old owner's record (sim seed 20923). Such a copy takes no ec
+    /// values: they are re-encoded at the switch as before.
+    ec_other_group: bool,
     /// ec re-encodes of this copy in flight (version → key). At most
     /// `EC_REENCODES_IN_FLIGHT_MAX`: past it no next page is asked for; the copy reports
     /// "copied" only once it is empty.
@@ -223,6 +229,11 @@ impl<S: ReplicaStore> Replica<S> {
             took_ms: 0,
             last_report_ms: None,
             pg: m.pg,
+            ec_other_group: map
+                .placement
+                .as_ref()
+                .and_then(|p| p.range_of(m.first))
+                .is_some_and(|r| r.pg != m.pg),
             ec_reencoding: BTreeMap::new(),
             ec_copied: 0,
         });
@@ -361,6 +372,7 @@ impl<S: ReplicaStore> Replica<S> {
             return;
         }
         let (first, last, pass, pg) = (c.first, c.last, c.pass, c.pg);
+        let ec_ahead = self.cfg.ec_copy_ahead && c.ec_other_group;
         let page_bytes: u64 = entries
             .iter()
             .map(|(k, e)| (k.len() + e.value.as_ref().map_or(0, Vec::len)) as u64)
@@ -404,8 +416,8 @@ impl<S: ReplicaStore> Replica<S> {
                 let _ = self.apply_local(&k, e);
                 continue;
             }
-            if !self.cfg.ec_copy_ahead {
-                continue; // left to the switch (ReplicaConfig::ec_copy_ahead)
+            if !ec_ahead {
+                continue; // left to the switch (ReplicaConfig::ec_copy_ahead, same group)
             }
             // Decoded by the source: re-encode into the target group's arena. Not taken
             // now (arena recovering or full): the delta at the switch resends it.
