@@ -106,6 +106,13 @@ pub struct ReplicaConfig {
     /// up again and sets this low: measured as ~0.18 bytes of RSS per payload byte of
     /// 1 KiB values in cluster mode (docs/design/cluster-memory.md).
     pub dedup_clients_max: usize,
+    /// Copy a moving span's ec values ahead of the switch (re-encode them into the target
+    /// group during the move's copy phase, docs/design/cluster-resharding.md "Moving
+    /// ec:K+M values"). Off by default since the simulator found an acknowledged ec write
+    /// lost with it (seed 20923 of `ec_moves_many_seeds`, a copy called off when its
+    /// source failed; not diagnosed): off, ec values are re-encoded at the switch as
+    /// before session 15. Tests and `ec_moves_early_copy_faults_24_seeds` turn it on.
+    pub ec_copy_ahead: bool,
 }
 
 impl Default for ReplicaConfig {
@@ -123,6 +130,7 @@ impl Default for ReplicaConfig {
             ec_arena_bytes: 1 << 30,
             ec_data_bytes_max: u64::MAX,
             dedup_clients_max: DEDUP_CLIENTS_MAX,
+            ec_copy_ahead: false,
         }
     }
 }
@@ -369,6 +377,8 @@ pub struct Replica<S: ReplicaStore> {
     last_now_ms: u64,
     /// Resharding phase 0: the span this node copies as a move's target (`node/copy.rs`).
     copy: Option<copy::Copy>,
+    /// A called-off copy's ec re-encodes still in flight (`node/copy.rs`).
+    copy_orphans: Option<copy::CopyOrphans>,
     /// Counters for tests and metrics.
     pub stats: ReplicaStats,
 }
@@ -438,6 +448,9 @@ pub struct ReplicaStats {
     /// and ec arena entries of given-away spans retired here (old coordinator).
     pub move_ec_reencoded: u64,
     pub move_ec_retired: u64,
+    /// ec values re-encoded into the target group by a copy before its switch (part of
+    /// `move_ec_reencoded`).
+    pub move_ec_copied: u64,
     /// Pages of a handed-off span's ec values this node answered as the replacement of
     /// its failed old coordinator (decoded from the old group's parity).
     pub move_ec_replacement_pages: u64,
@@ -518,6 +531,7 @@ impl<S: ReplicaStore> Replica<S> {
             retired_order: VecDeque::new(),
             last_now_ms: 0,
             copy: None,
+            copy_orphans: None,
             stats: ReplicaStats::default(),
         }
     }
@@ -2105,7 +2119,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
-    fn pull_complete(&self, ri: usize) -> bool {
+    pub(super) fn pull_complete(&self, ri: usize) -> bool {
         let Some(r) = self.ranges.get(ri) else {
             return false;
         };
@@ -2191,7 +2205,8 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let m = map.clone();
         let filter = move |g: MemgestId| matches!(m.memgest_kind(g), MemgestKind::Ec { .. });
-        let Some((entries, next, _)) = self.page(first, last, after, &filter, None, true) else {
+        let Some((entries, next, _)) = self.page(first, last, after, &filter, None, true, false)
+        else {
             return self.send(out, from, not_ready);
         };
         self.stats.move_ec_replacement_pages += 1;
@@ -2278,7 +2293,13 @@ impl<S: ReplicaStore> Replica<S> {
             .collect()
     }
 
-    fn finish_pull(&mut self, now_ms: u64, ri: usize, timed_out: bool, out: &mut Vec<Output>) {
+    pub(super) fn finish_pull(
+        &mut self,
+        now_ms: u64,
+        ri: usize,
+        timed_out: bool,
+        out: &mut Vec<Output>,
+    ) {
         let Some(r) = self.ranges.get_mut(ri) else {
             return;
         };
@@ -2450,10 +2471,20 @@ impl<S: ReplicaStore> Replica<S> {
         };
         // A handed-off span (this node was its old coordinator, in another group): its ec
         // values go decoded, for the new coordinator to re-encode in its own group.
-        let ec_values = purpose == PullPurpose::Rebuild && map.handoff(first, last).is_some();
-        let Some((entries, next, resets)) =
-            self.page(first, last, after, &*filter, have.as_ref(), ec_values)
-        else {
+        // A copy before the switch takes them the same way (session 15): the target
+        // re-encodes them into its arena of the new group ahead of the switch.
+        let ec_values = (purpose == PullPurpose::Rebuild && map.handoff(first, last).is_some())
+            || (purpose == PullPurpose::Copy && self.cfg.ec_copy_ahead);
+        let skip_unready = purpose == PullPurpose::Copy;
+        let Some((entries, next, resets)) = self.page(
+            first,
+            last,
+            after,
+            &*filter,
+            have.as_ref(),
+            ec_values,
+            skip_unready,
+        ) else {
             return self.send(out, from, not_ready);
         };
         let mut entries = entries;
@@ -2477,7 +2508,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// starts (not the one the cursor is inside) whose digest here equals the puller's is
     /// skipped; any other is listed in the returned resets and sent whole, including a
     /// slot empty here that the puller holds something in.
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn page(
         &self,
         first: Slot,
@@ -2486,6 +2517,7 @@ impl<S: ReplicaStore> Replica<S> {
         filter: &dyn Fn(MemgestId) -> bool,
         have: Option<&BTreeMap<Slot, u64>>,
         ec_values: bool,
+        skip_unready: bool,
     ) -> Option<(Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>, Vec<Slot>)> {
         let start = after.as_ref().map_or(first, |(s, _)| *s).max(first);
         let is_ec = |m: MemgestId| {
@@ -2535,7 +2567,10 @@ impl<S: ReplicaStore> Replica<S> {
                         if e.value.is_some() {
                             match self.ec_value(&k, &e) {
                                 Ok(v) => e.value = Some(v),
-                                // Bytes not here yet (this arena recovers): not ready.
+                                // Bytes not here yet (this arena recovers): a copy skips
+                                // the value (its slot's digest then differs, so the
+                                // switch's delta resends it); anything else is not ready.
+                                Err(_) if skip_unready => continue,
                                 Err(_) => return None,
                             }
                         }
@@ -3478,7 +3513,8 @@ impl<S: ReplicaStore> Replica<S> {
             // (`retire_ec_leftovers`), in slots this node no longer coordinates.
             assert!(
                 r.is_some_and(|r| r.role == Role::Coordinator)
-                    || p.ec.as_ref().is_some_and(|e| e.bg),
+                    || p.ec.as_ref().is_some_and(|e| e.bg)
+                    || (p.ec.is_some() && self.copy_covers(p.slot)),
                 "pending write for a slot we do not coordinate"
             );
             for t in &p.targets {

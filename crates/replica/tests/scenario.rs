@@ -989,3 +989,284 @@ fn dedup_table_is_bounded_by_the_configured_count() {
         other => panic!("retry answered {other:?}"),
     }
 }
+
+impl Net {
+    /// An ec:1+2 memgest (s = 1 here: one data node, both redundant nodes hold parity),
+    /// marked written like `r3`.
+    fn ec12(&mut self) -> MemgestId {
+        let a = self.cp.step(
+            self.now,
+            CpInput::CreateMemgest {
+                name: "e12".into(),
+                kind: MemgestKind::Ec { k: 1, m: 2 },
+                evictable: None,
+            },
+        );
+        self.cp_actions(a);
+        self.settle();
+        let e = self.cp.map().memgest_by_name("e12").unwrap();
+        let a = self.cp.step(self.now, CpInput::MarkWritten { memgest: e });
+        self.cp_actions(a);
+        self.settle();
+        self.advance(200);
+        e
+    }
+
+    /// Payload bytes of every ec arena on `node`.
+    fn ec_payload(&self, node: NodeId) -> u64 {
+        self.nodes[&node].ec_accounting().payload_bytes
+    }
+}
+
+/// ec values are copied ahead of the switch (docs/design/cluster-resharding.md "Moving
+/// ec:K+M values", session 15): while a paced copy runs the old owner serves reads and
+/// writes of the span; the target re-encodes the span's values into its arena of the new
+/// group before the move fences (the copy reports "copied" only then), the switch
+/// re-encodes only what changed since, and the new coordinator answers every read with
+/// the value last written and no NotReady.
+#[test]
+fn an_ec_move_reencodes_ahead_of_the_switch_and_the_switch_only_what_changed() {
+    let mut net = Net::with_cfg(
+        4,
+        3,
+        ReplicaConfig {
+            ec_copy_ahead: true,
+            ..ReplicaConfig::default()
+        },
+    );
+    let e12 = net.ec12();
+    let a = net.cp.step(net.now, CpInput::AddNode { node: NodeId(4) });
+    net.cp_actions(a);
+    net.advance(300);
+    let plan = ringlet_control::plan_rebalance(&net.cp.map().clone());
+    let m = plan.first().copied().expect("the added node gets a share");
+    let keys: Vec<String> = (0..100_000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| (m.first..=m.last).contains(&key_slot(k.as_bytes())))
+        .take(200)
+        .collect();
+    let mut seq = 0u64;
+    let mut expect: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        let v = format!("{i:05}").repeat(1600); // 8 KB, distinct per key
+        seq += 1;
+        net.request(m.from, seq, set(k, &v, e12));
+        net.settle();
+        let reply = net.take_reply(seq);
+        assert!(
+            matches!(reply, Some(ClientReply::Written { .. })),
+            "{reply:?}"
+        );
+        expect.insert(k.clone(), Some(v));
+    }
+    assert_eq!(net.ec_payload(m.to), 0);
+    let a = net.cp.step(
+        net.now,
+        CpInput::MoveSlots {
+            first: m.first,
+            last: m.last,
+            pg: m.pg,
+            data_index: m.data_index,
+            rate_kib_s: 256,
+        },
+    );
+    net.cp_actions(a);
+    net.settle();
+    assert!(net.cp.map().moving.unwrap().copying);
+    let mut i = 0usize;
+    let mut during = 0;
+    let mut reencoded_before_fence = None;
+    let switched = loop {
+        net.advance(10);
+        let map = net.cp.map().clone();
+        if reencoded_before_fence.is_none() && !map.moving.is_some_and(|x| x.copying) {
+            reencoded_before_fence = Some(net.nodes[&m.to].stats.move_ec_reencoded);
+        }
+        if map.coordinator(m.first) == Some(m.to) {
+            break true;
+        }
+        if i >= 3_000 {
+            break false;
+        }
+        if !map.moving.is_some_and(|x| x.copying) {
+            continue;
+        }
+        let (w, d, r) = (
+            &keys[i % 200],
+            &keys[(i + 70) % 200],
+            &keys[(i + 140) % 200],
+        );
+        let value = format!("w{i}");
+        for (op, key, want) in [
+            (set(w, &value, e12), w, Some(value.clone())),
+            (
+                ClientOp::Delete {
+                    key: d.as_str().into(),
+                },
+                d,
+                None,
+            ),
+        ] {
+            seq += 1;
+            net.request(m.from, seq, op);
+            net.settle();
+            let reply = net.take_reply(seq);
+            assert!(
+                matches!(reply, Some(ClientReply::Written { .. })),
+                "write while copying: {reply:?}"
+            );
+            expect.insert(key.clone(), want);
+        }
+        seq += 1;
+        net.request(
+            m.from,
+            seq,
+            ClientOp::Get {
+                key: r.as_str().into(),
+            },
+        );
+        net.settle();
+        let Some(ClientReply::Value { value: v, .. }) = net.take_reply(seq) else {
+            panic!("read while copying")
+        };
+        assert_eq!(v.map(|v| String::from_utf8(v).unwrap()), expect[r], "{r}");
+        i += 1;
+        during += 1;
+    };
+    assert!(switched, "the move switched");
+    assert!(during > 10, "the copy took many ticks ({during})");
+    let before_fence = reencoded_before_fence.expect("the move fenced");
+    assert!(
+        before_fence >= 150,
+        "the span's values were re-encoded before the fence: {before_fence}"
+    );
+    // Served at once, every key as last written.
+    for (k, want) in &expect {
+        seq += 1;
+        net.request(
+            m.to,
+            seq,
+            ClientOp::Get {
+                key: k.as_str().into(),
+            },
+        );
+        net.settle();
+        let reply = net.take_reply(seq);
+        let Some(ClientReply::Value { value: v, .. }) = reply else {
+            panic!(
+                "read {k} at the new coordinator right after the switch: {reply:?}\n{}\n{:?}",
+                net.nodes[&m.to].debug_unsettled(),
+                net.nodes[&m.to].stats
+            )
+        };
+        assert_eq!(v.map(|v| String::from_utf8(v).unwrap()), *want, "{k}");
+    }
+    let stats = net.nodes[&m.to].stats.clone();
+    assert_eq!(stats.move_copies_completed, 1);
+    assert_eq!(stats.handoffs_completed, 1);
+    // The switch re-encoded only the values changed after the catch-up pass.
+    assert!(
+        stats.move_ec_reencoded - before_fence < 50,
+        "{} at the switch",
+        stats.move_ec_reencoded - before_fence
+    );
+    net.advance(1_000);
+    assert!(net.cp.map().handoffs.is_empty());
+    // Memory: the target's arena holds exactly the live values (deleted and overwritten
+    // ones released), and the old owner's arena gave the span up.
+    let live: u64 = expect.values().flatten().map(|v| v.len() as u64).sum();
+    assert_eq!(net.ec_payload(m.to), live);
+    // The old owner releases its arena's copies when it purges the span, i.e. when it has
+    // no role in the new cohort (a replica there keeps them: cluster-resharding.md "Not
+    // built").
+    if !net.cp.map().cohort(m.first).contains(&m.from) {
+        assert_eq!(net.ec_payload(m.from), 0);
+    }
+}
+
+/// A move whose ec copy is called off (its source cut off while the target re-encodes)
+/// leaves the old owner authoritative and releases the target's re-encoded copies: the
+/// target's arena payload goes back to zero and every value reads back from the span's
+/// owner (the failover's replacement, rebuilt from the parity holders).
+#[test]
+fn an_ec_copy_called_off_releases_the_targets_arena() {
+    let mut net = Net::with_cfg(
+        5,
+        3,
+        ReplicaConfig {
+            ec_copy_ahead: true,
+            ..ReplicaConfig::default()
+        },
+    );
+    let e12 = net.ec12();
+    let a = net.cp.step(net.now, CpInput::AddNode { node: NodeId(4) });
+    net.cp_actions(a);
+    net.advance(300);
+    let plan = ringlet_control::plan_rebalance(&net.cp.map().clone());
+    let m = plan.first().copied().expect("the added node gets a share");
+    let keys: Vec<String> = (0..100_000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| (m.first..=m.last).contains(&key_slot(k.as_bytes())))
+        .take(200)
+        .collect();
+    let big = "v".repeat(16 * 1024);
+    for (i, k) in keys.iter().enumerate() {
+        net.request(m.from, i as u64 + 1, set(k, &big, e12));
+        net.settle();
+        assert!(matches!(
+            net.take_reply(i as u64 + 1),
+            Some(ClientReply::Written { .. })
+        ));
+    }
+    let a = net.cp.step(
+        net.now,
+        CpInput::MoveSlots {
+            first: m.first,
+            last: m.last,
+            pg: m.pg,
+            data_index: m.data_index,
+            rate_kib_s: 512,
+        },
+    );
+    net.cp_actions(a);
+    net.advance(1_000);
+    assert!(net.cp.map().moving.unwrap().copying);
+    assert!(
+        net.ec_payload(m.to) > 0,
+        "the target re-encoded part of the span"
+    );
+    net.cut.insert(m.from);
+    net.advance(2_500);
+    assert!(net.cp.map().moving.is_none(), "called off");
+    net.cut.remove(&m.from);
+    net.advance(3_000);
+    let owner = net.cp.map().coordinator(m.first).unwrap();
+    assert_ne!(owner, m.to, "the span never switched");
+    for (i, k) in keys.iter().enumerate() {
+        let seq = 10_000 + i as u64;
+        let mut got = None;
+        for _ in 0..50 {
+            net.request(
+                owner,
+                seq,
+                ClientOp::Get {
+                    key: k.as_str().into(),
+                },
+            );
+            net.settle();
+            match net.take_reply(seq) {
+                Some(ClientReply::Value { value, .. }) => {
+                    got = Some(value);
+                    break;
+                }
+                // The replacement may still decode the value from the parity.
+                _ => net.advance(20),
+            }
+        }
+        assert_eq!(got.flatten().as_deref(), Some(big.as_bytes()), "{k}");
+    }
+    let t = &net.nodes[&m.to];
+    assert_eq!(t.stats.move_copies_aborted, 1);
+    assert!(keys.iter().all(|k| t.store().get(k.as_bytes()).is_none()));
+    assert_eq!(net.ec_payload(m.to), 0, "the target's copies were released");
+}

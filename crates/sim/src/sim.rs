@@ -57,6 +57,14 @@ pub struct SimOptions {
     /// never lost or changed), a key is absent only once an expiry it may hold has passed,
     /// and at the end every due key is deleted and every other acknowledged one is present.
     pub ttl: bool,
+    /// Aim moves at targets that take a copy before the switch (a pair whose node has no
+    /// role in the span: not a member of the span's group), adding a spare first when no
+    /// such node exists, so the copy phase and its ec re-encodes are what the move faults
+    /// hit (session 15).
+    pub ec_copy_focus: bool,
+    /// Run the nodes with `ReplicaConfig::ec_copy_ahead` (ec values copied ahead of a
+    /// move's switch; off by default, see there).
+    pub ec_copy_ahead: bool,
 }
 
 impl Default for SimOptions {
@@ -72,6 +80,8 @@ impl Default for SimOptions {
             engine_store: false,
             cp_failover: false,
             ttl: false,
+            ec_copy_focus: false,
+            ec_copy_ahead: false,
         }
     }
 }
@@ -94,6 +104,16 @@ pub struct RunStats {
     pub nodes_removed: u64,
     /// Crashes or partitions of a move's source or target while the move copies or fences.
     pub move_faults: u64,
+    /// Move faults (crash or partition of the source or target, or a control-plane
+    /// failover) that hit while the target held ec values its copy had re-encoded into the
+    /// target group ahead of the switch (session 15), and how many of those had
+    /// re-encodes still in flight.
+    pub move_faults_during_ec_copy: u64,
+    pub move_faults_during_ec_reencode: u64,
+    /// ec values re-encoded by copies before their switch, and copies called off (live
+    /// nodes at the end).
+    pub ec_copied: u64,
+    pub copies_aborted: u64,
     /// Control-plane failovers ([`SimOptions::cp_failover`]), and how many hit a listed move.
     pub cp_failovers: u64,
     pub cp_failovers_during_moves: u64,
@@ -456,6 +476,7 @@ impl World {
             // Small chunks so that values span chunks, stripes and codewords.
             ec_chunk_bytes: 64,
             ec_arena_bytes: 1 << 20,
+            ec_copy_ahead: self.opts.ec_copy_ahead,
             ..ReplicaConfig::default()
         };
         let store = match self.opts.store_value_bytes_max {
@@ -981,6 +1002,10 @@ impl World {
         if self.faults.cp_failover {
             kinds.push(6);
         }
+        if self.opts.ec_copy_focus && self.faults.moves {
+            // Mostly moves (each brings its own source/target fault), see `ec_copy_focus`.
+            kinds.extend([3, 3, 3, 3, 3, 3]);
+        }
         let Some(kind) = self.rng.pick(&kinds).copied() else {
             return;
         };
@@ -1104,9 +1129,28 @@ impl World {
                 // With ec memgests a move must change coordinator (refused otherwise):
                 // a few more draws to find such a pair.
                 let coord = p.range_coordinator(r);
-                for _ in 0..8 {
+                let focus = self.opts.ec_copy_focus;
+                let old_group: Vec<NodeId> =
+                    p.group(r.pg).map(<[NodeId]>::to_vec).unwrap_or_default();
+                if focus && p.members().iter().all(|n| old_group.contains(n)) {
+                    // Every data node is in the span's group: none would take a copy. Add
+                    // a spare (a later move can then target it).
+                    if let Some(spare) = map
+                        .nodes
+                        .iter()
+                        .find(|(_, n)| n.state == NodeState::Spare)
+                        .map(|(id, _)| *id)
+                    {
+                        self.stats.nodes_added += 1;
+                        let a = self.cp.step(self.now, CpInput::AddNode { node: spare });
+                        self.cp_actions(a);
+                    }
+                    return;
+                }
+                for _ in 0..if focus { 64 } else { 8 } {
                     let to = p.group(pg).and_then(|g| g.get(usize::from(di)).copied());
-                    if !self.opts.ec || to != coord {
+                    let copies = to.is_some_and(|t| !old_group.contains(&t));
+                    if (!self.opts.ec || to != coord) && (!focus || copies) {
                         break;
                     }
                     pg = self.rng.range(0, p.groups.len() as u64 - 1) as u32;
@@ -1214,6 +1258,36 @@ impl World {
             .is_some_and(|m| NodeId(m.source) == source && NodeId(m.target) == target);
         if !whole || !up || !listed {
             return;
+        }
+        let ec_copy = self
+            .nodes
+            .get(&target)
+            .and_then(|s| s.replica.as_ref())
+            .and_then(|r| r.copy_ec_progress())
+            .filter(|(copied, _)| *copied > 0);
+        let copying = map.moving.is_some_and(|m| m.copying);
+        if self.opts.ec_copy_focus
+            && ec_copy.is_none()
+            && copying
+            && self.now.saturating_sub(issued_ms) < 1500
+        {
+            // Wait (20 ms at a time, 1.5 s at most) for the target to hold ec values of its
+            // copy, so the fault lands in the early re-encode (`ec_copy_focus`).
+            self.schedule(
+                20,
+                Event::MoveFault {
+                    source,
+                    target,
+                    issued_ms,
+                },
+            );
+            return;
+        }
+        if let Some((_, in_flight)) = ec_copy {
+            self.stats.move_faults_during_ec_copy += 1;
+            if in_flight > 0 {
+                self.stats.move_faults_during_ec_reencode += 1;
+            }
         }
         if self.faults.cp_failover
             && (!(self.faults.crash || self.faults.partition) || self.rng.chance(0.4))
@@ -1879,6 +1953,8 @@ impl World {
                 self.stats.ec_decodes_on_demand += r.stats.ec_decodes_on_demand;
                 self.stats.ec_holder_syncs += r.stats.ec_holder_syncs;
                 self.stats.ec_reencoded += r.stats.move_ec_reencoded;
+                self.stats.ec_copied += r.stats.move_ec_copied;
+                self.stats.copies_aborted += r.stats.move_copies_aborted;
                 self.stats.ec_replacement_pages += r.stats.move_ec_replacement_pages;
                 self.stats.ec_meta_only_writes += r.stats.ec_meta_only_writes;
             }

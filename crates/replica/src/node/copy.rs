@@ -22,6 +22,16 @@
 //! whole makes the result depend only on S's state at the time of the delta, whatever
 //! happened to the copy before.
 //!
+//! ec values (session 15) are copied too: the source sends them decoded (as at the switch)
+//! and this node re-encodes each, under its own version and expiry, into its arena of the
+//! move's TARGET group (`SlotMove::pg`), committed on that group's M parity holders like a
+//! write without a client. The copy reports "copied" only once every such re-encode
+//! committed, so the switch finds the span's ec values in place and its delta re-encodes
+//! only what changed since. A re-encode the arena cannot take (recovering, full) is left to
+//! the delta: the key's slot digest differs. Called off, the copy is wiped like a rep copy
+//! and every ec entry it stored is retired from the target arena (`retire_ec_leftovers`);
+//! re-encodes still in flight then are wiped once they ended (`orphans`).
+//!
 //! Where the copy lives: in this node's store, in slots where it has no role (a copy is
 //! taken only when the span's range here is `Role::None` and `Idle`). Nothing reads those
 //! slots here: fronts and quorum reads answer only for ranges this node serves, and repair
@@ -53,13 +63,42 @@ pub(super) struct Copy {
     /// Pull time of the copy (its two passes), for the handoff's throughput figures.
     took_ms: u64,
     last_report_ms: Option<u64>,
+    /// The move's target group: ec values are re-encoded into this node's arena of it.
+    pg: u32,
+    /// Whether the span's current group is another group than `pg`. Within one group the
+    /// parity holders keep ONE metadata record per key (`ParityStore`, whatever the owner
+    /// position): a re-encode at the same version would be ignored there and an abort's
+    /// retire would drop the old owner's record (sim seed 20923). Such a copy takes no ec
+    /// values: they are re-encoded at the switch as before.
+    ec_other_group: bool,
+    /// ec re-encodes of this copy in flight (version → key). At most
+    /// `EC_REENCODES_IN_FLIGHT_MAX`: past it no next page is asked for; the copy reports
+    /// "copied" only once it is empty.
+    ec_reencoding: BTreeMap<Version, Vec<u8>>,
+    /// ec values this copy re-encoded (started), for tests and the simulator.
+    ec_copied: u64,
+}
+
+/// A copy called off while some of its ec re-encodes were in flight: they may still commit
+/// (store pointer, arena entry) into slots this node does not serve, so the span is wiped
+/// once more after they ended. At most one (a new copy or role replaces it).
+#[derive(Clone, Debug)]
+pub(super) struct CopyOrphans {
+    first: Slot,
+    last: Slot,
+    versions: Vec<Version>,
 }
 
 impl Copy {
     pub(super) fn describe(&self) -> String {
         format!(
-            "copy {}..={} from {} pass {} pulling {}",
-            self.first, self.last, self.source, self.pass, self.pulling
+            "copy {}..={} from {} pass {} pulling {} ec_reencoding {}",
+            self.first,
+            self.last,
+            self.source,
+            self.pass,
+            self.pulling,
+            self.ec_reencoding.len()
         )
     }
 }
@@ -86,6 +125,13 @@ impl<S: ReplicaStore> Replica<S> {
             let n = chunk.len();
             for (k, _, _) in chunk {
                 if !keep.contains(&k) {
+                    // An ec entry (a copied value re-encoded here) leaves this node's
+                    // arena too, unless the page resending the slot brings it back at the
+                    // same version (`reencode_ec` then restores the pointer and
+                    // `retire_ec_leftovers` leaves it alone).
+                    if let Some(e) = self.store.get(&k).filter(|e| self.is_ec_value(e)) {
+                        self.ec_leftovers.push((k.clone(), e));
+                    }
                     self.store.forget(&k);
                 }
                 after = Some(k);
@@ -129,11 +175,19 @@ impl<S: ReplicaStore> Replica<S> {
                 }
                 _ if c.pulling => {
                     // Called off (or overtaken by another change): the old owner keeps the
-                    // span; the partial copy goes. Any role this node got there in the
-                    // same map is new (it had none when the copy started) and pulls from
-                    // scratch, so the wipe takes nothing it needs.
+                    // span; the partial copy goes, ec entries retired from the target
+                    // arena with it. Any role this node got there in the same map is new
+                    // (it had none when the copy started) and pulls from scratch, so the
+                    // wipe takes nothing it needs.
                     self.wipe_range(c.first, c.last);
                     self.stats.move_copies_aborted += 1;
+                    if !c.ec_reencoding.is_empty() {
+                        self.copy_orphans = Some(CopyOrphans {
+                            first: c.first,
+                            last: c.last,
+                            versions: c.ec_reencoding.keys().copied().collect(),
+                        });
+                    }
                 }
                 _ => {}
             }
@@ -148,6 +202,15 @@ impl<S: ReplicaStore> Replica<S> {
             // An Idle range holds nothing, but leftovers of an interrupted purge would
             // only make the catch-up resend their slots: drop them now.
             self.wipe_range(m.first, m.last);
+        }
+        // Re-encodes of an earlier copy of this span still in flight become part of this
+        // one if they commit (same source data; the catch-up corrects what differs).
+        if self
+            .copy_orphans
+            .as_ref()
+            .is_some_and(|o| o.first <= m.last && m.first <= o.last)
+        {
+            self.copy_orphans = None;
         }
         self.copy = Some(Copy {
             first: m.first,
@@ -165,7 +228,66 @@ impl<S: ReplicaStore> Replica<S> {
             started_ms: now_ms,
             took_ms: 0,
             last_report_ms: None,
+            pg: m.pg,
+            ec_other_group: map
+                .placement
+                .as_ref()
+                .and_then(|p| p.range_of(m.first))
+                .is_some_and(|r| r.pg != m.pg),
+            ec_reencoding: BTreeMap::new(),
+            ec_copied: 0,
         });
+    }
+
+    /// The copy this node runs as a move's target, if any: (ec values it re-encoded into
+    /// the target group so far, re-encodes of it still in flight). For the simulator's
+    /// fault accounting and tests.
+    pub fn copy_ec_progress(&self) -> Option<(u64, usize)> {
+        self.copy
+            .as_ref()
+            .map(|c| (c.ec_copied, c.ec_reencoding.len()))
+    }
+
+    /// Whether `slot` is in the span this node copies, or in a called-off copy's span whose
+    /// ec re-encodes are still in flight (a re-encode there is pending without a role).
+    pub(super) fn copy_covers(&self, slot: Slot) -> bool {
+        self.copy
+            .as_ref()
+            .is_some_and(|c| c.first <= slot && slot <= c.last)
+            || self
+                .copy_orphans
+                .as_ref()
+                .is_some_and(|o| o.first <= slot && slot <= o.last)
+    }
+
+    /// Drop this copy's ec re-encodes that ended (committed, or abandoned: the delta at the
+    /// switch resends a key whose re-encode did not commit, its slot digest differs); once
+    /// an orphaned copy's re-encodes all ended, wipe its span again if this node still has
+    /// no role there.
+    fn settle_copy_reencodes(&mut self) {
+        let in_flight = |pending: &BTreeMap<Version, Pending>, v: &Version| {
+            pending.get(v).is_some_and(|p| !p.committed)
+        };
+        if let Some(c) = self.copy.as_mut() {
+            let pending = &self.pending;
+            c.ec_reencoding.retain(|v, _| in_flight(pending, v));
+        }
+        let Some(o) = self.copy_orphans.as_mut() else {
+            return;
+        };
+        let pending = &self.pending;
+        o.versions.retain(|v| in_flight(pending, v));
+        if !o.versions.is_empty() {
+            return;
+        }
+        let (first, last) = (o.first, o.last);
+        self.copy_orphans = None;
+        let unserved = self.range(first).is_some_and(|r| {
+            r.role == Role::None && matches!(r.status, Status::Idle) && !r.held && r.last >= last
+        });
+        if unserved && self.copy.is_none() {
+            self.wipe_range(first, last);
+        }
     }
 
     /// Send the copy's next page request (paced by the move's rate; repeated after the
@@ -173,8 +295,12 @@ impl<S: ReplicaStore> Replica<S> {
     /// heartbeat interval while the map still shows the move copying).
     pub(super) fn drive_copy(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         let Some(map) = self.map.clone() else { return };
+        self.settle_copy_reencodes();
         let (retry, hb) = (self.cfg.pull_retry_ms, self.cfg.heartbeat_interval_ms);
         let Some(c) = self.copy.as_mut() else { return };
+        if c.pass >= 2 && !c.ec_reencoding.is_empty() {
+            return; // copied once the span's ec values committed in the target group
+        }
         if c.pass >= 2 {
             let copying = map
                 .moving
@@ -194,7 +320,9 @@ impl<S: ReplicaStore> Replica<S> {
             }
             return;
         }
-        if now_ms < c.paced_until_ms {
+        if now_ms < c.paced_until_ms
+            || c.ec_reencoding.len() >= ec_bounds::EC_REENCODES_IN_FLIGHT_MAX
+        {
             return;
         }
         if c.req_id != 0 && now_ms.saturating_sub(c.sent_ms) < retry {
@@ -243,7 +371,8 @@ impl<S: ReplicaStore> Replica<S> {
             c.sent_ms = now_ms;
             return;
         }
-        let (first, last, pass) = (c.first, c.last, c.pass);
+        let (first, last, pass, pg) = (c.first, c.last, c.pass, c.pg);
+        let ec_ahead = self.cfg.ec_copy_ahead && c.ec_other_group;
         let page_bytes: u64 = entries
             .iter()
             .map(|(k, e)| (k.len() + e.value.as_ref().map_or(0, Vec::len)) as u64)
@@ -276,8 +405,28 @@ impl<S: ReplicaStore> Replica<S> {
             // Only the span's keys (a source never sends others; the check keeps a
             // confused one from writing outside the copy). A refused entry (no room) is
             // left to the delta at the switch: its slot's digest differs.
-            if (first..=last).contains(&key_slot(&k)) {
+            if !(first..=last).contains(&key_slot(&k)) {
+                continue;
+            }
+            let ec = self
+                .map
+                .as_ref()
+                .is_some_and(|m| matches!(m.memgest_kind(e.memgest), MemgestKind::Ec { .. }));
+            if !ec {
                 let _ = self.apply_local(&k, e);
+                continue;
+            }
+            if !ec_ahead {
+                continue; // left to the switch (ReplicaConfig::ec_copy_ahead, same group)
+            }
+            // Decoded by the source: re-encode into the target group's arena. Not taken
+            // now (arena recovering or full): the delta at the switch resends it.
+            if let Ok(Some(v)) = self.reencode_ec(now_ms, pg, k.clone(), e, out) {
+                self.stats.move_ec_copied += 1;
+                if let Some(c) = self.copy.as_mut() {
+                    c.ec_reencoding.insert(v, k);
+                    c.ec_copied += 1;
+                }
             }
         }
         self.drive_copy(now_ms, out);

@@ -890,11 +890,25 @@ impl<S: ReplicaStore> Replica<S> {
         for v in done {
             self.pending.remove(&v);
         }
+        let committed_any = !ready.is_empty();
         for v in ready {
             self.commit(v, out);
             if let Some(p) = self.pending.get(&v) {
                 if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
                     self.pending.remove(&v);
+                }
+            }
+        }
+        // A handoff rebuild waiting only for its last re-encodes serves now, not at the
+        // next tick: its reads answer NotReady until then.
+        let reencoding =
+            |r: &RangeState| matches!(&r.status, Status::Pulling(p) if !p.ec_reencoding.is_empty());
+        if committed_any && self.ranges.iter().any(reencoding) {
+            let now_ms = self.last_now_ms;
+            self.settle_reencodes(now_ms);
+            for ri in 0..self.ranges.len() {
+                if self.pull_complete(ri) {
+                    self.finish_pull(now_ms, ri, false, out);
                 }
             }
         }
@@ -2545,8 +2559,11 @@ impl<S: ReplicaStore> Replica<S> {
             // from whichever old arena still names it, now: once the re-encode below is in
             // flight or committed, `retire_ec_leftovers` leaves the key alone.
             self.store.forget(&key);
-            self.ec_leftovers.push((key.clone(), c));
+            let queued = std::mem::replace(&mut self.ec_leftovers, vec![(key.clone(), c)]);
             self.retire_ec_leftovers(out);
+            // Only this key now: others queued (a delta's reset slot) may come back at
+            // their version in the same page.
+            self.ec_leftovers = queued;
         }
         let slot = key_slot(&key);
         let Some(d) = self.ec_data.get_mut(&(pg, e.memgest)) else {
@@ -2555,6 +2572,46 @@ impl<S: ReplicaStore> Replica<S> {
         if !matches!(d.state, DataState::Ready) {
             return Err(());
         }
+        match d.arena.meta(&key).copied() {
+            // This arena names the key at exactly this version and nothing is in flight for
+            // it: a re-encode of the copy before the switch committed it here, and a delta
+            // reset then forgot the store's pointer (the source resent the slot whole).
+            // Same version, same write: point at the bytes again, no parity traffic.
+            Some(m) if m.version == e.version && e.value.is_some() => {
+                if self.uncommitted.contains_key(&key) {
+                    return Err(());
+                }
+                let entry = Entry {
+                    version: e.version,
+                    memgest: e.memgest,
+                    expiry_ms: e.expiry_ms,
+                    kind: e.kind,
+                    value: Some(ec_ptr(m.offset, m.len)),
+                };
+                self.hlc.observe(e.version);
+                let _ = self.apply_local(&key, entry);
+                return Ok(None);
+            }
+            // A newer version than the one sent (no store entry holds it: a copy whose
+            // slot was reset): the source's is authoritative. Retire this one first (the
+            // holders apply in sequence order: the retire, then the put below).
+            Some(m) if m.version >= e.version && !self.uncommitted.contains_key(&key) => {
+                let stale = Entry {
+                    version: m.version,
+                    memgest: e.memgest,
+                    value: Some(ec_ptr(m.offset, m.len)),
+                    expiry_ms: None,
+                    kind: m.kind,
+                };
+                let queued = std::mem::replace(&mut self.ec_leftovers, vec![(key.clone(), stale)]);
+                self.retire_ec_leftovers(out);
+                self.ec_leftovers = queued;
+            }
+            _ => {}
+        }
+        let Some(d) = self.ec_data.get_mut(&(pg, e.memgest)) else {
+            return Err(());
+        };
         let staged = match &e.value {
             Some(v) => d
                 .arena
