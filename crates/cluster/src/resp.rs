@@ -977,7 +977,7 @@ impl Front {
         conn: &clients::Conn,
     ) -> Result<Reply, Reply> {
         let a = |i: usize| -> &[u8] { argv.get(i).map(|v| &v[..]).unwrap_or(b"") };
-        use ringlet_server::cmd::{bits, lcs, string};
+        use ringlet_server::cmd::{bits, keyspace as keyspace_cmd, lcs, string};
         let ks = keyspace::Replicated(self);
         match name {
             "ping" => Ok(convert(&node::ping(args))),
@@ -1229,8 +1229,21 @@ impl Front {
                 }
                 Ok(Reply::ok())
             }
-            "expire" | "pexpire" | "expireat" | "pexpireat" | "ttl" | "pttl" | "expiretime"
-            | "pexpiretime" | "persist" => self.ttl_command(name, args, argv).await,
+            "expire" => shared(keyspace_cmd::expire(&ks, args).await),
+            "pexpire" => shared(keyspace_cmd::pexpire(&ks, args).await),
+            "expireat" => shared(keyspace_cmd::expireat(&ks, args).await),
+            "pexpireat" => shared(keyspace_cmd::pexpireat(&ks, args).await),
+            "ttl" => shared(keyspace_cmd::ttl(&ks, args).await),
+            "pttl" => shared(keyspace_cmd::pttl(&ks, args).await),
+            "expiretime" => shared(keyspace_cmd::expiretime(&ks, args).await),
+            "pexpiretime" => shared(keyspace_cmd::pexpiretime(&ks, args).await),
+            "persist" => shared(keyspace_cmd::persist(&ks, args).await),
+            "type" => shared(keyspace_cmd::type_(&ks, args).await),
+            "touch" => shared(keyspace_cmd::touch(&ks, args).await),
+            "copy" => shared(keyspace_cmd::copy(&ks, args).await),
+            "rename" => shared(keyspace_cmd::rename(&ks, args).await),
+            "renamenx" => shared(keyspace_cmd::renamenx(&ks, args).await),
+            "object" => shared(keyspace_cmd::object(&ks, args).await),
             _ => match self.keyspace_command(name, argv).await {
                 Some(r) => r,
                 // The table has the command but this front has no handler for it: a bug that
@@ -2052,10 +2065,6 @@ enum Expiry {
     Keep,
 }
 
-fn invalid_expire(cmd: &str) -> Reply {
-    err(format!("ERR invalid expire time in '{cmd}' command"))
-}
-
 impl Front {
     /// The other active data nodes, which hold copies of what this node coordinates (ROLE
     /// and INFO replication list the same ones), with their client addresses.
@@ -2208,89 +2217,6 @@ impl Front {
             }
             tokio::time::sleep(nap.min(deadline - now)).await;
             nap = (nap * 2).min(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Front {
-    /// SETEX PSETEX EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME
-    /// PERSIST GETEX, with Redis 7's replies. A TTL change is a new version of the value
-    /// (replicated like any write); an expiry already in the past deletes the key.
-    async fn ttl_command(
-        &self,
-        name: &str,
-        args: &[&[u8]],
-        argv: &[Vec<u8>],
-    ) -> Result<Reply, Reply> {
-        let key = &argv[1][..];
-        if let Some(m) = self.moved(key_slot(key)) {
-            return Err(m);
-        }
-        let now = crate::wall_ms();
-        match name {
-            "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
-                let ms = name.starts_with('p');
-                Ok(Reply::Integer(
-                    match self.get_any(key).await?.map(|g| g.expiry_ms) {
-                        None => -2,
-                        Some(None) => -1,
-                        Some(Some(x)) => {
-                            let v = if name.ends_with("ttl") {
-                                x.saturating_sub(now)
-                            } else {
-                                x
-                            };
-                            let v = if ms { v } else { (v + 500) / 1000 };
-                            i64::try_from(v).unwrap_or(i64::MAX)
-                        }
-                    },
-                ))
-            }
-            "persist" => {
-                let _g = self.lock(key).await?;
-                match self.get_any(key).await? {
-                    Some(g) if g.expiry_ms.is_some() => {
-                        self.write_kind(key, Some(g.value), None, None, g.kind)
-                            .await?;
-                        Ok(Reply::Integer(1))
-                    }
-                    _ => Ok(Reply::Integer(0)),
-                }
-            }
-            _ => {
-                // EXPIRE PEXPIRE EXPIREAT PEXPIREAT key n [NX|XX|GT|LT], parsed as Redis
-                // does (options, then the time; ringlet-command, shared with the single node).
-                let now_i = i64::try_from(now).map_err(|_| invalid_expire(name))?;
-                let relative = matches!(name, "expire" | "pexpire");
-                let seconds = matches!(name, "expire" | "expireat");
-                let e = ringlet_command::args::expire_args(
-                    args,
-                    if relative { now_i } else { 0 },
-                    seconds,
-                    name,
-                )
-                .map_err(|e| convert(&e))?;
-                let at = e.at_ms;
-                let _g = self.lock(key).await?;
-                let Some(Got {
-                    value: v,
-                    expiry_ms: old,
-                    kind,
-                }) = self.get_any(key).await?
-                else {
-                    return Ok(Reply::Integer(0));
-                };
-                if !e.allows(old) {
-                    return Ok(Reply::Integer(0));
-                }
-                if at <= now_i {
-                    self.write(key, None).await?;
-                } else {
-                    let at = u64::try_from(at).map_err(|_| invalid_expire(name))?;
-                    self.write_kind(key, Some(v), None, Some(at), kind).await?;
-                }
-                Ok(Reply::Integer(1))
-            }
         }
     }
 }

@@ -122,11 +122,6 @@ impl Front {
             "randomkey" => self.randomkey(argv).await,
             "dbsize" => self.dbsize(argv),
             "flushall" | "flushdb" => self.flush(name, argv).await,
-            "type" => self.type_of(argv).await,
-            "touch" => self.touch(argv).await,
-            "rename" | "renamenx" => self.rename(name, argv).await,
-            "copy" => self.copy(argv).await,
-            "object" => self.object(argv).await,
             "time" => Ok(super::convert(&ringlet_server::cmd::node::time())),
             _ => return None,
         };
@@ -256,19 +251,6 @@ impl Front {
         Ok(Reply::ok())
     }
 
-    async fn type_of(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 2 {
-            return Err(wrong_args("type"));
-        }
-        self.route(&argv[1])?;
-        let t = if let Some(g) = self.get_any(&argv[1]).await? {
-            g.kind.type_name()
-        } else {
-            "none"
-        };
-        Ok(Reply::Simple(t.as_bytes().to_vec()))
-    }
-
     /// `-MOVED` unless this node coordinates `key`.
     fn route(&self, key: &[u8]) -> Result<(), Reply> {
         match self.moved(key_slot(key)) {
@@ -283,142 +265,6 @@ impl Front {
         match keys.first() {
             Some(k) => self.route(k),
             None => Ok(()),
-        }
-    }
-
-    async fn touch(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() < 2 {
-            return Err(wrong_args("touch"));
-        }
-        let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
-        self.route_all(&keys)?;
-        let mut n = 0;
-        for k in keys {
-            n += i64::from(self.exists(k).await?);
-        }
-        Ok(Reply::Integer(n))
-    }
-
-    async fn rename(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 3 {
-            return Err(wrong_args(name));
-        }
-        let nx = name == "renamenx";
-        let (src, dst) = (&argv[1][..], &argv[2][..]);
-        self.route_all(&[src, dst])?;
-        let _guards = self.lock_sorted(&[src, dst]).await?;
-        let Some(g) = self.get_any(src).await? else {
-            return Err(err("ERR no such key"));
-        };
-        if src == dst {
-            return Ok(if nx { Reply::Integer(0) } else { Reply::ok() });
-        }
-        if nx && self.exists(dst).await? {
-            return Ok(Reply::Integer(0));
-        }
-        // The new key keeps the old one's memgest, kind and TTL, as Redis keeps its TTL.
-        let memgest = self.memgest_of(src).await?;
-        self.write_kind(dst, Some(g.value), memgest, g.expiry_ms, g.kind)
-            .await?;
-        self.write(src, None).await?;
-        Ok(if nx { Reply::Integer(1) } else { Reply::ok() })
-    }
-
-    async fn copy(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() < 3 {
-            return Err(wrong_args("copy"));
-        }
-        let mut replace = false;
-        let mut i = 3;
-        while i < argv.len() {
-            let o = argv[i].to_ascii_lowercase();
-            if o == b"replace" {
-                replace = true;
-                i += 1;
-            } else if o == b"db" && i + 1 < argv.len() {
-                if let Some(e) = ringlet_server::cmd::keyspace::copy_db_error(&argv[i + 1]) {
-                    return Err(err(e));
-                }
-                i += 2;
-            } else {
-                return Err(err("ERR syntax error"));
-            }
-        }
-        let (src, dst) = (&argv[1][..], &argv[2][..]);
-        self.route_all(&[src, dst])?;
-        if src == dst {
-            return Err(err("ERR source and destination objects are the same"));
-        }
-        let _guards = self.lock_sorted(&[src, dst]).await?;
-        let Some(g) = self.get_any(src).await? else {
-            return Ok(Reply::Integer(0));
-        };
-        if !replace && self.exists(dst).await? {
-            return Ok(Reply::Integer(0));
-        }
-        let memgest = self.memgest_of(src).await?;
-        self.write_kind(dst, Some(g.value), memgest, g.expiry_ms, g.kind)
-            .await?;
-        Ok(Reply::Integer(1))
-    }
-
-    /// OBJECT ENCODING / HELP (Redis's encodings for strings: int, embstr up to 44 bytes,
-    /// raw; decided by the value alone — Redis also makes a string raw once APPEND or
-    /// SETRANGE modified it). REFCOUNT, IDLETIME and FREQ have no meaning here and are
-    /// refused.
-    async fn object(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        let sub = argv
-            .get(1)
-            .map(|s| s.to_ascii_lowercase())
-            .unwrap_or_default();
-        match (sub.as_slice(), argv.len()) {
-            (b"encoding" | b"refcount", 3) => {
-                self.route(&argv[2])?;
-                let refcount = sub == b"refcount";
-                Ok(match self.get_any(&argv[2]).await? {
-                    None => Reply::Null,
-                    Some(g) => match g.kind {
-                        ringlet_types::ValueKind::String if refcount => {
-                            Reply::Integer(ringlet_server::cmd::keyspace::string_refcount(&g.value))
-                        }
-                        ringlet_types::ValueKind::Record if refcount => Reply::Integer(1),
-                        ringlet_types::ValueKind::String => Reply::Bulk(
-                            ringlet_server::cmd::keyspace::string_encoding(&g.value)
-                                .as_bytes()
-                                .to_vec(),
-                        ),
-                        ringlet_types::ValueKind::Record => Reply::Bulk(
-                            ringlet_server::cmd::keyspace::record_encoding(
-                                &g.value,
-                                &self.hash_encoding,
-                            )
-                            .as_bytes()
-                            .to_vec(),
-                        ),
-                    },
-                })
-            }
-            (b"help", 2) => {
-                let lines = ringlet_server::cmd::keyspace::OBJECT_HELP;
-                Ok(super::convert(&ringlet_server::cmd::connection::help(
-                    "OBJECT", lines,
-                )))
-            }
-            // Redis's texts: a known subcommand with the wrong arity, else unknown.
-            (b"encoding" | b"refcount" | b"help", _) => Err(err(format!(
-                "ERR wrong number of arguments for 'object|{}' command",
-                String::from_utf8_lossy(&sub)
-            ))),
-            // No subcommand: the container's arity error; else Redis's unknown-subcommand
-            // text, from the table's lookup (the single node's).
-            _ if argv.len() < 2 => Err(err("ERR wrong number of arguments for 'object' command")),
-            _ => {
-                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                Err(match ringlet_command::lookup(&args) {
-                    Err(e) => super::convert(&e),
-                    Ok(_) => err("ERR syntax error"),
-                })
-            }
         }
     }
 
