@@ -24,8 +24,13 @@
 //! new memgest with a new version; readers see the old version until the new one commits,
 //! never a missing key; the replica core retires the old copies.
 //!
-//! TTLs replicate with each entry (docs/design/cluster-ttl.md); keyspace commands (KEYS, SCAN,
-//! DBSIZE, FLUSHALL per node; RENAME, COPY, MSETNX within a slot) are in `resp/keyspace.rs`.
+//! TTLs replicate with each entry (docs/design/cluster-ttl.md). Key commands written once for
+//! both fronts (`ringlet_server::cmd::{string, bits, lcs, keyspace}`: INCR, APPEND, SETRANGE,
+//! EXPIRE, TTL, RENAME, COPY, MSETNX, ... ) run here over the replicated keyspace
+//! (`resp/keyspace.rs`, `Replicated`: the per-key lock, a read at the coordinator, writes
+//! through the core); KEYS, SCAN, DBSIZE and FLUSHALL per node are in `resp/keyspace.rs` too.
+//! GET, SET, DEL, EXISTS, MGET and MSET keep this front's own handlers (fast read path,
+//! blind-write ambiguity resolution).
 //! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
 //! as Redis). Transactions (MULTI/EXEC) within one slot are in `resp/transaction.rs`.
 

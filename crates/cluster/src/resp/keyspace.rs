@@ -5,10 +5,13 @@
 //!   FLUSHALL and FLUSHDB see the keys of the slots *this node coordinates* (a node also
 //!   stores replica copies and parity metadata of other slots; those are not its keys).
 //!   redis-py's `RedisCluster` sends KEYS/DBSIZE/FLUSHALL to every primary and merges.
-//! * **Within a slot**: multi-key commands (MSETNX, RENAME, RENAMENX, COPY, TOUCH) need their
-//!   keys in one slot (`-CROSSSLOT` otherwise), take the per-key locks in key order (no
-//!   deadlock between two such commands) and run on the coordinator.
-//! * GETRANGE, SETRANGE, TYPE, OBJECT ENCODING, TIME as Redis 7 answers them.
+//! * **The replicated keyspace** ([`Replicated`], at the end of this file): the cluster's
+//!   implementation of `ringlet_server::cmd::keyspace_api::Keyspace`, over which the key
+//!   commands written once for both fronts run (the string, bit, LCS, expire and keyspace
+//!   families: `ringlet_server::cmd::{string, bits, lcs, keyspace}`). Multi-key ones (MSETNX,
+//!   RENAME, RENAMENX, COPY, TOUCH, LCS) need their keys in one slot (`-CROSSSLOT` otherwise);
+//!   mutations take the per-key locks in key order (no deadlock between two such commands)
+//!   and run on the coordinator.
 //!
 //! What is weaker than Redis, and why: MSETNX checks all keys under their locks and then
 //! writes them one by one, so it is all-or-nothing against other clients, but a coordinator

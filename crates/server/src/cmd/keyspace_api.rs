@@ -279,6 +279,8 @@ fn apply(
             .map(|_| ())
             .map_err(engine_error),
         Change::Put(p) => {
+            // The handler has seen the old value already: the engine need not copy it out
+            // again (`Engine::set` would, for its `SetOutcome::Applied::old`).
             let opts = SetOptions {
                 memgest,
                 expiry: expiry(p.ttl),
@@ -286,7 +288,7 @@ fn apply(
                 ..SetOptions::default()
             };
             engine
-                .set(key, &p.value, &opts, now)
+                .set_discarding_old(key, &p.value, &opts, now)
                 .map(|_| ())
                 .map_err(engine_error)
         }
@@ -295,6 +297,16 @@ fn apply(
             .map(|_| ())
             .map_err(engine_error),
     }
+}
+
+/// INFO's `keyspace_hits` / `keyspace_misses` for one read of a key command.
+pub(super) fn count_read(stats: &Stats, hit: bool) {
+    let c = if hit {
+        &stats.keyspace_hits
+    } else {
+        &stats.keyspace_misses
+    };
+    Stats::add(c, 1);
 }
 
 fn expiry(ttl: Ttl) -> Expiry {
@@ -332,15 +344,7 @@ impl Keyspace for Local<'_> {
                 self.shared.db.lock().get(key, self.now_ms).map(Value::from)
             }
         };
-        let stats = &self.shared.stats;
-        Stats::add(
-            if v.is_some() {
-                &stats.keyspace_hits
-            } else {
-                &stats.keyspace_misses
-            },
-            1,
-        );
+        count_read(&self.shared.stats, v.is_some());
         Ok(v)
     }
 
@@ -405,5 +409,27 @@ impl Keyspace for Local<'_> {
             apply(&mut engine, keys[i], change, memgest, self.now_ms)?;
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ready;
+
+    #[test]
+    fn ready_runs_a_future_that_never_waits() {
+        async fn add(a: u64, b: u64) -> u64 {
+            a + b
+        }
+        async fn nested() -> u64 {
+            add(add(1, 2).await, 3).await
+        }
+        assert_eq!(ready(nested()), 6);
+    }
+
+    #[test]
+    #[should_panic(expected = "waited")]
+    fn ready_refuses_a_future_that_waits() {
+        ready(std::future::pending::<()>());
     }
 }

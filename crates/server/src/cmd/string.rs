@@ -44,15 +44,7 @@ pub fn read_kind(ctx: &mut Ctx<'_>, key: &[u8]) -> Option<ValueKind> {
             }
         }
     };
-    let stats = &ctx.shared.stats;
-    Stats::add(
-        if hit.is_some() {
-            &stats.keyspace_hits
-        } else {
-            &stats.keyspace_misses
-        },
-        1,
-    );
+    super::keyspace_api::count_read(&ctx.shared.stats, hit.is_some());
     hit
 }
 
