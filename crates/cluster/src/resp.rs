@@ -24,8 +24,13 @@
 //! new memgest with a new version; readers see the old version until the new one commits,
 //! never a missing key; the replica core retires the old copies.
 //!
-//! TTLs replicate with each entry (docs/design/cluster-ttl.md); keyspace commands (KEYS, SCAN,
-//! DBSIZE, FLUSHALL per node; RENAME, COPY, MSETNX within a slot) are in `resp/keyspace.rs`.
+//! TTLs replicate with each entry (docs/design/cluster-ttl.md). Key commands written once for
+//! both fronts (`ringlet_server::cmd::{string, bits, lcs, keyspace}`: INCR, APPEND, SETRANGE,
+//! EXPIRE, TTL, RENAME, COPY, MSETNX, ... ) run here over the replicated keyspace
+//! (`resp/keyspace.rs`, `Replicated`: the per-key lock, a read at the coordinator, writes
+//! through the core); KEYS, SCAN, DBSIZE and FLUSHALL per node are in `resp/keyspace.rs` too.
+//! GET, SET, DEL, EXISTS, MGET and MSET keep this front's own handlers (fast read path,
+//! blind-write ambiguity resolution).
 //! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
 //! as Redis). Transactions (MULTI/EXEC) within one slot are in `resp/transaction.rs`.
 
@@ -978,6 +983,8 @@ impl Front {
         conn: &clients::Conn,
     ) -> Result<Reply, Reply> {
         let a = |i: usize| -> &[u8] { argv.get(i).map(|v| &v[..]).unwrap_or(b"") };
+        use ringlet_server::cmd::{bits, keyspace as keyspace_cmd, lcs, string};
+        let ks = keyspace::Replicated(self);
         match name {
             "ping" => Ok(convert(&node::ping(args))),
             "echo" => Ok(convert(&node::echo(args))),
@@ -1158,31 +1165,29 @@ impl Front {
                     (false, false) => Reply::Null,
                 })
             }
-            "setnx" => {
-                if let Some(m) = self.moved(key_slot(a(1))) {
-                    return Err(m);
-                }
-                let _g = self.lock(a(1)).await?;
-                if self.exists(a(1)).await? {
-                    return Ok(Reply::Integer(0));
-                }
-                self.write(a(1), Some(a(2).to_vec())).await?;
-                Ok(Reply::Integer(1))
-            }
-            "getset" => {
-                let _g = self.lock(a(1)).await?;
-                let old = self.get(a(1)).await?;
-                self.write(a(1), Some(a(2).to_vec())).await?;
-                Ok(old.map_or(Reply::Null, Reply::Bulk))
-            }
-            "getdel" => {
-                let _g = self.lock(a(1)).await?;
-                let old = self.get(a(1)).await?;
-                if old.is_some() {
-                    self.write(a(1), None).await?;
-                }
-                Ok(old.map_or(Reply::Null, Reply::Bulk))
-            }
+            // Key commands written once for both fronts (ringlet_server::cmd, over the
+            // replicated keyspace: resp/keyspace.rs `Replicated`).
+            "setnx" => shared(string::setnx(&ks, args).await),
+            "getset" => shared(string::getset(&ks, args).await),
+            "getdel" => shared(string::getdel(&ks, args).await),
+            "incr" => shared(string::incr(&ks, args).await),
+            "decr" => shared(string::decr(&ks, args).await),
+            "incrby" => shared(string::incrby(&ks, args).await),
+            "decrby" => shared(string::decrby(&ks, args).await),
+            "incrbyfloat" => shared(string::incrbyfloat(&ks, args).await),
+            "append" => shared(string::append(&ks, args).await),
+            "strlen" => shared(string::strlen(&ks, args).await),
+            "getrange" | "substr" => shared(string::getrange(&ks, args).await),
+            "setrange" => shared(string::setrange(&ks, args).await),
+            "setex" => shared(string::setex(&ks, args).await),
+            "psetex" => shared(string::psetex(&ks, args).await),
+            "getex" => shared(string::getex(&ks, args).await),
+            "msetnx" => shared(string::msetnx(&ks, args).await),
+            "setbit" => shared(bits::setbit_cmd(&ks, args).await),
+            "getbit" => shared(bits::getbit_cmd(&ks, args).await),
+            "bitcount" => shared(bits::bitcount_cmd(&ks, args).await),
+            "bitpos" => shared(bits::bitpos_cmd(&ks, args).await),
+            "lcs" => shared(lcs::lcs_cmd(&ks, args).await),
             "del" | "unlink" => {
                 let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
                 Self::same_slot(&keys)?;
@@ -1230,98 +1235,21 @@ impl Front {
                 }
                 Ok(Reply::ok())
             }
-            "incr" | "decr" | "incrby" | "decrby" => {
-                let delta: i64 = match name {
-                    "incr" => 1,
-                    "decr" => -1,
-                    _ => {
-                        let d = ringlet_codec::resp::int::string2ll(a(2))
-                            .ok_or_else(|| err("ERR value is not an integer or out of range"))?;
-                        if name == "decrby" {
-                            d.checked_neg()
-                                .ok_or_else(|| err("ERR decrement would overflow"))?
-                        } else {
-                            d
-                        }
-                    }
-                };
-                Ok(Reply::Integer(self.incr_by(a(1), delta).await?))
-            }
-            "incrbyfloat" => {
-                if let Some(m) = self.moved(key_slot(a(1))) {
-                    return Err(m);
-                }
-                let _g = self.lock(a(1)).await?;
-                let old = self.get_full(a(1)).await?;
-                let expiry = old.as_ref().and_then(|o| o.1);
-                // The single node's arithmetic (long double, Redis's formatting).
-                use ringlet_server::ldouble::{incr_by_float, FloatError};
-                let new =
-                    incr_by_float(old.as_ref().map(|o| o.0.as_slice()), a(2)).map_err(|e| {
-                        err(match e {
-                            FloatError::NotFloat => "ERR value is not a valid float",
-                            FloatError::NanOrInfinity => {
-                                "ERR increment would produce NaN or Infinity"
-                            }
-                        })
-                    })?;
-                // Redis keeps the key's TTL across INCRBYFLOAT.
-                self.write_ttl(a(1), Some(new.clone()), None, expiry)
-                    .await?;
-                Ok(Reply::Bulk(new))
-            }
-            "append" => {
-                let _g = self.lock(a(1)).await?;
-                let (mut v, expiry) = self.get_full(a(1)).await?.unwrap_or_default();
-                v.extend_from_slice(a(2));
-                let n = v.len();
-                // Redis keeps the key's TTL across APPEND.
-                self.write_ttl(a(1), Some(v), None, expiry).await?;
-                Ok(Reply::Integer(n as i64))
-            }
-            "setbit" => {
-                use ringlet_server::cmd::bits;
-                let offset = bits::parse_offset(a(2)).map_err(err)?;
-                let on = bits::parse_bit(a(3)).map_err(err)?;
-                if let Some(m) = self.moved(key_slot(a(1))) {
-                    return Err(m);
-                }
-                let _g = self.lock(a(1)).await?;
-                let (mut v, expiry) = self.get_full(a(1)).await?.unwrap_or_default();
-                let old = bits::setbit(&mut v, offset, on);
-                // Redis keeps the key's TTL across SETBIT.
-                self.write_ttl(a(1), Some(v), None, expiry).await?;
-                Ok(Reply::Integer(old))
-            }
-            "getbit" | "bitcount" | "bitpos" => {
-                use ringlet_server::cmd::bits;
-                match name {
-                    "getbit" => {
-                        let offset = bits::parse_offset(a(2)).map_err(err)?;
-                        let v = self.get(a(1)).await?;
-                        Ok(Reply::Integer(v.map_or(0, |v| bits::getbit(&v, offset))))
-                    }
-                    "bitcount" => {
-                        let v = self.get(a(1)).await?;
-                        bits::bitcount(v.as_deref(), args)
-                            .map(Reply::Integer)
-                            .map_err(err)
-                    }
-                    _ => {
-                        let v = self.get(a(1)).await?;
-                        bits::bitpos(v.as_deref(), args)
-                            .map(Reply::Integer)
-                            .map_err(err)
-                    }
-                }
-            }
-            "strlen" => Ok(Reply::Integer(
-                self.get(a(1)).await?.map_or(0, |v| v.len()) as i64
-            )),
-            "setex" | "psetex" | "expire" | "pexpire" | "expireat" | "pexpireat" | "ttl"
-            | "pttl" | "expiretime" | "pexpiretime" | "persist" | "getex" => {
-                self.ttl_command(name, args, argv).await
-            }
+            "expire" => shared(keyspace_cmd::expire(&ks, args).await),
+            "pexpire" => shared(keyspace_cmd::pexpire(&ks, args).await),
+            "expireat" => shared(keyspace_cmd::expireat(&ks, args).await),
+            "pexpireat" => shared(keyspace_cmd::pexpireat(&ks, args).await),
+            "ttl" => shared(keyspace_cmd::ttl(&ks, args).await),
+            "pttl" => shared(keyspace_cmd::pttl(&ks, args).await),
+            "expiretime" => shared(keyspace_cmd::expiretime(&ks, args).await),
+            "pexpiretime" => shared(keyspace_cmd::pexpiretime(&ks, args).await),
+            "persist" => shared(keyspace_cmd::persist(&ks, args).await),
+            "type" => shared(keyspace_cmd::type_(&ks, args).await),
+            "touch" => shared(keyspace_cmd::touch(&ks, args).await),
+            "copy" => shared(keyspace_cmd::copy(&ks, args).await),
+            "rename" => shared(keyspace_cmd::rename(&ks, args).await),
+            "renamenx" => shared(keyspace_cmd::renamenx(&ks, args).await),
+            "object" => shared(keyspace_cmd::object(&ks, args).await),
             _ => match self.keyspace_command(name, argv).await {
                 Some(r) => r,
                 // The table has the command but this front has no handler for it: a bug that
@@ -1405,23 +1333,9 @@ impl Front {
     /// INCRBY under the key's lock (RESP's INCR family and the native INCRBY opcode): the
     /// key's value as an integer plus `delta`, written back with its TTL kept, as Redis does.
     pub(crate) async fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64, Reply> {
-        if let Some(m) = self.moved(key_slot(key)) {
-            return Err(m);
-        }
-        let _g = self.lock(key).await?;
-        let old = self.get_full(key).await?;
-        let expiry = old.as_ref().and_then(|o| o.1);
-        let cur = match old {
-            None => 0,
-            Some((v, _)) => ringlet_codec::resp::int::string2ll(&v)
-                .ok_or_else(|| err("ERR value is not an integer or out of range"))?,
-        };
-        let new = cur
-            .checked_add(delta)
-            .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
-        self.write_ttl(key, Some(new.to_string().into_bytes()), None, expiry)
-            .await?;
-        Ok(new)
+        ringlet_server::cmd::string::incr_by(&keyspace::Replicated(self), key, delta)
+            .await
+            .map_err(|e| convert(&e))
     }
 
     pub(crate) fn auth_required(&self) -> bool {
@@ -2156,10 +2070,6 @@ enum Expiry {
     Keep,
 }
 
-fn invalid_expire(cmd: &str) -> Reply {
-    err(format!("ERR invalid expire time in '{cmd}' command"))
-}
-
 impl Front {
     /// The other active data nodes, which hold copies of what this node coordinates (ROLE
     /// and INFO replication list the same ones), with their client addresses.
@@ -2316,119 +2226,6 @@ impl Front {
     }
 }
 
-impl Front {
-    /// SETEX PSETEX EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME
-    /// PERSIST GETEX, with Redis 7's replies. A TTL change is a new version of the value
-    /// (replicated like any write); an expiry already in the past deletes the key.
-    async fn ttl_command(
-        &self,
-        name: &str,
-        args: &[&[u8]],
-        argv: &[Vec<u8>],
-    ) -> Result<Reply, Reply> {
-        let key = &argv[1][..];
-        if let Some(m) = self.moved(key_slot(key)) {
-            return Err(m);
-        }
-        let now = crate::wall_ms();
-        match name {
-            "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
-                let ms = name.starts_with('p');
-                Ok(Reply::Integer(
-                    match self.get_any(key).await?.map(|g| g.expiry_ms) {
-                        None => -2,
-                        Some(None) => -1,
-                        Some(Some(x)) => {
-                            let v = if name.ends_with("ttl") {
-                                x.saturating_sub(now)
-                            } else {
-                                x
-                            };
-                            let v = if ms { v } else { (v + 500) / 1000 };
-                            i64::try_from(v).unwrap_or(i64::MAX)
-                        }
-                    },
-                ))
-            }
-            "setex" | "psetex" => {
-                let at =
-                    ringlet_command::args::expire_at_ms(&argv[2], name == "setex", true, now, name)
-                        .map_err(|e| convert(&e))?;
-                let _g = self.lock(key).await?;
-                self.write_ttl(key, Some(argv[3].to_vec()), None, Some(at))
-                    .await?;
-                Ok(Reply::ok())
-            }
-            "persist" => {
-                let _g = self.lock(key).await?;
-                match self.get_any(key).await? {
-                    Some(g) if g.expiry_ms.is_some() => {
-                        self.write_kind(key, Some(g.value), None, None, g.kind)
-                            .await?;
-                        Ok(Reply::Integer(1))
-                    }
-                    _ => Ok(Reply::Integer(0)),
-                }
-            }
-            "getex" => {
-                // Syntax first; the expire value is checked only once the key exists (a
-                // missing key answers nil even with `EX 0`, as Redis 7 does).
-                use ringlet_command::args::{getex_args, GetExExpiry};
-                let opts = getex_args(args).map_err(|e| convert(&e))?;
-                let _g = self.lock(key).await?;
-                let Some((v, old)) = self.get_full(key).await? else {
-                    return Ok(Reply::Null);
-                };
-                let change: Option<Option<u64>> = match opts.expiry(now).map_err(|e| convert(&e))? {
-                    GetExExpiry::Unchanged => None,
-                    GetExExpiry::Persist => Some(None),
-                    GetExExpiry::At(at) => Some(Some(at)),
-                };
-                match change {
-                    Some(Some(at)) if at <= now => self.write(key, None).await?,
-                    Some(x) if x != old => self.write_ttl(key, Some(v.clone()), None, x).await?,
-                    _ => {}
-                }
-                Ok(Reply::Bulk(v))
-            }
-            _ => {
-                // EXPIRE PEXPIRE EXPIREAT PEXPIREAT key n [NX|XX|GT|LT], parsed as Redis
-                // does (options, then the time; ringlet-command, shared with the single node).
-                let now_i = i64::try_from(now).map_err(|_| invalid_expire(name))?;
-                let relative = matches!(name, "expire" | "pexpire");
-                let seconds = matches!(name, "expire" | "expireat");
-                let e = ringlet_command::args::expire_args(
-                    args,
-                    if relative { now_i } else { 0 },
-                    seconds,
-                    name,
-                )
-                .map_err(|e| convert(&e))?;
-                let at = e.at_ms;
-                let _g = self.lock(key).await?;
-                let Some(Got {
-                    value: v,
-                    expiry_ms: old,
-                    kind,
-                }) = self.get_any(key).await?
-                else {
-                    return Ok(Reply::Integer(0));
-                };
-                if !e.allows(old) {
-                    return Ok(Reply::Integer(0));
-                }
-                if at <= now_i {
-                    self.write(key, None).await?;
-                } else {
-                    let at = u64::try_from(at).map_err(|_| invalid_expire(name))?;
-                    self.write_kind(key, Some(v), None, Some(at), kind).await?;
-                }
-                Ok(Reply::Integer(1))
-            }
-        }
-    }
-}
-
 /// A cluster node as the shared node-local commands see it (`ringlet_server::cmd::node`),
 /// from one connection (CONFIG GET `bind`/`port` are the address it reached).
 struct NodeView<'a> {
@@ -2533,6 +2330,13 @@ impl node::NodeContext for NodeView<'_> {
             _ => String::new(),
         }
     }
+}
+
+/// The reply of a key command written once over `Keyspace` (ringlet_server::cmd).
+fn shared(
+    r: Result<ringlet_command::reply::Reply, ringlet_command::reply::Reply>,
+) -> Result<Reply, Reply> {
+    r.map(|r| convert(&r)).map_err(|e| convert(&e))
 }
 
 fn convert(r: &ringlet_command::reply::Reply) -> Reply {

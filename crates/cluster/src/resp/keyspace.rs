@@ -5,10 +5,13 @@
 //!   FLUSHALL and FLUSHDB see the keys of the slots *this node coordinates* (a node also
 //!   stores replica copies and parity metadata of other slots; those are not its keys).
 //!   redis-py's `RedisCluster` sends KEYS/DBSIZE/FLUSHALL to every primary and merges.
-//! * **Within a slot**: multi-key commands (MSETNX, RENAME, RENAMENX, COPY, TOUCH) need their
-//!   keys in one slot (`-CROSSSLOT` otherwise), take the per-key locks in key order (no
-//!   deadlock between two such commands) and run on the coordinator.
-//! * GETRANGE, SETRANGE, TYPE, OBJECT ENCODING, TIME as Redis 7 answers them.
+//! * **The replicated keyspace** ([`Replicated`], at the end of this file): the cluster's
+//!   implementation of `ringlet_server::cmd::keyspace_api::Keyspace`, over which the key
+//!   commands written once for both fronts run (the string, bit, LCS, expire and keyspace
+//!   families: `ringlet_server::cmd::{string, bits, lcs, keyspace}`). Multi-key ones (MSETNX,
+//!   RENAME, RENAMENX, COPY, TOUCH, LCS) need their keys in one slot (`-CROSSSLOT` otherwise);
+//!   mutations take the per-key locks in key order (no deadlock between two such commands)
+//!   and run on the coordinator.
 //!
 //! What is weaker than Redis, and why: MSETNX checks all keys under their locks and then
 //! writes them one by one, so it is all-or-nothing against other clients, but a coordinator
@@ -30,10 +33,6 @@ use ringlet_types::{key_slot, limits, Slot, SLOT_COUNT};
 const SCAN_BATCH: usize = 1024;
 /// RANDOMKEY's tries at the engine's random key before it falls back to a scan.
 const RANDOM_TRIES: usize = 32;
-/// The largest string SETRANGE may create: the largest value a node stores (Redis's limit is
-/// its `proto-max-bulk-len`, 512 MiB; the error text is Redis's).
-const STRING_BYTES_MAX: u64 = limits::VALUE_BYTES_MAX as u64;
-
 fn wrong_args(name: &str) -> Reply {
     err(format!(
         "ERR wrong number of arguments for '{name}' command"
@@ -42,20 +41,6 @@ fn wrong_args(name: &str) -> Reply {
 
 fn parse_i64(b: &[u8]) -> Option<i64> {
     ringlet_codec::resp::int::string2ll(b)
-}
-
-/// Redis's GETRANGE on a value (negative indexes count from the end).
-pub(crate) fn get_range(v: &[u8], start: i64, end: i64) -> &[u8] {
-    let len = v.len() as i64;
-    if len == 0 || (start < 0 && end < 0 && start > end) {
-        return &[];
-    }
-    let norm = |i: i64| if i < 0 { (len + i).max(0) } else { i };
-    let (s, e) = (norm(start), norm(end).min(len - 1));
-    if s > e || s >= len {
-        return &[];
-    }
-    &v[s as usize..=e as usize]
 }
 
 impl Front {
@@ -140,16 +125,7 @@ impl Front {
             "randomkey" => self.randomkey(argv).await,
             "dbsize" => self.dbsize(argv),
             "flushall" | "flushdb" => self.flush(name, argv).await,
-            "type" => self.type_of(argv).await,
-            "touch" => self.touch(argv).await,
-            "getrange" | "substr" => self.getrange(name, argv).await,
-            "setrange" => self.setrange(argv).await,
-            "msetnx" => self.msetnx(argv).await,
-            "rename" | "renamenx" => self.rename(name, argv).await,
-            "copy" => self.copy(argv).await,
-            "object" => self.object(argv).await,
             "time" => Ok(super::convert(&ringlet_server::cmd::node::time())),
-            "lcs" => self.lcs(argv).await,
             _ => return None,
         };
         Some(r)
@@ -288,19 +264,6 @@ impl Front {
         Ok(Reply::ok())
     }
 
-    async fn type_of(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 2 {
-            return Err(wrong_args("type"));
-        }
-        self.route(&argv[1])?;
-        let t = if let Some(g) = self.get_any(&argv[1]).await? {
-            g.kind.type_name()
-        } else {
-            "none"
-        };
-        Ok(Reply::Simple(t.as_bytes().to_vec()))
-    }
-
     /// `-MOVED` unless this node coordinates `key`.
     fn route(&self, key: &[u8]) -> Result<(), Reply> {
         match self.moved(key_slot(key)) {
@@ -315,228 +278,6 @@ impl Front {
         match keys.first() {
             Some(k) => self.route(k),
             None => Ok(()),
-        }
-    }
-
-    /// LCS within a slot: the single node's computation (ringlet_server::cmd::lcs).
-    async fn lcs(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() < 3 {
-            return Err(wrong_args("lcs"));
-        }
-        self.route_all(&[&argv[1], &argv[2]])?;
-        let a = self.get(&argv[1]).await?.unwrap_or_default();
-        let b = self.get(&argv[2]).await?.unwrap_or_default();
-        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        use ringlet_server::cmd::lcs;
-        match lcs::lcs(&a, &b, &args) {
-            Ok(l) => Ok(super::convert(&lcs::to_reply(l))),
-            Err(e) => Err(Reply::Error(e.as_bytes().to_vec())),
-        }
-    }
-
-    async fn touch(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() < 2 {
-            return Err(wrong_args("touch"));
-        }
-        let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
-        self.route_all(&keys)?;
-        let mut n = 0;
-        for k in keys {
-            n += i64::from(self.exists(k).await?);
-        }
-        Ok(Reply::Integer(n))
-    }
-
-    async fn getrange(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 4 {
-            return Err(wrong_args(name));
-        }
-        let (Some(start), Some(end)) = (parse_i64(&argv[2]), parse_i64(&argv[3])) else {
-            return Err(err("ERR value is not an integer or out of range"));
-        };
-        self.route(&argv[1])?;
-        let v = self.get(&argv[1]).await?.unwrap_or_default();
-        Ok(Reply::Bulk(get_range(&v, start, end).to_vec()))
-    }
-
-    async fn setrange(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 4 {
-            return Err(wrong_args("setrange"));
-        }
-        let offset = parse_i64(&argv[2])
-            .ok_or_else(|| err("ERR value is not an integer or out of range"))?;
-        if offset < 0 {
-            return Err(err("ERR offset is out of range"));
-        }
-        let (key, patch) = (&argv[1][..], &argv[3][..]);
-        self.route(key)?;
-        let _g = self.lock(key).await?;
-        let old = self.get_full(key).await?;
-        if patch.is_empty() {
-            // Redis: an empty patch changes nothing (and creates no key).
-            return Ok(Reply::Integer(old.map_or(0, |(v, _)| v.len() as i64)));
-        }
-        if offset as u64 + patch.len() as u64 > STRING_BYTES_MAX {
-            return Err(err(
-                "ERR string exceeds maximum allowed size (proto-max-bulk-len)",
-            ));
-        }
-        let (mut v, expiry) = old.unwrap_or_default();
-        let end = offset as usize + patch.len();
-        if v.len() < end {
-            v.resize(end, 0);
-        }
-        v[offset as usize..end].copy_from_slice(patch);
-        let n = v.len();
-        // Redis keeps the key's TTL across SETRANGE; the memgest stays (the core keeps it).
-        self.write_ttl(key, Some(v), None, expiry).await?;
-        Ok(Reply::Integer(n as i64))
-    }
-
-    async fn msetnx(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() < 3 || argv.len().is_multiple_of(2) {
-            return Err(wrong_args("msetnx"));
-        }
-        let keys: Vec<&[u8]> = argv[1..].iter().step_by(2).map(|k| &k[..]).collect();
-        self.route_all(&keys)?;
-        let mut order = keys.clone();
-        order.sort();
-        order.dedup();
-        let mut guards = Vec::with_capacity(order.len());
-        for k in &order {
-            guards.push(self.lock(k).await?);
-        }
-        for k in &order {
-            if self.exists(k).await? {
-                return Ok(Reply::Integer(0));
-            }
-        }
-        for p in argv[1..].chunks(2) {
-            self.write(&p[0], Some(p[1].clone())).await?;
-        }
-        Ok(Reply::Integer(1))
-    }
-
-    async fn rename(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 3 {
-            return Err(wrong_args(name));
-        }
-        let nx = name == "renamenx";
-        let (src, dst) = (&argv[1][..], &argv[2][..]);
-        self.route_all(&[src, dst])?;
-        let _guards = self.lock_sorted(&[src, dst]).await?;
-        let Some(g) = self.get_any(src).await? else {
-            return Err(err("ERR no such key"));
-        };
-        if src == dst {
-            return Ok(if nx { Reply::Integer(0) } else { Reply::ok() });
-        }
-        if nx && self.exists(dst).await? {
-            return Ok(Reply::Integer(0));
-        }
-        // The new key keeps the old one's memgest, kind and TTL, as Redis keeps its TTL.
-        let memgest = self.memgest_of(src).await?;
-        self.write_kind(dst, Some(g.value), memgest, g.expiry_ms, g.kind)
-            .await?;
-        self.write(src, None).await?;
-        Ok(if nx { Reply::Integer(1) } else { Reply::ok() })
-    }
-
-    async fn copy(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() < 3 {
-            return Err(wrong_args("copy"));
-        }
-        let mut replace = false;
-        let mut i = 3;
-        while i < argv.len() {
-            let o = argv[i].to_ascii_lowercase();
-            if o == b"replace" {
-                replace = true;
-                i += 1;
-            } else if o == b"db" && i + 1 < argv.len() {
-                if let Some(e) = ringlet_server::cmd::keyspace::copy_db_error(&argv[i + 1]) {
-                    return Err(err(e));
-                }
-                i += 2;
-            } else {
-                return Err(err("ERR syntax error"));
-            }
-        }
-        let (src, dst) = (&argv[1][..], &argv[2][..]);
-        self.route_all(&[src, dst])?;
-        if src == dst {
-            return Err(err("ERR source and destination objects are the same"));
-        }
-        let _guards = self.lock_sorted(&[src, dst]).await?;
-        let Some(g) = self.get_any(src).await? else {
-            return Ok(Reply::Integer(0));
-        };
-        if !replace && self.exists(dst).await? {
-            return Ok(Reply::Integer(0));
-        }
-        let memgest = self.memgest_of(src).await?;
-        self.write_kind(dst, Some(g.value), memgest, g.expiry_ms, g.kind)
-            .await?;
-        Ok(Reply::Integer(1))
-    }
-
-    /// OBJECT ENCODING / HELP (Redis's encodings for strings: int, embstr up to 44 bytes,
-    /// raw; decided by the value alone — Redis also makes a string raw once APPEND or
-    /// SETRANGE modified it). REFCOUNT, IDLETIME and FREQ have no meaning here and are
-    /// refused.
-    async fn object(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        let sub = argv
-            .get(1)
-            .map(|s| s.to_ascii_lowercase())
-            .unwrap_or_default();
-        match (sub.as_slice(), argv.len()) {
-            (b"encoding" | b"refcount", 3) => {
-                self.route(&argv[2])?;
-                let refcount = sub == b"refcount";
-                Ok(match self.get_any(&argv[2]).await? {
-                    None => Reply::Null,
-                    Some(g) => match g.kind {
-                        ringlet_types::ValueKind::String if refcount => {
-                            Reply::Integer(ringlet_server::cmd::keyspace::string_refcount(&g.value))
-                        }
-                        ringlet_types::ValueKind::Record if refcount => Reply::Integer(1),
-                        ringlet_types::ValueKind::String => Reply::Bulk(
-                            ringlet_server::cmd::keyspace::string_encoding(&g.value)
-                                .as_bytes()
-                                .to_vec(),
-                        ),
-                        ringlet_types::ValueKind::Record => Reply::Bulk(
-                            ringlet_server::cmd::keyspace::record_encoding(
-                                &g.value,
-                                &self.hash_encoding,
-                            )
-                            .as_bytes()
-                            .to_vec(),
-                        ),
-                    },
-                })
-            }
-            (b"help", 2) => {
-                let lines = ringlet_server::cmd::keyspace::OBJECT_HELP;
-                Ok(super::convert(&ringlet_server::cmd::connection::help(
-                    "OBJECT", lines,
-                )))
-            }
-            // Redis's texts: a known subcommand with the wrong arity, else unknown.
-            (b"encoding" | b"refcount" | b"help", _) => Err(err(format!(
-                "ERR wrong number of arguments for 'object|{}' command",
-                String::from_utf8_lossy(&sub)
-            ))),
-            // No subcommand: the container's arity error; else Redis's unknown-subcommand
-            // text, from the table's lookup (the single node's).
-            _ if argv.len() < 2 => Err(err("ERR wrong number of arguments for 'object' command")),
-            _ => {
-                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                Err(match ringlet_command::lookup(&args) {
-                    Err(e) => super::convert(&e),
-                    Ok(_) => err("ERR syntax error"),
-                })
-            }
         }
     }
 
@@ -570,21 +311,168 @@ impl Front {
     }
 }
 
-/// TIME: unix seconds and microseconds.
-#[cfg(test)]
-mod tests {
-    use super::get_range;
+// ---------------------------------------------------------------- the replicated keyspace
 
-    #[test]
-    fn get_range_matches_redis() {
-        let v = b"This is a string";
-        assert_eq!(get_range(v, 0, 3), b"This");
-        assert_eq!(get_range(v, -3, -1), b"ing");
-        assert_eq!(get_range(v, 0, -1), v);
-        assert_eq!(get_range(v, 10, 100), b"string");
-        assert_eq!(get_range(v, 5, 3), b"");
-        assert_eq!(get_range(v, -1, -5), b"");
-        assert_eq!(get_range(v, -100, 2), b"Thi");
-        assert_eq!(get_range(b"", 0, -1), b"");
+use ringlet_server::cmd::keyspace_api::{self as ks, Change, Cond, Keyspace, Memgest, Put, Ttl};
+use ringlet_server::reply::Reply as SReply;
+
+/// A cluster node's keyspace for the key commands written once over
+/// [`Keyspace`] (`ringlet_server::cmd::{string, bits, lcs, keyspace}`): the replica core,
+/// through this front's helpers. Reads are the coordinator's committed values ([`Front`]'s
+/// `get_any`: the fast path or the core); every mutation takes the key's `KeyGuard` (sorted,
+/// for several keys), reads at the coordinator, lets the handler decide, and writes through
+/// the core under the memgest's commit rule — so it is atomic against every other mutation
+/// of the key on its coordinator, as the cluster's INCR and APPEND always were. Keys must be
+/// coordinated here (`-MOVED`) and, for several, share a slot (`-CROSSSLOT`).
+pub(super) struct Replicated<'a>(pub(super) &'a Front);
+
+/// A front error as the shared handlers' reply type.
+fn back(r: Reply) -> SReply {
+    match r {
+        Reply::Error(e) => SReply::Error(e.into()),
+        other => SReply::err_owned(format!("ERR unexpected reply {other:?}")),
+    }
+}
+
+/// The coordinator's value as the shared handlers see it.
+fn value(g: super::Got) -> ks::Value {
+    ks::Value {
+        bytes: g.value,
+        kind: g.kind,
+        expire_at_ms: g.expiry_ms,
+    }
+}
+
+impl Replicated<'_> {
+    /// Apply one change to `key` under its guard; `expiry_before` is the key's expiry when
+    /// the command read it (for [`Ttl::Keep`]), `memgest` what [`Memgest`] resolved to
+    /// (`None`: the key's own, or the default for a new key).
+    async fn apply(
+        &self,
+        key: &[u8],
+        change: Change,
+        expiry_before: Option<u64>,
+        memgest: Option<ringlet_types::MemgestId>,
+    ) -> Result<(), SReply> {
+        let f = self.0;
+        let r = match change {
+            Change::Nothing => Ok(()),
+            Change::Delete => f.write(key, None).await,
+            Change::Put(p) => {
+                let expiry = match p.ttl {
+                    Ttl::Keep => expiry_before,
+                    Ttl::Clear => None,
+                    Ttl::At(ms) => Some(ms),
+                };
+                f.write_kind(key, Some(p.value), memgest, expiry, p.kind)
+                    .await
+            }
+            // A TTL change is a new version of the value (docs/design/cluster-ttl.md). The
+            // handler consumed the value it read; read it again — under the key's guard it
+            // is the same one — rather than copy every RMW's value for the few that need it.
+            Change::Expire(at) => match f.get_any(key).await {
+                Ok(Some(g)) if g.expiry_ms != at => {
+                    f.write_kind(key, Some(g.value), None, at, g.kind).await
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            },
+        };
+        r.map_err(back)
+    }
+}
+
+impl Keyspace for Replicated<'_> {
+    fn now_ms(&self) -> u64 {
+        crate::wall_ms()
+    }
+
+    fn hash_encoding(&self) -> &ringlet_server::cmd::keyspace::HashEncodingMax {
+        &self.0.hash_encoding
+    }
+
+    async fn read(&self, key: &[u8]) -> Result<Option<ks::Value>, SReply> {
+        // `get_any` answers MOVED for a key another node coordinates (through `run`).
+        let g = self.0.get_any(key).await.map_err(back)?;
+        Ok(g.map(value))
+    }
+
+    async fn read_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<ks::Value>>, SReply> {
+        self.0.route_all(keys).map_err(back)?;
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(self.read(k).await?);
+        }
+        Ok(out)
+    }
+
+    async fn write(&self, key: &[u8], put: Put, cond: Cond) -> Result<bool, SReply> {
+        let f = self.0;
+        f.route(key).map_err(back)?;
+        let _g = f.lock(key).await.map_err(back)?;
+        // Any kind counts as present (Redis: SETNX on a hash key is not stored).
+        let cur = if cond != Cond::Always || put.ttl == Ttl::Keep {
+            f.get_any(key).await.map_err(back)?
+        } else {
+            None
+        };
+        match cond {
+            Cond::Nx if cur.is_some() => return Ok(false),
+            Cond::Xx if cur.is_none() => return Ok(false),
+            _ => {}
+        }
+        let expiry = cur.and_then(|g| g.expiry_ms);
+        self.apply(key, Change::Put(put), expiry, None).await?;
+        Ok(true)
+    }
+
+    async fn update<R>(
+        &self,
+        key: &[u8],
+        func: impl FnOnce(Option<ks::Value>) -> Result<(Change, R), SReply>,
+    ) -> Result<R, SReply> {
+        let f = self.0;
+        f.route(key).map_err(back)?;
+        let _g = f.lock(key).await.map_err(back)?;
+        let cur = f.get_any(key).await.map_err(back)?.map(value);
+        let expiry = cur.as_ref().and_then(|v| v.expire_at_ms);
+        let (change, out) = func(cur)?;
+        self.apply(key, change, expiry, None).await?;
+        Ok(out)
+    }
+
+    async fn update_many<R>(
+        &self,
+        keys: &[&[u8]],
+        func: impl FnOnce(Vec<Option<ks::Value>>) -> Result<(Vec<(usize, Change)>, R), SReply>,
+    ) -> Result<R, SReply> {
+        let f = self.0;
+        f.route_all(keys).map_err(back)?;
+        let _guards = f.lock_sorted(keys).await.map_err(back)?;
+        let mut cur = Vec::with_capacity(keys.len());
+        for k in keys {
+            cur.push(f.get_any(k).await.map_err(back)?.map(value));
+        }
+        let expiries: Vec<Option<u64>> = cur
+            .iter()
+            .map(|v| v.as_ref().and_then(|v| v.expire_at_ms))
+            .collect();
+        let (changes, out) = func(cur)?;
+        // Memgests named by `Like` are resolved before anything is written (RENAME deletes
+        // its source after writing the destination).
+        let mut memgests = Vec::with_capacity(changes.len());
+        for (_, c) in &changes {
+            memgests.push(match c {
+                Change::Put(Put {
+                    memgest: Memgest::Like(j),
+                    ..
+                }) => f.memgest_of(keys[*j]).await.map_err(back)?,
+                _ => None,
+            });
+        }
+        for ((i, change), memgest) in changes.into_iter().zip(memgests) {
+            self.apply(keys[i], change, expiries[i], memgest).await?;
+        }
+        Ok(out)
     }
 }

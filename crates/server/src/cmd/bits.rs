@@ -1,6 +1,6 @@
-//! SETBIT, GETBIT, BITCOUNT, BITPOS (Redis `bitops.c`, 7.0), as pure functions over a value
-//! so the single node (below) and the cluster front (crates/cluster/src/resp.rs) compute the
-//! same answers. Errors are Redis's texts.
+//! SETBIT, GETBIT, BITCOUNT, BITPOS (Redis `bitops.c`, 7.0): pure functions over a value,
+//! and the handlers of both fronts over [`Keyspace`] (cmd/keyspace_api.rs). Errors are
+//! Redis's texts.
 
 use ringlet_types::limits;
 
@@ -227,69 +227,45 @@ pub fn bitpos(v: Option<&[u8]>, argv: &[&[u8]]) -> Result<i64, &'static str> {
     Ok(if pos != -1 { pos + (start << 3) } else { pos })
 }
 
-// ---------------------------------------------------------------- single-node handlers
+// ---------------------------------------------------------------- handlers (both fronts)
 
-use super::Ctx;
+use super::keyspace_api::{Change, Keyspace, Put, Ttl, Value};
+use super::string::KsResult;
 use crate::reply::Reply;
 
-/// The string value of `key` (`Ok(None)`: missing); a record is WRONGTYPE.
-fn value_of(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
-    let engine = ctx.shared.db.lock();
-    Ok(super::string::string_entry(&engine, key, ctx.now_ms)?.map(|e| e.value))
+/// The string value of `key` (`None`: missing); a record is WRONGTYPE.
+async fn value_of<K: Keyspace>(ks: &K, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    Ok(Value::string(ks.read(key).await?)?.map(|v| v.bytes))
 }
 
-pub fn setbit_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let offset = match parse_offset(argv[2]) {
-        Ok(o) => o,
-        Err(e) => return Reply::err(e),
-    };
-    let on = match parse_bit(argv[3]) {
-        Ok(b) => b,
-        Err(e) => return Reply::err(e),
-    };
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let mut v = match super::string::string_entry(&engine, argv[1], now) {
-        Ok(e) => e.map(|e| e.value).unwrap_or_default(),
-        Err(e) => return e,
-    };
-    let old = setbit(&mut v, offset, on);
-    // Redis keeps the key's TTL across SETBIT.
-    match super::string::write_keep_ttl(&mut engine, argv[1], &v, now) {
-        Ok(()) => Reply::Int(old),
-        Err(e) => e,
-    }
+pub async fn setbit_cmd<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let offset = parse_offset(argv[2]).map_err(Reply::err)?;
+    let on = parse_bit(argv[3]).map_err(Reply::err)?;
+    ks.update(argv[1], |cur| {
+        let mut v = Value::string(cur)?.map(|v| v.bytes).unwrap_or_default();
+        let old = setbit(&mut v, offset, on);
+        // Redis keeps the key's TTL across SETBIT.
+        Ok((Change::Put(Put::string(v, Ttl::Keep)), Reply::Int(old)))
+    })
+    .await
 }
 
-pub fn getbit_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let offset = match parse_offset(argv[2]) {
-        Ok(o) => o,
-        Err(e) => return Reply::err(e),
-    };
-    match value_of(ctx, argv[1]) {
-        Ok(v) => Reply::Int(v.map_or(0, |v| getbit(&v, offset))),
-        Err(e) => e,
-    }
+pub async fn getbit_cmd<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let offset = parse_offset(argv[2]).map_err(Reply::err)?;
+    let v = value_of(ks, argv[1]).await?;
+    Ok(Reply::Int(v.map_or(0, |v| getbit(&v, offset))))
 }
 
-pub fn bitcount_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let v = match value_of(ctx, argv[1]) {
-        Ok(v) => v,
-        Err(e) => return e,
-    };
-    match bitcount(v.as_deref(), argv) {
-        Ok(n) => Reply::Int(n),
-        Err(e) => Reply::err(e),
-    }
+pub async fn bitcount_cmd<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let v = value_of(ks, argv[1]).await?;
+    bitcount(v.as_deref(), argv)
+        .map(Reply::Int)
+        .map_err(Reply::err)
 }
 
-pub fn bitpos_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let v = match value_of(ctx, argv[1]) {
-        Ok(v) => v,
-        Err(e) => return e,
-    };
-    match bitpos(v.as_deref(), argv) {
-        Ok(n) => Reply::Int(n),
-        Err(e) => Reply::err(e),
-    }
+pub async fn bitpos_cmd<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let v = value_of(ks, argv[1]).await?;
+    bitpos(v.as_deref(), argv)
+        .map(Reply::Int)
+        .map_err(Reply::err)
 }

@@ -1,13 +1,20 @@
-//! Keyspace commands (Redis `db.c`, `expire.c`): DEL UNLINK EXISTS TYPE EXPIRE PEXPIRE
-//! EXPIREAT PEXPIREAT TTL PTTL PERSIST KEYS SCAN RANDOMKEY.
+//! Keyspace commands (Redis `db.c`, `expire.c`).
+//!
+//! **Written once for both fronts**, over [`Keyspace`] (cmd/keyspace_api.rs): EXPIRE PEXPIRE
+//! EXPIREAT PEXPIREAT (NX XX GT LT) TTL PTTL EXPIRETIME PEXPIRETIME PERSIST TYPE TOUCH COPY
+//! RENAME RENAMENX OBJECT. A TTL change is one [`Change::Expire`]: the engine re-times the
+//! entry in place; a cluster writes a new version of the value with the new expiry.
+//!
+//! **The single node's own**: DEL UNLINK EXISTS KEYS SCAN RANDOMKEY — a cluster node answers
+//! the enumerations per node, for the slots it coordinates (crates/cluster/src/resp/keyspace.rs).
 
-use super::string::{engine_error, read_kind};
+use super::keyspace_api::{Change, Keyspace, Memgest, Put, Ttl, Value};
+use super::string::{engine_error, read_kind, KsResult};
 use super::{is, parse_i64, Ctx};
 use crate::glob::string_match;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
-use ringlet_engine::{Expiry, ReadOutcome, SetOptions};
-use ringlet_types::limits;
+use ringlet_types::{limits, ValueKind};
 
 /// DEL and UNLINK (UNLINK frees in the background in Redis; the engine frees in O(1) anyway).
 pub fn del(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
@@ -35,131 +42,6 @@ pub fn exists(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         }
     }
     Reply::Int(n)
-}
-
-pub fn type_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match read_kind(ctx, argv[1]) {
-        Some(kind) => Reply::simple(kind.type_name()),
-        None => Reply::simple("none"),
-    }
-}
-
-/// The absolute expiry of a live key: `Err(())` if missing, `Ok(None)` if it has no TTL.
-fn expiry_of(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<u64>, ()> {
-    ctx.scratch.clear();
-    match ctx.reader.get(key, ctx.now_ms, ctx.scratch) {
-        ReadOutcome::Hit { expire_at_ms, .. } => Ok(expire_at_ms),
-        ReadOutcome::Miss => Err(()),
-        ReadOutcome::Retry => match ctx.shared.db.lock().get(key, ctx.now_ms) {
-            Some(e) => Ok(e.expire_at_ms),
-            None => Err(()),
-        },
-    }
-}
-
-fn ttl_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ms: bool) -> Reply {
-    match expiry_of(ctx, argv[1]) {
-        Err(()) => Reply::Int(-2),
-        Ok(None) => Reply::Int(-1),
-        Ok(Some(at)) => {
-            let ttl = at.saturating_sub(ctx.now_ms) as i64;
-            Reply::Int(if ms { ttl } else { (ttl + 500) / 1000 })
-        }
-    }
-}
-
-/// EXPIRETIME / PEXPIRETIME: the absolute expiry (unix s, rounded as Redis does, or ms); -1
-/// without a TTL, -2 for a missing key.
-fn expiretime_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ms: bool) -> Reply {
-    match expiry_of(ctx, argv[1]) {
-        Err(()) => Reply::Int(-2),
-        Ok(None) => Reply::Int(-1),
-        Ok(Some(at)) => {
-            let at = at as i64;
-            Reply::Int(if ms { at } else { (at + 500) / 1000 })
-        }
-    }
-}
-
-pub fn expiretime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    expiretime_generic(ctx, argv, false)
-}
-
-pub fn pexpiretime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    expiretime_generic(ctx, argv, true)
-}
-
-pub fn ttl(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    ttl_generic(ctx, argv, false)
-}
-
-pub fn pttl(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    ttl_generic(ctx, argv, true)
-}
-
-pub fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    match engine.get(argv[1], now) {
-        Some(e) if e.expire_at_ms.is_some() => {
-            match engine.set_expiry(argv[1], Expiry::Persist, now) {
-                Ok(_) => Reply::Int(1),
-                Err(e) => engine_error(e),
-            }
-        }
-        _ => Reply::Int(0),
-    }
-}
-
-/// `expireGenericCommand`: `basetime` is now for EXPIRE/PEXPIRE and 0 for the *AT forms;
-/// the arguments are parsed by `ringlet_command::args`, as in the cluster front.
-fn expire_generic(
-    ctx: &mut Ctx<'_>,
-    argv: &[&[u8]],
-    basetime: i64,
-    seconds: bool,
-    cmd: &str,
-) -> Reply {
-    let args = match ringlet_command::args::expire_args(argv, basetime, seconds, cmd) {
-        Ok(a) => a,
-        Err(e) => return e,
-    };
-    let when = args.at_ms;
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let Some(entry) = engine.get(argv[1], now) else {
-        return Reply::Int(0);
-    };
-    if !args.allows(entry.expire_at_ms) {
-        return Reply::Int(0);
-    }
-    let result = if when <= now as i64 {
-        engine.delete(argv[1], None, now).map(|_| true)
-    } else {
-        engine.set_expiry(argv[1], Expiry::At(when as u64), now)
-    };
-    match result {
-        Ok(_) => Reply::Int(1),
-        Err(e) => engine_error(e),
-    }
-}
-
-pub fn expire(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.now_ms as i64;
-    expire_generic(ctx, argv, now, true, "expire")
-}
-
-pub fn pexpire(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.now_ms as i64;
-    expire_generic(ctx, argv, now, false, "pexpire")
-}
-
-pub fn expireat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    expire_generic(ctx, argv, 0, true, "expireat")
-}
-
-pub fn pexpireat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    expire_generic(ctx, argv, 0, false, "pexpireat")
 }
 
 /// Keys visited per engine-lock hold while KEYS walks the keyspace, so a KEYS on a large
@@ -289,96 +171,6 @@ pub fn randomkey(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
     match ctx.shared.db.lock().random_key(seed, ctx.now_ms) {
         Some(k) => Reply::Bulk(Bytes::from(k)),
         None => Reply::Nil,
-    }
-}
-
-/// TOUCH key [key ...]: how many exist (reading a key is all a touch does here: the engine's
-/// eviction clocks are updated by reads).
-pub fn touch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    exists(ctx, argv)
-}
-
-/// RENAME and RENAMENX: the value moves with its TTL and memgest (Redis keeps the TTL too).
-fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Reply {
-    let (src, dst) = (argv[1], argv[2]);
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let Some(e) = engine.get(src, now) else {
-        return Reply::err("ERR no such key");
-    };
-    if src == dst {
-        return if nx { Reply::Int(0) } else { Reply::ok() };
-    }
-    if nx && engine.get(dst, now).is_some() {
-        return Reply::Int(0);
-    }
-    // The new key keeps the value's memgest, TTL and kind (a record stays a record).
-    let opts = SetOptions {
-        memgest: e.memgest,
-        expiry: e.expire_at_ms.map_or(Expiry::Persist, Expiry::At),
-        kind: e.kind,
-        ..SetOptions::default()
-    };
-    if let Err(err) = engine.set(dst, &e.value, &opts, now) {
-        return engine_error(err);
-    }
-    if let Err(err) = engine.delete(src, None, now) {
-        return engine_error(err);
-    }
-    if nx {
-        Reply::Int(1)
-    } else {
-        Reply::ok()
-    }
-}
-
-pub fn rename(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    rename_generic(ctx, argv, false)
-}
-
-pub fn renamenx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    rename_generic(ctx, argv, true)
-}
-
-/// COPY source destination [DB 0] [REPLACE]: one database, so DB must be 0.
-pub fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let mut replace = false;
-    let mut i = 3;
-    while i < argv.len() {
-        if is(argv[i], "replace") {
-            replace = true;
-            i += 1;
-        } else if is(argv[i], "db") && i + 1 < argv.len() {
-            if let Some(e) = copy_db_error(argv[i + 1]) {
-                return Reply::err(e);
-            }
-            i += 2;
-        } else {
-            return Reply::err(errors::SYNTAX);
-        }
-    }
-    let (src, dst) = (argv[1], argv[2]);
-    if src == dst {
-        return Reply::err("ERR source and destination objects are the same");
-    }
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let Some(e) = engine.get(src, now) else {
-        return Reply::Int(0);
-    };
-    if !replace && engine.get(dst, now).is_some() {
-        return Reply::Int(0);
-    }
-    // The new key keeps the value's memgest, TTL and kind (a record stays a record).
-    let opts = SetOptions {
-        memgest: e.memgest,
-        expiry: e.expire_at_ms.map_or(Expiry::Persist, Expiry::At),
-        kind: e.kind,
-        ..SetOptions::default()
-    };
-    match engine.set(dst, &e.value, &opts, now) {
-        Ok(_) => Reply::Int(1),
-        Err(err) => engine_error(err),
     }
 }
 
@@ -542,28 +334,213 @@ pub fn record_encoding(encoded: &[u8], max: &HashEncodingMax) -> &'static str {
     }
 }
 
-/// OBJECT ENCODING key.
-pub fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match ctx.shared.db.lock().get(argv[2], ctx.now_ms) {
-        Some(e) if e.kind == ringlet_types::ValueKind::Record => {
-            Reply::bulk(record_encoding(&e.value, &ctx.shared.hash_encoding).as_bytes())
+// ---- written once for both fronts, over `Keyspace` ----------------------------------------
+
+/// TTL / PTTL / EXPIRETIME / PEXPIRETIME: -2 for a missing key, -1 without a TTL, else
+/// `f(expiry)`.
+async fn expiry_reply<K: Keyspace>(ks: &K, key: &[u8], f: impl FnOnce(u64) -> i64) -> KsResult {
+    Ok(Reply::Int(match ks.read(key).await? {
+        None => -2,
+        Some(v) => v.expire_at_ms.map_or(-1, f),
+    }))
+}
+
+/// Seconds as Redis rounds them (`(ms + 500) / 1000`).
+fn rounded_s(ms: u64) -> i64 {
+    i64::try_from(ms.saturating_add(500) / 1000).unwrap_or(i64::MAX)
+}
+
+pub async fn ttl<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let now = ks.now_ms();
+    expiry_reply(ks, argv[1], |at| rounded_s(at.saturating_sub(now))).await
+}
+
+pub async fn pttl<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let now = ks.now_ms();
+    let ms = |at: u64| i64::try_from(at.saturating_sub(now)).unwrap_or(i64::MAX);
+    expiry_reply(ks, argv[1], ms).await
+}
+
+/// EXPIRETIME: the absolute expiry in unix seconds, rounded as Redis does.
+pub async fn expiretime<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    expiry_reply(ks, argv[1], rounded_s).await
+}
+
+/// PEXPIRETIME: the absolute expiry in unix ms.
+pub async fn pexpiretime<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let ms = |at: u64| i64::try_from(at).unwrap_or(i64::MAX);
+    expiry_reply(ks, argv[1], ms).await
+}
+
+pub async fn persist<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    ks.update(argv[1], |cur| {
+        Ok(match cur {
+            Some(v) if v.expire_at_ms.is_some() => (Change::Expire(None), Reply::Int(1)),
+            _ => (Change::Nothing, Reply::Int(0)),
+        })
+    })
+    .await
+}
+
+/// `expireGenericCommand`: `relative` for EXPIRE/PEXPIRE (basetime now), else the *AT forms
+/// (basetime 0); the arguments are parsed by `ringlet_command::args`, options first, then the
+/// time, as Redis does. A time at or before now deletes the key.
+async fn expire_generic<K: Keyspace>(
+    ks: &K,
+    argv: &[&[u8]],
+    relative: bool,
+    seconds: bool,
+    cmd: &str,
+) -> KsResult {
+    let now = i64::try_from(ks.now_ms()).unwrap_or(i64::MAX);
+    let args =
+        ringlet_command::args::expire_args(argv, if relative { now } else { 0 }, seconds, cmd)?;
+    let at = args.at_ms;
+    ks.update(argv[1], |cur| {
+        let Some(v) = cur else {
+            return Ok((Change::Nothing, Reply::Int(0)));
+        };
+        if !args.allows(v.expire_at_ms) {
+            return Ok((Change::Nothing, Reply::Int(0)));
         }
-        Some(e) => Reply::bulk(string_encoding(&e.value).as_bytes()),
-        None => Reply::Nil,
-    }
+        let change = match u64::try_from(at) {
+            Ok(at) if at as i64 > now => Change::Expire(Some(at)),
+            _ => Change::Delete,
+        };
+        Ok((change, Reply::Int(1)))
+    })
+    .await
 }
 
-/// OBJECT REFCOUNT key: 1 for a record, see [`string_refcount`] for strings.
-pub fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match ctx.shared.db.lock().get(argv[2], ctx.now_ms) {
-        Some(e) if e.kind == ringlet_types::ValueKind::Record => Reply::Int(1),
-        Some(e) => Reply::Int(string_refcount(&e.value)),
-        None => Reply::Nil,
-    }
+pub async fn expire<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    expire_generic(ks, argv, true, true, "expire").await
 }
 
-pub fn object_help(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    super::connection::help("OBJECT", OBJECT_HELP)
+pub async fn pexpire<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    expire_generic(ks, argv, true, false, "pexpire").await
+}
+
+pub async fn expireat<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    expire_generic(ks, argv, false, true, "expireat").await
+}
+
+pub async fn pexpireat<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    expire_generic(ks, argv, false, false, "pexpireat").await
+}
+
+pub async fn type_<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    Ok(Reply::simple(match ks.read(argv[1]).await? {
+        Some(v) => v.kind.type_name(),
+        None => "none",
+    }))
+}
+
+/// TOUCH key [key ...]: how many exist (reading a key is all a touch does here: the engine's
+/// eviction clocks are updated by reads).
+pub async fn touch<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let found = ks.read_many(&argv[1..]).await?;
+    Ok(Reply::Int(
+        found.iter().filter(|v| v.is_some()).count() as i64
+    ))
+}
+
+/// What RENAME and COPY write to the destination: the source's value, kind (a record stays a
+/// record), TTL and memgest (`keys[0]` of their `update_many`).
+fn moved_value(src: Value) -> Change {
+    Change::Put(Put {
+        value: src.bytes,
+        kind: src.kind,
+        ttl: src.expire_at_ms.map_or(Ttl::Clear, Ttl::At),
+        memgest: Memgest::Like(0),
+    })
+}
+
+/// RENAME and RENAMENX (within a slot in a cluster): the destination is written before the
+/// source is deleted, so a coordinator failing in between leaves both, never neither.
+async fn rename_generic<K: Keyspace>(ks: &K, argv: &[&[u8]], nx: bool) -> KsResult {
+    let (src, dst) = (argv[1], argv[2]);
+    ks.update_many(&[src, dst], |cur| {
+        let mut cur = cur.into_iter();
+        let (s, d) = (cur.next().flatten(), cur.next().flatten());
+        let Some(s) = s else {
+            return Err(Reply::err("ERR no such key"));
+        };
+        let (done, not_done) = if nx {
+            (Reply::Int(1), Reply::Int(0))
+        } else {
+            (Reply::ok(), Reply::ok())
+        };
+        if src == dst || (nx && d.is_some()) {
+            return Ok((Vec::new(), not_done));
+        }
+        Ok((vec![(1, moved_value(s)), (0, Change::Delete)], done))
+    })
+    .await
+}
+
+pub async fn rename<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    rename_generic(ks, argv, false).await
+}
+
+pub async fn renamenx<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    rename_generic(ks, argv, true).await
+}
+
+/// COPY source destination [DB 0] [REPLACE]: one database, so DB must be 0.
+pub async fn copy<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let mut replace = false;
+    let mut i = 3;
+    while i < argv.len() {
+        if is(argv[i], "replace") {
+            replace = true;
+            i += 1;
+        } else if is(argv[i], "db") && i + 1 < argv.len() {
+            if let Some(e) = copy_db_error(argv[i + 1]) {
+                return Err(Reply::err(e));
+            }
+            i += 2;
+        } else {
+            return Err(Reply::err(errors::SYNTAX));
+        }
+    }
+    let (src, dst) = (argv[1], argv[2]);
+    if src == dst {
+        return Err(Reply::err(
+            "ERR source and destination objects are the same",
+        ));
+    }
+    ks.update_many(&[src, dst], |cur| {
+        let mut cur = cur.into_iter();
+        let (s, d) = (cur.next().flatten(), cur.next().flatten());
+        match s {
+            Some(s) if replace || d.is_none() => Ok((vec![(1, moved_value(s))], Reply::Int(1))),
+            _ => Ok((Vec::new(), Reply::Int(0))),
+        }
+    })
+    .await
+}
+
+/// OBJECT ENCODING | REFCOUNT key, OBJECT HELP (the table resolved the subcommand and its
+/// arity). See [`string_encoding`], [`string_refcount`], [`record_encoding`].
+pub async fn object<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let sub = argv[1];
+    if is(sub, "help") {
+        return Ok(super::connection::help("OBJECT", OBJECT_HELP));
+    }
+    if !is(sub, "encoding") && !is(sub, "refcount") {
+        return Err(Reply::err(errors::SYNTAX));
+    }
+    let Some(v) = ks.read(argv[2]).await? else {
+        return Ok(Reply::Nil);
+    };
+    Ok(match (v.kind, is(sub, "refcount")) {
+        (ValueKind::Record, true) => Reply::Int(1),
+        (ValueKind::String, true) => Reply::Int(string_refcount(&v.bytes)),
+        (ValueKind::Record, false) => {
+            Reply::bulk(record_encoding(&v.bytes, ks.hash_encoding()).as_bytes())
+        }
+        (ValueKind::String, false) => Reply::bulk(string_encoding(&v.bytes).as_bytes()),
+    })
 }
 
 #[cfg(test)]

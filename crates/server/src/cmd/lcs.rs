@@ -1,6 +1,6 @@
 //! LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN] (Redis 7.0 `t_string.c`), as a
-//! pure function over the two values, shared by the single node and the cluster front (which
-//! serves it when both keys are in one slot). The dynamic-programming table is transient
+//! pure function over the two values, and the handler of both fronts over `Keyspace` (a
+//! cluster serves it when both keys are in one slot). The dynamic-programming table is transient
 //! memory of (|a|+1)(|b|+1) × 4 bytes; Redis bounds it by `proto-max-bulk-len`, we by
 //! `limits::VALUE_BYTES_MAX`, with Redis's error text.
 
@@ -133,9 +133,8 @@ pub fn lcs(a: &[u8], b: &[u8], argv: &[&[u8]]) -> Result<Lcs, &'static str> {
     })
 }
 
-// ---------------------------------------------------------------- single-node handler
+// ---------------------------------------------------------------- handler (both fronts)
 
-use super::Ctx;
 use crate::reply::Reply;
 use bytes::Bytes;
 
@@ -169,20 +168,18 @@ pub fn to_reply(l: Lcs) -> Reply {
     }
 }
 
-pub fn lcs_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let (a, b) = {
-        let engine = ctx.shared.db.lock();
-        let get = |k: &[u8]| {
-            super::string::string_entry(&engine, k, ctx.now_ms)
-                .map(|e| e.map(|e| e.value).unwrap_or_default())
-        };
-        match (get(argv[1]), get(argv[2])) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => return e,
-        }
+/// LCS key1 key2 [...]: both values read together (one slot in a cluster).
+pub async fn lcs_cmd<K: super::keyspace_api::Keyspace>(
+    ks: &K,
+    argv: &[&[u8]],
+) -> super::string::KsResult {
+    use super::keyspace_api::Value;
+    let mut vals = ks.read_many(&[argv[1], argv[2]]).await?.into_iter();
+    let mut next = || -> Result<Vec<u8>, Reply> {
+        Ok(Value::string(vals.next().flatten())?
+            .map(|v| v.bytes)
+            .unwrap_or_default())
     };
-    match lcs(&a, &b, argv) {
-        Ok(l) => to_reply(l),
-        Err(e) => Reply::err(e),
-    }
+    let (a, b) = (next()?, next()?);
+    lcs(&a, &b, argv).map(to_reply).map_err(Reply::err)
 }

@@ -14,6 +14,10 @@
 //! node's handlers to it by full name (`client|setname`); a unit test checks that every
 //! command the table serves in `Mode::Single` has one.
 //!
+//! Key commands written once for both fronts run over [`keyspace_api::Keyspace`]: the table
+//! wraps them with `local!` (the engine as the keyspace); a cluster node's front calls the
+//! same functions over the replica core.
+//!
 //! Families, one file each: [`connection`] (PING ECHO HELLO AUTH QUIT SELECT CLIENT),
 //! [`server`] (COMMAND INFO CONFIG DBSIZE FLUSHALL FLUSHDB), [`string`] (GET SET INCR ...),
 //! [`keyspace`] (DEL EXISTS TYPE EXPIRE TTL KEYS SCAN RANDOMKEY ...), [`transaction`]
@@ -23,6 +27,7 @@ pub mod acl;
 pub mod bits;
 pub mod connection;
 pub mod keyspace;
+pub mod keyspace_api;
 pub mod lcs;
 pub mod node;
 pub mod record;
@@ -67,6 +72,19 @@ pub type Handler = fn(&mut Ctx<'_>, &[&[u8]]) -> Reply;
 
 pub use ringlet_command::table::{arity_error, command_keys, cstr, err_with_arg, lookup};
 pub use ringlet_command::{table, Mode};
+
+/// A handler written once over [`keyspace_api::Keyspace`] (both fronts), run on the single
+/// node's engine: [`keyspace_api::Local`], polled once by [`keyspace_api::ready`] (its
+/// futures never wait).
+macro_rules! local {
+    ($f:path) => {{
+        fn h(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+            let ks = keyspace_api::Local::new(ctx);
+            keyspace_api::ready($f(&ks, argv)).unwrap_or_else(|e| e)
+        }
+        h as Handler
+    }};
+}
 
 fn handler_for(name: &str) -> Option<Handler> {
     let h: Handler = match name {
@@ -116,59 +134,57 @@ fn handler_for(name: &str) -> Option<Handler> {
         "flushdb" => server::flushall,
         "get" => string::get,
         "set" => string::set,
-        "setnx" => string::setnx,
-        "setex" => string::setex,
-        "psetex" => string::psetex,
-        "getset" => string::getset,
-        "getdel" => string::getdel,
-        "getex" => string::getex,
+        "setnx" => local!(string::setnx),
+        "setex" => local!(string::setex),
+        "psetex" => local!(string::psetex),
+        "getset" => local!(string::getset),
+        "getdel" => local!(string::getdel),
+        "getex" => local!(string::getex),
         "mget" => string::mget,
         "mset" => string::mset,
-        "msetnx" => string::msetnx,
-        "incr" => string::incr,
-        "decr" => string::decr,
-        "incrby" => string::incrby,
-        "decrby" => string::decrby,
-        "incrbyfloat" => string::incrbyfloat,
-        "append" => string::append,
-        "strlen" => string::strlen,
-        "getrange" => string::getrange,
-        "setrange" => string::setrange,
+        "msetnx" => local!(string::msetnx),
+        "incr" => local!(string::incr),
+        "decr" => local!(string::decr),
+        "incrby" => local!(string::incrby),
+        "decrby" => local!(string::decrby),
+        "incrbyfloat" => local!(string::incrbyfloat),
+        "append" => local!(string::append),
+        "strlen" => local!(string::strlen),
+        "getrange" => local!(string::getrange),
+        "setrange" => local!(string::setrange),
         "del" => keyspace::del,
         "unlink" => keyspace::del,
         "exists" => keyspace::exists,
-        "type" => keyspace::type_,
-        "expire" => keyspace::expire,
-        "pexpire" => keyspace::pexpire,
-        "expireat" => keyspace::expireat,
-        "pexpireat" => keyspace::pexpireat,
-        "ttl" => keyspace::ttl,
-        "pttl" => keyspace::pttl,
-        "persist" => keyspace::persist,
+        "type" => local!(keyspace::type_),
+        "expire" => local!(keyspace::expire),
+        "pexpire" => local!(keyspace::pexpire),
+        "expireat" => local!(keyspace::expireat),
+        "pexpireat" => local!(keyspace::pexpireat),
+        "ttl" => local!(keyspace::ttl),
+        "pttl" => local!(keyspace::pttl),
+        "persist" => local!(keyspace::persist),
         "keys" => keyspace::keys,
         "scan" => keyspace::scan,
         "randomkey" => keyspace::randomkey,
-        "touch" => keyspace::touch,
-        "lcs" => lcs::lcs_cmd,
-        "expiretime" => keyspace::expiretime,
-        "pexpiretime" => keyspace::pexpiretime,
-        "setbit" => bits::setbit_cmd,
-        "getbit" => bits::getbit_cmd,
-        "bitcount" => bits::bitcount_cmd,
-        "bitpos" => bits::bitpos_cmd,
-        "rename" => keyspace::rename,
-        "renamenx" => keyspace::renamenx,
-        "copy" => keyspace::copy,
-        "object|encoding" => keyspace::object_encoding,
-        "object|refcount" => keyspace::object_refcount,
-        "object|help" => keyspace::object_help,
+        "touch" => local!(keyspace::touch),
+        "lcs" => local!(lcs::lcs_cmd),
+        "expiretime" => local!(keyspace::expiretime),
+        "pexpiretime" => local!(keyspace::pexpiretime),
+        "setbit" => local!(bits::setbit_cmd),
+        "getbit" => local!(bits::getbit_cmd),
+        "bitcount" => local!(bits::bitcount_cmd),
+        "bitpos" => local!(bits::bitpos_cmd),
+        "rename" => local!(keyspace::rename),
+        "renamenx" => local!(keyspace::renamenx),
+        "copy" => local!(keyspace::copy),
+        "object|encoding" | "object|refcount" | "object|help" => local!(keyspace::object),
         "multi" => transaction::multi,
         "exec" => transaction::exec,
         "discard" => transaction::discard,
         "time" => server::time,
         "wait" => server::wait,
         "role" => server::role,
-        "substr" => string::getrange,
+        "substr" => local!(string::getrange),
         "function|flush" => server::function_flush,
         "function|list" => server::function_list,
         "function|help" => server::function_help,

@@ -1,11 +1,18 @@
-//! String commands (Redis `t_string.c`): GET SET SETNX SETEX PSETEX GETSET GETDEL GETEX MGET
-//! MSET MSETNX INCR DECR INCRBY DECRBY INCRBYFLOAT APPEND STRLEN GETRANGE SETRANGE.
+//! String commands (Redis `t_string.c`).
 //!
-//! Reads (GET, MGET, STRLEN, GETRANGE) go through the worker's lock-free engine reader and
-//! fall back to the locked engine only when the reader reports `Retry`. Everything that
-//! writes holds the engine lock for the whole command, so read-modify-write commands (INCR,
-//! SET ... GET, MSETNX) are atomic exactly as in single-threaded Redis.
+//! **Written once for both fronts**, over [`Keyspace`] (cmd/keyspace_api.rs): SETNX SETEX
+//! PSETEX GETSET GETDEL GETEX MSETNX INCR DECR INCRBY DECRBY INCRBYFLOAT APPEND STRLEN
+//! GETRANGE SUBSTR SETRANGE. The single node runs them over the engine (`local!` in
+//! cmd/mod.rs), a cluster node over the replica core (crates/cluster/src/resp.rs).
+//! Read-modify-writes are one [`Keyspace::update`]: atomic under the engine lock on a single
+//! node, under the key's lock at its coordinator in a cluster, as single-threaded Redis.
+//!
+//! **The single node's own**: GET, MGET, SET and MSET, its hot paths — GET and MGET through
+//! the worker's lock-free reader (the engine lock only on `Retry`), plain SET batched under
+//! one lock hold by conn.rs ([`set_plain`]). A cluster node serves its own versions of these
+//! four (its fast read path and blind-write resolution differ).
 
+use super::keyspace_api::{Change, Keyspace, Put, Ttl, Value};
 use super::{parse_i64, Ctx};
 use crate::reply::{errors, Reply};
 use crate::shared::Stats;
@@ -13,39 +20,10 @@ use bytes::Bytes;
 use ringlet_command::args::{
     expire_at_ms, getex_args, set_args, Cond, GetExExpiry, SetArgs, SetExpiry,
 };
-use ringlet_engine::{Engine, Entry, Expiry, ReadOutcome, SetOptions};
+use ringlet_engine::{Engine, Expiry, ReadOutcome, SetOptions};
 use ringlet_types::{limits, ValueKind};
 
-/// The Redis reply for an engine error.
-pub fn engine_error(e: ringlet_engine::Error) -> Reply {
-    use ringlet_engine::Error as E;
-    match e {
-        E::KeyTooLarge { .. } => Reply::err_owned(format!(
-            "ERR key exceeds the maximum allowed size ({} bytes)",
-            limits::KEY_BYTES_MAX
-        )),
-        E::ValueTooLarge { .. } => Reply::err(STRING_TOO_LONG),
-        E::NoSpace => Reply::err("OOM command not allowed when used memory > 'maxmemory'."),
-        E::NotInteger => Reply::err(errors::NOT_INTEGER),
-        E::NotFloat => Reply::err(errors::NOT_FLOAT),
-        E::Overflow => Reply::err(errors::OVERFLOW),
-        E::WrongType => Reply::err(errors::WRONGTYPE),
-        other => Reply::err_owned(format!("ERR engine: {other}")),
-    }
-}
-
-/// `checkStringLength`'s text; our limit is `limits::VALUE_BYTES_MAX`.
-const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
-
-/// The live entry of `key` if it holds a string (`Ok(None)`: missing); a record is
-/// Redis's WRONGTYPE. Every string command that reads under the engine lock goes through
-/// here, so none of them turns a record into a string by accident.
-pub fn string_entry(engine: &Engine, key: &[u8], now: u64) -> Result<Option<Entry>, Reply> {
-    match engine.get(key, now) {
-        Some(e) if e.kind == ValueKind::Record => Err(Reply::err(errors::WRONGTYPE)),
-        e => Ok(e),
-    }
-}
+pub use super::keyspace_api::{engine_error, STRING_TOO_LONG};
 
 /// Read `key` into `ctx.scratch` without the engine lock: whether it was found, and its
 /// kind (string commands answer WRONGTYPE for a record).
@@ -66,15 +44,7 @@ pub fn read_kind(ctx: &mut Ctx<'_>, key: &[u8]) -> Option<ValueKind> {
             }
         }
     };
-    let stats = &ctx.shared.stats;
-    Stats::add(
-        if hit.is_some() {
-            &stats.keyspace_hits
-        } else {
-            &stats.keyspace_misses
-        },
-        1,
-    );
+    super::keyspace_api::count_read(&ctx.shared.stats, hit.is_some());
     hit
 }
 
@@ -106,44 +76,6 @@ pub fn mget(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
         });
     }
     Reply::Array(out)
-}
-
-pub fn strlen(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match read(ctx, argv[1]) {
-        Ok(true) => Reply::Int(ctx.scratch.len() as i64),
-        Ok(false) => Reply::Int(0),
-        Err(e) => e,
-    }
-}
-
-pub fn getrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let (Some(mut start), Some(mut end)) = (parse_i64(argv[2]), parse_i64(argv[3])) else {
-        return Reply::err(errors::NOT_INTEGER);
-    };
-    match read(ctx, argv[1]) {
-        Ok(true) => {}
-        Ok(false) => return Reply::Bulk(Bytes::new()),
-        Err(e) => return e,
-    }
-    let len = ctx.scratch.len() as i64;
-    if start < 0 && end < 0 && start > end {
-        return Reply::Bulk(Bytes::new());
-    }
-    if start < 0 {
-        start += len;
-    }
-    if end < 0 {
-        end += len;
-    }
-    start = start.max(0);
-    end = end.max(0);
-    if end >= len {
-        end = len - 1;
-    }
-    if start > end || len == 0 {
-        return Reply::Bulk(Bytes::new());
-    }
-    Reply::bulk(&ctx.scratch[start as usize..=end as usize])
 }
 
 // ---- SET and its family -------------------------------------------------------------------
@@ -231,92 +163,10 @@ fn old_reply(old: Option<ringlet_engine::Entry>) -> Reply {
     old.map_or(Reply::Nil, |e| Reply::Bulk(Bytes::from(e.value)))
 }
 
-/// Options of the SET family's fixed forms (SETNX, SETEX, GETSET, ...).
-const PLAIN: SetArgs<'static> = SetArgs {
-    cond: Cond::Always,
-    get: false,
-    expiry: SetExpiry::Clear,
-    memgest: None,
-};
-
 pub fn set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     match set_args(argv, ctx.now_ms) {
         Ok(args) => set_generic(ctx, args, argv[1], argv[2], Reply::ok(), Reply::Nil),
         Err(e) => e,
-    }
-}
-
-pub fn setnx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let args = SetArgs {
-        cond: Cond::Nx,
-        ..PLAIN
-    };
-    set_generic(ctx, args, argv[1], argv[2], Reply::Int(1), Reply::Int(0))
-}
-
-/// SETEX (seconds) and PSETEX (ms): `key ttl value`.
-fn setex_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], seconds: bool, cmd: &str) -> Reply {
-    match expire_at_ms(argv[2], seconds, true, ctx.now_ms, cmd) {
-        Ok(ms) => {
-            let args = SetArgs {
-                expiry: SetExpiry::At(ms),
-                ..PLAIN
-            };
-            set_generic(ctx, args, argv[1], argv[3], Reply::ok(), Reply::Nil)
-        }
-        Err(e) => e,
-    }
-}
-
-pub fn setex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    setex_generic(ctx, argv, true, "setex")
-}
-
-pub fn psetex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    setex_generic(ctx, argv, false, "psetex")
-}
-
-pub fn getset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let args = SetArgs { get: true, ..PLAIN };
-    set_generic(ctx, args, argv[1], argv[2], Reply::ok(), Reply::Nil)
-}
-
-pub fn getdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let old = match string_entry(&engine, argv[1], now) {
-        Ok(Some(e)) => e,
-        Ok(None) => return Reply::Nil,
-        Err(e) => return e,
-    };
-    if let Err(e) = engine.delete(argv[1], None, now) {
-        return engine_error(e);
-    }
-    Reply::Bulk(Bytes::from(old.value))
-}
-
-pub fn getex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let opts = match getex_args(argv) {
-        Ok(x) => x,
-        Err(e) => return e,
-    };
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let cur = match string_entry(&engine, argv[1], now) {
-        Ok(Some(e)) => e,
-        Ok(None) => return Reply::Nil,
-        Err(e) => return e,
-    };
-    let result = match opts.expiry(now) {
-        // A time at or before now erases the key (the engine applies `At(past)` as a delete).
-        Ok(GetExExpiry::At(ms)) => engine.set_expiry(argv[1], Expiry::At(ms), now),
-        Ok(GetExExpiry::Persist) => engine.set_expiry(argv[1], Expiry::Persist, now),
-        Ok(GetExExpiry::Unchanged) => Ok(true),
-        Err(e) => return e,
-    };
-    match result {
-        Ok(_) => Reply::Bulk(Bytes::from(cur.value)),
-        Err(e) => engine_error(e),
     }
 }
 
@@ -334,160 +184,259 @@ pub fn mset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     Reply::ok()
 }
 
-pub fn msetnx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+// ---- written once for both fronts, over `Keyspace` ----------------------------------------
+
+/// A handler over a [`Keyspace`]: the reply, or an error reply (both are answered; a cluster
+/// front keeps them apart for its accounting).
+pub type KsResult = Result<Reply, Reply>;
+
+/// The string value of a read (`None`: missing); WRONGTYPE for a record.
+async fn read_string<K: Keyspace>(ks: &K, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    Ok(Value::string(ks.read(key).await?)?.map(|v| v.bytes))
+}
+
+pub async fn strlen<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let n = read_string(ks, argv[1]).await?.map_or(0, |v| v.len());
+    Ok(Reply::Int(n as i64))
+}
+
+/// Redis's GETRANGE of `v`: negative indexes count from the end, then clamp.
+pub fn get_range(v: &[u8], mut start: i64, mut end: i64) -> &[u8] {
+    let len = v.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return &[];
+    }
+    if start < 0 {
+        start += len;
+    }
+    if end < 0 {
+        end += len;
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        return &[];
+    }
+    &v[start as usize..=end as usize]
+}
+
+/// GETRANGE and SUBSTR.
+pub async fn getrange<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let (Some(start), Some(end)) = (parse_i64(argv[2]), parse_i64(argv[3])) else {
+        return Err(Reply::err(errors::NOT_INTEGER));
+    };
+    let v = read_string(ks, argv[1]).await?.unwrap_or_default();
+    Ok(Reply::bulk(get_range(&v, start, end)))
+}
+
+pub async fn setnx<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let put = Put::string(argv[2].to_vec(), Ttl::Clear);
+    let stored = ks.write(argv[1], put, Cond::Nx).await?;
+    Ok(Reply::Int(i64::from(stored)))
+}
+
+/// SETEX (seconds) and PSETEX (ms): `key ttl value`.
+async fn setex_generic<K: Keyspace>(ks: &K, argv: &[&[u8]], seconds: bool, cmd: &str) -> KsResult {
+    let at = expire_at_ms(argv[2], seconds, true, ks.now_ms(), cmd)?;
+    let put = Put::string(argv[3].to_vec(), Ttl::At(at));
+    ks.write(argv[1], put, Cond::Always).await?;
+    Ok(Reply::ok())
+}
+
+pub async fn setex<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    setex_generic(ks, argv, true, "setex").await
+}
+
+pub async fn psetex<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    setex_generic(ks, argv, false, "psetex").await
+}
+
+/// GETSET: SET ... GET without options (the TTL is cleared, as Redis does).
+pub async fn getset<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let put = Put::string(argv[2].to_vec(), Ttl::Clear);
+    ks.update(argv[1], |cur| {
+        let old = Value::string(cur)?;
+        Ok((Change::Put(put), bulk_or_nil(old)))
+    })
+    .await
+}
+
+fn bulk_or_nil(v: Option<Value>) -> Reply {
+    v.map_or(Reply::Nil, |v| Reply::Bulk(Bytes::from(v.bytes)))
+}
+
+pub async fn getdel<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    ks.update(argv[1], |cur| match Value::string(cur)? {
+        Some(v) => Ok((Change::Delete, bulk_or_nil(Some(v)))),
+        None => Ok((Change::Nothing, Reply::Nil)),
+    })
+    .await
+}
+
+/// GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]: syntax first; the time is checked
+/// only once the key exists (a missing key answers nil even with `EX 0`, as Redis 7 does).
+pub async fn getex<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let opts = getex_args(argv)?;
+    let now = ks.now_ms();
+    ks.update(argv[1], |cur| {
+        let Some(v) = Value::string(cur)? else {
+            return Ok((Change::Nothing, Reply::Nil));
+        };
+        let change = match opts.expiry(now)? {
+            GetExExpiry::Unchanged => Change::Nothing,
+            // A time at or before now erases the key.
+            GetExExpiry::At(ms) if ms <= now => Change::Delete,
+            GetExExpiry::At(ms) => Change::Expire(Some(ms)),
+            GetExExpiry::Persist if v.expire_at_ms.is_none() => Change::Nothing,
+            GetExExpiry::Persist => Change::Expire(None),
+        };
+        Ok((change, bulk_or_nil(Some(v))))
+    })
+    .await
+}
+
+/// MSETNX: all keys or none, atomically (one slot in a cluster). A key named twice takes its
+/// last value, as in Redis.
+pub async fn msetnx<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     if argv.len() & 1 == 0 {
-        return super::arity_error("msetnx");
+        return Err(super::arity_error("msetnx"));
     }
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    if argv[1..]
-        .chunks(2)
-        .any(|pair| engine.get(pair[0], now).is_some())
-    {
-        return Reply::Int(0);
-    }
-    for pair in argv[1..].chunks(2) {
-        if let Err(e) = engine.set(pair[0], pair[1], &SetOptions::default(), now) {
-            return engine_error(e);
+    let keys: Vec<&[u8]> = argv[1..].iter().step_by(2).copied().collect();
+    ks.update_many(&keys, |cur| {
+        if cur.iter().any(Option::is_some) {
+            return Ok((Vec::new(), Reply::Int(0)));
         }
-    }
-    Reply::Int(1)
+        let changes = argv[2..]
+            .iter()
+            .step_by(2)
+            .enumerate()
+            .map(|(i, v)| (i, Change::Put(Put::string(v.to_vec(), Ttl::Clear))))
+            .collect();
+        Ok((changes, Reply::Int(1)))
+    })
+    .await
 }
 
-// ---- counters ------------------------------------------------------------------------------
+/// `incrDecrCommand`: the stored value must parse with `string2ll`; overflow is an error;
+/// the TTL is kept. Also the native INCRBY of a cluster node.
+///
+/// # Errors
+/// Redis's texts (not an integer, overflow, WRONGTYPE) and the keyspace's.
+pub async fn incr_by<K: Keyspace>(ks: &K, key: &[u8], delta: i64) -> Result<i64, Reply> {
+    ks.update(key, |cur| {
+        let cur = match Value::string(cur)? {
+            Some(v) => parse_i64(&v.bytes).ok_or(Reply::err(errors::NOT_INTEGER))?,
+            None => 0,
+        };
+        let new = cur.checked_add(delta).ok_or(Reply::err(errors::OVERFLOW))?;
+        let put = Put::string(new.to_string().into_bytes(), Ttl::Keep);
+        Ok((Change::Put(put), new))
+    })
+    .await
+}
 
-/// Write `value` keeping the key's TTL (a new key gets none).
-pub(super) fn write_keep_ttl(
-    engine: &mut Engine,
-    key: &[u8],
-    value: &[u8],
-    now: u64,
-) -> Result<(), Reply> {
-    let opts = SetOptions {
-        expiry: Expiry::Keep,
-        ..SetOptions::default()
+pub async fn incr<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    Ok(Reply::Int(incr_by(ks, argv[1], 1).await?))
+}
+
+pub async fn decr<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    Ok(Reply::Int(incr_by(ks, argv[1], -1).await?))
+}
+
+pub async fn incrby<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let d = parse_i64(argv[2]).ok_or(Reply::err(errors::NOT_INTEGER))?;
+    Ok(Reply::Int(incr_by(ks, argv[1], d).await?))
+}
+
+pub async fn decrby<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let d = match parse_i64(argv[2]) {
+        Some(i64::MIN) => return Err(Reply::err("ERR decrement would overflow")),
+        Some(d) => -d,
+        None => return Err(Reply::err(errors::NOT_INTEGER)),
     };
-    engine
-        .set(key, value, &opts, now)
-        .map(|_| ())
-        .map_err(engine_error)
-}
-
-/// `incrDecrCommand`: the stored value must parse with `string2ll`; overflow is an error.
-fn incr_generic(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> Reply {
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let cur = match string_entry(&engine, key, now) {
-        Err(e) => return e,
-        Ok(e) => e,
-    };
-    let cur = match cur {
-        Some(e) => match parse_i64(&e.value) {
-            Some(v) => v,
-            None => return Reply::err(errors::NOT_INTEGER),
-        },
-        None => 0,
-    };
-    let Some(new) = cur.checked_add(delta) else {
-        return Reply::err(errors::OVERFLOW);
-    };
-    match write_keep_ttl(&mut engine, key, new.to_string().as_bytes(), now) {
-        Ok(()) => Reply::Int(new),
-        Err(e) => e,
-    }
-}
-
-pub fn incr(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    incr_generic(ctx, argv[1], 1)
-}
-
-pub fn decr(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    incr_generic(ctx, argv[1], -1)
-}
-
-pub fn incrby(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match parse_i64(argv[2]) {
-        Some(d) => incr_generic(ctx, argv[1], d),
-        None => Reply::err(errors::NOT_INTEGER),
-    }
-}
-
-pub fn decrby(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match parse_i64(argv[2]) {
-        Some(i64::MIN) => Reply::err("ERR decrement would overflow"),
-        Some(d) => incr_generic(ctx, argv[1], -d),
-        None => Reply::err(errors::NOT_INTEGER),
-    }
+    Ok(Reply::Int(incr_by(ks, argv[1], d).await?))
 }
 
 /// INCRBYFLOAT in x87 `long double`, formatted with `%.17Lf` and trailing zeros cut, exactly
-/// as Redis does it (see `ldouble.c`): clients compare the returned text.
-pub fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let cur = match string_entry(&engine, argv[1], now) {
-        Ok(e) => e.map(|e| e.value),
-        Err(e) => return e,
-    };
-    let new = match crate::ldouble::incr_by_float(cur.as_deref(), argv[2]) {
-        Ok(v) => v,
-        Err(crate::ldouble::FloatError::NotFloat) => return Reply::err(errors::NOT_FLOAT),
-        Err(crate::ldouble::FloatError::NanOrInfinity) => {
-            return Reply::err("ERR increment would produce NaN or Infinity")
+/// as Redis does it (see `ldouble.c`): clients compare the returned text. The TTL is kept.
+pub async fn incrbyfloat<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    ks.update(argv[1], |cur| {
+        let cur = Value::string(cur)?;
+        let new = match crate::ldouble::incr_by_float(cur.as_ref().map(|v| &v.bytes[..]), argv[2]) {
+            Ok(v) => v,
+            Err(crate::ldouble::FloatError::NotFloat) => return Err(Reply::err(errors::NOT_FLOAT)),
+            Err(crate::ldouble::FloatError::NanOrInfinity) => {
+                return Err(Reply::err("ERR increment would produce NaN or Infinity"))
+            }
+        };
+        let reply = Reply::bulk(&new);
+        Ok((Change::Put(Put::string(new, Ttl::Keep)), reply))
+    })
+    .await
+}
+
+/// APPEND: the new length; the TTL is kept.
+pub async fn append<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let suffix = argv[2];
+    ks.update(argv[1], |cur| {
+        let mut v = Value::string(cur)?.map(|v| v.bytes).unwrap_or_default();
+        if v.len() + suffix.len() > limits::VALUE_BYTES_MAX as usize {
+            return Err(Reply::err(STRING_TOO_LONG));
         }
-    };
-    match write_keep_ttl(&mut engine, argv[1], &new, now) {
-        Ok(()) => Reply::Bulk(Bytes::from(new)),
-        Err(e) => e,
-    }
+        v.extend_from_slice(suffix);
+        let n = v.len() as i64;
+        Ok((Change::Put(Put::string(v, Ttl::Keep)), Reply::Int(n)))
+    })
+    .await
 }
 
-pub fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let cur_len = match string_entry(&engine, argv[1], now) {
-        Ok(e) => e.map_or(0, |e| e.value.len()),
-        Err(e) => return e,
-    };
-    if cur_len + argv[2].len() > limits::VALUE_BYTES_MAX as usize {
-        return Reply::err(STRING_TOO_LONG);
-    }
-    match engine.append(argv[1], argv[2], now) {
-        Ok(n) => Reply::Int(n as i64),
-        Err(e) => engine_error(e),
-    }
-}
-
-pub fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let Some(offset) = parse_i64(argv[2]) else {
-        return Reply::err(errors::NOT_INTEGER);
-    };
+/// SETRANGE key offset value: the new length; an empty value changes nothing (and creates no
+/// key); the TTL is kept.
+pub async fn setrange<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let offset = parse_i64(argv[2]).ok_or(Reply::err(errors::NOT_INTEGER))?;
     if offset < 0 {
-        return Reply::err("ERR offset is out of range");
+        return Err(Reply::err("ERR offset is out of range"));
     }
-    let value = argv[3];
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let cur = match string_entry(&engine, argv[1], now) {
-        Ok(e) => e,
-        Err(e) => return e,
-    };
-    let olen = cur.as_ref().map_or(0, |e| e.value.len());
-    if value.is_empty() {
-        return Reply::Int(olen as i64);
-    }
-    // `checkStringLength(offset, len)` with our value limit (Redis: proto-max-bulk-len).
-    if offset as u64 + value.len() as u64 > limits::VALUE_BYTES_MAX as u64 {
-        return Reply::err(STRING_TOO_LONG);
-    }
-    let offset = offset as usize;
-    let mut new = cur.map(|e| e.value).unwrap_or_default();
-    if new.len() < offset + value.len() {
-        new.resize(offset + value.len(), 0);
-    }
-    new[offset..offset + value.len()].copy_from_slice(value);
-    match write_keep_ttl(&mut engine, argv[1], &new, now) {
-        Ok(()) => Reply::Int(new.len() as i64),
-        Err(e) => e,
+    let patch = argv[3];
+    ks.update(argv[1], |cur| {
+        let cur = Value::string(cur)?;
+        let olen = cur.as_ref().map_or(0, |v| v.bytes.len());
+        if patch.is_empty() {
+            return Ok((Change::Nothing, Reply::Int(olen as i64)));
+        }
+        // `checkStringLength(offset, len)` with our value limit (Redis: proto-max-bulk-len).
+        if offset as u64 + patch.len() as u64 > u64::from(limits::VALUE_BYTES_MAX) {
+            return Err(Reply::err(STRING_TOO_LONG));
+        }
+        let offset = offset as usize;
+        let mut v = cur.map(|v| v.bytes).unwrap_or_default();
+        if v.len() < offset + patch.len() {
+            v.resize(offset + patch.len(), 0);
+        }
+        v[offset..offset + patch.len()].copy_from_slice(patch);
+        let n = v.len() as i64;
+        Ok((Change::Put(Put::string(v, Ttl::Keep)), Reply::Int(n)))
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::get_range;
+
+    #[test]
+    fn get_range_matches_redis() {
+        let v = b"This is a string";
+        assert_eq!(get_range(v, 0, 3), b"This");
+        assert_eq!(get_range(v, -3, -1), b"ing");
+        assert_eq!(get_range(v, 0, -1), v);
+        assert_eq!(get_range(v, 10, 100), b"string");
+        assert_eq!(get_range(v, 5, 3), b"");
+        assert_eq!(get_range(v, -1, -5), b"");
+        assert_eq!(get_range(v, -100, 2), b"Thi");
+        assert_eq!(get_range(b"", 0, -1), b"");
     }
 }

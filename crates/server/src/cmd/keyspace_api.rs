@@ -1,0 +1,435 @@
+//! The keyspace key commands run against, with two implementations: [`Local`] (a single
+//! node: the engine under its mutex) and the cluster's replicated one (a cluster node: the
+//! replica core, `crates/cluster/src/resp/keyspace.rs`). A key command written once over
+//! [`Keyspace`] serves both fronts (issue 11, item 1; docs/design/command-layer.md).
+//!
+//! ```text
+//!   single node  cmd::handlers()  ── local!(string::append) ──┐
+//!                                                              ├─> string::append(&impl Keyspace, argv)
+//!   cluster node resp.rs command_inner ── Replicated(front) ───┘      read / write / update ...
+//!                                                                     ├─ Local: Engine under Db::lock
+//!                                                                     └─ Replicated: KeyGuard + core
+//! ```
+//!
+//! # The operations
+//!
+//! - [`Keyspace::read`] / [`Keyspace::read_many`]: a key's live value, kind and expiry;
+//! - [`Keyspace::write`]: a blind write with a condition (SETNX, SETEX);
+//! - [`Keyspace::update`] / [`Keyspace::update_many`]: an atomic read-modify-write. The
+//!   handler gives a synchronous closure that sees the current values and decides one
+//!   [`Change`] per key. [`Local`] runs it under the engine lock; the replicated keyspace
+//!   runs it under the keys' `KeyGuard`s between a read at the coordinator and the writes
+//!   (what the cluster's APPEND and INCR always did). The closure never awaits, so the engine
+//!   mutex is never held across an await.
+//!
+//! Why a closure that returns a [`Change`] rather than "read, then write" calls: the single
+//! node's atomicity is the engine lock, which cannot be held across two trait calls without
+//! handing the handler a guard; and the closure keeps the decision (the command's semantics)
+//! in one place while each implementation decides how to make it atomic.
+//!
+//! # Why async, and what it costs the single node
+//!
+//! The replicated keyspace waits on the replica core, so the methods are `async`. [`Local`]'s
+//! futures never wait on anything: they complete at their first poll, and the single node
+//! runs a handler with [`ready`], one poll with a no-op waker, on the connection's own
+//! thread — no runtime, no allocation, no thread hop. The single node's GET/SET/MGET hot paths
+//! (batched, lock-free reader) do not come through here at all.
+//!
+//! # Errors
+//!
+//! Every method answers a command's error reply (Redis's text: OOM, size limits, MOVED,
+//! CROSSSLOT, TRYAGAIN ...), so a handler can return it as it is.
+
+use super::Ctx;
+use crate::reply::{errors, Reply};
+use crate::shared::{Shared, Stats};
+use ringlet_engine::{Condition, Engine, Entry, Expiry, ReadOutcome, Reader, SetOptions};
+use ringlet_types::{limits, MemgestId, ValueKind};
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
+/// A key's live value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Value {
+    pub bytes: Vec<u8>,
+    pub kind: ValueKind,
+    /// Absolute unix ms; `None`: no TTL.
+    pub expire_at_ms: Option<u64>,
+}
+
+impl Value {
+    /// The value if it is a string: `Ok(None)` for a missing key, Redis's WRONGTYPE for a
+    /// record (a hash to clients). Every string command reads through here.
+    ///
+    /// # Errors
+    /// WRONGTYPE for a record.
+    pub fn string(v: Option<Value>) -> Result<Option<Value>, Reply> {
+        match v {
+            Some(v) if v.kind == ValueKind::Record => Err(Reply::err(errors::WRONGTYPE)),
+            v => Ok(v),
+        }
+    }
+}
+
+impl From<Entry> for Value {
+    fn from(e: Entry) -> Value {
+        Value {
+            bytes: e.value,
+            kind: e.kind,
+            expire_at_ms: e.expire_at_ms,
+        }
+    }
+}
+
+/// What a write does to the key's TTL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ttl {
+    /// Keep the key's TTL (INCR, APPEND, SETRANGE, SETBIT: Redis keeps it); a new key gets
+    /// none.
+    Keep,
+    /// No TTL (SET, GETSET, SETNX, MSETNX: Redis clears it).
+    Clear,
+    /// Expire at this absolute unix ms, which the handler checked is after now.
+    At(u64),
+}
+
+/// Which memgest a written key goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memgest {
+    /// The key's own (its current one; the default for a new key).
+    Own,
+    /// The one of `keys[i]` of the same [`Keyspace::update_many`] (RENAME and COPY keep the
+    /// source's memgest, as they keep its TTL).
+    Like(usize),
+}
+
+/// A value to store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Put {
+    pub value: Vec<u8>,
+    pub kind: ValueKind,
+    pub ttl: Ttl,
+    pub memgest: Memgest,
+}
+
+impl Put {
+    /// A string in the key's own memgest.
+    pub fn string(value: Vec<u8>, ttl: Ttl) -> Put {
+        Put {
+            value,
+            kind: ValueKind::String,
+            ttl,
+            memgest: Memgest::Own,
+        }
+    }
+}
+
+/// What a read-modify-write does to one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing (the command only read, or its condition did not hold).
+    Nothing,
+    /// Erase the key.
+    Delete,
+    /// Store a new value.
+    Put(Put),
+    /// Change only the TTL of the (live) key: `Some(at)`, after now, or `None` (PERSIST).
+    Expire(Option<u64>),
+}
+
+/// A blind write's condition (SETNX: `Nx`).
+pub use ringlet_command::args::Cond;
+
+/// What key commands need from where keys live. See the module doc.
+// `async fn` in a public trait: callers cannot name `Send` bounds on the futures, but none
+// need to — the cluster calls its own implementation (whose futures are `Send`, which the
+// compiler sees through the concrete type) and the single node polls its own with [`ready`].
+#[allow(async_fn_in_trait)]
+pub trait Keyspace {
+    /// The time the command runs at (unix ms): expiries are compared and made absolute
+    /// against it.
+    fn now_ms(&self) -> u64;
+
+    /// The node's `hash-max-listpack-*` (OBJECT ENCODING of a record).
+    fn hash_encoding(&self) -> &super::keyspace::HashEncodingMax;
+
+    /// The live value of `key` (`None`: missing or expired).
+    ///
+    /// # Errors
+    /// The front's error reply (a cluster: MOVED, TRYAGAIN, ...).
+    async fn read(&self, key: &[u8]) -> Result<Option<Value>, Reply>;
+
+    /// The live values of `keys`, read together (one slot in a cluster: CROSSSLOT
+    /// otherwise; one engine lock hold on a single node).
+    ///
+    /// # Errors
+    /// As [`Keyspace::read`], and CROSSSLOT.
+    async fn read_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Value>>, Reply>;
+
+    /// Store `put` under `key` if `cond` holds against the live key (any kind counts as
+    /// present); whether it was stored. `Memgest::Like` is not meaningful here (treated as
+    /// `Own`).
+    ///
+    /// # Errors
+    /// The front's error reply (OOM, size limits, MOVED ...); nothing was stored.
+    async fn write(&self, key: &[u8], put: Put, cond: Cond) -> Result<bool, Reply>;
+
+    /// Read `key`, let `f` decide a [`Change`] and a result, apply the change — atomically
+    /// with respect to every other mutation of the key. An error from `f` is answered as it
+    /// is, with nothing changed.
+    ///
+    /// # Errors
+    /// `f`'s error, or the front's.
+    async fn update<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<Value>) -> Result<(Change, R), Reply>,
+    ) -> Result<R, Reply>;
+
+    /// [`Keyspace::update`] over several keys (one slot in a cluster): `f` gets their values
+    /// in the order of `keys` (a key named twice appears twice) and answers changes by index,
+    /// applied in the order given.
+    ///
+    /// # Errors
+    /// As [`Keyspace::update`], and CROSSSLOT.
+    async fn update_many<R>(
+        &self,
+        keys: &[&[u8]],
+        f: impl FnOnce(Vec<Option<Value>>) -> Result<(Vec<(usize, Change)>, R), Reply>,
+    ) -> Result<R, Reply>;
+}
+
+/// Run a future that completes at its first poll (a handler over [`Local`]) to its output,
+/// on this thread.
+///
+/// # Panics
+/// If the future is not ready at once: a caller bug ([`Local`] never waits; a future that
+/// can wait must be run by the runtime instead).
+pub fn ready<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("a local keyspace future waited: only ready futures run here"),
+    }
+}
+
+/// The single node's keyspace: the engine, under its mutex for mutations and through the
+/// worker's lock-free reader for reads.
+pub struct Local<'a> {
+    shared: &'a Shared,
+    reader: &'a Reader,
+    now_ms: u64,
+}
+
+impl<'a> Local<'a> {
+    /// The keyspace a single-node handler sees.
+    pub fn new(ctx: &Ctx<'a>) -> Local<'a> {
+        Local {
+            shared: ctx.shared,
+            reader: ctx.reader,
+            now_ms: ctx.now_ms,
+        }
+    }
+
+    /// `key`'s value, memgest kept for [`Memgest::Own`]/[`Memgest::Like`], under the lock.
+    fn entry(engine: &Engine, key: &[u8], now: u64) -> (Option<Value>, MemgestId) {
+        match engine.get(key, now) {
+            Some(e) => {
+                let m = e.memgest;
+                (Some(Value::from(e)), m)
+            }
+            None => (None, MemgestId::NONE),
+        }
+    }
+}
+
+/// The Redis reply for an engine error.
+pub fn engine_error(e: ringlet_engine::Error) -> Reply {
+    use ringlet_engine::Error as E;
+    match e {
+        E::KeyTooLarge { .. } => Reply::err_owned(format!(
+            "ERR key exceeds the maximum allowed size ({} bytes)",
+            limits::KEY_BYTES_MAX
+        )),
+        E::ValueTooLarge { .. } => Reply::err(STRING_TOO_LONG),
+        E::NoSpace => Reply::err("OOM command not allowed when used memory > 'maxmemory'."),
+        E::NotInteger => Reply::err(errors::NOT_INTEGER),
+        E::NotFloat => Reply::err(errors::NOT_FLOAT),
+        E::Overflow => Reply::err(errors::OVERFLOW),
+        E::WrongType => Reply::err(errors::WRONGTYPE),
+        other => Reply::err_owned(format!("ERR engine: {other}")),
+    }
+}
+
+/// `checkStringLength`'s text; our limit is `limits::VALUE_BYTES_MAX`.
+pub const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+
+/// Apply one change to the engine (`memgest`: what [`Memgest`] resolved to).
+fn apply(
+    engine: &mut Engine,
+    key: &[u8],
+    change: Change,
+    memgest: MemgestId,
+    now: u64,
+) -> Result<(), Reply> {
+    match change {
+        Change::Nothing => Ok(()),
+        Change::Delete => engine
+            .delete(key, None, now)
+            .map(|_| ())
+            .map_err(engine_error),
+        Change::Put(p) => {
+            // The handler has seen the old value already: the engine need not copy it out
+            // again (`Engine::set` would, for its `SetOutcome::Applied::old`).
+            let opts = SetOptions {
+                memgest,
+                expiry: expiry(p.ttl),
+                kind: p.kind,
+                ..SetOptions::default()
+            };
+            engine
+                .set_discarding_old(key, &p.value, &opts, now)
+                .map(|_| ())
+                .map_err(engine_error)
+        }
+        Change::Expire(at) => engine
+            .set_expiry(key, at.map_or(Expiry::Persist, Expiry::At), now)
+            .map(|_| ())
+            .map_err(engine_error),
+    }
+}
+
+/// INFO's `keyspace_hits` / `keyspace_misses` for one read of a key command.
+pub(super) fn count_read(stats: &Stats, hit: bool) {
+    let c = if hit {
+        &stats.keyspace_hits
+    } else {
+        &stats.keyspace_misses
+    };
+    Stats::add(c, 1);
+}
+
+fn expiry(ttl: Ttl) -> Expiry {
+    match ttl {
+        Ttl::Keep => Expiry::Keep,
+        Ttl::Clear => Expiry::Persist,
+        Ttl::At(ms) => Expiry::At(ms),
+    }
+}
+
+impl Keyspace for Local<'_> {
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    fn hash_encoding(&self) -> &super::keyspace::HashEncodingMax {
+        &self.shared.hash_encoding
+    }
+
+    async fn read(&self, key: &[u8]) -> Result<Option<Value>, Reply> {
+        // The lock-free reader; the engine lock only when it reports `Retry` (a writer
+        // moved the entry under it more often than its bounded retries allow).
+        let mut bytes = Vec::new();
+        let v = match self.reader.get(key, self.now_ms, &mut bytes) {
+            ReadOutcome::Hit {
+                kind, expire_at_ms, ..
+            } => Some(Value {
+                bytes,
+                kind,
+                expire_at_ms,
+            }),
+            ReadOutcome::Miss => None,
+            ReadOutcome::Retry => {
+                Stats::add(&self.shared.stats.reader_retries, 1);
+                self.shared.db.lock().get(key, self.now_ms).map(Value::from)
+            }
+        };
+        count_read(&self.shared.stats, v.is_some());
+        Ok(v)
+    }
+
+    async fn read_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Value>>, Reply> {
+        let engine = self.shared.db.lock();
+        Ok(keys
+            .iter()
+            .map(|k| engine.get(k, self.now_ms).map(Value::from))
+            .collect())
+    }
+
+    async fn write(&self, key: &[u8], put: Put, cond: Cond) -> Result<bool, Reply> {
+        let opts = SetOptions {
+            expiry: expiry(put.ttl),
+            kind: put.kind,
+            condition: match cond {
+                Cond::Always => Condition::Always,
+                Cond::Nx => Condition::IfAbsent,
+                Cond::Xx => Condition::IfPresent,
+            },
+            ..SetOptions::default()
+        };
+        let mut engine = self.shared.db.lock();
+        match engine.set_discarding_old(key, &put.value, &opts, self.now_ms) {
+            Ok(ringlet_engine::SetOutcome::Applied { .. }) => Ok(true),
+            Ok(ringlet_engine::SetOutcome::NotApplied { .. }) => Ok(false),
+            Err(e) => Err(engine_error(e)),
+        }
+    }
+
+    async fn update<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<Value>) -> Result<(Change, R), Reply>,
+    ) -> Result<R, Reply> {
+        let mut engine = self.shared.db.lock();
+        let (cur, memgest) = Self::entry(&engine, key, self.now_ms);
+        let (change, out) = f(cur)?;
+        apply(&mut engine, key, change, memgest, self.now_ms)?;
+        Ok(out)
+    }
+
+    async fn update_many<R>(
+        &self,
+        keys: &[&[u8]],
+        f: impl FnOnce(Vec<Option<Value>>) -> Result<(Vec<(usize, Change)>, R), Reply>,
+    ) -> Result<R, Reply> {
+        let mut engine = self.shared.db.lock();
+        let (cur, memgests): (Vec<_>, Vec<_>) = keys
+            .iter()
+            .map(|k| Self::entry(&engine, k, self.now_ms))
+            .unzip();
+        let (changes, out) = f(cur)?;
+        for (i, change) in changes {
+            let memgest = match &change {
+                Change::Put(Put {
+                    memgest: Memgest::Like(j),
+                    ..
+                }) => memgests[*j],
+                _ => memgests[i],
+            };
+            apply(&mut engine, keys[i], change, memgest, self.now_ms)?;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ready;
+
+    #[test]
+    fn ready_runs_a_future_that_never_waits() {
+        async fn add(a: u64, b: u64) -> u64 {
+            a + b
+        }
+        async fn nested() -> u64 {
+            add(add(1, 2).await, 3).await
+        }
+        assert_eq!(ready(nested()), 6);
+    }
+
+    #[test]
+    #[should_panic(expected = "waited")]
+    fn ready_refuses_a_future_that_waits() {
+        ready(std::future::pending::<()>());
+    }
+}
