@@ -229,6 +229,59 @@ impl Net {
     }
 }
 
+/// One round of the copying tests: at the old owner `from`, rewrite key `i`, delete key
+/// `i + 70` and read key `i + 140` (of 200, in `memgest`), each answered; `expect` follows
+/// the writes and the read must match it.
+fn write_delete_read(
+    net: &mut Net,
+    from: NodeId,
+    seq: &mut u64,
+    keys: &[String],
+    i: usize,
+    memgest: MemgestId,
+    expect: &mut BTreeMap<String, Option<String>>,
+) {
+    let (w, d, r) = (
+        &keys[i % 200],
+        &keys[(i + 70) % 200],
+        &keys[(i + 140) % 200],
+    );
+    let value = format!("w{i}");
+    for (op, key, want) in [
+        (set(w, &value, memgest), w, Some(value.clone())),
+        (
+            ClientOp::Delete {
+                key: d.as_str().into(),
+            },
+            d,
+            None,
+        ),
+    ] {
+        *seq += 1;
+        net.request(from, *seq, op);
+        net.settle();
+        let reply = net.take_reply(*seq);
+        assert!(
+            matches!(reply, Some(ClientReply::Written { .. })),
+            "write while copying: {reply:?}"
+        );
+        expect.insert(key.clone(), want);
+    }
+    *seq += 1;
+    net.request(
+        from,
+        *seq,
+        ClientOp::Get {
+            key: r.as_str().into(),
+        },
+    );
+    net.settle();
+    let Some(ClientReply::Value { value: v, .. }) = net.take_reply(*seq) else {
+        panic!("read while copying")
+    };
+    assert_eq!(v.map(|v| String::from_utf8(v).unwrap()), expect[r], "{r}");
+}
+
 fn set(key: &str, value: &str, memgest: MemgestId) -> ClientOp {
     ClientOp::Set {
         kind: ringlet_types::ValueKind::String,
@@ -732,45 +785,7 @@ fn a_move_copies_first_while_the_old_owner_serves_and_the_delta_brings_the_rest(
             }
             continue;
         }
-        let (w, d, r) = (
-            &keys[i % 200],
-            &keys[(i + 70) % 200],
-            &keys[(i + 140) % 200],
-        );
-        let value = format!("w{i}");
-        for (op, key, want) in [
-            (set(w, &value, r3), w, Some(value.clone())),
-            (
-                ClientOp::Delete {
-                    key: d.as_str().into(),
-                },
-                d,
-                None,
-            ),
-        ] {
-            seq += 1;
-            net.request(m.from, seq, op);
-            net.settle();
-            let reply = net.take_reply(seq);
-            assert!(
-                matches!(reply, Some(ClientReply::Written { .. })),
-                "write while copying: {reply:?}"
-            );
-            expect.insert(key.clone(), want);
-        }
-        seq += 1;
-        net.request(
-            m.from,
-            seq,
-            ClientOp::Get {
-                key: r.as_str().into(),
-            },
-        );
-        net.settle();
-        let Some(ClientReply::Value { value: v, .. }) = net.take_reply(seq) else {
-            panic!("read while copying")
-        };
-        assert_eq!(v.map(|v| String::from_utf8(v).unwrap()), expect[r], "{r}");
+        write_delete_read(&mut net, m.from, &mut seq, &keys, i, r3, &mut expect);
         i += 1;
         during += 1;
     };
@@ -1091,45 +1106,7 @@ fn an_ec_move_reencodes_ahead_of_the_switch_and_the_switch_only_what_changed() {
         if !map.moving.is_some_and(|x| x.copying) {
             continue;
         }
-        let (w, d, r) = (
-            &keys[i % 200],
-            &keys[(i + 70) % 200],
-            &keys[(i + 140) % 200],
-        );
-        let value = format!("w{i}");
-        for (op, key, want) in [
-            (set(w, &value, e12), w, Some(value.clone())),
-            (
-                ClientOp::Delete {
-                    key: d.as_str().into(),
-                },
-                d,
-                None,
-            ),
-        ] {
-            seq += 1;
-            net.request(m.from, seq, op);
-            net.settle();
-            let reply = net.take_reply(seq);
-            assert!(
-                matches!(reply, Some(ClientReply::Written { .. })),
-                "write while copying: {reply:?}"
-            );
-            expect.insert(key.clone(), want);
-        }
-        seq += 1;
-        net.request(
-            m.from,
-            seq,
-            ClientOp::Get {
-                key: r.as_str().into(),
-            },
-        );
-        net.settle();
-        let Some(ClientReply::Value { value: v, .. }) = net.take_reply(seq) else {
-            panic!("read while copying")
-        };
-        assert_eq!(v.map(|v| String::from_utf8(v).unwrap()), expect[r], "{r}");
+        write_delete_read(&mut net, m.from, &mut seq, &keys, i, e12, &mut expect);
         i += 1;
         during += 1;
     };
