@@ -33,6 +33,14 @@ fn run_both(cmds: &[Vec<Vec<u8>>], a: &mut redis::Connection, b: &mut redis::Con
     }
 }
 
+/// A redis-crate connection to a server on this host.
+fn connect(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
 fn v(parts: &[&[u8]]) -> Vec<Vec<u8>> {
     parts.iter().map(|p| p.to_vec()).collect()
 }
@@ -43,14 +51,8 @@ fn redis_crate_sees_identical_results() {
         return;
     };
     let node = start_ringlet(None);
-    let mut a = redis::Client::open(format!("redis://127.0.0.1:{}/", redis_proc.port))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let mut b = redis::Client::open(format!("redis://127.0.0.1:{}/", node.local_addr().port()))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut a = connect(redis_proc.port);
+    let mut b = connect(node.local_addr().port());
 
     let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let cmds = vec![
@@ -130,14 +132,8 @@ fn introspection_commands_match_redis() {
         return;
     };
     let node = start_ringlet(None);
-    let mut a = redis::Client::open(format!("redis://127.0.0.1:{}/", redis_proc.port))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let mut b = redis::Client::open(format!("redis://127.0.0.1:{}/", node.local_addr().port()))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut a = connect(redis_proc.port);
+    let mut b = connect(node.local_addr().port());
     let mut shapes = Vec::new();
     let cmds = vec![
         v(&[b"FLUSHALL"]),
