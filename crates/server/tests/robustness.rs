@@ -7,15 +7,9 @@
 
 mod common;
 
-use common::{start_ringlet, Raw};
+use common::{healthy_roundtrip, start_ringlet, Raw};
 use ringlet_types::limits;
 use std::io::Write;
-
-fn healthy_roundtrip(c: &mut Raw, i: usize) {
-    let key = format!("healthy:{i}");
-    assert_eq!(c.call(&[b"SET", key.as_bytes(), b"v"]), b"+OK\r\n");
-    assert_eq!(c.call(&[b"GET", key.as_bytes()]), b"$1\r\nv\r\n");
-}
 
 #[test]
 fn garbage_closes_only_its_connection() {

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::Raw;
+use common::{healthy_roundtrip, Raw};
 use ringlet_server::{Config, IoMode, Server, ServerHandle};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -22,12 +22,6 @@ fn start_uring(threads: usize) -> ServerHandle {
         ..Config::default()
     };
     Server::start(cfg).expect("start ringlet on io_uring")
-}
-
-fn healthy_roundtrip(c: &mut Raw, i: usize) {
-    let key = format!("healthy:{i}");
-    assert_eq!(c.call(&[b"SET", key.as_bytes(), b"v"]), b"+OK\r\n");
-    assert_eq!(c.call(&[b"GET", key.as_bytes()]), b"$1\r\nv\r\n");
 }
 
 /// Poll until the node counts `want` open connections (closing is asynchronous), at most 10 s.

@@ -332,3 +332,11 @@ pub fn command_entries(v: &Val) -> std::collections::BTreeMap<String, Val> {
         .map(|e| (e.items()[0].text().to_ascii_lowercase(), e.clone()))
         .collect()
 }
+
+/// A SET and a GET of key `healthy:{i}` on `c` that must succeed: the connection (and the
+/// node) still serve after another connection misbehaved.
+pub fn healthy_roundtrip(c: &mut Raw, i: usize) {
+    let key = format!("healthy:{i}");
+    assert_eq!(c.call(&[b"SET", key.as_bytes(), b"v"]), b"+OK\r\n");
+    assert_eq!(c.call(&[b"GET", key.as_bytes()]), b"$1\r\nv\r\n");
+}
