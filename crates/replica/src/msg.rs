@@ -382,6 +382,21 @@ pub struct EcKeyMeta {
     pub expiry_ms: Option<u64>,
 }
 
+impl EcKeyMeta {
+    /// A live key's metadata, as an arena or a parity holder keeps it.
+    pub fn live(key: &[u8], m: &ringlet_erasure::KeyMeta) -> EcKeyMeta {
+        EcKeyMeta {
+            key: key.to_vec(),
+            version: m.version,
+            offset: m.offset,
+            len: m.len,
+            tombstone: false,
+            kind: m.kind,
+            expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
+        }
+    }
+}
+
 /// A byte range of a data arena or a parity chunk (see [`PeerBody::EcReadReq`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct EcRange {

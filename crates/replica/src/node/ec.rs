@@ -1090,15 +1090,7 @@ impl<S: ReplicaStore> Replica<S> {
             .store
             .keys_of_after(owner, after.as_deref(), lim)
             .into_iter()
-            .map(|(k, m)| EcKeyMeta {
-                key: k.to_vec(),
-                version: m.version,
-                offset: m.offset,
-                len: m.len,
-                tombstone: false,
-                kind: m.kind,
-                expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
-            });
+            .map(|(k, m)| EcKeyMeta::live(k, m));
         let tombs = h
             .store
             .tombstones_of_after(owner, after.as_deref(), lim)
@@ -1316,15 +1308,7 @@ impl<S: ReplicaStore> Replica<S> {
                 .entries_after(after.as_deref(), EC_KEYS_PER_PAGE_MAX + 1)
                 .into_iter()
                 .map(|(k, m)| match m {
-                    Ok(m) => EcKeyMeta {
-                        key: k.to_vec(),
-                        version: m.version,
-                        offset: m.offset,
-                        len: m.len,
-                        tombstone: false,
-                        kind: m.kind,
-                        expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
-                    },
+                    Ok(m) => EcKeyMeta::live(k, m),
                     Err(version) => EcKeyMeta {
                         key: k.to_vec(),
                         version,
