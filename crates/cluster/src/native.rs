@@ -273,6 +273,8 @@ where
     let permits = Arc::new(Semaphore::new(IN_FLIGHT_PER_CONN_MAX));
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let result = loop {
+        // Users changed through the control plane apply from the next batch on (as on RESP).
+        front.sync_users();
         // Start every whole frame in the buffer.
         loop {
             match native::decode_cluster_request_frame(&buf) {

@@ -240,14 +240,14 @@ impl super::Front {
     }
 
     /// Whether `login` may run the request `argv` stands for (ringlet_server::native::
-    /// acl_argv): `Err` is the refusal's message (`NOAUTH ...`, `NOPERM ...`) and whether the
+    /// acl_argv), against the users as of the connection's last `sync_users` (once per read
+    /// batch, as on RESP): `Err` is the refusal's message (`NOAUTH ...`, `NOPERM ...`) and whether the
     /// connection must close (its user was deleted).
     pub(crate) fn native_gate(
         &self,
         login: &mut NativeLogin,
         argv: &[&[u8]],
     ) -> Result<(), (String, bool)> {
-        self.sync_users();
         if !login.authenticated && self.auth_required() {
             return Err((ringlet_server::native::NOAUTH.into(), false));
         }
