@@ -190,14 +190,7 @@ fn packed_hints_round_trip_and_fixed_hints_still_decode() {
             memgest: 0,
         }),
     };
-    let mut r = Record::new();
-    r.insert(
-        b"f".to_vec(),
-        Field::Link(Link {
-            target: b"k".to_vec(),
-            hint: Some(h),
-        }),
-    );
+    let r = one_link(h);
     let packed = r.encode();
     assert_eq!(packed[7], 3, "flag 3: {packed:?}");
     assert!(packed.len() < 8 + 38, "{} bytes", packed.len());
