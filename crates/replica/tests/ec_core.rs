@@ -580,6 +580,26 @@ impl World {
         }
     }
 
+    /// Lose the parity holder of `key`'s placement group (its replacement resyncs from the
+    /// data nodes' snapshots), then crash `key`'s coordinator so that its replacement takes
+    /// over from that holder; the new coordinator.
+    fn resync_holder_then_take_over(&mut self, key: &str) -> NodeId {
+        let slot = key_slot(key.as_bytes());
+        let holder = {
+            let m = self.cp.map().clone();
+            let p = m.placement.as_ref().unwrap();
+            let r = p.range_of(slot).unwrap();
+            p.parity(r.pg, 1)[0]
+        };
+        self.nodes.remove(&holder);
+        self.run(4000);
+        let syncs: u64 = self.nodes.values().map(|r| r.stats.ec_holder_syncs).sum();
+        assert!(syncs > 0, "the replacement holder resynced");
+        let coord = self.crash_coordinator_of(key);
+        assert!(self.nodes[&coord].stats.ec_takeovers > 0);
+        coord
+    }
+
     fn crash_coordinator_of(&mut self, key: &str) -> NodeId {
         let slot = key_slot(key.as_bytes());
         let victim = self.cp.map().coordinator(slot).unwrap();
@@ -709,19 +729,7 @@ fn ec_ttls_survive_a_holder_resync_then_a_takeover() {
         let x = (i % 3 != 0).then_some(x0 + i as u64);
         w.set_ttl(&key(i), &val(i, 10 + i * 13), Some(e21), x);
     }
-    let slot = key_slot(key(0).as_bytes());
-    let holder = {
-        let m = w.cp.map().clone();
-        let p = m.placement.as_ref().unwrap();
-        let r = p.range_of(slot).unwrap();
-        p.parity(r.pg, 1)[0]
-    };
-    w.nodes.remove(&holder);
-    w.run(4000);
-    let syncs: u64 = w.nodes.values().map(|r| r.stats.ec_holder_syncs).sum();
-    assert!(syncs > 0, "the replacement holder resynced");
-    let coord = w.crash_coordinator_of(&key(0));
-    assert!(w.nodes[&coord].stats.ec_takeovers > 0);
+    w.resync_holder_then_take_over(&key(0));
     for i in 0..40 {
         let x = (i % 3 != 0).then_some(x0 + i as u64);
         let (v, gx, _) = w.get_full(&key(i));
@@ -757,19 +765,7 @@ fn ec_deletes_survive_a_holder_resync_then_a_takeover() {
         };
         deleted.push((i, version));
     }
-    let slot = key_slot(key(0).as_bytes());
-    let holder = {
-        let m = w.cp.map().clone();
-        let p = m.placement.as_ref().unwrap();
-        let r = p.range_of(slot).unwrap();
-        p.parity(r.pg, 1)[0]
-    };
-    w.nodes.remove(&holder);
-    w.run(4000);
-    let syncs: u64 = w.nodes.values().map(|r| r.stats.ec_holder_syncs).sum();
-    assert!(syncs > 0, "the replacement holder resynced");
-    let coord = w.crash_coordinator_of(&key(0));
-    assert!(w.nodes[&coord].stats.ec_takeovers > 0);
+    let coord = w.resync_holder_then_take_over(&key(0));
     for (i, v) in &deleted {
         let e = w.nodes[&coord].store().get(key(*i).as_bytes());
         assert!(
