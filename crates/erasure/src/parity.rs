@@ -44,7 +44,13 @@ pub struct ParityStore {
     codec: Arc<Codec>,
     holder: u32,
     chunks: BTreeMap<u64, Vec<u8>>,
-    meta: BTreeMap<Vec<u8>, KeyMeta>,
+    /// Key metadata per owner (data node index): each owner's arena is described on its
+    /// own. One map for all owners lost keys: a slot span moved between two data nodes of
+    /// the same group is re-encoded at the same version in the new owner's arena, so a
+    /// key-only map ignored the new owner's put (not newer) and then dropped the key on the
+    /// old owner's retire (simulator seed 29063: acknowledged write lost after the next
+    /// takeover of the new owner).
+    meta: Vec<BTreeMap<Vec<u8>, KeyMeta>>,
     /// Last applied sequence number per owner (data node index).
     applied_seq: Vec<u64>,
     /// Arena size the owners use: updates beyond it are refused, so a faulty or hostile
@@ -52,9 +58,9 @@ pub struct ParityStore {
     arena_capacity: u64,
     meta_bytes: u64,
     payload_bytes: u64,
-    /// Tombstones: key → (owner, version). Not bounded here (like the simulator's store);
+    /// Tombstones per owner: key → version. Not bounded here (like the simulator's store);
     /// the engine-side summary bounds them in a later step. Not counted in `meta_bytes`.
-    tombs: BTreeMap<Vec<u8>, (u32, Version)>,
+    tombs: Vec<BTreeMap<Vec<u8>, Version>>,
     /// Per owner: highest arena byte (exclusive) any applied update touched.
     high_water: Vec<u64>,
 }
@@ -104,12 +110,12 @@ impl ParityStore {
             codec,
             holder,
             chunks: BTreeMap::new(),
-            meta: BTreeMap::new(),
+            meta: vec![BTreeMap::new(); s],
             applied_seq: vec![0; s],
             arena_capacity,
             meta_bytes: 0,
             payload_bytes: 0,
-            tombs: BTreeMap::new(),
+            tombs: vec![BTreeMap::new(); s],
             high_water: vec![0; s],
         })
     }
@@ -236,18 +242,14 @@ impl ParityStore {
             crate::codec::apply_delta(chunk, coef, d, usize::try_from(byte).unwrap_or(usize::MAX))?;
         }
         match &up.meta {
-            Some(MetaChange::Put { key, meta }) => self.put_meta(key, *meta),
+            Some(MetaChange::Put { key, meta }) => self.put_meta(owner_idx, key, *meta),
             Some(MetaChange::Delete { key, version }) => {
-                self.drop_meta(key, *version, false);
-                let newer = self
-                    .tombs
-                    .get(key.as_slice())
-                    .is_none_or(|t| t.1 < *version);
-                if newer && !self.meta.contains_key(key.as_slice()) {
-                    self.tombs.insert(key.clone(), (up.owner, *version));
-                }
+                self.drop_meta(owner_idx, key, *version, false);
+                self.put_tomb(owner_idx, key, *version);
             }
-            Some(MetaChange::Retire { key, version }) => self.drop_meta(key, *version, true),
+            Some(MetaChange::Retire { key, version }) => {
+                self.drop_meta(owner_idx, key, *version, true)
+            }
             None => {}
         }
         if let Some(slot) = self.applied_seq.get_mut(owner_idx) {
@@ -257,12 +259,17 @@ impl ParityStore {
         Ok(Applied::Applied)
     }
 
-    /// Drops `key`'s metadata if older than `version` (at or below it for a retire).
-    fn drop_meta(&mut self, key: &[u8], version: Version, inclusive: bool) {
-        if let Some(old) = self.meta.get(key) {
+    /// Drops `owner`'s metadata of `key` if older than `version` (at or below it for a
+    /// retire, which drops that owner's tombstone too). Other owners' entries of the same
+    /// key describe other arenas and stay.
+    fn drop_meta(&mut self, owner: usize, key: &[u8], version: Version, inclusive: bool) {
+        let Some(meta) = self.meta.get_mut(owner) else {
+            return;
+        };
+        if let Some(old) = meta.get(key) {
             if old.version < version || (inclusive && old.version == version) {
                 let old_len = old.len;
-                self.meta.remove(key);
+                meta.remove(key);
                 self.payload_bytes = self.payload_bytes.saturating_sub(old_len);
                 self.meta_bytes = self
                     .meta_bytes
@@ -271,11 +278,23 @@ impl ParityStore {
             }
         }
         if inclusive {
-            if let Some(t) = self.tombs.get(key) {
-                if t.1 <= version {
-                    self.tombs.remove(key);
+            if let Some(tombs) = self.tombs.get_mut(owner) {
+                if tombs.get(key).is_some_and(|t| *t <= version) {
+                    tombs.remove(key);
                 }
             }
+        }
+    }
+
+    /// Records `owner`'s delete of `key` at `version` unless a newer tombstone or live entry
+    /// of that owner is there.
+    fn put_tomb(&mut self, owner: usize, key: &[u8], version: Version) {
+        let live = self.meta.get(owner).is_some_and(|m| m.contains_key(key));
+        let Some(tombs) = self.tombs.get_mut(owner) else {
+            return;
+        };
+        if !live && tombs.get(key).is_none_or(|t| *t < version) {
+            tombs.insert(key.to_vec(), version);
         }
     }
 
@@ -313,9 +332,10 @@ impl ParityStore {
     ) -> Vec<(&[u8], &KeyMeta)> {
         use std::ops::Bound;
         let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.meta
-            .range::<[u8], _>((lo, Bound::Unbounded))
-            .filter(|(_, m)| m.owner == owner)
+        let Some(meta) = usize::try_from(owner).ok().and_then(|o| self.meta.get(o)) else {
+            return Vec::new();
+        };
+        meta.range::<[u8], _>((lo, Bound::Unbounded))
             .take(limit)
             .map(|(k, m)| (k.as_slice(), m))
             .collect()
@@ -330,21 +350,24 @@ impl ParityStore {
     ) -> Vec<(&[u8], Version)> {
         use std::ops::Bound;
         let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.tombs
+        let Some(tombs) = usize::try_from(owner).ok().and_then(|o| self.tombs.get(o)) else {
+            return Vec::new();
+        };
+        tombs
             .range::<[u8], _>((lo, Bound::Unbounded))
-            .filter(|(_, (o, _))| *o == owner)
             .take(limit)
-            .map(|(k, (_, v))| (k.as_slice(), *v))
+            .map(|(k, v)| (k.as_slice(), *v))
             .collect()
     }
 
     /// Tombstones (deletes) of `owner`'s keys, in key order: a new coordinator adopts them so
     /// that an older copy elsewhere (e.g. of the key's previous memgest) cannot resurrect.
     pub fn tombstones_of(&self, owner: u32) -> impl Iterator<Item = (&[u8], Version)> {
-        self.tombs
-            .iter()
-            .filter(move |(_, (o, _))| *o == owner)
-            .map(|(k, (_, v))| (k.as_slice(), *v))
+        usize::try_from(owner)
+            .ok()
+            .and_then(|o| self.tombs.get(o))
+            .into_iter()
+            .flat_map(|t| t.iter().map(|(k, v)| (k.as_slice(), *v)))
     }
 
     /// Parity-holder resync: folds owner `owner`'s arena bytes `[offset, offset+bytes.len())`
@@ -397,16 +420,14 @@ impl ParityStore {
                         len: m.len,
                     });
                 }
-                self.put_meta(key, KeyMeta { owner, ..m });
-                if let Ok(idx) = usize::try_from(owner) {
-                    self.raise_high_water(idx, m.offset, m.len);
-                }
+                let idx = usize::try_from(owner).unwrap_or(usize::MAX);
+                self.put_meta(idx, key, KeyMeta { owner, ..m });
+                self.raise_high_water(idx, m.offset, m.len);
             }
             None => {
-                self.drop_meta(key, version, false);
-                if !self.meta.contains_key(key) {
-                    self.tombs.insert(key.to_vec(), (owner, version));
-                }
+                let idx = usize::try_from(owner).unwrap_or(usize::MAX);
+                self.drop_meta(idx, key, version, false);
+                self.put_tomb(idx, key, version);
             }
         }
         Ok(())
@@ -415,22 +436,26 @@ impl ParityStore {
     /// Forgets everything (parity, metadata, sequence numbers): the first step of a resync.
     pub fn reset(&mut self) {
         self.chunks.clear();
-        self.meta.clear();
-        self.tombs.clear();
+        self.meta.iter_mut().for_each(BTreeMap::clear);
+        self.tombs.iter_mut().for_each(BTreeMap::clear);
         self.applied_seq.iter_mut().for_each(|s| *s = 0);
         self.high_water.iter_mut().for_each(|s| *s = 0);
         self.meta_bytes = 0;
         self.payload_bytes = 0;
     }
 
-    fn put_meta(&mut self, key: &[u8], meta: KeyMeta) {
-        if let Some(t) = self.tombs.get(key) {
-            if t.1 >= meta.version {
+    fn put_meta(&mut self, owner: usize, key: &[u8], meta: KeyMeta) {
+        let (Some(tombs), Some(metas)) = (self.tombs.get_mut(owner), self.meta.get_mut(owner))
+        else {
+            return;
+        };
+        if let Some(t) = tombs.get(key) {
+            if *t >= meta.version {
                 return; // deleted later than this put
             }
-            self.tombs.remove(key);
+            tombs.remove(key);
         }
-        match self.meta.get_mut(key) {
+        match metas.get_mut(key) {
             Some(old) => {
                 // Higher version wins; an older one (a late message after a takeover) is
                 // ignored for metadata, while its delta was still folded (the bytes changed).
@@ -443,7 +468,7 @@ impl ParityStore {
                 }
             }
             None => {
-                self.meta.insert(key.to_vec(), meta);
+                metas.insert(key.to_vec(), meta);
                 self.payload_bytes = self.payload_bytes.saturating_add(meta.len);
                 self.meta_bytes = self
                     .meta_bytes
@@ -516,18 +541,23 @@ impl ParityStore {
         Ok(())
     }
 
-    /// Replicated metadata of `key`.
+    /// Replicated metadata of `key`: the newest of the owners that describe it (two do
+    /// while a move between data nodes of this group has not retired the old copy).
     pub fn meta(&self, key: &[u8]) -> Option<&KeyMeta> {
-        self.meta.get(key)
+        self.meta
+            .iter()
+            .filter_map(|m| m.get(key))
+            .max_by_key(|m| m.version)
     }
 
     /// All keys owned by data node `owner`, in key order: what a new coordinator for that
     /// node reads back before serving.
     pub fn keys_of(&self, owner: u32) -> impl Iterator<Item = (&[u8], &KeyMeta)> {
-        self.meta
-            .iter()
-            .filter(move |(_, m)| m.owner == owner)
-            .map(|(k, m)| (k.as_slice(), m))
+        usize::try_from(owner)
+            .ok()
+            .and_then(|o| self.meta.get(o))
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(k, m)| (k.as_slice(), m)))
     }
 
     /// Memory accounting: payload is the sum of value lengths the metadata describes.
@@ -550,21 +580,35 @@ impl ParityStore {
         assert_eq!(self.applied_seq.len() as u64, u64::from(self.layout.s()));
         let cb = self.layout.chunk_bytes() as usize;
         assert!(self.chunks.values().all(|c| c.len() == cb), "chunk size");
+        assert_eq!(
+            self.meta.len(),
+            self.applied_seq.len(),
+            "a key map per owner"
+        );
+        assert_eq!(
+            self.tombs.len(),
+            self.applied_seq.len(),
+            "a tombstone map per owner"
+        );
         let meta: u64 = self
             .meta
-            .keys()
+            .iter()
+            .flat_map(|m| m.keys())
             .map(|k| (k.len() as u64).saturating_add(META_RECORD_BYTES))
             .fold(0u64, u64::saturating_add);
         assert_eq!(meta, self.meta_bytes, "metadata accounting");
         let payload = self
             .meta
-            .values()
+            .iter()
+            .flat_map(|m| m.values())
             .map(|m| m.len)
             .fold(0u64, u64::saturating_add);
         assert_eq!(payload, self.payload_bytes, "payload accounting");
         assert!(
-            self.meta.values().all(|m| m.owner < self.layout.s()),
-            "owner in range"
+            (0u32..)
+                .zip(&self.meta)
+                .all(|(o, m)| m.values().all(|km| km.owner == o)),
+            "each entry in its owner's map"
         );
     }
 
@@ -595,6 +639,60 @@ mod tests {
     use crate::arena::Arena;
     use ringlet_types::{ValueKind, Version};
     use std::num::NonZeroU64;
+
+    /// A span moved between two data nodes of one group: the new owner re-encodes the key
+    /// at the same version, then the old owner retires its copy. The holder must still
+    /// describe the key under the new owner (a key-only map lost it: sim seed 29063).
+    #[test]
+    fn same_version_move_between_owners_keeps_the_new_owners_key() {
+        let layout = Layout::new(3, 2, 3, 64).unwrap();
+        let mut old = Arena::new(layout, 1, 1 << 16).unwrap();
+        let mut new = Arena::new(layout, 2, 1 << 16).unwrap();
+        let mut p = ParityStore::new(layout, 0).unwrap();
+        let v = Version::new(5, 0, 0, 1);
+        p.apply(&old.put(b"k", v, &[7; 66]).unwrap()).unwrap();
+        assert_eq!(p.keys_of(1).count(), 1);
+        // The re-encode in the new owner's arena, then the old owner's retire, both at v.
+        let (up, _) = new
+            .put_deferred(b"k", v, &[7; 66], ValueKind::String, None)
+            .unwrap();
+        p.apply(&up).unwrap();
+        let (up, _) = old.remove_deferred(b"k", v, true).unwrap();
+        p.apply(&up).unwrap();
+        p.check_invariants();
+        assert_eq!(p.keys_of(1).count(), 0, "the old owner's copy is retired");
+        let moved: Vec<_> = p.keys_of(2).map(|(k, m)| (k.to_vec(), m.version)).collect();
+        assert_eq!(
+            moved,
+            vec![(b"k".to_vec(), v)],
+            "the new owner's copy stays"
+        );
+        assert_eq!(p.meta(b"k").map(|m| m.owner), Some(2));
+        // Retire and put in the other order give the same end state.
+        let mut q = ParityStore::new(layout, 0).unwrap();
+        let mut old = Arena::new(layout, 1, 1 << 16).unwrap();
+        let mut new = Arena::new(layout, 2, 1 << 16).unwrap();
+        q.apply(&old.put(b"k", v, &[7; 66]).unwrap()).unwrap();
+        q.apply(&old.remove_deferred(b"k", v, true).unwrap().0)
+            .unwrap();
+        let (up, _) = new
+            .put_deferred(b"k", v, &[7; 66], ValueKind::String, None)
+            .unwrap();
+        q.apply(&up).unwrap();
+        q.check_invariants();
+        assert_eq!(q.keys_of(2).count(), 1);
+        assert_eq!(q.keys_of(1).count(), 0);
+        // A delete by one owner leaves the other owner's tombstones and keys alone.
+        let v2 = Version::new(6, 0, 0, 1);
+        q.apply(&new.remove_deferred(b"k", v2, false).unwrap().0)
+            .unwrap();
+        assert_eq!(
+            q.tombstones_of(2).collect::<Vec<_>>(),
+            vec![(&b"k"[..], v2)]
+        );
+        assert_eq!(q.tombstones_of(1).count(), 0);
+        q.check_invariants();
+    }
 
     #[test]
     fn duplicates_are_noops_and_gaps_are_errors() {

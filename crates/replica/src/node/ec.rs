@@ -2601,12 +2601,17 @@ impl<S: ReplicaStore> Replica<S> {
                 .arena
                 .put_deferred(&key, e.version, v, e.kind, nz(e.expiry_ms)),
             None if d.arena.meta(&key).is_some() => d.arena.remove_deferred(&key, e.version, false),
-            None => {
-                // A tombstone of a key this group never held: the store keeps it (late
-                // older writes are refused); the parity holders have nothing to drop.
-                let _ = self.apply_local(&key, e);
-                return Ok(None);
-            }
+            // A tombstone of a key this group never held goes to the parity holders too, as
+            // a client's delete of such a key does (`write_ec`): kept only in this node's
+            // store, it died with it, and the next coordinator of the span (rebuilt from
+            // the holders) had no trace of an acknowledged delete (sim seed 24215).
+            None => Ok((
+                d.arena.meta_update(MetaChange::Delete {
+                    key: key.clone(),
+                    version: e.version,
+                }),
+                None,
+            )),
         };
         let Ok((up, free)) = staged else {
             return Err(());
