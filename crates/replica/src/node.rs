@@ -1277,10 +1277,30 @@ impl<S: ReplicaStore> Replica<S> {
 
     /// Old replicas a write of `key` under `new` must retire before it commits (a move to a
     /// memgest with fewer copies), or `None`.
+    ///
+    /// The old copies are those of every version that may still be on the replicas: the
+    /// committed entry and each write still in flight, not only the newest. A write in
+    /// flight whose own retire has not finished (rep:3 → ec) leaves the rep:3 copies a
+    /// majority until it commits; a second write after it (ec → ec) that looked only at
+    /// the newest version (ec, one copy) retired nothing, was acknowledged, and a quorum
+    /// read then returned the rep:3 value from the two untouched replicas (sim seed 20116).
     fn move_retire(&self, key: &[u8], slot: Slot, new: MemgestId) -> Option<MoveRetire> {
         let map = self.map.as_ref()?;
-        let old = self.latest_entry(key)?;
-        let (oc, nc) = (map.copies(old.memgest), map.copies(new).max(1));
+        let newest = self.latest_entry(key)?;
+        let in_flight = self
+            .uncommitted
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| self.pending.get(v))
+            .map(|p| p.entry.memgest);
+        let oc = std::iter::once(newest.memgest)
+            .chain(self.store.head(key).map(|(_, m, _)| m))
+            .chain(in_flight)
+            .map(|m| map.copies(m))
+            .max()
+            .unwrap_or(1);
+        let nc = map.copies(new).max(1);
         if oc <= nc {
             return None;
         }

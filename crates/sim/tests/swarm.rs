@@ -257,7 +257,8 @@ fn ec_moves_24_seeds() {
 /// nodes of one group, re-encoded at the same version, dropped from the parity holders by
 /// the old owner's retire (one key map for all owners), so the next takeover of the new
 /// owner lost it; 24215 a moved tombstone of a key the new group never held kept only in
-/// its coordinator's store, gone with it.
+/// its coordinator's store, gone with it; 20116 a write (ec → ec) after one still retiring
+/// rep:3 copies (rep:3 → ec) retired nothing, and a quorum read returned the rep:3 value.
 #[test]
 fn ec_moves_all_faults_regression_seeds() {
     let opts = SimOptions {
@@ -269,7 +270,7 @@ fn ec_moves_all_faults_regression_seeds() {
     let list = match std::env::var("SEED") {
         Ok(_) => seeds(0..0),
         Err(_) => vec![
-            7365, 7371, 7391, 8247, 8723, 8065, 29063, 29043, 25645, 24215,
+            7365, 7371, 7391, 8247, 8723, 8065, 29063, 29043, 25645, 24215, 20116,
         ],
     };
     run_all(list, &opts);
