@@ -52,10 +52,12 @@ pub struct MemgestInfo {
     /// Existing keys stay readable and keep their scheme.
     pub closing: bool,
     /// Some coordinator may have written a key of this memgest ([`crate::Input::MarkWritten`],
-    /// set before the first write of a replicated memgest starts, never cleared). While false
-    /// no write of it was ever acknowledged, so a rebuild need not wait for a majority of its
-    /// old replicas: a memgest with nothing in it takes over at once after a failure beyond
-    /// its tolerance (issue 10, case 6).
+    /// set before the first write of a replicated or erasure-coded memgest starts, never
+    /// cleared). While false no write of it was ever acknowledged, so a rebuild need not wait
+    /// for a majority of its old replicas (or a handed-off span's old coordinator): a memgest
+    /// with nothing in it takes over at once after a failure beyond its tolerance (issue 10,
+    /// case 6). ec memgests take the mark since session 16; a map persisted before that may
+    /// hold ec data with the mark unset (the next write of it sets the mark).
     pub written: bool,
 }
 

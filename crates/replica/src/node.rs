@@ -1123,15 +1123,25 @@ impl<S: ReplicaStore> Replica<S> {
                 // parity holder keeps, so a takeover rebuilds them too (cluster-ec.md).
                 // (An expiry of 0 is kept as 1, as the arena's metadata keeps it: `nz`.)
                 let expiry_ms = value.as_ref().and(expiry_ms).map(|x| x.max(1));
+                // As for a replicated memgest (below): a handoff's rebuild trusts `written
+                // == false` to skip waiting for the old coordinator's ec values, so the
+                // first ec write waits for the mark too. Without it, a span handed off by a
+                // coordinator that then failed was served without its acknowledged ec
+                // writes (sim seed 43830).
+                if !info.written {
+                    self.request_written_mark(now_ms, memgest, out);
+                    return self.reply(out, client, id, ClientReply::NotReady);
+                }
                 return self.write_ec(
                     now_ms, client, id, key, value, memgest, expiry_ms, kind, out,
                 );
             }
         };
         if copies >= 2 && !info.written {
-            // The first write of a replicated memgest waits until the map says it may have
-            // data: a rebuild trusts `written == false` to skip waiting for a majority of
-            // old replicas (`pull_complete`), so no write may start before the mark.
+            // The first write of a replicated (or ec, above) memgest waits until the map says
+            // it may have data: a rebuild trusts `written == false` to skip waiting for a
+            // majority of old replicas (`pull_complete`), so no write may start before the
+            // mark.
             self.request_written_mark(now_ms, memgest, out);
             return self.reply(out, client, id, ClientReply::NotReady);
         }

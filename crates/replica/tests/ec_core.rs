@@ -806,6 +806,9 @@ fn a_takeover_retires_old_replicas_of_an_adopted_move_before_serving() {
             .count()
     };
     assert_eq!(with_old(&w), 3);
+    // A first write of e21 elsewhere: the memgest's `written` mark (the first ec write
+    // waits for it with NotReady) is set before the raw move write below.
+    w.set("{other}1", b"x", Some(e21));
     // The move write: its retires are lost, so it never commits (no reply).
     w.drop_retires_from = Some(coord);
     w.seq += 1;

@@ -258,7 +258,10 @@ fn ec_moves_24_seeds() {
 /// the old owner's retire (one key map for all owners), so the next takeover of the new
 /// owner lost it; 24215 a moved tombstone of a key the new group never held kept only in
 /// its coordinator's store, gone with it; 20116 a write (ec → ec) after one still retiring
-/// rep:3 copies (rep:3 → ec) retired nothing, and a quorum read returned the rep:3 value.
+/// rep:3 copies (rep:3 → ec) retired nothing, and a quorum read returned the rep:3 value;
+/// 43830 and 30410 a span handed off by a coordinator that failed at the switch, served by
+/// the new one without its ec values (ec memgests never took the `written` mark the
+/// rebuild trusts).
 #[test]
 fn ec_moves_all_faults_regression_seeds() {
     let opts = SimOptions {
@@ -270,7 +273,7 @@ fn ec_moves_all_faults_regression_seeds() {
     let list = match std::env::var("SEED") {
         Ok(_) => seeds(0..0),
         Err(_) => vec![
-            7365, 7371, 7391, 8247, 8723, 8065, 29063, 29043, 25645, 24215, 20116,
+            7365, 7371, 7391, 8247, 8723, 8065, 29063, 29043, 25645, 24215, 20116, 43830, 30410,
         ],
     };
     run_all(list, &opts);
