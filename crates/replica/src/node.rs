@@ -130,7 +130,7 @@ impl Default for ReplicaConfig {
             ec_arena_bytes: 1 << 30,
             ec_data_bytes_max: u64::MAX,
             dedup_clients_max: DEDUP_CLIENTS_MAX,
-            ec_copy_ahead: false,
+            ec_copy_ahead: true,
         }
     }
 }
