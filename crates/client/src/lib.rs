@@ -22,8 +22,9 @@
 //! TLS: [`ClientConfig::tls`] with a [`ClientTls`] (the cluster's CA) for nodes whose client
 //! ports serve TLS.
 //!
-//! Non-goals (for now): conditional writes and INCRBY in cluster mode (the RESP front
-//! serves those).
+//! Every other command the node serves (TTLs, hashes/records, links, SCAN, INFO, ...) goes
+//! through COMMAND ([`Client::command`], [`ClusterClient::command`] and the typed helpers in
+//! [`command`]).
 //!
 //! Modules:
 //! - [`client`]: [`Client`] (one node, MOVED-learned routes), results and [`SetOptions`];

@@ -126,6 +126,15 @@ fn ttls_hashes_and_links_through_the_smart_client() {
     );
     assert!(matches!(c.ttl(k0).unwrap(), Ttl::Remaining(d) if d > Duration::from_secs(400)));
     assert!(c.pexpire(k0, Duration::from_secs(2000)).unwrap());
+    // SET with EX through the command layer: the TTL travels with the value.
+    assert_eq!(
+        c.command(&["SET", "with-ex", "v", "EX", "300"]).unwrap(),
+        Reply::Simple(b"OK".to_vec())
+    );
+    assert!(
+        matches!(c.ttl(b"with-ex").unwrap(), Ttl::Remaining(d) if d > Duration::from_secs(200))
+    );
+    assert!(matches!(resp(&mut r, &["TTL", "with-ex"]), Reply::Integer(t) if t > 200));
     // HDEL, LINK DEL; a hash command on a string key is WRONGTYPE.
     assert_eq!(c.hdel(k0, &["n", "nope"]).unwrap(), 1);
     assert!(c.link_del(k0, b"near").unwrap());

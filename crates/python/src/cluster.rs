@@ -663,6 +663,27 @@ impl Cluster {
         let reply = self.run(py, self.client.memgest_command(&argv))?;
         reply_to_py(py, reply)
     }
+
+    /// ``execute_command``-style: any command the nodes serve (``HSET``, ``EXPIRE``,
+    /// ``TTL``, ``LINK SET``, ``HGETALL``, ...), sent over the native protocol's COMMAND
+    /// opcode to the node that serves its keys (routed by the command table; keyless
+    /// commands to any node; keys in several slots raise ``ServerError`` with CROSSSLOT
+    /// before sending). The reply as :meth:`memgest_command` gives it (RESP3 shapes:
+    /// ``HGETALL`` is a ``dict``); an error reply raises ``ServerError``. Commands that need
+    /// a RESP connection's state (SUBSCRIBE, MULTI, SELECT, HELLO) raise too.
+    #[pyo3(signature = (*args))]
+    fn command<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let argv = args
+            .iter()
+            .map(|a| bytes_of(&a, "argument"))
+            .collect::<PyResult<Vec<Vec<u8>>>>()?;
+        let reply = self.run(py, self.client.command(&argv))?;
+        reply_to_py(py, reply)
+    }
 }
 
 /// redis-py's SET result: ``True`` if stored, ``None`` if NX/XX prevented it.
