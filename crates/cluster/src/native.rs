@@ -304,8 +304,9 @@ where
                     }
                     let mut req = own(&f.request);
                     if let Req::Command { session, .. } = &mut req {
-                        // As logged in now: a later AUTH on this connection does not change
-                        // what this request runs as.
+                        // The gate checked it as the login of now; `Front::command` checks it
+                        // again as the connection's user when it runs (an AUTH pipelined
+                        // after it may have changed that user: both must allow it).
                         *session = Some(front.native_session(&login));
                     }
                     let _ = buf.split_to(n);
