@@ -399,7 +399,7 @@ impl AsyncCluster {
     ) -> PyResult<Bound<'py, PyAny>> {
         let argv = args
             .iter()
-            .map(|a| bytes_of(&a, "argument"))
+            .map(|a| crate::cluster::command_arg(&a))
             .collect::<PyResult<Vec<Vec<u8>>>>()?;
         let c = self.client();
         self.spawn(py, async move { c.command(&argv).await }, reply_to_py)
