@@ -14,6 +14,7 @@ mod common;
 
 use common::{Client, Res};
 use ringlet_client::{BlockingClusterClient, ClusterConfig, Reply, Status, Ttl};
+use ringlet_codec::native::{self, ResponseBody};
 use ringlet_types::{key_slot, NodeId};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -36,6 +37,29 @@ fn resp(c: &mut Client, cmd: &[&str]) -> Reply {
     match c.call(v, true, Instant::now() + Duration::from_secs(30)) {
         Res::Ok(r) => r,
         Res::Io => panic!("{cmd:?}: transport failure"),
+    }
+}
+
+/// One COMMAND frame to one node (no routing); the whole response frame.
+fn raw_command(addr: std::net::SocketAddr, args: &[&[u8]]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut out = Vec::new();
+    native::encode_command(&mut out, 1, args);
+    s.write_all(&out).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(n) = native::frame_len(&buf).unwrap() {
+            if buf.len() >= n {
+                buf.truncate(n);
+                return buf;
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "node closed");
+        buf.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -172,6 +196,34 @@ fn ttls_hashes_and_links_through_the_smart_client() {
         matches!(&e, ringlet_client::Error::Server { status, .. } if *status == Status::UNSUPPORTED),
         "{e}"
     );
+
+    // Frame by frame: a keyed COMMAND sent to a node that does not coordinate the key is
+    // answered MOVED "<slot> <addr>" before it runs; a keyless one runs there.
+    let (other, k) = {
+        let (n, ks) = by_node.iter().next().unwrap();
+        let other = map
+            .nodes
+            .iter()
+            .find(|(id, _)| *id != n && by_node.contains_key(id))
+            .map(|(id, _)| *id)
+            .unwrap();
+        (other, ks[0])
+    };
+    let other_addr = cl.addrs()[other.0 as usize - 1];
+    let reply = raw_command(other_addr, &[b"HGET", k.as_bytes(), b"name"]);
+    let (f, _) = native::decode_response_frame(&reply).unwrap().unwrap();
+    assert_eq!(f.status, Status::MOVED, "{f:?}");
+    let ResponseBody::Message(m) = f.body else {
+        panic!("{f:?}")
+    };
+    let m = String::from_utf8_lossy(m);
+    assert!(
+        m.starts_with(&format!("{} ", key_slot(k.as_bytes()))),
+        "{m}"
+    );
+    let reply = raw_command(other_addr, &[b"DBSIZE"]);
+    let (f, _) = native::decode_response_frame(&reply).unwrap().unwrap();
+    assert_eq!(f.status, Status::OK, "{f:?}");
 
     // 3. Drain the coordinator of a third of the keys: its slots move (to the spare); the
     //    client's map is now stale for them and it must follow MOVED.
