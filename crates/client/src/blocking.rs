@@ -117,6 +117,8 @@ impl BlockingClient {
         self.rt.block_on(self.client.mget(keys))
     }
 
+    crate::command::typed_helpers_blocking!();
+
     /// The highest epoch seen.
     pub fn epoch(&self) -> Epoch {
         self.client.epoch()

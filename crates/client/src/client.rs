@@ -549,6 +549,37 @@ impl Client {
         })
     }
 
+    /// COMMAND: run `args` (the command's name first) through the node's command layer, as
+    /// a RESP client would, and return its reply (RESP3 shapes: HGETALL is a map). A
+    /// refused command (WRONGTYPE, syntax) is `Ok(Reply::Error)`; `Err` is transport,
+    /// access (`DENIED`), routing or a command a native connection cannot run
+    /// (`UNSUPPORTED`: SUBSCRIBE, MULTI, SELECT, HELLO, ...). Routed by the command's first
+    /// key (MOVED-learned routes); retried after a possible send only if the command table
+    /// does not flag it `write`.
+    ///
+    /// # Errors
+    /// See [`Error`]; limits are checked before sending.
+    pub async fn command<A: AsRef<[u8]>>(
+        &self,
+        args: &[A],
+    ) -> Result<ringlet_codec::resp::Reply, Error> {
+        crate::command::check_args(args)?;
+        let argv: Vec<&[u8]> = args.iter().map(AsRef::as_ref).collect();
+        // A single node serves every slot: no CROSSSLOT check, only a route hint.
+        let key = ringlet_command::table::command_keys(&argv).first().copied();
+        let idem = if crate::command::idempotent(args) {
+            Idempotence::Idempotent
+        } else {
+            Idempotence::NotIdempotent
+        };
+        let r = self
+            .call(key, idem, |out, id| native::encode_command(out, id, args))
+            .await?;
+        crate::command::reply_of(&r)
+    }
+
+    crate::command::typed_helpers_async!();
+
     /// MGET: one result per key, in order. Keys are sent in batches of
     /// `mget_batch_keys`, all batches in flight at once (spread over the pool), so a large
     /// MGET costs about one round trip. The epoch is the highest any batch carried.

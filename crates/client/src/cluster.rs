@@ -1320,6 +1320,37 @@ impl ClusterClient {
         }
     }
 
+    /// COMMAND: run `args` (the command's name first) on the node that serves them, through
+    /// its command layer, and return the reply (RESP3 shapes). Routed like redis-py's
+    /// `RedisCluster`: by the command's keys as the command table gives them (the first
+    /// key's coordinator), keyless commands to any node, keys in several slots refused here
+    /// with CROSSSLOT; MOVED is followed (the map refreshed) and TRY_AGAIN backed off within
+    /// the call's retries and deadline. A command the table flags `write` is never repeated
+    /// once it may have run. A refused command (WRONGTYPE, syntax) is `Ok(Reply::Error)`.
+    ///
+    /// # Errors
+    /// `Server { status: BAD_REQUEST }` with Redis's CROSSSLOT text; see [`Error`].
+    pub async fn command<A: AsRef<[u8]>>(&self, args: &[A]) -> Result<Reply, Error> {
+        crate::command::check_args(args)?;
+        let key = crate::command::route_key(args)?;
+        if let Some(k) = &key {
+            Self::check_key(k)?;
+        }
+        let idem = if crate::command::idempotent(args) {
+            Idem::Yes
+        } else {
+            Idem::No
+        };
+        let r = self
+            .coord_call(key.as_deref().unwrap_or(b""), idem, |out, id| {
+                native::encode_command(out, id, args)
+            })
+            .await?;
+        crate::command::reply_of(&r)
+    }
+
+    crate::command::typed_helpers_async!();
+
     /// A MEMGEST that answers `+OK`; a refusal becomes [`Error::Server`] (`BAD_REQUEST`)
     /// with the node's message.
     async fn memgest_ok(&self, args: &[&[u8]]) -> Result<(), Error> {
@@ -1480,6 +1511,8 @@ impl BlockingClusterClient {
         let client = rt.block_on(ClusterClient::connect(seeds, cfg))?;
         Ok(BlockingClusterClient { rt, client })
     }
+
+    crate::command::typed_helpers_blocking!();
 
     /// The async client inside.
     pub fn async_client(&self) -> &ClusterClient {

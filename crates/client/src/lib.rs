@@ -22,12 +22,17 @@
 //! TLS: [`ClientConfig::tls`] with a [`ClientTls`] (the cluster's CA) for nodes whose client
 //! ports serve TLS.
 //!
-//! Non-goals (for now): conditional writes and INCRBY in cluster mode (the RESP front
-//! serves those).
+//! Every other command the node serves (TTLs, hashes/records, links, SCAN, INFO, ...) goes
+//! through COMMAND ([`Client::command`], [`ClusterClient::command`] and the typed helpers in
+//! [`command`]).
 //!
 //! Modules:
 //! - [`client`]: [`Client`] (one node, MOVED-learned routes), results and [`SetOptions`];
 //! - [`chase`]: [`ChaseOptions`], [`ChaseResult`]: CHASE (links followed by the node);
+//! - [`command`]: COMMAND, any command of the node's command layer (`Client::command`,
+//!   `ClusterClient::command`, routed by the command table's keys), and typed helpers over it:
+//!   TTLs (`expire`, `ttl`, `persist`, ...), hashes/records (`hset`, `hgetall`, ...), links
+//!   (`link_set`, `link_add`, `link_get`, `link_del`);
 //! - [`cluster`]: [`ClusterClient`], [`ClusterConfig`], [`ReadMode`];
 //! - [`pipeline`]: [`Pipeline`]: queued GET/MGET/SET/DEL/INCRBY run at once on a
 //!   [`ClusterClient`], one result per command;
@@ -42,6 +47,7 @@ pub mod blocking;
 pub mod chase;
 pub mod client;
 pub mod cluster;
+pub mod command;
 pub mod config;
 mod conn;
 pub mod error;
@@ -57,10 +63,12 @@ pub use cluster::{
     BlockingClusterClient, ClusterClient, ClusterConfig, ClusterStats, ReadMode, ShmFallback,
     ShmFallbacks, ShmHintStats,
 };
+pub use command::Ttl;
 pub use config::{ClientConfig, Credentials};
 pub use conn::MgetEntry;
 pub use error::Error;
 pub use pipeline::{Pipeline, PipelineOp, PipelineReply, PIPELINE_COMMANDS_MAX};
 pub use ringlet_codec::native::{SetCond, Status};
+pub use ringlet_codec::resp::Reply;
 pub use ringlet_shm::{ReaderStats as ShmReaderStats, ShmError, ShmReader, ShmReaderConfig};
 pub use tls::ClientTls;

@@ -143,6 +143,14 @@ fn respond(st: &mut State, id: u64, req: &NativeRequest<'_>, out: &mut Vec<u8>) 
             EPOCH,
             "not in this fake",
         ),
+        NativeRequest::Command { .. } => native::encode_error_response(
+            out,
+            id,
+            Opcode::Command,
+            Status::UNSUPPORTED,
+            EPOCH,
+            "not in this fake",
+        ),
         NativeRequest::Auth { .. } => native::encode_error_response(
             out,
             id,

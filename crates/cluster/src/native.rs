@@ -113,6 +113,12 @@ enum Req {
     Unsupported(Opcode, &'static str),
     /// CHASE, run by the RESP front's walk; `Err` is RESP CHASE's error for its arguments.
     Chase(Result<Box<ringlet_record::chase::Chase>, String>),
+    /// COMMAND: any command of the RESP front (`Front::command`), as the connection's login
+    /// (`session`, set by the connection loop before the request starts).
+    Command {
+        argv: Vec<Vec<u8>>,
+        session: Option<crate::resp::NativeSession>,
+    },
 }
 
 fn own(r: &ClusterRequest<'_>) -> Req {
@@ -177,6 +183,10 @@ fn own(r: &ClusterRequest<'_>) -> Req {
         ClusterRequest::Data(NativeRequest::Chase(c)) => {
             Req::Chase(ringlet_server::cmd::record::chase_from_frame(&c).map(Box::new))
         }
+        ClusterRequest::Data(NativeRequest::Command { args }) => Req::Command {
+            argv: args.iter().map(<[u8]>::to_vec).collect(),
+            session: None,
+        },
         // Answered by `gate` in the connection's loop; never started.
         ClusterRequest::Data(NativeRequest::Auth { .. }) => {
             Req::Unsupported(Opcode::Auth, "AUTH is answered by the connection")
@@ -292,7 +302,13 @@ where
                         }
                         continue;
                     }
-                    let req = own(&f.request);
+                    let mut req = own(&f.request);
+                    if let Req::Command { session, .. } = &mut req {
+                        // The gate checked it as the login of now; `Front::command` checks it
+                        // again as the connection's user when it runs (an AUTH pipelined
+                        // after it may have changed that user: both must allow it).
+                        *session = Some(front.native_session(&login));
+                    }
                     let _ = buf.split_to(n);
                     let Ok(permit) = permits.clone().acquire_owned().await else {
                         return Ok(());
@@ -352,7 +368,10 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Req::CasWrite { value: None, .. } => Opcode::Del,
         Req::Unsupported(op, _) => *op,
         Req::Chase(_) => Opcode::Chase,
+        Req::Command { .. } => Opcode::Command,
     };
+    // `Front::command` records a COMMAND's load under the command's own name.
+    let counted_here = !matches!(req, Req::Command { .. });
     // Load and latency (crate::load): which slots the request reads or writes.
     let (load_name, load_class, load_slots) = load_of(&req);
     let started = Instant::now();
@@ -551,6 +570,39 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
                 }
             }
             Req::Unsupported(_, why) => return Err(fail(Status::UNSUPPORTED, why)),
+            Req::Command { argv, session } => {
+                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                if let Some(why) = ringlet_server::native::command_refusal(&args) {
+                    return Err(fail(Status::UNSUPPORTED, why));
+                }
+                // A keyed command runs on its key's coordinator: MOVED otherwise, before
+                // anything runs (as GET/SET frames). Keyless ones run on any node.
+                if let Some(key) = ringlet_command::table::command_keys(&args).first() {
+                    moved(node, key)?;
+                }
+                let session =
+                    session.ok_or_else(|| fail(Status::INTERNAL, "COMMAND without a login"))?;
+                let reply = front.native_command(&session, &argv).await;
+                // Routing the command met while it ran (the map moved, a failover outlasted
+                // the retries) is the frame's status, so the client re-routes or retries
+                // as for every other opcode; other errors are the command's reply.
+                if let ringlet_codec::resp::Reply::Error(e) = &reply {
+                    if e.starts_with(b"MOVED ")
+                        || e.starts_with(b"TRYAGAIN")
+                        || e.starts_with(b"CLUSTERDOWN")
+                    {
+                        return Err(resp_error(reply));
+                    }
+                }
+                let bytes = reply.to_bytes(ringlet_codec::resp::Proto::Resp3);
+                if bytes.len() > limits::COMMAND_REPLY_BYTES_MAX as usize {
+                    return Err(fail(
+                        Status::TOO_LARGE,
+                        "the reply exceeds the native reply limit: ask for less (SCAN/HSCAN) or use RESP",
+                    ));
+                }
+                native::encode_command_response(&mut out, id, node.epoch(), &bytes);
+            }
             Req::Chase(walk) => {
                 let walk = walk.map_err(|e| fail(Status::BAD_REQUEST, e))?;
                 // On the root's coordinator (MOVED otherwise, so the client re-routes).
@@ -630,13 +682,15 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
         Ok(())
     }
     .await;
-    front.load().record_slots(
-        load_name,
-        load_class,
-        &load_slots,
-        started.elapsed(),
-        result.is_ok(),
-    );
+    if counted_here {
+        front.load().record_slots(
+            load_name,
+            load_class,
+            &load_slots,
+            started.elapsed(),
+            result.is_ok(),
+        );
+    }
     if let Err(Fail(status, message)) = result {
         out.clear();
         native::encode_error_response(&mut out, id, opcode, status, node.epoch(), &message);

@@ -38,7 +38,7 @@ mod admin;
 mod clients;
 mod conditional;
 pub(crate) use admin::SlotLoadReport;
-pub(crate) use clients::NativeLogin;
+pub(crate) use clients::{NativeLogin, NativeSession};
 pub(crate) use conditional::CondOutcome;
 mod keyspace;
 mod records;

@@ -114,6 +114,14 @@ fn check_request(r: &NativeRequest<'_>) {
             assert!(user.len() <= limits::KEY_BYTES_MAX as usize);
             assert!(password.len() <= limits::KEY_BYTES_MAX as usize);
         }
+        NativeRequest::Command { args } => {
+            assert!(!args.is_empty());
+            assert!(args.len() <= limits::COMMAND_ARGS_MAX as usize);
+            assert_eq!(args.iter().count(), args.len());
+            assert!(args
+                .iter()
+                .all(|a| a.len() <= limits::COMMAND_ARG_BYTES_MAX as usize));
+        }
         NativeRequest::Ping => {}
     }
 }

@@ -216,3 +216,43 @@ proptest! {
         fuzz_support::native_decode_stream(&buf);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// COMMAND bodies: any argument list round-trips; any truncation is "incomplete" (never
+    /// an error, never a panic); any body of random bytes behind a COMMAND header, or any
+    /// mutation of a good one, decodes to an error or to a request whose counts and lengths
+    /// are within limits, never a panic.
+    #[test]
+    fn command_body_decoder_is_total(
+        args in prop::collection::vec(bytes(), 1..8),
+        garbage in prop::collection::vec(any::<u8>(), 0..256),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut buf = Vec::new();
+        native::encode_command(&mut buf, 3, &args);
+        let (f, n) = native::decode_request_frame(&buf).unwrap().unwrap();
+        prop_assert_eq!(n, buf.len());
+        let NativeRequest::Command { args: got } = f.request else {
+            panic!("not COMMAND")
+        };
+        prop_assert_eq!(got.iter().map(<[u8]>::to_vec).collect::<Vec<_>>(), args.clone());
+        let at = cut.index(buf.len());
+        prop_assert_eq!(native::decode_request_frame(&buf[..at]), Ok(None));
+        // Random body behind a valid COMMAND header.
+        let mut g = buf[..12].to_vec();
+        g.extend_from_slice(&(garbage.len() as u32).to_be_bytes());
+        g.extend_from_slice(&garbage);
+        let _ = native::decode_request_frame(&g);
+        fuzz_support::native_decode_stream(&g);
+        // Mutations of the good frame.
+        let mut m = buf.clone();
+        for (i, b) in flips {
+            let i = i.index(m.len());
+            m[i] = b;
+        }
+        fuzz_support::native_decode_stream(&m);
+    }
+}

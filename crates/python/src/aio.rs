@@ -389,6 +389,21 @@ impl AsyncCluster {
             reply_to_py,
         )
     }
+
+    /// Awaitable: any command, as :meth:`Cluster.command` runs it.
+    #[pyo3(signature = (*args))]
+    fn command<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let argv = args
+            .iter()
+            .map(|a| crate::cluster::command_arg(&a))
+            .collect::<PyResult<Vec<Vec<u8>>>>()?;
+        let c = self.client();
+        self.spawn(py, async move { c.command(&argv).await }, reply_to_py)
+    }
 }
 
 /// :class:`Pipeline` of an :class:`AsyncCluster`: queue commands as on a ``Pipeline``, then

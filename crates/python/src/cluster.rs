@@ -98,6 +98,18 @@ pub(crate) fn bytes_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> 
     )))
 }
 
+/// A command argument as redis-py encodes it: bytes and str as they are, int and float as
+/// their decimal text (``str(x)``; bool is refused, as redis-py's encoder refuses it).
+pub(crate) fn command_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    use pyo3::types::{PyBool, PyFloat, PyInt};
+    if obj.cast::<PyBool>().is_err()
+        && (obj.cast::<PyInt>().is_ok() || obj.cast::<PyFloat>().is_ok())
+    {
+        return Ok(obj.str()?.to_cow()?.as_bytes().to_vec());
+    }
+    bytes_of(obj, "argument")
+}
+
 /// Text of a bulk or simple string reply.
 fn text_of(r: &Reply) -> Option<String> {
     match r {
@@ -661,6 +673,28 @@ impl Cluster {
             .map(|a| bytes_of(&a, "argument"))
             .collect::<PyResult<Vec<Vec<u8>>>>()?;
         let reply = self.run(py, self.client.memgest_command(&argv))?;
+        reply_to_py(py, reply)
+    }
+
+    /// ``execute_command``-style (arguments ``bytes``, ``str``, ``int`` or ``float``, as
+    /// redis-py encodes them): any command the nodes serve (``HSET``, ``EXPIRE``,
+    /// ``TTL``, ``LINK SET``, ``HGETALL``, ...), sent over the native protocol's COMMAND
+    /// opcode to the node that serves its keys (routed by the command table; keyless
+    /// commands to any node; keys in several slots raise ``ServerError`` with CROSSSLOT
+    /// before sending). The reply as :meth:`memgest_command` gives it (RESP3 shapes:
+    /// ``HGETALL`` is a ``dict``); an error reply raises ``ServerError``. Commands that need
+    /// a RESP connection's state (SUBSCRIBE, MULTI, SELECT, HELLO) raise too.
+    #[pyo3(signature = (*args))]
+    fn command<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let argv = args
+            .iter()
+            .map(|a| command_arg(&a))
+            .collect::<PyResult<Vec<Vec<u8>>>>()?;
+        let reply = self.run(py, self.client.command(&argv))?;
         reply_to_py(py, reply)
     }
 }

@@ -731,3 +731,46 @@ def test_password_cluster_needs_auth_and_acl_limits_hold():
         with pytest.raises(ringlet.ServerError, match="NOPERM"):
             app.set("py:auth:3", "x")
         assert c.get("py:auth:3") == b"v3"
+
+
+def test_command_runs_ttls_hashes_and_links_on_every_node(c, cluster_seeds):
+    """Cluster.command: any command over the native COMMAND opcode, routed by its keys."""
+    keys = [f"py:cmd:{i}" for i in range(20)]
+    for i, k in enumerate(keys):
+        assert c.command("HSET", k, "name", f"n{i}", "n", "1") == 2
+        assert c.command("HINCRBY", k, "n", i) == 1 + i
+        assert c.command("LINK", "SET", k, "next", keys[(i + 1) % len(keys)]) == 1
+        assert c.command("EXPIRE", k, 1000) == 1
+    for i, k in enumerate(keys):
+        assert c.command("HGETALL", k) == {
+            b"name": f"n{i}".encode(),
+            b"n": str(1 + i).encode(),
+            b"next": keys[(i + 1) % len(keys)].encode(),
+        }
+        assert c.command("LINK", "GET", k, "next") == [keys[(i + 1) % len(keys)].encode()]
+        assert 900 < c.command("TTL", k) <= 1000
+    assert c.command("PERSIST", keys[0]) == 1
+    assert c.command("TTL", keys[0]) == -1
+    assert c.command("PING") == "PONG"
+    # Keys in two slots: CROSSSLOT before sending; one hash tag is fine.
+    with pytest.raises(ringlet.ServerError) as e:
+        c.command("MGET", keys[0], keys[1])
+    assert "CROSSSLOT" in str(e.value)
+    assert c.command("MSET", "{py:cmd}a", "1", "{py:cmd}b", "2") == "OK"
+    assert c.command("MGET", "{py:cmd}a", "{py:cmd}b") == [b"1", b"2"]
+    # An error reply raises; so does a command a native connection cannot run.
+    c.set("py:cmd:str", "v")
+    with pytest.raises(ringlet.ServerError) as e:
+        c.command("HGET", "py:cmd:str", "f")
+    assert "WRONGTYPE" in str(e.value)
+    with pytest.raises(ringlet.ServerError) as e:
+        c.command("SUBSCRIBE", "ch")
+    assert e.value.status == "UNSUPPORTED"
+
+    import asyncio
+
+    async def main():
+        ac = ringlet.AsyncCluster(cluster_seeds)
+        assert await ac.command("HGET", keys[3], "name") == b"n3"
+
+    asyncio.run(main())

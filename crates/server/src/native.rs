@@ -1,6 +1,9 @@
 //! The native binary protocol on the client port (frames of `ringlet_codec::native`,
 //! `docs/protocol.md`): PING, GET, MGET, SET (NX/XX, TTL, client version, CAS, memgest), DEL
-//! (CAS), INCRBY, CHASE (the RESP command's walk, `cmd::record::walk_local`). A connection is native when its first byte is the codec's magic byte.
+//! (CAS), INCRBY, CHASE (the RESP command's walk, `cmd::record::walk_local`), and COMMAND:
+//! any command of the RESP command layer ([`crate::cmd::dispatch`], the RESP front's own entry
+//! point: same table, arity, ACL check and handlers), its RESP3 reply carried back as bytes.
+//! A connection is native when its first byte is the codec's magic byte.
 //!
 //! GET and MGET are answered from the worker's lock-free reader, like RESP GET. Every
 //! response carries the node's epoch (0 until the control plane assigns one).
@@ -16,9 +19,9 @@ use crate::conn::{flush, read_more, Progress};
 use crate::shared::{now_ms, Shared, Stats};
 use bytes::{Buf, BytesMut};
 use ringlet_codec::native::{
-    decode_request_frame, encode_error_response, encode_get_response, encode_int_response,
-    encode_status_response, MgetResponseWriter, NativeRequest, Opcode, RequestFrame, SetCond,
-    Status,
+    decode_request_frame, encode_command_response, encode_error_response, encode_get_response,
+    encode_int_response, encode_status_response, ArgList, MgetResponseWriter, NativeRequest,
+    Opcode, RequestFrame, SetCond, Status,
 };
 use ringlet_engine::{Condition, Engine, Expiry, ReadOutcome, SetOptions, SetOutcome};
 use ringlet_types::{limits, Epoch, MemgestId, ValueKind, Version};
@@ -155,9 +158,26 @@ pub(crate) fn process(
                 pos += used;
                 match gate(&frame, shared, session, wbuf) {
                     Gate::Run => {
-                        // Not inside another client's EXEC (see `Shared::exec`).
-                        let _exec = shared.exec.read();
-                        handle(&frame, shared, reader, scratch, now, wbuf);
+                        if let NativeRequest::Command { args } = frame.request {
+                            // `cmd::dispatch` takes `Shared::exec` itself.
+                            let ctx = &mut crate::cmd::Ctx {
+                                shared,
+                                reader,
+                                scratch,
+                                session,
+                                now_ms: now,
+                            };
+                            if command(ctx, frame.request_id, args, wbuf) {
+                                return Progress {
+                                    consumed: pos,
+                                    close: true,
+                                };
+                            }
+                        } else {
+                            // Not inside another client's EXEC (see `Shared::exec`).
+                            let _exec = shared.exec.read();
+                            handle(&frame, shared, reader, scratch, now, wbuf);
+                        }
                     }
                     Gate::Answered => {}
                     Gate::Close => {
@@ -201,6 +221,69 @@ pub(crate) fn process(
     }
 }
 
+/// Why a COMMAND frame may not run `argv` on a native connection, if it may not: the
+/// commands that change or need connection state a native connection does not have (its
+/// requests may be answered out of order, it has no RESP protocol version, no database
+/// number, no transaction queue, no push channel). AUTH has its own opcode. Checked by name
+/// before the table (SUBSCRIBE and MONITOR are not in it, yet deserve more than "unknown").
+pub fn command_refusal(argv: &[&[u8]]) -> Option<&'static str> {
+    let name = argv.first()?.to_ascii_lowercase();
+    let sub = argv.get(1).map(|s| s.to_ascii_lowercase());
+    Some(match name.as_slice() {
+        b"subscribe" | b"psubscribe" | b"ssubscribe" | b"unsubscribe" | b"punsubscribe"
+        | b"sunsubscribe" | b"monitor" => {
+            "pub/sub and MONITOR push messages, which a native connection cannot carry: use RESP"
+        }
+        b"multi" | b"exec" | b"discard" | b"watch" | b"unwatch" => {
+            "transactions queue commands on a connection and a native connection runs its requests concurrently: use RESP for MULTI/EXEC"
+        }
+        b"auth" => "AUTH has its own native opcode (AUTH, 11)",
+        b"hello" | b"reset" | b"quit" | b"select" => {
+            "HELLO, RESET, QUIT and SELECT change a RESP connection's state; a native connection has none (replies are always RESP3, database 0)"
+        }
+        b"wait" => {
+            "WAIT counts the replicas of the connection's last write, and a native connection's requests run out of order: use RESP"
+        }
+        b"client" => match sub.as_deref() {
+            // Read-only views of the node's connections are fine.
+            Some(b"list") | Some(b"help") | None => return None,
+            _ => "CLIENT subcommands other than LIST change or describe a RESP connection: use RESP",
+        },
+        _ => return None,
+    })
+}
+
+/// Run one COMMAND frame through the command layer and write its response: the RESP3 reply
+/// as bytes, `UNSUPPORTED` for a command a native connection cannot run, `TOO_LARGE` for a
+/// reply over `limits::COMMAND_REPLY_BYTES_MAX`. True when the connection must close (its
+/// ACL user was deleted, as RESP closes it).
+fn command(ctx: &mut crate::cmd::Ctx<'_>, id: u64, args: ArgList<'_>, out: &mut BytesMut) -> bool {
+    let argv: Vec<&[u8]> = args.iter().collect();
+    if let Some(why) = command_refusal(&argv) {
+        encode_error_response(out, id, Opcode::Command, Status::UNSUPPORTED, EPOCH, why);
+        return false;
+    }
+    // Replies in RESP3's richer shapes (maps for HGETALL, doubles, verbatim strings); the
+    // client decodes them with the codec's reply decoder.
+    ctx.session.proto = ringlet_codec::resp::Proto::Resp3;
+    let reply = crate::cmd::dispatch(ctx, &argv);
+    let mut bytes = BytesMut::new();
+    crate::conn::encode(&reply, ringlet_codec::resp::Proto::Resp3, &mut bytes);
+    if bytes.len() > limits::COMMAND_REPLY_BYTES_MAX as usize {
+        encode_error_response(
+            out,
+            id,
+            Opcode::Command,
+            Status::TOO_LARGE,
+            EPOCH,
+            "the reply exceeds the native reply limit: ask for less (SCAN/HSCAN) or use RESP",
+        );
+    } else {
+        encode_command_response(out, id, EPOCH, &bytes);
+    }
+    ctx.session.quit
+}
+
 /// RESP's reply to a wrong AUTH, sent as a `DENIED` message.
 pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 /// RESP's reply to a request before AUTH, sent as a `DENIED` message.
@@ -225,6 +308,8 @@ pub fn acl_argv<'a>(req: &NativeRequest<'a>, argv: &mut Vec<&'a [u8]>) {
             argv.extend([&b"CHASE"[..], c.key]);
             argv.extend(c.links.iter());
         }
+        // The command itself: checked exactly as RESP checks it.
+        NativeRequest::Command { args } => argv.extend(args.iter()),
     }
 }
 
@@ -239,8 +324,10 @@ pub fn acl_check(
     argv: &[&[u8]],
 ) -> Result<(), (String, bool)> {
     use ringlet_command::acl::CheckError;
+    // Every fixed opcode stands for a known command; a COMMAND frame naming an unknown one
+    // runs and gets the command layer's own "unknown command" error (no key is touched).
     let Ok(idx) = ringlet_command::lookup(argv) else {
-        return Err(("NOPERM unknown request".into(), false));
+        return Ok(());
     };
     match user.check(table, idx, argv) {
         Ok(()) => Ok(()),
@@ -284,6 +371,15 @@ fn handle(
         NativeRequest::Ping => {
             encode_status_response(out, id, Opcode::Ping, Status::OK, EPOCH, Version::ZERO)
         }
+        // Run by `command` (it needs the session), never here.
+        NativeRequest::Command { .. } => encode_error_response(
+            out,
+            id,
+            Opcode::Command,
+            Status::INTERNAL,
+            EPOCH,
+            "COMMAND reached the fixed-opcode handler",
+        ),
         // Answered by `gate` before any request runs.
         NativeRequest::Auth { .. } => {
             encode_status_response(out, id, Opcode::Auth, Status::OK, EPOCH, Version::ZERO)

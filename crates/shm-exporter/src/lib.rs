@@ -585,6 +585,15 @@ fn handle<H: EngineHost>(
             epoch,
             "CHASE is served on the node's client port",
         ),
+        // The command layer (ACL users, every command) is the client port's.
+        NativeRequest::Command { .. } => encode_error_response(
+            out,
+            id,
+            Opcode::Command,
+            Status::UNSUPPORTED,
+            epoch,
+            "COMMAND is served on the node's client port",
+        ),
         // The socket's file permissions are its access control (docs/design/acl.md): there
         // are no users to log in as here.
         NativeRequest::Auth { .. } => encode_error_response(

@@ -27,6 +27,19 @@ pub const RESP_BULK_BYTES_MAX: u32 = VALUE_BYTES_MAX + 1024;
 /// strings arrive (1M × 16-byte argument headers = 16 MiB).
 pub const ARRAY_ITEMS_MAX: u32 = 1024 * 1024;
 
+/// Arguments of one native COMMAND frame (opcode 12), its name included: the same bound as a
+/// RESP request's array ([`ARRAY_ITEMS_MAX`]), so any command RESP accepts travels natively.
+pub const COMMAND_ARGS_MAX: u32 = ARRAY_ITEMS_MAX;
+/// Bytes of one argument of a native COMMAND frame: a RESP bulk string's bound
+/// ([`RESP_BULK_BYTES_MAX`]), so `HSET k f <max value>` fits as it does over RESP.
+pub const COMMAND_ARG_BYTES_MAX: u32 = RESP_BULK_BYTES_MAX;
+/// Bytes of the RESP3 reply a native COMMAND response carries: what fits in one frame after
+/// the response's fixed fields (a larger reply is refused with `TOO_LARGE`, never cut).
+pub const COMMAND_REPLY_BYTES_MAX: u32 = FRAME_BYTES_MAX - 64;
+const _: () = assert!(COMMAND_ARGS_MAX <= ARRAY_ITEMS_MAX);
+const _: () = assert!(COMMAND_ARG_BYTES_MAX < FRAME_BYTES_MAX);
+const _: () = assert!(COMMAND_REPLY_BYTES_MAX >= VALUE_BYTES_MAX);
+
 /// Bytes of one inline (telnet-style) RESP command line: Redis's PROTO_INLINE_MAX_SIZE.
 pub const INLINE_BYTES_MAX: u32 = 64 * 1024;
 

@@ -206,7 +206,16 @@ pub(super) fn client(clients: &Clients, conn: &Conn, argv: &[Vec<u8>]) -> Result
 /// as a RESP connection's, so the native front never bypasses `requirepass` or an ACL user's
 /// limits.
 pub(crate) struct NativeLogin {
-    user: ringlet_command::acl::ConnUser,
+    /// The connection as the RESP front's commands see it (COMMAND frames run through
+    /// `Front::command`): its `user` is the login's user. Not in the CLIENT LIST registry
+    /// (it has no RESP state to show).
+    conn: Arc<Conn>,
+    authenticated: bool,
+}
+
+/// What a native COMMAND frame runs with: the connection's login as of its frame.
+pub(crate) struct NativeSession {
+    conn: Arc<Conn>,
     authenticated: bool,
 }
 
@@ -215,8 +224,21 @@ impl super::Front {
     /// password.
     pub(crate) fn native_login(&self) -> NativeLogin {
         self.sync_users();
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        let conn = Arc::new(Conn {
+            id: 0,
+            addr: unspecified,
+            laddr: unspecified,
+            created: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            last_cmd: Mutex::new(""),
+            name: Mutex::new(Vec::new()),
+            resp: AtomicU8::new(3),
+            buffers: Default::default(),
+            user: Mutex::new(ringlet_command::acl::ConnUser::new(&self.acl)),
+        });
         NativeLogin {
-            user: ringlet_command::acl::ConnUser::new(&self.acl),
+            conn,
             authenticated: !self.auth_required(),
         }
     }
@@ -231,7 +253,7 @@ impl super::Front {
         let name: &[u8] = if user.is_empty() { b"default" } else { user };
         match self.authenticate(name, password) {
             Some(u) => {
-                login.user.set(u, &self.acl);
+                login.conn.user.lock().set(u, &self.acl);
                 login.authenticated = true;
                 true
             }
@@ -251,9 +273,36 @@ impl super::Front {
         if !login.authenticated && self.auth_required() {
             return Err((ringlet_server::native::NOAUTH.into(), false));
         }
-        if login.user.generation_is(self.acl.generation()) && login.user.unrestricted() {
+        let mut user = login.conn.user.lock();
+        if user.generation_is(self.acl.generation()) && user.unrestricted() {
             return Ok(());
         }
-        ringlet_server::native::acl_check(&mut login.user, &self.acl, argv)
+        ringlet_server::native::acl_check(&mut user, &self.acl, argv)
+    }
+
+    /// The login a COMMAND frame of `login`'s connection runs with (moved into its task).
+    pub(crate) fn native_session(&self, login: &NativeLogin) -> NativeSession {
+        NativeSession {
+            conn: login.conn.clone(),
+            authenticated: login.authenticated,
+        }
+    }
+
+    /// Run a COMMAND frame's `argv` as the RESP front runs a request (`Front::command`: the
+    /// table, arity, ACL check and handler), with RESP3 replies, under the read side of the
+    /// EXEC lock as RESP commands (RECORDS excepted, as on RESP).
+    pub(crate) async fn native_command(&self, session: &NativeSession, argv: &[Vec<u8>]) -> Reply {
+        let mut proto = ringlet_codec::resp::Proto::Resp3;
+        let mut authed = session.authenticated;
+        let records = argv
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"records"));
+        let _exec = if records {
+            None
+        } else {
+            Some(self.exec.read().await)
+        };
+        self.command(argv, &mut proto, &mut authed, &session.conn)
+            .await
     }
 }

@@ -69,6 +69,41 @@ impl<'a> Cursor<'a> {
         self.take(n as usize)
     }
 
+    /// A `u32`-length-prefixed COMMAND argument, at most `limits::COMMAND_ARG_BYTES_MAX`.
+    pub(crate) fn arg(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.u32()?;
+        if n > limits::COMMAND_ARG_BYTES_MAX {
+            return Err(DecodeError::ValueTooLarge(n));
+        }
+        self.take(n as usize)
+    }
+
+    /// A `u32`-length-prefixed COMMAND reply (RESP3 bytes), at most
+    /// `limits::COMMAND_REPLY_BYTES_MAX`.
+    pub(crate) fn command_reply(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.u32()?;
+        if n > limits::COMMAND_REPLY_BYTES_MAX {
+            return Err(DecodeError::ValueTooLarge(n));
+        }
+        self.take(n as usize)
+    }
+
+    /// A COMMAND argument count: at least 1 (the name), at most `limits::COMMAND_ARGS_MAX`,
+    /// and at most what the remaining body could hold at 4 bytes (a length) per argument.
+    pub(crate) fn arg_count(&mut self) -> Result<u32, DecodeError> {
+        let n = self.u32()?;
+        if n > limits::COMMAND_ARGS_MAX {
+            return Err(DecodeError::BatchTooLarge(n));
+        }
+        if n == 0 {
+            return Err(DecodeError::InvalidField("COMMAND without a command name"));
+        }
+        if (n as usize).saturating_mul(4) > self.remaining() {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(n)
+    }
+
     /// A READ_REPLICA payload (`len u32 | memgest u16 | flags u8 | value`): its length is at
     /// most `limits::VALUE_BYTES_MAX` plus the 3 fixed bytes, so a largest value still fits.
     pub(crate) fn replica_blob(&mut self) -> Result<&'a [u8], DecodeError> {

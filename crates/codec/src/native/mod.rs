@@ -36,15 +36,16 @@ pub use chase::{
 };
 pub use request::{
     decode_cluster_request_frame, decode_request_frame, encode_auth, encode_cluster_map_request,
-    encode_cluster_request_frame, encode_del, encode_get, encode_incr_by, encode_memgest,
-    encode_mget, encode_ping, encode_read_replica, encode_request_frame, encode_set,
-    ClusterRequest, ClusterRequestFrame, KeyList, NativeRequest, RequestFrame, SetCond, SetRequest,
+    encode_cluster_request_frame, encode_command, encode_del, encode_get, encode_incr_by,
+    encode_memgest, encode_mget, encode_ping, encode_read_replica, encode_request_frame,
+    encode_set, ArgList, ClusterRequest, ClusterRequestFrame, KeyList, NativeRequest, RequestFrame,
+    SetCond, SetRequest,
 };
 pub use response::{
-    decode_response_frame, encode_cluster_map_response, encode_error_response, encode_get_response,
-    encode_int_response, encode_memgest_response, encode_read_replica_response,
-    encode_response_frame, encode_status_response, MgetItem, MgetItems, MgetResponseWriter,
-    ReplicaValue, ResponseBody, ResponseFrame, Status,
+    decode_response_frame, encode_cluster_map_response, encode_command_response,
+    encode_error_response, encode_get_response, encode_int_response, encode_memgest_response,
+    encode_read_replica_response, encode_response_frame, encode_status_response, MgetItem,
+    MgetItems, MgetResponseWriter, ReplicaValue, ResponseBody, ResponseFrame, Status,
 };
 
 use crate::error::DecodeError;
@@ -92,6 +93,10 @@ pub enum Opcode {
     /// succeeds, a node whose default user needs a password answers every other request
     /// with `DENIED`.
     Auth = 11,
+    /// Any command of the node's RESP command layer (`count u32 | arg * count`, the name
+    /// first): run through the same table, ACL check and handlers as on RESP; the reply is
+    /// the command's RESP3 reply, carried as bytes (as MEMGEST's).
+    Command = 12,
 }
 
 impl Opcode {
@@ -109,6 +114,7 @@ impl Opcode {
             9 => Opcode::Memgest,
             10 => Opcode::Chase,
             11 => Opcode::Auth,
+            12 => Opcode::Command,
             _ => return None,
         })
     }

@@ -15,6 +15,7 @@
 //! | MEMGEST | `count u32 \| arg * count` (cluster mode only; each arg ≤ `limits::KEY_BYTES_MAX`) |
 //! | CHASE  | `depth u8 \| flags u8 \| limit u32 \| key \| links \| attrs` ([`super::chase`]) |
 //! | AUTH   | `user \| password` (each `len u32 \| bytes` ≤ `limits::KEY_BYTES_MAX`; an empty user is `default`) |
+//! | COMMAND | `count u32 \| arg * count` (1 ≤ count ≤ `limits::COMMAND_ARGS_MAX`, each arg `len u32 \| bytes` ≤ `limits::COMMAND_ARG_BYTES_MAX`; the command name first) |
 //!
 //! [`decode_request_frame`] (a single node) refuses the cluster-only opcodes as unknown;
 //! [`decode_cluster_request_frame`] (a cluster-mode node) accepts them.
@@ -124,6 +125,46 @@ impl<'a> KeyList<'a> {
     }
 }
 
+/// The arguments of a COMMAND frame (the command name first), validated at decode time —
+/// count and every length checked against `limits` before anything is read or reserved —
+/// and iterated in place without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArgList<'a> {
+    count: u32,
+    /// `(len u32 | arg) * count`, already checked.
+    raw: &'a [u8],
+}
+
+impl<'a> ArgList<'a> {
+    /// Number of arguments (≥ 1).
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+    /// Whether there are no arguments (never, for a decoded frame).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// The arguments, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let mut c = Cursor::new(self.raw);
+        // Validated at decode: `arg()` cannot fail here; stopping on error keeps this total.
+        (0..self.count).map_while(move |_| c.arg().ok())
+    }
+    fn parse(c: &mut Cursor<'a>) -> Result<ArgList<'a>, DecodeError> {
+        let count = c.arg_count()?;
+        let start = c.remaining();
+        let body = c.rest();
+        let mut k = Cursor::new(body);
+        for _ in 0..count {
+            k.arg()?;
+        }
+        let used = start.saturating_sub(k.remaining());
+        let raw = body.get(..used).ok_or(DecodeError::Truncated)?;
+        *c = Cursor::new(body.get(used..).unwrap_or(&[]));
+        Ok(ArgList { count, raw })
+    }
+}
+
 /// A decoded request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NativeRequest<'a> {
@@ -164,6 +205,11 @@ pub enum NativeRequest<'a> {
         /// The password.
         password: &'a [u8],
     },
+    /// COMMAND: any command of the RESP command layer, its RESP3 reply carried back as bytes.
+    Command {
+        /// The command's name and arguments.
+        args: ArgList<'a>,
+    },
 }
 
 impl NativeRequest<'_> {
@@ -178,6 +224,7 @@ impl NativeRequest<'_> {
             NativeRequest::IncrBy { .. } => Opcode::IncrBy,
             NativeRequest::Chase(_) => Opcode::Chase,
             NativeRequest::Auth { .. } => Opcode::Auth,
+            NativeRequest::Command { .. } => Opcode::Command,
         }
     }
 }
@@ -330,6 +377,9 @@ pub fn decode_cluster_request_frame(
             user: c.key()?,
             password: c.key()?,
         }),
+        Opcode::Command => data(NativeRequest::Command {
+            args: ArgList::parse(&mut c)?,
+        }),
     };
     c.finish()?;
     Ok(Some((
@@ -471,6 +521,32 @@ pub fn encode_request_frame<S: Sink + ?Sized>(
         NativeRequest::IncrBy { key, delta } => encode_incr_by(out, request_id, key, *delta),
         NativeRequest::Chase(c) => c.encode(out, request_id),
         NativeRequest::Auth { user, password } => encode_auth(out, request_id, user, password),
+        NativeRequest::Command { args } => {
+            // Validated at decode: write it back as it came.
+            put_header(
+                out,
+                Opcode::Command,
+                0,
+                request_id,
+                4usize.saturating_add(args.raw.len()),
+            );
+            out.put(&args.count.to_be_bytes());
+            out.put(args.raw);
+        }
+    }
+}
+
+/// COMMAND `args` (the command's name first). The caller keeps the count within
+/// `1..=limits::COMMAND_ARGS_MAX` and each argument within `limits::COMMAND_ARG_BYTES_MAX`
+/// (the client checks before encoding); the node refuses the frame otherwise.
+pub fn encode_command<S: Sink + ?Sized, A: AsRef<[u8]>>(out: &mut S, request_id: u64, args: &[A]) {
+    let body = args.iter().fold(4usize, |n, a| {
+        n.saturating_add(4).saturating_add(a.as_ref().len())
+    });
+    put_header(out, Opcode::Command, 0, request_id, body);
+    out.put(&len32(args.len()).to_be_bytes());
+    for a in args {
+        put_bytes(out, a.as_ref());
     }
 }
 
@@ -768,5 +844,74 @@ mod tests {
             decode_cluster_request_frame(&out),
             Err(DecodeError::TrailingBytes)
         );
+    }
+
+    #[test]
+    fn command_round_trips_and_accepts_value_sized_arguments() {
+        // An argument past the key limit is fine: COMMAND carries values (HSET k f <value>).
+        let big = vec![b'x'; limits::KEY_BYTES_MAX as usize + 1];
+        let args: [&[u8]; 4] = [b"HSET", b"k", b"f", &big];
+        let mut out = Vec::new();
+        encode_command(&mut out, 42, &args);
+        let (f, n) = decode_request_frame(&out).unwrap().unwrap();
+        assert_eq!((f.request_id, n), (42, out.len()));
+        let NativeRequest::Command { args: got } = f.request else {
+            panic!("not COMMAND")
+        };
+        assert_eq!(got.len(), 4);
+        assert_eq!(got.iter().collect::<Vec<_>>(), args.to_vec());
+        round_trip(f.request);
+        // The cluster decoder sees it as a data request (both fronts serve it).
+        let (cf, _) = decode_cluster_request_frame(&out).unwrap().unwrap();
+        assert_eq!(cf.request, ClusterRequest::Data(f.request));
+        assert_eq!(cf.request.opcode(), Opcode::Command);
+    }
+
+    #[test]
+    fn command_counts_and_lengths_are_checked_before_allocation() {
+        let mut base = Vec::new();
+        encode_command(&mut base, 1, &["GET", "k"]);
+        // No arguments at all: there is no command to run.
+        let mut out = base.clone();
+        out[12..16].copy_from_slice(&4u32.to_be_bytes());
+        out.truncate(20);
+        out[16..20].copy_from_slice(&0u32.to_be_bytes());
+        assert!(matches!(
+            decode_request_frame(&out),
+            Err(DecodeError::InvalidField(_))
+        ));
+        // A count over the limit: refused from the count alone.
+        let mut out = base.clone();
+        out[16..20].copy_from_slice(&(limits::COMMAND_ARGS_MAX + 1).to_be_bytes());
+        assert_eq!(
+            decode_request_frame(&out),
+            Err(DecodeError::BatchTooLarge(limits::COMMAND_ARGS_MAX + 1))
+        );
+        // A count the body cannot hold (4 bytes per argument at least): truncated.
+        let mut out = base.clone();
+        out[16..20].copy_from_slice(&1000u32.to_be_bytes());
+        assert_eq!(decode_request_frame(&out), Err(DecodeError::Truncated));
+        // An argument length over the limit: refused before its bytes are looked at.
+        let mut out = base.clone();
+        out[20..24].copy_from_slice(&(limits::COMMAND_ARG_BYTES_MAX + 1).to_be_bytes());
+        assert_eq!(
+            decode_request_frame(&out),
+            Err(DecodeError::ValueTooLarge(
+                limits::COMMAND_ARG_BYTES_MAX + 1
+            ))
+        );
+        // An argument longer than what is left of the body: truncated, not a panic.
+        let mut out = base.clone();
+        out[20..24].copy_from_slice(&100u32.to_be_bytes());
+        assert_eq!(decode_request_frame(&out), Err(DecodeError::Truncated));
+        // Bytes after the last argument.
+        let mut out = base.clone();
+        out[15] += 1;
+        out.push(0);
+        assert_eq!(decode_request_frame(&out), Err(DecodeError::TrailingBytes));
+        // Every prefix of a good frame is "incomplete", never an error.
+        for i in 0..base.len() {
+            assert_eq!(decode_request_frame(&base[..i]).unwrap(), None);
+        }
     }
 }

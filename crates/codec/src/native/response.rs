@@ -17,6 +17,7 @@
 //! | OK | INCRBY | `value i64` |
 //! | OK | CLUSTER_MAP | `map` (`len u32 \| JSON`) |
 //! | OK | MEMGEST | `reply` (`len u32 \| RESP3 bytes`, ≤ `limits::VALUE_BYTES_MAX`) |
+//! | OK | COMMAND | `reply` (`len u32 \| RESP3 bytes`, ≤ `limits::COMMAND_REPLY_BYTES_MAX`) |
 //! | OK | CHASE | `len u32 \| stop u8 \| count u32 \| entry * count` ([`super::chase`]) |
 //! | OK | READ_REPLICA | `len u32 \| memgest u16 \| present u8 \| value bytes` ([`ReplicaValue`]) |
 //! | anything else | | empty |
@@ -249,6 +250,7 @@ pub fn decode_response_frame(
             }
             Opcode::IncrBy => ResponseBody::Int(c.i64()?),
             Opcode::ClusterMap | Opcode::Memgest => ResponseBody::Value(c.value()?),
+            Opcode::Command => ResponseBody::Value(c.command_reply()?),
             Opcode::ReadReplica => {
                 let blob = c.replica_blob()?;
                 ReplicaValue::parse(blob)?;
@@ -511,6 +513,26 @@ pub fn encode_memgest_response<S: Sink + ?Sized>(
     put_bytes(out, resp3);
 }
 
+/// OK COMMAND response: `resp3` is the command's reply as RESP3 bytes, the same reply the
+/// RESP front sends a RESP3 client. As for MEMGEST, a command that fails (WRONGTYPE, a syntax
+/// error, CROSSSLOT) is `OK` with a RESP error reply inside: the frame status is about
+/// transport, access and routing (`DENIED`, `MOVED`, `TRY_AGAIN`, `UNSUPPORTED`,
+/// `TOO_LARGE`), the reply about the command. The caller keeps `resp3` within
+/// `limits::COMMAND_REPLY_BYTES_MAX` (answer `TOO_LARGE` instead).
+pub fn encode_command_response<S: Sink + ?Sized>(
+    out: &mut S,
+    request_id: u64,
+    epoch: Epoch,
+    resp3: &[u8],
+) {
+    let body = RESPONSE_FIXED_BYTES
+        .saturating_add(4)
+        .saturating_add(resp3.len());
+    put_header(out, Opcode::Command, FLAG_RESPONSE, request_id, body);
+    put_prefix(out, Status::OK, epoch, Version::ZERO);
+    put_bytes(out, resp3);
+}
+
 /// Streams an MGET response into a sink: `begin`, one `push` per key, `finish` (which fills
 /// in the body length and the count). Nothing is buffered besides the sink itself.
 #[derive(Debug)]
@@ -678,6 +700,32 @@ mod tests {
         let mut again = Vec::new();
         encode_response_frame(&mut again, &d);
         assert_eq!(again, mg);
+        // COMMAND carries a RESP3 reply the same way; its length is checked against
+        // COMMAND_REPLY_BYTES_MAX before the bytes are looked at.
+        let mut cm = Vec::new();
+        encode_command_response(&mut cm, 8, Epoch(4), b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n");
+        let (e, k) = decode_response_frame(&cm).unwrap().unwrap();
+        assert_eq!(
+            (e.opcode, e.status, e.body, k),
+            (
+                Opcode::Command,
+                Status::OK,
+                ResponseBody::Value(b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n"),
+                cm.len()
+            )
+        );
+        let mut again = Vec::new();
+        encode_response_frame(&mut again, &e);
+        assert_eq!(again, cm);
+        let len_at = HEADER_BYTES + RESPONSE_FIXED_BYTES;
+        cm[len_at..len_at + 4]
+            .copy_from_slice(&(limits::COMMAND_REPLY_BYTES_MAX + 1).to_be_bytes());
+        assert_eq!(
+            decode_response_frame(&cm),
+            Err(DecodeError::ValueTooLarge(
+                limits::COMMAND_REPLY_BYTES_MAX + 1
+            ))
+        );
         // Value bytes without PRESENT, and unknown flags, are malformed.
         let mut bad = Vec::new();
         encode_read_replica_response(&mut bad, 1, Epoch(4), Version(9), &hit);

@@ -143,6 +143,9 @@ class Cluster:
         """The ``MEMGEST INFO`` report of one memgest or of all."""
     def memgest_command(self, *args: Union[bytes, str]) -> Any:
         """``MEMGEST *args``; the reply as Python values. A refusal raises ``ServerError``."""
+    def command(self, *args: Union[bytes, str, int, float]) -> Any:
+        """Any command the nodes serve (HSET, EXPIRE, LINK SET, ...), routed by its keys;
+        an error reply raises ``ServerError``."""
 
 class AsyncCluster:
     """An asyncio client of a running Ringlet cluster: the methods of :class:`Cluster` as
@@ -186,6 +189,8 @@ class AsyncCluster:
     def memgest_info(self, name: Optional[str] = None) -> Awaitable[str]: ...
     def memgest_command(self, *args: Union[bytes, str]) -> Awaitable[Any]:
         """``MEMGEST *args``; the reply as Python values."""
+    def command(self, *args: Union[bytes, str, int, float]) -> Awaitable[Any]:
+        """Awaitable: any command, as Cluster.command runs it."""
     def pipeline(self) -> "AsyncPipeline":
         """An :class:`AsyncPipeline` on this cluster."""
 
