@@ -7,7 +7,7 @@
 //! All integers are big-endian, as in the native protocol. Layouts: `docs/design/shm-protocol.md`.
 
 use ringlet_engine::layout::{
-    BUCKET_BYTES, BUCKET_ENTRIES, ENTRY_HEADER_BYTES, FORMAT_VERSION, INDEX_HEADER_BYTES,
+    BUCKET_BYTES, BUCKET_ENTRIES, ENTRY_HEADER_SHORT_BYTES, FORMAT_VERSION, INDEX_HEADER_BYTES,
     PAGE_BYTES, PROBE_BUCKETS_MAX, TABLE_ALIGN_BYTES, UNIT_BYTES,
 };
 use ringlet_types::limits::ACCESS_RECORD_BATCH_MAX;
@@ -98,7 +98,7 @@ impl Hello {
             bucket_entries: BUCKET_ENTRIES as u32,
             unit_bytes: UNIT_BYTES as u32,
             probe_buckets_max: PROBE_BUCKETS_MAX as u32,
-            entry_header_bytes: ENTRY_HEADER_BYTES as u32,
+            entry_header_bytes: ENTRY_HEADER_SHORT_BYTES as u32,
             table_align_bytes: TABLE_ALIGN_BYTES as u32,
         }
     }
