@@ -370,6 +370,30 @@ mod tests {
         assert_eq!(Hello::decode(&b[..10]), Err(ProtoError::Truncated));
     }
 
+    /// A node of the previous region format (3: every data entry had a 24-byte header) is
+    /// refused by name before anything is mapped, as a format-3 client refuses a format-4
+    /// node (it compares the same field against its own constant): neither side misreads
+    /// the other's entries.
+    #[test]
+    fn hello_refuses_the_previous_entry_format() {
+        assert_eq!(FORMAT_VERSION, 4);
+        let mut old = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
+        old.format_version = 3;
+        old.entry_header_bytes = 24;
+        assert_eq!(Hello::decode(&old.encode()), Err(ProtoError::Format(3)));
+        assert_eq!(
+            ProtoError::Format(3).to_string(),
+            "region format 3 differs from this client's"
+        );
+        // Same format, another header size: refused as a layout difference.
+        let mut odd = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
+        odd.entry_header_bytes = 24;
+        assert_eq!(
+            Hello::decode(&odd.encode()),
+            Err(ProtoError::Layout("entry_header_bytes"))
+        );
+    }
+
     #[test]
     fn access_round_trips_and_bounds() {
         let hashes: Vec<u64> = (0..100).map(|i| i * 0x9e37_79b9).collect();
