@@ -442,12 +442,25 @@ impl Store {
         if de_key_len(w2) as usize != key.len() {
             return false;
         }
-        let len = self.data.len() as u64;
-        bytes_eq_at(
-            |o| (o + 8 <= len).then(|| self.data.load(o)),
-            base + de_header_bytes(w2) as u64,
-            key,
-        )
+        // A short header's key starts at byte 20: its first four bytes are word 2's high
+        // half, already loaded; the rest is word-aligned. (The range was checked above.)
+        let (mut off, rest) = if de_short(w2) {
+            let n = key.len().min(4);
+            if w2.to_le_bytes()[4..4 + n] != key[..n] {
+                return false;
+            }
+            (base + 24, &key[n..])
+        } else {
+            (base + de_header_bytes(w2) as u64, key)
+        };
+        for chunk in rest.chunks(8) {
+            let w = self.data.load(off).to_le_bytes();
+            if w[..chunk.len()] != *chunk {
+                return false;
+            }
+            off += 8;
+        }
+        true
     }
 
     fn find_in(&self, t: Layout, key: &[u8], h: u64) -> Option<Found> {
