@@ -9,7 +9,8 @@ Redis also reports its own `used_memory` growth the same way. memcached runs wit
 enough that nothing is evicted (the script checks `curr_items`); Ringlet's `server` with
 --memory-mb likewise (it checks DBSIZE).
 
-Usage: bench/mem_per_key.py [--keys 1000000] [--value-size 100] [--ringlet target/release/ringlet]
+Usage: bench/mem_per_key.py [--keys 1000000] [--value-size 100] [--runs 3]
+                            [--ringlet target/release/ringlet]
 Requires: redis-server, memcached (scripts/setup.sh) and a release build of `ringlet`.
 """
 import argparse
@@ -163,32 +164,52 @@ def main():
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--ringlet", default=os.path.join(ROOT, "target", "release", "ringlet"))
+    ap.add_argument("--runs", type=int, default=3,
+                    help="rounds (each starts every server afresh); the table gives medians")
     a = ap.parse_args()
     if not os.path.exists(a.ringlet):
         sys.exit(f"no ringlet binary at {a.ringlet}: cargo build --release -p ringlet-cli")
+    if not 1 <= a.runs <= 20:
+        sys.exit("--runs must be 1..20")
     mb = max(256, a.keys * (a.value_size + 200) * 2 // (1 << 20))
-    rows = []
-    port = free_port()
-    rows.append(("ringlet server (RESP)", *measure(
-        "ringlet", [a.ringlet, "server", "--port", str(port), "--threads", "1", "--memory-mb",
-                    str(mb)], port, a.keys, a.value_size, "resp")))
-    port = free_port()
-    rows.append(("redis-server 7", *measure(
-        "redis", ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-        port, a.keys, a.value_size, "resp")))
-    port = free_port()
-    mc = ["memcached", "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", str(mb), "-t", "1"]
-    if os.getuid() == 0:
-        mc += ["-u", "nobody"]
-    rows.append(("memcached 1.6", *measure("memcached", mc, port, a.keys, a.value_size,
-                                           "memcache")))
+    servers = ["ringlet server (RESP)", "redis-server 7", "memcached 1.6"]
+    results = {name: [] for name in servers}
+    # Rounds interleave the servers, so a burst of load from other work on the machine hits
+    # all of them rather than one.
+    for _ in range(a.runs):
+        port = free_port()
+        results[servers[0]].append(measure(
+            "ringlet", [a.ringlet, "server", "--port", str(port), "--threads", "1",
+                        "--memory-mb", str(mb)], port, a.keys, a.value_size, "resp"))
+        port = free_port()
+        results[servers[1]].append(measure(
+            "redis", ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+            port, a.keys, a.value_size, "resp"))
+        port = free_port()
+        mc = ["memcached", "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", str(mb),
+              "-t", "1"]
+        if os.getuid() == 0:
+            mc += ["-u", "nobody"]
+        results[servers[2]].append(measure("memcached", mc, port, a.keys, a.value_size,
+                                           "memcache"))
+
+    def median(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
     print(f"{a.keys:,} keys of 16 B with {a.value_size} B values; bytes per key beyond the "
-          f"{16 + a.value_size} payload bytes (load average {os.getloadavg()[0]:.1f}):\n")
-    print("| server | RSS growth | server's own count | load s |")
-    print("|---|---:|---:|---:|")
-    for name, per_key, load_s, extra in rows:
-        own = f"{extra['used_memory']:.1f} (used_memory)" if "used_memory" in extra else "—"
-        print(f"| {name} | {per_key:.1f} | {own} | {load_s:.1f} |")
+          f"{16 + a.value_size} payload bytes, median of {a.runs} "
+          f"(load average {os.getloadavg()[0]:.1f}):\n")
+    print("| server | RSS growth (median) | runs | server's own count | load s |")
+    print("|---|---:|---|---:|---:|")
+    for name in servers:
+        rs = results[name]
+        per_key = median([r[0] for r in rs])
+        runs = ", ".join(f"{r[0]:.1f}" for r in rs)
+        load_s = median([r[1] for r in rs])
+        own = [r[2]["used_memory"] for r in rs if "used_memory" in r[2]]
+        own = f"{median(own):.1f} (used_memory)" if own else "—"
+        print(f"| {name} | {per_key:.1f} | {runs} | {own} | {load_s:.1f} |")
 
 
 if __name__ == "__main__":

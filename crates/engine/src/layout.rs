@@ -55,19 +55,33 @@
 //!  offset 0: header page (64 KiB, never allocated: location 0 means "empty")
 //!  then 64 KiB pages: slabs of one size class each, or runs of pages for large entries.
 //!
-//!  data entry (8-byte aligned, length rounded up to 8)
-//!  +----------------+----------------+----------------------------------------------+
-//!  | version hi 8 B | version lo 8 B | key_len 17 | value_len 27 | has_ttl 1 | record 1 | live 1 | 0 17 |
-//!  +----------------+----------------+----------------------------------------------+
-//!  | expire_at_ms 8 B (only if has_ttl) | key | value | padding to 8                 |
-//!  +------------------------------------+-----+-------+------------------------------+
+//!  data entry (8-byte aligned, length rounded up to 8), format 4: two header forms
+//!
+//!  short (no TTL, key <= 255 B, value < 1 MiB): 20-byte header, the key starts mid-word
+//!  +----------------+----------------+----------------------------------------------------+
+//!  | version hi 8 B | version lo 8 B | short=1 | live 1 | record 1 | 0 1 | key_len 8 | value_len 20 |
+//!  +----------------+----------------+----------------------------------------------------+
+//!  | key | value | padding to 8                                                            |
+//!
+//!  long (anything else): 24-byte header, 32 with the expiry word
+//!  +----------------+----------------+---------------------------------------------------------------+
+//!  | version hi 8 B | version lo 8 B | short=0 | live 1 | record 1 | has_ttl 1 | key_len 17 | value_len 27 | 0 16 |
+//!  +----------------+----------------+---------------------------------------------------------------+
+//!  | expire_at_ms 8 B (only if has_ttl) | key | value | padding to 8                       |
 //! ```
 //!
-//! Why: the full version (16 B) is what CAS and replication compare; the lengths fit the limits
-//! (64 KiB keys need 17 bits, 64 MiB values 27); the expiry word is there only for keys with a
-//! TTL, so the common header is 24 bytes. `record` marks a KVL record (a Redis hash to RESP
+//! Why: the full version (16 B) is what CAS and replication compare, so it is stored whole in
+//! both forms (no base to look up, nothing a one-sided reader could pair with the wrong
+//! entry); the lengths of the entries a cache is full of fit 28 bits, so the short form keeps
+//! them in word 2's low half and starts the key there — 4 bytes per entry, and for a 16-byte
+//! key with a 100-byte value it is the difference between a 144- and a 136-byte slot (8 B per
+//! key, the size classes step by 8). The long form covers the limits (64 KiB keys need 17
+//! bits, 64 MiB values 27) and keeps the expiry word aligned. Which form an entry has is a
+//! function of its lengths and TTL ([`de_is_short`]), so its size follows from them. The four
+//! flag bits sit at the bottom of word 2 in both forms, so the form, the live bit and the kind
+//! are read the same way whatever the form. `record` marks a KVL record (a Redis hash to RESP
 //! clients; `ringlet_types::ValueKind`): inside the checksummed image, so a reader never
-//! mistakes a record for a string, and free, since the word had spare bits.
+//! mistakes a record for a string.
 //!
 //! `live` (format 3) is set by the writer only while an index entry of the readers' table
 //! points at the entry: set *after* the index entry that publishes it is stored, cleared
@@ -75,15 +89,21 @@
 //! a flush punches the data before it switches the table). A reader following a location
 //! hint straight to the data entry (no index access: `read::read_entry_direct`) thereby
 //! knows the entry is still the key's current one. It is not part of the checksum (the
-//! writer flips it after checksumming), so the checksum masks it.
+//! writer flips it after checksumming), so the checksum masks it. The writer flips it with an
+//! atomic RMW of word 2, which in the short form also holds the first key bytes: only the
+//! writer stores to the word, so the RMW loses nothing.
+//!
+//! Because a short header puts the key at byte 20, code that compares or copies a key inside
+//! the regions loads aligned words and picks the bytes out ([`bytes_eq_at`], [`bytes_at`]):
+//! every access to the regions stays an aligned atomic load.
 //!
 //! The checksum is CRC-32C over the entry image (word 2's `live` bit taken as 0) followed by
 //! index word 0 and the size field.
 
 /// "RINGLIDX", little-endian.
 pub const INDEX_MAGIC: u64 = u64::from_le_bytes(*b"RINGLIDX");
-/// Bumped when any layout below changes.
-pub const FORMAT_VERSION: u64 = 3;
+/// Bumped when any layout below changes (4: short data-entry headers).
+pub const FORMAT_VERSION: u64 = 4;
 /// Bytes reserved for the index header (tables start 64 KiB-aligned).
 pub const INDEX_HEADER_BYTES: u64 = 64 * 1024;
 /// Word offsets in the index header.
@@ -136,7 +156,9 @@ pub const TABLE_BUCKETS_MAX: u64 = (1 << 28) - 1;
 pub const PAGE_BYTES: u64 = 64 * 1024;
 /// Allocation unit of the data region and of `location`/`size`.
 pub const UNIT_BYTES: u64 = 8;
-/// Bytes of a data-entry header without / with the expiry word.
+/// Bytes of a short data-entry header (format 4: no TTL, key <= 255 B, value < 1 MiB).
+pub const ENTRY_HEADER_SHORT_BYTES: usize = 20;
+/// Bytes of a long data-entry header without / with the expiry word.
 pub const ENTRY_HEADER_BYTES: usize = 24;
 pub const ENTRY_HEADER_TTL_BYTES: usize = 32;
 
@@ -258,17 +280,43 @@ pub fn tag_of(hash: u64) -> u16 {
     ((hash >> 48) as u16).max(1)
 }
 
-/// Data entry word 2.
-pub fn de_w2(key_len: u32, value_len: u32, has_ttl: bool) -> u64 {
-    u64::from(key_len & 0x1_ffff)
-        | (u64::from(value_len & 0x7ff_ffff) << 17)
-        | (u64::from(has_ttl) << 44)
+/// Word 2's form bit (format 4): set for the short header (module docs).
+pub const DE_SHORT_BIT: u64 = 1;
+/// Word 2's live bit (format 3, bit 1 since format 4): set while the readers' index publishes
+/// the entry (module docs). Not covered by the checksum. In the low 32 bits, so that it is part
+/// of both header forms.
+pub const DE_LIVE_BIT: u64 = 1 << 1;
+/// Word 2's record bit (format 2, bit 2 since format 4).
+pub const DE_RECORD_BIT: u64 = 1 << 2;
+/// Word 2's has-TTL bit (long form only: a short header never has an expiry word).
+pub const DE_TTL_BIT: u64 = 1 << 3;
+/// Largest key / value a short header can describe (8 and 20 bits).
+pub const SHORT_KEY_LEN_MAX: usize = (1 << 8) - 1;
+pub const SHORT_VALUE_LEN_MAX: usize = (1 << 20) - 1;
+
+/// Whether an entry with these lengths gets the short (20-byte) header: no TTL, a key of at
+/// most 255 bytes and a value below 1 MiB. The choice is a function of the lengths alone, so
+/// `entry_units` (and the size class) follow from them.
+pub fn de_is_short(key_len: usize, value_len: usize, has_ttl: bool) -> bool {
+    !has_ttl && key_len <= SHORT_KEY_LEN_MAX && value_len <= SHORT_VALUE_LEN_MAX
 }
-/// Word 2's record bit (format 2).
-pub const DE_RECORD_BIT: u64 = 1 << 45;
-/// Word 2's live bit (format 3): set while the readers' index publishes the entry (module
-/// docs). Not covered by the checksum.
-pub const DE_LIVE_BIT: u64 = 1 << 46;
+
+/// Data entry word 2 (flags and lengths; for the short form only the low 32 bits, the high
+/// 32 are the first key bytes of the image).
+pub fn de_w2(key_len: u32, value_len: u32, has_ttl: bool) -> u64 {
+    if de_is_short(key_len as usize, value_len as usize, has_ttl) {
+        DE_SHORT_BIT | (u64::from(key_len) << 4) | (u64::from(value_len) << 12)
+    } else {
+        (u64::from(has_ttl) * DE_TTL_BIT)
+            | (u64::from(key_len & 0x1_ffff) << 4)
+            | (u64::from(value_len & 0x7ff_ffff) << 21)
+    }
+}
+/// Whether word 2 is a short header's.
+#[inline]
+pub fn de_short(w2: u64) -> bool {
+    w2 & DE_SHORT_BIT != 0
+}
 /// Whether word 2 says the entry is published (see [`DE_LIVE_BIT`]).
 pub fn de_live(w2: u64) -> bool {
     w2 & DE_LIVE_BIT != 0
@@ -288,18 +336,41 @@ pub fn de_kind(w2: u64) -> ringlet_types::ValueKind {
         ringlet_types::ValueKind::String
     }
 }
+#[inline]
 pub fn de_key_len(w2: u64) -> u32 {
-    w2 as u32 & 0x1_ffff
+    if de_short(w2) {
+        (w2 >> 4) as u32 & 0xff
+    } else {
+        (w2 >> 4) as u32 & 0x1_ffff
+    }
 }
+#[inline]
 pub fn de_value_len(w2: u64) -> u32 {
-    (w2 >> 17) as u32 & 0x7ff_ffff
+    if de_short(w2) {
+        (w2 >> 12) as u32 & 0xf_ffff
+    } else {
+        (w2 >> 21) as u32 & 0x7ff_ffff
+    }
 }
 pub fn de_has_ttl(w2: u64) -> bool {
-    w2 & (1 << 44) != 0
+    !de_short(w2) && w2 & DE_TTL_BIT != 0
 }
 /// Bytes of the header of an entry with word 2 `w2`.
+#[inline]
 pub fn de_header_bytes(w2: u64) -> usize {
-    if de_has_ttl(w2) {
+    if de_short(w2) {
+        ENTRY_HEADER_SHORT_BYTES
+    } else if de_has_ttl(w2) {
+        ENTRY_HEADER_TTL_BYTES
+    } else {
+        ENTRY_HEADER_BYTES
+    }
+}
+/// Bytes of the header an entry with these lengths gets.
+pub fn header_bytes_for(key_len: usize, value_len: usize, has_ttl: bool) -> usize {
+    if de_is_short(key_len, value_len, has_ttl) {
+        ENTRY_HEADER_SHORT_BYTES
+    } else if has_ttl {
         ENTRY_HEADER_TTL_BYTES
     } else {
         ENTRY_HEADER_BYTES
@@ -308,19 +379,64 @@ pub fn de_header_bytes(w2: u64) -> usize {
 
 /// Units of an entry with these lengths.
 pub fn entry_units(key_len: usize, value_len: usize, has_ttl: bool) -> u64 {
-    let h = if has_ttl {
-        ENTRY_HEADER_TTL_BYTES
-    } else {
-        ENTRY_HEADER_BYTES
-    };
+    let h = header_bytes_for(key_len, value_len, has_ttl);
     (h as u64 + key_len as u64 + value_len as u64).div_ceil(UNIT_BYTES)
+}
+
+/// Whether the `len` bytes at byte offset `start` (any alignment) equal `want`, loading only
+/// aligned words through `load` (`None`: out of range, compares unequal). Short headers put
+/// the key at offset 20, so key comparisons in the regions cannot assume word alignment.
+#[inline]
+pub fn bytes_eq_at(load: impl Fn(u64) -> Option<u64>, start: u64, want: &[u8]) -> bool {
+    let mut off = start & !7;
+    let mut skip = (start & 7) as usize;
+    let mut i = 0;
+    while i < want.len() {
+        let Some(w) = load(off) else {
+            return false;
+        };
+        let b = w.to_le_bytes();
+        let take = (8 - skip).min(want.len() - i);
+        if b[skip..skip + take] != want[i..i + take] {
+            return false;
+        }
+        i += take;
+        skip = 0;
+        off += 8;
+    }
+    true
+}
+
+/// Append the `len` bytes at byte offset `start` (any alignment) to `out`, loading aligned
+/// words through `load`; false (with `out` partly filled) if a word is out of range.
+pub fn bytes_at(
+    load: impl Fn(u64) -> Option<u64>,
+    start: u64,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> bool {
+    let mut off = start & !7;
+    let mut skip = (start & 7) as usize;
+    let mut left = len;
+    while left > 0 {
+        let Some(w) = load(off) else {
+            return false;
+        };
+        let b = w.to_le_bytes();
+        let take = (8 - skip).min(left);
+        out.extend_from_slice(&b[skip..skip + take]);
+        left -= take;
+        skip = 0;
+        off += 8;
+    }
+    true
 }
 
 /// Checksum of an entry image and the index fields that point at it (word 0, size). Word 2's
 /// [`DE_LIVE_BIT`] is taken as 0, whatever the image holds (the writer sets it after
 /// checksumming).
 pub fn checksum(image: &[u8], w0: u64, size_units: u32) -> u32 {
-    let c = if image.len() >= 24 && image[16 + 5] & 0x40 != 0 {
+    let c = if image.len() >= 24 && image[16] & DE_LIVE_BIT as u8 != 0 {
         let mut w2 = [0u8; 8];
         w2.copy_from_slice(&image[16..24]);
         let w2 = u64::from_le_bytes(w2) & !DE_LIVE_BIT;
@@ -375,7 +491,7 @@ mod tests {
         assert!(de_live(w2));
         assert_eq!(checksum(&img, 42, 6), c);
         // Every other bit of word 2 (and the rest of the image) still counts.
-        for bit in (0..64).filter(|&b| b != 46) {
+        for bit in (0..64).filter(|&b| b != 1) {
             let mut other = img.clone();
             other[16 + bit / 8] ^= 1 << (bit % 8);
             assert_ne!(checksum(&other, 42, 6), c, "bit {bit}");

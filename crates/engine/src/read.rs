@@ -150,7 +150,7 @@ fn try_entry(
     {
         return Probe::Torn;
     }
-    if size < (ENTRY_HEADER_BYTES + key.len()) as u64 {
+    if size < (ENTRY_HEADER_SHORT_BYTES + key.len()) as u64 {
         // Too small to hold our key: a different key (or torn).
         return Probe::WrongKey;
     }
@@ -341,10 +341,7 @@ pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Posi
                 continue;
             }
             let start = loc + de_header_bytes(w2) as u64;
-            let same = key.chunks(8).enumerate().all(|(j, chunk)| {
-                data_word(start + 8 * j as u64)
-                    .is_some_and(|w| w.to_le_bytes()[..chunk.len()] == *chunk)
-            });
+            let same = bytes_eq_at(data_word, start, key);
             if same {
                 let w1 = view.iword(ie_off + 8)?.load(Ordering::Acquire);
                 return Some(Position {

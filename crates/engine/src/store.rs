@@ -420,14 +420,15 @@ impl Store {
             return None;
         }
         let mut key = Vec::with_capacity(kl as usize);
-        let mut off = start;
-        while off < end {
-            let w = self.data.load(off).to_le_bytes();
-            let take = ((end - off) as usize).min(8);
-            key.extend_from_slice(&w[..take]);
-            off += 8;
-        }
-        Some(key)
+        // The key may start mid-word (short headers are 20 bytes): aligned loads only.
+        let len = self.data.len() as u64;
+        bytes_at(
+            |o| (o + 8 <= len).then(|| self.data.load(o)),
+            start,
+            kl as usize,
+            &mut key,
+        )
+        .then_some(key)
     }
 
     /// Whether the entry at `loc` holds `key` (word-wise, no allocation).
@@ -441,8 +442,18 @@ impl Store {
         if de_key_len(w2) as usize != key.len() {
             return false;
         }
-        let mut off = base + de_header_bytes(w2) as u64;
-        for chunk in key.chunks(8) {
+        // A short header's key starts at byte 20: its first four bytes are word 2's high
+        // half, already loaded; the rest is word-aligned. (The range was checked above.)
+        let (mut off, rest) = if de_short(w2) {
+            let n = key.len().min(4);
+            if w2.to_le_bytes()[4..4 + n] != key[..n] {
+                return false;
+            }
+            (base + 24, &key[n..])
+        } else {
+            (base + de_header_bytes(w2) as u64, key)
+        };
+        for chunk in rest.chunks(8) {
             let w = self.data.load(off).to_le_bytes();
             if w[..chunk.len()] != *chunk {
                 return false;
@@ -640,7 +651,9 @@ impl Store {
         img.extend_from_slice(&((meta.version.0 >> 64) as u64).to_le_bytes());
         img.extend_from_slice(&(meta.version.0 as u64).to_le_bytes());
         let w2 = de_w2(key.len() as u32, value.len() as u32, ttl) | de_kind_bits(meta.kind);
-        img.extend_from_slice(&w2.to_le_bytes());
+        // A short header is 20 bytes: only word 2's low half is header, the key follows.
+        let w2_bytes = de_header_bytes(w2).min(ENTRY_HEADER_BYTES) - 16;
+        img.extend_from_slice(&w2.to_le_bytes()[..w2_bytes]);
         if let Some(t) = meta.expire_at_ms {
             img.extend_from_slice(&t.to_le_bytes());
         }
@@ -826,11 +839,7 @@ impl Store {
         let meta = self.meta_of(&f);
         let (_, kl, vl, exp) = self.header(ie_location(f.w0));
         let img = self.load_entry(ie_location(f.w0), ie_size_units(f.w1));
-        let hdr = if exp.is_some() {
-            ENTRY_HEADER_TTL_BYTES
-        } else {
-            ENTRY_HEADER_BYTES
-        };
+        let hdr = header_bytes_for(kl as usize, vl as usize, exp.is_some());
         let start = hdr + kl as usize;
         let value = img.get(start..start + vl as usize)?.to_vec();
         Some(Entry {
@@ -1625,7 +1634,7 @@ impl Store {
             let units = ie_size_units(f.w1);
             let mut img = self.load_entry(loc, units);
             // The copy is unpublished until the index points at it.
-            img[21] &= !((DE_LIVE_BIT >> 40) as u8);
+            img[16] &= !(DE_LIVE_BIT as u8);
             let w0 = ie_w0(new_loc, ie_tag(f.w0), ie_memgest(f.w0));
             let c = checksum(&img, w0, units);
             let w1 = ie_w1(c, units) | (self.index.load(f.ie_off + 8) & !IE_W1_CHECKED_MASK);

@@ -26,7 +26,7 @@ use loom::thread;
 const SLOT_A: usize = 1;
 const SLOT_B: usize = 2;
 /// Word 2's live bit (layout::DE_LIVE_BIT).
-const LIVE: u64 = 1 << 46;
+const LIVE: u64 = 1 << 1;
 /// Word 2 of every image here (lengths), live bit clear.
 const W2: u64 = 0x1234;
 

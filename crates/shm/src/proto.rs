@@ -7,7 +7,7 @@
 //! All integers are big-endian, as in the native protocol. Layouts: `docs/design/shm-protocol.md`.
 
 use ringlet_engine::layout::{
-    BUCKET_BYTES, BUCKET_ENTRIES, ENTRY_HEADER_BYTES, FORMAT_VERSION, INDEX_HEADER_BYTES,
+    BUCKET_BYTES, BUCKET_ENTRIES, ENTRY_HEADER_SHORT_BYTES, FORMAT_VERSION, INDEX_HEADER_BYTES,
     PAGE_BYTES, PROBE_BUCKETS_MAX, TABLE_ALIGN_BYTES, UNIT_BYTES,
 };
 use ringlet_types::limits::ACCESS_RECORD_BATCH_MAX;
@@ -98,7 +98,7 @@ impl Hello {
             bucket_entries: BUCKET_ENTRIES as u32,
             unit_bytes: UNIT_BYTES as u32,
             probe_buckets_max: PROBE_BUCKETS_MAX as u32,
-            entry_header_bytes: ENTRY_HEADER_BYTES as u32,
+            entry_header_bytes: ENTRY_HEADER_SHORT_BYTES as u32,
             table_align_bytes: TABLE_ALIGN_BYTES as u32,
         }
     }
@@ -368,6 +368,30 @@ mod tests {
             Err(ProtoError::RegionLen(_))
         ));
         assert_eq!(Hello::decode(&b[..10]), Err(ProtoError::Truncated));
+    }
+
+    /// A node of the previous region format (3: every data entry had a 24-byte header) is
+    /// refused by name before anything is mapped, as a format-3 client refuses a format-4
+    /// node (it compares the same field against its own constant): neither side misreads
+    /// the other's entries.
+    #[test]
+    fn hello_refuses_the_previous_entry_format() {
+        assert_eq!(FORMAT_VERSION, 4);
+        let mut old = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
+        old.format_version = 3;
+        old.entry_header_bytes = 24;
+        assert_eq!(Hello::decode(&old.encode()), Err(ProtoError::Format(3)));
+        assert_eq!(
+            ProtoError::Format(3).to_string(),
+            "region format 3 differs from this client's"
+        );
+        // Same format, another header size: refused as a layout difference.
+        let mut odd = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
+        odd.entry_header_bytes = 24;
+        assert_eq!(
+            Hello::decode(&odd.encode()),
+            Err(ProtoError::Layout("entry_header_bytes"))
+        );
     }
 
     #[test]

@@ -181,11 +181,7 @@ impl Store {
         let loc = ie_location(f.w0);
         let (_, kl, vl, exp) = self.header(loc);
         let img = self.load_entry(loc, ie_size_units(f.w1));
-        let hdr = if exp.is_some() {
-            ENTRY_HEADER_TTL_BYTES
-        } else {
-            ENTRY_HEADER_BYTES
-        };
+        let hdr = header_bytes_for(kl as usize, vl as usize, exp.is_some());
         let start = hdr + kl as usize;
         img.get(start..start + vl as usize).map(<[u8]>::to_vec)
     }
