@@ -108,10 +108,11 @@ pub struct ReplicaConfig {
     pub dedup_clients_max: usize,
     /// Copy a moving span's ec values ahead of the switch (re-encode them into the target
     /// group during the move's copy phase, docs/design/cluster-resharding.md "Moving
-    /// ec:K+M values"). Off by default since the simulator found an acknowledged ec write
-    /// lost with it (seed 20923 of `ec_moves_many_seeds`, a copy called off when its
-    /// source failed; not diagnosed): off, ec values are re-encoded at the switch as
-    /// before session 15. Tests and `ec_moves_early_copy_faults_24_seeds` turn it on.
+    /// ec:K+M values"), so the new coordinator serves after one delta round trip instead of
+    /// re-encoding the whole span while it answers NotReady. On by default since session 16
+    /// (the write losses that kept it off were the parity holders' one-map-per-key metadata
+    /// and the ec `written` mark, both fixed; sweeps with it on in cluster-resharding.md);
+    /// off re-encodes at the switch as before session 15.
     pub ec_copy_ahead: bool,
 }
 

@@ -243,6 +243,21 @@ fn ec_moves_24_seeds() {
     }
 }
 
+/// All faults with ec moves and ec values copied ahead of the switch, the nodes' default
+/// since session 16 (`ReplicaConfig::ec_copy_ahead`; the simulator's default stays off so
+/// the older seed sets keep the histories they were found with).
+#[test]
+fn ec_moves_copy_ahead_all_faults_48_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        moves: true,
+        all_faults: true,
+        ec_copy_ahead: true,
+        ..SimOptions::default()
+    };
+    run_all(seeds(7100..7148), &opts);
+}
+
 /// All faults with ec moves (the `ec_moves_many_seeds` options): the seeds that failed in
 /// session 12's sweep, each for its own cause (docs/design/cluster-resharding.md, "What the
 /// all-faults sweep found"): 7365 a span moved back to its old coordinator, which kept its
