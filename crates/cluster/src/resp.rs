@@ -654,11 +654,6 @@ impl Front {
         }
     }
 
-    /// Whether the key exists, whatever it holds.
-    async fn exists(&self, key: &[u8]) -> Result<bool, Reply> {
-        Ok(self.get_any(key).await?.is_some())
-    }
-
     /// A plain SET or DEL: like [`Front::write`], but an ambiguous outcome (the coordinator
     /// changed with the write in flight, e.g. a drain) is resolved by reading the key at
     /// its new coordinator once that serves: if it holds exactly what we wrote (the value,
@@ -1188,28 +1183,8 @@ impl Front {
             "bitcount" => shared(bits::bitcount_cmd(&ks, args).await),
             "bitpos" => shared(bits::bitpos_cmd(&ks, args).await),
             "lcs" => shared(lcs::lcs_cmd(&ks, args).await),
-            "del" | "unlink" => {
-                let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
-                Self::same_slot(&keys)?;
-                let mut n = 0;
-                for k in keys {
-                    let _g = self.lock(k).await?;
-                    if self.exists(k).await? {
-                        self.write(k, None).await?;
-                        n += 1;
-                    }
-                }
-                Ok(Reply::Integer(n))
-            }
-            "exists" => {
-                let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
-                Self::same_slot(&keys)?;
-                let mut n = 0;
-                for k in keys {
-                    n += i64::from(self.exists(k).await?);
-                }
-                Ok(Reply::Integer(n))
-            }
+            "del" | "unlink" => shared(keyspace_cmd::del(&ks, args).await),
+            "exists" => shared(keyspace_cmd::exists(&ks, args).await),
             "mget" => {
                 let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
                 Self::same_slot(&keys)?;
@@ -1250,14 +1225,18 @@ impl Front {
             "rename" => shared(keyspace_cmd::rename(&ks, args).await),
             "renamenx" => shared(keyspace_cmd::renamenx(&ks, args).await),
             "object" => shared(keyspace_cmd::object(&ks, args).await),
-            _ => match self.keyspace_command(name, argv).await {
-                Some(r) => r,
-                // The table has the command but this front has no handler for it: a bug that
-                // `every_table_command_has_a_cluster_handler` (tests/in_process.rs) catches.
-                None => Err(err(format!(
-                    "ERR '{name}' has no handler on a cluster node"
-                ))),
-            },
+            // Per node, for the slots this node coordinates (as Redis Cluster).
+            "keys" => shared(keyspace_cmd::keys(&ks, args).await),
+            "scan" => shared(keyspace_cmd::scan(&ks, args).await),
+            "randomkey" => shared(keyspace_cmd::randomkey(&ks, args).await),
+            "dbsize" => shared(keyspace_cmd::dbsize(&ks, args).await),
+            "flushall" | "flushdb" => shared(keyspace_cmd::flushall(&ks, args).await),
+            "time" => Ok(convert(&node::time())),
+            // The table has the command but this front has no handler for it: a bug that
+            // `every_table_command_has_a_cluster_handler` (tests/in_process.rs) catches.
+            _ => Err(err(format!(
+                "ERR '{name}' has no handler on a cluster node"
+            ))),
         }
     }
 
