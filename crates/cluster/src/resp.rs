@@ -28,9 +28,10 @@
 //! both fronts (`ringlet_server::cmd::{string, bits, lcs, keyspace}`: INCR, APPEND, SETRANGE,
 //! EXPIRE, TTL, RENAME, COPY, MSETNX, ... ) run here over the replicated keyspace
 //! (`resp/keyspace.rs`, `Replicated`: the per-key lock, a read at the coordinator, writes
-//! through the core); KEYS, SCAN, DBSIZE and FLUSHALL per node are in `resp/keyspace.rs` too.
-//! GET, SET, DEL, EXISTS, MGET and MSET keep this front's own handlers (fast read path,
-//! blind-write ambiguity resolution).
+//! through the core), and so do DEL, EXISTS, the per-node enumerations (KEYS, SCAN,
+//! RANDOMKEY, DBSIZE, FLUSHALL) and the records family (HSET …, LINK, RECORD SET).
+//! GET, SET, MGET and MSET keep this front's own handlers (fast read path, blind-write
+//! ambiguity resolution), and CHASE its own walk (resp/records.rs).
 //! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
 //! as Redis). Transactions (MULTI/EXEC) within one slot are in `resp/transaction.rs`.
 
@@ -978,7 +979,7 @@ impl Front {
         conn: &clients::Conn,
     ) -> Result<Reply, Reply> {
         let a = |i: usize| -> &[u8] { argv.get(i).map(|v| &v[..]).unwrap_or(b"") };
-        use ringlet_server::cmd::{bits, keyspace as keyspace_cmd, lcs, string};
+        use ringlet_server::cmd::{bits, keyspace as keyspace_cmd, lcs, record, string};
         let ks = keyspace::Replicated(self);
         match name {
             "ping" => Ok(convert(&node::ping(args))),
@@ -1078,29 +1079,21 @@ impl Front {
             },
             "migrate" => self.migrate(argv).await,
             "memgest" => self.memgest(argv).await,
-            n if ringlet_record::hash::is_hash_command(n) => {
-                let write = ringlet_record::hash::is_write(n);
-                self.record_command(argv, a(1), write, ringlet_server::cmd::record::hash_apply)
-                    .await
-            }
-            "link" => {
-                let Some(key) = ringlet_record::link::key(args) else {
-                    return Err(err("ERR wrong number of arguments for 'link' command"));
-                };
-                let sub = String::from_utf8_lossy(a(1)).to_ascii_lowercase();
-                let write = ringlet_record::link::is_write_subcommand(&sub);
-                self.record_command(argv, key, write, ringlet_record::link::apply)
-                    .await
-            }
-            "record" => {
-                let key = ringlet_record::put::key(args).unwrap_or_default();
-                let apply = ringlet_server::cmd::record::record_apply;
-                self.record_command(argv, key, true, apply).await
+            // Records: the single node's drivers over the replicated keyspace.
+            n if ringlet_record::hash::is_hash_command(n) => shared(record::hash(&ks, args).await),
+            "link" => shared(record::link(&ks, args).await),
+            "record" => shared(record::record_set(&ks, args).await),
+            "hscan" => shared(record::hscan(&ks, args).await),
+            "hrandfield" => {
+                let seed = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+                    ^ u64::from(key_slot(a(1)));
+                let resp3 = *proto == Proto::Resp3;
+                shared(record::hrandfield(&ks, args, resp3, seed).await)
             }
             "chase" => self.chase(argv).await,
             "records" => self.records(argv).await,
-            "hscan" => self.hscan(argv).await,
-            "hrandfield" => self.hrandfield(argv, *proto == Proto::Resp3).await,
             "get" => {
                 if let Some(m) = self.moved(key_slot(a(1))) {
                     return Err(m);

@@ -1,17 +1,18 @@
-//! Keyspace and string commands of the cluster front that the first cluster runtime lacked
-//! (issue 11, item 2), with Redis Cluster semantics:
+//! The cluster's side of the key commands (issue 11), with Redis Cluster semantics:
 //!
+//! * **The replicated keyspace** ([`Replicated`], at the end of this file): the cluster's
+//!   implementation of `ringlet_server::cmd::keyspace_api::Keyspace`, over which the key
+//!   commands written once for both fronts run (`ringlet_server::cmd::{string, bits, lcs,
+//!   keyspace, record}`). Multi-key ones (DEL, EXISTS, MSETNX, RENAME, RENAMENX, COPY,
+//!   TOUCH, LCS) need their keys in one slot (`-CROSSSLOT` otherwise); mutations take the
+//!   per-key locks in key order (no deadlock between two such commands) and run on the
+//!   coordinator.
 //! * **Per node**, as Redis Cluster answers them on a master: KEYS, SCAN, RANDOMKEY, DBSIZE,
 //!   FLUSHALL and FLUSHDB see the keys of the slots *this node coordinates* (a node also
 //!   stores replica copies and parity metadata of other slots; those are not its keys).
 //!   redis-py's `RedisCluster` sends KEYS/DBSIZE/FLUSHALL to every primary and merges.
-//! * **The replicated keyspace** ([`Replicated`], at the end of this file): the cluster's
-//!   implementation of `ringlet_server::cmd::keyspace_api::Keyspace`, over which the key
-//!   commands written once for both fronts run (the string, bit, LCS, expire and keyspace
-//!   families: `ringlet_server::cmd::{string, bits, lcs, keyspace}`). Multi-key ones (MSETNX,
-//!   RENAME, RENAMENX, COPY, TOUCH, LCS) need their keys in one slot (`-CROSSSLOT` otherwise);
-//!   mutations take the per-key locks in key order (no deadlock between two such commands)
-//!   and run on the coordinator.
+//!   The handlers are the single node's; what is this node's is the source
+//!   (`Keyspace::scan`, `random_key`, `key_count`, `flush` below).
 //!
 //! What is weaker than Redis, and why: MSETNX checks all keys under their locks and then
 //! writes them one by one, so it is all-or-nothing against other clients, but a coordinator
@@ -288,6 +289,10 @@ impl Keyspace for Replicated<'_> {
 
     fn hash_encoding(&self) -> &ringlet_server::cmd::keyspace::HashEncodingMax {
         &self.0.hash_encoding
+    }
+
+    fn link_hints(&self) -> impl ks::LinkHints + '_ {
+        super::records::ClusterHints::new(self.0)
     }
 
     async fn read(&self, key: &[u8]) -> Result<Option<ks::Value>, SReply> {

@@ -530,7 +530,42 @@ pub async fn object<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_cursor;
+    use super::{dedup_keys, parse_cursor, KindFilter, ScanFilter};
+    use ringlet_types::ValueKind;
+
+    #[test]
+    fn keys_dedup_keeps_the_first_of_each_in_order() {
+        let mut v: Vec<Vec<u8>> = [&b"b"[..], b"a", b"b", b"c", b"a"]
+            .iter()
+            .map(|k| k.to_vec())
+            .collect();
+        dedup_keys(&mut v);
+        assert_eq!(v, vec![b"b".to_vec(), b"a".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn scan_type_filter_names_as_type_does() {
+        assert_eq!(
+            KindFilter::named(b"HASH"),
+            KindFilter::Only(ValueKind::Record)
+        );
+        assert_eq!(
+            KindFilter::named(b"string\0x"),
+            KindFilter::Only(ValueKind::String)
+        );
+        assert_eq!(KindFilter::named(b"list"), KindFilter::Nothing);
+        assert_eq!(KindFilter::named(b""), KindFilter::Nothing);
+        let nothing = ScanFilter {
+            pattern: None,
+            kind: KindFilter::Nothing,
+        };
+        assert!(!nothing.keeps_name(b"k"));
+        let pat = ScanFilter {
+            pattern: Some(b"user:*"),
+            kind: KindFilter::Any,
+        };
+        assert!(pat.keeps_name(b"user:1") && !pat.keeps_name(b"item:1"));
+    }
 
     #[test]
     fn cursor_parses_like_strtoul() {

@@ -189,6 +189,33 @@ impl ScanFilter<'_> {
     }
 }
 
+/// How a keyspace finds location hints for new links (see [`Keyspace::link_hints`]).
+pub trait LinkHints {
+    /// Ask for `target`'s index bucket ahead of [`LinkHints::hint`], so that the cache
+    /// misses of many targets overlap (a no-op where hints are found another way).
+    fn prefetch(&self, target: &[u8]);
+    /// The hint for a link to `target` (`None`: the link goes without one; a reader then
+    /// looks the target up by key).
+    fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint>;
+}
+
+/// The single node's hints: the target's position in the engine by its key-hash tag, node
+/// 0, epoch 0 (no data entry read to check the key: a hint is validated when followed, so
+/// a tag collision only makes one stale — cmd/record.rs `hint_of`).
+pub struct LocalHints(ringlet_engine::read::RegionsView);
+
+impl LinkHints for LocalHints {
+    fn prefetch(&self, target: &[u8]) {
+        ringlet_engine::read::prefetch_bucket(&self.0, ringlet_engine::hash::key_hash(target));
+    }
+
+    fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint> {
+        let hash = ringlet_engine::hash::key_hash(target);
+        ringlet_engine::read::locate_position_by_tag(&self.0, hash)
+            .map(|p| super::record::hint_of(p, 0, 0))
+    }
+}
+
 /// A blind write's condition (SETNX: `Nx`).
 pub use ringlet_command::args::Cond;
 
@@ -204,6 +231,11 @@ pub trait Keyspace {
 
     /// The node's `hash-max-listpack-*` (OBJECT ENCODING of a record).
     fn hash_encoding(&self) -> &super::keyspace::HashEncodingMax;
+
+    /// Location hints for the links a record command writes (docs/design/records.md,
+    /// "Location hints"): where this node's engine holds a link's target now. Taken once
+    /// per command, before [`Keyspace::update`], and used inside its closure.
+    fn link_hints(&self) -> impl LinkHints + '_;
 
     /// The live value of `key` (`None`: missing or expired).
     ///
@@ -474,6 +506,10 @@ impl Keyspace for Local<'_> {
 
     fn hash_encoding(&self) -> &super::keyspace::HashEncodingMax {
         &self.shared.hash_encoding
+    }
+
+    fn link_hints(&self) -> impl LinkHints + '_ {
+        LocalHints(self.reader.view())
     }
 
     async fn read(&self, key: &[u8]) -> Result<Option<Value>, Reply> {

@@ -192,12 +192,12 @@ fn handler_for(name: &str) -> Option<Handler> {
         "function|help" => server::function_help,
         "hset" | "hsetnx" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hlen"
         | "hexists" | "hkeys" | "hvals" | "hincrby" | "hincrbyfloat" | "hstrlen" => {
-            record::hash_cmd
+            local!(record::hash)
         }
-        "link|set" | "link|add" | "link|get" | "link|del" => record::link_cmd,
-        "record|set" => record::record_set_cmd,
+        "link|set" | "link|add" | "link|get" | "link|del" => local!(record::link),
+        "record|set" => local!(record::record_set),
         "chase" => record::chase_cmd,
-        "hscan" => record::hscan_cmd,
+        "hscan" => local!(record::hscan),
         "hrandfield" => record::hrandfield_cmd,
         _ => return None,
     };
