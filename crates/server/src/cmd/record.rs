@@ -258,9 +258,23 @@ fn hint_in(
 /// HSET HSETNX HMSET HGET HMGET HGETALL HDEL HLEN HEXISTS HKEYS HVALS HINCRBY HINCRBYFLOAT
 /// HSTRLEN.
 pub async fn hash<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
-    let lower = String::from_utf8_lossy(argv[0]).to_ascii_lowercase();
-    let write = ringlet_record::hash::is_write(&lower);
+    let mut buf = [0u8; NAME_BYTES_MAX];
+    let write = ringlet_record::hash::is_write(lowercase(argv[0], &mut buf));
     run(ks, argv[1], argv, write, hash_apply).await
+}
+
+/// Longest command or subcommand name [`lowercase`] handles (`hincrbyfloat` is 12).
+const NAME_BYTES_MAX: usize = 16;
+
+/// `name` in lowercase, in `buf` (no allocation on the per-request path); `""` for a name
+/// longer than [`NAME_BYTES_MAX`] or not UTF-8, which names no record command.
+fn lowercase<'a>(name: &[u8], buf: &'a mut [u8; NAME_BYTES_MAX]) -> &'a str {
+    let Some(out) = buf.get_mut(..name.len()) else {
+        return "";
+    };
+    out.copy_from_slice(name);
+    out.make_ascii_lowercase();
+    std::str::from_utf8(out).unwrap_or("")
 }
 
 /// `ringlet_record::hash::apply`, except HINCRBYFLOAT, whose sum and text come from the same
@@ -303,8 +317,8 @@ pub async fn link<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     let Some(key) = ringlet_record::link::key(argv) else {
         return Err(Reply::err(errors::SYNTAX));
     };
-    let sub = String::from_utf8_lossy(argv[1]).to_ascii_lowercase();
-    let write = ringlet_record::link::is_write_subcommand(&sub);
+    let mut buf = [0u8; NAME_BYTES_MAX];
+    let write = ringlet_record::link::is_write_subcommand(lowercase(argv[1], &mut buf));
     run(ks, key, argv, write, ringlet_record::link::apply).await
 }
 
