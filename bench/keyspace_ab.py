@@ -11,7 +11,7 @@ requests (utime + stime from /proc/<pid>/stat), and their ratios to Redis.
 
 Usage: bench/keyspace_ab.py --ringlet before=/tmp/ringlet-before --ringlet after=target/release/ringlet
        [--pipeline 16] [--requests 1000000] [--keys 100000] [--repeat 3]
-       [--command 'INCR key:__rand_int__'] ...
+       [--command 'INCR key:__rand_int__'] ... [--no-flush]
 """
 import argparse
 import os
@@ -36,9 +36,10 @@ def start(binary, port):
     return p
 
 
-def run_one(port, pid, command, args):
-    subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], check=True,
-                   capture_output=True)
+def run_one(port, pid, command, args, flush=True):
+    if flush:
+        subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], check=True,
+                       capture_output=True)
     c0 = cpu_seconds(pid)
     out = subprocess.run(
         ["taskset", "-c", "1", "redis-benchmark", "-p", str(port), "-c", "50",
@@ -59,6 +60,9 @@ def main():
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-flush", action="store_true",
+                    help="flush only before a server's first command, so a read command can "
+                         "follow the write that fills its keys (HSET then HGET)")
     args = ap.parse_args()
     commands = args.command or DEFAULT_COMMANDS
     servers = [("redis", None)] + [tuple(r.split("=", 1)) for r in args.ringlet]
@@ -68,8 +72,8 @@ def main():
             port = free_port()
             p = start(binary, port)
             try:
-                for c in commands:
-                    ops, cpu = run_one(port, p.pid, c, args)
+                for i, c in enumerate(commands):
+                    ops, cpu = run_one(port, p.pid, c, args, flush=i == 0 or not args.no_flush)
                     res.setdefault((name, c), []).append((ops, cpu))
                     print(f"round {rep + 1} {name:8} {c.split()[0]:7} {ops:12,.0f} ops/s "
                           f"{cpu:6.2f} CPU-s/Mop", flush=True)

@@ -28,9 +28,10 @@
 //! both fronts (`ringlet_server::cmd::{string, bits, lcs, keyspace}`: INCR, APPEND, SETRANGE,
 //! EXPIRE, TTL, RENAME, COPY, MSETNX, ... ) run here over the replicated keyspace
 //! (`resp/keyspace.rs`, `Replicated`: the per-key lock, a read at the coordinator, writes
-//! through the core); KEYS, SCAN, DBSIZE and FLUSHALL per node are in `resp/keyspace.rs` too.
-//! GET, SET, DEL, EXISTS, MGET and MSET keep this front's own handlers (fast read path,
-//! blind-write ambiguity resolution).
+//! through the core), and so do DEL, EXISTS, the per-node enumerations (KEYS, SCAN,
+//! RANDOMKEY, DBSIZE, FLUSHALL) and the records family (HSET …, LINK, RECORD SET).
+//! GET, SET, MGET and MSET keep this front's own handlers (fast read path, blind-write
+//! ambiguity resolution), and CHASE its own walk (resp/records.rs).
 //! Not supported in cluster mode (answered with an error): multi-slot commands (`-CROSSSLOT`,
 //! as Redis). Transactions (MULTI/EXEC) within one slot are in `resp/transaction.rs`.
 
@@ -654,11 +655,6 @@ impl Front {
         }
     }
 
-    /// Whether the key exists, whatever it holds.
-    async fn exists(&self, key: &[u8]) -> Result<bool, Reply> {
-        Ok(self.get_any(key).await?.is_some())
-    }
-
     /// A plain SET or DEL: like [`Front::write`], but an ambiguous outcome (the coordinator
     /// changed with the write in flight, e.g. a drain) is resolved by reading the key at
     /// its new coordinator once that serves: if it holds exactly what we wrote (the value,
@@ -983,7 +979,7 @@ impl Front {
         conn: &clients::Conn,
     ) -> Result<Reply, Reply> {
         let a = |i: usize| -> &[u8] { argv.get(i).map(|v| &v[..]).unwrap_or(b"") };
-        use ringlet_server::cmd::{bits, keyspace as keyspace_cmd, lcs, string};
+        use ringlet_server::cmd::{bits, keyspace as keyspace_cmd, lcs, record, string};
         let ks = keyspace::Replicated(self);
         match name {
             "ping" => Ok(convert(&node::ping(args))),
@@ -1083,29 +1079,21 @@ impl Front {
             },
             "migrate" => self.migrate(argv).await,
             "memgest" => self.memgest(argv).await,
-            n if ringlet_record::hash::is_hash_command(n) => {
-                let write = ringlet_record::hash::is_write(n);
-                self.record_command(argv, a(1), write, ringlet_server::cmd::record::hash_apply)
-                    .await
-            }
-            "link" => {
-                let Some(key) = ringlet_record::link::key(args) else {
-                    return Err(err("ERR wrong number of arguments for 'link' command"));
-                };
-                let sub = String::from_utf8_lossy(a(1)).to_ascii_lowercase();
-                let write = ringlet_record::link::is_write_subcommand(&sub);
-                self.record_command(argv, key, write, ringlet_record::link::apply)
-                    .await
-            }
-            "record" => {
-                let key = ringlet_record::put::key(args).unwrap_or_default();
-                let apply = ringlet_server::cmd::record::record_apply;
-                self.record_command(argv, key, true, apply).await
+            // Records: the single node's drivers over the replicated keyspace.
+            n if ringlet_record::hash::is_hash_command(n) => shared(record::hash(&ks, args).await),
+            "link" => shared(record::link(&ks, args).await),
+            "record" => shared(record::record_set(&ks, args).await),
+            "hscan" => shared(record::hscan(&ks, args).await),
+            "hrandfield" => {
+                let seed = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+                    ^ u64::from(key_slot(a(1)));
+                let resp3 = *proto == Proto::Resp3;
+                shared(record::hrandfield(&ks, args, resp3, seed).await)
             }
             "chase" => self.chase(argv).await,
             "records" => self.records(argv).await,
-            "hscan" => self.hscan(argv).await,
-            "hrandfield" => self.hrandfield(argv, *proto == Proto::Resp3).await,
             "get" => {
                 if let Some(m) = self.moved(key_slot(a(1))) {
                     return Err(m);
@@ -1188,28 +1176,8 @@ impl Front {
             "bitcount" => shared(bits::bitcount_cmd(&ks, args).await),
             "bitpos" => shared(bits::bitpos_cmd(&ks, args).await),
             "lcs" => shared(lcs::lcs_cmd(&ks, args).await),
-            "del" | "unlink" => {
-                let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
-                Self::same_slot(&keys)?;
-                let mut n = 0;
-                for k in keys {
-                    let _g = self.lock(k).await?;
-                    if self.exists(k).await? {
-                        self.write(k, None).await?;
-                        n += 1;
-                    }
-                }
-                Ok(Reply::Integer(n))
-            }
-            "exists" => {
-                let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
-                Self::same_slot(&keys)?;
-                let mut n = 0;
-                for k in keys {
-                    n += i64::from(self.exists(k).await?);
-                }
-                Ok(Reply::Integer(n))
-            }
+            "del" | "unlink" => shared(keyspace_cmd::del(&ks, args).await),
+            "exists" => shared(keyspace_cmd::exists(&ks, args).await),
             "mget" => {
                 let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
                 Self::same_slot(&keys)?;
@@ -1250,14 +1218,18 @@ impl Front {
             "rename" => shared(keyspace_cmd::rename(&ks, args).await),
             "renamenx" => shared(keyspace_cmd::renamenx(&ks, args).await),
             "object" => shared(keyspace_cmd::object(&ks, args).await),
-            _ => match self.keyspace_command(name, argv).await {
-                Some(r) => r,
-                // The table has the command but this front has no handler for it: a bug that
-                // `every_table_command_has_a_cluster_handler` (tests/in_process.rs) catches.
-                None => Err(err(format!(
-                    "ERR '{name}' has no handler on a cluster node"
-                ))),
-            },
+            // Per node, for the slots this node coordinates (as Redis Cluster).
+            "keys" => shared(keyspace_cmd::keys(&ks, args).await),
+            "scan" => shared(keyspace_cmd::scan(&ks, args).await),
+            "randomkey" => shared(keyspace_cmd::randomkey(&ks, args).await),
+            "dbsize" => shared(keyspace_cmd::dbsize(&ks, args).await),
+            "flushall" | "flushdb" => shared(keyspace_cmd::flushall(&ks, args).await),
+            "time" => Ok(convert(&node::time())),
+            // The table has the command but this front has no handler for it: a bug that
+            // `every_table_command_has_a_cluster_handler` (tests/in_process.rs) catches.
+            _ => Err(err(format!(
+                "ERR '{name}' has no handler on a cluster node"
+            ))),
         }
     }
 

@@ -1,17 +1,18 @@
-//! Keyspace and string commands of the cluster front that the first cluster runtime lacked
-//! (issue 11, item 2), with Redis Cluster semantics:
+//! The cluster's side of the key commands (issue 11), with Redis Cluster semantics:
 //!
+//! * **The replicated keyspace** ([`Replicated`], at the end of this file): the cluster's
+//!   implementation of `ringlet_server::cmd::keyspace_api::Keyspace`, over which the key
+//!   commands written once for both fronts run (`ringlet_server::cmd::{string, bits, lcs,
+//!   keyspace, record}`). Multi-key ones (DEL, EXISTS, MSETNX, RENAME, RENAMENX, COPY,
+//!   TOUCH, LCS) need their keys in one slot (`-CROSSSLOT` otherwise); mutations take the
+//!   per-key locks in key order (no deadlock between two such commands) and run on the
+//!   coordinator.
 //! * **Per node**, as Redis Cluster answers them on a master: KEYS, SCAN, RANDOMKEY, DBSIZE,
 //!   FLUSHALL and FLUSHDB see the keys of the slots *this node coordinates* (a node also
 //!   stores replica copies and parity metadata of other slots; those are not its keys).
 //!   redis-py's `RedisCluster` sends KEYS/DBSIZE/FLUSHALL to every primary and merges.
-//! * **The replicated keyspace** ([`Replicated`], at the end of this file): the cluster's
-//!   implementation of `ringlet_server::cmd::keyspace_api::Keyspace`, over which the key
-//!   commands written once for both fronts run (the string, bit, LCS, expire and keyspace
-//!   families: `ringlet_server::cmd::{string, bits, lcs, keyspace}`). Multi-key ones (MSETNX,
-//!   RENAME, RENAMENX, COPY, TOUCH, LCS) need their keys in one slot (`-CROSSSLOT` otherwise);
-//!   mutations take the per-key locks in key order (no deadlock between two such commands)
-//!   and run on the coordinator.
+//!   The handlers are the single node's; what is this node's is the source
+//!   (`Keyspace::scan`, `random_key`, `key_count`, `flush` below).
 //!
 //! What is weaker than Redis, and why: MSETNX checks all keys under their locks and then
 //! writes them one by one, so it is all-or-nothing against other clients, but a coordinator
@@ -23,26 +24,16 @@
 //! scan is returned at least once) and confirms each candidate through the core (committed,
 //! not expired), so KEYS costs one core round trip per *matching* key.
 
-use super::{err, Front};
+use super::Front;
 use ringlet_codec::resp::Reply;
-use ringlet_server::glob::string_match;
-use ringlet_types::{key_slot, limits, Slot, SLOT_COUNT};
+use ringlet_server::cmd::keyspace_api::{KindFilter, ScanFilter};
+use ringlet_types::{key_slot, Slot, SLOT_COUNT};
 
 /// Keys read from the engine per lock hold while enumerating (bounds the time the driver
 /// may wait for the engine lock).
 const SCAN_BATCH: usize = 1024;
 /// RANDOMKEY's tries at the engine's random key before it falls back to a scan.
 const RANDOM_TRIES: usize = 32;
-fn wrong_args(name: &str) -> Reply {
-    err(format!(
-        "ERR wrong number of arguments for '{name}' command"
-    ))
-}
-
-fn parse_i64(b: &[u8]) -> Option<i64> {
-    ringlet_codec::resp::int::string2ll(b)
-}
-
 impl Front {
     /// The slots this node coordinates in its current map.
     fn own_slots(&self) -> Vec<bool> {
@@ -57,53 +48,55 @@ impl Front {
     }
 
     /// One page of the engine's SCAN from `cursor`: keys of slots this node coordinates
-    /// that match `pattern`, not yet confirmed. Returns the next cursor (0: done).
+    /// whose name `filter` keeps, not yet confirmed. Returns the next cursor (0: done).
     fn scan_page(
         &self,
         cursor: u64,
         count: usize,
         own: &[bool],
-        pattern: Option<&[u8]>,
+        filter: &ScanFilter<'_>,
         out: &mut Vec<Vec<u8>>,
     ) -> u64 {
-        let mut page = Vec::with_capacity(count);
+        let mut page = Vec::with_capacity(count.min(SCAN_BATCH));
         let next = self.node.engine().lock().scan(cursor, count, 0, &mut page);
-        out.extend(page.into_iter().filter(|k| {
-            own[usize::from(key_slot(k))] && pattern.is_none_or(|p| string_match(p, k, false))
-        }));
+        out.extend(
+            page.into_iter()
+                .filter(|k| own[usize::from(key_slot(k))] && filter.keeps_name(k)),
+        );
         next
     }
 
     /// Keep the candidates that are live keys (committed, not expired) at their coordinator
     /// (this node; a key whose slot moved meanwhile is dropped).
     pub(super) async fn confirm(&self, keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
-        self.confirm_typed(keys, None).await
+        let mut live = Vec::with_capacity(keys.len());
+        self.confirm_into(keys, KindFilter::Any, &mut live).await;
+        live
     }
 
-    /// [`Self::confirm`] keeping only keys whose kind TYPE would name `type_name`.
-    async fn confirm_typed(&self, keys: Vec<Vec<u8>>, type_name: Option<&[u8]>) -> Vec<Vec<u8>> {
-        let mut live = Vec::with_capacity(keys.len());
+    /// [`Self::confirm`] keeping only keys of a kind `kind` keeps, appended to `out`.
+    async fn confirm_into(&self, keys: Vec<Vec<u8>>, kind: KindFilter, out: &mut Vec<Vec<u8>>) {
         for k in keys {
             if self.moved(key_slot(&k)).is_some() {
                 continue;
             }
             if let Ok(Some(g)) = self.get_any(&k).await {
-                if type_name.is_none_or(|t| t.eq_ignore_ascii_case(g.kind.type_name().as_bytes())) {
-                    live.push(k);
+                if kind.keeps(g.kind) {
+                    out.push(k);
                 }
             }
         }
-        live
     }
 
-    /// Every live key this node coordinates that matches `pattern`.
-    async fn all_keys(&self, pattern: Option<&[u8]>) -> Vec<Vec<u8>> {
+    /// Every live key this node coordinates (FLUSHALL's), each once.
+    async fn all_keys(&self) -> Vec<Vec<u8>> {
         let own = self.own_slots();
         let mut cands = Vec::new();
         let mut cursor = 0;
+        let every = ScanFilter::default();
         // Bounded: the engine's cursor visits every bucket once (plus an upsize's rehash).
         loop {
-            cursor = self.scan_page(cursor, SCAN_BATCH, &own, pattern, &mut cands);
+            cursor = self.scan_page(cursor, SCAN_BATCH, &own, &every, &mut cands);
             if cursor == 0 {
                 break;
             }
@@ -113,79 +106,10 @@ impl Front {
         self.confirm(cands).await
     }
 
-    /// Run a keyspace/string command this module serves; `None` if `name` is not one.
-    pub(super) async fn keyspace_command(
-        &self,
-        name: &str,
-        argv: &[Vec<u8>],
-    ) -> Option<Result<Reply, Reply>> {
-        let r = match name {
-            "keys" => self.keys(argv).await,
-            "scan" => self.scan(argv).await,
-            "randomkey" => self.randomkey(argv).await,
-            "dbsize" => self.dbsize(argv),
-            "flushall" | "flushdb" => self.flush(name, argv).await,
-            "time" => Ok(super::convert(&ringlet_server::cmd::node::time())),
-            _ => return None,
-        };
-        Some(r)
-    }
-
-    async fn keys(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 2 {
-            return Err(wrong_args("keys"));
-        }
-        let keys = self.all_keys(Some(&argv[1])).await;
-        Ok(Reply::Array(keys.into_iter().map(Reply::Bulk).collect()))
-    }
-
-    async fn scan(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() < 2 {
-            return Err(wrong_args("scan"));
-        }
-        let cursor = std::str::from_utf8(&argv[1])
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .ok_or_else(|| err("ERR invalid cursor"))?;
-        let mut count = 10usize;
-        let mut pattern: Option<&[u8]> = None;
-        let mut type_filter: Option<&[u8]> = None;
-        let mut i = 2;
-        while i < argv.len() {
-            let opt = argv[i].to_ascii_lowercase();
-            let Some(v) = argv.get(i + 1) else {
-                return Err(err("ERR syntax error"));
-            };
-            match opt.as_slice() {
-                b"count" => {
-                    count = match parse_i64(v) {
-                        Some(n) if n >= 1 => (n as usize).min(limits::SCAN_COUNT_MAX as usize),
-                        Some(_) => return Err(err("ERR syntax error")),
-                        None => return Err(err("ERR value is not an integer or out of range")),
-                    }
-                }
-                b"match" => pattern = Some(v),
-                // TYPE compares with the key's kind as TYPE names it (a record is a `hash`);
-                // an unknown name matches nothing, as in Redis 7.0.
-                b"type" => type_filter = Some(v),
-                _ => return Err(err("ERR syntax error")),
-            }
-            i += 2;
-        }
-        let own = self.own_slots();
-        let mut cands = Vec::new();
-        let next = self.scan_page(cursor, count, &own, pattern, &mut cands);
-        let keys = self.confirm_typed(cands, type_filter).await;
-        Ok(Reply::Array(vec![
-            Reply::Bulk(next.to_string().into_bytes()),
-            Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
-        ]))
-    }
-
-    async fn randomkey(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 1 {
-            return Err(wrong_args("randomkey"));
-        }
+    /// RANDOMKEY's: a live key of a slot this node coordinates, or `None`. The engine's
+    /// random key first (it may be a replica copy of another node's slot: tried
+    /// [`RANDOM_TRIES`] times), then the first live key of a scan.
+    async fn random_owned_key(&self) -> Option<Vec<u8>> {
         let own = self.own_slots();
         let mut seed = crate::wall_ms() ^ u64::from(std::process::id()).rotate_left(32);
         for _ in 0..RANDOM_TRIES {
@@ -194,26 +118,26 @@ impl Front {
             let mut z = seed;
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            let k = self.node.engine().lock().random_key(z ^ (z >> 31), 0);
-            let Some(k) = k else {
-                return Ok(Reply::Null); // the engine holds nothing at all
-            };
+            // The engine holds nothing at all: no key.
+            let k = self.node.engine().lock().random_key(z ^ (z >> 31), 0)?;
             if own[usize::from(key_slot(&k))] {
                 if let Some(k) = self.confirm(vec![k]).await.pop() {
-                    return Ok(Reply::Bulk(k));
+                    return Some(k);
                 }
             }
         }
         // Few of this node's entries are its own keys (mostly replica copies): scan.
+        let every = ScanFilter::default();
         let mut cursor = 0;
+        // Bounded: one pass of the engine's cursor.
         loop {
             let mut cands = Vec::new();
-            cursor = self.scan_page(cursor, SCAN_BATCH, &own, None, &mut cands);
+            cursor = self.scan_page(cursor, SCAN_BATCH, &own, &every, &mut cands);
             if let Some(k) = self.confirm(cands).await.into_iter().next() {
-                return Ok(Reply::Bulk(k));
+                return Some(k);
             }
             if cursor == 0 {
-                return Ok(Reply::Null);
+                return None;
             }
         }
     }
@@ -238,30 +162,6 @@ impl Front {
                     ttl + engine.slot_ttl_len(s as Slot),
                 )
             })
-    }
-
-    fn dbsize(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        if argv.len() != 1 {
-            return Err(wrong_args("dbsize"));
-        }
-        Ok(Reply::Integer(self.owned_key_count() as i64))
-    }
-
-    /// FLUSHALL / FLUSHDB [ASYNC|SYNC]: delete every key this node coordinates, each through
-    /// its memgest's commit rule (replicas and parity follow). ASYNC is accepted and runs
-    /// synchronously (the reply comes once every delete committed).
-    async fn flush(&self, name: &str, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        match argv.get(1).map(|a| a.to_ascii_lowercase()) {
-            None => {}
-            Some(m) if argv.len() == 2 && (m == b"async" || m == b"sync") => {}
-            Some(_) => return Err(err("ERR syntax error")),
-        }
-        let _ = name;
-        for k in self.all_keys(None).await {
-            let _g = self.lock(&k).await?;
-            self.write(&k, None).await?;
-        }
-        Ok(Reply::ok())
     }
 
     /// `-MOVED` unless this node coordinates `key`.
@@ -391,6 +291,10 @@ impl Keyspace for Replicated<'_> {
         &self.0.hash_encoding
     }
 
+    fn link_hints(&self) -> impl ks::LinkHints + '_ {
+        super::records::ClusterHints::new(self.0)
+    }
+
     async fn read(&self, key: &[u8]) -> Result<Option<ks::Value>, SReply> {
         // `get_any` answers MOVED for a key another node coordinates (through `run`).
         let g = self.0.get_any(key).await.map_err(back)?;
@@ -424,6 +328,65 @@ impl Keyspace for Replicated<'_> {
         let expiry = cur.and_then(|g| g.expiry_ms);
         self.apply(key, Change::Put(put), expiry, None).await?;
         Ok(true)
+    }
+
+    async fn exists(&self, keys: &[&[u8]]) -> Result<u64, SReply> {
+        let f = self.0;
+        f.route_all(keys).map_err(back)?;
+        let mut n = 0;
+        for k in keys {
+            n += u64::from(f.get_any(k).await.map_err(back)?.is_some());
+        }
+        Ok(n)
+    }
+
+    async fn delete(&self, keys: &[&[u8]]) -> Result<u64, SReply> {
+        let f = self.0;
+        f.route_all(keys).map_err(back)?;
+        // One key's guard at a time (not all of them sorted, as `update_many`): a DEL of
+        // many keys must not run into `KEY_LOCKS_MAX`, and each erase stands alone.
+        let mut n = 0;
+        for k in keys {
+            let _g = f.lock(k).await.map_err(back)?;
+            if f.get_any(k).await.map_err(back)?.is_some() {
+                f.write(k, None).await.map_err(back)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    async fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter<'_>,
+        out: &mut Vec<Vec<u8>>,
+    ) -> Result<u64, SReply> {
+        let f = self.0;
+        let own = f.own_slots();
+        let mut cands = Vec::new();
+        let next = f.scan_page(cursor, count, &own, filter, &mut cands);
+        f.confirm_into(cands, filter.kind, out).await;
+        Ok(next)
+    }
+
+    async fn random_key(&self) -> Result<Option<Vec<u8>>, SReply> {
+        Ok(self.0.random_owned_key().await)
+    }
+
+    fn key_count(&self) -> u64 {
+        self.0.owned_key_count()
+    }
+
+    async fn flush(&self) -> Result<(), SReply> {
+        // Every key deleted through its memgest's commit rule: replicas and parity follow.
+        let f = self.0;
+        for k in f.all_keys().await {
+            let _g = f.lock(&k).await.map_err(back)?;
+            f.write(&k, None).await.map_err(back)?;
+        }
+        Ok(())
     }
 
     async fn update<R>(

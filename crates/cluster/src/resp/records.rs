@@ -1,11 +1,14 @@
 //! Records (KELI) in cluster mode: Redis's hash commands, `LINK` and `CHASE`, with the
 //! semantics of `ringlet-record` (shared with the single node, crates/server/src/cmd/record.rs).
 //!
-//! * **Hash commands and LINK** run on the key's coordinator: read the record through the
-//!   replica core, apply the pure function, write the new record (kind `Record`, the key's
-//!   memgest and TTL kept) under the per-key lock, so every replica holds a record and a
+//! * **Hash commands, HSCAN, HRANDFIELD, LINK and RECORD SET** are the single node's drivers
+//!   (`ringlet_server::cmd::record`), written once over the `Keyspace` trait and run here
+//!   over the replicated keyspace (resp/keyspace.rs): read the record at the coordinator,
+//!   apply the pure function, write the new record (kind `Record`, the key's memgest and TTL
+//!   kept) through the core under the key's guard, so every replica holds a record and a
 //!   failover serves it. A string key is WRONGTYPE. ec memgests hold records too (the kind
-//!   is in the key metadata every parity holder keeps: docs/design/records.md).
+//!   is in the key metadata every parity holder keeps: docs/design/records.md). New links
+//!   get hints from [`ClusterHints`]: targets this node coordinates only.
 //! * **CHASE** runs on the root key's coordinator and walks breadth-first. Each depth's keys
 //!   are grouped by coordinator: this node's are read through its core, the others are asked
 //!   for in one `RECORDS` call per node (one round trip per node and depth, none for the
@@ -15,14 +18,11 @@
 //!   format) of the keys this node coordinates; nil for a missing key or a string, an error
 //!   item for a key it does not coordinate. Read-only; AUTH applies as for any command.
 
-use super::{convert, err, Front, WRONGTYPE};
+use super::{convert, err, Front};
 use ringlet_codec::resp::Reply;
-use ringlet_record::hash::{Applied, Write};
-use ringlet_record::{chase, Record};
-use ringlet_server::cmd::record::{
-    chase_reply, hrandfield_args, hrandfield_reply, hscan_reply, link_write_field, local_hint,
-    out_reply, read_encoded, Rng, CHASE_TIME_MAX,
-};
+use ringlet_record::chase;
+use ringlet_server::cmd::keyspace_api::LinkHints;
+use ringlet_server::cmd::record::{chase_reply, local_hint, CHASE_TIME_MAX};
 use ringlet_types::{key_slot, limits, NodeId, ValueKind};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -31,133 +31,40 @@ use std::time::Instant;
 /// several calls).
 const RECORDS_BATCH_MAX: usize = 1024;
 
+/// A cluster node's location hints for new links: a target this node coordinates gets its
+/// index entry's position in this node's engine (node id, epoch), found by its full key;
+/// others are left without (a client looks them up by key at their coordinator).
+pub(super) struct ClusterHints {
+    map: Option<std::sync::Arc<ringlet_control::ClusterMap>>,
+    me: NodeId,
+    epoch: u64,
+    reader: ringlet_engine::Reader,
+}
+
+impl ClusterHints {
+    pub(super) fn new(front: &Front) -> ClusterHints {
+        ClusterHints {
+            map: front.map(),
+            me: front.node.id(),
+            epoch: front.node.epoch().0,
+            reader: front.node.engine_reader(),
+        }
+    }
+}
+
+impl LinkHints for ClusterHints {
+    fn prefetch(&self, _target: &[u8]) {}
+
+    fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint> {
+        let map = self.map.as_ref()?;
+        if map.coordinator(key_slot(target)) != Some(self.me) {
+            return None;
+        }
+        local_hint(&self.reader, target, self.me.0, self.epoch)
+    }
+}
+
 impl Front {
-    /// HSET … HSTRLEN and LINK: `key` is the command's key, `write` whether it may change it.
-    pub(super) async fn record_command(
-        &self,
-        argv: &[Vec<u8>],
-        key: &[u8],
-        write: bool,
-        apply: fn(&[&[u8]], Option<&Record>) -> Applied,
-    ) -> Result<Reply, Reply> {
-        if let Some(m) = self.moved(key_slot(key)) {
-            return Err(m);
-        }
-        let _g = if write {
-            Some(self.lock(key).await?)
-        } else {
-            None
-        };
-        let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
-        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        // One read through the core; HGET/HMGET answer from the encoded bytes in place.
-        let got = self.get_any(key).await?;
-        let cur = match &got {
-            None => None,
-            Some(g) if g.kind == ValueKind::String => return Err(err(WRONGTYPE)),
-            Some(g) => {
-                if let Some(out) = read_encoded(&args, &g.value) {
-                    return Ok(convert(&out_reply(&name, out)));
-                }
-                Some(
-                    Record::decode(&g.value)
-                        .map_err(|e| err(format!("ERR stored record does not decode: {e}")))?,
-                )
-            }
-        };
-        let mut applied = apply(&args, cur.as_ref());
-        if let Write::Store(r) = &mut applied.write {
-            if let Some(field) = link_write_field(&args) {
-                self.fill_hints(r, field);
-            } else if name == "record" {
-                // RECORD SET's LINK / LINKS fields, as LINK SET/ADD's (the loader's writes:
-                // without this a loaded graph chased one-sided would look every hop up).
-                if let Ok(specs) = ringlet_record::put::parse(&args) {
-                    for field in ringlet_record::put::link_fields(&specs) {
-                        self.fill_hints(r, field);
-                    }
-                }
-            }
-        }
-        match applied.write {
-            Write::None => {}
-            Write::Store(r) => {
-                let expiry = got.and_then(|g| g.expiry_ms);
-                self.write_kind(key, Some(r.encode()), None, expiry, ValueKind::Record)
-                    .await?;
-            }
-            Write::Delete => self.write_in(key, None, None).await?,
-        }
-        Ok(convert(&out_reply(&name, applied.reply)))
-    }
-
-    /// Location hints for the links of `field` that have none: a target this node
-    /// coordinates gets its index entry's position in this node's engine (node id, epoch);
-    /// others are left without (a client looks them up by key at their coordinator).
-    fn fill_hints(&self, r: &mut Record, field: &[u8]) {
-        let Some(map) = self.map() else {
-            return;
-        };
-        let me = self.node.id();
-        let reader = self.node.engine_reader();
-        let epoch = self.node.epoch().0;
-        r.fill_hints(field, |t| {
-            if map.coordinator(key_slot(t)) != Some(me) {
-                return None;
-            }
-            local_hint(&reader, t, me.0, epoch)
-        });
-    }
-
-    /// The record at `key` for a read-only hash command on its coordinator: `Ok(None)` if
-    /// missing, WRONGTYPE for a string.
-    async fn read_record(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
-        if let Some(m) = self.moved(key_slot(key)) {
-            return Err(m);
-        }
-        match self.get_any(key).await? {
-            None => Ok(None),
-            Some(g) if g.kind == ValueKind::String => Err(err(WRONGTYPE)),
-            Some(g) => Ok(Some(g.value.to_vec())),
-        }
-    }
-
-    /// HSCAN key cursor [MATCH pattern] [COUNT n] (Redis 7.0's replies; the single node's
-    /// `hscan_reply`).
-    pub(super) async fn hscan(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
-        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        // Redis checks the cursor before it looks the key up.
-        if std::str::from_utf8(args[2])
-            .ok()
-            .and_then(|c| c.parse::<u64>().ok())
-            .is_none()
-        {
-            return Err(err("ERR invalid cursor"));
-        }
-        let rec = self.read_record(args[1]).await?;
-        let listpack = rec.as_deref().is_none_or(|r| {
-            ringlet_server::cmd::keyspace::record_encoding(r, &self.hash_encoding) == "listpack"
-        });
-        Ok(convert(&hscan_reply(&args, rec.as_deref(), listpack)))
-    }
-
-    /// HRANDFIELD key [count [WITHVALUES]] (Redis 7.0's replies; RESP3 pairs as arrays).
-    pub(super) async fn hrandfield(&self, argv: &[Vec<u8>], resp3: bool) -> Result<Reply, Reply> {
-        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        let parsed = hrandfield_args(&args).map_err(|e| convert(&e))?;
-        let rec = self.read_record(args[1]).await?;
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ ringlet_types::key_slot(args[1]) as u64;
-        Ok(convert(&hrandfield_reply(
-            parsed,
-            rec.as_deref(),
-            resp3,
-            &mut Rng(seed),
-        )))
-    }
-
     /// `RECORDS key [key ...]` (module doc).
     pub(super) async fn records(&self, argv: &[Vec<u8>]) -> Result<Reply, Reply> {
         if argv.len() < 2 || argv.len() - 1 > limits::BATCH_KEYS_MAX as usize {

@@ -2,177 +2,19 @@
 //!
 //! **Written once for both fronts**, over [`Keyspace`] (cmd/keyspace_api.rs): EXPIRE PEXPIRE
 //! EXPIREAT PEXPIREAT (NX XX GT LT) TTL PTTL EXPIRETIME PEXPIRETIME PERSIST TYPE TOUCH COPY
-//! RENAME RENAMENX OBJECT. A TTL change is one [`Change::Expire`]: the engine re-times the
-//! entry in place; a cluster writes a new version of the value with the new expiry.
-//!
-//! **The single node's own**: DEL UNLINK EXISTS KEYS SCAN RANDOMKEY — a cluster node answers
-//! the enumerations per node, for the slots it coordinates (crates/cluster/src/resp/keyspace.rs).
+//! RENAME RENAMENX OBJECT, and the keyspace as a whole: DEL UNLINK EXISTS KEYS SCAN
+//! RANDOMKEY DBSIZE FLUSHALL FLUSHDB. A TTL change is one [`Change::Expire`]: the engine
+//! re-times the entry in place; a cluster writes a new version of the value with the new
+//! expiry. The enumerations see "the keys this node answers for" ([`Keyspace::scan`]): a
+//! single node's engine, a cluster node's coordinated slots (as Redis Cluster answers them
+//! per primary; crates/cluster/src/resp/keyspace.rs).
 
-use super::keyspace_api::{Change, Keyspace, Memgest, Put, Ttl, Value};
-use super::string::{engine_error, read_kind, KsResult};
-use super::{is, parse_i64, Ctx};
-use crate::glob::string_match;
+use super::keyspace_api::{Change, Keyspace, KindFilter, Memgest, Put, ScanFilter, Ttl, Value};
+use super::string::KsResult;
+use super::{is, parse_i64};
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
 use ringlet_types::{limits, ValueKind};
-
-/// DEL and UNLINK (UNLINK frees in the background in Redis; the engine frees in O(1) anyway).
-pub fn del(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let mut n = 0;
-    for key in &argv[1..] {
-        // Only live keys are erased: deleting a missing key would still leave a tombstone.
-        if engine.get(key, now).is_some() {
-            match engine.delete(key, None, now) {
-                Ok(Some(_)) => n += 1,
-                Ok(None) => {}
-                Err(e) => return engine_error(e),
-            }
-        }
-    }
-    Reply::Int(n)
-}
-
-pub fn exists(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let mut n = 0;
-    for key in &argv[1..] {
-        if read_kind(ctx, key).is_some() {
-            n += 1;
-        }
-    }
-    Reply::Int(n)
-}
-
-/// Keys visited per engine-lock hold while KEYS walks the keyspace, so a KEYS on a large
-/// node lets other workers' writes in between batches.
-const KEYS_BATCH: usize = 1024;
-
-pub fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let pattern = argv[1];
-    let all = pattern == b"*";
-    let mut out = Vec::new();
-    let mut batch = Vec::with_capacity(KEYS_BATCH);
-    let mut cursor = 0u64;
-    // Bounded: the engine's cursor returns to 0 after one pass over the index.
-    loop {
-        batch.clear();
-        cursor = ctx
-            .shared
-            .db
-            .lock()
-            .scan_reaping(cursor, KEYS_BATCH, ctx.now_ms, &mut batch);
-        for k in batch.drain(..) {
-            if all || string_match(pattern, &k, false) {
-                out.push(Reply::Bulk(Bytes::from(k)));
-            }
-        }
-        if cursor == 0 {
-            break;
-        }
-    }
-    // The engine may return a key twice across an index upsize; KEYS must not.
-    dedup_keys(&mut out);
-    Reply::Array(out)
-}
-
-fn dedup_keys(out: &mut Vec<Reply>) {
-    let mut seen = std::collections::HashSet::with_capacity(out.len());
-    out.retain(|r| match r {
-        Reply::Bulk(b) => seen.insert(b.clone()),
-        _ => true,
-    });
-}
-
-/// `parseScanCursorOrReply`: `strtoul` base 10 on the C string, no leading space, nothing
-/// after the digits, no overflow. `strtoul` accepts a sign (`-1` wraps) and the empty string.
-fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    let s = super::cstr(arg);
-    if s.is_empty() {
-        return Some(0);
-    }
-    if matches!(s[0], b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
-        return None;
-    }
-    let (neg, digits) = match s[0] {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for d in digits {
-        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    Some(if neg { v.wrapping_neg() } else { v })
-}
-
-pub fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let Some(cursor) = parse_cursor(argv[1]) else {
-        return Reply::err("ERR invalid cursor");
-    };
-    let mut count: i64 = 10;
-    let mut pattern: Option<&[u8]> = None;
-    let mut type_filter: Option<&[u8]> = None;
-    let mut i = 2;
-    while i < argv.len() {
-        let more = argv.len() - i;
-        if is(argv[i], "count") && more >= 2 {
-            match parse_i64(argv[i + 1]) {
-                Some(c) if c >= 1 => count = c,
-                Some(_) => return Reply::err(errors::SYNTAX),
-                None => return Reply::err(errors::NOT_INTEGER),
-            }
-        } else if is(argv[i], "match") && more >= 2 {
-            pattern = if argv[i + 1] == b"*" {
-                None
-            } else {
-                Some(argv[i + 1])
-            };
-        } else if is(argv[i], "type") && more >= 2 {
-            type_filter = Some(argv[i + 1]);
-        } else {
-            return Reply::err(errors::SYNTAX);
-        }
-        i += 2;
-    }
-    // Bound one call's work whatever COUNT says (Redis does not; we must not stall a worker).
-    let count = count.min(limits::ARRAY_ITEMS_MAX as i64) as usize;
-    let mut keys = Vec::new();
-    let next = ctx
-        .shared
-        .db
-        .lock()
-        .scan_reaping(cursor, count, ctx.now_ms, &mut keys);
-    // TYPE compares with the key's own kind (a record is a `hash`, as TYPE answers); an
-    // unknown type name matches nothing, as in Redis 7.0.
-    let mut items = Vec::with_capacity(keys.len());
-    for k in keys {
-        if !pattern.is_none_or(|p| string_match(p, &k, false)) {
-            continue;
-        }
-        if let Some(t) = type_filter {
-            if !read_kind(ctx, &k).is_some_and(|kind| is(super::cstr(t), kind.type_name())) {
-                continue;
-            }
-        }
-        items.push(Reply::Bulk(Bytes::from(k)));
-    }
-    Reply::Array(vec![
-        Reply::bulk(next.to_string().as_bytes()),
-        Reply::Array(items),
-    ])
-}
-
-pub fn randomkey(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    let seed = ctx.shared.next_random();
-    match ctx.shared.db.lock().random_key(seed, ctx.now_ms) {
-        Some(k) => Reply::Bulk(Bytes::from(k)),
-        None => Reply::Nil,
-    }
-}
 
 /// Redis's encoding of a string value: `int` (a canonical 64-bit integer of at most 20
 /// bytes), `embstr` (up to 44 bytes), else `raw`. Decided by the value alone: Redis also
@@ -332,6 +174,149 @@ pub fn record_encoding(encoded: &[u8], max: &HashEncodingMax) -> &'static str {
         }
         _ => "hashtable",
     }
+}
+
+// ---- the keyspace as a whole: written once, over `Keyspace` -------------------------------
+
+/// DEL and UNLINK (UNLINK frees in the background in Redis; the engine frees in O(1) anyway).
+pub async fn del<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    Ok(Reply::Int(ks.delete(&argv[1..]).await? as i64))
+}
+
+/// EXISTS key [key ...]: a key named twice counts twice (Redis).
+pub async fn exists<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    Ok(Reply::Int(ks.exists(&argv[1..]).await? as i64))
+}
+
+/// Index positions KEYS visits per [`Keyspace::scan`] call: a KEYS on a large node lets
+/// other workers' writes in between batches (one engine lock hold each on a single node).
+const KEYS_BATCH: usize = 1024;
+
+/// KEYS pattern: every live key this node answers for (a cluster node: the slots it
+/// coordinates, as Redis Cluster), each once, in scan order.
+pub async fn keys<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let filter = ScanFilter {
+        pattern: Some(argv[1]).filter(|p| *p != b"*"),
+        kind: KindFilter::Any,
+    };
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    // Bounded: the cursor returns to 0 after one pass over the index (plus an upsize's
+    // rehash), however the keyspace changes meanwhile.
+    loop {
+        cursor = ks.scan(cursor, KEYS_BATCH, &filter, &mut out).await?;
+        if cursor == 0 {
+            break;
+        }
+    }
+    // The scan may return a key twice across an index upsize; KEYS must not.
+    dedup_keys(&mut out);
+    Ok(Reply::Array(
+        out.into_iter()
+            .map(|k| Reply::Bulk(Bytes::from(k)))
+            .collect(),
+    ))
+}
+
+/// Drop the later copies of keys listed twice, keeping the order (no key is copied).
+fn dedup_keys(out: &mut Vec<Vec<u8>>) {
+    let keep: Vec<bool> = {
+        let mut seen = std::collections::HashSet::with_capacity(out.len());
+        out.iter().map(|k| seen.insert(k.as_slice())).collect()
+    };
+    let mut keep = keep.into_iter();
+    out.retain(|_| keep.next().unwrap_or(true));
+}
+
+/// `parseScanCursorOrReply`: `strtoul` base 10 on the C string, no leading space, nothing
+/// after the digits, no overflow. `strtoul` accepts a sign (`-1` wraps) and the empty string.
+fn parse_cursor(arg: &[u8]) -> Option<u64> {
+    let s = super::cstr(arg);
+    if s.is_empty() {
+        return Some(0);
+    }
+    if matches!(s[0], b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
+        return None;
+    }
+    let (neg, digits) = match s[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for d in digits {
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: Redis's parsing and errors; the
+/// cursor is the keyspace's (a single node's engine cursor, a cluster node's engine cursor
+/// over the slots it coordinates), a decimal u64 on both.
+pub async fn scan<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let Some(cursor) = parse_cursor(argv[1]) else {
+        return Err(Reply::err("ERR invalid cursor"));
+    };
+    let mut count: i64 = 10;
+    let mut filter = ScanFilter::default();
+    let mut i = 2;
+    while i < argv.len() {
+        let more = argv.len() - i;
+        if is(argv[i], "count") && more >= 2 {
+            match parse_i64(argv[i + 1]) {
+                Some(c) if c >= 1 => count = c,
+                Some(_) => return Err(Reply::err(errors::SYNTAX)),
+                None => return Err(Reply::err(errors::NOT_INTEGER)),
+            }
+        } else if is(argv[i], "match") && more >= 2 {
+            filter.pattern = Some(argv[i + 1]).filter(|p| *p != b"*");
+        } else if is(argv[i], "type") && more >= 2 {
+            // TYPE compares with the key's kind as TYPE names it (a record is a `hash`); an
+            // unknown type name matches nothing, as in Redis 7.0.
+            filter.kind = KindFilter::named(argv[i + 1]);
+        } else {
+            return Err(Reply::err(errors::SYNTAX));
+        }
+        i += 2;
+    }
+    // Bound one call's work whatever COUNT says (Redis does not; we must not stall a worker
+    // or the engine lock).
+    let count = count.min(i64::from(limits::SCAN_COUNT_MAX)) as usize;
+    let mut keys = Vec::new();
+    let next = ks.scan(cursor, count, &filter, &mut keys).await?;
+    Ok(Reply::Array(vec![
+        Reply::bulk(next.to_string().as_bytes()),
+        Reply::Array(
+            keys.into_iter()
+                .map(|k| Reply::Bulk(Bytes::from(k)))
+                .collect(),
+        ),
+    ]))
+}
+
+pub async fn randomkey<K: Keyspace>(ks: &K, _argv: &[&[u8]]) -> KsResult {
+    Ok(ks
+        .random_key()
+        .await?
+        .map_or(Reply::Nil, |k| Reply::Bulk(Bytes::from(k))))
+}
+
+/// DBSIZE: keys this node answers for (expired ones not yet reaped included, as Redis).
+pub async fn dbsize<K: Keyspace>(ks: &K, _argv: &[&[u8]]) -> KsResult {
+    Ok(Reply::Int(ks.key_count() as i64))
+}
+
+/// FLUSHALL / FLUSHDB [ASYNC|SYNC]: one database, so both erase everything this node answers
+/// for. ASYNC is accepted and runs synchronously (the reply comes when it is done).
+pub async fn flushall<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    if argv.len() > 2 || (argv.len() == 2 && !is(argv[1], "sync") && !is(argv[1], "async")) {
+        return Err(Reply::err(errors::SYNTAX));
+    }
+    ks.flush().await?;
+    Ok(Reply::ok())
 }
 
 // ---- written once for both fronts, over `Keyspace` ----------------------------------------
@@ -545,7 +530,42 @@ pub async fn object<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_cursor;
+    use super::{dedup_keys, parse_cursor, KindFilter, ScanFilter};
+    use ringlet_types::ValueKind;
+
+    #[test]
+    fn keys_dedup_keeps_the_first_of_each_in_order() {
+        let mut v: Vec<Vec<u8>> = [&b"b"[..], b"a", b"b", b"c", b"a"]
+            .iter()
+            .map(|k| k.to_vec())
+            .collect();
+        dedup_keys(&mut v);
+        assert_eq!(v, vec![b"b".to_vec(), b"a".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn scan_type_filter_names_as_type_does() {
+        assert_eq!(
+            KindFilter::named(b"HASH"),
+            KindFilter::Only(ValueKind::Record)
+        );
+        assert_eq!(
+            KindFilter::named(b"string\0x"),
+            KindFilter::Only(ValueKind::String)
+        );
+        assert_eq!(KindFilter::named(b"list"), KindFilter::Nothing);
+        assert_eq!(KindFilter::named(b""), KindFilter::Nothing);
+        let nothing = ScanFilter {
+            pattern: None,
+            kind: KindFilter::Nothing,
+        };
+        assert!(!nothing.keeps_name(b"k"));
+        let pat = ScanFilter {
+            pattern: Some(b"user:*"),
+            kind: KindFilter::Any,
+        };
+        assert!(pat.keeps_name(b"user:1") && !pat.keeps_name(b"item:1"));
+    }
 
     #[test]
     fn cursor_parses_like_strtoul() {

@@ -137,6 +137,85 @@ pub enum Change {
     Expire(Option<u64>),
 }
 
+/// Which keys a [`Keyspace::scan`] keeps: SCAN's MATCH and TYPE, KEYS's pattern.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScanFilter<'a> {
+    /// A glob (`None`: every key; `*` is given as `None`, so it costs nothing).
+    pub pattern: Option<&'a [u8]>,
+    pub kind: KindFilter,
+}
+
+/// SCAN's TYPE filter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KindFilter {
+    /// No TYPE given.
+    #[default]
+    Any,
+    /// Keys of this kind (TYPE's name for it: a record is a `hash`).
+    Only(ValueKind),
+    /// A type name no key can have (`list`, `zset`, unknown names): nothing, as Redis 7.0
+    /// answers an unknown name.
+    Nothing,
+}
+
+impl KindFilter {
+    /// The filter for TYPE `name` (compared as Redis does: case-insensitive, up to a NUL).
+    pub fn named(name: &[u8]) -> KindFilter {
+        let name = super::cstr(name);
+        [ValueKind::String, ValueKind::Record]
+            .into_iter()
+            .find(|k| name.eq_ignore_ascii_case(k.type_name().as_bytes()))
+            .map_or(KindFilter::Nothing, KindFilter::Only)
+    }
+
+    /// Whether a key of `kind` is kept.
+    pub fn keeps(self, kind: ValueKind) -> bool {
+        match self {
+            KindFilter::Any => true,
+            KindFilter::Only(k) => k == kind,
+            KindFilter::Nothing => false,
+        }
+    }
+}
+
+impl ScanFilter<'_> {
+    /// Whether `key`'s name is kept (the pattern; the kind is checked apart, as it needs a
+    /// read).
+    pub fn keeps_name(&self, key: &[u8]) -> bool {
+        self.kind != KindFilter::Nothing
+            && self
+                .pattern
+                .is_none_or(|p| crate::glob::string_match(p, key, false))
+    }
+}
+
+/// How a keyspace finds location hints for new links (see [`Keyspace::link_hints`]).
+pub trait LinkHints {
+    /// Ask for `target`'s index bucket ahead of [`LinkHints::hint`], so that the cache
+    /// misses of many targets overlap (a no-op where hints are found another way).
+    fn prefetch(&self, target: &[u8]);
+    /// The hint for a link to `target` (`None`: the link goes without one; a reader then
+    /// looks the target up by key).
+    fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint>;
+}
+
+/// The single node's hints: the target's position in the engine by its key-hash tag, node
+/// 0, epoch 0 (no data entry read to check the key: a hint is validated when followed, so
+/// a tag collision only makes one stale — cmd/record.rs `hint_of`).
+pub struct LocalHints(ringlet_engine::read::RegionsView);
+
+impl LinkHints for LocalHints {
+    fn prefetch(&self, target: &[u8]) {
+        ringlet_engine::read::prefetch_bucket(&self.0, ringlet_engine::hash::key_hash(target));
+    }
+
+    fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint> {
+        let hash = ringlet_engine::hash::key_hash(target);
+        ringlet_engine::read::locate_position_by_tag(&self.0, hash)
+            .map(|p| super::record::hint_of(p, 0, 0))
+    }
+}
+
 /// A blind write's condition (SETNX: `Nx`).
 pub use ringlet_command::args::Cond;
 
@@ -152,6 +231,11 @@ pub trait Keyspace {
 
     /// The node's `hash-max-listpack-*` (OBJECT ENCODING of a record).
     fn hash_encoding(&self) -> &super::keyspace::HashEncodingMax;
+
+    /// Location hints for the links a record command writes (docs/design/records.md,
+    /// "Location hints"): where this node's engine holds a link's target now. Taken once
+    /// per command, before [`Keyspace::update`], and used inside its closure.
+    fn link_hints(&self) -> impl LinkHints + '_;
 
     /// The live value of `key` (`None`: missing or expired).
     ///
@@ -186,6 +270,55 @@ pub trait Keyspace {
         f: impl FnOnce(Option<Value>) -> Result<(Change, R), Reply>,
     ) -> Result<R, Reply>;
 
+    /// How many of `keys` are live (EXISTS: a key named twice counts twice). One slot in a
+    /// cluster (CROSSSLOT); no value is handed out.
+    ///
+    /// # Errors
+    /// As [`Keyspace::read_many`].
+    async fn exists(&self, keys: &[&[u8]]) -> Result<u64, Reply>;
+
+    /// Erase those of `keys` that are live, in order; how many were (DEL, UNLINK: a key
+    /// named twice counts once). One engine lock hold on a single node; one slot in a
+    /// cluster (CROSSSLOT), each key erased under its guard through its memgest's commit
+    /// rule. A missing key is not touched (no tombstone, no replicated write).
+    ///
+    /// # Errors
+    /// The front's error reply; the keys before the failing one stay erased (as a Redis
+    /// DEL cannot fail half-way, this only happens on a cluster node losing its slot).
+    async fn delete(&self, keys: &[&[u8]]) -> Result<u64, Reply>;
+
+    /// One page of a cursor scan over the keys this node answers for — a single node: its
+    /// engine's index; a cluster node: the slots it coordinates, each candidate confirmed
+    /// live through the replica core — appending the live keys `filter` keeps to `out`.
+    /// `cursor` 0 starts, the returned cursor continues (0: done). Redis's guarantee: a
+    /// key present for the whole scan is returned at least once (possibly more: callers
+    /// that need each once dedup). `count` bounds the index positions visited.
+    ///
+    /// # Errors
+    /// The front's error reply.
+    async fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter<'_>,
+        out: &mut Vec<Vec<u8>>,
+    ) -> Result<u64, Reply>;
+
+    /// A random live key this node answers for (`None`: none).
+    ///
+    /// # Errors
+    /// The front's error reply.
+    async fn random_key(&self) -> Result<Option<Vec<u8>>, Reply>;
+
+    /// Keys this node answers for (DBSIZE: like Redis, expired keys not yet reaped count).
+    fn key_count(&self) -> u64;
+
+    /// Erase every key this node answers for (FLUSHALL, FLUSHDB).
+    ///
+    /// # Errors
+    /// The front's error reply (a cluster: a delete that did not commit).
+    async fn flush(&self) -> Result<(), Reply>;
+
     /// [`Keyspace::update`] over several keys (one slot in a cluster): `f` gets their values
     /// in the order of `keys` (a key named twice appears twice) and answers changes by index,
     /// applied in the order given.
@@ -219,16 +352,32 @@ pub struct Local<'a> {
     shared: &'a Shared,
     reader: &'a Reader,
     now_ms: u64,
+    /// The connection's scratch buffer, lent for the command (reads that need no value
+    /// out, EXISTS and SCAN's TYPE, land here: no allocation); see [`Local::finish`].
+    scratch: std::cell::RefCell<Vec<u8>>,
 }
 
 impl<'a> Local<'a> {
-    /// The keyspace a single-node handler sees.
-    pub fn new(ctx: &Ctx<'a>) -> Local<'a> {
+    /// The keyspace a single-node handler sees. It borrows the connection's scratch
+    /// buffer: give it back with [`Local::finish`].
+    pub fn new(ctx: &mut Ctx<'a>) -> Local<'a> {
         Local {
             shared: ctx.shared,
             reader: ctx.reader,
             now_ms: ctx.now_ms,
+            scratch: std::cell::RefCell::new(std::mem::take(ctx.scratch)),
         }
+    }
+
+    /// Return the scratch buffer to `ctx` (its capacity is kept for the next command).
+    pub fn finish(self, ctx: &mut Ctx<'_>) {
+        *ctx.scratch = self.scratch.into_inner();
+    }
+
+    /// The kind of `key` if it is live, its value left in the scratch buffer.
+    fn probe(&self, key: &[u8]) -> Option<ValueKind> {
+        let mut buf = self.scratch.borrow_mut();
+        read_into(self.shared, self.reader, key, self.now_ms, &mut buf).map(|(kind, _)| kind)
     }
 
     /// `key`'s value, memgest kept for [`Memgest::Own`]/[`Memgest::Like`], under the lock.
@@ -241,6 +390,36 @@ impl<'a> Local<'a> {
             None => (None, MemgestId::NONE),
         }
     }
+}
+
+/// Read `key` into `out` with the worker's lock-free reader (the engine lock only when it
+/// reports `Retry`: a writer moved the entry under it more often than its bounded retries
+/// allow): its kind and expiry if it is live. Counts INFO's keyspace hits and misses. The
+/// single node's one read of a key (GET, MGET, EXISTS, the `Keyspace` reads).
+pub fn read_into(
+    shared: &Shared,
+    reader: &Reader,
+    key: &[u8],
+    now_ms: u64,
+    out: &mut Vec<u8>,
+) -> Option<(ValueKind, Option<u64>)> {
+    out.clear();
+    let hit = match reader.get(key, now_ms, out) {
+        ReadOutcome::Hit {
+            kind, expire_at_ms, ..
+        } => Some((kind, expire_at_ms)),
+        ReadOutcome::Miss => None,
+        ReadOutcome::Retry => {
+            Stats::add(&shared.stats.reader_retries, 1);
+            shared.db.lock().get(key, now_ms).map(|e| {
+                out.clear();
+                out.extend_from_slice(&e.value);
+                (e.kind, e.expire_at_ms)
+            })
+        }
+    };
+    count_read(&shared.stats, hit.is_some());
+    hit
 }
 
 /// The Redis reply for an engine error.
@@ -260,6 +439,9 @@ pub fn engine_error(e: ringlet_engine::Error) -> Reply {
         other => Reply::err_owned(format!("ERR engine: {other}")),
     }
 }
+
+/// Largest page buffer a scan reserves up front (COUNT is a client's hint).
+const SCAN_PAGE_PREALLOC_MAX: usize = 4096;
 
 /// `checkStringLength`'s text; our limit is `limits::VALUE_BYTES_MAX`.
 pub const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
@@ -326,26 +508,83 @@ impl Keyspace for Local<'_> {
         &self.shared.hash_encoding
     }
 
+    fn link_hints(&self) -> impl LinkHints + '_ {
+        LocalHints(self.reader.view())
+    }
+
     async fn read(&self, key: &[u8]) -> Result<Option<Value>, Reply> {
-        // The lock-free reader; the engine lock only when it reports `Retry` (a writer
-        // moved the entry under it more often than its bounded retries allow).
         let mut bytes = Vec::new();
-        let v = match self.reader.get(key, self.now_ms, &mut bytes) {
-            ReadOutcome::Hit {
-                kind, expire_at_ms, ..
-            } => Some(Value {
-                bytes,
-                kind,
-                expire_at_ms,
-            }),
-            ReadOutcome::Miss => None,
-            ReadOutcome::Retry => {
-                Stats::add(&self.shared.stats.reader_retries, 1);
-                self.shared.db.lock().get(key, self.now_ms).map(Value::from)
+        let v = read_into(self.shared, self.reader, key, self.now_ms, &mut bytes);
+        Ok(v.map(|(kind, expire_at_ms)| Value {
+            bytes,
+            kind,
+            expire_at_ms,
+        }))
+    }
+
+    async fn exists(&self, keys: &[&[u8]]) -> Result<u64, Reply> {
+        Ok(keys.iter().filter(|k| self.probe(k).is_some()).count() as u64)
+    }
+
+    async fn delete(&self, keys: &[&[u8]]) -> Result<u64, Reply> {
+        let mut engine = self.shared.db.lock();
+        let mut n = 0;
+        for key in keys {
+            // Only live keys are erased: deleting a missing key would still leave a
+            // tombstone. (`live_memgest` looks without copying the value out.)
+            if engine.live_memgest(key, self.now_ms).is_some()
+                && engine
+                    .delete(key, None, self.now_ms)
+                    .map_err(engine_error)?
+                    .is_some()
+            {
+                n += 1;
             }
-        };
-        count_read(&self.shared.stats, v.is_some());
-        Ok(v)
+        }
+        Ok(n)
+    }
+
+    async fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter<'_>,
+        out: &mut Vec<Vec<u8>>,
+    ) -> Result<u64, Reply> {
+        let mut page = Vec::with_capacity(count.min(SCAN_PAGE_PREALLOC_MAX));
+        // Reaping: the expired keys it visits are deleted, as Redis's SCAN and KEYS do.
+        let next = self
+            .shared
+            .db
+            .lock()
+            .scan_reaping(cursor, count, self.now_ms, &mut page);
+        for k in page {
+            if !filter.keeps_name(&k) {
+                continue;
+            }
+            // TYPE reads the key (lock-free, into the scratch buffer) after the lock is let go.
+            if filter.kind != KindFilter::Any
+                && !self.probe(&k).is_some_and(|t| filter.kind.keeps(t))
+            {
+                continue;
+            }
+            out.push(k);
+        }
+        Ok(next)
+    }
+
+    async fn random_key(&self) -> Result<Option<Vec<u8>>, Reply> {
+        let seed = self.shared.next_random();
+        Ok(self.shared.db.lock().random_key(seed, self.now_ms))
+    }
+
+    fn key_count(&self) -> u64 {
+        self.shared.db.lock().len()
+    }
+
+    async fn flush(&self) -> Result<(), Reply> {
+        self.shared.db.lock().flush_all(self.now_ms);
+        Ok(())
     }
 
     async fn read_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Value>>, Reply> {

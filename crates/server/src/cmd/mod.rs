@@ -19,8 +19,8 @@
 //! same functions over the replica core.
 //!
 //! Families, one file each: [`connection`] (PING ECHO HELLO AUTH QUIT SELECT CLIENT),
-//! [`server`] (COMMAND INFO CONFIG DBSIZE FLUSHALL FLUSHDB), [`string`] (GET SET INCR ...),
-//! [`keyspace`] (DEL EXISTS TYPE EXPIRE TTL KEYS SCAN RANDOMKEY ...), [`transaction`]
+//! [`server`] (COMMAND INFO CONFIG), [`string`] (GET SET INCR ...), [`keyspace`] (DEL EXISTS
+//! TYPE EXPIRE TTL KEYS SCAN RANDOMKEY DBSIZE FLUSHALL ...), [`transaction`]
 //! (MULTI EXEC DISCARD).
 
 pub mod acl;
@@ -80,7 +80,9 @@ macro_rules! local {
     ($f:path) => {{
         fn h(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
             let ks = keyspace_api::Local::new(ctx);
-            keyspace_api::ready($f(&ks, argv)).unwrap_or_else(|e| e)
+            let reply = keyspace_api::ready($f(&ks, argv)).unwrap_or_else(|e| e);
+            ks.finish(ctx);
+            reply
         }
         h as Handler
     }};
@@ -129,9 +131,9 @@ fn handler_for(name: &str) -> Option<Handler> {
         "slowlog|get" | "slowlog|len" | "slowlog|reset" | "slowlog|help" => server::slowlog,
         "latency|latest" | "latency|history" | "latency|reset" | "latency|doctor"
         | "latency|help" => server::latency,
-        "dbsize" => server::dbsize,
-        "flushall" => server::flushall,
-        "flushdb" => server::flushall,
+        "dbsize" => local!(keyspace::dbsize),
+        "flushall" => local!(keyspace::flushall),
+        "flushdb" => local!(keyspace::flushall),
         "get" => string::get,
         "set" => string::set,
         "setnx" => local!(string::setnx),
@@ -152,9 +154,9 @@ fn handler_for(name: &str) -> Option<Handler> {
         "strlen" => local!(string::strlen),
         "getrange" => local!(string::getrange),
         "setrange" => local!(string::setrange),
-        "del" => keyspace::del,
-        "unlink" => keyspace::del,
-        "exists" => keyspace::exists,
+        "del" => local!(keyspace::del),
+        "unlink" => local!(keyspace::del),
+        "exists" => local!(keyspace::exists),
         "type" => local!(keyspace::type_),
         "expire" => local!(keyspace::expire),
         "pexpire" => local!(keyspace::pexpire),
@@ -163,9 +165,9 @@ fn handler_for(name: &str) -> Option<Handler> {
         "ttl" => local!(keyspace::ttl),
         "pttl" => local!(keyspace::pttl),
         "persist" => local!(keyspace::persist),
-        "keys" => keyspace::keys,
-        "scan" => keyspace::scan,
-        "randomkey" => keyspace::randomkey,
+        "keys" => local!(keyspace::keys),
+        "scan" => local!(keyspace::scan),
+        "randomkey" => local!(keyspace::randomkey),
         "touch" => local!(keyspace::touch),
         "lcs" => local!(lcs::lcs_cmd),
         "expiretime" => local!(keyspace::expiretime),
@@ -190,12 +192,12 @@ fn handler_for(name: &str) -> Option<Handler> {
         "function|help" => server::function_help,
         "hset" | "hsetnx" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hlen"
         | "hexists" | "hkeys" | "hvals" | "hincrby" | "hincrbyfloat" | "hstrlen" => {
-            record::hash_cmd
+            local!(record::hash)
         }
-        "link|set" | "link|add" | "link|get" | "link|del" => record::link_cmd,
-        "record|set" => record::record_set_cmd,
+        "link|set" | "link|add" | "link|get" | "link|del" => local!(record::link),
+        "record|set" => local!(record::record_set),
         "chase" => record::chase_cmd,
-        "hscan" => record::hscan_cmd,
+        "hscan" => local!(record::hscan),
         "hrandfield" => record::hrandfield_cmd,
         _ => return None,
     };

@@ -1,36 +1,63 @@
-//! Records (KELI) on the single node: Redis's hash commands (HSET … HSTRLEN), `LINK` and
-//! `CHASE`. The semantics are `ringlet-record`'s pure functions, shared with the cluster
-//! front; this file only fetches, decodes, stores and turns their outputs into replies.
+//! Records (KELI): Redis's hash commands (HSET … HSTRLEN, HSCAN, HRANDFIELD), `LINK`,
+//! `RECORD SET` and `CHASE`. The semantics are `ringlet-record`'s pure functions; the
+//! drivers here — fetch, decode, apply, store, reply — are **written once for both fronts**
+//! over [`Keyspace`] (cmd/keyspace_api.rs): a single node runs them over its engine
+//! (`local!` in cmd/mod.rs), a cluster node over the replica core (crates/cluster/src/resp.rs).
 //!
-//! A command runs under the engine lock from read to write, so read-modify-write commands
-//! (HSET, HINCRBY, LINK ADD) are atomic as in single-threaded Redis. A record keeps its
-//! memgest and TTL across writes (Redis keeps a hash's TTL when fields change); emptying it
-//! deletes the key, as Redis deletes an empty hash. A key holding a string answers
-//! WRONGTYPE.
+//! A write is one [`Keyspace::update`], so read-modify-write commands (HSET, HINCRBY, LINK
+//! ADD) are atomic as in single-threaded Redis: under the engine lock on a single node,
+//! under the key's guard at its coordinator in a cluster. Reads (HGET, HGETALL, LINK GET,
+//! HSCAN ...) are one [`Keyspace::read`] (the lock-free reader on a single node). A record
+//! keeps its memgest and TTL across writes (Redis keeps a hash's TTL when fields change);
+//! emptying it deletes the key, as Redis deletes an empty hash. A key holding a string
+//! answers WRONGTYPE. New links get location hints from [`Keyspace::link_hints`]: each
+//! front's own (a single node: any target, by tag; a cluster node: targets it coordinates).
+//!
+//! **CHASE stays per front** ([`walk_local`] here, `chase_walk` in the cluster): its reads
+//! are what differs — a single node follows each link's hint with a validated one-sided
+//! read, a cluster node groups each level by coordinator and asks the others with one
+//! `RECORDS` call per node — and what they share is already one piece, the sans-I/O
+//! `ringlet_record::chase::Chase` walk and [`chase_reply`].
 
+use super::keyspace_api::{Change, Keyspace, LinkHints, Memgest, Put, Ttl, Value};
+use super::string::KsResult;
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
-use ringlet_engine::{Entry, Expiry, SetOptions};
 use ringlet_record::hash::{Applied, Out, Write};
 use ringlet_record::{chase, Record};
-use ringlet_types::{MemgestId, ValueKind};
+use ringlet_types::ValueKind;
 use std::time::{Duration, Instant};
 
 /// Longest a CHASE may run on one node before it answers with what it has (`time`): the
 /// engine lock is taken per batch, never across the whole walk, but a client still waits.
 pub const CHASE_TIME_MAX: Duration = Duration::from_millis(100);
 
-/// The record in `entry` (`Ok(None)`: missing key); a string is WRONGTYPE, bytes that do not
-/// decode (never written by Ringlet) an error naming the key's state.
-pub fn record_of(entry: Option<&Entry>) -> Result<Option<Record>, Reply> {
-    match entry {
+/// The record in `bytes` (a record key's value); bytes that do not decode (never written
+/// by Ringlet) are an error naming the key's state.
+fn decode(bytes: &[u8]) -> Result<Record, Reply> {
+    Record::decode(bytes)
+        .map_err(|err| Reply::err_owned(format!("ERR stored record does not decode: {err}")))
+}
+
+/// The encoded record of a read (`Ok(None)`: missing key); a string is WRONGTYPE.
+fn encoded_of(v: Option<&Value>) -> Result<Option<&[u8]>, Reply> {
+    match v {
         None => Ok(None),
-        Some(e) if e.kind == ValueKind::String => Err(Reply::err(errors::WRONGTYPE)),
-        Some(e) => Record::decode(&e.value)
-            .map(Some)
-            .map_err(|err| Reply::err_owned(format!("ERR stored record does not decode: {err}"))),
+        Some(v) if v.kind == ValueKind::String => Err(Reply::err(errors::WRONGTYPE)),
+        Some(v) => Ok(Some(&v.bytes)),
     }
+}
+
+/// Store `bytes` as the key's record, keeping its memgest and TTL (a new key: the default
+/// memgest, no TTL).
+fn put_record(bytes: Vec<u8>) -> Change {
+    Change::Put(Put {
+        value: bytes,
+        kind: ValueKind::Record,
+        ttl: Ttl::Keep,
+        memgest: Memgest::Own,
+    })
 }
 
 /// A record command's output as a reply (HGETALL is a map in RESP3, as Redis sends it).
@@ -85,77 +112,69 @@ pub fn read_encoded(argv: &[&[u8]], encoded: &[u8]) -> Option<Out> {
     })
 }
 
-/// Apply a record command (`apply` is `hash::apply` or `link::apply`) to `key` under the
-/// engine lock and store what it decided.
-fn run(
-    ctx: &mut Ctx<'_>,
+/// Run a record command (`apply`: `hash_apply` or `link::apply`) on `key`: a read for the
+/// read-only ones (`write` false), else one [`Keyspace::update`] that stores what `apply`
+/// decided.
+async fn run<K: Keyspace>(
+    ks: &K,
     key: &[u8],
     argv: &[&[u8]],
+    write: bool,
     apply: fn(&[&[u8]], Option<&Record>) -> Applied,
-) -> Reply {
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
+) -> KsResult {
     let name = std::str::from_utf8(argv[0]).unwrap_or("");
-    // One engine read; HGET/HMGET answer from the encoded bytes in place.
-    let cur = engine.get(key, now);
-    if let Some(e) = cur.as_ref().filter(|e| e.kind == ValueKind::Record) {
-        if let Some(out) = read_encoded(argv, &e.value) {
-            return out_reply(name, out);
+    if !write {
+        let cur = ks.read(key).await?;
+        let Some(encoded) = encoded_of(cur.as_ref())? else {
+            return Ok(out_reply(name, apply(argv, None).reply));
+        };
+        // HGET/HMGET answer from the encoded bytes in place.
+        if let Some(out) = read_encoded(argv, encoded) {
+            return Ok(out_reply(name, out));
         }
+        let rec = decode(encoded)?;
+        return Ok(out_reply(name, apply(argv, Some(&rec)).reply));
     }
-    // LINK SET/ADD straight on the encoded record (no decode, no allocation per link): what
-    // a bulk load's pass 2 is made of. Declined cases (errors, hint-less old links, ...) take
-    // the general path below, which gives the same result.
     let is_link = argv[0].eq_ignore_ascii_case(b"link");
-    let encoded = match cur.as_ref() {
-        None => Some(None),
-        Some(e) if e.kind == ValueKind::Record => Some(Some(&e.value[..])),
-        Some(_) => None,
-    };
-    if let (true, Some(encoded), Some(_)) = (is_link, encoded, link_write_field(argv)) {
-        let view = ctx.reader.view();
+    let link_field = link_write_field(argv);
+    let hints = ks.link_hints();
+    if link_field.is_some() {
+        // The targets' buckets requested before the keyspace's lock: their misses overlap
+        // each other and the wait for it.
         for t in argv.get(4..).unwrap_or_default() {
-            ringlet_engine::read::prefetch_bucket(&view, ringlet_engine::hash::key_hash(t));
-        }
-        let spliced = ringlet_record::link::apply_encoded(argv, encoded, |t| {
-            let hash = ringlet_engine::hash::key_hash(t);
-            ringlet_engine::read::locate_position_by_tag(&view, hash).map(|p| hint_of(p, 0, 0))
-        });
-        if let Some((out, bytes)) = spliced {
-            if let Err(e) = store_record(&mut engine, key, cur.as_ref(), &bytes, now) {
-                return e;
-            }
-            return out_reply(name, out);
+            hints.prefetch(t);
         }
     }
-    let rec = match record_of(cur.as_ref()) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    // LINK edits the decoded record in place (it is not used again); the hash commands'
-    // `apply` reads it by reference.
-    let mut applied = if is_link {
-        ringlet_record::link::apply_owned(argv, rec)
-    } else {
-        apply(argv, rec.as_ref())
-    };
-    if let (Some(field), Write::Store(r)) = (link_write_field(argv), &mut applied.write) {
-        fill_local_hints(ctx.reader, r, field);
-    }
-    match applied.write {
-        Write::None => {}
-        Write::Store(r) => {
-            if let Err(e) = store_record(&mut engine, key, cur.as_ref(), &r.encode(), now) {
-                return e;
+    ks.update(key, |cur| {
+        let encoded = encoded_of(cur.as_ref())?;
+        // LINK SET/ADD straight on the encoded record (no decode, no allocation per link):
+        // what a bulk load's pass 2 is made of. Declined cases (errors, hint-less old links,
+        // ...) take the general path below, which gives the same result.
+        if link_field.is_some() {
+            let spliced = ringlet_record::link::apply_encoded(argv, encoded, |t| hints.hint(t));
+            if let Some((out, bytes)) = spliced {
+                return Ok((put_record(bytes), out_reply(name, out)));
             }
         }
-        Write::Delete => {
-            if let Err(e) = engine.delete(key, None, now) {
-                return super::string::engine_error(e);
-            }
+        let rec = encoded.map(decode).transpose()?;
+        // LINK edits the decoded record in place (it is not used again); the hash
+        // commands' `apply` reads it by reference.
+        let mut applied = if is_link {
+            ringlet_record::link::apply_owned(argv, rec)
+        } else {
+            apply(argv, rec.as_ref())
+        };
+        if let (Some(field), Write::Store(r)) = (link_field, &mut applied.write) {
+            fill_hints(&hints, r, field);
         }
-    }
-    out_reply(name, applied.reply)
+        let change = match applied.write {
+            Write::None => Change::Nothing,
+            Write::Store(r) => put_record(r.encode()),
+            Write::Delete => Change::Delete,
+        };
+        Ok((change, out_reply(name, applied.reply)))
+    })
+    .await
 }
 
 /// The field a `LINK SET|ADD key field ...` writes (its links get location hints).
@@ -166,36 +185,27 @@ pub fn link_write_field<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
     writes.then(|| argv.get(3).copied()).flatten()
 }
 
-/// Location hints for the links of `field` without one (a single node: node 0, epoch 0), in
-/// two passes over the targets so that their cache misses overlap, as the batched GET path
-/// does (`crate::conn`): prefetch every target's home bucket, then locate each by its tag
-/// (`locate_position_by_tag`: the bucket holds all a hint needs, and no data entry is read
-/// to check the key — a hint is validated when followed, so a tag collision only makes one
-/// stale). A `LINK ADD` of 100 targets, or a loader's chunk, paid two misses per target
-/// (bucket, then the target's entry for the key), the largest part of a chunked load's node
-/// time (BENCHMARKS.md, "Data hints and index pre-sizing").
-fn fill_local_hints(reader: &ringlet_engine::Reader, r: &mut Record, field: &[u8]) {
-    use ringlet_engine::read::prefetch_bucket;
-    let view = reader.view();
-    let hashes: Vec<u64> = match r.get(field) {
-        Some(ringlet_record::Field::Links(ls)) => ls
-            .iter()
-            .filter(|l| l.hint.is_none())
-            .map(|l| ringlet_engine::hash::key_hash(&l.target))
-            .collect(),
-        _ => Vec::new(),
-    };
-    for h in &hashes {
-        prefetch_bucket(&view, *h);
+/// Location hints for the links of `field` without one, in two passes over the targets so
+/// that their cache misses overlap, as the batched GET path does (`crate::conn`): prefetch
+/// every target's home bucket, then resolve each (a single node locates it by its tag: the
+/// bucket holds all a hint needs). A `LINK ADD` of 100 targets, or a loader's chunk, paid
+/// two misses per target (bucket, then the target's entry for the key), the largest part of
+/// a chunked load's node time (BENCHMARKS.md, "Data hints and index pre-sizing").
+fn fill_hints(hints: &impl LinkHints, r: &mut Record, field: &[u8]) {
+    if let Some(ringlet_record::Field::Links(ls)) = r.get(field) {
+        for l in ls.iter().filter(|l| l.hint.is_none()) {
+            hints.prefetch(&l.target);
+        }
     }
-    r.fill_hints(field, |t| {
-        let hash = ringlet_engine::hash::key_hash(t);
-        ringlet_engine::read::locate_position_by_tag(&view, hash).map(|p| hint_of(p, 0, 0))
-    });
+    r.fill_hints(field, |t| hints.hint(t));
 }
 
 /// The record hint naming engine position `p` on `node` in `epoch`.
-fn hint_of(p: ringlet_engine::read::Position, node: u32, epoch: u64) -> ringlet_record::Hint {
+pub(super) fn hint_of(
+    p: ringlet_engine::read::Position,
+    node: u32,
+    epoch: u64,
+) -> ringlet_record::Hint {
     ringlet_record::Hint {
         node,
         epoch,
@@ -247,8 +257,24 @@ fn hint_in(
 
 /// HSET HSETNX HMSET HGET HMGET HGETALL HDEL HLEN HEXISTS HKEYS HVALS HINCRBY HINCRBYFLOAT
 /// HSTRLEN.
-pub fn hash_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    run(ctx, argv[1], argv, hash_apply)
+pub async fn hash<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let mut buf = [0u8; NAME_BYTES_MAX];
+    let write = ringlet_record::hash::is_write(lowercase(argv[0], &mut buf));
+    run(ks, argv[1], argv, write, hash_apply).await
+}
+
+/// Longest command or subcommand name [`lowercase`] handles (`hincrbyfloat` is 12).
+const NAME_BYTES_MAX: usize = 16;
+
+/// `name` in lowercase, in `buf` (no allocation on the per-request path); `""` for a name
+/// longer than [`NAME_BYTES_MAX`] or not UTF-8, which names no record command.
+fn lowercase<'a>(name: &[u8], buf: &'a mut [u8; NAME_BYTES_MAX]) -> &'a str {
+    let Some(out) = buf.get_mut(..name.len()) else {
+        return "";
+    };
+    out.copy_from_slice(name);
+    out.make_ascii_lowercase();
+    std::str::from_utf8(out).unwrap_or("")
 }
 
 /// `ringlet_record::hash::apply`, except HINCRBYFLOAT, whose sum and text come from the same
@@ -287,89 +313,47 @@ pub fn hash_apply(argv: &[&[u8]], rec: Option<&Record>) -> Applied {
 }
 
 /// LINK SET|ADD|GET|DEL key field ...
-pub fn link_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
+pub async fn link<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     let Some(key) = ringlet_record::link::key(argv) else {
-        return Reply::err(errors::SYNTAX);
+        return Err(Reply::err(errors::SYNTAX));
     };
-    run(ctx, key, argv, ringlet_record::link::apply)
+    let mut buf = [0u8; NAME_BYTES_MAX];
+    let write = ringlet_record::link::is_write_subcommand(lowercase(argv[1], &mut buf));
+    run(ks, key, argv, write, ringlet_record::link::apply).await
 }
 
-/// `RECORD SET key ATTR|LINK|LINKS|LINKSPACKED ...` (`ringlet_record::put`): several fields, links and
-/// link lists written in one command, straight into the encoding
+/// `RECORD SET key ATTR|LINK|LINKS|LINKSPACKED ...` (`ringlet_record::put`): several fields,
+/// links and link lists written in one command, straight into the encoding
 /// (`record::put_fields`: old fields copied as bytes, no `Record`, no allocation per link),
-/// every new link with its location hint. What `ringlet load` writes each item with.
-pub fn record_set_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    use ringlet_engine::read::{locate_position_by_tag, prefetch_bucket};
+/// every new link with its location hint. What `ringlet load` writes each item with. The
+/// arguments are checked before the key is read (a bad spec answers its error, not
+/// WRONGTYPE).
+pub async fn record_set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     use ringlet_record::PutValue;
-    let specs = match ringlet_record::put::parse(argv) {
-        Ok(s) => s,
-        Err(e) => return Reply::err_owned(e),
-    };
+    let specs = ringlet_record::put::parse(argv).map_err(Reply::err_owned)?;
     let key = argv[2];
-    // The targets' buckets requested before the lock: their misses overlap each other and
-    // the wait for it (locating by tag then reads lines already on their way).
-    let view = ctx.reader.view();
-    let prefetch = |t: &[u8]| prefetch_bucket(&view, ringlet_engine::hash::key_hash(t));
+    let hints = ks.link_hints();
     for (_, v) in &specs {
         match v {
             PutValue::Bytes(_) => {}
-            PutValue::Link(t) => prefetch(t),
-            PutValue::Links(ts) => ts.iter().for_each(|t| prefetch(t)),
-            PutValue::Packed(p) => p.iter().for_each(prefetch),
+            PutValue::Link(t) => hints.prefetch(t),
+            PutValue::Links(ts) => ts.iter().for_each(|t| hints.prefetch(t)),
+            PutValue::Packed(p) => p.iter().for_each(|t| hints.prefetch(t)),
         }
     }
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    let cur = engine.get(key, now);
-    let encoded = match cur.as_ref() {
-        None => None,
-        Some(e) if e.kind == ValueKind::String => return Reply::err(errors::WRONGTYPE),
-        Some(e) => Some(&e.value[..]),
-    };
-    let put = ringlet_record::record::put_fields(encoded, &specs, |t| {
-        let hash = ringlet_engine::hash::key_hash(t);
-        locate_position_by_tag(&view, hash).map(|p| hint_of(p, 0, 0))
-    });
-    let (n, bytes) = match put {
-        Ok(x) => x,
-        Err(ringlet_record::RecordError::TooLarge { .. }) => {
-            return Reply::err("ERR record exceeds maximum allowed size")
+    ks.update(key, |cur| {
+        let encoded = encoded_of(cur.as_ref())?;
+        match ringlet_record::record::put_fields(encoded, &specs, |t| hints.hint(t)) {
+            Ok((n, bytes)) => Ok((put_record(bytes), Reply::Int(n))),
+            Err(ringlet_record::RecordError::TooLarge { .. }) => {
+                Err(Reply::err("ERR record exceeds maximum allowed size"))
+            }
+            Err(e) => Err(Reply::err_owned(format!(
+                "ERR stored record does not decode: {e}"
+            ))),
         }
-        Err(e) => {
-            return Reply::err_owned(format!("ERR stored record does not decode: {e}"));
-        }
-    };
-    if let Err(e) = store_record(&mut engine, key, cur.as_ref(), &bytes, now) {
-        return e;
-    }
-    Reply::Int(n)
-}
-
-/// Write a record's new encoding over `cur` (the key's entry read under the same lock): the
-/// memgest and expiry it had are kept, a new key goes to the `none` memgest.
-fn store_record(
-    engine: &mut ringlet_engine::Engine,
-    key: &[u8],
-    cur: Option<&Entry>,
-    bytes: &[u8],
-    now: u64,
-) -> Result<(), Reply> {
-    let opts = SetOptions {
-        memgest: cur.map_or(MemgestId::NONE, |e| e.memgest),
-        expiry: Expiry::Keep,
-        kind: ValueKind::Record,
-        ..SetOptions::default()
-    };
-    engine
-        .set(key, bytes, &opts, now)
-        .map(|_| ())
-        .map_err(super::string::engine_error)
-}
-
-/// `RECORD SET`'s general path for the cluster front (`ringlet_record::put::apply`; the
-/// front fills hints of `LINK` fields only, so a cluster's RECORD SET links carry none).
-pub fn record_apply(argv: &[&[u8]], rec: Option<&Record>) -> ringlet_record::hash::Applied {
-    ringlet_record::put::apply(argv, rec)
+    })
+    .await
 }
 
 /// CHASE key field [field ...] [DEPTH n] [LIMIT n] [FIELDS attr ...]: breadth-first over the
@@ -744,39 +728,42 @@ pub fn hrandfield_reply(
     Reply::Array(out)
 }
 
-/// HSCAN on the single node.
-pub fn hscan_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let engine = ctx.shared.db.lock();
-    match engine.get(argv[1], ctx.now_ms) {
-        None => hscan_reply(argv, None, true),
-        // Redis checks the cursor before the key's type.
-        Some(e) if e.kind != ValueKind::Record => match hscan_reply(argv, None, true) {
-            r @ Reply::Error(_) => r,
-            _ => Reply::err(errors::WRONGTYPE),
-        },
-        Some(e) => {
-            let listpack =
-                super::keyspace::record_encoding(&e.value, &ctx.shared.hash_encoding) == "listpack";
-            hscan_reply(argv, Some(&e.value), listpack)
-        }
+/// HSCAN key cursor [MATCH pattern] [COUNT n]: see [`hscan_reply`].
+pub async fn hscan<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    // Redis checks the cursor before it looks the key up (and before its type).
+    if std::str::from_utf8(argv[2])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+        .is_none()
+    {
+        return Err(Reply::err("ERR invalid cursor"));
     }
+    let cur = ks.read(argv[1]).await?;
+    let encoded = encoded_of(cur.as_ref())?;
+    let listpack = encoded
+        .is_none_or(|e| super::keyspace::record_encoding(e, ks.hash_encoding()) == "listpack");
+    Ok(hscan_reply(argv, encoded, listpack))
 }
 
-/// HRANDFIELD on the single node.
+/// HRANDFIELD key [count [WITHVALUES]]: see [`hrandfield_reply`]; `resp3` is the
+/// connection's protocol, `seed` the front's randomness for this call.
+pub async fn hrandfield<K: Keyspace>(ks: &K, argv: &[&[u8]], resp3: bool, seed: u64) -> KsResult {
+    let args = hrandfield_args(argv)?;
+    let cur = ks.read(argv[1]).await?;
+    let encoded = encoded_of(cur.as_ref())?;
+    Ok(hrandfield_reply(args, encoded, resp3, &mut Rng(seed)))
+}
+
+/// HRANDFIELD on the single node (its protocol and seed are the connection's and node's).
 pub fn hrandfield_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let args = match hrandfield_args(argv) {
-        Ok(a) => a,
-        Err(e) => return e,
-    };
     let seed = ctx
         .shared
         .random_seed
         .fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed);
     let resp3 = ctx.session.proto == ringlet_codec::Proto::Resp3;
-    let engine = ctx.shared.db.lock();
-    match engine.get(argv[1], ctx.now_ms) {
-        None => hrandfield_reply(args, None, resp3, &mut Rng(seed)),
-        Some(e) if e.kind != ValueKind::Record => Reply::err(errors::WRONGTYPE),
-        Some(e) => hrandfield_reply(args, Some(&e.value), resp3, &mut Rng(seed)),
-    }
+    let ks = super::keyspace_api::Local::new(ctx);
+    let reply =
+        super::keyspace_api::ready(hrandfield(&ks, argv, resp3, seed)).unwrap_or_else(|e| e);
+    ks.finish(ctx);
+    reply
 }

@@ -1,5 +1,5 @@
-//! Server commands: COMMAND (from ringlet-command), INFO, CONFIG (GET SET, a subset), DBSIZE,
-//! FLUSHALL / FLUSHDB.
+//! Server commands: COMMAND (from ringlet-command), INFO, CONFIG (GET SET, a subset). DBSIZE
+//! and FLUSHALL / FLUSHDB are key commands over `Keyspace` (cmd/keyspace.rs).
 
 use super::{connection::help, is, Ctx};
 use crate::glob::string_match;
@@ -19,19 +19,6 @@ pub fn cluster_disabled(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
 
 pub fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     super::node::info(ctx.shared, argv)
-}
-
-pub fn dbsize(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
-    Reply::Int(ctx.shared.db.lock().len() as i64)
-}
-
-/// FLUSHALL / FLUSHDB [ASYNC|SYNC]: one database, so both erase everything.
-pub fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    if argv.len() > 2 || (argv.len() == 2 && !is(argv[1], "sync") && !is(argv[1], "async")) {
-        return Reply::err(errors::SYNTAX);
-    }
-    ctx.shared.db.lock().flush_all(ctx.now_ms);
-    Reply::ok()
 }
 
 pub fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {

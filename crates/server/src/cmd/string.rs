@@ -15,12 +15,11 @@
 use super::keyspace_api::{Change, Keyspace, Put, Ttl, Value};
 use super::{parse_i64, Ctx};
 use crate::reply::{errors, Reply};
-use crate::shared::Stats;
 use bytes::Bytes;
 use ringlet_command::args::{
     expire_at_ms, getex_args, set_args, Cond, GetExExpiry, SetArgs, SetExpiry,
 };
-use ringlet_engine::{Engine, Expiry, ReadOutcome, SetOptions};
+use ringlet_engine::{Engine, Expiry, SetOptions};
 use ringlet_types::{limits, ValueKind};
 
 pub use super::keyspace_api::{engine_error, STRING_TOO_LONG};
@@ -28,24 +27,8 @@ pub use super::keyspace_api::{engine_error, STRING_TOO_LONG};
 /// Read `key` into `ctx.scratch` without the engine lock: whether it was found, and its
 /// kind (string commands answer WRONGTYPE for a record).
 pub fn read_kind(ctx: &mut Ctx<'_>, key: &[u8]) -> Option<ValueKind> {
-    ctx.scratch.clear();
-    let hit = match ctx.reader.get(key, ctx.now_ms, ctx.scratch) {
-        ReadOutcome::Hit { kind, .. } => Some(kind),
-        ReadOutcome::Miss => None,
-        ReadOutcome::Retry => {
-            Stats::add(&ctx.shared.stats.reader_retries, 1);
-            match ctx.shared.db.lock().get(key, ctx.now_ms) {
-                Some(e) => {
-                    ctx.scratch.clear();
-                    ctx.scratch.extend_from_slice(&e.value);
-                    Some(e.kind)
-                }
-                None => None,
-            }
-        }
-    };
-    super::keyspace_api::count_read(&ctx.shared.stats, hit.is_some());
-    hit
+    super::keyspace_api::read_into(ctx.shared, ctx.reader, key, ctx.now_ms, ctx.scratch)
+        .map(|(kind, _)| kind)
 }
 
 /// [`read_kind`] for string commands: `Ok(true)` with the value in `ctx.scratch`, `Ok(false)`
