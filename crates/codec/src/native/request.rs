@@ -405,15 +405,7 @@ pub fn encode_cluster_request_frame<S: Sink + ?Sized>(
         }
         ClusterRequest::Memgest { args } => {
             // The list was validated at decode: write it back as it came.
-            put_header(
-                out,
-                Opcode::Memgest,
-                0,
-                request_id,
-                4usize.saturating_add(args.raw.len()),
-            );
-            out.put(&args.count.to_be_bytes());
-            out.put(args.raw);
+            put_raw_args(out, Opcode::Memgest, request_id, args.count, args.raw)
         }
     }
 }
@@ -422,14 +414,7 @@ pub fn encode_cluster_request_frame<S: Sink + ?Sized>(
 /// `limits::KEY_BYTES_MAX` and their number within `limits::BATCH_KEYS_MAX`; the node refuses
 /// the frame otherwise.
 pub fn encode_memgest<S: Sink + ?Sized, A: AsRef<[u8]>>(out: &mut S, request_id: u64, args: &[A]) {
-    let body = args.iter().fold(4usize, |n, a| {
-        n.saturating_add(4).saturating_add(a.as_ref().len())
-    });
-    put_header(out, Opcode::Memgest, 0, request_id, body);
-    out.put(&len32(args.len()).to_be_bytes());
-    for a in args {
-        put_bytes(out, a.as_ref());
-    }
+    put_args(out, Opcode::Memgest, request_id, args)
 }
 
 /// CLUSTER_MAP (empty body).
@@ -523,15 +508,7 @@ pub fn encode_request_frame<S: Sink + ?Sized>(
         NativeRequest::Auth { user, password } => encode_auth(out, request_id, user, password),
         NativeRequest::Command { args } => {
             // Validated at decode: write it back as it came.
-            put_header(
-                out,
-                Opcode::Command,
-                0,
-                request_id,
-                4usize.saturating_add(args.raw.len()),
-            );
-            out.put(&args.count.to_be_bytes());
-            out.put(args.raw);
+            put_raw_args(out, Opcode::Command, request_id, args.count, args.raw)
         }
     }
 }
@@ -540,14 +517,37 @@ pub fn encode_request_frame<S: Sink + ?Sized>(
 /// `1..=limits::COMMAND_ARGS_MAX` and each argument within `limits::COMMAND_ARG_BYTES_MAX`
 /// (the client checks before encoding); the node refuses the frame otherwise.
 pub fn encode_command<S: Sink + ?Sized, A: AsRef<[u8]>>(out: &mut S, request_id: u64, args: &[A]) {
+    put_args(out, Opcode::Command, request_id, args)
+}
+
+/// An argument-list frame (MEMGEST, COMMAND): `count u32 | (len u32 | arg) * count`.
+fn put_args<S: Sink + ?Sized, A: AsRef<[u8]>>(
+    out: &mut S,
+    opcode: Opcode,
+    request_id: u64,
+    args: &[A],
+) {
     let body = args.iter().fold(4usize, |n, a| {
         n.saturating_add(4).saturating_add(a.as_ref().len())
     });
-    put_header(out, Opcode::Command, 0, request_id, body);
+    put_header(out, opcode, 0, request_id, body);
     out.put(&len32(args.len()).to_be_bytes());
     for a in args {
         put_bytes(out, a.as_ref());
     }
+}
+
+/// An argument-list frame whose list was validated at decode, written back as it came.
+fn put_raw_args<S: Sink + ?Sized>(
+    out: &mut S,
+    opcode: Opcode,
+    request_id: u64,
+    count: u32,
+    raw: &[u8],
+) {
+    put_header(out, opcode, 0, request_id, 4usize.saturating_add(raw.len()));
+    out.put(&count.to_be_bytes());
+    out.put(raw);
 }
 
 /// PING.

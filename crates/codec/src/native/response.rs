@@ -505,12 +505,7 @@ pub fn encode_memgest_response<S: Sink + ?Sized>(
     epoch: Epoch,
     resp3: &[u8],
 ) {
-    let body = RESPONSE_FIXED_BYTES
-        .saturating_add(4)
-        .saturating_add(resp3.len());
-    put_header(out, Opcode::Memgest, FLAG_RESPONSE, request_id, body);
-    put_prefix(out, Status::OK, epoch, Version::ZERO);
-    put_bytes(out, resp3);
+    encode_resp3_response(out, Opcode::Memgest, request_id, epoch, resp3)
 }
 
 /// OK COMMAND response: `resp3` is the command's reply as RESP3 bytes, the same reply the
@@ -525,10 +520,21 @@ pub fn encode_command_response<S: Sink + ?Sized>(
     epoch: Epoch,
     resp3: &[u8],
 ) {
+    encode_resp3_response(out, Opcode::Command, request_id, epoch, resp3)
+}
+
+/// An OK response carrying a RESP3 reply as bytes (MEMGEST, COMMAND).
+fn encode_resp3_response<S: Sink + ?Sized>(
+    out: &mut S,
+    opcode: Opcode,
+    request_id: u64,
+    epoch: Epoch,
+    resp3: &[u8],
+) {
     let body = RESPONSE_FIXED_BYTES
         .saturating_add(4)
         .saturating_add(resp3.len());
-    put_header(out, Opcode::Command, FLAG_RESPONSE, request_id, body);
+    put_header(out, opcode, FLAG_RESPONSE, request_id, body);
     put_prefix(out, Status::OK, epoch, Version::ZERO);
     put_bytes(out, resp3);
 }
