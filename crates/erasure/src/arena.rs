@@ -1033,6 +1033,37 @@ mod tests {
         a.check_invariants();
     }
 
+    /// The packed record the key maps keep gives back exactly the `KeyMeta` it was made
+    /// from (a version with both halves set, every field at its extremes), with the owner
+    /// taken from the map.
+    #[test]
+    fn packed_meta_round_trips() {
+        let metas = [
+            KeyMeta {
+                owner: 7,
+                offset: crate::bounds::ARENA_BYTES_MAX - 1,
+                len: u64::from(VALUE_BYTES_MAX),
+                version: Version(u128::MAX - 5),
+                kind: ValueKind::Record,
+                expiry_ms: NonZeroU64::new(u64::MAX),
+            },
+            KeyMeta {
+                owner: 0,
+                offset: 0,
+                len: 0,
+                version: Version::new(1 << 40, 3, 9, 1),
+                kind: ValueKind::String,
+                expiry_ms: None,
+            },
+        ];
+        for m in metas {
+            let p = PackedMeta::pack(&m);
+            assert_eq!(p.unpack(m.owner), m);
+            assert_eq!(p.version(), m.version);
+            assert_eq!(p.len(), m.len);
+        }
+    }
+
     #[test]
     fn allocate_free_coalesce() {
         let mut a = arena();
