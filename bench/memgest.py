@@ -24,7 +24,8 @@ same run. Each run starts a fresh cluster; --repeat runs, medians quoted. A memg
 writes the build refuses (ec before the replica core's ec path) is reported as unavailable.
 
 Usage: bench/memgest.py [--ringlet PATH] [--repeat 3] [--keys 20000] [--ops 2000]
-                        [--value-bytes 1024] [--json out.json]
+                        [--value-bytes 1024] [--memory-mb 512] [--memgests rep3,ec32]
+                        [--json out.json]
 Requires: a release build of `ringlet` (`cargo build --release -p ringlet-cli`), redis-server,
 redis-py.
 """
@@ -322,10 +323,11 @@ def one_run(run_id, exe):
     value = ARGS.value_bytes
     c = Cluster(exe, ARGS.memory_mb)
     try:
-        for n, d in MEMGESTS:
+        chosen = [(n, d) for n, d in MEMGESTS if not ARGS.memgests or n in ARGS.memgests]
+        for n, d in chosen:
             if n != "none":
                 c.any.execute_command("MEMGEST", "CREATE", n, d)
-        rows = [bench_memgest(c, n, d, run_id, value) for n, d in MEMGESTS]
+        rows = [bench_memgest(c, n, d, run_id, value) for n, d in chosen]
     finally:
         c.stop()
     rows.append(bench_redis(value))
@@ -351,7 +353,8 @@ def median_rows(runs):
 
 
 def table(rows):
-    base = next(r for r in rows if r["memgest"] == "none")
+    # Ratios against `none` when it ran (`--memgests` may leave it out).
+    base = next((r for r in rows if r["memgest"] == "none"), None)
     lines = ["| memgest | memory / payload byte: engine (MEMGEST INFO) | RSS growth | put p50 / p99 µs | put p50 vs none | put throughput ops/s | vs none | get p50 / p99 µs | MOVE p50 / p99 µs | MOVE p50 vs put p50 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -359,7 +362,7 @@ def table(rows):
             lines.append(f"| {r['memgest']} | unavailable: {r['unavailable']} |||||||||")
             continue
         f = lambda k, fmt="{:.0f}": fmt.format(r[k]) if k in r else "—"
-        rel = lambda k: f"{r[k] / base[k]:.2f}×" if k in r else "—"
+        rel = lambda k: f"{r[k] / base[k]:.2f}×" if base and k in r and k in base else "—"
         mv = f"{r['move_p50_us'] / r['put_p50_us']:.2f}×" if "move_p50_us" in r else "—"
         lines.append(
             f"| {r['memgest']} | {f('info_per_payload', '{:.2f}')} | {f('rss_per_payload', '{:.2f}')} "
@@ -397,7 +400,13 @@ def main():
     ap.add_argument("--value-bytes", type=int, default=1024)
     ap.add_argument("--memory-mb", type=int, default=512)
     ap.add_argument("--json")
+    ap.add_argument("--memgests", type=lambda v: v.split(","), default=None,
+                    help="comma list of memgests to run, by name (none,rep2,rep3,ec21,ec31,ec32); "
+                         "default all, in that order")
     ARGS = ap.parse_args()
+    names = [n for n, _ in MEMGESTS]
+    if ARGS.memgests and any(n not in names for n in ARGS.memgests):
+        sys.exit(f"--memgests: names are {','.join(names)}")
     if not os.path.exists(ARGS.ringlet):
         sys.exit(f"no ringlet binary at {ARGS.ringlet}: cargo build --release -p ringlet-cli")
     runs = []

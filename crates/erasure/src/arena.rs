@@ -22,6 +22,7 @@
 use crate::codec::delta;
 use crate::error::Error;
 use crate::layout::Layout;
+use crate::small_key::SmallKey;
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use ringlet_types::{ValueKind, Version};
 use std::collections::BTreeMap;
@@ -54,6 +55,62 @@ pub struct KeyMeta {
 // One record per key on the data node and on each of the M holders: adding the expiry kept
 // it at 48 bytes (see `expiry_ms`).
 const _: () = assert!(std::mem::size_of::<KeyMeta>() <= 48);
+
+/// One key's [`KeyMeta`] as the coordinator's and the holders' key maps keep it: without the
+/// owner (the map says whose arena it describes), the version as two words and the length as
+/// `u32` (≤ `VALUE_BYTES_MAX`), so 40 bytes at 8-byte alignment where `KeyMeta` takes 48 (its
+/// `u128` version aligns it to 16). Kept once per key by the arena and by each of the M
+/// holders (docs/design/cluster-memory.md, session 16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PackedMeta {
+    version_hi: u64,
+    version_lo: u64,
+    offset: u64,
+    expiry_ms: Option<NonZeroU64>,
+    len: u32,
+    kind: ValueKind,
+}
+
+const _: () = assert!(std::mem::size_of::<PackedMeta>() <= 40);
+// Every length a map holds was checked against this bound first (see `PackedMeta::pack`).
+const _: () = assert!(VALUE_BYTES_MAX as u64 <= u32::MAX as u64);
+
+impl PackedMeta {
+    /// Packs `m`. Callers checked `m.len ≤ VALUE_BYTES_MAX` (allocation, `restore_key`,
+    /// the holders' `apply` / `restore_meta`); a longer one would saturate, never wrap.
+    pub(crate) fn pack(m: &KeyMeta) -> PackedMeta {
+        debug_assert!(m.len <= u64::from(VALUE_BYTES_MAX));
+        PackedMeta {
+            // Splitting the u128 into its two halves: the shifts and truncations are exact.
+            version_hi: (m.version.0 >> 64) as u64,
+            version_lo: m.version.0 as u64,
+            offset: m.offset,
+            expiry_ms: m.expiry_ms,
+            len: u32::try_from(m.len).unwrap_or(u32::MAX),
+            kind: m.kind,
+        }
+    }
+
+    /// The full record, as described by `owner`'s map.
+    pub(crate) fn unpack(&self, owner: u32) -> KeyMeta {
+        KeyMeta {
+            owner,
+            offset: self.offset,
+            len: u64::from(self.len),
+            version: self.version(),
+            kind: self.kind,
+            expiry_ms: self.expiry_ms,
+        }
+    }
+
+    pub(crate) fn version(&self) -> Version {
+        Version((u128::from(self.version_hi) << 64) | u128::from(self.version_lo))
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        u64::from(self.len)
+    }
+}
 
 /// A change of key metadata carried by a parity update.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,13 +197,15 @@ pub struct Arena {
     free: BTreeMap<u64, u64>,
     /// Allocated ranges: offset → len.
     used: BTreeMap<u64, u64>,
-    keys: BTreeMap<Vec<u8>, KeyMeta>,
+    /// Key → metadata. `SmallKey`: short keys inline in the map slot, no heap block each.
+    /// Values are [`PackedMeta`] (the owner is `node`).
+    keys: BTreeMap<SmallKey, PackedMeta>,
     /// Keys deleted here (not live now) with their delete version: the tombstones the
     /// parity holders keep, so a holder resynchronised from this arena's snapshot gets
     /// them too. Without them a resynced holder lacked every delete from before its
     /// resync, and a coordinator taking over from it lost the tombstones (simulator seed
     /// 7334 of `ec_ttl`). Unbounded like the holders' own tombstones (cluster-ec.md).
-    tombs: BTreeMap<Vec<u8>, Version>,
+    tombs: BTreeMap<SmallKey, Version>,
     payload_bytes: u64,
     meta_bytes: u64,
     seq: u64,
@@ -201,8 +260,8 @@ impl Arena {
         &self.bytes
     }
     /// Metadata of a key stored here.
-    pub fn meta(&self, key: &[u8]) -> Option<&KeyMeta> {
-        self.keys.get(key)
+    pub fn meta(&self, key: &[u8]) -> Option<KeyMeta> {
+        self.keys.get(key).map(|p| p.unpack(self.node))
     }
     /// Sequence number of the last update produced.
     pub fn last_seq(&self) -> u64 {
@@ -335,14 +394,14 @@ impl Arena {
 
     /// Reads the value of `key`.
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let m = self.keys.get(key)?;
+        let m = self.meta(key)?;
         self.read(m.offset, m.len).ok()
     }
 
     /// Whether `key` is live here with exactly `value` of `kind` (compared in place, no
     /// copy): a write of the same bytes may then be a metadata-only [`Arena::touch`].
     pub fn holds_value(&self, key: &[u8], value: &[u8], kind: ValueKind) -> bool {
-        let Some(m) = self.keys.get(key) else {
+        let Some(m) = self.meta(key) else {
             return false;
         };
         if m.kind != kind || m.len != value.len() as u64 {
@@ -410,7 +469,7 @@ impl Arena {
     ) -> Result<ParityUpdate, Error> {
         check_key(key)?;
         if let Some(old) = self.keys.get(key) {
-            if version <= old.version {
+            if version <= old.version() {
                 return Err(Error::Stale);
             }
         }
@@ -446,11 +505,14 @@ impl Arena {
             expiry_ms,
         };
         self.drop_tomb(key);
-        if let Some(old) = self.keys.insert(key.to_vec(), meta) {
+        if let Some(old) = self
+            .keys
+            .insert(SmallKey::new(key), PackedMeta::pack(&meta))
+        {
             // Cannot fail while the invariants hold (the key pointed at its allocation), and
             // the update must go out regardless: its sequence number is already taken.
             if old.len > 0 {
-                let freed = self.free(old.offset, old.len);
+                let freed = self.free(old.offset, old.len());
                 debug_assert!(freed.is_ok(), "key pointed at a non-allocation");
             }
         } else {
@@ -472,9 +534,8 @@ impl Arena {
     /// [`Error::NotAllocated`] if the key is absent, [`Error::Stale`] if `version` is not
     /// above the stored one.
     pub fn delete(&mut self, key: &[u8], version: Version) -> Result<ParityUpdate, Error> {
-        let old = *self
-            .keys
-            .get(key)
+        let old = self
+            .meta(key)
             .ok_or(Error::NotAllocated { offset: 0, len: 0 })?;
         if version <= old.version {
             return Err(Error::Stale);
@@ -517,16 +578,18 @@ impl Arena {
         version: Version,
         expiry_ms: Option<NonZeroU64>,
     ) -> Result<ParityUpdate, Error> {
-        let m = self
+        let node = self.node;
+        let p = self
             .keys
             .get_mut(key)
             .ok_or(Error::NotAllocated { offset: 0, len: 0 })?;
-        if version <= m.version {
+        let mut meta = p.unpack(node);
+        if version <= meta.version {
             return Err(Error::Stale);
         }
-        m.version = version;
-        m.expiry_ms = expiry_ms;
-        let meta = *m;
+        meta.version = version;
+        meta.expiry_ms = expiry_ms;
+        *p = PackedMeta::pack(&meta);
         self.seq = self.seq.saturating_add(1);
         Ok(ParityUpdate {
             owner: self.node,
@@ -554,7 +617,7 @@ impl Arena {
         kind: ValueKind,
         expiry_ms: Option<NonZeroU64>,
     ) -> Result<(ParityUpdate, Option<(u64, u64)>), Error> {
-        let old = self.keys.get(key).copied();
+        let old = self.meta(key);
         if let Some(o) = old {
             if version <= o.version {
                 return Err(Error::Stale);
@@ -569,7 +632,7 @@ impl Arena {
             Ok(up) => Ok((up, old.filter(|o| o.len > 0).map(|o| (o.offset, o.len)))),
             Err(e) => {
                 if let (Some(o), Some(m)) = (old, self.keys.get_mut(key)) {
-                    *m = o;
+                    *m = PackedMeta::pack(&o);
                 }
                 Err(e)
             }
@@ -589,9 +652,8 @@ impl Arena {
         version: Version,
         retire: bool,
     ) -> Result<(ParityUpdate, Option<(u64, u64)>), Error> {
-        let old = *self
-            .keys
-            .get(key)
+        let old = self
+            .meta(key)
             .ok_or(Error::NotAllocated { offset: 0, len: 0 })?;
         if version < old.version || (!retire && version == old.version) {
             return Err(Error::Stale);
@@ -650,7 +712,8 @@ impl Arena {
             ..meta
         };
         self.drop_tomb(key);
-        self.keys.insert(key.to_vec(), meta);
+        self.keys
+            .insert(SmallKey::new(key), PackedMeta::pack(&meta));
         self.meta_bytes = self
             .meta_bytes
             .saturating_add(key.len() as u64)
@@ -722,7 +785,7 @@ impl Arena {
     /// does not hold. Takes the next sequence number.
     pub fn meta_update(&mut self, meta: MetaChange) -> ParityUpdate {
         match &meta {
-            MetaChange::Delete { key, version } if !self.keys.contains_key(key) => {
+            MetaChange::Delete { key, version } if !self.keys.contains_key(key.as_slice()) => {
                 self.note_tomb(key, *version);
             }
             MetaChange::Retire { key, version } => self.retire_tomb(key, *version),
@@ -744,24 +807,26 @@ impl Arena {
     }
 
     /// Up to `limit` keys strictly after `after` with their metadata, in key order.
-    pub fn keys_after(&self, after: Option<&[u8]>, limit: usize) -> Vec<(&[u8], &KeyMeta)> {
+    pub fn keys_after(&self, after: Option<&[u8]>, limit: usize) -> Vec<(&[u8], KeyMeta)> {
         use std::ops::Bound;
         let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
         self.keys
             .range::<[u8], _>((lo, Bound::Unbounded))
             .take(limit)
-            .map(|(k, m)| (k.as_slice(), m))
+            .map(|(k, m)| (k.as_bytes(), m.unpack(self.node)))
             .collect()
     }
 
     /// Every key with its metadata, in key order.
-    pub fn keys(&self) -> impl Iterator<Item = (&[u8], &KeyMeta)> {
-        self.keys.iter().map(|(k, m)| (k.as_slice(), m))
+    pub fn keys(&self) -> impl Iterator<Item = (&[u8], KeyMeta)> {
+        self.keys
+            .iter()
+            .map(|(k, m)| (k.as_bytes(), m.unpack(self.node)))
     }
 
     /// Tombstones (keys deleted here, not live now) with their delete version, in key order.
     pub fn tombstones(&self) -> impl Iterator<Item = (&[u8], Version)> {
-        self.tombs.iter().map(|(k, v)| (k.as_slice(), *v))
+        self.tombs.iter().map(|(k, v)| (k.as_bytes(), *v))
     }
 
     /// Takeover: records a tombstone a parity holder kept (`key` deleted at `version`), so a
@@ -785,18 +850,18 @@ impl Arena {
         &self,
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Vec<(&[u8], Result<&KeyMeta, Version>)> {
+    ) -> Vec<(&[u8], Result<KeyMeta, Version>)> {
         use std::ops::Bound;
         let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut live = self
             .keys
             .range::<[u8], _>((lo, Bound::Unbounded))
-            .map(|(k, m)| (k.as_slice(), Ok(m)))
+            .map(|(k, m)| (k.as_bytes(), Ok(m.unpack(self.node))))
             .peekable();
         let mut dead = self
             .tombs
             .range::<[u8], _>((lo, Bound::Unbounded))
-            .map(|(k, v)| (k.as_slice(), Err(*v)))
+            .map(|(k, v)| (k.as_bytes(), Err(*v)))
             .peekable();
         let mut page = Vec::new();
         while page.len() < limit {
@@ -817,7 +882,7 @@ impl Arena {
         match self.tombs.get_mut(key) {
             Some(v) => *v = (*v).max(version),
             None => {
-                self.tombs.insert(key.to_vec(), version);
+                self.tombs.insert(SmallKey::new(key), version);
                 self.meta_bytes = self
                     .meta_bytes
                     .saturating_add(key.len() as u64)
@@ -880,7 +945,7 @@ impl Arena {
         for m in self.keys.values().filter(|m| m.len > 0) {
             assert_eq!(
                 self.used.get(&m.offset),
-                Some(&m.len),
+                Some(&m.len()),
                 "key points at its range"
             );
         }
@@ -940,7 +1005,7 @@ mod tests {
             ]
         );
         // Paging from a cursor, two at a time.
-        let keys = |p: Vec<(&[u8], Result<&KeyMeta, Version>)>| {
+        let keys = |p: Vec<(&[u8], Result<KeyMeta, Version>)>| {
             p.into_iter().map(|(k, _)| k.to_vec()).collect::<Vec<_>>()
         };
         assert_eq!(
@@ -966,6 +1031,37 @@ mod tests {
         assert_eq!(a.tombstones().count(), 2);
         assert!(a.meta(b"a").is_some());
         a.check_invariants();
+    }
+
+    /// The packed record the key maps keep gives back exactly the `KeyMeta` it was made
+    /// from (a version with both halves set, every field at its extremes), with the owner
+    /// taken from the map.
+    #[test]
+    fn packed_meta_round_trips() {
+        let metas = [
+            KeyMeta {
+                owner: 7,
+                offset: crate::bounds::ARENA_BYTES_MAX - 1,
+                len: u64::from(VALUE_BYTES_MAX),
+                version: Version(u128::MAX - 5),
+                kind: ValueKind::Record,
+                expiry_ms: NonZeroU64::new(u64::MAX),
+            },
+            KeyMeta {
+                owner: 0,
+                offset: 0,
+                len: 0,
+                version: Version::new(1 << 40, 3, 9, 1),
+                kind: ValueKind::String,
+                expiry_ms: None,
+            },
+        ];
+        for m in metas {
+            let p = PackedMeta::pack(&m);
+            assert_eq!(p.unpack(m.owner), m);
+            assert_eq!(p.version(), m.version);
+            assert_eq!(p.len(), m.len);
+        }
     }
 
     #[test]
@@ -1052,14 +1148,14 @@ mod tests {
             panic!("a put carries its metadata");
         };
         assert_eq!(meta.expiry_ms, NonZeroU64::new(5_000));
-        let at = a.meta(b"t").copied().unwrap();
+        let at = a.meta(b"t").unwrap();
         let seq = a.last_seq();
         // EXPIRE: same bytes, same place, new version and expiry; no delta.
         let v2 = Version::new(2, 0, 1, 1);
         let t = a.touch(b"t", v2, NonZeroU64::new(9_000)).unwrap();
         assert!(t.delta.is_empty());
         assert_eq!(t.seq, seq + 1);
-        let m = a.meta(b"t").copied().unwrap();
+        let m = a.meta(b"t").unwrap();
         assert_eq!((m.offset, m.len, m.version), (at.offset, at.len, v2));
         assert_eq!(m.expiry_ms, NonZeroU64::new(9_000));
         assert_eq!(

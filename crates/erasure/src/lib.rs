@@ -54,6 +54,7 @@ pub mod fuzz_support;
 pub mod layout;
 pub mod parity;
 pub mod reliability;
+pub mod small_key;
 pub mod stripe;
 
 pub use arena::{Accounting, Arena, KeyMeta, MetaChange, ParityUpdate};
@@ -61,6 +62,7 @@ pub use codec::{apply_delta, delta, parity_coefficient, Codec};
 pub use error::Error;
 pub use layout::{CodewordId, DataChunk, Layout, Location, ParityChunk, Piece};
 pub use parity::{Applied, ParityStore};
+pub use small_key::SmallKey;
 pub use stripe::{
     encode_stripe, rebuild_parity_stripe, rebuild_range, rebuild_sources, ChunkSource, SourceRange,
 };

@@ -18,10 +18,11 @@
 //! Every update is validated completely before anything is modified, so a rejected update
 //! leaves the store unchanged.
 
-use crate::arena::{Accounting, KeyMeta, MetaChange, ParityUpdate, META_RECORD_BYTES};
+use crate::arena::{Accounting, KeyMeta, MetaChange, PackedMeta, ParityUpdate, META_RECORD_BYTES};
 use crate::codec::Codec;
 use crate::error::Error;
 use crate::layout::{Layout, ParityChunk};
+use crate::small_key::SmallKey;
 use ringlet_types::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use ringlet_types::Version;
 use std::collections::BTreeMap;
@@ -50,7 +51,9 @@ pub struct ParityStore {
     /// key-only map ignored the new owner's put (not newer) and then dropped the key on the
     /// old owner's retire (simulator seed 29063: acknowledged write lost after the next
     /// takeover of the new owner).
-    meta: Vec<BTreeMap<Vec<u8>, KeyMeta>>,
+    /// Keys are `SmallKey`s: short keys inline in the map slot (cluster-memory.md).
+    /// Values are [`PackedMeta`]: the owner is the map's index.
+    meta: Vec<BTreeMap<SmallKey, PackedMeta>>,
     /// Last applied sequence number per owner (data node index).
     applied_seq: Vec<u64>,
     /// Arena size the owners use: updates beyond it are refused, so a faulty or hostile
@@ -60,7 +63,7 @@ pub struct ParityStore {
     payload_bytes: u64,
     /// Tombstones per owner: key → version. Not bounded here (like the simulator's store);
     /// the engine-side summary bounds them in a later step. Not counted in `meta_bytes`.
-    tombs: Vec<BTreeMap<Vec<u8>, Version>>,
+    tombs: Vec<BTreeMap<SmallKey, Version>>,
     /// Per owner: highest arena byte (exclusive) any applied update touched.
     high_water: Vec<u64>,
 }
@@ -267,8 +270,9 @@ impl ParityStore {
             return;
         };
         if let Some(old) = meta.get(key) {
-            if old.version < version || (inclusive && old.version == version) {
-                let old_len = old.len;
+            let v = old.version();
+            if v < version || (inclusive && v == version) {
+                let old_len = old.len();
                 meta.remove(key);
                 self.payload_bytes = self.payload_bytes.saturating_sub(old_len);
                 self.meta_bytes = self
@@ -294,7 +298,7 @@ impl ParityStore {
             return;
         };
         if !live && tombs.get(key).is_none_or(|t| *t < version) {
-            tombs.insert(key.to_vec(), version);
+            tombs.insert(SmallKey::new(key), version);
         }
     }
 
@@ -329,7 +333,7 @@ impl ParityStore {
         owner: u32,
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Vec<(&[u8], &KeyMeta)> {
+    ) -> Vec<(&[u8], KeyMeta)> {
         use std::ops::Bound;
         let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
         let Some(meta) = usize::try_from(owner).ok().and_then(|o| self.meta.get(o)) else {
@@ -337,7 +341,7 @@ impl ParityStore {
         };
         meta.range::<[u8], _>((lo, Bound::Unbounded))
             .take(limit)
-            .map(|(k, m)| (k.as_slice(), m))
+            .map(|(k, m)| (k.as_bytes(), m.unpack(owner)))
             .collect()
     }
 
@@ -356,7 +360,7 @@ impl ParityStore {
         tombs
             .range::<[u8], _>((lo, Bound::Unbounded))
             .take(limit)
-            .map(|(k, v)| (k.as_slice(), *v))
+            .map(|(k, v)| (k.as_bytes(), *v))
             .collect()
     }
 
@@ -367,7 +371,7 @@ impl ParityStore {
             .ok()
             .and_then(|o| self.tombs.get(o))
             .into_iter()
-            .flat_map(|t| t.iter().map(|(k, v)| (k.as_slice(), *v)))
+            .flat_map(|t| t.iter().map(|(k, v)| (k.as_bytes(), *v)))
     }
 
     /// Parity-holder resync: folds owner `owner`'s arena bytes `[offset, offset+bytes.len())`
@@ -459,16 +463,16 @@ impl ParityStore {
             Some(old) => {
                 // Higher version wins; an older one (a late message after a takeover) is
                 // ignored for metadata, while its delta was still folded (the bytes changed).
-                if old.version < meta.version {
+                if old.version() < meta.version {
                     self.payload_bytes = self
                         .payload_bytes
-                        .saturating_sub(old.len)
+                        .saturating_sub(old.len())
                         .saturating_add(meta.len);
-                    *old = meta;
+                    *old = PackedMeta::pack(&meta);
                 }
             }
             None => {
-                metas.insert(key.to_vec(), meta);
+                metas.insert(SmallKey::new(key), PackedMeta::pack(&meta));
                 self.payload_bytes = self.payload_bytes.saturating_add(meta.len);
                 self.meta_bytes = self
                     .meta_bytes
@@ -543,21 +547,21 @@ impl ParityStore {
 
     /// Replicated metadata of `key`: the newest of the owners that describe it (two do
     /// while a move between data nodes of this group has not retired the old copy).
-    pub fn meta(&self, key: &[u8]) -> Option<&KeyMeta> {
-        self.meta
-            .iter()
-            .filter_map(|m| m.get(key))
+    pub fn meta(&self, key: &[u8]) -> Option<KeyMeta> {
+        (0u32..)
+            .zip(&self.meta)
+            .filter_map(|(o, m)| m.get(key).map(|p| p.unpack(o)))
             .max_by_key(|m| m.version)
     }
 
     /// All keys owned by data node `owner`, in key order: what a new coordinator for that
     /// node reads back before serving.
-    pub fn keys_of(&self, owner: u32) -> impl Iterator<Item = (&[u8], &KeyMeta)> {
+    pub fn keys_of(&self, owner: u32) -> impl Iterator<Item = (&[u8], KeyMeta)> {
         usize::try_from(owner)
             .ok()
             .and_then(|o| self.meta.get(o))
             .into_iter()
-            .flat_map(|m| m.iter().map(|(k, m)| (k.as_slice(), m)))
+            .flat_map(move |m| m.iter().map(move |(k, m)| (k.as_bytes(), m.unpack(owner))))
     }
 
     /// Memory accounting: payload is the sum of value lengths the metadata describes.
@@ -594,22 +598,17 @@ impl ParityStore {
             .meta
             .iter()
             .flat_map(|m| m.keys())
-            .map(|k| (k.len() as u64).saturating_add(META_RECORD_BYTES))
+            .map(|k| (k.as_bytes().len() as u64).saturating_add(META_RECORD_BYTES))
             .fold(0u64, u64::saturating_add);
         assert_eq!(meta, self.meta_bytes, "metadata accounting");
         let payload = self
             .meta
             .iter()
             .flat_map(|m| m.values())
-            .map(|m| m.len)
+            .map(PackedMeta::len)
             .fold(0u64, u64::saturating_add);
         assert_eq!(payload, self.payload_bytes, "payload accounting");
-        assert!(
-            (0u32..)
-                .zip(&self.meta)
-                .all(|(o, m)| m.values().all(|km| km.owner == o)),
-            "each entry in its owner's map"
-        );
+        // Each entry's owner is its map's index by construction (`PackedMeta` has no owner).
     }
 
     /// Sum of value lengths described by the replicated metadata.
@@ -778,7 +777,7 @@ mod tests {
         let v2 = Version::new(2, 0, 0, 1);
         let u2 = a.touch(b"k", v2, NonZeroU64::new(2_000)).unwrap();
         assert_eq!(p.apply(&u2), Ok(Applied::Applied));
-        let m = *p.meta(b"k").unwrap();
+        let m = p.meta(b"k").unwrap();
         assert_eq!(
             (m.version, m.expiry_ms, m.len),
             (v2, NonZeroU64::new(2_000), 150)
@@ -820,6 +819,6 @@ mod tests {
             expiry_ms: NonZeroU64::new(123_456),
         };
         p.restore_meta(b"r", 1, Some(m), m.version).unwrap();
-        assert_eq!(p.meta(b"r").copied(), Some(m));
+        assert_eq!(p.meta(b"r"), Some(m));
     }
 }

@@ -176,7 +176,7 @@ proptest! {
                 2 => a.delete(&key, v).ok(),
                 _ => {
                     // In-place partial overwrite of an existing value.
-                    match a.meta(&key).copied() {
+                    match a.meta(&key) {
                         Some(meta) if meta.len > 0 && len > 0 => {
                             let start = u64::from(off) % meta.len;
                             let n = (meta.len - start).min(len as u64) as usize;

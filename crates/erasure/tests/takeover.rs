@@ -122,7 +122,7 @@ fn coordinator_and_parity_holder_fail_then_recover() {
         .as_ref()
         .unwrap()
         .keys_of(1)
-        .map(|(k, m)| (k.to_vec(), *m))
+        .map(|(k, m)| (k.to_vec(), m))
         .collect();
     let want_keys: Vec<Vec<u8>> = truth
         .keys()

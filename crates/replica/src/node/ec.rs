@@ -1090,7 +1090,7 @@ impl<S: ReplicaStore> Replica<S> {
             .store
             .keys_of_after(owner, after.as_deref(), lim)
             .into_iter()
-            .map(|(k, m)| EcKeyMeta::live(k, m));
+            .map(|(k, m)| EcKeyMeta::live(k, &m));
         let tombs = h
             .store
             .tombstones_of_after(owner, after.as_deref(), lim)
@@ -1308,7 +1308,7 @@ impl<S: ReplicaStore> Replica<S> {
                 .entries_after(after.as_deref(), EC_KEYS_PER_PAGE_MAX + 1)
                 .into_iter()
                 .map(|(k, m)| match m {
-                    Ok(m) => EcKeyMeta::live(k, m),
+                    Ok(m) => EcKeyMeta::live(k, &m),
                     Err(version) => EcKeyMeta {
                         key: k.to_vec(),
                         version,
@@ -1603,7 +1603,7 @@ impl<S: ReplicaStore> Replica<S> {
         let mut lost = Vec::new();
         for (k, m) in d.arena.keys() {
             if m.offset.saturating_add(m.len) <= cursor {
-                let _ = fresh.restore_key(k, *m);
+                let _ = fresh.restore_key(k, m);
             } else {
                 lost.push((k.to_vec(), m.version));
             }
@@ -2556,7 +2556,7 @@ impl<S: ReplicaStore> Replica<S> {
         if !matches!(d.state, DataState::Ready) {
             return Err(());
         }
-        match d.arena.meta(&key).copied() {
+        match d.arena.meta(&key) {
             // This arena names the key at exactly this version and nothing is in flight for
             // it: a re-encode of the copy before the switch committed it here, and a delta
             // reset then forgot the store's pointer (the source resent the slot whole).
