@@ -12,6 +12,7 @@ pipeline 16 and 1 (`-c 50 -d 100 -r 1000000`).
 
 Usage: bench/request_path_ab.py --before OLD_BIN --after NEW_BIN [--rounds 3]
        [--before-args "--io epoll" --after-args "--io uring"]   # one binary, two loops
+       [--tests set:16]                    # only these tests (test:pipeline, comma-separated)
 """
 import argparse
 import os
@@ -57,7 +58,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--before-args", default="", help="extra flags for the before server")
     ap.add_argument("--after-args", default="", help="extra flags for the after server")
+    ap.add_argument("--tests", default="",
+                    help="comma-separated test:pipeline (e.g. set:16,get:16); default all four")
     args = ap.parse_args()
+    tests = TESTS
+    if args.tests:
+        want = {(t.split(":")[0], int(t.split(":")[1])) for t in args.tests.split(",")}
+        tests = [t for t in TESTS if (t[0], t[1]) in want]
+        if not tests:
+            ap.error(f"--tests {args.tests!r} names none of {[(t, p) for t, p, _ in TESTS]}")
     servers = [("redis", None), ("before", args.before), ("after", args.after)]
     extra = {"before": shlex.split(args.before_args), "after": shlex.split(args.after_args)}
     res = {}  # (server, test, pipeline) -> list of (ops/s, cpu s/Mop)
@@ -68,7 +77,7 @@ def main():
                       extra.get(name, ()))
             try:
                 rb(port, "set", 16, 1_000_000)
-                for test, pl, n in TESTS:
+                for test, pl, n in tests:
                     c0 = cpu_seconds(p.pid)
                     ops = rb(port, test, pl, n)
                     cpu = (cpu_seconds(p.pid) - c0) / (n / 1e6)
@@ -82,7 +91,7 @@ def main():
             time.sleep(0.5)
     print("| test | server | ops/s | ×Redis | CPU-s/Mop | ×Redis CPU |")
     print("|---|---|---|---|---|---|")
-    for test, pl, _ in TESTS:
+    for test, pl, _ in tests:
         base = res[("redis", test, pl)]
         b_ops = statistics.median(x[0] for x in base)
         b_cpu = statistics.median(x[1] for x in base)

@@ -329,14 +329,32 @@ impl Engine {
         value: &[u8],
         now_ms: u64,
     ) -> Result<(), Error> {
+        self.set_plain_slotted(key, h, ringlet_types::key_slot(key), value, now_ms)
+    }
+
+    /// [`Engine::set_plain_hashed`] with the key's cluster slot (`key_slot(key)`, a CRC16 of
+    /// the key or its hash tag) computed by the caller too: the batched request path computes
+    /// it once per SET to prefetch the slot's accounting line ([`Engine::prefetch_slot`]).
+    ///
+    /// # Errors
+    /// As [`Engine::set`].
+    pub fn set_plain_slotted(
+        &mut self,
+        key: &[u8],
+        h: u64,
+        slot: u16,
+        value: &[u8],
+        now_ms: u64,
+    ) -> Result<(), Error> {
         check_key(key)?;
         check_value(value.len())?;
         debug_assert_eq!(h, key_hash(key));
+        debug_assert_eq!(slot, ringlet_types::key_slot(key));
         let opts = SetOptions::default();
         if !self.memgests.contains_key(&opts.memgest) {
             return Err(Error::UnknownMemgest);
         }
-        let lookup = self.store.look_up_for_put(key, h, now_ms);
+        let lookup = self.store.look_up_for_put(key, h, slot, now_ms);
         if lookup.expired {
             return self.set_impl(key, value, &opts, now_ms, false).map(|_| ());
         }
@@ -359,6 +377,13 @@ impl Engine {
             self.tombstone_summary = self.tombstone_summary.max(v);
         }
         Ok(())
+    }
+
+    /// Start loading the accounting line of cluster slot `slot` (a hint, no effect on any
+    /// result): what a SET of a key in that slot updates last. See `Store::prefetch_slot`.
+    #[inline]
+    pub fn prefetch_slot(&self, slot: u16) {
+        self.store.prefetch_slot(slot)
     }
 
     /// The memgest of `key`'s live (published, unexpired) entry, without copying its value.

@@ -844,7 +844,7 @@ pub fn prefetch_entry(view: &RegionsView, hash: u64) {
 const PREFETCH_ENTRY_LINES_MAX: u32 = 3;
 
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint: it never faults, whatever the address, and reads nothing
     // the program observes. SSE is part of the x86-64 baseline.

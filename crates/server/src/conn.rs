@@ -269,6 +269,9 @@ struct FastOp {
     value: (usize, usize),
     end: usize,
     hash: u64,
+    /// A SET's cluster slot (`key_slot(key)`), computed once here for both the prefetch of
+    /// the slot's accounting line and the engine's accounting; 0 for a GET (unused).
+    slot: u16,
 }
 
 /// Offset of `arg` (a slice of `within`) in `within`.
@@ -361,6 +364,10 @@ impl RespProcessor {
             },
             end: base + used,
             hash: ringlet_engine::hash::key_hash(key),
+            slot: match kind {
+                FastKind::Set => ringlet_types::key_slot(key),
+                FastKind::Get => 0,
+            },
         })
     }
 
@@ -380,13 +387,25 @@ impl RespProcessor {
         if self.ops.is_empty() {
             return None;
         }
-        // Touch 2: the buckets were prefetched while the batch was decoded.
-        for op in &self.ops {
-            reader.prefetch_entry(op.hash);
-        }
         // Not inside another client's EXEC (see `Shared::exec`); one guard for the batch.
         let _exec = shared.exec.read();
-        let mut engine = None;
+        // A batch with a SET takes the engine lock here, before touch 2, rather than at its
+        // first SET: touch 2 prefetches each SET's slot accounting line, which lives in the
+        // engine. (The lock is held to the end of the batch either way; a GET before the first
+        // SET runs on the lock-free reader all the same. Lock order: exec, then engine.)
+        let mut engine = self
+            .ops
+            .iter()
+            .any(|op| op.kind == FastKind::Set)
+            .then(|| shared.db.lock());
+        // Touch 2: the buckets were prefetched while the batch was decoded; now the data
+        // entries they point at, and each SET's slot accounting line.
+        for op in &self.ops {
+            reader.prefetch_entry(op.hash);
+            if let (FastKind::Set, Some(e)) = (op.kind, engine.as_ref()) {
+                e.prefetch_slot(op.slot);
+            }
+        }
         let (mut hits, mut misses, mut retries, mut ran) = (0u64, 0u64, 0u64, 0usize);
         let mut stop = None;
         for op in &self.ops {
@@ -425,9 +444,11 @@ impl RespProcessor {
                 FastKind::Set => {
                     let value = &buf[op.value.0..op.value.0 + op.value.1];
                     let e = engine.get_or_insert_with(|| shared.db.lock());
-                    match cmd::string::set_plain(e, key, op.hash, value, now) {
+                    // `cmd::string::set_plain`'s engine call, with the batch's slot as well as
+                    // its hash (`Engine::set_plain_slotted`).
+                    match e.set_plain_slotted(key, op.hash, op.slot, value, now) {
                         Ok(()) => resp::encode_simple(wbuf, b"OK"),
-                        Err(reply) => encode(&reply, session.proto, wbuf),
+                        Err(err) => encode(&cmd::string::engine_error(err), session.proto, wbuf),
                     }
                 }
             }

@@ -104,11 +104,17 @@ impl Store {
 
     /// Accounting hook: `key` was published (`add`) or unlinked (`!add`, already gone from
     /// the readers' table).
-    pub(super) fn slot_index_account(&mut self, key: &[u8], memgest: u16, v: Version, add: bool) {
+    pub(super) fn slot_index_account(
+        &mut self,
+        key: &[u8],
+        slot: u16,
+        memgest: u16,
+        v: Version,
+        add: bool,
+    ) {
         if self.slot_index.is_none() {
             return;
         }
-        let slot = key_slot(key);
         let code = slot_order_code(key);
         // A code shared with another key of the slot (50-bit hash collision) stays.
         let keep = !add && self.code_in_use(code);
@@ -126,11 +132,11 @@ impl Store {
     pub(super) fn slot_index_replace(
         &mut self,
         key: &[u8],
+        slot: u16,
         old: (u16, Version),
         new: (u16, Version),
     ) {
         if let Some(ix) = self.slot_index.as_mut() {
-            let slot = key_slot(key);
             ix.toggle(slot, key, old.1, old.0, false);
             ix.toggle(slot, key, new.1, new.0, true);
         }
