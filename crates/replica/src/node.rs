@@ -2983,6 +2983,18 @@ impl<S: ReplicaStore> Replica<S> {
             } => self.on_key_list(now_ms, from, &msg, slot, after, keys, more, out),
             PeerBody::RepairPush { entries } => {
                 for (k, e) in entries {
+                    // A copy older than a memgest move's retire here stays retired, as a late
+                    // Replicate does: the coordinator's digest repair ran between the retire
+                    // and the move's commit (its store still held the old rep:3 version) and
+                    // pushed it back to both retired replicas, and a quorum read found it on
+                    // a majority (sim seed 86326).
+                    if self
+                        .retired_floors
+                        .get(&k)
+                        .is_some_and(|floor| e.version < *floor)
+                    {
+                        continue;
+                    }
                     if self.accept_from_coordinator(from, &msg, key_slot(&k))
                         && self.apply_local(&k, e) == ApplyOutcome::Refused
                     {

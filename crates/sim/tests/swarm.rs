@@ -276,7 +276,8 @@ fn ec_moves_copy_ahead_all_faults_48_seeds() {
 /// rep:3 copies (rep:3 → ec) retired nothing, and a quorum read returned the rep:3 value;
 /// 43830 and 30410 a span handed off by a coordinator that failed at the switch, served by
 /// the new one without its ec values (ec memgests never took the `written` mark the
-/// rebuild trusts).
+/// rebuild trusts); 86326 a coordinator's digest repair pushing the old rep:3 version back
+/// to the replicas a memgest move had just retired.
 #[test]
 fn ec_moves_all_faults_regression_seeds() {
     let opts = SimOptions {
@@ -289,6 +290,7 @@ fn ec_moves_all_faults_regression_seeds() {
         Ok(_) => seeds(0..0),
         Err(_) => vec![
             7365, 7371, 7391, 8247, 8723, 8065, 29063, 29043, 25645, 24215, 20116, 43830, 30410,
+            86326,
         ],
     };
     run_all(list, &opts);
