@@ -111,16 +111,7 @@ impl<'a> KeyList<'a> {
     pub(crate) fn parse(c: &mut Cursor<'a>) -> Result<KeyList<'a>, DecodeError> {
         // Each key takes at least its 4-byte length.
         let count = c.count(4)?;
-        let start = c.remaining();
-        let body = c.rest();
-        let mut k = Cursor::new(body);
-        for _ in 0..count {
-            k.key()?;
-        }
-        let used = start.saturating_sub(k.remaining());
-        let raw = body.get(..used).ok_or(DecodeError::Truncated)?;
-        // Hand back what the keys did not use, so `finish` reports trailing bytes.
-        *c = Cursor::new(body.get(used..).unwrap_or(&[]));
+        let raw = checked_items(c, count, Cursor::key)?;
         Ok(KeyList { count, raw })
     }
 }
@@ -152,17 +143,28 @@ impl<'a> ArgList<'a> {
     }
     fn parse(c: &mut Cursor<'a>) -> Result<ArgList<'a>, DecodeError> {
         let count = c.arg_count()?;
-        let start = c.remaining();
-        let body = c.rest();
-        let mut k = Cursor::new(body);
-        for _ in 0..count {
-            k.arg()?;
-        }
-        let used = start.saturating_sub(k.remaining());
-        let raw = body.get(..used).ok_or(DecodeError::Truncated)?;
-        *c = Cursor::new(body.get(used..).unwrap_or(&[]));
+        let raw = checked_items(c, count, Cursor::arg)?;
         Ok(ArgList { count, raw })
     }
+}
+
+/// Checks `count` length-prefixed items at `c` with `item` (which bounds each length) and
+/// returns their bytes; `c` is left after them, so `finish` reports trailing bytes.
+fn checked_items<'a>(
+    c: &mut Cursor<'a>,
+    count: u32,
+    item: fn(&mut Cursor<'a>) -> Result<&'a [u8], DecodeError>,
+) -> Result<&'a [u8], DecodeError> {
+    let start = c.remaining();
+    let body = c.rest();
+    let mut k = Cursor::new(body);
+    for _ in 0..count {
+        item(&mut k)?;
+    }
+    let used = start.saturating_sub(k.remaining());
+    let raw = body.get(..used).ok_or(DecodeError::Truncated)?;
+    *c = Cursor::new(body.get(used..).unwrap_or(&[]));
+    Ok(raw)
 }
 
 /// A decoded request.
