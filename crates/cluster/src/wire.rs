@@ -17,7 +17,8 @@
 //!                                     bytes left / the smallest item size)
 //!  cursor = has u8 | [slot u16 | key bytes]
 //!  ec tags 13..=20 (EcUpdate, EcAck, EcMetaReq, EcMetaResp, EcReadReq, EcReadResp,
-//!  EcSyncReq, EcSyncResp), with
+//!  EcSyncReq, EcSyncResp) and 22, 23 (EcRelease, EcReleased: memgest u16 | pg u32 | pos u32),
+//!  with
 //!  ecmeta  = tag u8 (0 none | 1 put | 2 delete | 3 retire | 4 record put | 5 put with
 //!            expiry | 6 record put with expiry) | [key bytes | version u128
 //!            | (put: offset u64 | len u64 | (5, 6: expiry u64))]
@@ -46,8 +47,9 @@ pub const PEER_FRAME_BYTES_MAX: u32 = limits::ENTRY_BYTES_MAX + 8 * 1024 * 1024;
 pub const PEER_LIST_ITEMS_MAX: u32 = 1 << 20;
 /// Protocol version in HELLO. 2: entries may carry an expiry (value flag 2). 3: records
 /// (value flags 3 and 4). 4: CHUNK frames. 5: ec key metadata may carry an expiry (ecmeta
-/// tags 5 and 6, keymeta flags 3 and 4).
-pub const PEER_PROTOCOL_VERSION: u16 = 5;
+/// tags 5 and 6, keymeta flags 3 and 4). 6: EcMetaResp names the answering group position;
+/// EcRelease / EcReleased (a draining node's kept parity).
+pub const PEER_PROTOCOL_VERSION: u16 = 6;
 const MAGIC: &[u8; 4] = b"RGLP";
 
 pub const KIND_HELLO: u8 = 1;
@@ -502,6 +504,7 @@ pub fn encode_peer(m: &PeerMsg) -> Vec<u8> {
                 high_water,
                 keys,
                 next,
+                pos,
             } => {
                 e.u8(16);
                 e.u64(*id);
@@ -510,6 +513,19 @@ pub fn encode_peer(m: &PeerMsg) -> Vec<u8> {
                 e.u64(*high_water);
                 e.key_metas(keys);
                 e.opt_key(next);
+                e.u32(*pos);
+            }
+            PeerBody::EcRelease { memgest, pg, pos } => {
+                e.u8(22);
+                e.u16(memgest.0);
+                e.u32(*pg);
+                e.u32(*pos);
+            }
+            PeerBody::EcReleased { memgest, pg, pos } => {
+                e.u8(23);
+                e.u16(memgest.0);
+                e.u32(*pg);
+                e.u32(*pos);
             }
             PeerBody::EcReadReq {
                 id,
@@ -1009,6 +1025,17 @@ pub fn decode_body(body: &[u8]) -> Result<Frame, WireError> {
                     high_water: d.u64()?,
                     keys: d.key_metas()?,
                     next: d.opt_key()?,
+                    pos: d.u32()?,
+                },
+                22 => PeerBody::EcRelease {
+                    memgest: MemgestId(d.u16()?),
+                    pg: d.u32()?,
+                    pos: d.u32()?,
+                },
+                23 => PeerBody::EcReleased {
+                    memgest: MemgestId(d.u16()?),
+                    pg: d.u32()?,
+                    pos: d.u32()?,
                 },
                 17 => {
                     let id = d.u64()?;
@@ -1374,9 +1401,10 @@ mod tests {
                 any::<u64>(),
                 any::<u64>(),
                 key_metas(),
-                proptest::option::of(key())
+                proptest::option::of(key()),
+                any::<u32>()
             )
-                .prop_map(|(id, ready, seq, high_water, keys, next)| {
+                .prop_map(|(id, ready, seq, high_water, keys, next, pos)| {
                     PeerBody::EcMetaResp {
                         id,
                         ready,
@@ -1384,8 +1412,23 @@ mod tests {
                         high_water,
                         keys,
                         next,
+                        pos,
                     }
                 }),
+            (any::<u16>(), any::<u32>(), any::<u32>()).prop_map(|(m, pg, pos)| {
+                PeerBody::EcRelease {
+                    memgest: MemgestId(m),
+                    pg,
+                    pos,
+                }
+            }),
+            (any::<u16>(), any::<u32>(), any::<u32>()).prop_map(|(m, pg, pos)| {
+                PeerBody::EcReleased {
+                    memgest: MemgestId(m),
+                    pg,
+                    pos,
+                }
+            }),
             (
                 any::<u64>(),
                 any::<u16>(),

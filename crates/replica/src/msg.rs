@@ -285,7 +285,10 @@ pub enum PeerBody {
         after: Option<Vec<u8>>,
     },
     /// A metadata page; `next = None`: done. `seq`: the last update applied from `owner`;
-    /// `high_water`: the highest arena byte (exclusive) it ever touched.
+    /// `high_water`: the highest arena byte (exclusive) it ever touched. `pos`: the group
+    /// position of the store that answered (`s + q` for parity holder `q`): a draining node
+    /// answers from the store of a position it gave up — a parity store, or the owner's
+    /// own arena — which the asker cannot tell from the map.
     EcMetaResp {
         id: u64,
         ready: bool,
@@ -293,6 +296,7 @@ pub enum PeerBody {
         high_water: u64,
         keys: Vec<EcKeyMeta>,
         next: Option<Vec<u8>>,
+        pos: u32,
     },
     /// Read byte ranges for a decode. To a parity holder: parity pieces (`parity = true`,
     /// `index` = parity chunk index, `offset` = byte in chunk). To a data node: its arena
@@ -312,6 +316,22 @@ pub enum PeerBody {
         ready: bool,
         seqs: Vec<u64>,
         pieces: Vec<Vec<u8>>,
+    },
+    /// The new holder of group position `pos` of (`pg`, `memgest`) — a parity holder
+    /// synchronised with every data node, or a data node that finished loading — → a
+    /// draining node that may still keep the store of that position it gave up: drop it
+    /// (it stops being current once the new holder acknowledges or commits updates).
+    /// Answered by [`PeerBody::EcReleased`] whether or not it kept one.
+    EcRelease {
+        memgest: MemgestId,
+        pg: u32,
+        pos: u32,
+    },
+    /// The draining node no longer answers from a kept store of (`pg`, `memgest`, `pos`).
+    EcReleased {
+        memgest: MemgestId,
+        pg: u32,
+        pos: u32,
     },
     /// New (or resynchronising) parity holder → data node: a page of a snapshot of the
     /// sender's arena: bytes from `offset`, then key metadata after `after`.

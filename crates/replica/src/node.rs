@@ -357,6 +357,13 @@ pub struct Replica<S: ReplicaStore> {
     ec_data: BTreeMap<(u32, MemgestId), ec::EcData>,
     /// ec: parity stores of this node's parity positions, by (PG, memgest).
     ec_parity: BTreeMap<(u32, MemgestId), ec::EcParity>,
+    /// ec: parity stores of positions this node gave up while Draining, kept read-only
+    /// until the new holder of the position releases them (cluster-resharding.md,
+    /// "a drained parity holder").
+    ec_retained: BTreeMap<(u32, MemgestId), ec::EcParity>,
+    /// ec: arenas of data positions this node gave up while Draining, kept read-only the
+    /// same way (a loading successor copies from it when the parity cannot serve).
+    ec_retained_data: BTreeMap<(u32, MemgestId), ec::EcData>,
     /// ec: decode jobs in flight.
     ec_jobs: BTreeMap<u64, ec::Job>,
     /// ec: request id → what it belongs to.
@@ -416,6 +423,9 @@ pub struct ReplicaStats {
     pub ec_decode_retries: u64,
     /// ec: parity holders that finished a (re)sync from the data nodes' snapshots.
     pub ec_holder_syncs: u64,
+    /// ec: stores (parity or arena) this draining node kept for a position it gave up,
+    /// dropped when the position's new holder released them.
+    pub ec_kept_released: u64,
     /// ec: parity holders that found their copy diverged and reset.
     pub ec_holder_resyncs: u64,
     /// ec: metadata entries that could not be restored into the arena (overlap).
@@ -525,6 +535,8 @@ impl<S: ReplicaStore> Replica<S> {
             last_repair_ms: 0,
             ec_data: BTreeMap::new(),
             ec_parity: BTreeMap::new(),
+            ec_retained: BTreeMap::new(),
+            ec_retained_data: BTreeMap::new(),
             ec_jobs: BTreeMap::new(),
             ec_reqs: BTreeMap::new(),
             ec_leftovers: Vec::new(),
@@ -1609,6 +1621,8 @@ impl<S: ReplicaStore> Replica<S> {
         self.pull_index.clear();
         self.ec_data.clear();
         self.ec_parity.clear();
+        self.ec_retained.clear();
+        self.ec_retained_data.clear();
         self.ec_jobs.clear();
         self.ec_reqs.clear();
         self.copy = None;
@@ -3065,8 +3079,9 @@ impl<S: ReplicaStore> Replica<S> {
                 high_water,
                 keys,
                 next,
+                pos,
             } => {
-                self.on_ec_meta_resp(now_ms, from, id, ready, seq, high_water, keys, next);
+                self.on_ec_meta_resp(now_ms, from, id, ready, seq, high_water, keys, next, pos);
                 self.drive_ec(now_ms, out);
                 self.drive_pulls(now_ms, out);
             }
@@ -3083,6 +3098,13 @@ impl<S: ReplicaStore> Replica<S> {
                 seqs,
                 pieces,
             } => self.on_ec_read_resp(now_ms, from, id, ready, seqs, pieces, out),
+            PeerBody::EcRelease { memgest, pg, pos } => {
+                self.on_ec_release(from, &msg, memgest, pg, pos, out)
+            }
+            PeerBody::EcReleased { memgest, pg, pos } => {
+                self.on_ec_released(from, memgest, pg, pos);
+                self.drive_ec(now_ms, out);
+            }
             PeerBody::EcSyncReq {
                 id,
                 memgest,

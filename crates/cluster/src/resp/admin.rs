@@ -842,6 +842,11 @@ impl Front {
                     "ec parity holders that found their copy diverged and reset.",
                 ),
                 (
+                    "ec_kept_released",
+                    st.ec_kept_released,
+                    "ec stores (parity or arena) this draining node kept for a position it gave up, dropped when the new holder released them.",
+                ),
+                (
                     "move_copies_completed",
                     st.move_copies_completed,
                     "Slot moves whose copy phase finished at this target.",

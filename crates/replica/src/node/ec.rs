@@ -132,7 +132,13 @@ fn from_wire(owner: u32, seq: u64, offset: u64, delta: Vec<u8>, meta: EcMeta) ->
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum SrcStatus {
     Waiting,
-    Done { seq: u64, high_water: u64 },
+    /// `pos`: the group position of the store that answered (`s + q`: parity holder `q`;
+    /// below `s`: a draining node's kept arena of that data position).
+    Done {
+        seq: u64,
+        high_water: u64,
+        pos: u32,
+    },
     NotReady,
 }
 
@@ -158,6 +164,12 @@ pub(super) struct Recover {
     high_water: u64,
     /// Holders (parity index, node) whose copy of the owner's state is the adopted one.
     good: Vec<(u32, NodeId)>,
+    /// A draining node whose kept arena of this position is the adopted state: windows are
+    /// copied from it (no decode) while it answers.
+    copy_from: Option<NodeId>,
+    /// Every byte is back; the draining nodes left to release before the arena takes
+    /// writes (nodes, last send ms). See `ParState::Releasing` for why.
+    release: Option<(BTreeSet<NodeId>, u64)>,
     job: Option<u64>,
     next_try_ms: u64,
     /// When the cursor last advanced (or recovery began): no progress for
@@ -207,6 +219,15 @@ pub(super) struct SyncSrc {
 pub(super) enum ParState {
     Ready,
     Syncing(BTreeMap<u32, SyncSrc>),
+    /// Synchronised with every data node, but a draining node may still keep the parity of
+    /// this position (it held it before): it is told to drop it, and this holder
+    /// acknowledges no update until every draining node has answered (or left Draining).
+    /// Until then that kept store is current, so a data node that fails meanwhile can be
+    /// rebuilt from it (simulator seed 58728).
+    Releasing {
+        waiting: BTreeSet<NodeId>,
+        sent_ms: u64,
+    },
 }
 
 /// This node as parity holder `q` of PG `pg` for one ec memgest.
@@ -287,6 +308,9 @@ pub(super) struct Job {
     attempt: usize,
     /// Waiting reads: (client, request, quorum leg?, version, memgest, kind, expiry).
     readers: Vec<Reader>,
+    /// A copy of the window from a draining node's kept arena (`Recover::copy_from`), not
+    /// a decode: its one data request is for this position's own bytes.
+    copy: bool,
 }
 
 /// A read waiting for a decode job: (client, request, quorum leg?, version, memgest, kind,
@@ -370,6 +394,9 @@ impl<S: ReplicaStore> Replica<S> {
             .nodes
             .get(&self.id)
             .is_some_and(|n| n.incarnation == self.incarnation);
+        // Draining nodes may keep the parity of positions they gave up (below): a loading
+        // data node asks them as well as the current holders.
+        let draining = self.draining_peers();
         if let (Some(p), true) = (&map.placement, i_am_member) {
             let s = u32::from(p.s);
             for (pg, group) in (0u32..).zip(p.groups.iter()) {
@@ -416,6 +443,7 @@ impl<S: ReplicaStore> Replica<S> {
                             DataState::Loading(Load {
                                 sources: holders
                                     .iter()
+                                    .chain(draining.iter())
                                     .map(|h| {
                                         (
                                             *h,
@@ -482,6 +510,49 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
+        // A draining node keeps the complete parity stores of the positions it gives up.
+        // Its successor there resynchronises from the data nodes and, until it has, does
+        // not acknowledge updates (`ParState::Releasing`): so the kept store is the only
+        // complete parity of that position, and stays current, until the successor
+        // releases it. Without it, a data node failing in that window could not be rebuilt
+        // (simulator seed 58728: one drain plus one crash, which ec:K+1 must survive).
+        // The same holds for a data position's arena: its successor commits no write there
+        // before it has loaded and released it, so until then the kept arena is that
+        // position's current state, which the successor copies when the parity holders
+        // cannot answer (a holder failing during the drain).
+        if i_am_member && map.node_state(self.id) == Some(NodeState::Draining) {
+            let given_up: Vec<(u32, MemgestId)> = self
+                .ec_parity
+                .iter()
+                .filter(|(k, h)| !keep_par.contains(*k) && matches!(h.state, ParState::Ready))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in given_up {
+                if let Some(mut h) = self.ec_parity.remove(&k) {
+                    h.fences.clear();
+                    self.ec_retained.insert(k, h);
+                }
+            }
+            let given_up: Vec<(u32, MemgestId)> = self
+                .ec_data
+                .iter()
+                .filter(|(k, d)| !keep_data.contains(*k) && matches!(d.state, DataState::Ready))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in given_up {
+                if let Some(mut d) = self.ec_data.remove(&k) {
+                    d.snapshots.clear();
+                    self.ec_retained_data.insert(k, d);
+                }
+            }
+            self.ec_retained
+                .retain(|(_, mid), _| map.memgests.contains_key(mid));
+            self.ec_retained_data
+                .retain(|(_, mid), _| map.memgests.contains_key(mid));
+        } else {
+            self.ec_retained.clear();
+            self.ec_retained_data.clear();
+        }
         self.ec_data.retain(|k, _| keep_data.contains(k));
         self.ec_parity.retain(|k, _| keep_par.contains(k));
         // Fences older than the map are expressed by the map itself.
@@ -500,9 +571,10 @@ impl<S: ReplicaStore> Replica<S> {
         for d in self.ec_data.values_mut() {
             match &mut d.state {
                 DataState::Loading(l) => {
-                    let want: BTreeSet<NodeId> = d.holders.iter().copied().collect();
+                    let want: BTreeSet<NodeId> =
+                        d.holders.iter().chain(draining.iter()).copied().collect();
                     l.sources.retain(|n, _| want.contains(n));
-                    for h in &d.holders {
+                    for h in &want {
                         l.sources.entry(*h).or_insert(LoadSrc {
                             req_id: 0,
                             after: None,
@@ -522,8 +594,12 @@ impl<S: ReplicaStore> Replica<S> {
                 DataState::Recovering(r) => {
                     r.job = None;
                     r.next_try_ms = 0;
-                    r.good
-                        .retain(|(q, n)| d.holders.get(*q as usize) == Some(n));
+                    // A draining node's kept store stays usable until it is released (it
+                    // then answers not-ready, and the job tries another good holder).
+                    r.good.retain(|(q, n)| {
+                        d.holders.get(*q as usize) == Some(n) || draining.contains(n)
+                    });
+                    r.copy_from = r.copy_from.filter(|n| draining.contains(n));
                 }
                 DataState::Ready => {}
             }
@@ -547,7 +623,18 @@ impl<S: ReplicaStore> Replica<S> {
             || self
                 .ec_parity
                 .values()
-                .any(|h| matches!(h.state, ParState::Syncing(_)))
+                .any(|h| !matches!(h.state, ParState::Ready))
+    }
+
+    /// Other nodes the map lists as Draining (they may keep parity they gave up).
+    fn draining_peers(&self) -> BTreeSet<NodeId> {
+        self.map.as_ref().map_or_else(BTreeSet::new, |map| {
+            map.nodes
+                .iter()
+                .filter(|(id, n)| **id != self.id && n.state == NodeState::Draining)
+                .map(|(id, _)| *id)
+                .collect()
+        })
     }
 
     pub(super) fn ec_debug(&self) -> Vec<String> {
@@ -569,11 +656,15 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         for ((pg, m), h) in &self.ec_parity {
-            if let ParState::Syncing(s) = &h.state {
-                v.push(format!(
+            match &h.state {
+                ParState::Syncing(s) => v.push(format!(
                     "ec parity pg {pg} {m:?} syncing done {:?}",
                     s.iter().map(|(o, x)| (*o, x.done)).collect::<Vec<_>>()
-                ));
+                )),
+                ParState::Releasing { waiting, .. } => {
+                    v.push(format!("ec parity pg {pg} {m:?} releasing {waiting:?}"))
+                }
+                ParState::Ready => {}
             }
         }
         v
@@ -982,6 +1073,7 @@ impl<S: ReplicaStore> Replica<S> {
             };
             return self.send(out, from, body);
         }
+        let hold_acks = !self.draining_peers().is_empty();
         let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) else {
             return;
         };
@@ -995,10 +1087,19 @@ impl<S: ReplicaStore> Replica<S> {
                 },
             );
         }
-        if let ParState::Syncing(srcs) = &h.state {
-            if !srcs.get(&owner).is_some_and(|s| s.done) {
-                return; // not caught up with this owner yet: no ack, it retransmits
+        match &h.state {
+            ParState::Syncing(srcs) => {
+                if !srcs.get(&owner).is_some_and(|s| s.done) {
+                    return; // not caught up with this owner yet: no ack, it retransmits
+                }
+                if hold_acks {
+                    // A draining node may keep this position's parity, current only while
+                    // no update commits here: acknowledge nothing until it is released.
+                    return;
+                }
             }
+            ParState::Releasing { .. } => return,
+            ParState::Ready => {}
         }
         let Some(cur_base) = h.base.get(owner as usize).copied() else {
             return;
@@ -1058,14 +1159,33 @@ impl<S: ReplicaStore> Replica<S> {
             high_water: 0,
             keys: Vec::new(),
             next: None,
+            pos: 0,
         };
         let epoch = self.epoch;
-        let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) else {
-            return self.send(out, from, not_ready);
-        };
         if msg.epoch < epoch {
             return self.send(out, from, not_ready);
         }
+        let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) else {
+            // A position given up while draining, kept until its new holder releases it:
+            // it receives no updates, so there is nothing to fence. A node that has not
+            // seen the asker's map yet may not have kept it yet: it says nothing (the
+            // asker retries) rather than a not-ready.
+            if msg.epoch > epoch {
+                return;
+            }
+            let body = if let Some(h) = self.ec_retained.get(&(pg, memgest)) {
+                meta_page(id, h, owner, after.as_deref())
+            } else if let Some(d) = self
+                .ec_retained_data
+                .get(&(pg, memgest))
+                .filter(|d| d.owner == owner)
+            {
+                arena_meta_page(id, d, after.as_deref())
+            } else {
+                not_ready
+            };
+            return self.send(out, from, body);
+        };
         // Fence: from now on only `from` (or a newer epoch) may update this owner here.
         if after.is_none() {
             let newer = h.fences.get(&owner).is_none_or(|f| f.epoch < msg.epoch);
@@ -1083,17 +1203,126 @@ impl<S: ReplicaStore> Replica<S> {
         if !matches!(h.state, ParState::Ready) {
             return self.send(out, from, not_ready);
         }
-        // One page: the next keys after `after` of both lists (each read from its start
-        // position, not scanned from the beginning), merged in key order.
+        let body = meta_page(id, h, owner, after.as_deref());
+        self.send(out, from, body);
+    }
+
+    /// A draining node's kept store of position `pos` of (`pg`, `memgest`) is released by
+    /// the position's new holder.
+    pub(super) fn on_ec_release(
+        &mut self,
+        from: NodeId,
+        msg: &PeerMsg,
+        memgest: MemgestId,
+        pg: u32,
+        pos: u32,
+        out: &mut Vec<Output>,
+    ) {
+        // Not yet at the map that gave the position away: the store may not be kept yet,
+        // and an answer now would let the new holder go on while it is kept afterwards.
+        if msg.epoch > self.epoch {
+            return;
+        }
+        let key = (pg, memgest);
+        if self
+            .ec_retained
+            .get(&key)
+            .is_some_and(|h| h.store.layout().s().saturating_add(h.q) == pos)
+        {
+            self.ec_retained.remove(&key);
+            self.stats.ec_kept_released += 1;
+        }
+        if self
+            .ec_retained_data
+            .get(&key)
+            .is_some_and(|d| d.owner == pos)
+        {
+            self.ec_retained_data.remove(&key);
+            self.stats.ec_kept_released += 1;
+        }
+        self.send(out, from, PeerBody::EcReleased { memgest, pg, pos });
+    }
+
+    pub(super) fn on_ec_released(&mut self, from: NodeId, memgest: MemgestId, pg: u32, pos: u32) {
+        if let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) {
+            if h.store.layout().s().saturating_add(h.q) == pos {
+                if let ParState::Releasing { waiting, .. } = &mut h.state {
+                    waiting.remove(&from);
+                    if waiting.is_empty() {
+                        h.state = ParState::Ready;
+                        self.stats.ec_holder_syncs += 1;
+                    }
+                }
+            }
+        }
+        if let Some(d) = self.ec_data.get_mut(&(pg, memgest)) {
+            if d.owner == pos {
+                if let DataState::Recovering(r) = &mut d.state {
+                    if let Some((waiting, _)) = &mut r.release {
+                        waiting.remove(&from);
+                        if waiting.is_empty() {
+                            d.state = DataState::Ready;
+                            self.stats.ec_recoveries_completed += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One page of a draining node's kept arena's key metadata (live keys and tombstones), as
+/// the parity holders would give it: the loading successor of that position adopts it.
+fn arena_meta_page(id: u64, d: &EcData, after: Option<&[u8]>) -> PeerBody {
+    let mut keys: Vec<EcKeyMeta> = d
+        .arena
+        .entries_after(after, EC_KEYS_PER_PAGE_MAX + 1)
+        .into_iter()
+        .map(|(k, m)| match m {
+            Ok(m) => EcKeyMeta::live(k, &m),
+            Err(version) => EcKeyMeta {
+                key: k.to_vec(),
+                version,
+                offset: 0,
+                len: 0,
+                tombstone: true,
+                kind: ValueKind::String,
+                expiry_ms: None,
+            },
+        })
+        .collect();
+    let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
+    keys.truncate(EC_KEYS_PER_PAGE_MAX);
+    let next = if more {
+        keys.last().map(|m| m.key.clone())
+    } else {
+        None
+    };
+    PeerBody::EcMetaResp {
+        id,
+        ready: true,
+        seq: d.arena.last_seq(),
+        high_water: d.arena.bytes().len() as u64,
+        keys,
+        next,
+        pos: d.owner,
+    }
+}
+
+/// One page of a parity store's key metadata for `owner` (an `EcMetaResp`): the next keys
+/// after `after` of both lists (each read from its start position, not scanned from the
+/// beginning), merged in key order.
+fn meta_page(id: u64, h: &EcParity, owner: u32, after: Option<&[u8]>) -> PeerBody {
+    {
         let lim = EC_KEYS_PER_PAGE_MAX + 1;
         let puts = h
             .store
-            .keys_of_after(owner, after.as_deref(), lim)
+            .keys_of_after(owner, after, lim)
             .into_iter()
             .map(|(k, m)| EcKeyMeta::live(k, &m));
         let tombs = h
             .store
-            .tombstones_of_after(owner, after.as_deref(), lim)
+            .tombstones_of_after(owner, after, lim)
             .into_iter()
             .map(|(k, v)| EcKeyMeta {
                 key: k.to_vec(),
@@ -1113,17 +1342,19 @@ impl<S: ReplicaStore> Replica<S> {
         } else {
             None
         };
-        let body = PeerBody::EcMetaResp {
+        PeerBody::EcMetaResp {
             id,
             ready: true,
             seq: h.store.last_seq(owner).unwrap_or(0),
             high_water: h.store.high_water(owner),
             keys,
             next,
-        };
-        self.send(out, from, body);
+            pos: h.store.layout().s().saturating_add(h.q),
+        }
     }
+}
 
+impl<S: ReplicaStore> Replica<S> {
     // ------------------------------------------------------------------ reads of pieces
 
     #[allow(clippy::too_many_arguments)]
@@ -1153,7 +1384,13 @@ impl<S: ReplicaStore> Replica<S> {
         }
         match seq {
             None => {
-                let Some(h) = self.ec_parity.get(&(pg, memgest)) else {
+                // A draining node's kept store answers as its holder would: it is current
+                // until released (`ParState::Releasing`).
+                let Some(h) = self
+                    .ec_parity
+                    .get(&(pg, memgest))
+                    .or_else(|| self.ec_retained.get(&(pg, memgest)))
+                else {
                     return self.send(out, from, not_ready);
                 };
                 if !matches!(h.state, ParState::Ready) {
@@ -1189,7 +1426,12 @@ impl<S: ReplicaStore> Replica<S> {
                 );
             }
             Some(at) => {
-                let Some(d) = self.ec_data.get(&(pg, memgest)) else {
+                // A draining node's kept arena serves its successor's copy (at its last seq).
+                let Some(d) = self
+                    .ec_data
+                    .get(&(pg, memgest))
+                    .or_else(|| self.ec_retained_data.get(&(pg, memgest)))
+                else {
                     return self.send(out, from, not_ready);
                 };
                 if !matches!(d.state, DataState::Ready) {
@@ -1361,6 +1603,7 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(EcReq::Sync { pg, memgest, owner }) = self.ec_reqs.remove(&id) else {
             return;
         };
+        let draining = self.draining_peers();
         let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) else {
             return;
         };
@@ -1450,8 +1693,15 @@ impl<S: ReplicaStore> Replica<S> {
                 return;
             };
             if srcs.values().all(|s| s.done) {
-                h.state = ParState::Ready;
-                self.stats.ec_holder_syncs += 1;
+                h.state = if draining.is_empty() {
+                    self.stats.ec_holder_syncs += 1;
+                    ParState::Ready
+                } else {
+                    ParState::Releasing {
+                        waiting: draining,
+                        sent_ms: 0,
+                    }
+                };
             }
         }
     }
@@ -1469,12 +1719,22 @@ impl<S: ReplicaStore> Replica<S> {
         high_water: u64,
         keys: Vec<EcKeyMeta>,
         next: Option<Vec<u8>>,
+        pos: u32,
     ) {
         let Some(EcReq::Meta { pg, memgest }) = self.ec_reqs.remove(&id) else {
             return;
         };
         let Some(d) = self.ec_data.get_mut(&(pg, memgest)) else {
             return;
+        };
+        // A current holder answers for its own position; a draining node for a position
+        // it gave up (any of the memgest's M).
+        // A current holder answers for its own position; a draining node for a position it
+        // gave up: a parity position, or this one's arena.
+        let s_pos = d.layout.s();
+        let holder_ok = match d.holders.iter().position(|h| *h == from) {
+            Some(q) => s_pos.saturating_add(q as u32) == pos,
+            None => pos == d.owner || (pos >= s_pos && ((pos - s_pos) as usize) < d.holders.len()),
         };
         let DataState::Loading(l) = &mut d.state else {
             return;
@@ -1485,7 +1745,7 @@ impl<S: ReplicaStore> Replica<S> {
         if src.req_id != id {
             return;
         }
-        if !ready {
+        if !ready || !holder_ok {
             src.status = SrcStatus::NotReady;
             src.req_id = u64::MAX;
             src.sent_ms = now_ms;
@@ -1504,7 +1764,11 @@ impl<S: ReplicaStore> Replica<S> {
                 src.req_id = 0;
             }
             None => {
-                src.status = SrcStatus::Done { seq, high_water };
+                src.status = SrcStatus::Done {
+                    seq,
+                    high_water,
+                    pos,
+                };
                 l.first_done_ms.get_or_insert(now_ms);
             }
         }
@@ -1710,42 +1974,60 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     fn finish_ec_load(&mut self, pg: u32, mid: MemgestId) {
+        // With a node draining, the arena takes no write before that node released any
+        // copy it kept of this position (`Recover::release`).
+        let no_draining = self.draining_peers().is_empty();
         let Some(d) = self.ec_data.get_mut(&(pg, mid)) else {
             return;
         };
         let DataState::Loading(l) = &mut d.state else {
             return;
         };
-        let done: Vec<(NodeId, u64, u64)> = l
+        let s_pos = d.layout.s();
+        let answers: Vec<(NodeId, u64, u64, u32)> = l
             .sources
             .iter()
             .filter_map(|(n, s)| match s.status {
-                SrcStatus::Done { seq, high_water } => Some((*n, seq, high_water)),
+                SrcStatus::Done {
+                    seq,
+                    high_water,
+                    pos,
+                } => Some((*n, seq, high_water, pos)),
                 _ => None,
             })
             .collect();
-        let Some(top) = done.iter().map(|(_, s, _)| *s).max() else {
-            return;
-        };
-        let good: Vec<(u32, NodeId)> = done
+        // The current parity holders are authoritative when any of them answered (the
+        // takeover as it always was); a draining node's kept store — its parity, or the
+        // arena of this position it gave up — is adopted only when none did, which is the
+        // case it is kept for (a holder resynchronising or failed during the drain).
+        let is_current =
+            |n: &NodeId, pos: u32| pos >= s_pos && d.holders.get((pos - s_pos) as usize) == Some(n);
+        let current: Vec<(NodeId, u64, u64, u32)> = answers
             .iter()
-            .filter(|(_, s, _)| *s == top)
-            .filter_map(|(n, _, _)| {
-                d.holders
-                    .iter()
-                    .position(|h| h == n)
-                    .map(|q| (q as u32, *n))
-            })
+            .filter(|(n, _, _, pos)| is_current(n, *pos))
+            .copied()
             .collect();
-        let Some((_, first_good)) = good.first().copied() else {
+        let done = if current.is_empty() { answers } else { current };
+        let Some(top) = done.iter().map(|(_, s, _, _)| *s).max() else {
             return;
         };
-        let high_water = done
-            .iter()
-            .filter(|(_, s, _)| *s == top)
-            .map(|(_, _, h)| *h)
-            .max()
-            .unwrap_or(0);
+        let at_top = || done.iter().filter(|(_, s, _, _)| *s == top);
+        let mut good: Vec<(u32, NodeId)> = Vec::new();
+        let mut copy_from = None;
+        for (n, _, _, pos) in at_top() {
+            if *pos >= s_pos {
+                let q = *pos - s_pos;
+                if !good.iter().any(|(gq, _)| *gq == q) {
+                    good.push((q, *n));
+                }
+            } else if *pos == d.owner {
+                copy_from.get_or_insert(*n);
+            }
+        }
+        let Some(first_good) = good.first().map(|(_, n)| *n).or(copy_from) else {
+            return;
+        };
+        let high_water = at_top().map(|(_, _, h, _)| *h).max().unwrap_or(0);
         let keys = l
             .sources
             .get_mut(&first_good)
@@ -1753,13 +2035,15 @@ impl<S: ReplicaStore> Replica<S> {
             .unwrap_or_default();
         d.arena.set_last_seq(top);
         d.base = top;
-        d.state = if high_water == 0 {
+        d.state = if high_water == 0 && no_draining {
             DataState::Ready
         } else {
             DataState::Recovering(Recover {
                 cursor: 0,
                 high_water,
                 good,
+                copy_from,
+                release: None,
                 job: None,
                 next_try_ms: 0,
                 progress_ms: self.last_now_ms,
@@ -1843,6 +2127,64 @@ impl<S: ReplicaStore> Replica<S> {
         let DataState::Recovering(r) = &d.state else {
             return None;
         };
+        // A draining node kept this position's arena: copy the window from it (every other
+        // attempt when holders could decode it too, so a copy source gone is not fatal).
+        if let Some(src) = r.copy_from {
+            if r.good.is_empty() || attempt.is_multiple_of(2) {
+                let len32 = u32::try_from(len).ok()?;
+                let (owner, at) = (d.owner, d.arena.last_seq());
+                self.next_id = self.next_id.wrapping_add(1);
+                let job_id = self.next_id;
+                self.next_id = self.next_id.wrapping_add(1);
+                let req = self.next_id;
+                self.ec_reqs.insert(req, EcReq::Job { job: job_id });
+                self.send(
+                    out,
+                    src,
+                    PeerBody::EcReadReq {
+                        id: req,
+                        memgest,
+                        pg,
+                        seq: Some(at),
+                        ranges: vec![EcRange {
+                            parity: false,
+                            index: u64::from(owner),
+                            offset,
+                            len: len32,
+                        }],
+                    },
+                );
+                self.ec_jobs.insert(
+                    job_id,
+                    Job {
+                        pg,
+                        memgest,
+                        offset,
+                        len,
+                        background,
+                        holders: Vec::new(),
+                        sources: vec![SourceRange::Data {
+                            node: owner,
+                            offset,
+                            len: len32,
+                        }],
+                        parity_reqs: BTreeMap::new(),
+                        seqs: BTreeMap::new(),
+                        parity: BTreeMap::new(),
+                        data: BTreeMap::new(),
+                        data_reqs: BTreeMap::from([(req, (owner, at))]),
+                        unavailable: BTreeSet::new(),
+                        phase2: true,
+                        sent_ms: now_ms,
+                        failed: false,
+                        attempt,
+                        readers: Vec::new(),
+                        copy: true,
+                    },
+                );
+                return Some(job_id);
+            }
+        }
         if r.good.is_empty() {
             return None;
         }
@@ -1905,6 +2247,7 @@ impl<S: ReplicaStore> Replica<S> {
                 failed: false,
                 attempt,
                 readers: Vec::new(),
+                copy: false,
             },
         );
         Some(job_id)
@@ -1960,7 +2303,7 @@ impl<S: ReplicaStore> Replica<S> {
         let Some((node, seq)) = j.data_reqs.remove(&id) else {
             return;
         };
-        if j.holders.is_empty() {
+        if j.holders.is_empty() && !j.copy {
             return;
         }
         let ranges: Vec<(u32, u64, u32)> = j
@@ -2117,13 +2460,26 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     fn finish_job(&mut self, now_ms: u64, job: u64, out: &mut Vec<Output>) {
+        let no_draining = self.draining_peers().is_empty();
         let Some(j) = self.ec_jobs.remove(&job) else {
             return;
         };
         let Some(d) = self.ec_data.get_mut(&(j.pg, j.memgest)) else {
             return;
         };
+        let copied = j.copy.then(|| {
+            j.data
+                .iter()
+                .find(|((n, o, l, _), _)| *n == d.owner && *o == j.offset && u64::from(*l) == j.len)
+                .map(|(_, b)| b.clone())
+        });
         let decoded = match Self::consistent_parity(&j, &d.layout, &d.codec, d.owner) {
+            _ if j.copy => copied
+                .flatten()
+                .ok_or(ringlet_erasure::Error::NotEnoughShards {
+                    missing: 1,
+                    tolerated: 0,
+                }),
             Some((reference, parity)) => rebuild_range(
                 &d.layout,
                 &d.codec,
@@ -2157,7 +2513,8 @@ impl<S: ReplicaStore> Replica<S> {
                     r.cursor = j.offset.saturating_add(j.len);
                     r.progress_ms = now_ms;
                     r.job = None;
-                    if r.cursor >= r.high_water {
+                    // With a node draining, `drive_ec` releases it before the arena is Ready.
+                    if r.cursor >= r.high_water && no_draining {
                         d.state = DataState::Ready;
                         self.stats.ec_recoveries_completed += 1;
                     }
@@ -2335,6 +2692,7 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     pub(super) fn drive_ec(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        self.drive_ec_releases(now_ms, out);
         self.drive_ec_takeover_retires(now_ms, out);
         self.drive_ec_loads(now_ms, out);
         self.drive_ec_syncs(now_ms, out);
@@ -2380,7 +2738,8 @@ impl<S: ReplicaStore> Replica<S> {
             .iter()
             .filter(|(_, d)| {
                 matches!(&d.state, DataState::Recovering(r)
-                    if now_ms.saturating_sub(r.progress_ms) >= give_up_ms)
+                    if r.cursor < r.high_water
+                        && now_ms.saturating_sub(r.progress_ms) >= give_up_ms)
             })
             .map(|(k, _)| *k)
             .collect();
@@ -2391,7 +2750,9 @@ impl<S: ReplicaStore> Replica<S> {
             .ec_data
             .iter()
             .filter_map(|((pg, mid), d)| match &d.state {
-                DataState::Recovering(r) if r.job.is_none() && now_ms >= r.next_try_ms => {
+                DataState::Recovering(r)
+                    if r.job.is_none() && r.cursor < r.high_water && now_ms >= r.next_try_ms =>
+                {
                     let len = r
                         .high_water
                         .saturating_sub(r.cursor)
@@ -2415,10 +2776,73 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// Data positions whose bytes are all back, while a node is draining: release any copy
+    /// the draining nodes kept of the position before the arena takes writes (a node that
+    /// left Draining keeps nothing).
+    fn drive_ec_releases(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let retry = self.cfg.pull_retry_ms;
+        let draining = self.draining_peers();
+        let mut sends = Vec::new();
+        for ((pg, mid), d) in self.ec_data.iter_mut() {
+            let DataState::Recovering(r) = &mut d.state else {
+                continue;
+            };
+            if r.cursor < r.high_water {
+                continue;
+            }
+            let (waiting, sent_ms) = r.release.get_or_insert_with(|| (draining.clone(), 0));
+            waiting.retain(|n| draining.contains(n));
+            if waiting.is_empty() {
+                d.state = DataState::Ready;
+                self.stats.ec_recoveries_completed += 1;
+                continue;
+            }
+            if *sent_ms == 0 || now_ms.saturating_sub(*sent_ms) >= retry {
+                *sent_ms = now_ms.max(1);
+                for n in waiting.iter() {
+                    sends.push((
+                        *n,
+                        PeerBody::EcRelease {
+                            memgest: *mid,
+                            pg: *pg,
+                            pos: d.owner,
+                        },
+                    ));
+                }
+            }
+        }
+        for (to, body) in sends {
+            self.send(out, to, body);
+        }
+    }
+
     fn drive_ec_syncs(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         let retry = self.cfg.pull_retry_ms;
         let mut sends = Vec::new();
+        let draining = self.draining_peers();
+        let mut releases = Vec::new();
         for ((pg, mid), h) in self.ec_parity.iter_mut() {
+            if let ParState::Releasing { waiting, sent_ms } = &mut h.state {
+                // A node that left Draining (removed, failed, back to active) keeps nothing.
+                waiting.retain(|n| draining.contains(n));
+                if waiting.is_empty() {
+                    h.state = ParState::Ready;
+                    self.stats.ec_holder_syncs += 1;
+                } else if *sent_ms == 0 || now_ms.saturating_sub(*sent_ms) >= retry {
+                    *sent_ms = now_ms.max(1);
+                    for n in waiting.iter() {
+                        releases.push((
+                            *n,
+                            PeerBody::EcRelease {
+                                memgest: *mid,
+                                pg: *pg,
+                                pos: h.store.layout().s().saturating_add(h.q),
+                            },
+                        ));
+                    }
+                }
+                continue;
+            }
             let ParState::Syncing(srcs) = &mut h.state else {
                 continue;
             };
@@ -2451,6 +2875,9 @@ impl<S: ReplicaStore> Replica<S> {
         }
         for (to, id, owner, body, (pg, memgest)) in sends {
             self.ec_reqs.insert(id, EcReq::Sync { pg, memgest, owner });
+            self.send(out, to, body);
+        }
+        for (to, body) in releases {
             self.send(out, to, body);
         }
     }
