@@ -1094,67 +1094,12 @@ impl Front {
             }
             "chase" => self.chase(argv).await,
             "records" => self.records(argv).await,
-            "get" => {
-                if let Some(m) = self.moved(key_slot(a(1))) {
-                    return Err(m);
-                }
-                Ok(self.get(a(1)).await?.map_or(Reply::Null, Reply::Bulk))
-            }
-            "set" => {
-                // Options as Redis parses them (ringlet-command, shared with the single node).
-                use ringlet_command::args::{set_args, Cond, SetExpiry};
-                let o = set_args(args, crate::wall_ms()).map_err(|e| convert(&e))?;
-                let (nx, xx, get) = (o.cond == Cond::Nx, o.cond == Cond::Xx, o.get);
-                let ttl = match o.expiry {
-                    SetExpiry::At(x) => Some(Expiry::At(x)),
-                    SetExpiry::Keep => Some(Expiry::Keep),
-                    SetExpiry::Clear => None,
-                };
-                if let Some(m) = self.moved(key_slot(a(1))) {
-                    return Err(m);
-                }
-                let memgest = match o.memgest {
-                    Some(n) => Some(self.writable_memgest(n).await?),
-                    None => None,
-                };
-                let _g = self.lock(a(1)).await?;
-                let keep = ttl == Some(Expiry::Keep);
-                // SET replaces a value of any kind; only SET ... GET of a record is WRONGTYPE.
-                let old_full = if get {
-                    Some(self.get_full(a(1)).await?)
-                } else if nx || xx || keep {
-                    Some(self.get_any(a(1)).await?.map(|g| (g.value, g.expiry_ms)))
-                } else {
-                    None
-                };
-                let expiry = match ttl {
-                    Some(Expiry::At(x)) => Some(x),
-                    Some(Expiry::Keep) => old_full.as_ref().and_then(|o| o.as_ref()?.1),
-                    None => None,
-                };
-                let old = old_full.map(|o| o.map(|(v, _)| v));
-                let exists = old.as_ref().is_some_and(|o| o.is_some());
-                let ok = !(nx && exists || xx && !exists);
-                if ok {
-                    if expiry.is_some() {
-                        self.write_ttl(a(1), Some(a(2).to_vec()), memgest, expiry)
-                            .await?;
-                    } else if nx || xx || get || memgest.is_some() {
-                        // Ambiguity is not resolved by value here: with a memgest named,
-                        // an equal value does not say which scheme holds it.
-                        self.write_in(a(1), Some(a(2).to_vec()), memgest).await?;
-                    } else {
-                        self.write_resolving(a(1), Some(a(2).to_vec())).await?;
-                    }
-                }
-                Ok(match (get, ok) {
-                    (true, _) => old.flatten().map_or(Reply::Null, Reply::Bulk),
-                    (false, true) => Reply::ok(),
-                    (false, false) => Reply::Null,
-                })
-            }
             // Key commands written once for both fronts (ringlet_server::cmd, over the
             // replicated keyspace: resp/keyspace.rs `Replicated`).
+            "get" => shared(string::get(&ks, args).await),
+            "set" => shared(string::set(&ks, args).await),
+            "mget" => shared(string::mget(&ks, args).await),
+            "mset" => shared(string::mset(&ks, args).await),
             "setnx" => shared(string::setnx(&ks, args).await),
             "getset" => shared(string::getset(&ks, args).await),
             "getdel" => shared(string::getdel(&ks, args).await),
@@ -1178,31 +1123,6 @@ impl Front {
             "lcs" => shared(lcs::lcs_cmd(&ks, args).await),
             "del" | "unlink" => shared(keyspace_cmd::del(&ks, args).await),
             "exists" => shared(keyspace_cmd::exists(&ks, args).await),
-            "mget" => {
-                let keys: Vec<&[u8]> = argv[1..].iter().map(|k| &k[..]).collect();
-                Self::same_slot(&keys)?;
-                let mut v = Vec::with_capacity(keys.len());
-                for k in keys {
-                    // Redis's MGET answers nil for a key holding another type.
-                    v.push(match self.get_any(k).await? {
-                        Some(g) if g.kind == ValueKind::String => Reply::Bulk(g.value),
-                        _ => Reply::Null,
-                    });
-                }
-                Ok(Reply::Array(v))
-            }
-            "mset" => {
-                if argv.len() < 3 || argv.len().is_multiple_of(2) {
-                    return Err(err("ERR wrong number of arguments for 'mset' command"));
-                }
-                let keys: Vec<&[u8]> = argv[1..].iter().step_by(2).map(|k| &k[..]).collect();
-                Self::same_slot(&keys)?;
-                for p in argv[1..].chunks(2) {
-                    let _g = self.lock(&p[0]).await?;
-                    self.write_resolving(&p[0], Some(p[1].clone())).await?;
-                }
-                Ok(Reply::ok())
-            }
             "expire" => shared(keyspace_cmd::expire(&ks, args).await),
             "pexpire" => shared(keyspace_cmd::pexpire(&ks, args).await),
             "expireat" => shared(keyspace_cmd::expireat(&ks, args).await),
@@ -2030,16 +1950,6 @@ pub fn cluster_info(map: Option<&ClusterMap>, me: NodeId) -> String {
         if placed { 16384 } else { 0 },
         if placed { 16384 } else { 0 },
     )
-}
-
-/// COMMAND, COMMAND COUNT, COMMAND INFO from the server's Redis 7 table.
-/// A TTL option of SET/GETEX.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Expiry {
-    /// Absolute unix ms.
-    At(u64),
-    /// KEEPTTL: whatever the key has.
-    Keep,
 }
 
 impl Front {

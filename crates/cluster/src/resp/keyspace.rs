@@ -264,6 +264,10 @@ impl Replicated<'_> {
                     Ttl::Clear => None,
                     Ttl::At(ms) => Some(ms),
                 };
+                let memgest = match p.memgest {
+                    Memgest::Id(id) => Some(id),
+                    Memgest::Own | Memgest::Like(_) => memgest,
+                };
                 f.write_kind(key, Some(p.value), memgest, expiry, p.kind)
                     .await
             }
@@ -310,10 +314,40 @@ impl Keyspace for Replicated<'_> {
         Ok(out)
     }
 
+    async fn write_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<(), SReply> {
+        let f = self.0;
+        let keys: Vec<&[u8]> = pairs.iter().map(|(k, _)| *k).collect();
+        f.route_all(&keys).map_err(back)?;
+        for (key, value) in pairs {
+            let _g = f.lock(key).await.map_err(back)?;
+            f.write_resolving(key, Some(value.to_vec()))
+                .await
+                .map_err(back)?;
+        }
+        Ok(())
+    }
+
+    async fn memgest_id(&self, name: &[u8]) -> Result<ringlet_types::MemgestId, SReply> {
+        self.0.writable_memgest(name).await.map_err(back)
+    }
+
     async fn write(&self, key: &[u8], put: Put, cond: Cond) -> Result<bool, SReply> {
         let f = self.0;
         f.route(key).map_err(back)?;
         let _g = f.lock(key).await.map_err(back)?;
+        // A plain SET (a string, no TTL, its own memgest, unconditional) resolves an
+        // ambiguous outcome by value (resolve.rs): with a condition, a TTL or a memgest
+        // named, an equal value does not say that this write is the one that took effect.
+        if cond == Cond::Always
+            && put.ttl == Ttl::Clear
+            && put.memgest == Memgest::Own
+            && put.kind == ringlet_types::ValueKind::String
+        {
+            f.write_resolving(key, Some(put.value))
+                .await
+                .map_err(back)?;
+            return Ok(true);
+        }
         // Any kind counts as present (Redis: SETNX on a hash key is not stored).
         let cur = if cond != Cond::Always || put.ttl == Ttl::Keep {
             f.get_any(key).await.map_err(back)?

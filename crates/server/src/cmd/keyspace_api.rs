@@ -101,6 +101,8 @@ pub enum Memgest {
     /// The one of `keys[i]` of the same [`Keyspace::update_many`] (RENAME and COPY keep the
     /// source's memgest, as they keep its TTL).
     Like(usize),
+    /// One the command named (`SET ... MEMGEST name`), resolved by [`Keyspace::memgest_id`].
+    Id(MemgestId),
 }
 
 /// A value to store.
@@ -257,6 +259,21 @@ pub trait Keyspace {
     /// # Errors
     /// The front's error reply (OOM, size limits, MOVED ...); nothing was stored.
     async fn write(&self, key: &[u8], put: Put, cond: Cond) -> Result<bool, Reply>;
+
+    /// Store each `(key, value)` as a string without TTL, in order (MSET: a key named twice
+    /// takes its last value). One engine lock hold on a single node; one slot in a cluster
+    /// (CROSSSLOT), each key written under its guard.
+    ///
+    /// # Errors
+    /// The front's error reply; the pairs before the failing one stay written.
+    async fn write_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<(), Reply>;
+
+    /// The memgest a command names (`SET ... MEMGEST name`), if it takes writes.
+    ///
+    /// # Errors
+    /// A single node keeps one copy of every key and refuses the option; a cluster node
+    /// answers an unknown or dropping memgest.
+    async fn memgest_id(&self, name: &[u8]) -> Result<MemgestId, Reply>;
 
     /// Read `key`, let `f` decide a [`Change`] and a result, apply the change — atomically
     /// with respect to every other mutation of the key. An error from `f` is answered as it
@@ -595,6 +612,23 @@ impl Keyspace for Local<'_> {
             .collect())
     }
 
+    async fn write_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<(), Reply> {
+        let mut engine = self.shared.db.lock();
+        for (key, value) in pairs {
+            engine
+                .set_discarding_old(key, value, &SetOptions::default(), self.now_ms)
+                .map_err(engine_error)?;
+        }
+        Ok(())
+    }
+
+    async fn memgest_id(&self, _name: &[u8]) -> Result<MemgestId, Reply> {
+        // A single node keeps one copy of every key: a memgest is chosen in a cluster.
+        Err(ringlet_command::table::cluster_only_error(
+            "set ... memgest",
+        ))
+    }
+
     async fn write(&self, key: &[u8], put: Put, cond: Cond) -> Result<bool, Reply> {
         let opts = SetOptions {
             expiry: expiry(put.ttl),
@@ -622,6 +656,13 @@ impl Keyspace for Local<'_> {
         let mut engine = self.shared.db.lock();
         let (cur, memgest) = Self::entry(&engine, key, self.now_ms);
         let (change, out) = f(cur)?;
+        let memgest = match &change {
+            Change::Put(Put {
+                memgest: Memgest::Id(id),
+                ..
+            }) => *id,
+            _ => memgest,
+        };
         apply(&mut engine, key, change, memgest, self.now_ms)?;
         Ok(out)
     }
@@ -643,6 +684,10 @@ impl Keyspace for Local<'_> {
                     memgest: Memgest::Like(j),
                     ..
                 }) => memgests[*j],
+                Change::Put(Put {
+                    memgest: Memgest::Id(id),
+                    ..
+                }) => *id,
                 _ => memgests[i],
             };
             apply(&mut engine, keys[i], change, memgest, self.now_ms)?;

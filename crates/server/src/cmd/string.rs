@@ -1,130 +1,41 @@
 //! String commands (Redis `t_string.c`).
 //!
-//! **Written once for both fronts**, over [`Keyspace`] (cmd/keyspace_api.rs): SETNX SETEX
-//! PSETEX GETSET GETDEL GETEX MSETNX INCR DECR INCRBY DECRBY INCRBYFLOAT APPEND STRLEN
-//! GETRANGE SUBSTR SETRANGE. The single node runs them over the engine (`local!` in
-//! cmd/mod.rs), a cluster node over the replica core (crates/cluster/src/resp.rs).
-//! Read-modify-writes are one [`Keyspace::update`]: atomic under the engine lock on a single
-//! node, under the key's lock at its coordinator in a cluster, as single-threaded Redis.
+//! **Written once for both fronts**, over [`Keyspace`] (cmd/keyspace_api.rs): GET MGET SET
+//! MSET SETNX SETEX PSETEX GETSET GETDEL GETEX MSETNX INCR DECR INCRBY DECRBY INCRBYFLOAT
+//! APPEND STRLEN GETRANGE SUBSTR SETRANGE. The single node runs them over the engine
+//! (`local!` in cmd/mod.rs), a cluster node over the replica core
+//! (crates/cluster/src/resp.rs). Read-modify-writes are one [`Keyspace::update`]: atomic
+//! under the engine lock on a single node, under the key's lock at its coordinator in a
+//! cluster, as single-threaded Redis. What differs between the fronts lives in the two
+//! keyspaces: a cluster's reads take its fast path, its plain writes resolve an ambiguous
+//! outcome by value.
 //!
-//! **The single node's own**: GET, MGET, SET and MSET, its hot paths — GET and MGET through
-//! the worker's lock-free reader (the engine lock only on `Retry`), plain SET batched under
-//! one lock hold by conn.rs ([`set_plain`]). A cluster node serves its own versions of these
-//! four (its fast read path and blind-write resolution differ).
+//! **Batched beside the handlers**: plain GETs and SETs that a connection pipelines are
+//! answered by the single node's `conn.rs` batch (the worker's lock-free reader; one engine
+//! lock hold across a run of SETs, [`set_plain`]) and the cluster front's concurrent GET
+//! runs; those answer exactly as [`get`] and [`set`] do.
 
-use super::keyspace_api::{Change, Keyspace, Put, Ttl, Value};
-use super::{parse_i64, Ctx};
+use super::keyspace_api::{Change, Keyspace, Memgest, Put, Ttl, Value};
+use super::parse_i64;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
-use ringlet_command::args::{
-    expire_at_ms, getex_args, set_args, Cond, GetExExpiry, SetArgs, SetExpiry,
-};
-use ringlet_engine::{Engine, Expiry, SetOptions};
+use ringlet_command::args::{expire_at_ms, getex_args, set_args, Cond, GetExExpiry, SetExpiry};
+use ringlet_engine::Engine;
 use ringlet_types::{limits, ValueKind};
 
 pub use super::keyspace_api::{engine_error, STRING_TOO_LONG};
 
-/// Read `key` into `ctx.scratch` without the engine lock: whether it was found, and its
-/// kind (string commands answer WRONGTYPE for a record).
-pub fn read_kind(ctx: &mut Ctx<'_>, key: &[u8]) -> Option<ValueKind> {
-    super::keyspace_api::read_into(ctx.shared, ctx.reader, key, ctx.now_ms, ctx.scratch)
-        .map(|(kind, _)| kind)
-}
+// ---- written once for both fronts, over `Keyspace` ----------------------------------------
 
-/// [`read_kind`] for string commands: `Ok(true)` with the value in `ctx.scratch`, `Ok(false)`
-/// if missing, WRONGTYPE for a record.
-pub fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Reply> {
-    match read_kind(ctx, key) {
-        Some(ValueKind::String) => Ok(true),
-        Some(ValueKind::Record) => Err(Reply::err(errors::WRONGTYPE)),
-        None => Ok(false),
-    }
-}
+/// A handler over a [`Keyspace`]: the reply, or an error reply (both are answered; a cluster
+/// front keeps them apart for its accounting).
+pub type KsResult = Result<Reply, Reply>;
 
-pub fn get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match read(ctx, argv[1]) {
-        Ok(true) => Reply::bulk(ctx.scratch),
-        Ok(false) => Reply::Nil,
-        Err(e) => e,
-    }
-}
-
-pub fn mget(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    let mut out = Vec::with_capacity(argv.len() - 1);
-    for key in &argv[1..] {
-        // Redis's MGET answers nil for a key holding another type.
-        out.push(match read_kind(ctx, key) {
-            Some(ValueKind::String) => Reply::bulk(ctx.scratch),
-            _ => Reply::Nil,
-        });
-    }
-    Reply::Array(out)
-}
-
-// ---- SET and its family -------------------------------------------------------------------
-
-// SET's and GETEX's options are parsed by `ringlet_command::args`, shared with the cluster
-// front, so both accept and refuse exactly what Redis does.
-
-/// `setGenericCommand`: the shared body of SET, SETNX, SETEX, PSETEX, GETSET, with the
-/// options already parsed and the expiry resolved.
-fn set_generic(
-    ctx: &mut Ctx<'_>,
-    args: SetArgs<'_>,
-    key: &[u8],
-    value: &[u8],
-    ok_reply: Reply,
-    abort_reply: Reply,
-) -> Reply {
-    if args.memgest.is_some() {
-        // A single node keeps one copy of every key: a memgest is chosen in a cluster.
-        return ringlet_command::table::cluster_only_error("set ... memgest");
-    }
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    // Only NX/XX/GET need the current value; a plain SET does not pay for reading it.
-    let old = if args.cond != Cond::Always || args.get {
-        match engine.get(key, now) {
-            // SET replaces a value of any kind; only SET ... GET of a record is WRONGTYPE.
-            Some(e) if e.kind == ValueKind::Record && args.get => {
-                return Reply::err(errors::WRONGTYPE)
-            }
-            e => e,
-        }
-    } else {
-        None
-    };
-    let found = old.is_some();
-    if (args.cond == Cond::Nx && found) || (args.cond == Cond::Xx && !found) {
-        return if args.get {
-            old_reply(old)
-        } else {
-            abort_reply
-        };
-    }
-    let expiry = match args.expiry {
-        SetExpiry::At(ms) => Expiry::At(ms),
-        SetExpiry::Keep => Expiry::Keep,
-        SetExpiry::Clear => Expiry::Persist,
-    };
-    let opts = SetOptions {
-        expiry,
-        ..SetOptions::default()
-    };
-    // The replaced value, when wanted, was read above: the engine need not copy it again.
-    if let Err(e) = engine.set_discarding_old(key, value, &opts, now) {
-        return engine_error(e);
-    }
-    if args.get {
-        old_reply(old)
-    } else {
-        ok_reply
-    }
-}
-
-/// `SET key value` without options, under an engine lock the caller already holds (the
-/// batched request path in `conn.rs` holds one across a run of pipelined SETs): exactly what
-/// [`set_generic`] does for that form, with the reply left to the caller (`+OK` on success).
+/// `set_plain`: `SET key value` without options, under an engine lock the caller already
+/// holds (the single node's batched request path in `conn.rs` holds one across a run of
+/// pipelined SETs): exactly what [`set`] does for that form, with the reply left to the
+/// caller (`+OK` on success). The batch takes only requests whose checks cannot fail, so it
+/// answers as the handler would.
 ///
 /// # Errors
 /// The Redis error reply for an engine error (size limits, OOM).
@@ -142,36 +53,81 @@ pub fn set_plain(
         .map_err(engine_error)
 }
 
-fn old_reply(old: Option<ringlet_engine::Entry>) -> Reply {
-    old.map_or(Reply::Nil, |e| Reply::Bulk(Bytes::from(e.value)))
+/// GET: the string, nil if missing, WRONGTYPE for a record. (The single node's batch and the
+/// cluster's pipelined run answer plain GETs themselves, from the same reads.)
+pub async fn get<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    Ok(bulk_or_nil(Value::string(ks.read(argv[1]).await?)?))
 }
 
-pub fn set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    match set_args(argv, ctx.now_ms) {
-        Ok(args) => set_generic(ctx, args, argv[1], argv[2], Reply::ok(), Reply::Nil),
-        Err(e) => e,
-    }
+/// MGET: nil for a missing key and for a key holding another type, as Redis answers; the
+/// keys read together (one engine lock hold on a single node, one slot in a cluster).
+pub async fn mget<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let values = ks.read_many(&argv[1..]).await?;
+    Ok(Reply::Array(
+        values
+            .into_iter()
+            .map(|v| match v {
+                Some(v) if v.kind == ValueKind::String => Reply::Bulk(Bytes::from(v.bytes)),
+                _ => Reply::Nil,
+            })
+            .collect(),
+    ))
 }
 
-pub fn mset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
-    if argv.len() & 1 == 0 {
-        return super::arity_error("mset");
+/// `setGenericCommand`: SET with every option Redis 7 has — NX/XX, GET, EX/PX/EXAT/PXAT/
+/// KEEPTTL — and Ringlet's `MEMGEST name` (a cluster's; a single node refuses it). The
+/// options are parsed by `ringlet_command::args`, so both fronts accept and refuse exactly
+/// what Redis does. Without GET it is one conditional write; with GET, a read-modify-write
+/// (the old value is answered whether or not the condition let the write happen; a record
+/// under the key is WRONGTYPE, any other SET replaces a value of any kind).
+pub async fn set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let args = set_args(argv, ks.now_ms())?;
+    let memgest = match args.memgest {
+        Some(name) => Memgest::Id(ks.memgest_id(name).await?),
+        None => Memgest::Own,
+    };
+    let ttl = match args.expiry {
+        SetExpiry::At(ms) => Ttl::At(ms),
+        SetExpiry::Keep => Ttl::Keep,
+        SetExpiry::Clear => Ttl::Clear,
+    };
+    let put = Put {
+        value: argv[2].to_vec(),
+        kind: ValueKind::String,
+        ttl,
+        memgest,
+    };
+    if !args.get {
+        let stored = ks.write(argv[1], put, args.cond).await?;
+        return Ok(if stored { Reply::ok() } else { Reply::Nil });
     }
-    let now = ctx.now_ms;
-    let mut engine = ctx.shared.db.lock();
-    for pair in argv[1..].chunks(2) {
-        if let Err(e) = engine.set(pair[0], pair[1], &SetOptions::default(), now) {
-            return engine_error(e);
-        }
-    }
-    Reply::ok()
+    let cond = args.cond;
+    ks.update(argv[1], |cur| {
+        let old = Value::string(cur)?;
+        let holds = match cond {
+            Cond::Always => true,
+            Cond::Nx => old.is_none(),
+            Cond::Xx => old.is_some(),
+        };
+        let change = if holds {
+            Change::Put(put)
+        } else {
+            Change::Nothing
+        };
+        Ok((change, bulk_or_nil(old)))
+    })
+    .await
 }
 
-// ---- written once for both fronts, over `Keyspace` ----------------------------------------
-
-/// A handler over a [`Keyspace`]: the reply, or an error reply (both are answered; a cluster
-/// front keeps them apart for its accounting).
-pub type KsResult = Result<Reply, Reply>;
+/// MSET: every pair, in order (one slot in a cluster).
+pub async fn mset<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    if argv.len() < 3 || argv.len() & 1 == 0 {
+        return Err(super::arity_error("mset"));
+    }
+    let pairs: Vec<(&[u8], &[u8])> = argv[1..].chunks(2).map(|p| (p[0], p[1])).collect();
+    ks.write_many(&pairs).await?;
+    Ok(Reply::ok())
+}
 
 /// The string value of a read (`None`: missing); WRONGTYPE for a record.
 async fn read_string<K: Keyspace>(ks: &K, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
