@@ -32,8 +32,9 @@
 //! The replicated keyspace waits on the replica core, so the methods are `async`. [`Local`]'s
 //! futures never wait on anything: they complete at their first poll, and the single node
 //! runs a handler with [`ready`], one poll with a no-op waker, on the connection's own
-//! thread — no runtime, no allocation, no thread hop. The single node's GET/SET/MGET hot paths
-//! (batched, lock-free reader) do not come through here at all.
+//! thread — no runtime, no allocation, no thread hop. The single node's hot paths — pipelined plain GETs
+//! and SETs, batched by `conn.rs` with the lock-free reader — do not come through here; their
+//! answers are [`super::string::get`]'s and [`super::string::set`]'s.
 //!
 //! # Errors
 //!
