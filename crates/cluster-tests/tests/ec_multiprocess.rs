@@ -172,3 +172,37 @@ fn ec_3_2_survives_two_simultaneous_sigkills() {
     wait_replaced(&cluster, &[1, 2], epoch);
     wait_all_readable(&seeds, &keys, "after two simultaneous failures");
 }
+
+/// One drain and one crash at once, on ec:2+1 (one parity per codeword): node 1 is drained
+/// to a spare while node 2 — which shares placement groups with it — is SIGKILLed. Where
+/// node 1 held a group's parity, its successor is still resynchronising from the data nodes
+/// when node 2 (a data node of that group) dies; where node 1 held data, its successor is
+/// still loading from the parity node 2 may have been. ec:2+1 must survive one drain plus
+/// one failure: the draining node keeps the stores it gave up until their successors
+/// release them (docs/design/cluster-resharding.md, "Session 17: a drained position's
+/// store is kept until its successor releases it"). Every acknowledged value must read back.
+#[test]
+fn ec_2_1_survives_a_drain_and_a_sigkill() {
+    let mut cluster = start(5, 2, &["--default-memgest", "ec:2+1"]);
+    let map = cluster.map();
+    let p = map.placement.as_ref().expect("bootstrapped");
+    eprintln!("placement: s = {}, d = {}", p.s, p.d);
+    assert_eq!(
+        map.memgest_kind(map.default_memgest),
+        MemgestKind::Ec { k: 2, m: 1 }
+    );
+    let seeds = cluster.addrs();
+    let keys: Vec<(String, String)> = (0..1000)
+        .map(|i| (format!("ec21:{i}"), value(i, 1 + (i * 7919) % 4000)))
+        .collect();
+    par_set(&seeds, &keys, 4);
+    wait_all_readable(&seeds, &keys, "before the drain");
+    let epoch = cluster.map().epoch;
+    cluster.drain(1);
+    cluster.kill9(2);
+    eprintln!("drained node 1 and SIGKILLed node 2");
+    wait_replaced(&cluster, &[1, 2], epoch);
+    wait_all_readable(&seeds, &keys, "after the drain and the kill");
+    wait_arenas_ready(&seeds);
+    wait_all_readable(&seeds, &keys, "after every arena is ready");
+}

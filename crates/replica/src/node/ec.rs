@@ -2007,23 +2007,33 @@ impl<S: ReplicaStore> Replica<S> {
             .filter(|(n, _, _, pos)| is_current(n, *pos))
             .copied()
             .collect();
-        let done = if current.is_empty() { answers } else { current };
+        let done = if current.is_empty() {
+            answers.clone()
+        } else {
+            current
+        };
         let Some(top) = done.iter().map(|(_, s, _, _)| *s).max() else {
             return;
         };
         let at_top = || done.iter().filter(|(_, s, _, _)| *s == top);
         let mut good: Vec<(u32, NodeId)> = Vec::new();
-        let mut copy_from = None;
         for (n, _, _, pos) in at_top() {
             if *pos >= s_pos {
                 let q = *pos - s_pos;
                 if !good.iter().any(|(gq, _)| *gq == q) {
                     good.push((q, *n));
                 }
-            } else if *pos == d.owner {
-                copy_from.get_or_insert(*n);
             }
         }
+        // A draining node's kept arena of this very position, at or past the adopted seq,
+        // is copied rather than decoded, even when holders answered: a decode also needs
+        // the group's other data nodes, which may be recovering too (a drain and a crash
+        // in one group: each successor's decode waits for the other's bytes). Its bytes as
+        // of `top` are read with its in-flight deltas rolled back (`on_ec_read_req`).
+        let copy_from = answers
+            .iter()
+            .find(|(n, seq, _, pos)| *pos == d.owner && *seq >= top && !is_current(n, *pos))
+            .map(|(n, ..)| *n);
         let Some(first_good) = good.first().map(|(_, n)| *n).or(copy_from) else {
             return;
         };
@@ -2127,63 +2137,61 @@ impl<S: ReplicaStore> Replica<S> {
         let DataState::Recovering(r) = &d.state else {
             return None;
         };
-        // A draining node kept this position's arena: copy the window from it (every other
-        // attempt when holders could decode it too, so a copy source gone is not fatal).
+        // A draining node kept this position's arena: copy the window from it (once a copy
+        // fails, `finish_job` stops copying if holders can decode instead).
         if let Some(src) = r.copy_from {
-            if r.good.is_empty() || attempt.is_multiple_of(2) {
-                let len32 = u32::try_from(len).ok()?;
-                let (owner, at) = (d.owner, d.arena.last_seq());
-                self.next_id = self.next_id.wrapping_add(1);
-                let job_id = self.next_id;
-                self.next_id = self.next_id.wrapping_add(1);
-                let req = self.next_id;
-                self.ec_reqs.insert(req, EcReq::Job { job: job_id });
-                self.send(
-                    out,
-                    src,
-                    PeerBody::EcReadReq {
-                        id: req,
-                        memgest,
-                        pg,
-                        seq: Some(at),
-                        ranges: vec![EcRange {
-                            parity: false,
-                            index: u64::from(owner),
-                            offset,
-                            len: len32,
-                        }],
-                    },
-                );
-                self.ec_jobs.insert(
-                    job_id,
-                    Job {
-                        pg,
-                        memgest,
+            let len32 = u32::try_from(len).ok()?;
+            let (owner, at) = (d.owner, d.arena.last_seq());
+            self.next_id = self.next_id.wrapping_add(1);
+            let job_id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1);
+            let req = self.next_id;
+            self.ec_reqs.insert(req, EcReq::Job { job: job_id });
+            self.send(
+                out,
+                src,
+                PeerBody::EcReadReq {
+                    id: req,
+                    memgest,
+                    pg,
+                    seq: Some(at),
+                    ranges: vec![EcRange {
+                        parity: false,
+                        index: u64::from(owner),
                         offset,
-                        len,
-                        background,
-                        holders: Vec::new(),
-                        sources: vec![SourceRange::Data {
-                            node: owner,
-                            offset,
-                            len: len32,
-                        }],
-                        parity_reqs: BTreeMap::new(),
-                        seqs: BTreeMap::new(),
-                        parity: BTreeMap::new(),
-                        data: BTreeMap::new(),
-                        data_reqs: BTreeMap::from([(req, (owner, at))]),
-                        unavailable: BTreeSet::new(),
-                        phase2: true,
-                        sent_ms: now_ms,
-                        failed: false,
-                        attempt,
-                        readers: Vec::new(),
-                        copy: true,
-                    },
-                );
-                return Some(job_id);
-            }
+                        len: len32,
+                    }],
+                },
+            );
+            self.ec_jobs.insert(
+                job_id,
+                Job {
+                    pg,
+                    memgest,
+                    offset,
+                    len,
+                    background,
+                    holders: Vec::new(),
+                    sources: vec![SourceRange::Data {
+                        node: owner,
+                        offset,
+                        len: len32,
+                    }],
+                    parity_reqs: BTreeMap::new(),
+                    seqs: BTreeMap::new(),
+                    parity: BTreeMap::new(),
+                    data: BTreeMap::new(),
+                    data_reqs: BTreeMap::from([(req, (owner, at))]),
+                    unavailable: BTreeSet::new(),
+                    phase2: true,
+                    sent_ms: now_ms,
+                    failed: false,
+                    attempt,
+                    readers: Vec::new(),
+                    copy: true,
+                },
+            );
+            return Some(job_id);
         }
         if r.good.is_empty() {
             return None;
@@ -2500,7 +2508,16 @@ impl<S: ReplicaStore> Replica<S> {
         let bytes = match decoded {
             Ok(b) => b,
             Err(_) => {
-                // Not enough pieces (a survivor was missing): retry with another holder.
+                // Not enough pieces (a survivor was missing): retry with another holder. A
+                // failed copy (the kept arena could not be read as of the adopted seq, or
+                // its node is gone) is not tried again where holders can decode.
+                if j.copy {
+                    if let DataState::Recovering(r) = &mut d.state {
+                        if !r.good.is_empty() {
+                            r.copy_from = None;
+                        }
+                    }
+                }
                 self.stats.ec_decode_retries += 1;
                 return self.retry_job(now_ms, j, out);
             }
