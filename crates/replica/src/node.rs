@@ -2518,7 +2518,16 @@ impl<S: ReplicaStore> Replica<S> {
         // values go decoded, for the new coordinator to re-encode in its own group.
         // A copy before the switch takes them the same way (session 15): the target
         // re-encodes them into its arena of the new group ahead of the switch.
-        let ec_values = (purpose == PullPurpose::Rebuild && map.handoff(first, last).is_some())
+        // Only the span's old coordinator has them: another member of the old cohort
+        // answers a handoff's rebuild for the replicated memgests (its vote) and skips its
+        // ec entries, which are stale pointers if it coordinated the span once before
+        // (simulator seed 113923: an old replica that had been the span's coordinator two
+        // moves earlier answered not-ready forever, unable to read those pointers, and the
+        // new coordinator, its old coordinator crashed, gave up the rebuild).
+        let old_coordinator =
+            |h: &ringlet_control::Handoff| map.prior_cohort(h).first().copied() == Some(self.id);
+        let ec_values = (purpose == PullPurpose::Rebuild
+            && map.handoff(first, last).is_some_and(old_coordinator))
             || (purpose == PullPurpose::Copy && self.cfg.ec_copy_ahead);
         let skip_unready = purpose == PullPurpose::Copy;
         let Some((entries, next, resets)) = self.page(

@@ -180,6 +180,20 @@ fn ec_swarm_16_seeds() {
     run_all(seeds(7000..7016), &opts);
 }
 
+/// Seeds of the long ec swarm (30 s runs, as `ec_swarm_many_seeds`) that once failed, each
+/// for a cause since fixed: 113923 (an old replica that had coordinated a handed-off span
+/// two moves earlier answered the handoff's rebuild not-ready forever, unable to read its
+/// stale ec pointers, so the new coordinator gave up when the old one crashed).
+#[test]
+fn ec_swarm_regression_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        duration_ms: 30_000,
+        ..SimOptions::default()
+    };
+    run_all(vec![113923], &opts);
+}
+
 #[test]
 #[ignore]
 fn ec_swarm_many_seeds() {
