@@ -333,6 +333,10 @@ pub async fn record_set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     let specs = ringlet_record::put::parse(argv).map_err(Reply::err_owned)?;
     let key = argv[2];
     let hints = ks.link_hints();
+    // The record's own bucket too: `update` looks the key up first thing under the lock
+    // (a loader's item is a random key, its bucket a miss), and asked for first, its miss
+    // overlaps the targets' (docs/design/loader.md, "Session 17").
+    hints.prefetch(key);
     for (_, v) in &specs {
         match v {
             PutValue::Bytes(_) => {}
