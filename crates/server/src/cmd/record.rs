@@ -335,7 +335,7 @@ pub async fn record_set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     let hints = ks.link_hints();
     // The record's own bucket too: `update` looks the key up first thing under the lock
     // (a loader's item is a random key, its bucket a miss), and asked for first, its miss
-    // overlaps the targets' (docs/design/loader.md, "Session 17").
+    // overlaps the targets' (docs/design/loader.md, "Loader CPU (session 17)").
     hints.prefetch(key);
     // Each target's bucket requested now, and what finding its hint needs kept (its key
     // hash: hashed once per link, not for the prefetch and again for the hint), by the
