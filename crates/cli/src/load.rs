@@ -1061,11 +1061,16 @@ impl Writer {
 // ---------------------------------------------------------------------------------------------
 // The two passes
 
-/// 64-bit SipHash-1-3 with fixed keys (std's `DefaultHasher::new()`): the same on every run.
+/// 64-bit foldhash (its `quality` variant, fixed seed): the same on every run. Was SipHash-1-3
+/// (std's `DefaultHasher`), ~4 % of the loader's samples on KELI's graph, where every
+/// list row hashes its owner and its target (docs/design/loader.md, "Loader CPU (session
+/// 17)"). The key set only needs a well-mixed 64-bit value of trusted input (a collision
+/// lets one dangling link through, ~n²/2⁶⁵), not SipHash's resistance to chosen keys.
 fn hash_key(key: &[u8]) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    h.write(key);
-    h.finish()
+    use std::hash::BuildHasher;
+    const KEY_HASH: foldhash::quality::FixedState =
+        foldhash::quality::FixedState::with_seed(0x5249_4e47_4c45_5421);
+    KEY_HASH.hash_one(key)
 }
 
 /// A hasher for keys that are already hashes.
@@ -1111,7 +1116,8 @@ impl KeySet {
     }
 
     fn home(&self, h: u64) -> usize {
-        // SipHash's low bits are as good as any; the table size is a power of two.
+        // foldhash's (quality) low bits are as well mixed as any; the table size is a power
+        // of two.
         (h as usize) & (self.slots.len() - 1)
     }
 
@@ -1314,6 +1320,7 @@ impl Load<'_> {
         for l in &map.lists {
             let mut run = ListRun::default();
             let mut rows = 0u64;
+            let (mut checked_owner, mut owner_ok) = (Vec::new(), false);
             snap.scan(l.source, &l.cols, &mut |row| {
                 rows += 1;
                 self.tick(rows);
@@ -1324,9 +1331,15 @@ impl Load<'_> {
                     self.skip(|| format!("a row of [[lists]] has no owner or target (row {rows})"));
                     return Ok(());
                 }
-                // The owner is checked per row (a sorted source repeats it: a cached slot),
-                // the target when its run is flushed, with the others of its chunk.
-                if !self.exists(&key) {
+                // The owner is checked once per run of rows with the same owner (a sorted
+                // source repeats it; each row used to hash and look it up again); the target
+                // when its run is flushed, with the others of its chunk.
+                if checked_owner != key {
+                    checked_owner.clear();
+                    checked_owner.extend_from_slice(&key);
+                    owner_ok = self.exists(&key);
+                }
+                if !owner_ok {
                     self.stats.dangling += 1;
                     return Ok(());
                 }
@@ -1340,7 +1353,13 @@ impl Load<'_> {
                 if run.len() >= LIST_RUN_TARGETS_MAX || run.bytes.len() >= LIST_RUN_BYTES_MAX {
                     self.flush_run(l, &mut run, false)?;
                 }
-                run.push(&target);
+                // Hashed once, and its key-set slot requested now: the miss overlaps the
+                // parsing of the run's next rows instead of waiting for the flush.
+                let h = if l.external { 0 } else { hash_key(&target) };
+                if !l.external {
+                    self.keys.prefetch(h);
+                }
+                run.push_hashed(&target, h);
                 Ok(())
             })?;
             self.flush_run(l, &mut run, true)?;
@@ -1358,12 +1377,10 @@ impl Load<'_> {
     /// long to keep) the targets are appended to what the list has (`append_run`).
     fn flush_run(&mut self, l: &List, run: &mut ListRun, complete: bool) -> Result<()> {
         if !l.external {
-            // Every target's slot requested first, then checked: the misses overlap.
-            for i in 0..run.len() {
-                self.keys.prefetch(hash_key(run.target(i)));
-            }
+            // Every target's slot was requested when its row was read (`push_hashed`);
+            // checked here by the hash kept then.
             let before = run.len();
-            run.retain(|t| self.keys.contains(hash_key(t)));
+            run.retain(|h| self.keys.contains(h));
             self.stats.dangling += (before - run.len()) as u64;
         }
         if run.len() == 0 {
@@ -1512,6 +1529,8 @@ struct ListRun {
     /// The targets back to back (no allocation per link), each ending at `ends[i]`.
     bytes: Vec<u8>,
     ends: Vec<usize>,
+    /// Each target's `hash_key` (list runs: `push_hashed`; 0 for `push`).
+    hashes: Vec<u64>,
 }
 
 impl ListRun {
@@ -1525,30 +1544,41 @@ impl ListRun {
     }
 
     fn push(&mut self, t: &[u8]) {
+        self.push_hashed(t, 0);
+    }
+
+    fn push_hashed(&mut self, t: &[u8], h: u64) {
         self.bytes.extend_from_slice(t);
         self.ends.push(self.bytes.len());
+        self.hashes.push(h);
     }
 
     fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
+        self.hashes.clear();
     }
 
-    /// Keep the targets `keep` accepts, in order.
-    fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
+    /// Keep the targets whose hash `keep` accepts, in order.
+    fn retain(&mut self, mut keep: impl FnMut(u64) -> bool) {
         let (mut w, mut kept, mut start) = (0usize, 0usize, 0usize);
         for i in 0..self.ends.len() {
             let end = self.ends[i];
-            if keep(&self.bytes[start..end]) {
-                self.bytes.copy_within(start..end, w);
+            if keep(self.hashes[i]) {
+                // Nothing dropped yet (the common case): the target is already in place.
+                if w != start {
+                    self.bytes.copy_within(start..end, w);
+                }
                 w += end - start;
                 self.ends[kept] = w;
+                self.hashes[kept] = self.hashes[i];
                 kept += 1;
             }
             start = end;
         }
         self.bytes.truncate(w);
         self.ends.truncate(kept);
+        self.hashes.truncate(kept);
     }
 }
 
@@ -1904,12 +1934,15 @@ mod tests {
         assert!(!(5000..6000u64).any(|i| k.contains(hash_key(format!("v:{i}").as_bytes()))));
         assert!(k.contains(0) && k.contains(1));
         let mut r = ListRun::default();
-        for t in ["a", "bb", "", "ccc", "d"] {
-            r.push(t.as_bytes());
+        for t in ["a", "bb", "", "ccc", "d", "ee"] {
+            r.push_hashed(t.as_bytes(), hash_key(t.as_bytes()));
         }
-        r.retain(|t| t != b"bb" && t != b"d");
+        let (bb, d) = (hash_key(b"bb"), hash_key(b"d"));
+        r.retain(|h| h != bb && h != d);
         let got: Vec<&[u8]> = (0..r.len()).map(|i| r.target(i)).collect();
-        assert_eq!(got, [&b"a"[..], b"", b"ccc"]);
+        assert_eq!(got, [&b"a"[..], b"", b"ccc", b"ee"]);
+        // The hashes moved with their targets.
+        assert!((0..r.len()).all(|i| r.hashes[i] == hash_key(r.target(i))));
         r.clear();
         assert_eq!(r.len(), 0);
     }

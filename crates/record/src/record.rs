@@ -1135,9 +1135,10 @@ pub fn put_fields(
     fields: &[(&[u8], PutValue<'_>)],
     mut hint: impl FnMut(&[u8]) -> Option<Hint>,
 ) -> Result<(i64, Vec<u8>), RecordError> {
-    use std::collections::BTreeMap;
-    // The new fields by name (and whether an old field of that name was met).
-    let mut new: BTreeMap<&[u8], (usize, bool)> = BTreeMap::new();
+    // The new fields by name: (name, index in `fields`, whether an old field of that name
+    // was met), sorted by name once they are all in and looked up by binary search. One
+    // allocation where a `BTreeMap` made one per few fields (a loader's item: every command).
+    let mut new: Vec<(&[u8], usize, bool)> = Vec::with_capacity(fields.len());
     for (i, (name, v)) in fields.iter().enumerate() {
         let ok = name.len() <= FIELD_NAME_BYTES_MAX
             && match v {
@@ -1153,10 +1154,14 @@ pub fn put_fields(
         if !ok {
             return Err(RecordError::TooLarge { what: "field" });
         }
-        if new.insert(name, (i, false)).is_some() {
-            return Err(RecordError::DuplicateField);
-        }
+        new.push((name, i, false));
     }
+    new.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    if new.windows(2).any(|w| w[0].0 == w[1].0) {
+        return Err(RecordError::DuplicateField);
+    }
+    let find =
+        |new: &[(&[u8], usize, bool)], name: &[u8]| new.binary_search_by(|e| e.0.cmp(name)).ok();
     // The old fields: where each starts and ends.
     let mut old: Vec<(usize, usize, bool)> = Vec::new();
     let mut body = &[][..];
@@ -1167,12 +1172,13 @@ pub fn put_fields(
         for _ in 0..n {
             let start = b.len() - r.b.len();
             let (name, _) = r.field_ref()?;
-            if !names.insert(name) {
+            // A record of one field cannot repeat a name: no set (no allocation) for it.
+            if n > 1 && !names.insert(name) {
                 return Err(RecordError::DuplicateField);
             }
-            let replaced = match new.get_mut(name) {
-                Some(e) => {
-                    e.1 = true;
+            let replaced = match find(&new, name) {
+                Some(j) => {
+                    new[j].2 = true;
                     true
                 }
                 None => false,
@@ -1184,7 +1190,7 @@ pub fn put_fields(
         }
     }
     let added: Vec<usize> = {
-        let mut v: Vec<usize> = new.values().filter(|e| !e.1).map(|e| e.0).collect();
+        let mut v: Vec<usize> = new.iter().filter(|e| !e.2).map(|e| e.1).collect();
         v.sort_unstable();
         v
     };
@@ -1259,7 +1265,7 @@ pub fn put_fields(
             if replaced {
                 // `start..end` holds the name first: find the new field by it.
                 let (name, _) = Reader { b: &b[start..end] }.field_ref()?;
-                let i = new[name].0;
+                let i = new[find(&new, name).expect("a replaced field was found above")].1;
                 put(&mut out, &fields[i]);
             } else {
                 out.extend_from_slice(&b[start..end]);

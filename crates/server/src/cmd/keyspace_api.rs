@@ -200,6 +200,21 @@ pub trait LinkHints {
     /// The hint for a link to `target` (`None`: the link goes without one; a reader then
     /// looks the target up by key).
     fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint>;
+
+    /// [`LinkHints::prefetch`], returning what [`LinkHints::hint_kept`] may reuse for the
+    /// same target (the single node: its key hash, computed once per link instead of twice;
+    /// by default nothing).
+    fn prefetch_keep(&self, target: &[u8]) -> u64 {
+        self.prefetch(target);
+        0
+    }
+
+    /// [`LinkHints::hint`] given what [`LinkHints::prefetch_keep`] returned for this same
+    /// `target`.
+    fn hint_kept(&self, target: &[u8], kept: u64) -> Option<ringlet_record::Hint> {
+        let _ = kept;
+        self.hint(target)
+    }
 }
 
 /// The single node's hints: the target's position in the engine by its key-hash tag, node
@@ -213,8 +228,18 @@ impl LinkHints for LocalHints {
     }
 
     fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint> {
+        self.hint_kept(target, ringlet_engine::hash::key_hash(target))
+    }
+
+    fn prefetch_keep(&self, target: &[u8]) -> u64 {
         let hash = ringlet_engine::hash::key_hash(target);
-        ringlet_engine::read::locate_position_by_tag(&self.0, hash)
+        ringlet_engine::read::prefetch_bucket(&self.0, hash);
+        hash
+    }
+
+    /// `kept` is `target`'s key hash (`prefetch_keep`).
+    fn hint_kept(&self, _target: &[u8], kept: u64) -> Option<ringlet_record::Hint> {
+        ringlet_engine::read::locate_position_by_tag(&self.0, kept)
             .map(|p| super::record::hint_of(p, 0, 0))
     }
 }

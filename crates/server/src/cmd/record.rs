@@ -333,17 +333,46 @@ pub async fn record_set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     let specs = ringlet_record::put::parse(argv).map_err(Reply::err_owned)?;
     let key = argv[2];
     let hints = ks.link_hints();
+    // The record's own bucket too: `update` looks the key up first thing under the lock
+    // (a loader's item is a random key, its bucket a miss), and asked for first, its miss
+    // overlaps the targets' (docs/design/loader.md, "Loader CPU (session 17)").
+    hints.prefetch(key);
+    // Each target's bucket requested now, and what finding its hint needs kept (its key
+    // hash: hashed once per link, not for the prefetch and again for the hint), by the
+    // address of the target's bytes, which `put_fields` hands back to the hint closure.
+    let links = specs
+        .iter()
+        .map(|(_, v)| match v {
+            PutValue::Bytes(_) => 0,
+            PutValue::Link(_) => 1,
+            PutValue::Links(ts) => ts.len(),
+            PutValue::Packed(p) => p.len(),
+        })
+        .sum();
+    let mut kept: Vec<(usize, usize, u64)> = Vec::with_capacity(links);
+    let mut keep = |t: &[u8]| kept.push((t.as_ptr() as usize, t.len(), hints.prefetch_keep(t)));
     for (_, v) in &specs {
         match v {
             PutValue::Bytes(_) => {}
-            PutValue::Link(t) => hints.prefetch(t),
-            PutValue::Links(ts) => ts.iter().for_each(|t| hints.prefetch(t)),
-            PutValue::Packed(p) => p.iter().for_each(|t| hints.prefetch(t)),
+            PutValue::Link(t) => keep(t),
+            PutValue::Links(ts) => ts.iter().for_each(|t| keep(t)),
+            PutValue::Packed(p) => p.iter().for_each(&mut keep),
         }
     }
+    // `put_fields` asks in spec order except for fields it replaces in place (old field
+    // order): a target that is not the next one kept (same bytes, same address) is hashed
+    // again, so the answer is the same either way.
+    let mut next = 0;
+    let mut hint = |t: &[u8]| match kept.get(next) {
+        Some(&(at, len, k)) if at == t.as_ptr() as usize && len == t.len() => {
+            next += 1;
+            hints.hint_kept(t, k)
+        }
+        _ => hints.hint(t),
+    };
     ks.update(key, |cur| {
         let encoded = encoded_of(cur.as_ref())?;
-        match ringlet_record::record::put_fields(encoded, &specs, |t| hints.hint(t)) {
+        match ringlet_record::record::put_fields(encoded, &specs, &mut hint) {
             Ok((n, bytes)) => Ok((put_record(bytes), Reply::Int(n))),
             Err(ringlet_record::RecordError::TooLarge { .. }) => {
                 Err(Reply::err("ERR record exceeds maximum allowed size"))
