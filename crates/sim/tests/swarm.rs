@@ -272,6 +272,22 @@ fn ec_moves_copy_ahead_all_faults_48_seeds() {
     run_all(seeds(7100..7148), &opts);
 }
 
+/// Copy-ahead all-fault seeds that once failed, each for a cause since fixed: 117263 (a
+/// decode's reference holder was one update behind the other on a data node that could
+/// answer only its current seq; every retry chose the same reference, and recovery gave
+/// up).
+#[test]
+fn ec_moves_copy_ahead_regression_seeds() {
+    let opts = SimOptions {
+        ec: true,
+        moves: true,
+        all_faults: true,
+        ec_copy_ahead: true,
+        ..SimOptions::default()
+    };
+    run_all(vec![117263], &opts);
+}
+
 /// All faults with ec moves (the `ec_moves_many_seeds` options): the seeds that failed in
 /// session 12's sweep, each for its own cause (docs/design/cluster-resharding.md, "What the
 /// all-faults sweep found"): 7365 a span moved back to its old coordinator, which kept its

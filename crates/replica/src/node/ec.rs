@@ -2406,20 +2406,18 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
-    /// Parity of every usable holder, corrected to the reference holder's state; and the
-    /// reference seqs. Holders whose state differs for a data node we have no bytes of (lost
-    /// or unavailable) are left out: their parity cannot be corrected.
+    /// Parity of every usable holder, corrected to the reference holder `rq`'s state; and
+    /// the reference seqs. Holders whose state differs for a data node we have no bytes of
+    /// (lost or unavailable) are left out: their parity cannot be corrected.
     #[allow(clippy::type_complexity)]
     fn consistent_parity(
         j: &Job,
+        rq: u32,
         layout: &Layout,
         codec: &Codec,
         owner: u32,
     ) -> Option<(Vec<u64>, BTreeMap<(u32, u64, u32, u32), Vec<u8>>)> {
-        let (rq, reference) = j
-            .holders
-            .iter()
-            .find_map(|(q, _)| j.seqs.get(q).map(|s| (*q, s.clone())))?;
+        let reference = j.seqs.get(&rq)?.clone();
         let cb = u64::from(layout.chunk_bytes());
         let mut parity = BTreeMap::new();
         for (q, seqs) in &j.seqs {
@@ -2481,29 +2479,49 @@ impl<S: ReplicaStore> Replica<S> {
                 .find(|((n, o, l, _), _)| *n == d.owner && *o == j.offset && u64::from(*l) == j.len)
                 .map(|(_, b)| b.clone())
         });
-        let decoded = match Self::consistent_parity(&j, &d.layout, &d.codec, d.owner) {
-            _ if j.copy => copied
-                .flatten()
-                .ok_or(ringlet_erasure::Error::NotEnoughShards {
-                    missing: 1,
-                    tolerated: 0,
-                }),
-            Some((reference, parity)) => rebuild_range(
-                &d.layout,
-                &d.codec,
-                &Fetched {
-                    job: &j,
-                    reference: &reference,
-                    parity: &parity,
-                },
-                d.owner,
-                j.offset,
-                j.len,
-            ),
-            None => Err(ringlet_erasure::Error::NotEnoughShards {
-                missing: d.layout.m().saturating_add(1),
-                tolerated: d.layout.m(),
-            }),
+        let not_enough = ringlet_erasure::Error::NotEnoughShards {
+            missing: d.layout.m().saturating_add(1),
+            tolerated: d.layout.m(),
+        };
+        let decoded = if j.copy {
+            copied.flatten().ok_or(not_enough)
+        } else {
+            // Each answering holder's state in turn as the reference, until one decodes:
+            // holders may disagree on a data node's seq (a takeover adopted the newest
+            // holder's state, and the other learns of it only at the next update), and
+            // that data node can answer only its current seq. With a fixed reference the
+            // retries repeated the one that cannot decode (simulator seed 117263: the
+            // first holder one update behind on another data node, recovery gave up).
+            let references: Vec<u32> = j
+                .holders
+                .iter()
+                .map(|(q, _)| *q)
+                .filter(|q| j.seqs.contains_key(q))
+                .collect();
+            let mut decoded = Err(not_enough);
+            for rq in references {
+                let Some((reference, parity)) =
+                    Self::consistent_parity(&j, rq, &d.layout, &d.codec, d.owner)
+                else {
+                    continue;
+                };
+                decoded = rebuild_range(
+                    &d.layout,
+                    &d.codec,
+                    &Fetched {
+                        job: &j,
+                        reference: &reference,
+                        parity: &parity,
+                    },
+                    d.owner,
+                    j.offset,
+                    j.len,
+                );
+                if decoded.is_ok() {
+                    break;
+                }
+            }
+            decoded
         };
         let bytes = match decoded {
             Ok(b) => b,
