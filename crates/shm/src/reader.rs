@@ -30,7 +30,7 @@ use ringlet_codec::native::{
 use ringlet_engine::hash::key_hash;
 use ringlet_engine::read::{
     locate_entry, prefetch_bucket, prefetch_entry, prefetch_position, read_entry_at_index,
-    read_entry_direct, read_entry_with, Position, Stale,
+    read_entry_direct, read_entry_image, read_entry_with, Position, Stale,
 };
 use ringlet_engine::{ReadOutcome, RegionsView};
 use ringlet_types::limits::{self, ACCESS_RECORD_BATCH_MAX, KEY_BYTES_MAX};
@@ -1050,12 +1050,14 @@ impl ShmReader {
                 f(i, v.map(|v| (v, out.as_slice())));
                 continue;
             }
-            let (r, _) = read_entry_with(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
+            // The image stays in `out` and `f` sees the value inside it: no move of the
+            // value per key (the callback's slice is only valid during the call anyway).
+            let (r, value) = read_entry_image(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
             match r {
                 ReadOutcome::Hit { version, .. } => {
                     self.stats.shm_hits += 1;
                     self.record(hash);
-                    f(i, Some((version, out.as_slice())));
+                    f(i, Some((version, &out[value])));
                 }
                 ReadOutcome::Miss => {
                     self.stats.shm_misses += 1;
