@@ -33,6 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import RINGLET, ROOT, free_port, wait_port  # noqa: E402
 
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+# Page mode -> the bench client's ShmemPmdMapped (KiB), as `ringlet bench` reports it.
+client_pmd = {}
 
 
 def last_json(out):
@@ -85,6 +87,7 @@ def shm_rows(args, pages, rows, tcp):
                     # fallback would make the one-sided figure mean something else.
                     assert r["wrong"] == 0 and r["misses"] == 0 and r["fallbacks"] == 0, r
                     runs.append(r)
+                    client_pmd[pages] = max(client_pmd.get(pages, 0), r.get("client_pmd_kib", 0))
                 rows.append((f"ringlet shm {what}, {pages} pages ({dist})",
                              [x["ops_per_sec"] for x in runs],
                              [x["ops_per_cpu_sec"] for x in runs],
@@ -159,6 +162,7 @@ def main():
     load1 = loadavg()
     redis_get = statistics.median(rows[-1][1])
     mapped = ", ".join(f"{p} {kib} KiB" for p, kib in pmd.items())
+    mapped += "; client: " + ", ".join(f"{p} {kib} KiB" for p, kib in client_pmd.items())
     print(f"shmem_enabled: {thp}; node ShmemPmdMapped after the runs: {mapped}; "
           f"load average {load0} -> {load1}; medians of {args.repeat}; binary {args.ringlet}")
     print()
