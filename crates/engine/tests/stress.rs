@@ -82,7 +82,7 @@ fn readers_never_see_torn_or_stale_values() {
                     // Every other read takes the batched reader's form (the entry image left
                     // in the buffer, the value located in it): the same guarantees apply.
                     let k = key(i);
-                    let (outcome, span) = if n % 2 == 0 {
+                    let (outcome, span) = if n.is_multiple_of(2) {
                         let h = hash::key_hash(&k);
                         read::read_entry_image(&reader.view(), &k, h, 1, None, &mut buf)
                     } else {
