@@ -8,9 +8,9 @@
 //! 2. Probe the key's home bucket (and, if its overflow word says keys homed there live
 //!    further on, the buckets up to its reach) for index entries whose tag matches.
 //! 3. For a match, copy the data entry (`size` bytes at `location`) word by word with atomic
-//!    loads, check lengths against `size`, recompute the checksum over the copy plus index word 0
-//!    and the size and compare it with the CRC in index word 1, re-load the index words and
-//!    require them unchanged, then compare the full key.
+//!    loads, computing the checksum over the copy plus index word 0 and the size in the same
+//!    pass, check lengths against `size`, compare the checksum with the CRC in index word 1,
+//!    re-load the index words and require them unchanged, then compare the full key.
 //! 4. Re-load the layout word: if it changed (upsize switch, flush), the whole probe is void.
 //!
 //! A torn copy (the writer reused the slot, or switched the index entry between our two word

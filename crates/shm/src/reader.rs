@@ -975,8 +975,9 @@ impl ShmReader {
     /// MGET over shared memory, the fast path for many keys: a software pipeline that hashes
     /// key `i + MGET_BUCKET_AHEAD` and prefetches its home bucket, prefetches the data
     /// entries key `i + MGET_ENTRY_AHEAD`'s bucket points at, then validates key `i` with
-    /// the full read (the same `read_entry_with` as [`ShmReader::get_into`]: checksum, index
-    /// re-check, full key, layout and epoch), so the two dependent cache misses of every key
+    /// the full read (`read_entry_image`: the same lookup as [`ShmReader::get_into`]'s
+    /// `read_entry_with` — checksum, index re-check, full key, layout and epoch — with the
+    /// value handed to `f` in place in the copied image), so the two dependent cache misses of every key
     /// overlap with the work on earlier ones. Prefetches are hints over atomics and
     /// bounds-checked; nothing they see is trusted. `f(i, item)` gets key `i`'s outcome, in
     /// order; the slice is only valid during the call. A key whose read must be retried
