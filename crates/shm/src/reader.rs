@@ -977,8 +977,8 @@ impl ShmReader {
     /// entries key `i + MGET_ENTRY_AHEAD`'s bucket points at, then validates key `i` with
     /// the full read (`read_entry_image`: the same lookup as [`ShmReader::get_into`]'s
     /// `read_entry_with` — checksum, index re-check, full key, layout and epoch — with the
-    /// value handed to `f` in place in the copied image), so the two dependent cache misses of every key
-    /// overlap with the work on earlier ones. Prefetches are hints over atomics and
+    /// value handed to `f` in place in the copied image), so the two dependent cache misses
+    /// of every key overlap with the work on earlier ones. Prefetches are hints over atomics and
     /// bounds-checked; nothing they see is trusted. `f(i, item)` gets key `i`'s outcome, in
     /// order; the slice is only valid during the call. A key whose read must be retried
     /// takes [`ShmReader::get_into`]'s slow path (refresh, then the socket) alone.
