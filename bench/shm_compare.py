@@ -15,6 +15,11 @@ the script prints the setting and the node's ShmemPmdMapped, so a "thp" row that
 4 KiB pages is visible. Setup (root): echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled
 
 Usage: bench/shm_compare.py [--keys 1000000] [--duration 5] [--repeat 3] [--floor]
+                            [--pages off,thp] [--ringlet PATH] [--no-build]
+
+--ringlet runs another build of the binary (an A/B against a saved copy of the previous
+commit's); --no-build skips `cargo build` (with --ringlet, or when the binary is fresh);
+--pages thp skips the 4 KiB-page rows (they only show the huge-page gain again).
 """
 import argparse
 import json
@@ -28,6 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import RINGLET, ROOT, free_port, wait_port  # noqa: E402
 
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+# Page mode -> the bench client's ShmemPmdMapped (KiB), as `ringlet bench` reports it.
+client_pmd = {}
 
 
 def last_json(out):
@@ -52,10 +59,11 @@ def pmd_mapped_kib(pid):
 
 
 def shm_rows(args, pages, rows, tcp):
+    ringlet = args.ringlet
     port = free_port()
     sock = f"/tmp/ringlet-shm-bench-{port}.sock"
     env = dict(os.environ, RINGLET_HUGE_PAGES=pages)
-    node = subprocess.Popen(["taskset", "-c", "0", RINGLET, "server", "--port", str(port),
+    node = subprocess.Popen(["taskset", "-c", "0", ringlet, "server", "--port", str(port),
                              "--threads", "1", "--memory-mb", "1024", "--shm-socket", sock],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
@@ -66,7 +74,7 @@ def shm_rows(args, pages, rows, tcp):
                 what = "GET" if batch == 1 else f"MGET({batch})"
                 runs = []
                 for _ in range(args.repeat):
-                    cmd = ["taskset", "-c", "1", RINGLET, "bench", "--mode", "shm-get", "--socket",
+                    cmd = ["taskset", "-c", "1", ringlet, "bench", "--mode", "shm-get", "--socket",
                            sock, "--keys", str(args.keys), "--value-size", "100", "--duration",
                            str(args.duration), "--threads", "1", "--distribution", dist,
                            "--batch", str(batch), "--json"]
@@ -79,6 +87,7 @@ def shm_rows(args, pages, rows, tcp):
                     # fallback would make the one-sided figure mean something else.
                     assert r["wrong"] == 0 and r["misses"] == 0 and r["fallbacks"] == 0, r
                     runs.append(r)
+                    client_pmd[pages] = max(client_pmd.get(pages, 0), r.get("client_pmd_kib", 0))
                 rows.append((f"ringlet shm {what}, {pages} pages ({dist})",
                              [x["ops_per_sec"] for x in runs],
                              [x["ops_per_cpu_sec"] for x in runs],
@@ -90,7 +99,7 @@ def shm_rows(args, pages, rows, tcp):
                 runs = []
                 for _ in range(args.repeat):
                     r = last_json(subprocess.run(
-                        ["taskset", "-c", "1", RINGLET, "bench", "--protocol", "resp", "--port",
+                        ["taskset", "-c", "1", ringlet, "bench", "--protocol", "resp", "--port",
                          str(port), "--keys", str(args.keys), "--value-size", "100", "--ratio",
                          "0:1", "--connections", "50", "--pipeline", "1", "--duration",
                          str(args.duration), "--distribution", dist, "--json"], check=True,
@@ -113,16 +122,23 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--floor", action="store_true",
                     help="also run the in-process hash-map floor (shm_bench example)")
+    ap.add_argument("--pages", default="off,thp",
+                    help="page modes of the node, comma-separated: off (4 KiB), thp")
+    ap.add_argument("--ringlet", default=RINGLET, help="the ringlet binary to run")
+    ap.add_argument("--no-build", action="store_true", help="do not run cargo build first")
     args = ap.parse_args()
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringlet-cli", "-p", "ringlet-shm",
-                    "--examples", "--bins"], cwd=ROOT, check=True)
+    pages = [p for p in args.pages.split(",") if p]
+    assert pages and all(p in ("off", "thp") for p in pages), args.pages
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringlet-cli", "-p",
+                        "ringlet-shm-exporter", "--examples", "--bins"], cwd=ROOT, check=True)
     with open(THP_SETTING) as f:
         thp = f.read().strip()
     load0 = loadavg()
     rows = []
     pmd = {}
-    pmd["off"] = shm_rows(args, "off", rows, tcp=False)
-    pmd["thp"] = shm_rows(args, "thp", rows, tcp=True)
+    for p in pages:
+        pmd[p] = shm_rows(args, p, rows, tcp=(p == pages[-1]))
     rport = free_port()
     redis = subprocess.Popen(["taskset", "-c", "0", "redis-server", "--port", str(rport),
                               "--save", "", "--appendonly", "no"],
@@ -145,8 +161,10 @@ def main():
         redis.wait()
     load1 = loadavg()
     redis_get = statistics.median(rows[-1][1])
-    print(f"shmem_enabled: {thp}; node ShmemPmdMapped after the runs: off {pmd['off']} KiB, "
-          f"thp {pmd['thp']} KiB; load average {load0} -> {load1}; medians of {args.repeat}")
+    mapped = ", ".join(f"{p} {kib} KiB" for p, kib in pmd.items())
+    mapped += "; client: " + ", ".join(f"{p} {kib} KiB" for p, kib in client_pmd.items())
+    print(f"shmem_enabled: {thp}; node ShmemPmdMapped after the runs: {mapped}; "
+          f"load average {load0} -> {load1}; medians of {args.repeat}; binary {args.ringlet}")
     print()
     print("| what | GETs/s (median) | runs | per client CPU-s | × Redis | checked |")
     print("|---|---|---|---|---|---|")
@@ -157,7 +175,7 @@ def main():
         print(f"| {name} | {w:,.0f} | {runs} | {c} | {w / redis_get:.1f} | {checked} |")
     if args.floor:
         floor = subprocess.run(
-            ["taskset", "-c", "1", "cargo", "run", "--release", "-q", "-p", "ringlet-shm",
+            ["taskset", "-c", "1", "cargo", "run", "--release", "-q", "-p", "ringlet-shm-exporter",
              "--example", "shm_bench", "--", "--keys", str(args.keys), "--value-size", "100",
              "--duration", "2", "--runs", "3", "--batch", "32", "--zipf", "0.99"],
             cwd=ROOT, check=True, capture_output=True, text=True).stdout

@@ -8,9 +8,9 @@
 //! 2. Probe the key's home bucket (and, if its overflow word says keys homed there live
 //!    further on, the buckets up to its reach) for index entries whose tag matches.
 //! 3. For a match, copy the data entry (`size` bytes at `location`) word by word with atomic
-//!    loads, check lengths against `size`, recompute the checksum over the copy plus index word 0
-//!    and the size and compare it with the CRC in index word 1, re-load the index words and
-//!    require them unchanged, then compare the full key.
+//!    loads, computing the checksum over the copy plus index word 0 and the size in the same
+//!    pass, check lengths against `size`, compare the checksum with the CRC in index word 1,
+//!    re-load the index words and require them unchanged, then compare the full key.
 //! 4. Re-load the layout word: if it changed (upsize switch, flush), the whole probe is void.
 //!
 //! A torn copy (the writer reused the slot, or switched the index entry between our two word
@@ -38,6 +38,7 @@ use crate::hash::key_hash;
 use crate::layout::*;
 use ringlet_types::limits::SHM_READ_RETRY_COUNT_MAX as READ_RETRY_COUNT_MAX;
 use ringlet_types::{MemgestId, ValueKind, Version};
+use std::ops::Range;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Read-only views of the index and data regions, in this process's address space.
@@ -91,6 +92,17 @@ impl RegionsView {
         Some(unsafe { &*(self.data.add(off as usize) as *const AtomicU64) })
     }
 
+    /// The 16 words of the bucket at byte offset `boff` (one bounds check for the whole
+    /// bucket, where [`RegionsView::iword`] per entry word would take sixteen).
+    #[inline]
+    fn bucket(&self, boff: u64) -> Option<&[AtomicU64; BUCKET_WORDS]> {
+        if boff & 7 != 0 || boff.checked_add(BUCKET_BYTES)? > self.index_len as u64 {
+            return None;
+        }
+        // SAFETY: in bounds and aligned per `new`'s contract; only loaded atomically.
+        Some(unsafe { &*(self.index.add(boff as usize) as *const [AtomicU64; BUCKET_WORDS]) })
+    }
+
     /// The header's layout word (diagnostics and clients that cache the table shape).
     pub fn layout(&self) -> Option<Layout> {
         Some(Layout::unpack(
@@ -121,6 +133,10 @@ enum Probe {
         kind: ValueKind,
         ie_off: u64,
         direct: Direct,
+        /// The value is `out[value_start..value_start + value_len]`: `out` holds the whole
+        /// validated entry image (callers that want the value alone move it down).
+        value_start: usize,
+        value_len: usize,
     },
     WrongKey,
     Torn,
@@ -128,7 +144,14 @@ enum Probe {
     TooLarge,
 }
 
-/// Copy and validate the entry an index entry points at.
+/// Copy and validate the entry an index entry points at. On a hit `out` holds the entry
+/// image (header, key, value, padding) and the probe says where the value is in it.
+///
+/// The copy and the CRC-32C are one pass ([`copy_and_checksum_into`]: each word is checksummed
+/// as it is loaded, with the CPU's CRC instruction), where a copy followed by
+/// `layout::checksum` walked the image twice and, because every published entry has the
+/// live bit set, made four calls into the `crc32c` crate per read. Same bytes, same result
+/// (`copy_and_checksum_matches_checksum`).
 fn try_entry(
     view: &RegionsView,
     ie_off: u64,
@@ -154,12 +177,14 @@ fn try_entry(
         // Too small to hold our key: a different key (or torn).
         return Probe::WrongKey;
     }
-    // Every byte is overwritten by the copy below: only the part beyond the current length
-    // needs filling (a clear first would zero all of it, a measurable share of a small GET).
-    out.resize(size as usize, 0);
     if loc & 7 != 0 {
         return Probe::Torn;
     }
+    // Every byte is overwritten by the copy below: only the part beyond the current length
+    // needs filling (a clear first would zero all of it, a measurable share of a small GET;
+    // a reader that keeps the image, as the batched path does, resizes to the same length
+    // and fills nothing).
+    out.resize(size as usize, 0);
     // SAFETY: `loc + size <= data_len` was checked above, `loc` is 8-aligned, and `new`'s
     // contract keeps the range mapped; the words are only loaded atomically.
     let words = unsafe {
@@ -168,9 +193,7 @@ fn try_entry(
             size as usize / 8,
         )
     };
-    for (w, chunk) in words.iter().zip(out.chunks_exact_mut(8)) {
-        chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-    }
+    let crc = copy_and_checksum_into(words, out, w0, ie_size_units(w1));
     fence(Ordering::Acquire);
     let word = |i: usize| {
         let mut b = [0u8; 8];
@@ -184,7 +207,7 @@ fn try_entry(
     if (hdr + kl + vl) as u64 > size {
         return Probe::Torn;
     }
-    if checksum(out, w0, ie_size_units(w1)) != ie_crc(w1) {
+    if crc != ie_crc(w1) {
         return Probe::Torn;
     }
     // The index entry must still be the one we followed (policy bits aside).
@@ -196,13 +219,11 @@ fn try_entry(
     {
         return Probe::Torn;
     }
-    if out[hdr..hdr + kl] != *key {
+    if !key_eq(&out[hdr..hdr + kl], key) {
         return Probe::WrongKey;
     }
     let version = Version((u128::from(v_hi) << 64) | u128::from(v_lo));
     let expire_at_ms = de_has_ttl(w2).then(|| word(3));
-    out.copy_within(hdr + kl..hdr + kl + vl, 0);
-    out.truncate(vl);
     Probe::Hit {
         version,
         memgest: MemgestId(ie_memgest(w0)),
@@ -210,7 +231,35 @@ fn try_entry(
         kind: de_kind(w2),
         ie_off,
         direct: Direct::of(w0, w1),
+        value_start: hdr + kl,
+        value_len: vl,
     }
+}
+
+/// Whether a stored key equals `key`. Keys of 8 to 16 bytes (the common cache key) are two
+/// overlapping word compares instead of a call to `memcmp`.
+#[inline]
+fn key_eq(stored: &[u8], key: &[u8]) -> bool {
+    let n = key.len();
+    if stored.len() != n {
+        return false;
+    }
+    if (8..=16).contains(&n) {
+        let w = |s: &[u8], i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&s[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        return w(stored, 0) == w(key, 0) && w(stored, n - 8) == w(key, n - 8);
+    }
+    stored == key
+}
+
+/// Leave only the value in `out` (it starts at `start` of the entry image).
+#[inline]
+fn keep_value(out: &mut Vec<u8>, start: usize, len: usize) {
+    out.copy_within(start..start + len, 0);
+    out.truncate(len);
 }
 
 /// Read `key`'s published value into `out` (cleared first). Expired entries read as `Miss`.
@@ -233,8 +282,26 @@ pub fn read_entry_with(
     expected_config: Option<u64>,
     out: &mut Vec<u8>,
 ) -> (ReadOutcome, Option<u64>) {
-    let (r, pos) = read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out);
+    let (r, pos) = locate_entry(view, key, hash, now_ms, expected_config, out);
     (r, pos.map(|p| p.entry))
+}
+
+/// [`read_entry_with`] that leaves the validated entry image in `out` and returns where the
+/// value is in it (`out[range]`; an empty range unless `Hit`), instead of moving the value
+/// to the front: for callers that only look at the value before the next read (the batched
+/// reader's callback), which saves a `memmove` of the value per key and, since `out` keeps
+/// the image's length, any zero-fill on the next read of a same-sized entry. Validation is
+/// exactly [`read_entry_with`]'s (same function).
+pub fn read_entry_image(
+    view: &RegionsView,
+    key: &[u8],
+    hash: u64,
+    now_ms: u64,
+    expected_config: Option<u64>,
+    out: &mut Vec<u8>,
+) -> (ReadOutcome, Range<usize>) {
+    let (r, _, value) = read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out);
+    (r, value)
 }
 
 /// Where a read found a key: enough to try [`read_entry_at`] later (a KELI location hint).
@@ -282,7 +349,11 @@ pub fn locate_entry(
     expected_config: Option<u64>,
     out: &mut Vec<u8>,
 ) -> (ReadOutcome, Option<Position>) {
-    read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out)
+    let (r, pos, value) = read_entry_impl(view, key, hash, now_ms, expected_config, u64::MAX, out);
+    if matches!(r, ReadOutcome::Hit { .. }) {
+        keep_value(out, value.start, value.len());
+    }
+    (r, pos)
 }
 
 /// The readers' table now: its layout word and layout, if it names a table inside the index
@@ -561,6 +632,48 @@ unsafe fn copy_and_checksum_sse42(
     !_mm_crc32_u32(state as u32, size_units)
 }
 
+/// [`copy_and_checksum`] into a buffer of exactly `words.len() * 8` bytes (the lookup's copy,
+/// which sizes its buffer once instead of growing it a word at a time).
+///
+/// # Panics
+/// If `out.len() != words.len() * 8` (a caller bug).
+#[inline]
+fn copy_and_checksum_into(words: &[AtomicU64], out: &mut [u8], w0: u64, size_units: u32) -> u32 {
+    assert_eq!(out.len(), words.len() * 8);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE 4.2 (checked just above).
+        return unsafe { copy_and_checksum_into_sse42(words, out, w0, size_units) };
+    }
+    for (w, chunk) in words.iter().zip(out.chunks_exact_mut(8)) {
+        chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    checksum(out, w0, size_units)
+}
+
+/// [`copy_and_checksum_into`] with the CRC-32C instruction (see [`copy_and_checksum_sse42`]).
+/// One `crc32 r64` per word: the chain is 3 cycles a word, which the out-of-order core runs
+/// beside the loads of the copy.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn copy_and_checksum_into_sse42(
+    words: &[AtomicU64],
+    out: &mut [u8],
+    w0: u64,
+    size_units: u32,
+) -> u32 {
+    use core::arch::x86_64::{_mm_crc32_u32, _mm_crc32_u64};
+    let mut state = u64::from(!0u32);
+    for (i, (w, chunk)) in words.iter().zip(out.chunks_exact_mut(8)).enumerate() {
+        let v = w.load(Ordering::Relaxed);
+        chunk.copy_from_slice(&v.to_le_bytes());
+        let c = if i == 2 { v & !DE_LIVE_BIT } else { v };
+        state = _mm_crc32_u64(state, c);
+    }
+    state = _mm_crc32_u64(state, w0);
+    !_mm_crc32_u32(state as u32, size_units)
+}
+
 /// One direct read of `key` at a remembered [`Position`]'s index entry, validated as a probe
 /// validates a candidate: the table must still be the one named (layout word equal before
 /// and after the copy), the index entry's tag must match, and the copied data entry must pass
@@ -623,12 +736,15 @@ pub fn read_entry_at_index(
             memgest,
             expire_at_ms,
             kind,
+            value_start,
+            value_len,
             ..
         } => {
             if matches!(expire_at_ms, Some(t) if t <= now_ms) {
                 out.clear();
                 return Ok(ReadOutcome::Miss);
             }
+            keep_value(out, value_start, value_len);
             Ok(ReadOutcome::Hit {
                 version,
                 memgest,
@@ -654,7 +770,11 @@ pub fn read_entry_bounded(
     size_max: u64,
     out: &mut Vec<u8>,
 ) -> ReadOutcome {
-    read_entry_impl(view, key, key_hash(key), now_ms, None, size_max, out).0
+    let (r, _, value) = read_entry_impl(view, key, key_hash(key), now_ms, None, size_max, out);
+    if matches!(r, ReadOutcome::Hit { .. }) {
+        keep_value(out, value.start, value.len());
+    }
+    r
 }
 
 fn read_entry_impl(
@@ -665,7 +785,7 @@ fn read_entry_impl(
     expected_config: Option<u64>,
     size_max: u64,
     out: &mut Vec<u8>,
-) -> (ReadOutcome, Option<Position>) {
+) -> (ReadOutcome, Option<Position>, Range<usize>) {
     let tag = tag_of(hash);
     for _attempt in 0..READ_RETRY_COUNT_MAX {
         let Some(lw) = view.iword(HDR_LAYOUT as u64 * 8) else {
@@ -675,7 +795,7 @@ fn read_entry_impl(
         if let Some(c) = expected_config {
             if view.config_id() != Some(c) {
                 out.clear();
-                return (ReadOutcome::Retry, None);
+                return (ReadOutcome::Retry, None, 0..0);
             }
         }
         let layout = Layout::unpack(layout_word);
@@ -687,22 +807,23 @@ fn read_entry_impl(
         let home = layout.home(hash);
         let mut torn = false;
         let mut hit = None;
+        let mut value = 0..0;
         let mut reach = 0u64;
         let mut k = 0u64;
         'probe: while k <= reach {
             let b = layout.after(home, k);
             let boff = layout.bucket_offset(b);
+            let Some(bucket) = view.bucket(boff) else {
+                torn = true;
+                break 'probe;
+            };
             for i in 0..BUCKET_ENTRIES {
-                let ie_off = boff + entry_word(i) as u64 * 8;
-                let (Some(a0), Some(a1)) = (view.iword(ie_off), view.iword(ie_off + 8)) else {
-                    torn = true;
-                    break 'probe;
-                };
-                let w0 = a0.load(Ordering::Acquire);
+                let w0 = bucket[entry_word(i)].load(Ordering::Acquire);
                 if w0 == 0 || ie_tag(w0) != tag {
                     continue;
                 }
-                let w1 = a1.load(Ordering::Acquire);
+                let w1 = bucket[entry_word(i) + 1].load(Ordering::Acquire);
+                let ie_off = boff + entry_word(i) as u64 * 8;
                 match try_entry(view, ie_off, w0, w1, key, size_max, out) {
                     Probe::Hit {
                         version,
@@ -711,15 +832,18 @@ fn read_entry_impl(
                         kind,
                         ie_off,
                         direct,
+                        value_start,
+                        value_len,
                     } => {
                         hit = Some((version, memgest, expire_at_ms, kind, ie_off, direct));
+                        value = value_start..value_start + value_len;
                         break 'probe;
                     }
                     Probe::WrongKey => {}
                     Probe::Torn => torn = true,
                     Probe::TooLarge => {
                         out.clear();
-                        return (ReadOutcome::Retry, None);
+                        return (ReadOutcome::Retry, None, 0..0);
                     }
                 }
             }
@@ -736,7 +860,7 @@ fn read_entry_impl(
             Some((version, memgest, expire_at_ms, kind, ie_off, direct)) => {
                 if matches!(expire_at_ms, Some(t) if t <= now_ms) {
                     out.clear();
-                    return (ReadOutcome::Miss, None);
+                    return (ReadOutcome::Miss, None, 0..0);
                 }
                 return (
                     ReadOutcome::Hit {
@@ -750,17 +874,18 @@ fn read_entry_impl(
                         entry: ie_off,
                         data: Some(direct),
                     }),
+                    value,
                 );
             }
             None if torn => continue,
             None => {
                 out.clear();
-                return (ReadOutcome::Miss, None);
+                return (ReadOutcome::Miss, None, 0..0);
             }
         }
     }
     out.clear();
-    (ReadOutcome::Retry, None)
+    (ReadOutcome::Retry, None, 0..0)
 }
 
 // ----- batched lookups: prefetch hints ---------------------------------------------------
@@ -812,19 +937,19 @@ pub fn prefetch_entry(view: &RegionsView, hash: u64) {
     let Some((_, layout)) = current_layout(view, Ordering::Relaxed) else {
         return;
     };
-    let boff = layout.bucket_offset(layout.home(hash));
+    let Some(bucket) = view.bucket(layout.bucket_offset(layout.home(hash))) else {
+        return;
+    };
     let tag = tag_of(hash);
     for i in 0..BUCKET_ENTRIES {
-        let ie_off = boff + entry_word(i) as u64 * 8;
-        let (Some(a0), Some(a1)) = (view.iword(ie_off), view.iword(ie_off + 8)) else {
-            return;
-        };
-        let w0 = a0.load(Ordering::Relaxed);
+        let w0 = bucket[entry_word(i)].load(Ordering::Relaxed);
         if w0 == 0 || ie_tag(w0) != tag {
             continue;
         }
         let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
-        let size = u64::from(ie_size_units(a1.load(Ordering::Relaxed))) * UNIT_BYTES;
+        let size = u64::from(ie_size_units(
+            bucket[entry_word(i) + 1].load(Ordering::Relaxed),
+        )) * UNIT_BYTES;
         let end = loc.saturating_add(size).min(view.data_len as u64);
         // Line-aligned starts of the lines the entry covers, at most a few.
         let mut line = loc & !63;
@@ -882,6 +1007,34 @@ mod tests {
             let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
             assert_eq!(out, bytes);
             assert_eq!(c, checksum(&bytes, seed, len as u32), "len {len}");
+            // The lookup's variant (into a sized buffer) gives the same bytes and CRC, and
+            // the portable path (the `crc32c` crate over the copy) agrees with both.
+            let mut into = vec![0xa5u8; len * 8];
+            let c2 = copy_and_checksum_into(&words, &mut into, seed, len as u32);
+            assert_eq!((c2, &into), (c, &bytes), "len {len}");
+            assert_eq!(checksum(&into, seed, len as u32), c2);
+        }
+    }
+
+    /// The short-key compare agrees with slice equality for every length around its
+    /// word-compare range and for a difference at every position.
+    #[test]
+    fn key_eq_matches_slice_eq() {
+        for n in 0..24usize {
+            let a: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(37)).collect();
+            assert!(key_eq(&a, &a.clone()));
+            for m in [n.saturating_sub(1), n + 1] {
+                let b: Vec<u8> = (0..m as u8).map(|i| i.wrapping_mul(37)).collect();
+                assert_eq!(key_eq(&a, &b), a == b, "{n} vs {m}");
+            }
+            for i in 0..n {
+                for bit in 0..8 {
+                    let mut b = a.clone();
+                    b[i] ^= 1 << bit;
+                    assert!(!key_eq(&a, &b), "n {n} byte {i} bit {bit}");
+                    assert!(!key_eq(&b, &a), "n {n} byte {i} bit {bit}");
+                }
+            }
         }
     }
 }

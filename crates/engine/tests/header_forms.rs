@@ -14,7 +14,7 @@
 
 use proptest::prelude::*;
 use ringlet_engine::layout::*;
-use ringlet_engine::read::{locate_position, read_entry_direct};
+use ringlet_engine::read::{locate_position, read_entry_direct, read_entry_image};
 use ringlet_engine::*;
 
 struct Map {
@@ -165,6 +165,7 @@ proptest! {
         // The measured workload's entry (16 B key, 100 B value, no TTL) takes 136 bytes.
         prop_assert_eq!(entry_units(16, 100, false) * UNIT_BYTES, 136);
         let mut out = Vec::new();
+        let mut image = Vec::new();
         for (key, value, ttl, record) in &want {
             let kind = if *record { ValueKind::Record } else { ValueKind::String };
             let w = e.get(key, 1).unwrap();
@@ -186,6 +187,16 @@ proptest! {
                 }
                 other => prop_assert!(false, "one-sided read: {:?}", other),
             }
+            // The batched reader's form: the same outcome, the value in place in the image
+            // (the buffer is reused across keys of every size, as the batched path does).
+            let (r, span) = read_entry_image(&view, key, hash::key_hash(key), 1, None, &mut image);
+            prop_assert_eq!(r, ReadOutcome::Hit {
+                version: w.version,
+                memgest: MemgestId::NONE,
+                expire_at_ms: w.expire_at_ms,
+                kind,
+            });
+            prop_assert_eq!(&image[span], &value[..]);
             let pos = locate_position(&view, key, hash::key_hash(key)).expect("position");
             let d = pos.data.expect("direct");
             match read_entry_direct(&view, key, hash::key_hash(key), d, 1, None, &mut out) {
@@ -230,13 +241,21 @@ proptest! {
         // SAFETY: a byte of our own writable mapping; nothing else runs meanwhile.
         unsafe { *p ^= 1 << (bit % 8) };
         let r = read_entry(&view, &key, 1, &mut out);
+        // The batched reader's form (image left in place, value located in it) validates
+        // the same way: it must refuse the same images.
+        let mut image = Vec::new();
+        let (ri, span) = read_entry_image(&view, &key, h, 1, None, &mut image);
         // SAFETY: as above (restore).
         unsafe { *p ^= 1 << (bit % 8) };
         if bit == 16 * 8 + DE_LIVE_BIT.trailing_zeros() as u64 {
             let hit = matches!(r, ReadOutcome::Hit { .. });
             prop_assert!(hit && out == value, "live bit flipped: {:?}", r);
+            prop_assert_eq!(ri, r);
+            prop_assert_eq!(&image[span], &value[..]);
         } else {
             prop_assert_eq!(r, ReadOutcome::Retry, "bit {} of a {}-byte entry", bit, size);
+            prop_assert_eq!(ri, ReadOutcome::Retry, "image read, bit {}", bit);
+            prop_assert!(image.is_empty());
         }
         // Another key's entry of the same size copied over this one: the bytes are a valid
         // image, but not of this location, so the index entry's checksum refuses it.
@@ -255,6 +274,7 @@ proptest! {
             unsafe { *data.byte(base + i) = *data.byte(base2 + i) };
         }
         prop_assert_eq!(read_entry(&view, &key, 1, &mut out), ReadOutcome::Retry);
+        prop_assert_eq!(read_entry_image(&view, &key, h, 1, None, &mut out).0, ReadOutcome::Retry);
         prop_assert_eq!(read_entry(&view, &key2, 1, &mut out), ReadOutcome::Hit {
             version: e.get(&key2, 1).unwrap().version,
             memgest: opts.memgest,

@@ -248,13 +248,29 @@ pub struct ShmGetReport {
     pub misses: u64,
     pub fallbacks: u64,
     pub load_secs: f64,
+    /// The client process's `ShmemPmdMapped` (KiB) while its readers' mappings were up:
+    /// shared memory this side maps with 2 MiB page-table entries. 0 means every access
+    /// walked 4 KiB pages whatever the node has (see `reader::map_ro_aligned`).
+    pub client_pmd_kib: u64,
+}
+
+/// This process's `ShmemPmdMapped` from `/proc/self/smaps_rollup`, in KiB (0 if unknown).
+pub fn shmem_pmd_mapped_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 impl ShmGetReport {
     /// One JSON object (the last line `ringlet bench --json` prints).
     pub fn to_json(&self, o: &ShmGetOptions) -> String {
         format!(
-            "{{\"mode\":\"shm-get\",\"ops_per_sec\":{:.0},\"ops_per_cpu_sec\":{:.0},\"ops\":{},\"secs\":{:.3},\"threads\":{},\"keys\":{},\"value_size\":{},\"batch\":{},\"distribution\":\"{}\",\"wrong\":{},\"misses\":{},\"fallbacks\":{},\"load_secs\":{:.3}}}",
+            "{{\"mode\":\"shm-get\",\"ops_per_sec\":{:.0},\"ops_per_cpu_sec\":{:.0},\"ops\":{},\"secs\":{:.3},\"threads\":{},\"keys\":{},\"value_size\":{},\"batch\":{},\"distribution\":\"{}\",\"wrong\":{},\"misses\":{},\"fallbacks\":{},\"load_secs\":{:.3},\"client_pmd_kib\":{}}}",
             self.ops_per_sec,
             self.ops_per_cpu_sec,
             self.ops,
@@ -267,7 +283,8 @@ impl ShmGetReport {
             self.wrong,
             self.misses,
             self.fallbacks,
-            self.load_secs
+            self.load_secs,
+            self.client_pmd_kib
         )
     }
 }
@@ -303,7 +320,7 @@ pub fn shm_get_bench(o: &ShmGetOptions) -> Result<ShmGetReport, ShmError> {
     }
     let seq_len = (1usize << 22).min((o.keys as usize).saturating_mul(4).max(1 << 16));
     let threads = o.threads.max(1);
-    let results: Vec<Result<(Run, u64), ShmError>> = std::thread::scope(|s| {
+    let results: Vec<Result<(Run, u64, u64), ShmError>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
@@ -317,7 +334,8 @@ pub fn shm_get_bench(o: &ShmGetOptions) -> Result<ShmGetReport, ShmError> {
                     } else {
                         run_get(&mut r, &seq, o.value_size, o.duration)?
                     };
-                    Ok((run, r.stats().fallbacks))
+                    // Read while this reader's mappings are still up.
+                    Ok((run, r.stats().fallbacks, shmem_pmd_mapped_kib()))
                 })
             })
             .collect();
@@ -326,7 +344,8 @@ pub fn shm_get_bench(o: &ShmGetOptions) -> Result<ShmGetReport, ShmError> {
             .collect()
     });
     for res in results {
-        let (run, fallbacks) = res?;
+        let (run, fallbacks, pmd_kib) = res?;
+        report.client_pmd_kib = report.client_pmd_kib.max(pmd_kib);
         report.ops += run.ops;
         report.secs = report.secs.max(run.secs);
         report.ops_per_sec += run.ops_per_sec();

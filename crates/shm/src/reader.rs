@@ -30,7 +30,7 @@ use ringlet_codec::native::{
 use ringlet_engine::hash::key_hash;
 use ringlet_engine::read::{
     locate_entry, prefetch_bucket, prefetch_entry, prefetch_position, read_entry_at_index,
-    read_entry_direct, read_entry_with, Position, Stale,
+    read_entry_direct, read_entry_image, read_entry_with, Position, Stale,
 };
 use ringlet_engine::{ReadOutcome, RegionsView};
 use ringlet_types::limits::{self, ACCESS_RECORD_BATCH_MAX, KEY_BYTES_MAX};
@@ -975,9 +975,10 @@ impl ShmReader {
     /// MGET over shared memory, the fast path for many keys: a software pipeline that hashes
     /// key `i + MGET_BUCKET_AHEAD` and prefetches its home bucket, prefetches the data
     /// entries key `i + MGET_ENTRY_AHEAD`'s bucket points at, then validates key `i` with
-    /// the full read (the same `read_entry_with` as [`ShmReader::get_into`]: checksum, index
-    /// re-check, full key, layout and epoch), so the two dependent cache misses of every key
-    /// overlap with the work on earlier ones. Prefetches are hints over atomics and
+    /// the full read (`read_entry_image`: the same lookup as [`ShmReader::get_into`]'s
+    /// `read_entry_with` — checksum, index re-check, full key, layout and epoch — with the
+    /// value handed to `f` in place in the copied image), so the two dependent cache misses
+    /// of every key overlap with the work on earlier ones. Prefetches are hints over atomics and
     /// bounds-checked; nothing they see is trusted. `f(i, item)` gets key `i`'s outcome, in
     /// order; the slice is only valid during the call. A key whose read must be retried
     /// takes [`ShmReader::get_into`]'s slow path (refresh, then the socket) alone.
@@ -1050,12 +1051,14 @@ impl ShmReader {
                 f(i, v.map(|v| (v, out.as_slice())));
                 continue;
             }
-            let (r, _) = read_entry_with(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
+            // The image stays in `out` and `f` sees the value inside it: no move of the
+            // value per key (the callback's slice is only valid during the call anyway).
+            let (r, value) = read_entry_image(&s.view, key, hash, now, Some(s.hello.epoch.0), out);
             match r {
                 ReadOutcome::Hit { version, .. } => {
                     self.stats.shm_hits += 1;
                     self.record(hash);
-                    f(i, Some((version, out.as_slice())));
+                    f(i, Some((version, &out[value])));
                 }
                 ReadOutcome::Miss => {
                     self.stats.shm_misses += 1;
