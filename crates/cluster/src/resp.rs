@@ -339,7 +339,6 @@ async fn read_some<S: AsyncRead + Unpin>(
     Ok(n)
 }
 
-
 /// INFO lines saying where slow requests wait (docs/design/cluster-resharding.md, "Session
 /// 17: the client tail"): long core steps by kind, GETs answered through the core, and the
 /// fronts' retries by reason. Counters since the node started: a benchmark subtracts two
@@ -352,7 +351,11 @@ fn request_wait_lines(st: &crate::node::NodeStats) -> String {
     for (c, m) in st.slow_steps.iter().zip(ms) {
         let _ = write!(out, "core_steps_over_{m}:{}\r\n", c.load(Relaxed));
     }
-    let _ = write!(out, "core_slow_step_us:{}\r\n", st.slow_step_us.load(Relaxed));
+    let _ = write!(
+        out,
+        "core_slow_step_us:{}\r\n",
+        st.slow_step_us.load(Relaxed)
+    );
     let _ = write!(out, "core_step_max_us:{}\r\n", st.step_max_us.load(Relaxed));
     for k in StepKind::ALL {
         let _ = write!(
@@ -363,7 +366,11 @@ fn request_wait_lines(st: &crate::node::NodeStats) -> String {
         );
     }
     let _ = write!(out, "core_gets:{}\r\n", st.core_gets.load(Relaxed));
-    let _ = write!(out, "core_gets_queued:{}\r\n", st.core_gets_queued.load(Relaxed));
+    let _ = write!(
+        out,
+        "core_gets_queued:{}\r\n",
+        st.core_gets_queued.load(Relaxed)
+    );
     let _ = write!(out, "core_get_us:{}\r\n", st.core_get_us.load(Relaxed));
     for (c, m) in st.core_gets_slow.iter().zip(ms) {
         let _ = write!(out, "core_gets_over_{m}:{}\r\n", c.load(Relaxed));
