@@ -3068,7 +3068,10 @@ impl<S: ReplicaStore> Replica<S> {
                 seq,
                 ok,
                 ..
-            } => self.on_ec_ack(from, memgest, pg, seq, ok, out),
+            } => {
+                self.on_ec_ack(from, memgest, pg, seq, ok, out);
+                self.copy_on_ec_ack(now_ms, out);
+            }
             PeerBody::EcMetaReq {
                 id,
                 memgest,
