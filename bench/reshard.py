@@ -26,7 +26,7 @@ same way: where the tail comes from (a switch, a copy, a purge). Each GET that f
 MOVED says so (and the time redis-py spent reloading its slot map, which it does every 5th
 MOVED); every round also reports the p99 of the GETs that followed no MOVED.
 
---rates R1,R2,... runs Ringlet once per rate in each round (0: no `--rate`, the default;
+--rates R1,R2,... runs Ringlet once per rate in each round (0: no limit, `--rate unlimited`;
 else `node rebalance --rate R` MB/s), beside one Redis Cluster run per round.
 
 Node-side attribution (session 17): INFO of every Ringlet node is read before the steady
@@ -236,6 +236,12 @@ def measure(port, keys, size, grow, tail=0, nodes=()):
     return r
 
 
+def unlimited_flag(binary):
+    """Whether `binary` knows `--rate unlimited` (session 17 on)."""
+    r = subprocess.run([binary, "node", "rebalance", "--help"], capture_output=True, text=True)
+    return "unlimited" in r.stdout
+
+
 def ringlet_run(binary, keys, size, tail=0, memgest="rep:3", rate=0.0):
     base = free_base(4)
     up = subprocess.Popen([binary, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
@@ -266,7 +272,10 @@ def ringlet_run(binary, keys, size, tail=0, memgest="rep:3", rate=0.0):
                 time.sleep(0.2)
             else:
                 raise SystemExit("node 4 never joined as a spare: " + r.stderr)
-            extra = ["--rate", "%g" % rate] if rate else []
+            # 0: no limit (`ringlet node rebalance` paces at 5 MB/s unless told otherwise
+            # since session 17; an older binary without that default takes no --rate).
+            extra = ["--rate", "%g" % rate] if rate else (
+                ["--rate", "unlimited"] if unlimited_flag(binary) else [])
             p = subprocess.Popen([binary, "node", "rebalance"] + admin + extra,
                                  stdout=subprocess.PIPE, text=True)
             marks = [(time.perf_counter(), line.rstrip()) for line in p.stdout]
