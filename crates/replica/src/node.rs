@@ -45,14 +45,13 @@ pub mod bounds {
     pub const PULL_ENTRIES_PER_PAGE_MAX: usize = 1024;
     /// Bytes per pull page (a page always carries at least one entry, even a huge one).
     pub const PULL_BYTES_PER_PAGE_MAX: u64 = 4 * 1024 * 1024;
-    /// Entries and bytes per page of a move's copy before its switch (`PullPurpose::Copy`).
-    /// The old owner serves the span throughout the copy, and each end steps a whole page
-    /// while it holds its core, so every read that goes through the core (every ec GET) waits
-    /// for the step. Pages of 1,024 ec values took 5-20 ms to serve (decode) or apply
-    /// (re-encode) on the loaded 2-core machine (session 17, INFO
-    /// `core_steps_over_5ms_pull_*`), the whole client tail of a move; 128 entries keep a
-    /// step under ~1 ms. The copy runs page after page without waiting for a tick, so
-    /// smaller pages cost round trips, not ticks (docs/design/cluster-resharding.md,
+    /// Entries and bytes per page of a rate-limited move's copy before its switch
+    /// (`PullPurpose::Copy` with a rate; an unlimited copy keeps the bounds above). The old
+    /// owner serves the span throughout the copy, and each end steps a whole page while it
+    /// holds its core, so every read that goes through the core (every ec GET) waits for the
+    /// step. Pages of 1,024 ec values took 5-20 ms to serve (decode) or apply (re-encode) on
+    /// the loaded 2-core machine (session 17, INFO `core_steps_over_5ms_pull_*`); 128
+    /// entries keep such a step near a millisecond (docs/design/cluster-resharding.md,
     /// "Session 17: the client tail").
     pub const COPY_ENTRIES_PER_PAGE_MAX: usize = 128;
     pub const COPY_BYTES_PER_PAGE_MAX: u64 = 256 * 1024;
@@ -2522,7 +2521,12 @@ impl<S: ReplicaStore> Replica<S> {
         let ec_values = (purpose == PullPurpose::Rebuild && map.handoff(first, last).is_some())
             || (purpose == PullPurpose::Copy && self.cfg.ec_copy_ahead);
         let skip_unready = purpose == PullPurpose::Copy;
-        let bound = if purpose == PullPurpose::Copy {
+        // A rate-limited copy (the default since session 17) pages small: its pace leaves
+        // time between pages anyway, and each page is a step both ends take with the core
+        // held. An unlimited copy keeps the large pages: it is chosen for speed (issue 12's
+        // >= 100 MB/s per moving range), and its round trips would cost that.
+        let paced = map.moving.is_some_and(|m| m.rate_kib_s > 0);
+        let bound = if purpose == PullPurpose::Copy && paced {
             (COPY_ENTRIES_PER_PAGE_MAX, COPY_BYTES_PER_PAGE_MAX)
         } else {
             (PULL_ENTRIES_PER_PAGE_MAX, PULL_BYTES_PER_PAGE_MAX)
