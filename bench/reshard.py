@@ -25,6 +25,16 @@ their start (ms after the rebalance started) beside the CLI's per-move lines, st
 same way: where the tail comes from (a switch, a copy, a purge). Each GET that followed a
 MOVED says so (and the time redis-py spent reloading its slot map, which it does every 5th
 MOVED); every round also reports the p99 of the GETs that followed no MOVED.
+
+--rates R1,R2,... runs Ringlet once per rate in each round (0: no limit, `--rate unlimited`;
+else `node rebalance --rate R` MB/s), beside one Redis Cluster run per round.
+
+Node-side attribution (session 17): INFO of every Ringlet node is read before the steady
+window, at the start and at the end of the rebalance window, and the difference of the
+request-wait counters (`core_steps_over_*`, `core_gets*`, `front_retries_*`) is reported per
+window: how many GETs went through the node's replica core and waited there (behind a copy
+page, a re-encode, ...), and how often the fronts retried a refusal (NotReady, Busy, ...).
+Each `--tail` GET also names the node port it went to first.
 """
 import argparse
 import json
@@ -89,11 +99,16 @@ class Reader(threading.Thread):
             finally:
                 self.reload_s += time.perf_counter() - t
         nm.move_slot, nm.initialize = counted_move_slot, counted_initialize
+        self.ports = []  # per sample: the node port the GET went to first
 
     def run(self):
         while not self.stop:
             k = "key:%012d" % random.randrange(self.keys)
             m0, r0, s0 = self.redirects, self.reloads, self.reload_s
+            try:
+                port = self.rc.get_node_from_key(k).port
+            except Exception:  # noqa: BLE001 - attribution only
+                port = 0
             t = time.perf_counter()
             try:
                 self.rc.get(k)
@@ -102,6 +117,7 @@ class Reader(threading.Thread):
             # (start, duration, MOVEDs followed, map reloads, seconds in reloads)
             self.samples.append((t, time.perf_counter() - t, self.redirects - m0,
                                  self.reloads - r0, self.reload_s - s0))
+            self.ports.append(port)
 
     def window(self, a, b):
         w = [x for x in self.samples if a <= x[0] < b]
@@ -128,16 +144,65 @@ def slot_owners(port):
     return owners
 
 
-def measure(port, keys, size, grow, tail=0):
+# INFO fields of a Ringlet node that say where requests wait (counters; session 17).
+WAIT_FIELDS = (["core_steps_over_1ms", "core_steps_over_5ms", "core_steps_over_20ms",
+                "core_slow_step_us", "core_gets", "core_gets_queued", "core_get_us",
+                "core_gets_over_1ms", "core_gets_over_5ms", "core_gets_over_20ms",
+                "front_retry_sleep_us", "fast_reads", "fast_read_fallbacks"]
+               + ["core_steps_over_5ms_" + k for k in
+                  ("pull_serve", "pull_apply", "ec", "tick", "client", "other")]
+               + ["front_retries_" + k for k in
+                  ("not_ready", "busy", "not_coordinator", "stale_epoch", "overloaded")])
+
+
+def wait_counters(ports):
+    """Per node port, the WAIT_FIELDS of its INFO (None: not a Ringlet node or down)."""
+    out = {}
+    for p in ports:
+        try:
+            info = redis.Redis(port=p, socket_timeout=5).info()
+        except Exception:  # noqa: BLE001 - a node not up yet has nothing to attribute
+            continue
+        if "core_gets" in info:
+            out[p] = {f: int(info.get(f, 0)) for f in WAIT_FIELDS}
+    return out
+
+
+def wait_diff(a, b):
+    """Sum over nodes of b - a, per field."""
+    return {f: sum(b[p][f] - a.get(p, {}).get(f, 0) for p in b) for f in WAIT_FIELDS}
+
+
+def wait_line(d):
+    kinds = ", ".join("%s %d" % (k[len("core_steps_over_5ms_"):], v) for k, v in d.items()
+                      if k.startswith("core_steps_over_5ms_") and v)
+    retries = ", ".join("%s %d" % (k[len("front_retries_"):], v) for k, v in d.items()
+                        if k.startswith("front_retries_") and v)
+    return ("fast reads %d, through the core %d (queued %d, >=1/5/20 ms: %d/%d/%d, mean "
+            "%.0f us); core steps >=1/5/20 ms: %d/%d/%d (%.1f ms in all; >=5 ms by kind: %s); "
+            "front retries: %s (slept %.1f ms)" % (
+                d["fast_reads"], d["core_gets"], d["core_gets_queued"],
+                d["core_gets_over_1ms"], d["core_gets_over_5ms"], d["core_gets_over_20ms"],
+                d["core_get_us"] / max(d["core_gets"], 1),
+                d["core_steps_over_1ms"], d["core_steps_over_5ms"], d["core_steps_over_20ms"],
+                d["core_slow_step_us"] / 1e3, kinds or "none", retries or "none",
+                d["front_retry_sleep_us"] / 1e3))
+
+
+def measure(port, keys, size, grow, tail=0, nodes=()):
     """Start a reader, 3 s steady, then `grow()`; returns the figures. `grow` may return
-    [(perf_counter, line)] to print beside the `tail` slowest GETs."""
+    [(perf_counter, line)] to print beside the `tail` slowest GETs. `nodes`: Ringlet node
+    ports whose request-wait counters attribute the windows."""
     reader = Reader(port, keys)
     reader.start()
+    w0 = wait_counters(nodes)
     time.sleep(3.0)
     before = slot_owners(port)
+    w1 = wait_counters(nodes)
     t0 = time.perf_counter()
     marks = grow() or []
     t1 = time.perf_counter()
+    w2 = wait_counters(nodes)
     time.sleep(0.5)
     reader.stop = True
     reader.join()
@@ -146,12 +211,14 @@ def measure(port, keys, size, grow, tail=0):
     steady = reader.window(t0 - 3.0, t0)
     during = reader.window(t0, t1)
     if tail:
-        slow = sorted(((d, t - t0, m, r, rs) for t, d, m, r, rs in reader.samples
+        slow = sorted(((d, t - t0, m, r, rs, pt)
+                       for (t, d, m, r, rs), pt in zip(reader.samples, reader.ports)
                        if t0 <= t < t1), reverse=True)
         events = [(at - t0, "  " + line) for at, line in marks]
-        events += [(at, "  GET %7.0f us%s" % (
-            d * 1e6, (" (MOVED x%d%s)" % (m, ", map reload %.1f ms" % (rs * 1e3) if r else ""))
-            if m or r else "")) for d, at, m, r, rs in slow[:tail]]
+        events += [(at, "  GET %7.0f us at :%d%s" % (
+            d * 1e6, pt,
+            (" (MOVED x%d%s)" % (m, ", map reload %.1f ms" % (rs * 1e3) if r else ""))
+            if m or r else "")) for d, at, m, r, rs, pt in slow[:tail]]
         for at, text in sorted(events):
             print("%9.1f ms%s" % (at * 1e3, text), file=sys.stderr)
     # Exactly the loaded keys whose slot changed owner (values only, each counted once).
@@ -161,12 +228,21 @@ def measure(port, keys, size, grow, tail=0):
                      != after.get(rc.keyslot("key:%012d" % i)))
     rc.close()
     mb = moved_keys * size / 1e6
-    return {"seconds": t1 - t0, "slots_moved": moved, "mb_moved": mb,
-            "mb_per_s": mb / (t1 - t0), "steady": steady, "during": during,
-            "reader_errors": reader.errors}
+    r = {"seconds": t1 - t0, "slots_moved": moved, "mb_moved": mb,
+         "mb_per_s": mb / (t1 - t0), "steady": steady, "during": during,
+         "reader_errors": reader.errors}
+    if w2:
+        r["wait_steady"], r["wait_during"] = wait_diff(w0, w1), wait_diff(w1, w2)
+    return r
 
 
-def ringlet_run(binary, keys, size, tail=0, memgest="rep:3"):
+def unlimited_flag(binary):
+    """Whether `binary` knows `--rate unlimited` (session 17 on)."""
+    r = subprocess.run([binary, "node", "rebalance", "--help"], capture_output=True, text=True)
+    return "unlimited" in r.stdout
+
+
+def ringlet_run(binary, keys, size, tail=0, memgest="rep:3", rate=0.0):
     base = free_base(4)
     up = subprocess.Popen([binary, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
                            "--default-memgest", memgest, "--memory-mb", "4096"],
@@ -196,13 +272,18 @@ def ringlet_run(binary, keys, size, tail=0, memgest="rep:3"):
                 time.sleep(0.2)
             else:
                 raise SystemExit("node 4 never joined as a spare: " + r.stderr)
-            p = subprocess.Popen([binary, "node", "rebalance"] + admin,
+            # 0: no limit (`ringlet node rebalance` paces at 5 MB/s unless told otherwise
+            # since session 17; an older binary without that default takes no --rate).
+            extra = ["--rate", "%g" % rate] if rate else (
+                ["--rate", "unlimited"] if unlimited_flag(binary) else [])
+            p = subprocess.Popen([binary, "node", "rebalance"] + admin + extra,
                                  stdout=subprocess.PIPE, text=True)
             marks = [(time.perf_counter(), line.rstrip()) for line in p.stdout]
             if p.wait() != 0:
                 raise SystemExit("ringlet node rebalance failed")
             return marks
-        r = measure(base, keys, size, grow, tail)
+        r = measure(base, keys, size, grow, tail, nodes=[base + i for i in range(4)])
+        r["rate"] = rate
         # Copy throughput of one moving range: what the new coordinators received over the
         # time their handoff rebuilds took (moves run one after another), from INFO.
         got = {"reshard_bytes_pulled": 0, "reshard_moves_ms": 0}
@@ -262,11 +343,18 @@ def main():
     # Ringlet's default memgest (every loaded key): rep:3 as before, or e.g. ec:2+1 to
     # measure moves that re-encode erasure-coded values in the target group.
     ap.add_argument("--memgest", default="rep:3")
+    # Copy rate limits to compare (MB/s, 0 = none): one Ringlet run per rate in each round.
+    ap.add_argument("--rates", default="0")
     a = ap.parse_args()
-    runs = {"ringlet": [], "redis": []}
+    rates = [float(x) for x in a.rates.split(",")]
+    label = lambda rt: "ringlet" if rt == 0 else "ringlet@%gMB/s" % rt  # noqa: E731
+    runs = {label(rt): [] for rt in rates}
+    runs["redis"] = []
     for i in range(a.reps):
-        for name, run in (("ringlet", lambda: ringlet_run(a.ringlet, a.keys, a.size, a.tail, a.memgest)),
-                          ("redis", lambda: redis_run(a.keys, a.size))):
+        plan = [(label(rt), lambda rt=rt: ringlet_run(a.ringlet, a.keys, a.size, a.tail,
+                                                      a.memgest, rt)) for rt in rates]
+        plan.append(("redis", lambda: redis_run(a.keys, a.size)))
+        for name, run in plan:
             r = run()
             runs[name].append(r)
             print(f"round {i + 1} {name}: {r['seconds']:.2f} s, {r['slots_moved']} slots, "
@@ -278,17 +366,21 @@ def main():
                   f"errors {r['reader_errors']}"
                   + (f", copy {r['copy_mb']:.1f} MB at {r['copy_mb_per_s']:.1f} MB/s per range"
                      if "copy_mb" in r else ""), file=sys.stderr, flush=True)
+            if "wait_during" in r:
+                print("  steady: " + wait_line(r["wait_steady"]), file=sys.stderr)
+                print("  during: " + wait_line(r["wait_during"]), file=sys.stderr, flush=True)
     if a.json:
         print(json.dumps(runs, indent=1))
     for name, rs in runs.items():
         med = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731
-        print(f"{name:8} rebalance {med(lambda r: r['seconds']):6.2f} s, "
+        print(f"{name:16} rebalance {med(lambda r: r['seconds']):6.2f} s, "
               f"{med(lambda r: r['slots_moved']):5.0f} slots, "
               f"{med(lambda r: r['mb_moved']):6.1f} MB moved, "
               f"{med(lambda r: r['mb_per_s']):6.1f} MB/s; GET p50/p99 steady "
               f"{med(lambda r: r['steady']['p50_us']):5.0f}/{med(lambda r: r['steady']['p99_us']):6.0f} us, "
               f"during {med(lambda r: r['during']['p50_us']):5.0f}/{med(lambda r: r['during']['p99_us']):6.0f} us "
               f"(p99 of GETs that followed no MOVED {med(lambda r: r['during']['p99_direct_us']):6.0f} us), "
+              f"p99 ratio {med(lambda r: r['during']['p99_us'] / max(r['steady']['p99_us'], 1)):5.1f}x, "
               f"reader errors {sum(r['reader_errors'] for r in rs)}"
               + (f"; handoff copy {med(lambda r: r['copy_mb_per_s']):6.1f} MB/s per range"
                  if all("copy_mb" in r for r in rs) else ""))

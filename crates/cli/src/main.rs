@@ -366,25 +366,44 @@ struct AdminConn {
 #[derive(clap::Args, Clone, Copy, Debug)]
 struct RateArg {
     /// Copy rate limit of each move in MB/s (10^6 bytes), paced by the new owner's pulls;
-    /// absent = as fast as the nodes go.
+    /// `unlimited` (or 0): as fast as the nodes go. Default 5: a move then costs clients
+    /// little (docs/design/cluster-resharding.md, "Session 17: the client tail").
     #[arg(long, value_name = "MB/s", value_parser = parse_rate)]
     rate: Option<f64>,
 }
 
+/// The copy rate of a move when `--rate` is not given (MB/s). Unlimited, a move takes both
+/// cores of the 2-core test machine for its copy and GET p99 during it was 10-30x its
+/// steady p99; at 5 MB/s it was within ~2x (BENCHMARKS.md, "Client tail during moves
+/// (issue 12, session 17)"). An operator with cores to spare, or a maintenance window,
+/// raises it or passes `--rate unlimited`.
+const DEFAULT_MOVE_RATE_MB_S: f64 = 5.0;
+
 impl RateArg {
     /// The limit in KiB/s as the control plane carries it (0 = unlimited).
     fn kib_s(self) -> u32 {
-        self.rate.map_or(0, |mb| {
-            // parse_rate bounds it to 0.001..=100000 MB/s: at least 1 KiB/s, fits u32.
-            ((mb * 1e6 / 1024.0).round() as u32).max(1)
-        })
+        let mb = self.rate.unwrap_or(DEFAULT_MOVE_RATE_MB_S);
+        if mb == 0.0 {
+            return 0;
+        }
+        // parse_rate bounds it to 0.001..=100000 MB/s: at least 1 KiB/s, fits u32.
+        ((mb * 1e6 / 1024.0).round() as u32).max(1)
     }
 }
 
+/// MB/s, or `unlimited` / `0` (returned as 0.0: no limit).
 fn parse_rate(s: &str) -> Result<f64, String> {
+    if s.eq_ignore_ascii_case("unlimited") {
+        return Ok(0.0);
+    }
     let v: f64 = s.parse().map_err(|_| format!("not a number: {s}"))?;
+    if v == 0.0 {
+        return Ok(0.0);
+    }
     if !(0.001..=100_000.0).contains(&v) {
-        return Err(format!("{s} MB/s is out of range (0.001 to 100000)"));
+        return Err(format!(
+            "{s} MB/s is out of range (0.001 to 100000, or 0 / unlimited)"
+        ));
     }
     Ok(v)
 }
@@ -1375,4 +1394,24 @@ fn wait_for_signal(trigger: ringlet_server::ShutdownTrigger) -> Result<()> {
         Ok::<(), std::io::Error>(())
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn a_move_is_paced_at_the_default_rate_unless_told_otherwise() {
+        let kib = |rate| RateArg { rate }.kib_s();
+        assert_eq!(
+            kib(None),
+            (DEFAULT_MOVE_RATE_MB_S * 1e6 / 1024.0).round() as u32
+        );
+        assert_eq!(kib(Some(parse_rate("unlimited").unwrap())), 0);
+        assert_eq!(kib(Some(parse_rate("0").unwrap())), 0);
+        assert_eq!(kib(Some(parse_rate("50").unwrap())), 48_828);
+        assert!(parse_rate("-1").is_err());
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("200000").is_err());
+    }
 }

@@ -185,6 +185,132 @@ pub struct NodeStats {
     /// a large or background message); INFO `core_steps_inline` / `core_steps_queued`.
     pub steps_inline: AtomicU64,
     pub steps_queued: AtomicU64,
+    /// Where a slow request's time goes (docs/design/cluster-resharding.md, "Session 17: the
+    /// client tail"): core steps (the core's lock held, so every read through the core and
+    /// every inline step waits) of at least 1, 5 and 20 ms ([`SLOW_STEP_US`]), the µs spent
+    /// in those of ≥ 1 ms, and the ≥ 5 ms ones by what was stepped ([`StepKind`]).
+    pub slow_steps: [AtomicU64; 3],
+    pub slow_step_us: AtomicU64,
+    pub slow_steps_by_kind: [AtomicU64; StepKind::COUNT],
+    /// Longest step so far (µs); INFO `core_step_max_us`.
+    pub step_max_us: AtomicU64,
+    /// GETs answered through the core (each attempt; fast-path declines), those that were
+    /// queued to the driver thread (the core was busy), their total time in µs, and those
+    /// that took ≥ 1, 5 and 20 ms between submit and reply.
+    pub core_gets: AtomicU64,
+    pub core_gets_queued: AtomicU64,
+    pub core_get_us: AtomicU64,
+    pub core_gets_slow: [AtomicU64; 3],
+    /// The fronts' retries of definite refusals ([`FrontRetry`]) and the time they slept.
+    pub front_retries: [AtomicU64; FrontRetry::COUNT],
+    pub front_retry_sleep_us: AtomicU64,
+}
+
+/// Thresholds of the slow-step and slow-GET counters (µs).
+pub const SLOW_STEP_US: [u64; 3] = [1_000, 5_000, 20_000];
+
+/// What a core step stepped, for the slow-step counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// A pull request answered: a page of a copy, a rebuild or a sync built from the store.
+    PullServe,
+    /// A pull page applied (and, for ec, re-encoded).
+    PullApply,
+    /// ec parity, metadata and sync messages.
+    Ec,
+    /// The driver's tick (timers, purges, repair rounds, expiry).
+    Tick,
+    /// A client operation.
+    Client,
+    /// Anything else (replication, repair, maps).
+    Other,
+}
+
+impl StepKind {
+    pub const COUNT: usize = 6;
+    pub const ALL: [StepKind; StepKind::COUNT] = [
+        StepKind::PullServe,
+        StepKind::PullApply,
+        StepKind::Ec,
+        StepKind::Tick,
+        StepKind::Client,
+        StepKind::Other,
+    ];
+
+    /// INFO / metrics name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::PullServe => "pull_serve",
+            StepKind::PullApply => "pull_apply",
+            StepKind::Ec => "ec",
+            StepKind::Tick => "tick",
+            StepKind::Client => "client",
+            StepKind::Other => "other",
+        }
+    }
+
+    fn of(input: &Input) -> StepKind {
+        use ringlet_replica::PeerBody as B;
+        match input {
+            Input::Tick => StepKind::Tick,
+            Input::Client { .. } => StepKind::Client,
+            Input::Peer { msg, .. } => match &msg.body {
+                B::PullReq { .. } => StepKind::PullServe,
+                B::PullResp { .. } => StepKind::PullApply,
+                B::EcUpdate { .. }
+                | B::EcAck { .. }
+                | B::EcMetaReq { .. }
+                | B::EcMetaResp { .. }
+                | B::EcReadReq { .. }
+                | B::EcReadResp { .. }
+                | B::EcSyncReq { .. }
+                | B::EcSyncResp { .. } => StepKind::Ec,
+                _ => StepKind::Other,
+            },
+            _ => StepKind::Other,
+        }
+    }
+}
+
+/// Why a front retried a request (the core's definite refusals, or a full queue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrontRetry {
+    NotReady,
+    Busy,
+    NotCoordinator,
+    StaleEpoch,
+    Overloaded,
+}
+
+impl FrontRetry {
+    pub const COUNT: usize = 5;
+    pub const ALL: [FrontRetry; FrontRetry::COUNT] = [
+        FrontRetry::NotReady,
+        FrontRetry::Busy,
+        FrontRetry::NotCoordinator,
+        FrontRetry::StaleEpoch,
+        FrontRetry::Overloaded,
+    ];
+
+    /// INFO / metrics name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FrontRetry::NotReady => "not_ready",
+            FrontRetry::Busy => "busy",
+            FrontRetry::NotCoordinator => "not_coordinator",
+            FrontRetry::StaleEpoch => "stale_epoch",
+            FrontRetry::Overloaded => "overloaded",
+        }
+    }
+}
+
+/// Count `us` against the thresholds of [`SLOW_STEP_US`].
+fn count_slow(counters: &[AtomicU64; 3], us: u64) {
+    for (c, t) in counters.iter().zip(SLOW_STEP_US) {
+        if us >= t {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 struct Shared {
@@ -602,6 +728,8 @@ impl ClusterNode {
             epoch: self.epoch(),
             op,
         };
+        let is_get = matches!(req.op, ClientOp::Get { .. });
+        let started = std::time::Instant::now();
         let (tx, rx) = oneshot::channel();
         match self.shared.offer(Event::Client { req, reply: tx }) {
             Ok(()) => {}
@@ -614,7 +742,25 @@ impl ClusterNode {
             }
             Err(SubmitError::Stopped) => return Err(SubmitError::Stopped),
         }
-        rx.await.map_err(|_| SubmitError::Stopped)
+        let r = rx.await.map_err(|_| SubmitError::Stopped);
+        if is_get {
+            let st = &self.shared.stats;
+            let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            st.core_gets.fetch_add(1, Ordering::Relaxed);
+            st.core_get_us.fetch_add(us, Ordering::Relaxed);
+            count_slow(&st.core_gets_slow, us);
+        }
+        r
+    }
+
+    /// A front retried a refused request (`why`) and slept `slept` before the retry.
+    pub fn count_front_retry(&self, why: FrontRetry, slept: Duration) {
+        let st = &self.shared.stats;
+        st.front_retries[why as usize].fetch_add(1, Ordering::Relaxed);
+        st.front_retry_sleep_us.fetch_add(
+            u64::try_from(slept.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     /// INFO replication: the core's counters, the writes it still tracks, and per peer the
@@ -722,6 +868,11 @@ impl Shared {
         }
         if matches!(ev, Event::Client { .. } | Event::Peer { .. }) {
             self.stats.steps_queued.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Event::Client { req, .. } = &ev {
+            if matches!(req.op, ClientOp::Get { .. }) {
+                self.stats.core_gets_queued.fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.enqueue(ev)
     }
@@ -1077,6 +1228,22 @@ impl Driver {
     }
 
     fn step(&mut self, input: Input) {
+        let kind = StepKind::of(&input);
+        let started = std::time::Instant::now();
+        self.step_timed(input);
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let st = &self.shared.stats;
+        st.step_max_us.fetch_max(us, Ordering::Relaxed);
+        if us >= SLOW_STEP_US[0] {
+            count_slow(&st.slow_steps, us);
+            st.slow_step_us.fetch_add(us, Ordering::Relaxed);
+            if us >= SLOW_STEP_US[1] {
+                st.slow_steps_by_kind[kind as usize].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn step_timed(&mut self, input: Input) {
         let before = self.replica.epoch();
         let outs = self.replica.step(mono_ms(), input);
         // Before any output of this step leaves the node (see `FastReads`).

@@ -47,7 +47,7 @@ mod reshard;
 mod transaction;
 
 use crate::control::{FromControl, ToControl};
-use crate::node::{client_addr, ClusterNode, SubmitError};
+use crate::node::{client_addr, ClusterNode, FrontRetry, StepKind, SubmitError};
 use parking_lot::Mutex;
 use ringlet_codec::resp::{Proto, Reply, Request, RequestDecoder};
 use ringlet_command::Mode;
@@ -339,6 +339,58 @@ async fn read_some<S: AsyncRead + Unpin>(
     Ok(n)
 }
 
+/// INFO lines saying where slow requests wait (docs/design/cluster-resharding.md, "Session
+/// 17: the client tail"): long core steps by kind, GETs answered through the core, and the
+/// fronts' retries by reason. Counters since the node started: a benchmark subtracts two
+/// readings to attribute one window.
+fn request_wait_lines(st: &crate::node::NodeStats) -> String {
+    use std::fmt::Write as _;
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut out = String::new();
+    let ms = ["1ms", "5ms", "20ms"];
+    for (c, m) in st.slow_steps.iter().zip(ms) {
+        let _ = write!(out, "core_steps_over_{m}:{}\r\n", c.load(Relaxed));
+    }
+    let _ = write!(
+        out,
+        "core_slow_step_us:{}\r\n",
+        st.slow_step_us.load(Relaxed)
+    );
+    let _ = write!(out, "core_step_max_us:{}\r\n", st.step_max_us.load(Relaxed));
+    for k in StepKind::ALL {
+        let _ = write!(
+            out,
+            "core_steps_over_5ms_{}:{}\r\n",
+            k.name(),
+            st.slow_steps_by_kind[k as usize].load(Relaxed)
+        );
+    }
+    let _ = write!(out, "core_gets:{}\r\n", st.core_gets.load(Relaxed));
+    let _ = write!(
+        out,
+        "core_gets_queued:{}\r\n",
+        st.core_gets_queued.load(Relaxed)
+    );
+    let _ = write!(out, "core_get_us:{}\r\n", st.core_get_us.load(Relaxed));
+    for (c, m) in st.core_gets_slow.iter().zip(ms) {
+        let _ = write!(out, "core_gets_over_{m}:{}\r\n", c.load(Relaxed));
+    }
+    for r in FrontRetry::ALL {
+        let _ = write!(
+            out,
+            "front_retries_{}:{}\r\n",
+            r.name(),
+            st.front_retries[r as usize].load(Relaxed)
+        );
+    }
+    let _ = write!(
+        out,
+        "front_retry_sleep_us:{}\r\n",
+        st.front_retry_sleep_us.load(Relaxed)
+    );
+    out
+}
+
 fn err(s: impl Into<Vec<u8>>) -> Reply {
     Reply::Error(s.into())
 }
@@ -552,20 +604,24 @@ impl Front {
             if let Some(m) = self.moved(slot) {
                 return Err(m);
             }
-            let retry = match self.node.submit(op.clone()).await {
+            let why = match self.node.submit(op.clone()).await {
                 Err(SubmitError::Stopped) => return Err(err("ERR node is stopping")),
-                Err(SubmitError::Overloaded) => true,
+                Err(SubmitError::Overloaded) => FrontRetry::Overloaded,
                 Ok(r) => match r.body {
                     ClientReply::StaleEpoch { .. } => {
                         // Our epoch moved between reading it and the core stepping: retry
                         // at once a few times (no sleep), then back off.
                         fast += 1;
                         if fast <= limits::RETRY_COUNT_MAX {
+                            self.node
+                                .count_front_retry(FrontRetry::StaleEpoch, Duration::ZERO);
                             continue;
                         }
-                        true
+                        FrontRetry::StaleEpoch
                     }
-                    ClientReply::NotCoordinator | ClientReply::NotReady | ClientReply::Busy => true,
+                    ClientReply::NotCoordinator => FrontRetry::NotCoordinator,
+                    ClientReply::NotReady => FrontRetry::NotReady,
+                    ClientReply::Busy => FrontRetry::Busy,
                     ClientReply::Ambiguous { version } => {
                         // A SET the new coordinator serves took effect: say so (resolve.rs).
                         if matches!(op, ClientOp::Set { .. })
@@ -598,10 +654,10 @@ impl Front {
                     }
                 },
             };
-            debug_assert!(retry);
             if Instant::now() >= deadline {
                 return Err(err("TRYAGAIN the slot is failing over; retry"));
             }
+            self.node.count_front_retry(why, backoff);
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
         }
@@ -1474,7 +1530,7 @@ impl Front {
             std::process::id(),
             self.node.id(),
         );
-        let cluster = format!(
+        let mut cluster = format!(
             "# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\ncore_steps_inline:{}\r\ncore_steps_queued:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\nreshard_copies_completed:{}\r\nreshard_copies_aborted:{}\r\nreshard_delta_keys:{}\r\n",
             map.as_ref().map_or(0, |m| m.epoch.0),
             st.maps_applied.load(Relaxed),
@@ -1509,6 +1565,7 @@ impl Front {
             st.move_copies_aborted.load(Relaxed),
             st.move_delta_keys.load(Relaxed),
         );
+        cluster.push_str(&request_wait_lines(st));
         let keyspace = format!("# Keyspace\r\ndb0:keys={own},expires={expires},avg_ttl=0\r\n");
         (server, cluster, keyspace)
     }

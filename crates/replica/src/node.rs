@@ -45,6 +45,16 @@ pub mod bounds {
     pub const PULL_ENTRIES_PER_PAGE_MAX: usize = 1024;
     /// Bytes per pull page (a page always carries at least one entry, even a huge one).
     pub const PULL_BYTES_PER_PAGE_MAX: u64 = 4 * 1024 * 1024;
+    /// Entries and bytes per page of a rate-limited move's copy before its switch
+    /// (`PullPurpose::Copy` with a rate; an unlimited copy keeps the bounds above). The old
+    /// owner serves the span throughout the copy, and each end steps a whole page while it
+    /// holds its core, so every read that goes through the core (every ec GET) waits for the
+    /// step. Pages of 1,024 ec values took 5-20 ms to serve (decode) or apply (re-encode) on
+    /// the loaded 2-core machine (session 17, INFO `core_steps_over_5ms_pull_*`); 128
+    /// entries keep such a step near a millisecond (docs/design/cluster-resharding.md,
+    /// "Session 17: the client tail").
+    pub const COPY_ENTRIES_PER_PAGE_MAX: usize = 128;
+    pub const COPY_BYTES_PER_PAGE_MAX: u64 = 256 * 1024;
     /// (key, version) pairs per repair key list: CliqueMap exchanges key hashes per cohort
     /// scan; 4,096 keys of a slot per message bounds one repair step.
     pub const KEYLIST_KEYS_MAX: usize = 4096;
@@ -55,8 +65,10 @@ pub mod bounds {
     /// Clients remembered for retry dedup (oldest forgotten first).
     pub const DEDUP_CLIENTS_MAX: usize = 65_536;
     /// Entries of given-away ranges dropped per tick once released: a purge never holds the
-    /// node's driver for long (4,096 small entries take well under a millisecond).
-    pub const PURGE_KEYS_PER_TICK_MAX: usize = 4096;
+    /// node's driver for long. 4,096 per tick held it 5 ms and more on the loaded 2-core
+    /// machine while the next move's copy ran (session 17, INFO `core_steps_over_5ms_tick`);
+    /// 1,024 still drops a 12,500-key span in 13 ticks.
+    pub const PURGE_KEYS_PER_TICK_MAX: usize = 1024;
     /// Reads parked behind uncommitted writes.
     pub const PARKED_READS_MAX: usize = ringlet_types::limits::QUEUE_CAPACITY as usize;
 }
@@ -2250,7 +2262,9 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let m = map.clone();
         let filter = move |g: MemgestId| matches!(m.memgest_kind(g), MemgestKind::Ec { .. });
-        let Some((entries, next, _)) = self.page(first, last, after, &filter, None, true, false)
+        let bound = (PULL_ENTRIES_PER_PAGE_MAX, PULL_BYTES_PER_PAGE_MAX);
+        let Some((entries, next, _)) =
+            self.page(first, last, after, &filter, None, true, false, bound)
         else {
             return self.send(out, from, not_ready);
         };
@@ -2530,6 +2544,16 @@ impl<S: ReplicaStore> Replica<S> {
             && map.handoff(first, last).is_some_and(old_coordinator))
             || (purpose == PullPurpose::Copy && self.cfg.ec_copy_ahead);
         let skip_unready = purpose == PullPurpose::Copy;
+        // A rate-limited copy (the default since session 17) pages small: its pace leaves
+        // time between pages anyway, and each page is a step both ends take with the core
+        // held. An unlimited copy keeps the large pages: it is chosen for speed (issue 12's
+        // >= 100 MB/s per moving range), and its round trips would cost that.
+        let paced = map.moving.is_some_and(|m| m.rate_kib_s > 0);
+        let bound = if purpose == PullPurpose::Copy && paced {
+            (COPY_ENTRIES_PER_PAGE_MAX, COPY_BYTES_PER_PAGE_MAX)
+        } else {
+            (PULL_ENTRIES_PER_PAGE_MAX, PULL_BYTES_PER_PAGE_MAX)
+        };
         let Some((entries, next, resets)) = self.page(
             first,
             last,
@@ -2538,6 +2562,7 @@ impl<S: ReplicaStore> Replica<S> {
             have.as_ref(),
             ec_values,
             skip_unready,
+            bound,
         ) else {
             return self.send(out, from, not_ready);
         };
@@ -2572,6 +2597,7 @@ impl<S: ReplicaStore> Replica<S> {
         have: Option<&BTreeMap<Slot, u64>>,
         ec_values: bool,
         skip_unready: bool,
+        (entries_max, bytes_max): (usize, u64),
     ) -> Option<(Vec<(Vec<u8>, Entry)>, Option<(Slot, Vec<u8>)>, Vec<Slot>)> {
         let start = after.as_ref().map_or(first, |(s, _)| *s).max(first);
         let is_ec = |m: MemgestId| {
@@ -2601,9 +2627,7 @@ impl<S: ReplicaStore> Replica<S> {
                 resets.push(slot);
             }
             loop {
-                let chunk =
-                    self.store
-                        .scan_slot(slot, cursor.as_deref(), PULL_ENTRIES_PER_PAGE_MAX);
+                let chunk = self.store.scan_slot(slot, cursor.as_deref(), entries_max);
                 let n = chunk.len();
                 for (k, mut e) in chunk {
                     cursor = Some(k.clone());
@@ -2631,13 +2655,11 @@ impl<S: ReplicaStore> Replica<S> {
                     }
                     bytes = bytes.saturating_add(e.wire_bytes(&k));
                     entries.push((k.clone(), e));
-                    if entries.len() >= PULL_ENTRIES_PER_PAGE_MAX
-                        || bytes >= PULL_BYTES_PER_PAGE_MAX
-                    {
+                    if entries.len() >= entries_max || bytes >= bytes_max {
                         return Some((entries, Some((slot, k)), resets));
                     }
                 }
-                if n < PULL_ENTRIES_PER_PAGE_MAX {
+                if n < entries_max {
                     break;
                 }
             }
@@ -3073,7 +3095,10 @@ impl<S: ReplicaStore> Replica<S> {
                 seq,
                 ok,
                 ..
-            } => self.on_ec_ack(from, memgest, pg, seq, ok, out),
+            } => {
+                self.on_ec_ack(from, memgest, pg, seq, ok, out);
+                self.copy_on_ec_ack(now_ms, out);
+            }
             PeerBody::EcMetaReq {
                 id,
                 memgest,

@@ -623,6 +623,27 @@ impl ringlet_server::admin::AdminPages for Front {
                 .absolute(st.steps_inline.load(Relaxed));
             metrics::counter!("ringlet_core_steps_queued_total")
                 .absolute(st.steps_queued.load(Relaxed));
+            // Where slow requests wait (INFO's core_steps_over_* / core_gets_* /
+            // front_retries_*; docs/design/cluster-resharding.md, "Session 17").
+            for (c, m) in st.slow_steps.iter().zip(["1ms", "5ms", "20ms"]) {
+                metrics::counter!("ringlet_core_slow_steps_total", "over" => m)
+                    .absolute(c.load(Relaxed));
+            }
+            for k in crate::node::StepKind::ALL {
+                metrics::counter!("ringlet_core_steps_over_5ms_total", "kind" => k.name())
+                    .absolute(st.slow_steps_by_kind[k as usize].load(Relaxed));
+            }
+            metrics::counter!("ringlet_core_gets_total").absolute(st.core_gets.load(Relaxed));
+            metrics::counter!("ringlet_core_gets_queued_total")
+                .absolute(st.core_gets_queued.load(Relaxed));
+            for (c, m) in st.core_gets_slow.iter().zip(["1ms", "5ms", "20ms"]) {
+                metrics::counter!("ringlet_core_slow_gets_total", "over" => m)
+                    .absolute(c.load(Relaxed));
+            }
+            for r in crate::node::FrontRetry::ALL {
+                metrics::counter!("ringlet_front_retries_total", "reason" => r.name())
+                    .absolute(st.front_retries[r as usize].load(Relaxed));
+            }
             if let Some(x) = self.node.shm_stats() {
                 metrics::gauge!("ringlet_shm_clients").set(x.connections_open as f64);
                 metrics::counter!("ringlet_shm_access_hashes_total").absolute(x.access_hashes);

@@ -41,6 +41,16 @@
 
 use super::*;
 
+/// ec re-encodes of a copy in flight before it asks for no next page (below the switch's
+/// `EC_REENCODES_IN_FLIGHT_MAX`). Each is a pending write, and a holder's acknowledgement
+/// walks every pending write (`on_ec_ack`): with 1,024 re-encodes in flight that walk was
+/// the node's hottest code while a copy ran (session 17, `perf` during a move: `on_peer`,
+/// ec.rs's ack loop), stepped with the core held, and every ec GET through the core waited
+/// for it. Two copy pages' worth keeps the copy streaming (an acknowledgement that brings
+/// the copy under this bound asks for the next page at once, `copy_on_ec_ack`)
+/// (docs/design/cluster-resharding.md, "Session 17: the client tail").
+pub(super) const COPY_EC_REENCODES_IN_FLIGHT_MAX: usize = 2 * COPY_ENTRIES_PER_PAGE_MAX;
+
 /// The copy of one moving span (at most one: the control plane moves one span at a time).
 #[derive(Clone, Debug)]
 pub(super) struct Copy {
@@ -320,9 +330,7 @@ impl<S: ReplicaStore> Replica<S> {
             }
             return;
         }
-        if now_ms < c.paced_until_ms
-            || c.ec_reencoding.len() >= ec_bounds::EC_REENCODES_IN_FLIGHT_MAX
-        {
+        if now_ms < c.paced_until_ms || c.ec_reencoding.len() >= COPY_EC_REENCODES_IN_FLIGHT_MAX {
             return;
         }
         if c.req_id != 0 && now_ms.saturating_sub(c.sent_ms) < retry {
@@ -346,6 +354,18 @@ impl<S: ReplicaStore> Replica<S> {
         };
         let to = c.source;
         self.send(out, to, body);
+    }
+
+    /// After a parity holder's acknowledgement: a copy held back by its re-encodes in flight
+    /// ([`COPY_EC_REENCODES_IN_FLIGHT_MAX`]) asks for its next page now rather than at the
+    /// next tick. Nothing to do (one comparison) for any other copy or none.
+    pub(super) fn copy_on_ec_ack(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let held = self.copy.as_ref().is_some_and(|c| {
+            c.pass < 2 && c.ec_reencoding.len() >= COPY_EC_REENCODES_IN_FLIGHT_MAX
+        });
+        if held {
+            self.drive_copy(now_ms, out);
+        }
     }
 
     /// A page of the copy: apply it (a catch-up page first forgets the slots it resends
