@@ -264,7 +264,9 @@ impl StepKind {
                 | B::EcReadReq { .. }
                 | B::EcReadResp { .. }
                 | B::EcSyncReq { .. }
-                | B::EcSyncResp { .. } => StepKind::Ec,
+                | B::EcSyncResp { .. }
+                | B::EcRelease { .. }
+                | B::EcReleased { .. } => StepKind::Ec,
                 _ => StepKind::Other,
             },
             _ => StepKind::Other,

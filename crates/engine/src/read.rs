@@ -594,42 +594,12 @@ pub fn read_entry_direct(
 }
 
 /// Append `words` (an entry image, loaded atomically) to `out` and return
-/// [`checksum`]`(image, w0, size_units)`, computed word by word as they are copied (with
-/// SSE 4.2's CRC-32C instruction where there is one, else over the copy afterwards).
+/// [`checksum`]`(image, w0, size_units)`, computed word by word as they are copied
+/// ([`copy_and_checksum_into`] over the appended part).
 fn copy_and_checksum(words: &[AtomicU64], out: &mut Vec<u8>, w0: u64, size_units: u32) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("sse4.2") {
-        // SAFETY: the CPU has SSE 4.2 (checked just above).
-        return unsafe { copy_and_checksum_sse42(words, out, w0, size_units) };
-    }
-    for w in words {
-        out.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-    }
-    checksum(out, w0, size_units)
-}
-
-/// [`copy_and_checksum`] with the CRC-32C instruction (the `crc32c` crate's convention:
-/// the state starts inverted and is inverted at the end; bytes in order, so each
-/// little-endian word is one `crc32 r64`). Word 2's live bit is left out, as [`checksum`]
-/// does.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-unsafe fn copy_and_checksum_sse42(
-    words: &[AtomicU64],
-    out: &mut Vec<u8>,
-    w0: u64,
-    size_units: u32,
-) -> u32 {
-    use core::arch::x86_64::{_mm_crc32_u32, _mm_crc32_u64};
-    let mut state = u64::from(!0u32);
-    for (i, w) in words.iter().enumerate() {
-        let v = w.load(Ordering::Relaxed);
-        out.extend_from_slice(&v.to_le_bytes());
-        let c = if i == 2 { v & !DE_LIVE_BIT } else { v };
-        state = _mm_crc32_u64(state, c);
-    }
-    state = _mm_crc32_u64(state, w0);
-    !_mm_crc32_u32(state as u32, size_units)
+    let start = out.len();
+    out.resize(start + words.len() * 8, 0);
+    copy_and_checksum_into(words, &mut out[start..], w0, size_units)
 }
 
 /// [`copy_and_checksum`] into a buffer of exactly `words.len() * 8` bytes (the lookup's copy,
@@ -651,8 +621,10 @@ fn copy_and_checksum_into(words: &[AtomicU64], out: &mut [u8], w0: u64, size_uni
     checksum(out, w0, size_units)
 }
 
-/// [`copy_and_checksum_into`] with the CRC-32C instruction (see [`copy_and_checksum_sse42`]).
-/// One `crc32 r64` per word: the chain is 3 cycles a word, which the out-of-order core runs
+/// [`copy_and_checksum_into`] with the CRC-32C instruction (the `crc32c` crate's convention:
+/// the state starts inverted and is inverted at the end; bytes in order, so each
+/// little-endian word is one `crc32 r64`; word 2's live bit is left out, as [`checksum`]
+/// does). One `crc32 r64` per word: the chain is 3 cycles a word, which the out-of-order core runs
 /// beside the loads of the copy.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]

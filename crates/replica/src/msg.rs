@@ -415,6 +415,19 @@ impl EcKeyMeta {
             expiry_ms: m.expiry_ms.map(std::num::NonZeroU64::get),
         }
     }
+
+    /// A delete of `key` at `version`, as holders and arenas keep it (no location, no TTL).
+    pub fn tombstone(key: &[u8], version: Version) -> EcKeyMeta {
+        EcKeyMeta {
+            key: key.to_vec(),
+            version,
+            offset: 0,
+            len: 0,
+            tombstone: true,
+            kind: ValueKind::String,
+            expiry_ms: None,
+        }
+    }
 }
 
 /// A byte range of a data arena or a parity chunk (see [`PeerBody::EcReadReq`]).

@@ -313,6 +313,41 @@ pub(super) struct Job {
     copy: bool,
 }
 
+impl Job {
+    /// A job over `[offset, offset + len)` with nothing asked or fetched yet (a decode in
+    /// phase 1; the caller names its holders and sources, or makes it a copy).
+    fn new(
+        pg: u32,
+        memgest: MemgestId,
+        (offset, len): (u64, u64),
+        background: bool,
+        attempt: usize,
+        now_ms: u64,
+    ) -> Job {
+        Job {
+            pg,
+            memgest,
+            offset,
+            len,
+            background,
+            holders: Vec::new(),
+            sources: Vec::new(),
+            parity_reqs: BTreeMap::new(),
+            seqs: BTreeMap::new(),
+            parity: BTreeMap::new(),
+            data: BTreeMap::new(),
+            data_reqs: BTreeMap::new(),
+            unavailable: BTreeSet::new(),
+            phase2: false,
+            sent_ms: now_ms,
+            failed: false,
+            attempt,
+            readers: Vec::new(),
+            copy: false,
+        }
+    }
+}
+
 /// A read waiting for a decode job: (client, request, quorum leg?, version, memgest, kind,
 /// expiry ms).
 type Reader = (u64, ReqId, bool, Version, MemgestId, ValueKind, Option<u64>);
@@ -624,6 +659,16 @@ impl<S: ReplicaStore> Replica<S> {
                 .ec_parity
                 .values()
                 .any(|h| !matches!(h.state, ParState::Ready))
+    }
+
+    /// Whether the map lists another node as Draining (checked on every ec update a holder
+    /// receives: no allocation).
+    fn any_draining(&self) -> bool {
+        self.map.as_ref().is_some_and(|map| {
+            map.nodes
+                .iter()
+                .any(|(id, n)| *id != self.id && n.state == NodeState::Draining)
+        })
     }
 
     /// Other nodes the map lists as Draining (they may keep parity they gave up).
@@ -1073,7 +1118,7 @@ impl<S: ReplicaStore> Replica<S> {
             };
             return self.send(out, from, body);
         }
-        let hold_acks = !self.draining_peers().is_empty();
+        let hold_acks = self.any_draining();
         let Some(h) = self.ec_parity.get_mut(&(pg, memgest)) else {
             return;
         };
@@ -1271,28 +1316,26 @@ impl<S: ReplicaStore> Replica<S> {
     }
 }
 
-/// One page of a draining node's kept arena's key metadata (live keys and tombstones), as
-/// the parity holders would give it: the loading successor of that position adopts it.
-fn arena_meta_page(id: u64, d: &EcData, after: Option<&[u8]>) -> PeerBody {
-    let mut keys: Vec<EcKeyMeta> = d
-        .arena
+/// The next keys of `arena` after `after`, live keys and tombstones in key order, at most
+/// one page; and whether more follow.
+fn arena_keys_page(arena: &Arena, after: Option<&[u8]>) -> (Vec<EcKeyMeta>, bool) {
+    let mut keys: Vec<EcKeyMeta> = arena
         .entries_after(after, EC_KEYS_PER_PAGE_MAX + 1)
         .into_iter()
         .map(|(k, m)| match m {
             Ok(m) => EcKeyMeta::live(k, &m),
-            Err(version) => EcKeyMeta {
-                key: k.to_vec(),
-                version,
-                offset: 0,
-                len: 0,
-                tombstone: true,
-                kind: ValueKind::String,
-                expiry_ms: None,
-            },
+            Err(version) => EcKeyMeta::tombstone(k, version),
         })
         .collect();
     let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
     keys.truncate(EC_KEYS_PER_PAGE_MAX);
+    (keys, more)
+}
+
+/// One page of a draining node's kept arena's key metadata (live keys and tombstones), as
+/// the parity holders would give it: the loading successor of that position adopts it.
+fn arena_meta_page(id: u64, d: &EcData, after: Option<&[u8]>) -> PeerBody {
+    let (keys, more) = arena_keys_page(&d.arena, after);
     let next = if more {
         keys.last().map(|m| m.key.clone())
     } else {
@@ -1324,15 +1367,7 @@ fn meta_page(id: u64, h: &EcParity, owner: u32, after: Option<&[u8]>) -> PeerBod
             .store
             .tombstones_of_after(owner, after, lim)
             .into_iter()
-            .map(|(k, v)| EcKeyMeta {
-                key: k.to_vec(),
-                version: v,
-                offset: 0,
-                len: 0,
-                tombstone: true,
-                kind: ValueKind::String,
-                expiry_ms: None,
-            });
+            .map(|(k, v)| EcKeyMeta::tombstone(k, v));
         let mut keys: Vec<EcKeyMeta> = puts.chain(tombs).collect();
         keys.sort_by(|a, b| a.key.cmp(&b.key));
         let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
@@ -1546,24 +1581,7 @@ impl<S: ReplicaStore> Replica<S> {
             // Live keys and tombstones: a holder resynchronised from keys alone would miss
             // every delete from before its resync and hand a later takeover no tombstone
             // (seed 7334 of `ec_ttl`: an acknowledged delete lost).
-            let mut keys: Vec<EcKeyMeta> = snap
-                .entries_after(after.as_deref(), EC_KEYS_PER_PAGE_MAX + 1)
-                .into_iter()
-                .map(|(k, m)| match m {
-                    Ok(m) => EcKeyMeta::live(k, &m),
-                    Err(version) => EcKeyMeta {
-                        key: k.to_vec(),
-                        version,
-                        offset: 0,
-                        len: 0,
-                        tombstone: true,
-                        kind: ValueKind::String,
-                        expiry_ms: None,
-                    },
-                })
-                .collect();
-            let more = keys.len() > EC_KEYS_PER_PAGE_MAX;
-            keys.truncate(EC_KEYS_PER_PAGE_MAX);
+            let (keys, more) = arena_keys_page(snap, after.as_deref());
             (Vec::new(), keys, !more)
         };
         if done {
@@ -1976,7 +1994,7 @@ impl<S: ReplicaStore> Replica<S> {
     fn finish_ec_load(&mut self, pg: u32, mid: MemgestId) {
         // With a node draining, the arena takes no write before that node released any
         // copy it kept of this position (`Recover::release`).
-        let no_draining = self.draining_peers().is_empty();
+        let no_draining = !self.any_draining();
         let Some(d) = self.ec_data.get_mut(&(pg, mid)) else {
             return;
         };
@@ -2002,13 +2020,12 @@ impl<S: ReplicaStore> Replica<S> {
         // case it is kept for (a holder resynchronising or failed during the drain).
         let is_current =
             |n: &NodeId, pos: u32| pos >= s_pos && d.holders.get((pos - s_pos) as usize) == Some(n);
-        let current: Vec<(NodeId, u64, u64, u32)> = answers
+        let current: Vec<&(NodeId, u64, u64, u32)> = answers
             .iter()
             .filter(|(n, _, _, pos)| is_current(n, *pos))
-            .copied()
             .collect();
         let done = if current.is_empty() {
-            answers.clone()
+            answers.iter().collect()
         } else {
             current
         };
@@ -2166,29 +2183,15 @@ impl<S: ReplicaStore> Replica<S> {
             self.ec_jobs.insert(
                 job_id,
                 Job {
-                    pg,
-                    memgest,
-                    offset,
-                    len,
-                    background,
-                    holders: Vec::new(),
                     sources: vec![SourceRange::Data {
                         node: owner,
                         offset,
                         len: len32,
                     }],
-                    parity_reqs: BTreeMap::new(),
-                    seqs: BTreeMap::new(),
-                    parity: BTreeMap::new(),
-                    data: BTreeMap::new(),
                     data_reqs: BTreeMap::from([(req, (owner, at))]),
-                    unavailable: BTreeSet::new(),
                     phase2: true,
-                    sent_ms: now_ms,
-                    failed: false,
-                    attempt,
-                    readers: Vec::new(),
                     copy: true,
+                    ..Job::new(pg, memgest, (offset, len), background, attempt, now_ms)
                 },
             );
             return Some(job_id);
@@ -2237,25 +2240,10 @@ impl<S: ReplicaStore> Replica<S> {
         self.ec_jobs.insert(
             job_id,
             Job {
-                pg,
-                memgest,
-                offset,
-                len,
-                background,
                 holders,
                 sources,
                 parity_reqs,
-                seqs: BTreeMap::new(),
-                parity: BTreeMap::new(),
-                data: BTreeMap::new(),
-                data_reqs: BTreeMap::new(),
-                unavailable: BTreeSet::new(),
-                phase2: false,
-                sent_ms: now_ms,
-                failed: false,
-                attempt,
-                readers: Vec::new(),
-                copy: false,
+                ..Job::new(pg, memgest, (offset, len), background, attempt, now_ms)
             },
         );
         Some(job_id)
@@ -2466,7 +2454,7 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     fn finish_job(&mut self, now_ms: u64, job: u64, out: &mut Vec<Output>) {
-        let no_draining = self.draining_peers().is_empty();
+        let no_draining = !self.any_draining();
         let Some(j) = self.ec_jobs.remove(&job) else {
             return;
         };
@@ -2826,25 +2814,17 @@ impl<S: ReplicaStore> Replica<S> {
                 continue;
             }
             let (waiting, sent_ms) = r.release.get_or_insert_with(|| (draining.clone(), 0));
-            waiting.retain(|n| draining.contains(n));
-            if waiting.is_empty() {
+            let Some(to) = release_step(waiting, sent_ms, &draining, now_ms, retry) else {
                 d.state = DataState::Ready;
                 self.stats.ec_recoveries_completed += 1;
                 continue;
-            }
-            if *sent_ms == 0 || now_ms.saturating_sub(*sent_ms) >= retry {
-                *sent_ms = now_ms.max(1);
-                for n in waiting.iter() {
-                    sends.push((
-                        *n,
-                        PeerBody::EcRelease {
-                            memgest: *mid,
-                            pg: *pg,
-                            pos: d.owner,
-                        },
-                    ));
-                }
-            }
+            };
+            let body = PeerBody::EcRelease {
+                memgest: *mid,
+                pg: *pg,
+                pos: d.owner,
+            };
+            sends.extend(to.into_iter().map(|n| (n, body.clone())));
         }
         for (to, body) in sends {
             self.send(out, to, body);
@@ -2858,22 +2838,18 @@ impl<S: ReplicaStore> Replica<S> {
         let mut releases = Vec::new();
         for ((pg, mid), h) in self.ec_parity.iter_mut() {
             if let ParState::Releasing { waiting, sent_ms } = &mut h.state {
-                // A node that left Draining (removed, failed, back to active) keeps nothing.
-                waiting.retain(|n| draining.contains(n));
-                if waiting.is_empty() {
-                    h.state = ParState::Ready;
-                    self.stats.ec_holder_syncs += 1;
-                } else if *sent_ms == 0 || now_ms.saturating_sub(*sent_ms) >= retry {
-                    *sent_ms = now_ms.max(1);
-                    for n in waiting.iter() {
-                        releases.push((
-                            *n,
-                            PeerBody::EcRelease {
-                                memgest: *mid,
-                                pg: *pg,
-                                pos: h.store.layout().s().saturating_add(h.q),
-                            },
-                        ));
+                match release_step(waiting, sent_ms, &draining, now_ms, retry) {
+                    None => {
+                        h.state = ParState::Ready;
+                        self.stats.ec_holder_syncs += 1;
+                    }
+                    Some(to) => {
+                        let body = PeerBody::EcRelease {
+                            memgest: *mid,
+                            pg: *pg,
+                            pos: h.store.layout().s().saturating_add(h.q),
+                        };
+                        releases.extend(to.into_iter().map(|n| (n, body.clone())));
                     }
                 }
                 continue;
@@ -3320,6 +3296,28 @@ impl<S: ReplicaStore> Replica<S> {
         }
         a
     }
+}
+
+/// One step of releasing a position's kept copies (`ParState::Releasing`, `Recover::release`):
+/// a node that left Draining (removed, failed, back to active) keeps nothing and is dropped
+/// from `waiting`. `None`: nobody is left (the caller turns Ready). Otherwise the nodes to
+/// send `EcRelease` to now — all of them once per `retry` ms, none in between.
+fn release_step(
+    waiting: &mut BTreeSet<NodeId>,
+    sent_ms: &mut u64,
+    draining: &BTreeSet<NodeId>,
+    now_ms: u64,
+    retry: u64,
+) -> Option<Vec<NodeId>> {
+    waiting.retain(|n| draining.contains(n));
+    if waiting.is_empty() {
+        return None;
+    }
+    if *sent_ms != 0 && now_ms.saturating_sub(*sent_ms) < retry {
+        return Some(Vec::new());
+    }
+    *sent_ms = now_ms.max(1);
+    Some(waiting.iter().copied().collect())
 }
 
 fn new_sync(s: u32) -> BTreeMap<u32, SyncSrc> {
