@@ -346,6 +346,12 @@ pub struct Replica<S: ReplicaStore> {
     ranges: Vec<RangeState>,
     fences: BTreeMap<Slot, Fence>,
     pending: BTreeMap<Version, Pending>,
+    /// The pending ec updates by (group, memgest, seq, version): a holder's acknowledgement
+    /// is cumulative per (group, memgest) up to a seq, and walking every pending write for
+    /// it was the hottest code of an ec copy (session 17). Kept lazily: an entry whose
+    /// pending write is gone (committed and fully acknowledged, called off, wiped) is
+    /// dropped when an acknowledgement walks over it, or by [`Replica::prune_ec_acks`].
+    ec_acks: BTreeSet<(u32, MemgestId, u64, Version)>,
     /// When a slot with writes in flight to a replica was last repaired with it (bounded by
     /// [`BUSY_REPAIRS_MAX`]; see the ProbeResp handler).
     busy_repairs: BTreeMap<(Slot, NodeId), u64>,
@@ -531,6 +537,7 @@ impl<S: ReplicaStore> Replica<S> {
             ranges: Vec::new(),
             fences: BTreeMap::new(),
             pending: BTreeMap::new(),
+            ec_acks: BTreeSet::new(),
             busy_repairs: BTreeMap::new(),
             uncommitted: BTreeMap::new(),
             inflight_keys: Arc::default(),
@@ -1623,6 +1630,7 @@ impl<S: ReplicaStore> Replica<S> {
         self.ranges.clear();
         self.fences.clear();
         self.pending.clear();
+        self.ec_acks.clear();
         self.uncommitted.clear();
         self.inflight_keys.clear();
         self.inflight.clear();
@@ -3481,6 +3489,7 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        self.prune_ec_acks();
         let due = self
             .last_heartbeat_ms
             .is_none_or(|t| now_ms.saturating_sub(t) >= self.cfg.heartbeat_interval_ms);

@@ -149,26 +149,73 @@ impl Store {
         }
     }
 
+    /// Visit the published entries of the readers' table whose key has `code`, in table
+    /// order, with the key's hash.
+    ///
+    /// This is every per-slot scan's inner loop (a copy page, a wipe, a repair key list all
+    /// come here once per code), so it reads as few keys as it can: the index entry's tag is
+    /// the key hash's top 16 bits, of which bits 48 and 49 are also the code's, so an entry
+    /// whose tag disagrees there is skipped without reading its key (3 in 4 of the
+    /// neighbours); the others' keys are hashed once, and the slot computed only for a key
+    /// whose hash bits match. (Session 18: reading and hashing every neighbour's key twice
+    /// made a move's copy pages and the old owner's wipe ~40 % of a move's node CPU, and the
+    /// copy 2.7x the CPU per MB it took when the replica store had its own key index.)
+    fn code_probe(&self, code: u64, mut f: impl FnMut(Found, Vec<u8>)) {
+        let t = self.table;
+        let want = code & crate::hash::SLOT_ORDER_HASH_MASK;
+        let slot = (code >> SLOT_ORDER_HASH_BITS) as u16;
+        // Hash bits 48-49 as the tag holds them (`tag_of` stores a zero tag as 1, so a tag
+        // of 1 may stand for 0 and is never skipped on these bits).
+        let tag_bits = (want >> 48) & 3;
+        // The home bucket depends on the low 32 hash bits only, which the code keeps.
+        let b = t.home(code);
+        for k in 0..=self.reach(t, b) {
+            let pb = t.after(b, k);
+            for i in 0..BUCKET_ENTRIES {
+                let off = Self::ie_off(t, pb, i);
+                let w0 = self.index.load(off);
+                if w0 == 0 {
+                    continue;
+                }
+                let tag = ie_tag(w0);
+                if tag != 1 && u64::from(tag) & 3 != tag_bits {
+                    continue;
+                }
+                let Some(key) = self.read_key(ie_location(w0)) else {
+                    continue;
+                };
+                if key_hash(&key) & crate::hash::SLOT_ORDER_HASH_MASK != want
+                    || key_slot(&key) != slot
+                {
+                    continue;
+                }
+                let w1 = self.index.load(off + 8);
+                f(
+                    Found {
+                        ie_off: off,
+                        bucket: pb,
+                        w0,
+                        w1,
+                    },
+                    key,
+                );
+            }
+        }
+    }
+
     /// Published entries of the readers' table whose key has `code`, sorted by key.
     fn code_entries(&self, code: u64) -> Vec<(Vec<u8>, Found)> {
-        let t = self.table;
         let mut out = Vec::new();
-        // The home bucket depends on the low 32 hash bits only, which the code keeps.
-        self.home_entries(t.home(code), |f, _h, key| {
-            if slot_order_code(&key) == code {
-                out.push((key, f));
-            }
-        });
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        self.code_probe(code, |f, key| out.push((key, f)));
+        if out.len() > 1 {
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+        }
         out
     }
 
     fn code_in_use(&self, code: u64) -> bool {
-        let t = self.table;
         let mut found = false;
-        self.home_entries(t.home(code), |_f, _h, key| {
-            found |= slot_order_code(&key) == code;
-        });
+        self.code_probe(code, |_f, _key| found = true);
         found
     }
 
@@ -182,20 +229,33 @@ impl Store {
         }
     }
 
-    /// The value bytes of the entry `f` points at.
+    /// The value bytes of the entry `f` points at, read straight into their own `Vec` (no
+    /// image of the whole entry first: a copy page reads every value of its slots).
     fn value_of(&self, f: &Found) -> Option<Vec<u8>> {
         let loc = ie_location(f.w0);
         let (_, kl, vl, exp) = self.header(loc);
-        let img = self.load_entry(loc, ie_size_units(f.w1));
         let hdr = header_bytes_for(kl as usize, vl as usize, exp.is_some());
-        let start = hdr + kl as usize;
-        img.get(start..start + vl as usize).map(<[u8]>::to_vec)
+        let start = u64::from(loc) * UNIT_BYTES + hdr as u64 + u64::from(kl);
+        let mut value = Vec::with_capacity(vl as usize);
+        let len = self.data.len() as u64;
+        let whole = bytes_at(
+            |o| (o + 8 <= len).then(|| self.data.load(o)),
+            start,
+            vl as usize,
+            &mut value,
+        );
+        whole.then_some(value)
     }
 
     /// Visit published entries of `slot` in scan order, strictly after `after`, until `f`
     /// returns false. Without the index (never enabled), one walk of the whole table sorted
     /// afterwards: correct, O(all keys).
-    fn slot_walk(&self, slot: u16, after: Option<&[u8]>, mut f: impl FnMut(&[u8], &Found) -> bool) {
+    fn slot_walk(
+        &self,
+        slot: u16,
+        after: Option<&[u8]>,
+        mut f: impl FnMut(Vec<u8>, &Found) -> bool,
+    ) {
         let after_code = after.map(slot_order_code);
         let Some(ix) = self.slot_index.as_ref() else {
             let mut all: Vec<(u64, Vec<u8>, Found)> = Vec::new();
@@ -214,7 +274,7 @@ impl Store {
                         continue;
                     }
                 }
-                if !f(&key, &fd) {
+                if !f(key, &fd) {
                     return;
                 }
             }
@@ -237,7 +297,7 @@ impl Store {
                         continue;
                     }
                 }
-                if !f(&key, &fd) {
+                if !f(key, &fd) {
                     return;
                 }
             }
@@ -260,7 +320,7 @@ impl Store {
             let h = self.head_of(f);
             if let Some(value) = self.value_of(f) {
                 out.push((
-                    key.to_vec(),
+                    key,
                     Entry {
                         value,
                         version: h.version,
@@ -288,7 +348,7 @@ impl Store {
             return;
         }
         self.slot_walk(slot, after, |key, f| {
-            out.push((key.to_vec(), self.head_of(f)));
+            out.push((key, self.head_of(f)));
             n += 1;
             n < limit
         });

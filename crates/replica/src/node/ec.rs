@@ -895,6 +895,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let version = entry.version;
         let needed = targets.len();
+        self.ec_acks.insert((ec.pg, ec.memgest, ec.seq, version));
         self.pending.insert(
             version,
             Pending {
@@ -1006,9 +1007,19 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let mut ready = Vec::new();
         let mut done = Vec::new();
-        for (v, p) in self.pending.iter_mut() {
-            let Some(e) = &p.ec else { continue };
-            if e.pg != pg || e.memgest != memgest || e.seq > seq {
+        let mut stale = Vec::new();
+        let walk = (pg, memgest, 0, Version::ZERO)..=(pg, memgest, seq, Version(u128::MAX));
+        for &(_, _, s, v) in self.ec_acks.range(walk) {
+            let Some(p) = self.pending.get_mut(&v) else {
+                stale.push((s, v));
+                continue;
+            };
+            let Some(e) = &p.ec else {
+                stale.push((s, v));
+                continue;
+            };
+            if e.pg != pg || e.memgest != memgest || e.seq != s {
+                stale.push((s, v));
                 continue;
             }
             if p.targets.contains(&from) && p.acked.insert(from) {
@@ -1018,21 +1029,30 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
             if !p.committed && p.acked.len() >= p.needed {
-                ready.push(*v);
+                ready.push((v, s));
             } else if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
-                done.push(*v);
+                done.push((v, s));
             }
         }
-        for v in done {
+        for (s, v) in stale {
+            self.ec_acks.remove(&(pg, memgest, s, v));
+        }
+        // Commits in version order, as the walk over `pending` made them.
+        ready.sort_unstable();
+        for (v, s) in done {
             self.pending.remove(&v);
+            self.ec_acks.remove(&(pg, memgest, s, v));
         }
         let committed_any = !ready.is_empty();
-        for v in ready {
+        for (v, s) in ready {
             self.commit(v, out);
             if let Some(p) = self.pending.get(&v) {
                 if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
                     self.pending.remove(&v);
                 }
+            }
+            if !self.pending.contains_key(&v) {
+                self.ec_acks.remove(&(pg, memgest, s, v));
             }
         }
         // A handoff rebuild waiting only for its last re-encodes serves now, not at the
@@ -1048,6 +1068,23 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
+    }
+
+    /// Drops the ack index's entries whose pending write is gone by a path other than an
+    /// acknowledgement (called off, wiped, superseded): without it a group that never
+    /// acknowledges again would keep them. Only when they outnumber the live ones, so a
+    /// tick does not walk the index each time.
+    pub(super) fn prune_ec_acks(&mut self) {
+        if self.ec_acks.len() <= 2 * self.pending.len() + 1024 {
+            return;
+        }
+        let pending = &self.pending;
+        self.ec_acks.retain(|(pg, memgest, seq, v)| {
+            pending
+                .get(v)
+                .and_then(|p| p.ec.as_ref())
+                .is_some_and(|e| e.pg == *pg && e.memgest == *memgest && e.seq == *seq)
+        });
     }
 
     /// Commit-time ec bookkeeping: free the superseded range. Returns true for background
