@@ -68,6 +68,9 @@ impl SlotIndex {
     }
 }
 
+/// Codes whose home bucket a slot walk starts loading ahead of the one it probes.
+const SCAN_PREFETCH_AHEAD: usize = 8;
+
 /// First code of `slot` (its hash bits all zero).
 fn slot_base(slot: u16) -> u64 {
     u64::from(slot) << SLOT_ORDER_HASH_BITS
@@ -203,6 +206,17 @@ impl Store {
         }
     }
 
+    /// Start loading the two lines of `code`'s home bucket in the readers' table (a hint).
+    fn prefetch_home(&self, code: u64) {
+        let t = self.table;
+        let off = t.bucket_offset(t.home(code));
+        if off.saturating_add(BUCKET_BYTES) <= self.index.len() as u64 {
+            let p = self.index.base().wrapping_add(off as usize);
+            crate::read::prefetch(p);
+            crate::read::prefetch(p.wrapping_add(64));
+        }
+    }
+
     /// Published entries of the readers' table whose key has `code`, sorted by key.
     fn code_entries(&self, code: u64) -> Vec<(Vec<u8>, Found)> {
         let mut out = Vec::new();
@@ -229,22 +243,26 @@ impl Store {
         }
     }
 
-    /// The value bytes of the entry `f` points at, read straight into their own `Vec` (no
-    /// image of the whole entry first: a copy page reads every value of its slots).
+    /// The value bytes of the entry `f` points at: the aligned words that cover them, read in
+    /// one pass, then the few bytes before the value (it starts mid-word after a short
+    /// header) shifted out. Not an image of the whole entry: a copy page reads every value
+    /// of its slots.
     fn value_of(&self, f: &Found) -> Option<Vec<u8>> {
         let loc = ie_location(f.w0);
         let (_, kl, vl, exp) = self.header(loc);
         let hdr = header_bytes_for(kl as usize, vl as usize, exp.is_some());
         let start = u64::from(loc) * UNIT_BYTES + hdr as u64 + u64::from(kl);
-        let mut value = Vec::with_capacity(vl as usize);
-        let len = self.data.len() as u64;
-        let whole = bytes_at(
-            |o| (o + 8 <= len).then(|| self.data.load(o)),
-            start,
-            vl as usize,
-            &mut value,
-        );
-        whole.then_some(value)
+        let end = start + u64::from(vl);
+        let (lo, hi) = (start & !7, (end + 7) & !7);
+        if hi > self.data.len() as u64 {
+            return None;
+        }
+        let mut value = Vec::with_capacity((hi - lo) as usize);
+        self.data.read_bytes(lo, (hi - lo) as usize, &mut value);
+        let skip = (start - lo) as usize;
+        value.copy_within(skip..skip + vl as usize, 0);
+        value.truncate(vl as usize);
+        Some(value)
     }
 
     /// Visit published entries of `slot` in scan order, strictly after `after`, until `f`
@@ -290,7 +308,16 @@ impl Store {
         if after_code.is_some_and(|ac| ac > hi) {
             return;
         }
+        // The codes' home buckets are random lines of the index: start loading a few codes
+        // ahead of the probe so that their misses overlap (a copy page probes thousands).
+        let mut ahead = ix.order.range(lo..=hi);
+        for &c in ahead.by_ref().take(SCAN_PREFETCH_AHEAD) {
+            self.prefetch_home(c);
+        }
         for &code in ix.order.range(lo..=hi) {
+            if let Some(&c) = ahead.next() {
+                self.prefetch_home(c);
+            }
             for (key, fd) in self.code_entries(code) {
                 if let (Some(ac), Some(a)) = (after_code, after) {
                     if code == ac && key.as_slice() <= a {
