@@ -3512,6 +3512,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         self.report_quiesced(now_ms, out);
         self.report_handoffs(now_ms, out);
+        self.apply_copy_backlog(now_ms, out);
         self.drive_copy(now_ms, out);
         self.purge_released();
         // Retransmit unacknowledged replication (bounded by the in-flight limits).

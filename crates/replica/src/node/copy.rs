@@ -87,6 +87,9 @@ pub(super) struct Copy {
     ec_reencoding: BTreeMap<Version, Vec<u8>>,
     /// ec values this copy re-encoded (started), for tests and the simulator.
     ec_copied: u64,
+    /// A snapshot page received but not applied yet (see [`Replica::on_copy_resp`]): applied
+    /// at the next tick or before the next page, whichever comes first. At most one page.
+    backlog: Vec<(Vec<u8>, Entry)>,
 }
 
 /// A copy called off while some of its ec re-encodes were in flight: they may still commit
@@ -246,6 +249,7 @@ impl<S: ReplicaStore> Replica<S> {
                 .is_some_and(|r| r.pg != m.pg),
             ec_reencoding: BTreeMap::new(),
             ec_copied: 0,
+            backlog: Vec::new(),
         });
     }
 
@@ -391,8 +395,11 @@ impl<S: ReplicaStore> Replica<S> {
             c.sent_ms = now_ms;
             return;
         }
-        let (first, last, pass, pg) = (c.first, c.last, c.pass, c.pg);
-        let ec_ahead = self.cfg.ec_copy_ahead && c.ec_other_group;
+        // The previous page first: pages apply in the order they came, each before the
+        // next one's resets.
+        self.apply_copy_backlog(now_ms, out);
+        let Some(c) = self.copy.as_mut() else { return };
+        let (first, last, pass) = (c.first, c.last, c.pass);
         let page_bytes: u64 = entries
             .iter()
             .map(|(k, e)| (k.len() + e.value.as_ref().map_or(0, Vec::len)) as u64)
@@ -415,12 +422,57 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
+        // A snapshot page followed by another snapshot page is applied later (at the next
+        // tick, or before the next page if that comes first): the request for the next page
+        // goes out with this step's output, so the source builds page N+1 while this node
+        // applies page N. Serially, each side idled while the other worked, and a move's
+        // copy ran at half the rate two cores allow. The catch-up pass and the last page
+        // are applied at once: the catch-up request carries this node's slot digests, and
+        // "copied" must mean the span is here. A page with ec values is applied at once too:
+        // its re-encodes count against COPY_EC_REENCODES_IN_FLIGHT_MAX before the next
+        // request may go.
+        let defer = pass == 0 && c.pass == 0 && c.backlog.is_empty();
+        let has_ec = |m: &ClusterMap| {
+            entries
+                .iter()
+                .any(|(_, e)| matches!(m.memgest_kind(e.memgest), MemgestKind::Ec { .. }))
+        };
+        let defer = defer && !self.map.as_deref().is_some_and(has_ec);
+        if defer {
+            let Some(c) = self.copy.as_mut() else { return };
+            c.backlog = entries;
+            return self.drive_copy(now_ms, out);
+        }
         if pass == 1 {
             let none = BTreeSet::new();
             for slot in resets.into_iter().filter(|s| (first..=last).contains(s)) {
                 self.forget_slot_except(slot, &none);
             }
         }
+        self.apply_copy_page(now_ms, entries, out);
+        self.drive_copy(now_ms, out);
+    }
+
+    /// Apply the snapshot page [`Replica::on_copy_resp`] held back, if any (each tick).
+    pub(super) fn apply_copy_backlog(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let backlog = match self.copy.as_mut() {
+            Some(c) if !c.backlog.is_empty() => std::mem::take(&mut c.backlog),
+            _ => return,
+        };
+        self.apply_copy_page(now_ms, backlog, out);
+    }
+
+    /// Store one page of the span's entries: rep values in this node's store, ec values
+    /// re-encoded into its arena of the move's target group.
+    fn apply_copy_page(
+        &mut self,
+        now_ms: u64,
+        entries: Vec<(Vec<u8>, Entry)>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(c) = self.copy.as_ref() else { return };
+        let (first, last, pg) = (c.first, c.last, c.pg);
+        let ec_ahead = self.cfg.ec_copy_ahead && c.ec_other_group;
         for (k, e) in entries {
             // Only the span's keys (a source never sends others; the check keeps a
             // confused one from writing outside the copy). A refused entry (no room) is
@@ -449,6 +501,5 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
-        self.drive_copy(now_ms, out);
     }
 }
