@@ -80,7 +80,7 @@ fn ec_key_maps_cost_close_to_their_entries() {
 
     // The coordinator's arena: key map + offset map (+ the byte vector, subtracted).
     let before = live();
-    let mut arena = Arena::new(layout.clone(), 0, 1 << 30).unwrap();
+    let mut arena = Arena::new(layout, 0, 1 << 30).unwrap();
     let mut ups = Vec::with_capacity(KEYS);
     for (i, k) in keys.iter().enumerate() {
         let v = Version::new(1 + i as u64, 0, 1, 0);
@@ -101,7 +101,7 @@ fn ec_key_maps_cost_close_to_their_entries() {
     let mut per_holder = Vec::new();
     for q in 0..2 {
         let at = live();
-        let mut h = ParityStore::with_arena_capacity(layout.clone(), q, 1 << 30).unwrap();
+        let mut h = ParityStore::with_arena_capacity(layout, q, 1 << 30).unwrap();
         for u in &kept {
             h.apply(u).unwrap();
         }
