@@ -201,8 +201,9 @@ pub struct Arena {
     /// nodes cost ~2× under ascending offsets; cluster-memory.md, session 18).
     used: ChunkMap<u64, u64>,
     /// Key → metadata. `SmallKey`: short keys inline in the map slot, no heap block each.
-    /// Values are [`PackedMeta`] (the owner is `node`). A [`ChunkMap`]: sorted runs whose
-    /// capacity follows their length, no B-tree node slack.
+    /// Values are [`PackedMeta`] (the owner is `node`). A [`ChunkMap`] of large chunks:
+    /// sorted runs whose capacity follows their length, no B-tree node slack, mmapped blocks
+    /// in node processes (no heap holes as they grow).
     keys: ChunkMap<SmallKey, PackedMeta>,
     /// Keys deleted here (not live now) with their delete version: the tombstones the
     /// parity holders keep, so a holder resynchronised from this arena's snapshot gets
@@ -243,7 +244,7 @@ impl Arena {
             bytes: Vec::new(),
             free,
             used: ChunkMap::new(),
-            keys: ChunkMap::new(),
+            keys: ChunkMap::with_large_chunks(),
             tombs: ChunkMap::new(),
             payload_bytes: 0,
             meta_bytes: 0,

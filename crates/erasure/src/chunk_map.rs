@@ -29,6 +29,14 @@
 //! it (a copy of ≤ 8 KiB): a few hundred nanoseconds, next to a network round trip per
 //! write. A split moves the chunk headers after it (24 bytes per 64-128 entries).
 //!
+//! The maps with one entry per key use *large* chunks ([`ChunkMap::with_large_chunks`],
+//! 256 KiB): in node processes, whose glibc mmap threshold is fixed at 128 KiB, each such
+//! chunk is an mmapped block, grown by `mremap` and shrunk page by page. Small chunks in the
+//! heap left their old blocks behind as glibc free space when they grew, which kept most of
+//! what they saved off RSS (measured; jemalloc, which purges, showed the whole saving). A
+//! large chunk costs more per insert or remove of a key (half a chunk moved, ≤ 128 KiB);
+//! updates of a present key change its entry in place.
+//!
 //! Order and paging are exactly the B-tree's (`K`'s `Ord`, lookups by any `Q` that `K`
 //! borrows as), so "entries strictly after K" gives the same pages on every node.
 
@@ -44,6 +52,10 @@ pub const CHUNK_GROW: usize = 8;
 /// A chunk with fewer entries than this after a removal is merged into a neighbour when
 /// the two fit in one chunk.
 const CHUNK_ENTRIES_MIN: usize = CHUNK_ENTRIES_MAX / 4;
+/// Bytes of the large chunks of [`ChunkMap::with_large_chunks`]: 256 KiB, so that both halves
+/// of a split (128 KiB) reach glibc's mmap threshold, which node processes fix at 128 KiB
+/// (`launch::tune_allocator`, cluster-memory.md item 2).
+pub const LARGE_CHUNK_BYTES: usize = 256 * 1024;
 /// Spare capacity past which a chunk that lost entries is shrunk (back to `CHUNK_GROW`).
 const CHUNK_SPARE_MAX: usize = 2 * CHUNK_GROW;
 
@@ -54,6 +66,8 @@ const _: () = assert!(CHUNK_GROW < CHUNK_ENTRIES_MIN && CHUNK_ENTRIES_MIN < CHUN
 pub struct ChunkMap<K, V> {
     chunks: Vec<Vec<(K, V)>>,
     len: usize,
+    /// Most entries in one chunk: [`CHUNK_ENTRIES_MAX`], or [`LARGE_CHUNK_BYTES`]' worth.
+    max: usize,
 }
 
 impl<K, V> Default for ChunkMap<K, V> {
@@ -68,7 +82,38 @@ impl<K, V> ChunkMap<K, V> {
         ChunkMap {
             chunks: Vec::new(),
             len: 0,
+            max: CHUNK_ENTRIES_MAX,
         }
+    }
+
+    /// An empty map whose chunks hold up to [`LARGE_CHUNK_BYTES`] of entries (at least
+    /// `CHUNK_ENTRIES_MAX`). For the maps that hold one entry per key (the arena's key map,
+    /// the holders' per-owner maps): in node processes each chunk past its first split is an
+    /// mmapped block, so growing it is an `mremap` and shrinking it gives pages back, where
+    /// heap blocks of small chunks, reallocated as they grow, left their old blocks behind as
+    /// glibc free space — measured: it kept most of what the small chunks saved off RSS
+    /// (cluster-memory.md, session 18). Cost: an insert or remove of a key moves half a chunk
+    /// (≤ 128 KiB; only new or removed keys, an update changes its entry in place).
+    pub fn with_large_chunks() -> Self {
+        ChunkMap {
+            chunks: Vec::new(),
+            len: 0,
+            max: Self::large_max(LARGE_CHUNK_BYTES),
+        }
+    }
+
+    /// [`ChunkMap::with_large_chunks`] with chunks of `bytes` (tests use small ones).
+    pub fn with_chunk_bytes(bytes: usize) -> Self {
+        ChunkMap {
+            chunks: Vec::new(),
+            len: 0,
+            max: Self::large_max(bytes),
+        }
+    }
+
+    fn large_max(bytes: usize) -> usize {
+        let entry = std::mem::size_of::<(K, V)>().max(1);
+        bytes.checked_div(entry).unwrap_or(0).max(CHUNK_ENTRIES_MIN)
     }
 
     /// Number of entries.
@@ -234,7 +279,7 @@ impl<K: Ord, V> ChunkMap<K, V> {
             }
             Err(i) => i,
         };
-        if chunk.len() >= CHUNK_ENTRIES_MAX {
+        if chunk.len() >= self.max {
             // Split. Appending past the end of the last chunk (ascending inserts, e.g.
             // arena offsets) starts a new chunk and leaves the full one full; anywhere
             // else the chunk splits in halves.
@@ -279,7 +324,7 @@ impl<K: Ord, V> ChunkMap<K, V> {
         self.len = self.len.saturating_sub(1);
         if chunk.is_empty() {
             self.chunks.remove(c);
-        } else if chunk.len() < CHUNK_ENTRIES_MIN {
+        } else if chunk.len() < self.max / 4 {
             self.merge_small(c);
         } else if chunk.capacity() >= chunk.len().saturating_add(CHUNK_SPARE_MAX) {
             chunk.shrink_to(chunk.len().saturating_add(CHUNK_GROW));
@@ -291,9 +336,8 @@ impl<K: Ord, V> ChunkMap<K, V> {
     /// fit in one chunk; otherwise only trims its capacity.
     fn merge_small(&mut self, c: usize) {
         let n = self.chunks.get(c).map_or(0, Vec::len);
-        let fits = |o: Option<&Vec<(K, V)>>| {
-            o.is_some_and(|x| x.len().saturating_add(n) <= CHUNK_ENTRIES_MAX)
-        };
+        let fits =
+            |o: Option<&Vec<(K, V)>>| o.is_some_and(|x| x.len().saturating_add(n) <= self.max);
         let (into, from) = if fits(self.chunks.get(c.saturating_add(1))) {
             (c, c.saturating_add(1))
         } else if c > 0 && fits(self.chunks.get(c.saturating_sub(1))) {
@@ -324,7 +368,7 @@ impl<K: Ord, V> ChunkMap<K, V> {
         let mut prev: Option<&K> = None;
         for c in &self.chunks {
             assert!(!c.is_empty(), "empty chunk");
-            assert!(c.len() <= CHUNK_ENTRIES_MAX, "chunk over the bound");
+            assert!(c.len() <= self.max, "chunk over the bound");
             assert!(
                 c.capacity() <= c.len().saturating_add(CHUNK_SPARE_MAX),
                 "chunk capacity {} for {} entries",
@@ -377,8 +421,15 @@ mod tests {
         #[test]
         fn behaves_like_btreemap(ops in proptest::collection::vec(op(), 0..700),
                                  probes in proptest::collection::vec(
-                                     proptest::collection::vec(0u8..6, 0..4), 0..8)) {
-            let mut m: ChunkMap<SmallKey, u32> = ChunkMap::new();
+                                     proptest::collection::vec(0u8..6, 0..4), 0..8),
+                                 large in any::<bool>()) {
+            // Both shapes: the default chunks and "large" ones (here 40 entries, so a run
+            // splits and merges them often).
+            let mut m: ChunkMap<SmallKey, u32> = if large {
+                ChunkMap::with_chunk_bytes(40 * std::mem::size_of::<(SmallKey, u32)>())
+            } else {
+                ChunkMap::new()
+            };
             let mut model: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
             for o in ops {
                 match o {

@@ -114,7 +114,7 @@ impl ParityStore {
             codec,
             holder,
             chunks: BTreeMap::new(),
-            meta: vec![ChunkMap::new(); s],
+            meta: vec![ChunkMap::with_large_chunks(); s],
             applied_seq: vec![0; s],
             arena_capacity,
             meta_bytes: 0,

@@ -11,7 +11,7 @@
 //! as the reference the maps replaced.
 //!
 //! It fails if a copy of a key's metadata costs more than 1.15 × its 64-byte entry
-//! (24-byte inline key + 40-byte record): the B-tree cost ~1.45 ×.
+//! (24-byte inline key + 40-byte record): the B-tree cost 1.81 × (115.8 B).
 
 use ringlet_erasure::{Arena, Layout, ParityStore};
 use ringlet_types::Version;
