@@ -73,6 +73,26 @@ def rss_kinds(pid):
     return anon, shmem
 
 
+def region_rss(pid):
+    """Resident bytes of the engine's two shared-memory regions of a process, from
+    /proc/PID/smaps: (data region, index region). The rest of RssShmem is small (none)."""
+    data = index = 0
+    cur = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            w = line.split()
+            if w and "-" in w[0] and len(w) >= 5 and not w[0].endswith(":"):
+                name = " ".join(w[5:])
+                cur = ("data" if "ringlet-data" in name else
+                       "index" if "ringlet-index" in name else None)
+            elif cur and w[:1] == ["Rss:"]:
+                if cur == "data":
+                    data += int(w[1]) * 1024
+                else:
+                    index += int(w[1]) * 1024
+    return data, index
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -139,6 +159,21 @@ class Cluster:
         parts = [rss_kinds(p) for p in self.pids.values()]
         return sum(a for a, _ in parts), sum(s for _, s in parts)
 
+    def regions(self):
+        parts = [region_rss(p) for p in self.pids.values()]
+        return sum(d for d, _ in parts), sum(i for _, i in parts)
+
+    def node_memory(self):
+        """Sum over the nodes of INFO memory's used_memory (engine: committed slab pages +
+        index) and allocator_allocated (glibc's live heap bytes)."""
+        used = alloc = 0
+        for port in range(self.base, self.base + len(self.pids)):
+            # redis-py parses INFO into a dict
+            kv = self.conn(("127.0.0.1", port)).info("memory")
+            used += int(kv.get("used_memory", 0))
+            alloc += int(kv.get("allocator_allocated", 0))
+        return used, alloc
+
     def info(self, name):
         text = self.any.execute_command("MEMGEST", "INFO", name)
         text = text.decode() if isinstance(text, bytes) else text
@@ -151,8 +186,13 @@ class Cluster:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         for p in self.pids.values():
+            # Only a node that is still ours: after `terminate` its pid may already have
+            # been reused by another process (a compiler on a busy machine).
             try:
-                os.kill(p, 9)
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    mine = f.read().split(b"\0")[:2] == [self.cmd[0].encode(), b"server"]
+                if mine:
+                    os.kill(p, 9)
             except OSError:
                 pass
 
@@ -228,6 +268,8 @@ def bench_memgest(c, name, desc, run_id, value):
     ec0 = sum(int(i0.get(f, 0)) for f in EC_FIELDS)
     rss0 = c.rss()
     anon0, shmem0 = c.rss_kinds()
+    data0, index0 = c.regions()
+    used0, alloc0 = c.node_memory()
     row["put_ops_s"] = load(c, keys, value, ["MEMGEST", name])
     time.sleep(1.5)  # replicas catch up, usage reports (every 100 ms) arrive
     row["rss_per_payload"] = (c.rss() - rss0) / payload
@@ -236,6 +278,14 @@ def bench_memgest(c, name, desc, run_id, value):
     # engine's shared-memory regions (entries, index).
     row["rss_anon_per_payload"] = (anon1 - anon0) / payload
     row["rss_shmem_per_payload"] = (shmem1 - shmem0) / payload
+    # The shared memory split by region (smaps), and the nodes' own figures: the engine's
+    # committed pages + index (used_memory) and glibc's live heap (allocator_allocated).
+    data1, index1 = c.regions()
+    used1, alloc1 = c.node_memory()
+    row["data_region_per_payload"] = (data1 - data0) / payload
+    row["index_region_per_payload"] = (index1 - index0) / payload
+    row["used_memory_per_payload"] = (used1 - used0) / payload
+    row["allocated_per_payload"] = (alloc1 - alloc0) / payload
     i1 = c.info(name)
     # ec: values, arena, parity and metadata live outside the engine's per-memgest counters;
     # the cluster-wide ec accounting grows only with this memgest's load (one at a time).
@@ -375,8 +425,9 @@ def breakdown(rows):
     """Where each memgest's bytes per payload byte go (the BENCHMARKS.md breakdown)."""
     lines = ["| memgest | engine (index records, values of rep/none) | ec arena data | ec parity "
              "| ec key metadata | total (MEMGEST INFO) | RSS growth | of which heap (RssAnon) "
-             "| of which engine regions (RssShmem) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| of which engine regions (RssShmem) | data region | index region "
+             "| engine used_memory | heap allocated (glibc) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "unavailable" in r or "engine_per_payload" not in r:
             continue
@@ -384,7 +435,9 @@ def breakdown(rows):
         lines.append(f"| {r['memgest']} | {f('engine_per_payload')} | {f('ec_data_per_payload')} "
                      f"| {f('ec_parity_per_payload')} | {f('ec_meta_per_payload')} "
                      f"| {f('info_per_payload')} | {f('rss_per_payload')} "
-                     f"| {f('rss_anon_per_payload')} | {f('rss_shmem_per_payload')} |")
+                     f"| {f('rss_anon_per_payload')} | {f('rss_shmem_per_payload')} "
+                     f"| {f('data_region_per_payload')} | {f('index_region_per_payload')} "
+                     f"| {f('used_memory_per_payload')} | {f('allocated_per_payload')} |")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@
 //! Bytes past the highest allocation are not materialised; they read as zero, which is what
 //! the parity of never-written space encodes (a fresh parity chunk is all zeros).
 
+use crate::chunk_map::ChunkMap;
 use crate::codec::delta;
 use crate::error::Error;
 use crate::layout::Layout;
@@ -195,17 +196,21 @@ pub struct Arena {
     bytes: Vec<u8>,
     /// Free ranges: offset → len, disjoint, coalesced, in `[0, capacity)`.
     free: BTreeMap<u64, u64>,
-    /// Allocated ranges: offset → len.
-    used: BTreeMap<u64, u64>,
+    /// Allocated ranges: offset → len. One entry per live value (and per superseded value
+    /// not yet freed): a [`ChunkMap`], 16 bytes an entry with ~3 % over (a B-tree's half-full
+    /// nodes cost ~2× under ascending offsets; cluster-memory.md, session 18).
+    used: ChunkMap<u64, u64>,
     /// Key → metadata. `SmallKey`: short keys inline in the map slot, no heap block each.
-    /// Values are [`PackedMeta`] (the owner is `node`).
-    keys: BTreeMap<SmallKey, PackedMeta>,
+    /// Values are [`PackedMeta`] (the owner is `node`). A [`ChunkMap`] of large chunks:
+    /// sorted runs whose capacity follows their length, no B-tree node slack, mmapped blocks
+    /// in node processes (no heap holes as they grow).
+    keys: ChunkMap<SmallKey, PackedMeta>,
     /// Keys deleted here (not live now) with their delete version: the tombstones the
     /// parity holders keep, so a holder resynchronised from this arena's snapshot gets
     /// them too. Without them a resynced holder lacked every delete from before its
     /// resync, and a coordinator taking over from it lost the tombstones (simulator seed
     /// 7334 of `ec_ttl`). Unbounded like the holders' own tombstones (cluster-ec.md).
-    tombs: BTreeMap<SmallKey, Version>,
+    tombs: ChunkMap<SmallKey, Version>,
     payload_bytes: u64,
     meta_bytes: u64,
     seq: u64,
@@ -238,9 +243,9 @@ impl Arena {
             capacity,
             bytes: Vec::new(),
             free,
-            used: BTreeMap::new(),
-            keys: BTreeMap::new(),
-            tombs: BTreeMap::new(),
+            used: ChunkMap::new(),
+            keys: ChunkMap::with_large_chunks(),
+            tombs: ChunkMap::new(),
             payload_bytes: 0,
             meta_bytes: 0,
             seq: 0,
@@ -324,7 +329,7 @@ impl Arena {
     }
 
     fn inside_allocation(&self, offset: u64, len: u64) -> bool {
-        match self.used.range(..=offset).next_back() {
+        match self.used.last_at_or_before(&offset) {
             Some((&o, &l)) => match (o.checked_add(l), offset.checked_add(len)) {
                 (Some(aend), Some(end)) => end <= aend,
                 _ => false,
@@ -808,10 +813,8 @@ impl Arena {
 
     /// Up to `limit` keys strictly after `after` with their metadata, in key order.
     pub fn keys_after(&self, after: Option<&[u8]>, limit: usize) -> Vec<(&[u8], KeyMeta)> {
-        use std::ops::Bound;
-        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
         self.keys
-            .range::<[u8], _>((lo, Bound::Unbounded))
+            .iter_after(after)
             .take(limit)
             .map(|(k, m)| (k.as_bytes(), m.unpack(self.node)))
             .collect()
@@ -851,16 +854,14 @@ impl Arena {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Vec<(&[u8], Result<KeyMeta, Version>)> {
-        use std::ops::Bound;
-        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut live = self
             .keys
-            .range::<[u8], _>((lo, Bound::Unbounded))
+            .iter_after(after)
             .map(|(k, m)| (k.as_bytes(), Ok(m.unpack(self.node))))
             .peekable();
         let mut dead = self
             .tombs
-            .range::<[u8], _>((lo, Bound::Unbounded))
+            .iter_after(after)
             .map(|(k, v)| (k.as_bytes(), Err(*v)))
             .peekable();
         let mut page = Vec::new();

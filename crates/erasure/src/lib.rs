@@ -29,6 +29,7 @@
 //!   [`ChunkSource`], and [`rebuild_sources`] (what to fetch for a decode);
 //! - [`arena`]: a data node's arena, [`ParityUpdate`], [`Accounting`];
 //! - [`parity`]: a parity holder's store;
+//! - [`chunk_map`]: the ordered map of sorted runs the key maps use ([`ChunkMap`]);
 //! - [`reliability`]: Markov reliability/availability model;
 //! - [`fuzz_support`]: entry points of the fuzz targets;
 //! - [`bounds`]: size bounds; [`error`]: the error type.
@@ -48,6 +49,7 @@
 
 pub mod arena;
 pub mod bounds;
+pub mod chunk_map;
 pub mod codec;
 pub mod error;
 pub mod fuzz_support;
@@ -58,6 +60,7 @@ pub mod small_key;
 pub mod stripe;
 
 pub use arena::{Accounting, Arena, KeyMeta, MetaChange, ParityUpdate};
+pub use chunk_map::ChunkMap;
 pub use codec::{apply_delta, delta, parity_coefficient, Codec};
 pub use error::Error;
 pub use layout::{CodewordId, DataChunk, Layout, Location, ParityChunk, Piece};

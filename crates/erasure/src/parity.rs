@@ -19,6 +19,7 @@
 //! leaves the store unchanged.
 
 use crate::arena::{Accounting, KeyMeta, MetaChange, PackedMeta, ParityUpdate, META_RECORD_BYTES};
+use crate::chunk_map::ChunkMap;
 use crate::codec::Codec;
 use crate::error::Error;
 use crate::layout::{Layout, ParityChunk};
@@ -53,7 +54,7 @@ pub struct ParityStore {
     /// takeover of the new owner).
     /// Keys are `SmallKey`s: short keys inline in the map slot (cluster-memory.md).
     /// Values are [`PackedMeta`]: the owner is the map's index.
-    meta: Vec<BTreeMap<SmallKey, PackedMeta>>,
+    meta: Vec<ChunkMap<SmallKey, PackedMeta>>,
     /// Last applied sequence number per owner (data node index).
     applied_seq: Vec<u64>,
     /// Arena size the owners use: updates beyond it are refused, so a faulty or hostile
@@ -63,7 +64,7 @@ pub struct ParityStore {
     payload_bytes: u64,
     /// Tombstones per owner: key → version. Not bounded here (like the simulator's store);
     /// the engine-side summary bounds them in a later step. Not counted in `meta_bytes`.
-    tombs: Vec<BTreeMap<SmallKey, Version>>,
+    tombs: Vec<ChunkMap<SmallKey, Version>>,
     /// Per owner: highest arena byte (exclusive) any applied update touched.
     high_water: Vec<u64>,
 }
@@ -113,12 +114,12 @@ impl ParityStore {
             codec,
             holder,
             chunks: BTreeMap::new(),
-            meta: vec![BTreeMap::new(); s],
+            meta: vec![ChunkMap::with_large_chunks(); s],
             applied_seq: vec![0; s],
             arena_capacity,
             meta_bytes: 0,
             payload_bytes: 0,
-            tombs: vec![BTreeMap::new(); s],
+            tombs: vec![ChunkMap::new(); s],
             high_water: vec![0; s],
         })
     }
@@ -334,12 +335,10 @@ impl ParityStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Vec<(&[u8], KeyMeta)> {
-        use std::ops::Bound;
-        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
         let Some(meta) = usize::try_from(owner).ok().and_then(|o| self.meta.get(o)) else {
             return Vec::new();
         };
-        meta.range::<[u8], _>((lo, Bound::Unbounded))
+        meta.iter_after(after)
             .take(limit)
             .map(|(k, m)| (k.as_bytes(), m.unpack(owner)))
             .collect()
@@ -352,13 +351,11 @@ impl ParityStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Vec<(&[u8], Version)> {
-        use std::ops::Bound;
-        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
         let Some(tombs) = usize::try_from(owner).ok().and_then(|o| self.tombs.get(o)) else {
             return Vec::new();
         };
         tombs
-            .range::<[u8], _>((lo, Bound::Unbounded))
+            .iter_after(after)
             .take(limit)
             .map(|(k, v)| (k.as_bytes(), *v))
             .collect()
@@ -440,8 +437,8 @@ impl ParityStore {
     /// Forgets everything (parity, metadata, sequence numbers): the first step of a resync.
     pub fn reset(&mut self) {
         self.chunks.clear();
-        self.meta.iter_mut().for_each(BTreeMap::clear);
-        self.tombs.iter_mut().for_each(BTreeMap::clear);
+        self.meta.iter_mut().for_each(ChunkMap::clear);
+        self.tombs.iter_mut().for_each(ChunkMap::clear);
         self.applied_seq.iter_mut().for_each(|s| *s = 0);
         self.high_water.iter_mut().for_each(|s| *s = 0);
         self.meta_bytes = 0;
@@ -597,7 +594,7 @@ impl ParityStore {
         let meta: u64 = self
             .meta
             .iter()
-            .flat_map(|m| m.keys())
+            .flat_map(|m| m.iter().map(|(k, _)| k))
             .map(|k| (k.as_bytes().len() as u64).saturating_add(META_RECORD_BYTES))
             .fold(0u64, u64::saturating_add);
         assert_eq!(meta, self.meta_bytes, "metadata accounting");
