@@ -72,22 +72,42 @@ def cpu_s(pids):
     return total / CLK_TCK
 
 
+def sleeps(pids):
+    """Voluntary context switches (a thread went to sleep, so something must wake it) summed
+    over every thread of `pids`."""
+    n = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches"):
+                            n += int(line.split()[1])
+            except FileNotFoundError:
+                pass  # a thread that ended meanwhile
+    return n
+
+
 def cpu_per_op(run, pids, extra, duration):
     """Server CPU (µs) per operation over a separate closed-loop run without warm-up: the
     processes' utime + stime delta, minus what they burn idle (ticks, heartbeats: measured
-    over one second before), divided by the operations done. CPU is stable where latency on
+    over one second before), divided by the operations done; and the server threads'
+    sleeps (voluntary context switches) per operation, idle ones not subtracted. CPU is stable where latency on
     a noisy machine is not (issue 11, session 18)."""
     c0 = cpu_s(pids)
     time.sleep(1.0)
     c1 = cpu_s(pids)
+    s1 = sleeps(pids)
     idle_per_s = c1 - c0
     t0 = time.time()
     r = run(extra, duration, 0)
     elapsed = time.time() - t0
     c2 = cpu_s(pids)
+    s2 = sleeps(pids)
     ops = max(r["gets"], 1)
     return {"cpu_us": (c2 - c1 - idle_per_s * elapsed) * 1e6 / ops,
-            "cpu_us_raw": (c2 - c1) * 1e6 / ops, "idle_ms_per_s": idle_per_s * 1e3}
+            "cpu_us_raw": (c2 - c1) * 1e6 / ops, "idle_ms_per_s": idle_per_s * 1e3,
+            "sleeps": (s2 - s1) / ops}
 
 
 def main():
@@ -260,13 +280,15 @@ def main():
         rc = statistics.median(x["cpu_us"] for x in cpu["redis"]) if "redis" in cpu else None
         print(f"\nServer CPU per operation (µs, utime+stime of the server processes over a "
               f"{a.cpu_duration:g} s run, idle burn subtracted), medians of {a.reps}:\n")
-        print("| target | CPU µs / op | / Redis | per run |")
-        print("|---|---:|---:|---|")
+        print("| target | CPU µs / op | / Redis | sleeps / op | CPU per run |")
+        print("|---|---:|---:|---:|---|")
         for name, cs in cpu.items():
             per = [x["cpu_us"] for x in cs]
             m = statistics.median(per)
+            sl = statistics.median(x["sleeps"] for x in cs)
             ratio = f"{m / rc:.2f}" if rc else "-"
-            print(f"| {name} | {m:.1f} | {ratio} | {' '.join(f'{v:.1f}' for v in per)} |")
+            print(f"| {name} | {m:.1f} | {ratio} | {sl:.2f} | "
+                  f"{' '.join(f'{v:.1f}' for v in per)} |")
 
 
 def redis_replication_ok(port):
