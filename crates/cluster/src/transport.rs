@@ -197,6 +197,8 @@ impl Transport {
                     }
                     // The socket's buffer is full: the rest goes first in the queue (the
                     // task writes small frames verbatim), before anything sent after it.
+                    // It cannot be dropped below: an idle link's queue is empty (0 frames,
+                    // 0 bytes) and the rest is under one chunk, far below both bounds.
                     Ok(n) => {
                         frame.drain(..n);
                     }
