@@ -59,6 +59,57 @@ def info_fields(port, names):
     return out
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pids):
+    """utime + stime (seconds) of `pids`, all their threads (/proc/PID/stat fields 14, 15)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
+def sleeps(pids):
+    """Voluntary context switches (a thread went to sleep, so something must wake it) summed
+    over every thread of `pids`."""
+    n = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches"):
+                            n += int(line.split()[1])
+            except FileNotFoundError:
+                pass  # a thread that ended meanwhile
+    return n
+
+
+def cpu_per_op(run, pids, extra, duration):
+    """Server CPU (µs) per operation over a separate closed-loop run without warm-up: the
+    processes' utime + stime delta, minus what they burn idle (ticks, heartbeats: measured
+    over one second before), divided by the operations done; and the server threads'
+    sleeps (voluntary context switches) per operation, idle ones not subtracted. CPU is stable where latency on
+    a noisy machine is not (issue 11, session 18)."""
+    c0 = cpu_s(pids)
+    time.sleep(1.0)
+    c1 = cpu_s(pids)
+    s1 = sleeps(pids)
+    idle_per_s = c1 - c0
+    t0 = time.time()
+    r = run(extra, duration, 0)
+    elapsed = time.time() - t0
+    c2 = cpu_s(pids)
+    s2 = sleeps(pids)
+    ops = max(r["gets"], 1)
+    return {"cpu_us": (c2 - c1 - idle_per_s * elapsed) * 1e6 / ops,
+            "cpu_us_raw": (c2 - c1) * 1e6 / ops, "idle_ms_per_s": idle_per_s * 1e3,
+            "sleeps": (s2 - s1) / ops}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ringlet", nargs="+", default=[os.path.join(ROOT, "target/release/ringlet")])
@@ -72,6 +123,10 @@ def main():
     ap.add_argument("--op", choices=["get", "set"], default="get",
                     help="the raw-RESP rows' requests: GETs, or SETs (acknowledged after the "
                          "memgest's commit rule: rep:3 = a majority of 3 copies)")
+    ap.add_argument("--cpu-duration", type=float, default=0.0,
+                    help="after each raw-RESP run, one more run of this many seconds (no "
+                         "warm-up) measuring the server processes' CPU per operation "
+                         "(utime+stime from /proc, idle burn subtracted); 0 = off")
     a = ap.parse_args()
     if not os.path.exists(a.bench):
         raise SystemExit(f"missing {a.bench}: cargo build --release -p ringlet-tools --bins")
@@ -102,6 +157,7 @@ def main():
     WAITED = "redis + 1 replica, SET + WAIT 1 0"
     if a.op == "set":
         results[WAITED] = []
+    cpu = {}  # row name -> [CPU µs per op of each rep] (--cpu-duration)
     load_start = open("/proc/loadavg").read().split()[:3]
     for rep in range(a.reps):
         for exe in a.ringlet:
@@ -111,10 +167,13 @@ def main():
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             try:
                 deadline = time.time() + 120
+                node_pids = []
                 while True:
                     line = up.stdout.readline()
                     if not line or time.time() > deadline:
                         raise SystemExit(f"{exe} up did not become ready")
+                    if line.startswith("node ") and " pid " in line:
+                        node_pids.append(int(line.split()[3]))
                     if line.startswith("ringlet cluster ready"):
                         break
                 seeds = ",".join(f"127.0.0.1:{base + i}" for i in range(3))
@@ -140,6 +199,14 @@ def main():
                 results[exe + " (raw RESP, coordinator)"].append(r)
                 print(f"rep {rep + 1} {exe} raw RESP: p50 {r['p50_us']} p99 {r['p99_us']} us",
                       file=sys.stderr)
+                if a.cpu_duration > 0:
+                    c = cpu_per_op(run, node_pids, ["--target", "cluster-resp", "--addr",
+                                                    seeds[:seeds.index(",")], "--seed",
+                                                    str(rep + 11)] + op, a.cpu_duration)
+                    cpu.setdefault(exe + " (raw RESP, coordinator)", []).append(c)
+                    print(f"rep {rep + 1} {exe} CPU per op (3 nodes): {c['cpu_us']:.1f} us "
+                          f"(raw {c['cpu_us_raw']:.1f}, idle {c['idle_ms_per_s']:.1f} ms/s)",
+                          file=sys.stderr)
             finally:
                 up.send_signal(signal.SIGTERM)
                 try:
@@ -158,10 +225,19 @@ def main():
                     a.duration, a.warmup)
             results["redis"].append(r)
             print(f"rep {rep + 1} redis: p50 {r['p50_us']} p99 {r['p99_us']} us", file=sys.stderr)
+            if a.cpu_duration > 0:
+                c = cpu_per_op(run, [rs.pid], ["--target", "redis", "--addr", addr, "--seed",
+                                               str(rep + 11)] + op, a.cpu_duration)
+                cpu.setdefault("redis", []).append(c)
+                print(f"rep {rep + 1} redis CPU per op: {c['cpu_us']:.1f} us", file=sys.stderr)
         finally:
             rs.kill()
         if a.op == "set":
-            r = run_redis_with_replica(redis, run, rep, a.duration, a.warmup)
+            r = run_redis_with_replica(redis, run, rep, a.duration, a.warmup, a.cpu_duration)
+            if "cpu" in r:
+                cpu.setdefault(WAITED, []).append(r.pop("cpu"))
+                print(f"rep {rep + 1} redis + replica CPU per op (2 processes): "
+                      f"{cpu[WAITED][-1]['cpu_us']:.1f} us", file=sys.stderr)
             results[WAITED].append(r)
             print(f"rep {rep + 1} redis + replica, SET + WAIT: p50 {r['p50_us']} "
                   f"p99 {r['p99_us']} us", file=sys.stderr)
@@ -200,6 +276,19 @@ def main():
               f"{p50 / rp50:.2f} | {p99 / rp99:.2f} | {p50 / cp50:.2f} | {p99 / cp99:.2f} |")
     print("\nper run (p50 µs): " + "; ".join(
         f"{name}: {' '.join(str(x['p50_us']) for x in rs)}" for name, rs in results.items() if rs))
+    if cpu:
+        rc = statistics.median(x["cpu_us"] for x in cpu["redis"]) if "redis" in cpu else None
+        print(f"\nServer CPU per operation (µs, utime+stime of the server processes over a "
+              f"{a.cpu_duration:g} s run, idle burn subtracted), medians of {a.reps}:\n")
+        print("| target | CPU µs / op | / Redis | sleeps / op | CPU per run |")
+        print("|---|---:|---:|---:|---|")
+        for name, cs in cpu.items():
+            per = [x["cpu_us"] for x in cs]
+            m = statistics.median(per)
+            sl = statistics.median(x["sleeps"] for x in cs)
+            ratio = f"{m / rc:.2f}" if rc else "-"
+            print(f"| {name} | {m:.1f} | {ratio} | {sl:.2f} | "
+                  f"{' '.join(f'{v:.1f}' for v in per)} |")
 
 
 def redis_replication_ok(port):
@@ -216,7 +305,7 @@ def redis_replication_ok(port):
     return b"connected_slaves:1" in buf and b"state=online" in buf
 
 
-def run_redis_with_replica(redis, run, rep, duration, warmup):
+def run_redis_with_replica(redis, run, rep, duration, warmup, cpu_duration=0.0):
     """Redis 7 primary + one replica on this host; the loop sends SET + WAIT 1 0."""
     import tempfile
     base = free_base(2)
@@ -243,6 +332,10 @@ def run_redis_with_replica(redis, run, rep, duration, warmup):
                  "--op", "set-wait"], duration, warmup)
         if r["errors"]:
             raise SystemExit(f"redis SET + WAIT: {r['errors']} errors (WAIT answered 0?)")
+        if cpu_duration > 0:
+            r["cpu"] = cpu_per_op(run, [primary.pid, replica.pid],
+                                  ["--target", "redis", "--addr", addr, "--seed", str(rep + 11),
+                                   "--op", "set-wait"], cpu_duration)
         return r
     finally:
         primary.kill()

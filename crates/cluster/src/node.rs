@@ -1308,9 +1308,15 @@ impl Driver {
         st.move_delta_keys
             .store(rs.move_delta_keys, Ordering::Relaxed);
         if let Some(m) = self.replica.map() {
-            let mut cur = self.shared.map.write();
-            if cur.as_ref().is_none_or(|c| c.epoch < m.epoch) {
-                *cur = Some(m.clone());
+            // Checked under the read lock first: a new map is rare, and a write lock on every
+            // step (every SET, every ack) contended with the fronts reading the map.
+            let newer =
+                |cur: &Option<Arc<ClusterMap>>| cur.as_ref().is_none_or(|c| c.epoch < m.epoch);
+            if newer(&self.shared.map.read()) {
+                let mut cur = self.shared.map.write();
+                if newer(&cur) {
+                    *cur = Some(m.clone());
+                }
             }
         }
         for o in outs {

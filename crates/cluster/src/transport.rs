@@ -1,11 +1,24 @@
 //! Peer transport: one outbound TCP link per peer, frames from [`crate::wire`].
 //!
 //! ```text
-//!  driver thread --send(to, msg)--> [bounded queue per peer] --> link task --TCP--> peer
+//!  stepping thread --send(to, msg)--+-- link idle (plain TCP, nothing queued or buffered):
+//!                                   |     written to the socket right here (try_write)
+//!                                   +-> [bounded queue per peer] --> link task --TCP--> peer
 //!                   |  full: SendOutcome::Dropped (counted)          | connect fails / breaks:
 //!                   |                                               | backoff 10ms x2 .. 1s, retry
 //!  listener task <--TCP-- peers: HELLO then PEER frames --> inbound callback (driver channel)
 //! ```
+//!
+//! The direct write (session 18, issue 11): a rep:3 SET's Replicates and the replicas' acks
+//! used to be queued to the link task, which tokio then had to schedule (often by waking its
+//! second worker to steal it) before the frame reached the socket: one more wake-up per hop
+//! of every replicated write. Now the sender writes a small frame to the socket itself when
+//! the link is *idle*: connected over plain TCP, the queue empty and the task's buffer
+//! flushed. Idleness is a slot the task fills (under the link's lock, only after finding the
+//! queue empty and with its buffer flushed) and every queueing sender empties, so the bytes of
+//! one link still come out in `send` order: a frame is either written whole before any later
+//! one is queued, or (socket buffer full, partial write) its rest is queued first and the
+//! link is no longer idle. TLS links and frames that would be chunked always take the queue.
 //!
 //! Why dropping is the right back-pressure outcome: every peer message of the replica core is
 //! either retransmitted on a timer (Replicate, pull requests) or re-derived (acks answer a
@@ -19,10 +32,12 @@ use ringlet_replica::PeerMsg;
 use ringlet_types::{limits, NodeId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -51,6 +66,8 @@ pub enum SendOutcome {
 #[derive(Debug, Default)]
 pub struct TransportStats {
     pub frames_sent: AtomicU64,
+    /// Of `frames_sent`: written by the sender straight to an idle link's socket.
+    pub frames_sent_direct: AtomicU64,
     pub frames_received: AtomicU64,
     pub frames_dropped_full: AtomicU64,
     pub frames_no_route: AtomicU64,
@@ -66,7 +83,13 @@ struct Link {
     tx: mpsc::Sender<Vec<u8>>,
     queued_bytes: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
+    idle: Arc<IdleSlot>,
 }
+
+/// The socket of an *idle* link (module doc): `Some` only while the link task waits for its
+/// queue with nothing queued or buffered, on a plain TCP connection. The lock orders a
+/// sender's direct write or queueing against the task's check that the queue is empty.
+type IdleSlot = Mutex<Option<Arc<TcpStream>>>;
 
 /// The node's peer links.
 pub struct Transport {
@@ -130,12 +153,14 @@ impl Transport {
             }
             let (tx, rx) = mpsc::channel(PEER_QUEUE_FRAMES_MAX);
             let queued_bytes = Arc::new(AtomicU64::new(0));
+            let idle = Arc::new(IdleSlot::new(None));
             let task = self.rt.spawn(link_loop(
                 *addr,
                 self.hello,
                 rx,
                 queued_bytes.clone(),
                 self.stats.clone(),
+                idle.clone(),
             ));
             links.insert(
                 *id,
@@ -144,19 +169,50 @@ impl Transport {
                     tx,
                     queued_bytes,
                     task,
+                    idle,
                 },
             );
         }
     }
 
-    /// Queue `msg` for `to`. Never blocks.
+    /// Send `msg` to `to`: written to the socket now if the link is idle and the frame small,
+    /// queued for the link task otherwise. Never blocks.
     pub fn send(&self, to: NodeId, msg: &PeerMsg) -> SendOutcome {
         let links = self.links.lock();
         let Some(l) = links.get(&to) else {
             self.stats.frames_no_route.fetch_add(1, Ordering::Relaxed);
             return SendOutcome::NoRoute;
         };
-        let frame = wire::encode_peer(msg);
+        let mut frame = wire::encode_peer(msg);
+        let mut idle = l.idle.lock();
+        if let Some(sock) = idle.as_ref() {
+            if frame.len() <= 4 + limits::PEER_CHUNK_BYTES as usize {
+                match write_now(sock, &frame) {
+                    Ok(n) if n == frame.len() => {
+                        self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+                        self.stats
+                            .frames_sent_direct
+                            .fetch_add(1, Ordering::Relaxed);
+                        return SendOutcome::Queued;
+                    }
+                    // The socket's buffer is full: the rest goes first in the queue (the
+                    // task writes small frames verbatim), before anything sent after it.
+                    // It cannot be dropped below: an idle link's queue is empty (0 frames,
+                    // 0 bytes) and the rest is under one chunk, far below both bounds.
+                    Ok(n) => {
+                        frame.drain(..n);
+                    }
+                    // A broken connection: queue the frame, which wakes the task; its write
+                    // fails too and it reconnects (the frame is lost, as any frame in flight
+                    // on a broken link: the core retransmits). Nothing of it was written
+                    // (`write_now` reports an error only before the first byte).
+                    Err(_) => {}
+                }
+            }
+            // Not idle any more: this frame (or its rest) is queued, so later ones must
+            // queue behind it. The task finds the link idle again once it drained the queue.
+            *idle = None;
+        }
         let n = frame.len() as u64;
         if l.queued_bytes.load(Ordering::Relaxed).saturating_add(n) > PEER_QUEUE_BYTES_MAX {
             self.stats
@@ -179,6 +235,90 @@ impl Transport {
     }
 }
 
+/// Write as much of `frame` as the socket takes now, without waiting: the bytes written, or
+/// the error if the first write failed (an error after some bytes went out ends the loop
+/// with what was written; the task's next write on the broken connection reports it).
+fn write_now(sock: &TcpStream, frame: &[u8]) -> std::io::Result<usize> {
+    let mut done = 0;
+    // Bounded: every pass writes at least one byte or stops.
+    while done < frame.len() {
+        match sock.try_write(frame.get(done..).unwrap_or_default()) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) if done > 0 => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// A plain TCP stream shared between the link task (reads and writes through this, with
+/// tokio's readiness) and senders writing directly while the link is idle.
+struct SharedTcp(Arc<TcpStream>);
+
+impl AsyncWrite for SharedTcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        // tokio's documented pairing: wait for readiness, try; WouldBlock clears the
+        // readiness, so the next poll registers the waker. Each pass either returns or
+        // observed a readiness that the failed try then cleared.
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(())) // TCP has no user-space buffer here
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(())) // the socket closes when its last holder drops it
+    }
+}
+
+impl AsyncRead for SharedTcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+/// Connect a link: plain TCP shared with direct senders when the process has no link TLS,
+/// [`crate::tls::link_connect`] (TLS, never written directly) otherwise.
+async fn connect_link(
+    addr: SocketAddr,
+) -> std::io::Result<(crate::tls::LinkStream, Option<Arc<TcpStream>>)> {
+    if crate::tls::link_tls_enabled() {
+        return Ok((crate::tls::link_connect(&addr.to_string()).await?, None));
+    }
+    let tcp = TcpStream::connect(addr).await?;
+    let _ = tcp.set_nodelay(true);
+    let tcp = Arc::new(tcp);
+    Ok((Box::new(SharedTcp(tcp.clone())), Some(tcp)))
+}
+
 impl Drop for Transport {
     fn drop(&mut self) {
         for (_, l) in self.links.lock().drain() {
@@ -194,11 +334,12 @@ async fn link_loop(
     mut rx: mpsc::Receiver<Vec<u8>>,
     queued: Arc<AtomicU64>,
     stats: Arc<TransportStats>,
+    idle: Arc<IdleSlot>,
 ) {
     let mut backoff = RECONNECT_BACKOFF_MIN;
     loop {
         // TCP, and TLS over it when the process has link TLS (tls::set_link_tls).
-        let stream = match crate::tls::link_connect(&addr.to_string()).await {
+        let (stream, plain) = match connect_link(addr).await {
             Ok(s) => s,
             Err(_) => {
                 stats.connect_failures.fetch_add(1, Ordering::Relaxed);
@@ -232,13 +373,18 @@ async fn link_loop(
         stats.connects.fetch_add(1, Ordering::Relaxed);
         backoff = RECONNECT_BACKOFF_MIN;
         let mut w = BufWriter::with_capacity(64 * 1024, stream);
-        if w.write_all(&wire::encode_hello(&hello)).await.is_err() {
+        // Flushed at once: the link may turn idle before the first frame, and a direct write
+        // must find HELLO on the wire, not in the buffer.
+        if w.write_all(&wire::encode_hello(&hello)).await.is_err() || w.flush().await.is_err() {
             continue;
         }
-        if write_frames(&mut w, &mut rx, &queued, &stats)
+        let gone = write_frames(&mut w, &mut rx, &queued, &stats, &idle, plain.as_ref())
             .await
-            .is_none()
-        {
+            .is_none();
+        // Not idle while (re)connecting; a sender that found it idle just before wrote to
+        // the old socket, which is broken anyway.
+        *idle.lock() = None;
+        if gone {
             return; // transport dropped
         }
         // The connection broke: reconnect; what was in the writer is lost (retransmitted).
@@ -251,17 +397,39 @@ async fn link_loop(
 /// no longer holds up the acks and small writes behind it for the whole transfer. Large frames
 /// wait their turn in arrival order (at most the queue's frames and bytes bounds: they are
 /// counted in `queued` until their last chunk is written).
+///
+/// With `plain` (a plain TCP connection), the link is marked idle (module doc) whenever the
+/// queue is empty, nothing is being chunked and the writer is flushed.
 async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
     w: &mut BufWriter<W>,
     rx: &mut mpsc::Receiver<Vec<u8>>,
     queued: &AtomicU64,
     stats: &TransportStats,
+    idle: &IdleSlot,
+    plain: Option<&Arc<TcpStream>>,
 ) -> Option<()> {
     // Large frames being chunked: (frame, body bytes already sent).
     let mut large: std::collections::VecDeque<(Vec<u8>, usize)> = Default::default();
     loop {
         if large.is_empty() {
-            let f = rx.recv().await?;
+            // Every earlier iteration ended with a flush (and HELLO was flushed): nothing
+            // of ours is buffered. Under the lock, so no sender queues between the check
+            // and the mark.
+            let next = {
+                let mut slot = idle.lock();
+                match rx.try_recv() {
+                    Ok(f) => Some(f),
+                    Err(_) => {
+                        *slot = plain.cloned();
+                        None
+                    }
+                }
+            };
+            let f = match next {
+                Some(f) => f,
+                // Woken by a sender that queued, which cleared the slot first.
+                None => rx.recv().await?,
+            };
             if write_or_defer(w, f, &mut large, queued, stats)
                 .await
                 .is_err()
@@ -616,6 +784,80 @@ mod tests {
         assert_eq!(got[..100], (1..=100).map(msg).collect::<Vec<_>>()[..]);
         assert_eq!(got[100], big);
         assert_eq!(a.stats().frames_sent.load(Ordering::Relaxed), 101);
+    }
+
+    fn replicate(i: u64, len: usize) -> PeerMsg {
+        PeerMsg {
+            epoch: Epoch(i),
+            incarnation: 1,
+            body: PeerBody::Replicate {
+                key: i.to_be_bytes().to_vec(),
+                entry: ringlet_replica::Entry {
+                    version: Version(u128::from(i)),
+                    memgest: ringlet_types::MemgestId(0),
+                    value: Some(vec![(i % 251) as u8; len]),
+                    expiry_ms: None,
+                    kind: ringlet_types::ValueKind::String,
+                },
+            },
+        }
+    }
+
+    /// Frames sent from a thread outside the runtime (as the driver thread does) while the
+    /// link flips between idle (direct writes) and busy (queued), with values large enough
+    /// to fill the socket's buffer (partial direct writes whose rest is queued), arrive whole
+    /// and in send order, and some were written directly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn direct_and_queued_frames_keep_order() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let inbound: Inbound = Arc::new(move |_, m| {
+            let _ = tx.send(m);
+        });
+        let (_b, b_addr) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(2), 1, inbound)
+            .await
+            .unwrap();
+        let noop: Inbound = Arc::new(|_, _| {});
+        let (a, _) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(1), 1, noop)
+            .await
+            .unwrap();
+        a.set_peers(&[(NodeId(2), b_addr)]);
+        // Wait until the link is up and idle (the first direct write proves it).
+        let mut i = 0u64;
+        loop {
+            i += 1;
+            a.send(NodeId(2), &replicate(i, 10));
+            assert_eq!(rx.recv().await.unwrap(), replicate(i, 10));
+            if a.stats().frames_sent_direct.load(Ordering::Relaxed) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let first = i + 1;
+        // Small and large (< one chunk, 200 KiB) values mixed; the queue holds 4,096 frames,
+        // so pace the sender by what arrived.
+        let sizes = |j: u64| if j.is_multiple_of(7) { 200 * 1024 } else { 100 };
+        let sender = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                for j in first..first + 3_000 {
+                    while a.send(NodeId(2), &replicate(j, sizes(j))) == SendOutcome::Dropped {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    if j.is_multiple_of(500) {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            })
+        };
+        for j in first..first + 3_000 {
+            let m = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(m, replicate(j, sizes(j)), "frame {j}");
+        }
+        sender.join().unwrap();
+        assert!(a.stats().frames_sent_direct.load(Ordering::Relaxed) > 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -913,6 +913,11 @@ impl Front {
         for (name, v, help) in [
             ("frames_sent", &t.frames_sent, "Frames sent to peers."),
             (
+                "frames_sent_direct",
+                &t.frames_sent_direct,
+                "Of the frames sent, those written by the sender straight to an idle link.",
+            ),
+            (
                 "frames_received",
                 &t.frames_received,
                 "Frames received from peers.",
