@@ -92,7 +92,13 @@ impl Store {
                 };
                 let (version, _, _, _) = self.header(ie_location(w0));
                 ix.order.insert(slot_order_code(&key));
-                ix.toggle(key_slot(&key), &key, version, ie_memgest(w0), true);
+                ix.toggle(
+                    key_slot(&key),
+                    &key,
+                    version,
+                    self.memgest_at(ie_location(w0)),
+                    true,
+                );
             }
         }
         self.slot_index = Some(ix);
@@ -185,9 +191,9 @@ impl Store {
     /// The value bytes of the entry `f` points at.
     fn value_of(&self, f: &Found) -> Option<Vec<u8>> {
         let loc = ie_location(f.w0);
-        let (_, kl, vl, exp) = self.header(loc);
-        let img = self.load_entry(loc, ie_size_units(f.w1));
-        let hdr = header_bytes_for(kl as usize, vl as usize, exp.is_some());
+        let (_, kl, vl, _) = self.header(loc);
+        let img = self.load_entry(loc, super::s_units(f.w1));
+        let hdr = de_header_bytes(self.data.load(u64::from(loc) * UNIT_BYTES + 16));
         let start = hdr + kl as usize;
         img.get(start..start + vl as usize).map(<[u8]>::to_vec)
     }
@@ -370,7 +376,13 @@ impl Store {
                 let key = self.read_key(ie_location(w0)).ok_or("unreadable key")?;
                 let (version, _, _, _) = self.header(ie_location(w0));
                 want.order.insert(slot_order_code(&key));
-                want.toggle(key_slot(&key), &key, version, ie_memgest(w0), true);
+                want.toggle(
+                    key_slot(&key),
+                    &key,
+                    version,
+                    self.memgest_at(ie_location(w0)),
+                    true,
+                );
                 debug_assert_eq!(key_hash(&key) as u32, slot_order_code(&key) as u32);
             }
         }
