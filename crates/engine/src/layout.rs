@@ -14,15 +14,17 @@
 //!  | word 2 | config id (role/epoch word set by the server; 0 = unset)          |
 //!  | word 3 | FORMAT_VERSION                                                   |
 //!  | word 4 | bytes of each policy area                                        |
+//!  | word 5 | offset of the policy areas                                       |
 //!  +--------+------------------------------------------------------------------+
-//!  then two policy areas (one per generation parity), a word per bucket of the largest table:
-//!  +-----------------------------------+-----------------------------------+
-//!  | policy area 0 (even-gen tables)   | policy area 1 (odd-gen tables)    |
-//!  +-----------------------------------+-----------------------------------+
 //!  then tables at 64 KiB-aligned offsets:
 //!  +-------------------------------+-----------------------------------------+
 //!  | n buckets × 128 B             | n overflow counts × 2 B (4 per word)    |
 //!  +-------------------------------+-----------------------------------------+
+//!  and at the end of the region two policy areas (one per generation parity), a word per
+//!  bucket of the largest table each:
+//!  +-----------------------------------+-----------------------------------+
+//!  | policy area 0 (even-gen tables)   | policy area 1 (odd-gen tables)    |
+//!  +-----------------------------------+-----------------------------------+
 //!
 //!  bucket (128 B = 2 cache lines) = 16 index entries of 8 B
 //!
@@ -136,10 +138,13 @@ pub const HDR_MAGIC: usize = 0;
 pub const HDR_LAYOUT: usize = 1;
 pub const HDR_CONFIG: usize = 2;
 pub const HDR_FORMAT: usize = 3;
-/// Bytes of each of the two policy areas (format 5), which follow the header: one word per
-/// bucket of the largest table, a nibble per index entry ([`Layout::policy_of`]). Tables
-/// start after them.
+/// Bytes of each of the two policy areas (format 5): one word per bucket of the largest
+/// table, a nibble per index entry ([`Layout::policy_of`]).
 pub const HDR_POLICY_AREA: usize = 4;
+/// Byte offset of the first policy area; the second follows it. They sit at the end of the
+/// index region, after all table space: the header then shares its first (huge) page with
+/// the first table, as before format 5.
+pub const HDR_POLICY_BASE: usize = 5;
 
 /// Alignment (and offset unit) of index tables.
 pub const TABLE_ALIGN_BYTES: u64 = 64 * 1024;
@@ -269,17 +274,17 @@ impl Layout {
         )
     }
     /// The policy word (byte offset) and nibble shift of the index entry at byte offset
-    /// `ie_off` of this table (which must be an entry of it), given the bytes of each policy
-    /// area ([`HDR_POLICY_AREA`]). Tables of even and odd generation use different areas, and
+    /// `ie_off` of this table (which must be an entry of it), given where the policy areas
+    /// start and the bytes of each ([`HDR_POLICY_BASE`], [`HDR_POLICY_AREA`]). Tables of even and odd generation use different areas, and
     /// a new table's generation is always the readers' table's plus one, so the two tables
     /// of a migration never share policy words.
     #[inline]
-    pub fn policy_of(self, area_bytes: u64, ie_off: u64) -> (u64, u32) {
+    pub fn policy_of(self, area_base: u64, area_bytes: u64, ie_off: u64) -> (u64, u32) {
         let rel = ie_off - self.table_offset();
         let b = rel / BUCKET_BYTES;
         let i = (rel % BUCKET_BYTES) / INDEX_ENTRY_BYTES;
         (
-            INDEX_HEADER_BYTES + u64::from(self.gen & 1) * area_bytes + b * 8,
+            area_base + u64::from(self.gen & 1) * area_bytes + b * 8,
             policy_shift(i as usize),
         )
     }

@@ -127,7 +127,8 @@ pub struct Reader {
     index: Arc<Mapping>,
     _data: Arc<Mapping>,
     view: RegionsView,
-    /// Bytes of each policy area (where hits record their access).
+    /// Where the policy areas start and the bytes of each (hits record their access there).
+    policy_area_base: u64,
     policy_area_bytes: u64,
 }
 
@@ -156,7 +157,8 @@ impl Reader {
             // access record, nothing more.
             if self.view.layout().map(Layout::pack) == Some(pos.layout) {
                 let layout = Layout::unpack(pos.layout);
-                let (off, shift) = layout.policy_of(self.policy_area_bytes, pos.entry);
+                let (off, shift) =
+                    layout.policy_of(self.policy_area_base, self.policy_area_bytes, pos.entry);
                 let w = self.index.word(off);
                 let cur = w.load(Ordering::Relaxed);
                 if (cur >> shift) & POLICY_FREQ != POLICY_FREQ {
@@ -250,8 +252,9 @@ pub struct Store {
     data: Arc<Mapping>,
     table: Layout,
     migration: Option<Migration>,
-    /// Bytes of each policy area ([`HDR_POLICY_AREA`]).
+    /// Bytes of each policy area ([`HDR_POLICY_AREA`]) and where they start.
     policy_area_bytes: u64,
+    policy_area_base: u64,
     /// Free table space in the index region: offset (64 KiB units) → units.
     table_free: BTreeMap<u32, u32>,
     table_high_water: u32,
@@ -307,13 +310,14 @@ impl Store {
         .table_bytes()
         .div_ceil(TABLE_ALIGN_BYTES)
             + 1;
-        // Two policy areas (a word per bucket of the largest table each) sit between the
-        // header and the tables: never table space, so an in-process reader that bumps a
-        // reference bit through a stale layout can only touch policy bits (Reader::get_hashed).
+        // Two policy areas (a word per bucket of the largest table each) end the region:
+        // never table space, so an in-process reader that bumps a reference bit through a
+        // stale layout can only touch policy bits (Reader::get_hashed). At the end rather
+        // than after the header, so the header's (huge) page is shared with the first table.
         let policy_area_bytes =
             (u64::from(buckets_max) * 8).div_ceil(TABLE_ALIGN_BYTES) * TABLE_ALIGN_BYTES;
-        let index_len =
-            INDEX_HEADER_BYTES + 2 * policy_area_bytes + 4 * table_max_units * TABLE_ALIGN_BYTES;
+        let policy_area_base = INDEX_HEADER_BYTES + 4 * table_max_units * TABLE_ALIGN_BYTES;
+        let index_len = policy_area_base + 2 * policy_area_bytes;
         let data_len = (cfg.memory_bytes_max.saturating_mul(2) + 64 * PAGE_BYTES)
             .min(ringlet_types::limits::ENGINE_MEMORY_BYTES_MAX)
             .div_ceil(PAGE_BYTES)
@@ -323,6 +327,7 @@ impl Store {
         index.store(HDR_MAGIC as u64 * 8, INDEX_MAGIC);
         index.store(HDR_FORMAT as u64 * 8, FORMAT_VERSION);
         index.store(HDR_POLICY_AREA as u64 * 8, policy_area_bytes);
+        index.store(HDR_POLICY_BASE as u64 * 8, policy_area_base);
         let mut s = Store {
             index,
             data,
@@ -333,10 +338,10 @@ impl Store {
             },
             migration: None,
             policy_area_bytes,
+            policy_area_base,
             table_free: BTreeMap::new(),
-            table_high_water: ((INDEX_HEADER_BYTES + 2 * policy_area_bytes) / TABLE_ALIGN_BYTES)
-                as u32,
-            table_units_max: (index_len / TABLE_ALIGN_BYTES) as u32,
+            table_high_water: (INDEX_HEADER_BYTES / TABLE_ALIGN_BYTES) as u32,
+            table_units_max: (policy_area_base / TABLE_ALIGN_BYTES) as u32,
             buckets_max,
             buckets_initial,
             slabs: Slabs::new(data_len, cfg.memory_bytes_max),
@@ -416,7 +421,11 @@ impl Store {
         self.index
             .punch(t.table_offset(), u64::from(pages) * TABLE_ALIGN_BYTES);
         // Its policy words too (the live table uses the other area).
-        let (first, _) = t.policy_of(self.policy_area_bytes, t.table_offset());
+        let (first, _) = t.policy_of(
+            self.policy_area_base,
+            self.policy_area_bytes,
+            t.table_offset(),
+        );
         let len = (t.buckets() * 8).div_ceil(TABLE_ALIGN_BYTES) * TABLE_ALIGN_BYTES;
         self.index.punch(first, len.min(self.policy_area_bytes));
         let (mut s, mut n) = (t.table_units, pages);
@@ -448,7 +457,7 @@ impl Store {
 
     /// The policy word and nibble shift of the entry at `off` of table `t`.
     fn policy_word(&self, t: Layout, off: u64) -> (&std::sync::atomic::AtomicU64, u32) {
-        let (w, shift) = t.policy_of(self.policy_area_bytes, off);
+        let (w, shift) = t.policy_of(self.policy_area_base, self.policy_area_bytes, off);
         (self.index.word(w), shift)
     }
 
@@ -939,6 +948,7 @@ impl Store {
             index: self.index.clone(),
             _data: self.data.clone(),
             view,
+            policy_area_base: self.policy_area_base,
             policy_area_bytes: self.policy_area_bytes,
         }
     }
