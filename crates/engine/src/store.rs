@@ -16,14 +16,14 @@
 //!
 //! # Compaction and giving memory back
 //! Each tick moves up to `COMPACT_MOVES_PER_TICK` entries out of the emptiest slab of the class
-//! that wastes most (copy, new checksum for the new location, switch the index entry, free the
+//! that wastes most (copy, new check for the new location, switch the index word, free the
 //! old slot). A slab left empty returns its page; free pages beyond a small reserve are punched
 //! out of the memfd (`Slabs::release`), so RSS follows the corpus down.
 //!
 //! # Eviction
 //! Victims come from the size class that needs a slot (memcached's per-class queues), by CLOCK
-//! (a hand over the class's slab slots; the reference bit lives in the index entry's policy
-//! byte and is set by readers too) or S3-FIFO (per-class small and main FIFOs of locations,
+//! (a hand over the class's slab slots; the reference bit lives in the entry's policy nibble,
+//! in a policy area beside the tables, and is set by readers too) or S3-FIFO (per-class small and main FIFOs of locations,
 //! a global ghost FIFO of hashes). When the class has nothing to give (no slabs yet, or only
 //! pinned data), a global hand empties whole slab pages or large runs of evictable entries
 //! (memcached's slab reassignment). Pinned (non-evictable) memgests are never victims; if
@@ -884,7 +884,7 @@ impl Store {
 
     /// [`Store::account`] of `old` (removed) then `new` (added) for one key rewritten in
     /// place: the same sums, with the key's slot (a CRC16 of the key) computed once and the
-    /// slot's and memgest's counters touched once. Each triple is (index word 0, word 1,
+    /// slot's and memgest's counters touched once. Each triple is (index word, side word,
     /// version).
     fn account_replace(
         &mut self,
@@ -1167,8 +1167,8 @@ impl Store {
     /// Look `key` up for a plain overwrite that follows at once ([`Store::put_looked_up`]),
     /// so that a SET finds its key once, not twice. Also says whether the entry found is
     /// expired at `now_ms` (the caller then takes the general path, which reaps it first); an
-    /// entry without a TTL (the policy bit of index word 1) is decided without reading its
-    /// header.
+    /// entry without a TTL (the policy nibble's TTL bit) is decided without reading its
+    /// expiry.
     /// `slot` is `key_slot(key)`, computed once by the caller.
     pub(crate) fn look_up_for_put(&self, key: &[u8], h: u64, slot: u16, now_ms: u64) -> PutLookup {
         debug_assert_eq!(slot, key_slot(key));
