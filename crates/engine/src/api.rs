@@ -23,8 +23,11 @@ pub struct EngineConfig {
     /// Most bytes the data region may commit (entries, headers and slab rounding included).
     /// The index is sized separately and reported in stats.
     pub memory_bytes_max: u64,
-    /// Index buckets at start (rounded up to a power of two). The index doubles past its
-    /// load factor, so this only saves the first few upsizes.
+    /// Index buckets at start (any count: homes are multiply-shift). The index grows by 1.5×
+    /// past its load factor, so this only saves the first few upsizes. The default, 2,048
+    /// buckets of 16 entries (format 5), is the 32,768 entries of formats 1–4's 4,096
+    /// buckets of 8: the same first table in entries and bytes, and the same sequence of
+    /// sizes as it grows.
     pub index_buckets_initial: u32,
     /// Victim selection for evictable memgests.
     pub eviction: EvictionPolicy,
@@ -36,7 +39,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             memory_bytes_max: 1 << 30,
-            index_buckets_initial: 1 << 12,
+            index_buckets_initial: 1 << 11,
             eviction: EvictionPolicy::Clock,
             origin: 0,
         }

@@ -13,17 +13,26 @@
 //!  | word 1 | layout: [gen 16][buckets 28][table offset in 64 KiB units 20]    |
 //!  | word 2 | config id (role/epoch word set by the server; 0 = unset)          |
 //!  | word 3 | FORMAT_VERSION                                                   |
+//!  | word 4 | bytes of each policy area                                        |
+//!  | word 5 | offset of the policy areas                                       |
 //!  +--------+------------------------------------------------------------------+
 //!  then tables at 64 KiB-aligned offsets:
 //!  +-------------------------------+-----------------------------------------+
 //!  | n buckets × 128 B             | n overflow counts × 2 B (4 per word)    |
 //!  +-------------------------------+-----------------------------------------+
+//!  and at the end of the region two policy areas (one per generation parity), a word per
+//!  bucket of the largest table each:
+//!  +-----------------------------------+-----------------------------------+
+//!  | policy area 0 (even-gen tables)   | policy area 1 (odd-gen tables)    |
+//!  +-----------------------------------+-----------------------------------+
 //!
-//!  bucket (128 B = 2 cache lines) = 8 index entries of 16 B
+//!  bucket (128 B = 2 cache lines) = 16 index entries of 8 B
 //!
-//!  index entry (16 B = two words, each read atomically)
-//!  word 0: [ location 32 | tag 16 | memgest 16 ]       location: data offset / 8; 0 = empty
-//!  word 1: [ crc32c 32 | size 24 | policy 8 ]          size: entry length / 8
+//!  index entry (format 5: one word, loaded and stored atomically, published in one store)
+//!  [ location 32 | tag 8 | check 24 ]        location: data offset / 8; 0 = empty
+//!
+//!  policy word of a bucket (in its table's policy area): a nibble per entry
+//!  [ entry 15 | ... | entry 0 ], nibble = [ 0 1 | ttl 1 | freq 2 ]
 //! ```
 //!
 //! A key's home bucket is `(low 32 bits of its hash × n) >> 32` (Lemire's multiply-shift
@@ -34,20 +43,31 @@
 //! how many of its keys live elsewhere and how far the farthest is, so a reader looks past the
 //! home bucket only then, and only that far.
 //!
-//! Why these sizes: 16 bytes per entry keeps the index near 19 B/key at 0.85 load, the largest
-//! share of the per-key budget. A 32-bit location in 8-byte units addresses 32 GiB of data.
-//! The 16-bit tag (high bits of the key hash) makes a false match — which costs a wasted data
-//! read, never a wrong answer, since the full key is compared — 1 in 65,536 per probed entry.
-//! 16 bits of memgest id match `MemgestId`. The CRC-32C lives in the index entry rather than
-//! in the data entry: it covers the data entry (key, value, version, expiry) *and* index word 0
-//! and the size, so an index entry validates exactly one entry image at exactly one place — a
-//! reader holding a stale index entry that points at a reused slot (or at a staged, not yet
-//! published version written there) sees a mismatch — and the data header stays 24 bytes.
-//! `size` (24 bits, 128 MiB) lets a one-sided reader fetch the whole entry in one read. `policy`
-//! holds eviction bits (CLOCK reference / S3-FIFO frequency) and a has-TTL bit; it is not
-//! covered by the checksum because in-process readers set the reference bit without the writer.
-//! Eight entries fill two cache lines: a bucket is one 128-byte read. Overflow counts sit apart
-//! so a bucket holds eight entries rather than seven; a hit in the home bucket never reads them.
+//! Why these sizes (format 5, issue 16): the index entry is the largest per-key cost, so it is
+//! one word — 9.4 B/key at load 0.85 where the 16-byte entry of formats 1–4 took 18.8. A
+//! 32-bit location in 8-byte units addresses 32 GiB of data. The 8-bit tag (top bits of the
+//! key hash) makes a false match 1 in 256 per probed entry: it costs a wasted data read (the
+//! full key is compared after the check), never a wrong answer. The 24-bit check is the low
+//! 24 bits of CRC-32C over the data entry image (key, value, version, memgest, expiry) *and*
+//! the location and tag: an index entry validates exactly one image at exactly one place, so a
+//! reader holding a stale index word that points at a reused slot (or at a staged version
+//! written there) sees a mismatch; a torn copy must also survive the index re-check (the word
+//! unchanged), so a wrong answer needs a slot reused under the read *and* a 1-in-16.7 M check
+//! collision. What left the entry, and where it went:
+//! - the **size**: the entry's word 2 (its lengths) says it; a reader loads word 2, then
+//!   copies that many words, and requires the copy's word 2 to equal the first load;
+//! - the **memgest**: into word 2 of the data header (5 bits in the short form, 16 in the
+//!   long one's spare bits), inside the checksummed image;
+//! - the **policy bits** (CLOCK reference / S3-FIFO frequency, has-TTL): a nibble per entry in
+//!   a policy word per bucket, in one of two *policy areas* that are never table space. Not
+//!   checksummed (in-process readers set reference bits without the writer). A reader bumps
+//!   a bit with a CAS of the whole word, after checking the table is still the one it read;
+//!   since policy areas are never reused as index words, a bump through a layout that changed
+//!   right after that check can only change another entry's policy bits, never an index entry.
+//!   The two tables of a migration have consecutive generations and so use different areas.
+//!
+//! Sixteen entries fill two cache lines: a bucket is one 128-byte read. Overflow counts sit
+//! apart so a bucket holds sixteen entries; a hit in the home bucket never reads them.
 //!
 //! # Data region (one memfd)
 //!
@@ -57,29 +77,35 @@
 //!
 //!  data entry (8-byte aligned, length rounded up to 8), format 4: two header forms
 //!
-//!  short (no TTL, key <= 255 B, value < 1 MiB): 20-byte header, the key starts mid-word
-//!  +----------------+----------------+----------------------------------------------------+
-//!  | version hi 8 B | version lo 8 B | short=1 | live 1 | record 1 | 0 1 | key_len 8 | value_len 20 |
-//!  +----------------+----------------+----------------------------------------------------+
+//!  short (no TTL, key <= 255 B, value < 64 KiB, memgest < 32): 20-byte header, the key
+//!  starts mid-word
+//!  +----------------+----------------+--------------------------------------------------------------+
+//!  | version hi 8 B | version lo 8 B | short=1 | live 1 | record 1 | key_len 8 | value_len 16 | memgest 5 |
+//!  +----------------+----------------+--------------------------------------------------------------+
 //!  | key | value | padding to 8                                                            |
 //!
 //!  long (anything else): 24-byte header, 32 with the expiry word
 //!  +----------------+----------------+---------------------------------------------------------------+
-//!  | version hi 8 B | version lo 8 B | short=0 | live 1 | record 1 | has_ttl 1 | key_len 17 | value_len 27 | 0 16 |
+//!  | version hi 8 B | version lo 8 B | short=0 | live 1 | record 1 | has_ttl 1 | key_len 17 | value_len 27 | memgest 16 |
 //!  +----------------+----------------+---------------------------------------------------------------+
 //!  | expire_at_ms 8 B (only if has_ttl) | key | value | padding to 8                       |
 //! ```
 //!
 //! Why: the full version (16 B) is what CAS and replication compare, so it is stored whole in
 //! both forms (no base to look up, nothing a one-sided reader could pair with the wrong
-//! entry); the lengths of the entries a cache is full of fit 28 bits, so the short form keeps
-//! them in word 2's low half and starts the key there — 4 bytes per entry, and for a 16-byte
-//! key with a 100-byte value it is the difference between a 144- and a 136-byte slot (8 B per
-//! key, the size classes step by 8). The long form covers the limits (64 KiB keys need 17
-//! bits, 64 MiB values 27) and keeps the expiry word aligned. Which form an entry has is a
-//! function of its lengths and TTL ([`de_is_short`]), so its size follows from them. The four
-//! flag bits sit at the bottom of word 2 in both forms, so the form, the live bit and the kind
-//! are read the same way whatever the form. `record` marks a KVL record (a Redis hash to RESP
+//! entry); the lengths and memgest of the entries a cache is full of fit 29 bits, so the short
+//! form keeps them in word 2's low half and starts the key there — 4 bytes per entry, and for a
+//! 16-byte key with a 100-byte value it is the difference between a 144- and a 136-byte slot
+//! (8 B per key, the size classes step by 8). Format 5 moved the memgest out of the index
+//! entry into word 2 and took its 5 bits from the short form's value length (values of 64 KiB
+//! to 1 MiB now take the long form: 4 bytes more on an entry of at least 64 KiB). Memgests
+//! with ids of 32 and more take the long form too (4 bytes, up to 8 after rounding, per key of
+//! such a memgest): ids are small integers given out in order, and the built-in `none` is 0.
+//! The long form covers the limits (64 KiB keys need 17 bits, 64 MiB values 27) and keeps the
+//! expiry word aligned. Which form an entry has is a function of its lengths, TTL and memgest
+//! ([`de_is_short`]), so its size follows from them. The first three flag bits sit at the
+//! bottom of word 2 in both forms, so the form, the live bit and the kind are read the same
+//! way whatever the form. `record` marks a KVL record (a Redis hash to RESP
 //! clients; `ringlet_types::ValueKind`): inside the checksummed image, so a reader never
 //! mistakes a record for a string.
 //!
@@ -97,13 +123,14 @@
 //! the regions loads aligned words and picks the bytes out ([`bytes_eq_at`], [`bytes_at`]):
 //! every access to the regions stays an aligned atomic load.
 //!
-//! The checksum is CRC-32C over the entry image (word 2's `live` bit taken as 0) followed by
-//! index word 0 and the size field.
+//! The check is the low 24 bits of CRC-32C over the entry image (word 2's `live` bit taken as
+//! 0) followed by the index word's location and tag ([`ie_bound`], as one little-endian word).
 
 /// "RINGLIDX", little-endian.
 pub const INDEX_MAGIC: u64 = u64::from_le_bytes(*b"RINGLIDX");
-/// Bumped when any layout below changes (4: short data-entry headers).
-pub const FORMAT_VERSION: u64 = 4;
+/// Bumped when any layout below changes (4: short data-entry headers; 5: one-word index
+/// entries, memgest in the data header, policy nibbles beside the buckets).
+pub const FORMAT_VERSION: u64 = 5;
 /// Bytes reserved for the index header (tables start 64 KiB-aligned).
 pub const INDEX_HEADER_BYTES: u64 = 64 * 1024;
 /// Word offsets in the index header.
@@ -111,21 +138,30 @@ pub const HDR_MAGIC: usize = 0;
 pub const HDR_LAYOUT: usize = 1;
 pub const HDR_CONFIG: usize = 2;
 pub const HDR_FORMAT: usize = 3;
+/// Bytes of each of the two policy areas (format 5): one word per bucket of the largest
+/// table, a nibble per index entry ([`Layout::policy_of`]).
+pub const HDR_POLICY_AREA: usize = 4;
+/// Byte offset of the first policy area; the second follows it. They sit at the end of the
+/// index region, after all table space: the header then shares its first (huge) page with
+/// the first table, as before format 5.
+pub const HDR_POLICY_BASE: usize = 5;
 
 /// Alignment (and offset unit) of index tables.
 pub const TABLE_ALIGN_BYTES: u64 = 64 * 1024;
 /// Bytes per bucket.
 pub const BUCKET_BYTES: u64 = 128;
+/// Bytes per index entry (one atomic word).
+pub const INDEX_ENTRY_BYTES: u64 = 8;
 /// Index entries per bucket.
-pub const BUCKET_ENTRIES: usize = 8;
+pub const BUCKET_ENTRIES: usize = 16;
 /// Words per bucket.
 pub const BUCKET_WORDS: usize = 16;
 /// Word offset of entry `i` in a bucket.
 pub const fn entry_word(i: usize) -> usize {
-    2 * i
+    i
 }
 /// How far past its home bucket a key may live (linear probing): at most 63 buckets later,
-/// so the associativity is 512 entries. Readers probe only as far as the home bucket's reach.
+/// so the associativity is 1,024 entries. Readers probe only as far as the home bucket's reach.
 pub const PROBE_BUCKETS_MAX: u64 = 64;
 
 /// A bucket's 16-bit overflow word: [reach 6][count 10]. `count` keys homed here live in
@@ -154,21 +190,23 @@ pub const TABLE_BUCKETS_MAX: u64 = (1 << 28) - 1;
 
 /// Bytes of the data region header page (also the slab page size).
 pub const PAGE_BYTES: u64 = 64 * 1024;
-/// Allocation unit of the data region and of `location`/`size`.
+/// Allocation unit of the data region and of `location`.
 pub const UNIT_BYTES: u64 = 8;
-/// Bytes of a short data-entry header (format 4: no TTL, key <= 255 B, value < 1 MiB).
+/// Bytes of a short data-entry header (format 4: no TTL, key <= 255 B, value < 64 KiB,
+/// memgest < 32 since format 5).
 pub const ENTRY_HEADER_SHORT_BYTES: usize = 20;
 /// Bytes of a long data-entry header without / with the expiry word.
 pub const ENTRY_HEADER_BYTES: usize = 24;
 pub const ENTRY_HEADER_TTL_BYTES: usize = 32;
 
 const _: () = assert!(BUCKET_BYTES as usize == BUCKET_WORDS * 8);
+const _: () = assert!(BUCKET_ENTRIES as u64 * INDEX_ENTRY_BYTES == BUCKET_BYTES);
 const _: () = assert!(entry_word(BUCKET_ENTRIES) == BUCKET_WORDS);
-const _: () = assert!(ringlet_types::limits::INDEX_BUCKETS_MAX as u64 <= TABLE_BUCKETS_MAX);
 const _: () = assert!(
-    ringlet_types::limits::ENTRY_BYTES_MAX as u64 / UNIT_BYTES < (1 << 24),
-    "size field is 24 bits of units"
+    BUCKET_ENTRIES * 4 == 64,
+    "one policy word per bucket, a nibble each"
 );
+const _: () = assert!(ringlet_types::limits::INDEX_BUCKETS_MAX as u64 <= TABLE_BUCKETS_MAX);
 const _: () = assert!(ringlet_types::limits::KEY_BYTES_MAX < (1 << 17));
 const _: () = assert!(ringlet_types::limits::VALUE_BYTES_MAX < (1 << 27));
 
@@ -235,49 +273,64 @@ impl Layout {
             ((b % 4) * 16) as u32,
         )
     }
+    /// The policy word (byte offset) and nibble shift of the index entry at byte offset
+    /// `ie_off` of this table (which must be an entry of it), given where the policy areas
+    /// start and the bytes of each ([`HDR_POLICY_BASE`], [`HDR_POLICY_AREA`]). Tables of even and odd generation use different areas, and
+    /// a new table's generation is always the readers' table's plus one, so the two tables
+    /// of a migration never share policy words.
+    #[inline]
+    pub fn policy_of(self, area_base: u64, area_bytes: u64, ie_off: u64) -> (u64, u32) {
+        let rel = ie_off - self.table_offset();
+        let b = rel / BUCKET_BYTES;
+        let i = (rel % BUCKET_BYTES) / INDEX_ENTRY_BYTES;
+        (
+            area_base + u64::from(self.gen & 1) * area_bytes + b * 8,
+            policy_shift(i as usize),
+        )
+    }
     /// Smallest 32-bit hash prefix whose home is bucket `b` or later (`2^32` past the end).
     pub fn first_prefix(self, b: u64) -> u64 {
         (b << 32).div_ceil(self.buckets())
     }
 }
 
-/// Index entry word 0.
-pub fn ie_w0(location_units: u32, tag: u16, memgest: u16) -> u64 {
-    u64::from(location_units) | (u64::from(tag) << 32) | (u64::from(memgest) << 48)
+/// Index entry (format 5): one word `[ location 32 | tag 8 | check 24 ]`; 0 = empty.
+pub fn ie_pack(location_units: u32, tag: u8, check: u32) -> u64 {
+    u64::from(location_units) | (u64::from(tag) << 32) | (u64::from(check & CHECK_MASK) << 40)
 }
-pub fn ie_location(w0: u64) -> u32 {
-    w0 as u32
+pub fn ie_location(w: u64) -> u32 {
+    w as u32
 }
-pub fn ie_tag(w0: u64) -> u16 {
-    (w0 >> 32) as u16
+pub fn ie_tag(w: u64) -> u8 {
+    (w >> 32) as u8
 }
-pub fn ie_memgest(w0: u64) -> u16 {
-    (w0 >> 48) as u16
+/// The entry's 24-bit check ([`checksum`]).
+pub fn ie_check(w: u64) -> u32 {
+    (w >> 40) as u32
 }
+/// The part of an index word the check covers (location and tag): what binds an image to
+/// one place and one key-hash tag.
+pub fn ie_bound(w: u64) -> u64 {
+    w & ((1 << 40) - 1)
+}
+/// Bits of the check stored in the index entry.
+pub const CHECK_MASK: u32 = (1 << 24) - 1;
 
-/// Index entry word 1 (policy byte zero).
-pub fn ie_w1(crc: u32, size_units: u32) -> u64 {
-    u64::from(crc) | (u64::from(size_units & 0xff_ffff) << 32)
+/// Policy nibble of entry `i` of a bucket: its shift in the bucket's policy word.
+pub const fn policy_shift(i: usize) -> u32 {
+    (i * 4) as u32
 }
-pub fn ie_crc(w1: u64) -> u32 {
-    w1 as u32
-}
-pub fn ie_size_units(w1: u64) -> u32 {
-    (w1 >> 32) as u32 & 0xff_ffff
-}
-/// The part of word 1 readers compare when re-checking an entry (crc and size).
-pub const IE_W1_CHECKED_MASK: u64 = (1 << 56) - 1;
-/// Policy bits (not checksummed).
-pub const POLICY_SHIFT: u32 = 56;
-/// CLOCK reference bit / S3-FIFO frequency (2 bits, saturating at 3).
-pub const POLICY_FREQ_MASK: u64 = 0b11 << POLICY_SHIFT;
+/// Policy nibble bits (not checksummed: in-process readers set the reference bits without
+/// the writer). CLOCK reference bit / S3-FIFO frequency (2 bits, saturating at 3).
+pub const POLICY_FREQ: u64 = 0b11;
 /// The entry has a TTL: active expiry reads only these entries' headers.
-pub const POLICY_TTL: u64 = 0b100 << POLICY_SHIFT;
+pub const POLICY_TTL: u64 = 0b100;
+/// One whole nibble.
+pub const POLICY_NIBBLE: u64 = 0b1111;
 
-/// The key-hash tag stored in index entries: the hash's top 16 bits, never 0 so that a
-/// zeroed (punched) bucket never matches.
-pub fn tag_of(hash: u64) -> u16 {
-    ((hash >> 48) as u16).max(1)
+/// The key-hash tag stored in index entries: the hash's top 8 bits, never 0.
+pub fn tag_of(hash: u64) -> u8 {
+    ((hash >> 56) as u8).max(1)
 }
 
 /// Word 2's form bit (format 4): set for the short header (module docs).
@@ -290,26 +343,34 @@ pub const DE_LIVE_BIT: u64 = 1 << 1;
 pub const DE_RECORD_BIT: u64 = 1 << 2;
 /// Word 2's has-TTL bit (long form only: a short header never has an expiry word).
 pub const DE_TTL_BIT: u64 = 1 << 3;
-/// Largest key / value a short header can describe (8 and 20 bits).
+/// Largest key / value / memgest id a short header can describe (8, 16 and 5 bits).
 pub const SHORT_KEY_LEN_MAX: usize = (1 << 8) - 1;
-pub const SHORT_VALUE_LEN_MAX: usize = (1 << 20) - 1;
+pub const SHORT_VALUE_LEN_MAX: usize = (1 << 16) - 1;
+pub const SHORT_MEMGEST_MAX: u16 = (1 << 5) - 1;
 
-/// Whether an entry with these lengths gets the short (20-byte) header: no TTL, a key of at
-/// most 255 bytes and a value below 1 MiB. The choice is a function of the lengths alone, so
-/// `entry_units` (and the size class) follow from them.
-pub fn de_is_short(key_len: usize, value_len: usize, has_ttl: bool) -> bool {
-    !has_ttl && key_len <= SHORT_KEY_LEN_MAX && value_len <= SHORT_VALUE_LEN_MAX
+/// Whether an entry with these lengths and memgest gets the short (20-byte) header: no TTL,
+/// a key of at most 255 bytes, a value below 64 KiB and a memgest id below 32. The choice is a
+/// function of these alone, so `entry_units` (and the size class) follow from them.
+pub fn de_is_short(key_len: usize, value_len: usize, has_ttl: bool, memgest: u16) -> bool {
+    !has_ttl
+        && key_len <= SHORT_KEY_LEN_MAX
+        && value_len <= SHORT_VALUE_LEN_MAX
+        && memgest <= SHORT_MEMGEST_MAX
 }
 
-/// Data entry word 2 (flags and lengths; for the short form only the low 32 bits, the high
-/// 32 are the first key bytes of the image).
-pub fn de_w2(key_len: u32, value_len: u32, has_ttl: bool) -> u64 {
-    if de_is_short(key_len as usize, value_len as usize, has_ttl) {
-        DE_SHORT_BIT | (u64::from(key_len) << 4) | (u64::from(value_len) << 12)
+/// Data entry word 2 (flags, lengths, memgest; for the short form only the low 32 bits, the
+/// high 32 are the first key bytes of the image).
+pub fn de_w2(key_len: u32, value_len: u32, has_ttl: bool, memgest: u16) -> u64 {
+    if de_is_short(key_len as usize, value_len as usize, has_ttl, memgest) {
+        DE_SHORT_BIT
+            | (u64::from(key_len) << 3)
+            | (u64::from(value_len) << 11)
+            | (u64::from(memgest) << 27)
     } else {
         (u64::from(has_ttl) * DE_TTL_BIT)
             | (u64::from(key_len & 0x1_ffff) << 4)
             | (u64::from(value_len & 0x7ff_ffff) << 21)
+            | (u64::from(memgest) << 48)
     }
 }
 /// Whether word 2 is a short header's.
@@ -339,7 +400,7 @@ pub fn de_kind(w2: u64) -> ringlet_types::ValueKind {
 #[inline]
 pub fn de_key_len(w2: u64) -> u32 {
     if de_short(w2) {
-        (w2 >> 4) as u32 & 0xff
+        (w2 >> 3) as u32 & 0xff
     } else {
         (w2 >> 4) as u32 & 0x1_ffff
     }
@@ -347,9 +408,18 @@ pub fn de_key_len(w2: u64) -> u32 {
 #[inline]
 pub fn de_value_len(w2: u64) -> u32 {
     if de_short(w2) {
-        (w2 >> 12) as u32 & 0xf_ffff
+        (w2 >> 11) as u32 & 0xffff
     } else {
         (w2 >> 21) as u32 & 0x7ff_ffff
+    }
+}
+/// The memgest id word 2 records (format 5: it left the index entry).
+#[inline]
+pub fn de_memgest(w2: u64) -> u16 {
+    if de_short(w2) {
+        (w2 >> 27) as u16 & SHORT_MEMGEST_MAX
+    } else {
+        (w2 >> 48) as u16
     }
 }
 pub fn de_has_ttl(w2: u64) -> bool {
@@ -366,9 +436,15 @@ pub fn de_header_bytes(w2: u64) -> usize {
         ENTRY_HEADER_BYTES
     }
 }
+/// Units of the entry word 2 `w2` describes (header, key, value, padding to 8).
+#[inline]
+pub fn de_units(w2: u64) -> u64 {
+    (de_header_bytes(w2) as u64 + u64::from(de_key_len(w2)) + u64::from(de_value_len(w2)))
+        .div_ceil(UNIT_BYTES)
+}
 /// Bytes of the header an entry with these lengths gets.
-pub fn header_bytes_for(key_len: usize, value_len: usize, has_ttl: bool) -> usize {
-    if de_is_short(key_len, value_len, has_ttl) {
+pub fn header_bytes_for(key_len: usize, value_len: usize, has_ttl: bool, memgest: u16) -> usize {
+    if de_is_short(key_len, value_len, has_ttl, memgest) {
         ENTRY_HEADER_SHORT_BYTES
     } else if has_ttl {
         ENTRY_HEADER_TTL_BYTES
@@ -378,8 +454,8 @@ pub fn header_bytes_for(key_len: usize, value_len: usize, has_ttl: bool) -> usiz
 }
 
 /// Units of an entry with these lengths.
-pub fn entry_units(key_len: usize, value_len: usize, has_ttl: bool) -> u64 {
-    let h = header_bytes_for(key_len, value_len, has_ttl);
+pub fn entry_units(key_len: usize, value_len: usize, has_ttl: bool, memgest: u16) -> u64 {
+    let h = header_bytes_for(key_len, value_len, has_ttl, memgest);
     (h as u64 + key_len as u64 + value_len as u64).div_ceil(UNIT_BYTES)
 }
 
@@ -432,10 +508,11 @@ pub fn bytes_at(
     true
 }
 
-/// Checksum of an entry image and the index fields that point at it (word 0, size). Word 2's
-/// [`DE_LIVE_BIT`] is taken as 0, whatever the image holds (the writer sets it after
+/// The 24-bit check of an entry image and the index fields that point at it (location and
+/// tag, [`ie_bound`]): the low 24 bits of CRC-32C over the image then the bound index word.
+/// Word 2's [`DE_LIVE_BIT`] is taken as 0, whatever the image holds (the writer sets it after
 /// checksumming).
-pub fn checksum(image: &[u8], w0: u64, size_units: u32) -> u32 {
+pub fn checksum(image: &[u8], bound: u64) -> u32 {
     let c = if image.len() >= 24 && image[16] & DE_LIVE_BIT as u8 != 0 {
         let mut w2 = [0u8; 8];
         w2.copy_from_slice(&image[16..24]);
@@ -446,10 +523,7 @@ pub fn checksum(image: &[u8], w0: u64, size_units: u32) -> u32 {
     } else {
         crc32c::crc32c(image)
     };
-    let mut idx = [0u8; 12];
-    idx[..8].copy_from_slice(&w0.to_le_bytes());
-    idx[8..].copy_from_slice(&size_units.to_le_bytes());
-    crc32c::crc32c_append(c, &idx)
+    crc32c::crc32c_append(c, &ie_bound(bound).to_le_bytes()) & CHECK_MASK
 }
 
 #[cfg(test)]
@@ -464,18 +538,33 @@ mod tests {
             table_units: 77,
         };
         assert_eq!(Layout::unpack(l.pack()), l);
-        let w0 = ie_w0(0xdead_beef, 0x1234, 0x0102);
+        let w = ie_pack(0xdead_beef, 0x12, 0x87_6543);
         assert_eq!(
-            (ie_location(w0), ie_tag(w0), ie_memgest(w0)),
-            (0xdead_beef, 0x1234, 0x0102)
+            (ie_location(w), ie_tag(w), ie_check(w)),
+            (0xdead_beef, 0x12, 0x87_6543)
         );
-        let w1 = ie_w1(0x8765_4321, 0xab_cdef);
-        assert_eq!((ie_crc(w1), ie_size_units(w1)), (0x8765_4321, 0xab_cdef));
-        let w2 = de_w2(65536, 64 << 20, true);
+        assert_eq!(ie_bound(w), ie_pack(0xdead_beef, 0x12, 0));
+        let w2 = de_w2(65536, 64 << 20, true, 0xfedc);
         assert_eq!(de_key_len(w2), 65536);
         assert_eq!(de_value_len(w2), 64 << 20);
+        assert_eq!(de_memgest(w2), 0xfedc);
         assert!(de_has_ttl(w2));
-        assert!(!de_has_ttl(de_w2(1, 1, false)));
+        assert!(!de_has_ttl(de_w2(1, 1, false, 0)));
+        let s = de_w2(255, 65535, false, 31);
+        assert!(de_short(s));
+        assert_eq!(
+            (de_key_len(s), de_value_len(s), de_memgest(s)),
+            (255, 65535, 31)
+        );
+        // The short form's high half is key bytes: they never leak into the fields.
+        let s2 = s | (u64::from(u32::MAX) << 32);
+        assert_eq!(
+            (de_key_len(s2), de_value_len(s2), de_memgest(s2)),
+            (255, 65535, 31)
+        );
+        assert!(!de_short(de_w2(1, 1, false, 32)));
+        assert!(!de_short(de_w2(1, 65536, false, 0)));
+        assert_eq!(de_units(s), entry_units(255, 65535, false, 31));
         assert_eq!(tag_of(0), 1);
     }
 
@@ -483,18 +572,22 @@ mod tests {
     fn checksum_ignores_only_the_live_bit() {
         let mut img = vec![0u8; 48];
         img[..8].copy_from_slice(&7u64.to_le_bytes());
-        img[16..24].copy_from_slice(&(de_w2(3, 10, false) | DE_RECORD_BIT).to_le_bytes());
+        img[16..24].copy_from_slice(&(de_w2(3, 10, false, 0) | DE_RECORD_BIT).to_le_bytes());
         img[24..27].copy_from_slice(b"key");
-        let c = checksum(&img, 42, 6);
-        let w2 = de_w2(3, 10, false) | DE_RECORD_BIT | DE_LIVE_BIT;
+        let c = checksum(&img, 42);
+        let w2 = de_w2(3, 10, false, 0) | DE_RECORD_BIT | DE_LIVE_BIT;
         img[16..24].copy_from_slice(&w2.to_le_bytes());
         assert!(de_live(w2));
-        assert_eq!(checksum(&img, 42, 6), c);
+        assert_eq!(checksum(&img, 42), c);
+        // The check bits of the index word are not part of what is checked.
+        assert_eq!(checksum(&img, 42 | (0xabc << 40)), c);
+        assert_ne!(checksum(&img, 43), c);
+        assert_ne!(checksum(&img, 42 | (7 << 32)), c);
         // Every other bit of word 2 (and the rest of the image) still counts.
         for bit in (0..64).filter(|&b| b != 1) {
             let mut other = img.clone();
             other[16 + bit / 8] ^= 1 << (bit % 8);
-            assert_ne!(checksum(&other, 42, 6), c, "bit {bit}");
+            assert_ne!(checksum(&other, 42), c, "bit {bit}");
         }
     }
 

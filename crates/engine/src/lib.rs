@@ -19,16 +19,19 @@
 //! # Layout (details and the reason for every field size in [`layout`])
 //!
 //! ```text
-//!  index memfd: [header: magic | layout word | config id | format] [table] ([next table])
+//!  index memfd: [header: magic | layout word | config id | format | policy areas]
+//!               [table] ([next table]) ... [policy area 0 | policy area 1]
 //!  table: n buckets × 128 B, then n × 2 B overflow words [reach 6 | count 10]
 //!
-//!  bucket (128 B) = 8 index entries
-//!  index entry (16 B): word 0 [location 32 | tag 16 | memgest 16]
-//!                      word 1 [crc32c 32 | size 24 | policy 8]
+//!  bucket (128 B) = 16 index entries
+//!  index entry (8 B, format 5): [location 32 | tag 8 | check 24]
+//!  policy word (8 B per bucket, in a policy area): a nibble per entry [0 | ttl | freq 2]
 //!
 //!  data memfd: [header page] [64 KiB slab pages of one size class | runs of pages for large]
-//!  data entry: [version 16 B][key_len 17 | value_len 27 | has_ttl 1 | 0 19]
-//!              [expire_at_ms 8 B, only with a TTL][key][value][pad to 8]
+//!  data entry, short (20 B header): [version 16 B][short|live|record|key_len 8|value_len 16|memgest 5]
+//!                                   [key][value][pad to 8]
+//!  data entry, long (24/32 B):      [version 16 B][0|live|record|ttl|key_len 17|value_len 27|memgest 16]
+//!                                   [expire_at_ms 8 B, only with a TTL][key][value][pad to 8]
 //! ```
 //!
 //! Offsets everywhere (locations in 8-byte units, tables by offset in the header), so another

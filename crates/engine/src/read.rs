@@ -7,24 +7,27 @@
 //! 1. Load the header's layout word (Acquire) — and, if the caller pinned one, the config id.
 //! 2. Probe the key's home bucket (and, if its overflow word says keys homed there live
 //!    further on, the buckets up to its reach) for index entries whose tag matches.
-//! 3. For a match, copy the data entry (`size` bytes at `location`) word by word with atomic
-//!    loads, computing the checksum over the copy plus index word 0 and the size in the same
-//!    pass, check lengths against `size`, compare the checksum with the CRC in index word 1,
-//!    re-load the index words and require them unchanged, then compare the full key.
+//! 3. For a match (one index word, format 5), load the data entry's word 2 (its lengths: the
+//!    index word has no size), copy that many words with atomic loads, computing the check
+//!    over the copy plus the index word's location and tag in the same pass, require the
+//!    copy's word 2 to equal the first load and the check to equal the index word's, re-load
+//!    the index word and require it unchanged, then compare the full key.
 //! 4. Re-load the layout word: if it changed (upsize switch, flush), the whole probe is void.
 //!
-//! A torn copy (the writer reused the slot, or switched the index entry between our two word
-//! loads) fails the checksum or the re-check and the attempt is retried, up to
+//! A torn copy (the writer reused the slot, or switched the index entry during our read)
+//! fails the check or the re-check and the attempt is retried, up to
 //! [`READ_RETRY_COUNT_MAX`] times, after which the caller gets `Retry`.
 //!
 //! # Memory ordering
-//! The writer fills a data entry with Relaxed stores and then publishes it by storing index
-//! word 1 and word 0 with Release. The reader loads word 0 and word 1 with Acquire, so if it
-//! sees a published word it also sees every entry store that preceded the publication. Stores
-//! that come *after* (a later reuse of the slot) may be partly visible: that is the tearing the
-//! checksum and the index re-check detect. An `Acquire` fence after the copy orders the copy
-//! before the re-checks (the seqlock pattern, with atomics for every access so that no byte
-//! is ever read non-atomically while written — crossbeam's `AtomicCell` argument).
+//! The writer fills a data entry with Relaxed stores and then publishes it with one Release
+//! store of the index word. The reader loads the index word with Acquire, so if it sees a
+//! published word it also sees every entry store that preceded the publication (word 2
+//! included, which is why the length load needs no stronger order). Stores that come *after*
+//! (a later reuse of the slot) may be partly visible: that is the tearing the check and the
+//! index re-check detect. An `Acquire` fence after the copy orders the copy before the
+//! re-checks (the seqlock pattern, with atomics for every access so that no byte is ever read
+//! non-atomically while written — crossbeam's `AtomicCell` argument). Since format 5 there is
+//! one index word, so there is no pair of words to read torn.
 //! Table switches use the same shape on the header word. A reader that raced a switch may have
 //! probed a table that was freed (reads as zeros after a hole punch) or reused; the layout
 //! re-check discards whatever it found there.
@@ -147,37 +150,41 @@ enum Probe {
 /// Copy and validate the entry an index entry points at. On a hit `out` holds the entry
 /// image (header, key, value, padding) and the probe says where the value is in it.
 ///
+/// Format 5: the index word has no size, so the entry's word 2 (its lengths) is loaded first
+/// and says how many words to copy; the copy holds word 2 again, and a copy whose word 2
+/// differs from that first load (the slot was reused in between) is torn. Nothing is decided
+/// from the data before the check and the index re-check pass, so a reused slot or a damaged
+/// image never turns a present key into a miss.
+///
 /// The copy and the CRC-32C are one pass ([`copy_and_checksum_into`]: each word is checksummed
-/// as it is loaded, with the CPU's CRC instruction), where a copy followed by
-/// `layout::checksum` walked the image twice and, because every published entry has the
-/// live bit set, made four calls into the `crc32c` crate per read. Same bytes, same result
-/// (`copy_and_checksum_matches_checksum`).
+/// as it is loaded, with the CPU's CRC instruction). Same bytes, same result as
+/// [`checksum`] (`copy_and_checksum_matches_checksum`).
 fn try_entry(
     view: &RegionsView,
     ie_off: u64,
-    w0: u64,
-    w1: u64,
+    w: u64,
     key: &[u8],
     size_max: u64,
     out: &mut Vec<u8>,
 ) -> Probe {
-    let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
-    let size = u64::from(ie_size_units(w1)) * UNIT_BYTES;
+    let loc = u64::from(ie_location(w)) * UNIT_BYTES;
+    let Some(a2) = view.dword(loc + 16) else {
+        return Probe::Torn;
+    };
+    // Ordered after the Acquire load of the index word: at least the published image's. Its
+    // lengths say how much to copy; whatever they say, the copy is validated in full below
+    // (a key of another length is decided only after the check and the index re-check, so
+    // a reused slot or a damaged image is `Torn`, never a miss of a present key).
+    let s1 = a2.load(Ordering::Relaxed);
+    let size = de_units(s1) * UNIT_BYTES;
     if size > size_max {
         return Probe::TooLarge;
     }
-    if size < ENTRY_HEADER_BYTES as u64
+    if size > ringlet_types::limits::ENTRY_BYTES_MAX as u64
         || loc
             .checked_add(size)
             .is_none_or(|e| e > view.data_len as u64)
     {
-        return Probe::Torn;
-    }
-    if size < (ENTRY_HEADER_SHORT_BYTES + key.len()) as u64 {
-        // Too small to hold our key: a different key (or torn).
-        return Probe::WrongKey;
-    }
-    if loc & 7 != 0 {
         return Probe::Torn;
     }
     // Every byte is overwritten by the copy below: only the part beyond the current length
@@ -185,15 +192,16 @@ fn try_entry(
     // a reader that keeps the image, as the batched path does, resizes to the same length
     // and fills nothing).
     out.resize(size as usize, 0);
-    // SAFETY: `loc + size <= data_len` was checked above, `loc` is 8-aligned, and `new`'s
-    // contract keeps the range mapped; the words are only loaded atomically.
+    // SAFETY: `loc + size <= data_len` was checked above, `loc` is 8-aligned (`dword`
+    // accepted `loc + 16`), and `new`'s contract keeps the range mapped; the words are only
+    // loaded atomically.
     let words = unsafe {
         std::slice::from_raw_parts(
             view.data.add(loc as usize) as *const AtomicU64,
             size as usize / 8,
         )
     };
-    let crc = copy_and_checksum_into(words, out, w0, ie_size_units(w1));
+    let crc = copy_and_checksum_into(words, out, ie_bound(w));
     fence(Ordering::Acquire);
     let word = |i: usize| {
         let mut b = [0u8; 8];
@@ -201,36 +209,29 @@ fn try_entry(
         u64::from_le_bytes(b)
     };
     let (v_hi, v_lo, w2) = (word(0), word(1), word(2));
+    if (w2 | DE_LIVE_BIT) != (s1 | DE_LIVE_BIT) || crc != ie_check(w) || size < 24 {
+        return Probe::Torn;
+    }
+    // The index entry must still be the one we followed.
+    if view.iword(ie_off).map(|a| a.load(Ordering::Relaxed)) != Some(w) {
+        return Probe::Torn;
+    }
     let hdr = de_header_bytes(w2);
     let kl = de_key_len(w2) as usize;
     let vl = de_value_len(w2) as usize;
-    if (hdr + kl + vl) as u64 > size {
-        return Probe::Torn;
-    }
-    if crc != ie_crc(w1) {
-        return Probe::Torn;
-    }
-    // The index entry must still be the one we followed (policy bits aside).
-    let (Some(a0), Some(a1)) = (view.iword(ie_off), view.iword(ie_off + 8)) else {
-        return Probe::Torn;
-    };
-    if a0.load(Ordering::Relaxed) != w0
-        || (a1.load(Ordering::Relaxed) & IE_W1_CHECKED_MASK) != (w1 & IE_W1_CHECKED_MASK)
-    {
-        return Probe::Torn;
-    }
     if !key_eq(&out[hdr..hdr + kl], key) {
         return Probe::WrongKey;
     }
     let version = Version((u128::from(v_hi) << 64) | u128::from(v_lo));
     let expire_at_ms = de_has_ttl(w2).then(|| word(3));
+    let memgest = de_memgest(w2);
     Probe::Hit {
         version,
-        memgest: MemgestId(ie_memgest(w0)),
+        memgest: MemgestId(memgest),
         expire_at_ms,
         kind: de_kind(w2),
         ie_off,
-        direct: Direct::of(w0, w1),
+        direct: Direct::of(w, memgest),
         value_start: hdr + kl,
         value_len: vl,
     }
@@ -316,26 +317,28 @@ pub struct Position {
     pub data: Option<Direct>,
 }
 
-/// A data entry's place and its index words' checksum at the time a hint was taken: enough
+/// A data entry's place and its index entry's check at the time a hint was taken: enough
 /// for [`read_entry_direct`] to read the entry without touching the index (one cache miss
 /// instead of the bucket's and the entry's) and to know the bytes it copied are exactly the
 /// image the index then published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Direct {
-    /// Index word 0's location (data offset / 8).
+    /// The index entry's location (data offset / 8).
     pub location: u32,
-    /// Index word 1's CRC-32C of the entry (over the image, word 0 and the size).
+    /// The index entry's 24-bit check of the entry (over the image, the location and the
+    /// tag; `layout::checksum`).
     pub crc: u32,
-    /// Index word 0's memgest (part of the checksummed word 0).
+    /// The entry's memgest when the hint was taken: informational only. Since format 5 the
+    /// memgest is in the checksummed image, and a direct read returns the image's.
     pub memgest: u16,
 }
 
 impl Direct {
-    fn of(w0: u64, w1: u64) -> Direct {
+    fn of(w: u64, memgest: u16) -> Direct {
         Direct {
-            location: ie_location(w0),
-            crc: ie_crc(w1),
-            memgest: ie_memgest(w0),
+            location: ie_location(w),
+            crc: ie_check(w),
+            memgest,
         }
     }
 }
@@ -400,11 +403,11 @@ pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Posi
         let boff = layout.bucket_offset(b);
         for i in 0..BUCKET_ENTRIES {
             let ie_off = boff + entry_word(i) as u64 * 8;
-            let w0 = view.iword(ie_off)?.load(Ordering::Acquire);
-            if w0 == 0 || ie_tag(w0) != tag {
+            let w = view.iword(ie_off)?.load(Ordering::Acquire);
+            if w == 0 || ie_tag(w) != tag {
                 continue;
             }
-            let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
+            let loc = u64::from(ie_location(w)) * UNIT_BYTES;
             let Some(w2) = data_word(loc + 16) else {
                 continue;
             };
@@ -414,11 +417,10 @@ pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Posi
             let start = loc + de_header_bytes(w2) as u64;
             let same = bytes_eq_at(data_word, start, key);
             if same {
-                let w1 = view.iword(ie_off + 8)?.load(Ordering::Acquire);
                 return Some(Position {
                     layout: layout_word,
                     entry: ie_off,
-                    data: Some(Direct::of(w0, w1)),
+                    data: Some(Direct::of(w, de_memgest(w2))),
                 });
             }
         }
@@ -435,7 +437,7 @@ pub fn locate_position(view: &RegionsView, key: &[u8], hash: u64) -> Option<Posi
 /// [`locate_position`] also takes the data entry's to compare the key. For filling location
 /// hints in bulk (`LINK ADD` of a loader's 100-target chunk): a hint is never trusted — it is
 /// validated in full when followed — so the rare entry of another key with the same 16-bit
-/// tag in the probed buckets (~8 in 65,536 per target at full buckets) only makes a stale
+/// tag in the probed buckets (~16 in 256 per target at full buckets since format 5's 8-bit tag) only makes a stale
 /// hint, costing that reader a lookup.
 pub fn locate_position_by_tag(view: &RegionsView, hash: u64) -> Option<Position> {
     let tag = tag_of(hash);
@@ -447,13 +449,14 @@ pub fn locate_position_by_tag(view: &RegionsView, hash: u64) -> Option<Position>
         let boff = layout.bucket_offset(layout.after(home, k));
         for i in 0..BUCKET_ENTRIES {
             let ie_off = boff + entry_word(i) as u64 * 8;
-            let w0 = view.iword(ie_off)?.load(Ordering::Acquire);
-            if w0 != 0 && ie_tag(w0) == tag {
-                let w1 = view.iword(ie_off + 8)?.load(Ordering::Acquire);
+            let w = view.iword(ie_off)?.load(Ordering::Acquire);
+            if w != 0 && ie_tag(w) == tag {
+                // The memgest is in the data entry, which this lookup does not read; a hint's
+                // memgest is informational (`Direct::memgest`).
                 return Some(Position {
                     layout: layout_word,
                     entry: ie_off,
-                    data: Some(Direct::of(w0, w1)),
+                    data: Some(Direct::of(w, 0)),
                 });
             }
         }
@@ -509,8 +512,8 @@ pub fn read_entry_at(
 /// readers' index publishes the entry, cleared before it stops) when loaded (Acquire) before
 /// the copy and unchanged when re-loaded after it (Acquire fence between: the writer fences
 /// before it writes a reused slot, so a copy that saw any of a reuse's stores sees word 2
-/// changed — a seqlock whose sequence is word 2), (2) the copy's CRC-32C, with the index
-/// word 0 and size the hint recorded, equals the hint's: the bytes are exactly the image the
+/// changed — a seqlock whose sequence is word 2), (2) the copy's check, with the location
+/// the hint recorded and the key's tag, equals the hint's: the bytes are exactly the image the
 /// index published when the hint was taken (not a torn mix, not another version or key),
 /// and (3) it holds `key`. Then that image was the key's published entry at the first load
 /// of word 2, which is the read's linearization point. `Stale::Entry` otherwise (the target
@@ -539,8 +542,7 @@ pub fn read_entry_direct(
     if !de_live(s1) || de_key_len(s1) as usize != key.len() {
         return Err(Stale::Entry);
     }
-    let units = entry_units(key.len(), de_value_len(s1) as usize, de_has_ttl(s1));
-    let size = units * UNIT_BYTES;
+    let size = de_units(s1) * UNIT_BYTES;
     if size > ringlet_types::limits::ENTRY_BYTES_MAX as u64
         || base
             .checked_add(size)
@@ -557,9 +559,9 @@ pub fn read_entry_direct(
         )
     };
     out.reserve(size as usize);
-    let w0 = ie_w0(d.location, tag_of(hash), d.memgest);
+    let bound = ie_pack(d.location, tag_of(hash), 0);
     // One pass: each word is copied and checksummed as it is loaded.
-    let crc = copy_and_checksum(words, out, w0, units as u32);
+    let crc = copy_and_checksum(words, out, bound);
     fence(Ordering::Acquire);
     if a2.load(Ordering::Relaxed) != s1 || crc != d.crc {
         out.clear();
@@ -587,19 +589,19 @@ pub fn read_entry_direct(
     out.truncate(vl);
     Ok(ReadOutcome::Hit {
         version,
-        memgest: MemgestId(d.memgest),
+        memgest: MemgestId(de_memgest(s1)),
         expire_at_ms,
         kind: de_kind(s1),
     })
 }
 
 /// Append `words` (an entry image, loaded atomically) to `out` and return
-/// [`checksum`]`(image, w0, size_units)`, computed word by word as they are copied
+/// [`checksum`]`(image, bound)`, computed word by word as they are copied
 /// ([`copy_and_checksum_into`] over the appended part).
-fn copy_and_checksum(words: &[AtomicU64], out: &mut Vec<u8>, w0: u64, size_units: u32) -> u32 {
+fn copy_and_checksum(words: &[AtomicU64], out: &mut Vec<u8>, bound: u64) -> u32 {
     let start = out.len();
     out.resize(start + words.len() * 8, 0);
-    copy_and_checksum_into(words, &mut out[start..], w0, size_units)
+    copy_and_checksum_into(words, &mut out[start..], bound)
 }
 
 /// [`copy_and_checksum`] into a buffer of exactly `words.len() * 8` bytes (the lookup's copy,
@@ -608,17 +610,17 @@ fn copy_and_checksum(words: &[AtomicU64], out: &mut Vec<u8>, w0: u64, size_units
 /// # Panics
 /// If `out.len() != words.len() * 8` (a caller bug).
 #[inline]
-fn copy_and_checksum_into(words: &[AtomicU64], out: &mut [u8], w0: u64, size_units: u32) -> u32 {
+fn copy_and_checksum_into(words: &[AtomicU64], out: &mut [u8], bound: u64) -> u32 {
     assert_eq!(out.len(), words.len() * 8);
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("sse4.2") {
         // SAFETY: the CPU has SSE 4.2 (checked just above).
-        return unsafe { copy_and_checksum_into_sse42(words, out, w0, size_units) };
+        return unsafe { copy_and_checksum_into_sse42(words, out, bound) };
     }
     for (w, chunk) in words.iter().zip(out.chunks_exact_mut(8)) {
         chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
     }
-    checksum(out, w0, size_units)
+    checksum(out, bound)
 }
 
 /// [`copy_and_checksum_into`] with the CRC-32C instruction (the `crc32c` crate's convention:
@@ -628,13 +630,8 @@ fn copy_and_checksum_into(words: &[AtomicU64], out: &mut [u8], w0: u64, size_uni
 /// beside the loads of the copy.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
-unsafe fn copy_and_checksum_into_sse42(
-    words: &[AtomicU64],
-    out: &mut [u8],
-    w0: u64,
-    size_units: u32,
-) -> u32 {
-    use core::arch::x86_64::{_mm_crc32_u32, _mm_crc32_u64};
+unsafe fn copy_and_checksum_into_sse42(words: &[AtomicU64], out: &mut [u8], bound: u64) -> u32 {
+    use core::arch::x86_64::_mm_crc32_u64;
     let mut state = u64::from(!0u32);
     for (i, (w, chunk)) in words.iter().zip(out.chunks_exact_mut(8)).enumerate() {
         let v = w.load(Ordering::Relaxed);
@@ -642,8 +639,8 @@ unsafe fn copy_and_checksum_into_sse42(
         let c = if i == 2 { v & !DE_LIVE_BIT } else { v };
         state = _mm_crc32_u64(state, c);
     }
-    state = _mm_crc32_u64(state, w0);
-    !_mm_crc32_u32(state as u32, size_units)
+    state = _mm_crc32_u64(state, ie_bound(bound));
+    !(state as u32) & CHECK_MASK
 }
 
 /// One direct read of `key` at a remembered [`Position`]'s index entry, validated as a probe
@@ -679,24 +676,23 @@ pub fn read_entry_at_index(
     let layout = Layout::unpack(layout_word);
     let start = layout.table_offset();
     let end = start.saturating_add(layout.buckets().saturating_mul(BUCKET_BYTES));
-    // An index entry is 16 bytes at an even word of a bucket, inside the bucket area.
+    // An index entry is one word of a bucket, inside the bucket area.
     if layout.buckets() == 0
         || end > view.index_len as u64
         || pos.entry < start
-        || pos.entry.saturating_add(16) > end
-        || !(pos.entry - start).is_multiple_of(16)
+        || pos.entry.saturating_add(INDEX_ENTRY_BYTES) > end
+        || !(pos.entry - start).is_multiple_of(INDEX_ENTRY_BYTES)
     {
         return Err(Stale::Table);
     }
-    let (Some(a0), Some(a1)) = (view.iword(pos.entry), view.iword(pos.entry + 8)) else {
+    let Some(a) = view.iword(pos.entry) else {
         return Err(Stale::Table);
     };
-    let w0 = a0.load(Ordering::Acquire);
-    if w0 == 0 || ie_tag(w0) != tag_of(hash) {
+    let w = a.load(Ordering::Acquire);
+    if w == 0 || ie_tag(w) != tag_of(hash) {
         return Err(Stale::Entry);
     }
-    let w1 = a1.load(Ordering::Acquire);
-    let probe = try_entry(view, pos.entry, w0, w1, key, u64::MAX, out);
+    let probe = try_entry(view, pos.entry, w, key, u64::MAX, out);
     fence(Ordering::Acquire);
     if lw.load(Ordering::Relaxed) != layout_word {
         out.clear();
@@ -790,13 +786,12 @@ fn read_entry_impl(
                 break 'probe;
             };
             for i in 0..BUCKET_ENTRIES {
-                let w0 = bucket[entry_word(i)].load(Ordering::Acquire);
-                if w0 == 0 || ie_tag(w0) != tag {
+                let w = bucket[entry_word(i)].load(Ordering::Acquire);
+                if w == 0 || ie_tag(w) != tag {
                     continue;
                 }
-                let w1 = bucket[entry_word(i) + 1].load(Ordering::Acquire);
                 let ie_off = boff + entry_word(i) as u64 * 8;
-                match try_entry(view, ie_off, w0, w1, key, size_max, out) {
+                match try_entry(view, ie_off, w, key, size_max, out) {
                     Probe::Hit {
                         version,
                         memgest,
@@ -914,15 +909,16 @@ pub fn prefetch_entry(view: &RegionsView, hash: u64) {
     };
     let tag = tag_of(hash);
     for i in 0..BUCKET_ENTRIES {
-        let w0 = bucket[entry_word(i)].load(Ordering::Relaxed);
-        if w0 == 0 || ie_tag(w0) != tag {
+        let w = bucket[entry_word(i)].load(Ordering::Relaxed);
+        if w == 0 || ie_tag(w) != tag {
             continue;
         }
-        let loc = u64::from(ie_location(w0)) * UNIT_BYTES;
-        let size = u64::from(ie_size_units(
-            bucket[entry_word(i) + 1].load(Ordering::Relaxed),
-        )) * UNIT_BYTES;
-        let end = loc.saturating_add(size).min(view.data_len as u64);
+        // Format 5's index word has no size: ask for the lines a small entry spans (a
+        // 136-byte entry spans at most three); larger values are streamed by the copy.
+        let loc = u64::from(ie_location(w)) * UNIT_BYTES;
+        let end = loc
+            .saturating_add(PREFETCH_ENTRY_LINES_MAX as u64 * 64)
+            .min(view.data_len as u64);
         // Line-aligned starts of the lines the entry covers, at most a few.
         let mut line = loc & !63;
         for _ in 0..PREFETCH_ENTRY_LINES_MAX {
@@ -936,7 +932,7 @@ pub fn prefetch_entry(view: &RegionsView, hash: u64) {
 }
 
 /// Cache lines of one data entry [`prefetch_entry`] asks for: a 16-byte key and a 100-byte
-/// value with the 24-byte header span three lines; larger values are streamed by the copy
+/// value with the 20-byte header span at most three lines; larger values are streamed by the copy
 /// itself (the hardware prefetcher follows a sequential copy).
 const PREFETCH_ENTRY_LINES_MAX: u32 = 3;
 
@@ -975,16 +971,16 @@ mod tests {
                 .collect();
             let words: Vec<AtomicU64> = img.iter().map(|&w| AtomicU64::new(w)).collect();
             let mut out = Vec::new();
-            let c = copy_and_checksum(&words, &mut out, seed, len as u32);
+            let c = copy_and_checksum(&words, &mut out, seed);
             let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
             assert_eq!(out, bytes);
-            assert_eq!(c, checksum(&bytes, seed, len as u32), "len {len}");
+            assert_eq!(c, checksum(&bytes, seed), "len {len}");
             // The lookup's variant (into a sized buffer) gives the same bytes and CRC, and
             // the portable path (the `crc32c` crate over the copy) agrees with both.
             let mut into = vec![0xa5u8; len * 8];
-            let c2 = copy_and_checksum_into(&words, &mut into, seed, len as u32);
+            let c2 = copy_and_checksum_into(&words, &mut into, seed);
             assert_eq!((c2, &into), (c, &bytes), "len {len}");
-            assert_eq!(checksum(&into, seed, len as u32), c2);
+            assert_eq!(checksum(&into, seed), c2);
         }
     }
 

@@ -16,14 +16,14 @@
 //!
 //! # Compaction and giving memory back
 //! Each tick moves up to `COMPACT_MOVES_PER_TICK` entries out of the emptiest slab of the class
-//! that wastes most (copy, new checksum for the new location, switch the index entry, free the
+//! that wastes most (copy, new check for the new location, switch the index word, free the
 //! old slot). A slab left empty returns its page; free pages beyond a small reserve are punched
 //! out of the memfd (`Slabs::release`), so RSS follows the corpus down.
 //!
 //! # Eviction
 //! Victims come from the size class that needs a slot (memcached's per-class queues), by CLOCK
-//! (a hand over the class's slab slots; the reference bit lives in the index entry's policy
-//! byte and is set by readers too) or S3-FIFO (per-class small and main FIFOs of locations,
+//! (a hand over the class's slab slots; the reference bit lives in the entry's policy nibble,
+//! in a policy area beside the tables, and is set by readers too) or S3-FIFO (per-class small and main FIFOs of locations,
 //! a global ghost FIFO of hashes). When the class has nothing to give (no slabs yet, or only
 //! pinned data), a global hand empties whole slab pages or large runs of evictable entries
 //! (memcached's slab reassignment). Pinned (non-evictable) memgests are never victims; if
@@ -34,7 +34,7 @@ use crate::api::{
 };
 use crate::hash::{digest_term, key_hash};
 use crate::layout::*;
-use crate::read::{read_entry_with, RegionsView};
+use crate::read::{locate_entry, RegionsView};
 use crate::region::Mapping;
 use crate::slab::{PageKind, Slabs};
 use ringlet_types::limits::{
@@ -47,6 +47,36 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 mod slot_index;
+
+// ----- the writer's view of an index entry -----------------------------------------------
+//
+// Format 5's index entry is one word (location, tag, check). What it no longer holds — the
+// entry's size and memgest (now in the data header) and the policy bits (now a nibble in a
+// policy area) — the writer gathers into a *side word* when it finds an entry, so the code
+// below keeps handling an entry as two words: `w0` is the index word itself, `w1` the side
+// word, which is never stored anywhere as a whole.
+//
+//   side word: [ units 24 | memgest 16 | 0 16 | policy nibble 4 (at bit 56) | 0 4 ]
+
+/// The side word of an entry of `units`, `memgest` and policy nibble `policy`.
+fn side_pack(units: u32, memgest: u16, policy: u64) -> u64 {
+    u64::from(units & 0xff_ffff)
+        | (u64::from(memgest) << 24)
+        | ((policy & POLICY_NIBBLE) << S_SHIFT)
+}
+/// Units (8-byte words) of the entry a side word describes.
+fn s_units(w1: u64) -> u32 {
+    w1 as u32 & 0xff_ffff
+}
+/// Memgest of the entry a side word describes.
+fn s_memgest(w1: u64) -> u16 {
+    (w1 >> 24) as u16
+}
+/// Where the policy nibble sits in a side word.
+const S_SHIFT: u32 = 56;
+/// Side-word policy bits: frequency / reference (2 bits) and has-TTL.
+const S_FREQ: u64 = POLICY_FREQ << S_SHIFT;
+const S_TTL: u64 = POLICY_TTL << S_SHIFT;
 
 /// Metadata of a stored entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +127,9 @@ pub struct Reader {
     index: Arc<Mapping>,
     _data: Arc<Mapping>,
     view: RegionsView,
+    /// Where the policy areas start and the bytes of each (hits record their access there).
+    policy_area_base: u64,
+    policy_area_bytes: u64,
 }
 
 impl Reader {
@@ -113,19 +146,29 @@ impl Reader {
             return ReadOutcome::Miss;
         }
         debug_assert_eq!(hash, key_hash(key));
-        let (r, ie) = read_entry_with(&self.view, key, hash, now_ms, None, out);
-        if let Some(ie) = ie {
-            // Record the access in the policy byte (in-process readers map the index writable).
-            // Racing the writer's store of word 1 is benign: either order leaves a valid word.
-            let w = self.index.word(ie + 8);
-            let cur = w.load(Ordering::Relaxed);
-            if cur & POLICY_FREQ_MASK != POLICY_FREQ_MASK && cur != 0 {
-                let _ = w.compare_exchange(
-                    cur,
-                    cur + (1 << POLICY_SHIFT),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
+        let (r, pos) = locate_entry(&self.view, key, hash, now_ms, None, out);
+        if let Some(pos) = pos {
+            // Record the access in the entry's policy nibble (in-process readers map the
+            // index writable). Only if the table is still the one the hit came from; and
+            // policy words live in their own areas, never in table space, so even a bump
+            // through a layout that changed right after this check only touches policy bits.
+            // A CAS on the whole word: it fails if the writer (or another reader) changed
+            // any nibble meanwhile, so it never undoes their change; a failure is a lost
+            // access record, nothing more.
+            if self.view.layout().map(Layout::pack) == Some(pos.layout) {
+                let layout = Layout::unpack(pos.layout);
+                let (off, shift) =
+                    layout.policy_of(self.policy_area_base, self.policy_area_bytes, pos.entry);
+                let w = self.index.word(off);
+                let cur = w.load(Ordering::Relaxed);
+                if (cur >> shift) & POLICY_FREQ != POLICY_FREQ {
+                    let _ = w.compare_exchange(
+                        cur,
+                        cur + (1 << shift),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
             }
         }
         r
@@ -209,7 +252,9 @@ pub struct Store {
     data: Arc<Mapping>,
     table: Layout,
     migration: Option<Migration>,
-    gen: u16,
+    /// Bytes of each policy area ([`HDR_POLICY_AREA`]) and where they start.
+    policy_area_bytes: u64,
+    policy_area_base: u64,
     /// Free table space in the index region: offset (64 KiB units) → units.
     table_free: BTreeMap<u32, u32>,
     table_high_water: u32,
@@ -265,7 +310,14 @@ impl Store {
         .table_bytes()
         .div_ceil(TABLE_ALIGN_BYTES)
             + 1;
-        let index_len = INDEX_HEADER_BYTES + 4 * table_max_units * TABLE_ALIGN_BYTES;
+        // Two policy areas (a word per bucket of the largest table each) end the region:
+        // never table space, so an in-process reader that bumps a reference bit through a
+        // stale layout can only touch policy bits (Reader::get_hashed). At the end rather
+        // than after the header, so the header's (huge) page is shared with the first table.
+        let policy_area_bytes =
+            (u64::from(buckets_max) * 8).div_ceil(TABLE_ALIGN_BYTES) * TABLE_ALIGN_BYTES;
+        let policy_area_base = INDEX_HEADER_BYTES + 4 * table_max_units * TABLE_ALIGN_BYTES;
+        let index_len = policy_area_base + 2 * policy_area_bytes;
         let data_len = (cfg.memory_bytes_max.saturating_mul(2) + 64 * PAGE_BYTES)
             .min(ringlet_types::limits::ENGINE_MEMORY_BYTES_MAX)
             .div_ceil(PAGE_BYTES)
@@ -274,6 +326,8 @@ impl Store {
         let data = Arc::new(Mapping::new("ringlet-data", data_len as usize)?);
         index.store(HDR_MAGIC as u64 * 8, INDEX_MAGIC);
         index.store(HDR_FORMAT as u64 * 8, FORMAT_VERSION);
+        index.store(HDR_POLICY_AREA as u64 * 8, policy_area_bytes);
+        index.store(HDR_POLICY_BASE as u64 * 8, policy_area_base);
         let mut s = Store {
             index,
             data,
@@ -283,10 +337,11 @@ impl Store {
                 table_units: 0,
             },
             migration: None,
-            gen: 0,
+            policy_area_bytes,
+            policy_area_base,
             table_free: BTreeMap::new(),
             table_high_water: (INDEX_HEADER_BYTES / TABLE_ALIGN_BYTES) as u32,
-            table_units_max: (index_len / TABLE_ALIGN_BYTES) as u32,
+            table_units_max: (policy_area_base / TABLE_ALIGN_BYTES) as u32,
             buckets_max,
             buckets_initial,
             slabs: Slabs::new(data_len, cfg.memory_bytes_max),
@@ -351,9 +406,11 @@ impl Store {
         } else {
             return None;
         };
-        self.gen = self.gen.wrapping_add(1);
+        // One more than the readers' table: the two tables of a migration use different
+        // policy areas (`Layout::policy_of`). An abandoned migration target's generation is
+        // reused by the next one; readers never saw it.
         Some(Layout {
-            gen: self.gen,
+            gen: self.table.gen.wrapping_add(1),
             buckets,
             table_units: start,
         })
@@ -363,6 +420,14 @@ impl Store {
         let pages = t.table_bytes().div_ceil(TABLE_ALIGN_BYTES) as u32;
         self.index
             .punch(t.table_offset(), u64::from(pages) * TABLE_ALIGN_BYTES);
+        // Its policy words too (the live table uses the other area).
+        let (first, _) = t.policy_of(
+            self.policy_area_base,
+            self.policy_area_bytes,
+            t.table_offset(),
+        );
+        let len = (t.buckets() * 8).div_ceil(TABLE_ALIGN_BYTES) * TABLE_ALIGN_BYTES;
+        self.index.punch(first, len.min(self.policy_area_bytes));
         let (mut s, mut n) = (t.table_units, pages);
         if let Some((&ps, &pn)) = self.table_free.range(..s).next_back() {
             if ps + pn == s {
@@ -388,6 +453,35 @@ impl Store {
 
     fn ie_off(t: Layout, bucket: u64, i: usize) -> u64 {
         t.bucket_offset(bucket) + entry_word(i) as u64 * 8
+    }
+
+    /// The policy word and nibble shift of the entry at `off` of table `t`.
+    fn policy_word(&self, t: Layout, off: u64) -> (&std::sync::atomic::AtomicU64, u32) {
+        let (w, shift) = t.policy_of(self.policy_area_base, self.policy_area_bytes, off);
+        (self.index.word(w), shift)
+    }
+
+    /// The side word of the published entry with index word `w0` at `off` of table `t`:
+    /// units and memgest from its data header, the policy nibble from the policy area.
+    fn side(&self, t: Layout, off: u64, w0: u64) -> u64 {
+        let w2 = self.data.load(u64::from(ie_location(w0)) * UNIT_BYTES + 16);
+        let (pw, shift) = self.policy_word(t, off);
+        let policy = (pw.load(Ordering::Relaxed) >> shift) & POLICY_NIBBLE;
+        side_pack(de_units(w2) as u32, de_memgest(w2), policy)
+    }
+
+    /// Set the policy nibble of the entry at `off` of table `t` to side word `w1`'s. Two
+    /// RMWs, never a store of the whole word: in-process readers CAS reference bits of other
+    /// entries of the same word concurrently, and a plain store could undo another entry's
+    /// TTL bit only the writer sets. A reader's bump landing between the two RMWs leaves a
+    /// reference bit set (an access recorded), never a TTL bit changed.
+    fn set_policy(&self, t: Layout, off: u64, w1: u64) {
+        let (pw, shift) = self.policy_word(t, off);
+        pw.fetch_and(!(POLICY_NIBBLE << shift), Ordering::Relaxed);
+        let v = (w1 >> S_SHIFT) & POLICY_NIBBLE;
+        if v != 0 {
+            pw.fetch_or(v << shift, Ordering::Relaxed);
+        }
     }
 
     fn overflow(&self, t: Layout, bucket: u64) -> u64 {
@@ -488,7 +582,7 @@ impl Store {
                     continue;
                 }
                 if self.key_matches(ie_location(w0), key) {
-                    let w1 = self.index.load(off + 8);
+                    let w1 = self.side(t, off, w0);
                     return Some(Found {
                         ie_off: off,
                         bucket: b,
@@ -514,7 +608,7 @@ impl Store {
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
                 if self.index.load(off) == 0 {
-                    self.index.word(off + 8).store(w1, Ordering::Release);
+                    self.set_policy(t, off, w1);
                     self.index.word(off).store(w0, Ordering::Release);
                     if k > 0 {
                         self.add_overflow(t, home, 1, k);
@@ -533,7 +627,7 @@ impl Store {
 
     fn clear_entry(&self, t: Layout, f: &Found, h: u64) {
         self.index.word(f.ie_off).store(0, Ordering::Release);
-        self.index.word(f.ie_off + 8).store(0, Ordering::Release);
+        self.set_policy(t, f.ie_off, 0);
         let home = t.home(h);
         if f.bucket != home {
             self.add_overflow(t, home, -1, 0);
@@ -551,7 +645,7 @@ impl Store {
             return;
         };
         if let Some(f) = self.find_in(to, key, h) {
-            self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
+            self.set_policy(to, f.ie_off, w1);
             self.index.word(f.ie_off).store(w0, Ordering::Release);
         }
     }
@@ -592,7 +686,7 @@ impl Store {
                 if w0 == 0 {
                     continue;
                 }
-                let w1 = self.index.load(off + 8);
+                let w1 = self.side(from, off, w0);
                 let Some(key) = self.read_key(ie_location(w0)) else {
                     continue;
                 };
@@ -655,15 +749,17 @@ impl Store {
 
     // ----- data entries -------------------------------------------------------------------
 
-    /// Write the entry image at `loc`; returns its checksum for index word 1.
+    /// Write the entry image at `loc`; returns its check for the index word (`w0`: the index
+    /// word's location and tag, [`ie_bound`]).
     fn write_entry(&mut self, loc: u32, key: &[u8], value: &[u8], meta: &Meta, w0: u64) -> u32 {
         let ttl = meta.expire_at_ms.is_some();
-        let units = entry_units(key.len(), value.len(), ttl);
+        let units = entry_units(key.len(), value.len(), ttl, meta.memgest.0);
         let img = &mut self.scratch;
         img.clear();
         img.extend_from_slice(&((meta.version.0 >> 64) as u64).to_le_bytes());
         img.extend_from_slice(&(meta.version.0 as u64).to_le_bytes());
-        let w2 = de_w2(key.len() as u32, value.len() as u32, ttl) | de_kind_bits(meta.kind);
+        let w2 = de_w2(key.len() as u32, value.len() as u32, ttl, meta.memgest.0)
+            | de_kind_bits(meta.kind);
         // A short header is 20 bytes: only word 2's low half is header, the key follows.
         let w2_bytes = de_header_bytes(w2).min(ENTRY_HEADER_BYTES) - 16;
         img.extend_from_slice(&w2.to_le_bytes()[..w2_bytes]);
@@ -673,7 +769,7 @@ impl Store {
         img.extend_from_slice(key);
         img.extend_from_slice(value);
         img.resize((units * UNIT_BYTES) as usize, 0);
-        let c = checksum(img, w0, units as u32);
+        let c = checksum(img, w0);
         // The slot may be a freed entry's that a direct reader is copying: order the kill
         // (mark_dead) before these stores, so a reader whose copy saw any of them sees the
         // kill when it re-loads word 2 (the seqlock of read::read_entry_direct).
@@ -703,6 +799,11 @@ impl Store {
         )
     }
 
+    /// The memgest recorded in the data entry at `loc` (format 5: in its header).
+    fn memgest_at(&self, loc: u32) -> u16 {
+        de_memgest(self.data.load(u64::from(loc) * UNIT_BYTES + 16))
+    }
+
     /// Mark the entry at `loc` published (word 2's live bit, layout.rs). Call it *after* the
     /// index entry that points at it is stored: a direct reader that sees the bit then sees
     /// the publication too (Release).
@@ -726,7 +827,7 @@ impl Store {
         let (version, _, _, expire_at_ms) = self.header(loc);
         Meta {
             version,
-            memgest: MemgestId(ie_memgest(f.w0)),
+            memgest: MemgestId(s_memgest(f.w1)),
             expire_at_ms,
             kind: de_kind(self.data.load(u64::from(loc) * UNIT_BYTES + 16)),
         }
@@ -748,12 +849,13 @@ impl Store {
         add: bool,
     ) {
         debug_assert_eq!(slot, key_slot(key));
-        let bytes = self.slabs.footprint(u64::from(ie_size_units(f_w1)));
+        debug_assert!(f_w0 != 0);
+        let bytes = self.slabs.footprint(u64::from(s_units(f_w1)));
         let term = digest_term(h, version);
-        let ttl = f_w1 & POLICY_TTL != 0;
+        let ttl = f_w1 & S_TTL != 0;
         let m = self
             .per_memgest
-            .entry(MemgestId(ie_memgest(f_w0)))
+            .entry(MemgestId(s_memgest(f_w1)))
             .or_default();
         let s = &mut self.slots[usize::from(slot)];
         if add {
@@ -777,12 +879,12 @@ impl Store {
             self.count -= 1;
             self.ttl_count -= u64::from(ttl);
         }
-        self.slot_index_account(key, slot, ie_memgest(f_w0), version, add);
+        self.slot_index_account(key, slot, s_memgest(f_w1), version, add);
     }
 
     /// [`Store::account`] of `old` (removed) then `new` (added) for one key rewritten in
     /// place: the same sums, with the key's slot (a CRC16 of the key) computed once and the
-    /// slot's and memgest's counters touched once. Each triple is (index word 0, word 1,
+    /// slot's and memgest's counters touched once. Each triple is (index word, side word,
     /// version).
     fn account_replace(
         &mut self,
@@ -793,9 +895,9 @@ impl Store {
         new: (u64, u64, Version),
     ) {
         debug_assert_eq!(slot, key_slot(key));
-        let old_bytes = self.slabs.footprint(u64::from(ie_size_units(old.1)));
-        let new_bytes = self.slabs.footprint(u64::from(ie_size_units(new.1)));
-        let (old_m, new_m) = (MemgestId(ie_memgest(old.0)), MemgestId(ie_memgest(new.0)));
+        let old_bytes = self.slabs.footprint(u64::from(s_units(old.1)));
+        let new_bytes = self.slabs.footprint(u64::from(s_units(new.1)));
+        let (old_m, new_m) = (MemgestId(s_memgest(old.1)), MemgestId(s_memgest(new.1)));
         if old_m == new_m {
             let m = self.per_memgest.entry(old_m).or_default();
             m.bytes = m.bytes - old_bytes + new_bytes;
@@ -807,7 +909,7 @@ impl Store {
             m.keys += 1;
             m.bytes += new_bytes;
         }
-        let (old_ttl, new_ttl) = (old.1 & POLICY_TTL != 0, new.1 & POLICY_TTL != 0);
+        let (old_ttl, new_ttl) = (old.1 & S_TTL != 0, new.1 & S_TTL != 0);
         let s = &mut self.slots[usize::from(slot)];
         s.bytes = s.bytes - old_bytes + new_bytes;
         s.digest = s
@@ -846,6 +948,8 @@ impl Store {
             index: self.index.clone(),
             _data: self.data.clone(),
             view,
+            policy_area_base: self.policy_area_base,
+            policy_area_bytes: self.policy_area_bytes,
         }
     }
 
@@ -872,9 +976,12 @@ impl Store {
     pub fn get_entry(&self, key: &[u8], h: u64) -> Option<Entry> {
         let f = self.find(key, h)?;
         let meta = self.meta_of(&f);
-        let (_, kl, vl, exp) = self.header(ie_location(f.w0));
-        let img = self.load_entry(ie_location(f.w0), ie_size_units(f.w1));
-        let hdr = header_bytes_for(kl as usize, vl as usize, exp.is_some());
+        let (_, kl, vl, _) = self.header(ie_location(f.w0));
+        let img = self.load_entry(ie_location(f.w0), s_units(f.w1));
+        let hdr = de_header_bytes(
+            self.data
+                .load(u64::from(ie_location(f.w0)) * UNIT_BYTES + 16),
+        );
         let start = hdr + kl as usize;
         let value = img.get(start..start + vl as usize)?.to_vec();
         Some(Entry {
@@ -890,10 +997,7 @@ impl Store {
     /// slot): its data-region slot (size class, or page-rounded run) plus one index entry.
     pub fn footprint(&self, key: &[u8], h: u64) -> Option<u64> {
         let f = self.find(key, h)?;
-        Some(
-            self.slabs.footprint(u64::from(ie_size_units(f.w1)))
-                + BUCKET_BYTES / BUCKET_ENTRIES as u64,
-        )
+        Some(self.slabs.footprint(u64::from(s_units(f.w1))) + INDEX_ENTRY_BYTES)
     }
 
     pub fn get_meta(&self, key: &[u8], h: u64) -> Option<Meta> {
@@ -929,14 +1033,20 @@ impl Store {
         meta: Meta,
         evictable: &dyn Fn(MemgestId) -> bool,
     ) -> Result<(StagedHandle, Vec<Version>), Error> {
-        let units = entry_units(key.len(), value.len(), meta.expire_at_ms.is_some());
+        let units = entry_units(
+            key.len(),
+            value.len(),
+            meta.expire_at_ms.is_some(),
+            meta.memgest.0,
+        );
         let evicted = self.make_room(units, evictable)?;
         let loc = self.slabs.alloc(units).ok_or(Error::NoSpace)?;
-        let w0 = ie_w0(loc, tag_of(h), meta.memgest.0);
-        let crc = self.write_entry(loc, key, value, &meta, w0);
-        let w1 = ie_w1(crc, units as u32)
+        let bound = ie_pack(loc, tag_of(h), 0);
+        let check = self.write_entry(loc, key, value, &meta, bound);
+        let w0 = ie_pack(loc, tag_of(h), check);
+        let w1 = side_pack(units as u32, meta.memgest.0, 0)
             | if meta.expire_at_ms.is_some() {
-                POLICY_TTL
+                S_TTL
             } else {
                 0
             };
@@ -980,9 +1090,10 @@ impl Store {
         if let Some(f) = found {
             let old = self.meta_of(&f);
             // Keep the access bits of the key across versions.
-            let w1 = handle.w1 | (f.w1 & POLICY_FREQ_MASK);
+            let w1 = handle.w1 | (f.w1 & S_FREQ);
             self.mark_dead(ie_location(f.w0));
-            self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
+            self.set_policy(self.table, f.ie_off, w1);
+            // The one-word publish: readers see the old entry or the new one, whole.
             self.index
                 .word(f.ie_off)
                 .store(handle.w0, Ordering::Release);
@@ -1056,15 +1167,14 @@ impl Store {
     /// Look `key` up for a plain overwrite that follows at once ([`Store::put_looked_up`]),
     /// so that a SET finds its key once, not twice. Also says whether the entry found is
     /// expired at `now_ms` (the caller then takes the general path, which reaps it first); an
-    /// entry without a TTL (the policy bit of index word 1) is decided without reading its
-    /// header.
+    /// entry without a TTL (the policy nibble's TTL bit) is decided without reading its
+    /// expiry.
     /// `slot` is `key_slot(key)`, computed once by the caller.
     pub(crate) fn look_up_for_put(&self, key: &[u8], h: u64, slot: u16, now_ms: u64) -> PutLookup {
         debug_assert_eq!(slot, key_slot(key));
         let found = self.find(key, h);
         let expired = found.is_some_and(|f| {
-            f.w1 & POLICY_TTL != 0
-                && matches!(self.header(ie_location(f.w0)).3, Some(t) if t <= now_ms)
+            f.w1 & S_TTL != 0 && matches!(self.header(ie_location(f.w0)).3, Some(t) if t <= now_ms)
         });
         PutLookup {
             found,
@@ -1126,7 +1236,7 @@ impl Store {
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
                 let w0 = self.index.load(off);
-                if w0 != 0 && evictable(MemgestId(ie_memgest(w0))) {
+                if w0 != 0 && evictable(MemgestId(s_memgest(self.side(t, off, w0)))) {
                     if let Some(v) = self.evict_at(off) {
                         evicted.push(v);
                         return Some(());
@@ -1181,13 +1291,12 @@ impl Store {
         respect_ref: bool,
     ) -> Option<Version> {
         let (f, h, key) = self.owner_of(loc)?;
-        if !evictable(MemgestId(ie_memgest(f.w0))) {
+        if !evictable(MemgestId(s_memgest(f.w1))) {
             return None;
         }
-        if respect_ref && f.w1 & POLICY_FREQ_MASK != 0 {
-            self.index
-                .word(f.ie_off + 8)
-                .fetch_and(!POLICY_FREQ_MASK, Ordering::Relaxed);
+        if respect_ref && f.w1 & S_FREQ != 0 {
+            let (pw, shift) = self.policy_word(self.table, f.ie_off);
+            pw.fetch_and(!(POLICY_FREQ << shift), Ordering::Relaxed);
             return None;
         }
         let m = self.unlink(&key, h, &f);
@@ -1293,7 +1402,7 @@ impl Store {
         }
         let ci = self
             .slabs
-            .class_of(u64::from(ie_size_units(w1)))
+            .class_of(u64::from(s_units(w1)))
             .map_or(self.s3.len() - 1, usize::from);
         if self.ghost_set.remove(&h) {
             self.s3[ci].main.push_back(loc);
@@ -1359,18 +1468,20 @@ impl Store {
             let Some((f, _h, _)) = self.owner_of(loc) else {
                 continue; // stale: freed, moved or reused
             };
-            if !evictable(MemgestId(ie_memgest(f.w0))) {
+            if !evictable(MemgestId(s_memgest(f.w1))) {
                 // Pinned entries stay; park them at the back of main.
                 self.s3[ci].main.push_back(loc);
                 continue;
             }
-            let freq = (f.w1 & POLICY_FREQ_MASK) >> POLICY_SHIFT;
+            let freq = (f.w1 & S_FREQ) >> S_SHIFT;
             if freq > 0 {
-                let w = self.index.word(f.ie_off + 8);
+                let (w, shift) = self.policy_word(self.table, f.ie_off);
                 if from_small {
-                    w.fetch_and(!POLICY_FREQ_MASK, Ordering::Relaxed);
+                    w.fetch_and(!(POLICY_FREQ << shift), Ordering::Relaxed);
                 } else {
-                    w.fetch_sub(1 << POLICY_SHIFT, Ordering::Relaxed);
+                    // freq > 0 was read just now and only this writer lowers it: no borrow
+                    // out of the nibble.
+                    w.fetch_sub(1 << shift, Ordering::Relaxed);
                 }
                 self.s3[ci].main.push_back(loc);
                 continue;
@@ -1415,7 +1526,7 @@ impl Store {
             for &loc in &slots {
                 *work += 1;
                 match self.owner_of(loc) {
-                    Some((f, _, _)) if evictable(MemgestId(ie_memgest(f.w0))) => owners.push(loc),
+                    Some((f, _, _)) if evictable(MemgestId(s_memgest(f.w1))) => owners.push(loc),
                     _ => {
                         ok = false;
                         break;
@@ -1454,9 +1565,8 @@ impl Store {
         } else {
             // No room for a fresh table: clear the current one in place.
             self.index.punch(old.table_offset(), old.table_bytes());
-            self.gen = self.gen.wrapping_add(1);
             let t = Layout {
-                gen: self.gen,
+                gen: old.gen.wrapping_add(1),
                 ..old
             };
             self.switch_to(t);
@@ -1495,7 +1605,7 @@ impl Store {
                 if t.home(h) != b {
                     continue;
                 }
-                let w1 = self.index.load(off + 8);
+                let w1 = self.side(t, off, w0);
                 f(
                     Found {
                         ie_off: off,
@@ -1607,7 +1717,7 @@ impl Store {
     pub fn reap_if_expired(&mut self, key: &[u8], now_ms: u64) -> Option<Version> {
         let h = key_hash(key);
         let f = self.find(key, h)?;
-        if f.w1 & POLICY_TTL == 0 {
+        if f.w1 & S_TTL == 0 {
             return None;
         }
         let (_, _, _, exp) = self.header(ie_location(f.w0));
@@ -1631,9 +1741,12 @@ impl Store {
             buckets += 1;
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
-                let w1 = self.index.load(off + 8);
                 let w0 = self.index.load(off);
-                if w0 == 0 || w1 & POLICY_TTL == 0 {
+                if w0 == 0 {
+                    continue;
+                }
+                let (pw, shift) = self.policy_word(t, off);
+                if (pw.load(Ordering::Relaxed) >> shift) & POLICY_TTL == 0 {
                     continue;
                 }
                 report.expiry_scanned += 1;
@@ -1687,17 +1800,17 @@ impl Store {
             let Some(new_loc) = self.slabs.alloc_in_class_except(class, page) else {
                 return;
             };
-            let units = ie_size_units(f.w1);
+            let units = s_units(f.w1);
             let mut img = self.load_entry(loc, units);
             // The copy is unpublished until the index points at it.
             img[16] &= !(DE_LIVE_BIT as u8);
-            let w0 = ie_w0(new_loc, ie_tag(f.w0), ie_memgest(f.w0));
-            let c = checksum(&img, w0, units);
-            let w1 = ie_w1(c, units) | (self.index.load(f.ie_off + 8) & !IE_W1_CHECKED_MASK);
+            let bound = ie_pack(new_loc, ie_tag(f.w0), 0);
+            let w0 = ie_pack(new_loc, ie_tag(f.w0), checksum(&img, bound));
+            // Same key, same policy nibble: only the index word changes.
+            let w1 = f.w1;
             fence(Ordering::Release); // as in write_entry: the slot may be a freed one
             self.data.write_bytes(u64::from(new_loc) * UNIT_BYTES, &img);
             self.mark_dead(loc);
-            self.index.word(f.ie_off + 8).store(w1, Ordering::Release);
             self.index.word(f.ie_off).store(w0, Ordering::Release);
             if self.mirrored(f.bucket) {
                 self.mirror_update(&key, h, w0, w1);
@@ -1732,10 +1845,10 @@ impl Store {
                 if w0 == 0 {
                     continue;
                 }
-                let w1 = self.index.load(off + 8);
+                let w1 = self.side(t, off, w0);
                 let loc = ie_location(w0);
-                let img = self.load_entry(loc, ie_size_units(w1));
-                if checksum(&img, w0, ie_size_units(w1)) != ie_crc(w1) {
+                let img = self.load_entry(loc, s_units(w1));
+                if checksum(&img, w0) != ie_check(w0) {
                     return Err(format!("bucket {b} entry {i}: bad checksum at {loc}"));
                 }
                 if !de_live(self.data.load(u64::from(loc) * UNIT_BYTES + 16)) {
@@ -1758,7 +1871,7 @@ impl Store {
                     reach[home as usize] = reach[home as usize].max(dist);
                 }
                 let (version, _, _, exp) = self.header(loc);
-                if exp.is_some() != (w1 & POLICY_TTL != 0) {
+                if exp.is_some() != (w1 & S_TTL != 0) {
                     return Err(format!("bucket {b} entry {i}: TTL bit mismatch"));
                 }
                 if !keys.insert(key.clone()) {
@@ -1770,7 +1883,7 @@ impl Store {
                 count += 1;
                 ttl_count += u64::from(exp.is_some());
                 *slot_ttl.entry(key_slot(&key)).or_insert(0) += u32::from(exp.is_some());
-                bytes += self.slabs.footprint(u64::from(ie_size_units(w1)));
+                bytes += self.slabs.footprint(u64::from(s_units(w1)));
                 let d = digests.entry(key_slot(&key)).or_insert(0);
                 *d = d.wrapping_add(digest_term(h, version));
             }
@@ -1833,10 +1946,18 @@ impl Store {
                 let off = Self::ie_off(t, b, i);
                 let w0 = self.index.load(off);
                 if w0 != 0 && ie_tag(w0) == tag {
-                    let w = self.index.word(off + 8);
+                    let (w, shift) = self.policy_word(t, off);
                     let cur = w.load(Ordering::Relaxed);
-                    if cur & POLICY_FREQ_MASK != POLICY_FREQ_MASK {
-                        w.store(cur + (1 << POLICY_SHIFT), Ordering::Relaxed);
+                    if (cur >> shift) & POLICY_FREQ != POLICY_FREQ {
+                        // Readers CAS the same word: a CAS too (an add could carry into
+                        // the TTL bit after a reader's bump), and a lost race is a lost
+                        // access record, nothing more.
+                        let _ = w.compare_exchange(
+                            cur,
+                            cur + (1 << shift),
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
                     }
                 }
             }
@@ -1849,8 +1970,13 @@ impl Store {
             keys_with_ttl: self.ttl_count,
             used_bytes: self.used_bytes,
             committed_bytes: self.slabs.committed(),
+            // Tables plus their policy words (a word per bucket, in the policy areas).
             index_bytes: self.table.table_bytes()
-                + self.migration.as_ref().map_or(0, |m| m.to.table_bytes()),
+                + self.table.buckets() * 8
+                + self
+                    .migration
+                    .as_ref()
+                    .map_or(0, |m| m.to.table_bytes() + m.to.buckets() * 8),
             memory_bytes_max: self.slabs.budget(),
             per_memgest: self
                 .per_memgest

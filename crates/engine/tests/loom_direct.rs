@@ -3,7 +3,7 @@
 //! entry, `mark_dead` before it stops; a fence before a slot's image is rewritten),
 //! exhaustively over interleavings and loom's weak-memory behaviours.
 //!
-//! The model in miniature: one index entry (word 0 = location, word 1 = checksum) and two data
+//! The model in miniature: one index entry (one word, format 5: location | check) and two data
 //! slots of three words (word 2 with the live bit, version, value). Every image has the same
 //! word 2 apart from the live bit (the worst case for the seqlock: only the live bit and the
 //! checksum tell incarnations apart). Version 1 is published in slot A before the reader
@@ -31,8 +31,8 @@ const LIVE: u64 = 1 << 1;
 const W2: u64 = 0x1234;
 
 struct Region {
-    w0: AtomicU64,
-    w1: AtomicU64,
+    /// The index entry: `location | check << 8` (one word since format 5).
+    w: AtomicU64,
     /// Per slot: word 2, version, value.
     slots: [[AtomicU64; 3]; 3],
     /// Set by the writer once version 2 is published (the model's "a later reader knows").
@@ -45,10 +45,11 @@ fn value_of(version: u64) -> u64 {
 
 /// Stand-in for CRC-32C over (image without the live bit, location).
 fn checksum(loc: u64, w2: u64, version: u64, value: u64) -> u64 {
-    ((w2 & !LIVE).wrapping_mul(0x2545_f491)
+    (((w2 & !LIVE).wrapping_mul(0x2545_f491)
         ^ version.wrapping_mul(0x9e37_79b9_7f4a_7c15)
         ^ value.rotate_left(17)
         ^ loc.wrapping_mul(31))
+        & 0xff_ffff)
         | 1
 }
 
@@ -65,8 +66,8 @@ fn publish(r: &Region, old: Option<usize>, new: usize, version: u64) {
     if let Some(o) = old {
         r.slots[o][0].fetch_and(!LIVE, Ordering::Release); // mark_dead
     }
-    r.w1.store(crc, Ordering::Release);
-    r.w0.store(new as u64, Ordering::Release);
+    // The one-word publish.
+    r.w.store(new as u64 | (crc << 8), Ordering::Release);
     slot[0].fetch_or(LIVE, Ordering::Release); // mark_live
 }
 
@@ -95,8 +96,7 @@ fn a_data_hint_never_returns_a_torn_or_superseded_item() {
     model.preemption_bound = Some(3);
     model.check(|| {
         let r = Arc::new(Region {
-            w0: AtomicU64::new(0),
-            w1: AtomicU64::new(0),
+            w: AtomicU64::new(0),
             slots: Default::default(),
             v2_published: AtomicBool::new(false),
         });
@@ -130,8 +130,7 @@ fn a_data_hint_is_stale_once_its_entry_is_replaced() {
     model.preemption_bound = Some(3);
     model.check(|| {
         let r = Arc::new(Region {
-            w0: AtomicU64::new(0),
-            w1: AtomicU64::new(0),
+            w: AtomicU64::new(0),
             slots: Default::default(),
             v2_published: AtomicBool::new(false),
         });

@@ -370,21 +370,29 @@ mod tests {
         assert_eq!(Hello::decode(&b[..10]), Err(ProtoError::Truncated));
     }
 
-    /// A node of the previous region format (3: every data entry had a 24-byte header) is
-    /// refused by name before anything is mapped, as a format-3 client refuses a format-4
-    /// node (it compares the same field against its own constant): neither side misreads
-    /// the other's entries.
+    /// A node of the previous region formats (4: two-word index entries, eight per bucket;
+    /// 3: every data entry had a 24-byte header) is refused by name before anything is
+    /// mapped, as a format-4 client refuses a format-5 node (it compares the same field
+    /// against its own constant, before any layout field): neither side misreads the other's
+    /// entries.
     #[test]
     fn hello_refuses_the_previous_entry_format() {
-        assert_eq!(FORMAT_VERSION, 4);
+        assert_eq!(FORMAT_VERSION, 5);
         let mut old = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
+        old.format_version = 4;
+        old.bucket_entries = 8;
+        assert_eq!(Hello::decode(&old.encode()), Err(ProtoError::Format(4)));
+        assert_eq!(
+            ProtoError::Format(4).to_string(),
+            "region format 4 differs from this client's"
+        );
         old.format_version = 3;
         old.entry_header_bytes = 24;
         assert_eq!(Hello::decode(&old.encode()), Err(ProtoError::Format(3)));
-        assert_eq!(
-            ProtoError::Format(3).to_string(),
-            "region format 3 differs from this client's"
-        );
+        // What a format-4 client says to this node: the field it checks first is ours.
+        let new = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
+        assert_eq!(new.format_version, 5);
+        assert_eq!(new.bucket_entries, 16);
         // Same format, another header size: refused as a layout difference.
         let mut odd = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
         odd.entry_header_bytes = 24;

@@ -95,7 +95,13 @@ impl Store {
                 };
                 let (version, _, _, _) = self.header(ie_location(w0));
                 ix.order.insert(slot_order_code(&key));
-                ix.toggle(key_slot(&key), &key, version, ie_memgest(w0), true);
+                ix.toggle(
+                    key_slot(&key),
+                    &key,
+                    version,
+                    self.memgest_at(ie_location(w0)),
+                    true,
+                );
             }
         }
         self.slot_index = Some(ix);
@@ -156,20 +162,17 @@ impl Store {
     /// order, with the key's hash.
     ///
     /// This is every per-slot scan's inner loop (a copy page, a wipe, a repair key list all
-    /// come here once per code), so it reads as few keys as it can: the index entry's tag is
-    /// the key hash's top 16 bits, of which bits 48 and 49 are also the code's, so an entry
-    /// whose tag disagrees there is skipped without reading its key (3 in 4 of the
-    /// neighbours); the others' keys are hashed once, and the slot computed only for a key
-    /// whose hash bits match. (Session 18: reading and hashing every neighbour's key twice
-    /// made a move's copy pages and the old owner's wipe ~40 % of a move's node CPU, and the
-    /// copy 2.7x the CPU per MB it took when the replica store had its own key index.)
+    /// come here once per code), so it does as little per neighbour as it can: each key is
+    /// hashed once, and its slot computed only when the hash bits match. (The format-4 index
+    /// entry's 16-bit tag shared hash bits 48-49 with the code, which let the probe skip 3 in
+    /// 4 neighbours unread; format 5's 8-bit tag is bits 56-63, which the code does not keep.)
+    /// Session 18: reading and hashing every neighbour's key twice made a move's copy pages
+    /// and the old owner's wipe ~30 % of a move's node CPU, and the copy 2x the CPU per MB
+    /// it took when the replica store had its own key index.
     fn code_probe(&self, code: u64, mut f: impl FnMut(Found, Vec<u8>)) {
         let t = self.table;
         let want = code & crate::hash::SLOT_ORDER_HASH_MASK;
         let slot = (code >> SLOT_ORDER_HASH_BITS) as u16;
-        // Hash bits 48-49 as the tag holds them (`tag_of` stores a zero tag as 1, so a tag
-        // of 1 may stand for 0 and is never skipped on these bits).
-        let tag_bits = (want >> 48) & 3;
         // The home bucket depends on the low 32 hash bits only, which the code keeps.
         let b = t.home(code);
         for k in 0..=self.reach(t, b) {
@@ -180,10 +183,6 @@ impl Store {
                 if w0 == 0 {
                     continue;
                 }
-                let tag = ie_tag(w0);
-                if tag != 1 && u64::from(tag) & 3 != tag_bits {
-                    continue;
-                }
                 let Some(key) = self.read_key(ie_location(w0)) else {
                     continue;
                 };
@@ -192,7 +191,7 @@ impl Store {
                 {
                     continue;
                 }
-                let w1 = self.index.load(off + 8);
+                let w1 = self.side(t, off, w0);
                 f(
                     Found {
                         ie_off: off,
@@ -249,8 +248,8 @@ impl Store {
     /// of its slots.
     fn value_of(&self, f: &Found) -> Option<Vec<u8>> {
         let loc = ie_location(f.w0);
-        let (_, kl, vl, exp) = self.header(loc);
-        let hdr = header_bytes_for(kl as usize, vl as usize, exp.is_some());
+        let (_, kl, vl, _) = self.header(loc);
+        let hdr = de_header_bytes(self.data.load(u64::from(loc) * UNIT_BYTES + 16));
         let start = u64::from(loc) * UNIT_BYTES + hdr as u64 + u64::from(kl);
         let end = start + u64::from(vl);
         let (lo, hi) = (start & !7, (end + 7) & !7);
@@ -457,7 +456,13 @@ impl Store {
                 let key = self.read_key(ie_location(w0)).ok_or("unreadable key")?;
                 let (version, _, _, _) = self.header(ie_location(w0));
                 want.order.insert(slot_order_code(&key));
-                want.toggle(key_slot(&key), &key, version, ie_memgest(w0), true);
+                want.toggle(
+                    key_slot(&key),
+                    &key,
+                    version,
+                    self.memgest_at(ie_location(w0)),
+                    true,
+                );
                 debug_assert_eq!(key_hash(&key) as u32, slot_order_code(&key) as u32);
             }
         }
