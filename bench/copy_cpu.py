@@ -11,10 +11,9 @@ MB moves far less with the machine's load than wall-clock MB/s does, which is wh
   REPS=3 python3 bench/copy_cpu.py BIN [BIN ...]      # binaries alternated in each round
   PERF=/tmp/perf.data REPS=1 python3 bench/copy_cpu.py BIN   # also perf record the nodes
 """
-import os, re, signal, subprocess, sys, threading, time
+import os, signal, subprocess, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reshard
-from benchlib import free_base
 import redis
 
 def procs_of(root):
@@ -32,18 +31,7 @@ def cpu(pids):
     return t / os.sysconf("SC_CLK_TCK")
 
 def run(binary, keys=200000, size=1024):
-    base = free_base(4)
-    up = subprocess.Popen([binary, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
-                           "--default-memgest", "rep:3", "--memory-mb", "4096"],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    control = secret = None
-    for line in up.stdout:
-        if line.startswith("cluster secret file "):
-            secret = line.split()[-1]
-        if line.startswith("ringlet cluster ready"):
-            control = re.search(r"control (\S+?),", line).group(1)
-            break
-    threading.Thread(target=lambda: [None for _ in up.stdout], daemon=True).start()
+    up, base, control, secret = reshard.start_up(binary)
     try:
         reshard.load(base, keys, size)
         admin = ["--control", control, "--cluster-secret-file", secret]

@@ -242,7 +242,9 @@ def unlimited_flag(binary):
     return "unlimited" in r.stdout
 
 
-def ringlet_run(binary, keys, size, tail=0, memgest="rep:3", rate=0.0):
+def start_up(binary, memgest="rep:3"):
+    """`ringlet up --nodes 3 --spares 1` on free ports: (process, base port, control address,
+    secret file), once the cluster reports ready."""
     base = free_base(4)
     up = subprocess.Popen([binary, "up", "--nodes", "3", "--spares", "1", "--port", str(base),
                            "--default-memgest", memgest, "--memory-mb", "4096"],
@@ -255,6 +257,11 @@ def ringlet_run(binary, keys, size, tail=0, memgest="rep:3", rate=0.0):
             control = re.search(r"control (\S+?),", line).group(1)
             break
     threading.Thread(target=lambda: [None for _ in up.stdout], daemon=True).start()
+    return up, base, control, secret
+
+
+def ringlet_run(binary, keys, size, tail=0, memgest="rep:3", rate=0.0):
+    up, base, control, secret = start_up(binary, memgest)
     try:
         load(base, keys, size)
         admin = ["--control", control, "--cluster-secret-file", secret]

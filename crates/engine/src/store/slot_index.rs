@@ -170,39 +170,14 @@ impl Store {
     /// and the old owner's wipe ~30 % of a move's node CPU, and the copy 2x the CPU per MB
     /// it took when the replica store had its own key index.
     fn code_probe(&self, code: u64, mut f: impl FnMut(Found, Vec<u8>)) {
-        let t = self.table;
         let want = code & crate::hash::SLOT_ORDER_HASH_MASK;
         let slot = (code >> SLOT_ORDER_HASH_BITS) as u16;
         // The home bucket depends on the low 32 hash bits only, which the code keeps.
-        let b = t.home(code);
-        for k in 0..=self.reach(t, b) {
-            let pb = t.after(b, k);
-            for i in 0..BUCKET_ENTRIES {
-                let off = Self::ie_off(t, pb, i);
-                let w0 = self.index.load(off);
-                if w0 == 0 {
-                    continue;
-                }
-                let Some(key) = self.read_key(ie_location(w0)) else {
-                    continue;
-                };
-                if key_hash(&key) & crate::hash::SLOT_ORDER_HASH_MASK != want
-                    || key_slot(&key) != slot
-                {
-                    continue;
-                }
-                let w1 = self.side(t, off, w0);
-                f(
-                    Found {
-                        ie_off: off,
-                        bucket: pb,
-                        w0,
-                        w1,
-                    },
-                    key,
-                );
+        self.home_entries(self.table.home(code), |found, h, key| {
+            if h & crate::hash::SLOT_ORDER_HASH_MASK == want && key_slot(&key) == slot {
+                f(found, key);
             }
-        }
+        });
     }
 
     /// Start loading the two lines of `code`'s home bucket in the readers' table (a hint).

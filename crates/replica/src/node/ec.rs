@@ -1010,18 +1010,13 @@ impl<S: ReplicaStore> Replica<S> {
         let mut stale = Vec::new();
         let walk = (pg, memgest, 0, Version::ZERO)..=(pg, memgest, seq, Version(u128::MAX));
         for &(_, _, s, v) in self.ec_acks.range(walk) {
-            let Some(p) = self.pending.get_mut(&v) else {
-                stale.push((s, v));
-                continue;
-            };
-            let Some(e) = &p.ec else {
-                stale.push((s, v));
-                continue;
-            };
-            if e.pg != pg || e.memgest != memgest || e.seq != s {
+            if !ec_ack_live(&self.pending, (pg, memgest, s, v)) {
                 stale.push((s, v));
                 continue;
             }
+            let Some(p) = self.pending.get_mut(&v) else {
+                continue;
+            };
             if p.targets.contains(&from) && p.acked.insert(from) {
                 if let Some(c) = self.inflight.get_mut(&from) {
                     c.0 = c.0.saturating_sub(1);
@@ -1079,12 +1074,7 @@ impl<S: ReplicaStore> Replica<S> {
             return;
         }
         let pending = &self.pending;
-        self.ec_acks.retain(|(pg, memgest, seq, v)| {
-            pending
-                .get(v)
-                .and_then(|p| p.ec.as_ref())
-                .is_some_and(|e| e.pg == *pg && e.memgest == *memgest && e.seq == *seq)
-        });
+        self.ec_acks.retain(|entry| ec_ack_live(pending, *entry));
     }
 
     /// Commit-time ec bookkeeping: free the superseded range. Returns true for background
@@ -3374,4 +3364,16 @@ fn new_sync(s: u32) -> BTreeMap<u32, SyncSrc> {
             )
         })
         .collect()
+}
+
+/// Whether an entry of `Replica::ec_acks` still names a pending ec update: the write at that
+/// version is pending, is an ec update, and is this (group, memgest, seq)'s.
+fn ec_ack_live(
+    pending: &BTreeMap<Version, Pending>,
+    (pg, memgest, seq, v): (u32, MemgestId, u64, Version),
+) -> bool {
+    pending
+        .get(&v)
+        .and_then(|p| p.ec.as_ref())
+        .is_some_and(|e| e.pg == pg && e.memgest == memgest && e.seq == seq)
 }
