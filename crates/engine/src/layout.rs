@@ -45,8 +45,8 @@
 //!
 //! Why these sizes (format 5, issue 16): the index entry is the largest per-key cost, so it is
 //! one word — 9.4 B/key at load 0.85 where the 16-byte entry of formats 1–4 took 18.8. A
-//! 32-bit location in 8-byte units addresses 32 GiB of data. The 8-bit tag (top bits of the
-//! key hash) makes a false match 1 in 256 per probed entry: it costs a wasted data read (the
+//! 32-bit location in 8-byte units addresses 32 GiB of data. The 8-bit tag (hash bits 42-49
+//! since format 6, [`tag_of`]) makes a false match 1 in 256 per probed entry: it costs a wasted data read (the
 //! full key is compared after the check), never a wrong answer. The 24-bit check is the low
 //! 24 bits of CRC-32C over the data entry image (key, value, version, memgest, expiry) *and*
 //! the location and tag: an index entry validates exactly one image at exactly one place, so a
@@ -129,8 +129,9 @@
 /// "RINGLIDX", little-endian.
 pub const INDEX_MAGIC: u64 = u64::from_le_bytes(*b"RINGLIDX");
 /// Bumped when any layout below changes (4: short data-entry headers; 5: one-word index
-/// entries, memgest in the data header, policy nibbles beside the buckets).
-pub const FORMAT_VERSION: u64 = 5;
+/// entries, memgest in the data header, policy nibbles beside the buckets; 6: the tag is
+/// hash bits 42-49, [`tag_of`]).
+pub const FORMAT_VERSION: u64 = 6;
 /// Bytes reserved for the index header (tables start 64 KiB-aligned).
 pub const INDEX_HEADER_BYTES: u64 = 64 * 1024;
 /// Word offsets in the index header.
@@ -328,10 +329,20 @@ pub const POLICY_TTL: u64 = 0b100;
 /// One whole nibble.
 pub const POLICY_NIBBLE: u64 = 0b1111;
 
-/// The key-hash tag stored in index entries: the hash's top 8 bits, never 0.
+/// Where the tag's 8 bits sit in the key hash ([`tag_of`]).
+pub const TAG_SHIFT: u32 = 42;
+
+/// The key-hash tag stored in index entries: hash bits 42-49, never 0.
+///
+/// Why those bits (format 6): they are independent of the low 32 bits that pick the home
+/// bucket, so the tag still filters a bucket's neighbours, and they lie inside the 50 hash bits
+/// a per-slot scan code keeps (`hash::slot_order_code`), so a slot scan can filter a code's
+/// home neighbourhood by tag without reading a key. Format 5 used bits 56-63, which made the
+/// scan read and hash every neighbour's key (session 18: ~22 % of a move's node CPU).
 pub fn tag_of(hash: u64) -> u8 {
-    ((hash >> 56) as u8).max(1)
+    ((hash >> TAG_SHIFT) as u8).max(1)
 }
+const _: () = assert!(TAG_SHIFT >= 32 && TAG_SHIFT + 8 <= crate::hash::SLOT_ORDER_HASH_BITS);
 
 /// Word 2's form bit (format 4): set for the short header (module docs).
 pub const DE_SHORT_BIT: u64 = 1;

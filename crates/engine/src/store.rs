@@ -1588,14 +1588,16 @@ impl Store {
 
     /// Entries whose home is bucket `b` of the readers' table, as (ie entry, key hash), key
     /// bytes appended to `keys`.
-    fn home_entries(&self, b: u64, mut f: impl FnMut(Found, u64, Vec<u8>)) {
+    fn home_entries(&self, b: u64, tag: Option<u8>, mut f: impl FnMut(Found, u64, Vec<u8>)) {
         let t = self.table;
         for k in 0..=self.reach(t, b) {
             let pb = t.after(b, k);
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, pb, i);
                 let w0 = self.index.load(off);
-                if w0 == 0 {
+                // With a tag, a neighbour of another tag is skipped unread (its key cannot
+                // hash to the caller's bits).
+                if w0 == 0 || tag.is_some_and(|g| ie_tag(w0) != g) {
                     continue;
                 }
                 let Some(key) = self.read_key(ie_location(w0)) else {
@@ -1640,7 +1642,7 @@ impl Store {
         let mut visits = count.max(1).saturating_mul(10);
         loop {
             let b = t.home(prefix);
-            self.home_entries(b, |f, _h, key| {
+            self.home_entries(b, None, |f, _h, key| {
                 if slot.is_some_and(|sl| key_slot(&key) != sl) {
                     return;
                 }

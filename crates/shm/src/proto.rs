@@ -377,7 +377,12 @@ mod tests {
     /// entries.
     #[test]
     fn hello_refuses_the_previous_entry_format() {
-        assert_eq!(FORMAT_VERSION, 5);
+        assert_eq!(FORMAT_VERSION, 6);
+        // Format 5: the same sizes, the tag from other hash bits (a format-5 reader would
+        // filter on the wrong bits and miss every key): refused by the version alone.
+        let mut five = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
+        five.format_version = 5;
+        assert_eq!(Hello::decode(&five.encode()), Err(ProtoError::Format(5)));
         let mut old = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
         old.format_version = 4;
         old.bucket_entries = 8;
@@ -391,7 +396,7 @@ mod tests {
         assert_eq!(Hello::decode(&old.encode()), Err(ProtoError::Format(3)));
         // What a format-4 client says to this node: the field it checks first is ours.
         let new = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);
-        assert_eq!(new.format_version, 5);
+        assert_eq!(new.format_version, 6);
         assert_eq!(new.bucket_entries, 16);
         // Same format, another header size: refused as a layout difference.
         let mut odd = Hello::new(1 << 20, 1 << 24, Epoch(7), 1);

@@ -13,6 +13,7 @@ Run by CI (scripts/ci.sh, pytest over crates/*/tests/py) with RINGLET_BIN set; l
 Without redis-server the tests are skipped loudly, unless RINGLET_REQUIRE_REDIS is set.
 """
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -28,13 +29,15 @@ FUTURE = "4102444800"  # 2100-01-01
 
 
 def _free_base(n):
-    """A base port with n consecutive free ports (and their +10000 cluster bus ports)."""
+    """A base port with n consecutive free ports and their +10000 partners (Redis's cluster
+    bus ports; the admin ports `ringlet up` gives its nodes).
+
+    Drawn below the kernel's ephemeral range (32768 and up by default), so the peer ports the
+    nodes bind to 0 and the outgoing connections of this and other tests cannot take one of
+    them between this check and the servers' bind (CI stop 33 lost that race)."""
+    rng = random.Random()
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n + 10000 >= 65535:
-            continue
+        base = rng.randrange(10000, 32768 - 10000 - n)
         ok = True
         for p in list(range(base, base + n)) + list(range(base + 10000, base + 10000 + n)):
             with socket.socket() as s:
@@ -46,6 +49,25 @@ def _free_base(n):
         if ok:
             return base
     raise RuntimeError("no free port range")
+
+
+def _start_up(d, tries=3):
+    """`ringlet up --nodes 3` on a free base (3 client ports, the control plane's port after
+    them, 3 admin ports); a start that loses a port race is retried on another base, and a
+    start that fails every time raises with the process's own error output."""
+    for attempt in range(tries):
+        gbase = _free_base(4)
+        err = open(os.path.join(d, f"up-{attempt}.err"), "w+")
+        up = subprocess.Popen([_ringlet_bin(), "up", "--nodes", "3", "--port", str(gbase),
+                               "--memory-mb", "64"],
+                              stdout=subprocess.PIPE, stderr=err, text=True)
+        for line in up.stdout:  # bounded: the process prints a few lines, then this one
+            if line.startswith("ringlet cluster ready"):
+                return up, gbase
+        up.wait(10)
+        err.seek(0)
+        tail = err.read()[-2000:]
+    raise RuntimeError(f"ringlet up exited before it was ready ({tries} tries); stderr:\n{tail}")
 
 
 def _ringlet_bin():
@@ -100,16 +122,8 @@ def clusters():
         _wait(lambda: all(b"cluster_state:ok" in redis.Redis(port=rbase + i)
                           .execute_command("CLUSTER", "INFO") for i in range(3)),
               "redis cluster ok")
-        gbase = _free_base(3)
-        up = subprocess.Popen([_ringlet_bin(), "up", "--nodes", "3", "--port", str(gbase),
-                               "--memory-mb", "64"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        up, gbase = _start_up(d)
         procs.append(up)
-        for line in up.stdout:  # bounded: the process prints a few lines, then this one
-            if line.startswith("ringlet cluster ready"):
-                break
-        else:
-            raise RuntimeError("ringlet up exited before it was ready")
         want = RedisCluster(host="127.0.0.1", port=rbase)
         got = RedisCluster(host="127.0.0.1", port=gbase)
         yield want, got

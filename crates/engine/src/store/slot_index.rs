@@ -163,17 +163,19 @@ impl Store {
     ///
     /// This is every per-slot scan's inner loop (a copy page, a wipe, a repair key list all
     /// come here once per code), so it does as little per neighbour as it can: each key is
-    /// hashed once, and its slot computed only when the hash bits match. (The format-4 index
-    /// entry's 16-bit tag shared hash bits 48-49 with the code, which let the probe skip 3 in
-    /// 4 neighbours unread; format 5's 8-bit tag is bits 56-63, which the code does not keep.)
-    /// Session 18: reading and hashing every neighbour's key twice made a move's copy pages
-    /// and the old owner's wipe ~30 % of a move's node CPU, and the copy 2x the CPU per MB
-    /// it took when the replica store had its own key index.
+    /// hashed once, and its slot computed only when the hash bits match; and a neighbour whose
+    /// index tag differs from the code's (hash bits 42-49, which the code keeps since format
+    /// 6) is skipped unread, so ~1 in 256 strangers is read. Session 18: reading and hashing
+    /// every neighbour's key made a move's copy pages and the old owner's wipe ~30 % of a
+    /// move's node CPU, and the copy 2x the CPU per MB it took when the replica store had its
+    /// own key index; format 5's tag (bits 56-63, outside the code) could not filter them.
     fn code_probe(&self, code: u64, mut f: impl FnMut(Found, Vec<u8>)) {
         let want = code & crate::hash::SLOT_ORDER_HASH_MASK;
         let slot = (code >> SLOT_ORDER_HASH_BITS) as u16;
-        // The home bucket depends on the low 32 hash bits only, which the code keeps.
-        self.home_entries(self.table.home(code), |found, h, key| {
+        // The home bucket depends on the low 32 hash bits only, and the tag on bits 42-49
+        // (format 6): the code keeps both, so only neighbours with this tag are read.
+        let tag = tag_of(want);
+        self.home_entries(self.table.home(code), Some(tag), |found, h, key| {
             if h & crate::hash::SLOT_ORDER_HASH_MASK == want && key_slot(&key) == slot {
                 f(found, key);
             }
@@ -253,7 +255,7 @@ impl Store {
             let mut all: Vec<(u64, Vec<u8>, Found)> = Vec::new();
             let t = self.table;
             for b in 0..t.buckets() {
-                self.home_entries(b, |fd, _h, key| {
+                self.home_entries(b, None, |fd, _h, key| {
                     if key_slot(&key) == slot {
                         all.push((slot_order_code(&key), key, fd));
                     }
