@@ -3460,11 +3460,21 @@ impl<S: ReplicaStore> Replica<S> {
                 if want == 0 {
                     return dropped;
                 }
-                let chunk = self.store.scan_slot(slot, after.as_deref(), want);
+                // Heads only: a wipe drops keys, it needs a value only to keep an ec
+                // value's bytes (its stripe may still be decoded from them), so only those
+                // are read (session 19: reading every value made the old owner's wipe after
+                // a move copy each 1 KiB value out once more).
+                let chunk = self.store.scan_slot_heads(slot, after.as_deref(), want);
                 let n = chunk.len();
-                for (k, e) in chunk {
-                    if self.is_ec_value(&e) {
-                        self.ec_leftovers.push((k.clone(), e));
+                for (k, _, m) in chunk {
+                    let ec_kind = self
+                        .map
+                        .as_ref()
+                        .is_some_and(|mp| matches!(mp.memgest_kind(m), MemgestKind::Ec { .. }));
+                    if let Some(e) = ec_kind.then(|| self.store.get(&k)).flatten() {
+                        if self.is_ec_value(&e) {
+                            self.ec_leftovers.push((k.clone(), e));
+                        }
                     }
                     // No tombstone: the keys of a given-away range leave no trace here, so
                     // older versions pulled back later are taken (a retire's tombstone one
