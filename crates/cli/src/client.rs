@@ -247,6 +247,23 @@ pub fn ping(c: &Conn) -> Result<()> {
     run(c, &[b"PING"])
 }
 
+/// The value of `field` in `INFO section` (None if the server has no such field).
+pub fn info_field(c: &Conn, section: &str, field: &str) -> Result<Option<String>> {
+    let mut s = Session::open(c)?;
+    let text = match s.call(&[b"INFO", section.as_bytes()])? {
+        Reply::Bulk(b) | Reply::Verbatim { text: b, .. } => {
+            String::from_utf8_lossy(&b).into_owned()
+        }
+        Reply::Error(e) => bail!("INFO: {}", String::from_utf8_lossy(&e)),
+        other => bail!("INFO: unexpected reply {other:?}"),
+    };
+    Ok(text.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|r| r.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    }))
+}
+
 pub fn info(c: &Conn, section: Option<&str>) -> Result<()> {
     match section {
         Some(s) => run(c, &[b"INFO", s.as_bytes()]),

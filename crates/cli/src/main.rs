@@ -40,7 +40,9 @@ enum Cmd {
     /// Run the embedded control plane on its own, for nodes on other machines (`ringlet server
     /// --cluster HOST:PORT --node-id ID` on each); `ringlet up` runs it in-process instead.
     Control(ControlArgs),
-    /// Cluster node administration (`ringlet node drain ID --control HOST:PORT`).
+    /// Cluster node administration (`ringlet node drain ID --control HOST:PORT`, or `--port P`
+    /// of any node); also spelled `ringlet cluster ...` (`ringlet cluster rebalance --port P`).
+    #[command(alias = "cluster")]
     Node(NodeCmd),
     /// Memgests of a cluster: create, drop, default, list, info, move, key.
     Memgest(memgest::MemgestCmd),
@@ -348,13 +350,26 @@ struct NodeCmd {
     action: NodeAction,
 }
 
-/// How an admin command reaches the control plane.
+/// How an admin command reaches the control plane: `--control ADDR`, or `--port P` (any
+/// node's client port: the node names its control plane in `INFO cluster`).
 #[derive(Args)]
 struct AdminConn {
     /// Control plane address (printed by `ringlet up`).
+    #[arg(long, required_unless_present = "port", conflicts_with = "port")]
+    control: Option<String>,
+    /// A node's client port (on --host): the control plane is the one that node reports to.
+    /// A plain-text client port only (with TLS on the client ports, pass --control).
     #[arg(long)]
-    control: String,
-    /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`.
+    port: Option<u16>,
+    /// The node's host, with --port.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// The nodes' client password: to ask --port's node, and for `rebalance --by load|bytes`
+    /// (their load is asked on the client ports).
+    #[arg(long, env = "RINGLET_PASSWORD")]
+    password: Option<String>,
+    /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`;
+    /// else the file `ringlet up` wrote for this control port, if it is there.
     #[arg(long = "cluster-secret-file")]
     cluster_secret_file: Option<std::path::PathBuf>,
     /// A cluster started with TLS files encrypts its control links: the same files.
@@ -475,10 +490,6 @@ enum NodeAction {
         /// `--by load|bytes`: most moves to make.
         #[arg(long = "max-moves")]
         max_moves: Option<u32>,
-        /// `--by load|bytes`: the nodes' client password (their load is asked on the client
-        /// ports).
-        #[arg(long, env = "RINGLET_PASSWORD")]
-        password: Option<String>,
         #[command(flatten)]
         balance: BalanceArgs,
         /// Longest wait for one move's handoff, in seconds.
@@ -953,7 +964,45 @@ fn up_cluster(a: &UpArgs) -> Result<()> {
     Ok(())
 }
 
-/// `ringlet node drain|map --control ADDR`.
+/// The control plane an admin command talks to: `--control`, or the one `--port`'s node
+/// reports to (its `INFO cluster` field `ringlet_control`).
+fn admin_control(conn: &AdminConn) -> Result<String> {
+    if let Some(c) = &conn.control {
+        return Ok(c.clone());
+    }
+    let Some(port) = conn.port else {
+        anyhow::bail!("pass --control ADDR or --port P (a node's client port)");
+    };
+    let node = Conn {
+        host: conn.host.clone(),
+        port,
+        password: conn.password.clone(),
+    };
+    match client::info_field(&node, "cluster", "ringlet_control")? {
+        Some(c) => Ok(c),
+        None => anyhow::bail!(
+            "the server on {}:{port} names no control plane (not a cluster node?): pass --control",
+            conn.host
+        ),
+    }
+}
+
+/// The secret file of an admin command: `--cluster-secret-file`; else none if
+/// `RINGLET_CLUSTER_SECRET` is set (it is used); else the file `ringlet up` writes for the
+/// control plane's port, when this user can see it.
+fn admin_secret_file(conn: &AdminConn, control: &str) -> Option<std::path::PathBuf> {
+    if conn.cluster_secret_file.is_some() {
+        return conn.cluster_secret_file.clone();
+    }
+    if std::env::var_os(ringlet_cluster::auth::SECRET_ENV).is_some() {
+        return None;
+    }
+    let port: u16 = control.rsplit_once(':')?.1.parse().ok()?;
+    let f = ringlet_cluster::launch::up_secret_file(port);
+    f.is_file().then_some(f)
+}
+
+/// `ringlet node drain|map --control ADDR` (or `--port P`; also spelled `ringlet cluster ...`).
 fn node_admin(action: NodeAction) -> Result<()> {
     use ringlet_cluster::control::{request, FromControl, ToControl};
     // Knobs of the other mode are refused before anything is asked.
@@ -1009,7 +1058,9 @@ fn node_admin(action: NodeAction) -> Result<()> {
         ),
         NodeAction::Remove { id, conn, .. } => (conn, ToControl::RemoveNode { node: *id }),
     };
-    let (control, file, tls) = (&conn.control, &conn.cluster_secret_file, &conn.tls);
+    let control = &admin_control(conn)?;
+    let file = admin_secret_file(conn, control);
+    let tls = &conn.tls;
     let secret = ringlet_cluster::auth::init(file.as_deref())?;
     if let Some(f) = tls_files(tls)? {
         ringlet_cluster::tls::set_link_tls(&f).map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
@@ -1042,7 +1093,6 @@ fn node_admin(action: NodeAction) -> Result<()> {
         rate,
         by,
         max_moves,
-        password,
         balance,
         conn,
     } = &action
@@ -1054,7 +1104,7 @@ fn node_admin(action: NodeAction) -> Result<()> {
             return rt.block_on(rebalance(control, map, *dry_run, *move_timeout, *rate));
         }
         let access = ringlet_cluster::balancer::NodeAccess {
-            password: password.clone(),
+            password: conn.password.clone(),
             tls: match tls_files(&conn.tls)? {
                 Some(f) => Some(f.connector().map_err(|e| anyhow::anyhow!("TLS: {e}"))?),
                 None => None,

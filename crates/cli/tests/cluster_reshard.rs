@@ -98,12 +98,27 @@ fn grow_three_to_five_under_redis_py_load() {
     };
     // A dry run plans nothing on a balanced cluster.
     assert!(admin(&["node", "rebalance", "--dry-run"]).contains("balanced"));
+    // The second grow is spelled as an operator of the issue would type it: `ringlet cluster
+    // add|rebalance --port P` (any node's client port; the control plane is the one it names
+    // in INFO, the secret the file `up` wrote for it).
+    let by_port = |args: &[&str], port: u16| {
+        let p = port.to_string();
+        let mut a = args.to_vec();
+        a.extend(["--port", p.as_str()]);
+        ringlet(&a)
+    };
     for (id, rate) in [("4", None), ("5", Some("20"))] {
-        assert_eq!(admin(&["node", "add", id]).trim(), "OK");
+        let added = if rate.is_none() {
+            admin(&["node", "add", id])
+        } else {
+            by_port(&["cluster", "add", id], base + 1)
+        };
+        assert_eq!(added.trim(), "OK");
         // The second grow is rate-limited (`--rate` MB/s, paced by the new owners' pulls).
-        let mut args = vec!["node", "rebalance"];
-        args.extend(rate.map(|r| ["--rate", r]).into_iter().flatten());
-        let log = admin(&args);
+        let log = match rate {
+            None => admin(&["node", "rebalance"]),
+            Some(r) => by_port(&["cluster", "rebalance", "--rate", r], base + 2),
+        };
         assert!(log.contains("rebalanced:"), "{log}");
         eprintln!("{log}");
     }

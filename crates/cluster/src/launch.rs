@@ -360,6 +360,12 @@ pub struct BalanceOpts {
     pub move_timeout: Duration,
 }
 
+/// Where `ringlet up` writes the cluster secret of the control plane on `control_port` (a
+/// file only this user can read); admin commands look there when given no secret.
+pub fn up_secret_file(control_port: u16) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("ringlet-cluster-{control_port}.secret"))
+}
+
 /// The shared-memory socket `up --shm-dir DIR` gives the node on `port`.
 pub fn shm_socket_path(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
     dir.join(format!("node-{port}.sock"))
@@ -584,7 +590,7 @@ pub async fn up(o: &UpOpts) -> std::io::Result<()> {
     }
     // Admin commands (`ringlet node drain|map --control ...`) need the secret too: a file only
     // this user can read.
-    let secret_file = std::env::temp_dir().join(format!("ringlet-cluster-{}.secret", caddr.port()));
+    let secret_file = up_secret_file(caddr.port());
     secret
         .write_file(&secret_file)
         .map_err(std::io::Error::other)?;

@@ -1531,8 +1531,11 @@ impl Front {
             self.node.id(),
         );
         let mut cluster = format!(
-            "# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\ncore_steps_inline:{}\r\ncore_steps_queued:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\nreshard_copies_completed:{}\r\nreshard_copies_aborted:{}\r\nreshard_delta_keys:{}\r\n",
+            "# Cluster\r\ncluster_enabled:1\r\ncluster_epoch:{}\r\nringlet_control:{}\r\n\r\n# Ringlet\r\nmaps_applied:{}\r\nfenced:{}\r\npossible_loss:{}\r\nambiguous_resolved:{}\r\nec_arenas_not_ready:{}\r\nstored_entries:{}\r\nfast_reads:{}\r\nfast_read_fallbacks:{}\r\ncore_steps_inline:{}\r\ncore_steps_queued:{}\r\nshm_clients:{}\r\nshm_access_hashes:{}\r\nshm_keys_in_flight:{}\r\nreshard_moving:{}\r\nreshard_handoffs_pending:{}\r\nreshard_handoffs_completed:{}\r\nreshard_keys_purged:{}\r\nreshard_bytes_pulled:{}\r\nreshard_keys_pulled:{}\r\nreshard_last_move_bytes:{}\r\nreshard_last_move_ms:{}\r\nreshard_moves_ms:{}\r\nreshard_copies_completed:{}\r\nreshard_copies_aborted:{}\r\nreshard_delta_keys:{}\r\n",
             map.as_ref().map_or(0, |m| m.epoch.0),
+            // The control plane this node reports to: how `ringlet node ... --port P` finds
+            // it from a node's client port (behind AUTH like every INFO field).
+            self.node.control_addr(),
             st.maps_applied.load(Relaxed),
             st.fenced.load(Relaxed),
             st.possible_loss.load(Relaxed),
