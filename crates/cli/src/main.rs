@@ -369,7 +369,7 @@ struct AdminConn {
     #[arg(long, env = "RINGLET_PASSWORD")]
     password: Option<String>,
     /// The cluster secret's file (printed by `ringlet up`); else `RINGLET_CLUSTER_SECRET`;
-    /// else the file `ringlet up` wrote for this control port, if it is there.
+    /// else, with --port only, the file `ringlet up` wrote for that node's control plane.
     #[arg(long = "cluster-secret-file")]
     cluster_secret_file: Option<std::path::PathBuf>,
     /// A cluster started with TLS files encrypts its control links: the same files.
@@ -988,13 +988,16 @@ fn admin_control(conn: &AdminConn) -> Result<String> {
 }
 
 /// The secret file of an admin command: `--cluster-secret-file`; else none if
-/// `RINGLET_CLUSTER_SECRET` is set (it is used); else the file `ringlet up` writes for the
-/// control plane's port, when this user can see it.
+/// `RINGLET_CLUSTER_SECRET` is set (it is used); else, only when the control plane was found
+/// through `--port` (a node of a cluster on this host, named by the operator), the file
+/// `ringlet up` wrote for that control port, if this user can read it. With `--control` the
+/// secret is never picked up implicitly: an address alone gets nothing from a control plane
+/// that requires one (`cluster_up` checks that refusal).
 fn admin_secret_file(conn: &AdminConn, control: &str) -> Option<std::path::PathBuf> {
     if conn.cluster_secret_file.is_some() {
         return conn.cluster_secret_file.clone();
     }
-    if std::env::var_os(ringlet_cluster::auth::SECRET_ENV).is_some() {
+    if conn.port.is_none() || std::env::var_os(ringlet_cluster::auth::SECRET_ENV).is_some() {
         return None;
     }
     let port: u16 = control.rsplit_once(':')?.1.parse().ok()?;
