@@ -3,9 +3,10 @@
 //! Everything is counted in 8-byte units (the index's `location` and `size` unit).
 //!
 //! - Size classes step by 8 B up to 256 B (where most keys of a cache live, so the rounding
-//!   waste of a 100–200 B entry is at most 7 B), then by 1/16 of the size (≤ 6.25 % waste) up to
-//!   16 KiB. Entries above 16 KiB take a run of whole pages; the tail of the last page is never
-//!   written, so it is never committed by the OS.
+//!   waste of a 100–200 B entry is at most 7 B); above that a class is the largest size that
+//!   fits `n` entries in a page, `floor(page / n)`, one class per `n` (see [`make_classes`]),
+//!   up to 16 KiB. Entries above 16 KiB take a run of whole pages; the tail of the last page
+//!   is never written, so it is never committed by the OS.
 //! - A slab is one page of one class, with an occupancy bitmap on the writer's heap.
 //! - Pages come from a first-fit free-run map (coalescing) over the reserved range. A page that
 //!   becomes free stays committed ("dirty") for reuse — a slab that empties and refills under
@@ -25,17 +26,37 @@ pub const CLASS_UNITS_MAX: u32 = 2048;
 const OS_PAGE: u64 = 4096;
 
 /// Size classes in units, ascending.
+///
+/// Every unit from the 32-byte minimum to 256 B (32 units); above that, one class per count
+/// of entries a 64 KiB page holds: `floor(PAGE_UNITS / n)` for `n` = 256 down to 4 (16 KiB),
+/// so 174 classes.
+///
+/// Why (issue 16, session 19): what an entry really costs is its page share, `PAGE_UNITS /
+/// n` for the `n` entries its class fits in a page, not its class size. Until session 18 the
+/// classes stepped by 1/16 of the size, and a class was rarely the largest size with its
+/// `n`: a 1 KiB value with a 19-byte key (1,064 B) took the 1,096 B class, 59 to a page, with
+/// 872 B of page tail — 1,111 B per entry, 47 B beyond the entry. Its class here is 1,072 B
+/// (61 to a page, 144 B of tail): 1,074 B per entry. The class of a given `n` cannot be made
+/// larger (it would fit `n - 1`), and between two consecutive `n` no size is cheaper than the
+/// larger class, so for entries of one page's slabs this is the least memory any class
+/// table gives; the page tail (fewer than `n` units) is below 8 B per entry. The cost
+/// is more classes (174 against 101): a class in use keeps at most one partly filled slab
+/// for new entries, so a cache whose entry sizes spread over many classes holds a few MiB
+/// more in partial pages (at most 64 KiB per class in use), against ~2-3 % of the data
+/// saved in rounding. Above 8 KiB a page holds so few entries (4 to 7) that consecutive
+/// classes are far apart (e.g. 9,360 and 10,920 B); that is the page size's cost, and the
+/// old table had it too (its 8,704 B class also fits 7 to a page).
 fn make_classes() -> Vec<u32> {
-    let mut c = Vec::new();
-    let mut u = 4u32; // the 32-byte header alone
-    while u <= CLASS_UNITS_MAX {
-        c.push(u);
-        let step = if u < 32 { 1 } else { (u / 16).max(1) };
-        u += step;
+    let mut c: Vec<u32> = (4..32).collect(); // the 20-byte short header with a tiny key: 32 B
+    let per_page_max = PAGE_UNITS / 32;
+    let per_page_min = PAGE_UNITS / u64::from(CLASS_UNITS_MAX);
+    for n in (per_page_min..=per_page_max).rev() {
+        let u = (PAGE_UNITS / n) as u32;
+        if c.last() != Some(&u) {
+            c.push(u);
+        }
     }
-    if c.last() != Some(&CLASS_UNITS_MAX) {
-        c.push(CLASS_UNITS_MAX);
-    }
+    debug_assert_eq!(c.last(), Some(&CLASS_UNITS_MAX));
     c
 }
 
@@ -543,5 +564,41 @@ impl Slabs {
         self.large_charge.clear();
         self.high_water = 1;
         self.committed = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The class table: ascending, 8-byte steps to 256 B, every larger class the largest
+    /// size with its count per page, and the benchmark's 1 KiB entry in its cheapest slot.
+    #[test]
+    fn classes_are_the_largest_per_page_count() {
+        let c = make_classes();
+        assert!(c.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(&c[..29], &(4..=32).collect::<Vec<u32>>()[..]);
+        assert_eq!(*c.last().unwrap(), CLASS_UNITS_MAX);
+        for &u in c.iter().filter(|&&u| u >= 32) {
+            let n = PAGE_UNITS / u64::from(u);
+            // One unit more would fit one entry fewer per page.
+            assert!(
+                PAGE_UNITS / (u64::from(u) + 1) < n,
+                "class {u} is not maximal"
+            );
+            // The page tail is under a unit per entry.
+            assert!(PAGE_UNITS - n * u64::from(u) < n, "class {u}: tail");
+        }
+        // Every size up to the largest class takes the cheapest page share any class gives.
+        let s = Slabs::new(1 << 30, 1 << 30);
+        for units in 4..=u64::from(CLASS_UNITS_MAX) {
+            let cu = s.class_units(s.class_of(units).unwrap());
+            assert!(cu >= units);
+            let share = PAGE_UNITS / (PAGE_UNITS / cu);
+            let best = PAGE_UNITS / (PAGE_UNITS / units);
+            assert_eq!(share, best, "{units} units");
+        }
+        // 19-byte key, 1 KiB value, short header: 1,064 B in the 1,072 B class, 61 per page.
+        assert_eq!(s.footprint(1064 / UNIT_BYTES), 1072);
     }
 }
