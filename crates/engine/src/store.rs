@@ -46,6 +46,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+mod code_set;
 mod slot_index;
 
 // ----- the writer's view of an index entry -----------------------------------------------
