@@ -57,7 +57,7 @@ const OS_PAGE: u64 = 4096;
 /// are 6-11 % apart (e.g. 8,736 and 9,360 B).
 fn make_classes(fine: bool) -> Vec<u32> {
     let mut c: Vec<u32> = (4..32).collect(); // the 20-byte short header with a tiny key: 32 B
-    let mut push = |c: &mut Vec<u32>, u: u64| {
+    let push = |c: &mut Vec<u32>, u: u64| {
         // The largest size with the same count per page.
         let u = (PAGE_UNITS / (PAGE_UNITS / u)) as u32;
         if c.last().is_none_or(|&l| l < u) {
