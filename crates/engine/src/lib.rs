@@ -27,7 +27,7 @@
 //!  index entry (8 B, format 5): [location 32 | tag 8 | check 24]
 //!  policy word (8 B per bucket, in a policy area): a nibble per entry [0 | ttl | freq 2]
 //!
-//!  data memfd: [header page] [64 KiB slab pages of one size class | runs of pages for large]
+//!  data memfd: [header page] [128 KiB slab pages of one size class | runs of pages for large]
 //!  data entry, short (20 B header): [version 16 B][short|live|record|key_len 8|value_len 16|memgest 5]
 //!                                   [key][value][pad to 8]
 //!  data entry, long (24/32 B):      [version 16 B][0|live|record|ttl|key_len 17|value_len 27|memgest 16]

@@ -1,18 +1,19 @@
-//! Data-region allocator: size-class slabs over 64 KiB pages, and page runs for large entries.
+//! Data-region allocator: size-class slabs over 128 KiB pages, and page runs for large entries.
 //!
 //! Everything is counted in 8-byte units (the index's `location` and `size` unit).
 //!
 //! - Size classes step by 8 B up to 256 B (where most keys of a cache live, so the rounding
-//!   waste of a 100–200 B entry is at most 7 B), then by 1/16 of the size (≤ 6.25 % waste) up to
-//!   16 KiB. Entries above 16 KiB take a run of whole pages; the tail of the last page is never
-//!   written, so it is never committed by the OS.
+//!   waste of a 100–200 B entry is at most 7 B); above that a class is the largest size that
+//!   fits `n` entries in a page, `floor(page / n)`, one class per `n` (see [`make_classes`]),
+//!   up to 16 KiB. Entries above 16 KiB take a run of whole pages; the tail of the last page
+//!   is never written, so it is never committed by the OS.
 //! - A slab is one page of one class, with an occupancy bitmap on the writer's heap.
 //! - Pages come from a first-fit free-run map (coalescing) over the reserved range. A page that
 //!   becomes free stays committed ("dirty") for reuse — a slab that empties and refills under
 //!   churn costs no page faults — but only up to a small reserve (1/64 of the budget, at most
-//!   64 pages): `release` (each tick, and at once past 4× the reserve) punches the rest out of
+//!   32 pages, 4 MiB): `release` (each tick, and at once past 4× the reserve) punches the rest out of
 //!   the memfd, so memory returns to the OS when the corpus shrinks.
-//! - The budget (`memory_bytes_max`) caps committed bytes: 64 KiB per slab, and large entries
+//! - The budget (`memory_bytes_max`) caps committed bytes: 128 KiB per slab, and large entries
 //!   rounded up to 4 KiB (the OS page). The allocator refuses past it; the store then evicts.
 
 use crate::layout::{PAGE_BYTES, UNIT_BYTES};
@@ -24,20 +25,67 @@ const PAGE_UNITS: u64 = PAGE_BYTES / UNIT_BYTES;
 pub const CLASS_UNITS_MAX: u32 = 2048;
 const OS_PAGE: u64 = 4096;
 
-/// Size classes in units, ascending.
-fn make_classes() -> Vec<u32> {
-    let mut c = Vec::new();
-    let mut u = 4u32; // the 32-byte header alone
-    while u <= CLASS_UNITS_MAX {
-        c.push(u);
-        let step = if u < 32 { 1 } else { (u / 16).max(1) };
-        u += step;
+/// Size classes in units, ascending: the *fine* table if `fine`, else the coarse one.
+///
+/// Both have every unit from the 32-byte minimum to 256 B (32 units). Above that the fine
+/// table has one class per count of entries a 128 KiB page holds, `floor(PAGE_UNITS / n)`
+/// for `n` = 512 down to 8 (16 KiB): 245 classes, every 8 B up to 1 KiB, where `n` changes
+/// with every unit. The coarse table steps by 1/16 of the size as before session 19, each
+/// class raised to the largest size with its `n` (97 classes, from 101: raising merges a
+/// few; a page never fits fewer entries of a size than in the old table).
+///
+/// Why (issue 16, session 19): what an entry really costs is its page share, `PAGE_UNITS /
+/// n` for the `n` entries its class fits in a page, not its class size. Until session 18 the
+/// classes stepped by 1/16 of the size, and a class was rarely the largest size with its
+/// `n`: a 1 KiB value with a 19-byte key (1,064 B) took the 1,096 B class, 59 to a 64 KiB
+/// page, with 872 B of page tail — 1,111 B per entry, 47 B beyond the entry. In the fine
+/// table its class is 1,064 B (123 to a 128 KiB page, 200 B of tail): 1,066 B per entry
+/// (1,074 with one class per `n` over 64 KiB pages, the first step of session 19; the page
+/// doubled for the rest, see [`PAGE_BYTES`]). The class of a given `n` cannot be made
+/// larger (it would fit `n - 1`), and between two consecutive `n` no size is cheaper than
+/// the larger class, so for entries of one page's slabs the fine table is the least memory
+/// any class table gives; the page tail (fewer than `n` units) is below 8 B per entry.
+///
+/// Its cost is the class count: a class in use keeps a partly filled slab for new entries,
+/// so entry sizes spread over many classes hold up to a page per class in use (245 × 128
+/// KiB = 31 MiB at worst) — against ~2-3 % of the data saved in rounding and page tails.
+/// That trade pays from a few hundred MiB of budget up and loses below (an 8 MiB engine
+/// whose values spread over 256 B–1 KiB could not hold 1.2 MB of them), so [`Slabs::new`]
+/// takes the fine table only when a page per fine class is at most
+/// 1/[`FINE_CLASSES_BUDGET_SHARE`] of the budget (≥ 490 MiB), the coarse one otherwise.
+/// Above 8 KiB a page holds few entries (8 to 15) in either table and consecutive classes
+/// are 6-11 % apart (e.g. 8,736 and 9,360 B).
+fn make_classes(fine: bool) -> Vec<u32> {
+    let mut c: Vec<u32> = (4..32).collect(); // the 20-byte short header with a tiny key: 32 B
+    let push = |c: &mut Vec<u32>, u: u64| {
+        // The largest size with the same count per page.
+        let u = (PAGE_UNITS / (PAGE_UNITS / u)) as u32;
+        if c.last().is_none_or(|&l| l < u) {
+            c.push(u);
+        }
+    };
+    if fine {
+        let per_page_max = PAGE_UNITS / 32;
+        let per_page_min = PAGE_UNITS / u64::from(CLASS_UNITS_MAX);
+        for n in (per_page_min..=per_page_max).rev() {
+            push(&mut c, PAGE_UNITS / n);
+        }
+    } else {
+        let mut u = 32u64;
+        while u <= u64::from(CLASS_UNITS_MAX) {
+            push(&mut c, u);
+            u += (u / 16).max(1);
+        }
+        push(&mut c, u64::from(CLASS_UNITS_MAX));
     }
-    if c.last() != Some(&CLASS_UNITS_MAX) {
-        c.push(CLASS_UNITS_MAX);
-    }
+    debug_assert_eq!(c.last(), Some(&CLASS_UNITS_MAX));
     c
 }
+
+/// The fine class table is used when one page per fine class is at most this share of the
+/// budget (see [`make_classes`]): 1/16, so that partly filled slabs of every class together
+/// cost at most ~6 % of the budget.
+pub const FINE_CLASSES_BUDGET_SHARE: u64 = 16;
 
 /// The slabs by page: a dense vector indexed by page number for the lookups of every
 /// allocation and free (a `BTreeMap` search there was a measured share of a SET: a few
@@ -138,7 +186,16 @@ pub struct Slabs {
 
 impl Slabs {
     pub fn new(reserved_bytes: u64, budget: u64) -> Slabs {
-        let classes = make_classes();
+        let fine = make_classes(true);
+        let classes = if (fine.len() as u64)
+            .saturating_mul(PAGE_BYTES)
+            .saturating_mul(FINE_CLASSES_BUDGET_SHARE)
+            <= budget
+        {
+            fine
+        } else {
+            make_classes(false)
+        };
         let n = classes.len();
         Slabs {
             classes,
@@ -148,7 +205,8 @@ impl Slabs {
             class_slabs: vec![0; n],
             free_runs: BTreeMap::new(),
             dirty: BTreeSet::new(),
-            dirty_keep: ((budget / PAGE_BYTES / 64) as usize).clamp(1, 64),
+            // At most 4 MiB (32 pages of 128 KiB) kept committed for reuse.
+            dirty_keep: ((budget / PAGE_BYTES / 64) as usize).clamp(1, 32),
             high_water: 1, // page 0 is the region header
             page_count: (reserved_bytes / PAGE_BYTES) as u32,
             large_charge: BTreeMap::new(),
@@ -543,5 +601,66 @@ impl Slabs {
         self.large_charge.clear();
         self.high_water = 1;
         self.committed = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both class tables: ascending, 8-byte steps to 256 B, every larger class the largest
+    /// size with its count per page (its page tail under a unit per entry); the fine table
+    /// gives every size the cheapest page share any class gives; the budget picks the table.
+    #[test]
+    fn classes_are_the_largest_per_page_count() {
+        for fine in [true, false] {
+            let c = make_classes(fine);
+            assert!(c.windows(2).all(|w| w[0] < w[1]));
+            assert_eq!(&c[..29], &(4..=32).collect::<Vec<u32>>()[..]);
+            assert_eq!(*c.last().unwrap(), CLASS_UNITS_MAX);
+            for &u in c.iter().filter(|&&u| u >= 32) {
+                let n = PAGE_UNITS / u64::from(u);
+                // One unit more would fit one entry fewer per page.
+                assert!(
+                    PAGE_UNITS / (u64::from(u) + 1) < n,
+                    "class {u} is not maximal"
+                );
+                assert!(PAGE_UNITS - n * u64::from(u) < n, "class {u}: tail");
+            }
+        }
+        assert_eq!(make_classes(true).len(), 245);
+        assert_eq!(make_classes(false).len(), 97);
+        let mut old_table = Vec::new();
+        let mut u = 4u32;
+        while u <= CLASS_UNITS_MAX {
+            old_table.push(u);
+            u += if u < 32 { 1 } else { (u / 16).max(1) };
+        }
+        old_table.push(CLASS_UNITS_MAX);
+        let big = Slabs::new(4 << 30, 1 << 30);
+        let small = Slabs::new(32 << 20, 8 << 20);
+        assert_eq!(big.classes.len(), 245);
+        assert_eq!(small.classes.len(), 97);
+        // The fine table: every size takes the cheapest page share any class gives.
+        for units in 4..=u64::from(CLASS_UNITS_MAX) {
+            let cu = big.class_units(big.class_of(units).unwrap());
+            assert!(cu >= units);
+            assert_eq!(PAGE_UNITS / cu, PAGE_UNITS / units, "{units} units");
+            // The coarse table fits at least as many entries per page as session 18's table
+            // (the same steps, not raised).
+            let cs = small.class_units(small.class_of(units).unwrap());
+            let old = old_table
+                .iter()
+                .map(|&u| u64::from(u))
+                .find(|&u| u >= units)
+                .unwrap();
+            assert!(
+                cs >= units && PAGE_UNITS / cs >= PAGE_UNITS / old,
+                "{units} units"
+            );
+        }
+        // 19-byte key, 1 KiB value, short header: 1,064 B in the 1,064 B class, 123 per page.
+        assert_eq!(big.footprint(1064 / UNIT_BYTES), 1064);
+        assert_eq!(PAGE_UNITS / 133, 123);
     }
 }

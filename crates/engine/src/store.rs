@@ -46,6 +46,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+mod code_set;
 mod slot_index;
 
 // ----- the writer's view of an index entry -----------------------------------------------
@@ -318,7 +319,10 @@ impl Store {
             (u64::from(buckets_max) * 8).div_ceil(TABLE_ALIGN_BYTES) * TABLE_ALIGN_BYTES;
         let policy_area_base = INDEX_HEADER_BYTES + 4 * table_max_units * TABLE_ALIGN_BYTES;
         let index_len = policy_area_base + 2 * policy_area_bytes;
-        let data_len = (cfg.memory_bytes_max.saturating_mul(2) + 64 * PAGE_BYTES)
+        // Address space, not memory: 4× the budget, so that entries above the largest class
+        // (runs of whole 128 KiB pages whose tails are never touched) can fill the budget
+        // down to ~32 KiB each, as 2× did with 64 KiB pages.
+        let data_len = (cfg.memory_bytes_max.saturating_mul(4) + 64 * PAGE_BYTES)
             .min(ringlet_types::limits::ENGINE_MEMORY_BYTES_MAX)
             .div_ceil(PAGE_BYTES)
             * PAGE_BYTES;

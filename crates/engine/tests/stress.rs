@@ -53,7 +53,9 @@ fn parse(id: usize, v: &[u8]) -> Result<u64, String> {
 #[test]
 fn readers_never_see_torn_or_stale_values() {
     let mut e = Engine::new(EngineConfig {
-        memory_bytes_max: 1 << 20,
+        // 16 slab pages of 128 KiB: small enough that the writes evict, large enough that the
+        // 64 keys (sizes spread over ~100 slab classes) mostly stay, so the index grows.
+        memory_bytes_max: 2 << 20,
         index_buckets_initial: 2,
         eviction: EvictionPolicy::Clock,
         origin: 3,

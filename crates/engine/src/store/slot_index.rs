@@ -9,15 +9,16 @@
 //! turns this index on ([`crate::Engine::enable_slot_index`]); a single node does not pay it.
 //!
 //! ```text
-//!   order:   BTreeSet<u64>  of  slot_order_code(key) = [slot 14][low 50 bits of key_hash]
+//!   order:   CodeSet (sorted u64 in 2 KiB chunks) of
+//!            slot_order_code(key) = [slot 14][low 50 bits of key_hash],
 //!            one u64 per published entry (two keys of one slot with the same 50 hash bits
 //!            share one code: a code is dropped only when no entry of it is left)
 //!   digests: BTreeMap<(slot, memgest), (xor of hash::entry_digest, count)>   per nonempty pair
 //! ```
 //!
-//! About 12 bytes per entry (a B-tree of u64s: 11 per leaf of 96 + 8 bytes, nodes ~70% full)
-//! against ~115 for the key → metadata B-tree the replica store kept before (issue 16 item 3,
-//! docs/design/cluster-memory.md). Nothing here names a key: the key bytes, version, memgest,
+//! About 10 bytes per entry (`code_set.rs`: chunks ~80 % full; the `BTreeSet<u64>` it replaced
+//! in session 19 took ~20, measured) against ~115 for the key → metadata B-tree the replica
+//! store kept before (issue 16 item 3, docs/design/cluster-memory.md). Nothing here names a key: the key bytes, version, memgest,
 //! expiry and value are the index's and the data entries' own.
 //!
 //! # How a scan finds the keys of a code
@@ -36,17 +37,18 @@
 //! bucket), and the readers' table stays complete during a migration, which is the one probed.
 //! (`tests/slot_scan.rs` checks this under random inserts, deletes and upsizes.)
 
+use super::code_set::CodeSet;
 use super::{Found, Store};
 use crate::api::{Entry, EntryHead};
 use crate::hash::{entry_digest, key_hash, slot_order_code, SLOT_ORDER_HASH_BITS};
 use crate::layout::*;
 use ringlet_types::{key_slot, MemgestId, Version};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// See the module comment.
 #[derive(Default)]
 pub(super) struct SlotIndex {
-    order: BTreeSet<u64>,
+    order: CodeSet,
     digests: BTreeMap<(u16, u16), (u64, u64)>,
 }
 
@@ -132,7 +134,7 @@ impl Store {
             if add {
                 ix.order.insert(code);
             } else if !keep {
-                ix.order.remove(&code);
+                ix.order.remove(code);
             }
         }
     }
@@ -286,12 +288,12 @@ impl Store {
         }
         // The codes' home buckets are random lines of the index: start loading a few codes
         // ahead of the probe so that their misses overlap (a copy page probes thousands).
-        let mut ahead = ix.order.range(lo..=hi);
-        for &c in ahead.by_ref().take(SCAN_PREFETCH_AHEAD) {
+        let mut ahead = ix.order.range(lo, hi);
+        for c in ahead.by_ref().take(SCAN_PREFETCH_AHEAD) {
             self.prefetch_home(c);
         }
-        for &code in ix.order.range(lo..=hi) {
-            if let Some(&c) = ahead.next() {
+        for code in ix.order.range(lo, hi) {
+            if let Some(c) = ahead.next() {
                 self.prefetch_home(c);
             }
             for (key, fd) in self.code_entries(code) {
@@ -374,7 +376,7 @@ impl Store {
         let lo = base | (cursor & crate::hash::SLOT_ORDER_HASH_MASK);
         let hi = base | crate::hash::SLOT_ORDER_HASH_MASK;
         let want = out.len().saturating_add(count.max(1));
-        for &code in ix.order.range(lo..=hi) {
+        for code in ix.order.range(lo, hi) {
             for (key, _) in self.code_entries(code) {
                 out.push(key);
             }
@@ -443,6 +445,7 @@ impl Store {
                 debug_assert_eq!(key_hash(&key) as u32, slot_order_code(&key) as u32);
             }
         }
+        ix.order.check()?;
         if want.order != ix.order {
             return Err(format!(
                 "slot index: {} codes, table has {}",
