@@ -73,7 +73,7 @@ const TABLE_UNIT_BYTES: u64 = 64 * 1024;
 fn local_table(h: Option<&Hint>) -> Option<u64> {
     let h = h?;
     let d = h.data?;
-    local_len(h, &d).map(|_| h.table)
+    local_words(h, &d).map(|_| h.table)
 }
 
 /// The word offset of `h.entry` from its table's start, if [`HINT_LOCAL`] can write it.
@@ -577,6 +577,9 @@ impl<'a> Reader<'a> {
     }
 
     /// LEB128, at most 10 bytes, shortest form only (so every record has one encoding).
+    // Inlined for its one-byte case (a packed list's lengths, every link's target length:
+    // it was 2 % of a loading node's samples as a call), the loop kept out of line.
+    #[inline]
     fn varint(&mut self) -> Result<u64, RecordError> {
         // Most varints are one byte (lengths under 128): no loop for them.
         if let Some((&byte, rest)) = self.b.split_first() {
@@ -585,6 +588,12 @@ impl<'a> Reader<'a> {
                 return Ok(u64::from(byte));
             }
         }
+        self.varint_long()
+    }
+
+    /// [`Reader::varint`] of two bytes or more.
+    #[inline(never)]
+    fn varint_long(&mut self) -> Result<u64, RecordError> {
         let mut v: u64 = 0;
         let mut shift: u32 = 0;
         for i in 0..10u32 {
@@ -710,11 +719,18 @@ fn table_parts_len(table: u64) -> usize {
 /// one-byte zeros dropped, at most two bytes more for the table's parts, the entry's words
 /// from the table's start shorter or equal), so a hint that has it is written in it.
 fn local_len(h: &Hint, d: &DataHint) -> Option<usize> {
+    let words = local_words(h, d)?;
+    Some(table_parts_len(h.table) + varint_len(words) + varint_len(u64::from(d.location)) + 4)
+}
+
+/// `h`'s entry in words from its table's start, if `h` has a [`HINT_LOCAL`] form (what
+/// [`local_len`] decides, without summing the lengths: [`put_link`] asks it for every
+/// link of a load).
+fn local_words(h: &Hint, d: &DataHint) -> Option<u64> {
     if h.node != 0 || h.epoch != 0 || d.memgest != 0 {
         return None;
     }
-    let words = local_entry(h)?;
-    Some(table_parts_len(h.table) + varint_len(words) + varint_len(u64::from(d.location)) + 4)
+    local_entry(h)
 }
 
 /// Bytes of `h`'s [`HINT_PACKED`] form after its flag. The encoder writes it when it is
@@ -741,51 +757,54 @@ struct LinkRef<'a> {
 fn put_link(out: &mut Vec<u8>, l: &LinkRef<'_>, prev: &mut Option<u64>) {
     put_varint(out, l.target.len() as u64);
     out.extend_from_slice(l.target);
-    let after = *prev;
-    *prev = local_table(l.hint.as_ref());
-    match &l.hint {
-        None => out.push(HINT_NONE),
-        Some(h) => match h.data {
-            Some(d) if local_len(h, &d).is_some() => {
-                if after == Some(h.table) {
-                    out.push(HINT_LOCAL_SAME);
-                } else {
-                    out.push(HINT_LOCAL);
-                    put_varint(out, h.table >> TABLE_HIGH_SHIFT);
-                    put_varint(out, (h.table >> TABLE_MID_SHIFT) & TABLE_MID_MASK);
-                    put_varint(out, h.table & TABLE_LOW_MASK);
-                }
-                put_varint(out, local_entry(h).unwrap_or_default());
-                put_varint(out, u64::from(d.location));
+    let after = prev.take();
+    let Some(h) = &l.hint else {
+        out.push(HINT_NONE);
+        return;
+    };
+    // The flag-4 form, decided once per link (its words kept for the bytes below).
+    if let Some((d, words)) = h.data.and_then(|d| local_words(h, &d).map(|w| (d, w))) {
+        *prev = Some(h.table);
+        if after == Some(h.table) {
+            out.push(HINT_LOCAL_SAME);
+        } else {
+            out.push(HINT_LOCAL);
+            put_varint(out, h.table >> TABLE_HIGH_SHIFT);
+            put_varint(out, (h.table >> TABLE_MID_SHIFT) & TABLE_MID_MASK);
+            put_varint(out, h.table & TABLE_LOW_MASK);
+        }
+        put_varint(out, words);
+        put_varint(out, u64::from(d.location));
+        out.extend_from_slice(&d.crc.to_le_bytes());
+        return;
+    }
+    match h.data {
+        Some(d) if packed_len(h, &d) < HINT_DATA_BYTES => {
+            out.push(HINT_PACKED);
+            put_varint(out, u64::from(h.node));
+            put_varint(out, h.epoch);
+            put_varint(out, h.table);
+            put_varint(out, h.entry);
+            put_varint(out, u64::from(d.location));
+            out.extend_from_slice(&d.crc.to_le_bytes());
+            put_varint(out, u64::from(d.memgest));
+        }
+        _ => {
+            out.push(if h.data.is_some() {
+                HINT_DATA
+            } else {
+                HINT_SOME
+            });
+            out.extend_from_slice(&h.node.to_le_bytes());
+            out.extend_from_slice(&h.epoch.to_le_bytes());
+            out.extend_from_slice(&h.table.to_le_bytes());
+            out.extend_from_slice(&h.entry.to_le_bytes());
+            if let Some(d) = h.data {
+                out.extend_from_slice(&d.location.to_le_bytes());
                 out.extend_from_slice(&d.crc.to_le_bytes());
+                out.extend_from_slice(&d.memgest.to_le_bytes());
             }
-            Some(d) if packed_len(h, &d) < HINT_DATA_BYTES => {
-                out.push(HINT_PACKED);
-                put_varint(out, u64::from(h.node));
-                put_varint(out, h.epoch);
-                put_varint(out, h.table);
-                put_varint(out, h.entry);
-                put_varint(out, u64::from(d.location));
-                out.extend_from_slice(&d.crc.to_le_bytes());
-                put_varint(out, u64::from(d.memgest));
-            }
-            _ => {
-                out.push(if h.data.is_some() {
-                    HINT_DATA
-                } else {
-                    HINT_SOME
-                });
-                out.extend_from_slice(&h.node.to_le_bytes());
-                out.extend_from_slice(&h.epoch.to_le_bytes());
-                out.extend_from_slice(&h.table.to_le_bytes());
-                out.extend_from_slice(&h.entry.to_le_bytes());
-                if let Some(d) = h.data {
-                    out.extend_from_slice(&d.location.to_le_bytes());
-                    out.extend_from_slice(&d.crc.to_le_bytes());
-                    out.extend_from_slice(&d.memgest.to_le_bytes());
-                }
-            }
-        },
+        }
     }
 }
 
@@ -1235,11 +1254,9 @@ pub fn put_fields(
             return Err(RecordError::TrailingBytes);
         }
     }
-    let added: Vec<usize> = {
-        let mut v: Vec<usize> = new.iter().filter(|e| !e.2).map(|e| e.1).collect();
-        v.sort_unstable();
-        v
-    };
+    // The new fields no old one had, appended in the order given (found by name again below
+    // instead of gathered in one more `Vec`: one allocation less per command).
+    let added = new.iter().filter(|e| !e.2).count();
     let guess = body.len()
         + 11
         + fields
@@ -1258,7 +1275,7 @@ pub fn put_fields(
             .sum::<usize>();
     let mut out = Vec::with_capacity(guess.min(VALUE_BYTES_MAX as usize + 64));
     out.push(FORMAT_VERSION);
-    put_varint(&mut out, (old.len() + added.len()) as u64);
+    put_varint(&mut out, (old.len() + added) as u64);
     let mut put = |out: &mut Vec<u8>, (name, v): &(&[u8], PutValue<'_>)| {
         put_varint(out, name.len() as u64);
         out.extend_from_slice(name);
@@ -1326,13 +1343,18 @@ pub fn put_fields(
             }
         }
     }
-    for &i in &added {
-        put(&mut out, &fields[i]);
-        if out.len() > VALUE_BYTES_MAX as usize {
-            return Err(RecordError::TooLarge { what: "record" });
+    if added > 0 {
+        for f in fields {
+            if new[find(&new, f.0).expect("every field is in `new`")].2 {
+                continue; // replaced in place above
+            }
+            put(&mut out, f);
+            if out.len() > VALUE_BYTES_MAX as usize {
+                return Err(RecordError::TooLarge { what: "record" });
+            }
         }
     }
-    Ok((added.len() as i64, out))
+    Ok((added as i64, out))
 }
 
 /// A field of an encoded record, borrowed from its bytes (see [`scan`]).
