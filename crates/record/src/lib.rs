@@ -53,6 +53,14 @@
 //!                (~15-17 bytes; written since session 15 for every hint it can hold,
 //!                always shorter than flag 3; flag 2 and 3 hints are still read and
 //!                re-encoded in it)
+//!   hint_flag 5: flag 4 without its three table varints, in a link list only: the
+//!                table is the one of the list's link before, whose hint has a flag-4
+//!                form (`local_table`): | varint (entry - low*65536)/8 |
+//!                varint location | crc u32 LE |  (~10-12 bytes; written since session
+//!                19 for every such link; refused first in a list, after a link without
+//!                a flag-4-form hint, and in a single-link field; a flag-4 hint that
+//!                repeats the table before it, as written until session 18, is still read
+//!                and re-encoded in flag 5)
 //!
 //! e.g. {f: "vv"}      = 01 01 | 01 'f' 00 02 'v' 'v'
 //!      {f: link "k"}  = 01 01 | 01 'f' 01 01 'k' 00

@@ -39,6 +39,15 @@ const HINT_PACKED: u8 = 3;
 /// since session 15 for every hint it can hold (docs/design/loader.md, "Smaller links").
 /// The values are [`HINT_PACKED`]'s, so a reader validates it exactly as before.
 const HINT_LOCAL: u8 = 4;
+/// [`HINT_LOCAL`] without the table word, in a link list only: the hint's table is the one
+/// of the link before it in the same list (session 19). A loaded list's targets all sit in
+/// one pre-sized index table, so flag 4 repeated the same ~5 bytes in every link (~28 a
+/// link, a fifth of a chunked graph's bytes); the table is written once per run of links
+/// that share it. The values are flag 4's (the table is carried over, exactly), so a
+/// reader validates such a hint as before. Written for a link whose hint has a flag-4 form
+/// and whose list predecessor's hint has one with the same table ([`local_table`]); refused
+/// first in a list, after a link without such a hint, and in a single-link field.
+const HINT_LOCAL_SAME: u8 = 5;
 
 /// [`HINT_LOCAL`] splits the table word at these bits, each part a varint: the engine's
 /// layout word is `gen u16 << 48 | buckets << 20 | table offset units`, whose high bits make
@@ -55,6 +64,17 @@ const TABLE_LOW_MASK: u64 = (1 << TABLE_MID_SHIFT) - 1;
 /// place keeps flag 3: again a size choice, every value is written exactly.
 const ENTRY_ALIGN: u64 = 8;
 const TABLE_UNIT_BYTES: u64 = 64 * 1024;
+
+/// The table a following link of the same list may leave out ([`HINT_LOCAL_SAME`]): `h`'s,
+/// if `h` has a [`HINT_LOCAL`] form. Decided from the hint's values, not from the flag it
+/// was read with, so that the encoder and the decoder agree however the links before were
+/// written (a list appended to by `splice_links` keeps its old links' bytes, which may be
+/// in flag 3 or, before session 19, flag 4 throughout).
+fn local_table(h: Option<&Hint>) -> Option<u64> {
+    let h = h?;
+    let d = h.data?;
+    local_words(h, &d).map(|_| h.table)
+}
 
 /// The word offset of `h.entry` from its table's start, if [`HINT_LOCAL`] can write it.
 fn local_entry(h: &Hint) -> Option<u64> {
@@ -200,9 +220,13 @@ impl Field {
     fn encoded_len(&self) -> usize {
         1 + match self {
             Field::Bytes(b) => varint_len(b.len() as u64) + b.len(),
-            Field::Link(l) => link_encoded_len(l),
+            Field::Link(l) => link_encoded_len(l, &mut None),
             Field::Links(ls) => {
-                varint_len(ls.len() as u64) + ls.iter().map(link_encoded_len).sum::<usize>()
+                let mut prev = None;
+                varint_len(ls.len() as u64)
+                    + ls.iter()
+                        .map(|l| link_encoded_len(l, &mut prev))
+                        .sum::<usize>()
             }
         }
     }
@@ -423,13 +447,14 @@ impl Record {
                 }
                 Field::Link(l) => {
                     out.push(TAG_LINK);
-                    put_link(&mut out, &l.as_ref());
+                    put_link(&mut out, &l.as_ref(), &mut None);
                 }
                 Field::Links(ls) => {
                     out.push(TAG_LINKS);
                     put_varint(&mut out, ls.len() as u64);
+                    let mut prev = None;
                     for l in ls {
-                        put_link(&mut out, &l.as_ref());
+                        put_link(&mut out, &l.as_ref(), &mut prev);
                     }
                 }
             }
@@ -466,7 +491,7 @@ fn decode(b: &[u8]) -> Result<Record, RecordError> {
         let name = r.bytes(FIELD_NAME_BYTES_MAX, "field name")?;
         let f = match r.byte()? {
             TAG_BYTES => Field::Bytes(r.bytes(VALUE_BYTES_MAX as usize, "record")?.to_vec()),
-            TAG_LINK => Field::Link(r.link()?),
+            TAG_LINK => Field::Link(r.link(&mut None)?),
             TAG_LINKS => {
                 let n = r.varint()?;
                 if n > LINKS_PER_FIELD_MAX as u64 {
@@ -476,8 +501,9 @@ fn decode(b: &[u8]) -> Result<Record, RecordError> {
                     return Err(RecordError::Truncated);
                 }
                 let mut ls = Vec::new();
+                let mut prev = None;
                 for _ in 0..n {
-                    ls.push(r.link()?);
+                    ls.push(r.link(&mut prev)?);
                 }
                 Field::Links(ls)
             }
@@ -551,6 +577,9 @@ impl<'a> Reader<'a> {
     }
 
     /// LEB128, at most 10 bytes, shortest form only (so every record has one encoding).
+    // Inlined for its one-byte case (a packed list's lengths, every link's target length:
+    // it was 2 % of a loading node's samples as a call), the loop kept out of line.
+    #[inline]
     fn varint(&mut self) -> Result<u64, RecordError> {
         // Most varints are one byte (lengths under 128): no loop for them.
         if let Some((&byte, rest)) = self.b.split_first() {
@@ -559,6 +588,12 @@ impl<'a> Reader<'a> {
                 return Ok(u64::from(byte));
             }
         }
+        self.varint_long()
+    }
+
+    /// [`Reader::varint`] of two bytes or more.
+    #[inline(never)]
+    fn varint_long(&mut self) -> Result<u64, RecordError> {
         let mut v: u64 = 0;
         let mut shift: u32 = 0;
         for i in 0..10u32 {
@@ -590,17 +625,15 @@ impl<'a> Reader<'a> {
         self.take(n)
     }
 
-    fn link(&mut self) -> Result<Link, RecordError> {
-        let target = self.bytes(KEY_BYTES_MAX as usize, "link target")?.to_vec();
-        let hint = match self.byte()? {
-            HINT_NONE => None,
-            HINT_SOME => Some(hint_from(self.take(HINT_BYTES)?)?),
-            HINT_DATA => Some(hint_from(self.take(HINT_DATA_BYTES)?)?),
-            HINT_PACKED => Some(self.packed_hint()?),
-            HINT_LOCAL => Some(self.local_hint()?),
-            tag => return Err(RecordError::BadTag { tag }),
-        };
-        Ok(Link { target, hint })
+    /// A link; `prev` is the table a [`HINT_LOCAL_SAME`] hint takes (the list's link
+    /// before, [`local_table`]; `None` first in a list and in a single-link field), updated
+    /// for the next link.
+    fn link(&mut self, prev: &mut Option<u64>) -> Result<Link, RecordError> {
+        let (target, hint) = self.link_ref(prev)?;
+        Ok(Link {
+            target: target.to_vec(),
+            hint,
+        })
     }
 }
 
@@ -648,20 +681,37 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn link_encoded_len(l: &Link) -> usize {
-    varint_len(l.target.len() as u64)
+/// Bytes of `l` as [`put_link`] writes it after a link whose [`local_table`] was `prev`
+/// (updated for the next link).
+fn link_encoded_len(l: &Link, prev: &mut Option<u64>) -> usize {
+    let n = varint_len(l.target.len() as u64)
         + l.target.len()
         + 1
         + match &l.hint {
             None => 0,
             Some(Hint { data: None, .. }) => HINT_BYTES,
-            Some(h @ Hint { data: Some(d), .. }) => data_hint_len(h, d),
-        }
+            Some(h @ Hint { data: Some(d), .. }) => data_hint_len(h, d, *prev),
+        };
+    *prev = local_table(l.hint.as_ref());
+    n
 }
 
-/// Bytes of a hint with a data part after its flag, in the form [`put_link`] writes.
-fn data_hint_len(h: &Hint, d: &DataHint) -> usize {
-    local_len(h, d).unwrap_or_else(|| packed_len(h, d).min(HINT_DATA_BYTES))
+/// Bytes of a hint with a data part after its flag, in the form [`put_link`] writes after a
+/// link whose [`local_table`] was `prev`.
+fn data_hint_len(h: &Hint, d: &DataHint, prev: Option<u64>) -> usize {
+    match local_len(h, d) {
+        Some(n) if prev == Some(h.table) => n - table_parts_len(h.table),
+        Some(n) => n,
+        None => packed_len(h, d).min(HINT_DATA_BYTES),
+    }
+}
+
+/// Bytes of the table word's three parts in a [`HINT_LOCAL`] hint (what
+/// [`HINT_LOCAL_SAME`] leaves out).
+fn table_parts_len(table: u64) -> usize {
+    varint_len(table >> TABLE_HIGH_SHIFT)
+        + varint_len((table >> TABLE_MID_SHIFT) & TABLE_MID_MASK)
+        + varint_len(table & TABLE_LOW_MASK)
 }
 
 /// Bytes of `h`'s [`HINT_LOCAL`] form after its flag, if it has one (node, epoch and memgest
@@ -669,18 +719,18 @@ fn data_hint_len(h: &Hint, d: &DataHint) -> usize {
 /// one-byte zeros dropped, at most two bytes more for the table's parts, the entry's words
 /// from the table's start shorter or equal), so a hint that has it is written in it.
 fn local_len(h: &Hint, d: &DataHint) -> Option<usize> {
+    let words = local_words(h, d)?;
+    Some(table_parts_len(h.table) + varint_len(words) + varint_len(u64::from(d.location)) + 4)
+}
+
+/// `h`'s entry in words from its table's start, if `h` has a [`HINT_LOCAL`] form (what
+/// [`local_len`] decides, without summing the lengths: [`put_link`] asks it for every
+/// link of a load).
+fn local_words(h: &Hint, d: &DataHint) -> Option<u64> {
     if h.node != 0 || h.epoch != 0 || d.memgest != 0 {
         return None;
     }
-    let words = local_entry(h)?;
-    Some(
-        varint_len(h.table >> TABLE_HIGH_SHIFT)
-            + varint_len((h.table >> TABLE_MID_SHIFT) & TABLE_MID_MASK)
-            + varint_len(h.table & TABLE_LOW_MASK)
-            + varint_len(words)
-            + varint_len(u64::from(d.location))
-            + 4,
-    )
+    local_entry(h)
 }
 
 /// Bytes of `h`'s [`HINT_PACKED`] form after its flag. The encoder writes it when it is
@@ -702,48 +752,59 @@ struct LinkRef<'a> {
     hint: Option<Hint>,
 }
 
-fn put_link(out: &mut Vec<u8>, l: &LinkRef<'_>) {
+/// Writes `l` after a link whose [`local_table`] was `prev` (`None` first in a list and
+/// for a single-link field), and sets `prev` for the next link of the same list.
+fn put_link(out: &mut Vec<u8>, l: &LinkRef<'_>, prev: &mut Option<u64>) {
     put_varint(out, l.target.len() as u64);
     out.extend_from_slice(l.target);
-    match &l.hint {
-        None => out.push(HINT_NONE),
-        Some(h) => match h.data {
-            Some(d) if local_len(h, &d).is_some() => {
-                out.push(HINT_LOCAL);
-                put_varint(out, h.table >> TABLE_HIGH_SHIFT);
-                put_varint(out, (h.table >> TABLE_MID_SHIFT) & TABLE_MID_MASK);
-                put_varint(out, h.table & TABLE_LOW_MASK);
-                put_varint(out, local_entry(h).unwrap_or_default());
-                put_varint(out, u64::from(d.location));
+    let after = prev.take();
+    let Some(h) = &l.hint else {
+        out.push(HINT_NONE);
+        return;
+    };
+    // The flag-4 form, decided once per link (its words kept for the bytes below).
+    if let Some((d, words)) = h.data.and_then(|d| local_words(h, &d).map(|w| (d, w))) {
+        *prev = Some(h.table);
+        if after == Some(h.table) {
+            out.push(HINT_LOCAL_SAME);
+        } else {
+            out.push(HINT_LOCAL);
+            put_varint(out, h.table >> TABLE_HIGH_SHIFT);
+            put_varint(out, (h.table >> TABLE_MID_SHIFT) & TABLE_MID_MASK);
+            put_varint(out, h.table & TABLE_LOW_MASK);
+        }
+        put_varint(out, words);
+        put_varint(out, u64::from(d.location));
+        out.extend_from_slice(&d.crc.to_le_bytes());
+        return;
+    }
+    match h.data {
+        Some(d) if packed_len(h, &d) < HINT_DATA_BYTES => {
+            out.push(HINT_PACKED);
+            put_varint(out, u64::from(h.node));
+            put_varint(out, h.epoch);
+            put_varint(out, h.table);
+            put_varint(out, h.entry);
+            put_varint(out, u64::from(d.location));
+            out.extend_from_slice(&d.crc.to_le_bytes());
+            put_varint(out, u64::from(d.memgest));
+        }
+        _ => {
+            out.push(if h.data.is_some() {
+                HINT_DATA
+            } else {
+                HINT_SOME
+            });
+            out.extend_from_slice(&h.node.to_le_bytes());
+            out.extend_from_slice(&h.epoch.to_le_bytes());
+            out.extend_from_slice(&h.table.to_le_bytes());
+            out.extend_from_slice(&h.entry.to_le_bytes());
+            if let Some(d) = h.data {
+                out.extend_from_slice(&d.location.to_le_bytes());
                 out.extend_from_slice(&d.crc.to_le_bytes());
+                out.extend_from_slice(&d.memgest.to_le_bytes());
             }
-            Some(d) if packed_len(h, &d) < HINT_DATA_BYTES => {
-                out.push(HINT_PACKED);
-                put_varint(out, u64::from(h.node));
-                put_varint(out, h.epoch);
-                put_varint(out, h.table);
-                put_varint(out, h.entry);
-                put_varint(out, u64::from(d.location));
-                out.extend_from_slice(&d.crc.to_le_bytes());
-                put_varint(out, u64::from(d.memgest));
-            }
-            _ => {
-                out.push(if h.data.is_some() {
-                    HINT_DATA
-                } else {
-                    HINT_SOME
-                });
-                out.extend_from_slice(&h.node.to_le_bytes());
-                out.extend_from_slice(&h.epoch.to_le_bytes());
-                out.extend_from_slice(&h.table.to_le_bytes());
-                out.extend_from_slice(&h.entry.to_le_bytes());
-                if let Some(d) = h.data {
-                    out.extend_from_slice(&d.location.to_le_bytes());
-                    out.extend_from_slice(&d.crc.to_le_bytes());
-                    out.extend_from_slice(&d.memgest.to_le_bytes());
-                }
-            }
-        },
+        }
     }
 }
 
@@ -958,11 +1019,14 @@ pub fn splice_links(
         }
     }
     // The new field's encoding.
+    // `prev`: the table the first new link may leave out (the old list's last link's,
+    // `local_table`), as if the whole list were encoded anew.
+    let mut prev = None;
     let (old_links, had) = match (op, found.map(|(_, _, f)| f)) {
         (Splice::Add, Some(FieldRef::Links(raw, n))) => {
-            let all_hinted = FieldRef::Links(raw, n).links().all(|(_, h)| h.is_some());
-            if !all_hinted {
-                return None;
+            for (_, h) in FieldRef::Links(raw, n).links() {
+                h?;
+                prev = local_table(h.as_ref());
             }
             (raw, usize::try_from(n).ok()?)
         }
@@ -992,6 +1056,7 @@ pub fn splice_links(
                 target: t,
                 hint: hint(t),
             },
+            &mut prev,
         );
     }
     let mut out;
@@ -1189,11 +1254,9 @@ pub fn put_fields(
             return Err(RecordError::TrailingBytes);
         }
     }
-    let added: Vec<usize> = {
-        let mut v: Vec<usize> = new.iter().filter(|e| !e.2).map(|e| e.1).collect();
-        v.sort_unstable();
-        v
-    };
+    // The new fields no old one had, appended in the order given (found by name again below
+    // instead of gathered in one more `Vec`: one allocation less per command).
+    let added = new.iter().filter(|e| !e.2).count();
     let guess = body.len()
         + 11
         + fields
@@ -1212,7 +1275,7 @@ pub fn put_fields(
             .sum::<usize>();
     let mut out = Vec::with_capacity(guess.min(VALUE_BYTES_MAX as usize + 64));
     out.push(FORMAT_VERSION);
-    put_varint(&mut out, (old.len() + added.len()) as u64);
+    put_varint(&mut out, (old.len() + added) as u64);
     let mut put = |out: &mut Vec<u8>, (name, v): &(&[u8], PutValue<'_>)| {
         put_varint(out, name.len() as u64);
         out.extend_from_slice(name);
@@ -1230,11 +1293,13 @@ pub fn put_fields(
                         target: t,
                         hint: hint(t),
                     },
+                    &mut None,
                 );
             }
             PutValue::Links(ts) => {
                 out.push(TAG_LINKS);
                 put_varint(out, ts.len() as u64);
+                let mut prev = None;
                 for t in ts.iter() {
                     put_link(
                         out,
@@ -1242,12 +1307,14 @@ pub fn put_fields(
                             target: t,
                             hint: hint(t),
                         },
+                        &mut prev,
                     );
                 }
             }
             PutValue::Packed(p) => {
                 out.push(TAG_LINKS);
                 put_varint(out, p.n as u64);
+                let mut prev = None;
                 for t in p.iter() {
                     put_link(
                         out,
@@ -1255,6 +1322,7 @@ pub fn put_fields(
                             target: t,
                             hint: hint(t),
                         },
+                        &mut prev,
                     );
                 }
             }
@@ -1275,13 +1343,18 @@ pub fn put_fields(
             }
         }
     }
-    for &i in &added {
-        put(&mut out, &fields[i]);
-        if out.len() > VALUE_BYTES_MAX as usize {
-            return Err(RecordError::TooLarge { what: "record" });
+    if added > 0 {
+        for f in fields {
+            if new[find(&new, f.0).expect("every field is in `new`")].2 {
+                continue; // replaced in place above
+            }
+            put(&mut out, f);
+            if out.len() > VALUE_BYTES_MAX as usize {
+                return Err(RecordError::TooLarge { what: "record" });
+            }
         }
     }
-    Ok((added.len() as i64, out))
+    Ok((added as i64, out))
 }
 
 /// A field of an encoded record, borrowed from its bytes (see [`scan`]).
@@ -1304,9 +1377,10 @@ impl<'a> FieldRef<'a> {
         };
         // `scan` validated every link, so parsing again cannot fail; a failure would only
         // end the list early.
+        let mut prev = None;
         single
             .into_iter()
-            .chain((0..n).map_while(move |_| r.link_target().ok()))
+            .chain((0..n).map_while(move |_| r.link_target(&mut prev).ok()))
     }
 
     /// The links (none for plain bytes) with their hints, in order.
@@ -1316,9 +1390,10 @@ impl<'a> FieldRef<'a> {
             FieldRef::Link(t, h) => (Reader { b: &[] }, 0, Some((t, h))),
             FieldRef::Links(raw, n) => (Reader { b: raw }, n, None),
         };
+        let mut prev = None;
         single
             .into_iter()
-            .chain((0..n).map_while(move |_| r.link_ref().ok()))
+            .chain((0..n).map_while(move |_| r.link_ref(&mut prev).ok()))
     }
 
     /// What hash commands show for it (as [`Field::display`]).
@@ -1414,7 +1489,7 @@ impl<'a> Reader<'a> {
         let f = match self.byte()? {
             TAG_BYTES => FieldRef::Bytes(self.bytes(VALUE_BYTES_MAX as usize, "record")?),
             TAG_LINK => {
-                let (t, h) = self.link_ref()?;
+                let (t, h) = self.link_ref(&mut None)?;
                 FieldRef::Link(t, h)
             }
             TAG_LINKS => {
@@ -1426,8 +1501,9 @@ impl<'a> Reader<'a> {
                     return Err(RecordError::Truncated);
                 }
                 let start = self.b;
+                let mut prev = None;
                 for _ in 0..n {
-                    self.link_target()?;
+                    self.link_target(&mut prev)?;
                 }
                 let used = start
                     .len()
@@ -1440,39 +1516,38 @@ impl<'a> Reader<'a> {
         Ok((name, f))
     }
 
-    /// A link's target and hint.
-    fn link_ref(&mut self) -> Result<(&'a [u8], Option<Hint>), RecordError> {
+    /// A link's target and hint. `prev` is the table a [`HINT_LOCAL_SAME`] hint takes (the
+    /// [`local_table`] of the list's link before; `None` first in a list and in a
+    /// single-link field, where that flag is refused), set for the next link.
+    fn link_ref(
+        &mut self,
+        prev: &mut Option<u64>,
+    ) -> Result<(&'a [u8], Option<Hint>), RecordError> {
         let target = self.bytes(KEY_BYTES_MAX as usize, "link target")?;
-        match self.byte()? {
-            HINT_NONE => Ok((target, None)),
-            HINT_SOME => Ok((target, Some(hint_from(self.take(HINT_BYTES)?)?))),
-            HINT_DATA => Ok((target, Some(hint_from(self.take(HINT_DATA_BYTES)?)?))),
-            HINT_PACKED => Ok((target, Some(self.packed_hint()?))),
-            HINT_LOCAL => Ok((target, Some(self.local_hint()?))),
-            tag => Err(RecordError::BadTag { tag }),
-        }
+        let hint = match self.byte()? {
+            HINT_NONE => None,
+            HINT_SOME => Some(hint_from(self.take(HINT_BYTES)?)?),
+            HINT_DATA => Some(hint_from(self.take(HINT_DATA_BYTES)?)?),
+            HINT_PACKED => Some(self.packed_hint()?),
+            HINT_LOCAL => Some(self.local_hint(None)?),
+            HINT_LOCAL_SAME => match *prev {
+                Some(table) => Some(self.local_hint(Some(table))?),
+                None => {
+                    return Err(RecordError::BadTag {
+                        tag: HINT_LOCAL_SAME,
+                    })
+                }
+            },
+            tag => return Err(RecordError::BadTag { tag }),
+        };
+        *prev = local_table(hint.as_ref());
+        Ok((target, hint))
     }
 
-    /// A link's target, its hint validated and skipped.
-    fn link_target(&mut self) -> Result<&'a [u8], RecordError> {
-        let target = self.bytes(KEY_BYTES_MAX as usize, "link target")?;
-        match self.byte()? {
-            HINT_NONE => {}
-            HINT_SOME => {
-                self.take(HINT_BYTES)?;
-            }
-            HINT_DATA => {
-                self.take(HINT_DATA_BYTES)?;
-            }
-            HINT_PACKED => {
-                self.packed_hint()?;
-            }
-            HINT_LOCAL => {
-                self.local_hint()?;
-            }
-            tag => return Err(RecordError::BadTag { tag }),
-        }
-        Ok(target)
+    /// A link's target, its hint validated (and decoded: the next link's `prev` depends on
+    /// its values) and dropped.
+    fn link_target(&mut self, prev: &mut Option<u64>) -> Result<&'a [u8], RecordError> {
+        self.link_ref(prev).map(|(t, _)| t)
     }
 
     /// A [`HINT_PACKED`] hint: each varint in its shortest form and within its field's
@@ -1511,10 +1586,18 @@ impl<'a> Reader<'a> {
     /// A [`HINT_LOCAL`] hint: node, epoch and memgest 0; the table word's parts each within
     /// its bits, the entry (table start + words × 8) within u64, every varint shortest. Every hint it decodes
     /// to is one the encoder writes in this form, the same bytes: one encoding per hint.
-    fn local_hint(&mut self) -> Result<Hint, RecordError> {
-        let high = self.varint()?;
-        let mid = self.varint()?;
-        let low = self.varint()?;
+    ///
+    /// `same`: a [`HINT_LOCAL_SAME`] hint, whose table word (a [`local_table`], so its parts
+    /// are in range) is not in the bytes but given.
+    fn local_hint(&mut self, same: Option<u64>) -> Result<Hint, RecordError> {
+        let (high, mid, low) = match same {
+            Some(t) => (
+                t >> TABLE_HIGH_SHIFT,
+                (t >> TABLE_MID_SHIFT) & TABLE_MID_MASK,
+                t & TABLE_LOW_MASK,
+            ),
+            None => (self.varint()?, self.varint()?, self.varint()?),
+        };
         if high > u64::from(u16::MAX) || mid > TABLE_MID_MASK || low > TABLE_LOW_MASK {
             return Err(RecordError::BadVarint);
         }

@@ -80,7 +80,9 @@ proptest! {
         }
         prop_assert_eq!(Out::Int(n), a.reply);
         prop_assert_eq!(&bytes, &r.encode());
-        prop_assert!(Record::decode(&bytes).is_ok());
+        // And back: the bytes decode to the general path's record (its hints' values too:
+        // a flag-5 link takes its table from the link before).
+        prop_assert_eq!(&Record::decode(&bytes).expect("decodes"), &*r);
     }
 }
 
@@ -392,4 +394,135 @@ proptest! {
             }
         }
     }
+}
+
+/// `link` in flag 4's form (`same`: flag 5's, the table left out), by hand.
+fn local_link(out: &mut Vec<u8>, target: &[u8], h: &Hint, same: bool) {
+    let d = h.data.expect("a data hint");
+    varint(out, target.len() as u64);
+    out.extend_from_slice(target);
+    if same {
+        out.push(5);
+    } else {
+        out.push(4);
+        varint(out, h.table >> 48);
+        varint(out, (h.table >> 20) & 0xfff_ffff);
+        varint(out, h.table & 0xf_ffff);
+    }
+    varint(out, (h.entry - (h.table & 0xf_ffff) * 65536) / 8);
+    varint(out, u64::from(d.location));
+    out.extend_from_slice(&d.crc.to_le_bytes());
+}
+
+/// In a link list, a single node's hint whose table is the one of the link before leaves
+/// the table out (flag 5, session 19): a loaded chunk's links all name one pre-sized table.
+/// A change of table, a link without a flag-4-form hint in between, and the first link
+/// write the table again (flag 4); flag 5 is refused where no table comes before it and in
+/// a single-link field; a list written before session 19 (flag 4 throughout) still decodes
+/// to the same record and re-encodes in the shorter form.
+#[test]
+fn list_links_leave_out_the_table_of_the_link_before() {
+    let at = |table: u64, words: u64, location: u32| Hint {
+        node: 0,
+        epoch: 0,
+        table,
+        entry: (table & 0xf_ffff) * 65536 + words * 8,
+        data: Some(DataHint {
+            location,
+            crc: 0x0102_0304 ^ location,
+            memgest: 0,
+        }),
+    };
+    let (t1, t2) = (
+        (1u64 << 48) | ((1 << 18) << 20) | 2,
+        (1u64 << 48) | ((1 << 19) << 20) | 9,
+    );
+    let links = [
+        (&b"v:1"[..], Some(at(t1, 70_000, 12_000_000))),
+        (b"v:22", Some(at(t1, 5, 3))),
+        (b"v:333", Some(at(t1, 1 << 20, 99))),
+        (b"v:4", Some(at(t2, 7, 1))),
+        (b"v:5", Some(at(t2, 8, 2))),
+        (b"v:6", None),
+        (b"v:7", Some(at(t2, 9, 3))),
+        (
+            b"v:8",
+            Some(Hint {
+                node: 3,
+                ..at(t2, 10, 4)
+            }),
+        ),
+        (b"v:9", Some(at(t2, 11, 5))),
+    ];
+    let same = [false, true, true, false, true, false, false, false, false];
+    let mut r = Record::new();
+    r.insert(
+        b"f".to_vec(),
+        Field::Links(
+            links
+                .iter()
+                .map(|(t, h)| Link {
+                    target: t.to_vec(),
+                    hint: *h,
+                })
+                .collect(),
+        ),
+    );
+    let b = r.encode();
+    let mut want = vec![1, 1, 1, b'f', 2, links.len() as u8];
+    let mut old = want.clone();
+    for ((t, h), &s) in links.iter().zip(&same) {
+        match h {
+            Some(h) if h.node == 0 => {
+                local_link(&mut want, t, h, s);
+                local_link(&mut old, t, h, false);
+            }
+            Some(h) => {
+                let f3 = flag3(h);
+                // `flag3` writes `{f: link "k" h}`: its link's hint starts after byte 7.
+                for out in [&mut want, &mut old] {
+                    varint(out, t.len() as u64);
+                    out.extend_from_slice(t);
+                    out.extend_from_slice(&f3[7..]);
+                }
+            }
+            None => {
+                for out in [&mut want, &mut old] {
+                    varint(out, t.len() as u64);
+                    out.extend_from_slice(t);
+                    out.push(0);
+                }
+            }
+        }
+    }
+    assert_eq!(b, want);
+    assert!(
+        b.len() + 2 * 5 <= old.len(),
+        "{} against {}",
+        b.len(),
+        old.len()
+    );
+    assert_eq!(Record::decode(&b).expect("decodes"), r);
+    assert_eq!(
+        Record::decode(&old).expect("flag 4 throughout still decodes"),
+        r
+    );
+    let fields = record::scan(&b).expect("scans");
+    let got: Vec<_> = fields[0].1.links().map(|(t, h)| (t.to_vec(), h)).collect();
+    let exp: Vec<_> = links.iter().map(|(t, h)| (t.to_vec(), *h)).collect();
+    assert_eq!(got, exp);
+
+    // Refused: flag 5 first in a list, after a link without a hint, in a single link.
+    let h = at(t1, 5, 3);
+    let mut first = vec![1, 1, 1, b'f', 2, 1];
+    local_link(&mut first, b"k", &h, true);
+    assert!(Record::decode(&first).is_err());
+    assert!(record::scan(&first).is_err());
+    let mut after_none = vec![1, 1, 1, b'f', 2, 2, 1, b'a', 0];
+    local_link(&mut after_none, b"k", &h, true);
+    assert!(Record::decode(&after_none).is_err());
+    let mut single = vec![1, 1, 1, b'f', 1];
+    local_link(&mut single, b"k", &h, true);
+    assert!(Record::decode(&single).is_err());
+    assert_eq!(one_link(h).encode()[7], 4, "a single link keeps its table");
 }
