@@ -179,7 +179,13 @@ impl Reader {
     /// ([`crate::read::prefetch_bucket`]). A hint: no effect on what any read returns.
     #[inline]
     pub fn prefetch_bucket(&self, hash: u64) {
-        crate::read::prefetch_bucket(&self.view, hash)
+        crate::read::prefetch_bucket(&self.view, hash);
+        crate::read::prefetch_policy(
+            &self.view,
+            self.policy_area_base,
+            self.policy_area_bytes,
+            hash,
+        );
     }
 
     /// Second touch: start loading the data entries the home bucket's matching index entries
