@@ -396,6 +396,11 @@ fn fields(
     }
 }
 
+/// Occurrences of `pat` in `hay`.
+fn count(hay: &[u8], pat: &[u8]) -> usize {
+    hay.windows(pat.len()).filter(|w| *w == pat).count()
+}
+
 /// Start both servers, open one connection to each, run every script (FLUSHALL first).
 fn differential(scripts: &[&str], resp3: bool) {
     let Some(redis) = start_redis(&[]) else {
@@ -404,6 +409,15 @@ fn differential(scripts: &[&str], resp3: bool) {
     let node = start_ringlet(None);
     let mut r = Raw::connect(redis.port);
     let mut g = Raw::connect(node.local_addr().port());
+    // The readiness probe's connection (`wait_ready`) is closed, but a loaded machine may
+    // not have let the server reap it yet, and the scripts' CLIENT LIST counts clients:
+    // wait (bounded) until this connection is the only one listed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while count(&g.call(&[b"CLIENT", b"LIST"]), b"addr=") > 1
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10)); // poll interval
+    }
     if resp3 {
         r.call(&[b"HELLO", b"3"]);
         g.call(&[b"HELLO", b"3"]);
