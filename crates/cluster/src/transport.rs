@@ -739,16 +739,18 @@ mod tests {
         );
     }
 
-    /// A frame larger than a chunk does not hold up the small frames queued behind it: they
-    /// are written between its chunks. current_thread: every send below is queued before the
-    /// link task first runs, so the order on the wire is deterministic.
-    #[tokio::test]
-    async fn small_frames_pass_a_large_one() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+    /// Node 1's transport linked to node 2's, whose inbound frames arrive on the receiver
+    /// (node 2's transport is returned to keep it alive).
+    async fn linked_pair() -> (
+        Arc<Transport>,
+        Arc<Transport>,
+        mpsc::UnboundedReceiver<PeerMsg>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
         let inbound: Inbound = Arc::new(move |_, m| {
             let _ = tx.send(m);
         });
-        let (_b, b_addr) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(2), 1, inbound)
+        let (b, b_addr) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(2), 1, inbound)
             .await
             .unwrap();
         let noop: Inbound = Arc::new(|_, _| {});
@@ -756,21 +758,17 @@ mod tests {
             .await
             .unwrap();
         a.set_peers(&[(NodeId(2), b_addr)]);
-        let value: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 253) as u8).collect();
-        let big = PeerMsg {
-            epoch: Epoch(1),
-            incarnation: 1,
-            body: PeerBody::Replicate {
-                key: b"big".to_vec(),
-                entry: ringlet_replica::Entry {
-                    version: Version(1),
-                    memgest: ringlet_types::MemgestId(0),
-                    value: Some(value),
-                    expiry_ms: None,
-                    kind: ringlet_types::ValueKind::String,
-                },
-            },
-        };
+        (a, b, rx)
+    }
+
+    /// A frame larger than a chunk does not hold up the small frames queued behind it: they
+    /// are written between its chunks. current_thread: every send below is queued before the
+    /// link task first runs, so the order on the wire is deterministic.
+    #[tokio::test]
+    async fn small_frames_pass_a_large_one() {
+        let (a, _b, mut rx) = linked_pair().await;
+        // Bytes that vary along the value: a chunk out of place would not compare equal.
+        let big = replicate(1 << 20, 16 << 20);
         assert_eq!(a.send(NodeId(2), &big), SendOutcome::Queued);
         for i in 1..=100 {
             assert_eq!(a.send(NodeId(2), &msg(i)), SendOutcome::Queued);
@@ -795,7 +793,7 @@ mod tests {
                 entry: ringlet_replica::Entry {
                     version: Version(u128::from(i)),
                     memgest: ringlet_types::MemgestId(0),
-                    value: Some(vec![(i % 251) as u8; len]),
+                    value: Some((0..len as u64).map(|j| ((i + j) % 251) as u8).collect()),
                     expiry_ms: None,
                     kind: ringlet_types::ValueKind::String,
                 },
@@ -809,18 +807,7 @@ mod tests {
     /// and in send order, and some were written directly.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn direct_and_queued_frames_keep_order() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let inbound: Inbound = Arc::new(move |_, m| {
-            let _ = tx.send(m);
-        });
-        let (_b, b_addr) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(2), 1, inbound)
-            .await
-            .unwrap();
-        let noop: Inbound = Arc::new(|_, _| {});
-        let (a, _) = Transport::bind("127.0.0.1:0".parse().unwrap(), NodeId(1), 1, noop)
-            .await
-            .unwrap();
-        a.set_peers(&[(NodeId(2), b_addr)]);
+        let (a, _b, mut rx) = linked_pair().await;
         // Wait until the link is up and idle (the first direct write proves it).
         let mut i = 0u64;
         loop {

@@ -896,25 +896,28 @@ pub fn prefetch_bucket(view: &RegionsView, hash: u64) {
     prefetch(view.index.wrapping_add(off as usize + 64));
 }
 
-/// Start loading the policy word of `hash`'s home bucket in the current table (the policy
-/// area at `area_base`, `area_bytes` per generation parity: `Store::new`).
+/// [`prefetch_bucket`], and also the policy word of that bucket (the policy area at
+/// `area_base`, `area_bytes` per generation parity: `Store::new`), from one load of the
+/// layout word.
 ///
 /// Why: since format 5 an entry's policy nibble is not in its index word but in a word per
 /// bucket in a separate area, one more random line per lookup: a reader's hit bumps its
 /// reference bit there, and a writer's replace carries the old entry's bits over. Nothing
 /// else asked for that line, so every GET and SET of a batch waited for it once.
 #[inline]
-pub fn prefetch_policy(view: &RegionsView, area_base: u64, area_bytes: u64, hash: u64) {
+pub fn prefetch_bucket_and_policy(view: &RegionsView, area_base: u64, area_bytes: u64, hash: u64) {
     let Some((_, layout)) = current_layout(view, Ordering::Relaxed) else {
         return;
     };
-    let (off, _) = layout.policy_of(
-        area_base,
-        area_bytes,
-        layout.bucket_offset(layout.home(hash)),
-    );
-    if off.saturating_add(8) <= view.index_len as u64 {
-        prefetch(view.index.wrapping_add(off as usize));
+    let off = layout.bucket_offset(layout.home(hash));
+    if off.saturating_add(BUCKET_BYTES) > view.index_len as u64 {
+        return;
+    }
+    prefetch(view.index.wrapping_add(off as usize));
+    prefetch(view.index.wrapping_add(off as usize + 64));
+    let (pw, _) = layout.policy_of(area_base, area_bytes, off);
+    if pw.saturating_add(8) <= view.index_len as u64 {
+        prefetch(view.index.wrapping_add(pw as usize));
     }
 }
 

@@ -179,8 +179,7 @@ impl Reader {
     /// ([`crate::read::prefetch_bucket`]). A hint: no effect on what any read returns.
     #[inline]
     pub fn prefetch_bucket(&self, hash: u64) {
-        crate::read::prefetch_bucket(&self.view, hash);
-        crate::read::prefetch_policy(
+        crate::read::prefetch_bucket_and_policy(
             &self.view,
             self.policy_area_base,
             self.policy_area_bytes,

@@ -1047,11 +1047,14 @@ impl<S: ReplicaStore> Replica<S> {
     /// Whether a stored entry is an `ec:K+M` value (its bytes live in an arena; the store
     /// keeps a pointer).
     fn is_ec_value(&self, e: &Entry) -> bool {
-        e.value.is_some()
-            && self
-                .map
-                .as_ref()
-                .is_some_and(|m| matches!(m.memgest_kind(e.memgest), MemgestKind::Ec { .. }))
+        e.value.is_some() && self.is_ec_memgest(e.memgest)
+    }
+
+    /// Whether `m` is an `ec:K+M` memgest in the current map.
+    fn is_ec_memgest(&self, m: MemgestId) -> bool {
+        self.map
+            .as_ref()
+            .is_some_and(|map| matches!(map.memgest_kind(m), MemgestKind::Ec { .. }))
     }
 
     /// Reply with the committed value of `key` (decoding it first if it is an ec value whose
@@ -3467,12 +3470,8 @@ impl<S: ReplicaStore> Replica<S> {
                 let chunk = self.store.scan_slot_heads(slot, after.as_deref(), want);
                 let n = chunk.len();
                 for (k, _, m) in chunk {
-                    let ec_kind = self
-                        .map
-                        .as_ref()
-                        .is_some_and(|mp| matches!(mp.memgest_kind(m), MemgestKind::Ec { .. }));
-                    if let Some(e) = ec_kind.then(|| self.store.get(&k)).flatten() {
-                        if self.is_ec_value(&e) {
+                    if self.is_ec_memgest(m) {
+                        if let Some(e) = self.store.get(&k).filter(|e| e.value.is_some()) {
                             self.ec_leftovers.push((k.clone(), e));
                         }
                     }
