@@ -677,3 +677,76 @@ fn config_get_reports_the_node_and_set_is_refused() {
     );
     assert_eq!(e(&r[7]), "ERR unknown subcommand 'NOPE'. Try CONFIG HELP.");
 }
+
+/// INFO commandstats and errorstats on a cluster node count as Redis Cluster's do: a MOVED
+/// answer is a refusal before running (`rejected_calls`, not `calls`), an error from a
+/// command that ran is `failed_calls`, and every error reply counts under its code.
+#[test]
+fn commandstats_count_redirects_as_rejections() {
+    let cl = common::start(3, 0, &[]);
+    let addrs = cl.addrs();
+    let mut c = Client::new(addrs.clone());
+    assert_eq!(cluster_call(&mut c, &[b"SET", b"cs", b"text"]), Reply::ok());
+    // The node that coordinates `cs` answers a GET; another answers MOVED.
+    let owner = *addrs
+        .iter()
+        .find(|a| keys_of(node_call(**a, &[b"KEYS", b"cs"])).len() == 1)
+        .expect("an owner");
+    let other = *addrs.iter().find(|a| **a != owner).expect("another node");
+    let stats = |a: std::net::SocketAddr| -> String {
+        let Reply::Bulk(info) = node_call(a, &[b"INFO", b"commandstats", b"errorstats"]) else {
+            panic!()
+        };
+        String::from_utf8_lossy(&info).into_owned()
+    };
+    let before_owner = stats(owner);
+    let before_other = stats(other);
+    assert!(!before_other.contains("errorstat_MOVED"), "{before_other}");
+    assert!(
+        matches!(node_call(other, &[b"GET", b"cs"]), Reply::Error(e) if e.starts_with(b"MOVED "))
+    );
+    assert_eq!(
+        node_call(owner, &[b"GET", b"cs"]),
+        Reply::Bulk(b"text".to_vec())
+    );
+    assert!(matches!(
+        node_call(owner, &[b"INCR", b"cs"]),
+        Reply::Error(_)
+    ));
+    let after_other = stats(other);
+    let get_line = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("cmdstat_get:"))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let field = |line: &str, f: &str| -> u64 {
+        line.split([':', ','])
+            .find_map(|kv| kv.strip_prefix(&format!("{f}=")))
+            .map_or(0, |v| v.parse().expect("number"))
+    };
+    let (b, a) = (get_line(&before_other), get_line(&after_other));
+    assert_eq!(
+        field(&a, "rejected_calls"),
+        field(&b, "rejected_calls") + 1,
+        "{a}"
+    );
+    assert_eq!(field(&a, "calls"), field(&b, "calls"), "{a}");
+    assert!(
+        after_other.contains("errorstat_MOVED:count=1\r\n"),
+        "{after_other}"
+    );
+    let after_owner = stats(owner);
+    let (b, a) = (get_line(&before_owner), get_line(&after_owner));
+    assert_eq!(field(&a, "calls"), field(&b, "calls") + 1, "{a}");
+    let incr = after_owner
+        .lines()
+        .find(|l| l.starts_with("cmdstat_incr:"))
+        .expect("incr counted");
+    assert_eq!(field(incr, "failed_calls"), 1, "{incr}");
+    assert_eq!(field(incr, "calls"), 1, "{incr}");
+    assert!(
+        after_owner.contains("errorstat_ERR:count="),
+        "{after_owner}"
+    );
+}

@@ -5,7 +5,7 @@
 //!  RESP / native request served ──▶ Load::record(command, class, slots, elapsed, ok)
 //!      per slot: reads[slot] / writes[slot] += 1          (16384 + 16384 atomics)
 //!      per class (read/write/other): log-bucketed histogram (atomic buckets)
-//!      per command name: calls, usec, failed, histogram   (at most COMMANDS_MAX names)
+//!      per command: calls, usec, rejected, failed, histogram (ringlet_server::cmdstats)
 //!  every SAMPLE_MS: sampler copies the counters ──▶ the last window's ops/s per slot and
 //!      p50/p99 per class; HISTORY_MAX windows of totals for the charts
 //! ```
@@ -15,31 +15,25 @@
 //! someone asks. Only a request this node *served* counts (an error reply such as MOVED does
 //! not), so a slot's load is counted by its coordinator alone; an MGET frame counts each key.
 //!
-//! Why a hand-rolled histogram and not `hdrhistogram` (in Cargo.lock, used by the bench): the
-//! hot path records from many tasks at once, and hdrhistogram's recorder is not `Sync`; a
-//! mutex per request, or one histogram per thread merged later, costs more than 288 relaxed
-//! atomic buckets. Buckets are exact below 16 µs, then 8 per power of two (values within
-//! 12.5 %), up to ~38 hours; quantiles report a bucket's upper bound.
+//! The per-command figures and the histogram are the single node's too
+//! (`ringlet_server::cmdstats`), so INFO reads the same on both fronts.
 //!
-//! Limits: [`COMMANDS_MAX`] distinct command names (more are counted as `other`), a
-//! [`HISTORY_MAX`]-window ring, memory ~0.3 MiB per node plus ~2.3 KiB per command name.
+//! Limits: a [`HISTORY_MAX`]-window ring, memory ~0.3 MiB per node plus ~2.3 KiB per command
+//! that ran (names outside the command table: `cmdstats::OTHER_NAMES_MAX`).
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
+pub use ringlet_server::cmdstats::{CommandStat, CommandStats, Counts, Histogram, Outcome};
 use ringlet_types::{key_slot, SLOT_COUNT};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 /// How often the sampler turns counters into rates (the page polls at the same pace).
 pub const SAMPLE_MS: u64 = 1_000;
 /// Windows kept for the charts (a minute at [`SAMPLE_MS`]).
 pub const HISTORY_MAX: usize = 60;
-/// Distinct command names with their own figures; the rest go to `other`.
-pub const COMMANDS_MAX: usize = 256;
-/// Histogram buckets: 16 exact (0–15 µs) then 8 per power of two from 2^4 to 2^36 µs.
-const BUCKETS: usize = 16 + 33 * 8;
 
 /// What kind of work a command is: the three latency charts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -67,112 +61,6 @@ impl Class {
             Class::Other => 2,
         }
     }
-}
-
-fn bucket_of(us: u64) -> usize {
-    if us < 16 {
-        return us as usize;
-    }
-    let e = 63 - us.leading_zeros() as usize; // >= 4
-    if e > 36 {
-        return BUCKETS - 1;
-    }
-    let sub = ((us >> (e - 3)) & 7) as usize;
-    16 + (e - 4) * 8 + sub
-}
-
-/// The largest value (µs) bucket `i` holds.
-fn bucket_high(i: usize) -> u64 {
-    if i < 16 {
-        return i as u64;
-    }
-    let e = (i - 16) / 8 + 4;
-    let sub = ((i - 16) % 8) as u64;
-    ((8 + sub + 1) << (e - 3)) - 1
-}
-
-/// A latency histogram anyone may record into at once.
-pub struct Histogram {
-    buckets: Box<[AtomicU64]>,
-}
-
-impl Default for Histogram {
-    fn default() -> Self {
-        Histogram {
-            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-}
-
-impl Histogram {
-    pub fn record(&self, us: u64) {
-        if let Some(b) = self.buckets.get(bucket_of(us)) {
-            b.fetch_add(1, Relaxed);
-        }
-    }
-
-    pub fn snapshot(&self) -> Counts {
-        Counts(self.buckets.iter().map(|b| b.load(Relaxed)).collect())
-    }
-}
-
-/// A histogram's bucket counts at one moment (subtract two for a window).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counts(Vec<u64>);
-
-impl Counts {
-    pub fn total(&self) -> u64 {
-        self.0.iter().sum()
-    }
-
-    /// `self - older`, bucket by bucket.
-    pub fn since(&self, older: &Counts) -> Counts {
-        Counts(
-            self.0
-                .iter()
-                .enumerate()
-                .map(|(i, v)| v.saturating_sub(older.0.get(i).copied().unwrap_or(0)))
-                .collect(),
-        )
-    }
-
-    /// The `q` quantile (0..=1) in µs: the upper bound of the bucket holding it; `None`
-    /// when empty.
-    pub fn quantile(&self, q: f64) -> Option<u64> {
-        let total = self.total();
-        if total == 0 {
-            return None;
-        }
-        // The rank of the q-quantile, 1-based, at least 1.
-        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (i, c) in self.0.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return Some(bucket_high(i));
-            }
-        }
-        Some(bucket_high(BUCKETS - 1))
-    }
-
-    /// Values at most `us`, at bucket resolution (Prometheus `le` buckets).
-    pub fn at_most(&self, us: u64) -> u64 {
-        self.0
-            .iter()
-            .enumerate()
-            .take_while(|(i, _)| bucket_high(*i) <= us)
-            .map(|(_, c)| c)
-            .sum()
-    }
-}
-
-/// One command name's figures (INFO commandstats / latencystats).
-#[derive(Default)]
-pub struct CommandStat {
-    pub calls: AtomicU64,
-    pub usec: AtomicU64,
-    pub failed: AtomicU64,
-    pub latency: Histogram,
 }
 
 /// Figures of one sampling window.
@@ -214,7 +102,7 @@ pub struct Load {
     reads: Box<[AtomicU64]>,
     writes: Box<[AtomicU64]>,
     classes: [Histogram; 3],
-    commands: RwLock<BTreeMap<&'static str, Arc<CommandStat>>>,
+    commands: CommandStats,
     sampler: Mutex<Sampler>,
 }
 
@@ -225,45 +113,47 @@ impl Default for Load {
             reads: slots(),
             writes: slots(),
             classes: Default::default(),
-            commands: RwLock::new(BTreeMap::new()),
+            commands: CommandStats::default(),
             sampler: Mutex::new(Sampler::default()),
         }
     }
 }
 
 impl Load {
-    /// Count one served request: `ok` if it was answered without an error; `keys` are the
-    /// keys whose slots it read or wrote (counted only when `ok`).
+    /// Count one request: its [`Outcome`]; `keys` are the keys whose slots it read or
+    /// wrote (counted only when it ran without an error).
     pub fn record<K: AsRef<[u8]>>(
         &self,
-        command: &str,
+        command: &'static str,
         class: Class,
         keys: &[K],
         elapsed: Duration,
-        ok: bool,
+        outcome: Outcome,
     ) {
-        let slots: Vec<u16> = if ok && class != Class::Other {
+        let slots: Vec<u16> = if outcome == Outcome::Ok && class != Class::Other {
             keys.iter().map(|k| key_slot(k.as_ref())).collect()
         } else {
             Vec::new()
         };
-        self.record_slots(command, class, &slots, elapsed, ok);
+        self.record_slots(command, class, &slots, elapsed, outcome);
     }
 
     /// [`Load::record`] with the slots already known.
     pub fn record_slots(
         &self,
-        command: &str,
+        command: &'static str,
         class: Class,
         slots: &[u16],
         elapsed: Duration,
-        ok: bool,
+        outcome: Outcome,
     ) {
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        if let Some(h) = self.classes.get(class.index()) {
-            h.record(us);
+        if outcome != Outcome::Rejected {
+            if let Some(h) = self.classes.get(class.index()) {
+                h.record(us);
+            }
         }
-        if ok && class != Class::Other {
+        if outcome == Outcome::Ok && class != Class::Other {
             let per_slot = if class == Class::Read {
                 &self.reads
             } else {
@@ -275,41 +165,17 @@ impl Load {
                 }
             }
         }
-        let stat = self.command(command);
-        stat.calls.fetch_add(1, Relaxed);
-        stat.usec.fetch_add(us, Relaxed);
-        if !ok {
-            stat.failed.fetch_add(1, Relaxed);
-        }
-        stat.latency.record(us);
+        self.commands.by_name(command).record(us, outcome);
     }
 
-    fn command(&self, name: &str) -> Arc<CommandStat> {
-        if let Some(s) = self.commands.read().get(name) {
-            return s.clone();
-        }
-        let mut t = self.commands.write();
-        if let Some(s) = t.get(name) {
-            return s.clone();
-        }
-        // Names are leaked once so the table holds `&'static str`: at most COMMANDS_MAX of
-        // them, each at most 32 bytes. Past the bound every new name is `other` (and takes
-        // this write lock each time: a client sending endless made-up names slows itself).
-        let key: &'static str = if t.len() < COMMANDS_MAX && name.len() <= 32 {
-            Box::leak(name.to_string().into_boxed_str())
-        } else {
-            "other"
-        };
-        t.entry(key).or_default().clone()
+    /// Count an error reply's code (INFO errorstats).
+    pub fn record_error(&self, text: &[u8]) {
+        self.commands.record_error(text);
     }
 
-    /// Every command name's figures, by name.
-    pub fn commands(&self) -> Vec<(&'static str, Arc<CommandStat>)> {
-        self.commands
-            .read()
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect()
+    /// The per-command figures (INFO commandstats, errorstats, latencystats; `/metrics`).
+    pub fn commands(&self) -> &CommandStats {
+        &self.commands
     }
 
     /// Requests served per slot since start: (reads, writes).
@@ -407,33 +273,6 @@ impl Load {
         s.last = Some(cur);
     }
 
-    /// INFO `# Commandstats` and `# Latencystats` in Redis's format.
-    pub fn info_sections(&self) -> (String, String) {
-        let mut out = String::from("# Commandstats\r\n");
-        let cmds = self.commands();
-        for (name, s) in &cmds {
-            let calls = s.calls.load(Relaxed);
-            let usec = s.usec.load(Relaxed);
-            out.push_str(&format!(
-                "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={:.2},rejected_calls=0,failed_calls={}\r\n",
-                if calls == 0 { 0.0 } else { usec as f64 / calls as f64 },
-                s.failed.load(Relaxed)
-            ));
-        }
-        let mut lat = String::from("# Latencystats\r\n");
-        for (name, s) in &cmds {
-            let c = s.latency.snapshot();
-            let q = |x: f64| c.quantile(x).unwrap_or(0);
-            lat.push_str(&format!(
-                "latency_percentiles_usec_{name}:p50={:.3},p99={:.3},p99.9={:.3}\r\n",
-                q(0.5) as f64,
-                q(0.99) as f64,
-                q(0.999) as f64
-            ));
-        }
-        (out, lat)
-    }
-
     /// Prometheus text: per-class duration histograms and per-command counters (the
     /// per-range series need the map; the admin page adds them).
     pub fn prometheus(&self) -> String {
@@ -463,7 +302,8 @@ impl Load {
                 c.name()
             ));
             let usec: u64 = self
-                .commands()
+                .commands
+                .all()
                 .iter()
                 .filter(|(n, _)| command_class(n) == c)
                 .map(|(_, s)| s.usec.load(Relaxed))
@@ -479,7 +319,7 @@ impl Load {
         out.push_str(
             "# HELP ringlet_commands_total Requests served, by command.\n# TYPE ringlet_commands_total counter\n",
         );
-        let cmds = self.commands();
+        let cmds = self.commands.all();
         for (name, s) in &cmds {
             out.push_str(&format!(
                 "ringlet_commands_total{{command=\"{name}\"}} {}\n",
@@ -487,12 +327,12 @@ impl Load {
             ));
         }
         out.push_str(
-            "# HELP ringlet_commands_failed_total Requests answered with an error, by command.\n# TYPE ringlet_commands_failed_total counter\n",
+            "# HELP ringlet_commands_failed_total Requests answered with an error (run or refused), by command.\n# TYPE ringlet_commands_failed_total counter\n",
         );
         for (name, s) in &cmds {
             out.push_str(&format!(
                 "ringlet_commands_failed_total{{command=\"{name}\"}} {}\n",
-                s.failed.load(Relaxed)
+                s.failed.load(Relaxed) + s.rejected.load(Relaxed)
             ));
         }
         out
@@ -535,25 +375,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_ordered_and_hold_their_values() {
-        let mut prev = None;
-        for i in 0..BUCKETS {
-            let hi = bucket_high(i);
-            if let Some(p) = prev {
-                assert!(hi > p, "bucket {i}");
-            }
-            assert_eq!(bucket_of(hi), i, "bucket {i} high {hi}");
-            prev = Some(hi);
-        }
-        for v in [0, 1, 15, 16, 17, 100, 1_000, 12_345, 1 << 30] {
-            let b = bucket_of(v);
-            assert!(bucket_high(b) >= v);
-            // Within 12.5 % above.
-            assert!(bucket_high(b) as f64 <= v as f64 * 1.125 + 1.0, "{v}");
-        }
-    }
-
-    #[test]
     fn quantiles_and_windows() {
         let load = Load::default();
         load.sample(0, 1_000);
@@ -563,18 +384,24 @@ mod tests {
                 Class::Read,
                 &[b"a"],
                 Duration::from_micros(100),
-                true,
+                Outcome::Ok,
             );
         }
         for _ in 0..2 {
-            load.record("get", Class::Read, &[b"a"], Duration::from_millis(20), true);
+            load.record(
+                "get",
+                Class::Read,
+                &[b"a"],
+                Duration::from_millis(20),
+                Outcome::Ok,
+            );
         }
         load.record(
             "set",
             Class::Write,
             &[b"b"],
             Duration::from_micros(40),
-            true,
+            Outcome::Ok,
         );
         // An error reply counts as a call and a failure, not as load on the slot.
         load.record(
@@ -582,7 +409,7 @@ mod tests {
             Class::Write,
             &[b"b"],
             Duration::from_micros(40),
-            false,
+            Outcome::Failed,
         );
         load.sample(2_000, 3_000);
         let h = load.history();
@@ -605,8 +432,11 @@ mod tests {
         // The next window starts from the last sample.
         load.sample(3_000, 4_000);
         assert_eq!(load.history()[1].reads_per_sec, 0.0);
-        let (cmds, lat) = load.info_sections();
-        let info = format!("{cmds}{lat}");
+        let info = format!(
+            "{}{}",
+            load.commands().commandstats_text(),
+            load.commands().latencystats_text()
+        );
         assert!(info.contains("cmdstat_get:calls=100,"), "{info}");
         assert!(info.contains("cmdstat_set:calls=2,"), "{info}");
         assert!(info.contains("failed_calls=1"), "{info}");
@@ -630,18 +460,6 @@ mod tests {
         );
         assert!(prom.contains("ringlet_commands_total{command=\"set\"} 2"));
         assert!(prom.contains("ringlet_commands_failed_total{command=\"set\"} 1"));
-    }
-
-    #[test]
-    fn command_names_are_bounded() {
-        let load = Load::default();
-        for i in 0..(COMMANDS_MAX + 50) {
-            load.record::<&[u8]>(&format!("c{i}"), Class::Other, &[], Duration::ZERO, true);
-        }
-        let cmds = load.commands();
-        assert_eq!(cmds.len(), COMMANDS_MAX + 1);
-        let other = cmds.iter().find(|(n, _)| *n == "other").unwrap();
-        assert_eq!(other.1.calls.load(Relaxed), 50);
     }
 
     /// The Grafana dashboard (docs/grafana/ringlet.json) names only metrics a node exports:

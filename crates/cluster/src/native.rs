@@ -688,7 +688,14 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
             load_class,
             &load_slots,
             started.elapsed(),
-            result.is_ok(),
+            match &result {
+                Ok(_) => crate::load::Outcome::Ok,
+                // A redirect is a refusal before running, as Redis counts MOVED.
+                Err(Fail(s, _)) if *s == Status::MOVED || *s == Status::TRY_AGAIN => {
+                    crate::load::Outcome::Rejected
+                }
+                Err(_) => crate::load::Outcome::Failed,
+            },
         );
     }
     if let Err(Fail(status, message)) = result {

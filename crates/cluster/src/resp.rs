@@ -461,6 +461,13 @@ impl Front {
                     }
                 }
             }
+            // What CLIENT LIST shows while this batch runs (Redis counts the request being
+            // run as `qbuf`: a connection listing itself sees its own request).
+            conn.buffers.record(
+                (buf.len(), buf.capacity()),
+                (out.len(), out.capacity()),
+                multi.as_ref(),
+            );
             let mut i = 0;
             while i < batch.len() {
                 // A run of consecutive GETs runs concurrently (replies stay in order): reads
@@ -855,31 +862,45 @@ impl Front {
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let spec = match ringlet_command::lookup(&args) {
             Ok(i) => ringlet_command::table().spec(i),
-            Err(e) => return convert(&e),
+            Err(e) => {
+                let reply = convert(&e);
+                if let Reply::Error(text) = &reply {
+                    self.load.record_error(text);
+                }
+                return reply;
+            }
         };
         conn.touch(spec.name);
-        let result = match spec
+        let checked = spec
             .check(argv.len(), !*authed, Mode::Cluster)
             .map_err(|e| convert(&e))
-            .and_then(|()| self.acl_check(conn, &args))
-        {
+            .and_then(|()| self.acl_check(conn, &args));
+        let refused = checked.is_err();
+        let result = match checked {
             Ok(()) => {
                 self.command_inner(spec.top_name(), &args, argv, proto, authed, conn)
                     .await
             }
             Err(e) => Err(e),
         };
-        let (reply, ok) = match result {
-            Ok(r) => {
-                let ok = !matches!(r, Reply::Error(_));
-                (r, ok)
-            }
-            Err(r) => (r, false),
+        // Redis's split: refused before running (arity, auth, ACL, and the routing answers
+        // MOVED/ASK/CROSSSLOT/TRYAGAIN/CLUSTERDOWN) is `rejected_calls`; an error after is
+        // `failed_calls` (ringlet_server::cmdstats).
+        let reply = match result {
+            Ok(r) | Err(r) => r,
         };
+        let outcome = match &reply {
+            _ if refused => crate::load::Outcome::Rejected,
+            Reply::Error(e) => crate::load::Outcome::of_error(Some(e)),
+            _ => crate::load::Outcome::Ok,
+        };
+        if let Reply::Error(e) = &reply {
+            self.load.record_error(e);
+        }
         let class = crate::load::class_of(spec);
         let took = started.elapsed();
         self.load
-            .record(spec.name, class, &spec.keys(&args), took, ok);
+            .record(spec.name, class, &spec.keys(&args), took, outcome);
         // EXEC is not logged itself (Redis's `skip_slowlog`).
         if spec.name != "exec" {
             self.monitor.record(
@@ -2239,10 +2260,12 @@ impl node::NodeContext for NodeView<'_> {
             (&["stats"], true),
             (&["replication"], true),
             (&["cpu"], true),
+            // Redis's order; commandstats and latencystats are not in the default set.
+            (&["commandstats"], false),
+            (&["errorstats"], true),
+            (&["latencystats"], false),
             (&["cluster", "ringlet"], true),
             (&["keyspace"], true),
-            (&["commandstats"], false),
-            (&["latencystats"], false),
         ]
     }
 
@@ -2251,10 +2274,7 @@ impl node::NodeContext for NodeView<'_> {
         match name {
             "server" => f.info_core().0,
             "stats" => {
-                let (calls, failed) = f.load.commands().iter().fold((0, 0), |(c, fl), (_, s)| {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    (c + s.calls.load(Relaxed), fl + s.failed.load(Relaxed))
-                });
+                let (calls, failed) = f.load.commands().totals();
                 let e = f.node.engine().lock().stats();
                 format!(
                     "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{calls}\r\n\
@@ -2267,8 +2287,9 @@ impl node::NodeContext for NodeView<'_> {
             "replication" => f.replication_section(),
             "cluster" => f.info_core().1,
             "keyspace" => f.info_core().2,
-            "commandstats" => f.load.info_sections().0,
-            "latencystats" => f.load.info_sections().1,
+            "commandstats" => f.load.commands().commandstats_text(),
+            "errorstats" => f.load.commands().errorstats_text(),
+            "latencystats" => f.load.commands().latencystats_text(),
             _ => String::new(),
         }
     }

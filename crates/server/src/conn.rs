@@ -371,6 +371,42 @@ impl RespProcessor {
         })
     }
 
+    /// INFO commandstats/errorstats for a batch that ran `gets` GETs and `sets` SETs in the
+    /// time since `started`, `errors` of them answering an error.
+    fn count_batch(
+        &self,
+        shared: &Shared,
+        started: std::time::Instant,
+        gets: u64,
+        sets: u64,
+        errors: &[(FastKind, Reply)],
+    ) {
+        let n = gets + sets;
+        if n == 0 {
+            return;
+        }
+        let usec = started.elapsed().as_micros() as u64;
+        let stats = &shared.cmdstats;
+        let (get, set) = (self.get_idx as usize, self.set_idx as usize);
+        let failed = |k: FastKind| errors.iter().filter(|(e, _)| *e == k).count() as u64;
+        for (idx, count, kind) in [(get, gets, FastKind::Get), (set, sets, FastKind::Set)] {
+            let f = failed(kind);
+            stats
+                .by_index(idx)
+                .record_batch(count - f, usec * (count - f) / n);
+            for _ in 0..f {
+                stats
+                    .by_index(idx)
+                    .record(usec / n, crate::cmdstats::Outcome::Failed);
+            }
+        }
+        for (_, r) in errors {
+            if let Reply::Error(text) = r {
+                stats.record_error(text);
+            }
+        }
+    }
+
     /// Run the pending batch (see the type's documentation). Returns where to resume if the
     /// write buffer reached [`WRITE_FLUSH_BYTES`]: the end of the last operation run (the
     /// rest of the batch is decoded again after the flush); `None` if every operation ran and
@@ -387,6 +423,8 @@ impl RespProcessor {
         if self.ops.is_empty() {
             return None;
         }
+        // INFO commandstats: the batch is timed as a whole, each request counted at its mean.
+        let started = std::time::Instant::now();
         // Not inside another client's EXEC (see `Shared::exec`); one guard for the batch.
         let _exec = shared.exec.read();
         // A batch with a SET takes the engine lock here, before touch 2, rather than at its
@@ -407,6 +445,9 @@ impl RespProcessor {
             }
         }
         let (mut hits, mut misses, mut retries, mut ran) = (0u64, 0u64, 0u64, 0usize);
+        // Requests of each kind that ran, and the error replies' texts (rare: WRONGTYPE, OOM).
+        let (mut gets, mut sets) = (0u64, 0u64);
+        let mut errors: Vec<(FastKind, Reply)> = Vec::new();
         let mut stop = None;
         for op in &self.ops {
             let key = &buf[op.key.0..op.key.0 + op.key.1];
@@ -433,7 +474,9 @@ impl RespProcessor {
                         }
                         Some(ValueKind::Record) => {
                             hits += 1;
-                            encode(&Reply::err(errors::WRONGTYPE), session.proto, wbuf);
+                            let r = Reply::err(errors::WRONGTYPE);
+                            encode(&r, session.proto, wbuf);
+                            errors.push((FastKind::Get, r));
                         }
                         None => {
                             misses += 1;
@@ -448,17 +491,26 @@ impl RespProcessor {
                     // its hash (`Engine::set_plain_slotted`).
                     match e.set_plain_slotted(key, op.hash, op.slot, value, now) {
                         Ok(()) => resp::encode_simple(wbuf, b"OK"),
-                        Err(err) => encode(&cmd::string::engine_error(err), session.proto, wbuf),
+                        Err(err) => {
+                            let r = cmd::string::engine_error(err);
+                            encode(&r, session.proto, wbuf);
+                            errors.push((FastKind::Set, r));
+                        }
                     }
                 }
             }
             ran += 1;
+            match op.kind {
+                FastKind::Get => gets += 1,
+                FastKind::Set => sets += 1,
+            }
             if wbuf.len() >= WRITE_FLUSH_BYTES {
                 stop = Some(op.end);
                 break;
             }
         }
         drop(engine);
+        self.count_batch(shared, started, gets, sets, &errors);
         let st = &shared.stats;
         Stats::add(&st.commands_processed, ran as u64);
         if hits > 0 {
@@ -535,6 +587,7 @@ impl RespProcessor {
                         // which `recycle` makes explicit.
                         let mut args = recycle(std::mem::take(&mut self.argv));
                         args.extend(self.req.args(rest));
+                        session.state.buffers.note_query(rest.len(), buf.len());
                         let reply = {
                             let mut ctx = Ctx {
                                 shared,

@@ -50,6 +50,15 @@ pub fn section(shared: &Shared, name: &str) -> String {
         "server" => server(shared, &mut out),
         "stats" => stats(shared, &mut out),
         "keyspace" => keyspace(shared, &mut out),
+        // A single node is a master without replicas (cluster nodes write their own).
+        "replication" => out.push_str(
+            "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\
+             master_failover_state:no-failover\r\nmaster_repl_offset:0\r\n\
+             repl_backlog_active:0\r\n",
+        ),
+        "commandstats" => out.push_str(&shared.cmdstats.commandstats_text()),
+        "errorstats" => out.push_str(&shared.cmdstats.errorstats_text()),
+        "latencystats" => out.push_str(&shared.cmdstats.latencystats_text()),
         _ => {}
     }
     out
@@ -129,7 +138,7 @@ fn stats(shared: &Shared, out: &mut String) {
         "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
          total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
          expired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\
-         ringlet_protocol_errors:{}\r\nringlet_reader_retries:{}\r\n",
+         total_error_replies:{}\r\nringlet_protocol_errors:{}\r\nringlet_reader_retries:{}\r\n",
         Stats::get(&st.connections_received),
         Stats::get(&st.commands_processed),
         Stats::get(&st.net_input_bytes),
@@ -139,6 +148,7 @@ fn stats(shared: &Shared, out: &mut String) {
         e.evictions,
         Stats::get(&st.keyspace_hits),
         Stats::get(&st.keyspace_misses),
+        shared.cmdstats.totals().1,
         Stats::get(&st.protocol_errors),
         Stats::get(&st.reader_retries),
     );

@@ -32,6 +32,7 @@
 
 pub mod admin;
 pub mod cmd;
+pub mod cmdstats;
 pub mod config;
 mod conn;
 mod db;

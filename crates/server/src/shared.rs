@@ -95,6 +95,8 @@ pub struct Shared {
     pub acl: ringlet_command::acl::AclTable,
     /// SLOWLOG and LATENCY (`cmd::slowlog`), fed by `cmd::run`.
     pub monitor: crate::cmd::slowlog::Monitor,
+    /// INFO commandstats / errorstats / latencystats (crate::cmdstats).
+    pub cmdstats: crate::cmdstats::CommandStats,
 }
 
 impl Shared {
@@ -117,6 +119,7 @@ impl Shared {
             exec: RwLock::new(()),
             hash_encoding: Default::default(),
             monitor: Default::default(),
+            cmdstats: Default::default(),
         }
     }
 

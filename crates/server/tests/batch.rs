@@ -75,17 +75,71 @@ fn encode_all(reqs: &[Vec<Vec<u8>>]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The INFO counters the batch path adds to itself.
+/// The INFO counters the batch path adds to itself: commands processed, hits, misses, and
+/// per command `calls`, `rejected_calls`, `failed_calls` and the error codes (not `usec`:
+/// time).
 fn counters(h: &mut Harness) -> Vec<String> {
-    let info = String::from_utf8(h.call(&[b"INFO", b"stats"])).expect("utf8");
+    let info = String::from_utf8(h.call(&[b"INFO", b"stats", b"commandstats", b"errorstats"]))
+        .expect("utf8");
     info.lines()
         .filter(|l| {
             l.starts_with("total_commands_processed:")
                 || l.starts_with("keyspace_hits:")
                 || l.starts_with("keyspace_misses:")
+                || l.starts_with("total_error_replies:")
+                || l.starts_with("cmdstat_")
+                || l.starts_with("errorstat_")
         })
-        .map(str::to_owned)
+        .map(|l| {
+            l.split(',')
+                .filter(|f| !f.starts_with("usec"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
         .collect()
+}
+
+/// The replies, each as text, with CLIENT INFO's input-buffer figures (`qbuf`, `qbuf-free`,
+/// `rbs`, `rbp`, `tot-mem`) blanked: they show how many request bytes the connection holds
+/// when the command runs, which differs, as in Redis, between a pipeline sent whole and the
+/// same requests sent one by one.
+fn replies(mut out: &[u8]) -> Vec<String> {
+    let mut v = Vec::new();
+    while !out.is_empty() {
+        let (_, used) = scan_reply(out)
+            .expect("valid RESP")
+            .expect("complete reply");
+        let text = String::from_utf8_lossy(&out[..used]).into_owned();
+        out = &out[used..];
+        if !text.contains(" qbuf=") {
+            v.push(text);
+            continue;
+        }
+        // Bulk lengths blanked too (a figure's digits change them): `$251\r\n` → `$_\r\n`.
+        let mut body = String::new();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find('$') {
+            body.push_str(&rest[..=i]);
+            rest = &rest[i + 1..];
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            if digits > 0 && rest[digits..].starts_with("\r\n") {
+                body.push('_');
+                rest = &rest[digits..];
+            }
+        }
+        body.push_str(rest);
+        let fields: Vec<String> = body
+            .split(' ')
+            .map(|f| match f.split_once('=') {
+                Some((k, _)) if ["qbuf", "qbuf-free", "rbs", "rbp", "tot-mem"].contains(&k) => {
+                    format!("{k}=_")
+                }
+                _ => f.to_string(),
+            })
+            .collect();
+        v.push(fields.join(" "));
+    }
+    v
 }
 
 proptest! {
@@ -106,10 +160,7 @@ proptest! {
             out_single.extend(single.feed(e, e.len()).0);
         }
         prop_assert_eq!(count_replies(&out_batched), reqs.len());
-        prop_assert_eq!(
-            String::from_utf8_lossy(&out_batched),
-            String::from_utf8_lossy(&out_single)
-        );
+        prop_assert_eq!(replies(&out_batched), replies(&out_single));
         prop_assert_eq!(counters(&mut batched), counters(&mut single));
     }
 }

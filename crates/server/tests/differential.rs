@@ -1508,3 +1508,69 @@ fn hscan_and_hrandfield_properties_match_redis() {
         }
     }
 }
+
+/// INFO commandstats and errorstats count as Redis's do: the same requests (pipelined plain
+/// GET/SET, which a Ringlet node answers in batches, errors that ran, and refusals before
+/// running: unknown command, arity, NOAUTH-free refusals) leave the same `calls`,
+/// `rejected_calls` and `failed_calls` per command and the same error codes. `usec` is
+/// time, not compared.
+#[test]
+fn commandstats_and_errorstats_match_redis() {
+    let Some(redis) = start_redis(&[]) else {
+        return;
+    };
+    let node = start_ringlet(None);
+    let mut batch = Vec::new();
+    let mut count = 0;
+    let mut push = |argv: &[&[u8]]| {
+        batch.extend_from_slice(&common::encode(argv));
+        count += 1;
+    };
+    push(&[b"HSET", b"rec", b"f", b"v"]);
+    for i in 0..300 {
+        let k = format!("k{i}");
+        push(&[b"SET", k.as_bytes(), b"v"]);
+        push(&[b"GET", k.as_bytes()]);
+        if i % 7 == 0 {
+            push(&[b"GET", b"rec"]); // WRONGTYPE inside a batch of GETs
+        }
+        if i % 11 == 0 {
+            push(&[b"INCR", k.as_bytes()]); // runs, fails: not an integer
+            push(&[b"GET"]); // refused: arity
+            push(&[b"NOSUCHCOMMAND", b"x"]); // refused: unknown (no command counted)
+            push(&[b"SET", k.as_bytes(), b"v", b"BADOPT"]); // runs, fails: syntax
+        }
+    }
+    for port in [redis.port, node.local_addr().port()] {
+        let mut c = Raw::connect(port);
+        c.send(&batch);
+        for _ in 0..count {
+            c.reply();
+        }
+    }
+    let stats = |port: u16, section: &[u8]| -> Vec<String> {
+        let mut c = Raw::connect(port);
+        let text = Val::parse(&c.call(&[b"INFO", section])).text();
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains(':'))
+            // usec and usec_per_call are times; the INFO command itself is not compared.
+            .filter(|l| !l.starts_with("cmdstat_info:"))
+            .map(|l| {
+                l.split(',')
+                    .filter(|f| !f.starts_with("usec"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+                    .replace(":calls", " calls")
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    let ringlet = node.local_addr().port();
+    for section in [&b"commandstats"[..], b"errorstats"] {
+        let (want, got) = (stats(redis.port, section), stats(ringlet, section));
+        assert!(!want.is_empty());
+        assert_eq!(want, got, "INFO {}", String::from_utf8_lossy(section));
+    }
+}

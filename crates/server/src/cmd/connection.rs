@@ -201,6 +201,15 @@ impl ConnBuffers {
         self.multi.store(n, Relaxed);
         self.multi_mem.store(mem, Relaxed);
     }
+
+    /// Before a request runs: `unrun` bytes of input from it on (Redis counts the request
+    /// being run in `qbuf`, so a connection listing itself sees its own request) out of `seen`
+    /// bytes in the read buffer, which is at least that large.
+    pub fn note_query(&self, unrun: usize, seen: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.qbuf.store(unrun as u64, Relaxed);
+        self.qbuf_cap.fetch_max(seen as u64, Relaxed);
+    }
 }
 
 /// Whether `name` is a legal client name (Redis: printable, no spaces).

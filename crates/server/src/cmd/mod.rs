@@ -215,17 +215,17 @@ fn handlers() -> &'static [Option<Handler>] {
 pub fn dispatch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let idx = match lookup(argv) {
         Ok(i) => i,
-        Err(e) => return transaction::refuse(ctx, "", e),
+        Err(e) => return rejected(ctx, None, "", e),
     };
     let cmd = table().spec(idx);
     let needs_auth = !ctx.session.authenticated && ctx.shared.auth_required();
     if let Err(e) = cmd.check(argv.len(), needs_auth, Mode::Single) {
-        return transaction::refuse(ctx, cmd.name, e);
+        return rejected(ctx, Some(idx), cmd.name, e);
     }
     // ACL (ringlet_command::acl): one atomic load and a branch for an unrestricted user.
     if let Err(e) = ctx.session.user.check(&ctx.shared.acl, idx, argv) {
         return match e {
-            ringlet_command::acl::CheckError::Denied(r) => transaction::refuse(ctx, cmd.name, r),
+            ringlet_command::acl::CheckError::Denied(r) => rejected(ctx, Some(idx), cmd.name, r),
             ringlet_command::acl::CheckError::UserGone => {
                 ctx.session.quit = true;
                 Reply::err(ringlet_command::acl::USER_GONE)
@@ -244,6 +244,21 @@ pub fn dispatch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     let shared = ctx.shared;
     let _exec = shared.exec.read();
     run(ctx, idx, argv)
+}
+
+/// A request refused before it ran (unknown, arity, auth, ACL): counted as Redis counts it
+/// (`rejected_calls` of a known command, and the error's code in errorstats), then refused.
+fn rejected(ctx: &mut Ctx<'_>, idx: Option<usize>, name: &str, err: Reply) -> Reply {
+    let stats = &ctx.shared.cmdstats;
+    if let Some(i) = idx {
+        stats
+            .by_index(i)
+            .record(0, crate::cmdstats::Outcome::Rejected);
+    }
+    if let Reply::Error(text) = &err {
+        stats.record_error(text);
+    }
+    transaction::refuse(ctx, name, err)
 }
 
 /// Run the command at `idx` of the table, already checked: counters, then its handler.
@@ -266,10 +281,21 @@ fn run(ctx: &mut Ctx<'_>, idx: usize, argv: &[&[u8]]) -> Reply {
         // subcommand resolves to it. Reaching here would be a table bug.
         None => arity_error(cmd.name),
     };
+    let us = started.elapsed().as_micros() as u64;
+    let error = match &reply {
+        Reply::Error(text) => Some(&text[..]),
+        _ => None,
+    };
+    if let Some(text) = error {
+        ctx.shared.cmdstats.record_error(text);
+    }
+    ctx.shared
+        .cmdstats
+        .by_index(idx)
+        .record(us, crate::cmdstats::Outcome::of_error(error));
     // SLOWLOG / LATENCY (EXEC is not logged itself, its commands are: Redis's
     // `skip_slowlog`).
     if cmd.name != "exec" {
-        let us = started.elapsed().as_micros() as u64;
         let state = &ctx.session.state;
         ctx.shared
             .monitor

@@ -327,7 +327,12 @@ impl super::node::NodeContext for Shared {
             (&["clients"], true),
             (&["memory"], true),
             (&["stats"], true),
+            (&["replication"], true),
             (&["cpu"], true),
+            // Redis's order; commandstats and latencystats are not in the default set.
+            (&["commandstats"], false),
+            (&["errorstats"], true),
+            (&["latencystats"], false),
             (&["keyspace"], true),
         ]
     }
