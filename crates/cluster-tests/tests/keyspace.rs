@@ -750,3 +750,39 @@ fn commandstats_count_redirects_as_rejections() {
         "{after_owner}"
     );
 }
+
+/// Malformed requests get Redis's protocol error texts from a cluster node, byte for byte
+/// (it once doubled "Protocol error: "), and the connection is closed after the error.
+#[test]
+fn protocol_errors_match_redis() {
+    use std::io::{Read, Write};
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let cl = common::start(3, 0, &[]);
+    let node = cl.addrs()[0];
+    let answer = |a: std::net::SocketAddr, req: &[u8]| -> Vec<u8> {
+        let mut s = std::net::TcpStream::connect(a).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(req).unwrap();
+        let mut out = Vec::new();
+        // Read to the close: the server closes after a protocol error.
+        let _ = s.read_to_end(&mut out);
+        out
+    };
+    for req in [
+        &b"*1\r\n$abc\r\n"[..],
+        b"*2\r\n$3\r\nGET\r\n:1\r\n",
+        b"GET \"abc\r\n",
+        b"*1\r\n$-3\r\n",
+    ] {
+        let want = answer(redis.addr(), req);
+        assert!(want.starts_with(b"-ERR Protocol error: "), "{want:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&answer(node, req)),
+            String::from_utf8_lossy(&want),
+            "{:?}",
+            String::from_utf8_lossy(req)
+        );
+    }
+}

@@ -538,7 +538,9 @@ impl Front {
                 }
             }
             if let Some(e) = bad {
-                let mut msg = b"ERR Protocol error: ".to_vec();
+                // The decoder's text already starts "Protocol error: " (as the single node
+                // answers it, and Redis).
+                let mut msg = b"ERR ".to_vec();
                 msg.extend_from_slice(e.as_bytes());
                 err(msg).encode(proto, &mut out);
                 stream.write_all(&out).await?;

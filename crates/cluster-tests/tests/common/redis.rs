@@ -70,6 +70,12 @@ impl Redis {
         })
     }
 
+    /// The server's address (for raw connections of a test's own).
+    #[allow(dead_code)] // not every test binary that includes this module uses it
+    pub fn addr(&self) -> SocketAddr {
+        self.conn.peer_addr().unwrap()
+    }
+
     pub fn call(&mut self, cmd: &[&[u8]]) -> Reply {
         let mut out = Vec::new();
         encode_request(&mut out, cmd);
