@@ -176,7 +176,9 @@ pub(crate) fn process(
                         } else {
                             // Not inside another client's EXEC (see `Shared::exec`).
                             let _exec = shared.exec.read();
+                            let (started, at) = (std::time::Instant::now(), wbuf.len());
                             handle(&frame, shared, reader, scratch, now, wbuf);
+                            count(shared, &frame.request, started, &wbuf[at..]);
                         }
                     }
                     Gate::Answered => {}
@@ -282,6 +284,29 @@ fn command(ctx: &mut crate::cmd::Ctx<'_>, id: u64, args: ArgList<'_>, out: &mut 
         encode_command_response(out, id, EPOCH, &bytes);
     }
     ctx.session.quit
+}
+
+/// INFO commandstats for a native data request (COMMAND frames are counted by
+/// `cmd::dispatch`), under the RESP command it stands for, as a cluster node counts them:
+/// `response` is what it answered, whose status byte follows the frame header.
+fn count(shared: &Shared, req: &NativeRequest<'_>, started: std::time::Instant, response: &[u8]) {
+    use crate::cmdstats::Outcome;
+    let name = match req {
+        NativeRequest::Get { .. } => "get",
+        NativeRequest::Mget { .. } => "mget",
+        NativeRequest::Set(_) => "set",
+        NativeRequest::Del { .. } => "del",
+        NativeRequest::IncrBy { .. } => "incrby",
+        NativeRequest::Chase(_) => "chase",
+        NativeRequest::Ping => "ping",
+        NativeRequest::Auth { .. } | NativeRequest::Command { .. } => return,
+    };
+    let failed = response
+        .get(ringlet_codec::native::HEADER_BYTES)
+        .is_some_and(|&status| Status(status).is_error());
+    let outcome = if failed { Outcome::Failed } else { Outcome::Ok };
+    let us = started.elapsed().as_micros() as u64;
+    shared.cmdstats.by_name(name).record(us, outcome);
 }
 
 /// RESP's reply to a wrong AUTH, sent as a `DENIED` message.

@@ -93,6 +93,23 @@ fn native_and_resp_share_one_port_and_one_keyspace() {
     r.call(&[b"SET", b"s", b"abc"]);
     assert!(c.incr_by(b"s", 1).is_err());
     c.ping().unwrap();
+
+    // INFO commandstats counts native requests under the RESP command each stands for.
+    let info = String::from_utf8_lossy(&r.call(&[b"INFO", b"commandstats"])).into_owned();
+    for want in [
+        "cmdstat_incrby:calls=2,",
+        "cmdstat_mget:calls=1,",
+        "cmdstat_del:calls=3,",
+        // Six native SETs and RESP's two (batched) ones.
+        "cmdstat_set:calls=8,",
+    ] {
+        assert!(info.contains(want), "{want} in {info}");
+    }
+    let incrby = info
+        .lines()
+        .find(|l| l.starts_with("cmdstat_incrby:"))
+        .unwrap();
+    assert!(incrby.ends_with("failed_calls=1"), "{incrby}");
 }
 
 #[test]
