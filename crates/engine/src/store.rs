@@ -1083,22 +1083,6 @@ impl Store {
         meta: Meta,
         evictable: &dyn Fn(MemgestId) -> bool,
     ) -> Result<(StagedHandle, Vec<Version>), Error> {
-        self.stage_replacing(key, h, value, meta, evictable, None)
-    }
-
-    /// [`Store::stage`] of an entry that will replace the one at `replaced` (a location whose
-    /// slot the publish frees), if known: the slot's bitmap word is prefetched between the
-    /// allocation and the image's write, so the free finds it in the cache. The caller has
-    /// prefetched the slab record already (`Slabs::prefetch_free_record`).
-    fn stage_replacing(
-        &mut self,
-        key: &[u8],
-        h: u64,
-        value: &[u8],
-        meta: Meta,
-        evictable: &dyn Fn(MemgestId) -> bool,
-        replaced: Option<u32>,
-    ) -> Result<(StagedHandle, Vec<Version>), Error> {
         let units = entry_units(
             key.len(),
             value.len(),
@@ -1107,9 +1091,6 @@ impl Store {
         );
         let evicted = self.make_room(units, evictable)?;
         let loc = self.slabs.alloc(units).ok_or(Error::NoSpace)?;
-        if let Some(old) = replaced {
-            self.slabs.prefetch_free_bitmap(old);
-        }
         let bound = ie_pack(loc, tag_of(h), 0);
         let check = self.write_entry(loc, key, value, &meta, bound);
         let w0 = ie_pack(loc, tag_of(h), check);
@@ -1272,12 +1253,10 @@ impl Store {
         evictable: &dyn Fn(MemgestId) -> bool,
     ) -> Result<Vec<Version>, Error> {
         let h = lookup.h;
-        let replaced = lookup.found.map(|f| ie_location(f.w0));
-        if let Some(old) = replaced {
-            self.slabs.prefetch_free_record(old);
+        if let Some(f) = lookup.found {
+            self.slabs.prefetch_free(ie_location(f.w0));
         }
-        let (handle, mut evicted) =
-            self.stage_replacing(key, h, value, meta, evictable, replaced)?;
+        let (handle, mut evicted) = self.stage(key, h, value, meta, evictable)?;
         let found = if evicted.is_empty() {
             lookup.found
         } else {
