@@ -254,17 +254,6 @@ pub struct RespProcessor {
 /// (it is checked after every operation anyway).
 pub const BATCH_OPS_MAX: usize = 32;
 
-/// How many operations ahead of the running one a batch's touch 2 is issued.
-///
-/// Touch 2 used to be issued for the whole batch before its first operation ran: at
-/// pipeline 16 that is ~64 line prefetches (three entry lines and a slot line per SET) on
-/// top of touch 1's, more than the core's outstanding-miss buffers hold, and the prefetch
-/// instructions themselves stalled (80 % of `run_batch`'s samples sat at one prefetch,
-/// session 19; 64 % in session 20's profile). A SET runs for a few hundred nanoseconds, so
-/// four operations ahead is more than a memory latency of lead while keeping at most ~16
-/// lines of touch 2 in flight.
-const TOUCH2_AHEAD: usize = 4;
-
 /// Touch 2 of one batched operation: prefetch the data entries its bucket points at and, for
 /// a SET under the engine lock, its slot accounting line. Hints only: nothing observable.
 #[inline]
@@ -420,17 +409,15 @@ impl RespProcessor {
             .any(|op| op.kind == FastKind::Set)
             .then(|| shared.db.lock());
         // Touch 2: the buckets were prefetched while the batch was decoded; now the data
-        // entries they point at, and each SET's slot accounting line — rolling, a few
-        // operations ahead of the one that runs (see `TOUCH2_AHEAD`).
-        for op in self.ops.iter().take(TOUCH2_AHEAD) {
+        // entries they point at, and each SET's slot accounting line, for the whole batch
+        // before its first operation runs. (Issuing it a few operations ahead of the running
+        // one instead was measured and lost, session 20: `docs/design/request-path.md`.)
+        for op in &self.ops {
             touch2(reader, engine.as_deref(), op);
         }
         let (mut hits, mut misses, mut retries, mut ran) = (0u64, 0u64, 0u64, 0usize);
         let mut stop = None;
-        for (i, op) in self.ops.iter().enumerate() {
-            if let Some(ahead) = self.ops.get(i + TOUCH2_AHEAD) {
-                touch2(reader, engine.as_deref(), ahead);
-            }
+        for op in &self.ops {
             let key = &buf[op.key.0..op.key.0 + op.key.1];
             match op.kind {
                 FastKind::Get => {
