@@ -8,15 +8,20 @@ Redis in the same round is what this prints (medians over rounds).
 
 Each server is pinned to CPU 0 (Ringlet `--threads 1`), redis-benchmark to CPU 1. Per round
 and server: fill with 1M SETs at pipeline 16 over a 1M-key space, then SET and GET at
-pipeline 16 and 1 (`-c 50 -d 100 -r 1000000`).
+pipeline 16 and 1 (`-c 50 -d 100 -r 1000000`). Beside each figure: how busy the server and
+the client were (CPU-seconds per wall second): a client near 1.0 is what bounds the
+throughput, not the server.
 
 Usage: bench/request_path_ab.py --before OLD_BIN --after NEW_BIN [--rounds 3]
        [--before-args "--io epoll" --after-args "--io uring"]   # one binary, two loops
        [--tests set:16]                    # only these tests (test:pipeline, comma-separated)
+       [--client ringlet-bench]            # `ringlet bench` (3 s per test) as the client
 """
 import argparse
+import json
 import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -42,13 +47,37 @@ def start(kind, binary, port, extra=()):
     return p
 
 
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def rb(port, test, pipeline, n):
+    """ops/s, and the client's CPU-seconds and the wall seconds of the run (its busy share
+    says whether redis-benchmark, one thread on one CPU, is what limits the throughput)."""
+    c0, t0 = children_cpu(), time.monotonic()
     out = subprocess.run(
         ["taskset", "-c", "1", "redis-benchmark", "-p", str(port), "-c", "50", "-n", str(n),
          "-P", str(pipeline), "-d", "100", "-r", "1000000", "-t", test, "-q"],
         check=True, capture_output=True, text=True).stdout
+    client, wall = children_cpu() - c0, time.monotonic() - t0
     m = re.search(test.upper() + r": ([0-9.]+) requests per second", out.replace("\r", "\n"))
-    return float(m.group(1)) if m else float("nan")
+    return (float(m.group(1)) if m else float("nan")), client, wall
+
+
+def ringlet_bench(binary, port, test, pipeline, seconds=3):
+    """`ringlet bench` as the client instead of redis-benchmark (same key space, key and value
+    sizes, connections and pipeline): ops/s, the ops run, the client's CPU-seconds and wall."""
+    c0, t0 = children_cpu(), time.monotonic()
+    out = subprocess.run(
+        ["taskset", "-c", "1", binary, "bench", "--port", str(port), "--keys", "1000000",
+         "--key-size", "16", "--value-size", "100", "--connections", "50",
+         "--pipeline", str(pipeline), "--ratio", "1:0" if test == "set" else "0:1",
+         "--duration", str(seconds), "--json"],
+        check=True, capture_output=True, text=True).stdout
+    client, wall = children_cpu() - c0, time.monotonic() - t0
+    j = json.loads(out.strip().splitlines()[-1])
+    return j["ops_per_sec"], j["sets"] + j["gets"], client, wall
 
 
 def main():
@@ -60,6 +89,10 @@ def main():
     ap.add_argument("--after-args", default="", help="extra flags for the after server")
     ap.add_argument("--tests", default="",
                     help="comma-separated test:pipeline (e.g. set:16,get:16); default all four")
+    ap.add_argument("--client", choices=["redis-benchmark", "ringlet-bench"],
+                    default="redis-benchmark",
+                    help="load generator of the measured tests (the fill is always "
+                         "redis-benchmark); ringlet-bench is the --after binary's `bench`")
     args = ap.parse_args()
     tests = TESTS
     if args.tests:
@@ -79,18 +112,26 @@ def main():
                 rb(port, "set", 16, 1_000_000)
                 for test, pl, n in tests:
                     c0 = cpu_seconds(p.pid)
-                    ops = rb(port, test, pl, n)
-                    cpu = (cpu_seconds(p.pid) - c0) / (n / 1e6)
-                    res.setdefault((name, test, pl), []).append((ops, cpu))
+                    if args.client == "ringlet-bench":
+                        ops, n, client, wall = ringlet_bench(args.after, port, test, pl)
+                    else:
+                        ops, client, wall = rb(port, test, pl, n)
+                    server = cpu_seconds(p.pid) - c0
+                    cpu = server / (n / 1e6)
+                    res.setdefault((name, test, pl), []).append(
+                        (ops, cpu, server / wall, client / wall))
                     print(f"round {rnd} {name} {test} P{pl}: {ops:,.0f} ops/s, "
-                          f"{cpu:.2f} CPU-s/Mop, load {os.getloadavg()[0]:.1f}",
+                          f"{cpu:.2f} CPU-s/Mop, server busy {server / wall:.2f}, "
+                          f"client busy {client / wall:.2f}, load {os.getloadavg()[0]:.1f}",
                           file=sys.stderr)
             finally:
                 p.terminate()
                 p.wait()
             time.sleep(0.5)
-    print("| test | server | ops/s | ×Redis | CPU-s/Mop | ×Redis CPU |")
-    print("|---|---|---|---|---|---|")
+    # busy: CPU-seconds per wall second over the run (server on CPU 0, redis-benchmark on
+    # CPU 1; the client's includes its start-up and connection set-up).
+    print("| test | server | ops/s | ×Redis | CPU-s/Mop | ×Redis CPU | server busy | client busy |")
+    print("|---|---|---|---|---|---|---|---|")
     for test, pl, _ in tests:
         base = res[("redis", test, pl)]
         b_ops = statistics.median(x[0] for x in base)
@@ -99,8 +140,10 @@ def main():
             v = res[(name, test, pl)]
             ops = statistics.median(x[0] for x in v)
             cpu = statistics.median(x[1] for x in v)
+            sbusy = statistics.median(x[2] for x in v)
+            cbusy = statistics.median(x[3] for x in v)
             print(f"| {test.upper()} P{pl} | {name} | {ops:,.0f} | {ops / b_ops:.2f} | "
-                  f"{cpu:.2f} | {cpu / b_cpu:.2f} |")
+                  f"{cpu:.2f} | {cpu / b_cpu:.2f} | {sbusy:.2f} | {cbusy:.2f} |")
 
 
 if __name__ == "__main__":

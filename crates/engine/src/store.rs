@@ -59,6 +59,31 @@ mod slot_index;
 //
 //   side word: [ units 24 | memgest 16 | 0 16 | policy nibble 4 (at bit 56) | 0 4 ]
 
+/// The first `n` (≤ 8) bytes of a little-endian word: the mask that keeps them.
+#[inline]
+fn low_bytes_mask(n: usize) -> u64 {
+    debug_assert!(n <= 8);
+    if n >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * n)) - 1
+    }
+}
+
+/// `bytes` (at most 8) as the low bytes of a little-endian word, the rest zero.
+#[inline]
+fn le_word(bytes: &[u8]) -> u64 {
+    if let Ok(b) = <[u8; 8]>::try_from(bytes) {
+        return u64::from_le_bytes(b);
+    }
+    // A short tail byte by byte: a copy of a variable length would be a `memcpy` call.
+    let mut w = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(8) {
+        w |= u64::from(b) << (8 * i);
+    }
+    w
+}
+
 /// The side word of an entry of `units`, `memgest` and policy nibble `policy`.
 fn side_pack(units: u32, memgest: u16, policy: u64) -> u64 {
     u64::from(units & 0xff_ffff)
@@ -560,9 +585,11 @@ impl Store {
         }
         // A short header's key starts at byte 20: its first four bytes are word 2's high
         // half, already loaded; the rest is word-aligned. (The range was checked above.)
+        // Compared as integers, not slices: a slice compare of a variable length is a call
+        // to `memcmp` per word, which was 2.6 % of a SET's samples at pipeline 16 (session 20).
         let (mut off, rest) = if de_short(w2) {
             let n = key.len().min(4);
-            if w2.to_le_bytes()[4..4 + n] != key[..n] {
+            if (w2 >> 32) & low_bytes_mask(n) != le_word(&key[..n]) {
                 return false;
             }
             (base + 24, &key[n..])
@@ -570,8 +597,7 @@ impl Store {
             (base + de_header_bytes(w2) as u64, key)
         };
         for chunk in rest.chunks(8) {
-            let w = self.data.load(off).to_le_bytes();
-            if w[..chunk.len()] != *chunk {
+            if self.data.load(off) & low_bytes_mask(chunk.len()) != le_word(chunk) {
                 return false;
             }
             off += 8;
@@ -582,7 +608,13 @@ impl Store {
     fn find_in(&self, t: Layout, key: &[u8], h: u64) -> Option<Found> {
         let home = t.home(h);
         let tag = tag_of(h);
-        for k in 0..=self.reach(t, home) {
+        // The home bucket first, its overflow word (how far displaced keys of it live) only
+        // if the key is not there, as the readers probe (`read::locate_entry`): the overflow
+        // words are an array of their own, so reading one first was one more line per SET
+        // that no prefetch asked for, for a key that is nearly always in its home bucket.
+        let mut reach = 0;
+        let mut k = 0;
+        while k <= reach {
             let b = t.after(home, k);
             for i in 0..BUCKET_ENTRIES {
                 let off = Self::ie_off(t, b, i);
@@ -600,6 +632,10 @@ impl Store {
                     });
                 }
             }
+            if k == 0 {
+                reach = self.reach(t, home);
+            }
+            k += 1;
         }
         None
     }
@@ -816,19 +852,24 @@ impl Store {
     /// Mark the entry at `loc` published (word 2's live bit, layout.rs). Call it *after* the
     /// index entry that points at it is stored: a direct reader that sees the bit then sees
     /// the publication too (Release).
-    fn mark_live(&self, loc: u32) {
-        self.data
-            .word(u64::from(loc) * UNIT_BYTES + 16)
-            .fetch_or(DE_LIVE_BIT, Ordering::Release);
+    ///
+    /// A load and a Release store, not a locked read-modify-write: word 2 of a data entry is
+    /// written only by the store's one writer (hence `&mut self`); readers only load it, so
+    /// the store's value and release ordering are those of the RMW (`tests/loom_direct.rs`
+    /// models the writer this way). On x86 the RMW was a full barrier that waited for the
+    /// entry image's stores just issued: with the other three locked operations of a SET's
+    /// publish about half of `publish_at`'s samples (session 20).
+    fn mark_live(&mut self, loc: u32) {
+        let w = self.data.word(u64::from(loc) * UNIT_BYTES + 16);
+        w.store(w.load(Ordering::Relaxed) | DE_LIVE_BIT, Ordering::Release);
     }
 
     /// Clear the live bit of the entry at `loc`. Call it *before* the index stops pointing at
     /// it (replace, unlink, move): a direct reader that still sees the bit reads at an instant
-    /// when the entry was the key's current one.
-    fn mark_dead(&self, loc: u32) {
-        self.data
-            .word(u64::from(loc) * UNIT_BYTES + 16)
-            .fetch_and(!DE_LIVE_BIT, Ordering::Release);
+    /// when the entry was the key's current one. A load and a store, as [`Store::mark_live`].
+    fn mark_dead(&mut self, loc: u32) {
+        let w = self.data.word(u64::from(loc) * UNIT_BYTES + 16);
+        w.store(w.load(Ordering::Relaxed) & !DE_LIVE_BIT, Ordering::Release);
     }
 
     fn meta_of(&self, f: &Found) -> Meta {
@@ -1101,7 +1142,13 @@ impl Store {
             // Keep the access bits of the key across versions.
             let w1 = handle.w1 | (f.w1 & S_FREQ);
             self.mark_dead(ie_location(f.w0));
-            self.set_policy(self.table, f.ie_off, w1);
+            // The policy nibble changes only if the TTL bit does (the reference bits carry
+            // over): an overwrite that keeps it skips `set_policy`'s two locked RMWs. `f.w1`
+            // has the nibble as the lookup read it; a reader's reference bump since then is
+            // kept, as one landing between the two RMWs would be.
+            if (w1 ^ f.w1) & (POLICY_NIBBLE << S_SHIFT) != 0 {
+                self.set_policy(self.table, f.ie_off, w1);
+            }
             // The one-word publish: readers see the old entry or the new one, whole.
             self.index
                 .word(f.ie_off)
@@ -1206,6 +1253,9 @@ impl Store {
         evictable: &dyn Fn(MemgestId) -> bool,
     ) -> Result<Vec<Version>, Error> {
         let h = lookup.h;
+        if let Some(f) = lookup.found {
+            self.slabs.prefetch_free(ie_location(f.w0));
+        }
         let (handle, mut evicted) = self.stage(key, h, value, meta, evictable)?;
         let found = if evicted.is_empty() {
             lookup.found

@@ -63,12 +63,15 @@ fn publish(r: &Region, old: Option<usize>, new: usize, version: u64) {
     slot[1].store(version, Ordering::Relaxed);
     slot[2].store(value_of(version), Ordering::Relaxed);
     let crc = checksum(new as u64, W2, version, value_of(version));
+    // mark_dead and mark_live are a load and a Release store (the writer is word 2's only
+    // writer), not read-modify-writes: `Store::mark_live`.
     if let Some(o) = old {
-        r.slots[o][0].fetch_and(!LIVE, Ordering::Release); // mark_dead
+        let w2 = &r.slots[o][0];
+        w2.store(w2.load(Ordering::Relaxed) & !LIVE, Ordering::Release); // mark_dead
     }
     // The one-word publish.
     r.w.store(new as u64 | (crc << 8), Ordering::Release);
-    slot[0].fetch_or(LIVE, Ordering::Release); // mark_live
+    slot[0].store(slot[0].load(Ordering::Relaxed) | LIVE, Ordering::Release); // mark_live
 }
 
 /// `read_entry_direct` in miniature: `None` = stale.

@@ -254,6 +254,16 @@ pub struct RespProcessor {
 /// (it is checked after every operation anyway).
 pub const BATCH_OPS_MAX: usize = 32;
 
+/// Touch 2 of one batched operation: prefetch the data entries its bucket points at and, for
+/// a SET under the engine lock, its slot accounting line. Hints only: nothing observable.
+#[inline]
+fn touch2(reader: &Reader, engine: Option<&ringlet_engine::Engine>, op: &FastOp) {
+    reader.prefetch_entry(op.hash);
+    if let (FastKind::Set, Some(e)) = (op.kind, engine) {
+        e.prefetch_slot(op.slot);
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FastKind {
     Get,
@@ -437,12 +447,11 @@ impl RespProcessor {
             .any(|op| op.kind == FastKind::Set)
             .then(|| shared.db.lock());
         // Touch 2: the buckets were prefetched while the batch was decoded; now the data
-        // entries they point at, and each SET's slot accounting line.
+        // entries they point at, and each SET's slot accounting line, for the whole batch
+        // before its first operation runs. (Issuing it a few operations ahead of the running
+        // one instead was measured and lost, session 20: `docs/design/request-path.md`.)
         for op in &self.ops {
-            reader.prefetch_entry(op.hash);
-            if let (FastKind::Set, Some(e)) = (op.kind, engine.as_ref()) {
-                e.prefetch_slot(op.slot);
-            }
+            touch2(reader, engine.as_deref(), op);
         }
         let (mut hits, mut misses, mut retries, mut ran) = (0u64, 0u64, 0u64, 0usize);
         // Requests of each kind that ran, and the error replies' texts (rare: WRONGTYPE, OOM).
