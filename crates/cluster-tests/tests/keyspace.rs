@@ -701,7 +701,12 @@ fn commandstats_count_redirects_as_rejections() {
     };
     let before_owner = stats(owner);
     let before_other = stats(other);
-    assert!(!before_other.contains("errorstat_MOVED"), "{before_other}");
+    // The smart client may have met a MOVED itself while it learned the map: count deltas.
+    let moved = |s: &str| -> u64 {
+        s.lines()
+            .find_map(|l| l.strip_prefix("errorstat_MOVED:count="))
+            .map_or(0, |v| v.trim().parse().expect("number"))
+    };
     assert!(
         matches!(node_call(other, &[b"GET", b"cs"]), Reply::Error(e) if e.starts_with(b"MOVED "))
     );
@@ -732,8 +737,9 @@ fn commandstats_count_redirects_as_rejections() {
         "{a}"
     );
     assert_eq!(field(&a, "calls"), field(&b, "calls"), "{a}");
-    assert!(
-        after_other.contains("errorstat_MOVED:count=1\r\n"),
+    assert_eq!(
+        moved(&after_other),
+        moved(&before_other) + 1,
         "{after_other}"
     );
     let after_owner = stats(owner);

@@ -1554,8 +1554,9 @@ fn commandstats_and_errorstats_match_redis() {
         let mut lines: Vec<String> = text
             .lines()
             .filter(|l| l.contains(':'))
-            // usec and usec_per_call are times; the INFO command itself is not compared.
-            .filter(|l| !l.starts_with("cmdstat_info:"))
+            // usec and usec_per_call are times; INFO itself and the readiness probe's PING
+            // (`wait_ready` may send more than one) are not compared.
+            .filter(|l| !l.starts_with("cmdstat_info:") && !l.starts_with("cmdstat_ping:"))
             .map(|l| {
                 l.split(',')
                     .filter(|f| !f.starts_with("usec"))
