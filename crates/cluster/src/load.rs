@@ -2,7 +2,7 @@
 //! and charts, INFO `commandstats`/`latencystats` and the per-range `/metrics` series show.
 //!
 //! ```text
-//!  RESP / native request served ──▶ Load::record(command, class, slots, elapsed, ok)
+//!  RESP / native request served ──▶ Load::record(command, class, slots, elapsed, outcome)
 //!      per slot: reads[slot] / writes[slot] += 1          (16384 + 16384 atomics)
 //!      per class (read/write/other): log-bucketed histogram (atomic buckets)
 //!      per command: calls, usec, rejected, failed, histogram (ringlet_server::cmdstats)
@@ -22,7 +22,9 @@
 //! that ran (names outside the command table: `cmdstats::OTHER_NAMES_MAX`).
 
 use parking_lot::Mutex;
-pub use ringlet_server::cmdstats::{CommandStat, CommandStats, Counts, Histogram, Outcome};
+pub use ringlet_server::cmdstats::{
+    CommandId, CommandStat, CommandStats, Counts, Histogram, Outcome,
+};
 use ringlet_types::{key_slot, SLOT_COUNT};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -124,7 +126,7 @@ impl Load {
     /// wrote (counted only when it ran without an error).
     pub fn record<K: AsRef<[u8]>>(
         &self,
-        command: &'static str,
+        command: CommandId,
         class: Class,
         keys: &[K],
         elapsed: Duration,
@@ -141,7 +143,7 @@ impl Load {
     /// [`Load::record`] with the slots already known.
     pub fn record_slots(
         &self,
-        command: &'static str,
+        command: CommandId,
         class: Class,
         slots: &[u16],
         elapsed: Duration,
@@ -165,7 +167,7 @@ impl Load {
                 }
             }
         }
-        self.commands.by_name(command).record(us, outcome);
+        self.commands.stat(command).record(us, outcome);
     }
 
     /// Count an error reply's code (INFO errorstats).
@@ -380,7 +382,7 @@ mod tests {
         load.sample(0, 1_000);
         for _ in 0..98 {
             load.record(
-                "get",
+                CommandId::Named("get"),
                 Class::Read,
                 &[b"a"],
                 Duration::from_micros(100),
@@ -389,7 +391,7 @@ mod tests {
         }
         for _ in 0..2 {
             load.record(
-                "get",
+                CommandId::Named("get"),
                 Class::Read,
                 &[b"a"],
                 Duration::from_millis(20),
@@ -397,7 +399,7 @@ mod tests {
             );
         }
         load.record(
-            "set",
+            CommandId::Named("set"),
             Class::Write,
             &[b"b"],
             Duration::from_micros(40),
@@ -405,7 +407,7 @@ mod tests {
         );
         // An error reply counts as a call and a failure, not as load on the slot.
         load.record(
-            "set",
+            CommandId::Named("set"),
             Class::Write,
             &[b"b"],
             Duration::from_micros(40),

@@ -684,7 +684,7 @@ async fn handle(front: &Front, id: u64, req: Req) -> Vec<u8> {
     .await;
     if counted_here {
         front.load().record_slots(
-            load_name,
+            crate::load::CommandId::Named(load_name),
             load_class,
             &load_slots,
             started.elapsed(),

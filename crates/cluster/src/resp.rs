@@ -862,8 +862,8 @@ impl Front {
         // One table for every front (ringlet-command): the name, subcommand, arity and
         // authentication are checked there with Redis's errors, in Redis's order.
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        let spec = match ringlet_command::lookup(&args) {
-            Ok(i) => ringlet_command::table().spec(i),
+        let (idx, spec) = match ringlet_command::lookup(&args) {
+            Ok(i) => (i, ringlet_command::table().spec(i)),
             Err(e) => {
                 let reply = convert(&e);
                 if let Reply::Error(text) = &reply {
@@ -901,8 +901,13 @@ impl Front {
         }
         let class = crate::load::class_of(spec);
         let took = started.elapsed();
-        self.load
-            .record(spec.name, class, &spec.keys(&args), took, outcome);
+        self.load.record(
+            crate::load::CommandId::Spec(idx),
+            class,
+            &spec.keys(&args),
+            took,
+            outcome,
+        );
         // EXEC is not logged itself (Redis's `skip_slowlog`).
         if spec.name != "exec" {
             self.monitor.record(

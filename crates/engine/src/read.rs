@@ -885,15 +885,21 @@ pub fn prefetch_position(view: &RegionsView, pos: Position) {
 /// Start loading the two cache lines of `hash`'s home bucket in the current table.
 #[inline]
 pub fn prefetch_bucket(view: &RegionsView, hash: u64) {
-    let Some((_, layout)) = current_layout(view, Ordering::Relaxed) else {
-        return;
-    };
+    prefetch_home(view, hash);
+}
+
+/// [`prefetch_bucket`]'s work: the current layout and the home bucket's offset, once its two
+/// lines are requested (`None`: no table, or the bucket is out of the mapped index).
+#[inline]
+fn prefetch_home(view: &RegionsView, hash: u64) -> Option<(Layout, u64)> {
+    let (_, layout) = current_layout(view, Ordering::Relaxed)?;
     let off = layout.bucket_offset(layout.home(hash));
     if off.saturating_add(BUCKET_BYTES) > view.index_len as u64 {
-        return;
+        return None;
     }
     prefetch(view.index.wrapping_add(off as usize));
     prefetch(view.index.wrapping_add(off as usize + 64));
+    Some((layout, off))
 }
 
 /// [`prefetch_bucket`], and also the policy word of that bucket (the policy area at
@@ -906,15 +912,9 @@ pub fn prefetch_bucket(view: &RegionsView, hash: u64) {
 /// else asked for that line, so every GET and SET of a batch waited for it once.
 #[inline]
 pub fn prefetch_bucket_and_policy(view: &RegionsView, area_base: u64, area_bytes: u64, hash: u64) {
-    let Some((_, layout)) = current_layout(view, Ordering::Relaxed) else {
+    let Some((layout, off)) = prefetch_home(view, hash) else {
         return;
     };
-    let off = layout.bucket_offset(layout.home(hash));
-    if off.saturating_add(BUCKET_BYTES) > view.index_len as u64 {
-        return;
-    }
-    prefetch(view.index.wrapping_add(off as usize));
-    prefetch(view.index.wrapping_add(off as usize + 64));
     let (pw, _) = layout.policy_of(area_base, area_bytes, off);
     if pw.saturating_add(8) <= view.index_len as u64 {
         prefetch(view.index.wrapping_add(pw as usize));

@@ -215,6 +215,15 @@ impl CommandStat {
     }
 }
 
+/// Which command a request counts under: its index in the command table (what a front that
+/// looked the request up has), or a name (a native request's RESP name, or one outside the
+/// table).
+#[derive(Clone, Copy, Debug)]
+pub enum CommandId {
+    Spec(usize),
+    Named(&'static str),
+}
+
 /// A node's per-command and per-error figures.
 pub struct CommandStats {
     by_spec: Box<[OnceLock<CommandStat>]>,
@@ -265,15 +274,24 @@ impl CommandStats {
         CommandStatRef::Other(t.entry(key).or_default().clone())
     }
 
+    /// The figures of `id` ([`CommandStats::by_index`] or [`CommandStats::by_name`]).
+    pub fn stat(&self, id: CommandId) -> CommandStatRef<'_> {
+        match id {
+            CommandId::Spec(i) => CommandStatRef::Spec(self.by_index(i)),
+            CommandId::Named(name) => self.by_name(name),
+        }
+    }
+
     /// Count one error reply under its code (the first word, as Redis's errorstats).
     pub fn record_error(&self, text: &[u8]) {
         let word = text.split(|&b| b == b' ').next().unwrap_or_default();
-        let word = String::from_utf8_lossy(&word[..word.len().min(64)]).into_owned();
+        // Borrowed unless the code is not UTF-8: an error already counted allocates nothing.
+        let word = String::from_utf8_lossy(&word[..word.len().min(64)]);
         let mut e = self.errors.lock();
-        if let Some(n) = e.get_mut(&word) {
+        if let Some(n) = e.get_mut(word.as_ref()) {
             *n += 1;
         } else if e.len() < ERROR_CODES_MAX {
-            e.insert(word, 1);
+            e.insert(word.into_owned(), 1);
         } else {
             *e.entry("ERRORSTATS_OVERFLOW".to_string()).or_default() += 1;
         }

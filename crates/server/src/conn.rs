@@ -254,16 +254,6 @@ pub struct RespProcessor {
 /// (it is checked after every operation anyway).
 pub const BATCH_OPS_MAX: usize = 32;
 
-/// Touch 2 of one batched operation: prefetch the data entries its bucket points at and, for
-/// a SET under the engine lock, its slot accounting line. Hints only: nothing observable.
-#[inline]
-fn touch2(reader: &Reader, engine: Option<&ringlet_engine::Engine>, op: &FastOp) {
-    reader.prefetch_entry(op.hash);
-    if let (FastKind::Set, Some(e)) = (op.kind, engine) {
-        e.prefetch_slot(op.slot);
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FastKind {
     Get,
@@ -451,11 +441,15 @@ impl RespProcessor {
         // before its first operation runs. (Issuing it a few operations ahead of the running
         // one instead was measured and lost, session 20: `docs/design/request-path.md`.)
         for op in &self.ops {
-            touch2(reader, engine.as_deref(), op);
+            reader.prefetch_entry(op.hash);
+            if let (FastKind::Set, Some(e)) = (op.kind, engine.as_ref()) {
+                e.prefetch_slot(op.slot);
+            }
         }
         let (mut hits, mut misses, mut retries, mut ran) = (0u64, 0u64, 0u64, 0usize);
-        // Requests of each kind that ran, and the error replies' texts (rare: WRONGTYPE, OOM).
-        let (mut gets, mut sets) = (0u64, 0u64);
+        // GETs that ran (the rest of `ran` are SETs), and the error replies (rare: WRONGTYPE,
+        // OOM).
+        let mut gets = 0u64;
         let mut errors: Vec<(FastKind, Reply)> = Vec::new();
         let mut stop = None;
         for op in &self.ops {
@@ -509,17 +503,14 @@ impl RespProcessor {
                 }
             }
             ran += 1;
-            match op.kind {
-                FastKind::Get => gets += 1,
-                FastKind::Set => sets += 1,
-            }
+            gets += u64::from(op.kind == FastKind::Get);
             if wbuf.len() >= WRITE_FLUSH_BYTES {
                 stop = Some(op.end);
                 break;
             }
         }
         drop(engine);
-        self.count_batch(shared, started, gets, sets, &errors);
+        self.count_batch(shared, started, gets, ran as u64 - gets, &errors);
         let st = &shared.stats;
         Stats::add(&st.commands_processed, ran as u64);
         if hits > 0 {
