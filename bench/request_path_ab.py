@@ -7,32 +7,57 @@ by 5x between runs; the server's CPU-seconds per million operations (utime + sti
 Redis in the same round is what this prints (medians over rounds).
 
 Each server is pinned to CPU 0 (Ringlet `--threads 1`), redis-benchmark to CPU 1. Per round
-and server: fill with 1M SETs at pipeline 16 over a 1M-key space, then SET and GET at
-pipeline 16 and 1 (`-c 50 -d 100 -r 1000000`). Beside each figure: how busy the server and
-the client were (CPU-seconds per wall second): a client near 1.0 is what bounds the
-throughput, not the server.
+and server: "fill", 1M SETs at pipeline 16 into the empty server over a 1M-key space (~63 %
+new keys), then every one of the 1M keys written (`redis-cli --pipe`, unmeasured), then SET
+and GET at pipeline 16 and 1 on that full key space (`-c 50 -d 100 -r 1000000`: SETs
+overwrite, GETs hit). Beside each figure: how busy the server and the client were
+(CPU-seconds per wall second): a client near 1.0 is what bounds the throughput, not the
+server; and redis-benchmark's p50 / p99 latency.
 
 Usage: bench/request_path_ab.py --before OLD_BIN --after NEW_BIN [--rounds 3]
        [--before-args "--io epoll" --after-args "--io uring"]   # one binary, two loops
-       [--tests set:16]                    # only these tests (test:pipeline, comma-separated)
+       [--tests set:16]                    # only these tests (test:pipeline, comma-separated;
+                                           # fill:16, set:16, get:16, set:1, get:1)
        [--client ringlet-bench]            # `ringlet bench` (3 s per test) as the client
 """
 import argparse
 import json
 import os
-import re
 import resource
 import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import cpu_seconds, free_port, wait_port  # noqa: E402
 
-TESTS = [("set", 16, 1_000_000), ("get", 16, 1_000_000), ("set", 1, 100_000),
-         ("get", 1, 100_000)]
+# "fill": SETs at pipeline 16 into an empty server (~63 % of them new keys: 1M random draws
+# over 1M keys); the other tests run on a full key space (every key:000000000000..999999
+# written, see `full_keyspace`), so their SETs overwrite and their GETs hit.
+TESTS = [("fill", 16, 1_000_000), ("set", 16, 1_000_000), ("get", 16, 1_000_000),
+         ("set", 1, 100_000), ("get", 1, 100_000)]
+KEYS = 1_000_000
+
+
+def full_keyspace(path):
+    """Every key redis-benchmark's `-r 1000000` can draw, with a 100-byte value, as RESP SETs
+    for `redis-cli --pipe`. Why: redis-benchmark seeds its generator with time ^ pid, so two
+    runs started a second apart can draw the same keys or not; after a random fill the
+    measured SETs were then either all overwrites or ~23 % new keys (a bimodal cost per run).
+    A full key space makes every measured SET an overwrite and every GET a hit."""
+    val = b"x" * 100
+    with open(path, "wb") as f:
+        for i in range(KEYS):
+            f.write(b"*3\r\n$3\r\nSET\r\n$16\r\nkey:%012d\r\n$100\r\n%s\r\n" % (i, val))
+
+
+def fill_full(port, path):
+    with open(path, "rb") as f:
+        subprocess.run(["taskset", "-c", "1", "redis-cli", "-p", str(port), "--pipe"], stdin=f,
+                       check=True, capture_output=True)
 
 
 def start(kind, binary, port, extra=()):
@@ -53,16 +78,23 @@ def children_cpu():
 
 
 def rb(port, test, pipeline, n):
-    """ops/s, and the client's CPU-seconds and the wall seconds of the run (its busy share
-    says whether redis-benchmark, one thread on one CPU, is what limits the throughput)."""
+    """ops/s, the client's CPU-seconds and the wall seconds of the run (its busy share says
+    whether redis-benchmark, one thread on one CPU, is what limits the throughput), and
+    redis-benchmark's p50 and p99 latency in ms (its CSV line)."""
     c0, t0 = children_cpu(), time.monotonic()
+    test = "set" if test == "fill" else test
     out = subprocess.run(
         ["taskset", "-c", "1", "redis-benchmark", "-p", str(port), "-c", "50", "-n", str(n),
-         "-P", str(pipeline), "-d", "100", "-r", "1000000", "-t", test, "-q"],
+         "-P", str(pipeline), "-d", "100", "-r", str(KEYS), "-t", test, "--csv"],
         check=True, capture_output=True, text=True).stdout
     client, wall = children_cpu() - c0, time.monotonic() - t0
-    m = re.search(test.upper() + r": ([0-9.]+) requests per second", out.replace("\r", "\n"))
-    return (float(m.group(1)) if m else float("nan")), client, wall
+    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",
+    # "p99_latency_ms","max_latency_ms"
+    for line in out.splitlines():
+        f = [x.strip('"') for x in line.strip().split(",")]
+        if len(f) >= 7 and f[0] == test.upper():
+            return float(f[1]), client, wall, float(f[4]), float(f[6])
+    return float("nan"), client, wall, float("nan"), float("nan")
 
 
 def ringlet_bench(binary, port, test, pipeline, seconds=3):
@@ -72,7 +104,7 @@ def ringlet_bench(binary, port, test, pipeline, seconds=3):
     out = subprocess.run(
         ["taskset", "-c", "1", binary, "bench", "--port", str(port), "--keys", "1000000",
          "--key-size", "16", "--value-size", "100", "--connections", "50",
-         "--pipeline", str(pipeline), "--ratio", "1:0" if test == "set" else "0:1",
+         "--pipeline", str(pipeline), "--ratio", "0:1" if test == "get" else "1:0",
          "--duration", str(seconds), "--json"],
         check=True, capture_output=True, text=True).stdout
     client, wall = children_cpu() - c0, time.monotonic() - t0
@@ -102,27 +134,36 @@ def main():
             ap.error(f"--tests {args.tests!r} names none of {[(t, p) for t, p, _ in TESTS]}")
     servers = [("redis", None), ("before", args.before), ("after", args.after)]
     extra = {"before": shlex.split(args.before_args), "after": shlex.split(args.after_args)}
+    keyfile = os.path.join(tempfile.mkdtemp(prefix="request-path-ab-"), "keys.resp")
+    full_keyspace(keyfile)
     res = {}  # (server, test, pipeline) -> list of (ops/s, cpu s/Mop)
     for rnd in range(args.rounds):
         for name, binary in servers:
             port = free_port()
             p = start("redis" if name == "redis" else "ringlet", binary, port,
                       extra.get(name, ()))
+            filled = False
             try:
-                rb(port, "set", 16, 1_000_000)
+                if ("fill", 16, 1_000_000) not in tests:
+                    rb(port, "fill", 16, 1_000_000)
                 for test, pl, n in tests:
+                    if test != "fill" and not filled:
+                        fill_full(port, keyfile)
+                        filled = True
                     c0 = cpu_seconds(p.pid)
+                    p50 = p99 = float("nan")
                     if args.client == "ringlet-bench":
                         ops, n, client, wall = ringlet_bench(args.after, port, test, pl)
                     else:
-                        ops, client, wall = rb(port, test, pl, n)
+                        ops, client, wall, p50, p99 = rb(port, test, pl, n)
                     server = cpu_seconds(p.pid) - c0
                     cpu = server / (n / 1e6)
                     res.setdefault((name, test, pl), []).append(
-                        (ops, cpu, server / wall, client / wall))
+                        (ops, cpu, server / wall, client / wall, p50, p99))
                     print(f"round {rnd} {name} {test} P{pl}: {ops:,.0f} ops/s, "
                           f"{cpu:.2f} CPU-s/Mop, server busy {server / wall:.2f}, "
-                          f"client busy {client / wall:.2f}, load {os.getloadavg()[0]:.1f}",
+                          f"client busy {client / wall:.2f}, p50 {p50:.3f} ms, "
+                          f"p99 {p99:.3f} ms, load {os.getloadavg()[0]:.1f}",
                           file=sys.stderr)
             finally:
                 p.terminate()
@@ -130,8 +171,11 @@ def main():
             time.sleep(0.5)
     # busy: CPU-seconds per wall second over the run (server on CPU 0, redis-benchmark on
     # CPU 1; the client's includes its start-up and connection set-up).
-    print("| test | server | ops/s | ×Redis | CPU-s/Mop | ×Redis CPU | server busy | client busy |")
-    print("|---|---|---|---|---|---|---|---|")
+    # p50 / p99: redis-benchmark's latency percentiles in ms (medians over rounds; not
+    # measured with --client ringlet-bench).
+    print("| test | server | ops/s | ×Redis | CPU-s/Mop | ×Redis CPU | server busy | client busy "
+          "| p50 ms | p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for test, pl, _ in tests:
         base = res[("redis", test, pl)]
         b_ops = statistics.median(x[0] for x in base)
@@ -142,8 +186,11 @@ def main():
             cpu = statistics.median(x[1] for x in v)
             sbusy = statistics.median(x[2] for x in v)
             cbusy = statistics.median(x[3] for x in v)
+            p50 = statistics.median(x[4] for x in v)
+            p99 = statistics.median(x[5] for x in v)
             print(f"| {test.upper()} P{pl} | {name} | {ops:,.0f} | {ops / b_ops:.2f} | "
-                  f"{cpu:.2f} | {cpu / b_cpu:.2f} | {sbusy:.2f} | {cbusy:.2f} |")
+                  f"{cpu:.2f} | {cpu / b_cpu:.2f} | {sbusy:.2f} | {cbusy:.2f} | {p50:.3f} | "
+                  f"{p99:.3f} |")
 
 
 if __name__ == "__main__":

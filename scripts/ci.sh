@@ -25,6 +25,8 @@ fi
 PROTOC=/nonexistent/protoc cargo check -q -p ringlet-cli --no-default-features
 echo "== cargo test"
 cargo test --workspace
+echo "== the single node's suites on the epoll loop too (the default runs io_uring where allowed)"
+RINGLET_IO=epoll cargo test -p ringlet-server
 if compgen -G "crates/*/tests/py/test_*.py" >/dev/null; then
   echo "== pytest (redis-py differential tests)"
   cargo build -p ringlet-cli --bin ringlet

@@ -127,11 +127,13 @@ struct NodeArgs {
     /// Worker threads (default: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// How the single node's workers drive their sockets: `epoll` (a tokio runtime per
-    /// worker; the default) or `uring` (one io_uring per worker: multishot accept and
-    /// receive, replies sent in one submission per loop; Linux, refused at start where the
-    /// kernel does not offer it). Else `RINGLET_IO`.
-    #[arg(long = "io", env = "RINGLET_IO", default_value = "epoll", value_parser = parse_io)]
+    /// How the single node's workers drive their sockets: `uring` (one io_uring per worker:
+    /// multishot accept and receive, replies sent in one submission per loop; Linux, refused
+    /// at start where the kernel or a seccomp profile does not allow it), `epoll` (a tokio
+    /// runtime per worker), or `auto` (the default: `uring` where a probe ring can be set up,
+    /// else `epoll`; INFO's `multiplexing_api` says which runs). Else `RINGLET_IO`. A cluster
+    /// node runs its own runtime and refuses `uring`.
+    #[arg(long = "io", env = "RINGLET_IO", default_value = "auto", value_parser = parse_io)]
     io: ringlet_server::IoMode,
     /// Password clients must AUTH with (the `default` user's); in a cluster, every node's.
     /// Else `RINGLET_REQUIREPASS` (how `ringlet up` gives it to the nodes it starts).
@@ -722,9 +724,10 @@ fn cluster_runtime_threads(threads: usize) -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// `--io epoll|uring`.
+/// `--io auto|epoll|uring`.
 fn parse_io(s: &str) -> std::result::Result<ringlet_server::IoMode, String> {
-    ringlet_server::IoMode::parse(s).ok_or_else(|| format!("expected epoll or uring, got {s:?}"))
+    ringlet_server::IoMode::parse(s)
+        .ok_or_else(|| format!("expected auto, epoll or uring, got {s:?}"))
 }
 
 /// The single node has no TLS listener yet: refuse rather than serve plaintext to a user who
@@ -750,7 +753,8 @@ fn refuse_single_node_tls(t: &TlsArgs) -> Result<()> {
 /// address to peers and clients in the map.
 fn check_cluster_flags(a: &NodeArgs, how: &str) -> Result<()> {
     a.config().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if a.io != ringlet_server::IoMode::Epoll {
+    // `auto` (the default) and `epoll` both mean the node's own runtime here.
+    if a.io == ringlet_server::IoMode::Uring {
         anyhow::bail!(
             "--io uring: the io_uring loop serves the single node (`ringlet server`, `up` \
              with one node); a cluster node ({how}) runs on its tokio runtime (unset RINGLET_IO \

@@ -32,16 +32,22 @@ pub struct Config {
     /// Keys the index is sized for at startup (`--index-keys`; `CONFIG SET index-keys` grows
     /// it later). `None`: the engine's default, grown 1.5× at a time as keys arrive.
     pub index_keys: Option<u64>,
-    /// How the workers drive their sockets (`--io`): tokio's epoll loop, or one io_uring per
-    /// worker (`crate::uring`, Linux; docs/design/request-path.md "io_uring request loop").
+    /// How the workers drive their sockets (`--io`): one io_uring per worker where the kernel
+    /// offers it (`crate::uring`, Linux), tokio's epoll loop otherwise
+    /// (docs/design/request-path.md, "io_uring request loop" and "Session 21").
     pub io: IoMode,
 }
 
 /// The worker loop's I/O interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum IoMode {
-    /// tokio `current_thread` runtime per worker: readiness (epoll), then `read`/`write`.
+    /// The default: [`IoMode::Uring`] if a probe ring and buffer ring can be set up at start,
+    /// else [`IoMode::Epoll`] (io_uring disabled by sysctl or seccomp, an old kernel, not
+    /// Linux), saying why in the log. `Server::start` resolves it; INFO's `multiplexing_api`
+    /// names the loop that runs.
     #[default]
+    Auto,
+    /// tokio `current_thread` runtime per worker: readiness (epoll), then `read`/`write`.
     Epoll,
     /// One io_uring per worker: multishot accept, multishot receive into a provided-buffer
     /// ring, the replies of a loop iteration submitted together. Refused at start, with the
@@ -50,9 +56,10 @@ pub enum IoMode {
 }
 
 impl IoMode {
-    /// Parse `epoll` or `uring` (the `--io` flag, `RINGLET_IO`).
+    /// Parse `auto`, `epoll` or `uring` (the `--io` flag, `RINGLET_IO`).
     pub fn parse(s: &str) -> Option<IoMode> {
         match s {
+            "auto" => Some(IoMode::Auto),
             "epoll" => Some(IoMode::Epoll),
             "uring" | "io_uring" => Some(IoMode::Uring),
             _ => None,
@@ -74,7 +81,7 @@ impl Default for Config {
             tick_interval_ms: 100,
             shm_socket: None,
             index_keys: None,
-            io: IoMode::Epoll,
+            io: IoMode::Auto,
         }
     }
 }

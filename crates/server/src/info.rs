@@ -69,13 +69,18 @@ fn server(shared: &Shared, out: &mut String) {
     let _ = write!(
         out,
         "# Server\r\nredis_version:{}\r\nringlet_version:{}\r\nredis_mode:standalone\r\n\
-         os:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\n\
+         os:{} {}\r\narch_bits:64\r\nmultiplexing_api:{}\r\nprocess_id:{}\r\n\
          tcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nio_threads_active:{}\r\n\
          executable:ringlet\r\n",
         REDIS_COMPAT_VERSION,
         env!("CARGO_PKG_VERSION"),
         std::env::consts::OS,
         std::env::consts::ARCH,
+        // Resolved at start (`Server::start`): never `Auto` here.
+        match shared.config.io {
+            crate::config::IoMode::Uring => "io_uring",
+            _ => "epoll",
+        },
         std::process::id(),
         shared.port,
         uptime,

@@ -54,6 +54,28 @@ pub enum StartError {
     Uring(String),
 }
 
+/// The loop the workers run: `Uring` if asked for and possible (else the start fails),
+/// `Epoll` if asked for, and for `Auto` whichever of the two this kernel and process allow.
+fn resolve_io(asked: IoMode) -> Result<IoMode, StartError> {
+    fn probe() -> Result<(), String> {
+        #[cfg(target_os = "linux")]
+        return crate::uring::probe().map_err(|e| e.to_string());
+        #[cfg(not(target_os = "linux"))]
+        return Err("io_uring is Linux only".into());
+    }
+    match asked {
+        IoMode::Epoll => Ok(IoMode::Epoll),
+        IoMode::Uring => probe().map(|()| IoMode::Uring).map_err(StartError::Uring),
+        IoMode::Auto => match probe() {
+            Ok(()) => Ok(IoMode::Uring),
+            Err(why) => {
+                tracing::info!(%why, "io_uring is not available; the workers run the epoll loop");
+                Ok(IoMode::Epoll)
+            }
+        },
+    }
+}
+
 /// Entry point of the node runtime.
 pub struct Server;
 
@@ -89,13 +111,10 @@ impl Server {
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
         // An explicit `--io uring` that cannot work is refused here, before any worker starts,
-        // rather than served by a loop the operator did not ask for.
-        if config.io == IoMode::Uring {
-            #[cfg(target_os = "linux")]
-            crate::uring::probe().map_err(|e| StartError::Uring(e.to_string()))?;
-            #[cfg(not(target_os = "linux"))]
-            return Err(StartError::Uring("io_uring is Linux only".into()));
-        }
+        // rather than served by a loop the operator did not ask for; the default (`auto`)
+        // takes io_uring where the same probe succeeds and epoll otherwise.
+        let mut config = config;
+        config.io = resolve_io(config.io)?;
         let io = config.io;
         let db = Db::with_index(config.memory_mb << 20, config.index_keys)?;
         let threads = config.threads_effective();

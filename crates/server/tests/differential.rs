@@ -187,11 +187,12 @@ const CLIENT_FIXED: &[&str] = &[
     "name", "db", "sub", "psub", "ssub", "multi", "flags", "events", "cmd", "user", "redir", "resp",
 ];
 
-/// INFO fields whose values do not depend on the process, the build or the time.
+/// INFO fields whose values do not depend on the process, the build or the time
+/// (`multiplexing_api` is left out: it names the node's loop, io_uring where the kernel allows
+/// it, and Redis says epoll).
 const INFO_FIXED: &[&str] = &[
     "redis_mode",
     "arch_bits",
-    "multiplexing_api",
     "uptime_in_days",
     "connected_clients",
     "maxclients",

@@ -148,3 +148,36 @@ fn quit_and_disconnects_free_their_connections() {
     let mut c = Raw::connect(port);
     healthy_roundtrip(&mut c, 100);
 }
+
+/// INFO's `multiplexing_api` of a node started with `io`.
+fn multiplexing_api(io: IoMode) -> String {
+    let node = Server::start(Config {
+        port: 0,
+        threads: 1,
+        memory_mb: 64,
+        io,
+        ..Config::default()
+    })
+    .expect("start ringlet");
+    let mut c = Raw::connect(node.local_addr().port());
+    let info = String::from_utf8(c.call(&[b"INFO", b"server"])).expect("utf-8 INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("multiplexing_api:"))
+        .unwrap_or_else(|| panic!("no multiplexing_api in {info:?}"))
+        .trim()
+        .to_owned()
+}
+
+/// The default (`auto`) runs io_uring wherever `--io uring` can start, and epoll where it
+/// cannot; INFO names the loop that runs, never the one asked for.
+#[test]
+fn auto_takes_uring_where_it_starts_and_info_names_the_loop() {
+    assert_eq!(Config::default().io, IoMode::Auto);
+    assert_eq!(multiplexing_api(IoMode::Epoll), "epoll");
+    let uring_starts = start_uring(1).is_some();
+    let want = if uring_starts { "io_uring" } else { "epoll" };
+    assert_eq!(multiplexing_api(IoMode::Auto), want);
+    if uring_starts {
+        assert_eq!(multiplexing_api(IoMode::Uring), "io_uring");
+    }
+}
