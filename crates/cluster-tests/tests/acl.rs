@@ -149,6 +149,15 @@ fn users_reach_every_node_through_the_control_plane() {
         list.contains("user=alice") && list.contains("user=default"),
         "{list}"
     );
+    // ... and its socket (Redis's `fd`; it was a constant 0): a real descriptor, one each.
+    let fds: Vec<i64> = list
+        .lines()
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("fd=")))
+        .map(|f| f.parse().expect("a numeric fd"))
+        .collect();
+    assert!(fds.len() >= 2 && fds.iter().all(|&f| f > 2), "{list}");
+    let distinct: std::collections::HashSet<_> = fds.iter().collect();
+    assert_eq!(distinct.len(), fds.len(), "{list}");
     assert_eq!(
         session(addrs[1], &[&["ACL", "SETUSER", "alice", "+strlen"]]),
         vec!["OK"]

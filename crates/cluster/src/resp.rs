@@ -231,6 +231,7 @@ pub async fn serve(
                     // RESP and native frames over TLS, told apart by the first byte as on
                     // TCP. A client that does not finish the handshake in time is dropped.
                     let _ = stream.set_nodelay(true);
+                    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
                     let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
                         open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                         return;
@@ -251,7 +252,7 @@ pub async fn serve(
                         if native {
                             let _ = crate::native::connection(f, tls).await;
                         } else {
-                            let _ = f.resp_connection(tls, addr, laddr).await;
+                            let _ = f.resp_connection(tls, addr, laddr, fd).await;
                         }
                     }
                 }
@@ -409,7 +410,8 @@ impl Front {
         }
         let _ = stream.set_nodelay(true);
         let (addr, laddr) = (stream.peer_addr()?, stream.local_addr()?);
-        self.resp_connection(stream, addr, laddr).await
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+        self.resp_connection(stream, addr, laddr, fd).await
     }
 
     /// A RESP connection over any stream (plain TCP, or TLS once the handshake is done).
@@ -418,11 +420,15 @@ impl Front {
         mut stream: S,
         addr: std::net::SocketAddr,
         laddr: std::net::SocketAddr,
+        fd: i32,
     ) -> std::io::Result<()> {
         self.sync_users();
-        let registered =
-            self.clients
-                .register(addr, laddr, ringlet_command::acl::ConnUser::new(&self.acl));
+        let registered = self.clients.register(
+            addr,
+            laddr,
+            fd,
+            ringlet_command::acl::ConnUser::new(&self.acl),
+        );
         let conn = registered.conn.clone();
         // Both buffers start empty and grow with the bytes that actually arrive (`read_some`
         // reserves room only once a read filled its small array), and large ones are given

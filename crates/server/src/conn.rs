@@ -76,6 +76,7 @@ pub(crate) fn open_session(
     shared: &Arc<Shared>,
     peer: SocketAddr,
     laddr: SocketAddr,
+    fd: i32,
 ) -> Result<(Registration, Session), Registration> {
     Stats::add(&shared.stats.connections_received, 1);
     let open = shared.stats.connected.fetch_add(1, Ordering::Relaxed) + 1;
@@ -97,7 +98,7 @@ pub(crate) fn open_session(
         last_cmd: AtomicU64::new(u64::MAX),
         resp: AtomicU8::new(2),
         name: Mutex::new(Vec::new()),
-        buffers: Default::default(),
+        buffers: cmd::connection::ConnBuffers::with_fd(fd),
         user: Mutex::new("default".to_string()),
     });
     shared.clients.lock().insert(id, state.clone());
@@ -122,7 +123,8 @@ pub async fn serve(
     worker: Rc<Worker>,
 ) {
     let laddr = stream.local_addr().unwrap_or(peer);
-    let (_reg, mut session) = match open_session(&shared, peer, laddr) {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+    let (_reg, mut session) = match open_session(&shared, peer, laddr, fd) {
         Ok(s) => s,
         Err(_reg) => {
             let _ = stream.write_all(TOO_MANY_CLIENTS).await;

@@ -485,7 +485,7 @@ impl Loop {
         let fallback: SocketAddr = ([0, 0, 0, 0], 0).into();
         let peer = s.peer_addr().unwrap_or(fallback);
         let laddr = s.local_addr().unwrap_or(peer);
-        let session = match conn::open_session(&self.shared, peer, laddr) {
+        let session = match conn::open_session(&self.shared, peer, laddr, s.as_raw_fd()) {
             Ok(s) => s,
             Err(_reg) => {
                 // One non-blocking send, best effort (as the epoll loop's one write).

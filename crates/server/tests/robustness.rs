@@ -155,4 +155,14 @@ fn client_list_shows_queued_commands_and_unrun_input() {
     // B itself is not in a transaction.
     let own = String::from_utf8_lossy(&b.call(&[b"CLIENT", b"INFO"])).into_owned();
     assert!(own.contains(" multi=-1 "), "{own}");
+    // Each line names its connection's own socket (Redis's `fd`; it was a constant 0).
+    let fd_of = |l: &str| -> i64 {
+        let f = l
+            .split(' ')
+            .find_map(|f| f.strip_prefix("fd="))
+            .expect("an fd field");
+        f.parse().unwrap_or_else(|_| panic!("fd {f:?} in {l}"))
+    };
+    let (fa, fb) = (fd_of(&line), fd_of(&own));
+    assert!(fa > 2 && fb > 2 && fa != fb, "{line}\n{own}");
 }

@@ -123,6 +123,7 @@ impl Clients {
         &self,
         addr: SocketAddr,
         laddr: SocketAddr,
+        fd: i32,
         user: ringlet_command::acl::ConnUser,
     ) -> Registered<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
@@ -135,7 +136,7 @@ impl Clients {
             last_cmd: Mutex::new(""),
             name: Mutex::new(Vec::new()),
             resp: AtomicU8::new(2),
-            buffers: Default::default(),
+            buffers: ringlet_server::cmd::connection::ConnBuffers::with_fd(fd),
             user: Mutex::new(user),
         });
         self.map.lock().insert(id, conn.clone());

@@ -142,8 +142,9 @@ pub fn client_line_text(
     let (qbuf, qcap) = (buffers.qbuf.load(Relaxed), buffers.qbuf_cap.load(Relaxed));
     let (obuf, ocap) = (buffers.obuf.load(Relaxed), buffers.obuf_cap.load(Relaxed));
     let (multi, multi_mem) = (buffers.multi.load(Relaxed), buffers.multi_mem.load(Relaxed));
+    let fd = buffers.fd.load(Relaxed);
     format!(
-        "id={id} addr={addr} laddr={laddr} fd=0 name={} age={age_s} idle={idle_s} flags=N db=0 \
+        "id={id} addr={addr} laddr={laddr} fd={fd} name={} age={age_s} idle={idle_s} flags=N db=0 \
          sub=0 psub=0 ssub=0 multi={multi} qbuf={qbuf} qbuf-free={} argv-mem=0 \
          multi-mem={multi_mem} rbs={qcap} rbp={qcap} obl={obuf} oll=0 omem=0 tot-mem={} \
          events=r cmd={cmd} user={user} redir=-1 resp={resp}",
@@ -166,6 +167,9 @@ pub struct ConnBuffers {
     /// Commands queued in MULTI (-1 outside a transaction) and their argument bytes.
     pub multi: std::sync::atomic::AtomicI64,
     pub multi_mem: std::sync::atomic::AtomicU64,
+    /// The connection's socket descriptor (`fd`; -1 where there is none, as Redis shows for
+    /// its internal clients), set once when the connection is registered.
+    pub fd: std::sync::atomic::AtomicI32,
 }
 
 impl Default for ConnBuffers {
@@ -177,11 +181,19 @@ impl Default for ConnBuffers {
             obuf_cap: Default::default(),
             multi: std::sync::atomic::AtomicI64::new(-1),
             multi_mem: Default::default(),
+            fd: std::sync::atomic::AtomicI32::new(-1),
         }
     }
 }
 
 impl ConnBuffers {
+    /// Buffers of a connection on socket `fd`.
+    pub fn with_fd(fd: i32) -> Self {
+        let b = Self::default();
+        b.fd.store(fd, std::sync::atomic::Ordering::Relaxed);
+        b
+    }
+
     /// Record the buffers' lengths and capacities and the transaction's queue.
     pub fn record(
         &self,
