@@ -680,16 +680,29 @@ impl Keyspace for Local<'_> {
         f: impl FnOnce(Option<Value>) -> Result<(Change, R), Reply>,
     ) -> Result<R, Reply> {
         let mut engine = self.shared.db.lock();
-        let (cur, memgest) = Self::entry(&engine, key, self.now_ms);
-        let (change, out) = f(cur)?;
-        let memgest = match &change {
-            Change::Put(Put {
-                memgest: Memgest::Id(id),
-                ..
-            }) => *id,
-            _ => memgest,
-        };
-        apply(&mut engine, key, change, memgest, self.now_ms)?;
+        // The read's lookup is reused by the write (`Engine::get_for_update`): a record
+        // rewrite probed the index three times (read, live check, publish), twice now.
+        let (cur, updating) = engine.get_for_update(key, self.now_ms);
+        let memgest = cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest);
+        let (change, out) = f(cur.map(Value::from))?;
+        match change {
+            Change::Put(p) => {
+                let opts = SetOptions {
+                    memgest: match p.memgest {
+                        Memgest::Id(id) => id,
+                        _ => memgest,
+                    },
+                    expiry: expiry(p.ttl),
+                    kind: p.kind,
+                    ..SetOptions::default()
+                };
+                updating
+                    .set(&p.value, &opts)
+                    .map(|_| ())
+                    .map_err(engine_error)?;
+            }
+            change => apply(updating.into_engine(), key, change, memgest, self.now_ms)?,
+        }
         Ok(out)
     }
 
