@@ -215,16 +215,40 @@ pub trait LinkHints {
         let _ = kept;
         self.hint(target)
     }
+
+    /// First touch of the record a command rewrites (`key`): what its lookup under the lock
+    /// reads first. By default [`LinkHints::prefetch`].
+    fn prefetch_owner(&self, key: &[u8]) {
+        self.prefetch(key);
+    }
+
+    /// Second touch of the record a command rewrites, after [`LinkHints::prefetch_owner`]
+    /// had time to land (a no-op by default).
+    fn prefetch_owner_entry(&self, key: &[u8]) {
+        let _ = key;
+    }
 }
 
 /// The single node's hints: the target's position in the engine by its key-hash tag, node
 /// 0, epoch 0 (no data entry read to check the key: a hint is validated when followed, so
 /// a tag collision only makes one stale — cmd/record.rs `hint_of`).
-pub struct LocalHints(ringlet_engine::read::RegionsView);
+pub struct LocalHints<'a>(ringlet_engine::read::RegionsView, &'a Reader);
 
-impl LinkHints for LocalHints {
+impl LinkHints for LocalHints<'_> {
     fn prefetch(&self, target: &[u8]) {
         ringlet_engine::read::prefetch_bucket(&self.0, ringlet_engine::hash::key_hash(target));
+    }
+
+    /// The bucket and its policy word: the engine's lookup of the record reads both (`side`,
+    /// the entry's policy nibble, in an area of its own: one more random line per rewrite).
+    fn prefetch_owner(&self, key: &[u8]) {
+        self.1.prefetch_bucket(ringlet_engine::hash::key_hash(key));
+    }
+
+    /// The record's data entry (its key is compared, its header read), found through the
+    /// bucket asked for by `prefetch_owner`.
+    fn prefetch_owner_entry(&self, key: &[u8]) {
+        self.1.prefetch_entry(ringlet_engine::hash::key_hash(key));
     }
 
     fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint> {
@@ -552,7 +576,7 @@ impl Keyspace for Local<'_> {
     }
 
     fn link_hints(&self) -> impl LinkHints + '_ {
-        LocalHints(self.reader.view())
+        LocalHints(self.reader.view(), self.reader)
     }
 
     async fn read(&self, key: &[u8]) -> Result<Option<Value>, Reply> {
