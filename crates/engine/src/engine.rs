@@ -20,9 +20,6 @@ use ringlet_types::{Hlc, MemgestId, ValueKind, Version};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-mod update;
-pub use update::Updating;
-
 /// A written but unpublished version of a key.
 struct Staged {
     version: Version,

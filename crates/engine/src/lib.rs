@@ -40,7 +40,6 @@
 //! Modules:
 //! - [`api`]: config, options, outcomes, errors, stats;
 //! - `engine`: the writer's rules (versions, tombstones, TTL, conditions, string helpers);
-//!   `engine/update.rs`: a read-modify-write that writes at the position its read found;
 //! - `store`: index tables (lookup, insert, upsize), data entries, eviction, expiry, scan,
 //!   accounting — the writer's side of the regions; `store/slot_index.rs`: the opt-in
 //!   per-slot index (scan order, per-(slot, memgest) digests) a cluster node's replica core
@@ -70,7 +69,7 @@ pub use api::{
     Condition, ConfigError, EngineConfig, EngineStats, Entry, EntryHead, Error, EvictionPolicy,
     Expiry, ReadOutcome, SetOptions, SetOutcome, TickReport, Usage,
 };
-pub use engine::{Engine, Updating};
+pub use engine::Engine;
 pub use read::{read_entry, read_entry_bounded, read_entry_with, RegionsView};
 pub use region::{huge_pages, set_huge_pages, shmem_thp_honoured, HugePages, PageBacking};
 pub use ringlet_types::{MemgestId, ValueKind, Version};

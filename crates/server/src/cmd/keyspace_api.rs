@@ -215,40 +215,16 @@ pub trait LinkHints {
         let _ = kept;
         self.hint(target)
     }
-
-    /// First touch of the record a command rewrites (`key`): what its lookup under the lock
-    /// reads first. By default [`LinkHints::prefetch`].
-    fn prefetch_owner(&self, key: &[u8]) {
-        self.prefetch(key);
-    }
-
-    /// Second touch of the record a command rewrites, after [`LinkHints::prefetch_owner`]
-    /// had time to land (a no-op by default).
-    fn prefetch_owner_entry(&self, key: &[u8]) {
-        let _ = key;
-    }
 }
 
 /// The single node's hints: the target's position in the engine by its key-hash tag, node
 /// 0, epoch 0 (no data entry read to check the key: a hint is validated when followed, so
 /// a tag collision only makes one stale — cmd/record.rs `hint_of`).
-pub struct LocalHints<'a>(ringlet_engine::read::RegionsView, &'a Reader);
+pub struct LocalHints(ringlet_engine::read::RegionsView);
 
-impl LinkHints for LocalHints<'_> {
+impl LinkHints for LocalHints {
     fn prefetch(&self, target: &[u8]) {
         ringlet_engine::read::prefetch_bucket(&self.0, ringlet_engine::hash::key_hash(target));
-    }
-
-    /// The bucket and its policy word: the engine's lookup of the record reads both (`side`,
-    /// the entry's policy nibble, in an area of its own: one more random line per rewrite).
-    fn prefetch_owner(&self, key: &[u8]) {
-        self.1.prefetch_bucket(ringlet_engine::hash::key_hash(key));
-    }
-
-    /// The record's data entry (its key is compared, its header read), found through the
-    /// bucket asked for by `prefetch_owner`.
-    fn prefetch_owner_entry(&self, key: &[u8]) {
-        self.1.prefetch_entry(ringlet_engine::hash::key_hash(key));
     }
 
     fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint> {
@@ -576,7 +552,7 @@ impl Keyspace for Local<'_> {
     }
 
     fn link_hints(&self) -> impl LinkHints + '_ {
-        LocalHints(self.reader.view(), self.reader)
+        LocalHints(self.reader.view())
     }
 
     async fn read(&self, key: &[u8]) -> Result<Option<Value>, Reply> {
@@ -704,29 +680,16 @@ impl Keyspace for Local<'_> {
         f: impl FnOnce(Option<Value>) -> Result<(Change, R), Reply>,
     ) -> Result<R, Reply> {
         let mut engine = self.shared.db.lock();
-        // The read's lookup is reused by the write (`Engine::get_for_update`): a record
-        // rewrite probed the index three times (read, live check, publish), twice now.
-        let (cur, updating) = engine.get_for_update(key, self.now_ms);
-        let memgest = cur.as_ref().map_or(MemgestId::NONE, |e| e.memgest);
-        let (change, out) = f(cur.map(Value::from))?;
-        match change {
-            Change::Put(p) => {
-                let opts = SetOptions {
-                    memgest: match p.memgest {
-                        Memgest::Id(id) => id,
-                        _ => memgest,
-                    },
-                    expiry: expiry(p.ttl),
-                    kind: p.kind,
-                    ..SetOptions::default()
-                };
-                updating
-                    .set(&p.value, &opts)
-                    .map(|_| ())
-                    .map_err(engine_error)?;
-            }
-            change => apply(updating.into_engine(), key, change, memgest, self.now_ms)?,
-        }
+        let (cur, memgest) = Self::entry(&engine, key, self.now_ms);
+        let (change, out) = f(cur)?;
+        let memgest = match &change {
+            Change::Put(Put {
+                memgest: Memgest::Id(id),
+                ..
+            }) => *id,
+            _ => memgest,
+        };
+        apply(&mut engine, key, change, memgest, self.now_ms)?;
         Ok(out)
     }
 

@@ -336,7 +336,7 @@ pub async fn record_set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     // The record's own bucket too: `update` looks the key up first thing under the lock
     // (a loader's item is a random key, its bucket a miss), and asked for first, its miss
     // overlaps the targets' (docs/design/loader.md, "Loader CPU (session 17)").
-    hints.prefetch_owner(key);
+    hints.prefetch(key);
     // Each target's bucket requested now, and what finding its hint needs kept (its key
     // hash: hashed once per link, not for the prefetch and again for the hint), by the
     // address of the target's bytes, which `put_fields` hands back to the hint closure.
@@ -358,13 +358,6 @@ pub async fn record_set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
             PutValue::Links(ts) => ts.iter().for_each(|t| keep(t)),
             PutValue::Packed(p) => p.iter().for_each(&mut keep),
         }
-    }
-    // The record's data entry, now that its bucket had the targets' hashing to arrive: a
-    // list owner rewritten by a load's pass 2 is a random key, its entry one more miss
-    // under the lock (docs/design/loader.md, "Session 21"). Not without links: nothing ran
-    // since the bucket was asked for, so reading it here would only wait for it early.
-    if links > 0 {
-        hints.prefetch_owner_entry(key);
     }
     // `put_fields` asks in spec order except for fields it replaces in place (old field
     // order): a target that is not the next one kept (same bytes, same address) is hashed
