@@ -13,6 +13,9 @@
 //!
 //! How it works:
 //!
+//! - **Sizing**: when every `[[records]]` source is a file, their lines bound the records;
+//!   each node's index (`CONFIG SET index-keys`) and the loader's key set are sized for
+//!   them before pass 1, so neither grows step by step while pass 1 fills it.
 //! - **Pass 1** streams every `[[records]]` section's source and sends one `RECORD SET key
 //!   ATTR name value ...` per row (the node encodes it straight from the arguments). The
 //!   loader keeps a 64-bit hash of every key it wrote (`KeySet`).
@@ -135,8 +138,9 @@ pub struct LoadArgs {
     /// in order on one connection).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     connections: u16,
-    /// Do not ask the nodes to pre-size their index before pass 2 (`CONFIG SET index-keys`):
-    /// location hints taken before the index grows then lose their index-entry part.
+    /// Do not ask the nodes to pre-size their index, before pass 1 or before pass 2 (`CONFIG
+    /// SET index-keys`): location hints taken before the index grows then lose their
+    /// index-entry part, and pass 1 grows the index step by step.
     #[arg(long = "no-index-reserve")]
     no_index_reserve: bool,
 }
@@ -1767,7 +1771,7 @@ fn load_once(
 
 /// Before pass 2 (which writes every link and fills its location hint): ask each node to
 /// size its index for its keys now plus as many again as this load wrote (`CONFIG SET
-/// index-keys`), so that the chunk items pass 2 adds do not grow the index in the middle of
+/// index-keys`; before pass 1 too, for a bound of the records: `load_once`), so that the chunk items pass 2 adds do not grow the index in the middle of
 /// it. A hint names the target's data entry and its index entry; the data part goes stale
 /// when the target is rewritten (its own links are added later in pass 2), the index part
 /// when the index grows, and a hint with both stale costs a lookup (docs/design/loader.md,
