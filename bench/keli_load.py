@@ -26,11 +26,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keli_bfs as kb  # noqa: E402
 
 
-def cpu_seconds(pid):
-    """utime + stime of a live process, from /proc."""
+def cpu_split(pid):
+    """(utime, stime) of a live process in seconds, from /proc."""
     with open(f"/proc/{pid}/stat") as f:
         parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(parts[11]) / tck, int(parts[12]) / tck
+
+
+def cpu_seconds(pid):
+    """utime + stime of a live process, from /proc."""
+    return sum(cpu_split(pid))
 
 
 def main():
@@ -81,6 +87,7 @@ def main():
                                                 stderr=subprocess.DEVNULL)
                         time.sleep(1.0)
                     c0 = cpu_seconds(srv.pid)
+                    s0 = cpu_split(srv.pid)
                     u0 = os.times()
                     t0 = time.perf_counter()
                     if name == "redis-cli --pipe":
@@ -99,6 +106,11 @@ def main():
                     if p.returncode != 0:
                         raise SystemExit(f"{name} failed: {p.stdout[-1000:]} {p.stderr[-1000:]}")
                     server_cpu = cpu_seconds(srv.pid) - c0
+                    # User and kernel apart: the kernel's share is mostly the zeroing of the
+                    # data region's fresh pages, which varies with the host's memory, not
+                    # with the node's code.
+                    s1 = cpu_split(srv.pid)
+                    server_user, server_sys = s1[0] - s0[0], s1[1] - s0[1]
                     loader_cpu = (usage.children_user + usage.children_system
                                   - u0.children_user - u0.children_system)
                     times[name].append(el)
@@ -106,7 +118,8 @@ def main():
                     loader_cpus[name].append(loader_cpu)
                     print(f"round {rnd + 1} {name}: {el:.2f} s, server CPU {server_cpu:.2f} s, "
                           f"loader CPU {loader_cpu:.2f} s; load average "
-                          f"{os.getloadavg()[0]:.1f}; {' '.join(summary)}", flush=True)
+                          f"{os.getloadavg()[0]:.1f}; server user {server_user:.2f} s, sys "
+                          f"{server_sys:.2f} s; {' '.join(summary)}", flush=True)
                 finally:
                     if perf:
                         perf.send_signal(2)

@@ -13,6 +13,9 @@
 //!
 //! How it works:
 //!
+//! - **Sizing**: when every `[[records]]` source is a file, their lines bound the records;
+//!   each node's index (`CONFIG SET index-keys`) and the loader's key set are sized for
+//!   them before pass 1, so neither grows step by step while pass 1 fills it.
 //! - **Pass 1** streams every `[[records]]` section's source and sends one `RECORD SET key
 //!   ATTR name value ...` per row (the node encodes it straight from the arguments). The
 //!   loader keeps a 64-bit hash of every key it wrote (`KeySet`).
@@ -135,8 +138,9 @@ pub struct LoadArgs {
     /// in order on one connection).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     connections: u16,
-    /// Do not ask the nodes to pre-size their index before pass 2 (`CONFIG SET index-keys`):
-    /// location hints taken before the index grows then lose their index-entry part.
+    /// Do not ask the nodes to pre-size their index, before pass 1 or before pass 2 (`CONFIG
+    /// SET index-keys`): location hints taken before the index grows then lose their
+    /// index-entry part, and pass 1 grows the index step by step.
     #[arg(long = "no-index-reserve")]
     no_index_reserve: bool,
 }
@@ -547,6 +551,31 @@ impl<'a> Snapshot<'a> {
             None
         };
         Ok(Snapshot { specs, files, db })
+    }
+
+    /// At most how many rows source `src` has, if that is cheap to know: a file's lines
+    /// (a CSV header, a blank line or a quoted newline only make it larger), one read of the
+    /// file at memory speed; `None` for a query (counting it would run it once more).
+    fn rows_bound(&mut self, src: usize) -> Result<Option<u64>> {
+        let Some(mut file) = self.files[src].as_ref() else {
+            return Ok(None);
+        };
+        file.rewind()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut lines = 0u64;
+        let mut last = b'\n';
+        // Bounded by the file's length (each read advances or ends the loop).
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+            last = buf[n - 1];
+        }
+        file.rewind()?;
+        // A last line without its newline is a row too.
+        Ok(Some(lines + u64::from(last != b'\n')))
     }
 
     fn close(self) -> Result<()> {
@@ -1103,11 +1132,30 @@ struct KeySet {
     len: usize,
 }
 
+/// Most slots [`KeySet::reserve`] allocates ahead of the keys (128 MiB, 8 M keys).
+const KEYSET_RESERVE_SLOTS_MAX: usize = 1 << 24;
+
 impl KeySet {
     fn new() -> KeySet {
         KeySet {
             slots: vec![0; 1024],
             len: 0,
+        }
+    }
+
+    /// Room for `n` keys without doubling (an empty set only: pass 1's first rows), when
+    /// their number is known to be at most `n` before pass 1 (`Snapshot::rows_bound`).
+    fn reserve(&mut self, n: u64) {
+        // A bound of lines, not of records: a source whose rows are mostly skipped would
+        // reserve for keys that never come, so the reserve stops at KEYSET_RESERVE_SLOTS_MAX
+        // and a larger set grows by doubling as before.
+        let slots = (n.min(limits::LOAD_RECORDS_MAX) as usize)
+            .saturating_mul(2)
+            .next_power_of_two()
+            .min(KEYSET_RESERVE_SLOTS_MAX);
+        if self.len == 0 && slots > self.slots.len() {
+            // Zeroed by the allocator's fresh pages: touched only as keys land.
+            self.slots = vec![0; slots];
         }
     }
 
@@ -1662,12 +1710,35 @@ fn load_once(
         stats: Stats::default(),
         bar: bar("pass 1/2 records"),
     };
+    let links = !map.lists.is_empty() || map.records.iter().any(|r| !r.links.is_empty());
+    // Before pass 1, when every record source is a file: at most how many records this load
+    // writes (`Snapshot::rows_bound`, one read of each file). The key set is sized for them
+    // (no doubling while pass 1 fills it), and so is each node's index, with as many again
+    // for the chunk items as the reserve before pass 2 asks: pass 1 then does not grow the
+    // index step by step, and that reserve finds it large enough. Each growth moves every
+    // index entry (a random read of its data entry for its key, and a new table's pages): at
+    // 200,000 records from the default index, five growths in pass 1 and one before pass 2,
+    // ~0.1 s of the node's ~0.6 s of user CPU (docs/design/loader.md, "Session 21"). Quiet:
+    // the reserve before pass 2 reports a node that refuses.
+    let mut bound = Some(0u64);
+    for r in &map.records {
+        bound = match (bound, snap.rows_bound(r.source)?) {
+            (Some(b), Some(n)) => Some(b.saturating_add(n)),
+            _ => None,
+        };
+    }
+    if let Some(rows) = bound.filter(|&n| n > 0) {
+        let rows = rows.min(limits::LOAD_RECORDS_MAX);
+        load.keys.reserve(rows);
+        if !a.no_index_reserve {
+            let want = if links { rows.saturating_mul(2) } else { rows };
+            reserve_index(&load.w.topo, pw, want, false);
+        }
+    }
     load.pass1(&mut snap)?;
     load.bar.finish_and_clear();
-    if !a.no_index_reserve
-        && (!map.lists.is_empty() || map.records.iter().any(|r| !r.links.is_empty()))
-    {
-        reserve_index(&load.w.topo, pw, load.stats.records);
+    if !a.no_index_reserve && links {
+        reserve_index(&load.w.topo, pw, load.stats.records, true);
     }
     load.bar = bar("pass 2/2 links");
     load.pass2(&mut snap)?;
@@ -1700,13 +1771,13 @@ fn load_once(
 
 /// Before pass 2 (which writes every link and fills its location hint): ask each node to
 /// size its index for its keys now plus as many again as this load wrote (`CONFIG SET
-/// index-keys`), so that the chunk items pass 2 adds do not grow the index in the middle of
+/// index-keys`; before pass 1 too, for a bound of the records: `load_once`), so that the chunk items pass 2 adds do not grow the index in the middle of
 /// it. A hint names the target's data entry and its index entry; the data part goes stale
 /// when the target is rewritten (its own links are added later in pass 2), the index part
 /// when the index grows, and a hint with both stale costs a lookup (docs/design/loader.md,
 /// "Index pre-sizing"). Best effort: a node that refuses (a cluster node, an older server)
-/// is named once on stderr and the load goes on.
-fn reserve_index(topo: &Topology, password: Option<&str>, records: u64) {
+/// is named once on stderr (`report`) and the load goes on.
+fn reserve_index(topo: &Topology, password: Option<&str>, records: u64, report: bool) {
     let share = records.div_ceil(topo.nodes.len().max(1) as u64);
     let mut refused: Vec<(&str, anyhow::Error)> = Vec::new();
     for n in &topo.nodes {
@@ -1723,6 +1794,9 @@ fn reserve_index(topo: &Topology, password: Option<&str>, records: u64) {
         if let Err(e) = r {
             refused.push((n, e));
         }
+    }
+    if !report {
+        return;
     }
     // A cluster's nodes have no `index-keys` today (the cluster front's CONFIG): say so
     // once, plainly, instead of one error per node; the load goes on (hints are a speed-up,
@@ -1883,6 +1957,58 @@ fn delete_generations_except(a: &LoadArgs, alias: &str, keep: Option<u64>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file's row bound is its lines, a last line without its newline included; a query
+    /// has none (counting would run it again).
+    #[test]
+    fn rows_bound_counts_lines() {
+        let dir = std::env::temp_dir().join(format!("ringlet-rows-bound-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cases: [(&str, &[u8], u64); 4] = [
+            ("empty", b"", 0),
+            ("ended", b"id\n1\n2\n", 3),
+            ("unended", b"id\n1\n2", 3),
+            ("blank", b"id\n\n1\n", 3),
+        ];
+        let mut specs = Vec::new();
+        for (name, bytes, _) in &cases {
+            let p = dir.join(format!("{name}.csv"));
+            std::fs::write(&p, bytes).unwrap();
+            specs.push(SourceSpec {
+                name: name.to_string(),
+                kind: SourceKind::Csv(p),
+            });
+        }
+        specs.push(SourceSpec {
+            name: "q".into(),
+            kind: SourceKind::Query("SELECT 1".into()),
+        });
+        let files = specs
+            .iter()
+            .map(|s| match &s.kind {
+                SourceKind::Csv(p) => Some(File::open(p).unwrap()),
+                _ => None,
+            })
+            .collect();
+        let mut snap = Snapshot {
+            specs: &specs,
+            files,
+            db: None,
+        };
+        for (i, (name, _, want)) in cases.iter().enumerate() {
+            assert_eq!(snap.rows_bound(i).unwrap(), Some(*want), "{name}");
+        }
+        assert_eq!(snap.rows_bound(cases.len()).unwrap(), None);
+        // The file is rewound: a scan after the count reads every row.
+        let mut rows = 0;
+        snap.scan(1, &["id".to_string()], &mut |_| {
+            rows += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(rows, 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     fn row(vals: &[Option<&str>]) -> Row {
         let mut r = Row::default();

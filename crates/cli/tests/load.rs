@@ -633,6 +633,59 @@ fn every_swaps_generations_atomically() {
 /// record of the load; a row without a key is skipped and counted; a column the source lacks
 /// and a server-side refusal (WRONGTYPE on a key holding a string) fail the load with a
 /// message that names them.
+/// `index-keys` of a node (`CONFIG GET`): the keys its index holds before it grows.
+fn index_keys(port: u16) -> u64 {
+    strings(rcall(port, &["CONFIG", "GET", "index-keys"]))[1]
+        .parse()
+        .unwrap()
+}
+
+/// A load whose record sources are files sizes each node's index before pass 1 for the
+/// files' lines (docs/design/loader.md, "Session 21"), so pass 1 does not grow it step by
+/// step: a flat load of 30,000 records into a fresh node (whose index holds 27,852 keys)
+/// leaves the index at the size asked for, 30,001 keys (the lines, header included), where
+/// the same load without pre-sizing grows it once by half (41,778). Same records either way.
+#[test]
+fn the_index_is_sized_before_pass_1() {
+    let dir = tmpdir("presize");
+    let csv = dir.join("people.csv");
+    let mut text = String::from("id,name\n");
+    for i in 0..30_000 {
+        text.push_str(&format!("{i},n{i}\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let m = dir.join("people.toml");
+    std::fs::write(
+        &m,
+        "[[records]]\nkey = \"p:{id}\"\nattributes = [\"name\"]\n",
+    )
+    .unwrap();
+    let args = [
+        "--mapping",
+        m.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ];
+    let sized = server();
+    let grown = server();
+    let fresh = index_keys(sized.1);
+    assert!(fresh < 30_000, "{fresh}");
+    let out = load(sized.1, &args);
+    assert!(out.contains("30000 records"), "{out}");
+    let mut unsized_args = args.to_vec();
+    unsized_args.push("--no-index-reserve");
+    let out = load(grown.1, &unsized_args);
+    assert!(out.contains("30000 records"), "{out}");
+    let (a, b) = (index_keys(sized.1), index_keys(grown.1));
+    assert!((30_000..=30_016).contains(&a), "pre-sized: {a}");
+    assert!(b > a + 10_000, "grown: {b}, pre-sized: {a}");
+    for port in [sized.1, grown.1] {
+        assert_eq!(rcall(port, &["DBSIZE"]), Reply::Integer(30_000));
+        assert_eq!(hgetall(port, "p:29999")["name"], "n29999");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn external_links_skipped_rows_and_errors() {
     let node = server();
