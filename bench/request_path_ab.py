@@ -19,6 +19,8 @@ Usage: bench/request_path_ab.py --before OLD_BIN --after NEW_BIN [--rounds 3]
        [--tests set:16]                    # only these tests (test:pipeline, comma-separated;
                                            # fill:16, set:16, get:16, set:1, get:1)
        [--client ringlet-bench]            # `ringlet bench` (3 s per test) as the client
+       [--client ringlet-bench-uring]      # the same on one io_uring: cheaper per request,
+                                           # so at P1 the server saturates first
 """
 import argparse
 import json
@@ -97,19 +99,22 @@ def rb(port, test, pipeline, n):
     return float("nan"), client, wall, float("nan"), float("nan")
 
 
-def ringlet_bench(binary, port, test, pipeline, seconds=3):
+def ringlet_bench(binary, port, test, pipeline, seconds=3, client_io="tokio"):
     """`ringlet bench` as the client instead of redis-benchmark (same key space, key and value
-    sizes, connections and pipeline): ops/s, the ops run, the client's CPU-seconds and wall."""
+    sizes, connections and pipeline): ops/s, the ops run, the client's CPU-seconds and wall,
+    and its p50 and p99 in ms. `client_io="uring"`: its one-thread io_uring phase, cheap
+    enough per request that at pipeline 1 the server saturates before it does."""
     c0, t0 = children_cpu(), time.monotonic()
     out = subprocess.run(
         ["taskset", "-c", "1", binary, "bench", "--port", str(port), "--keys", "1000000",
          "--key-size", "16", "--value-size", "100", "--connections", "50",
          "--pipeline", str(pipeline), "--ratio", "0:1" if test == "get" else "1:0",
-         "--duration", str(seconds), "--json"],
+         "--duration", str(seconds), "--client-io", client_io, "--json"],
         check=True, capture_output=True, text=True).stdout
     client, wall = children_cpu() - c0, time.monotonic() - t0
     j = json.loads(out.strip().splitlines()[-1])
-    return j["ops_per_sec"], j["sets"] + j["gets"], client, wall
+    return (j["ops_per_sec"], j["sets"] + j["gets"], client, wall, j["p50_us"] / 1000,
+            j["p99_us"] / 1000)
 
 
 def main():
@@ -121,10 +126,14 @@ def main():
     ap.add_argument("--after-args", default="", help="extra flags for the after server")
     ap.add_argument("--tests", default="",
                     help="comma-separated test:pipeline (e.g. set:16,get:16); default all four")
-    ap.add_argument("--client", choices=["redis-benchmark", "ringlet-bench"],
+    ap.add_argument("--client", choices=["redis-benchmark", "ringlet-bench", "ringlet-bench-uring"],
                     default="redis-benchmark",
                     help="load generator of the measured tests (the fill is always "
-                         "redis-benchmark); ringlet-bench is the --after binary's `bench`")
+                         "redis-benchmark); ringlet-bench is `bench` of --bench-bin (default "
+                         "the --after binary), ringlet-bench-uring the same with "
+                         "--client-io uring")
+    ap.add_argument("--bench-bin", default="",
+                    help="the ringlet binary whose `bench` is the client (default --after)")
     args = ap.parse_args()
     tests = TESTS
     if args.tests:
@@ -152,8 +161,10 @@ def main():
                         filled = True
                     c0 = cpu_seconds(p.pid)
                     p50 = p99 = float("nan")
-                    if args.client == "ringlet-bench":
-                        ops, n, client, wall = ringlet_bench(args.after, port, test, pl)
+                    if args.client.startswith("ringlet-bench"):
+                        io = "uring" if args.client == "ringlet-bench-uring" else "tokio"
+                        ops, n, client, wall, p50, p99 = ringlet_bench(
+                            args.bench_bin or args.after, port, test, pl, client_io=io)
                     else:
                         ops, client, wall, p50, p99 = rb(port, test, pl, n)
                     server = cpu_seconds(p.pid) - c0
@@ -171,8 +182,7 @@ def main():
             time.sleep(0.5)
     # busy: CPU-seconds per wall second over the run (server on CPU 0, redis-benchmark on
     # CPU 1; the client's includes its start-up and connection set-up).
-    # p50 / p99: redis-benchmark's latency percentiles in ms (medians over rounds; not
-    # measured with --client ringlet-bench).
+    # p50 / p99: the client's latency percentiles in ms (medians over rounds).
     print("| test | server | ops/s | ×Redis | CPU-s/Mop | ×Redis CPU | server busy | client busy "
           "| p50 ms | p99 ms |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -30,6 +30,8 @@
 pub mod delay_proxy;
 pub mod keys;
 mod stats;
+#[cfg(target_os = "linux")]
+mod uring_gen;
 pub mod wire;
 
 use std::io::IsTerminal;
@@ -59,6 +61,18 @@ pub enum Mode {
     /// through the socket with values every read is checked against (values loaded by the
     /// `kv` mode do not pass that check).
     ShmGet,
+}
+
+/// How the `kv` mode's measured phase drives its connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientIo {
+    /// A tokio runtime of `--threads` threads, a task per connection.
+    Tokio,
+    /// One thread and one io_uring for every connection (Linux): the ready batches of all
+    /// connections go out in one system call, which also waits for replies. Cheaper per
+    /// request than `tokio`, so that at pipeline 1 the server, not the generator, saturates
+    /// first (crates/bench/src/uring_gen.rs).
+    Uring,
 }
 
 /// Key distribution.
@@ -116,6 +130,9 @@ pub struct BenchArgs {
     /// Generator threads.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// `kv`: how the measured phase drives its connections (`--load` always uses tokio).
+    #[arg(long = "client-io", value_enum, default_value_t = ClientIo::Tokio)]
+    pub client_io: ClientIo,
     /// SET every key once before measuring (so GETs hit).
     #[arg(long)]
     pub load: bool,
@@ -298,13 +315,22 @@ pub fn run_kv(args: &BenchArgs) -> Result<Report> {
         .build()
         .context("starting the generator runtime")?;
     let show_progress = std::io::stdout().is_terminal() && !args.json;
-    rt.block_on(async move {
-        if args.load {
-            load(&plan, show_progress).await?;
+    if args.load {
+        rt.block_on(load(&plan, show_progress))?;
+    }
+    let stats = match args.client_io {
+        ClientIo::Tokio => rt.block_on(measure(&plan, show_progress))?,
+        #[cfg(target_os = "linux")]
+        ClientIo::Uring => {
+            if args.threads != 1 {
+                bail!("--client-io uring runs one thread: leave --threads at 1");
+            }
+            uring_gen::measure(&plan)?
         }
-        let stats = measure(&plan, show_progress).await?;
-        Ok(Report::new(args, &plan.addr, stats))
-    })
+        #[cfg(not(target_os = "linux"))]
+        ClientIo::Uring => bail!("--client-io uring is Linux only"),
+    };
+    Ok(Report::new(args, &plan.addr, stats))
 }
 
 async fn connect(plan: &Plan) -> Result<TcpStream> {

@@ -208,3 +208,61 @@ fn bad_arguments_are_refused() {
     assert!(run_kv(&args(1, &["--key-size", "2"])).is_err());
     assert!(run_kv(&args(1, &["--distribution", "zipf", "--zipf-theta", "1.5"])).is_err());
 }
+
+/// `run_kv` with `--client-io uring`, or `None` (a loud SKIP) where this kernel or sandbox
+/// refuses io_uring; `RINGLET_REQUIRE_URING` makes that a failure.
+#[cfg(target_os = "linux")]
+fn run_uring(port: u16, extra: &[&str]) -> Option<ringlet_bench::Report> {
+    let mut v = vec!["--client-io", "uring"];
+    v.extend_from_slice(extra);
+    match run_kv(&args(port, &v)) {
+        Ok(r) => Some(r),
+        Err(e)
+            if format!("{e:#}").contains("io_uring_setup")
+                && std::env::var_os("RINGLET_REQUIRE_URING").is_none() =>
+        {
+            eprintln!("SKIP: io_uring is not available here ({e:#})");
+            None
+        }
+        Err(e) => panic!("{e:#}"),
+    }
+}
+
+/// The io_uring phase keeps the model: every reply matched to its request (in order for
+/// RESP, by id for native frames answered out of order), hits where keys were loaded.
+#[cfg(target_os = "linux")]
+#[test]
+fn uring_client_matches_every_reply() {
+    let store: Store = Arc::default();
+    let port = start(false, store.clone());
+    let Some(r) = run_uring(port, &["--load", "--ratio", "1:3", "--pipeline", "8"]) else {
+        return;
+    };
+    let s = &r.stats;
+    assert!(s.gets > 0 && s.sets > 0);
+    assert_eq!((s.hits, s.misses, s.errors), (s.gets, 0, 0));
+    assert_eq!(s.latency_us.len(), s.gets + s.sets);
+
+    let store: Store = Arc::default();
+    let port = start(true, store.clone());
+    let Some(r) = run_uring(
+        port,
+        &["--protocol", "native", "--ratio", "1:1", "--pipeline", "16"],
+    ) else {
+        return;
+    };
+    let s = &r.stats;
+    assert!(s.gets > 0 && s.sets > 0);
+    assert_eq!(s.hits + s.misses, s.gets);
+    assert_eq!(s.errors, 0);
+}
+
+/// One thread drives every connection: more threads are refused, not ignored.
+#[cfg(target_os = "linux")]
+#[test]
+fn uring_client_refuses_more_threads() {
+    let mut a = args(1, &["--client-io", "uring"]);
+    a.threads = 2;
+    let e = run_kv(&a).unwrap_err();
+    assert!(format!("{e}").contains("one thread"), "{e}");
+}
