@@ -128,7 +128,9 @@ pub async fn serve(
         n += 1;
         stats.connections.fetch_add(1, Ordering::Relaxed);
         let stats = stats.clone();
-        let seed = seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // One delay sequence per connection (`Rng::for_stream`: the former `seed ^ n * γ`
+        // gave every connection the same sequence a few draws apart).
+        let seed = Rng::for_stream(seed, n).next_u64();
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(target).await else {
                 return;

@@ -519,7 +519,7 @@ async fn measure(plan: &Arc<Plan>, show: bool) -> Result<Stats> {
         tasks.spawn(async move {
             let mut conn = Conn::new(&plan).await?;
             let mut stats = Stats::new()?;
-            let mut rng = Rng::new(plan.seed ^ (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut rng = Rng::for_stream(plan.seed, c as u64);
             let total = plan.set_weight + plan.get_weight;
             // Bounded by the deadline (checked before every batch).
             while Instant::now() < deadline {

@@ -120,7 +120,7 @@ pub(crate) fn measure(plan: &Plan) -> Result<Stats> {
         conns.push(Conn {
             sock,
             enc: Encoder::new(plan.protocol, plan.key_format.clone(), plan.value_size),
-            rng: Rng::new(plan.seed ^ (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            rng: Rng::for_stream(plan.seed, c as u64),
             out: Vec::with_capacity(plan.pipeline * (plan.value_size + 64)),
             sent: 0,
             send_inflight: false,

@@ -260,9 +260,9 @@ async fn cluster(cli: &Cli) -> Result<()> {
     for t in 0..cli.concurrency {
         let client = client.clone();
         let ids = ids.clone();
-        let seed = cli.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let (seed, stream) = (cli.seed, t as u64);
         tasks.push(tokio::spawn(async move {
-            let mut rng = Rng::new(seed);
+            let mut rng = Rng::for_stream(seed, stream);
             let mut run = Run {
                 hist: new_hist()?,
                 gets: 0,
@@ -451,10 +451,10 @@ async fn redis(cli: &Cli, slots: Option<std::sync::Arc<Vec<String>>>) -> Result<
         let slots = slots.clone();
         let keys = cli.keys;
         let (op_kind, value_size) = (cli.op, cli.value_size);
-        let seed = cli.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let (seed, stream) = (cli.seed, t as u64);
         tasks.push(tokio::spawn(async move {
             let mut conns = Conns(Default::default());
-            let mut rng = Rng::new(seed);
+            let mut rng = Rng::for_stream(seed, stream);
             let mut buf = Vec::with_capacity(4096);
             let mut req = Vec::with_capacity(64);
             let mut run = Run {
