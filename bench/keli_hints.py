@@ -4,9 +4,10 @@ is worth (issue 13: data hints and index pre-sizing; docs/design/loader.md).
 
 The graph of bench/keli_bfs.py (seeded R-MAT, follower lists chunked at --chunk links per
 item) is loaded by `ringlet load` into a fresh `ringlet server`, once per variant:
-  - `presized`: as `ringlet load` does by default (before pass 2 it asks the node to size
-    its index for its keys plus the load's records: `CONFIG SET index-keys`);
-  - `unsized`:  `ringlet load --no-index-reserve` (the index grows during pass 2 as before).
+  - `presized`: as `ringlet load` does by default (`CONFIG SET index-keys`: before pass 1
+    for a bound of the records from the files' lines, since session 21, and before pass 2
+    for its keys plus the load's records);
+  - `unsized`:  `ringlet load --no-index-reserve` (the index grows during both passes).
 After each load, `ringlet-keli-bfs` runs the one-sided CHASE BFS from the same roots twice:
 with the hints as stored (data part first: one read straight at the target's data entry,
 then the index entry) and with `--index-only-hints` (the hint as it was before data hints).
