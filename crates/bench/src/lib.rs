@@ -398,22 +398,8 @@ impl Conn {
                 else {
                     break;
                 };
-                let op = if self.protocol == Protocol::Native {
-                    // Native replies name their request; classify with that request's op.
-                    let op = id
-                        .checked_sub(base)
-                        .and_then(|i| self.ops.get(i as usize))
-                        .copied()
-                        .ok_or_else(|| anyhow!("reply to unknown request id {id}"))?;
-                    op
-                } else {
-                    in_order
-                };
-                let outcome = match (op, outcome) {
-                    (Op::Set, Outcome::Hit | Outcome::Miss) => Outcome::Written,
-                    (Op::Get, Outcome::Written) => Outcome::Hit,
-                    (_, o) => o,
-                };
+                let (op, outcome) =
+                    classify(self.protocol, &self.ops, base, in_order, outcome, id)?;
                 stats.record(op, outcome, start.elapsed());
                 self.inbuf.advance(used);
                 got += 1;
@@ -441,6 +427,33 @@ impl Conn {
             Protocol::Memcache => "the memcached server",
         }
     }
+}
+
+/// The request a parsed reply answers and how it ended: in order for RESP and memcache, by
+/// the id a native reply names (native replies may come out of order) among the batch's
+/// `ops`, whose first request had id `base`. Shared by both measured phases.
+fn classify(
+    protocol: Protocol,
+    ops: &[Op],
+    base: u64,
+    in_order: Op,
+    outcome: Outcome,
+    id: u64,
+) -> Result<(Op, Outcome)> {
+    let op = if protocol == Protocol::Native {
+        id.checked_sub(base)
+            .and_then(|i| ops.get(i as usize))
+            .copied()
+            .ok_or_else(|| anyhow!("reply to unknown request id {id}"))?
+    } else {
+        in_order
+    };
+    let outcome = match (op, outcome) {
+        (Op::Set, Outcome::Hit | Outcome::Miss) => Outcome::Written,
+        (Op::Get, Outcome::Written) => Outcome::Hit,
+        (_, o) => o,
+    };
+    Ok((op, outcome))
 }
 
 fn progress_bar(len: u64, show: bool, template: &str) -> indicatif::ProgressBar {

@@ -22,7 +22,7 @@ use bytes::{Buf, BytesMut};
 use io_uring::{opcode, types, IoUring};
 
 use crate::keys::Rng;
-use crate::wire::{self, Encoder, Op, Outcome, Protocol};
+use crate::wire::{self, Encoder, Op, Protocol};
 use crate::{Plan, Stats, REPLY_GRACE};
 
 /// Bytes one receive may bring (a connection's buffer; replies longer than this arrive in
@@ -85,25 +85,49 @@ impl Conn {
             let Some((outcome, used, id)) = wire::parse_reply(proto, in_order, &self.inbuf)? else {
                 break;
             };
-            let op = if proto == Protocol::Native {
-                id.checked_sub(self.base)
-                    .and_then(|i| self.ops.get(i as usize))
-                    .copied()
-                    .ok_or_else(|| anyhow!("reply to unknown request id {id}"))?
-            } else {
-                in_order
-            };
-            let outcome = match (op, outcome) {
-                (Op::Set, Outcome::Hit | Outcome::Miss) => Outcome::Written,
-                (Op::Get, Outcome::Written) => Outcome::Hit,
-                (_, o) => o,
-            };
+            let (op, outcome) =
+                crate::classify(proto, &self.ops, self.base, in_order, outcome, id)?;
             stats.record(op, outcome, self.start.elapsed());
             self.inbuf.advance(used);
             self.got += 1;
         }
         Ok(())
     }
+
+    /// Queue the send of what is left of the batch (all of it after `next_batch`).
+    fn arm_send(&mut self, i: usize, ring: &mut IoUring) -> Result<()> {
+        let rest = &self.out[self.sent..];
+        let e = opcode::Send::new(
+            types::Fd(self.sock.as_raw_fd()),
+            rest.as_ptr(),
+            rest.len() as u32,
+        )
+        .build()
+        .user_data(ud(i, SEND));
+        push(ring, e)?;
+        self.send_inflight = true;
+        Ok(())
+    }
+
+    /// Queue a receive into the connection's buffer.
+    fn arm_recv(&mut self, i: usize, ring: &mut IoUring) -> Result<()> {
+        let fd = types::Fd(self.sock.as_raw_fd());
+        let e = opcode::Recv::new(fd, self.rbuf.as_mut_ptr(), RECV_BYTES as u32)
+            .build()
+            .user_data(ud(i, RECV));
+        push(ring, e)?;
+        self.recv_inflight = true;
+        Ok(())
+    }
+}
+
+/// Queue an operation; the queue has room for every connection's two (see `measure`'s
+/// `entries`).
+fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> Result<()> {
+    // SAFETY: every buffer an entry names (a connection's `out` or `rbuf`) lives in
+    // `measure`'s `conns`, which outlives the ring's use, and is not touched until its
+    // completion is handled (`send_inflight`, `recv_inflight`).
+    unsafe { ring.submission().push(&e) }.map_err(|_| anyhow!("io_uring queue full"))
 }
 
 fn ud(conn: usize, kind: u64) -> u64 {
@@ -147,30 +171,10 @@ pub(crate) fn measure(plan: &Plan) -> Result<Stats> {
     let deadline = started + plan.duration;
     let give_up = deadline + REPLY_GRACE;
     let mut active = plan.connections;
-    // Queue an operation; the queue has room for every connection's two (see `entries`).
-    let push = |ring: &mut IoUring, e: io_uring::squeue::Entry| -> Result<()> {
-        // SAFETY: every buffer an entry names (a connection's `out` or `rbuf`) lives in
-        // `conns`, which outlives the ring's use here, and is not touched until its
-        // completion is handled (`send_inflight`, `recv_inflight`).
-        unsafe { ring.submission().push(&e) }.map_err(|_| anyhow!("io_uring queue full"))
-    };
     for (i, c) in conns.iter_mut().enumerate() {
         c.next_batch(plan);
-        let fd = types::Fd(c.sock.as_raw_fd());
-        push(
-            &mut ring,
-            opcode::Send::new(fd, c.out.as_ptr(), c.out.len() as u32)
-                .build()
-                .user_data(ud(i, SEND)),
-        )?;
-        c.send_inflight = true;
-        push(
-            &mut ring,
-            opcode::Recv::new(fd, c.rbuf.as_mut_ptr(), RECV_BYTES as u32)
-                .build()
-                .user_data(ud(i, RECV)),
-        )?;
-        c.recv_inflight = true;
+        c.arm_send(i, &mut ring)?;
+        c.arm_recv(i, &mut ring)?;
     }
     let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(entries as usize * 2);
     // Bounded: every connection ends after the deadline's batch, and the whole run fails at
@@ -191,7 +195,6 @@ pub(crate) fn measure(plan: &Plan) -> Result<Stats> {
         for &(u, res) in &cqes {
             let (i, kind) = ((u >> 1) as usize, u & 1);
             let c = &mut conns[i];
-            let fd = types::Fd(c.sock.as_raw_fd());
             if kind == SEND {
                 c.send_inflight = false;
                 if res < 0 {
@@ -199,14 +202,7 @@ pub(crate) fn measure(plan: &Plan) -> Result<Stats> {
                 }
                 c.sent += res as usize;
                 if c.sent < c.out.len() {
-                    let rest = &c.out[c.sent..];
-                    push(
-                        &mut ring,
-                        opcode::Send::new(fd, rest.as_ptr(), rest.len() as u32)
-                            .build()
-                            .user_data(ud(i, SEND)),
-                    )?;
-                    c.send_inflight = true;
+                    c.arm_send(i, &mut ring)?;
                 }
             } else {
                 c.recv_inflight = false;
@@ -228,22 +224,10 @@ pub(crate) fn measure(plan: &Plan) -> Result<Stats> {
                     continue;
                 }
                 c.next_batch(plan);
-                push(
-                    &mut ring,
-                    opcode::Send::new(fd, c.out.as_ptr(), c.out.len() as u32)
-                        .build()
-                        .user_data(ud(i, SEND)),
-                )?;
-                c.send_inflight = true;
+                c.arm_send(i, &mut ring)?;
             }
             if !c.done && !c.recv_inflight && c.got < c.ops.len() {
-                push(
-                    &mut ring,
-                    opcode::Recv::new(fd, c.rbuf.as_mut_ptr(), RECV_BYTES as u32)
-                        .build()
-                        .user_data(ud(i, RECV)),
-                )?;
-                c.recv_inflight = true;
+                c.arm_recv(i, &mut ring)?;
             }
         }
     }
