@@ -279,6 +279,10 @@ pub fn run_shm_get(args: &BenchArgs) -> Result<()> {
     if args.batch == 0 || args.batch > 1024 {
         bail!("--batch must be 1..=1024");
     }
+    if args.client_io != ClientIo::Tokio {
+        // One-sided reads make no socket calls to drive: refused rather than ignored.
+        bail!("--client-io is a kv-mode option; shm-get reads shared memory, not sockets");
+    }
     let o = ringlet_shm::benchkit::ShmGetOptions {
         socket,
         load: args.load,

@@ -257,6 +257,18 @@ fn uring_client_matches_every_reply() {
     assert_eq!(s.errors, 0);
 }
 
+/// `--client-io uring` means nothing to the one-sided mode: refused, not ignored.
+#[test]
+fn client_io_is_refused_outside_kv() {
+    let mut a = args(
+        1,
+        &["--client-io", "uring", "--socket", "/nonexistent.sock"],
+    );
+    a.mode = ringlet_bench::Mode::ShmGet;
+    let e = ringlet_bench::run(&a).unwrap_err();
+    assert!(format!("{e}").contains("--client-io"), "{e}");
+}
+
 /// One thread drives every connection: more threads are refused, not ignored.
 #[cfg(target_os = "linux")]
 #[test]

@@ -210,6 +210,10 @@ fn flags_a_cluster_node_cannot_honour_are_refused() {
             [&server[..], &["--index-keys", "100000"]].concat(),
             "--index-keys",
         ),
+        // The io_uring loop serves the single node; a cluster node runs its own front
+        // (`--io auto`, the default, and `epoll` mean that front there).
+        ([&up[..], &["--io", "uring"]].concat(), "--io uring"),
+        ([&server[..], &["--io", "uring"]].concat(), "--io uring"),
         // `server --cluster --shm-socket` is honoured (docs/design/cluster-shm-reads.md);
         // with `up --nodes` one path cannot serve several nodes (--shm-dir does).
         (
