@@ -11,6 +11,8 @@ export RINGLET_REQUIRE_NETNS=1
 export RINGLET_REQUIRE_BROWSER=1   # the status-page test loads the page in headless Chromium
 export RINGLET_REQUIRE_POSTGRES=1  # the loader's PostgreSQL test fails (not skip) without it
 export CARGO_TERM_COLOR=never
+# CI builds from clean: incremental state only costs disk (it was 26 GB of a local target/).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
