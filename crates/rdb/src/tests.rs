@@ -453,3 +453,80 @@ fn dump_hash_round_trips_and_uses_plain_encodings() {
         other => panic!("{other:?}"),
     }
 }
+
+mod props {
+    //! The compact hash decoders on mutated blobs (no footer involved): never a panic, and
+    //! what they accept respects the limits.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn blobs() -> Vec<Vec<u8>> {
+        let mid = vec![b'm'; 300];
+        vec![
+            lp(
+                &[
+                    Lp::S(b"f"),
+                    Lp::I(-5000, 0xF1),
+                    Lp::S(&mid),
+                    Lp::I(1 << 40, 0xF4),
+                    Lp::I(5, 0),
+                    Lp::S(b"v"),
+                ],
+                None,
+            ),
+            zl(
+                &[
+                    Zl::S(&mid),
+                    Zl::I(-5, 0xFE),
+                    Zl::S(b"g"),
+                    Zl::I(1 << 20, 0xF0),
+                    Zl::I(3, 0xF4),
+                    Zl::S(b""),
+                ],
+                None,
+            ),
+            crate::zipmap::tests::encode(&[(b"k", b"v"), (&mid, b"w")], 2),
+        ]
+    }
+
+    fn check(r: Result<Fields, Error>) {
+        if let Ok(h) = r {
+            assert!(!h.is_empty());
+            let mut seen = HashSet::new();
+            for (f, v) in &h {
+                assert!(f.len() <= KEY_BYTES_MAX as usize && v.len() <= VALUE_BYTES_MAX as usize);
+                assert!(seen.insert(f));
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn mutated_blobs_never_panic(
+            which in 0usize..3,
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            cut in any::<prop::sample::Index>(),
+            do_cut in any::<bool>(),
+        ) {
+            let mut b = blobs().swap_remove(which);
+            for (at, byte) in &flips {
+                let i = at.index(b.len());
+                b[i] = *byte;
+            }
+            if do_cut {
+                b.truncate(cut.index(b.len()));
+            }
+            check(listpack::decode_hash(&b));
+            check(ziplist::decode_hash(&b));
+            check(zipmap::decode(&b));
+        }
+
+        #[test]
+        fn garbage_blobs_never_panic(b in prop::collection::vec(any::<u8>(), 0..200)) {
+            check(listpack::decode_hash(&b));
+            check(ziplist::decode_hash(&b));
+            check(zipmap::decode(&b));
+        }
+    }
+}
