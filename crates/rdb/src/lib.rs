@@ -10,7 +10,7 @@
 //! # Goals
 //!
 //! - Read every encoding Redis (2.6 up to 7.4) DUMPs for a string or a hash.
-//! - Write payloads that every Redis from 2.6 on RESTOREs.
+//! - Write payloads that every Redis from 2.6 on RESTOREs (but 3.2: see "What we write").
 //! - Never panic on any input and never allocate a length that came from the payload before
 //!   it has been checked against the bytes left and [`ringlet_types::limits`].
 //!
@@ -90,12 +90,17 @@
 //! # What we write
 //!
 //! [`dump_string`] and [`dump_hash`] write the plain encodings (type 0 with a raw length, type
-//! 4 with raw strings) and RDB version 10. Every Redis from 2.6 (RDB version 6) up RESTOREs
-//! those; a listpack (type 16) would be refused by anything before 7.0 and LZF saves bytes
-//! only on the wire. Redis converts a type-4 hash to a listpack itself when it is small, so
-//! the restored key is the same as one Redis made. The version is 10, not 12, because a Redis
-//! refuses any payload whose version is above its own: 7.0 refuses 11 and 12, while 7.2 and
-//! 7.4 accept 10.
+//! 4 with raw strings), which every Redis since 2.6 reads: a listpack (type 16) would be
+//! refused by anything before 7.0, and LZF saves bytes only on the wire. Redis converts a
+//! type-4 hash to a listpack itself when it is small, so the restored key is the same as one
+//! Redis made.
+//!
+//! The footer says RDB version 6 (Redis 2.6's), not 10, because the version, not the
+//! encoding, is what decides whether a Redis accepts a payload: Redis 4.0 and later accept
+//! any version up to their own (so 7.0 refuses 11 and 12, and 6.x refuses 10), and Redis
+//! 2.6 to 3.0 accept exactly 6 (3.2 accepts exactly 7, the one release this misses). Redis
+//! reads the version for nothing else. Version 6 has no 64-bit length; we write one only
+//! for a string over 4 GiB, far beyond `VALUE_BYTES_MAX`.
 //!
 //! # Modules
 //!
@@ -121,10 +126,11 @@ use ringlet_types::limits::{
 };
 use std::collections::HashSet;
 
-/// The RDB version [`dump_string`] and [`dump_hash`] write: Redis 7.0's. A Redis RESTOREs a
-/// payload only if its version is at most its own, so the lowest version that still holds our
-/// encodings reaches the most servers; 10 is the oldest a supported Redis (7.0) writes.
-pub const RDB_VERSION_DUMP: u16 = 10;
+/// The RDB version [`dump_string`] and [`dump_hash`] write: Redis 2.6's. Redis 4.0 and later
+/// RESTORE a payload whose version is at most their own, Redis 2.6 to 3.0 only version 6, so
+/// the oldest version that holds our encodings reaches the most servers (every Redis but 3.2;
+/// version 10, what Redis 7.0 writes, would shut out every Redis before 7.0).
+pub const RDB_VERSION_DUMP: u16 = 6;
 
 /// The highest RDB version [`restore`] accepts: Redis 7.4's. Later versions may give the type
 /// bytes new meanings, so they are refused as Redis refuses versions above its own.

@@ -235,11 +235,28 @@ fn dump_and_restore_match_redis() {
     .iter()
     .map(|(f, v)| (f.as_bytes().to_vec(), v.as_bytes().to_vec()))
     .collect();
+    // The fields of Redis's own "Hash ziplist of various encodings" test (unit/type/hash):
+    // 14- and 32-bit lengths, integers of every width, LZF in a hashtable.
+    let various: Fields = [
+        ("ZIP_INT_8B", "127".into()),
+        ("ZIP_INT_16B", "32767".into()),
+        ("ZIP_INT_32B", "2147483647".into()),
+        ("ZIP_INT_64B", "9223372036854775808".into()),
+        ("ZIP_INT_IMM_MIN", "0".into()),
+        ("ZIP_INT_IMM_MAX", "12".into()),
+        ("ZIP_STR_06B", "x".repeat(31)),
+        ("ZIP_STR_14B", "x".repeat(8191)),
+        ("ZIP_STR_32B", "x".repeat(65535)),
+    ]
+    .into_iter()
+    .map(|(f, v): (&str, String)| (f.as_bytes().to_vec(), v.into_bytes()))
+    .collect();
     let hashes: Vec<(&str, &Fields, &str)> = vec![
         ("small", &small, "listpack"),
         ("many", &many, "hashtable"),
         ("wide", &wide, "hashtable"),
         ("ints", &ints, "listpack"),
+        ("various", &various, "hashtable"),
     ];
     for (key, fields, enc) in &hashes {
         let mut cmd = redis::cmd("HSET");
@@ -257,6 +274,32 @@ fn dump_and_restore_match_redis() {
         assert_eq!(sorted(got), hgetall(&mut con, key), "{key}");
         assert_eq!(hgetall(&mut con, key), sorted(fields.to_vec()), "{key}");
     }
+
+    // The same fields in a listpack (Redis allowed to keep long values in one), and an i64:
+    // 32-bit string lengths, 32- and 64-bit integers, the whole blob LZF-compressed.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hash-max-listpack-value")
+        .arg(100_000)
+        .query(&mut con)
+        .expect("CONFIG SET");
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg("lp:various").arg("i64").arg(i64::MIN);
+    for (f, v) in &various {
+        cmd.arg(f).arg(v);
+    }
+    let _: i64 = cmd.query(&mut con).expect("HSET");
+    assert_eq!(encoding(&mut con, "lp:various"), "listpack");
+    let payload = dump(&mut con, "lp:various");
+    assert_eq!(
+        payload[..2],
+        [16, 0xC3],
+        "type 16: a listpack, LZF-compressed"
+    );
+    let Ok(Object::Hash(got)) = restore(&payload) else {
+        panic!("lp:various: {:?}", restore(&payload));
+    };
+    assert_eq!(sorted(got), hgetall(&mut con, "lp:various"));
 
     // Our payloads, RESTOREd into Redis.
     for (key, value, _) in &strings {
