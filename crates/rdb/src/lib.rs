@@ -7,6 +7,19 @@
 //! that reads and writes it can be their source or their target. The DUMP and RESTORE command
 //! handlers live in the server and cluster crates; this crate is only the codec.
 //!
+//! ```
+//! use ringlet_rdb::{dump_hash, dump_string, restore, Object};
+//!
+//! let payload = dump_hash([(&b"name"[..], &b"ringlet"[..])].into_iter());
+//! let fields = vec![(b"name".to_vec(), b"ringlet".to_vec())];
+//! assert_eq!(restore(&payload), Ok(Object::Hash(fields)));
+//!
+//! // What Redis 7.0 replies to `SET n 12345` then `DUMP n`: an INT16-encoded string.
+//! let redis = b"\x00\xc1\x39\x30\x0a\x00\x9d\x94\xea\x27\x93\xfc\x08\xb9";
+//! assert_eq!(restore(redis), Ok(Object::String(b"12345".to_vec())));
+//! assert_eq!(restore(&dump_string(b"12345")), restore(redis));
+//! ```
+//!
 //! # Goals
 //!
 //! - Read every encoding Redis (2.6 up to 7.4) DUMPs for a string or a hash.
@@ -195,12 +208,13 @@ pub enum Error {
     /// The object ends before its lengths say it does.
     #[error("Bad data format: the payload ends inside the object")]
     Truncated,
-    /// Something is longer than Ringlet allows.
-    #[error("Bad data format: {what} of {len} is over the limit of {max}")]
+    /// Something is larger than Ringlet allows.
+    #[error("DUMP payload's {what} {len} is over Ringlet's limit of {max}")]
     TooLarge {
-        /// What is too long: "payload", "string", "field name", "hash", ...
+        /// What is too large: "payload length", "string length", "field name length",
+        /// "field value length", "hash field count", "hash size", "encoded hash length".
         what: &'static str,
-        /// Its length (bytes, or fields for a hash's count).
+        /// Its size (bytes; fields for "hash field count").
         len: u64,
         /// The limit.
         max: u64,
@@ -237,14 +251,27 @@ pub fn dump_string(value: &[u8]) -> Vec<u8> {
 ///
 /// The caller hands distinct fields (a record's); a hash with no fields makes a payload that
 /// Redis and [`restore`] refuse, as there is no empty hash in Redis.
+///
+/// # Panics
+///
+/// If `fields.len()` is not the number of items `fields` yields (a broken
+/// `ExactSizeIterator`, a caller bug): the count is written first, so the payload would be
+/// corrupt.
 pub fn dump_hash<'a>(fields: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>) -> Vec<u8> {
     let mut out = Vec::new();
     out.push(TYPE_HASH);
-    encode_len(&mut out, fields.len() as u64);
+    let count = fields.len();
+    encode_len(&mut out, count as u64);
+    let mut written = 0usize;
     for (name, value) in fields {
         encode_string(&mut out, name);
         encode_string(&mut out, value);
+        written = written.saturating_add(1);
     }
+    assert_eq!(
+        written, count,
+        "ExactSizeIterator::len() differs from the items it yields"
+    );
     finish(out)
 }
 
@@ -265,7 +292,7 @@ pub fn dump_hash<'a>(fields: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>
 pub fn restore(payload: &[u8]) -> Result<Object, Error> {
     if payload.len() as u64 > u64::from(COMMAND_ARG_BYTES_MAX) {
         return Err(Error::TooLarge {
-            what: "payload",
+            what: "payload length",
             len: payload.len() as u64,
             max: u64::from(COMMAND_ARG_BYTES_MAX),
         });
@@ -333,7 +360,7 @@ fn hash_table(r: &mut Reader<'_>) -> Result<Fields, Error> {
     let count = r.len()?;
     if count > u64::from(ARRAY_ITEMS_MAX) {
         return Err(Error::TooLarge {
-            what: "hash",
+            what: "hash field count",
             len: count,
             max: u64::from(ARRAY_ITEMS_MAX),
         });
@@ -369,11 +396,11 @@ impl HashBuilder {
     }
 
     fn push(&mut self, name: Vec<u8>, value: Vec<u8>) -> Result<(), Error> {
-        check_len("field name", name.len(), KEY_BYTES_MAX)?;
-        check_len("field value", value.len(), VALUE_BYTES_MAX)?;
+        check_len("field name length", name.len(), KEY_BYTES_MAX)?;
+        check_len("field value length", value.len(), VALUE_BYTES_MAX)?;
         if self.fields.len() >= ARRAY_ITEMS_MAX as usize {
             return Err(Error::TooLarge {
-                what: "hash",
+                what: "hash field count",
                 len: (self.fields.len() as u64).saturating_add(1),
                 max: u64::from(ARRAY_ITEMS_MAX),
             });
@@ -388,7 +415,7 @@ impl HashBuilder {
         self.bytes = self.bytes.saturating_add(n as u64);
         if self.bytes > u64::from(VALUE_BYTES_MAX) {
             return Err(Error::TooLarge {
-                what: "hash's bytes",
+                what: "hash size",
                 len: self.bytes,
                 max: u64::from(VALUE_BYTES_MAX),
             });
@@ -434,9 +461,9 @@ enum Bound {
 impl Bound {
     fn max(self) -> (&'static str, u64) {
         match self {
-            Bound::Value => ("string", u64::from(VALUE_BYTES_MAX)),
-            Bound::FieldName => ("field name", u64::from(KEY_BYTES_MAX)),
-            Bound::Blob => ("encoded hash", BLOB_BYTES_MAX),
+            Bound::Value => ("string length", u64::from(VALUE_BYTES_MAX)),
+            Bound::FieldName => ("field name length", u64::from(KEY_BYTES_MAX)),
+            Bound::Blob => ("encoded hash length", BLOB_BYTES_MAX),
         }
     }
 }

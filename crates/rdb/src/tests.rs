@@ -147,7 +147,10 @@ fn lzf_strings_decompress_to_their_stated_length() {
     body.push(0);
     assert!(matches!(
         string_of(&body),
-        Err(Error::TooLarge { what: "string", .. })
+        Err(Error::TooLarge {
+            what: "string length",
+            ..
+        })
     ));
     // ... and so is one that 4 bytes could never expand to.
     let mut body = vec![0xC3, 0x04];
@@ -209,7 +212,10 @@ fn hash_table_errors() {
     encode_len(&mut body, u64::from(ARRAY_ITEMS_MAX) + 1);
     assert!(matches!(
         restore(&payload(&body)),
-        Err(Error::TooLarge { what: "hash", .. })
+        Err(Error::TooLarge {
+            what: "hash field count",
+            ..
+        })
     ));
     // A huge count with few bytes is truncated, not allocated.
     let mut body = vec![TYPE_HASH];
@@ -223,7 +229,7 @@ fn hash_table_errors() {
     assert!(matches!(
         restore(&payload(&body)),
         Err(Error::TooLarge {
-            what: "field name",
+            what: "field name length",
             ..
         })
     ));
@@ -232,7 +238,10 @@ fn hash_table_errors() {
     encode_len(&mut body, u64::from(VALUE_BYTES_MAX) + 1);
     assert!(matches!(
         restore(&payload(&body)),
-        Err(Error::TooLarge { what: "string", .. })
+        Err(Error::TooLarge {
+            what: "string length",
+            ..
+        })
     ));
     // The count itself must be a plain length.
     assert!(restore(&payload(&[TYPE_HASH, 0xC0, 1])).is_err());
@@ -246,7 +255,7 @@ fn hash_total_bytes_are_bounded() {
     assert!(matches!(
         h.push(b"b".to_vec(), vec![0; half]),
         Err(Error::TooLarge {
-            what: "hash's bytes",
+            what: "hash size",
             ..
         })
     ));
@@ -339,6 +348,15 @@ fn footer_is_checked_first() {
         Error::Checksum.to_string(),
         "DUMP payload version or checksum are wrong"
     );
+    assert_eq!(
+        Error::TooLarge {
+            what: "field name length",
+            len: 65537,
+            max: 65536
+        }
+        .to_string(),
+        "DUMP payload's field name length 65537 is over Ringlet's limit of 65536"
+    );
 }
 
 #[test]
@@ -347,7 +365,7 @@ fn oversized_payload_is_refused_before_its_crc() {
     assert!(matches!(
         restore(&big),
         Err(Error::TooLarge {
-            what: "payload",
+            what: "payload length",
             ..
         })
     ));
