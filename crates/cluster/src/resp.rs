@@ -1225,6 +1225,9 @@ impl Front {
             "type" => shared(keyspace_cmd::type_(&ks, args).await),
             "touch" => shared(keyspace_cmd::touch(&ks, args).await),
             "copy" => shared(keyspace_cmd::copy(&ks, args).await),
+            "dump" => shared(keyspace_cmd::dump(&ks, args).await),
+            // No ASKING state to honour: a slot moves whole, so RESTORE-ASKING is RESTORE.
+            "restore" | "restore-asking" => shared(keyspace_cmd::restore(&ks, args).await),
             "rename" => shared(keyspace_cmd::rename(&ks, args).await),
             "renamenx" => shared(keyspace_cmd::renamenx(&ks, args).await),
             "object" => shared(keyspace_cmd::object(&ks, args).await),

@@ -67,6 +67,9 @@ COMMANDS = {
     "memory": ["usage", "stats", "doctor", "help"],
     "slowlog": ["get", "len", "reset", "help"],
     "latency": ["latest", "history", "reset", "doctor", "help"],
+    # Redis's serialized values, for strings and records as hashes (docs/design/dump-restore.md):
+    # what MIGRATE from a Redis, `redis-cli --cluster import` and DUMP/RESTORE tools send.
+    "dump": None, "restore": None, "restore-asking": None,
 }
 
 

@@ -528,6 +528,133 @@ pub async fn object<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     })
 }
 
+/// DUMP key: the value in Redis's serialization (`ringlet_rdb`; docs/design/dump-restore.md),
+/// which Redis 7's RESTORE and Ringlet's read back. A record is written as a Redis hash; one
+/// with links is refused, since a hash has no links and writing their target keys as plain
+/// values would lose them silently.
+pub async fn dump<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let Some(v) = ks.read(argv[1]).await? else {
+        return Ok(Reply::Nil);
+    };
+    let payload = match v.kind {
+        ValueKind::String => ringlet_rdb::dump_string(&v.bytes),
+        ValueKind::Record => {
+            let rec = ringlet_record::Record::decode(&v.bytes)
+                .map_err(|e| Reply::err_owned(format!("ERR stored record does not decode: {e}")))?;
+            let mut fields = Vec::with_capacity(rec.len());
+            for (name, f) in rec.iter() {
+                match f {
+                    ringlet_record::Field::Bytes(b) => fields.push((name, b.as_slice())),
+                    _ => return Err(Reply::err(DUMP_LINKS)),
+                }
+            }
+            ringlet_rdb::dump_hash(fields.into_iter())
+        }
+    };
+    Ok(Reply::Bulk(payload.into()))
+}
+
+/// DUMP's refusal of a record with links.
+pub const DUMP_LINKS: &str = "ERR DUMP of a record with links is not supported: Redis's format \
+     has no links (LINK GET reads them, HGETALL shows their targets)";
+
+/// RESTORE and RESTORE-ASKING key ttl payload [REPLACE] [ABSTTL] [IDLETIME s] [FREQ f]
+/// (Redis's `restoreCommand`): a string or a hash payload of Redis 7 or of DUMP, stored as a
+/// string or a record in the key's own memgest (a new key: the default). The errors come in
+/// Redis's order: options, BUSYKEY, the TTL, the payload's footer, its contents. A TTL
+/// already past stores nothing (and with REPLACE deletes the key), as Redis does.
+/// IDLETIME and FREQ are refused: they set Redis's LRU/LFU clock of the key, which Ringlet's
+/// eviction does not keep per key, and a flag that cannot be honoured is not ignored.
+pub async fn restore<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
+    let (mut replace, mut absttl) = (false, false);
+    let mut i = 4;
+    while i < argv.len() {
+        let more = i + 1 < argv.len();
+        if is(argv[i], "replace") {
+            replace = true;
+        } else if is(argv[i], "absttl") {
+            absttl = true;
+        } else if (is(argv[i], "idletime") || is(argv[i], "freq")) && more {
+            return Err(Reply::err(
+                "ERR RESTORE IDLETIME and FREQ are not supported: Ringlet's eviction keeps no \
+                 per-key LRU or LFU clock to set",
+            ));
+        } else {
+            return Err(Reply::err(errors::SYNTAX));
+        }
+        i += 1;
+    }
+    let now = ks.now_ms();
+    // Checked now, reported in Redis's order inside the update (after BUSYKEY).
+    let at: Result<Option<u64>, &'static str> = match parse_i64(argv[2]) {
+        None => Err(errors::NOT_INTEGER),
+        Some(t) if t < 0 => Err("ERR Invalid TTL value, must be >= 0"),
+        Some(0) => Ok(None),
+        Some(t) if absttl => Ok(Some(t as u64)),
+        Some(t) => (t as u64)
+            .checked_add(now)
+            .filter(|&at| at <= i64::MAX as u64)
+            .map(Some)
+            .ok_or("ERR invalid expire time in 'restore' command"),
+    };
+    let value = restored_value(argv[3]);
+    ks.update(argv[1], |cur| {
+        if cur.is_some() && !replace {
+            return Err(Reply::err("BUSYKEY Target key name already exists."));
+        }
+        let at = at.map_err(Reply::err)?;
+        let (value, kind) = value?;
+        match at {
+            // Already expired: nothing is stored; REPLACE still removes the old value.
+            Some(at) if at <= now => {
+                let change = if cur.is_some() {
+                    Change::Delete
+                } else {
+                    Change::Nothing
+                };
+                Ok((change, Reply::ok()))
+            }
+            _ => Ok((
+                Change::Put(Put {
+                    value,
+                    kind,
+                    ttl: at.map_or(Ttl::Clear, Ttl::At),
+                    memgest: Memgest::Own,
+                }),
+                Reply::ok(),
+            )),
+        }
+    })
+    .await
+}
+
+/// The value and kind a RESTORE payload stores: a string, or a hash as a record.
+fn restored_value(payload: &[u8]) -> Result<(Vec<u8>, ValueKind), Reply> {
+    use ringlet_rdb::Object;
+    // The codec's texts are Redis's where Redis has one ("DUMP payload version or checksum
+    // are wrong", "Bad data format: ...").
+    let object = ringlet_rdb::restore(payload).map_err(|e| Reply::err_owned(format!("ERR {e}")))?;
+    match object {
+        Object::String(s) => Ok((s, ValueKind::String)),
+        // Redis loads no empty hash either (an empty key is "Bad data format").
+        Object::Hash(fields) if fields.is_empty() => Err(Reply::err("ERR Bad data format")),
+        Object::Hash(fields) => {
+            let mut rec = ringlet_record::Record::new();
+            for (name, value) in fields {
+                if !rec.insert(name, ringlet_record::Field::Bytes(value)) {
+                    return Err(Reply::err("ERR Bad data format: a field appears twice"));
+                }
+            }
+            if !rec.within_bounds() {
+                return Err(Reply::err(
+                    "ERR Bad data format: the hash exceeds a record's limits",
+                ));
+            }
+            Ok((rec.encode(), ValueKind::Record))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{dedup_keys, parse_cursor, KindFilter, ScanFilter};

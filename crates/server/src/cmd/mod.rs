@@ -179,6 +179,8 @@ fn handler_for(name: &str) -> Option<Handler> {
         "rename" => local!(keyspace::rename),
         "renamenx" => local!(keyspace::renamenx),
         "copy" => local!(keyspace::copy),
+        "dump" => local!(keyspace::dump),
+        "restore" | "restore-asking" => local!(keyspace::restore),
         "object|encoding" | "object|refcount" | "object|help" => local!(keyspace::object),
         "multi" => transaction::multi,
         "exec" => transaction::exec,
