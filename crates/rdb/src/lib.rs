@@ -151,8 +151,11 @@ pub const RDB_VERSION_DUMP: u16 = 6;
 pub const RDB_VERSION_MAX: u16 = 12;
 
 /// Redis's CRC-64 (Jones polynomial, reflected, initial value 0), as `crc64(0, ...)` in
-/// `src/crc64.c`.
-const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_REDIS);
+/// `src/crc64.c`. Slice-by-16 tables (32 KiB): a payload of up to 64 MiB is checksummed
+/// once on RESTORE and once on DUMP: 60 MiB took ~150 ms byte at a time, ~44 ms like this
+/// (release build, this machine).
+const CRC64: crc::Crc<u64, crc::Table<16>> =
+    crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_REDIS);
 
 /// Bytes of the footer: the RDB version (2) and the CRC (8).
 const FOOTER_BYTES: usize = 10;
