@@ -1,4 +1,4 @@
-//! Ziplist: the blob of a type-13 hash (what Redis 3.2 to 6.2 DUMPed for a small hash).
+//! Ziplist: the blob of a type-13 hash (what Redis 2.6 to 6.2 DUMPed for a small hash).
 //!
 //! ```text
 //! +-------------+-------------+--------------+---------+-----+------+
