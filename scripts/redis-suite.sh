@@ -15,7 +15,7 @@
 #   REDIS_SRC  the checkout (required)
 #   RINGLET    the binary (default: target/debug/ringlet, built with `cargo build -p ringlet-cli`)
 #   TARGETS    any of: redis server up cluster (default: all four)
-#   FILES      test files (default: the four of issue 11 plus unit/type/incr)
+#   FILES      test files (default: the four of issue 11, unit/type/incr, unit/type/hash, unit/dump)
 #   OUT        where logs and per-test lists go (default: target/redis-suite)
 #   SHOW       print up to SHOW failing test names per file (default 0)
 #
@@ -38,7 +38,7 @@ for t in tclsh redis-server redis-cli python3; do
   command -v "$t" >/dev/null || { echo "redis-suite: $t is missing" >&2; exit 2; }
 done
 TARGETS=${TARGETS:-"redis server up cluster"}
-FILES=${FILES:-"unit/type/string unit/keyspace unit/expire unit/protocol unit/type/incr"}
+FILES=${FILES:-"unit/type/string unit/keyspace unit/expire unit/protocol unit/type/incr unit/type/hash unit/dump"}
 OUT=${OUT:-target/redis-suite}
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 if [ -z "${RINGLET:-}" ]; then

@@ -135,6 +135,9 @@ pub fn cpu(out: &mut String) {
     );
 }
 
+/// `migrate_cached_sockets` is always 0: Redis counts the connections MIGRATE keeps open to
+/// its targets; a single node serves no MIGRATE (and a cluster node's moves a whole slot over
+/// the cluster's own links), so there are none, and tools read the field.
 fn stats(shared: &Shared, out: &mut String) {
     let st = &shared.stats;
     let e = shared.db.lock().stats();
@@ -143,7 +146,8 @@ fn stats(shared: &Shared, out: &mut String) {
         "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
          total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
          expired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\
-         total_error_replies:{}\r\nringlet_protocol_errors:{}\r\nringlet_reader_retries:{}\r\n",
+         total_error_replies:{}\r\nmigrate_cached_sockets:0\r\nringlet_protocol_errors:{}\r\n\
+         ringlet_reader_retries:{}\r\n",
         Stats::get(&st.connections_received),
         Stats::get(&st.commands_processed),
         Stats::get(&st.net_input_bytes),
