@@ -2133,6 +2133,7 @@ impl Front {
             "ringlet_writes_tracked:{}\r\nringlet_writes_committed:{}\r\n\
              ringlet_replicate_refused:{}\r\nringlet_store_refused:{}\r\n\
              ringlet_repair_pushed:{}\r\nringlet_repair_fetched:{}\r\nringlet_repair_retired:{}\r\n\
+             ringlet_repair_key_lists:{}\r\n\
              ringlet_rebuilds_completed:{}\r\nringlet_syncs_completed:{}\r\n\
              ringlet_ec_takeovers:{}\r\nringlet_ec_decodes_on_demand:{}\r\n",
             info.pending,
@@ -2142,6 +2143,7 @@ impl Front {
             s.repair_pushed,
             s.repair_fetched,
             s.repair_retired,
+            s.repair_key_lists,
             s.rebuilds_completed,
             s.syncs_completed,
             s.ec_takeovers,

@@ -355,6 +355,11 @@ pub struct Replica<S: ReplicaStore> {
     /// When a slot with writes in flight to a replica was last repaired with it (bounded by
     /// [`BUSY_REPAIRS_MAX`]; see the ProbeResp handler).
     busy_repairs: BTreeMap<(Slot, NodeId), u64>,
+    /// When this coordinator last sent a write of each slot to its replicas (at most one entry
+    /// per slot, 16,384). A slot written since shortly before a probe differs because of
+    /// writes that were in flight when the digests were taken, even if none is in flight when
+    /// the answer arrives; see the ProbeResp handler.
+    slot_written_ms: BTreeMap<Slot, u64>,
     /// Uncommitted pending versions per key (reads wait for those at or below their threshold).
     uncommitted: BTreeMap<Vec<u8>, BTreeSet<Version>>,
     /// `uncommitted`'s keys, mirrored for front ends that read the store directly.
@@ -417,6 +422,10 @@ pub struct ReplicaStats {
     pub syncs_completed: u64,
     pub repair_pushed: u64,
     pub repair_fetched: u64,
+    /// Key-list pages this coordinator compared with a replica's (each a scan of up to
+    /// `KEYLIST_KEYS_MAX` keys on both nodes): what repair costs, whether or not it finds
+    /// anything.
+    pub repair_key_lists: u64,
     pub repair_retired: u64,
     pub replicate_refused: u64,
     /// Writes refused with `OutOfMemory` (by this coordinator's store, or because too many
@@ -539,6 +548,7 @@ impl<S: ReplicaStore> Replica<S> {
             pending: BTreeMap::new(),
             ec_acks: BTreeSet::new(),
             busy_repairs: BTreeMap::new(),
+            slot_written_ms: BTreeMap::new(),
             uncommitted: BTreeMap::new(),
             inflight_keys: Arc::default(),
             inflight: BTreeMap::new(),
@@ -1246,6 +1256,7 @@ impl<S: ReplicaStore> Replica<S> {
             );
         }
         self.uncommitted_add(&key, entry.version);
+        self.slot_written_ms.insert(slot, now_ms);
         let version = entry.version;
         self.pending.insert(
             entry.version,
@@ -2982,14 +2993,27 @@ impl<S: ReplicaStore> Replica<S> {
                 // repairing it each interval under load cost more than the writes and the
                 // load collapsed (~5,000 -> ~20 SETs/s). Such a slot is repaired at most
                 // every REPAIR_BUSY_SLOT_MS; a quiet one at every probe.
+                //
+                // "Writes in flight" is judged over the probe's whole round trip, not at the
+                // instant its answer arrives: under a pipelined load the in-flight set drains
+                // between bursts, and a slot caught in such a gap was key-list repaired at once
+                // although its digests had differed only by the writes in flight when they
+                // were taken (session 22: ~2.5x the exchanges the 10 s rule allows, each a scan
+                // of every key of the slot on both nodes). So a slot written within the last
+                // two repair intervals counts as busy too.
                 let busy: BTreeSet<Slot> = self
                     .pending
                     .values()
                     .filter(|p| p.targets.contains(&from) && !p.acked.contains(&from))
                     .map(|p| p.slot)
                     .collect();
+                let recent_ms = self.cfg.repair_interval_ms.saturating_mul(2);
                 for slot in mismatched.into_iter().take(REPAIR_SLOTS_PER_PROBE_MAX) {
-                    if busy.contains(&slot) {
+                    let written = self
+                        .slot_written_ms
+                        .get(&slot)
+                        .is_some_and(|t| now_ms.saturating_sub(*t) < recent_ms);
+                    if busy.contains(&slot) || written {
                         let last = self.busy_repairs.get(&(slot, from)).copied();
                         if last.is_some_and(|t| now_ms.saturating_sub(t) < REPAIR_BUSY_SLOT_MS) {
                             continue;
@@ -3228,6 +3252,7 @@ impl<S: ReplicaStore> Replica<S> {
         if msg.epoch != self.epoch || self.serving(now_ms, slot).is_err() {
             return;
         }
+        self.stats.repair_key_lists += 1;
         let Some(map) = self.map.clone() else { return };
         let Some(o) = self
             .range(slot)

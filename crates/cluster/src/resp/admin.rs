@@ -813,6 +813,11 @@ impl Front {
                     "Stale entries repair removed.",
                 ),
                 (
+                    "repair_key_lists",
+                    st.repair_key_lists,
+                    "Key-list pages repair compared with a replica (up to 4,096 keys scanned on each node).",
+                ),
+                (
                     "replicate_refused",
                     st.replicate_refused,
                     "Replication requests refused (stale epoch or not a replica of the key).",

@@ -895,6 +895,9 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let version = entry.version;
         let needed = targets.len();
+        if !ec.bg {
+            self.slot_written_ms.insert(slot, now_ms);
+        }
         self.ec_acks.insert((ec.pg, ec.memgest, ec.seq, version));
         self.pending.insert(
             version,
