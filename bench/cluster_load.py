@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Pipelined write load on a 3-node cluster: `ringlet up --nodes 3 --default-memgest rep:3`
-vs a 3-master Redis 7 Cluster (no replicas), same machine, same run, alternating.
+"""Pipelined write load on a 3-node cluster: `ringlet up --nodes 3 --default-memgest M`
+(rep:3 by default) vs a 3-master Redis 7 Cluster (no replicas), same machine, same run,
+alternating.
 
 redis-benchmark --cluster puts one hash tag per node in its keys, so each node's keys share
 one slot: the load that made Ringlet's repair collapse (docs/design/cluster-replication.md,
-"Repair under load"). Prints requests/s per round and the medians.
+"Repair under load"). Prints requests/s per round and the medians; for Ringlet also the nodes'
+CPU seconds (utime + stime from /proc) and the key-list pages repair compared
+(`ringlet_repair_key_lists` in INFO replication, summed over the nodes).
 
-  python3 bench/cluster_load.py [--ringlet target/release/ringlet] [--n 400000] [--r 200000]
-                                [--size 1024] [--reps 3]
+  python3 bench/cluster_load.py [--ringlet BIN [--ringlet BIN2 ...]] [--memgest rep:3]
+                                [--n 400000] [--r 200000] [--size 1024] [--reps 3]
+
+Several --ringlet binaries are run in turn each round (an A/B on the same load).
 """
 import argparse
 import os
@@ -16,7 +21,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from benchlib import free_base, start_redis_cluster  # noqa: E402
@@ -33,16 +37,41 @@ def bench(port, a):
     return float(rps), float(p50)
 
 
-def ringlet(a):
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def node_pids(up_pid):
+    kids = subprocess.run(["pgrep", "-P", str(up_pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in kids.split()]
+
+
+def key_lists(base):
+    total = 0
+    for i in range(3):
+        info = subprocess.run(["redis-cli", "-p", str(base + i), "info", "replication"],
+                              capture_output=True, text=True).stdout
+        m = re.search(r"ringlet_repair_key_lists:(\d+)", info)
+        total += int(m.group(1)) if m else 0
+    return total
+
+
+def ringlet(binary, a):
     base = free_base(4)
-    up = subprocess.Popen([a.ringlet, "up", "--nodes", "3", "--port", str(base),
-                           "--default-memgest", "rep:3", "--memory-mb", "2048"],
+    up = subprocess.Popen([binary, "up", "--nodes", "3", "--port", str(base),
+                           "--default-memgest", a.memgest, "--memory-mb", "2048"],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         for line in up.stdout:
             if line.startswith("ringlet cluster ready"):
                 break
-        return bench(base, a)
+        pids = node_pids(up.pid)
+        c0 = sum(cpu_s(p) for p in pids)
+        rps, p50 = bench(base, a)
+        cpu = sum(cpu_s(p) for p in pids) - c0
+        return rps, p50, cpu, key_lists(base)
     finally:
         up.send_signal(signal.SIGTERM)
         up.wait(timeout=30)
@@ -60,24 +89,36 @@ def redis_cluster(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ringlet", default="target/release/ringlet")
+    ap.add_argument("--ringlet", action="append")
+    ap.add_argument("--memgest", default="rep:3")
     ap.add_argument("--n", type=int, default=400_000)
     ap.add_argument("--r", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
-    res = {"ringlet rep:3": [], "redis cluster (no replicas)": []}
+    bins = a.ringlet or ["target/release/ringlet"]
+    names = [f"ringlet {a.memgest} ({b})" for b in bins]
+    res = {n: [] for n in names}
+    redis = "redis cluster (no replicas)"
+    res[redis] = []
     for i in range(a.reps):
-        for name, f in (("ringlet rep:3", ringlet), ("redis cluster (no replicas)", redis_cluster)):
-            rps, p50 = f(a)
-            res[name].append((rps, p50))
-            print(f"round {i + 1} {name}: {rps:.0f} SET/s, p50 {p50:.1f} ms", flush=True)
+        for name, b in zip(names, bins):
+            rps, p50, cpu, kl = ringlet(b, a)
+            res[name].append((rps, p50, cpu, kl))
+            print(f"round {i + 1} {name}: {rps:.0f} SET/s, p50 {p50:.1f} ms, node CPU {cpu:.2f} s, "
+                  f"key-list pages {kl}", flush=True)
+        rps, p50 = redis_cluster(a)
+        res[redis].append((rps, p50))
+        print(f"round {i + 1} {redis}: {rps:.0f} SET/s, p50 {p50:.1f} ms", flush=True)
+    r = statistics.median(x[0] for x in res[redis])
     for name, rs in res.items():
-        print(f"median {name}: {statistics.median(r for r, _ in rs):.0f} SET/s, "
-              f"p50 {statistics.median(p for _, p in rs):.1f} ms")
-    g = statistics.median(r for r, _ in res["ringlet rep:3"])
-    r = statistics.median(r for r, _ in res["redis cluster (no replicas)"])
-    print(f"ratio ringlet/redis: {g / r:.2f}")
+        line = (f"median {name}: {statistics.median(x[0] for x in rs):.0f} SET/s, "
+                f"p50 {statistics.median(x[1] for x in rs):.1f} ms")
+        if name != redis:
+            line += (f", node CPU {statistics.median(x[2] for x in rs):.2f} s, key-list pages "
+                     f"{statistics.median(x[3] for x in rs):.0f}, ratio to Redis "
+                     f"{statistics.median(x[0] for x in rs) / r:.2f}")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -495,12 +495,7 @@ impl ClusterNode {
             .hb
             .driver_alive_ms
             .store(mono_ms(), Ordering::Relaxed);
-        let s2 = shared.clone();
-        let inbound: Inbound = Arc::new(move |from, msg| {
-            if s2.offer(Event::Peer { from, msg }).is_err() {
-                s2.stats.events_refused.fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        let inbound: Inbound = Arc::new(NodeInbound(shared.clone()));
         let (transport, peer_addr) =
             Transport::bind(cfg.peer_bind, cfg.id, cfg.incarnation, inbound).await?;
         // The control link (heartbeats out, acks and maps in) runs on its own one-thread
@@ -560,6 +555,8 @@ impl ClusterNode {
             fast_engine_generation: 0,
             shm_held: HashMap::new(),
             shm_touched: Vec::new(),
+            cork: 0,
+            held: Vec::new(),
         };
         let core = Arc::new(Mutex::new(d));
         let _ = shared.core.set(Arc::downgrade(&core));
@@ -722,6 +719,21 @@ impl ClusterNode {
     ///
     /// # Errors
     /// The request could not be queued, or the node stopped before answering.
+    /// Run `f` with the core's peer messages corked: what the operations it submits emit is
+    /// sent in one write per peer when it returns (a pipelined run of writes; resp.rs).
+    /// `f` must not wait for anything (it is synchronous: one poll of the run's futures).
+    pub fn corked<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Uncork<'a>(&'a Shared);
+        impl Drop for Uncork<'_> {
+            fn drop(&mut self) {
+                self.0.uncork();
+            }
+        }
+        self.shared.cork();
+        let _u = Uncork(&self.shared);
+        f()
+    }
+
     pub async fn submit(&self, op: ClientOp) -> Result<Reply, SubmitError> {
         let client = (u64::from(self.shared.id.0) << 40)
             | self.shared.next_client.fetch_add(1, Ordering::Relaxed);
@@ -839,6 +851,33 @@ struct Driver {
     shm_held: HashMap<Vec<u8>, u64>,
     /// Reused: keys the store reserved or applied during the last step.
     shm_touched: Vec<Vec<u8>>,
+    /// While > 0 ("corked"), peer messages the core emits are held in `held` instead of
+    /// being written one system call each; the last [`Driver::uncork`] sends them, grouped
+    /// per peer in their order ([`Transport::send_batch`]). Corked by a front around a
+    /// pipelined run of writes and by the driver thread around the events it finds queued,
+    /// never across an await: every cork is undone before its thread waits for anything.
+    cork: u32,
+    held: Vec<(NodeId, PeerMsg)>,
+}
+
+/// Peer messages into the core; a batch of them (frames that arrived in one read) is
+/// stepped corked, so the acks it causes leave in one write per peer.
+struct NodeInbound(Arc<Shared>);
+
+impl crate::transport::InboundSink for NodeInbound {
+    fn deliver(&self, from: NodeId, msg: PeerMsg) {
+        if self.0.offer(Event::Peer { from, msg }).is_err() {
+            self.0.stats.events_refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn batch(&self, start: bool) {
+        if start {
+            self.0.cork();
+        } else {
+            self.0.uncork();
+        }
+    }
 }
 
 impl Shared {
@@ -850,6 +889,21 @@ impl Shared {
     /// # Errors
     /// `Overloaded`: the channel is full (the event is dropped: nothing happened);
     /// `Stopped`: the driver thread is gone.
+    /// Cork the core's peer messages (see `Driver::cork`) while the caller submits a run of
+    /// operations; [`Shared::uncork`] must follow before the caller waits for anything.
+    fn cork(&self) {
+        if let Some(core) = self.core.get().and_then(Weak::upgrade) {
+            core.lock().cork();
+        }
+    }
+
+    /// Undo [`Shared::cork`], sending what was held.
+    fn uncork(&self) {
+        if let Some(core) = self.core.get().and_then(Weak::upgrade) {
+            core.lock().uncork();
+        }
+    }
+
     fn offer(&self, ev: Event) -> Result<(), SubmitError> {
         if steps_inline(&ev) && self.queued.load(Ordering::Acquire) == 0 {
             if let Some(core) = self.core.get().and_then(Weak::upgrade) {
@@ -925,6 +979,10 @@ fn steps_inline(ev: &Event) -> bool {
 /// The driver thread: ticks (every `tick_ms`), control messages, and the events queued to
 /// it; it takes the core's lock for each, so inline steps interleave between them. The one
 /// loop without a trip bound: it runs until `Stop` or the channel closes.
+/// Events the driver thread steps under one cork after the one it woke for: bounds how long
+/// it holds the core's lock (and the held messages) while a queue is deep.
+const DRIVER_BATCH_EVENTS_MAX: usize = 64;
+
 fn run_driver(
     core: &Arc<Mutex<Driver>>,
     shared: &Shared,
@@ -949,10 +1007,32 @@ fn run_driver(
             Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             Ok(ev) => {
                 let mut d = core.lock();
+                // The events already queued behind this one are stepped under one cork (and
+                // one lock hold), so their peer messages leave in one write per peer.
+                d.cork();
                 d.drain_control();
                 d.handle(ev);
                 // Under the lock: see `Shared::offer`.
                 shared.queued.fetch_sub(1, Ordering::AcqRel);
+                let mut stop = false;
+                for _ in 0..DRIVER_BATCH_EVENTS_MAX {
+                    match rx.try_recv() {
+                        Ok(Event::Stop) => {
+                            stop = true;
+                            break;
+                        }
+                        Ok(ev) => {
+                            d.drain_control();
+                            d.handle(ev);
+                            shared.queued.fetch_sub(1, Ordering::AcqRel);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                d.uncork();
+                if stop {
+                    return;
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
@@ -960,6 +1040,33 @@ fn run_driver(
 }
 
 impl Driver {
+    /// Hold peer messages until the matching [`Driver::uncork`] (see `cork`).
+    fn cork(&mut self) {
+        self.cork = self.cork.saturating_add(1);
+    }
+
+    /// Undo one [`Driver::cork`]; the last sends what was held, one batch per peer in the
+    /// order the core emitted it (each peer's messages keep their order; messages to
+    /// different peers were never ordered).
+    fn uncork(&mut self) {
+        self.cork = self.cork.saturating_sub(1);
+        if self.cork > 0 || self.held.is_empty() {
+            return;
+        }
+        let mut held = std::mem::take(&mut self.held);
+        // Stable: each peer's messages stay in emission order.
+        held.sort_by_key(|(to, _)| *to);
+        let mut rest = held.as_slice();
+        while let Some((to, _)) = rest.first() {
+            let n = rest.iter().take_while(|(t, _)| t == to).count();
+            let (run, tail) = rest.split_at(n);
+            self.transport.send_batch(*to, run.iter().map(|(_, m)| m));
+            rest = tail;
+        }
+        held.clear();
+        self.held = held; // keep the allocation
+    }
+
     /// The periodic work: the core's tick, forgetting abandoned requests, usage reports and
     /// active expiry.
     fn tick(&mut self, now: u64) {
@@ -1321,6 +1428,7 @@ impl Driver {
         }
         for o in outs {
             match o {
+                Output::Send { to, msg } if self.cork > 0 => self.held.push((to, msg)),
                 Output::Send { to, msg } => {
                     let _ = self.transport.send(to, &msg);
                 }

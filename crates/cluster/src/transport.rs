@@ -101,8 +101,53 @@ pub struct Transport {
     stop: tokio::sync::watch::Sender<bool>,
 }
 
-/// Inbound messages go here (the driver's channel).
-pub type Inbound = Arc<dyn Fn(NodeId, PeerMsg) + Send + Sync>;
+/// Where inbound messages go (the driver's channel). Any `Fn(NodeId, PeerMsg)` is one.
+pub trait InboundSink: Send + Sync {
+    /// One message from peer `from`.
+    fn deliver(&self, from: NodeId, msg: PeerMsg);
+    /// `true`: the messages delivered next arrived together (whole frames already read), so
+    /// what they cause may be held and sent together; `false` (always following a `true`,
+    /// before the reader waits for more bytes): send it now.
+    fn batch(&self, _start: bool) {}
+}
+
+impl<F: Fn(NodeId, PeerMsg) + Send + Sync> InboundSink for F {
+    fn deliver(&self, from: NodeId, msg: PeerMsg) {
+        self(from, msg);
+    }
+}
+
+/// See [`InboundSink`].
+pub type Inbound = Arc<dyn InboundSink>;
+
+/// Whether `b` starts with a whole frame (its header and body both read already).
+fn whole_frame_buffered(b: &[u8]) -> bool {
+    match b.get(..4).map(wire::frame_len) {
+        Some(Ok(Some(total))) => b.len() >= total,
+        _ => false,
+    }
+}
+
+/// Ends an inbound batch ([`InboundSink::batch`]) when the reader stops for any reason.
+struct BatchGuard<'a> {
+    sink: &'a Inbound,
+    on: bool,
+}
+
+impl BatchGuard<'_> {
+    fn set(&mut self, on: bool) {
+        if self.on != on {
+            self.on = on;
+            self.sink.batch(on);
+        }
+    }
+}
+
+impl Drop for BatchGuard<'_> {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
 
 impl Transport {
     /// Bind `addr` for inbound peer links and return the transport and the bound address.
@@ -178,21 +223,55 @@ impl Transport {
     /// Send `msg` to `to`: written to the socket now if the link is idle and the frame small,
     /// queued for the link task otherwise. Never blocks.
     pub fn send(&self, to: NodeId, msg: &PeerMsg) -> SendOutcome {
+        self.send_frames(to, wire::encode_peer(msg), 1)
+    }
+
+    /// Send `msgs` to `to`, in order, in as few writes as possible: consecutive frames are
+    /// concatenated up to one chunk's size and each concatenation goes as [`Transport::send`]
+    /// sends one frame (the link task writes a buffer of that size verbatim, so whole frames
+    /// in it reach the peer as they were). A pipelined load's replication messages to one
+    /// peer then cost one system call per batch instead of one each (node.rs, "cork").
+    pub fn send_batch<'a>(&self, to: NodeId, msgs: impl IntoIterator<Item = &'a PeerMsg>) {
+        let max = 4 + limits::PEER_CHUNK_BYTES as usize;
+        let mut buf = Vec::new();
+        let mut frames = 0;
+        for m in msgs {
+            let f = wire::encode_peer(m);
+            if !buf.is_empty() && buf.len() + f.len() > max {
+                self.send_frames(to, std::mem::take(&mut buf), frames);
+                frames = 0;
+            }
+            if f.len() > max {
+                self.send_frames(to, f, 1); // chunked by the link task
+                continue;
+            }
+            buf.extend_from_slice(&f);
+            frames += 1;
+        }
+        if !buf.is_empty() {
+            self.send_frames(to, buf, frames);
+        }
+    }
+
+    /// [`Transport::send`] of `frames` whole encoded frames in `frame` (several only when
+    /// they fit one chunk together).
+    fn send_frames(&self, to: NodeId, mut frame: Vec<u8>, frames: u64) -> SendOutcome {
         let links = self.links.lock();
         let Some(l) = links.get(&to) else {
-            self.stats.frames_no_route.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .frames_no_route
+                .fetch_add(frames, Ordering::Relaxed);
             return SendOutcome::NoRoute;
         };
-        let mut frame = wire::encode_peer(msg);
         let mut idle = l.idle.lock();
         if let Some(sock) = idle.as_ref() {
             if frame.len() <= 4 + limits::PEER_CHUNK_BYTES as usize {
                 match write_now(sock, &frame) {
                     Ok(n) if n == frame.len() => {
-                        self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+                        self.stats.frames_sent.fetch_add(frames, Ordering::Relaxed);
                         self.stats
                             .frames_sent_direct
-                            .fetch_add(1, Ordering::Relaxed);
+                            .fetch_add(frames, Ordering::Relaxed);
                         return SendOutcome::Queued;
                     }
                     // The socket's buffer is full: the rest goes first in the queue (the
@@ -217,18 +296,22 @@ impl Transport {
         if l.queued_bytes.load(Ordering::Relaxed).saturating_add(n) > PEER_QUEUE_BYTES_MAX {
             self.stats
                 .frames_dropped_full
-                .fetch_add(1, Ordering::Relaxed);
+                .fetch_add(frames, Ordering::Relaxed);
             return SendOutcome::Dropped;
         }
         match l.tx.try_send(frame) {
             Ok(()) => {
                 l.queued_bytes.fetch_add(n, Ordering::Relaxed);
+                // The task counts one frame per buffer it writes.
+                self.stats
+                    .frames_sent
+                    .fetch_add(frames.saturating_sub(1), Ordering::Relaxed);
                 SendOutcome::Queued
             }
             Err(_) => {
                 self.stats
                     .frames_dropped_full
-                    .fetch_add(1, Ordering::Relaxed);
+                    .fetch_add(frames, Ordering::Relaxed);
                 SendOutcome::Dropped
             }
         }
@@ -618,7 +701,15 @@ async fn read_link(
         }
     }
     let mut assembly = wire::Assembly::default();
+    // Frames that arrived in one read are delivered as a batch, so the acks they cause leave
+    // in one write per peer (node.rs, "cork"); the batch ends before the reader can wait.
+    let mut batch = BatchGuard {
+        sink: inbound,
+        on: false,
+    };
     loop {
+        let more = whole_frame_buffered(stream.buffer());
+        batch.set(more);
         let Some(frame) = read_frame(&mut stream, &mut buf).await? else {
             return Ok(()); // EOF (an unfinished chunked frame is dropped with the link)
         };
@@ -629,7 +720,7 @@ async fn read_link(
         match frame {
             Some(Frame::Peer(m)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
-                inbound(from, m);
+                inbound.deliver(from, m);
             }
             Some(Frame::Hello(_)) => return Err(LinkError::NoHello),
             // A piece (the frame is not whole yet); Assembly never returns a Chunk.
