@@ -231,6 +231,27 @@ def test_cluster_pipeline_matches(clusters):
     assert results[0] == results[1]
 
 
+def test_cluster_pipelined_set_runs_match(clusters):
+    """Pipelined SETs run concurrently on a Ringlet node when their keys are distinct (a
+    repeated key ends the run): the results, and the values left, are Redis's."""
+    results = []
+    for c in clusters:
+        c.flushall()
+        p = c.pipeline()
+        for i in range(400):
+            p.set(f"r{i % 97}", i)  # every key repeats: runs end at each repeat
+        for i in range(97):
+            p.get(f"r{i}")
+        p.set("r1", "x", nx=True)
+        p.set("r1", "y", xx=True, get=True)
+        p.set("fresh", "z", nx=True)
+        p.get("r1")
+        results.append(p.execute(raise_on_error=False))
+    assert results[0] == results[1]
+    assert results[0][400:400 + 97] == [str(max(i for i in range(400) if i % 97 == k)).encode()
+                                        for k in range(97)]
+
+
 def test_cluster_crossslot_refused_like_redis(clusters):
     want_c, got_c = clusters
     # Straight to one node: a multi-key command over two slots is CROSSSLOT on both.
