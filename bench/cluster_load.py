@@ -9,7 +9,7 @@ one slot: the load that made Ringlet's repair collapse (docs/design/cluster-repl
 CPU seconds (utime + stime from /proc) and the key-list pages repair compared
 (`ringlet_repair_key_lists` in INFO replication, summed over the nodes).
 
-  python3 bench/cluster_load.py [--ringlet BIN [--ringlet BIN2 ...]] [--memgest rep:3]
+  python3 bench/cluster_load.py [--ringlet BIN [--ringlet BIN2 ...]] [--memgest rep:3] [--test set]
                                 [--n 400000] [--r 200000] [--size 1024] [--reps 3]
 
 Several --ringlet binaries are run in turn each round (an A/B on the same load).
@@ -27,10 +27,10 @@ from benchlib import free_base, start_redis_cluster  # noqa: E402
 
 
 def bench(port, a):
-    out = subprocess.run(["redis-benchmark", "-p", str(port), "--cluster", "-t", "set", "-n",
+    out = subprocess.run(["redis-benchmark", "-p", str(port), "--cluster", "-t", a.test, "-n",
                           str(a.n), "-r", str(a.r), "-d", str(a.size), "-P", "32", "-c", "16",
                           "-q"], capture_output=True, text=True, check=True).stdout
-    m = re.findall(r"SET: ([0-9.]+) requests per second, p50=([0-9.]+) msec", out)
+    m = re.findall(a.test.upper() + r": ([0-9.]+) requests per second, p50=([0-9.]+) msec", out)
     if not m:
         raise SystemExit("no result from redis-benchmark:\n" + out[-500:])
     rps, p50 = m[-1]
@@ -91,6 +91,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ringlet", action="append")
     ap.add_argument("--memgest", default="rep:3")
+    ap.add_argument("--test", default="set", help="redis-benchmark's test: set, hset, incr ...")
     ap.add_argument("--n", type=int, default=400_000)
     ap.add_argument("--r", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)
@@ -105,14 +106,14 @@ def main():
         for name, b in zip(names, bins):
             rps, p50, cpu, kl = ringlet(b, a)
             res[name].append((rps, p50, cpu, kl))
-            print(f"round {i + 1} {name}: {rps:.0f} SET/s, p50 {p50:.1f} ms, node CPU {cpu:.2f} s, "
+            print(f"round {i + 1} {name}: {rps:.0f} op/s, p50 {p50:.1f} ms, node CPU {cpu:.2f} s, "
                   f"key-list pages {kl}", flush=True)
         rps, p50 = redis_cluster(a)
         res[redis].append((rps, p50))
-        print(f"round {i + 1} {redis}: {rps:.0f} SET/s, p50 {p50:.1f} ms", flush=True)
+        print(f"round {i + 1} {redis}: {rps:.0f} op/s, p50 {p50:.1f} ms", flush=True)
     r = statistics.median(x[0] for x in res[redis])
     for name, rs in res.items():
-        line = (f"median {name}: {statistics.median(x[0] for x in rs):.0f} SET/s, "
+        line = (f"median {name}: {statistics.median(x[0] for x in rs):.0f} op/s, "
                 f"p50 {statistics.median(x[1] for x in rs):.1f} ms")
         if name != redis:
             line += (f", node CPU {statistics.median(x[2] for x in rs):.2f} s, key-list pages "

@@ -73,9 +73,31 @@ const PIPELINE_BATCH_MAX: usize = 1024;
 /// them): 150 pipelined GETs of a 16 MiB value, never read, grew a node past 2.8 GB when a
 /// whole batch was buffered (issue 10, case 3).
 const OUT_FLUSH_BYTES: usize = 1 << 20;
-/// Pipelined SETs on distinct keys run concurrently at most (see `set_run`): bounds the
-/// writes one connection has in the core at once (the values are in the read buffer anyway).
-const SET_RUN_MAX: usize = 64;
+/// Pipelined single-key writes on distinct keys run concurrently at most (see
+/// `write_run`): bounds the writes one connection has in the core at once (their arguments
+/// are in the read buffer anyway).
+const WRITE_RUN_MAX: usize = 64;
+
+/// Writes that never join a run although they name one key: a memgest move re-places the
+/// key through the control plane (a slow, rare operation whose order against the writes
+/// around it the client may rely on), and RESTORE may carry a 64 MiB payload whose decode
+/// should not overlap others'.
+const WRITE_RUN_EXCLUDED: &[&str] = &["memgest|move", "restore", "restore-asking"];
+
+/// The one key of `argv` if it is a write of exactly one key (by the command table) that may
+/// join a pipelined run; `None` otherwise (reads, multi-key and keyless commands, unknown
+/// ones, connection and transaction commands, [`WRITE_RUN_EXCLUDED`]).
+fn run_key(argv: &[Vec<u8>]) -> Option<&[u8]> {
+    let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+    let spec = ringlet_command::table().spec(ringlet_command::lookup(&args).ok()?);
+    if !spec.write || WRITE_RUN_EXCLUDED.contains(&spec.name) || !spec.arity_ok(args.len()) {
+        return None;
+    }
+    match spec.keys(&args).as_slice() {
+        [k] => Some(*k),
+        _ => None,
+    }
+}
 
 /// Polls `inner` with the node's peer messages corked ([`ClusterNode::corked`]): whatever
 /// the operations it submits during one poll emit is sent, one write per peer, when that
@@ -98,20 +120,17 @@ impl<F: std::future::Future> std::future::Future for Corked<'_, F> {
     }
 }
 
-/// How many requests from the start of `batch` form a run of SETs on distinct keys (at most
-/// [`SET_RUN_MAX`]); 0 or 1 means no run.
-fn set_run(batch: &[Vec<Vec<u8>>]) -> usize {
-    let mut n = 0;
-    for (j, a) in batch.iter().take(SET_RUN_MAX).enumerate() {
-        if a.len() < 3 || !a[0].eq_ignore_ascii_case(b"set") {
-            break;
+/// How many requests from the start of `batch` form a run of single-key writes on distinct
+/// keys (at most [`WRITE_RUN_MAX`]); 0 or 1 means no run.
+fn write_run(batch: &[Vec<Vec<u8>>]) -> usize {
+    let mut keys: Vec<&[u8]> = Vec::new();
+    for a in batch.iter().take(WRITE_RUN_MAX) {
+        match run_key(a) {
+            Some(k) if !keys.contains(&k) => keys.push(k),
+            _ => break,
         }
-        if batch[..j].iter().any(|b| b[1] == a[1]) {
-            break;
-        }
-        n = j + 1;
     }
-    n
+    keys.len()
 }
 
 /// Pipelined GETs run concurrently at most: their values are held until encoded, so this
@@ -555,28 +574,29 @@ impl Front {
                     i += run;
                     continue;
                 }
-                // A run of consecutive SETs on distinct keys runs concurrently too (replies
-                // stay in order). Sequentially, each SET of a pipeline waited for its own
-                // replication round trip before the next was submitted, so a rep:3 node
-                // served a pipelined connection one round trip per write (bench/
-                // cluster_load.py: ~44k SET/s against ~316k for `none`). The SETs of a
-                // pipeline are concurrent operations for the client (none was answered when
-                // the next was sent), so any order of their effects is linearizable; on
-                // distinct keys none can see another's, and everything before the run has
-                // completed and everything after starts once the run is answered, so the
-                // connection's other commands see them in order. A repeated key ends the run:
-                // `SET k 1` then `SET k 2` must leave 2.
-                let sets = if authed && multi.is_none() {
-                    set_run(&batch[i..])
+                // A run of consecutive single-key writes on distinct keys (SET, HSET, INCR,
+                // RECORD SET, DEL k, ...) runs concurrently too, replies in order.
+                // Sequentially, each write of a pipeline waited for its own replication round
+                // trip before the next was submitted, so a rep:3 node served a pipelined
+                // connection one round trip per write (bench/cluster_load.py: ~44k SET/s
+                // against ~316k for `none`). The writes of a pipeline are concurrent
+                // operations for the client (none was answered when the next was sent), so
+                // any order of their effects is linearizable; on distinct keys none can see
+                // another's, and everything before the run has completed and everything
+                // after starts once the run is answered, so the connection's other commands
+                // see them in order. A repeated key ends the run (`SET k 1` then `SET k 2`
+                // must leave 2), as does any read, multi-key or keyless command.
+                let writes = if authed && multi.is_none() {
+                    write_run(&batch[i..])
                 } else {
                     0
                 };
-                if sets > 1 {
+                if writes > 1 {
                     let exec = self.exec.read().await;
                     let (p0, a0) = (proto, authed);
                     let front: &Self = &self;
                     let conn = &conn;
-                    let runs = batch[i..i + sets].iter().map(|argv| {
+                    let runs = batch[i..i + writes].iter().map(|argv| {
                         let (mut p, mut a) = (p0, a0);
                         // Boxed one by one: a command's future is large, and 64 of them in
                         // one allocation went to mmap and back on every run (page faults
@@ -591,7 +611,7 @@ impl Front {
                     }
                     .await;
                     drop(exec);
-                    i += sets;
+                    i += writes;
                     let mut gone = false;
                     for reply in replies {
                         gone |= matches!(&reply, Reply::Error(e) if e == ringlet_command::acl::USER_GONE.as_bytes());

@@ -252,6 +252,34 @@ def test_cluster_pipelined_set_runs_match(clusters):
                                         for k in range(97)]
 
 
+def test_cluster_pipelined_write_runs_match(clusters):
+    """Runs of other single-key writes (INCR, HSET, HINCRBY, DEL, EXPIRE, APPEND) on distinct
+    keys, interleaved so that keys repeat and reads cut the runs: results and final state
+    are Redis's."""
+    results = []
+    for c in clusters:
+        c.flushall()
+        p = c.pipeline()
+        for i in range(300):
+            p.incr(f"c{i % 37}")
+            p.hset(f"h{i % 23}", f"f{i % 5}", i)
+            p.hincrby(f"h{i % 23}", "n", 1)
+            p.append(f"a{i % 19}", "x")
+            if i % 7 == 0:
+                p.delete(f"c{(i // 7) % 37}")
+                p.expire(f"a{i % 19}", 1000)
+            if i % 50 == 0:
+                p.get(f"c{i % 37}")
+        for k in range(37):
+            p.get(f"c{k}")
+        for k in range(23):
+            p.hgetall(f"h{k}")
+        for k in range(19):
+            p.strlen(f"a{k}")
+        results.append(p.execute(raise_on_error=False))
+    assert results[0] == results[1]
+
+
 def test_cluster_crossslot_refused_like_redis(clusters):
     want_c, got_c = clusters
     # Straight to one node: a multi-key command over two slots is CROSSSLOT on both.
