@@ -120,6 +120,12 @@ impl<F: std::future::Future> std::future::Future for Corked<'_, F> {
     }
 }
 
+/// Whether `reply` says the connection's user was deleted: the connection is then closed,
+/// as Redis does.
+fn user_gone(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(e) if e == ringlet_command::acl::USER_GONE.as_bytes())
+}
+
 /// How many requests from the start of `batch` form a run of single-key writes on distinct
 /// keys (at most [`WRITE_RUN_MAX`]); 0 or 1 means no run.
 fn write_run(batch: &[Vec<Vec<u8>>]) -> usize {
@@ -614,7 +620,7 @@ impl Front {
                     i += writes;
                     let mut gone = false;
                     for reply in replies {
-                        gone |= matches!(&reply, Reply::Error(e) if e == ringlet_command::acl::USER_GONE.as_bytes());
+                        gone |= user_gone(&reply);
                         reply.encode(proto, &mut out);
                         flush_if_large(&mut stream, &mut out).await?;
                     }
@@ -650,7 +656,7 @@ impl Front {
                     }
                 };
                 // A connection whose user was deleted is closed, as Redis does.
-                quit |= matches!(&reply, Reply::Error(e) if e == ringlet_command::acl::USER_GONE.as_bytes());
+                quit |= user_gone(&reply);
                 reply.encode(proto, &mut out);
                 drop(reply);
                 flush_if_large(&mut stream, &mut out).await?;

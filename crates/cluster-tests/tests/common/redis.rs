@@ -2,69 +2,24 @@
 //! missing one skips loudly, or fails when `RINGLET_REQUIRE_REDIS` is set, as CI does).
 
 use ringlet_codec::resp::{decode_reply, encode_request, Reply};
+use ringlet_testkit::redis::{start_redis, RedisProc};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::{SocketAddr, TcpStream};
 
 pub struct Redis {
-    child: Child,
+    /// Killed on drop (`ringlet_testkit::redis`).
+    _proc: RedisProc,
     conn: TcpStream,
     buf: Vec<u8>,
 }
 
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Redis {
     pub fn start() -> Option<Redis> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_err()
-        {
-            assert!(
-                std::env::var_os("RINGLET_REQUIRE_REDIS").is_none(),
-                "redis-server is not installed and RINGLET_REQUIRE_REDIS is set"
-            );
-            eprintln!("\n*** SKIP: redis-server not installed; differential not run ***\n");
-            return None;
-        }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(["--bind", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let conn = loop {
-            if let Ok(c) = TcpStream::connect(addr) {
-                break c;
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let proc = start_redis(&[], "differential")?;
+        let conn = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], proc.port)))
+            .expect("connect to redis-server");
         Some(Redis {
-            child,
+            _proc: proc,
             conn,
             buf: Vec::new(),
         })

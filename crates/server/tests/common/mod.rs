@@ -11,94 +11,17 @@
 
 use ringlet_codec::resp::scan_reply;
 use ringlet_server::{Config, Server, ServerHandle};
+use ringlet_testkit::redis::wait_ready;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::time::Duration;
 
-/// A `redis-server` child process, killed on drop.
-pub struct RedisProc {
-    child: Child,
-    pub port: u16,
-}
+pub use ringlet_testkit::redis::RedisProc;
 
-impl Drop for RedisProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// Poll until `addr` answers PING (+PONG or -NOAUTH), at most ~10 s.
-fn wait_ready(addr: SocketAddr) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // Bounded by the deadline.
-    while Instant::now() < deadline {
-        if let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-            if s.write_all(b"PING\r\n").is_ok() {
-                let mut b = [0u8; 64];
-                if let Ok(n) = s.read(&mut b) {
-                    if n > 0 {
-                        return true;
-                    }
-                }
-            }
-        }
-        std::thread::yield_now();
-        std::thread::sleep(Duration::from_millis(20)); // poll interval, not a readiness guess
-    }
-    false
-}
-
-/// Start `redis-server` with `extra` arguments, or `None` (after a loud message) when it is
-/// not installed and `RINGLET_REQUIRE_REDIS` is unset.
+/// Start `redis-server` with `extra` arguments (`ringlet_testkit::redis`), or `None` when it
+/// is not installed and `RINGLET_REQUIRE_REDIS` is unset.
 pub fn start_redis(extra: &[&str]) -> Option<RedisProc> {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        if std::env::var_os("RINGLET_REQUIRE_REDIS").is_some() {
-            panic!("redis-server is not installed and RINGLET_REQUIRE_REDIS is set");
-        }
-        eprintln!("\n*** SKIP: redis-server not installed; differential test not run ***\n");
-        return None;
-    }
-    // A port can be taken between probe and bind; retry a few times.
-    for _ in 0..5 {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--bind",
-                "127.0.0.1",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let mut p = RedisProc { child, port };
-        if wait_ready(SocketAddr::from(([127, 0, 0, 1], port))) {
-            return Some(p);
-        }
-        let _ = p.child.kill();
-    }
-    panic!("redis-server did not become ready");
+    ringlet_testkit::redis::start_redis(extra, "differential test")
 }
 
 /// The worker loop the suites run on: unset, the node's default (`auto`: io_uring where this
