@@ -163,8 +163,12 @@ fn up_threads_sets_each_nodes_workers() {
         "--memory-mb",
         "64",
     ]);
-    for port in [base, base + 1] {
-        let pid = node_pid(port);
+    let pids: Vec<_> = [base, base + 1].map(|p| (p, node_pid(p))).into();
+    // `node_pid` opened and closed a connection, which wakes the node's malloc-trim chore
+    // within a second; count after it ran (it once ran on the blocking pool, whose threads
+    // carry the workers' name, and this test failed in CI with 4 workers of 3).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    for (port, pid) in pids {
         let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
             .filter(|t| {

@@ -274,7 +274,7 @@ pub async fn serve(
     let acceptor = tls.map(|t| t.acceptor);
     let open = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let closed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    tokio::spawn(trim_after_closes(closed.clone()));
+    trim_after_closes(&closed);
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -339,18 +339,31 @@ pub async fn serve(
 /// but glibc's malloc keeps freed chunks below its (dynamic) mmap threshold in its heaps, so
 /// 2,000 closed half-sent 64 KiB requests left ~100 MiB resident for good (issue 10, case 8).
 /// At most once a second, and only after connections closed: `malloc_trim` walks the heaps
-/// and returns their free pages, on a blocking thread so no connection task waits for it.
-async fn trim_after_closes(closed: Arc<std::sync::atomic::AtomicU64>) {
-    let mut tick = tokio::time::interval(TRIM_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if closed.swap(0, std::sync::atomic::Ordering::Relaxed) == 0 {
-            continue;
-        }
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim takes no pointers; it only releases free heap memory.
-        let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+/// and returns their free pages. It runs on a thread of its own, named `ringlet-trim`, so no
+/// connection task waits for it and the runtime's blocking pool is not grown by a background
+/// chore (a blocking-pool thread carries the workers' name, and `up --threads N` is checked
+/// by counting those). The thread ends once the listener that counts closes is gone.
+fn trim_after_closes(closed: &Arc<std::sync::atomic::AtomicU64>) {
+    let closed = Arc::downgrade(closed);
+    let spawned = std::thread::Builder::new()
+        .name("ringlet-trim".into())
+        .spawn(move || loop {
+            std::thread::sleep(TRIM_INTERVAL);
+            let Some(closed) = closed.upgrade() else {
+                return;
+            };
+            if closed.swap(0, std::sync::atomic::Ordering::Relaxed) == 0 {
+                continue;
+            }
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim takes no pointers; it only releases free heap memory.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        });
+    if let Err(e) = spawned {
+        // Not fatal: memory of closed connections then stays in malloc's heaps.
+        tracing::warn!("cannot start the malloc trim thread: {e}");
     }
 }
 
