@@ -170,7 +170,8 @@ fn native_front_serves_cluster_opcodes() {
         &SetRequest {
             key: ttl_key,
             value: b"short",
-            ttl_ms: Some(300),
+            // Long enough to survive a slow machine between the SET and the GET below.
+            ttl_ms: Some(3000),
             ..SetRequest::default()
         },
     );
@@ -179,8 +180,14 @@ fn native_front_serves_cluster_opcodes() {
     native::encode_get(&mut get, 10, ttl_key);
     let (st, _, _, val, _) = call(coord_addr, &get);
     assert_eq!((st, val.as_slice()), (Status::OK, &b"short"[..]));
-    std::thread::sleep(Duration::from_millis(600));
-    assert_eq!(call(coord_addr, &get).0, Status::NOT_FOUND);
+    let gone_by = std::time::Instant::now() + Duration::from_secs(15);
+    while call(coord_addr, &get).0 != Status::NOT_FOUND {
+        assert!(
+            std::time::Instant::now() < gone_by,
+            "the TTL never expired the key"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let mut req = Vec::new();
     native::encode_set(
         &mut req,

@@ -59,6 +59,22 @@ impl Node {
     }
 }
 
+/// Poll the node's `stats` until `key` reaches `at_least` (bounded: 60 s, then fail).
+fn wait_stat(node: &mut Node, key: &str, at_least: u64, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let stats = node.command("stats");
+        if json_u64(&stats, key) >= at_least {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what} ({key} >= {at_least}): {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn json_u64(line: &str, key: &str) -> u64 {
     let pat = format!("\"{key}\":");
     let i = line
@@ -272,15 +288,39 @@ fn readers_follow_epoch_change_and_node_restart() {
             ]))
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Every step waits for what the readers must have seen, not for a fixed time: on a
+    // loaded 2-core machine a reader process can attach after `epoch 7` (then it counts one
+    // epoch change, not two) or still be reconnecting when the stop file appears.
+    // Each handshake is one accepted connection: the writer and three readers.
+    wait_stat(
+        &mut node,
+        "connections_accepted",
+        4,
+        "every worker attached",
+    );
+    std::thread::sleep(Duration::from_millis(500));
     assert!(node.command("epoch 7").starts_with("ok"));
-    std::thread::sleep(Duration::from_millis(1500));
+    // The readers re-handshake on noticing the new epoch (the writer may too).
+    wait_stat(
+        &mut node,
+        "connections_accepted",
+        7,
+        "the readers saw epoch 7",
+    );
+    std::thread::sleep(Duration::from_millis(500));
     node.kill();
     let mut node = Node::start(
         &sock,
         &["--memory", "16777216", "--buckets", "64", "--epoch", "9"],
     );
-    std::thread::sleep(Duration::from_millis(2500));
+    wait_stat(
+        &mut node,
+        "connections_accepted",
+        4,
+        "every worker reattached",
+    );
+    wait_stat(&mut node, "keys", 500, "the writer rewrote its keys");
+    std::thread::sleep(Duration::from_millis(1500));
     std::fs::write(&stop, b"").unwrap();
     let wout = finish(writer);
     let routs: Vec<String> = readers.into_iter().map(finish).collect();
