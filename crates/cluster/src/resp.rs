@@ -575,22 +575,27 @@ impl Front {
                     .take_while(|a| a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
                     .count();
                 if run > 1 {
+                    // Each GET goes through `command` as a lone one does (statistics, load
+                    // samples for the balancer, MONITOR, SLOWLOG: a pipelined GET was once
+                    // invisible to all of them), polled together on this task: a GET the
+                    // engine answers (ClusterNode::fast_get) completes at its first poll,
+                    // one that needs the core waits beside the others. (A task per GET cost
+                    // a spawn, a cross-thread wake and a join each.)
                     let exec = self.exec.read().await;
-                    let handles: Vec<_> = batch[i..i + run]
-                        .iter()
-                        .map(|a| {
-                            let f = self.clone();
-                            let key = a[1].clone();
-                            tokio::spawn(async move { f.get_reply(&key).await })
-                        })
-                        .collect();
-                    for h in handles {
-                        let r = h.await.unwrap_or_else(|_| err("ERR internal error"));
-                        r.encode(proto, &mut out);
-                        flush_if_large(&mut stream, &mut out).await?;
-                    }
+                    let (p0, a0) = (proto, authed);
+                    let front: &Self = &self;
+                    let conn = &conn;
+                    let gets = batch[i..i + run].iter().map(|argv| {
+                        let (mut p, mut a) = (p0, a0);
+                        Box::pin(async move { front.command(argv, &mut p, &mut a, conn).await })
+                    });
+                    let replies = futures_util::future::join_all(gets).await;
                     drop(exec);
                     i += run;
+                    for reply in replies {
+                        reply.encode(proto, &mut out);
+                        flush_if_large(&mut stream, &mut out).await?;
+                    }
                     continue;
                 }
                 // A run of consecutive single-key writes on distinct keys (SET, HSET, INCR,
@@ -712,17 +717,6 @@ impl Front {
             if read_some(&mut stream, &mut buf).await? == 0 {
                 return Ok(());
             }
-        }
-    }
-
-    /// GET's reply (also used for concurrent runs of pipelined GETs).
-    async fn get_reply(&self, key: &[u8]) -> Reply {
-        if let Some(m) = self.moved(key_slot(key)) {
-            return m;
-        }
-        match self.get(key).await {
-            Ok(v) => v.map_or(Reply::Null, Reply::Bulk),
-            Err(e) => e,
         }
     }
 
