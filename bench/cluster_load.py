@@ -10,7 +10,7 @@ CPU seconds (utime + stime from /proc) and the key-list pages repair compared
 (`ringlet_repair_key_lists` in INFO replication, summed over the nodes).
 
   python3 bench/cluster_load.py [--ringlet BIN [--ringlet BIN2 ...]] [--memgest rep:3] [--test set]
-                                [--n 400000] [--r 200000] [--size 1024] [--reps 3]
+                                [--n 400000] [--r 200000] [--size 1024] [--reps 3] [--fill]
 
 Several --ringlet binaries are run in turn each round (an A/B on the same load).
 """
@@ -24,6 +24,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from benchlib import free_base, start_redis_cluster  # noqa: E402
+
+
+def fill(port, a):
+    """SET every key the test will use first (untimed), so that a read test reads hits."""
+    subprocess.run(["redis-benchmark", "-p", str(port), "--cluster", "-t", "set", "-n",
+                    str(a.r * 3), "-r", str(a.r), "-d", str(a.size), "-P", "32", "-c", "16",
+                    "-q"], capture_output=True, text=True, check=True)
 
 
 def bench(port, a):
@@ -68,6 +75,8 @@ def ringlet(binary, a):
             if line.startswith("ringlet cluster ready"):
                 break
         pids = node_pids(up.pid)
+        if a.fill:
+            fill(base, a)
         c0 = sum(cpu_s(p) for p in pids)
         rps, p50 = bench(base, a)
         cpu = sum(cpu_s(p) for p in pids) - c0
@@ -80,7 +89,11 @@ def ringlet(binary, a):
 def redis_cluster(a):
     base, procs = start_redis_cluster(3, 3)
     try:
-        return bench(base, a)
+        if a.fill:
+            fill(base, a)
+        c0 = sum(cpu_s(p.pid) for p in procs)
+        rps, p50 = bench(base, a)
+        return rps, p50, sum(cpu_s(p.pid) for p in procs) - c0
     finally:
         for p in procs:
             p.kill()
@@ -96,6 +109,8 @@ def main():
     ap.add_argument("--r", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--fill", action="store_true",
+                    help="SET the key range first (untimed; for read tests: hits, not misses)")
     a = ap.parse_args()
     bins = a.ringlet or ["target/release/ringlet"]
     names = [f"ringlet {a.memgest} ({b})" for b in bins]
@@ -108,17 +123,22 @@ def main():
             res[name].append((rps, p50, cpu, kl))
             print(f"round {i + 1} {name}: {rps:.0f} op/s, p50 {p50:.1f} ms, node CPU {cpu:.2f} s, "
                   f"key-list pages {kl}", flush=True)
-        rps, p50 = redis_cluster(a)
-        res[redis].append((rps, p50))
-        print(f"round {i + 1} {redis}: {rps:.0f} op/s, p50 {p50:.1f} ms", flush=True)
+        rps, p50, cpu = redis_cluster(a)
+        res[redis].append((rps, p50, cpu))
+        print(f"round {i + 1} {redis}: {rps:.0f} op/s, p50 {p50:.1f} ms, server CPU {cpu:.2f} s",
+              flush=True)
     r = statistics.median(x[0] for x in res[redis])
     for name, rs in res.items():
         line = (f"median {name}: {statistics.median(x[0] for x in rs):.0f} op/s, "
                 f"p50 {statistics.median(x[1] for x in rs):.1f} ms")
+        cpu = statistics.median(x[2] for x in rs)
         if name != redis:
-            line += (f", node CPU {statistics.median(x[2] for x in rs):.2f} s, key-list pages "
+            line += (f", node CPU {cpu:.2f} s, key-list pages "
                      f"{statistics.median(x[3] for x in rs):.0f}, ratio to Redis "
-                     f"{statistics.median(x[0] for x in rs) / r:.2f}")
+                     f"{statistics.median(x[0] for x in rs) / r:.2f}, CPU ratio "
+                     f"{cpu / statistics.median(x[2] for x in res[redis]):.2f}")
+        else:
+            line += f", server CPU {cpu:.2f} s"
         print(line)
 
 

@@ -140,6 +140,57 @@ impl Load {
         self.record_slots(command, class, &slots, elapsed, outcome);
     }
 
+    /// [`Load::record`] of a command the table resolved (`idx`, `spec`), without allocating:
+    /// the keys' slots are counted straight from the arguments.
+    pub fn record_spec(
+        &self,
+        idx: usize,
+        spec: &ringlet_command::Spec,
+        class: Class,
+        args: &[&[u8]],
+        elapsed: Duration,
+        outcome: Outcome,
+    ) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        if outcome != Outcome::Rejected {
+            if let Some(h) = self.classes.get(class.index()) {
+                h.record(us);
+            }
+        }
+        if outcome == Outcome::Ok && class != Class::Other {
+            let per_slot = if class == Class::Read {
+                &self.reads
+            } else {
+                &self.writes
+            };
+            spec.for_each_key(args, |k| {
+                if let Some(c) = per_slot.get(usize::from(key_slot(k))) {
+                    c.fetch_add(1, Relaxed);
+                }
+            });
+        }
+        self.commands.stat(CommandId::Spec(idx)).record(us, outcome);
+    }
+
+    /// A batch of reads of command `idx` that ran without an error, one per slot in
+    /// `slots`, timed together (`took`): as many [`Load::record`]s of `took / n` each.
+    pub fn record_read_batch(&self, idx: usize, slots: &[u16], took: Duration) {
+        let n = slots.len() as u64;
+        if n == 0 {
+            return;
+        }
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        if let Some(h) = self.classes.get(Class::Read.index()) {
+            h.record_n(us / n, n);
+        }
+        for s in slots {
+            if let Some(c) = self.reads.get(usize::from(*s)) {
+                c.fetch_add(1, Relaxed);
+            }
+        }
+        self.commands.stat(CommandId::Spec(idx)).record_batch(n, us);
+    }
+
     /// [`Load::record`] with the slots already known.
     pub fn record_slots(
         &self,

@@ -46,9 +46,12 @@ impl Conn {
 
     /// Note a command about to run (CLIENT LIST shows the last one and the idle time):
     /// `name` is the table's full name (`client|list`, as Redis 7 shows containers).
-    pub fn touch(&self, name: &'static str) {
-        self.last_ms
-            .store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+    /// `now` is the command's start, which the caller has read already.
+    pub fn touch(&self, name: &'static str, now: Instant) {
+        self.last_ms.store(
+            now.saturating_duration_since(self.created).as_millis() as u64,
+            Ordering::Relaxed,
+        );
         *self.last_cmd.lock() = name;
     }
 

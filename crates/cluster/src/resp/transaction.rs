@@ -64,13 +64,16 @@ impl Front {
             let e = ringlet_command::table::arity_error(&n);
             return Some(super::convert(&tx::refuse_in(multi, name, e)));
         }
-        conn.touch(if is("multi") {
-            "multi"
-        } else if is("discard") {
-            "discard"
-        } else {
-            "exec"
-        });
+        conn.touch(
+            if is("multi") {
+                "multi"
+            } else if is("discard") {
+                "discard"
+            } else {
+                "exec"
+            },
+            std::time::Instant::now(),
+        );
         Some(if is("multi") {
             super::convert(&tx::begin(multi))
         } else if is("discard") {
@@ -95,8 +98,8 @@ impl Front {
         };
         // The shared table's checks (unknown name, arity, NOAUTH), as Redis runs them
         // before queueing.
-        let spec = match ringlet_command::lookup(&args) {
-            Ok(i) => ringlet_command::table().spec(i),
+        let (idx, spec) = match ringlet_command::lookup(&args) {
+            Ok(i) => (i, ringlet_command::table().spec(i)),
             Err(e) => return refuse(q, super::convert(&e)),
         };
         if let Err(e) = spec.check(args.len(), !authed, ringlet_command::Mode::Cluster) {
@@ -104,7 +107,7 @@ impl Front {
         }
         // ACL before queueing, as Redis (and again at EXEC: each command runs through
         // `Front::command`).
-        if let Err(e) = self.acl_check(conn, &args) {
+        if let Err(e) = self.acl_check(conn, idx, &args) {
             return refuse(q, e);
         }
         if NOT_IN_MULTI.contains(&spec.top_name()) {

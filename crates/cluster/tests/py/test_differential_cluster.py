@@ -293,29 +293,37 @@ def test_cluster_crossslot_refused_like_redis(clusters):
 
 def test_cluster_pipelined_runs_are_counted(clusters):
     """Every command of a pipeline counts in INFO commandstats, as on Redis: runs of GETs and
-    of writes are run concurrently by a Ringlet node, but each still goes through the command
-    layer (until session 23 a pipelined GET run bypassed it: no statistics, no load samples
-    for the balancer, no MONITOR)."""
+    of writes are run concurrently by a Ringlet node, but each still counts (until session
+    23 a pipelined GET run bypassed the statistics, the balancer's load samples and SLOWLOG).
+    The GET runs mix hits, misses and a WRONGTYPE (a hash read by GET), which a Ringlet node
+    answers on two paths; the replies must be Redis's too."""
     every = RedisCluster.PRIMARIES
+    stats = ("calls", "failed_calls", "rejected_calls")
 
     def calls(c):
-        got = {"get": 0, "set": 0}
+        got = {}
         for info in c.info("commandstats", target_nodes=every).values():
-            for cmd in got:
-                got[cmd] += info.get(f"cmdstat_{cmd}", {}).get("calls", 0)
+            for cmd in ("get", "set"):
+                for f in stats:
+                    v = info.get(f"cmdstat_{cmd}", {}).get(f, 0)
+                    got[(cmd, f)] = got.get((cmd, f), 0) + v
         return got
 
-    counts = []
+    counts, replies = [], []
     for c in clusters:
         c.flushall()
+        c.hset("n:hash", "f", "v")
         before = calls(c)
         p = c.pipeline()
         for i in range(200):
             p.set(f"n{i}", i)
         for i in range(300):
-            p.get(f"n{i % 250}")
-        p.execute()
+            p.get(f"n{i % 250}")  # 50 of the 250 keys are missing
+            if i % 100 == 50:
+                p.get("n:hash")
+        replies.append(p.execute(raise_on_error=False))
         after = calls(c)
         counts.append({k: after[k] - before[k] for k in after})
-    assert counts[0] == {"get": 300, "set": 200}, counts[0]
+    assert counts[0][("get", "calls")] == 303 and counts[0][("set", "calls")] == 200, counts[0]
     assert counts[1] == counts[0]
+    assert [repr(r) for r in replies[1]] == [repr(r) for r in replies[0]]
