@@ -1288,12 +1288,6 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
-    /// The memgest of `key`'s newest entry (uncommitted writes included) if it is live;
-    /// reads no value.
-    fn live_memgest(&self, key: &[u8]) -> Option<MemgestId> {
-        self.newest_head(key).filter(|h| h.2).map(|h| h.1)
-    }
-
     /// Version, memgest and liveness of `key`'s newest entry, pending or stored (the head
     /// of [`Replica::latest_entry`]); reads no value.
     fn newest_head(&self, key: &[u8]) -> Option<(Version, MemgestId, bool)> {
