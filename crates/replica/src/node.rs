@@ -1346,7 +1346,6 @@ impl<S: ReplicaStore> Replica<S> {
     /// read then returned the rep:3 value from the two untouched replicas (sim seed 20116).
     fn move_retire(&self, key: &[u8], slot: Slot, new: MemgestId) -> Option<MoveRetire> {
         let map = self.map.as_ref()?;
-        let newest = self.latest_entry(key)?;
         let in_flight = self
             .uncommitted
             .get(key)
@@ -1354,12 +1353,17 @@ impl<S: ReplicaStore> Replica<S> {
             .flatten()
             .filter_map(|v| self.pending.get(v))
             .map(|p| p.entry.memgest);
-        let oc = std::iter::once(newest.memgest)
-            .chain(self.store.head(key).map(|(_, m, _)| m))
+        // The stored entry's memgest and every in-flight one's (the newest entry is one of
+        // them); none: a new key, nothing to retire. Heads only: reading the newest entry
+        // whole copied its value on every write (~4 % of a node's CPU under a SET load).
+        let oc = self
+            .store
+            .head(key)
+            .map(|(_, m, _)| m)
+            .into_iter()
             .chain(in_flight)
             .map(|m| map.copies(m))
-            .max()
-            .unwrap_or(1);
+            .max()?;
         let nc = map.copies(new).max(1);
         if oc <= nc {
             return None;
