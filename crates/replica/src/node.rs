@@ -1226,15 +1226,22 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let retire = self.move_retire(&key, slot, memgest);
         if targets.is_empty() && retire.is_none() {
-            if self.apply_local(&key, entry.clone()) == ApplyOutcome::Refused {
+            // Moved into the store, not cloned (a clone copied the value on every `none`
+            // write): what is kept for the ec retire below is its version and memgest.
+            let written = Entry {
+                value: None,
+                expiry_ms: None,
+                ..entry
+            };
+            if self.apply_local(&key, entry) == ApplyOutcome::Refused {
                 self.stats.writes_out_of_memory += 1;
                 self.remember(client, id.seq, Some(ClientReply::OutOfMemory));
                 return self.reply(out, client, id, ClientReply::OutOfMemory);
             }
-            self.retire_other_ec(&key, &entry, out);
+            self.retire_other_ec(&key, &written, out);
             self.stats.writes_committed += 1;
             let body = ClientReply::Written {
-                version: entry.version,
+                version: written.version,
             };
             self.remember(client, id.seq, Some(body.clone()));
             return self.reply(out, client, id, body);
