@@ -143,6 +143,14 @@ fn write_run(batch: &[Vec<Vec<u8>>]) -> usize {
 /// bounds a connection's reply memory to ~16 values (≤ 16 × 64 MiB worst case, the
 /// single node's write-buffer bound is 256 MiB).
 const GET_RUN_MAX: usize = 16;
+/// See [`Front::reset_stats`].
+#[derive(Clone, Copy, Default)]
+struct StatBases {
+    received: u64,
+    expired: u64,
+    evicted: u64,
+}
+
 /// The reply a connection past [`limits::CONNECTIONS_MAX`] gets before it is closed (Redis's).
 const MAX_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
 
@@ -222,6 +230,10 @@ pub struct Front {
     /// SLOWLOG and LATENCY of this node (`ringlet_server::cmd::slowlog`, the single node's),
     /// fed by [`Front::command`].
     monitor: ringlet_server::cmd::slowlog::Monitor,
+    /// INFO stats' counters that come from elsewhere (connections accepted, the engine's
+    /// expirations and evictions) as they were at the last CONFIG RESETSTAT: INFO counts
+    /// from there.
+    stat_bases: Mutex<StatBases>,
     /// Requests served per slot and latency per command (crate::load): the status page's
     /// heat map and charts, INFO commandstats/latencystats, the per-range `/metrics`.
     load: Arc<crate::load::Load>,
@@ -260,6 +272,7 @@ pub async fn serve(
         exec: tokio::sync::RwLock::new(()),
         hash_encoding: Default::default(),
         monitor: Default::default(),
+        stat_bases: Mutex::new(StatBases::default()),
         load: Arc::new(crate::load::Load::default()),
         acl: ringlet_command::acl::AclTable::new(ringlet_command::acl::Users::new(
             requirepass.as_deref().map(str::as_bytes),
@@ -1130,6 +1143,20 @@ impl Front {
         reply
     }
 
+    /// CONFIG RESETSTAT on this node: INFO's counters (stats, commandstats, errorstats,
+    /// latencystats) count from zero again, as Redis's. The per-slot request counts and the
+    /// class histograms behind the balancer and the status page are rates taken as
+    /// differences, and stay.
+    fn reset_stats(&self) {
+        let e = self.node.engine().lock().stats();
+        *self.stat_bases.lock() = StatBases {
+            received: self.clients.total_received(),
+            expired: e.expirations,
+            evicted: e.evictions,
+        };
+        self.load.commands().reset();
+    }
+
     /// This node's load counters (crate::load).
     pub(crate) fn load(&self) -> &crate::load::Load {
         &self.load
@@ -1335,6 +1362,10 @@ impl Front {
                 Ok(convert(&match args[1].to_ascii_lowercase().as_slice() {
                     b"get" => node::config_get(&view, args),
                     b"set" => node::config_set(&view, args),
+                    b"resetstat" => {
+                        self.reset_stats();
+                        ringlet_command::reply::Reply::ok()
+                    }
                     _ => node::config_help(&view),
                 }))
             }
@@ -2496,13 +2527,14 @@ impl node::NodeContext for NodeView<'_> {
                 // MIGRATE here moves a slot over the cluster's links: no cached sockets.
                 let (calls, failed) = f.load.commands().totals();
                 let e = f.node.engine().lock().stats();
+                let b = *f.stat_bases.lock();
                 format!(
                     "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{calls}\r\n\
                      total_error_replies:{failed}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\n\
                      migrate_cached_sockets:0\r\n",
-                    f.clients.total_received(),
-                    e.expirations,
-                    e.evictions,
+                    f.clients.total_received().saturating_sub(b.received),
+                    e.expirations.saturating_sub(b.expired),
+                    e.evictions.saturating_sub(b.evicted),
                 )
             }
             "replication" => f.replication_section(),

@@ -20,7 +20,7 @@ COMMANDS = {
     "ping": None, "echo": None, "hello": None, "auth": None, "quit": None, "select": None,
     "client": ["setname", "getname", "id", "info", "list", "help"],
     "command": ["count", "docs", "info", "getkeys", "list", "help"],
-    "config": ["get", "set", "help"],
+    "config": ["get", "set", "resetstat", "help"],
     "info": None, "dbsize": None, "flushall": None, "flushdb": None,
     "get": None, "set": None, "setnx": None, "setex": None, "psetex": None, "getset": None,
     "getdel": None, "getex": None, "mget": None, "mset": None, "msetnx": None,

@@ -75,6 +75,13 @@ impl Default for Histogram {
 }
 
 impl Histogram {
+    /// Back to empty (CONFIG RESETSTAT).
+    pub fn reset(&self) {
+        for b in self.buckets.iter() {
+            b.store(0, Relaxed);
+        }
+    }
+
     pub fn record(&self, us: u64) {
         self.record_n(us, 1);
     }
@@ -185,6 +192,14 @@ pub struct CommandStat {
 }
 
 impl CommandStat {
+    /// Back to zero (CONFIG RESETSTAT).
+    pub fn reset(&self) {
+        for c in [&self.calls, &self.usec, &self.rejected, &self.failed] {
+            c.store(0, Relaxed);
+        }
+        self.latency.reset();
+    }
+
     /// Count one request that took `us`.
     pub fn record(&self, us: u64, outcome: Outcome) {
         if outcome == Outcome::Rejected {
@@ -295,6 +310,19 @@ impl CommandStats {
         } else {
             *e.entry("ERRORSTATS_OVERFLOW".to_string()).or_default() += 1;
         }
+    }
+
+    /// CONFIG RESETSTAT: every command's figures and every error count back to zero, as
+    /// Redis's `resetCommandTableStats` and `resetErrorTableStats`. (A command counted while
+    /// this runs may keep part of its figures: statistics, not accounting.)
+    pub fn reset(&self) {
+        for s in self.by_spec.iter().filter_map(OnceLock::get) {
+            s.reset();
+        }
+        for s in self.others.read().values() {
+            s.reset();
+        }
+        self.errors.lock().clear();
     }
 
     /// Every command with a call or a rejection, by full name (`client|list`).

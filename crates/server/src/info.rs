@@ -153,8 +153,10 @@ fn stats(shared: &Shared, out: &mut String) {
         Stats::get(&st.net_input_bytes),
         Stats::get(&st.net_output_bytes),
         Stats::get(&st.connections_rejected),
-        e.expirations + Stats::get(&st.expired_keys),
-        e.evictions,
+        (e.expirations + Stats::get(&st.expired_keys))
+            .saturating_sub(Stats::get(&st.engine_expired_base)),
+        e.evictions
+            .saturating_sub(Stats::get(&st.engine_evicted_base)),
         Stats::get(&st.keyspace_hits),
         Stats::get(&st.keyspace_misses),
         shared.cmdstats.totals().1,

@@ -37,9 +37,36 @@ pub struct Stats {
     pub reader_hits: AtomicU64,
     /// Reads that fell back to the locked engine after the reader said `Retry`.
     pub reader_retries: AtomicU64,
+    /// The engine's expiry and eviction counts at the last CONFIG RESETSTAT: INFO's
+    /// `expired_keys` and `evicted_keys` count from there (the engine's own counters, which
+    /// the Prometheus export reads, never go back).
+    pub engine_expired_base: AtomicU64,
+    pub engine_evicted_base: AtomicU64,
 }
 
 impl Stats {
+    /// CONFIG RESETSTAT: every counter back to zero, as Redis's `resetServerStats`; the
+    /// connected-clients gauge stays. `engine` is the engine's (expirations, evictions) now.
+    pub fn reset(&self, engine: (u64, u64)) {
+        for c in [
+            &self.connections_received,
+            &self.connections_rejected,
+            &self.commands_processed,
+            &self.keyspace_hits,
+            &self.keyspace_misses,
+            &self.expired_keys,
+            &self.protocol_errors,
+            &self.net_input_bytes,
+            &self.net_output_bytes,
+            &self.reader_hits,
+            &self.reader_retries,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.engine_expired_base.store(engine.0, Ordering::Relaxed);
+        self.engine_evicted_base.store(engine.1, Ordering::Relaxed);
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

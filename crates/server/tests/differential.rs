@@ -1575,4 +1575,48 @@ fn commandstats_and_errorstats_match_redis() {
         assert!(!want.is_empty());
         assert_eq!(want, got, "INFO {}", String::from_utf8_lossy(section));
     }
+    // CONFIG RESETSTAT: both count from zero again (the reset itself and what follows it
+    // count, as on Redis).
+    for port in [redis.port, ringlet] {
+        let mut c = Raw::connect(port);
+        assert_eq!(c.call(&[b"CONFIG", b"RESETSTAT"]), b"+OK\r\n");
+        c.call(&[b"GET", b"k1"]);
+        c.call(&[b"GET", b"nokey"]);
+        c.call(&[b"INCR", b"k1"]);
+    }
+    for section in [&b"commandstats"[..], b"errorstats"] {
+        let (want, got) = (stats(redis.port, section), stats(ringlet, section));
+        assert_eq!(
+            want,
+            got,
+            "INFO {} after RESETSTAT",
+            String::from_utf8_lossy(section)
+        );
+    }
+    let fields = |port: u16| -> Vec<String> {
+        let mut c = Raw::connect(port);
+        let text = Val::parse(&c.call(&[b"INFO", b"stats"])).text();
+        let mut v: Vec<String> = text
+            .lines()
+            .filter(|l| {
+                [
+                    "total_connections_received:",
+                    "total_commands_processed:",
+                    "total_error_replies:",
+                    "keyspace_hits:",
+                    "keyspace_misses:",
+                    "expired_keys:",
+                    "evicted_keys:",
+                ]
+                .iter()
+                .any(|f| l.starts_with(f))
+            })
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v
+    };
+    let (want, got) = (fields(redis.port), fields(ringlet));
+    assert_eq!(want.len(), 7, "{want:?}");
+    assert_eq!(want, got, "INFO stats after RESETSTAT");
 }

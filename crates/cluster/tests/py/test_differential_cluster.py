@@ -327,3 +327,44 @@ def test_cluster_pipelined_runs_are_counted(clusters):
     assert counts[0][("get", "calls")] == 303 and counts[0][("set", "calls")] == 200, counts[0]
     assert counts[1] == counts[0]
     assert [repr(r) for r in replies[1]] == [repr(r) for r in replies[0]]
+
+
+def test_cluster_config_resetstat_like_redis(clusters):
+    """CONFIG RESETSTAT on every primary: commandstats, errorstats and INFO stats' counters
+    count from zero again, as on Redis Cluster (what runs after the reset counts)."""
+    every = RedisCluster.PRIMARIES
+    fields = ("total_commands_processed", "total_error_replies", "expired_keys",
+              "evicted_keys")
+    seen = []
+    for c in clusters:
+        c.flushall()
+        for i in range(50):
+            c.set(f"z{i}", i)
+            c.get(f"z{i}")
+        try:
+            c.incr("z:hash-not", "x")
+        except redis.ResponseError:
+            pass
+        assert c.config_resetstat(target_nodes=every)
+        c.get("z1")
+        c.get("z-missing")
+        with pytest.raises(redis.ResponseError):
+            c.execute_command("INCRBY", "z1", "x")
+        cmd = {}
+        for info in c.info("commandstats", target_nodes=every).values():
+            for name, s in info.items():
+                if name.startswith("cmdstat_") and not name.startswith("cmdstat_info"):
+                    got = cmd.setdefault(name, {})
+                    for f in ("calls", "failed_calls", "rejected_calls"):
+                        got[f] = got.get(f, 0) + s.get(f, 0)
+        errs = {}
+        for info in c.info("errorstats", target_nodes=every).values():
+            for name, s in info.items():
+                errs[name] = errs.get(name, 0) + s.get("count", 0)
+        st = {f: 0 for f in fields}
+        for info in c.info("stats", target_nodes=every).values():
+            for f in fields:
+                st[f] += int(info.get(f, 0))
+        seen.append((cmd, errs, st))
+    assert seen[0][0]["cmdstat_get"]["calls"] == 2, seen[0]
+    assert seen[1] == seen[0]

@@ -126,6 +126,7 @@ fn handler_for(name: &str) -> Option<Handler> {
         "config|get" => server::config_get,
         "config|set" => server::config_set,
         "config|help" => server::config_help,
+        "config|resetstat" => server::config_resetstat,
         "info" => server::info,
         "memory|usage" | "memory|stats" | "memory|doctor" | "memory|help" => server::memory,
         "slowlog|get" | "slowlog|len" | "slowlog|reset" | "slowlog|help" => server::slowlog,

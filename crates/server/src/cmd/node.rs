@@ -363,6 +363,8 @@ pub fn config_help(ctx: &dyn NodeContext) -> Reply {
         "SET <directive> <value>",
         "    Set the configuration <directive> to <value>.",
         line.as_str(),
+        "RESETSTAT",
+        "    Reset statistics reported by the INFO command.",
     ];
     super::connection::help("CONFIG", &lines)
 }

@@ -42,6 +42,15 @@ pub fn config_get_from(params: &[(&'static str, String)], argv: &[&[u8]]) -> Rep
     Reply::Map(out)
 }
 
+/// CONFIG RESETSTAT: INFO's counters (stats, commandstats, errorstats, latencystats) back to
+/// zero, as Redis does; gauges (clients, memory, keys) and SLOWLOG (SLOWLOG RESET) stay.
+pub fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Reply {
+    let e = ctx.shared.db.lock().stats();
+    ctx.shared.stats.reset((e.expirations, e.evictions));
+    ctx.shared.cmdstats.reset();
+    Reply::ok()
+}
+
 pub fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Reply {
     super::node::config_set(ctx.shared, argv)
 }
