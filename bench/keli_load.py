@@ -10,8 +10,14 @@ field. Each round starts a fresh `redis-server` and a fresh `ringlet server --th
 node is recorded by `perf record -g` during its load of the last round (perf.data in the
 current directory) and the node's and loader's CPU seconds are printed for every round.
 
+With --cluster N, Ringlet's side is `ringlet up --nodes N --default-memgest M` (--memgest,
+default none) instead of one `ringlet server`, its N nodes pinned to CPU 0 together and
+their CPU summed; Redis's side stays one server (`redis-cli --pipe` has no cluster mode), so
+that ratio is the cluster's load against the single Redis's mass insertion.
+
 Usage: bench/keli_load.py [--vertices 200000] [--edges 4400000] [--chunk 100] [--rounds 3]
        [--perf [--perf-out PATH]] [--extra-load-arg ARG ...] [--ringlet PATH]
+       [--cluster N [--memgest none]]
 """
 import argparse
 import os
@@ -24,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keli_bfs as kb  # noqa: E402
+from benchlib import free_base  # noqa: E402
 
 
 def cpu_split(pid):
@@ -50,6 +57,9 @@ def main():
     ap.add_argument("--perf-out", default="perf.data", help="where --perf writes the node's profile")
     ap.add_argument("--extra-load-arg", action="append", default=[])
     ap.add_argument("--ringlet", help="the ringlet binary (default target/release/ringlet)")
+    ap.add_argument("--cluster", type=int, default=0,
+                    help="load a `ringlet up --nodes N` cluster instead of one server")
+    ap.add_argument("--memgest", default="none", help="with --cluster: the default memgest")
     a = ap.parse_args()
     if a.ringlet:
         kb.RINGLET = a.ringlet
@@ -68,10 +78,28 @@ def main():
             order = list(times) if rnd % 2 == 0 else list(reversed(times))
             for name in order:
                 port = kb.free_port()
+                nodes = []
                 if name == "redis-cli --pipe":
                     srv = subprocess.Popen(["redis-server", "--port", str(port), "--save", "",
                                             "--appendonly", "no", "--dir", tmp],
                                            stdout=subprocess.DEVNULL)
+                elif a.cluster:
+                    port = free_base(a.cluster + 1)
+                    srv = subprocess.Popen([kb.RINGLET, "up", "--nodes", str(a.cluster),
+                                            "--spares", "0", "--port", str(port),
+                                            "--default-memgest", a.memgest,
+                                            "--memory-mb", str(memory_mb)],
+                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                           text=True)
+                    for line in srv.stdout:
+                        if line.startswith("ringlet cluster ready"):
+                            break
+                    kids = subprocess.run(["pgrep", "-P", str(srv.pid)], capture_output=True,
+                                          text=True).stdout
+                    nodes = [int(x) for x in kids.split()]
+                    for n in nodes:
+                        subprocess.run(["taskset", "-a", "-pc", "0", str(n)],
+                                       capture_output=True)
                 else:
                     srv = subprocess.Popen([kb.RINGLET, "server", "--port", str(port),
                                             "--threads", "1", "--memory-mb", str(memory_mb)],
@@ -80,14 +108,15 @@ def main():
                 try:
                     kb.pin(srv.pid, 0)
                     kb.wait_ping(port)
+                    pids = nodes or [srv.pid]
                     if a.perf and name == "ringlet load" and rnd == a.rounds - 1:
                         perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o",
                                                  a.perf_out, "-p", str(srv.pid)],
                                                 stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)
                         time.sleep(1.0)
-                    c0 = cpu_seconds(srv.pid)
-                    s0 = cpu_split(srv.pid)
+                    c0 = sum(cpu_seconds(x) for x in pids)
+                    s0 = [sum(v) for v in zip(*(cpu_split(x) for x in pids))]
                     u0 = os.times()
                     t0 = time.perf_counter()
                     if name == "redis-cli --pipe":
@@ -105,11 +134,11 @@ def main():
                     usage = os.times()
                     if p.returncode != 0:
                         raise SystemExit(f"{name} failed: {p.stdout[-1000:]} {p.stderr[-1000:]}")
-                    server_cpu = cpu_seconds(srv.pid) - c0
+                    server_cpu = sum(cpu_seconds(x) for x in pids) - c0
                     # User and kernel apart: the kernel's share is mostly the zeroing of the
                     # data region's fresh pages, which varies with the host's memory, not
                     # with the node's code.
-                    s1 = cpu_split(srv.pid)
+                    s1 = [sum(v) for v in zip(*(cpu_split(x) for x in pids))]
                     server_user, server_sys = s1[0] - s0[0], s1[1] - s0[1]
                     loader_cpu = (usage.children_user + usage.children_system
                                   - u0.children_user - u0.children_system)
@@ -125,7 +154,7 @@ def main():
                         perf.send_signal(2)
                         perf.wait()
                     srv.terminate()
-                    srv.wait()
+                    srv.wait(timeout=30)
         med = {k: statistics.median(v) for k, v in times.items()}
         n = a.vertices
         for k, v in med.items():
