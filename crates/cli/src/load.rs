@@ -1775,8 +1775,10 @@ fn load_once(
 /// it. A hint names the target's data entry and its index entry; the data part goes stale
 /// when the target is rewritten (its own links are added later in pass 2), the index part
 /// when the index grows, and a hint with both stale costs a lookup (docs/design/loader.md,
-/// "Index pre-sizing"). Best effort: a node that refuses (a cluster node, an older server)
-/// is named once on stderr (`report`) and the load goes on.
+/// "Index pre-sizing"). Best effort: a node that refuses (an older server, or a cluster node
+/// before session 23) is named once on stderr (`report`) and the load goes on. A cluster
+/// node sizes its engine for the share asked: with a replicated default memgest its engine
+/// also holds its peers' copies, so the share under-sizes it by the copies.
 fn reserve_index(topo: &Topology, password: Option<&str>, records: u64, report: bool) {
     let share = records.div_ceil(topo.nodes.len().max(1) as u64);
     let mut refused: Vec<(&str, anyhow::Error)> = Vec::new();
@@ -1798,9 +1800,9 @@ fn reserve_index(topo: &Topology, password: Option<&str>, records: u64, report: 
     if !report {
         return;
     }
-    // A cluster's nodes have no `index-keys` today (the cluster front's CONFIG): say so
-    // once, plainly, instead of one error per node; the load goes on (hints are a speed-up,
-    // a stale one costs a lookup, never a wrong item).
+    // A cluster whose nodes have no `index-keys` (before session 23): say so once, plainly,
+    // instead of one error per node; the load goes on (hints are a speed-up, a stale one
+    // costs a lookup, never a wrong item).
     if topo.slot_node.is_some() && !refused.is_empty() && refused.len() == topo.nodes.len() {
         eprintln!(
             "ringlet load: index pre-sizing is not available on this cluster's nodes (CONFIG SET \

@@ -357,14 +357,25 @@ fn csv_and_jsonl_into_a_cluster() {
         ],
     );
     check_graph(base, &out, "");
-    // Index pre-sizing is a single node's setting: the cluster's refusal is said once,
-    // plainly, and the load goes on.
+    // Each cluster node takes `index-keys` too (since session 23; before, the loader said
+    // once that pre-sizing was not available and went on): no refusal, and a node's index
+    // grows when asked.
+    assert!(!err.contains("pre-siz"), "{err}");
+    let before = index_keys(base + 1);
+    let want = (before * 3).to_string();
     assert_eq!(
-        err.matches("index pre-sizing is not available on this cluster's nodes")
-            .count(),
-        1,
-        "{err}"
+        rcall(base + 1, &["CONFIG", "SET", "index-keys", &want]),
+        Reply::Simple(b"OK".to_vec())
     );
+    assert!(
+        index_keys(base + 1) >= before * 3,
+        "{}",
+        index_keys(base + 1)
+    );
+    assert!(matches!(
+        rcall(base + 1, &["CONFIG", "SET", "index-keys", "many"]),
+        Reply::Error(_)
+    ));
     // JSON Lines into generation 1 of an alias: every key under `g@1:`, the alias set.
     let (u, f) = write_jsonl(&dir);
     let out = load(

@@ -2460,19 +2460,54 @@ impl node::NodeContext for NodeView<'_> {
             f.requirepass.as_deref(),
         );
         p.push(("cluster-enabled", "yes".to_string()));
+        // Ringlet's, as on the single node: keys this node's engine index holds before it
+        // grows (CONFIG SET grows it now).
+        p.push((
+            "index-keys",
+            f.node.engine().lock().index_capacity().to_string(),
+        ));
         p.extend(f.hash_encoding.params());
         p
     }
 
-    /// Only `hash-max-listpack-*` (per node: it names an encoding, nothing else) and the
-    /// slow log's settings: the password is the cluster's (every node must agree), the rest
-    /// is fixed at start ("can't set immutable config").
+    /// `hash-max-listpack-*` (per node: it names an encoding, nothing else), `index-keys`
+    /// (per node: its engine's index) and the slow log's settings: the password is the
+    /// cluster's (every node must agree), the rest is fixed at start ("can't set immutable
+    /// config").
     fn config_settable(&self) -> Vec<&'static str> {
-        ringlet_server::cmd::keyspace::HashEncodingMax::names().collect()
+        std::iter::once("index-keys")
+            .chain(ringlet_server::cmd::keyspace::HashEncodingMax::names())
+            .collect()
     }
 
     fn config_apply(&self, pairs: &[(String, &[u8])]) -> Result<(), ringlet_command::reply::Reply> {
-        self.front.hash_encoding.set(pairs)
+        // index-keys parsed before anything is applied (all or nothing, as Redis).
+        let mut index_keys = None;
+        for (n, v) in pairs {
+            if n == "index-keys" {
+                match std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok())
+                {
+                    Some(k) => index_keys = Some(k),
+                    None => {
+                        return Err(ringlet_command::reply::Reply::err(
+                            "ERR CONFIG SET failed (possibly related to argument 'index-keys') - \
+                             argument couldn't be parsed into an integer",
+                        ))
+                    }
+                }
+            }
+        }
+        self.front.hash_encoding.set(pairs)?;
+        if let Some(k) = index_keys {
+            // Grows this node's index now (a bulk load about to write k keys here: `ringlet
+            // load` asks each node for its share, so that location hints taken during the
+            // load do not go stale when the index grows under them); never shrinks. Every
+            // engine entry counts: a replicated memgest's copies of other nodes' keys too.
+            self.front.node.engine().lock().reserve_index(k);
+        }
+        Ok(())
     }
 
     fn monitor(&self) -> &ringlet_server::cmd::slowlog::Monitor {
