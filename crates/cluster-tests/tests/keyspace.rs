@@ -10,6 +10,11 @@
 
 mod common;
 
+/// No test here kills, stops or partitions a node: a 5 s lease keeps a node that a loaded CI
+/// machine pauses for over a second from being failed over (the map would change under
+/// assertions about which node holds what).
+const LONG_LEASE: &[&str] = &["--lease-ms", "5000"];
+
 use common::redis::Redis;
 use common::{node_call, Client, Res};
 use ringlet_codec::resp::Reply;
@@ -64,7 +69,7 @@ fn slot_local_commands_match_redis() {
     let Some(mut redis) = Redis::start() else {
         return;
     };
-    let cl = common::start(3, 0, &[]);
+    let cl = common::start(3, 0, LONG_LEASE);
     let mut c = Client::new(cl.addrs());
     let script: Vec<Vec<&str>> = vec![
         vec!["SET", "{u}s", "This is a string"],
@@ -264,7 +269,7 @@ fn transactions_match_redis() {
     let Some(mut redis) = Redis::start() else {
         return;
     };
-    let cl = common::start(3, 0, &[]);
+    let cl = common::start(3, 0, LONG_LEASE);
     let c = Client::new(cl.addrs());
     let owner = c
         .slot_owner(ringlet_types::key_slot(b"{t}"))
@@ -367,7 +372,7 @@ fn transactions_match_redis() {
 
 #[test]
 fn keys_scan_dbsize_flushall_are_per_node() {
-    let cl = common::start(3, 0, &[]);
+    let cl = common::start(3, 0, LONG_LEASE);
     let addrs = cl.addrs();
     let mut c = Client::new(addrs.clone());
     let written: BTreeSet<Vec<u8>> = (0..300).map(|i| format!("key:{i}").into_bytes()).collect();
@@ -482,7 +487,7 @@ fn keys_scan_dbsize_flushall_are_per_node() {
 /// answer OK to every subcommand); what it cannot honour is refused, not ignored.
 #[test]
 fn client_commands_are_per_connection() {
-    let cl = common::start(3, 0, &[]);
+    let cl = common::start(3, 0, LONG_LEASE);
     let addr = cl.addrs()[0];
     let c = |v: &[&str]| v.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
     let mut a = common::Conn::open(addr).unwrap();
@@ -613,7 +618,7 @@ fn client_commands_are_per_connection() {
 /// set; nothing is settable at run time (the password is the cluster's); Redis's errors.
 #[test]
 fn config_get_reports_the_node_and_set_is_refused() {
-    let cl = common::start(3, 0, &[]);
+    let cl = common::start(3, 0, LONG_LEASE);
     let addr = cl.addrs()[1];
     let c = |v: &[&str]| v.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
     let mut conn = common::Conn::open(addr).unwrap();
@@ -683,7 +688,7 @@ fn config_get_reports_the_node_and_set_is_refused() {
 /// command that ran is `failed_calls`, and every error reply counts under its code.
 #[test]
 fn commandstats_count_redirects_as_rejections() {
-    let cl = common::start(3, 0, &[]);
+    let cl = common::start(3, 0, LONG_LEASE);
     let addrs = cl.addrs();
     let mut c = Client::new(addrs.clone());
     assert_eq!(cluster_call(&mut c, &[b"SET", b"cs", b"text"]), Reply::ok());
@@ -765,7 +770,7 @@ fn protocol_errors_match_redis() {
     let Some(redis) = Redis::start() else {
         return;
     };
-    let cl = common::start(3, 0, &[]);
+    let cl = common::start(3, 0, LONG_LEASE);
     let node = cl.addrs()[0];
     let answer = |a: std::net::SocketAddr, req: &[u8]| -> Vec<u8> {
         let mut s = std::net::TcpStream::connect(a).unwrap();
