@@ -132,12 +132,8 @@ impl Load {
         elapsed: Duration,
         outcome: Outcome,
     ) {
-        let slots: Vec<u16> = if outcome == Outcome::Ok && class != Class::Other {
-            keys.iter().map(|k| key_slot(k.as_ref())).collect()
-        } else {
-            Vec::new()
-        };
-        self.record_slots(command, class, &slots, elapsed, outcome);
+        let slots = keys.iter().map(|k| key_slot(k.as_ref()));
+        self.record_each(command, class, slots, elapsed, outcome);
     }
 
     /// [`Load::record`] of a command the table resolved (`idx`, `spec`), without allocating:
@@ -151,25 +147,8 @@ impl Load {
         elapsed: Duration,
         outcome: Outcome,
     ) {
-        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        if outcome != Outcome::Rejected {
-            if let Some(h) = self.classes.get(class.index()) {
-                h.record(us);
-            }
-        }
-        if outcome == Outcome::Ok && class != Class::Other {
-            let per_slot = if class == Class::Read {
-                &self.reads
-            } else {
-                &self.writes
-            };
-            spec.for_each_key(args, |k| {
-                if let Some(c) = per_slot.get(usize::from(key_slot(k))) {
-                    c.fetch_add(1, Relaxed);
-                }
-            });
-        }
-        self.commands.stat(CommandId::Spec(idx)).record(us, outcome);
+        let slots = spec.key_args(args).map(key_slot);
+        self.record_each(CommandId::Spec(idx), class, slots, elapsed, outcome);
     }
 
     /// A batch of reads of command `idx` that ran without an error, one per slot in
@@ -200,6 +179,19 @@ impl Load {
         elapsed: Duration,
         outcome: Outcome,
     ) {
+        self.record_each(command, class, slots.iter().copied(), elapsed, outcome);
+    }
+
+    /// What every `record*` counts for one request; `slots` (its keys' slots) are only
+    /// walked when it ran without an error and reads or writes keys.
+    fn record_each(
+        &self,
+        command: CommandId,
+        class: Class,
+        slots: impl Iterator<Item = u16>,
+        elapsed: Duration,
+        outcome: Outcome,
+    ) {
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         if outcome != Outcome::Rejected {
             if let Some(h) = self.classes.get(class.index()) {
@@ -213,7 +205,7 @@ impl Load {
                 &self.writes
             };
             for s in slots {
-                if let Some(c) = per_slot.get(usize::from(*s)) {
+                if let Some(c) = per_slot.get(usize::from(s)) {
                     c.fetch_add(1, Relaxed);
                 }
             }

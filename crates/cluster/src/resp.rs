@@ -2482,23 +2482,7 @@ impl node::NodeContext for NodeView<'_> {
 
     fn config_apply(&self, pairs: &[(String, &[u8])]) -> Result<(), ringlet_command::reply::Reply> {
         // index-keys parsed before anything is applied (all or nothing, as Redis).
-        let mut index_keys = None;
-        for (n, v) in pairs {
-            if n == "index-keys" {
-                match std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|t| t.parse::<u64>().ok())
-                {
-                    Some(k) => index_keys = Some(k),
-                    None => {
-                        return Err(ringlet_command::reply::Reply::err(
-                            "ERR CONFIG SET failed (possibly related to argument 'index-keys') - \
-                             argument couldn't be parsed into an integer",
-                        ))
-                    }
-                }
-            }
-        }
+        let index_keys = node::index_keys_arg(pairs)?;
         self.front.hash_encoding.set(pairs)?;
         if let Some(k) = index_keys {
             // Grows this node's index now (a bulk load about to write k keys here: `ringlet

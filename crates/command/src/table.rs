@@ -95,30 +95,24 @@ impl Spec {
 
     /// The keys of `argv` by this command's first key, last key and step.
     pub fn keys<'a>(&self, argv: &[&'a [u8]]) -> Vec<&'a [u8]> {
-        let mut keys = Vec::new();
-        self.for_each_key(argv, |k| keys.push(k));
-        keys
+        self.key_args(argv).collect()
     }
 
     /// [`Spec::keys`] without collecting them (per-command statistics count every key's
     /// slot, and an allocation per command showed in a pipelined GET's profile).
-    pub fn for_each_key<'a>(&self, argv: &[&'a [u8]], mut f: impl FnMut(&'a [u8])) {
+    pub fn key_args<'a, 'b>(&self, argv: &'b [&'a [u8]]) -> impl Iterator<Item = &'a [u8]> + 'b {
         let (first, last, step) = (self.first_key, self.last_key, self.key_step);
-        if first <= 0 || step <= 0 {
-            return;
-        }
         let argc = argv.len() as i64;
-        // Negative `last` counts from the end (-1: the last argument).
-        let last = if last < 0 {
-            argc + last
-        } else {
-            last.min(argc - 1)
+        // Negative `last` counts from the end (-1: the last argument); a command without
+        // keys (first or step 0) gives an empty range.
+        let last = match () {
+            _ if first <= 0 || step <= 0 => 0,
+            _ if last < 0 => argc + last,
+            _ => last.min(argc - 1),
         };
-        for i in (first..=last).step_by(step as usize) {
-            if let Some(k) = argv.get(i as usize) {
-                f(k);
-            }
-        }
+        (first.max(1)..=last)
+            .step_by(step.max(1) as usize)
+            .filter_map(|i| argv.get(i as usize).copied())
     }
 }
 

@@ -56,6 +56,29 @@ pub trait NodeContext {
     fn info_section(&self, name: &str) -> String;
 }
 
+/// CONFIG SET's `index-keys` among `pairs`, parsed (both fronts check it before applying
+/// anything, all or nothing as Redis): `None` if not set, Redis's text if not an integer.
+pub fn index_keys_arg(pairs: &[(String, &[u8])]) -> Result<Option<u64>, Reply> {
+    let mut index_keys = None;
+    for (n, v) in pairs {
+        if n == "index-keys" {
+            match std::str::from_utf8(v)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+            {
+                Some(k) => index_keys = Some(k),
+                None => {
+                    return Err(Reply::err(
+                        "ERR CONFIG SET failed (possibly related to argument 'index-keys') - \
+                         argument couldn't be parsed into an integer",
+                    ))
+                }
+            }
+        }
+    }
+    Ok(index_keys)
+}
+
 /// The CONFIG parameters every front has, in the order CONFIG GET lists them: the front
 /// adds its own after these (the single node `io-threads`, `index-keys`; both
 /// `cluster-enabled`).

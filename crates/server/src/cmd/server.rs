@@ -255,23 +255,7 @@ impl super::node::NodeContext for Shared {
 
     fn config_apply(&self, pairs: &[(String, &[u8])]) -> Result<(), Reply> {
         // index-keys: parsed before anything is applied (all or nothing, as Redis).
-        let mut index_keys = None;
-        for (n, v) in pairs {
-            if n == "index-keys" {
-                match std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|t| t.parse::<u64>().ok())
-                {
-                    Some(k) => index_keys = Some(k),
-                    None => {
-                        return Err(Reply::err(
-                            "ERR CONFIG SET failed (possibly related to argument 'index-keys') - \
-                             argument couldn't be parsed into an integer",
-                        ))
-                    }
-                }
-            }
-        }
+        let index_keys = super::node::index_keys_arg(pairs)?;
         let new_pass = pairs
             .iter()
             .find(|(n, _)| n == "requirepass")
