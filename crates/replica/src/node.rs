@@ -346,6 +346,9 @@ pub struct Replica<S: ReplicaStore> {
     ranges: Vec<RangeState>,
     fences: BTreeMap<Slot, Fence>,
     pending: BTreeMap<Version, Pending>,
+    /// Writes no longer pending whose copies were not all acknowledged: key and copies
+    /// acknowledged (bounded, oldest version forgotten first; see [`Replica::write_acks`]).
+    partial: BTreeMap<Version, (Vec<u8>, usize)>,
     /// The pending ec updates by (group, memgest, seq, version): a holder's acknowledgement
     /// is cumulative per (group, memgest) up to a seq, and walking every pending write for
     /// it was the hottest code of an ec copy (session 17). Kept lazily: an entry whose
@@ -546,6 +549,7 @@ impl<S: ReplicaStore> Replica<S> {
             ranges: Vec::new(),
             fences: BTreeMap::new(),
             pending: BTreeMap::new(),
+            partial: BTreeMap::new(),
             ec_acks: BTreeSet::new(),
             busy_repairs: BTreeMap::new(),
             slot_written_ms: BTreeMap::new(),
@@ -731,10 +735,31 @@ impl<S: ReplicaStore> Replica<S> {
         if let Some(p) = self.pending.get(&version).filter(|p| p.key == key) {
             return (p.acked.len(), beyond(p.entry.memgest).max(p.targets.len()));
         }
+        // Tracking ended short of every copy (the slot was given up, a copy refused): what
+        // was acknowledged, not every holder (a WAIT once answered 2 for a write a stopped
+        // replica never got, after its coordinator's lease lapsed and it abandoned the slot).
+        if let Some((k, acked)) = self.partial.get(&version) {
+            if k.as_slice() == key {
+                return (*acked, *acked);
+            }
+        }
         let m = self
             .latest_entry(key)
             .map_or(map.default_memgest, |e| e.memgest);
         (beyond(m), beyond(m))
+    }
+
+    /// Stop tracking `version` (every removal from `pending` goes through here): a write
+    /// dropped before every target acknowledged it is remembered in `partial` for WAIT.
+    fn drop_pending(&mut self, version: Version) -> Option<Pending> {
+        let p = self.pending.remove(&version)?;
+        if p.acked.len() < p.targets.len() {
+            while self.partial.len() >= limits::PARTIAL_WRITES_REMEMBERED_MAX as usize {
+                self.partial.pop_first();
+            }
+            self.partial.insert(version, (p.key.clone(), p.acked.len()));
+        }
+        Some(p)
     }
 
     /// Digest of `slot` as a holder at `offset` should see it (test/sim convergence checks).
@@ -1428,7 +1453,7 @@ impl<S: ReplicaStore> Replica<S> {
                                 .iter()
                                 .all(|t| p.acked.contains(t) || p.refused.contains(t))
                         {
-                            self.pending.remove(&version);
+                            self.drop_pending(version);
                         }
                     }
                 }
@@ -1454,7 +1479,7 @@ impl<S: ReplicaStore> Replica<S> {
                     .iter()
                     .all(|t| p.acked.contains(t) || p.refused.contains(t))
             {
-                self.pending.remove(&version);
+                self.drop_pending(version);
             }
         }
     }
@@ -1482,14 +1507,14 @@ impl<S: ReplicaStore> Replica<S> {
         if p.committed {
             // Committed without this copy: stop offering it; repair retries later.
             if all_answered {
-                self.pending.remove(&version);
+                self.drop_pending(version);
             }
             return;
         }
         if !(all_answered && p.acked.is_empty() && p.ec.is_none()) {
             return;
         }
-        let Some(mut p) = self.pending.remove(&version) else {
+        let Some(mut p) = self.drop_pending(version) else {
             return;
         };
         self.store.unreserve(&p.key, version);
@@ -1560,7 +1585,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         if applied == ApplyOutcome::Refused {
             // Not held here: stop tracking it (repair reconciles the replicas later).
-            if let Some(p) = self.pending.remove(&version) {
+            if let Some(p) = self.drop_pending(version) {
                 for t in &p.targets {
                     if !p.acked.contains(t) && !p.refused.contains(t) {
                         if let Some(c) = self.inflight.get_mut(t) {
@@ -1607,7 +1632,7 @@ impl<S: ReplicaStore> Replica<S> {
             .map(|(v, _)| *v)
             .collect();
         for v in versions {
-            if let Some(mut p) = self.pending.remove(&v) {
+            if let Some(mut p) = self.drop_pending(v) {
                 self.store.unreserve(&p.key, v);
                 for t in &p.targets {
                     if !p.acked.contains(t) && !p.refused.contains(t) {
@@ -1659,6 +1684,7 @@ impl<S: ReplicaStore> Replica<S> {
         self.ranges.clear();
         self.fences.clear();
         self.pending.clear();
+        self.partial.clear();
         self.ec_acks.clear();
         self.uncommitted.clear();
         self.inflight_keys.clear();
@@ -2041,7 +2067,7 @@ impl<S: ReplicaStore> Replica<S> {
         // targets no ack would ever commit it (sim seed 7371: a removed node's purge of
         // its last span, its group retired a moment later, never settled).
         for v in orphaned {
-            if let Some(p) = self.pending.remove(&v) {
+            if let Some(p) = self.drop_pending(v) {
                 if let Some(ec) = &p.ec {
                     self.ec_commit(ec);
                 }

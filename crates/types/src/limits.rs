@@ -89,6 +89,11 @@ pub const EVICTION_SCAN_PER_WRITE_MAX: u32 = 4_096;
 /// Tombstones kept per node before the oldest are folded into the summary version.
 pub const TOMBSTONES_MAX: u32 = 1 << 20;
 
+/// Writes a coordinator remembers the acknowledged copies of after it stopped tracking them
+/// short of every copy (abandoned on losing the slot, or a copy refused): WAIT on such a
+/// write answers what was acknowledged, not every holder (~40 bytes each).
+pub const PARTIAL_WRITES_REMEMBERED_MAX: u32 = 4_096;
+
 /// Keys a replica remembers the retiring version of after a memgest move took its copy
 /// away (a late older Replicate is then not applied): ~64 bytes each, ~4 MiB at most.
 pub const RETIRED_FLOORS_MAX: u32 = 65_536;

@@ -921,7 +921,7 @@ impl<S: ReplicaStore> Replica<S> {
         if needed == 0 {
             self.commit(version, out);
             if self.pending.get(&version).is_some_and(|p| p.committed) {
-                self.pending.remove(&version);
+                self.drop_pending(version);
             }
         }
     }
@@ -1038,7 +1038,7 @@ impl<S: ReplicaStore> Replica<S> {
         // Commits in version order, as the walk over `pending` made them.
         ready.sort_unstable();
         for (v, s) in done {
-            self.pending.remove(&v);
+            self.drop_pending(v);
             self.ec_acks.remove(&(pg, memgest, s, v));
         }
         let committed_any = !ready.is_empty();
@@ -1046,7 +1046,7 @@ impl<S: ReplicaStore> Replica<S> {
             self.commit(v, out);
             if let Some(p) = self.pending.get(&v) {
                 if p.committed && p.targets.iter().all(|t| p.acked.contains(t)) {
-                    self.pending.remove(&v);
+                    self.drop_pending(v);
                 }
             }
             if !self.pending.contains_key(&v) {
