@@ -713,12 +713,6 @@ impl ClusterNode {
         Some(v)
     }
 
-    /// Run one client operation through the replica core at the node's current epoch.
-    /// Every call is a new request id (front ends do not retry writes on their own: a retry
-    /// after an ambiguous outcome is the client's decision).
-    ///
-    /// # Errors
-    /// The request could not be queued, or the node stopped before answering.
     /// Run `f` with the core's peer messages corked: what the operations it submits emit is
     /// sent in one write per peer when it returns (a pipelined run of writes; resp.rs).
     /// `f` must not wait for anything (it is synchronous: one poll of the run's futures).
@@ -734,6 +728,12 @@ impl ClusterNode {
         f()
     }
 
+    /// Run one client operation through the replica core at the node's current epoch.
+    /// Every call is a new request id (front ends do not retry writes on their own: a retry
+    /// after an ambiguous outcome is the client's decision).
+    ///
+    /// # Errors
+    /// The request could not be queued, or the node stopped before answering.
     pub async fn submit(&self, op: ClientOp) -> Result<Reply, SubmitError> {
         let client = (u64::from(self.shared.id.0) << 40)
             | self.shared.next_client.fetch_add(1, Ordering::Relaxed);
@@ -881,14 +881,6 @@ impl crate::transport::InboundSink for NodeInbound {
 }
 
 impl Shared {
-    /// Hand `ev` to the core. A small client operation or replication message is stepped
-    /// right here when the core is free (or frees within [`INLINE_LOCK_WAIT`]) and nothing
-    /// is queued (no thread hop: the reply or the messages it produces leave from this
-    /// thread); anything else goes to the driver thread's channel.
-    ///
-    /// # Errors
-    /// `Overloaded`: the channel is full (the event is dropped: nothing happened);
-    /// `Stopped`: the driver thread is gone.
     /// Cork the core's peer messages (see `Driver::cork`) while the caller submits a run of
     /// operations; [`Shared::uncork`] must follow before the caller waits for anything.
     fn cork(&self) {
@@ -904,6 +896,14 @@ impl Shared {
         }
     }
 
+    /// Hand `ev` to the core. A small client operation or replication message is stepped
+    /// right here when the core is free (or frees within [`INLINE_LOCK_WAIT`]) and nothing
+    /// is queued (no thread hop: the reply or the messages it produces leave from this
+    /// thread); anything else goes to the driver thread's channel.
+    ///
+    /// # Errors
+    /// `Overloaded`: the channel is full (the event is dropped: nothing happened);
+    /// `Stopped`: the driver thread is gone.
     fn offer(&self, ev: Event) -> Result<(), SubmitError> {
         if steps_inline(&ev) && self.queued.load(Ordering::Acquire) == 0 {
             if let Some(core) = self.core.get().and_then(Weak::upgrade) {
@@ -976,13 +976,13 @@ fn steps_inline(ev: &Event) -> bool {
     }
 }
 
-/// The driver thread: ticks (every `tick_ms`), control messages, and the events queued to
-/// it; it takes the core's lock for each, so inline steps interleave between them. The one
-/// loop without a trip bound: it runs until `Stop` or the channel closes.
 /// Events the driver thread steps under one cork after the one it woke for: bounds how long
 /// it holds the core's lock (and the held messages) while a queue is deep.
 const DRIVER_BATCH_EVENTS_MAX: usize = 64;
 
+/// The driver thread: ticks (every `tick_ms`), control messages, and the events queued to
+/// it; it takes the core's lock for each, so inline steps interleave between them. The one
+/// loop without a trip bound: it runs until `Stop` or the channel closes.
 fn run_driver(
     core: &Arc<Mutex<Driver>>,
     shared: &Shared,

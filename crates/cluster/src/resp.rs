@@ -93,8 +93,9 @@ fn run_key(argv: &[Vec<u8>]) -> Option<&[u8]> {
     if !spec.write || WRITE_RUN_EXCLUDED.contains(&spec.name) || !spec.arity_ok(args.len()) {
         return None;
     }
-    match spec.keys(&args).as_slice() {
-        [k] => Some(*k),
+    let mut keys = spec.key_args(&args);
+    match (keys.next(), keys.next()) {
+        (Some(k), None) => Some(k),
         _ => None,
     }
 }
@@ -617,21 +618,12 @@ impl Front {
                 };
                 if writes > 1 {
                     let exec = self.exec.read().await;
-                    let (p0, a0) = (proto, authed);
-                    let front: &Self = &self;
-                    let conn = &conn;
-                    let runs = batch[i..i + writes].iter().map(|argv| {
-                        let (mut p, mut a) = (p0, a0);
-                        // Boxed one by one: a command's future is large, and 64 of them in
-                        // one allocation went to mmap and back on every run (page faults
-                        // and zeroing; a `none` load lost a third of its rate to it).
-                        Box::pin(async move { front.command(argv, &mut p, &mut a, conn).await })
-                    });
                     // Submitted under one cork: the run's Replicates leave in one write per
                     // peer at the end of each poll, not one system call each.
+                    let run = batch[i..i + writes].iter();
                     let replies = Corked {
-                        node: &front.node,
-                        inner: Box::pin(futures_util::future::join_all(runs)),
+                        node: &self.node,
+                        inner: Box::pin(self.commands_together(run, proto, authed, &conn)),
                     }
                     .await;
                     drop(exec);
@@ -775,31 +767,30 @@ impl Front {
             let took = started.elapsed();
             self.load.record_read_batch(get_idx, &slots, took);
             let each_us = took.as_micros() as u64 / slots.len() as u64;
-            if self.monitor.wants(each_us) {
-                let now_s = crate::wall_ms() / 1000;
-                for (argv, r) in run.iter().zip(&replies) {
-                    if r.is_some() {
-                        let args = [&argv[0][..], &argv[1][..]];
-                        self.monitor
-                            .record(&args, true, each_us, now_s, || conn.slowlog_client());
-                    }
-                }
+            for (argv, _) in run.iter().zip(&replies).filter(|(_, r)| r.is_some()) {
+                let args = [&argv[0][..], &argv[1][..]];
+                self.monitor.record(
+                    &args,
+                    true,
+                    each_us,
+                    || crate::wall_ms() / 1000,
+                    || conn.slowlog_client(),
+                );
             }
         }
         replies.resize(run.len(), None);
         if replies.iter().all(Option::is_some) {
             return replies.into_iter().flatten().collect();
         }
-        let front: &Self = self;
         let rest = run
             .iter()
             .zip(&replies)
             .filter(|(_, r)| r.is_none())
-            .map(|(argv, _)| {
-                let (mut p, mut a) = (proto, authed);
-                Box::pin(async move { front.command(argv, &mut p, &mut a, conn).await })
-            });
-        let mut rest = futures_util::future::join_all(rest).await.into_iter();
+            .map(|(argv, _)| argv);
+        let mut rest = self
+            .commands_together(rest, proto, authed, conn)
+            .await
+            .into_iter();
         replies
             .into_iter()
             .map(|r| {
@@ -807,6 +798,24 @@ impl Front {
                     .unwrap_or_else(|| err("ERR internal error"))
             })
             .collect()
+    }
+
+    /// `argvs` through [`Front::command`], polled together on the caller's task, replies in
+    /// order (pipelined runs: commands that may run concurrently, none of which changes the
+    /// connection's protocol or authentication). Each command's future is boxed on its own:
+    /// a command's future is large, and 64 of them in one allocation went to mmap and back
+    /// on every run (page faults and zeroing; a `none` load lost a third of its rate to it).
+    fn commands_together<'a>(
+        &'a self,
+        argvs: impl Iterator<Item = &'a Vec<Vec<u8>>>,
+        proto: Proto,
+        authed: bool,
+        conn: &'a clients::Conn,
+    ) -> impl std::future::Future<Output = Vec<Reply>> + 'a {
+        futures_util::future::join_all(argvs.map(move |argv| {
+            let (mut p, mut a) = (proto, authed);
+            Box::pin(async move { self.command(argv, &mut p, &mut a, conn).await })
+        }))
     }
 
     fn map(&self) -> Option<Arc<ClusterMap>> {
@@ -1130,15 +1139,13 @@ impl Front {
             .record_spec(idx, spec, class, &args, took, outcome);
         // EXEC is not logged itself (Redis's `skip_slowlog`).
         if spec.name != "exec" {
-            // The wall clock only for a command the monitor keeps (a clock read per command
-            // was a measurable share of a pipelined GET).
-            let us = took.as_micros() as u64;
-            if self.monitor.wants(us) {
-                self.monitor
-                    .record(&args, spec.fast, us, crate::wall_ms() / 1000, || {
-                        conn.slowlog_client()
-                    });
-            }
+            self.monitor.record(
+                &args,
+                spec.fast,
+                took.as_micros() as u64,
+                || crate::wall_ms() / 1000,
+                || conn.slowlog_client(),
+            );
         }
         reply
     }

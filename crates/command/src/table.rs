@@ -105,10 +105,12 @@ impl Spec {
         let argc = argv.len() as i64;
         // Negative `last` counts from the end (-1: the last argument); a command without
         // keys (first or step 0) gives an empty range.
-        let last = match () {
-            _ if first <= 0 || step <= 0 => 0,
-            _ if last < 0 => argc + last,
-            _ => last.min(argc - 1),
+        let last = if first <= 0 || step <= 0 {
+            0
+        } else if last < 0 {
+            argc + last
+        } else {
+            last.min(argc - 1)
         };
         (first.max(1)..=last)
             .step_by(step.max(1) as usize)

@@ -743,9 +743,9 @@ impl<S: ReplicaStore> Replica<S> {
                 return (*acked, *acked);
             }
         }
-        let m = self
-            .latest_entry(key)
-            .map_or(map.default_memgest, |e| e.memgest);
+        // Its memgest from the head: WAIT polls this under the core's lock, and the whole
+        // entry would copy the value each time.
+        let m = self.newest_head(key).map_or(map.default_memgest, |h| h.1);
         (beyond(m), beyond(m))
     }
 

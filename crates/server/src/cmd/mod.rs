@@ -300,11 +300,13 @@ fn run(ctx: &mut Ctx<'_>, idx: usize, argv: &[&[u8]]) -> Reply {
     // `skip_slowlog`).
     if cmd.name != "exec" {
         let state = &ctx.session.state;
-        ctx.shared
-            .monitor
-            .record(argv, cmd.fast, us, ctx.now_ms / 1000, || {
-                (state.addr.to_string(), state.name.lock().clone())
-            });
+        ctx.shared.monitor.record(
+            argv,
+            cmd.fast,
+            us,
+            || ctx.now_ms / 1000,
+            || (state.addr.to_string(), state.name.lock().clone()),
+        );
     }
     reply
 }
