@@ -110,7 +110,7 @@ def main():
                     kb.wait_ping(port)
                     pids = nodes or [srv.pid]
                     if a.perf and name == "ringlet load" and rnd == a.rounds - 1:
-                        perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o",
+                        perf = subprocess.Popen(["perf", "record", "-F", os.environ.get("PERF_FREQ", "999"), "-g", "-o",
                                                  a.perf_out, "-p", str(srv.pid)],
                                                 stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)

@@ -1463,27 +1463,20 @@ impl Load<'_> {
         let mut packed = Vec::new();
         for k in (0..=last).rev() {
             item_key(&run.owner, &l.field, k, &mut item);
-            if k >= 1 && !self.fresh {
-                // Over an earlier load: an item's old fields (a `next` the new list no
-                // longer has) must not survive.
-                self.w.pipe(&item, 2).arg(b"DEL").arg(&item).end()?;
-            }
-            if k == 0 && last == 0 && !self.fresh {
-                self.w
-                    .pipe(&item, 4)
-                    .arg(b"LINK")
-                    .arg(b"DEL")
-                    .arg(&item)
-                    .arg(&l.next_field)
-                    .end()?;
-            }
             let (lo, hi) = (k * l.chunk, ((k + 1) * l.chunk).min(n));
             let has_next = k < last;
+            // Over an earlier load, the last item's old `next` link (the list was longer)
+            // must not survive: removed in the same write (`DEL next`), where a `DEL item`
+            // or `LINK DEL owner next` went before it, one command more per list.
+            let del_next = !has_next && !self.fresh;
             // The chunk's targets in one argument (`LINKSPACKED`): the node decodes one bulk
             // string instead of one per link (docs/design/loader.md, "Smaller links").
             packed.clear();
             ringlet_record::Packed::encode((lo..hi).map(|j| run.target(j)), &mut packed);
-            let p = self.w.pipe(&item, 6 + if has_next { 3 } else { 0 });
+            let p = self.w.pipe(
+                &item,
+                6 + if has_next { 3 } else { 0 } + if del_next { 2 } else { 0 },
+            );
             p.arg(b"RECORD")
                 .arg(b"SET")
                 .arg(&item)
@@ -1492,6 +1485,9 @@ impl Load<'_> {
                 .arg(&packed);
             if has_next {
                 p.arg(b"LINK").arg(&l.next_field).arg(&next);
+            }
+            if del_next {
+                p.arg(b"DEL").arg(&l.next_field);
             }
             p.end()?;
             std::mem::swap(&mut item, &mut next);
@@ -1513,16 +1509,19 @@ impl Load<'_> {
         let mut pos = *count as usize;
         if pos == 0 && !self.fresh {
             // Reloading over an earlier load (no generation): start the list afresh instead
-            // of appending to it. Continuation items are reset as they are reached below.
-            for f in [&l.field, &l.next_field] {
-                self.w
-                    .pipe(&run.owner, 4)
-                    .arg(b"LINK")
-                    .arg(b"DEL")
-                    .arg(&run.owner)
-                    .arg(f)
-                    .end()?;
-            }
+            // of appending to it (both fields in one write; an owner left without fields
+            // is deleted, as by `LINK DEL`). Continuation items are reset as they are
+            // reached below.
+            self.w
+                .pipe(&run.owner, 7)
+                .arg(b"RECORD")
+                .arg(b"SET")
+                .arg(&run.owner)
+                .arg(b"DEL")
+                .arg(&l.field)
+                .arg(b"DEL")
+                .arg(&l.next_field)
+                .end()?;
         }
         let mut item = Vec::new();
         let mut prev = Vec::new();

@@ -765,3 +765,50 @@ fn external_links_skipped_rows_and_errors() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reload (no generation) whose list is shorter than the earlier load's: the `next` link
+/// of the new last item goes in the same write (`RECORD SET ... DEL follows.next`), at a
+/// continuation item and at the owner, so a walk ends where the new list ends.
+#[test]
+fn a_shorter_reload_drops_the_old_next_link() {
+    let node = server();
+    let dir = tmpdir("shorter");
+    let (u, _) = write_csv(&dir);
+    let m = mapping(&dir, "users", "follows");
+    let next = |key: &str| strings(rcall(node.1, &["LINK", "GET", key, "follows.next"]));
+    let list = |key: &str| strings(rcall(node.1, &["LINK", "GET", key, "follows"]));
+    let f = dir.join("follows.csv");
+    let load_follows = |targets: &[&str]| {
+        let mut s = "src,dst\n".to_string();
+        for t in targets {
+            s += &format!("1,{t}\n");
+        }
+        std::fs::write(&f, s).unwrap();
+        load(
+            node.1,
+            &[
+                "--mapping",
+                m.to_str().unwrap(),
+                "--csv",
+                u.to_str().unwrap(),
+                "--csv",
+                f.to_str().unwrap(),
+            ],
+        )
+    };
+    // Chunks of 2: the owner [2 3], item 1 [4 5], item 2 [1].
+    load_follows(&["2", "3", "4", "5", "1"]);
+    assert_eq!(next("user:1"), ["user:1#follows#1"]);
+    assert_eq!(next("user:1#follows#1"), ["user:1#follows#2"]);
+    assert_eq!(list("user:1#follows#2"), ["user:1"]);
+    // Item 1 becomes the last: its `next` goes.
+    load_follows(&["2", "3", "4"]);
+    assert_eq!(list("user:1#follows#1"), ["user:4"]);
+    assert_eq!(next("user:1#follows#1"), Vec::<String>::new());
+    // The owner becomes the last: its `next` goes, its attributes stay.
+    load_follows(&["2"]);
+    assert_eq!(list("user:1"), ["user:2"]);
+    assert_eq!(next("user:1"), Vec::<String>::new());
+    assert_eq!(hgetall(node.1, "user:1")["name"], "ann");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -143,14 +143,14 @@ pub fn commands() -> Vec<(&'static str, Reply, Reply)> {
         "record",
         -2,
         "@hash",
-        vec![entry("record|set", -6, true, 2, "@hash")],
+        vec![entry("record|set", -5, true, 2, "@hash")],
     );
     let record_docs = container_docs(
         "Records (KELI): several fields, links and link lists in one write",
         "hash",
         vec![(
             "record|set",
-            "Set fields: ATTR name value, LINK name target, LINKS name count target...",
+            "Set fields: ATTR name value, LINK name target, LINKS name count target..., DEL name",
         )],
     );
     let memgest = container(

@@ -10,12 +10,17 @@
 //!              | LINKSPACKED name blob      the same list in one argument: each target
 //!                                           `| varint len | bytes |`, back to back
 //!                                           (`record::Packed`; what `ringlet load` sends)
+//!              | DEL name                   no field `name`: removed if present
 //!   -> :n, how many of the fields are new (as HSET)
 //! ```
 //!
 //! Fields not named keep their value; a named field that exists is replaced in its place
 //! (whatever it held), a new one is appended, in the order given. A missing key is created;
-//! a string key is WRONGTYPE. The node fills every new link's location hint, as `LINK`
+//! a string key is WRONGTYPE. A record left without fields (its last ones removed by `DEL`)
+//! is deleted, as HDEL deletes an emptied hash; `DEL`s alone on a missing key write nothing.
+//! `DEL` is what lets `ringlet load` rewrite a list item over an earlier load in one write
+//! (the item's old `next` link removed in the same command), where it sent a `DEL` or a
+//! `LINK DEL` first. The node fills every new link's location hint, as `LINK`
 //! does. Refused, with nothing written: an unknown spec word, a count that is not an
 //! integer in `0..=LINKS_PER_FIELD_MAX` or runs past the arguments, a name given twice, a
 //! name or target over its bound, a result over `VALUE_BYTES_MAX`.
@@ -53,11 +58,11 @@ pub fn parse<'a>(argv: &'a [&'a [u8]]) -> Result<Vec<(&'a [u8], PutValue<'a>)>, 
             String::from_utf8_lossy(sub)
         ));
     }
-    if argv.len() < 6 {
+    if argv.len() < 5 {
         return Err(arity_text());
     }
-    // Each spec takes at least 3 arguments: the list is bounded by argv.
-    let mut out = Vec::with_capacity((argv.len() - 3) / 3);
+    // Each spec takes at least 2 arguments: the list is bounded by argv.
+    let mut out = Vec::with_capacity((argv.len() - 3) / 2);
     let mut names = BTreeSet::new();
     let mut i = 3;
     while i < argv.len() {
@@ -114,9 +119,12 @@ pub fn parse<'a>(argv: &'a [&'a [u8]]) -> Result<Vec<(&'a [u8], PutValue<'a>)>, 
                 }
                 e => format!("ERR LINKSPACKED list does not parse: {e}"),
             })?)
+        } else if word.eq_ignore_ascii_case(b"del") {
+            i += 2;
+            PutValue::Del
         } else {
             return Err(format!(
-                "ERR syntax error (expected ATTR, LINK, LINKS or LINKSPACKED, got '{}')",
+                "ERR syntax error (expected ATTR, LINK, LINKS, LINKSPACKED or DEL, got '{}')",
                 String::from_utf8_lossy(word)
             ));
         };
@@ -155,8 +163,16 @@ pub fn apply(argv: &[&[u8]], rec: Option<&Record>) -> Applied {
             PutValue::Link(t) => Field::Link(Link::to(t)),
             PutValue::Links(ts) => Field::Links(ts.iter().map(|t| Link::to(*t)).collect()),
             PutValue::Packed(p) => Field::Links(p.iter().map(Link::to).collect()),
+            PutValue::Del => {
+                r.remove(name);
+                continue;
+            }
         };
         new += i64::from(r.insert(name.to_vec(), f));
+    }
+    if rec.is_none() && r.is_empty() {
+        // Only `DEL`s on a missing key: nothing to store, nothing to delete.
+        return Applied::read(Out::Int(0));
     }
     Applied::store(Out::Int(new), r)
 }
@@ -166,7 +182,7 @@ pub fn apply(argv: &[&[u8]], rec: Option<&Record>) -> Applied {
 pub fn link_fields<'a>(specs: &[(&'a [u8], PutValue<'a>)]) -> Vec<&'a [u8]> {
     specs
         .iter()
-        .filter(|(_, v)| !matches!(v, PutValue::Bytes(_)))
+        .filter(|(_, v)| !matches!(v, PutValue::Bytes(_) | PutValue::Del))
         .map(|(n, _)| *n)
         .collect()
 }

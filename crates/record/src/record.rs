@@ -1098,6 +1098,9 @@ pub enum PutValue<'a> {
     Links(&'a [&'a [u8]]),
     /// A link list packed in one argument (`LINKSPACKED`), checked.
     Packed(Packed<'a>),
+    /// No field of this name (`DEL name`): an old one is removed, none is written. What lets
+    /// `ringlet load` replace an item in one write instead of a `DEL` or `LINK DEL` first.
+    Del,
 }
 
 /// A link list packed in one argument (`RECORD SET key LINKSPACKED name blob`): the targets
@@ -1181,9 +1184,11 @@ impl<'a> Iterator for PackedIter<'a> {
 
 /// `RECORD SET` straight into the encoding: the record `b` (`None`: the key is missing) with
 /// each of `fields` set — a field that exists is replaced in its place, a new one appended
-/// in the order given — and every other field copied as its bytes. Each new link gets the
-/// hint `hint` finds for its target, in order. Returns how many fields are new, and the
-/// encoding. Nothing is allocated per link and no old field is decoded.
+/// in the order given, a `DEL` removing its old field — and every other field copied as its
+/// bytes. Each new link gets the hint `hint` finds for its target, in order. Returns how many
+/// fields are new, and the encoding (of no field at all when the `DEL`s removed every one:
+/// [`is_empty_encoding`]; the caller deletes the key). Nothing is allocated per link and no
+/// old field is decoded.
 ///
 /// Why: a bulk load writes every item once, with all of its links, instead of one command
 /// per link field and a rewrite of the item for its `next` link (docs/design/loader.md).
@@ -1214,7 +1219,7 @@ pub fn put_fields(
                         && ts.iter().all(|t| t.len() <= KEY_BYTES_MAX as usize)
                 }
                 // Checked when it was made.
-                PutValue::Packed(_) => true,
+                PutValue::Packed(_) | PutValue::Del => true,
             };
         if !ok {
             return Err(RecordError::TooLarge { what: "field" });
@@ -1255,8 +1260,11 @@ pub fn put_fields(
         }
     }
     // The new fields no old one had, appended in the order given (found by name again below
-    // instead of gathered in one more `Vec`: one allocation less per command).
-    let added = new.iter().filter(|e| !e.2).count();
+    // instead of gathered in one more `Vec`: one allocation less per command). A `DEL` adds
+    // nothing, and removes the old field it met.
+    let is_del = |i: usize| matches!(fields[i].1, PutValue::Del);
+    let added = new.iter().filter(|e| !e.2 && !is_del(e.1)).count();
+    let removed = new.iter().filter(|e| e.2 && is_del(e.1)).count();
     let guess = body.len()
         + 11
         + fields
@@ -1270,12 +1278,13 @@ pub fn put_fields(
                             ts.iter().map(|t| t.len() + 2 + HINT_DATA_BYTES).sum()
                         }
                         PutValue::Packed(p) => p.b.len() + p.n * (1 + HINT_DATA_BYTES),
+                        PutValue::Del => 0,
                     }
             })
             .sum::<usize>();
     let mut out = Vec::with_capacity(guess.min(VALUE_BYTES_MAX as usize + 64));
     out.push(FORMAT_VERSION);
-    put_varint(&mut out, (old.len() + added) as u64);
+    put_varint(&mut out, (old.len() - removed + added) as u64);
     let mut put = |out: &mut Vec<u8>, (name, v): &(&[u8], PutValue<'_>)| {
         put_varint(out, name.len() as u64);
         out.extend_from_slice(name);
@@ -1311,6 +1320,8 @@ pub fn put_fields(
                     );
                 }
             }
+            // Never put: skipped where it replaces an old field, and among the appended.
+            PutValue::Del => {}
             PutValue::Packed(p) => {
                 out.push(TAG_LINKS);
                 put_varint(out, p.n as u64);
@@ -1334,7 +1345,9 @@ pub fn put_fields(
                 // `start..end` holds the name first: find the new field by it.
                 let (name, _) = Reader { b: &b[start..end] }.field_ref()?;
                 let i = new[find(&new, name).expect("a replaced field was found above")].1;
-                put(&mut out, &fields[i]);
+                if !is_del(i) {
+                    put(&mut out, &fields[i]);
+                }
             } else {
                 out.extend_from_slice(&b[start..end]);
             }
@@ -1345,8 +1358,10 @@ pub fn put_fields(
     }
     if added > 0 {
         for f in fields {
-            if new[find(&new, f.0).expect("every field is in `new`")].2 {
-                continue; // replaced in place above
+            if new[find(&new, f.0).expect("every field is in `new`")].2
+                || matches!(f.1, PutValue::Del)
+            {
+                continue; // replaced in place above, or nothing to write
             }
             put(&mut out, f);
             if out.len() > VALUE_BYTES_MAX as usize {
@@ -1355,6 +1370,13 @@ pub fn put_fields(
         }
     }
     Ok((added as i64, out))
+}
+
+/// Whether `b` is the encoding of a record without fields, which no key holds (an emptied
+/// record is deleted, as Redis deletes an empty hash): what [`put_fields`] returns when its
+/// `DEL`s removed every field.
+pub fn is_empty_encoding(b: &[u8]) -> bool {
+    b == [FORMAT_VERSION, 0]
 }
 
 /// A field of an encoded record, borrowed from its bytes (see [`scan`]).

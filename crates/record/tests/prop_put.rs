@@ -10,11 +10,11 @@ use ringlet_record::{put, record, DataHint, Field, Hint, Link, Packed, PutValue,
 mod common;
 use common::{bytes, record, resolve};
 
-/// One field spec: 0 ATTR, 1 LINK, 2 LINKS, 3 LINKSPACKED, with its value or targets.
+/// One field spec: 0 ATTR, 1 LINK, 2 LINKS, 3 LINKSPACKED, 4 DEL, with its value or targets.
 type Spec = (u8, Vec<u8>, Vec<Vec<u8>>);
 
 fn spec() -> impl Strategy<Value = Spec> {
-    (0u8..4, bytes(20), prop::collection::vec(bytes(6), 0..5))
+    (0u8..5, bytes(20), prop::collection::vec(bytes(6), 0..5))
 }
 
 /// The argument after a list spec's name: the count for LINKS, the packed targets for
@@ -39,7 +39,8 @@ fn argv_of<'a>(names: &'a [Vec<u8>], specs: &'a [Spec], counts: &'a [Vec<u8>]) -
                 argv.extend([&b"LINKS"[..], n, c]);
                 argv.extend(ts.iter().map(Vec::as_slice));
             }
-            _ => argv.extend([&b"linksPacked"[..], n, c]),
+            3 => argv.extend([&b"linksPacked"[..], n, c]),
+            _ => argv.extend([&b"Del"[..], n]),
         }
     }
     argv
@@ -74,6 +75,15 @@ proptest! {
         let enc = rec.as_ref().map(Record::encode);
         let (n, bytes) = record::put_fields(enc.as_deref(), &parsed, resolve).expect("encodes");
         let mut a = put::apply(&argv, rec.as_ref());
+        if record::is_empty_encoding(&bytes) {
+            // `DEL`s removed every field (or wrote none on a missing key): the node deletes
+            // the key, or writes nothing; so does the general path.
+            prop_assert!(specs.iter().all(|s| s.0 == 4), "{:?}", specs);
+            let want = if rec.is_some() { Write::Delete } else { Write::None };
+            prop_assert_eq!(&a.write, &want);
+            prop_assert_eq!(Out::Int(n), a.reply);
+            return Ok(());
+        }
         let Write::Store(r) = &mut a.write else { panic!("general path did not store: {:?}", a.reply) };
         for f in put::link_fields(&parsed) {
             r.fill_hints(f, resolve);
@@ -166,6 +176,27 @@ fn record_set_refuses_bad_specs() {
     let names: Vec<&[u8]> = got.iter().map(|(n, _)| n).collect();
     assert_eq!(names, vec![&b"x"[..], b"l", b"n", b"e"]);
     assert_eq!(got.get(b"l").map(Field::display), Some(b"a b".to_vec()));
+    // DEL removes a field where it was, whatever it held, adds nothing, and a DEL of a
+    // field the record lacks changes nothing; the last field removed empties the record.
+    let argv: &[&[u8]] = &[
+        b"RECORD", b"SET", b"k", b"DEL", b"l", b"DEL", b"zz", b"ATTR", b"y", b"2",
+    ];
+    let p = put::parse(argv).expect("parses");
+    let (n, b2) = record::put_fields(Some(&r.encode()), &p, |_| None).expect("encodes");
+    assert_eq!(n, 1);
+    let got = Record::decode(&b2).expect("decodes");
+    let names: Vec<&[u8]> = got.iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec![&b"x"[..], b"y"]);
+    let argv: &[&[u8]] = &[b"RECORD", b"SET", b"k", b"DEL", b"x", b"DEL", b"y"];
+    let p = put::parse(argv).expect("parses");
+    let (n, b3) = record::put_fields(Some(&b2), &p, |_| None).expect("encodes");
+    assert_eq!(n, 0);
+    assert!(record::is_empty_encoding(&b3));
+    assert!(matches!(put::apply(argv, Some(&got)).write, Write::Delete));
+    assert!(matches!(put::apply(argv, None).write, Write::None));
+    // DEL takes a name; a name deleted and set in one command is named twice.
+    assert!(put::parse(&[b"RECORD", b"SET", b"k", b"DEL"]).is_err());
+    assert!(put::parse(&[b"RECORD", b"SET", b"k", b"DEL", b"a", b"ATTR", b"a", b"1"]).is_err());
     // Garbage stored bytes are an error, not a panic.
     assert!(record::put_fields(Some(&[1, 9, 9]), &p, |_| None).is_err());
     let _ = DataHint {

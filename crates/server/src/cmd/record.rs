@@ -322,7 +322,7 @@ pub async fn link<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     run(ks, key, argv, write, ringlet_record::link::apply).await
 }
 
-/// `RECORD SET key ATTR|LINK|LINKS|LINKSPACKED ...` (`ringlet_record::put`): several fields,
+/// `RECORD SET key ATTR|LINK|LINKS|LINKSPACKED|DEL ...` (`ringlet_record::put`): several fields,
 /// links and link lists written in one command, straight into the encoding
 /// (`record::put_fields`: old fields copied as bytes, no `Record`, no allocation per link),
 /// every new link with its location hint. What `ringlet load` writes each item with. The
@@ -347,13 +347,14 @@ pub async fn record_set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
             PutValue::Link(_) => 1,
             PutValue::Links(ts) => ts.len(),
             PutValue::Packed(p) => p.len(),
+            PutValue::Del => 0,
         })
         .sum();
     let mut kept: Vec<(usize, usize, u64)> = Vec::with_capacity(links);
     let mut keep = |t: &[u8]| kept.push((t.as_ptr() as usize, t.len(), hints.prefetch_keep(t)));
     for (_, v) in &specs {
         match v {
-            PutValue::Bytes(_) => {}
+            PutValue::Bytes(_) | PutValue::Del => {}
             PutValue::Link(t) => keep(t),
             PutValue::Links(ts) => ts.iter().for_each(|t| keep(t)),
             PutValue::Packed(p) => p.iter().for_each(&mut keep),
@@ -373,6 +374,16 @@ pub async fn record_set<K: Keyspace>(ks: &K, argv: &[&[u8]]) -> KsResult {
     ks.update(key, |cur| {
         let encoded = encoded_of(cur.as_ref())?;
         match ringlet_record::record::put_fields(encoded, &specs, &mut hint) {
+            // `DEL`s removed every field: the key goes, as an emptied hash does (or stays
+            // missing).
+            Ok((n, bytes)) if ringlet_record::record::is_empty_encoding(&bytes) => {
+                let change = if encoded.is_some() {
+                    Change::Delete
+                } else {
+                    Change::Nothing
+                };
+                Ok((change, Reply::Int(n)))
+            }
             Ok((n, bytes)) => Ok((put_record(bytes), Reply::Int(n))),
             Err(ringlet_record::RecordError::TooLarge { .. }) => {
                 Err(Reply::err("ERR record exceeds maximum allowed size"))
