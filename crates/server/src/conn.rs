@@ -215,10 +215,11 @@ pub(crate) const READ_BUFFER_ERROR: &[u8] =
 ///
 /// # Batches (the pipelined fast path)
 ///
-/// `GET key` and `SET key value` (no options), from an authenticated connection outside
-/// MULTI, are not dispatched one by one: they are decoded ahead into a batch of at most
-/// [`BATCH_OPS_MAX`] operations, and the batch runs when a request of another kind, the end
-/// of the buffer or the batch bound is reached, in request order, before that other request.
+/// `GET key`, `SET key value` (no options) and `RECORD SET key spec ...`, from an
+/// authenticated connection outside MULTI, are not dispatched one by one: they are decoded
+/// ahead into a batch of at most [`BATCH_OPS_MAX`] operations, and the batch runs when a
+/// request of another kind, the end of the buffer or the batch bound is reached, in request
+/// order, before that other request.
 ///
 /// ```text
 /// decode GET a, SET b, GET c ...   hash each key, prefetch its index bucket     (touch 1)
@@ -226,8 +227,15 @@ pub(crate) const READ_BUFFER_ERROR: &[u8] =
 ///       Shared::exec read guard once; engine lock taken at the first SET, kept to the end
 ///       GET: lock-free reader -> bulk encoded straight from the reader's copy into wbuf
 ///       SET: Engine::set_discarding_old (no copy of the replaced value)  -> +OK
+///       RECORD SET: its handler (`cmd::record::record_set`), the engine lock taken per
+///                   command as in dispatch (released first if the batch's SETs hold it)
 ///       counters added once per batch
 /// ```
+///
+/// A `RECORD SET` (what `ringlet load` sends, one per item: docs/design/loader.md) is batched
+/// for the touches and for what `cmd::dispatch` costs per request — the table lookup, the
+/// timing, the per-command counters — which was a fifth of a bulk load's node time; its own
+/// work is the one-by-one handler's, so its reply and effects are too.
 ///
 /// At a million keys every lookup misses the cache twice (bucket, entry); touching all the
 /// batch's buckets, then all its entries, before the first lookup overlaps those misses
@@ -243,9 +251,13 @@ pub struct RespProcessor {
     argv: Vec<&'static [u8]>,
     /// The pending batch (positions in the buffer of the current `process` call).
     ops: Vec<FastOp>,
-    /// Table indexes of GET and SET, for CLIENT LIST's `cmd=`.
+    /// Where the batch's RECORD SET arguments are in the buffer (offset, length), back to
+    /// back; `FastOp::args` indexes it.
+    rec_args: Vec<(usize, usize)>,
+    /// Table indexes of GET, SET and RECORD SET, for CLIENT LIST's `cmd=` and commandstats.
     get_idx: u64,
     set_idx: u64,
+    record_idx: u64,
     /// Off only in tests: every request then takes `cmd::dispatch`, the oracle the batched
     /// path is compared with (`tests/batch.rs`).
     batching: bool,
@@ -260,6 +272,7 @@ pub const BATCH_OPS_MAX: usize = 32;
 enum FastKind {
     Get,
     Set,
+    Record,
 }
 
 /// One batched request: where its key and value are in the buffer, where it ends, and the
@@ -274,6 +287,8 @@ struct FastOp {
     /// A SET's cluster slot (`key_slot(key)`), computed once here for both the prefetch of
     /// the slot's accounting line and the engine's accounting; 0 for a GET (unused).
     slot: u16,
+    /// A RECORD SET's arguments: a range of `RespProcessor::rec_args` (empty otherwise).
+    args: (usize, usize),
 }
 
 /// Offset of `arg` (a slice of `within`) in `within`.
@@ -304,8 +319,13 @@ impl RespProcessor {
             scratch: Vec::new(),
             argv: Vec::new(),
             ops: Vec::with_capacity(BATCH_OPS_MAX),
+            rec_args: Vec::new(),
             get_idx: t.index("get").map_or(u64::MAX, |i| i as u64),
             set_idx: t.index("set").map_or(u64::MAX, |i| i as u64),
+            record_idx: t
+                .index("record")
+                .and_then(|i| t.spec(i).subcommands.get("set").copied())
+                .map_or(u64::MAX, |i| i as u64),
             batching: true,
         }
     }
@@ -316,13 +336,14 @@ impl RespProcessor {
     }
 
     /// The just-decoded request (`self.req`, `used` bytes at `base` of `buf`) as a batch
-    /// operation, if it is one: GET with one key or SET without options, multibulk, from a
-    /// connection that may run commands now (authenticated, not queueing a MULTI, its ACL
-    /// user unrestricted). Exactly
-    /// the requests whose lookup, arity and auth checks in `cmd::dispatch` cannot fail and
-    /// whose handler is `string::get` or `string::set` with default options.
+    /// operation, if it is one: GET with one key, SET without options or RECORD SET with a
+    /// key and at least one spec's worth of arguments, multibulk, from a connection that may
+    /// run commands now (authenticated, not queueing a MULTI, its ACL user unrestricted).
+    /// Exactly the requests whose lookup, arity and auth checks in `cmd::dispatch` cannot
+    /// fail and whose handler is `string::get`, `string::set` with default options or
+    /// `record::record_set`.
     fn fast_op(
-        &self,
+        &mut self,
         buf: &[u8],
         base: usize,
         used: usize,
@@ -341,6 +362,14 @@ impl RespProcessor {
         let kind = match (self.req.argc(), name.len()) {
             (2, 3) if name.eq_ignore_ascii_case(b"get") => FastKind::Get,
             (3, 3) if name.eq_ignore_ascii_case(b"set") => FastKind::Set,
+            // `record|set`'s arity is -5.
+            (n, 6)
+                if n >= 5
+                    && name.eq_ignore_ascii_case(b"record")
+                    && self.req.arg(rest, 1)?.eq_ignore_ascii_case(b"set") =>
+            {
+                FastKind::Record
+            }
             _ => return None,
         };
         if !session.authenticated && shared.auth_required() {
@@ -352,46 +381,63 @@ impl RespProcessor {
         if !session.user.unrestricted() || !session.user.generation_is(shared.acl.generation()) {
             return None;
         }
-        let key = self.req.arg(rest, 1)?;
+        let key = self
+            .req
+            .arg(rest, if kind == FastKind::Record { 2 } else { 1 })?;
         let value = match kind {
             FastKind::Set => self.req.arg(rest, 2)?,
-            FastKind::Get => &[][..],
+            FastKind::Get | FastKind::Record => &[][..],
+        };
+        let args = if kind == FastKind::Record {
+            let from = self.rec_args.len();
+            let at = |a: &[u8]| (base + offset_in(rest, a), a.len());
+            self.rec_args.extend(self.req.args(rest).map(at));
+            (from, self.rec_args.len())
+        } else {
+            (0, 0)
         };
         Some(FastOp {
             kind,
             key: (base + offset_in(rest, key), key.len()),
             value: match kind {
                 FastKind::Set => (base + offset_in(rest, value), value.len()),
-                FastKind::Get => (0, 0),
+                FastKind::Get | FastKind::Record => (0, 0),
             },
             end: base + used,
             hash: ringlet_engine::hash::key_hash(key),
             slot: match kind {
                 FastKind::Set => ringlet_types::key_slot(key),
-                FastKind::Get => 0,
+                FastKind::Get | FastKind::Record => 0,
             },
+            args,
         })
     }
 
-    /// INFO commandstats/errorstats for a batch that ran `gets` GETs and `sets` SETs in the
-    /// time since `started`, `errors` of them answering an error.
+    /// INFO commandstats/errorstats for a batch that ran `gets` GETs, `sets` SETs and
+    /// `records` RECORD SETs in the time since `started`, `errors` of them answering an error.
     fn count_batch(
         &self,
         shared: &Shared,
         started: std::time::Instant,
-        gets: u64,
-        sets: u64,
+        [gets, sets, records]: [u64; 3],
         errors: &[(FastKind, Reply)],
     ) {
-        let n = gets + sets;
+        let n = gets + sets + records;
         if n == 0 {
             return;
         }
         let usec = started.elapsed().as_micros() as u64;
         let stats = &shared.cmdstats;
-        let (get, set) = (self.get_idx as usize, self.set_idx as usize);
         let failed = |k: FastKind| errors.iter().filter(|(e, _)| *e == k).count() as u64;
-        for (idx, count, kind) in [(get, gets, FastKind::Get), (set, sets, FastKind::Set)] {
+        for (idx, count, kind) in [
+            (self.get_idx, gets, FastKind::Get),
+            (self.set_idx, sets, FastKind::Set),
+            (self.record_idx, records, FastKind::Record),
+        ] {
+            if count == 0 {
+                continue;
+            }
+            let idx = idx as usize;
             let f = failed(kind);
             stats
                 .by_index(idx)
@@ -449,9 +495,10 @@ impl RespProcessor {
             }
         }
         let (mut hits, mut misses, mut retries, mut ran) = (0u64, 0u64, 0u64, 0usize);
-        // GETs that ran (the rest of `ran` are SETs), and the error replies (rare: WRONGTYPE,
-        // OOM).
-        let mut gets = 0u64;
+        // GETs and RECORD SETs that ran (the rest of `ran` are SETs), and the error replies
+        // (rare: WRONGTYPE, OOM).
+        let (mut gets, mut records) = (0u64, 0u64);
+        let mut argv: Vec<&[u8]> = Vec::new();
         let mut errors: Vec<(FastKind, Reply)> = Vec::new();
         let mut stop = None;
         for op in &self.ops {
@@ -503,16 +550,42 @@ impl RespProcessor {
                         }
                     }
                 }
+                FastKind::Record => {
+                    // The handler takes the engine lock itself, per command as `dispatch`
+                    // would (not reentrant: a guard the batch's SETs hold goes first).
+                    drop(engine.take());
+                    argv.clear();
+                    argv.extend(
+                        self.rec_args[op.args.0..op.args.1]
+                            .iter()
+                            .map(|&(at, len)| &buf[at..at + len]),
+                    );
+                    let ks = cmd::keyspace_api::Local::with_scratch(
+                        shared,
+                        reader,
+                        now,
+                        std::mem::take(&mut self.scratch),
+                    );
+                    let reply = cmd::keyspace_api::ready(cmd::record::record_set(&ks, &argv))
+                        .unwrap_or_else(|e| e);
+                    self.scratch = ks.into_scratch();
+                    encode(&reply, session.proto, wbuf);
+                    if let Reply::Error(_) = reply {
+                        errors.push((FastKind::Record, reply));
+                    }
+                }
             }
             ran += 1;
             gets += u64::from(op.kind == FastKind::Get);
+            records += u64::from(op.kind == FastKind::Record);
             if wbuf.len() >= WRITE_FLUSH_BYTES {
                 stop = Some(op.end);
                 break;
             }
         }
         drop(engine);
-        self.count_batch(shared, started, gets, ran as u64 - gets, &errors);
+        let sets = ran as u64 - gets - records;
+        self.count_batch(shared, started, [gets, sets, records], &errors);
         let st = &shared.stats;
         Stats::add(&st.commands_processed, ran as u64);
         if hits > 0 {
@@ -528,11 +601,13 @@ impl RespProcessor {
             let idx = match last.kind {
                 FastKind::Get => self.get_idx,
                 FastKind::Set => self.set_idx,
+                FastKind::Record => self.record_idx,
             };
             session.state.last_cmd.store(idx, Ordering::Relaxed);
             session.state.last_cmd_at_ms.store(now, Ordering::Relaxed);
         }
         self.ops.clear();
+        self.rec_args.clear();
         stop
     }
 
@@ -550,6 +625,7 @@ impl RespProcessor {
     ) -> Progress {
         let mut pos = 0usize;
         self.ops.clear();
+        self.rec_args.clear();
         // Bounded by buf.len(): every successful decode consumes at least one byte.
         loop {
             let rest = &buf[pos..];

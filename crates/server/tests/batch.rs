@@ -8,8 +8,9 @@
 //! `process` call through `cmd::dispatch` and the GET/SET handlers (the oracle). The reply
 //! bytes must be equal, and so must the counters INFO reports (commands processed, hits,
 //! misses). The alphabet mixes batchable forms with forms that
-//! must not be batched (options, wrong arity, inline, MULTI queueing, AUTH, records) and
-//! commands that read what a batched SET wrote.
+//! must not be batched (options, wrong arity, inline, MULTI queueing, AUTH, hash commands),
+//! batched `RECORD SET`s (good and bad specs, WRONGTYPE, DEL) and commands that read what
+//! a batched SET or RECORD SET wrote.
 
 use proptest::prelude::*;
 use ringlet_codec::resp::{encode_request, scan_reply};
@@ -50,6 +51,19 @@ fn request() -> impl Strategy<Value = Vec<Vec<u8>>> {
         1 => (key.clone(), val.clone())
             .prop_map(|(k, v)| vec![b"APPEND".to_vec(), k.into(), v.into()]),
         1 => Just(vec![b"HSET".to_vec(), b"h".to_vec(), b"f".to_vec(), b"v".to_vec()]),
+        // RECORD SET is batched too: fields, links (hinted to keys the batch wrote), DEL,
+        // WRONGTYPE on a string key, a bad spec, a record emptied.
+        3 => (key.clone(), val.clone()).prop_map(|(k, v)| {
+            vec![b"RECORD".to_vec(), b"SET".to_vec(), k.into(), b"ATTR".to_vec(), b"f".to_vec(), v.into()]
+        }),
+        2 => key.clone().prop_map(|k| {
+            vec![b"record".to_vec(), b"set".to_vec(), b"h".to_vec(), b"LINK".to_vec(), b"l".to_vec(), k.into(), b"DEL".to_vec(), b"f".to_vec()]
+        }),
+        1 => Just(vec![b"RECORD".to_vec(), b"SET".to_vec(), b"h".to_vec(), b"DEL".to_vec(), b"l".to_vec(), b"DEL".to_vec(), b"f".to_vec()]),
+        1 => Just(vec![b"RECORD".to_vec(), b"SET".to_vec(), b"h".to_vec(), b"ATTR".to_vec(), b"f".to_vec()]),
+        1 => Just(vec![b"RECORD".to_vec(), b"SET".to_vec(), b"h".to_vec(), b"NOPE".to_vec(), b"f".to_vec(), b"v".to_vec()]),
+        1 => Just(vec![b"HGETALL".to_vec(), b"h".to_vec()]),
+        1 => Just(vec![b"LINK".to_vec(), b"GET".to_vec(), b"h".to_vec(), b"l".to_vec()]),
         1 => Just(vec![b"MULTI".to_vec()]),
         1 => Just(vec![b"EXEC".to_vec()]),
         1 => Just(vec![b"DISCARD".to_vec()]),

@@ -417,6 +417,28 @@ impl<'a> Local<'a> {
         *ctx.scratch = self.scratch.into_inner();
     }
 
+    /// The keyspace of a request the connection runs without a [`Ctx`] (its batched path,
+    /// conn.rs), lent the connection's `scratch` buffer: give it back with
+    /// [`Local::into_scratch`].
+    pub fn with_scratch(
+        shared: &'a Shared,
+        reader: &'a Reader,
+        now_ms: u64,
+        scratch: Vec<u8>,
+    ) -> Local<'a> {
+        Local {
+            shared,
+            reader,
+            now_ms,
+            scratch: std::cell::RefCell::new(scratch),
+        }
+    }
+
+    /// The scratch buffer lent to [`Local::with_scratch`].
+    pub fn into_scratch(self) -> Vec<u8> {
+        self.scratch.into_inner()
+    }
+
     /// The kind of `key` if it is live, its value left in the scratch buffer.
     fn probe(&self, key: &[u8]) -> Option<ValueKind> {
         let mut buf = self.scratch.borrow_mut();
