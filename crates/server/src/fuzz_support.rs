@@ -32,12 +32,22 @@ impl Harness {
     /// # Panics
     /// If the engine cannot reserve 16 MiB (a test environment problem, not input).
     pub fn new(requirepass: Option<&str>) -> Harness {
+        Harness::sized(requirepass, 16, None)
+    }
+
+    /// [`Harness::new`] with a data region of `memory_mb` and the index sized for
+    /// `index_keys` from the start (`ringlet server --memory-mb --index-keys`): what a
+    /// benchmark of a bulk load needs (`benches/record_load.rs`).
+    ///
+    /// # Panics
+    /// If the engine cannot reserve the region.
+    pub fn sized(requirepass: Option<&str>, memory_mb: u64, index_keys: Option<u64>) -> Harness {
         let config = Config {
-            memory_mb: 16,
+            memory_mb,
             requirepass: requirepass.map(str::to_owned),
             ..Config::default()
         };
-        let db = Db::new(16 << 20).expect("engine");
+        let db = Db::with_index(memory_mb << 20, index_keys).expect("engine");
         let shared = Arc::new(Shared::new(config, db, 0));
         let reader = shared.db.reader();
         let state = Arc::new(ClientState {
