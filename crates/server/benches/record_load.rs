@@ -53,7 +53,11 @@ fn graph() -> (Vec<u8>, Vec<u8>, u64) {
             ],
         );
         let x = rng.next();
-        let degree = if x.is_multiple_of(100) { 300 + x % 700 } else { x % 30 } as usize;
+        let degree = if x.is_multiple_of(100) {
+            300 + x % 700
+        } else {
+            x % 30
+        } as usize;
         if degree == 0 {
             continue;
         }

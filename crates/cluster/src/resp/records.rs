@@ -22,7 +22,7 @@ use super::{convert, err, Front};
 use ringlet_codec::resp::Reply;
 use ringlet_record::chase;
 use ringlet_server::cmd::keyspace_api::LinkHints;
-use ringlet_server::cmd::record::{chase_reply, local_hint, CHASE_TIME_MAX};
+use ringlet_server::cmd::record::{chase_reply, hint_of, CHASE_TIME_MAX};
 use ringlet_types::{key_slot, limits, NodeId, ValueKind};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -32,8 +32,14 @@ use std::time::Instant;
 const RECORDS_BATCH_MAX: usize = 1024;
 
 /// A cluster node's location hints for new links: a target this node coordinates gets its
-/// index entry's position in this node's engine (node id, epoch), found by its full key;
-/// others are left without (a client looks them up by key at their coordinator).
+/// index entry's position in this node's engine (node id, epoch), found by its key hash's
+/// tag as the single node finds it (no data entry read to compare the key: a hint is
+/// validated in full when followed, so a tag collision only makes a stale one); others are
+/// left without (a client looks them up by key at their coordinator).
+///
+/// Session 24: by its full key until then (`locate_position`), which read every target's
+/// data entry — a cache miss per link, the largest item of a cluster node's profile during
+/// a bulk load — where the tag needs only the target's bucket, requested ahead.
 pub(super) struct ClusterHints {
     map: Option<std::sync::Arc<ringlet_control::ClusterMap>>,
     me: NodeId,
@@ -52,15 +58,49 @@ impl ClusterHints {
     }
 }
 
+impl ClusterHints {
+    /// Whether this node coordinates `target` (only those get a hint).
+    fn coordinates(&self, target: &[u8]) -> bool {
+        self.map
+            .as_ref()
+            .is_some_and(|m| m.coordinator(key_slot(target)) == Some(self.me))
+    }
+}
+
+/// What [`ClusterHints::prefetch_keep`] keeps for a target this node does not coordinate.
+/// A target this node does coordinate whose key hash is 0 (one in 2⁶⁴) is kept as 1: its
+/// hint then names another bucket, so it is stale when followed (a lookup), never wrong.
+const NOT_MINE: u64 = 0;
+
 impl LinkHints for ClusterHints {
-    fn prefetch(&self, _target: &[u8]) {}
+    fn prefetch(&self, target: &[u8]) {
+        self.prefetch_keep(target);
+    }
 
     fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint> {
-        let map = self.map.as_ref()?;
-        if map.coordinator(key_slot(target)) != Some(self.me) {
+        if !self.coordinates(target) {
             return None;
         }
-        local_hint(&self.reader, target, self.me.0, self.epoch)
+        self.hint_kept(target, ringlet_engine::hash::key_hash(target).max(1))
+    }
+
+    /// The coordinator check and the key hash once per link; the bucket requested.
+    fn prefetch_keep(&self, target: &[u8]) -> u64 {
+        if !self.coordinates(target) {
+            return NOT_MINE;
+        }
+        let hash = ringlet_engine::hash::key_hash(target);
+        ringlet_engine::read::prefetch_bucket(&self.reader.view(), hash);
+        hash.max(1)
+    }
+
+    /// `kept`: `target`'s key hash, or [`NOT_MINE`].
+    fn hint_kept(&self, _target: &[u8], kept: u64) -> Option<ringlet_record::Hint> {
+        if kept == NOT_MINE {
+            return None;
+        }
+        ringlet_engine::read::locate_position_by_tag(&self.reader.view(), kept)
+            .map(|p| hint_of(p, self.me.0, self.epoch))
     }
 }
 

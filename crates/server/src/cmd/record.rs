@@ -201,11 +201,7 @@ fn fill_hints(hints: &impl LinkHints, r: &mut Record, field: &[u8]) {
 }
 
 /// The record hint naming engine position `p` on `node` in `epoch`.
-pub(super) fn hint_of(
-    p: ringlet_engine::read::Position,
-    node: u32,
-    epoch: u64,
-) -> ringlet_record::Hint {
+pub fn hint_of(p: ringlet_engine::read::Position, node: u32, epoch: u64) -> ringlet_record::Hint {
     ringlet_record::Hint {
         node,
         epoch,
@@ -217,42 +213,6 @@ pub(super) fn hint_of(
             memgest: d.memgest,
         }),
     }
-}
-
-/// A location hint for `target` in this node's engine (docs/design/records.md, "Location
-/// hints"): where the lock-free reader finds its index entry now, or None if it is absent.
-/// `node` and `epoch` name the engine's owner (0 and 0 on a single node).
-pub fn local_hint(
-    reader: &ringlet_engine::Reader,
-    target: &[u8],
-    node: u32,
-    epoch: u64,
-) -> Option<ringlet_record::Hint> {
-    hint_in(&reader.view(), target, node, epoch)
-}
-
-/// [`local_hint`] over a view the caller already holds (one per `LINK` command).
-fn hint_in(
-    view: &ringlet_engine::read::RegionsView,
-    target: &[u8],
-    node: u32,
-    epoch: u64,
-) -> Option<ringlet_record::Hint> {
-    // The position only (locate_position: no copy of the target's entry, which for a chunked
-    // list is a whole record); it is validated in full when a chase follows it, and an
-    // expired target's hint reads as a miss there, as its key would.
-    let hash = ringlet_engine::hash::key_hash(target);
-    ringlet_engine::read::locate_position(view, target, hash).map(|p| ringlet_record::Hint {
-        node,
-        epoch,
-        table: p.layout,
-        entry: p.entry,
-        data: p.data.map(|d| ringlet_record::DataHint {
-            location: d.location,
-            crc: d.crc,
-            memgest: d.memgest,
-        }),
-    })
 }
 
 /// HSET HSETNX HMSET HGET HMGET HGETALL HDEL HLEN HEXISTS HKEYS HVALS HINCRBY HINCRBYFLOAT
