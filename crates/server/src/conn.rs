@@ -284,8 +284,8 @@ struct FastOp {
     value: (usize, usize),
     end: usize,
     hash: u64,
-    /// A SET's cluster slot (`key_slot(key)`), computed once here for both the prefetch of
-    /// the slot's accounting line and the engine's accounting; 0 for a GET (unused).
+    /// A SET's or RECORD SET's cluster slot (`key_slot(key)`), computed once here for the
+    /// prefetch of the slot's accounting line (and a SET's accounting); 0 for a GET.
     slot: u16,
     /// A RECORD SET's arguments: a range of `RespProcessor::rec_args` (empty otherwise).
     args: (usize, usize),
@@ -406,8 +406,8 @@ impl RespProcessor {
             end: base + used,
             hash: ringlet_engine::hash::key_hash(key),
             slot: match kind {
-                FastKind::Set => ringlet_types::key_slot(key),
-                FastKind::Get | FastKind::Record => 0,
+                FastKind::Set | FastKind::Record => ringlet_types::key_slot(key),
+                FastKind::Get => 0,
             },
             args,
         })
@@ -479,10 +479,12 @@ impl RespProcessor {
         // first SET: touch 2 prefetches each SET's slot accounting line, which lives in the
         // engine. (The lock is held to the end of the batch either way; a GET before the first
         // SET runs on the lock-free reader all the same. Lock order: exec, then engine.)
+        // With a RECORD SET too: its slot's accounting line is prefetched here, the lock
+        // released before it runs (its handler locks per command).
         let mut engine = self
             .ops
             .iter()
-            .any(|op| op.kind == FastKind::Set)
+            .any(|op| op.kind != FastKind::Get)
             .then(|| shared.db.lock());
         // Touch 2: the buckets were prefetched while the batch was decoded; now the data
         // entries they point at, and each SET's slot accounting line, for the whole batch
@@ -490,7 +492,7 @@ impl RespProcessor {
         // one instead was measured and lost, session 20: `docs/design/request-path.md`.)
         for op in &self.ops {
             reader.prefetch_entry(op.hash);
-            if let (FastKind::Set, Some(e)) = (op.kind, engine.as_ref()) {
+            if let (FastKind::Set | FastKind::Record, Some(e)) = (op.kind, engine.as_ref()) {
                 e.prefetch_slot(op.slot);
             }
         }
