@@ -32,13 +32,26 @@ pub const CLUSTER_DEDUP_CLIENTS: usize = 1024;
 /// free is an `munmap`.
 const MALLOC_MMAP_THRESHOLD_BYTES: i32 = 128 * 1024;
 
-/// Fix the allocator's tunables for a node process (see [`MALLOC_MMAP_THRESHOLD_BYTES`]).
-/// Idempotent; process-wide (every node of an in-process test shares it).
+/// glibc malloc's trim threshold: free memory at the top of a heap is given back to the OS
+/// only beyond this. Fixing the mmap threshold (above) also fixes this one at glibc's
+/// initial 128 KiB, and a pipelined write run boxes up to `WRITE_RUN_MAX` (64) command
+/// futures of ~8.8 KiB each (resp.rs `commands_together`): every run grew the heap's top by
+/// ~0.5 MiB, faulting fresh zeroed pages in, and its free gave them back — a page-fault
+/// churn that was 0.5-1 s of kernel time in a KELI graph load on three nodes (session 24,
+/// docs/design/cluster-memory.md). At 4 MiB a few connections' runs reuse the same pages;
+/// memory freed beyond that still goes back, and the `ringlet-trim` thread still returns
+/// the heaps' free pages after connections close.
+const MALLOC_TRIM_THRESHOLD_BYTES: i32 = 4 << 20;
+
+/// Fix the allocator's tunables for a node process (see [`MALLOC_MMAP_THRESHOLD_BYTES`],
+/// [`MALLOC_TRIM_THRESHOLD_BYTES`]). Idempotent; process-wide (every node of an in-process
+/// test shares it).
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt takes two integers and changes only malloc's parameters.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD_BYTES);
     }
 }
 
