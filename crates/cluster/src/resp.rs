@@ -867,8 +867,17 @@ impl Front {
                     ClientReply::Busy => FrontRetry::Busy,
                     ClientReply::Ambiguous { version } => {
                         // A SET the new coordinator serves took effect: say so (resolve.rs).
+                        // Boxed: the check may ask another node over TCP, a ~4.6 KiB
+                        // future that every write's future (and each command future a
+                        // pipelined run boxes, `commands_together`) carried for this rare
+                        // branch.
                         if matches!(op, ClientOp::Set { .. })
-                            && crate::resolve::took_effect(&self.node, op.key(), version).await
+                            && Box::pin(crate::resolve::took_effect(
+                                &self.node,
+                                op.key(),
+                                version,
+                            ))
+                            .await
                         {
                             self.node.count_ambiguous_resolved();
                             note_write(op.key(), version);
@@ -963,7 +972,9 @@ impl Front {
     async fn write_resolving(&self, key: &[u8], value: Option<Vec<u8>>) -> Result<(), Reply> {
         match self.write(key, value.clone()).await {
             Err(Reply::Error(e)) if e == AMBIGUOUS.as_bytes() => {
-                match self.read_at_coordinator(key).await {
+                // Boxed, as `took_effect` in `run`: a read over TCP (and TLS) is a large
+                // future every plain SET's would otherwise carry for this rare branch.
+                match Box::pin(self.read_at_coordinator(key)).await {
                     Some(now) if now == value => Ok(()),
                     _ => Err(err(AMBIGUOUS)),
                 }
@@ -1421,7 +1432,9 @@ impl Front {
                 let resp3 = *proto == Proto::Resp3;
                 shared(record::hrandfield(&ks, args, resp3, seed).await)
             }
-            "chase" => self.chase(argv).await,
+            // Boxed: a walk's future (its connections to other nodes) is the largest of
+            // any command's, and every command's future is as large as its largest arm.
+            "chase" => Box::pin(self.chase(argv)).await,
             "records" => self.records(argv).await,
             // Key commands written once for both fronts (ringlet_server::cmd, over the
             // replicated keyspace: resp/keyspace.rs `Replicated`).
