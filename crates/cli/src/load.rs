@@ -1776,17 +1776,28 @@ fn load_once(
 /// when the index grows, and a hint with both stale costs a lookup (docs/design/loader.md,
 /// "Index pre-sizing"). Best effort: a node that refuses (an older server, or a cluster node
 /// before session 23) is named once on stderr (`report`) and the load goes on. A cluster
-/// node sizes its engine for the share asked: with a replicated default memgest its engine
-/// also holds its peers' copies, so the share under-sizes it by the copies.
+/// node's engine holds an index entry for every key it holds a copy of, so its share is the
+/// records times the default memgest's copies per key ([`holders_per_key`]: 3 for `rep:3`)
+/// over the nodes; it was the records over the nodes until session 24, which left a
+/// replicated memgest's indexes growing during the load.
 fn reserve_index(topo: &Topology, password: Option<&str>, records: u64, report: bool) {
-    let share = records.div_ceil(topo.nodes.len().max(1) as u64);
+    let nodes = topo.nodes.len().max(1) as u64;
+    let holders = if topo.slot_node.is_some() {
+        holders_per_key(&topo.nodes[0], password).min(nodes)
+    } else {
+        1
+    };
+    let share = records.saturating_mul(holders).div_ceil(nodes);
     let mut refused: Vec<(&str, anyhow::Error)> = Vec::new();
     for n in &topo.nodes {
         let r = connect(n, password).and_then(|mut s| {
             let Reply::Integer(keys) = call(&mut s, &[b"DBSIZE"])? else {
                 bail!("DBSIZE: not an integer");
             };
-            let want = (keys.max(0) as u64).saturating_add(share).to_string();
+            // DBSIZE counts the keys a cluster node coordinates; its engine holds copies of
+            // its peers' too.
+            let held = (keys.max(0) as u64).saturating_mul(holders);
+            let want = held.saturating_add(share).to_string();
             match call(&mut s, &[b"CONFIG", b"SET", b"index-keys", want.as_bytes()])? {
                 Reply::Error(e) => bail!("{}", String::from_utf8_lossy(&e)),
                 _ => Ok(()),
@@ -1814,6 +1825,37 @@ fn reserve_index(topo: &Topology, password: Option<&str>, records: u64, report: 
     for (n, e) in refused {
         eprintln!("ringlet load: {n} did not pre-size its index ({e}); hints may go stale");
     }
+}
+
+/// How many nodes' engines hold an index entry for each key of the cluster's default
+/// memgest (`MEMGEST INFO`: the section marked `default:1`, its `descriptor`): R for
+/// `rep:R`; 1 for `none`, and for `ec:K+M`, whose value is in the coordinator's arena with
+/// one engine entry there while the parity holders keep its metadata apart
+/// (docs/design/cluster-ec.md); 1 too when the node does not say (an older node, an
+/// unknown descriptor), the sizing before session 24.
+fn holders_per_key(node: &str, password: Option<&str>) -> u64 {
+    let info = connect(node, password).and_then(|mut s| call(&mut s, &[b"MEMGEST", b"INFO"]));
+    let Ok(Reply::Bulk(text)) = info else {
+        return 1;
+    };
+    let text = String::from_utf8_lossy(&text);
+    text.split("# ")
+        .find(|section| section.lines().any(|l| l.trim() == "default:1"))
+        .and_then(|section| {
+            section
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("descriptor:"))
+                .and_then(holders_of)
+        })
+        .unwrap_or(1)
+}
+
+/// Engine entries per key of a memgest descriptor (see [`holders_per_key`]).
+fn holders_of(descriptor: &str) -> Option<u64> {
+    if let Some(r) = descriptor.strip_prefix("rep:") {
+        return r.parse().ok().filter(|&r| r >= 1);
+    }
+    (descriptor == "none" || descriptor.starts_with("ec:")).then_some(1)
 }
 
 /// The prefix of generation `gen` of `alias`.
@@ -1958,6 +2000,19 @@ fn delete_generations_except(a: &LoadArgs, alias: &str, keep: Option<u64>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Engine entries per key by descriptor: a rep:R key is held whole by R engines, a
+    /// none key by one, an ec key by its coordinator's alone; anything else says nothing.
+    #[test]
+    fn holders_of_descriptors() {
+        assert_eq!(holders_of("none"), Some(1));
+        assert_eq!(holders_of("rep:3"), Some(3));
+        assert_eq!(holders_of("rep:1"), Some(1));
+        assert_eq!(holders_of("ec:3+2"), Some(1));
+        assert_eq!(holders_of("rep:0"), None);
+        assert_eq!(holders_of("rep:x"), None);
+        assert_eq!(holders_of("raid"), None);
+    }
 
     /// A file's row bound is its lines, a last line without its newline included; a query
     /// has none (counting would run it again).

@@ -812,3 +812,56 @@ fn a_shorter_reload_drops_the_old_next_link() {
     assert_eq!(hgetall(node.1, "user:1")["name"], "ann");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// In a cluster whose default memgest is `rep:3`, every node's engine holds a copy of every
+/// key it coordinates or replicates, so the loader asks each node for the records times the
+/// copies over the nodes (`holders_per_key`): 30,000 flat records on three nodes leave each
+/// index at the 30,001 keys asked for. Sized for a third of that (the share before session
+/// 24), each node's index grew by half during the load (41,778).
+#[test]
+fn a_replicated_cluster_is_sized_for_its_copies() {
+    let base = common::free_base(4);
+    let _up = common::up(&[
+        "up",
+        "--nodes",
+        "3",
+        "--port",
+        &base.to_string(),
+        "--no-admin",
+        "--memory-mb",
+        "64",
+        "--default-memgest",
+        "rep:3",
+    ]);
+    let dir = tmpdir("presize-rep");
+    let csv = dir.join("people.csv");
+    let mut text = String::from("id,name\n");
+    for i in 0..30_000 {
+        text.push_str(&format!("{i},n{i}\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let m = dir.join("people.toml");
+    std::fs::write(
+        &m,
+        "[[records]]\nkey = \"p:{id}\"\nattributes = [\"name\"]\n",
+    )
+    .unwrap();
+    let out = load(
+        base,
+        &[
+            "--mapping",
+            m.to_str().unwrap(),
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("30000 records"), "{out}");
+    for port in base..base + 3 {
+        let k = index_keys(port);
+        assert!(
+            (30_000..=30_016).contains(&k),
+            "node {port}: index-keys {k}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
