@@ -2064,6 +2064,16 @@ impl Store {
         }
     }
 
+    /// The per-memgest counts of [`Store::stats`] alone (memgests holding keys), without
+    /// the per-slot map `stats` builds: what a cluster node reports every 100 ms.
+    pub fn memgest_usage(&self) -> Vec<(MemgestId, Usage)> {
+        self.per_memgest
+            .iter()
+            .filter(|(_, u)| u.keys > 0)
+            .map(|(k, u)| (*k, *u))
+            .collect()
+    }
+
     pub fn stats(&self) -> EngineStats {
         EngineStats {
             keys: self.count,

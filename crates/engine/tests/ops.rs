@@ -399,6 +399,13 @@ fn random_key_and_stats() {
     assert_eq!(s.keys, 1);
     assert_eq!(s.per_memgest.get(&MemgestId::NONE).unwrap().keys, 1);
     assert!(s.used_bytes > 0);
+    // The per-memgest counts alone (what a cluster node reports every 100 ms) are the
+    // ones `stats` gives, and an emptied memgest is left out as there.
+    let per: Vec<_> = s.per_memgest.iter().map(|(k, u)| (*k, *u)).collect();
+    assert_eq!(e.memgest_usage(), per);
+    e.delete(b"only", None, 2).unwrap();
+    assert!(e.memgest_usage().is_empty());
+    assert!(e.stats().per_memgest.is_empty());
 }
 
 #[test]
