@@ -1726,18 +1726,24 @@ fn load_once(
             _ => None,
         };
     }
+    // Asked once for both reserves (a `MEMGEST INFO` round trip).
+    let holders = if a.no_index_reserve {
+        1
+    } else {
+        holders_per_key(&load.w.topo, pw)
+    };
     if let Some(rows) = bound.filter(|&n| n > 0) {
         let rows = rows.min(limits::LOAD_RECORDS_MAX);
         load.keys.reserve(rows);
         if !a.no_index_reserve {
             let want = if links { rows.saturating_mul(2) } else { rows };
-            reserve_index(&load.w.topo, pw, want, false);
+            reserve_index(&load.w.topo, pw, want, holders, false);
         }
     }
     load.pass1(&mut snap)?;
     load.bar.finish_and_clear();
     if !a.no_index_reserve && links {
-        reserve_index(&load.w.topo, pw, load.stats.records, true);
+        reserve_index(&load.w.topo, pw, load.stats.records, holders, true);
     }
     load.bar = bar("pass 2/2 links");
     load.pass2(&mut snap)?;
@@ -1780,14 +1786,16 @@ fn load_once(
 /// records times the default memgest's copies per key ([`holders_per_key`]: 3 for `rep:3`)
 /// over the nodes; it was the records over the nodes until session 24, which left a
 /// replicated memgest's indexes growing during the load.
-fn reserve_index(topo: &Topology, password: Option<&str>, records: u64, report: bool) {
-    let nodes = topo.nodes.len().max(1) as u64;
-    let holders = if topo.slot_node.is_some() {
-        holders_per_key(&topo.nodes[0], password).min(nodes)
-    } else {
-        1
-    };
-    let share = records.saturating_mul(holders).div_ceil(nodes);
+fn reserve_index(
+    topo: &Topology,
+    password: Option<&str>,
+    records: u64,
+    holders: u64,
+    report: bool,
+) {
+    let share = records
+        .saturating_mul(holders)
+        .div_ceil(topo.nodes.len().max(1) as u64);
     let mut refused: Vec<(&str, anyhow::Error)> = Vec::new();
     for n in &topo.nodes {
         let r = connect(n, password).and_then(|mut s| {
@@ -1832,9 +1840,14 @@ fn reserve_index(topo: &Topology, password: Option<&str>, records: u64, report: 
 /// `rep:R`; 1 for `none`, and for `ec:K+M`, whose value is in the coordinator's arena with
 /// one engine entry there while the parity holders keep its metadata apart
 /// (docs/design/cluster-ec.md); 1 too when the node does not say (an older node, an
-/// unknown descriptor), the sizing before session 24.
-fn holders_per_key(node: &str, password: Option<&str>) -> u64 {
-    let info = connect(node, password).and_then(|mut s| call(&mut s, &[b"MEMGEST", b"INFO"]));
+/// unknown descriptor), the sizing before session 24; and 1 for a single node. At most the
+/// number of nodes.
+fn holders_per_key(topo: &Topology, password: Option<&str>) -> u64 {
+    if topo.slot_node.is_none() {
+        return 1;
+    }
+    let info =
+        connect(&topo.nodes[0], password).and_then(|mut s| call(&mut s, &[b"MEMGEST", b"INFO"]));
     let Ok(Reply::Bulk(text)) = info else {
         return 1;
     };
@@ -1848,6 +1861,7 @@ fn holders_per_key(node: &str, password: Option<&str>) -> u64 {
                 .and_then(holders_of)
         })
         .unwrap_or(1)
+        .min(topo.nodes.len().max(1) as u64)
 }
 
 /// Engine entries per key of a memgest descriptor (see [`holders_per_key`]).

@@ -329,19 +329,28 @@ fn csv_and_jsonl_into_a_single_node() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn csv_and_jsonl_into_a_cluster() {
+/// `ringlet up --nodes 3` (64 MiB each, no admin port) with `extra` arguments: its first
+/// node's port and the cluster, stopped when dropped.
+fn three_nodes(extra: &[&str]) -> (u16, common::Up) {
     let base = common::free_base(4);
-    let _up = common::up(&[
+    let port = base.to_string();
+    let mut args = vec![
         "up",
         "--nodes",
         "3",
         "--port",
-        &base.to_string(),
+        &port,
         "--no-admin",
         "--memory-mb",
         "64",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    (base, common::up(&args))
+}
+
+#[test]
+fn csv_and_jsonl_into_a_cluster() {
+    let (base, _up) = three_nodes(&[]);
     let dir = tmpdir("cluster");
     let (u, f) = write_csv(&dir);
     let m = mapping(&dir, "users", "follows");
@@ -820,19 +829,7 @@ fn a_shorter_reload_drops_the_old_next_link() {
 /// 24), each node's index grew by half during the load (41,778).
 #[test]
 fn a_replicated_cluster_is_sized_for_its_copies() {
-    let base = common::free_base(4);
-    let _up = common::up(&[
-        "up",
-        "--nodes",
-        "3",
-        "--port",
-        &base.to_string(),
-        "--no-admin",
-        "--memory-mb",
-        "64",
-        "--default-memgest",
-        "rep:3",
-    ]);
+    let (base, _up) = three_nodes(&["--default-memgest", "rep:3"]);
     let dir = tmpdir("presize-rep");
     let csv = dir.join("people.csv");
     let mut text = String::from("id,name\n");

@@ -2088,12 +2088,7 @@ impl Store {
                     .as_ref()
                     .map_or(0, |m| m.to.table_bytes() + m.to.buckets() * 8),
             memory_bytes_max: self.slabs.budget(),
-            per_memgest: self
-                .per_memgest
-                .iter()
-                .filter(|(_, u)| u.keys > 0)
-                .map(|(k, u)| (*k, *u))
-                .collect(),
+            per_memgest: self.memgest_usage().into_iter().collect(),
             per_slot: self
                 .slots
                 .iter()

@@ -1357,10 +1357,8 @@ pub fn put_fields(
         }
     }
     if added > 0 {
-        for f in fields {
-            if new[find(&new, f.0).expect("every field is in `new`")].2
-                || matches!(f.1, PutValue::Del)
-            {
+        for (i, f) in fields.iter().enumerate() {
+            if new[find(&new, f.0).expect("every field is in `new`")].2 || is_del(i) {
                 continue; // replaced in place above, or nothing to write
             }
             put(&mut out, f);

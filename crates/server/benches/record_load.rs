@@ -14,27 +14,17 @@
 //! `bench/keli_load.py` remains the end-to-end figure against Redis.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use ringlet_bench::keys::Rng;
 use ringlet_codec::resp::encode_request;
 use ringlet_server::fuzz_support::Harness;
 
 const VERTICES: u64 = 50_000;
 const CHUNK: usize = 100;
 
-/// A seeded xorshift: the graph is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Pass 1's and pass 2's request streams, and pass 2's link count.
 fn graph() -> (Vec<u8>, Vec<u8>, u64) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    // `ringlet bench`'s seeded generator: the graph is the same on every run.
+    let mut rng = Rng::new(7);
     let mut pass1 = Vec::new();
     let mut pass2 = Vec::new();
     let mut links = 0;
@@ -52,7 +42,7 @@ fn graph() -> (Vec<u8>, Vec<u8>, u64) {
                 name.as_bytes(),
             ],
         );
-        let x = rng.next();
+        let x = rng.next_u64();
         let degree = if x.is_multiple_of(100) {
             300 + x % 700
         } else {
@@ -63,7 +53,7 @@ fn graph() -> (Vec<u8>, Vec<u8>, u64) {
         }
         links += degree as u64;
         let targets: Vec<String> = (0..degree)
-            .map(|_| format!("v:{}", rng.next() % VERTICES))
+            .map(|_| format!("v:{}", rng.below(VERTICES)))
             .collect();
         let last = (degree - 1) / CHUNK;
         let item = |k: usize| {

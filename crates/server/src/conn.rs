@@ -322,10 +322,7 @@ impl RespProcessor {
             rec_args: Vec::new(),
             get_idx: t.index("get").map_or(u64::MAX, |i| i as u64),
             set_idx: t.index("set").map_or(u64::MAX, |i| i as u64),
-            record_idx: t
-                .index("record")
-                .and_then(|i| t.spec(i).subcommands.get("set").copied())
-                .map_or(u64::MAX, |i| i as u64),
+            record_idx: ringlet_command::table::find(b"record|set").map_or(u64::MAX, |i| i as u64),
             batching: true,
         }
     }

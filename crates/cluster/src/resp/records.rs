@@ -59,11 +59,19 @@ impl ClusterHints {
 }
 
 impl ClusterHints {
-    /// Whether this node coordinates `target` (only those get a hint).
-    fn coordinates(&self, target: &[u8]) -> bool {
-        self.map
+    /// What finding `target`'s hint needs, kept between [`LinkHints::prefetch_keep`] and
+    /// [`LinkHints::hint_kept`]: its key hash if this node coordinates it (only those get a
+    /// hint), else [`NOT_MINE`]. One coordinator check and one hash per link.
+    fn kept(&self, target: &[u8]) -> u64 {
+        let mine = self
+            .map
             .as_ref()
-            .is_some_and(|m| m.coordinator(key_slot(target)) == Some(self.me))
+            .is_some_and(|m| m.coordinator(key_slot(target)) == Some(self.me));
+        if mine {
+            ringlet_engine::hash::key_hash(target).max(1)
+        } else {
+            NOT_MINE
+        }
     }
 }
 
@@ -78,20 +86,16 @@ impl LinkHints for ClusterHints {
     }
 
     fn hint(&self, target: &[u8]) -> Option<ringlet_record::Hint> {
-        if !self.coordinates(target) {
-            return None;
-        }
-        self.hint_kept(target, ringlet_engine::hash::key_hash(target).max(1))
+        self.hint_kept(target, self.kept(target))
     }
 
-    /// The coordinator check and the key hash once per link; the bucket requested.
+    /// [`ClusterHints::kept`], the bucket requested.
     fn prefetch_keep(&self, target: &[u8]) -> u64 {
-        if !self.coordinates(target) {
-            return NOT_MINE;
+        let kept = self.kept(target);
+        if kept != NOT_MINE {
+            ringlet_engine::read::prefetch_bucket(&self.reader.view(), kept);
         }
-        let hash = ringlet_engine::hash::key_hash(target);
-        ringlet_engine::read::prefetch_bucket(&self.reader.view(), hash);
-        hash.max(1)
+        kept
     }
 
     /// `kept`: `target`'s key hash, or [`NOT_MINE`].
