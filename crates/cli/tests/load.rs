@@ -187,6 +187,15 @@ fn write_jsonl(dir: &Path) -> (PathBuf, PathBuf) {
     (u, f)
 }
 
+/// `--mapping M --csv C ...`: a load's arguments for mapping `m` and CSV files `csvs`.
+fn csv_args<'a>(m: &'a Path, csvs: &[&'a Path]) -> Vec<&'a str> {
+    let mut args = vec!["--mapping", m.to_str().unwrap()];
+    for c in csvs {
+        args.extend(["--csv", c.to_str().unwrap()]);
+    }
+    args
+}
+
 /// Run `ringlet load --port P ARGS` to completion; its stdout.
 fn load(port: u16, args: &[&str]) -> String {
     load_with_stderr(port, args).0
@@ -286,30 +295,10 @@ fn csv_and_jsonl_into_a_single_node() {
     let dir = tmpdir("single");
     let (u, f) = write_csv(&dir);
     let m = mapping(&dir, "users", "follows");
-    let out = load(
-        node.1,
-        &[
-            "--mapping",
-            m.to_str().unwrap(),
-            "--csv",
-            u.to_str().unwrap(),
-            "--csv",
-            f.to_str().unwrap(),
-        ],
-    );
+    let out = load(node.1, &csv_args(&m, &[&u, &f]));
     check_graph(node.1, &out, "");
     // A second load over the first (no generation) replaces the lists, not appends to them.
-    let again = load(
-        node.1,
-        &[
-            "--mapping",
-            m.to_str().unwrap(),
-            "--csv",
-            u.to_str().unwrap(),
-            "--csv",
-            f.to_str().unwrap(),
-        ],
-    );
+    let again = load(node.1, &csv_args(&m, &[&u, &f]));
     check_graph(node.1, &again, "");
 
     let node2 = server();
@@ -354,17 +343,7 @@ fn csv_and_jsonl_into_a_cluster() {
     let dir = tmpdir("cluster");
     let (u, f) = write_csv(&dir);
     let m = mapping(&dir, "users", "follows");
-    let (out, err) = load_with_stderr(
-        base,
-        &[
-            "--mapping",
-            m.to_str().unwrap(),
-            "--csv",
-            u.to_str().unwrap(),
-            "--csv",
-            f.to_str().unwrap(),
-        ],
-    );
+    let (out, err) = load_with_stderr(base, &csv_args(&m, &[&u, &f]));
     check_graph(base, &out, "");
     // Each cluster node takes `index-keys` too (since session 23; before, the loader said
     // once that pre-sizing was not available and went on): no refusal, and a node's index
@@ -660,14 +639,9 @@ fn index_keys(port: u16) -> u64 {
         .unwrap()
 }
 
-/// A load whose record sources are files sizes each node's index before pass 1 for the
-/// files' lines (docs/design/loader.md, "Session 21"), so pass 1 does not grow it step by
-/// step: a flat load of 30,000 records into a fresh node (whose index holds 27,852 keys)
-/// leaves the index at the size asked for, 30,001 keys (the lines, header included), where
-/// the same load without pre-sizing grows it once by half (41,778). Same records either way.
-#[test]
-fn the_index_is_sized_before_pass_1() {
-    let dir = tmpdir("presize");
+/// 30,000 flat records (`people.csv`: id, name) and their mapping (`p:{id}`, `name`) in
+/// `dir`: the CSV and the mapping's paths.
+fn people(dir: &Path) -> (PathBuf, PathBuf) {
     let csv = dir.join("people.csv");
     let mut text = String::from("id,name\n");
     for i in 0..30_000 {
@@ -680,19 +654,26 @@ fn the_index_is_sized_before_pass_1() {
         "[[records]]\nkey = \"p:{id}\"\nattributes = [\"name\"]\n",
     )
     .unwrap();
-    let args = [
-        "--mapping",
-        m.to_str().unwrap(),
-        "--csv",
-        csv.to_str().unwrap(),
-    ];
+    (csv, m)
+}
+
+/// A load whose record sources are files sizes each node's index before pass 1 for the
+/// files' lines (docs/design/loader.md, "Session 21"), so pass 1 does not grow it step by
+/// step: a flat load of 30,000 records into a fresh node (whose index holds 27,852 keys)
+/// leaves the index at the size asked for, 30,001 keys (the lines, header included), where
+/// the same load without pre-sizing grows it once by half (41,778). Same records either way.
+#[test]
+fn the_index_is_sized_before_pass_1() {
+    let dir = tmpdir("presize");
+    let (csv, m) = people(&dir);
+    let args = csv_args(&m, &[&csv]);
     let sized = server();
     let grown = server();
     let fresh = index_keys(sized.1);
     assert!(fresh < 30_000, "{fresh}");
     let out = load(sized.1, &args);
     assert!(out.contains("30000 records"), "{out}");
-    let mut unsized_args = args.to_vec();
+    let mut unsized_args = args.clone();
     unsized_args.push("--no-index-reserve");
     let out = load(grown.1, &unsized_args);
     assert!(out.contains("30000 records"), "{out}");
@@ -723,12 +704,7 @@ fn external_links_skipped_rows_and_errors() {
          links = [{ field = \"site\", target = \"site:{site}\", external = true }]\n",
     )
     .unwrap();
-    let args = [
-        "--mapping",
-        m.to_str().unwrap(),
-        "--csv",
-        csv.to_str().unwrap(),
-    ];
+    let args = csv_args(&m, &[&csv]);
     let out = load(node.1, &args);
     assert!(
         out.contains("2 records, 1 links, 0 dangling, 1 skipped rows"),
@@ -793,17 +769,7 @@ fn a_shorter_reload_drops_the_old_next_link() {
             s += &format!("1,{t}\n");
         }
         std::fs::write(&f, s).unwrap();
-        load(
-            node.1,
-            &[
-                "--mapping",
-                m.to_str().unwrap(),
-                "--csv",
-                u.to_str().unwrap(),
-                "--csv",
-                f.to_str().unwrap(),
-            ],
-        )
+        load(node.1, &csv_args(&m, &[&u, &f]))
     };
     // Chunks of 2: the owner [2 3], item 1 [4 5], item 2 [1].
     load_follows(&["2", "3", "4", "5", "1"]);
@@ -831,27 +797,8 @@ fn a_shorter_reload_drops_the_old_next_link() {
 fn a_replicated_cluster_is_sized_for_its_copies() {
     let (base, _up) = three_nodes(&["--default-memgest", "rep:3"]);
     let dir = tmpdir("presize-rep");
-    let csv = dir.join("people.csv");
-    let mut text = String::from("id,name\n");
-    for i in 0..30_000 {
-        text.push_str(&format!("{i},n{i}\n"));
-    }
-    std::fs::write(&csv, text).unwrap();
-    let m = dir.join("people.toml");
-    std::fs::write(
-        &m,
-        "[[records]]\nkey = \"p:{id}\"\nattributes = [\"name\"]\n",
-    )
-    .unwrap();
-    let out = load(
-        base,
-        &[
-            "--mapping",
-            m.to_str().unwrap(),
-            "--csv",
-            csv.to_str().unwrap(),
-        ],
-    );
+    let (csv, m) = people(&dir);
+    let out = load(base, &csv_args(&m, &[&csv]));
     assert!(out.contains("30000 records"), "{out}");
     for port in base..base + 3 {
         let k = index_keys(port);
