@@ -73,6 +73,15 @@ assert rc.get("{r}b") == b"1" and rc.exists("{r}a") == 0
 assert rc.copy("{r}b", "{r}c") is True and rc.get("{r}c") == b"1"
 assert rc.msetnx({"{r}m": "1", "{r}n": "2"}) is True
 assert rc.randomkey() is not None
+# RECORD SET's DEL (session 24), routed by its key across the slots: a field removed in the
+# write that sets another, a record emptied by DELs deleted.
+for i in range(20):
+    k = f"rec:{i}"
+    assert rc.execute_command("RECORD", "SET", k, "ATTR", "a", "1", "LINK", "l", "rec:0") == 2
+    assert rc.execute_command("RECORD", "SET", k, "DEL", "l", "ATTR", "b", "2") == 1
+    assert rc.hgetall(k) == {b"a": b"1", b"b": b"2"}, rc.hgetall(k)
+    assert rc.execute_command("RECORD", "SET", k, "DEL", "a", "DEL", "b") == 0
+    assert rc.exists(k) == 0
 # Node-local introspection (docs/design/commands.md). MEMORY USAGE routes by its key (the
 # table's key spec for memory|usage) and answers the coordinator's accounting of the entry;
 # SLOWLOG, LATENCY and CONFIG are per node, asked of one node at a time here.
