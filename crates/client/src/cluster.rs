@@ -1351,10 +1351,38 @@ impl ClusterClient {
 
     crate::command::typed_helpers_async!();
 
+    /// A map-changing `MEMGEST` subcommand, then the cached map refreshed until it shows the
+    /// change (`done`). One refresh is not enough: it takes the first map of several nodes
+    /// asked at once, and a node other than the one that answered the command may not have
+    /// applied the change yet (the answering node waits for its own map to show it, for at
+    /// most 2 s). Bounded by the client's timeout; past it the call still succeeds (the
+    /// change is committed) and the map catches up on the next newer epoch a response
+    /// carries.
+    async fn memgest_change(
+        &self,
+        args: &[&[u8]],
+        done: impl Fn(&ClusterMap) -> bool,
+    ) -> Result<(), Error> {
+        Self::memgest_refused(self.memgest_command(args).await?)?;
+        let deadline = Instant::now() + self.inner.cfg.client.timeout;
+        // Bounded: the deadline, one refresh per 20 ms at most.
+        while !done(&self.routing().map) && Instant::now() < deadline {
+            let _ = self.refresh_map().await;
+            if !done(&self.routing().map) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
+    }
+
     /// A MEMGEST that answers `+OK`; a refusal becomes [`Error::Server`] (`BAD_REQUEST`)
     /// with the node's message.
     async fn memgest_ok(&self, args: &[&[u8]]) -> Result<(), Error> {
-        match self.memgest_command(args).await? {
+        Self::memgest_refused(self.memgest_command(args).await?)
+    }
+
+    fn memgest_refused(reply: Reply) -> Result<(), Error> {
+        match reply {
             Reply::Simple(_) => Ok(()),
             Reply::Error(m) => Err(Error::Server {
                 status: Status::BAD_REQUEST,
@@ -1379,8 +1407,8 @@ impl ClusterClient {
         };
         let mut args: Vec<&[u8]> = vec![b"CREATE", name.as_bytes()];
         args.extend(words.iter().map(|w| w.as_bytes()));
-        self.memgest_ok(&args).await?;
-        self.refresh_map().await
+        self.memgest_change(&args, |m| m.memgest_by_name(name).is_some())
+            .await
     }
 
     /// `MEMGEST DROP name` (refused while keys live in it).
@@ -1388,8 +1416,10 @@ impl ClusterClient {
     /// # Errors
     /// See [`ClusterClient::memgest_command`].
     pub async fn memgest_drop(&self, name: &str) -> Result<(), Error> {
-        self.memgest_ok(&[b"DROP", name.as_bytes()]).await?;
-        self.refresh_map().await
+        self.memgest_change(&[b"DROP", name.as_bytes()], |m| {
+            m.memgest_by_name(name).is_none()
+        })
+        .await
     }
 
     /// `MEMGEST DEFAULT name`.
@@ -1397,8 +1427,10 @@ impl ClusterClient {
     /// # Errors
     /// See [`ClusterClient::memgest_command`].
     pub async fn memgest_default(&self, name: &str) -> Result<(), Error> {
-        self.memgest_ok(&[b"DEFAULT", name.as_bytes()]).await?;
-        self.refresh_map().await
+        self.memgest_change(&[b"DEFAULT", name.as_bytes()], |m| {
+            m.memgest_by_name(name) == Some(m.default_memgest)
+        })
+        .await
     }
 
     /// `MEMGEST MOVE key name`: atomically on the key's coordinator.

@@ -513,6 +513,42 @@ async fn memgest_management_over_native_frames() {
     assert!(e.to_string().to_lowercase().contains("nope"), "{e}");
 }
 
+/// A map-changing MEMGEST call returns with the client's cached map showing the change, every
+/// time: the call's own refresh asks several nodes at once and takes the first map, which a
+/// node that has not applied the change yet would answer with the old one (a CI run saw a
+/// dropped memgest still named). Many rounds of create, default and drop, each checked at
+/// once on the cached map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memgest_changes_show_in_the_cached_map_at_once() {
+    let c = start().await;
+    let seed = c.addrs[1].to_string();
+    let client = ClusterClient::connect(&[&seed], cfg(ReadMode::Coordinator))
+        .await
+        .unwrap();
+    for round in 0..12 {
+        let name = format!("m{round}");
+        client
+            .memgest_create(&name, MemgestKind::Rep { r: 2 })
+            .await
+            .unwrap();
+        assert!(client.memgest(&name).is_some(), "round {round}: created");
+        let default = if round % 2 == 0 {
+            name.as_str()
+        } else {
+            "rep:3"
+        };
+        client.memgest_default(default).await.unwrap();
+        assert_eq!(
+            client.memgest(default),
+            Some(client.map().default_memgest),
+            "round {round}: the default"
+        );
+        client.memgest_default("rep:3").await.unwrap();
+        client.memgest_drop(&name).await.unwrap();
+        assert!(client.memgest(&name).is_none(), "round {round}: dropped");
+    }
+}
+
 /// `ringlet_client::Pipeline` on a real cluster: 200 SETs over many slots in one wave, then
 /// GETs and an MGET of them in one batch; commands on one key keep their order inside one
 /// pipeline (SET then GET, two INCRBYs, DEL then GET); a failing INCRBY is that command's
