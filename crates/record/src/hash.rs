@@ -265,6 +265,128 @@ pub fn apply(argv: &[&[u8]], rec: Option<&Record>) -> Applied {
     }
 }
 
+/// What [`apply_encoded`] asks the caller to do to the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EncodedWrite {
+    /// Nothing (a refusal, or a write that changed nothing).
+    None,
+    /// Store these bytes (a record's encoding) as the key's new value.
+    Store(Vec<u8>),
+    /// Delete the key: its last field went away.
+    Delete,
+}
+
+/// [`apply_encoded`]'s outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppliedEncoded {
+    /// What to send the client.
+    pub reply: Out,
+    /// What to do to the key.
+    pub write: EncodedWrite,
+}
+
+/// A hash write that names its fields (HSET, HMSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT) run
+/// on the record's encoding `b` (`None`: the key is missing), with `apply`'s semantics
+/// exactly ([`apply`], or a caller's wrapper of it).
+///
+/// Why: a write to a hash of n fields decoded all n (one allocation or more per field)
+/// and encoded them again; on a big hash (redis-benchmark's `hset -r`, or any hash grown
+/// one field at a time) that is milliseconds per command, so growing it was quadratic with
+/// a large constant. Here the record is walked once, only the named fields are decoded
+/// into a small record that `apply` runs on, and the result is written by
+/// [`crate::record::put_fields`]: the other fields are copied as bytes. A write stays
+/// O(record bytes), a copy (docs/design/records.md, "Big hashes").
+///
+/// `None` when this path does not take the command (not one of these, an arity error, an
+/// encoding that does not scan, or a result only the general path writes): the caller
+/// then decodes the record and runs `apply`, which gives the same answer.
+pub fn apply_encoded(
+    argv: &[&[u8]],
+    b: Option<&[u8]>,
+    apply: impl Fn(&[&[u8]], Option<&Record>) -> Applied,
+) -> Option<AppliedEncoded> {
+    use crate::record::{name_order, put_fields, scan_each, PutValue};
+    let lower = String::from_utf8_lossy(argv.first()?).to_ascii_lowercase();
+    let args = argv.get(2..)?;
+    let names: Vec<&[u8]> = match (lower.as_str(), args.len()) {
+        ("hset" | "hmset", n) if n >= 2 && n % 2 == 0 => args.iter().step_by(2).copied().collect(),
+        ("hsetnx" | "hincrby" | "hincrbyfloat", 2) => vec![args[0]],
+        ("hdel", n) if n >= 1 => args.to_vec(),
+        _ => return None,
+    };
+    // The distinct names, sorted: looked up by binary search while the record is walked.
+    let mut sorted = names.clone();
+    sorted.sort_unstable_by(|a, b| name_order(a, b));
+    sorted.dedup();
+    let at = |name: &[u8]| sorted.binary_search_by(|s| name_order(s, name)).ok();
+    // The named fields that exist, as a small record `apply` can run on.
+    let mini = match b {
+        None => None,
+        Some(b) => {
+            let mut r = Record::new();
+            scan_each(b, |name, f| {
+                if at(name).is_some() {
+                    r.insert(name.to_vec(), f.to_field());
+                }
+                true
+            })
+            .ok()?;
+            Some(r)
+        }
+    };
+    let applied = apply(argv, mini.as_ref());
+    let after = match applied.write {
+        Write::None => {
+            return Some(AppliedEncoded {
+                reply: applied.reply,
+                write: EncodedWrite::None,
+            })
+        }
+        Write::Store(r) => r,
+        // The small record emptied, not necessarily the key's: the `DEL`s below decide.
+        Write::Delete => Record::new(),
+    };
+    // Each distinct name once, in the order first given (new fields are appended in that
+    // order, as `apply` inserts them), with its value after the command or a `DEL`.
+    let mut specs: Vec<(&[u8], PutValue<'_>)> = Vec::with_capacity(sorted.len());
+    let mut done = vec![false; sorted.len()];
+    for name in &names {
+        let i = at(name)?;
+        if std::mem::replace(&mut done[i], true) {
+            continue;
+        }
+        let had = mini.as_ref().is_some_and(|m| m.get(name).is_some());
+        match after.get(name) {
+            Some(Field::Bytes(v)) => specs.push((name, PutValue::Bytes(v))),
+            // These commands write plain bytes only; anything else is the general path's.
+            Some(_) => return None,
+            None if had => specs.push((name, PutValue::Del)),
+            None => {}
+        }
+    }
+    let write = match put_fields(b, &specs, |_| None) {
+        Ok((_, bytes)) if crate::record::is_empty_encoding(&bytes) => {
+            if b.is_some() {
+                EncodedWrite::Delete
+            } else {
+                EncodedWrite::None
+            }
+        }
+        Ok((_, bytes)) => EncodedWrite::Store(bytes),
+        Err(crate::RecordError::TooLarge { .. }) => {
+            return Some(AppliedEncoded {
+                reply: Out::Err(ERR_TOO_LARGE.into()),
+                write: EncodedWrite::None,
+            })
+        }
+        Err(_) => return None,
+    };
+    Some(AppliedEncoded {
+        reply: applied.reply,
+        write,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     //! One test per command: its replies, its errors and the write it asks for.

@@ -1182,6 +1182,14 @@ impl<'a> Iterator for PackedIter<'a> {
     }
 }
 
+/// An order of field names for lookups while a record is walked: by length, then bytes.
+/// Most names met differ in length from the few looked for, so a comparison is decided
+/// without reading the bytes (a lexicographic one called `memcmp` for every field of a big
+/// hash).
+pub fn name_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
 /// `RECORD SET` straight into the encoding: the record `b` (`None`: the key is missing) with
 /// each of `fields` set — a field that exists is replaced in its place, a new one appended
 /// in the order given, a `DEL` removing its old field — and every other field copied as its
@@ -1226,34 +1234,37 @@ pub fn put_fields(
         }
         new.push((name, i, false));
     }
-    new.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    // Ordered by length first ([`name_order`]): every old field is looked up here.
+    new.sort_unstable_by(|a, b| name_order(a.0, b.0));
     if new.windows(2).any(|w| w[0].0 == w[1].0) {
         return Err(RecordError::DuplicateField);
     }
-    let find =
-        |new: &[(&[u8], usize, bool)], name: &[u8]| new.binary_search_by(|e| e.0.cmp(name)).ok();
-    // The old fields: where each starts and ends.
-    let mut old: Vec<(usize, usize, bool)> = Vec::new();
+    let find = |new: &[(&[u8], usize, bool)], name: &[u8]| {
+        new.binary_search_by(|e| name_order(e.0, name)).ok()
+    };
+    // How many old fields, and where each one a new field replaces (or a `DEL` removes)
+    // starts and ends, in record order: the fields between are copied as runs of bytes.
+    // Only the replaced are kept (at most `fields.len()`), not every old field: a `Vec` of
+    // all n was a fresh mapping per write to a big hash, paid in page faults.
+    let mut old_n = 0usize;
+    let mut replaced: Vec<(usize, usize)> = Vec::with_capacity(fields.len());
     let mut body = &[][..];
     if let Some(b) = b {
         let (mut r, n) = Reader::header(b)?;
         body = r.b;
-        let mut names = std::collections::BTreeSet::new();
+        // The old record's names are not checked for repeats here: every writer (this
+        // function, `Record::encode`, `splice_links`) makes distinct names, the engine's
+        // checksum guards the stored bytes, and `decode` still refuses a repeat. Checking
+        // them made a write O(n log n) with an allocation per few fields: an HSET of one
+        // field into a 20,000-field hash spent most of its 9 ms there and in decoding.
         for _ in 0..n {
             let start = b.len() - r.b.len();
             let (name, _) = r.field_ref()?;
-            // A record of one field cannot repeat a name: no set (no allocation) for it.
-            if n > 1 && !names.insert(name) {
-                return Err(RecordError::DuplicateField);
+            if let Some(j) = find(&new, name) {
+                new[j].2 = true;
+                replaced.push((start, b.len() - r.b.len()));
             }
-            let replaced = match find(&new, name) {
-                Some(j) => {
-                    new[j].2 = true;
-                    true
-                }
-                None => false,
-            };
-            old.push((start, b.len() - r.b.len(), replaced));
+            old_n += 1;
         }
         if !r.b.is_empty() {
             return Err(RecordError::TrailingBytes);
@@ -1284,7 +1295,7 @@ pub fn put_fields(
             .sum::<usize>();
     let mut out = Vec::with_capacity(guess.min(VALUE_BYTES_MAX as usize + 64));
     out.push(FORMAT_VERSION);
-    put_varint(&mut out, (old.len() - removed + added) as u64);
+    put_varint(&mut out, (old_n - removed + added) as u64);
     let mut put = |out: &mut Vec<u8>, (name, v): &(&[u8], PutValue<'_>)| {
         put_varint(out, name.len() as u64);
         out.extend_from_slice(name);
@@ -1340,20 +1351,24 @@ pub fn put_fields(
         }
     };
     if let Some(b) = b {
-        for &(start, end, replaced) in &old {
-            if replaced {
-                // `start..end` holds the name first: find the new field by it.
-                let (name, _) = Reader { b: &b[start..end] }.field_ref()?;
-                let i = new[find(&new, name).expect("a replaced field was found above")].1;
-                if !is_del(i) {
-                    put(&mut out, &fields[i]);
-                }
-            } else {
-                out.extend_from_slice(&b[start..end]);
+        let too_large = |out: &Vec<u8>| out.len() > VALUE_BYTES_MAX as usize;
+        let mut at = b.len() - body.len();
+        for &(start, end) in &replaced {
+            out.extend_from_slice(&b[at..start]);
+            // `start..end` holds the name first: find the new field by it.
+            let (name, _) = Reader { b: &b[start..end] }.field_ref()?;
+            let i = new[find(&new, name).expect("a replaced field was found above")].1;
+            if !is_del(i) {
+                put(&mut out, &fields[i]);
             }
-            if out.len() > VALUE_BYTES_MAX as usize {
+            if too_large(&out) {
                 return Err(RecordError::TooLarge { what: "record" });
             }
+            at = end;
+        }
+        out.extend_from_slice(&b[at..]);
+        if too_large(&out) {
+            return Err(RecordError::TooLarge { what: "record" });
         }
     }
     if added > 0 {
@@ -1416,6 +1431,25 @@ impl<'a> FieldRef<'a> {
             .chain((0..n).map_while(move |_| r.link_ref(&mut prev).ok()))
     }
 
+    /// The owned [`Field`] (as [`Record::decode`] would have made it).
+    pub fn to_field(&self) -> Field {
+        match *self {
+            FieldRef::Bytes(b) => Field::Bytes(b.to_vec()),
+            FieldRef::Link(t, hint) => Field::Link(Link {
+                target: t.to_vec(),
+                hint,
+            }),
+            FieldRef::Links(..) => Field::Links(
+                self.links()
+                    .map(|(t, hint)| Link {
+                        target: t.to_vec(),
+                        hint,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     /// What hash commands show for it (as [`Field::display`]).
     pub fn display(&self) -> Vec<u8> {
         match *self {
@@ -1458,6 +1492,38 @@ pub fn scan(b: &[u8]) -> Result<Vec<(&[u8], FieldRef<'_>)>, RecordError> {
         return Err(RecordError::TrailingBytes);
     }
     Ok(fields)
+}
+
+/// [`scan`] without the `Vec`: `each` is called with every field in record order until it
+/// answers `false` (then the rest is neither walked nor validated). What a big hash's
+/// commands walk: one allocation of n fields was a fresh mapping per command (glibc maps
+/// large blocks), paid in page faults.
+///
+/// # Errors
+/// As [`scan`], for the part walked.
+pub fn scan_each<'b>(
+    b: &'b [u8],
+    mut each: impl FnMut(&'b [u8], FieldRef<'b>) -> bool,
+) -> Result<(), RecordError> {
+    let (mut r, count) = Reader::header(b)?;
+    for _ in 0..count {
+        let (name, f) = r.field_ref()?;
+        if !each(name, f) {
+            return Ok(());
+        }
+    }
+    if !r.b.is_empty() {
+        return Err(RecordError::TrailingBytes);
+    }
+    Ok(())
+}
+
+/// How many fields an encoded record has, from its header alone (HLEN).
+///
+/// # Errors
+/// As [`scan`] for the header.
+pub fn field_count(b: &[u8]) -> Result<u64, RecordError> {
+    Reader::header(b).map(|(_, n)| n)
 }
 
 /// The fields named `wanted` (distinct names) of an encoded record, in record order,

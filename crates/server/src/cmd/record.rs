@@ -24,7 +24,7 @@ use super::string::KsResult;
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
-use ringlet_record::hash::{Applied, Out, Write};
+use ringlet_record::hash::{Applied, EncodedWrite, Out, Write};
 use ringlet_record::{chase, Record};
 use ringlet_types::ValueKind;
 use std::time::{Duration, Instant};
@@ -87,29 +87,56 @@ fn bulk_or_nil(v: Option<Vec<u8>>) -> Reply {
     v.map_or(Reply::Nil, |v| Reply::Bulk(Bytes::from(v)))
 }
 
-/// HGET and HMGET answered from the encoded record in place (`record::scan`), without
-/// building a `Record`: the reads a client-side traversal makes most, where decoding every
-/// link of a large link list for one field was most of the cost. `None`: not one of these
+/// HGET, HMGET, HLEN, HEXISTS and HSTRLEN answered from the encoded record in place
+/// (`record::scan`), without building a `Record`: the reads a client-side traversal makes
+/// most, where decoding every link of a large link list for one field was most of the
+/// cost, and the reads of a big hash, where decoding allocated per field. `None`: not one of these
 /// (or not their arity, or bytes that do not scan); the caller applies the command as usual,
 /// which also produces every error.
 pub fn read_encoded(argv: &[&[u8]], encoded: &[u8]) -> Option<Out> {
-    let hget = argv[0].eq_ignore_ascii_case(b"hget") && argv.len() == 3;
+    let is = |name: &[u8], argc: usize| argv[0].eq_ignore_ascii_case(name) && argv.len() == argc;
     let hmget = argv[0].eq_ignore_ascii_case(b"hmget") && argv.len() >= 3;
-    if !hget && !hmget {
+    let one = is(b"hget", 3) || is(b"hexists", 3) || is(b"hstrlen", 3);
+    if !one && !hmget && !is(b"hlen", 2) {
         return None;
     }
-    let fields = ringlet_record::record::scan(encoded).ok()?;
-    let find = |name: &[u8]| {
-        fields
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, f)| f.display())
-    };
-    Some(if hget {
-        Out::Bulk(find(argv[2]))
-    } else {
-        Out::Array(argv[2..].iter().map(|f| find(f)).collect())
+    use ringlet_record::record::{field_count, name_order, scan_each};
+    if is(b"hlen", 2) {
+        let n = field_count(encoded).ok()?;
+        return Some(Out::Int(i64::try_from(n).ok()?));
+    }
+    if one {
+        // One field: the walk stops at it.
+        let mut found = None;
+        scan_each(encoded, |n, f| {
+            if n == argv[2] {
+                found = Some(f);
+            }
+            found.is_none()
+        })
+        .ok()?;
+        return Some(if is(b"hget", 3) {
+            Out::Bulk(found.map(|f| f.display()))
+        } else if is(b"hexists", 3) {
+            Out::Int(i64::from(found.is_some()))
+        } else {
+            Out::Int(found.map_or(0, |f| f.display().len() as i64))
+        });
+    }
+    // HMGET: one walk, each asked field looked up by binary search.
+    let mut asked: Vec<(&[u8], usize)> =
+        argv[2..].iter().enumerate().map(|(i, f)| (*f, i)).collect();
+    asked.sort_unstable_by(|a, b| name_order(a.0, b.0).then(a.1.cmp(&b.1)));
+    let mut out: Vec<Option<Vec<u8>>> = vec![None; asked.len()];
+    scan_each(encoded, |n, f| {
+        let start = asked.partition_point(|(a, _)| name_order(a, n).is_lt());
+        for &(_, i) in asked[start..].iter().take_while(|(a, _)| *a == n) {
+            out[i] = Some(f.display());
+        }
+        true
     })
+    .ok()?;
+    Some(Out::Array(out))
 }
 
 /// Run a record command (`apply`: `hash_apply` or `link::apply`) on `key`: a read for the
@@ -154,6 +181,18 @@ async fn run<K: Keyspace>(
             let spliced = ringlet_record::link::apply_encoded(argv, encoded, |t| hints.hint(t));
             if let Some((out, bytes)) = spliced {
                 return Ok((put_record(bytes), out_reply(name, out)));
+            }
+        }
+        // A hash write on the encoding: the fields it names decoded, the rest copied as
+        // bytes (a write to a big hash used to decode every field).
+        if !is_link {
+            if let Some(a) = ringlet_record::hash::apply_encoded(argv, encoded, apply) {
+                let change = match a.write {
+                    EncodedWrite::None => Change::Nothing,
+                    EncodedWrite::Store(bytes) => put_record(bytes),
+                    EncodedWrite::Delete => Change::Delete,
+                };
+                return Ok((change, out_reply(name, a.reply)));
             }
         }
         let rec = encoded.map(decode).transpose()?;
