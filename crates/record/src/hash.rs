@@ -305,7 +305,7 @@ pub fn apply_encoded(
     b: Option<&[u8]>,
     apply: impl Fn(&[&[u8]], Option<&Record>) -> Applied,
 ) -> Option<AppliedEncoded> {
-    use crate::record::{name_order, put_fields, scan_each, PutValue};
+    use crate::record::{find_name, locate_fields, name_order, put_fields_located, PutValue};
     let lower = String::from_utf8_lossy(argv.first()?).to_ascii_lowercase();
     let args = argv.get(2..)?;
     let names: Vec<&[u8]> = match (lower.as_str(), args.len()) {
@@ -318,22 +318,20 @@ pub fn apply_encoded(
     let mut sorted = names.clone();
     sorted.sort_unstable_by(|a, b| name_order(a, b));
     sorted.dedup();
-    let at = |name: &[u8]| sorted.binary_search_by(|s| name_order(s, name)).ok();
-    // The named fields that exist, as a small record `apply` can run on.
-    let mini = match b {
+    let at = |name: &[u8]| find_name(&sorted, |s| s, name);
+    // The named fields that exist (one walk, kept for the write), as a small record
+    // `apply` can run on.
+    let located = match b {
         None => None,
-        Some(b) => {
-            let mut r = Record::new();
-            scan_each(b, |name, f| {
-                if at(name).is_some() {
-                    r.insert(name.to_vec(), f.to_field());
-                }
-                true
-            })
-            .ok()?;
-            Some(r)
-        }
+        Some(b) => Some(locate_fields(b, |name| at(name).is_some()).ok()?),
     };
+    let mini = located.as_ref().map(|l| {
+        let mut r = Record::new();
+        for (_, name, f) in &l.found {
+            r.insert(name.to_vec(), f.to_field());
+        }
+        r
+    });
     let applied = apply(argv, mini.as_ref());
     let after = match applied.write {
         Write::None => {
@@ -364,7 +362,7 @@ pub fn apply_encoded(
             None => {}
         }
     }
-    let write = match put_fields(b, &specs, |_| None) {
+    let write = match put_fields_located(b, &specs, |_| None, located.as_ref()) {
         Ok((_, bytes)) if crate::record::is_empty_encoding(&bytes) => {
             if b.is_some() {
                 EncodedWrite::Delete

@@ -1182,6 +1182,35 @@ impl<'a> Iterator for PackedIter<'a> {
     }
 }
 
+/// `name`'s index in `sorted` (ordered by [`name_order`], `key` giving each element's
+/// name), for a lookup made once per field of a record walked. A few names (a command's
+/// usual one to eight) are compared one by one with [`same_name`], which rejects most
+/// without `memcmp`; more are binary-searched.
+pub fn find_name<T>(sorted: &[T], key: impl Fn(&T) -> &[u8], name: &[u8]) -> Option<usize> {
+    const LINEAR_MAX: usize = 8;
+    if sorted.len() <= LINEAR_MAX {
+        sorted.iter().position(|e| same_name(key(e), name))
+    } else {
+        sorted.binary_search_by(|e| name_order(key(e), name)).ok()
+    }
+}
+
+/// Whether two field names are equal, deciding most unequal pairs from their lengths and
+/// their last 8 bytes (names of one hash often share a prefix and a length, as
+/// redis-benchmark's `element:<12 digits>` do, and differ at the end).
+#[inline]
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if let (Some(x), Some(y)) = (a.last_chunk::<8>(), b.last_chunk::<8>()) {
+        if x != y {
+            return false;
+        }
+    }
+    a == b
+}
+
 /// An order of field names for lookups while a record is walked: by length, then bytes.
 /// Most names met differ in length from the few looked for, so a comparison is decided
 /// without reading the bytes (a lexicographic one called `memcmp` for every field of a big
@@ -1211,7 +1240,57 @@ pub fn name_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 pub fn put_fields(
     b: Option<&[u8]>,
     fields: &[(&[u8], PutValue<'_>)],
+    hint: impl FnMut(&[u8]) -> Option<Hint>,
+) -> Result<(i64, Vec<u8>), RecordError> {
+    put_fields_located(b, fields, hint, None)
+}
+
+/// Fields of an encoded record found by name ([`locate_fields`]): the record's field
+/// count, and each field found with its byte range in the record, in record order.
+#[derive(Clone, Debug)]
+pub struct Located<'b> {
+    /// How many fields the record has.
+    pub fields: u64,
+    /// Each field found: its bytes' range, its name and its value.
+    pub found: Vec<(std::ops::Range<usize>, &'b [u8], FieldRef<'b>)>,
+}
+
+/// One walk of the encoded record `b` (validated as [`scan`] validates it) that finds the
+/// fields whose names `wanted` accepts, for a write that then needs no second walk
+/// ([`put_fields_located`]): a hash write to a big record walked it twice.
+///
+/// # Errors
+/// As [`scan`].
+pub fn locate_fields<'b>(
+    b: &'b [u8],
+    mut wanted: impl FnMut(&[u8]) -> bool,
+) -> Result<Located<'b>, RecordError> {
+    let (mut r, n) = Reader::header(b)?;
+    let mut found = Vec::new();
+    for _ in 0..n {
+        let start = b.len() - r.b.len();
+        let (name, f) = r.field_ref()?;
+        if wanted(name) {
+            found.push((start..b.len() - r.b.len(), name, f));
+        }
+    }
+    if !r.b.is_empty() {
+        return Err(RecordError::TrailingBytes);
+    }
+    Ok(Located { fields: n, found })
+}
+
+/// [`put_fields`], given what [`locate_fields`] found in `b` for names that include every
+/// name in `fields` that `b` has (`None`: walk `b` here). A located field no spec names is
+/// copied unchanged.
+///
+/// # Errors
+/// As [`put_fields`].
+pub fn put_fields_located(
+    b: Option<&[u8]>,
+    fields: &[(&[u8], PutValue<'_>)],
     mut hint: impl FnMut(&[u8]) -> Option<Hint>,
+    located: Option<&Located<'_>>,
 ) -> Result<(i64, Vec<u8>), RecordError> {
     // The new fields by name: (name, index in `fields`, whether an old field of that name
     // was met), sorted by name once they are all in and looked up by binary search. One
@@ -1239,9 +1318,7 @@ pub fn put_fields(
     if new.windows(2).any(|w| w[0].0 == w[1].0) {
         return Err(RecordError::DuplicateField);
     }
-    let find = |new: &[(&[u8], usize, bool)], name: &[u8]| {
-        new.binary_search_by(|e| name_order(e.0, name)).ok()
-    };
+    let find = |new: &[(&[u8], usize, bool)], name: &[u8]| find_name(new, |e| e.0, name);
     // How many old fields, and where each one a new field replaces (or a `DEL` removes)
     // starts and ends, in record order: the fields between are copied as runs of bytes.
     // Only the replaced are kept (at most `fields.len()`), not every old field: a `Vec` of
@@ -1249,7 +1326,17 @@ pub fn put_fields(
     let mut old_n = 0usize;
     let mut replaced: Vec<(usize, usize)> = Vec::with_capacity(fields.len());
     let mut body = &[][..];
-    if let Some(b) = b {
+    if let (Some(b), Some(located)) = (b, located) {
+        let (r, _) = Reader::header(b)?;
+        body = r.b;
+        old_n = usize::try_from(located.fields).map_err(|_| RecordError::Truncated)?;
+        for (range, name, _) in &located.found {
+            if let Some(j) = find(&new, name) {
+                new[j].2 = true;
+                replaced.push((range.start, range.end));
+            }
+        }
+    } else if let Some(b) = b {
         let (mut r, n) = Reader::header(b)?;
         body = r.b;
         // The old record's names are not checked for repeats here: every writer (this

@@ -109,7 +109,7 @@ pub fn read_encoded(argv: &[&[u8]], encoded: &[u8]) -> Option<Out> {
         // One field: the walk stops at it.
         let mut found = None;
         scan_each(encoded, |n, f| {
-            if n == argv[2] {
+            if ringlet_record::record::same_name(n, argv[2]) {
                 found = Some(f);
             }
             found.is_none()
