@@ -82,6 +82,29 @@ for i in range(20):
     assert rc.hgetall(k) == {b"a": b"1", b"b": b"2"}, rc.hgetall(k)
     assert rc.execute_command("RECORD", "SET", k, "DEL", "a", "DEL", "b") == 0
     assert rc.exists(k) == 0
+# Big hashes (session 25: hash writes on the record's encoding), in three slots: each grown
+# to 1,500 fields one HSET at a time (pipelined), then read and shrunk by every hash command,
+# and compared whole with the same dict kept here.
+for h in ("big:a", "big:b", "big:c"):
+    want = {}
+    p = rc.pipeline()
+    for i in range(1500):
+        p.hset(h, f"f{i}", f"v{i}")
+        want[f"f{i}".encode()] = f"v{i}".encode()
+    assert p.execute() == [1] * 1500
+    assert rc.hlen(h) == 1500
+    assert rc.hget(h, "f777") == b"v777" and rc.hget(h, "none") is None
+    assert rc.hmget(h, "f0", "none", "f1499", "f0") == [b"v0", None, b"v1499", b"v0"]
+    assert rc.hexists(h, "f3") and not rc.hexists(h, "none")
+    assert rc.hstrlen(h, "f1000") == 5
+    assert rc.hsetnx(h, "f5", "x") == 0 and rc.hsetnx(h, "new", "x") == 1
+    assert rc.hincrby(h, "n", 7) == 7 and rc.hincrby(h, "n", -2) == 5
+    assert rc.hset(h, mapping={"f1": "w", "g": "1"}) == 1
+    assert rc.hdel(h, "f2", "f2", "f4", "none") == 2
+    want.update({b"new": b"x", b"n": b"5", b"f1": b"w", b"g": b"1"})
+    del want[b"f2"], want[b"f4"]
+    assert rc.hgetall(h) == want
+    assert rc.hlen(h) == len(want)
 # Node-local introspection (docs/design/commands.md). MEMORY USAGE routes by its key (the
 # table's key spec for memory|usage) and answers the coordinator's accounting of the entry;
 # SLOWLOG, LATENCY and CONFIG are per node, asked of one node at a time here.

@@ -12,7 +12,9 @@
 //!   becomes free stays committed ("dirty") for reuse — a slab that empties and refills under
 //!   churn costs no page faults — but only up to a small reserve (1/64 of the budget, at most
 //!   32 pages, 4 MiB): `release` (each tick, and at once past 4× the reserve) punches the rest out of
-//!   the memfd, so memory returns to the OS when the corpus shrinks.
+//!   the memfd, so memory returns to the OS when the corpus shrinks. A run freed at the top of
+//!   the used range is punched at once (and the high-water mark lowered) only past the
+//!   reserve: within it, a large entry rewritten in turn reuses its warm pages (session 25).
 //! - The budget (`memory_bytes_max`) caps committed bytes: 128 KiB per slab, and large entries
 //!   rounded up to 4 KiB (the OS page). The allocator refuses past it; the store then evicts.
 
