@@ -1263,7 +1263,7 @@ const ALL: &[&str] = &[
     TRANSACTIONS,
 ];
 
-/// A hash of 600 fields (past Redis's 128-entry listpack), grown one field at a time (a write on the encoding, session 25:
+/// A hash of 600 fields (past hash-max-listpack-entries, 512), grown one field at a time (a write on the encoding, session 25:
 /// the fields it names decoded, the rest copied as bytes), then read and shrunk: every reply
 /// as Redis's (which keeps such a hash in a hash table; HGETALL's order differs there, so
 /// it is not compared).
@@ -1489,6 +1489,46 @@ fn hscan_and_hrandfield_properties_match_redis() {
         }
         assert_eq!(cursor, "0", "port {port}: iteration did not end");
         assert_eq!(got, want, "port {port}: HSCAN iteration");
+        // Redis's guarantee under writes: a field present from the start of a full iteration
+        // to its end is returned. Every call deletes two fields already returned and adds
+        // one new field (a cursor that counted positions skipped fields after each delete).
+        r.call(&[b"DEL", b"churn"]);
+        // 1,000 fields: past both servers' listpack limit (hash-max-listpack-entries 512).
+        for i in 0..1_000 {
+            let f = format!("f{i}");
+            r.call(&[b"HSET", b"churn", f.as_bytes(), b"v"]);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let mut deleted = std::collections::BTreeSet::new();
+        let mut cursor = "0".to_string();
+        for added in 0..1_000 {
+            let v = Val::parse(&r.call(&[b"HSCAN", b"churn", cursor.as_bytes(), b"COUNT", b"7"]));
+            cursor = v.items()[0].text();
+            let page: Vec<String> = v.items()[1]
+                .items()
+                .chunks(2)
+                .map(|p| p[0].text())
+                .collect();
+            for f in page.iter().filter(|f| f.starts_with('f')).take(2) {
+                r.call(&[b"HDEL", b"churn", f.as_bytes()]);
+                deleted.insert(f.clone());
+            }
+            seen.extend(page);
+            let n = format!("new{added}");
+            r.call(&[b"HSET", b"churn", n.as_bytes(), b"v"]);
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert_eq!(cursor, "0", "port {port}: churned iteration did not end");
+        let missed: Vec<String> = (0..1_000)
+            .map(|i| format!("f{i}"))
+            .filter(|f| !deleted.contains(f) && !seen.contains(f))
+            .collect();
+        assert!(
+            missed.is_empty(),
+            "port {port}: present throughout, never returned: {missed:?}"
+        );
         // MATCH over a hashtable: only matching fields, all of them.
         let mut matched = Vec::new();
         let mut cursor = "0".to_string();

@@ -587,10 +587,14 @@ pub const HRANDFIELD_COUNT_MAX: u64 = 1_000_000;
 /// HSCAN key cursor [MATCH pattern] [COUNT n] on `encoded` (None: the key is missing),
 /// Redis 7.0's replies: a missing key is an empty scan before any option is looked at; a
 /// `listpack` hash (`listpack`: its OBJECT ENCODING) is returned whole with cursor 0 whatever
-/// COUNT says, as Redis does. A larger one is paged in field order: the cursor is the
-/// position of the next field, COUNT fields per call (Redis walks its dict's buckets
-/// instead; its cursors are opaque to clients either way), so a full iteration returns
-/// every field that was present throughout, once.
+/// COUNT says, as Redis does. A larger one is paged in the order of its names' hashes
+/// ([`hscan_rank`]): the cursor is the rank to start from, COUNT fields per call (more
+/// when several share the last rank, so none is split across calls). Redis walks its
+/// dict's buckets instead; its cursors are opaque to clients either way. A field's rank
+/// does not change when others are added or deleted, so a full iteration returns every
+/// field present throughout exactly once, as Redis guarantees. (The cursor was the next
+/// field's position until session 25: a field deleted before it shifted the rest, and
+/// fields present throughout were skipped.)
 pub fn hscan_reply(argv: &[&[u8]], encoded: Option<&[u8]>, listpack: bool) -> Reply {
     let Some(cursor) = std::str::from_utf8(argv[2])
         .ok()
@@ -632,18 +636,38 @@ pub fn hscan_reply(argv: &[&[u8]], encoded: Option<&[u8]>, listpack: bool) -> Re
         return Reply::err("ERR stored record does not decode");
     };
     let (page, next) = if listpack {
-        (&fields[..], 0)
+        let all: Vec<_> = fields.into_iter().map(|(n, f)| (0, n, f)).collect();
+        (all, 0)
     } else {
-        let start = usize::try_from(cursor)
-            .unwrap_or(usize::MAX)
-            .min(fields.len());
-        let end = start.saturating_add(usize::try_from(count).unwrap_or(usize::MAX));
-        let end = end.min(fields.len());
-        let next = if end >= fields.len() { 0 } else { end as u64 };
-        (&fields[start..end], next)
+        // The fields from the cursor's rank on, the COUNT lowest ranks of them (and any
+        // more of the last one's rank), in rank order.
+        let mut from: Vec<_> = fields
+            .into_iter()
+            .map(|(n, f)| (hscan_rank(n), n, f))
+            .filter(|e| e.0 >= cursor)
+            .collect();
+        let take = usize::try_from(count).unwrap_or(usize::MAX).min(from.len());
+        if take < from.len() {
+            from.select_nth_unstable_by_key(take, |e| e.0);
+        }
+        let (head, rest) = from.split_at_mut(take);
+        head.sort_unstable_by_key(|e| e.0);
+        let last = head.last().map_or(0, |e| e.0);
+        // `rest` has no rank below `last`: its ties with `last` moved to its front join
+        // the page; the next cursor is the lowest rank after them.
+        let mut ties = 0;
+        for i in 0..rest.len() {
+            if rest[i].0 == last {
+                rest.swap(ties, i);
+                ties += 1;
+            }
+        }
+        let next = rest[ties..].iter().map(|e| e.0).min().unwrap_or(0);
+        from.truncate(take + ties);
+        (from, next)
     };
     let mut items = Vec::with_capacity(page.len() * 2);
-    for (name, f) in page {
+    for (_, name, f) in &page {
         if pattern.is_some_and(|p| !crate::glob::string_match(p, name, false)) {
             continue;
         }
@@ -654,6 +678,13 @@ pub fn hscan_reply(argv: &[&[u8]], encoded: Option<&[u8]>, listpack: bool) -> Re
         Reply::Bulk(Bytes::from(next.to_string())),
         Reply::Array(items),
     ])
+}
+
+/// Where a field comes in a paged HSCAN of a big hash: its name's hash, never 0 (cursor 0
+/// starts and ends an iteration). Fields of one rank (a hash collision) are returned in
+/// one call.
+fn hscan_rank(name: &[u8]) -> u64 {
+    ringlet_engine::hash::key_hash(name).max(1)
 }
 
 /// A small generator for HRANDFIELD (splitmix64): its picks need no cryptographic quality,
