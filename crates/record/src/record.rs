@@ -1322,9 +1322,10 @@ pub fn put_fields_located(
     // How many old fields, and where each one a new field replaces (or a `DEL` removes)
     // starts and ends, in record order: the fields between are copied as runs of bytes.
     // Only the replaced are kept (at most `fields.len()`), not every old field: a `Vec` of
-    // all n was a fresh mapping per write to a big hash, paid in page faults.
+    // all n was a fresh mapping per write to a big hash, paid in page faults. Allocated
+    // only when one is met: a loader's write replaces none.
     let mut old_n = 0usize;
-    let mut replaced: Vec<(usize, usize)> = Vec::with_capacity(fields.len());
+    let mut replaced: Vec<(usize, usize)> = Vec::new();
     let mut body = &[][..];
     if let (Some(b), Some(located)) = (b, located) {
         let (r, _) = Reader::header(b)?;
