@@ -87,23 +87,44 @@ fn bulk_or_nil(v: Option<Vec<u8>>) -> Reply {
     v.map_or(Reply::Nil, |v| Reply::Bulk(Bytes::from(v)))
 }
 
-/// HGET, HMGET, HLEN, HEXISTS and HSTRLEN answered from the encoded record in place
-/// (`record::scan`), without building a `Record`: the reads a client-side traversal makes
-/// most, where decoding every link of a large link list for one field was most of the
-/// cost, and the reads of a big hash, where decoding allocated per field. `None`: not one of these
-/// (or not their arity, or bytes that do not scan); the caller applies the command as usual,
-/// which also produces every error.
+/// HGET, HMGET, HLEN, HEXISTS, HSTRLEN, HGETALL, HKEYS and HVALS answered from the
+/// encoded record in place (`record::scan_each`), without building a `Record`: the reads a
+/// client-side traversal makes most, where decoding every link of a large link list for
+/// one field was most of the cost, and the reads of a big hash, where decoding allocated
+/// per field. `None`: not one of these (or not their arity, or bytes that do not scan);
+/// the caller applies the command as usual, which also produces every error.
 pub fn read_encoded(argv: &[&[u8]], encoded: &[u8]) -> Option<Out> {
     let is = |name: &[u8], argc: usize| argv[0].eq_ignore_ascii_case(name) && argv.len() == argc;
     let hmget = argv[0].eq_ignore_ascii_case(b"hmget") && argv.len() >= 3;
     let one = is(b"hget", 3) || is(b"hexists", 3) || is(b"hstrlen", 3);
-    if !one && !hmget && !is(b"hlen", 2) {
+    let (names, values) = (
+        is(b"hgetall", 2) || is(b"hkeys", 2),
+        is(b"hgetall", 2) || is(b"hvals", 2),
+    );
+    if !one && !hmget && !is(b"hlen", 2) && !names && !values {
         return None;
     }
     use ringlet_record::record::{field_count, name_order, scan_each};
     if is(b"hlen", 2) {
         let n = field_count(encoded).ok()?;
         return Some(Out::Int(i64::try_from(n).ok()?));
+    }
+    if names || values {
+        // HGETALL, HKEYS, HVALS: every field in record order, as the decoded record
+        // iterates them, without building it (a `Field` and an index entry per field).
+        let n = usize::try_from(field_count(encoded).ok()?).ok()?;
+        let mut out = Vec::with_capacity(n * (usize::from(names) + usize::from(values)));
+        scan_each(encoded, |name, f| {
+            if names {
+                out.push(Some(name.to_vec()));
+            }
+            if values {
+                out.push(Some(f.display()));
+            }
+            true
+        })
+        .ok()?;
+        return Some(Out::Array(out));
     }
     if one {
         // One field: the walk stops at it.
