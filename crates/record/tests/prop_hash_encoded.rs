@@ -12,7 +12,9 @@ mod common;
 use common::{bytes, record};
 
 /// A command: 0 HSET, 1 HMSET, 2 HSETNX, 3 HDEL, 4 HINCRBY, 5 HINCRBYFLOAT, with its field
-/// picks (own field or new name) and values.
+/// picks (own field or new name) and values. Up to 11 picks, so that HSET and HDEL name
+/// more than 8 fields at times (`record::find_name` binary-searches those, and compares a
+/// few one by one).
 type Cmd = (u8, Vec<(bool, prop::sample::Index, Vec<u8>, Vec<u8>)>);
 
 fn cmd() -> impl Strategy<Value = Cmd> {
@@ -25,7 +27,7 @@ fn cmd() -> impl Strategy<Value = Cmd> {
                 bytes(3),
                 prop_oneof![bytes(8), Just(b"12".to_vec()), Just(b"-3.5".to_vec())],
             ),
-            1..5,
+            1..12,
         ),
     )
 }
