@@ -292,10 +292,11 @@ pub struct AppliedEncoded {
 /// Why: a write to a hash of n fields decoded all n (one allocation or more per field)
 /// and encoded them again; on a big hash (redis-benchmark's `hset -r`, or any hash grown
 /// one field at a time) that is milliseconds per command, so growing it was quadratic with
-/// a large constant. Here the record is walked once, only the named fields are decoded
-/// into a small record that `apply` runs on, and the result is written by
-/// [`crate::record::put_fields`]: the other fields are copied as bytes. A write stays
-/// O(record bytes), a copy (docs/design/records.md, "Big hashes").
+/// a large constant. Here the record is walked once ([`crate::record::locate_fields`]),
+/// only the named fields are decoded into a small record that `apply` runs on, and the
+/// result is written by [`crate::record::put_fields_located`] from what that walk found:
+/// the other fields are copied as byte runs. A write stays O(record bytes), a copy
+/// (docs/design/records.md, "Big hashes").
 ///
 /// `None` when this path does not take the command (not one of these, an arity error, an
 /// encoding that does not scan, or a result only the general path writes): the caller
@@ -314,7 +315,7 @@ pub fn apply_encoded(
         ("hdel", n) if n >= 1 => args.to_vec(),
         _ => return None,
     };
-    // The distinct names, sorted: looked up by binary search while the record is walked.
+    // The distinct names, sorted: looked up (`find_name`) for every field the walk meets.
     let mut sorted = names.clone();
     sorted.sort_unstable_by(|a, b| name_order(a, b));
     sorted.dedup();
