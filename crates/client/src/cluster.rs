@@ -1363,7 +1363,7 @@ impl ClusterClient {
         args: &[&[u8]],
         done: impl Fn(&ClusterMap) -> bool,
     ) -> Result<(), Error> {
-        Self::memgest_refused(self.memgest_command(args).await?)?;
+        self.memgest_ok(args).await?;
         let deadline = Instant::now() + self.inner.cfg.client.timeout;
         // Bounded: the deadline, one refresh per 20 ms at most.
         while !done(&self.routing().map) && Instant::now() < deadline {
@@ -1378,11 +1378,7 @@ impl ClusterClient {
     /// A MEMGEST that answers `+OK`; a refusal becomes [`Error::Server`] (`BAD_REQUEST`)
     /// with the node's message.
     async fn memgest_ok(&self, args: &[&[u8]]) -> Result<(), Error> {
-        Self::memgest_refused(self.memgest_command(args).await?)
-    }
-
-    fn memgest_refused(reply: Reply) -> Result<(), Error> {
-        match reply {
+        match self.memgest_command(args).await? {
             Reply::Simple(_) => Ok(()),
             Reply::Error(m) => Err(Error::Server {
                 status: Status::BAD_REQUEST,

@@ -25,6 +25,7 @@ use super::Ctx;
 use crate::reply::{errors, Reply};
 use bytes::Bytes;
 use ringlet_record::hash::{Applied, EncodedWrite, Out, Write};
+use ringlet_record::record::FieldRef;
 use ringlet_record::{chase, Record};
 use ringlet_types::ValueKind;
 use std::time::{Duration, Instant};
@@ -657,38 +658,12 @@ pub fn hscan_reply(argv: &[&[u8]], encoded: Option<&[u8]>, listpack: bool) -> Re
         return Reply::err("ERR stored record does not decode");
     };
     let (page, next) = if listpack {
-        let all: Vec<_> = fields.into_iter().map(|(n, f)| (0, n, f)).collect();
-        (all, 0)
+        (fields, 0)
     } else {
-        // The fields from the cursor's rank on, the COUNT lowest ranks of them (and any
-        // more of the last one's rank), in rank order.
-        let mut from: Vec<_> = fields
-            .into_iter()
-            .map(|(n, f)| (hscan_rank(n), n, f))
-            .filter(|e| e.0 >= cursor)
-            .collect();
-        let take = usize::try_from(count).unwrap_or(usize::MAX).min(from.len());
-        if take < from.len() {
-            from.select_nth_unstable_by_key(take, |e| e.0);
-        }
-        let (head, rest) = from.split_at_mut(take);
-        head.sort_unstable_by_key(|e| e.0);
-        let last = head.last().map_or(0, |e| e.0);
-        // `rest` has no rank below `last`: its ties with `last` moved to its front join
-        // the page; the next cursor is the lowest rank after them.
-        let mut ties = 0;
-        for i in 0..rest.len() {
-            if rest[i].0 == last {
-                rest.swap(ties, i);
-                ties += 1;
-            }
-        }
-        let next = rest[ties..].iter().map(|e| e.0).min().unwrap_or(0);
-        from.truncate(take + ties);
-        (from, next)
+        hscan_page(fields, cursor, count)
     };
     let mut items = Vec::with_capacity(page.len() * 2);
-    for (_, name, f) in &page {
+    for (name, f) in &page {
         if pattern.is_some_and(|p| !crate::glob::string_match(p, name, false)) {
             continue;
         }
@@ -699,6 +674,36 @@ pub fn hscan_reply(argv: &[&[u8]], encoded: Option<&[u8]>, listpack: bool) -> Re
         Reply::Bulk(Bytes::from(next.to_string())),
         Reply::Array(items),
     ])
+}
+
+/// One page of a big hash's HSCAN ([`hscan_reply`]): the fields whose rank is at least
+/// `cursor`, the `count` lowest ranks of them and any more of the last one's rank, in rank
+/// order; and the next cursor (the lowest rank left, 0 when none is).
+fn hscan_page<'a>(
+    fields: Vec<(&'a [u8], FieldRef<'a>)>,
+    cursor: u64,
+    count: u64,
+) -> (Vec<(&'a [u8], FieldRef<'a>)>, u64) {
+    let mut from: Vec<_> = fields
+        .into_iter()
+        .map(|(n, f)| (hscan_rank(n), n, f))
+        .filter(|e| e.0 >= cursor)
+        .collect();
+    let mut next = 0;
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
+    // `count` is at least 1 (checked by the caller), so the page's last place exists.
+    if from.len() > count {
+        let last = from.select_nth_unstable_by_key(count - 1, |e| e.0).1 .0;
+        next = from
+            .iter()
+            .map(|e| e.0)
+            .filter(|&r| r > last)
+            .min()
+            .unwrap_or(0);
+        from.retain(|e| e.0 <= last);
+    }
+    from.sort_unstable_by_key(|e| e.0);
+    (from.into_iter().map(|(_, n, f)| (n, f)).collect(), next)
 }
 
 /// Where a field comes in a paged HSCAN of a big hash: its name's hash, never 0 (cursor 0
